@@ -1,0 +1,36 @@
+#include "common/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace pstrain {
+namespace {
+
+std::atomic<bool> g_shutdown{false};
+
+void OnSignal(int) { g_shutdown = true; }
+
+}  // namespace
+
+std::string AdvertisedAddress(const std::string& bound) {
+  const size_t colon = bound.rfind(':');
+  const std::string host = bound.substr(0, colon);
+  if (host != "0.0.0.0" && host != "[::]" && host != "") return bound;
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return bound;
+  return std::string(name) + bound.substr(colon);
+}
+
+void InstallShutdownHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool ShutdownRequested() { return g_shutdown.load(); }
+
+}  // namespace pstrain

@@ -1,0 +1,229 @@
+#include "common/job_spec.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+constexpr int64_t kFashionMnistTrain = 60000;
+constexpr int kFashionMnistDim = 784;
+
+// Keeps the first parse error with its position.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstErrorCollector(std::string file) : file_(std::move(file)) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (error_.empty()) {
+      // The parser counts from 0; editors count from 1.
+      error_ = absl::StrCat(file_, ":", line + 1, ":", column + 1, ": ", message);
+    }
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string file_;
+  std::string error_;
+};
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& text,
+                                         const std::string& file_name) {
+  JobSpec job;
+  FirstErrorCollector errors(file_name);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &job)) {
+    return absl::InvalidArgumentError(
+        errors.error().empty() ? absl::StrCat(file_name, ": cannot parse job spec")
+                               : errors.error());
+  }
+  return job;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open job spec"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot read job spec"));
+  }
+  return ParseJobSpecText(text.str(), path);
+}
+
+void ApplyJobDefaults(JobSpec* job) {
+  DataSpec* data = job->mutable_data();
+  if (data->dataset() == DATASET_UNSPECIFIED) data->set_dataset(FASHION_MNIST);
+  if (data->dataset() == FASHION_MNIST && data->path().empty()) {
+    data->set_path(kFashionMnistDir);
+  }
+  if (data->dataset() == SYNTHETIC) {
+    if (data->synthetic_train_size() == 0) data->set_synthetic_train_size(4096);
+    if (data->synthetic_test_size() == 0) data->set_synthetic_test_size(1024);
+    if (data->synthetic_dim() == 0) data->set_synthetic_dim(32);
+    if (data->synthetic_classes() == 0) data->set_synthetic_classes(4);
+  }
+  ModelSpec* model = job->mutable_model();
+  if (model->input_dim() == 0) {
+    model->set_input_dim(data->dataset() == SYNTHETIC ? data->synthetic_dim()
+                                                      : kFashionMnistDim);
+  }
+  if (model->layers_size() == 0) {
+    // The default model: 784-256-256-10 MLP with ReLU.
+    const int classes = data->dataset() == SYNTHETIC ? data->synthetic_classes() : 10;
+    for (int units : {256, 256}) {
+      LayerSpec* dense = model->add_layers();
+      dense->set_type(DENSE);
+      dense->set_units(units);
+      model->add_layers()->set_type(RELU);
+    }
+    LayerSpec* out = model->add_layers();
+    out->set_type(DENSE);
+    out->set_units(classes);
+    model->add_layers()->set_type(SOFTMAX_XENT);
+  }
+  for (int i = 0; i < model->layers_size(); ++i) {
+    LayerSpec* layer = model->mutable_layers(i);
+    if (!layer->name().empty()) continue;
+    switch (layer->type()) {
+      case DENSE: layer->set_name(absl::StrCat("dense", i)); break;
+      case RELU: layer->set_name(absl::StrCat("relu", i)); break;
+      case SOFTMAX_XENT: layer->set_name(absl::StrCat("xent", i)); break;
+      default: layer->set_name(absl::StrCat("layer", i)); break;
+    }
+  }
+  OptimizerSpec* opt = job->mutable_optimizer();
+  if (opt->type() == OPTIMIZER_UNSPECIFIED) opt->set_type(ADAM);
+  if (opt->learning_rate() == 0) {
+    opt->set_learning_rate(opt->type() == ADAM ? 1e-3f : 0.01f);
+  }
+  if (opt->type() == MOMENTUM && opt->momentum() == 0) opt->set_momentum(0.9f);
+  if (opt->beta1() == 0) opt->set_beta1(0.9f);
+  if (opt->beta2() == 0) opt->set_beta2(0.999f);
+  if (opt->epsilon() == 0) opt->set_epsilon(1e-8f);
+  if (job->consistency() == CONSISTENCY_UNSPECIFIED) job->set_consistency(BSP);
+  if (job->batch_size() == 0) job->set_batch_size(64);
+  if (job->epochs() == 0) job->set_epochs(1);
+  if (job->chunk_bytes() == 0) job->set_chunk_bytes(1 << 20);
+  if (job->num_servers() == 0) job->set_num_servers(1);
+  if (job->num_workers() == 0) job->set_num_workers(1);
+  if (job->log_every() == 0) job->set_log_every(50);
+}
+
+absl::Status ValidateJobSpec(const JobSpec& job) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
+  };
+  if (job.num_servers() < 1 || job.num_servers() > 1024) {
+    return bad("num_servers must be in [1, 1024], got ", job.num_servers());
+  }
+  if (job.num_workers() < 1 || job.num_workers() > 1024) {
+    return bad("num_workers must be in [1, 1024], got ", job.num_workers());
+  }
+  if (job.batch_size() < job.num_workers()) {
+    return bad("batch_size (", job.batch_size(),
+               ") must be at least num_workers (", job.num_workers(), ")");
+  }
+  if (job.batch_size() > TrainSetSize(job)) {
+    return bad("batch_size (", job.batch_size(), ") exceeds the training set (",
+               TrainSetSize(job), ")");
+  }
+  if (job.staleness() < 0) return bad("staleness must be >= 0");
+  if (job.consistency() == BSP && job.staleness() != 0) {
+    return bad("staleness must be 0 under BSP (use consistency: SSP)");
+  }
+  if (job.epochs() < 0 || job.steps() < 0) return bad("epochs and steps must be >= 0");
+  if (job.chunk_bytes() < 4 || job.chunk_bytes() % 4 != 0) {
+    return bad("chunk_bytes must be a positive multiple of 4, got ", job.chunk_bytes());
+  }
+  const OptimizerSpec& opt = job.optimizer();
+  if (!(opt.learning_rate() > 0)) return bad("optimizer.learning_rate must be > 0");
+  if (opt.momentum() < 0 || opt.momentum() >= 1) return bad("optimizer.momentum must be in [0, 1)");
+  if (opt.beta1() < 0 || opt.beta1() >= 1 || opt.beta2() < 0 || opt.beta2() >= 1) {
+    return bad("optimizer.beta1 and beta2 must be in [0, 1)");
+  }
+  const DataSpec& data = job.data();
+  if (data.dataset() == SYNTHETIC &&
+      (data.synthetic_train_size() < 1 || data.synthetic_test_size() < 1 ||
+       data.synthetic_dim() < 1 || data.synthetic_classes() < 2)) {
+    return bad("synthetic data needs positive sizes and at least 2 classes");
+  }
+  // The model: dense layers chain, the loss comes last and matches the classes.
+  const ModelSpec& model = job.model();
+  if (model.input_dim() < 1) return bad("model.input_dim must be >= 1");
+  const int expected_dim =
+      data.dataset() == SYNTHETIC ? data.synthetic_dim() : kFashionMnistDim;
+  if (model.input_dim() != expected_dim) {
+    return bad("model.input_dim is ", model.input_dim(), " but the data has ",
+               expected_dim, " features");
+  }
+  int width = model.input_dim();
+  bool has_dense = false;
+  for (int i = 0; i < model.layers_size(); ++i) {
+    const LayerSpec& layer = model.layers(i);
+    const bool last = i + 1 == model.layers_size();
+    switch (layer.type()) {
+      case DENSE:
+        if (layer.units() < 1) return bad("layer ", i, " (dense): units must be >= 1");
+        width = layer.units();
+        has_dense = true;
+        break;
+      case RELU:
+        break;
+      case SOFTMAX_XENT:
+        if (!last) return bad("layer ", i, ": softmax_xent must be the last layer");
+        break;
+      default:
+        return bad("layer ", i, ": unknown layer type");
+    }
+  }
+  if (!has_dense || model.layers(model.layers_size() - 1).type() != SOFTMAX_XENT) {
+    return bad("model needs at least one dense layer and softmax_xent last");
+  }
+  const int classes = data.dataset() == SYNTHETIC ? data.synthetic_classes() : 10;
+  if (width != classes) {
+    return bad("the last dense layer has ", width, " units but the data has ",
+               classes, " classes");
+  }
+  return absl::OkStatus();
+}
+
+int64_t TrainSetSize(const JobSpec& job) {
+  return job.data().dataset() == SYNTHETIC ? job.data().synthetic_train_size()
+                                           : kFashionMnistTrain;
+}
+
+int64_t ClocksPerEpoch(const JobSpec& job) {
+  return std::max<int64_t>(1, TrainSetSize(job) / std::max(1, job.batch_size()));
+}
+
+int64_t TotalClocks(const JobSpec& job) {
+  if (job.steps() > 0) return job.steps();
+  return static_cast<int64_t>(job.epochs()) * ClocksPerEpoch(job);
+}
+
+int64_t EffectiveStaleness(const JobSpec& job) {
+  switch (job.consistency()) {
+    case ASP: return -1;
+    case SSP: return job.staleness();
+    default: return 0;
+  }
+}
+
+int64_t MinClockForRead(const JobSpec& job, int64_t clock) {
+  const int64_t s = EffectiveStaleness(job);
+  if (s < 0) return 0;
+  return std::max<int64_t>(0, clock - s);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,41 @@
+// Reading, completing and checking the job spec (proto/job.proto).
+#ifndef PSTRAIN_COMMON_JOB_SPEC_H_
+#define PSTRAIN_COMMON_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace pstrain {
+
+// Parses a text-format JobSpec. Errors name the file, line and column:
+// "job.pbtxt:3:7: Expected integer, got: foo".
+absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& text,
+                                         const std::string& file_name);
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+
+// Fills every unset field with its documented default (proto/job.proto).
+void ApplyJobDefaults(JobSpec* job);
+
+// Checks a completed spec for values no job can run with; INVALID_ARGUMENT
+// naming the field otherwise.
+absl::Status ValidateJobSpec(const JobSpec& job);
+
+// Size of the training set the spec names (60000 for Fashion-MNIST), known
+// without reading it.
+int64_t TrainSetSize(const JobSpec& job);
+// Clocks per epoch (the last partial batch of an epoch is dropped).
+int64_t ClocksPerEpoch(const JobSpec& job);
+// Total clocks of the job: `steps` if set, else epochs * ClocksPerEpoch.
+int64_t TotalClocks(const JobSpec& job);
+// The bound s of the gate and the read guarantee; -1 means unbounded (ASP).
+int64_t EffectiveStaleness(const JobSpec& job);
+// The read guarantee for iteration `clock`: updates of iterations < this value
+// must be applied before the read (0 when nothing is required).
+int64_t MinClockForRead(const JobSpec& job, int64_t clock);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_JOB_SPEC_H_

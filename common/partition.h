@@ -1,0 +1,46 @@
+// The deterministic map from parameters to chunks to servers. Every party
+// computes the same map from the job spec and the server count.
+#ifndef PSTRAIN_COMMON_PARTITION_H_
+#define PSTRAIN_COMMON_PARTITION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/params.h"
+
+namespace pstrain {
+
+// A contiguous slice of one parameter, stored by one server.
+struct ChunkInfo {
+  int32_t id = 0;      // index in Partition::chunks()
+  int32_t param = 0;   // index in the parameter list
+  int64_t offset = 0;  // first element within the parameter
+  int64_t numel = 0;
+  int32_t server = 0;
+};
+
+class Partition {
+ public:
+  // Cuts each parameter into chunks of at most `chunk_bytes` (fp32 elements)
+  // and assigns them to `num_servers` servers, greedily by size: largest chunk
+  // first (ties by id) to the server holding the fewest bytes (ties by id).
+  static absl::StatusOr<Partition> Make(const std::vector<ParamInfo>& params,
+                                        int64_t chunk_bytes, int num_servers);
+
+  const std::vector<ChunkInfo>& chunks() const { return chunks_; }
+  // Chunk ids of one server / one parameter, ascending.
+  const std::vector<int32_t>& ServerChunks(int server) const { return by_server_[server]; }
+  const std::vector<int32_t>& ParamChunks(int param) const { return by_param_[param]; }
+  int num_servers() const { return static_cast<int>(by_server_.size()); }
+  int64_t ServerBytes(int server) const;
+
+ private:
+  std::vector<ChunkInfo> chunks_;
+  std::vector<std::vector<int32_t>> by_server_;
+  std::vector<std::vector<int32_t>> by_param_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_PARTITION_H_

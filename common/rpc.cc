@@ -1,0 +1,91 @@
+#include "common/rpc.h"
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly after a peer restarts.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    std::string* bound) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen=", listen, ": expected HOST:PORT"));
+  }
+  int requested_port = 0;
+  if (!absl::SimpleAtoi(listen.substr(colon + 1), &requested_port) || requested_port < 0 ||
+      requested_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen=", listen, ": bad port"));
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  }
+  *bound = absl::StrCat(listen.substr(0, colon), ":", port);
+  return server;
+}
+
+absl::Status WritePortFile(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  std::fprintf(f, "%s\n", address.c_str());
+  if (std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot write"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  return ctx;
+}
+
+Backoff::Backoff(absl::Duration initial, absl::Duration max) : next_(initial), max_(max) {}
+
+absl::Duration Backoff::Next() {
+  thread_local std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> jitter(0.8, 1.2);
+  const absl::Duration d = next_ * jitter(rng);
+  next_ = std::min(next_ * 2, max_);
+  return d;
+}
+
+bool IsRetryable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsResourceExhausted(status) || absl::IsAborted(status);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,58 @@
+// gRPC helpers shared by all daemons: channels, servers, status conversion,
+// retries with backoff.
+#ifndef PSTRAIN_COMMON_RPC_H_
+#define PSTRAIN_COMMON_RPC_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace pstrain {
+
+// Largest message any pstrain daemon sends or accepts.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Builds and starts a server on `listen` ("HOST:PORT", port 0 lets the OS
+// choose) with `services`. Returns the started server and sets *bound to
+// "HOST:PORT" with the real port.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    std::string* bound);
+
+// Writes `address` to `path` atomically (temporary file + rename), for
+// launchers and tests that start daemons on port 0.
+absl::Status WritePortFile(const std::string& path, const std::string& address);
+
+absl::Status FromGrpc(const grpc::Status& status);
+grpc::Status ToGrpc(const absl::Status& status);
+
+// A client context with a deadline `timeout` from now.
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout);
+
+// Exponential backoff: 100 ms doubling to 2 s, with ±20% jitter.
+class Backoff {
+ public:
+  explicit Backoff(absl::Duration initial = absl::Milliseconds(100),
+                   absl::Duration max = absl::Seconds(2));
+  // The next delay to sleep.
+  absl::Duration Next();
+
+ private:
+  absl::Duration next_;
+  absl::Duration max_;
+};
+
+// True for the codes a caller should retry after a pause.
+bool IsRetryable(const absl::Status& status);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_RPC_H_

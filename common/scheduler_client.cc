@@ -1,0 +1,149 @@
+#include "common/scheduler_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/process_stats.h"
+#include "common/rpc.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+namespace {
+
+bool Ended(JobState s) { return s == DONE || s == ABORTED; }
+
+}  // namespace
+
+SchedulerClient::SchedulerClient(SchedulerClientOptions options)
+    : options_(std::move(options)),
+      incarnation_(NewIncarnation()),
+      stub_(Scheduler::NewStub(MakeChannel(options_.scheduler))) {}
+
+SchedulerClient::~SchedulerClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
+  RegisterRequest req;
+  req.set_role(options_.role);
+  req.set_address(options_.address);
+  req.set_incarnation(incarnation_);
+  const absl::Time give_up = absl::Now() + options_.connect_timeout;
+  Backoff backoff;
+  absl::Status last;
+  int attempts = 0;
+  while (true) {
+    ++attempts;
+    RegisterResponse resp;
+    auto ctx = ContextWithTimeout(absl::Seconds(5));
+    last = FromGrpc(stub_->Register(ctx.get(), req, &resp));
+    if (last.ok()) return resp;
+    if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) {
+      return absl::Status(last.code(), absl::StrCat("scheduler at ", options_.scheduler,
+                                                    " refused registration: ", last.message()));
+    }
+    const absl::Duration wait = backoff.Next();
+    if (absl::Now() + wait > give_up) break;
+    if (attempts == 1 || attempts % 10 == 0) {
+      spdlog::warn("scheduler at {} not reachable yet ({}); retrying", options_.scheduler,
+                   last.message());
+    }
+    absl::SleepFor(wait);
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "cannot reach the scheduler at ", options_.scheduler, " after ",
+      absl::FormatDuration(options_.connect_timeout), " (", attempts,
+      " attempts): ", last.message()));
+}
+
+absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& status) {
+  HeartbeatRequest req;
+  *req.mutable_status() = status;
+  req.set_incarnation(incarnation_);
+  HeartbeatResponse resp;
+  auto ctx = ContextWithTimeout(absl::Seconds(5));
+  const absl::Status st = FromGrpc(stub_->Heartbeat(ctx.get(), req, &resp));
+  if (!st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  if (!Ended(job_state_)) {
+    job_state_ = resp.job_state();
+    job_message_ = resp.message();
+  }
+  return resp;
+}
+
+void SchedulerClient::StartHeartbeats(std::function<NodeStatus()> status_fn) {
+  heartbeat_thread_ = std::thread([this, fn = std::move(status_fn)] { HeartbeatLoop(fn); });
+}
+
+void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
+  absl::Time last_ok = absl::Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), options_.heartbeat_interval);
+      if (stopping_ || Ended(job_state_)) return;
+    }
+    const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status_fn());
+    if (resp.ok()) {
+      last_ok = absl::Now();
+      continue;
+    }
+    if (absl::Now() - last_ok > options_.heartbeat_timeout) {
+      absl::MutexLock lock(&mu_);
+      job_state_ = ABORTED;
+      job_message_ = absl::StrCat("lost the scheduler at ", options_.scheduler, ": ",
+                                  resp.status().message());
+      return;
+    }
+  }
+}
+
+JobState SchedulerClient::WaitForJobEnd(std::string* message) {
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Ended(job_state_); };
+  mu_.Await(absl::Condition(&ended));
+  if (message != nullptr) *message = job_message_;
+  return job_state_;
+}
+
+JobState SchedulerClient::job_state(std::string* message) const {
+  absl::MutexLock lock(&mu_);
+  if (message != nullptr) *message = job_message_;
+  return job_state_;
+}
+
+absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, int64_t clock) {
+  AdvanceClockRequest req;
+  req.set_worker_id(worker);
+  req.set_clock(clock);
+  req.set_incarnation(incarnation_);
+  const absl::Time start = absl::Now();
+  Backoff backoff;
+  while (true) {
+    std::string message;
+    if (job_state(&message) == ABORTED) {
+      return absl::AbortedError(absl::StrCat("job aborted: ", message));
+    }
+    AdvanceClockResponse resp;
+    auto ctx = ContextWithTimeout(absl::Seconds(10));
+    const absl::Status st = FromGrpc(stub_->AdvanceClock(ctx.get(), req, &resp));
+    if (st.ok()) return resp;
+    if (absl::IsDeadlineExceeded(st)) {
+      spdlog::info("waiting at the gate for clock {} ({:.0f} s so far)", clock,
+                   absl::ToDoubleSeconds(absl::Now() - start));
+      continue;
+    }
+    if (absl::IsUnavailable(st) && absl::Now() - start < options_.heartbeat_timeout) {
+      absl::SleepFor(backoff.Next());
+      continue;
+    }
+    return st;
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,74 @@
+// A member's (server's or worker's) side of the scheduler protocol:
+// registration with retries, heartbeats in the background, the clock gate.
+#ifndef PSTRAIN_COMMON_SCHEDULER_CLIENT_H_
+#define PSTRAIN_COMMON_SCHEDULER_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/cluster.grpc.pb.h"
+
+namespace pstrain {
+
+struct SchedulerClientOptions {
+  std::string scheduler;  // HOST:PORT
+  Role role = ROLE_UNSPECIFIED;
+  std::string address;  // this member's own service
+  // How long Register keeps retrying an unreachable scheduler.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // Heartbeats failing for this long end the job for this member (ABORTED).
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+};
+
+// Thread-safe.
+class SchedulerClient {
+ public:
+  explicit SchedulerClient(SchedulerClientOptions options);
+  ~SchedulerClient();
+
+  // Registers, retrying with exponential backoff while the scheduler is
+  // unreachable. UNAVAILABLE naming the address after connect_timeout; the
+  // scheduler's own error (ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...) at once.
+  absl::StatusOr<RegisterResponse> Register();
+
+  // Starts heartbeats every interval carrying status_fn(). Call after Register.
+  void StartHeartbeats(std::function<NodeStatus()> status_fn);
+  // Sends one heartbeat now (a final FINISHED or FAILED report) and returns
+  // the job's state as the scheduler sees it.
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const NodeStatus& status);
+  // Blocks until heartbeats report the job DONE or ABORTED (or the scheduler
+  // is lost, which counts as ABORTED); returns the state, sets *message.
+  JobState WaitForJobEnd(std::string* message);
+  // The last job state heartbeats saw.
+  JobState job_state(std::string* message = nullptr) const;
+
+  // The gate: reports that `worker` finished `clock` iterations and waits
+  // until it may start iteration `clock`. Waits across repeated deadlines
+  // (logging what it waits for) until the job ends; ABORTED if it was aborted.
+  absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock);
+
+  uint64_t incarnation() const { return incarnation_; }
+
+ private:
+  void HeartbeatLoop(std::function<NodeStatus()> status_fn);
+
+  const SchedulerClientOptions options_;
+  const uint64_t incarnation_;
+  std::unique_ptr<Scheduler::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  JobState job_state_ ABSL_GUARDED_BY(mu_) = WAITING;
+  std::string job_message_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_SCHEDULER_CLIENT_H_

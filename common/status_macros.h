@@ -1,0 +1,28 @@
+// Small helpers for absl::Status propagation (Debian's Abseil 20220623 has no
+// status macros of its own).
+#ifndef PSTRAIN_COMMON_STATUS_MACROS_H_
+#define PSTRAIN_COMMON_STATUS_MACROS_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#define PS_CONCAT_INNER_(a, b) a##b
+#define PS_CONCAT_(a, b) PS_CONCAT_INNER_(a, b)
+
+// Returns from the current function if `expr` (an absl::Status) is not OK.
+#define RETURN_IF_ERROR(expr)                       \
+  do {                                              \
+    ::absl::Status ps_status_ = (expr);             \
+    if (!ps_status_.ok()) return ps_status_;        \
+  } while (0)
+
+// `lhs = value of expr` (an absl::StatusOr<T>), or returns its error.
+#define ASSIGN_OR_RETURN(lhs, expr) \
+  ASSIGN_OR_RETURN_IMPL_(PS_CONCAT_(ps_statusor_, __LINE__), lhs, expr)
+
+#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                           \
+  if (!tmp.ok()) return tmp.status();          \
+  lhs = std::move(tmp).value()
+
+#endif  // PSTRAIN_COMMON_STATUS_MACROS_H_

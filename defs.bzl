@@ -1,0 +1,52 @@
+"""Build macros shared by every pstrain package."""
+
+PS_COPTS = [
+    "-std=c++17",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-sign-compare",
+    "-Wno-missing-field-initializers",
+]
+
+def ps_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = PS_COPTS + copts, **kwargs)
+
+def ps_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = PS_COPTS + copts, **kwargs)
+
+def ps_cc_test(name, copts = [], deps = [], **kwargs):
+    native.cc_test(
+        name = name,
+        copts = PS_COPTS + copts,
+        deps = deps + ["@system//:gtest_main"],
+        **kwargs
+    )
+
+def ps_proto_library(name, src, deps = [], grpc = False):
+    """Compiles one .proto with the system protoc (and grpc_cpp_plugin).
+
+    Makes `name` (a cc_library) exposing `<base>.pb.h` and, with grpc = True,
+    `<base>.grpc.pb.h`. `deps` are other ps_proto_library targets whose protos
+    `src` imports.
+    """
+    base = src[:-len(".proto")]
+    outs = [base + ".pb.h", base + ".pb.cc"]
+    cmd = "protoc -I. --cpp_out=$(GENDIR) "
+    if grpc:
+        outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
+        cmd += "--grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin "
+    native.genrule(
+        name = name + "_gen",
+        srcs = [src] + [d + "_src" for d in deps],
+        outs = outs,
+        cmd = cmd + "$(location " + src + ")",
+    )
+    native.filegroup(name = name + "_src", srcs = [src] + [d + "_src" for d in deps])
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        deps = deps + ["@system//:grpc" if grpc else "@system//:protobuf"],
+        copts = ["-w"],
+    )

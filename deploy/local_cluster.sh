@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Launches a local cluster on free loopback ports: one scheduler, the job's
+# servers and workers, each a real process. Waits for the job to end, then
+# returns the scheduler's exit status. Ctrl-C (or SIGTERM) stops every process
+# it started; none is left behind.
+#
+#   deploy/local_cluster.sh --job=FILE [--bin=DIR] [--logs=DIR] [--servers=N]
+#                           [--workers=N] [-- extra ps_scheduler flags]
+set -euo pipefail
+
+JOB=""
+BIN=""
+LOGS=""
+SERVERS=""
+WORKERS=""
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --job=*) JOB="${1#*=}" ;;
+    --bin=*) BIN="${1#*=}" ;;
+    --logs=*) LOGS="${1#*=}" ;;
+    --servers=*) SERVERS="${1#*=}" ;;
+    --workers=*) WORKERS="${1#*=}" ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) echo "local_cluster: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$JOB" ] || { echo "local_cluster: --job=FILE is required" >&2; exit 2; }
+[ -f "$JOB" ] || { echo "local_cluster: $JOB: no such job file" >&2; exit 2; }
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${BIN:-$ROOT/bazel-bin}"
+LOGS="${LOGS:-$(mktemp -d /tmp/pstrain-logs.XXXXXX)}"
+mkdir -p "$LOGS"
+
+# Counts come from the job file unless given.
+field() { sed -n "s/^[[:space:]]*$1:[[:space:]]*\([0-9]*\).*/\1/p" "$JOB" | head -n1; }
+SERVERS="${SERVERS:-$(field num_servers)}"; SERVERS="${SERVERS:-1}"
+WORKERS="${WORKERS:-$(field num_workers)}"; WORKERS="${WORKERS:-1}"
+
+PIDS=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  # Give them a moment to stop cleanly, then make sure.
+  for _ in $(seq 1 30); do
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM
+
+"$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
+  --port_file="$LOGS/scheduler.port" --num_servers="$SERVERS" --num_workers="$WORKERS" \
+  "${EXTRA[@]}" >"$LOGS/scheduler.log" 2>&1 &
+SCHED_PID=$!
+PIDS+=("$SCHED_PID")
+for _ in $(seq 1 100); do
+  [ -s "$LOGS/scheduler.port" ] && break
+  kill -0 "$SCHED_PID" 2>/dev/null || { cat "$LOGS/scheduler.log" >&2; exit 2; }
+  sleep 0.1
+done
+SCHED="$(cat "$LOGS/scheduler.port")"
+
+for i in $(seq 0 $((SERVERS - 1))); do
+  "$BIN/server/ps_server" --scheduler="$SCHED" --listen=127.0.0.1:0 \
+    >"$LOGS/server$i.log" 2>&1 &
+  PIDS+=("$!")
+done
+for i in $(seq 0 $((WORKERS - 1))); do
+  "$BIN/worker/ps_worker" --scheduler="$SCHED" --listen=127.0.0.1:0 \
+    >"$LOGS/worker$i.log" 2>&1 &
+  PIDS+=("$!")
+done
+echo "local_cluster: scheduler at $SCHED, $SERVERS servers, $WORKERS workers; logs in $LOGS" >&2
+
+# Show worker 0's progress (ranks are handed out in order of registration,
+# so find the log that says "worker 0").
+(
+  for _ in $(seq 1 600); do
+    f=$(grep -l "\[worker 0\]" "$LOGS"/worker*.log 2>/dev/null | head -n1 || true)
+    [ -n "$f" ] && exec tail -n +1 -f "$f"
+    sleep 0.1
+  done
+) &
+TAIL_PID=$!
+PIDS+=("$TAIL_PID")
+
+set +e
+wait "$SCHED_PID"
+code=$?
+set -e
+sleep 0.3
+kill "$TAIL_PID" 2>/dev/null || true
+if [ $code -ne 0 ]; then
+  echo "local_cluster: the job failed (scheduler exit $code):" >&2
+  grep -h "\[error\]" "$LOGS"/*.log >&2 || true
+fi
+exit $code

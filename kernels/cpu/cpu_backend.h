@@ -1,0 +1,19 @@
+// The CPU backend: matrix products on OpenBLAS's cblas_sgemm, the rest as
+// plain loops the compiler vectorises.
+#ifndef PSTRAIN_KERNELS_CPU_CPU_BACKEND_H_
+#define PSTRAIN_KERNELS_CPU_CPU_BACKEND_H_
+
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace pstrain {
+namespace kernels {
+
+// `threads` caps OpenBLAS's threads (process-wide); 0 keeps its default.
+std::unique_ptr<Backend> MakeCpuBackend(int threads);
+
+}  // namespace kernels
+}  // namespace pstrain
+
+#endif  // PSTRAIN_KERNELS_CPU_CPU_BACKEND_H_

@@ -1,0 +1,35 @@
+#include "scheduler/clock_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+ClockTable::ClockTable(int num_workers, int64_t staleness)
+    : clocks_(num_workers, 0), staleness_(staleness) {}
+
+absl::Status ClockTable::Advance(int worker, int64_t clock) {
+  if (worker < 0 || worker >= num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker));
+  }
+  const int64_t current = clocks_[worker];
+  if (clock == current) return absl::OkStatus();
+  if (clock != current + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " is at clock ", current,
+                                                   " and cannot move to ", clock));
+  }
+  clocks_[worker] = clock;
+  return absl::OkStatus();
+}
+
+bool ClockTable::MayStart(int64_t clock) const {
+  if (staleness_ < 0) return true;
+  return MinClock() >= clock - staleness_;
+}
+
+int64_t ClockTable::MinClock() const {
+  return clocks_.empty() ? 0 : *std::min_element(clocks_.begin(), clocks_.end());
+}
+
+}  // namespace pstrain

@@ -1,0 +1,40 @@
+// The clock table: per worker, the iterations it has finished, and the gate
+// that bounds how far ahead any worker may run. Knows nothing of gRPC.
+#ifndef PSTRAIN_SCHEDULER_CLOCK_TABLE_H_
+#define PSTRAIN_SCHEDULER_CLOCK_TABLE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pstrain {
+
+// Not thread-safe; the scheduler guards it.
+class ClockTable {
+ public:
+  // `staleness` is the bound s (0 for BSP); a negative value means unbounded
+  // (ASP).
+  ClockTable(int num_workers, int64_t staleness);
+
+  // Records that `worker` has finished `clock` iterations. A clock moves up
+  // by one at a time; repeating the current value is a no-op (a retry).
+  // INVALID_ARGUMENT for an unknown worker or any other value.
+  absl::Status Advance(int worker, int64_t clock);
+
+  // The gate: may a worker start iteration `clock`? True when every worker
+  // has finished at least clock - s iterations.
+  bool MayStart(int64_t clock) const;
+
+  int64_t MinClock() const;
+  int64_t clock(int worker) const { return clocks_[worker]; }
+  int num_workers() const { return static_cast<int>(clocks_.size()); }
+
+ private:
+  std::vector<int64_t> clocks_;
+  int64_t staleness_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SCHEDULER_CLOCK_TABLE_H_

@@ -1,0 +1,138 @@
+// ps_scheduler: membership, heartbeats, the clock table and its gate, and the
+// job spec every member receives.
+//
+//   ps_scheduler --job=FILE [--listen=HOST:PORT] [--consistency=bsp|ssp|asp]
+//                [--staleness=N] [--num_servers=N] [--num_workers=N] ...
+#include <cstdlib>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/rpc.h"
+#include "common/trace.h"
+#include "scheduler/scheduler_service.h"
+
+ABSL_FLAG(std::string, job, "", "the job spec, a text-format pstrain.JobSpec (required)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve on; port 0 lets the OS choose");
+ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
+ABSL_FLAG(std::string, trace_file, "", "write every clock report and gate opening as JSON lines");
+// Overrides of the job spec; unset (empty / -1) keeps the spec's value.
+ABSL_FLAG(std::string, consistency, "", "override: bsp, ssp or asp");
+ABSL_FLAG(int, staleness, -1, "override: SSP's staleness bound s");
+ABSL_FLAG(int, num_servers, -1, "override: servers the job waits for");
+ABSL_FLAG(int, num_workers, -1, "override: workers the job waits for");
+ABSL_FLAG(int, batch_size, -1, "override: global batch size of one clock");
+ABSL_FLAG(int, epochs, -1, "override: epochs");
+ABSL_FLAG(int64_t, steps, -1, "override: total clocks (0 = use epochs)");
+ABSL_FLAG(int64_t, seed, -1, "override: seed of the weights' init and the data order");
+ABSL_FLAG(std::string, data_dir, "", "override: data.path");
+ABSL_FLAG(int, end_grace_ms, 5000,
+          "after the job ends, how long to wait for every member to hear of it");
+
+namespace pstrain {
+namespace {
+
+absl::Status ApplyFlagOverrides(JobSpec* job) {
+  const std::string consistency = absl::AsciiStrToLower(absl::GetFlag(FLAGS_consistency));
+  if (consistency == "bsp") {
+    job->set_consistency(BSP);
+  } else if (consistency == "ssp") {
+    job->set_consistency(SSP);
+  } else if (consistency == "asp") {
+    job->set_consistency(ASP);
+  } else if (!consistency.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--consistency=", consistency, ": expected bsp, ssp or asp"));
+  }
+  if (absl::GetFlag(FLAGS_staleness) >= 0) job->set_staleness(absl::GetFlag(FLAGS_staleness));
+  if (absl::GetFlag(FLAGS_num_servers) >= 0) job->set_num_servers(absl::GetFlag(FLAGS_num_servers));
+  if (absl::GetFlag(FLAGS_num_workers) >= 0) job->set_num_workers(absl::GetFlag(FLAGS_num_workers));
+  if (absl::GetFlag(FLAGS_batch_size) >= 0) job->set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  if (absl::GetFlag(FLAGS_epochs) >= 0) job->set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (absl::GetFlag(FLAGS_steps) >= 0) job->set_steps(absl::GetFlag(FLAGS_steps));
+  if (absl::GetFlag(FLAGS_seed) >= 0) job->set_seed(absl::GetFlag(FLAGS_seed));
+  if (!absl::GetFlag(FLAGS_data_dir).empty()) {
+    job->mutable_data()->set_path(absl::GetFlag(FLAGS_data_dir));
+  }
+  return absl::OkStatus();
+}
+
+int Run() {
+  SetLogIdentity("scheduler", -1);
+  InstallShutdownHandlers();
+  if (absl::GetFlag(FLAGS_job).empty()) {
+    spdlog::error("--job=FILE is required");
+    return 2;
+  }
+  absl::StatusOr<JobSpec> job = LoadJobSpec(absl::GetFlag(FLAGS_job));
+  if (!job.ok()) {
+    spdlog::error("{}", job.status().message());
+    return 2;
+  }
+  absl::Status st = ApplyFlagOverrides(&*job);
+  if (st.ok()) {
+    ApplyJobDefaults(&*job);
+    st = ValidateJobSpec(*job);
+  }
+  if (!st.ok()) {
+    spdlog::error("{}: {}", absl::GetFlag(FLAGS_job), st.message());
+    return 2;
+  }
+  auto trace = TraceWriter::Open(absl::GetFlag(FLAGS_trace_file));
+  if (!trace.ok()) {
+    spdlog::error("{}", trace.status().message());
+    return 2;
+  }
+  auto service = std::make_unique<SchedulerService>(*job, trace->get());
+  std::string bound;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 2;
+  }
+  const std::string address = AdvertisedAddress(bound);
+  service->SetAddress(address);
+  const char* mode = job->consistency() == BSP ? "BSP" : job->consistency() == SSP ? "SSP" : "ASP";
+  spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
+               address, job->name(), mode, job->staleness(), job->num_servers(),
+               job->num_workers(), TotalClocks(*job));
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    st = WritePortFile(absl::GetFlag(FLAGS_port_file), address);
+    if (!st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
+  }
+  const absl::Duration grace = absl::Milliseconds(absl::GetFlag(FLAGS_end_grace_ms));
+  while (!service->MembersToldOfEnd(grace)) {
+    if (ShutdownRequested()) {
+      service->Abort("the scheduler was interrupted");
+      // Give members a heartbeat or two to hear of it.
+      absl::Time until = absl::Now() + absl::Seconds(2);
+      while (!service->MembersToldOfEnd(absl::Seconds(2)) && absl::Now() < until) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::string message;
+  const JobState end = service->job_state(&message);
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return end == DONE ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ps_scheduler --job=FILE [--listen=HOST:PORT] [overrides]");
+  absl::ParseCommandLine(argc, argv);
+  return pstrain::Run();
+}

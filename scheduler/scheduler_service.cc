@@ -1,0 +1,222 @@
+#include "scheduler/scheduler_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/process_stats.h"
+#include "common/rpc.h"
+
+namespace pstrain {
+namespace {
+
+const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
+
+}  // namespace
+
+SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace)
+    : job_(job),
+      total_clocks_(TotalClocks(job)),
+      start_(absl::Now()),
+      trace_(trace),
+      members_(job.num_servers(), job.num_workers()),
+      clocks_(job.num_workers(), EffectiveStaleness(job)) {}
+
+void SchedulerService::SetAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  address_ = address;
+}
+
+void SchedulerService::Abort(const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  EndJob(ABORTED, message);
+}
+
+JobState SchedulerService::job_state(std::string* message) const {
+  absl::MutexLock lock(&mu_);
+  if (message != nullptr) *message = message_;
+  return state_;
+}
+
+bool SchedulerService::MembersToldOfEnd(absl::Duration grace) const {
+  absl::MutexLock lock(&mu_);
+  if (state_ != DONE && state_ != ABORTED) return false;
+  if (absl::Now() - ended_at_ > grace) return true;
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) {
+      const bool gone = m.status.state() == FINISHED || m.status.state() == FAILED;
+      if (!m.saw_job_end && !gone) return false;
+    }
+  }
+  return true;
+}
+
+void SchedulerService::EndJob(JobState state, const std::string& message) {
+  if (state_ == DONE || state_ == ABORTED) return;
+  state_ = state;
+  message_ = message;
+  ended_at_ = absl::Now();
+  if (state == DONE) {
+    spdlog::info("job done: every worker finished {} clocks", total_clocks_);
+  } else {
+    spdlog::error("job aborted: {}", message);
+  }
+  WakeGates();
+}
+
+void SchedulerService::Trace(const char* event, int worker, int64_t clock) {
+  if (trace_ == nullptr || !trace_->enabled()) return;
+  TraceEvent e;
+  e.set_event(event);
+  e.set_worker(worker);
+  e.set_clock(clock);
+  trace_->Write(e);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* ctx,
+                                                     const RegisterRequest* req,
+                                                     RegisterResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  if (state_ == DONE || state_ == ABORTED) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                       "the job has already ended"));
+  }
+  const absl::StatusOr<int> id =
+      members_.Register(req->role(), req->address(), req->incarnation(), absl::Now());
+  if (!id.ok()) {
+    spdlog::warn("refused registration from {}: {}", req->address(), id.status().message());
+    return FinishNow(ctx, ToGrpc(id.status()));
+  }
+  resp->set_id(*id);
+  *resp->mutable_job() = job_;
+  spdlog::info("{} {} registered from {}", RoleName(req->role()), *id, req->address());
+  if (state_ == WAITING && members_.Complete()) {
+    state_ = RUNNING_JOB;
+    spdlog::info("all {} servers and {} workers registered; training {} clocks",
+                 job_.num_servers(), job_.num_workers(), total_clocks_);
+    WakeGates();
+  }
+  return FinishNow(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                      const HeartbeatRequest* req,
+                                                      HeartbeatResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  const NodeStatus& st = req->status();
+  absl::StatusOr<MemberRecord*> m = members_.Find(st.role(), st.id(), req->incarnation());
+  if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
+  MemberRecord& member = **m;
+  member.status = st;
+  member.status.set_address(member.address);  // as registered, not as claimed
+  member.last_seen = absl::Now();
+  if (st.state() == FAILED) {
+    EndJob(ABORTED, absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message()));
+  } else if (st.role() == WORKER && st.state() == FINISHED) {
+    bool all = true;
+    for (const MemberRecord& w : members_.workers()) all = all && w.status.state() == FINISHED;
+    if (all && members_.Complete()) EndJob(DONE, "");
+  }
+  resp->set_job_state(state_);
+  resp->set_message(message_);
+  if (state_ == DONE || state_ == ABORTED) member.saw_job_end = true;
+  return FinishNow(ctx, grpc::Status::OK);
+}
+
+bool SchedulerService::GateOpen(int64_t clock) const {
+  return state_ == RUNNING_JOB && clocks_.MayStart(clock);
+}
+
+void SchedulerService::FillGate(int worker, int64_t clock, AdvanceClockResponse* resp) {
+  resp->set_min_clock(clocks_.MinClock());
+  *resp->mutable_cluster() = members_.View();
+  resp->set_job_state(state_);
+  if (clock < total_clocks_) Trace("start", worker, clock);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerContext* ctx,
+                                                         const AdvanceClockRequest* req,
+                                                         AdvanceClockResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<MemberRecord*> m = members_.Find(WORKER, req->worker_id(), req->incarnation());
+  if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
+  if (req->clock() < 0 || req->clock() > total_clocks_) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                       absl::StrCat("clock ", req->clock(), " outside [0, ",
+                                                    total_clocks_, "]")));
+  }
+  const int64_t before = clocks_.clock(req->worker_id());
+  const absl::Status st = clocks_.Advance(req->worker_id(), req->clock());
+  if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
+  if (req->clock() != before) {
+    Trace("clock", req->worker_id(), req->clock());
+    (*m)->status.set_clock(req->clock());
+    if ((*m)->status.state() == REGISTERED) (*m)->status.set_state(RUNNING);
+    WakeGates();
+  }
+  if (state_ == ABORTED) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::ABORTED,
+                                       absl::StrCat("job aborted: ", message_)));
+  }
+  // A worker that finished every clock need not wait for anyone.
+  if (req->clock() >= total_clocks_ || GateOpen(req->clock())) {
+    FillGate(req->worker_id(), req->clock(), resp);
+    return FinishNow(ctx, grpc::Status::OK);
+  }
+  auto* reactor = new ParkedReactor();
+  parked_.emplace_back(reactor, PendingGate{req->worker_id(), req->clock(), resp});
+  return reactor;
+}
+
+void SchedulerService::WakeGates() {
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (it->Gone()) {
+      it = parked_.erase(it);
+      continue;
+    }
+    const PendingGate& g = it->what;
+    if (state_ == ABORTED || state_ == DONE) {
+      if (it->Claim()) {
+        it->reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                                         absl::StrCat("job ended: ", message_)));
+      }
+      it = parked_.erase(it);
+    } else if (GateOpen(g.clock) && it->Claim()) {
+      FillGate(g.worker, g.clock, g.response);
+      it->reactor->Finish(grpc::Status::OK);
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+ClusterStatus SchedulerService::GetStatus() const {
+  absl::MutexLock lock(&mu_);
+  ClusterStatus out;
+  out.set_job_state(state_);
+  out.set_message(message_);
+  out.set_consistency(job_.consistency());
+  out.set_staleness(job_.staleness());
+  out.set_total_clocks(total_clocks_);
+  NodeStatus* me = out.mutable_scheduler();
+  me->set_role(SCHEDULER);
+  me->set_address(address_);
+  me->set_state(state_ == DONE ? FINISHED : state_ == ABORTED ? FAILED : RUNNING);
+  me->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_));
+  me->set_clock(clocks_.MinClock());
+  me->set_rss_bytes(ResidentBytes());
+  me->set_test_accuracy(-1);
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) *out.add_members() = m.status;
+  }
+  return out;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Status(grpc::CallbackServerContext* ctx,
+                                                   const StatusRequest* /*req*/,
+                                                   ClusterStatus* resp) {
+  *resp = GetStatus();
+  return FinishNow(ctx, grpc::Status::OK);
+}
+
+}  // namespace pstrain

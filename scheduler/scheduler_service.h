@@ -1,0 +1,79 @@
+// The scheduler's gRPC service: registration, heartbeats, the gate and the
+// cluster's status. Holds the job's state machine:
+//   WAITING --all members registered--> RUNNING_JOB --all workers FINISHED--> DONE
+//   any state --a member reports FAILED--> ABORTED
+#ifndef PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
+#define PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/parked_call.h"
+#include "common/trace.h"
+#include "proto/cluster.grpc.pb.h"
+#include "scheduler/clock_table.h"
+#include "scheduler/membership.h"
+
+namespace pstrain {
+
+class SchedulerService final : public Scheduler::CallbackService {
+ public:
+  // `job` must be complete and valid. `trace` may be null.
+  SchedulerService(const JobSpec& job, TraceWriter* trace);
+
+  void SetAddress(const std::string& address);
+  // Ends the job as ABORTED (e.g. the scheduler was interrupted).
+  void Abort(const std::string& message);
+  JobState job_state(std::string* message = nullptr) const;
+  // True once the job ended and every member has been told so (or
+  // `grace` passed since the end).
+  bool MembersToldOfEnd(absl::Duration grace) const;
+  ClusterStatus GetStatus() const;
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const RegisterRequest* req,
+                                     RegisterResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const HeartbeatRequest* req,
+                                      HeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* AdvanceClock(grpc::CallbackServerContext* ctx,
+                                         const AdvanceClockRequest* req,
+                                         AdvanceClockResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
+                                   ClusterStatus* resp) override;
+
+ private:
+  struct PendingGate {
+    int worker;
+    int64_t clock;
+    AdvanceClockResponse* response;
+  };
+
+  bool GateOpen(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillGate(int worker, int64_t clock, AdvanceClockResponse* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers parked gate calls that may now go (or must fail: job aborted).
+  void WakeGates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndJob(JobState state, const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Trace(const char* event, int worker, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const JobSpec job_;
+  const int64_t total_clocks_;
+  const absl::Time start_;
+  TraceWriter* trace_;
+
+  mutable absl::Mutex mu_;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+  Membership members_ ABSL_GUARDED_BY(mu_);
+  ClockTable clocks_ ABSL_GUARDED_BY(mu_);
+  JobState state_ ABSL_GUARDED_BY(mu_) = WAITING;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+  absl::Time ended_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::vector<Parked<PendingGate>> parked_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_

@@ -1,0 +1,69 @@
+// gRPC glue of the parameter server: validates requests, hands them to the
+// ShardStore, and parks pulls until their read guarantee holds.
+#ifndef PSTRAIN_SERVER_PS_SERVICE_H_
+#define PSTRAIN_SERVER_PS_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/parked_call.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/shard_store.h"
+
+namespace pstrain {
+
+class PsService final : public ParameterServer::CallbackService {
+ public:
+  PsService() : start_(absl::Now()) {}
+
+  // Makes the service answer pushes and pulls; until then they get
+  // UNAVAILABLE. Call once.
+  void SetStore(std::shared_ptr<ShardStore> store, int64_t total_clocks);
+  void SetIdentity(int id, const std::string& address);
+  // Marks the job's end in Status (state FINISHED or FAILED).
+  void SetState(MemberState state, const std::string& message);
+  // Answers every parked pull with `status` (shutdown).
+  void CancelParked(const grpc::Status& status);
+
+  NodeStatus GetStatus() const;
+
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const PushRequest* req,
+                                 PushResponse* resp) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const PullRequest* req,
+                                 PullResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
+                                   NodeStatus* resp) override;
+
+ private:
+  struct PendingPull {
+    const PullRequest* request;
+    PullResponse* response;
+  };
+
+  std::shared_ptr<ShardStore> store() const;
+  bool Readable(const ShardStore& store, const PullRequest& req) const;
+  void FillPull(const ShardStore& store, const PullRequest& req, PullResponse* resp);
+  // Answers the parked pulls whose guarantee now holds.
+  void WakePulls();
+
+  const absl::Time start_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<ShardStore> store_ ABSL_GUARDED_BY(mu_);
+  int64_t total_clocks_ ABSL_GUARDED_BY(mu_) = 0;
+  int id_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+  MemberState state_ ABSL_GUARDED_BY(mu_) = REGISTERED;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<Parked<PendingPull>> parked_ ABSL_GUARDED_BY(parked_mu_);
+
+  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, pushes_{0}, pulls_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_PS_SERVICE_H_

@@ -1,0 +1,130 @@
+// ps_server: holds the chunks of the model the partition gives it.
+//
+//   ps_server --scheduler=HOST:PORT [--listen=HOST:PORT] [--port_file=F]
+#include <cstdlib>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "common/rpc.h"
+#include "common/scheduler_client.h"
+#include "common/trace.h"
+#include "server/ps_service.h"
+#include "server/shard_store.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve on; port 0 lets the OS choose");
+ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
+ABSL_FLAG(std::string, trace_file, "", "write every apply and pull as JSON lines here");
+ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
+ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
+
+namespace pstrain {
+namespace {
+
+int Run() {
+  SetLogIdentity("server", -1);
+  InstallShutdownHandlers();
+  const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
+  if (scheduler.empty()) {
+    spdlog::error("--scheduler=HOST:PORT is required");
+    return 2;
+  }
+  auto trace = TraceWriter::Open(absl::GetFlag(FLAGS_trace_file));
+  if (!trace.ok()) {
+    spdlog::error("{}", trace.status().message());
+    return 2;
+  }
+  auto service = std::make_unique<PsService>();
+  std::string bound;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 2;
+  }
+  const std::string address = AdvertisedAddress(bound);
+  spdlog::info("listening on {}", address);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const absl::Status st = WritePortFile(absl::GetFlag(FLAGS_port_file), address);
+    if (!st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
+  }
+
+  SchedulerClientOptions options;
+  options.scheduler = scheduler;
+  options.role = SERVER;
+  options.address = address;
+  options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  SchedulerClient client(options);
+  auto reg = client.Register();
+  if (!reg.ok()) {
+    spdlog::error("{}", reg.status().message());
+    (*server)->Shutdown();
+    return 3;
+  }
+  const int id = reg->id();
+  const JobSpec& job = reg->job();
+  SetLogIdentity("server", id);
+  service->SetIdentity(id, address);
+
+  auto partition = Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
+  auto optimizer = MakeOptimizer(job.optimizer());
+  if (!partition.ok() || !optimizer.ok()) {
+    const absl::Status st = partition.ok() ? optimizer.status() : partition.status();
+    spdlog::error("bad job spec from the scheduler: {}", st.message());
+    NodeStatus failed = service->GetStatus();
+    failed.set_state(FAILED);
+    failed.set_message(std::string(st.message()));
+    (void)client.Heartbeat(failed);
+    (*server)->Shutdown();
+    return 1;
+  }
+  auto store = std::make_shared<ShardStore>(job, *partition, id, std::move(*optimizer),
+                                            trace->get());
+  spdlog::info("holding {} chunks, {} parameters ({} bytes of weights)",
+               store->chunk_ids().size(), store->NumParams(), store->NumParams() * 4);
+  service->SetStore(store, TotalClocks(job));
+  client.StartHeartbeats([&service] { return service->GetStatus(); });
+
+  std::string message;
+  JobState end = WAITING;
+  while (!ShutdownRequested()) {
+    end = client.job_state(&message);
+    if (end == DONE || end == ABORTED) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (ShutdownRequested()) {
+    spdlog::warn("interrupted; shutting down");
+    end = ABORTED;
+    message = "interrupted";
+  }
+  service->SetState(end == DONE ? FINISHED : FAILED, message);
+  service->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (end == DONE) {
+    spdlog::info("job done; {} pushes, {} pulls served", service->GetStatus().pushes(),
+                 service->GetStatus().pulls());
+    return 0;
+  }
+  spdlog::error("job aborted: {}", message);
+  return 1;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ps_server --scheduler=HOST:PORT [--listen=HOST:PORT]");
+  absl::ParseCommandLine(argc, argv);
+  return pstrain::Run();
+}

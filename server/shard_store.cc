@@ -1,0 +1,171 @@
+#include "server/shard_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+
+namespace pstrain {
+
+ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int server_id,
+                       std::unique_ptr<Optimizer> optimizer, TraceWriter* trace)
+    : job_(job),
+      num_workers_(job.num_workers()),
+      bsp_(job.consistency() == BSP),
+      optimizer_(std::move(optimizer)),
+      trace_(trace),
+      chunk_ids_(partition.ServerChunks(server_id)) {
+  const std::vector<ParamInfo> params = ModelParams(job.model());
+  for (int32_t id : chunk_ids_) {
+    const ChunkInfo& info = partition.chunks()[id];
+    const ParamInfo& param = params[info.param];
+    auto c = std::make_unique<Chunk>(num_workers_);
+    absl::MutexLock lock(&c->mu);
+    c->weights.resize(info.numel);
+    for (int64_t i = 0; i < info.numel; ++i) {
+      c->weights[i] = InitialValue(job.seed(), param, info.offset + i);
+    }
+    c->state.assign(info.numel * optimizer_->StateSlots(), 0.0f);
+    if (bsp_) c->grad_sum.assign(info.numel, 0.0f);
+    num_params_ += info.numel;
+    chunks_.emplace(id, std::move(c));
+  }
+}
+
+ShardStore::Chunk* ShardStore::Find(int32_t chunk) const {
+  auto it = chunks_.find(chunk);
+  return it == chunks_.end() ? nullptr : it->second.get();
+}
+
+absl::Status ShardStore::CheckChunk(int32_t chunk) const {
+  if (Find(chunk) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
+                                   size_t num_values) const {
+  if (worker < 0 || worker >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker));
+  }
+  if (num_samples < 1 || num_samples > job_.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_samples ", num_samples, " outside [1, ", job_.batch_size(), "]"));
+  }
+  Chunk* c = Find(chunk);
+  if (c == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
+  }
+  absl::MutexLock lock(&c->mu);
+  if (num_values != c->weights.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " has ", c->weights.size(),
+                                                   " values, push has ", num_values));
+  }
+  bool duplicate = false;
+  return ClassifyPush(*c, worker, clock, chunk, &duplicate);
+}
+
+absl::Status ShardStore::ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
+                                      bool* duplicate) const {
+  // The worker's next iteration for this chunk; BSP counts a push that waits
+  // in the current round as taken.
+  const int64_t next = c.applied[worker] + (c.pushed[worker] ? 1 : 0);
+  *duplicate = clock >= 0 && clock < next;
+  if (clock == next && !c.pushed[worker]) return absl::OkStatus();
+  if (*duplicate) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("push for clock ", clock, " of chunk ", chunk,
+                                                 " but worker ", worker, " is at ", next));
+}
+
+absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
+                              absl::Span<const float> grad) {
+  const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size());
+  if (!ok.ok()) return ok;
+  Chunk& c = *Find(chunk);
+  absl::MutexLock lock(&c.mu);
+  bool duplicate = false;
+  const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
+  if (!order.ok()) return order;   // raced with another push of the same worker
+  if (duplicate) return absl::OkStatus();  // a retried push, already taken
+  const int64_t n = static_cast<int64_t>(c.weights.size());
+  if (!bsp_) {
+    Apply(c, grad.data(), n);
+    c.applied[worker] = clock + 1;
+    TraceApply(worker, clock, chunk);
+    return absl::OkStatus();
+  }
+  // BSP: the gate keeps every worker within one round, so `clock` is the
+  // round being collected.
+  const float weight = static_cast<float>(num_samples);
+  for (int64_t i = 0; i < n; ++i) c.grad_sum[i] += weight * grad[i];
+  c.round_samples += num_samples;
+  c.pushed[worker] = true;
+  if (std::find(c.pushed.begin(), c.pushed.end(), false) != c.pushed.end()) {
+    return absl::OkStatus();
+  }
+  const float inv = 1.0f / static_cast<float>(c.round_samples);
+  for (int64_t i = 0; i < n; ++i) c.grad_sum[i] *= inv;
+  Apply(c, c.grad_sum.data(), n);
+  std::fill(c.grad_sum.begin(), c.grad_sum.end(), 0.0f);
+  c.round_samples = 0;
+  for (int w = 0; w < num_workers_; ++w) {
+    c.pushed[w] = false;
+    ++c.applied[w];
+    TraceApply(w, c.applied[w] - 1, chunk);
+  }
+  return absl::OkStatus();
+}
+
+void ShardStore::Apply(Chunk& c, const float* grad, int64_t n) {
+  ++c.steps;
+  optimizer_->Update(c.weights.data(), c.state.data(), grad, n, c.steps);
+}
+
+void ShardStore::TraceApply(int worker, int64_t clock, int32_t chunk) const {
+  if (trace_ == nullptr || !trace_->enabled()) return;
+  TraceEvent e;
+  e.set_event("apply");
+  e.set_worker(worker);
+  e.set_clock(clock);
+  e.set_chunk(chunk);
+  trace_->Write(e);
+}
+
+bool ShardStore::Readable(int32_t chunk, int64_t min_clock) const {
+  Chunk* c = Find(chunk);
+  if (c == nullptr) return false;
+  absl::MutexLock lock(&c->mu);
+  return *std::min_element(c->applied.begin(), c->applied.end()) >= min_clock;
+}
+
+void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
+                      std::string* out, std::vector<int64_t>* applied) const {
+  Chunk* c = Find(chunk);
+  absl::MutexLock lock(&c->mu);
+  out->resize(c->weights.size() * sizeof(float));
+  std::memcpy(out->data(), c->weights.data(), out->size());
+  *applied = c->applied;
+  if (trace_ != nullptr && trace_->enabled()) {
+    TraceEvent e;
+    e.set_event("pull");
+    e.set_worker(worker);
+    e.set_clock(clock);
+    e.set_chunk(chunk);
+    e.set_min_clock(min_clock);
+    for (int64_t a : c->applied) e.add_applied(a);
+    trace_->Write(e);
+  }
+}
+
+int64_t ShardStore::MinAppliedClock() const {
+  int64_t min_clock = INT64_MAX;
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    min_clock = std::min(min_clock, *std::min_element(c->applied.begin(), c->applied.end()));
+  }
+  return chunks_.empty() ? 0 : min_clock;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,97 @@
+// The chunks one server owns: fp32 master weights, optimizer state, the BSP
+// round being collected, and per worker how many of its iterations have been
+// applied (the basis of the read guarantee). Knows nothing of gRPC.
+#ifndef PSTRAIN_SERVER_SHARD_STORE_H_
+#define PSTRAIN_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/partition.h"
+#include "common/trace.h"
+#include "proto/job.pb.h"
+#include "server/optimizer.h"
+
+namespace pstrain {
+
+// Thread-safe: each chunk has its own lock, so pushes and pulls of different
+// chunks run in parallel.
+class ShardStore {
+ public:
+  // Owns the chunks `partition` gives `server_id` and initialises them from
+  // the job seed. `trace` may be null.
+  ShardStore(const JobSpec& job, const Partition& partition, int server_id,
+             std::unique_ptr<Optimizer> optimizer, TraceWriter* trace);
+
+  // One push: gradients (the mean over `num_samples` samples) of iteration
+  // `clock` for `chunk`. BSP adds them to the chunk's round and applies one
+  // optimizer step over the round's mean once every worker has pushed; SSP
+  // and ASP apply them at once. A push repeated for an iteration already
+  // taken is acknowledged and ignored (client retries).
+  // INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch, or a
+  // clock other than the worker's next; the store is unchanged then.
+  absl::Status Push(int worker, int64_t clock, int num_samples, int32_t chunk,
+                    absl::Span<const float> grad);
+  // Checks a push without applying it (so a request of several chunks is
+  // taken whole or not at all).
+  absl::Status CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
+                         size_t num_values) const;
+
+  // INVALID_ARGUMENT unless `chunk` is one of this server's.
+  absl::Status CheckChunk(int32_t chunk) const;
+  // True when every worker's updates of iterations < min_clock are applied
+  // to `chunk` (the read guarantee).
+  bool Readable(int32_t chunk, int64_t min_clock) const;
+  // Copies the chunk's weights into `out` (raw little-endian fp32) and the
+  // per-worker applied clocks into `applied`. Traces the read for `worker`.
+  void Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
+            std::string* out, std::vector<int64_t>* applied) const;
+
+  // Min over owned chunks and workers of the iterations applied.
+  int64_t MinAppliedClock() const;
+  int64_t NumParams() const { return num_params_; }
+  const std::vector<int32_t>& chunk_ids() const { return chunk_ids_; }
+
+ private:
+  struct Chunk {
+    explicit Chunk(int num_workers) : applied(num_workers, 0), pushed(num_workers, false) {}
+    mutable absl::Mutex mu;
+    std::vector<float> weights ABSL_GUARDED_BY(mu);
+    std::vector<float> state ABSL_GUARDED_BY(mu);
+    int64_t steps ABSL_GUARDED_BY(mu) = 0;  // optimizer updates so far
+    // Per worker: iterations whose pushes are applied to this chunk.
+    std::vector<int64_t> applied ABSL_GUARDED_BY(mu);
+    // BSP: the round being collected is min(applied); `pushed` marks who has
+    // contributed to it, `grad_sum` holds sum(num_samples * grad).
+    std::vector<bool> pushed ABSL_GUARDED_BY(mu);
+    std::vector<float> grad_sum ABSL_GUARDED_BY(mu);
+    int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  Chunk* Find(int32_t chunk) const;
+  // OK for the worker's next push (*duplicate false) or a repeat of one
+  // already taken (*duplicate true); INVALID_ARGUMENT for any other clock.
+  absl::Status ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
+                            bool* duplicate) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void Apply(Chunk& c, const float* grad, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void TraceApply(int worker, int64_t clock, int32_t chunk) const;
+
+  const JobSpec job_;
+  const int num_workers_;
+  const bool bsp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  TraceWriter* trace_;
+  std::vector<int32_t> chunk_ids_;
+  std::unordered_map<int32_t, std::unique_ptr<Chunk>> chunks_;
+  int64_t num_params_ = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_SHARD_STORE_H_

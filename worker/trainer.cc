@@ -1,0 +1,185 @@
+#include "worker/trainer.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "common/process_stats.h"
+#include "common/status_macros.h"
+#include "proto/tensor.pb.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+
+namespace pstrain {
+namespace {
+
+absl::Status WriteWeights(const std::string& path, int64_t clock, const Model& model,
+                          const std::vector<std::vector<float>>& weights) {
+  TensorSet set;
+  set.set_clock(clock);
+  for (size_t i = 0; i < model.params().size(); ++i) {
+    NamedTensor* t = set.add_tensors();
+    t->set_name(model.params()[i].name);
+    for (int64_t d : model.params()[i].shape) t->add_shape(d);
+    t->mutable_values()->Add(weights[i].begin(), weights[i].end());
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !set.SerializeToOstream(&out)) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write weights"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Backend* backend,
+                 TrainTest data)
+    : options_(std::move(options)),
+      scheduler_(scheduler),
+      backend_(backend),
+      data_(std::move(data)),
+      start_(absl::Now()) {}
+
+double Trainer::EvaluateTest(Model& model) {
+  constexpr int kEvalBatch = 1000;
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  std::vector<int64_t> idx;
+  int64_t correct = 0;
+  for (int64_t first = 0; first < data_.test.size; first += kEvalBatch) {
+    const int64_t n = std::min<int64_t>(kEvalBatch, data_.test.size - first);
+    idx.resize(n);
+    for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
+    Gather(data_.test, idx, &x, &y);
+    correct += model.Evaluate(x.data(), y.data(), static_cast<int>(n)).correct;
+  }
+  return data_.test.size == 0 ? 0.0 : static_cast<double>(correct) / data_.test.size;
+}
+
+absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
+  const JobSpec& job = options_.job;
+  const int rank = options_.worker_id;
+  const int workers = job.num_workers();
+  const int64_t total = TotalClocks(job);
+  const int64_t per_epoch = ClocksPerEpoch(job);
+  Model model(job.model(), backend_);
+  ASSIGN_OR_RETURN(const Partition partition,
+                   Partition::Make(model.params(), job.chunk_bytes(), job.num_servers()));
+  BatchSampler sampler(job.seed(), data_.train.size, job.batch_size(), per_epoch);
+  std::unique_ptr<PsClient> ps;
+  std::vector<float> x;
+  std::vector<int32_t> y;
+
+  absl::Time window_start = absl::Now();
+  int64_t window_clocks = 0;
+  double window_loss = 0;
+  absl::Duration t_gate, t_pull, t_compute, t_push;
+  for (int64_t clock = 0; clock < total; ++clock) {
+    if (stop) return absl::CancelledError("interrupted");
+    absl::Time t0 = absl::Now();
+    ASSIGN_OR_RETURN(const AdvanceClockResponse gate, scheduler_->AdvanceClock(rank, clock));
+    if (ps == nullptr) {
+      if (gate.cluster().servers_size() != job.num_servers()) {
+        return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
+      }
+      ps = std::make_unique<PsClient>(gate.cluster(), &partition, rank);
+      spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
+                   job.num_servers(), workers, total, per_epoch);
+    }
+    const absl::Time t1 = absl::Now();
+    RETURN_IF_ERROR(ps->Pull(clock, MinClockForRead(job, clock), &model.weights()));
+    const absl::Time t2 = absl::Now();
+    if (options_.debug_slowdown_ms > 0) absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
+    Gather(data_.train, sampler.Indices(clock, workers, rank), &x, &y);
+    const int rows = static_cast<int>(y.size());
+    const StepResult step = model.TrainStep(x.data(), y.data(), rows);
+    const absl::Time t3 = absl::Now();
+    RETURN_IF_ERROR(ps->Push(clock, rows, model.grads()));
+    const absl::Time t4 = absl::Now();
+    t_gate += t1 - t0;
+    t_pull += t2 - t1;
+    t_compute += t3 - t2;
+    t_push += t4 - t3;
+    window_loss += step.loss;
+    ++window_clocks;
+    {
+      absl::MutexLock lock(&mu_);
+      clock_ = clock + 1;
+      loss_ = step.loss;
+      bytes_in_ = ps->bytes_in();
+      bytes_out_ = ps->bytes_out();
+      ++pushes_;
+      ++pulls_;
+    }
+    const bool epoch_end = (clock + 1) % per_epoch == 0;
+    if (window_clocks == job.log_every() || clock + 1 == total || epoch_end) {
+      const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
+      const double rate = secs > 0 ? window_clocks * job.batch_size() / secs : 0;
+      {
+        absl::MutexLock lock(&mu_);
+        samples_per_s_ = rate;
+      }
+      if (rank == 0) {
+        spdlog::info(
+            "clock {}/{} epoch {} loss {:.4f} samples/s {:.0f} (per clock: gate {:.1f} ms, "
+            "pull {:.1f} ms, compute {:.1f} ms, push {:.1f} ms)",
+            clock + 1, total, sampler.Epoch(clock), window_loss / window_clocks, rate,
+            absl::ToDoubleMilliseconds(t_gate) / window_clocks,
+            absl::ToDoubleMilliseconds(t_pull) / window_clocks,
+            absl::ToDoubleMilliseconds(t_compute) / window_clocks,
+            absl::ToDoubleMilliseconds(t_push) / window_clocks);
+      }
+      window_start = absl::Now();
+      window_clocks = 0;
+      window_loss = 0;
+      t_gate = t_pull = t_compute = t_push = absl::ZeroDuration();
+    }
+    if (epoch_end && rank == 0 && options_.eval_each_epoch && clock + 1 < total) {
+      const double acc = EvaluateTest(model);
+      spdlog::info("epoch {} done: test accuracy {:.4f} (weights of clock {})",
+                   sampler.Epoch(clock), acc, clock);
+      absl::MutexLock lock(&mu_);
+      test_accuracy_ = acc;
+    }
+  }
+  // Report the last clock, then read every worker's every update.
+  RETURN_IF_ERROR(scheduler_->AdvanceClock(rank, total).status());
+  if (ps == nullptr) return absl::FailedPreconditionError("the job has no clocks to train");
+  RETURN_IF_ERROR(ps->Pull(total, total, &model.weights()));
+  const double acc = EvaluateTest(model);
+  {
+    absl::MutexLock lock(&mu_);
+    test_accuracy_ = acc;
+    bytes_in_ = ps->bytes_in();
+  }
+  if (rank == 0) {
+    spdlog::info("final test accuracy {:.4f} on {} examples after {} clocks ({:.1f} s)", acc,
+                 data_.test.size, total, absl::ToDoubleSeconds(absl::Now() - start_));
+  }
+  if (!options_.weights_out.empty()) {
+    RETURN_IF_ERROR(WriteWeights(options_.weights_out, total, model, model.weights()));
+  }
+  return acc;
+}
+
+NodeStatus Trainer::Status() const {
+  NodeStatus st;
+  st.set_role(WORKER);
+  st.set_id(options_.worker_id);
+  st.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_));
+  st.set_rss_bytes(ResidentBytes());
+  absl::MutexLock lock(&mu_);
+  st.set_clock(clock_);
+  st.set_loss(loss_);
+  st.set_samples_per_s(samples_per_s_);
+  st.set_test_accuracy(test_accuracy_);
+  st.set_bytes_in(bytes_in_);
+  st.set_bytes_out(bytes_out_);
+  st.set_pushes(pushes_);
+  st.set_pulls(pulls_);
+  return st;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,71 @@
+// The worker's training loop. For each clock c:
+//   gate (scheduler) -> pull with min_clock = c - s -> forward/backward on
+//   this rank's slice of the global batch -> push tagged c
+// then the final read of every update, the test-set evaluation, and an
+// optional dump of the final weights.
+#ifndef PSTRAIN_WORKER_TRAINER_H_
+#define PSTRAIN_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/scheduler_client.h"
+#include "kernels/backend.h"
+#include "proto/cluster.pb.h"
+#include "worker/dataset.h"
+
+namespace pstrain {
+
+struct TrainerOptions {
+  int worker_id = 0;
+  JobSpec job;  // complete and valid
+  // Sleeps this long in every iteration (tests of the consistency models).
+  int debug_slowdown_ms = 0;
+  // Writes the final weights as a binary pstrain.TensorSet here.
+  std::string weights_out;
+  // Evaluates on the test set at each epoch's end (worker 0 only).
+  bool eval_each_epoch = true;
+};
+
+// Run() on one thread; Status() from any.
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Backend* backend,
+          TrainTest data);
+
+  // Trains every clock of the job. Returns the final test accuracy (all
+  // workers evaluate; worker 0 logs it). Stops early with CANCELLED when
+  // `stop` becomes true.
+  absl::StatusOr<double> Run(const std::atomic<bool>& stop);
+
+  // This worker's status (clock, loss, throughput, bytes, accuracy).
+  NodeStatus Status() const;
+
+ private:
+  double EvaluateTest(class Model& model);
+
+  const TrainerOptions options_;
+  SchedulerClient* scheduler_;
+  kernels::Backend* backend_;
+  const TrainTest data_;
+  const absl::Time start_;
+
+  mutable absl::Mutex mu_;
+  int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  double loss_ ABSL_GUARDED_BY(mu_) = 0;
+  double samples_per_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double test_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pulls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_TRAINER_H_

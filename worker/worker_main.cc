@@ -1,0 +1,164 @@
+// ps_worker: trains its rank's share of every clock's global batch.
+//
+//   ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] [--device=auto|cpu]
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/rpc.h"
+#include "common/scheduler_client.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "worker/dataset.h"
+#include "worker/trainer.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve Status on; port 0 lets the OS choose");
+ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
+ABSL_FLAG(std::string, device, "auto", "auto or cpu (the CUDA backend is not built yet)");
+ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: OpenBLAS default)");
+ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job's data.path");
+ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
+ABSL_FLAG(int, debug_slowdown_ms, 0, "sleep this long every iteration (consistency tests)");
+ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
+ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
+
+namespace pstrain {
+namespace {
+
+int Run() {
+  SetLogIdentity("worker", -1);
+  InstallShutdownHandlers();
+  const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
+  if (scheduler.empty()) {
+    spdlog::error("--scheduler=HOST:PORT is required");
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "auto" && device != "cpu") {
+    spdlog::error("--device={}: this build has only the cpu backend (auto picks it)", device);
+    return 2;
+  }
+  std::unique_ptr<Trainer> trainer;
+  absl::Mutex trainer_mu;
+  auto status_fn = [&]() {
+    absl::MutexLock lock(&trainer_mu);
+    NodeStatus st;
+    if (trainer != nullptr) st = trainer->Status();
+    st.set_role(WORKER);
+    return st;
+  };
+  WorkerService service(status_fn);
+  std::string bound;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, &bound);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 2;
+  }
+  const std::string address = AdvertisedAddress(bound);
+  spdlog::info("listening on {}", address);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const absl::Status st = WritePortFile(absl::GetFlag(FLAGS_port_file), address);
+    if (!st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
+  }
+
+  SchedulerClientOptions options;
+  options.scheduler = scheduler;
+  options.role = WORKER;
+  options.address = address;
+  options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  SchedulerClient client(options);
+  auto reg = client.Register();
+  if (!reg.ok()) {
+    spdlog::error("{}", reg.status().message());
+    return 3;
+  }
+  const int id = reg->id();
+  JobSpec job = reg->job();
+  SetLogIdentity("worker", id);
+  if (!absl::GetFlag(FLAGS_data_dir).empty()) {
+    job.mutable_data()->set_path(absl::GetFlag(FLAGS_data_dir));
+  }
+  // Every way out reports to the scheduler, so the job never waits on a
+  // worker that is gone.
+  auto report = [&](MemberState state, const std::string& message, double accuracy) {
+    NodeStatus st = status_fn();
+    st.set_id(id);
+    st.set_address(address);
+    st.set_state(state);
+    st.set_message(message);
+    if (accuracy >= 0) st.set_test_accuracy(accuracy);
+    (void)client.Heartbeat(st);
+  };
+
+  absl::StatusOr<TrainTest> data = LoadDataset(job);
+  if (!data.ok()) {
+    spdlog::error("cannot load the data set: {}", data.status().message());
+    report(FAILED, absl::StrCat("data: ", data.status().message()), -1);
+    return 1;
+  }
+  spdlog::info("data: {} training and {} test examples of {} features", data->train.size,
+               data->test.size, data->train.dim);
+  auto backend = kernels::MakeCpuBackend(absl::GetFlag(FLAGS_compute_threads));
+
+  TrainerOptions topts;
+  topts.worker_id = id;
+  topts.job = job;
+  topts.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
+  topts.weights_out = absl::GetFlag(FLAGS_weights_out);
+  {
+    absl::MutexLock lock(&trainer_mu);
+    trainer = std::make_unique<Trainer>(topts, &client, backend.get(), std::move(*data));
+  }
+  client.StartHeartbeats([&] {
+    NodeStatus st = status_fn();
+    st.set_id(id);
+    st.set_address(address);
+    st.set_state(RUNNING);
+    return st;
+  });
+
+  std::atomic<bool> stop{false};
+  std::thread watcher([&stop] {
+    while (!stop) {
+      if (ShutdownRequested()) stop = true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  absl::StatusOr<double> acc = trainer->Run(stop);
+  const bool interrupted = ShutdownRequested();
+  stop = true;
+  watcher.join();
+  int code = 0;
+  if (acc.ok()) {
+    report(FINISHED, "", *acc);
+  } else {
+    const std::string why = interrupted ? "interrupted" : std::string(acc.status().message());
+    spdlog::error("training stopped: {}", why);
+    report(FAILED, why, -1);
+    code = 1;
+  }
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return code;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT]");
+  absl::ParseCommandLine(argc, argv);
+  return pstrain::Run();
+}
