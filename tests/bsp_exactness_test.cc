@@ -1,0 +1,74 @@
+// BSP exactness through the real daemons: W workers with batch b each train
+// exactly like one worker with batch W*b over the same samples.
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "proto/tensor.pb.h"
+#include "tests/cluster.h"
+#include "tests/test_jobs.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+// Trains the small job on `workers` workers and 2 servers; returns worker
+// 0's final weights, flattened.
+std::vector<float> Train(const std::string& name, int workers, const std::string& extra) {
+  Cluster cluster(name);
+  ClusterOptions options;
+  options.job_text = SmallJob(extra);
+  options.servers = 2;
+  options.workers = workers;
+  EXPECT_TRUE(cluster.Start(options).ok());
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  EXPECT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(code.value_or(-1), 0) << cluster.Logs();
+  TensorSet set;
+  std::ifstream in(cluster.worker_weights(0), std::ios::binary);
+  EXPECT_TRUE(set.ParseFromIstream(&in)) << "no weights from worker 0\n" << cluster.Logs();
+  std::vector<float> flat;
+  for (const NamedTensor& t : set.tensors()) flat.insert(flat.end(), t.values().begin(), t.values().end());
+  EXPECT_EQ(set.clock(), 20);
+  return flat;
+}
+
+double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+class BspExactnessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BspExactnessTest, TwoWorkersOfBatchBEqualOneWorkerOfBatchTwoB) {
+  const std::string opt = GetParam();
+  const std::string job = absl::StrCat("consistency: BSP\nbatch_size: 64\nsteps: 20\n", opt);
+  const std::vector<float> one = Train("bsp1", 1, job);
+  const std::vector<float> two = Train("bsp2", 2, job);
+  ASSERT_EQ(one.size(), two.size());
+  ASSERT_GT(one.size(), 0u);
+  const double rel = RelativeDifference(two, one);
+  std::printf("%s: relative difference 2 workers vs 1 worker: %.3g\n", opt.c_str(), rel);
+  EXPECT_LE(rel, 1e-5);
+
+  // The check has teeth: ASP (each push applied alone) lands elsewhere.
+  const std::string asp = absl::StrCat("consistency: ASP\nbatch_size: 64\nsteps: 20\n", opt);
+  const std::vector<float> asp_two = Train("asp2", 2, asp);
+  const double asp_rel = RelativeDifference(asp_two, one);
+  std::printf("%s: relative difference ASP 2 workers vs 1 worker: %.3g\n", opt.c_str(), asp_rel);
+  EXPECT_GT(asp_rel, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, BspExactnessTest,
+    ::testing::Values("optimizer { type: ADAM learning_rate: 0.01 }",
+                      "optimizer { type: MOMENTUM learning_rate: 0.05 momentum: 0.9 }"));
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain

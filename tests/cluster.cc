@@ -1,0 +1,216 @@
+#include "tests/cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+
+namespace pstrain {
+namespace testing {
+
+std::string BinaryPath(const std::string& relative) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return relative;
+  return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "pstrain", "/", relative);
+}
+
+std::string NewTempDir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid(),
+                                       "-", counter++);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+Process::Process(Process&& other) noexcept
+    : pid_(other.pid_), exited_(other.exited_), code_(other.code_),
+      log_path_(std::move(other.log_path_)) {
+  other.pid_ = -1;
+}
+
+Process& Process::operator=(Process&& other) noexcept {
+  if (this != &other) {
+    if (running()) {
+      Kill(SIGKILL);
+      (void)Wait(absl::Seconds(5));
+    }
+    pid_ = other.pid_;
+    exited_ = other.exited_;
+    code_ = other.code_;
+    log_path_ = std::move(other.log_path_);
+    other.pid_ = -1;
+  }
+  return *this;
+}
+
+Process::~Process() {
+  if (running()) {
+    Kill(SIGKILL);
+    (void)Wait(absl::Seconds(5));
+  }
+}
+
+absl::StatusOr<Process> Process::Start(const std::vector<std::string>& argv,
+                                       const std::string& log_path) {
+  const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return absl::InternalError("fork failed");
+  }
+  if (pid == 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fd);
+  Process p;
+  p.pid_ = pid;
+  p.log_path_ = log_path;
+  return p;
+}
+
+absl::StatusOr<int> Process::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("not started");
+  const absl::Time until = absl::Now() + timeout;
+  while (!exited_) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exited_ = true;
+      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (absl::Now() > until) {
+      return absl::DeadlineExceededError(absl::StrCat(log_path_, ": still running"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return code_;
+}
+
+void Process::Kill(int signal) {
+  if (running()) kill(pid_, signal);
+}
+
+absl::StatusOr<std::string> WaitForPortFile(const std::string& path, Process& owner,
+                                            absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  while (absl::Now() < until) {
+    std::string text = ReadFile(path);
+    if (!text.empty() && text.back() == '\n') {
+      return std::string(absl::StripTrailingAsciiWhitespace(text));
+    }
+    if (!owner.running() || owner.Wait(absl::ZeroDuration()).ok()) {
+      return absl::InternalError(absl::StrCat("exited before writing ", path, ":\n", owner.Log()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no port file ", path));
+}
+
+absl::Status Cluster::Start(const ClusterOptions& options) {
+  const std::string job = dir_ + "/job.pbtxt";
+  WriteFile(job, options.job_text);
+  std::vector<std::string> argv = {BinaryPath("scheduler/ps_scheduler"), "--job=" + job,
+                                   "--listen=127.0.0.1:0", "--port_file=" + dir_ + "/scheduler.port",
+                                   "--num_servers=" + std::to_string(options.servers),
+                                   "--num_workers=" + std::to_string(options.workers),
+                                   "--end_grace_ms=3000"};
+  if (options.trace) argv.push_back("--trace_file=" + scheduler_trace());
+  argv.insert(argv.end(), options.scheduler_flags.begin(), options.scheduler_flags.end());
+  absl::StatusOr<Process> p = Process::Start(argv, dir_ + "/scheduler.log");
+  if (!p.ok()) return p.status();
+  scheduler_ = std::move(*p);
+  absl::StatusOr<std::string> address =
+      WaitForPortFile(dir_ + "/scheduler.port", scheduler_, absl::Seconds(20));
+  if (!address.ok()) return address.status();
+  scheduler_address_ = *address;
+  for (int i = 0; i < options.servers; ++i) {
+    std::vector<std::string> a = {BinaryPath("server/ps_server"), "--scheduler=" + scheduler_address_,
+                                  "--listen=127.0.0.1:0", "--heartbeat_interval_ms=200"};
+    if (options.trace) a.push_back("--trace_file=" + server_trace(i));
+    a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
+    absl::StatusOr<Process> s = Process::Start(a, absl::StrCat(dir_, "/server", i, ".log"));
+    if (!s.ok()) return s.status();
+    servers_.push_back(std::move(*s));
+  }
+  for (int i = 0; i < options.workers; ++i) {
+    std::vector<std::string> a = {BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_,
+                                  "--listen=127.0.0.1:0", "--heartbeat_interval_ms=200",
+                                  "--weights_out=" + worker_weights(i)};
+    if (i < static_cast<int>(options.worker_flags.size())) {
+      a.insert(a.end(), options.worker_flags[i].begin(), options.worker_flags[i].end());
+    }
+    absl::StatusOr<Process> w = Process::Start(a, absl::StrCat(dir_, "/worker", i, ".log"));
+    if (!w.ok()) return w.status();
+    workers_.push_back(std::move(*w));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Cluster::WaitAll(absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  for (std::vector<Process>* list : {&workers_, &servers_}) {
+    for (Process& p : *list) {
+      absl::StatusOr<int> code = p.Wait(std::max(until - absl::Now(), absl::ZeroDuration()));
+      if (!code.ok()) return code.status();
+    }
+  }
+  return scheduler_.Wait(std::max(until - absl::Now(), absl::ZeroDuration()));
+}
+
+std::string Cluster::Logs() const {
+  std::string out = absl::StrCat("--- scheduler ---\n", scheduler_.Log());
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    absl::StrAppend(&out, "--- server process ", i, " ---\n", servers_[i].Log());
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    absl::StrAppend(&out, "--- worker process ", i, " ---\n", workers_[i].Log());
+  }
+  return out;
+}
+
+absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string* output,
+                               absl::Duration timeout, const std::string& name) {
+  const std::string log = NewTempDir(name) + "/out.log";
+  absl::StatusOr<Process> p = Process::Start(argv, log);
+  if (!p.ok()) return p.status();
+  absl::StatusOr<int> code = p->Wait(timeout);
+  *output = ReadFile(log);
+  return code;
+}
+
+}  // namespace testing
+}  // namespace pstrain

@@ -1,0 +1,104 @@
+// Test harness: real pstrain daemons as child processes on OS-chosen loopback
+// ports, each with its own log file under the test's temporary folder. The
+// destructor kills whatever is still running.
+#ifndef PSTRAIN_TESTS_CLUSTER_H_
+#define PSTRAIN_TESTS_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pstrain {
+namespace testing {
+
+// Path of a built binary in the test's runfiles, e.g. "scheduler/ps_scheduler".
+std::string BinaryPath(const std::string& relative);
+// A fresh folder under TEST_TMPDIR.
+std::string NewTempDir(const std::string& name);
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& text);
+
+class Process {
+ public:
+  Process() = default;
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) noexcept;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process();
+
+  // Starts argv[0] with stdout and stderr to `log_path`.
+  static absl::StatusOr<Process> Start(const std::vector<std::string>& argv,
+                                       const std::string& log_path);
+  // Waits up to `timeout` for the exit; returns the exit code (128 + signal
+  // for a signal), or DEADLINE_EXCEEDED.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+  void Kill(int signal);
+  bool running() const { return pid_ > 0 && !exited_; }
+  const std::string& log_path() const { return log_path_; }
+  std::string Log() const { return ReadFile(log_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int code_ = 0;
+  std::string log_path_;
+};
+
+struct ClusterOptions {
+  std::string job_text;  // the job spec, text format
+  int servers = 1;
+  int workers = 1;
+  std::vector<std::string> scheduler_flags;
+  std::vector<std::string> server_flags;
+  // Flags of the i-th worker process launched (not its rank).
+  std::vector<std::vector<std::string>> worker_flags;
+  bool trace = false;  // --trace_file for the scheduler and every server
+};
+
+class Cluster {
+ public:
+  explicit Cluster(std::string name) : dir_(NewTempDir(name)) {}
+
+  // Starts the scheduler, waits for its port file, then starts the servers
+  // and workers.
+  absl::Status Start(const ClusterOptions& options);
+  // Waits for every process to exit; returns the scheduler's exit code.
+  absl::StatusOr<int> WaitAll(absl::Duration timeout);
+  // Every log, for failure messages.
+  std::string Logs() const;
+
+  const std::string& dir() const { return dir_; }
+  const std::string& scheduler_address() const { return scheduler_address_; }
+  Process& scheduler() { return scheduler_; }
+  std::vector<Process>& servers() { return servers_; }
+  std::vector<Process>& workers() { return workers_; }
+  std::string scheduler_trace() const { return dir_ + "/scheduler.trace"; }
+  std::string server_trace(int i) const { return dir_ + "/server" + std::to_string(i) + ".trace"; }
+  std::string worker_weights(int i) const { return dir_ + "/worker" + std::to_string(i) + ".weights"; }
+
+ private:
+  std::string dir_;
+  std::string scheduler_address_;
+  Process scheduler_;
+  std::vector<Process> servers_;
+  std::vector<Process> workers_;
+};
+
+// Waits for a port file a daemon writes; the address in it.
+absl::StatusOr<std::string> WaitForPortFile(const std::string& path, Process& owner,
+                                            absl::Duration timeout);
+
+// Runs a command to completion (stdout and stderr together); returns its
+// exit code and sets *output.
+absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string* output,
+                               absl::Duration timeout, const std::string& name);
+
+}  // namespace testing
+}  // namespace pstrain
+
+#endif  // PSTRAIN_TESTS_CLUSTER_H_

@@ -1,0 +1,159 @@
+// psctl: the operator's command-line client.
+//
+//   psctl status --scheduler=HOST:PORT [--json]
+//       every member of the cluster: role, id, address, state, clock, ...
+//   psctl status --target=HOST:PORT [--role=server|worker] [--json]
+//       one daemon's own Status
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/rpc.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/cluster.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+
+ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT");
+ABSL_FLAG(std::string, target, "", "one daemon's HOST:PORT (instead of --scheduler)");
+ABSL_FLAG(std::string, role, "server", "with --target: server or worker");
+ABSL_FLAG(bool, json, false, "print JSON instead of a table");
+ABSL_FLAG(int, timeout_s, 5, "seconds to wait for an answer");
+
+namespace pstrain {
+namespace {
+
+std::string RoleName(Role r) {
+  switch (r) {
+    case SCHEDULER: return "scheduler";
+    case SERVER: return "server";
+    case WORKER: return "worker";
+    default: return "?";
+  }
+}
+
+std::string StateName(MemberState s) {
+  switch (s) {
+    case REGISTERED: return "registered";
+    case RUNNING: return "running";
+    case FINISHED: return "finished";
+    case FAILED: return "failed";
+    default: return "?";
+  }
+}
+
+std::string JobStateName(JobState s) {
+  switch (s) {
+    case WAITING: return "waiting for members";
+    case RUNNING_JOB: return "running";
+    case DONE: return "done";
+    case ABORTED: return "aborted";
+    default: return "?";
+  }
+}
+
+std::string Bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return absl::StrFormat("%.1fG", b / double(1 << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1fM", b / double(1 << 20));
+  if (b >= (1 << 10)) return absl::StrFormat("%.1fK", b / double(1 << 10));
+  return absl::StrCat(b);
+}
+
+void PrintTable(const std::vector<NodeStatus>& rows) {
+  std::printf("%-9s %3s %-21s %-10s %7s %9s %8s %8s %8s %8s %7s\n", "ROLE", "ID", "ADDRESS",
+              "STATE", "CLOCK", "SAMPLES/S", "LOSS", "ACCURACY", "IN", "OUT", "RSS");
+  for (const NodeStatus& n : rows) {
+    const bool worker = n.role() == WORKER;
+    std::printf("%-9s %3s %-21s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", RoleName(n.role()).c_str(),
+                n.role() == SCHEDULER ? "-" : absl::StrCat(n.id()).c_str(), n.address().c_str(),
+                StateName(n.state()).c_str(), static_cast<long long>(n.clock()),
+                worker ? absl::StrFormat("%.0f", n.samples_per_s()).c_str() : "-",
+                worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
+                worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str()
+                                                 : "-",
+                Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(),
+                Bytes(n.rss_bytes()).c_str());
+    if (!n.message().empty()) std::printf("          %s\n", n.message().c_str());
+  }
+}
+
+int PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, options).ok()) return 1;
+  std::printf("%s", out.c_str());
+  return 0;
+}
+
+int Fail(const std::string& address, const grpc::Status& st) {
+  std::fprintf(stderr, "psctl: %s: %s (%s)\n", address.c_str(), st.error_message().c_str(),
+               st.error_code() == grpc::StatusCode::UNAVAILABLE ? "is the daemon running?"
+                                                                : "request failed");
+  return 1;
+}
+
+int StatusOfCluster(const std::string& address) {
+  auto stub = Scheduler::NewStub(MakeChannel(address));
+  auto ctx = ContextWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  ClusterStatus st;
+  const grpc::Status rpc = stub->Status(ctx.get(), StatusRequest(), &st);
+  if (!rpc.ok()) return Fail(address, rpc);
+  if (absl::GetFlag(FLAGS_json)) return PrintJson(st);
+  const char* mode = st.consistency() == BSP ? "BSP" : st.consistency() == SSP ? "SSP" : "ASP";
+  std::printf("job: %s, %s (staleness %d), %lld clocks", JobStateName(st.job_state()).c_str(), mode,
+              st.staleness(), static_cast<long long>(st.total_clocks()));
+  if (!st.message().empty()) std::printf(": %s", st.message().c_str());
+  std::printf("\n");
+  std::vector<NodeStatus> rows = {st.scheduler()};
+  rows.insert(rows.end(), st.members().begin(), st.members().end());
+  PrintTable(rows);
+  return 0;
+}
+
+int StatusOfDaemon(const std::string& address, const std::string& role) {
+  NodeStatus st;
+  auto ctx = ContextWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  grpc::Status rpc;
+  if (role == "server") {
+    rpc = ParameterServer::NewStub(MakeChannel(address))->Status(ctx.get(), StatusRequest(), &st);
+  } else if (role == "worker") {
+    rpc = Worker::NewStub(MakeChannel(address))->Status(ctx.get(), StatusRequest(), &st);
+  } else {
+    std::fprintf(stderr, "psctl: --role=%s: expected server or worker\n", role.c_str());
+    return 2;
+  }
+  if (!rpc.ok()) return Fail(address, rpc);
+  if (absl::GetFlag(FLAGS_json)) return PrintJson(st);
+  PrintTable({st});
+  return 0;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "psctl status --scheduler=HOST:PORT [--json]\n"
+      "       psctl status --target=HOST:PORT --role=server|worker [--json]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2 || std::string(args[1]) != "status") {
+    std::fprintf(stderr, "usage: psctl status --scheduler=HOST:PORT [--json]\n");
+    return 2;
+  }
+  const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
+  const std::string target = absl::GetFlag(FLAGS_target);
+  if (scheduler.empty() == target.empty()) {
+    std::fprintf(stderr, "psctl status: give exactly one of --scheduler and --target\n");
+    return 2;
+  }
+  return scheduler.empty() ? pstrain::StatusOfDaemon(target, absl::GetFlag(FLAGS_role))
+                           : pstrain::StatusOfCluster(scheduler);
+}
