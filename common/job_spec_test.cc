@@ -1,0 +1,80 @@
+#include "common/job_spec.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+TEST(JobSpecTest, DefaultsMakeTheQuickstartModel) {
+  JobSpec job;
+  ApplyJobDefaults(&job);
+  EXPECT_TRUE(ValidateJobSpec(job).ok());
+  EXPECT_EQ(job.data().dataset(), FASHION_MNIST);
+  EXPECT_EQ(job.data().path(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(job.model().input_dim(), 784);
+  ASSERT_EQ(job.model().layers_size(), 6);
+  EXPECT_EQ(job.model().layers(0).units(), 256);
+  EXPECT_EQ(job.model().layers(0).name(), "dense0");
+  EXPECT_EQ(job.model().layers(4).units(), 10);
+  EXPECT_EQ(job.optimizer().type(), ADAM);
+  EXPECT_FLOAT_EQ(job.optimizer().learning_rate(), 1e-3f);
+  EXPECT_EQ(job.consistency(), BSP);
+  EXPECT_EQ(job.chunk_bytes(), 1 << 20);
+}
+
+TEST(JobSpecTest, ParseErrorNamesFileLineAndColumn) {
+  absl::StatusOr<JobSpec> job = ParseJobSpecText("name: \"a\"\n\nbatch_size: x\n", "j.pbtxt");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(job.status().message(), "j.pbtxt:3:13:")) << job.status();
+}
+
+TEST(JobSpecTest, MissingFileIsNotFound) {
+  absl::StatusOr<JobSpec> job = LoadJobSpec("/nonexistent.pbtxt");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "/nonexistent.pbtxt"));
+}
+
+JobSpec Complete(const std::string& text) {
+  JobSpec job = ParseJobSpecText(text, "t").value();
+  ApplyJobDefaults(&job);
+  return job;
+}
+
+TEST(JobSpecTest, ValidationNamesTheProblem) {
+  auto message = [](const std::string& text) {
+    return std::string(ValidateJobSpec(Complete(text)).message());
+  };
+  EXPECT_TRUE(absl::StrContains(message("consistency: BSP staleness: 2"), "staleness must be 0"));
+  EXPECT_TRUE(absl::StrContains(message("model { input_dim: 10 }"), "input_dim is 10"));
+  EXPECT_TRUE(absl::StrContains(
+      message("model { layers { type: DENSE units: 5 } layers { type: SOFTMAX_XENT } }"),
+      "5 units but the data has 10 classes"));
+  EXPECT_TRUE(absl::StrContains(
+      message("model { layers { type: SOFTMAX_XENT } layers { type: DENSE units: 10 } }"),
+      "must be the last layer"));
+  EXPECT_TRUE(absl::StrContains(message("optimizer { learning_rate: -1 }"), "learning_rate"));
+  EXPECT_TRUE(absl::StrContains(message("chunk_bytes: 6"), "chunk_bytes"));
+  EXPECT_TRUE(absl::StrContains(message("batch_size: 100000"), "exceeds the training set"));
+}
+
+TEST(JobSpecTest, ClocksAndReadGuarantee) {
+  JobSpec job = Complete("batch_size: 100 epochs: 3");
+  EXPECT_EQ(ClocksPerEpoch(job), 600);
+  EXPECT_EQ(TotalClocks(job), 1800);
+  job.set_steps(7);
+  EXPECT_EQ(TotalClocks(job), 7);
+
+  EXPECT_EQ(MinClockForRead(job, 5), 5);  // BSP: everything before c
+  job.set_consistency(SSP);
+  job.set_staleness(2);
+  EXPECT_EQ(MinClockForRead(job, 5), 3);
+  EXPECT_EQ(MinClockForRead(job, 1), 0);
+  job.set_consistency(ASP);
+  EXPECT_EQ(EffectiveStaleness(job), -1);
+  EXPECT_EQ(MinClockForRead(job, 50), 0);
+}
+
+}  // namespace
+}  // namespace pstrain

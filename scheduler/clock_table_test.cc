@@ -1,0 +1,50 @@
+#include "scheduler/clock_table.h"
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+TEST(ClockTableTest, BspGateWaitsForEveryone) {
+  ClockTable t(3, 0);
+  EXPECT_TRUE(t.MayStart(0));
+  EXPECT_TRUE(t.Advance(0, 1).ok());
+  EXPECT_FALSE(t.MayStart(1));
+  EXPECT_TRUE(t.Advance(1, 1).ok());
+  EXPECT_FALSE(t.MayStart(1));
+  EXPECT_TRUE(t.Advance(2, 1).ok());
+  EXPECT_TRUE(t.MayStart(1));
+  EXPECT_FALSE(t.MayStart(2));
+  EXPECT_EQ(t.MinClock(), 1);
+}
+
+TEST(ClockTableTest, SspAllowsTheBound) {
+  ClockTable t(2, 2);
+  for (int c = 1; c <= 4; ++c) ASSERT_TRUE(t.Advance(0, c).ok());
+  // Worker 1 at 0: iterations up to 2 may start, not 3.
+  EXPECT_TRUE(t.MayStart(2));
+  EXPECT_FALSE(t.MayStart(3));
+  ASSERT_TRUE(t.Advance(1, 1).ok());
+  EXPECT_TRUE(t.MayStart(3));
+  EXPECT_FALSE(t.MayStart(4));
+}
+
+TEST(ClockTableTest, AspNeverBlocks) {
+  ClockTable t(2, -1);
+  EXPECT_TRUE(t.MayStart(1000000));
+}
+
+TEST(ClockTableTest, ClocksMoveByOne) {
+  ClockTable t(2, 0);
+  EXPECT_TRUE(t.Advance(0, 0).ok());  // a retry of the current value
+  EXPECT_TRUE(t.Advance(0, 1).ok());
+  EXPECT_TRUE(t.Advance(0, 1).ok());
+  EXPECT_EQ(t.Advance(0, 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Advance(0, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Advance(2, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Advance(-1, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.clock(0), 1);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,46 @@
+#include "scheduler/membership.h"
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+TEST(MembershipTest, IdsInOrderAndRetriesIdempotent) {
+  Membership m(1, 2);
+  const absl::Time now = absl::Now();
+  EXPECT_EQ(m.Register(WORKER, "a:1", 10, now).value(), 0);
+  EXPECT_EQ(m.Register(SERVER, "b:1", 11, now).value(), 0);
+  EXPECT_FALSE(m.Complete());
+  EXPECT_EQ(m.Register(WORKER, "c:1", 12, now).value(), 1);
+  EXPECT_TRUE(m.Complete());
+  EXPECT_EQ(m.Register(WORKER, "a:1", 10, now).value(), 0);  // retry
+  ClusterView v = m.View();
+  ASSERT_EQ(v.servers_size(), 1);
+  ASSERT_EQ(v.workers_size(), 2);
+  EXPECT_EQ(v.workers(1).address(), "c:1");
+}
+
+TEST(MembershipTest, RefusesDuplicatesAndExtras) {
+  Membership m(1, 1);
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(m.Register(WORKER, "a:1", 10, now).ok());
+  EXPECT_EQ(m.Register(WORKER, "a:1", 99, now).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(m.Register(SERVER, "a:1", 10, now).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(m.Register(WORKER, "z:1", 13, now).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(m.Register(SCHEDULER, "y:1", 14, now).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(SERVER, "", 14, now).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MembershipTest, FindChecksTheSender) {
+  Membership m(1, 1);
+  ASSERT_TRUE(m.Register(WORKER, "a:1", 10, absl::Now()).ok());
+  EXPECT_TRUE(m.Find(WORKER, 0, 10).ok());
+  EXPECT_EQ(m.Find(WORKER, 0, 11).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m.Find(WORKER, 1, 10).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m.Find(SERVER, 0, 10).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,125 @@
+#include "server/shard_store.h"
+
+#include <cstring>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+JobSpec SmallJob(Consistency mode, int workers) {
+  JobSpec job;
+  job.mutable_data()->set_dataset(SYNTHETIC);
+  job.mutable_data()->set_synthetic_dim(4);
+  job.mutable_data()->set_synthetic_classes(2);
+  LayerSpec* dense = job.mutable_model()->add_layers();
+  dense->set_type(DENSE);
+  dense->set_units(2);
+  job.mutable_model()->add_layers()->set_type(SOFTMAX_XENT);
+  job.mutable_optimizer()->set_type(SGD);
+  job.mutable_optimizer()->set_learning_rate(0.5f);
+  job.set_consistency(mode);
+  if (mode == SSP) job.set_staleness(1);
+  job.set_num_workers(workers);
+  job.set_batch_size(8);
+  job.set_seed(3);
+  ApplyJobDefaults(&job);
+  EXPECT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  return job;
+}
+
+std::vector<float> ReadChunk(const ShardStore& s, int32_t chunk) {
+  std::string bytes;
+  std::vector<int64_t> applied;
+  s.Read(0, 0, 0, chunk, &bytes, &applied);
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+struct Fixture {
+  explicit Fixture(Consistency mode, int workers = 2, int servers = 1)
+      : job(SmallJob(mode, workers)),
+        partition(Partition::Make(ModelParams(job.model()), job.chunk_bytes(), servers).value()),
+        store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr) {}
+  JobSpec job;
+  Partition partition;
+  ShardStore store;
+};
+
+TEST(ShardStoreTest, BspAppliesOneStepOverTheRoundsMean) {
+  Fixture f(BSP);
+  // chunk 0: dense0/weight (8 values), chunk 1: dense0/bias (2 values)
+  const std::vector<float> w0 = ReadChunk(f.store, 0);
+  ASSERT_EQ(w0.size(), 8u);
+  std::vector<float> g_a(8, 1.0f), g_b(8, 4.0f);
+  ASSERT_TRUE(f.store.Push(0, 0, 2, 0, g_a).ok());
+  // Half a round: nothing applied, the read guarantee for clock 1 not met.
+  EXPECT_EQ(ReadChunk(f.store, 0), w0);
+  EXPECT_FALSE(f.store.Readable(0, 1));
+  ASSERT_TRUE(f.store.Push(1, 0, 6, 0, g_b).ok());
+  EXPECT_TRUE(f.store.Readable(0, 1));
+  // mean over 8 samples = (2 * 1 + 6 * 4) / 8 = 3.25; w = w0 - 0.5 * 3.25
+  const std::vector<float> w1 = ReadChunk(f.store, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * 3.25f);
+}
+
+TEST(ShardStoreTest, SspAppliesEachPushOnArrival) {
+  Fixture f(SSP);
+  const std::vector<float> w0 = ReadChunk(f.store, 1);
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 1, std::vector<float>{1.0f, 2.0f}).ok());
+  const std::vector<float> w1 = ReadChunk(f.store, 1);
+  EXPECT_FLOAT_EQ(w1[0], w0[0] - 0.5f);
+  EXPECT_FLOAT_EQ(w1[1], w0[1] - 1.0f);
+  // Worker 0's iteration 0 is in; worker 1's is not.
+  EXPECT_FALSE(f.store.Readable(1, 1));
+  ASSERT_TRUE(f.store.Push(0, 1, 4, 1, std::vector<float>{1.0f, 2.0f}).ok());
+  EXPECT_FALSE(f.store.Readable(1, 1));
+  ASSERT_TRUE(f.store.Push(1, 0, 4, 1, std::vector<float>{0.0f, 0.0f}).ok());
+  EXPECT_TRUE(f.store.Readable(1, 1));
+  EXPECT_FALSE(f.store.Readable(1, 2));
+  EXPECT_EQ(f.store.MinAppliedClock(), 0);  // chunk 0 saw nothing yet
+}
+
+TEST(ShardStoreTest, RetriedPushIsTakenOnce) {
+  for (Consistency mode : {BSP, SSP}) {
+    Fixture f(mode, 1);
+    const std::vector<float> w0 = ReadChunk(f.store, 1);
+    ASSERT_TRUE(f.store.Push(0, 0, 4, 1, std::vector<float>{1.0f, 1.0f}).ok());
+    ASSERT_TRUE(f.store.Push(0, 0, 4, 1, std::vector<float>{1.0f, 1.0f}).ok());
+    EXPECT_FLOAT_EQ(ReadChunk(f.store, 1)[0], w0[0] - 0.5f);
+  }
+}
+
+TEST(ShardStoreTest, BadPushesChangeNothing) {
+  Fixture f(BSP);
+  const std::vector<float> w0 = ReadChunk(f.store, 0);
+  std::vector<float> g(8, 1.0f);
+  EXPECT_EQ(f.store.Push(0, 0, 4, 7, g).code(), absl::StatusCode::kInvalidArgument);  // chunk
+  EXPECT_EQ(f.store.Push(0, 0, 4, 0, std::vector<float>(7)).code(),
+            absl::StatusCode::kInvalidArgument);  // size
+  EXPECT_EQ(f.store.Push(2, 0, 4, 0, g).code(), absl::StatusCode::kInvalidArgument);  // worker
+  EXPECT_EQ(f.store.Push(0, 1, 4, 0, g).code(), absl::StatusCode::kInvalidArgument);  // clock
+  EXPECT_EQ(f.store.Push(0, 0, 0, 0, g).code(), absl::StatusCode::kInvalidArgument);  // samples
+  EXPECT_EQ(f.store.Push(0, 0, 9, 0, g).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 0, g).ok());
+  // BSP: a worker may not push its next iteration before the round closes.
+  EXPECT_EQ(f.store.Push(0, 1, 4, 0, g).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadChunk(f.store, 0), w0);
+  EXPECT_EQ(f.store.CheckChunk(99).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardStoreTest, InitialWeightsDoNotDependOnTheServerCount) {
+  Fixture one(BSP, 2, 1);
+  Fixture two_a(BSP, 2, 2);
+  ShardStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(),
+                   nullptr);
+  for (int32_t chunk = 0; chunk < 2; ++chunk) {
+    const ShardStore& owner = two_a.partition.chunks()[chunk].server == 0 ? two_a.store : two_b;
+    EXPECT_EQ(ReadChunk(one.store, chunk), ReadChunk(owner, chunk)) << chunk;
+  }
+}
+
+}  // namespace
+}  // namespace pstrain

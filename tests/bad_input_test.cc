@@ -1,0 +1,210 @@
+// Bad input gets a clear error with the right exit code or gRPC status, and
+// nothing crashes or hangs.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/rpc.h"
+#include "gtest/gtest.h"
+#include "proto/cluster.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/cluster.h"
+#include "tests/test_jobs.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+int RunScheduler(const std::string& job_path, std::string* output) {
+  return RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + job_path,
+                     "--listen=127.0.0.1:0"},
+                    output, absl::Seconds(20), "sched")
+      .value_or(-1);
+}
+
+TEST(BadInputTest, MissingJobFileNamesTheFile) {
+  std::string out;
+  EXPECT_EQ(RunScheduler("/nonexistent/job.pbtxt", &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "/nonexistent/job.pbtxt: cannot open")) << out;
+}
+
+TEST(BadInputTest, GarbledJobFileNamesFileAndLine) {
+  const std::string path = NewTempDir("garbled") + "/job.pbtxt";
+  WriteFile(path, "name: \"x\"\nbatch_size: 32\nsteps: many\n");
+  std::string out;
+  EXPECT_EQ(RunScheduler(path, &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, path + ":3:")) << out;
+
+  WriteFile(path, "name: \"x\"\nno_such_field: 1\n");
+  EXPECT_EQ(RunScheduler(path, &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, path + ":2:")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "no_such_field")) << out;
+}
+
+TEST(BadInputTest, InconsistentJobSpecIsRefused) {
+  const std::string path = NewTempDir("inconsistent") + "/job.pbtxt";
+  WriteFile(path, SmallJob("batch_size: 1\nnum_workers: 4\n"));
+  std::string out;
+  EXPECT_EQ(RunScheduler(path, &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "batch_size (1) must be at least num_workers (4)")) << out;
+}
+
+TEST(BadInputTest, MissingDataPathFailsTheJobCleanly) {
+  Cluster cluster("nodata");
+  ClusterOptions options;
+  options.job_text = "data { dataset: FASHION_MNIST path: \"/nonexistent/fashion\" }\nsteps: 10\n";
+  options.servers = 1;
+  options.workers = 1;
+  ASSERT_TRUE(cluster.Start(options).ok());
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 1) << cluster.Logs();
+  EXPECT_EQ(cluster.workers()[0].Wait(absl::ZeroDuration()).value_or(-1), 1);
+  EXPECT_EQ(cluster.servers()[0].Wait(absl::ZeroDuration()).value_or(-1), 1);
+  const std::string worker_log = cluster.workers()[0].Log();
+  EXPECT_TRUE(absl::StrContains(worker_log, "/nonexistent/fashion/train-images-idx3-ubyte.gz"))
+      << worker_log;
+  EXPECT_TRUE(absl::StrContains(cluster.scheduler().Log(), "worker 0 failed")) << cluster.Logs();
+}
+
+TEST(BadInputTest, UnreachableSchedulerRetriesThenExits) {
+  // A port nobody listens on: bind one, learn it, close it.
+  Cluster probe("probe");
+  ClusterOptions options;
+  options.job_text = SmallJob("steps: 1");
+  ASSERT_TRUE(probe.Start(options).ok());
+  const std::string address = probe.scheduler_address();
+  ASSERT_TRUE(probe.WaitAll(absl::Seconds(60)).ok()) << probe.Logs();
+
+  for (const std::string bin : {"worker/ps_worker", "server/ps_server"}) {
+    std::string out;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<int> code =
+        RunCommand({BinaryPath(bin), "--scheduler=" + address, "--connect_timeout_s=2"}, &out,
+                   absl::Seconds(30), "unreachable");
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 3) << out;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+    EXPECT_TRUE(absl::StrContains(out, "cannot reach the scheduler at " + address)) << out;
+    EXPECT_TRUE(absl::StrContains(out, "retrying")) << out;
+  }
+}
+
+// A scheduler and one server, waiting for a worker that the test plays by
+// hand over gRPC.
+class LiveClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ClusterOptions options;
+    options.job_text = SmallJob("batch_size: 16\nsteps: 5\nnum_servers: 1\n");
+    options.servers = 1;
+    options.workers = 1;
+    cluster_ = std::make_unique<Cluster>("live");
+    // Start the scheduler and server only: the worker is this test.
+    options.workers = 0;
+    options.scheduler_flags = {"--num_workers=1"};
+    ASSERT_TRUE(cluster_->Start(options).ok());
+    scheduler_ = Scheduler::NewStub(MakeChannel(cluster_->scheduler_address()));
+  }
+
+  grpc::Status Register(const std::string& address, uint64_t incarnation, RegisterResponse* resp) {
+    RegisterRequest req;
+    req.set_role(WORKER);
+    req.set_address(address);
+    req.set_incarnation(incarnation);
+    auto ctx = ContextWithTimeout(absl::Seconds(5));
+    return scheduler_->Register(ctx.get(), req, resp);
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Scheduler::Stub> scheduler_;
+};
+
+TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
+  RegisterResponse first;
+  ASSERT_TRUE(Register("127.0.0.1:1", 111, &first).ok());
+  EXPECT_EQ(first.id(), 0);
+  // The same process retrying gets the same id.
+  RegisterResponse again;
+  ASSERT_TRUE(Register("127.0.0.1:1", 111, &again).ok());
+  EXPECT_EQ(again.id(), 0);
+  // Another process at the same address: ALREADY_EXISTS.
+  RegisterResponse dup;
+  grpc::Status st = Register("127.0.0.1:1", 222, &dup);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
+  // One worker more than the job wants: RESOURCE_EXHAUSTED.
+  st = Register("127.0.0.1:2", 333, &dup);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+
+  // The gate opens (everyone registered) and names the server.
+  AdvanceClockRequest gate;
+  gate.set_worker_id(0);
+  gate.set_clock(0);
+  gate.set_incarnation(111);
+  AdvanceClockResponse view;
+  auto ctx = ContextWithTimeout(absl::Seconds(10));
+  ASSERT_TRUE(scheduler_->AdvanceClock(ctx.get(), gate, &view).ok());
+  ASSERT_EQ(view.cluster().servers_size(), 1);
+  // A clock that jumps ahead is refused; one from an impostor too.
+  gate.set_clock(3);
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  EXPECT_EQ(scheduler_->AdvanceClock(ctx.get(), gate, &view).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  gate.set_clock(1);
+  gate.set_incarnation(999);
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  EXPECT_EQ(scheduler_->AdvanceClock(ctx.get(), gate, &view).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  auto server = ParameterServer::NewStub(MakeChannel(view.cluster().servers(0).address()));
+  // Pull every chunk to learn the sizes.
+  PullRequest pull;
+  pull.set_worker_id(0);
+  for (int c = 0; c < 5; ++c) pull.add_chunks(c);  // 32x16 = 2 chunks, bias, 16x4, bias
+  PullResponse weights;
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  ASSERT_TRUE(server->Pull(ctx.get(), pull, &weights).ok());
+  ASSERT_EQ(weights.chunks_size(), 5);
+
+  auto push = [&](int chunk, size_t bytes, int64_t clock) {
+    PushRequest req;
+    req.set_worker_id(0);
+    req.set_clock(clock);
+    req.set_num_samples(16);
+    ChunkData* c = req.add_chunks();
+    c->set_chunk(chunk);
+    c->set_data(std::string(bytes, '\0'));
+    PushResponse resp;
+    auto pctx = ContextWithTimeout(absl::Seconds(10));
+    return server->Push(pctx.get(), req, &resp);
+  };
+  const size_t size0 = weights.chunks(0).data().size();
+  st = push(0, size0 + 4, 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "values")) << st.error_message();
+  EXPECT_EQ(push(0, size0 - 1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  st = push(4242, 64, 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "unknown chunk 4242")) << st.error_message();
+  EXPECT_EQ(push(0, size0, 7).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // clock from the future
+  // Nothing was applied by the refused pushes; a good one still goes through.
+  EXPECT_TRUE(push(0, size0, 0).ok());
+  // A pull of an unknown chunk or with an absurd guarantee is refused.
+  PullRequest bad;
+  bad.set_worker_id(0);
+  bad.add_chunks(4242);
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_chunks(0, 0);
+  bad.set_min_clock(1000000);
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The daemons are alive and well.
+  EXPECT_TRUE(cluster_->scheduler().running());
+  EXPECT_FALSE(cluster_->scheduler().Wait(absl::ZeroDuration()).ok());
+  EXPECT_FALSE(cluster_->servers()[0].Wait(absl::ZeroDuration()).ok());
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain

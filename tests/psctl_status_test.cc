@@ -1,0 +1,110 @@
+// psctl status against a running cluster on OS-chosen loopback ports.
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "proto/cluster.pb.h"
+#include "tests/cluster.h"
+#include "tests/test_jobs.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+absl::StatusOr<ClusterStatus> StatusJson(const std::string& scheduler, std::string* raw) {
+  absl::StatusOr<int> code = RunCommand(
+      {BinaryPath("tools/psctl"), "status", "--scheduler=" + scheduler, "--json"}, raw,
+      absl::Seconds(20), "psctl");
+  if (!code.ok()) return code.status();
+  if (*code != 0) return absl::InternalError("psctl exited " + std::to_string(*code) + ": " + *raw);
+  ClusterStatus st;
+  if (!google::protobuf::util::JsonStringToMessage(*raw, &st).ok()) {
+    return absl::InternalError("psctl printed no ClusterStatus JSON: " + *raw);
+  }
+  return st;
+}
+
+TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
+  Cluster cluster("psctl");
+  ClusterOptions options;
+  // Slow enough to be seen running: 200 clocks at >= 20 ms each.
+  options.job_text = SmallJob("batch_size: 32\nsteps: 200\n");
+  options.servers = 2;
+  options.workers = 2;
+  options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
+  ASSERT_TRUE(cluster.Start(options).ok());
+
+  // Poll until both workers report a clock > 0.
+  ClusterStatus st;
+  std::string raw;
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  bool running = false;
+  while (absl::Now() < until && !running) {
+    absl::StatusOr<ClusterStatus> s = StatusJson(cluster.scheduler_address(), &raw);
+    ASSERT_TRUE(s.ok()) << s.status() << cluster.Logs();
+    st = *s;
+    int ticking = 0;
+    for (const NodeStatus& m : st.members()) ticking += m.role() == WORKER && m.clock() > 0;
+    running = st.job_state() == RUNNING_JOB && ticking == 2;
+    if (!running) absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(running) << raw << cluster.Logs();
+  EXPECT_EQ(st.scheduler().role(), SCHEDULER);
+  EXPECT_EQ(st.scheduler().address(), cluster.scheduler_address());
+  EXPECT_EQ(st.total_clocks(), 200);
+  EXPECT_EQ(st.consistency(), BSP);
+  ASSERT_EQ(st.members_size(), 4) << raw;
+  std::set<std::pair<int, int>> seen;
+  std::set<std::string> addresses;
+  for (const NodeStatus& m : st.members()) {
+    seen.insert({m.role(), m.id()});
+    addresses.insert(m.address());
+    EXPECT_TRUE(absl::StartsWith(m.address(), "127.0.0.1:")) << m.address();
+    EXPECT_EQ(m.state(), RUNNING) << raw;
+    if (m.role() == WORKER) {
+      EXPECT_GT(m.bytes_out(), 0);
+      EXPECT_GT(m.loss(), 0);
+    }
+  }
+  EXPECT_EQ(seen, (std::set<std::pair<int, int>>{{SERVER, 0}, {SERVER, 1}, {WORKER, 0}, {WORKER, 1}}));
+  EXPECT_EQ(addresses.size(), 4u);
+
+  // The table form names every member too, and a server answers directly.
+  std::string table;
+  ASSERT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--scheduler=" + cluster.scheduler_address()},
+                       &table, absl::Seconds(20), "psctl-table").value_or(-1), 0) << table;
+  EXPECT_TRUE(absl::StrContains(table, "scheduler")) << table;
+  EXPECT_TRUE(absl::StrContains(table, "worker")) << table;
+  EXPECT_TRUE(absl::StrContains(table, "server")) << table;
+  std::string server_address;
+  for (const NodeStatus& m : st.members()) {
+    if (m.role() == SERVER && m.id() == 1) server_address = m.address();
+  }
+  std::string one;
+  ASSERT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--target=" + server_address,
+                        "--role=server", "--json"},
+                       &one, absl::Seconds(20), "psctl-server").value_or(-1), 0) << one;
+  NodeStatus server;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(one, &server).ok()) << one;
+  EXPECT_EQ(server.role(), SERVER);
+  EXPECT_EQ(server.id(), 1);
+  EXPECT_GT(server.pushes(), 0);
+
+  // The job runs to its end and everyone exits cleanly.
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+
+  // Nobody listens any more: a clear error and a non-zero exit.
+  std::string gone;
+  EXPECT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--scheduler=" + cluster.scheduler_address(),
+                        "--timeout_s=2"},
+                       &gone, absl::Seconds(20), "psctl-gone").value_or(-1), 1) << gone;
+  EXPECT_TRUE(absl::StrContains(gone, cluster.scheduler_address())) << gone;
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain

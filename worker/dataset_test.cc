@@ -1,0 +1,84 @@
+#include "worker/dataset.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+TEST(DatasetTest, EpochOrderIsAPermutationFixedBySeedAndEpoch) {
+  const std::vector<int64_t> a = EpochOrder(1, 0, 1000);
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
+  EXPECT_EQ(a, EpochOrder(1, 0, 1000));
+  EXPECT_NE(a, EpochOrder(1, 1, 1000));
+  EXPECT_NE(a, EpochOrder(2, 0, 1000));
+}
+
+TEST(DatasetTest, RankSlicesSplitTheBatchEvenlyInOrder) {
+  for (int workers = 1; workers <= 7; ++workers) {
+    int next = 0;
+    for (int r = 0; r < workers; ++r) {
+      const auto [begin, end] = RankSlice(100, workers, r);
+      EXPECT_EQ(begin, next);
+      EXPECT_GE(end - begin, 100 / workers);
+      EXPECT_LE(end - begin, 100 / workers + 1);
+      next = end;
+    }
+    EXPECT_EQ(next, 100);
+  }
+}
+
+TEST(DatasetTest, UnionOfWorkersBatchesDoesNotDependOnWorkerCount) {
+  BatchSampler one(9, 1000, 60, 16);
+  for (int64_t clock : {0, 5, 16, 33}) {
+    const std::vector<int64_t> global = one.Indices(clock, 1, 0);
+    ASSERT_EQ(global.size(), 60u);
+    for (int workers : {2, 3, 4}) {
+      BatchSampler s(9, 1000, 60, 16);
+      std::vector<int64_t> joined;
+      for (int r = 0; r < workers; ++r) {
+        const std::vector<int64_t> part = s.Indices(clock, workers, r);
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(joined, global) << "clock " << clock << ", " << workers << " workers";
+    }
+  }
+  // One epoch visits each example at most once.
+  BatchSampler s(9, 1000, 60, 16);
+  std::set<int64_t> seen;
+  for (int64_t c = 0; c < 16; ++c) {
+    for (int64_t i : s.Indices(c, 1, 0)) EXPECT_TRUE(seen.insert(i).second);
+  }
+}
+
+TEST(DatasetTest, SyntheticIsSeededAndLearnable) {
+  JobSpec job;
+  job.mutable_data()->set_dataset(SYNTHETIC);
+  ApplyJobDefaults(&job);
+  const TrainTest a = MakeSynthetic(job.data(), 5);
+  const TrainTest b = MakeSynthetic(job.data(), 5);
+  EXPECT_EQ(a.train.size, 4096);
+  EXPECT_EQ(a.train.dim, 32);
+  EXPECT_EQ(a.train.features, b.train.features);
+  EXPECT_EQ(a.test.labels, b.test.labels);
+  EXPECT_NE(a.train.features, MakeSynthetic(job.data(), 6).train.features);
+  for (int32_t l : a.train.labels) ASSERT_TRUE(l >= 0 && l < 4);
+}
+
+TEST(DatasetTest, MissingFashionMnistNamesThePath) {
+  JobSpec job;
+  job.mutable_data()->set_path("/nonexistent");
+  ApplyJobDefaults(&job);
+  absl::StatusOr<TrainTest> d = LoadDataset(job);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(d.status().message().find("/nonexistent/train-images-idx3-ubyte.gz"),
+            absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace pstrain
