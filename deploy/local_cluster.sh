@@ -53,7 +53,7 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
-trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM
+trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM HUP
 
 "$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
   --port_file="$LOGS/scheduler.port" --num_servers="$SERVERS" --num_workers="$WORKERS" \
@@ -97,8 +97,11 @@ code=$?
 set -e
 sleep 0.3
 kill "$TAIL_PID" 2>/dev/null || true
-if [ $code -ne 0 ]; then
-  echo "local_cluster: the job failed (scheduler exit $code):" >&2
+if [ $code -eq 0 ]; then
+  acc=$(grep -ho "final test accuracy [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}')
+  echo "local_cluster: job done; test accuracy ${acc:-?}; logs in $LOGS"
+else
+  echo "local_cluster: the job failed (scheduler exit $code); logs in $LOGS" >&2
   grep -h "\[error\]" "$LOGS"/*.log >&2 || true
 fi
 exit $code
