@@ -142,6 +142,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
                    sampler.Epoch(clock), acc, clock);
       absl::MutexLock lock(&mu_);
       test_accuracy_ = acc;
+      window_start = absl::Now();  // samples/s counts training only
     }
   }
   // Report the last clock, then read every worker's every update.
