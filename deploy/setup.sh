@@ -18,6 +18,7 @@ PACKAGES=(
   libgmock-dev
   libbenchmark-dev
   libopenblas-dev
+  zlib1g-dev
   dataset-fashion-mnist
 )
 
