@@ -3,11 +3,8 @@
 #include "absl/strings/str_cat.h"
 
 namespace pstrain {
-namespace {
 
 const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
-
-}  // namespace
 
 Membership::Membership(int num_servers, int num_workers)
     : num_servers_(num_servers), num_workers_(num_workers) {}

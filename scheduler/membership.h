@@ -13,6 +13,9 @@
 
 namespace pstrain {
 
+// "server" or "worker", for messages.
+const char* RoleName(Role role);
+
 struct MemberRecord {
   Role role = ROLE_UNSPECIFIED;
   int id = 0;

@@ -7,11 +7,6 @@
 #include "common/rpc.h"
 
 namespace pstrain {
-namespace {
-
-const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
-
-}  // namespace
 
 SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace)
     : job_(job),

@@ -93,11 +93,15 @@ int Run() {
   }
   // Every way out reports to the scheduler, so the job never waits on a
   // worker that is gone.
-  auto report = [&](MemberState state, const std::string& message, double accuracy) {
+  auto member_status = [&](MemberState state) {
     NodeStatus st = status_fn();
     st.set_id(id);
     st.set_address(address);
     st.set_state(state);
+    return st;
+  };
+  auto report = [&](MemberState state, const std::string& message, double accuracy) {
+    NodeStatus st = member_status(state);
     st.set_message(message);
     if (accuracy >= 0) st.set_test_accuracy(accuracy);
     (void)client.Heartbeat(st);
@@ -122,13 +126,7 @@ int Run() {
     absl::MutexLock lock(&trainer_mu);
     trainer = std::make_unique<Trainer>(topts, &client, backend.get(), std::move(*data));
   }
-  client.StartHeartbeats([&] {
-    NodeStatus st = status_fn();
-    st.set_id(id);
-    st.set_address(address);
-    st.set_state(RUNNING);
-    return st;
-  });
+  client.StartHeartbeats([&] { return member_status(RUNNING); });
 
   std::atomic<bool> stop{false};
   std::thread watcher([&stop] {
