@@ -9,6 +9,14 @@ PS_COPTS = [
     "-Wno-missing-field-initializers",
 ]
 
+# For libraries with PSTRAIN_SIMD_CLONES loops (common/simd.h): vectorise
+# them, let sqrt vectorise (no errno), and let `omp simd` reductions vectorise.
+PS_SIMD_COPTS = [
+    "-O3",
+    "-fno-math-errno",
+    "-fopenmp-simd",
+]
+
 def ps_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = PS_COPTS + copts, **kwargs)
 

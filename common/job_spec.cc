@@ -61,6 +61,77 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   return ParseJobSpecText(text.str(), path);
 }
 
+namespace {
+
+void ApplyOptimizerDefaults(OptimizerSpec* opt) {
+  if (opt->type() == OPTIMIZER_UNSPECIFIED) opt->set_type(ADAM);
+  const OptimizerType type = opt->type();
+  if (opt->learning_rate() == 0) {
+    switch (type) {
+      case ADAM: case ADAMW: case RMSPROP: case ADAFACTOR: opt->set_learning_rate(1e-3f); break;
+      case ADADELTA: opt->set_learning_rate(1.0f); break;
+      default: opt->set_learning_rate(0.01f); break;
+    }
+  }
+  if ((type == MOMENTUM || type == NESTEROV) && opt->momentum() == 0) opt->set_momentum(0.9f);
+  if (opt->beta1() == 0) opt->set_beta1(0.9f);
+  if (opt->beta2() == 0) opt->set_beta2(0.999f);
+  if (opt->epsilon() == 0) {
+    switch (type) {
+      case ADAGRAD: opt->set_epsilon(1e-10f); break;
+      case ADADELTA: opt->set_epsilon(1e-6f); break;
+      case ADAFACTOR: opt->set_epsilon(1e-30f); break;
+      default: opt->set_epsilon(1e-8f); break;
+    }
+  }
+  if (opt->rho() == 0) opt->set_rho(0.9f);
+  if (opt->decay_rate() == 0) opt->set_decay_rate(-0.8f);
+  if (opt->clip_threshold() == 0) opt->set_clip_threshold(1.0f);
+  LrSchedule* sched = opt->mutable_schedule();
+  if (sched->type() == SCHEDULE_UNSPECIFIED) sched->set_type(CONSTANT);
+  if (sched->type() == STEP_DECAY && sched->gamma() == 0) sched->set_gamma(0.1f);
+}
+
+absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: optimizer.", parts...));
+  };
+  if (!OptimizerType_IsValid(opt.type())) return bad("type ", opt.type(), " is unknown");
+  if (!(opt.learning_rate() > 0)) return bad("learning_rate must be > 0");
+  if (opt.momentum() < 0 || opt.momentum() >= 1) return bad("momentum must be in [0, 1)");
+  if (opt.beta1() < 0 || opt.beta1() >= 1 || opt.beta2() < 0 || opt.beta2() >= 1) {
+    return bad("beta1 and beta2 must be in [0, 1)");
+  }
+  if (!(opt.epsilon() > 0)) return bad("epsilon must be > 0");
+  if (!(opt.rho() > 0 && opt.rho() < 1)) return bad("rho must be in (0, 1)");
+  if (!(opt.weight_decay() >= 0)) return bad("weight_decay must be >= 0");
+  if (!(opt.clip_norm() >= 0)) return bad("clip_norm must be >= 0");
+  if (!(opt.decay_rate() < 0)) return bad("decay_rate must be < 0");
+  if (!(opt.clip_threshold() > 0)) return bad("clip_threshold must be > 0");
+  const LrSchedule& sched = opt.schedule();
+  switch (sched.type()) {
+    case CONSTANT:
+      break;
+    case WARMUP_COSINE:
+      if (sched.warmup_steps() < 0 || sched.decay_steps() < 0) {
+        return bad("schedule.warmup_steps and decay_steps must be >= 0");
+      }
+      if (!(sched.min_lr() >= 0 && sched.min_lr() <= opt.learning_rate())) {
+        return bad("schedule.min_lr must be in [0, learning_rate]");
+      }
+      break;
+    case STEP_DECAY:
+      if (sched.step_size() < 1) return bad("schedule.step_size must be >= 1 for STEP_DECAY");
+      if (!(sched.gamma() > 0 && sched.gamma() <= 1)) return bad("schedule.gamma must be in (0, 1]");
+      break;
+    default:
+      return bad("schedule.type ", sched.type(), " is unknown");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void ApplyJobDefaults(JobSpec* job) {
   DataSpec* data = job->mutable_data();
   if (data->dataset() == DATASET_UNSPECIFIED) data->set_dataset(FASHION_MNIST);
@@ -102,15 +173,7 @@ void ApplyJobDefaults(JobSpec* job) {
       default: layer->set_name(absl::StrCat("layer", i)); break;
     }
   }
-  OptimizerSpec* opt = job->mutable_optimizer();
-  if (opt->type() == OPTIMIZER_UNSPECIFIED) opt->set_type(ADAM);
-  if (opt->learning_rate() == 0) {
-    opt->set_learning_rate(opt->type() == ADAM ? 1e-3f : 0.01f);
-  }
-  if (opt->type() == MOMENTUM && opt->momentum() == 0) opt->set_momentum(0.9f);
-  if (opt->beta1() == 0) opt->set_beta1(0.9f);
-  if (opt->beta2() == 0) opt->set_beta2(0.999f);
-  if (opt->epsilon() == 0) opt->set_epsilon(1e-8f);
+  ApplyOptimizerDefaults(job->mutable_optimizer());
   if (job->consistency() == CONSISTENCY_UNSPECIFIED) job->set_consistency(BSP);
   if (job->batch_size() == 0) job->set_batch_size(64);
   if (job->epochs() == 0) job->set_epochs(1);
@@ -146,12 +209,8 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (job.chunk_bytes() < 4 || job.chunk_bytes() % 4 != 0) {
     return bad("chunk_bytes must be a positive multiple of 4, got ", job.chunk_bytes());
   }
-  const OptimizerSpec& opt = job.optimizer();
-  if (!(opt.learning_rate() > 0)) return bad("optimizer.learning_rate must be > 0");
-  if (opt.momentum() < 0 || opt.momentum() >= 1) return bad("optimizer.momentum must be in [0, 1)");
-  if (opt.beta1() < 0 || opt.beta1() >= 1 || opt.beta2() < 0 || opt.beta2() >= 1) {
-    return bad("optimizer.beta1 and beta2 must be in [0, 1)");
-  }
+  if (const absl::Status st = ValidateOptimizer(job.optimizer()); !st.ok()) return st;
+  if (!DType_IsValid(job.wire_dtype())) return bad("wire_dtype ", job.wire_dtype(), " is unknown");
   const DataSpec& data = job.data();
   if (data.dataset() == SYNTHETIC &&
       (data.synthetic_train_size() < 1 || data.synthetic_test_size() < 1 ||

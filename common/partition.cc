@@ -18,7 +18,13 @@ absl::StatusOr<Partition> Partition::Make(const std::vector<ParamInfo>& params,
   Partition p;
   p.by_param_.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    for (int64_t off = 0; off < params[i].numel; off += max_numel) {
+    // A 2-D parameter is cut at row boundaries when a row fits in a chunk,
+    // so that a chunk is a matrix (Adafactor factors per chunk).
+    int64_t step = max_numel;
+    if (params[i].shape.size() == 2 && params[i].shape[1] <= max_numel) {
+      step = max_numel / params[i].shape[1] * params[i].shape[1];
+    }
+    for (int64_t off = 0; off < params[i].numel; off += step) {
       if (p.chunks_.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
         return absl::InvalidArgumentError("partition: too many chunks");
       }
@@ -26,7 +32,7 @@ absl::StatusOr<Partition> Partition::Make(const std::vector<ParamInfo>& params,
       c.id = static_cast<int32_t>(p.chunks_.size());
       c.param = static_cast<int32_t>(i);
       c.offset = off;
-      c.numel = std::min(max_numel, params[i].numel - off);
+      c.numel = std::min(step, params[i].numel - off);
       p.by_param_[i].push_back(c.id);
       p.chunks_.push_back(c);
     }

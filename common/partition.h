@@ -22,7 +22,8 @@ struct ChunkInfo {
 
 class Partition {
  public:
-  // Cuts each parameter into chunks of at most `chunk_bytes` (fp32 elements)
+  // Cuts each parameter into chunks of at most `chunk_bytes` (fp32 elements;
+  // whole rows of a 2-D parameter whose rows fit)
   // and assigns them to `num_servers` servers, greedily by size: largest chunk
   // first (ties by id) to the server holding the fewest bytes (ties by id).
   static absl::StatusOr<Partition> Make(const std::vector<ParamInfo>& params,

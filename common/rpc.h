@@ -19,6 +19,10 @@ namespace pstrain {
 constexpr int kMaxMessageBytes = 256 << 20;
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// A channel for bulk tensor traffic: a TCP connection of its own (channels
+// made by separate calls never share one) with transport settings for large
+// messages.
+std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address);
 
 // Builds and starts a server on `listen` ("HOST:PORT", port 0 lets the OS
 // choose) with `services`. Returns the started server and sets *bound to

@@ -1,5 +1,6 @@
 // The server-side optimizer interface. One file per optimizer in
-// server/optimizers/; MakeOptimizer picks one from the job spec.
+// server/optimizers/, each header with its update formulas; MakeOptimizer
+// picks one from the job spec.
 #ifndef PSTRAIN_SERVER_OPTIMIZER_H_
 #define PSTRAIN_SERVER_OPTIMIZER_H_
 
@@ -7,26 +8,60 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/thread_pool.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
 
-// Stateless apart from its hyper-parameters; thread-safe. The per-element
-// state lives with the chunk it belongs to.
+// The elements of one chunk as a rows x cols matrix. rows > 1 only when the
+// chunk holds whole rows of a 2-D parameter; a vector is 1 x n.
+struct ChunkShape {
+  int64_t rows = 1;
+  int64_t cols = 0;
+  int64_t numel() const { return rows * cols; }
+};
+
+// What one update needs besides the arrays.
+struct UpdateContext {
+  int64_t step = 1;  // this chunk's updates so far, this one included (bias correction)
+  float lr = 0;      // the schedule's learning rate for this update
+};
+
+// Stateless apart from its hyper-parameters; thread-safe. The state lives
+// with the chunk it belongs to and starts at zero.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // Floats of state per parameter element (0 for SGD, 1 for momentum, 2 for
-  // Adam). State starts at zero.
-  virtual int StateSlots() const = 0;
+  // Floats of state a chunk of this shape needs.
+  virtual int64_t StateFloats(const ChunkShape& shape) const = 0;
 
-  // One update of `n` elements: weights `w`, gradient `g`, state laid out as
-  // StateSlots() arrays of `n` floats each. `step` counts this chunk's
-  // updates from 1 (Adam's bias correction).
-  virtual void Update(float* w, float* state, const float* g, int64_t n,
-                      int64_t step) const = 0;
+  // One update of a chunk: weights `w`, gradient `g` (shape.numel() each),
+  // state (StateFloats(shape)). May split the work over `pool`; allocates
+  // nothing. `w` and `state` must not overlap `g`.
+  virtual void Update(const UpdateContext& ctx, const ChunkShape& shape, float* w, float* state,
+                      const float* g, ThreadPool* pool) const = 0;
 };
+
+// An optimizer whose update of element i reads only element i of each array:
+// its state is Slots() arrays of numel() floats, and Update splits the chunk
+// into ranges over the pool.
+class ElementwiseOptimizer : public Optimizer {
+ public:
+  int64_t StateFloats(const ChunkShape& shape) const final { return Slots() * shape.numel(); }
+  void Update(const UpdateContext& ctx, const ChunkShape& shape, float* w, float* state,
+              const float* g, ThreadPool* pool) const final;
+
+ protected:
+  virtual int Slots() const = 0;
+  // Updates n elements; state slot k of element i is state[k * stride + i].
+  virtual void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
+                           const float* g, int64_t n) const = 0;
+};
+
+// Elements a pool thread takes at least: below this, waking threads costs
+// more than the update.
+inline constexpr int64_t kMinUpdateGrain = 32 * 1024;
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerSpec& spec);
 

@@ -1,103 +1,283 @@
-// Each optimizer against its update formulas worked out by hand for three
-// steps on a two-element tensor, with weight decay.
+// Each optimizer against its update formulas, written out again here in
+// double precision, for three steps on small tensors, with a warm-up schedule
+// and weight decay; plus the schedules themselves and the thread split.
 #include "server/optimizer.h"
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "gtest/gtest.h"
+#include "server/lr_schedule.h"
 
 namespace pstrain {
 namespace {
 
-constexpr float kTol = 1e-6f;
+constexpr int kSteps = 3;
+constexpr double kWd = 0.1;
 
-std::unique_ptr<Optimizer> Make(const std::string& text_type, OptimizerSpec spec) {
-  auto opt = MakeOptimizer(spec);
-  EXPECT_TRUE(opt.ok()) << text_type;
-  return std::move(opt).value();
+// A 2 x 3 chunk: gradients differ in sign and size per element and step.
+const ChunkShape kShape{2, 3};
+double Grad(int t, int i) { return (i % 2 ? -1.0 : 1.0) * (0.3 + 0.2 * i) * t; }
+double Weight0(int i) { return 0.5 - 0.25 * i; }
+
+OptimizerSpec Spec(OptimizerType type) {
+  JobSpec job;
+  OptimizerSpec* opt = job.mutable_optimizer();
+  opt->set_type(type);
+  opt->set_learning_rate(0.05f);
+  opt->set_weight_decay(static_cast<float>(kWd));
+  opt->mutable_schedule()->set_type(WARMUP_COSINE);
+  opt->mutable_schedule()->set_warmup_steps(4);
+  ApplyJobDefaults(&job);
+  return job.optimizer();
 }
 
-// The same gradients for every optimizer: step t uses g = {0.5, -1} * t.
-std::vector<float> Grad(int t) { return {0.5f * t, -1.0f * t}; }
+// The warm-up by hand: clock t (0-based) has lr * (t + 1) / 4.
+double Lr(int t) { return 0.05 * (t + 1) / 4.0; }
+
+// Runs kSteps updates; returns the weights and the state.
+std::pair<std::vector<float>, std::vector<float>> RunSteps(const OptimizerSpec& spec,
+                                                      const ChunkShape& shape,
+                                                      ThreadPool* pool = nullptr) {
+  auto opt = MakeOptimizer(spec).value();
+  const Schedule schedule(spec, 100);
+  const int64_t n = shape.numel();
+  std::vector<float> w(n), state(opt->StateFloats(shape), 0.0f), g(n);
+  for (int i = 0; i < n; ++i) w[i] = static_cast<float>(Weight0(i % 6));
+  for (int t = 1; t <= kSteps; ++t) {
+    for (int i = 0; i < n; ++i) g[i] = static_cast<float>(Grad(t, i % 6));
+    UpdateContext ctx;
+    ctx.step = t;
+    ctx.lr = schedule.At(t - 1);
+    EXPECT_NEAR(ctx.lr, Lr(t - 1), 1e-8);
+    opt->Update(ctx, shape, w.data(), state.data(), g.data(), pool);
+  }
+  return {w, state};
+}
+
+// The reference: per element, state `s` (zeros), returns the weights after
+// kSteps of `step(t, lr, g, w, s)`.
+std::vector<double> Reference(int slots,
+                              const std::function<void(int, double, double, double&,
+                                                       std::vector<double>&)>& step) {
+  std::vector<double> out;
+  for (int i = 0; i < kShape.numel(); ++i) {
+    double w = Weight0(i);
+    std::vector<double> s(slots, 0.0);
+    for (int t = 1; t <= kSteps; ++t) step(t, Lr(t - 1), Grad(t, i), w, s);
+    out.push_back(w);
+  }
+  return out;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
 
 TEST(OptimizerTest, Sgd) {
-  OptimizerSpec spec;
-  spec.set_type(SGD);
-  spec.set_learning_rate(0.1f);
-  spec.set_weight_decay(0.01f);
-  auto opt = Make("sgd", spec);
-  EXPECT_EQ(opt->StateSlots(), 0);
-  std::vector<float> w = {1.0f, 2.0f};
-  double w0 = 1.0, w1 = 2.0;
-  for (int t = 1; t <= 3; ++t) {
-    opt->Update(w.data(), nullptr, Grad(t).data(), 2, t);
-    w0 -= 0.1 * (0.5 * t + 0.01 * w0);
-    w1 -= 0.1 * (-1.0 * t + 0.01 * w1);
-  }
-  // By hand: w0 = 1 -> 0.949 -> 0.848051 -> 0.697203
-  EXPECT_NEAR(w[0], 0.697203, kTol);
-  EXPECT_NEAR(w[0], w0, kTol);
-  EXPECT_NEAR(w[1], w1, kTol);
+  const auto [w, state] = RunSteps(Spec(SGD), kShape);
+  EXPECT_TRUE(state.empty());
+  ExpectNear(w, Reference(0, [](int, double lr, double g, double& w, auto&) {
+               w -= lr * (g + kWd * w);
+             }), 1e-6);
+  // Element 0 by hand: 0.5 -> 0.5 - 0.0125 * (0.3 + 0.05) = 0.495625
+  //   -> - 0.025 * (0.6 + 0.0495625) = 0.4793859 -> - 0.0375 * (0.9 + 0.0479386) = 0.4438382
+  EXPECT_NEAR(w[0], 0.4438382, 1e-6);
 }
 
 TEST(OptimizerTest, Momentum) {
-  OptimizerSpec spec;
-  spec.set_type(MOMENTUM);
-  spec.set_learning_rate(0.1f);
-  spec.set_momentum(0.9f);
-  spec.set_weight_decay(0.0f);
-  auto opt = Make("momentum", spec);
-  ASSERT_EQ(opt->StateSlots(), 1);
-  std::vector<float> w = {1.0f, 2.0f}, state(2, 0.0f);
-  for (int t = 1; t <= 3; ++t) opt->Update(w.data(), state.data(), Grad(t).data(), 2, t);
-  // v1 = 0.5, v2 = 0.45 + 1 = 1.45, v3 = 1.305 + 1.5 = 2.805
-  // w0 = 1 - 0.1 * (0.5 + 1.45 + 2.805) = 0.5245
-  EXPECT_NEAR(state[0], 2.805f, kTol);
-  EXPECT_NEAR(w[0], 0.5245f, kTol);
-  // Element 1: v = -1, -2.9, -5.61; w = 2 + 0.1 * 9.51 = 2.951
-  EXPECT_NEAR(state[1], -5.61f, kTol);
-  EXPECT_NEAR(w[1], 2.951f, kTol);
+  const auto [w, state] = RunSteps(Spec(MOMENTUM), kShape);
+  EXPECT_EQ(state.size(), 6u);
+  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
+               const double gp = g + kWd * w;
+               s[0] = 0.9 * s[0] + gp;
+               w -= lr * s[0];
+             }), 1e-6);
 }
 
-TEST(OptimizerTest, AdamWithWeightDecay) {
-  OptimizerSpec spec;
-  spec.set_type(ADAM);
-  spec.set_learning_rate(0.01f);
-  spec.set_beta1(0.9f);
-  spec.set_beta2(0.999f);
-  spec.set_epsilon(1e-8f);
-  spec.set_weight_decay(0.1f);
-  auto opt = Make("adam", spec);
-  ASSERT_EQ(opt->StateSlots(), 2);
-  std::vector<float> w = {1.0f, 2.0f}, state(4, 0.0f);
-  double ref_w[2] = {1.0, 2.0}, m[2] = {0, 0}, v[2] = {0, 0};
-  for (int t = 1; t <= 3; ++t) {
-    const std::vector<float> g = Grad(t);
-    opt->Update(w.data(), state.data(), g.data(), 2, t);
-    for (int i = 0; i < 2; ++i) {
-      const double gi = g[i] + 0.1 * ref_w[i];
-      m[i] = 0.9 * m[i] + 0.1 * gi;
-      v[i] = 0.999 * v[i] + 0.001 * gi * gi;
-      const double mhat = m[i] / (1 - std::pow(0.9, t));
-      const double vhat = v[i] / (1 - std::pow(0.999, t));
-      ref_w[i] -= 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+TEST(OptimizerTest, Nesterov) {
+  const auto [w, state] = RunSteps(Spec(NESTEROV), kShape);
+  EXPECT_EQ(state.size(), 6u);
+  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
+               const double gp = g + kWd * w;
+               s[0] = 0.9 * s[0] + gp;
+               w -= lr * (gp + 0.9 * s[0]);
+             }), 1e-6);
+}
+
+TEST(OptimizerTest, Adagrad) {
+  const auto [w, state] = RunSteps(Spec(ADAGRAD), kShape);
+  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
+               const double gp = g + kWd * w;
+               s[0] += gp * gp;
+               w -= lr * gp / (std::sqrt(s[0]) + 1e-10);
+             }), 1e-6);
+}
+
+TEST(OptimizerTest, RmsProp) {
+  const auto [w, state] = RunSteps(Spec(RMSPROP), kShape);
+  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
+               const double gp = g + kWd * w;
+               s[0] = 0.9 * s[0] + 0.1 * gp * gp;
+               w -= lr * gp / (std::sqrt(s[0]) + 1e-8);
+             }), 1e-6);
+}
+
+TEST(OptimizerTest, Adadelta) {
+  const auto [w, state] = RunSteps(Spec(ADADELTA), kShape);
+  EXPECT_EQ(state.size(), 12u);
+  // lr defaults to 1 for Adadelta; the spec above sets 0.05, as the formula allows.
+  ExpectNear(w, Reference(2, [](int, double lr, double g, double& w, auto& s) {
+               const double gp = g + kWd * w;
+               s[0] = 0.9 * s[0] + 0.1 * gp * gp;
+               const double d = std::sqrt(s[1] + 1e-6) / std::sqrt(s[0] + 1e-6) * gp;
+               s[1] = 0.9 * s[1] + 0.1 * d * d;
+               w -= lr * d;
+             }), 1e-6);
+}
+
+TEST(OptimizerTest, Adam) {
+  const auto [w, state] = RunSteps(Spec(ADAM), kShape);
+  EXPECT_EQ(state.size(), 12u);
+  ExpectNear(w, Reference(2, [](int t, double lr, double g, double& w, auto& s) {
+               const double gp = g + kWd * w;
+               s[0] = 0.9 * s[0] + 0.1 * gp;
+               s[1] = 0.999 * s[1] + 0.001 * gp * gp;
+               const double mhat = s[0] / (1 - std::pow(0.9, t));
+               const double vhat = s[1] / (1 - std::pow(0.999, t));
+               w -= lr * mhat / (std::sqrt(vhat) + 1e-8);
+             }), 1e-6);
+  // Step 1 by hand: mhat = g', vhat = g'^2, so w0 = 0.5 - 0.0125 = 0.4875.
+}
+
+TEST(OptimizerTest, AdamW) {
+  const auto [w, state] = RunSteps(Spec(ADAMW), kShape);
+  ExpectNear(w, Reference(2, [](int t, double lr, double g, double& w, auto& s) {
+               s[0] = 0.9 * s[0] + 0.1 * g;
+               s[1] = 0.999 * s[1] + 0.001 * g * g;
+               const double mhat = s[0] / (1 - std::pow(0.9, t));
+               const double vhat = s[1] / (1 - std::pow(0.999, t));
+               w -= lr * (mhat / (std::sqrt(vhat) + 1e-8) + kWd * w);
+             }), 1e-6);
+}
+
+// Adafactor on a vector: per-element second moments.
+TEST(OptimizerTest, AdafactorVector) {
+  const ChunkShape vec{1, 6};
+  const auto [w, state] = RunSteps(Spec(ADAFACTOR), vec);
+  EXPECT_EQ(state.size(), 6u);
+  std::vector<double> ref_w(6), v(6, 0.0);
+  for (int i = 0; i < 6; ++i) ref_w[i] = Weight0(i);
+  for (int t = 1; t <= kSteps; ++t) {
+    const double b = 1 - std::pow(t, -0.8);
+    std::vector<double> u(6);
+    double sq = 0;
+    for (int i = 0; i < 6; ++i) {
+      const double g = Grad(t, i);
+      v[i] = b * v[i] + (1 - b) * (g * g + 1e-30);
+      u[i] = g / std::sqrt(v[i]);
+      sq += u[i] * u[i];
+    }
+    const double scale = std::max(1.0, std::sqrt(sq / 6) / 1.0);
+    for (int i = 0; i < 6; ++i) ref_w[i] -= Lr(t - 1) * (u[i] / scale + kWd * ref_w[i]);
+  }
+  ExpectNear(w, ref_w, 1e-6);
+  // Step 1 has b = 0, so v = g^2, u = sign(g), rms 1: w0 = 0.5 - 0.0125 * (1 + 0.05).
+}
+
+// Adafactor on a 2 x 3 matrix: row and column statistics.
+TEST(OptimizerTest, AdafactorMatrix) {
+  const auto [w, state] = RunSteps(Spec(ADAFACTOR), kShape);
+  ASSERT_EQ(state.size(), 5u);  // 2 rows + 3 columns instead of 6
+  const int rows = 2, cols = 3;
+  std::vector<double> ref_w(6), r(rows, 0.0), c(cols, 0.0);
+  for (int i = 0; i < 6; ++i) ref_w[i] = Weight0(i);
+  for (int t = 1; t <= kSteps; ++t) {
+    const double b = 1 - std::pow(t, -0.8);
+    auto G = [&](int i, int j) { const double g = Grad(t, i * cols + j); return g * g + 1e-30; };
+    for (int i = 0; i < rows; ++i) {
+      double mean = 0;
+      for (int j = 0; j < cols; ++j) mean += G(i, j) / cols;
+      r[i] = b * r[i] + (1 - b) * mean;
+    }
+    for (int j = 0; j < cols; ++j) {
+      double mean = 0;
+      for (int i = 0; i < rows; ++i) mean += G(i, j) / rows;
+      c[j] = b * c[j] + (1 - b) * mean;
+    }
+    const double r_mean = (r[0] + r[1]) / 2;
+    std::vector<double> u(6);
+    double sq = 0;
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < cols; ++j) {
+        const double vhat = r[i] * c[j] / r_mean;
+        u[i * cols + j] = Grad(t, i * cols + j) / std::sqrt(vhat);
+        sq += u[i * cols + j] * u[i * cols + j];
+      }
+    }
+    const double scale = std::max(1.0, std::sqrt(sq / 6));
+    for (int k = 0; k < 6; ++k) ref_w[k] -= Lr(t - 1) * (u[k] / scale + kWd * ref_w[k]);
+  }
+  ExpectNear(w, ref_w, 1e-6);
+  EXPECT_NEAR(state[0], r[0], 1e-6 * r[0]);
+  EXPECT_NEAR(state[2 + 2], c[2], 1e-6 * c[2]);
+}
+
+// A chunk split over threads gives the serial result.
+TEST(OptimizerTest, ThreadsGiveTheSerialResult) {
+  ThreadPool pool(3);
+  for (OptimizerType type : {SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADADELTA, ADAM, ADAMW,
+                             ADAFACTOR}) {
+    for (const ChunkShape shape : {ChunkShape{1, 300000}, ChunkShape{600, 500}}) {
+      const auto serial = RunSteps(Spec(type), shape);
+      const auto threaded = RunSteps(Spec(type), shape, &pool);
+      for (size_t i = 0; i < serial.first.size(); ++i) {
+        ASSERT_NEAR(serial.first[i], threaded.first[i], 1e-6) << OptimizerType_Name(type);
+      }
     }
   }
-  // By hand: step 1 has g' = 0.5 + 0.1 = 0.6, mhat = 0.6, vhat = 0.36, so
-  // w0 = 1 - 0.01 * 0.6 / 0.6 = 0.99; step 2: g' = 1.099, m = 0.1639,
-  // v = 0.00156744, w0 = 0.99 - 0.01 * 0.86263 / 0.88550 = 0.980258; step 3
-  // likewise gives 0.970586.
-  EXPECT_NEAR(w[0], 0.970586, 1e-5);
-  EXPECT_NEAR(w[0], ref_w[0], 1e-6);
-  EXPECT_NEAR(w[1], ref_w[1], 1e-6);
-  EXPECT_NEAR(state[0], m[0], 1e-6);
-  EXPECT_NEAR(state[2 + 1], v[1], 1e-6);
 }
 
-TEST(OptimizerTest, UnknownTypeIsRefused) {
+TEST(ScheduleTest, Formulas) {
+  JobSpec job;
+  OptimizerSpec* opt = job.mutable_optimizer();
+  opt->set_learning_rate(1.0f);
+  opt->mutable_schedule()->set_type(WARMUP_COSINE);
+  opt->mutable_schedule()->set_warmup_steps(10);
+  opt->mutable_schedule()->set_min_lr(0.1f);
+  ApplyJobDefaults(&job);
+  const Schedule cosine(job.optimizer(), 110);  // decays over the 100 clocks after warm-up
+  EXPECT_FLOAT_EQ(cosine.At(0), 0.1f);
+  EXPECT_FLOAT_EQ(cosine.At(9), 1.0f);
+  EXPECT_FLOAT_EQ(cosine.At(10), 1.0f);
+  EXPECT_NEAR(cosine.At(60), 0.55f, 1e-6);   // halfway: 0.1 + 0.9 * 0.5
+  EXPECT_NEAR(cosine.At(110), 0.1f, 1e-6);
+  EXPECT_NEAR(cosine.At(500), 0.1f, 1e-6);
+
+  opt->mutable_schedule()->set_type(STEP_DECAY);
+  opt->mutable_schedule()->set_step_size(30);
+  opt->mutable_schedule()->set_gamma(0.5f);
+  const Schedule step(job.optimizer(), 110);
+  EXPECT_FLOAT_EQ(step.At(29), 1.0f);
+  EXPECT_FLOAT_EQ(step.At(30), 0.5f);
+  EXPECT_FLOAT_EQ(step.At(95), 0.125f);
+
+  opt->mutable_schedule()->set_type(CONSTANT);
+  EXPECT_FLOAT_EQ(Schedule(job.optimizer(), 110).At(77), 1.0f);
+}
+
+TEST(OptimizerTest, BadSpecsAreRefused) {
   OptimizerSpec spec;
+  spec.set_type(static_cast<OptimizerType>(99));
   EXPECT_EQ(MakeOptimizer(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  JobSpec job;
+  job.mutable_optimizer()->mutable_schedule()->set_type(STEP_DECAY);  // no step_size
+  ApplyJobDefaults(&job);
+  EXPECT_NE(ValidateJobSpec(job).message().find("step_size"), absl::string_view::npos)
+      << ValidateJobSpec(job);
 }
 
 }  // namespace

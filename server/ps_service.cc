@@ -1,27 +1,19 @@
 #include "server/ps_service.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/process_stats.h"
 #include "common/rpc.h"
+#include "common/tensor_wire.h"
 
 namespace pstrain {
 namespace {
 
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
-// The floats of a chunk's payload; copies only when the bytes are misaligned.
-absl::Span<const float> AsFloats(const std::string& bytes, std::vector<float>* scratch) {
-  const size_t n = bytes.size() / sizeof(float);
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
-    return absl::Span<const float>(reinterpret_cast<const float*>(bytes.data()), n);
-  }
-  scratch->resize(n);
-  std::memcpy(scratch->data(), bytes.data(), n * sizeof(float));
-  return absl::Span<const float>(*scratch);
 }
 
 }  // namespace
@@ -50,35 +42,64 @@ std::shared_ptr<ShardStore> PsService::store() const {
   return store_;
 }
 
+grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
+  SliceReader reader(req);
+  PushHeader h;
+  std::vector<PayloadRef> chunks;
+  if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
+  if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
+  if (!(h.grad_norm >= 0) || std::isinf(h.grad_norm)) {
+    return Invalid(absl::StrCat("push: grad_norm ", h.grad_norm, " is not a finite norm"));
+  }
+  const int width = DTypeSize(h.dtype);
+  // Validate the whole request first (each payload's size against its
+  // chunk's declared size): it is applied whole or not at all, and nothing
+  // is allocated for a chunk beyond its declared size.
+  for (const PayloadRef& c : chunks) {
+    const int64_t numel = store.ChunkNumel(c.chunk);
+    if (numel == 0) return Invalid(absl::StrCat("push: unknown chunk ", c.chunk, " for this server"));
+    if (c.bytes != static_cast<size_t>(numel) * width) {
+      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", numel, " values; the push has ",
+                                  c.bytes, " bytes of ", DTypeName(h.dtype)));
+    }
+    const absl::Status st = store.CheckPush(h.worker_id, h.clock, h.num_samples, c.chunk, numel);
+    if (!st.ok()) return ToGrpc(st);
+  }
+  // Per-thread buffers, grown once to the largest chunk.
+  thread_local std::vector<float> grad;
+  thread_local std::vector<char> staging;
+  int64_t bytes = 0;
+  for (const PayloadRef& c : chunks) {
+    const int64_t numel = store.ChunkNumel(c.chunk);
+    grad.resize(numel);
+    reader.Seek(c.offset);
+    if (h.dtype == FP32) {
+      reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
+    } else {
+      staging.resize(c.bytes);
+      reader.Copy(c.bytes, staging.data());
+      DecodeFloats(h.dtype, staging.data(), numel, grad.data());
+    }
+    const absl::Status st = store.Push(h.worker_id, h.clock, h.num_samples, c.chunk,
+                                       absl::MakeConstSpan(grad.data(), numel), h.grad_norm);
+    if (!st.ok()) return ToGrpc(st);
+    bytes += static_cast<int64_t>(c.bytes);
+  }
+  bytes_in_ += bytes;
+  ++pushes_;
+  return grpc::Status::OK;
+}
+
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
-                                          const PushRequest* req, PushResponse* resp) {
+                                          const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
   std::shared_ptr<ShardStore> s = store();
   if (s == nullptr) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
   }
-  if (req->dtype() != FP32) return FinishNow(ctx, Invalid("push: only fp32 on the wire"));
-  // Validate the whole request first: it is applied whole or not at all.
-  for (const ChunkData& c : req->chunks()) {
-    if (c.data().size() % sizeof(float) != 0) {
-      return FinishNow(ctx, Invalid(absl::StrCat("push: chunk ", c.chunk(), " has ",
-                                                 c.data().size(), " bytes, not whole fp32s")));
-    }
-    const absl::Status st = s->CheckPush(req->worker_id(), req->clock(), req->num_samples(),
-                                         c.chunk(), c.data().size() / sizeof(float));
-    if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
-  }
-  std::vector<float> scratch;
-  int64_t bytes = 0;
-  for (const ChunkData& c : req->chunks()) {
-    const absl::Status st = s->Push(req->worker_id(), req->clock(), req->num_samples(),
-                                    c.chunk(), AsFloats(c.data(), &scratch));
-    if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
-    bytes += static_cast<int64_t>(c.data().size());
-  }
-  bytes_in_ += bytes;
-  ++pushes_;
-  WakePulls();
-  return FinishNow(ctx, grpc::Status::OK);
+  const grpc::Status st = DoPush(*s, *req);
+  if (st.ok()) WakePulls();
+  *resp = SerializeSmall(PushResponse());  // empty, but a message
+  return FinishNow(ctx, st);
 }
 
 bool PsService::Readable(const ShardStore& store, const PullRequest& req) const {
@@ -88,30 +109,36 @@ bool PsService::Readable(const ShardStore& store, const PullRequest& req) const 
   return true;
 }
 
-void PsService::FillPull(const ShardStore& store, const PullRequest& req, PullResponse* resp) {
-  std::vector<int64_t> applied, min_applied;
+void PsService::FillPull(const ShardStore& store, const PullRequest& req,
+                         grpc::ByteBuffer* resp) {
+  const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
+  std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
-  for (int32_t chunk : req.chunks()) {
-    ChunkData* out = resp->add_chunks();
-    out->set_chunk(chunk);
-    store.Read(req.worker_id(), req.clock(), req.min_clock(), chunk, out->mutable_data(),
-               &applied);
-    if (min_applied.empty()) {
-      min_applied = applied;
-    } else {
-      for (size_t w = 0; w < applied.size(); ++w) {
-        min_applied[w] = std::min(min_applied[w], applied[w]);
-      }
-    }
-    bytes += static_cast<int64_t>(out->data().size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    payload_bytes[i] = store.ChunkNumel(ids[i]) * DTypeSize(req.dtype());
+    bytes += payload_bytes[i];
   }
-  for (int64_t a : min_applied) resp->add_applied_clock(a);
+  std::vector<int64_t> applied, min_applied;
+  *resp = EncodePullResponse(
+      ids, payload_bytes,
+      [&](size_t i, char* dst) {
+        store.Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
+                   &applied);
+        if (min_applied.empty()) {
+          min_applied = applied;
+        } else {
+          for (size_t w = 0; w < applied.size(); ++w) {
+            min_applied[w] = std::min(min_applied[w], applied[w]);
+          }
+        }
+      },
+      min_applied);
   bytes_out_ += bytes;
   ++pulls_;
 }
 
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
-                                          const PullRequest* req, PullResponse* resp) {
+                                          const grpc::ByteBuffer* raw, grpc::ByteBuffer* resp) {
   std::shared_ptr<ShardStore> s = store();
   if (s == nullptr) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
@@ -121,7 +148,13 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
     absl::MutexLock lock(&mu_);
     total_clocks = total_clocks_;
   }
-  if (req->dtype() != FP32) return FinishNow(ctx, Invalid("pull: only fp32 on the wire"));
+  auto req = std::make_unique<PullRequest>();
+  if (raw->Length() > kMaxPullRequestBytes || !ParseSmall(*raw, req.get())) {
+    return FinishNow(ctx, Invalid("pull: malformed request"));
+  }
+  if (!DType_IsValid(req->dtype())) {
+    return FinishNow(ctx, Invalid(absl::StrCat("pull: unknown dtype ", req->dtype())));
+  }
   if (req->chunks_size() == 0) return FinishNow(ctx, Invalid("pull: no chunks"));
   if (req->min_clock() < 0 || req->min_clock() > total_clocks) {
     return FinishNow(ctx, Invalid(absl::StrCat("pull: min_clock ", req->min_clock(),
@@ -137,7 +170,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
     return FinishNow(ctx, grpc::Status::OK);
   }
   auto* reactor = new ParkedReactor();
-  parked_.emplace_back(reactor, PendingPull{req, resp});
+  parked_.emplace_back(reactor, PendingPull{std::move(req), resp});
   return reactor;
 }
 
@@ -184,6 +217,11 @@ NodeStatus PsService::GetStatus() const {
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
   st.set_rss_bytes(ResidentBytes());
+  if (s != nullptr && s->NumParams() > 0) {
+    st.set_params(s->NumParams());
+    st.set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
+    st.set_nonfinite_skipped(s->NonfiniteSkipped());
+  }
   st.set_test_accuracy(-1);
   return st;
 }

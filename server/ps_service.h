@@ -1,5 +1,7 @@
 // gRPC glue of the parameter server: validates requests, hands them to the
-// ShardStore, and parks pulls until their read guarantee holds.
+// ShardStore, and parks pulls until their read guarantee holds. Push and Pull
+// are raw methods: their payloads move between gRPC's slices and the store
+// without protobuf copies (common/tensor_wire.h); Status is plain protobuf.
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
@@ -15,7 +17,13 @@
 
 namespace pstrain {
 
-class PsService final : public ParameterServer::CallbackService {
+using PsServiceBase = ParameterServer::WithRawCallbackMethod_Push<
+    ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService>>;
+
+// A pull request lists chunk ids; more than this is not one.
+inline constexpr size_t kMaxPullRequestBytes = 64 << 20;
+
+class PsService final : public PsServiceBase {
  public:
   PsService() : start_(absl::Now()) {}
 
@@ -30,22 +38,24 @@ class PsService final : public ParameterServer::CallbackService {
 
   NodeStatus GetStatus() const;
 
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const PushRequest* req,
-                                 PushResponse* resp) override;
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const PullRequest* req,
-                                 PullResponse* resp) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
                                    NodeStatus* resp) override;
 
  private:
   struct PendingPull {
-    const PullRequest* request;
-    PullResponse* response;
+    std::unique_ptr<PullRequest> request;
+    grpc::ByteBuffer* response;
   };
 
   std::shared_ptr<ShardStore> store() const;
   bool Readable(const ShardStore& store, const PullRequest& req) const;
-  void FillPull(const ShardStore& store, const PullRequest& req, PullResponse* resp);
+  void FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
+  // Validates a push and hands it to the store, whole or not at all.
+  grpc::Status DoPush(ShardStore& store, const grpc::ByteBuffer& req);
   // Answers the parked pulls whose guarantee now holds.
   void WakePulls();
 

@@ -3,6 +3,7 @@
 //   ps_server --scheduler=HOST:PORT [--listen=HOST:PORT] [--port_file=F]
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -13,7 +14,9 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/rpc.h"
+#include "common/simd.h"
 #include "common/scheduler_client.h"
+#include "common/thread_pool.h"
 #include "common/trace.h"
 #include "server/ps_service.h"
 #include "server/shard_store.h"
@@ -25,6 +28,9 @@ ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
 ABSL_FLAG(std::string, trace_file, "", "write every apply and pull as JSON lines here");
 ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
+ABSL_FLAG(int, server_threads, static_cast<int>(std::thread::hardware_concurrency()),
+          "threads one large optimizer update is split over (concurrent pushes of "
+          "different chunks also run in parallel on gRPC's threads)");
 
 namespace pstrain {
 namespace {
@@ -89,10 +95,14 @@ int Run() {
     (*server)->Shutdown();
     return 1;
   }
-  auto store = std::make_shared<ShardStore>(job, *partition, id, std::move(*optimizer),
+  ThreadPool pool(absl::GetFlag(FLAGS_server_threads));
+  auto store = std::make_shared<ShardStore>(job, *partition, id, std::move(*optimizer), &pool,
                                             trace->get());
-  spdlog::info("holding {} chunks, {} parameters ({} bytes of weights)",
-               store->chunk_ids().size(), store->NumParams(), store->NumParams() * 4);
+  spdlog::info("holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
+               "threads, {} loops)",
+               store->chunk_ids().size(), store->NumParams(),
+               store->NumParams() > 0 ? double(store->BytesHeld()) / store->NumParams() : 0.0,
+               OptimizerType_Name(job.optimizer().type()), pool.parallelism(), SimdLevel());
   service->SetStore(store, TotalClocks(job));
   client.StartHeartbeats([&service] { return service->GetStatus(); });
 

@@ -4,16 +4,36 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/simd.h"
 
 namespace pstrain {
+namespace {
+
+// out = a * x (out may be x)
+PSTRAIN_SIMD_CLONES
+void Scale(const float* x, int64_t n, float a, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a * x[i];
+}
+
+// y += a * x
+PSTRAIN_SIMD_CLONES
+void AddScaled(const float* __restrict x, int64_t n, float a, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
 
 ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int server_id,
-                       std::unique_ptr<Optimizer> optimizer, TraceWriter* trace)
+                       std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace)
     : job_(job),
       num_workers_(job.num_workers()),
       bsp_(job.consistency() == BSP),
       optimizer_(std::move(optimizer)),
+      schedule_(job.optimizer(), TotalClocks(job)),
+      pool_(pool),
       trace_(trace),
       chunk_ids_(partition.ServerChunks(server_id)) {
   const std::vector<ParamInfo> params = ModelParams(job.model());
@@ -21,14 +41,22 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
     const ChunkInfo& info = partition.chunks()[id];
     const ParamInfo& param = params[info.param];
     auto c = std::make_unique<Chunk>(num_workers_);
+    c->id = id;
+    c->shape.cols = info.numel;
+    if (param.shape.size() == 2 && info.offset % param.shape[1] == 0 &&
+        info.numel % param.shape[1] == 0) {
+      c->shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
+    }
     absl::MutexLock lock(&c->mu);
     c->weights.resize(info.numel);
     for (int64_t i = 0; i < info.numel; ++i) {
       c->weights[i] = InitialValue(job.seed(), param, info.offset + i);
     }
-    c->state.assign(info.numel * optimizer_->StateSlots(), 0.0f);
+    c->state.assign(optimizer_->StateFloats(c->shape), 0.0f);
     if (bsp_) c->grad_sum.assign(info.numel, 0.0f);
     num_params_ += info.numel;
+    bytes_held_ += static_cast<int64_t>(
+        (c->weights.size() + c->state.size() + c->grad_sum.size()) * sizeof(float));
     chunks_.emplace(id, std::move(c));
   }
 }
@@ -79,8 +107,25 @@ absl::Status ShardStore::ClassifyPush(const Chunk& c, int worker, int64_t clock,
                                                  " but worker ", worker, " is at ", next));
 }
 
+int64_t ShardStore::ChunkNumel(int32_t chunk) const {
+  const Chunk* c = Find(chunk);
+  return c == nullptr ? 0 : c->shape.numel();
+}
+
+bool ShardStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad) {
+  if (job_.optimizer().allow_nonfinite() || AllFinite(grad.data(), grad.size())) return true;
+  ++nonfinite_skipped_;
+  if (!c.nonfinite_logged) {
+    c.nonfinite_logged = true;
+    spdlog::warn("chunk {}: skipped a push with NaN or Inf from worker {} at clock {} "
+                 "(logged once per chunk; the count is in Status)",
+                 c.id, worker, clock);
+  }
+  return false;
+}
+
 absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                              absl::Span<const float> grad) {
+                              absl::Span<const float> grad, float push_norm) {
   const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size());
   if (!ok.ok()) return ok;
   Chunk& c = *Find(chunk);
@@ -90,24 +135,38 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
   if (!order.ok()) return order;   // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   const int64_t n = static_cast<int64_t>(c.weights.size());
+  const bool acceptable = Acceptable(c, worker, clock, grad);
   if (!bsp_) {
-    Apply(c, grad.data(), n);
+    if (acceptable) {
+      const float clip = job_.optimizer().clip_norm();
+      if (clip > 0 && push_norm > clip) {
+        // A scaled copy, in per-thread scratch that grows once to the largest chunk.
+        thread_local std::vector<float> scaled;
+        scaled.resize(n);
+        Scale(grad.data(), n, clip / push_norm, scaled.data());
+        Apply(c, clock, scaled.data());
+      } else {
+        Apply(c, clock, grad.data());
+      }
+    }
     c.applied[worker] = clock + 1;
     TraceApply(worker, clock, chunk);
     return absl::OkStatus();
   }
   // BSP: the gate keeps every worker within one round, so `clock` is the
   // round being collected.
-  const float weight = static_cast<float>(num_samples);
-  for (int64_t i = 0; i < n; ++i) c.grad_sum[i] += weight * grad[i];
-  c.round_samples += num_samples;
+  if (acceptable) {
+    AddScaled(grad.data(), n, static_cast<float>(num_samples), c.grad_sum.data());
+    c.round_samples += num_samples;
+  }
   c.pushed[worker] = true;
   if (std::find(c.pushed.begin(), c.pushed.end(), false) != c.pushed.end()) {
     return absl::OkStatus();
   }
-  const float inv = 1.0f / static_cast<float>(c.round_samples);
-  for (int64_t i = 0; i < n; ++i) c.grad_sum[i] *= inv;
-  Apply(c, c.grad_sum.data(), n);
+  if (c.round_samples > 0) {  // else every push of the round was skipped
+    Scale(c.grad_sum.data(), n, 1.0f / static_cast<float>(c.round_samples), c.grad_sum.data());
+    Apply(c, clock, c.grad_sum.data());
+  }
   std::fill(c.grad_sum.begin(), c.grad_sum.end(), 0.0f);
   c.round_samples = 0;
   for (int w = 0; w < num_workers_; ++w) {
@@ -118,9 +177,11 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
   return absl::OkStatus();
 }
 
-void ShardStore::Apply(Chunk& c, const float* grad, int64_t n) {
-  ++c.steps;
-  optimizer_->Update(c.weights.data(), c.state.data(), grad, n, c.steps);
+void ShardStore::Apply(Chunk& c, int64_t clock, const float* grad) {
+  UpdateContext ctx;
+  ctx.step = ++c.steps;
+  ctx.lr = schedule_.At(clock);
+  optimizer_->Update(ctx, c.shape, c.weights.data(), c.state.data(), grad, pool_);
 }
 
 void ShardStore::TraceApply(int worker, int64_t clock, int32_t chunk) const {
@@ -140,12 +201,11 @@ bool ShardStore::Readable(int32_t chunk, int64_t min_clock) const {
   return *std::min_element(c->applied.begin(), c->applied.end()) >= min_clock;
 }
 
-void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
-                      std::string* out, std::vector<int64_t>* applied) const {
+void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
+                      char* out, std::vector<int64_t>* applied) const {
   Chunk* c = Find(chunk);
   absl::MutexLock lock(&c->mu);
-  out->resize(c->weights.size() * sizeof(float));
-  std::memcpy(out->data(), c->weights.data(), out->size());
+  EncodeFloats(dtype, c->weights.data(), static_cast<int64_t>(c->weights.size()), out);
   *applied = c->applied;
   if (trace_ != nullptr && trace_->enabled()) {
     TraceEvent e;

@@ -4,6 +4,7 @@
 #ifndef PSTRAIN_SERVER_SHARD_STORE_H_
 #define PSTRAIN_SERVER_SHARD_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,7 +16,9 @@
 #include "absl/types/span.h"
 #include "common/partition.h"
 #include "common/trace.h"
+#include "common/thread_pool.h"
 #include "proto/job.pb.h"
+#include "server/lr_schedule.h"
 #include "server/optimizer.h"
 
 namespace pstrain {
@@ -25,19 +28,23 @@ namespace pstrain {
 class ShardStore {
  public:
   // Owns the chunks `partition` gives `server_id` and initialises them from
-  // the job seed. `trace` may be null.
+  // the job seed. The optimizer splits large updates over `pool`; `pool` and
+  // `trace` may be null and must outlive the store.
   ShardStore(const JobSpec& job, const Partition& partition, int server_id,
-             std::unique_ptr<Optimizer> optimizer, TraceWriter* trace);
+             std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace);
 
   // One push: gradients (the mean over `num_samples` samples) of iteration
   // `clock` for `chunk`. BSP adds them to the chunk's round and applies one
   // optimizer step over the round's mean once every worker has pushed; SSP
-  // and ASP apply them at once. A push repeated for an iteration already
-  // taken is acknowledged and ignored (client retries).
+  // and ASP apply them at once, scaled by min(1, clip_norm / push_norm) when
+  // the job clips (`push_norm`: the norm of the worker's whole gradient).
+  // A push repeated for an iteration already taken is acknowledged and
+  // ignored (client retries). A push with a NaN or Inf is taken but not
+  // applied (unless the job allows them): counted, and logged once per chunk.
   // INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch, or a
   // clock other than the worker's next; the store is unchanged then.
   absl::Status Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                    absl::Span<const float> grad);
+                    absl::Span<const float> grad, float push_norm = 0);
   // Checks a push without applying it (so a request of several chunks is
   // taken whole or not at all).
   absl::Status CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
@@ -48,19 +55,28 @@ class ShardStore {
   // True when every worker's updates of iterations < min_clock are applied
   // to `chunk` (the read guarantee).
   bool Readable(int32_t chunk, int64_t min_clock) const;
-  // Copies the chunk's weights into `out` (raw little-endian fp32) and the
-  // per-worker applied clocks into `applied`. Traces the read for `worker`.
-  void Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
-            std::string* out, std::vector<int64_t>* applied) const;
+  // Writes the chunk's weights to `out` (ChunkNumel(chunk) values, little
+  // endian, in `dtype`; any alignment) and the per-worker applied clocks to
+  // `applied`. Traces the read for `worker`.
+  void Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype, char* out,
+            std::vector<int64_t>* applied) const;
 
   // Min over owned chunks and workers of the iterations applied.
   int64_t MinAppliedClock() const;
   int64_t NumParams() const { return num_params_; }
+  // Elements of one of this server's chunks (0 for another's).
+  int64_t ChunkNumel(int32_t chunk) const;
+  // Bytes of weights, optimizer state and BSP round sums held.
+  int64_t BytesHeld() const { return bytes_held_; }
+  // Pushes not applied because they held a NaN or Inf.
+  int64_t NonfiniteSkipped() const { return nonfinite_skipped_; }
   const std::vector<int32_t>& chunk_ids() const { return chunk_ids_; }
 
  private:
   struct Chunk {
     explicit Chunk(int num_workers) : applied(num_workers, 0), pushed(num_workers, false) {}
+    int32_t id = 0;
+    ChunkShape shape;
     mutable absl::Mutex mu;
     std::vector<float> weights ABSL_GUARDED_BY(mu);
     std::vector<float> state ABSL_GUARDED_BY(mu);
@@ -72,6 +88,7 @@ class ShardStore {
     std::vector<bool> pushed ABSL_GUARDED_BY(mu);
     std::vector<float> grad_sum ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
+    bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
   };
 
   Chunk* Find(int32_t chunk) const;
@@ -79,17 +96,25 @@ class ShardStore {
   // already taken (*duplicate true); INVALID_ARGUMENT for any other clock.
   absl::Status ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
                             bool* duplicate) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  void Apply(Chunk& c, const float* grad, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // One optimizer step of iteration `clock` with gradient `grad`.
+  void Apply(Chunk& c, int64_t clock, const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // False (and counted, logged once per chunk) when `grad` may not be applied.
+  bool Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void TraceApply(int worker, int64_t clock, int32_t chunk) const;
 
   const JobSpec job_;
   const int num_workers_;
   const bool bsp_;
   std::unique_ptr<Optimizer> optimizer_;
+  const Schedule schedule_;
+  ThreadPool* pool_;
   TraceWriter* trace_;
   std::vector<int32_t> chunk_ids_;
   std::unordered_map<int32_t, std::unique_ptr<Chunk>> chunks_;
   int64_t num_params_ = 0;
+  int64_t bytes_held_ = 0;
+  std::atomic<int64_t> nonfinite_skipped_{0};
 };
 
 }  // namespace pstrain

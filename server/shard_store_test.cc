@@ -30,11 +30,9 @@ JobSpec SmallJob(Consistency mode, int workers) {
 }
 
 std::vector<float> ReadChunk(const ShardStore& s, int32_t chunk) {
-  std::string bytes;
+  std::vector<float> out(s.ChunkNumel(chunk));
   std::vector<int64_t> applied;
-  s.Read(0, 0, 0, chunk, &bytes, &applied);
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  s.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied);
   return out;
 }
 
@@ -42,7 +40,7 @@ struct Fixture {
   explicit Fixture(Consistency mode, int workers = 2, int servers = 1)
       : job(SmallJob(mode, workers)),
         partition(Partition::Make(ModelParams(job.model()), job.chunk_bytes(), servers).value()),
-        store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr) {}
+        store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr) {}
   JobSpec job;
   Partition partition;
   ShardStore store;
@@ -113,7 +111,7 @@ TEST(ShardStoreTest, BadPushesChangeNothing) {
 TEST(ShardStoreTest, InitialWeightsDoNotDependOnTheServerCount) {
   Fixture one(BSP, 2, 1);
   Fixture two_a(BSP, 2, 2);
-  ShardStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(),
+  ShardStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(), nullptr,
                    nullptr);
   for (int32_t chunk = 0; chunk < 2; ++chunk) {
     const ShardStore& owner = two_a.partition.chunks()[chunk].server == 0 ? two_a.store : two_b;

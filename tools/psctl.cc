@@ -78,6 +78,11 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
                                                  : "-",
                 Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(),
                 Bytes(n.rss_bytes()).c_str());
+    if (n.role() == SERVER && n.params() > 0) {
+      std::printf("          %lld params, %.2f bytes/param held, %lld non-finite pushes skipped\n",
+                  static_cast<long long>(n.params()), n.bytes_per_param(),
+                  static_cast<long long>(n.nonfinite_skipped()));
+    }
     if (!n.message().empty()) std::printf("          %s\n", n.message().c_str());
   }
 }

@@ -1,11 +1,17 @@
 #include "worker/ps_client.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "common/dtype.h"
 #include "common/logging.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
+#include "common/tensor_wire.h"
+#include "proto/ps.pb.h"
 
 namespace pstrain {
 namespace {
@@ -14,64 +20,92 @@ namespace {
 // this long before the client asks again.
 constexpr absl::Duration kPullAttempt = absl::Seconds(30);
 constexpr absl::Duration kPushAttempt = absl::Seconds(30);
+const char kPushMethod[] = "/pstrain.ParameterServer/Push";
+const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
 
 }  // namespace
 
+// One call: a batch of one server's chunks.
+struct PsClient::Call {
+  int server = 0;
+  int channel = 0;
+  grpc::ByteBuffer request;
+  // Checks and consumes a reply; runs on a gRPC thread.
+  std::function<absl::Status(const grpc::ByteBuffer&)> finish;
+  bool done = false;
+};
+
 PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
-                   absl::Duration retry_window)
-    : partition_(partition), worker_id_(worker_id), retry_window_(retry_window) {
+                   PsClientOptions options)
+    : partition_(partition), worker_id_(worker_id), options_(options) {
+  const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
-    stubs_.push_back(ParameterServer::NewStub(MakeChannel(s.address())));
+    stubs_.emplace_back();
+    for (int c = 0; c < channels; ++c) {
+      stubs_.back().push_back(std::make_unique<grpc::GenericStub>(MakeBulkChannel(s.address())));
+    }
+  }
+  const int width = DTypeSize(options_.wire_dtype);
+  for (int s = 0; s < static_cast<int>(stubs_.size()); ++s) {
+    std::vector<std::vector<int32_t>> batches;
+    int64_t bytes = 0;
+    for (int32_t id : partition_->ServerChunks(s)) {
+      const int64_t chunk_bytes = partition_->chunks()[id].numel * width;
+      if (batches.empty() || bytes + chunk_bytes > options_.max_request_bytes) {
+        batches.emplace_back();
+        bytes = 0;
+      }
+      batches.back().push_back(id);
+      bytes += chunk_bytes;
+    }
+    batches_.push_back(std::move(batches));
   }
 }
 
-template <typename Request, typename Response>
-absl::Status PsClient::CallAll(std::vector<Request>& requests, std::vector<Response>* responses,
-                               bool is_pull) {
-  const int n = static_cast<int>(requests.size());
-  responses->assign(n, Response());
-  std::vector<bool> done(n, false);
-  const absl::Time give_up = absl::Now() + retry_window_;
+absl::Status PsClient::RunCalls(std::vector<Call>& calls, bool is_pull) {
+  const absl::Time give_up = absl::Now() + options_.retry_window;
   Backoff backoff;
+  int next_channel = 0;
   while (true) {
     std::vector<int> todo;
-    for (int s = 0; s < n; ++s) {
-      if (!done[s] && !requests[s].chunks().empty()) todo.push_back(s);
+    for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
+      if (!calls[i].done) todo.push_back(i);
     }
     if (todo.empty()) return absl::OkStatus();
-    std::vector<grpc::Status> results(n);
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
+    std::vector<absl::Status> results(calls.size());
+    std::vector<grpc::ByteBuffer> replies(calls.size());
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
     absl::BlockingCounter pending(static_cast<int>(todo.size()));
-    for (int s : todo) {
-      contexts[s] = ContextWithTimeout(is_pull ? kPullAttempt : kPushAttempt);
-      (*responses)[s].Clear();
-      auto on_done = [&results, &pending, s](grpc::Status st) {
-        results[s] = std::move(st);
-        pending.DecrementCount();
-      };
-      if constexpr (std::is_same_v<Request, PullRequest>) {
-        stubs_[s]->async()->Pull(contexts[s].get(), &requests[s], &(*responses)[s], on_done);
-      } else {
-        stubs_[s]->async()->Push(contexts[s].get(), &requests[s], &(*responses)[s], on_done);
-      }
+    for (int i : todo) {
+      Call& call = calls[i];
+      std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
+      call.channel = next_channel++ % static_cast<int>(channels.size());
+      contexts[i] = ContextWithTimeout(is_pull ? kPullAttempt : kPushAttempt);
+      channels[call.channel]->UnaryCall(
+          contexts[i].get(), is_pull ? kPullMethod : kPushMethod, grpc::StubOptions(),
+          &call.request, &replies[i], [&, i](grpc::Status st) {
+            results[i] = st.ok() ? calls[i].finish(replies[i]) : FromGrpc(st);
+            pending.DecrementCount();
+          });
     }
     pending.Wait();
     absl::Status first_error;
-    for (int s : todo) {
-      const absl::Status st = FromGrpc(results[s]);
+    for (int i : todo) {
+      const absl::Status& st = results[i];
+      const int server = calls[i].server;
       if (st.ok()) {
-        done[s] = true;
+        calls[i].done = true;
         continue;
       }
       // A pull that waited out its attempt is still waiting for slower
       // workers: ask again, without counting it against the retry window.
       if (is_pull && absl::IsDeadlineExceeded(st)) {
-        spdlog::info("pull from server {} still waiting for its read guarantee", s);
+        spdlog::info("pull from server {} still waiting for its read guarantee", server);
         continue;
       }
       if (!IsRetryable(st) || absl::Now() > give_up) {
-        return absl::Status(st.code(), absl::StrCat(is_pull ? "pull from" : "push to",
-                                                    " server ", s, ": ", st.message()));
+        return absl::Status(st.code(), absl::StrCat(is_pull ? "pull from" : "push to", " server ",
+                                                    server, ": ", st.message()));
       }
       if (first_error.ok()) first_error = st;
     }
@@ -85,39 +119,74 @@ absl::Status PsClient::CallAll(std::vector<Request>& requests, std::vector<Respo
 absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
                             std::vector<std::vector<float>>* weights,
                             std::vector<int64_t>* applied) {
-  std::vector<PullRequest> requests(stubs_.size());
-  for (int s = 0; s < static_cast<int>(stubs_.size()); ++s) {
-    requests[s].set_worker_id(worker_id_);
-    requests[s].set_clock(clock);
-    requests[s].set_min_clock(min_clock);
-    for (int32_t id : partition_->ServerChunks(s)) requests[s].add_chunks(id);
+  const DType dtype = options_.wire_dtype;
+  const int width = DTypeSize(dtype);
+  std::vector<Call> calls;
+  std::vector<std::vector<int64_t>> call_applied;
+  for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
+    for (const std::vector<int32_t>& batch : batches_[s]) {
+      PullRequest req;
+      req.set_worker_id(worker_id_);
+      req.set_clock(clock);
+      req.set_min_clock(min_clock);
+      req.set_dtype(dtype);
+      for (int32_t id : batch) req.add_chunks(id);
+      Call call;
+      call.server = s;
+      call.request = SerializeSmall(req);
+      calls.push_back(std::move(call));
+    }
   }
-  std::vector<PullResponse> responses;
-  const absl::Status st = CallAll(requests, &responses, /*is_pull=*/true);
-  if (!st.ok()) return st;
-  if (applied != nullptr) applied->clear();
-  int64_t bytes = 0;
-  for (int s = 0; s < static_cast<int>(responses.size()); ++s) {
-    const PullResponse& resp = responses[s];
-    if (resp.chunks_size() != requests[s].chunks_size()) {
-      return absl::DataLossError(absl::StrCat("pull from server ", s, ": wrong chunk count"));
+  call_applied.resize(calls.size());
+  std::atomic<int64_t> bytes{0};
+  size_t index = 0;
+  for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
+    for (const std::vector<int32_t>& batch : batches_[s]) {
+      std::vector<int64_t>* out_applied = &call_applied[index];
+      calls[index++].finish = [this, s, &batch, weights, out_applied, dtype, width,
+                               &bytes](const grpc::ByteBuffer& reply) -> absl::Status {
+        SliceReader reader(reply);
+        std::vector<PayloadRef> refs;
+        RETURN_IF_ERROR(DecodePullResponse(reader, &refs, out_applied));
+        if (refs.size() != batch.size()) {
+          return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
+                                                  " chunks, asked for ", batch.size()));
+        }
+        thread_local std::vector<char> staging;
+        for (size_t k = 0; k < refs.size(); ++k) {
+          const PayloadRef& ref = refs[k];
+          if (ref.chunk != batch[k]) {
+            return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
+                                                    " where ", batch[k], " was asked for"));
+          }
+          const ChunkInfo& info = partition_->chunks()[ref.chunk];
+          if (ref.bytes != static_cast<size_t>(info.numel) * width) {
+            return absl::DataLossError(
+                absl::StrCat("pull from server ", s, ": chunk ", ref.chunk, " has ", ref.bytes,
+                             " bytes, expected ", info.numel * width));
+          }
+          float* dst = (*weights)[info.param].data() + info.offset;
+          reader.Seek(ref.offset);
+          if (dtype == FP32) {
+            reader.Copy(ref.bytes, reinterpret_cast<char*>(dst));
+          } else {
+            staging.resize(ref.bytes);
+            reader.Copy(ref.bytes, staging.data());
+            DecodeFloats(dtype, staging.data(), info.numel, dst);
+          }
+          bytes += static_cast<int64_t>(ref.bytes);
+        }
+        return absl::OkStatus();
+      };
     }
-    for (const ChunkData& c : resp.chunks()) {
-      if (c.chunk() < 0 || c.chunk() >= static_cast<int>(partition_->chunks().size())) {
-        return absl::DataLossError(absl::StrCat("pull from server ", s, ": unknown chunk"));
-      }
-      const ChunkInfo& info = partition_->chunks()[c.chunk()];
-      if (info.server != s || c.data().size() != info.numel * sizeof(float)) {
-        return absl::DataLossError(
-            absl::StrCat("pull from server ", s, ": chunk ", c.chunk(), " does not match"));
-      }
-      std::memcpy((*weights)[info.param].data() + info.offset, c.data().data(), c.data().size());
-      bytes += static_cast<int64_t>(c.data().size());
-    }
-    if (applied != nullptr) {
-      for (int w = 0; w < resp.applied_clock_size(); ++w) {
-        if (static_cast<int>(applied->size()) <= w) applied->push_back(resp.applied_clock(w));
-        (*applied)[w] = std::min((*applied)[w], resp.applied_clock(w));
+  }
+  RETURN_IF_ERROR(RunCalls(calls, /*is_pull=*/true));
+  if (applied != nullptr) {
+    applied->clear();
+    for (const std::vector<int64_t>& a : call_applied) {
+      if (applied->empty()) *applied = a;
+      for (size_t w = 0; w < a.size() && w < applied->size(); ++w) {
+        (*applied)[w] = std::min((*applied)[w], a[w]);
       }
     }
   }
@@ -126,27 +195,33 @@ absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
 }
 
 absl::Status PsClient::Push(int64_t clock, int num_samples,
-                            const std::vector<std::vector<float>>& grads) {
-  std::vector<PushRequest> requests(stubs_.size());
+                            const std::vector<std::vector<float>>& grads, float grad_norm) {
+  PushHeader header;
+  header.worker_id = worker_id_;
+  header.clock = clock;
+  header.num_samples = num_samples;
+  header.dtype = options_.wire_dtype;
+  header.grad_norm = grad_norm;
+  std::vector<Call> calls;
   int64_t bytes = 0;
-  for (int s = 0; s < static_cast<int>(stubs_.size()); ++s) {
-    PushRequest& req = requests[s];
-    req.set_worker_id(worker_id_);
-    req.set_clock(clock);
-    req.set_num_samples(num_samples);
-    for (int32_t id : partition_->ServerChunks(s)) {
-      const ChunkInfo& info = partition_->chunks()[id];
-      ChunkData* c = req.add_chunks();
-      c->set_chunk(id);
-      c->set_data(reinterpret_cast<const char*>(grads[info.param].data() + info.offset),
-                  info.numel * sizeof(float));
-      bytes += info.numel * static_cast<int64_t>(sizeof(float));
+  for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
+    for (const std::vector<int32_t>& batch : batches_[s]) {
+      std::vector<PushChunk> chunks;
+      for (int32_t id : batch) {
+        const ChunkInfo& info = partition_->chunks()[id];
+        chunks.push_back({id, grads[info.param].data() + info.offset, info.numel});
+        bytes += info.numel * DTypeSize(header.dtype);
+      }
+      Call call;
+      call.server = s;
+      call.request = EncodePush(header, chunks);
+      call.finish = [](const grpc::ByteBuffer&) { return absl::OkStatus(); };
+      calls.push_back(std::move(call));
     }
   }
-  std::vector<PushResponse> responses;
-  const absl::Status st = CallAll(requests, &responses, /*is_pull=*/false);
-  if (st.ok()) bytes_out_ += bytes;
-  return st;
+  RETURN_IF_ERROR(RunCalls(calls, /*is_pull=*/false));
+  bytes_out_ += bytes;
+  return absl::OkStatus();
 }
 
 }  // namespace pstrain

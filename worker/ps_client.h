@@ -1,52 +1,72 @@
 // The worker's client of the parameter servers: scatters a push over the
-// servers that own each chunk and gathers a pull, one request per server, all
-// servers in parallel.
+// servers that own each chunk and gathers a pull. Each server's chunks go in
+// calls of at most max_request_bytes (so a tensor of any size moves, far
+// below gRPC's message limit), all calls in flight at once on the callback
+// API, spread over several connections per server.
 #ifndef PSTRAIN_WORKER_PS_CLIENT_H_
 #define PSTRAIN_WORKER_PS_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/partition.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/cluster.pb.h"
-#include "proto/ps.grpc.pb.h"
+#include "proto/job.pb.h"
 
 namespace pstrain {
+
+struct PsClientOptions {
+  DType wire_dtype = FP32;   // of pushes and pulls
+  int channels_per_server = 2;  // TCP connections to each server
+  // Chunks are packed into calls of at most this many bytes (a larger chunk
+  // goes alone).
+  int64_t max_request_bytes = 4 << 20;
+  // How long retryable failures are retried, with backoff.
+  absl::Duration retry_window = absl::Seconds(30);
+};
 
 // Thread-compatible: one Push or Pull at a time.
 class PsClient {
  public:
   // `partition` must outlive the client.
   PsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
-           absl::Duration retry_window = absl::Seconds(30));
+           PsClientOptions options = {});
 
   // Reads every parameter for iteration `clock` under the read guarantee
   // `min_clock` into `weights` (one buffer per parameter, already sized).
   // *applied receives, per worker, the iterations applied in every chunk.
   absl::Status Pull(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     std::vector<int64_t>* applied = nullptr);
-  // Sends iteration `clock`'s gradients (mean over `num_samples` samples)
-  // and waits until every server has taken them.
-  absl::Status Push(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads);
+  // Sends iteration `clock`'s gradients (mean over `num_samples` samples;
+  // `grad_norm` their L2 norm over every parameter, for clipping) and waits
+  // until every server has taken them.
+  absl::Status Push(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
+                    float grad_norm = 0);
 
+  // Payload bytes moved (in the wire dtype).
   int64_t bytes_in() const { return bytes_in_; }
   int64_t bytes_out() const { return bytes_out_; }
+  DType wire_dtype() const { return options_.wire_dtype; }
 
  private:
-  // Runs call(server, attempt_done) for every server in parallel, retrying
-  // retryable failures with backoff within the retry window.
-  template <typename Request, typename Response>
-  absl::Status CallAll(std::vector<Request>& requests, std::vector<Response>* responses,
-                       bool is_pull);
+  struct Call;
+  // Runs every call in parallel, retrying retryable failures with backoff
+  // within the retry window.
+  absl::Status RunCalls(std::vector<Call>& calls, bool is_pull);
 
   const Partition* partition_;
   const int worker_id_;
-  const absl::Duration retry_window_;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  const PsClientOptions options_;
+  // [server][channel]
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
+  // [server][batch]: chunk ids, at most max_request_bytes of payload each.
+  std::vector<std::vector<std::vector<int32_t>>> batches_;
   std::atomic<int64_t> bytes_in_{0}, bytes_out_{0};
 };
 

@@ -1,8 +1,10 @@
 #include "worker/trainer.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/partition.h"
@@ -14,6 +16,15 @@
 
 namespace pstrain {
 namespace {
+
+// The L2 norm of a whole gradient (every parameter).
+float GlobalNorm(const std::vector<std::vector<float>>& grads) {
+  double sum = 0;
+  for (const std::vector<float>& g : grads) {
+    for (float v : g) sum += static_cast<double>(v) * v;
+  }
+  return static_cast<float>(std::sqrt(sum));
+}
 
 absl::Status WriteWeights(const std::string& path, int64_t clock, const Model& model,
                           const std::vector<std::vector<float>>& weights) {
@@ -84,7 +95,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       if (gate.cluster().servers_size() != job.num_servers()) {
         return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
       }
-      ps = std::make_unique<PsClient>(gate.cluster(), &partition, rank);
+      ps = std::make_unique<PsClient>(gate.cluster(), &partition, rank, options_.ps);
       spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
                    job.num_servers(), workers, total, per_epoch);
     }
@@ -96,7 +107,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     const int rows = static_cast<int>(y.size());
     const StepResult step = model.TrainStep(x.data(), y.data(), rows);
     const absl::Time t3 = absl::Now();
-    RETURN_IF_ERROR(ps->Push(clock, rows, model.grads()));
+    const float norm = job.optimizer().clip_norm() > 0 ? GlobalNorm(model.grads()) : 0.0f;
+    RETURN_IF_ERROR(ps->Push(clock, rows, model.grads(), norm));
     const absl::Time t4 = absl::Now();
     t_gate += t1 - t0;
     t_pull += t2 - t1;
@@ -180,6 +192,7 @@ NodeStatus Trainer::Status() const {
   st.set_bytes_out(bytes_out_);
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
+  st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
   return st;
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
 #include "worker/dataset.h"
+#include "worker/ps_client.h"
 
 namespace pstrain {
 
@@ -30,6 +31,8 @@ struct TrainerOptions {
   std::string weights_out;
   // Evaluates on the test set at each epoch's end (worker 0 only).
   bool eval_each_epoch = true;
+  // How gradients and weights travel (wire dtype, connections).
+  PsClientOptions ps;
 };
 
 // Run() on one thread; Status() from any.

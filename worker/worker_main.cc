@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/dtype.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/rpc.h"
@@ -30,6 +31,9 @@ ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain
 ABSL_FLAG(int, debug_slowdown_ms, 0, "sleep this long every iteration (consistency tests)");
 ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
+ABSL_FLAG(std::string, wire_dtype, "",
+          "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
+ABSL_FLAG(int, channels_per_server, 2, "TCP connections to each server");
 
 namespace pstrain {
 namespace {
@@ -45,6 +49,16 @@ int Run() {
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cpu") {
     spdlog::error("--device={}: this build has only the cpu backend (auto picks it)", device);
+    return 2;
+  }
+  DType wire_dtype = FP32;
+  const std::string wire_flag = absl::GetFlag(FLAGS_wire_dtype);
+  if (!wire_flag.empty() && !ParseDType(wire_flag, &wire_dtype)) {
+    spdlog::error("--wire_dtype={}: expected fp32, bf16 or fp16", wire_flag);
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_channels_per_server) < 1) {
+    spdlog::error("--channels_per_server must be >= 1");
     return 2;
   }
   std::unique_ptr<Trainer> trainer;
@@ -122,6 +136,8 @@ int Run() {
   topts.job = job;
   topts.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
   topts.weights_out = absl::GetFlag(FLAGS_weights_out);
+  topts.ps.wire_dtype = wire_flag.empty() ? job.wire_dtype() : wire_dtype;
+  topts.ps.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   {
     absl::MutexLock lock(&trainer_mu);
     trainer = std::make_unique<Trainer>(topts, &client, backend.get(), std::move(*data));

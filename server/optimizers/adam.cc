@@ -2,20 +2,30 @@
 
 #include <cmath>
 
-namespace pstrain {
+#include "common/simd.h"
 
-void Adam::Update(float* w, float* state, const float* g, int64_t n, int64_t step) const {
-  float* m = state;
-  float* v = state + n;
-  const double t = static_cast<double>(step);
+namespace pstrain {
+namespace {
+
+PSTRAIN_SIMD_CLONES
+void Loop(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g, int64_t n, float lr,
+          float b1, float b2, float eps, float wd, float c1, float c2) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * w[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    w[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+  }
+}
+
+}  // namespace
+
+void Adam::UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
+                        const float* g, int64_t n) const {
+  const double t = static_cast<double>(ctx.step);
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1_, t)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)));
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] + wd_ * w[i];
-    m[i] = b1_ * m[i] + (1.0f - b1_) * gi;
-    v[i] = b2_ * v[i] + (1.0f - b2_) * gi * gi;
-    w[i] -= lr_ * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps_);
-  }
+  Loop(w, state + 0 * stride, state + 1 * stride, g, n, ctx.lr, b1_, b2_, eps_, wd_, c1, c2);
 }
 
 }  // namespace pstrain

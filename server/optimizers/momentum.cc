@@ -1,14 +1,27 @@
 #include "server/optimizers/momentum.h"
 
-namespace pstrain {
+#include <cmath>
 
-void Momentum::Update(float* w, float* state, const float* g, int64_t n,
-                      int64_t /*step*/) const {
-  float* v = state;
+#include "common/simd.h"
+
+namespace pstrain {
+namespace {
+
+PSTRAIN_SIMD_CLONES
+void Loop(float* __restrict w, float* __restrict v, const float* __restrict g, int64_t n, float lr,
+          float mu, float wd) {
   for (int64_t i = 0; i < n; ++i) {
-    v[i] = mu_ * v[i] + (g[i] + wd_ * w[i]);
-    w[i] -= lr_ * v[i];
+    const float gi = g[i] + wd * w[i];
+    v[i] = mu * v[i] + gi;
+    w[i] -= lr * v[i];
   }
+}
+
+}  // namespace
+
+void Momentum::UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
+                        const float* g, int64_t n) const {
+  Loop(w, state + 0 * stride, g, n, ctx.lr, mu_, wd_);
 }
 
 }  // namespace pstrain

@@ -5,17 +5,19 @@
 
 namespace pstrain {
 
-// Heavy-ball momentum (PyTorch's convention):
-//   v = mu * v + (g + wd * w);  w -= lr * v
-class Momentum : public Optimizer {
+// Heavy-ball momentum (PyTorch's convention); state v:
+//   g' = g + wd * w;  v = mu * v + g';  w -= lr * v
+class Momentum : public ElementwiseOptimizer {
  public:
-  Momentum(float lr, float mu, float weight_decay) : lr_(lr), mu_(mu), wd_(weight_decay) {}
-  int StateSlots() const override { return 1; }
-  void Update(float* w, float* state, const float* g, int64_t n,
-              int64_t step) const override;
+  Momentum(float mu, float wd) : mu_(mu), wd_(wd) {}
+
+ protected:
+  int Slots() const override { return 1; }
+  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
+                   const float* g, int64_t n) const override;
 
  private:
-  float lr_, mu_, wd_;
+  const float mu_, wd_;
 };
 
 }  // namespace pstrain

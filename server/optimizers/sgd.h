@@ -5,16 +5,19 @@
 
 namespace pstrain {
 
-// w -= lr * (g + wd * w)
-class Sgd : public Optimizer {
+// SGD with L2 weight decay:
+//   w -= lr * (g + wd * w)
+class Sgd : public ElementwiseOptimizer {
  public:
-  Sgd(float lr, float weight_decay) : lr_(lr), wd_(weight_decay) {}
-  int StateSlots() const override { return 0; }
-  void Update(float* w, float* state, const float* g, int64_t n,
-              int64_t step) const override;
+  explicit Sgd(float wd) : wd_(wd) {}
+
+ protected:
+  int Slots() const override { return 0; }
+  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
+                   const float* g, int64_t n) const override;
 
  private:
-  float lr_, wd_;
+  const float wd_;
 };
 
 }  // namespace pstrain

@@ -1,0 +1,287 @@
+#include "common/tensor_wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "proto/ps.pb.h"
+
+namespace pstrain {
+namespace {
+
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5 };
+
+void AppendVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+int VarintSize(uint64_t v) {
+  int n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+void AppendTag(std::string* out, uint32_t field, WireType type) {
+  AppendVarint(out, (field << 3) | type);
+}
+
+// int32 fields are encoded as the sign-extended 64-bit varint.
+uint64_t Int32Varint(int32_t v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); }
+
+// The ChunkData framing in front of a payload, as the `field` of its parent.
+std::string ChunkPrefix(uint32_t field, int32_t chunk, uint64_t payload_bytes) {
+  std::string inner;
+  AppendTag(&inner, 1, kVarint);
+  AppendVarint(&inner, Int32Varint(chunk));
+  AppendTag(&inner, 2, kLen);
+  AppendVarint(&inner, payload_bytes);
+  std::string out;
+  AppendTag(&out, field, kLen);
+  AppendVarint(&out, inner.size() + payload_bytes);
+  out += inner;
+  return out;
+}
+
+absl::Status Malformed(const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed ", what));
+}
+
+// Skips a field of `type` whose tag was just read.
+bool SkipField(SliceReader& r, uint32_t type) {
+  uint64_t v;
+  switch (type) {
+    case kVarint: return r.ReadVarint(&v);
+    case kFixed64: return r.Skip(8);
+    case kFixed32: return r.Skip(4);
+    case kLen: return r.ReadVarint(&v) && v <= r.remaining() && r.Skip(v);
+    default: return false;  // groups and unknown types
+  }
+}
+
+// Reads a ChunkData of `length` bytes: its id and where its data lies.
+bool ReadChunkData(SliceReader& r, uint64_t length, PayloadRef* ref) {
+  if (length > r.remaining()) return false;
+  const size_t end = r.position() + length;
+  bool has_data = false;
+  ref->chunk = 0;  // proto3 leaves a zero id out
+  ref->bytes = 0;
+  while (r.position() < end) {
+    uint64_t tag, v;
+    if (!r.ReadVarint(&tag)) return false;
+    const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
+    if (field == 1 && type == kVarint) {
+      if (!r.ReadVarint(&v)) return false;
+      ref->chunk = static_cast<int32_t>(v);
+    } else if (field == 2 && type == kLen) {
+      if (!r.ReadVarint(&v) || v > end - r.position()) return false;
+      ref->offset = r.position();
+      ref->bytes = v;
+      has_data = true;
+      if (!r.Skip(v)) return false;
+    } else if (!SkipField(r, type)) {
+      return false;
+    }
+  }
+  if (!has_data) ref->offset = end;
+  return r.position() == end;
+}
+
+}  // namespace
+
+SliceReader::SliceReader(const grpc::ByteBuffer& buffer) {
+  if (buffer.Valid()) (void)buffer.Dump(&slices_);
+  starts_.reserve(slices_.size() + 1);
+  for (const grpc::Slice& s : slices_) {
+    starts_.push_back(size_);
+    size_ += s.size();
+  }
+  starts_.push_back(size_);
+}
+
+void SliceReader::Seek(size_t position) {
+  position = std::min(position, size_);
+  slice_ = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), position) -
+                               starts_.begin()) - 1;
+  if (slice_ >= slices_.size()) slice_ = slices_.size();  // at the end
+  offset_ = position - starts_[slice_];
+}
+
+bool SliceReader::Copy(size_t n, char* dst) {
+  if (n > remaining()) return false;
+  while (n > 0) {
+    const grpc::Slice& s = slices_[slice_];
+    const size_t take = std::min(n, s.size() - offset_);
+    if (dst != nullptr) {
+      std::memcpy(dst, s.begin() + offset_, take);
+      dst += take;
+    }
+    n -= take;
+    offset_ += take;
+    if (offset_ == s.size()) {
+      ++slice_;
+      offset_ = 0;
+    }
+  }
+  return true;
+}
+
+bool SliceReader::Skip(size_t n) {
+  if (n > remaining()) return false;
+  Seek(position() + n);
+  return true;
+}
+
+bool SliceReader::ReadVarint(uint64_t* value) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    char byte;
+    if (!Copy(1, &byte)) return false;
+    v |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) {
+      *value = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool SliceReader::ReadFixed32(uint32_t* value) {
+  char b[4];
+  if (!Copy(4, b)) return false;
+  std::memcpy(value, b, 4);  // little-endian hosts only (x86-64, aarch64)
+  return true;
+}
+
+int64_t PushChunkWireBytes(DType dtype, int64_t numel) {
+  const int64_t payload = numel * DTypeSize(dtype);
+  return static_cast<int64_t>(ChunkPrefix(5, INT32_MAX, payload).size()) + payload;
+}
+
+grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChunk>& chunks) {
+  PushRequest fields;
+  fields.set_worker_id(header.worker_id);
+  fields.set_clock(header.clock);
+  fields.set_num_samples(header.num_samples);
+  fields.set_dtype(header.dtype);
+  fields.set_grad_norm(header.grad_norm);
+  std::vector<grpc::Slice> slices;
+  slices.reserve(1 + 2 * chunks.size());
+  slices.emplace_back(fields.SerializeAsString());
+  for (const PushChunk& c : chunks) {
+    const uint64_t payload = static_cast<uint64_t>(c.numel) * DTypeSize(header.dtype);
+    slices.emplace_back(ChunkPrefix(5, c.chunk, payload));
+    if (header.dtype == FP32) {
+      slices.emplace_back(c.values, payload, grpc::Slice::STATIC_SLICE);
+    } else {
+      grpc::Slice s(payload);
+      EncodeFloats(header.dtype, c.values, c.numel,
+                   reinterpret_cast<char*>(const_cast<uint8_t*>(s.begin())));
+      slices.push_back(std::move(s));
+    }
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* chunks) {
+  *h = PushHeader();
+  chunks->clear();
+  while (r.remaining() > 0) {
+    uint64_t tag, v;
+    if (!r.ReadVarint(&tag)) return Malformed("push: bad tag");
+    const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
+    bool ok = true;
+    if (type == kVarint && field >= 1 && field <= 4) {
+      ok = r.ReadVarint(&v);
+      if (field == 1) h->worker_id = static_cast<int32_t>(v);
+      if (field == 2) h->clock = static_cast<int64_t>(v);
+      if (field == 3) h->num_samples = static_cast<int32_t>(v);
+      if (field == 4) h->dtype = static_cast<DType>(static_cast<int32_t>(v));
+    } else if (field == 5 && type == kLen) {
+      PayloadRef ref;
+      ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);
+      if (ok) chunks->push_back(ref);
+    } else if (field == 6 && type == kFixed32) {
+      uint32_t bits;
+      ok = r.ReadFixed32(&bits);
+      std::memcpy(&h->grad_norm, &bits, 4);
+    } else {
+      ok = SkipField(r, type);
+    }
+    if (!ok) return Malformed("push: truncated or bad field");
+  }
+  return absl::OkStatus();
+}
+
+grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
+                                    const std::vector<int64_t>& payload_bytes,
+                                    absl::FunctionRef<void(size_t, char*)> fill,
+                                    const std::vector<int64_t>& applied_clock) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(chunk_ids.size() + 1);
+  for (size_t i = 0; i < chunk_ids.size(); ++i) {
+    const std::string prefix = ChunkPrefix(1, chunk_ids[i], payload_bytes[i]);
+    grpc::Slice s(prefix.size() + payload_bytes[i]);
+    char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(s.begin()));
+    std::memcpy(dst, prefix.data(), prefix.size());
+    fill(i, dst + prefix.size());
+    slices.push_back(std::move(s));
+  }
+  PullResponse tail;
+  for (int64_t a : applied_clock) tail.add_applied_clock(a);
+  slices.emplace_back(tail.SerializeAsString());
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
+                                std::vector<int64_t>* applied_clock) {
+  chunks->clear();
+  applied_clock->clear();
+  while (r.remaining() > 0) {
+    uint64_t tag, v;
+    if (!r.ReadVarint(&tag)) return Malformed("pull reply: bad tag");
+    const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
+    bool ok = true;
+    if (field == 1 && type == kLen) {
+      PayloadRef ref;
+      ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);
+      if (ok) chunks->push_back(ref);
+    } else if (field == 2 && type == kLen) {  // packed
+      ok = r.ReadVarint(&v) && v <= r.remaining();
+      const size_t end = r.position() + v;
+      while (ok && r.position() < end) {
+        uint64_t a;
+        ok = r.ReadVarint(&a);
+        applied_clock->push_back(static_cast<int64_t>(a));
+      }
+      ok = ok && r.position() == end;
+    } else if (field == 2 && type == kVarint) {
+      ok = r.ReadVarint(&v);
+      applied_clock->push_back(static_cast<int64_t>(v));
+    } else {
+      ok = SkipField(r, type);
+    }
+    if (!ok) return Malformed("pull reply: truncated or bad field");
+  }
+  return absl::OkStatus();
+}
+
+bool ParseSmall(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
+  SliceReader r(buffer);
+  std::string bytes(r.size(), '\0');
+  return r.Copy(bytes.size(), bytes.data()) && message->ParseFromString(bytes);
+}
+
+grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& message) {
+  grpc::Slice s(message.SerializeAsString());
+  return grpc::ByteBuffer(&s, 1);
+}
+
+}  // namespace pstrain
