@@ -1,5 +1,7 @@
 #include "common/daemon.h"
 
+#include <malloc.h>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -32,5 +34,10 @@ void InstallShutdownHandlers() {
 }
 
 bool ShutdownRequested() { return g_shutdown.load(); }
+
+void TuneMallocForBulkTraffic() {
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
 
 }  // namespace pstrain

@@ -15,6 +15,12 @@ std::string AdvertisedAddress(const std::string& bound);
 void InstallShutdownHandlers();
 bool ShutdownRequested();
 
+// Keeps freed message-sized buffers (up to 64 MiB each, 256 MiB in all) in
+// the heap for reuse instead of returning them to the kernel: gRPC allocates
+// a fresh buffer for every large message, and mapping and faulting in those
+// pages again costs more than copying them. Call at start-up, before threads.
+void TuneMallocForBulkTraffic();
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_COMMON_DAEMON_H_

@@ -1,9 +1,13 @@
 #include "common/rpc.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
 #include <random>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 
 namespace pstrain {
@@ -18,8 +22,41 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+namespace {
+
+// Transport settings for bulk tensor traffic, on both ends of a connection.
+// (PSTRAIN_GRPC_TUNE=name=value,... overrides them for experiments.)
+template <typename Args>
+void SetBulkArgs(Args* args) {
+  std::map<std::string, int> settings = {
+      {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20},
+      {GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20},
+      {GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20},
+      {GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 256 << 10},
+      {GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20},
+  };
+  if (const char* tune = std::getenv("PSTRAIN_GRPC_TUNE")) {
+    for (absl::string_view kv : absl::StrSplit(tune, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      int v = 0;
+      if (absl::SimpleAtoi(p.second, &v)) settings[p.first] = v;  // -1: gRPC's default
+    }
+  }
+  for (const auto& [name, value] : settings) {
+    if (value >= 0) args->SetInt(name, value);
+  }
+}
+
+struct BuilderArgs {
+  grpc::ServerBuilder* builder;
+  void SetInt(const std::string& name, int value) { builder->AddChannelArgument(name, value); }
+};
+
+}  // namespace
+
 std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address) {
   grpc::ChannelArguments args;
+  SetBulkArgs(&args);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -45,6 +82,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  BuilderArgs bulk{&builder};
+  SetBulkArgs(&bulk);
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -133,6 +133,13 @@ bool SliceReader::Copy(size_t n, char* dst) {
   return true;
 }
 
+const char* SliceReader::Contiguous(size_t position, size_t n) {
+  if (position > size_ || n > size_ - position) return nullptr;
+  Seek(position);
+  if (slice_ >= slices_.size() || n > slices_[slice_].size() - offset_) return nullptr;
+  return reinterpret_cast<const char*>(slices_[slice_].begin()) + offset_;
+}
+
 bool SliceReader::Skip(size_t n) {
   if (n > remaining()) return false;
   Seek(position() + n);

@@ -39,6 +39,9 @@ class SliceReader {
   bool ReadFixed32(uint32_t* value);
   bool Skip(size_t n);
   bool Copy(size_t n, char* dst);
+  // The `n` bytes at absolute `position` when they lie in one slice (valid
+  // while the buffer lives), else null.
+  const char* Contiguous(size_t position, size_t n);
 
  private:
   std::vector<grpc::Slice> slices_;

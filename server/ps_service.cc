@@ -71,17 +71,23 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
   int64_t bytes = 0;
   for (const PayloadRef& c : chunks) {
     const int64_t numel = store.ChunkNumel(c.chunk);
-    grad.resize(numel);
-    reader.Seek(c.offset);
-    if (h.dtype == FP32) {
-      reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
-    } else {
-      staging.resize(c.bytes);
-      reader.Copy(c.bytes, staging.data());
-      DecodeFloats(h.dtype, staging.data(), numel, grad.data());
+    // fp32 lying whole and aligned in one received slice is used in place.
+    const char* in_place = h.dtype == FP32 ? reader.Contiguous(c.offset, c.bytes) : nullptr;
+    const float* values = reinterpret_cast<const float*>(in_place);
+    if (in_place == nullptr || reinterpret_cast<uintptr_t>(in_place) % alignof(float) != 0) {
+      grad.resize(numel);
+      reader.Seek(c.offset);
+      if (h.dtype == FP32) {
+        reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
+      } else {
+        staging.resize(c.bytes);
+        reader.Copy(c.bytes, staging.data());
+        DecodeFloats(h.dtype, staging.data(), numel, grad.data());
+      }
+      values = grad.data();
     }
     const absl::Status st = store.Push(h.worker_id, h.clock, h.num_samples, c.chunk,
-                                       absl::MakeConstSpan(grad.data(), numel), h.grad_norm);
+                                       absl::MakeConstSpan(values, numel), h.grad_norm);
     if (!st.ok()) return ToGrpc(st);
     bytes += static_cast<int64_t>(c.bytes);
   }

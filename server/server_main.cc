@@ -38,6 +38,7 @@ namespace {
 int Run() {
   SetLogIdentity("server", -1);
   InstallShutdownHandlers();
+  TuneMallocForBulkTraffic();
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {
     spdlog::error("--scheduler=HOST:PORT is required");

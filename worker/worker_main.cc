@@ -41,6 +41,7 @@ namespace {
 int Run() {
   SetLogIdentity("worker", -1);
   InstallShutdownHandlers();
+  TuneMallocForBulkTraffic();
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {
     spdlog::error("--scheduler=HOST:PORT is required");

@@ -1,0 +1,389 @@
+// Push and pull throughput of one worker against one server on loopback, for
+// 1, 4, 16 and 64 MiB tensors in fp32 and bf16, next to two references the
+// same binary measures in the same run: a plain TCP stream between two
+// processes (the ceiling here) and a default-settings gRPC unary call on one
+// channel. The server is the real ps_server (with ps_scheduler), the worker
+// side is this process on PsClient. Prints one JSON object.
+//
+//   bazel run -c opt //bench:transport_bench -- [--sizes_mib=1,4,16,64]
+//
+// Throughput counts the tensor's fp32 bytes once per operation: a push+pull
+// round trip of 16 MiB counts 16 MiB, and so does the TCP echo it is
+// compared with (16 MiB there and back).
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench.grpc.pb.h"
+#include "common/daemon.h"
+#include "common/dtype.h"
+#include "common/job_spec.h"
+#include "common/partition.h"
+#include "common/rpc.h"
+#include "common/scheduler_client.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/cluster.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(std::string, sizes_mib, "1,4,16,64", "tensor sizes in MiB of fp32");
+ABSL_FLAG(double, min_seconds, 0.6, "time each measurement at least this long");
+ABSL_FLAG(int, channels_per_server, 2, "PsClient connections to the server");
+ABSL_FLAG(int64_t, max_request_bytes, 4 << 20, "PsClient's largest call");
+
+namespace pstrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Mean throughput in GB/s of `op` moving `bytes`, after one warm-up call,
+// repeated for at least min_seconds. A failed op ends the program.
+template <typename Op>
+double Throughput(int64_t bytes, Op op) {
+  if (!op()) std::exit(1);
+  const double budget = absl::GetFlag(FLAGS_min_seconds);
+  const auto t0 = Clock::now();
+  int reps = 0;
+  double elapsed = 0;
+  while (elapsed < budget || reps < 3) {
+    if (!op()) std::exit(1);
+    ++reps;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return static_cast<double>(bytes) * reps / elapsed / 1e9;
+}
+
+// ---- Plain TCP ---------------------------------------------------------
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = write(fd, p, n);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = read(fd, p, n);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+struct TcpHeader {
+  uint64_t mode;  // 0 push (data in, 1-byte ack), 1 pull (data out), 2 echo, 3 quit
+  uint64_t bytes;
+};
+
+// The child: answers TcpHeaders on one connection until told to quit.
+void TcpSink(int listen_fd, size_t max_bytes) {
+  const int fd = accept(listen_fd, nullptr, nullptr);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::vector<char> buf(max_bytes, 'x');
+  TcpHeader h;
+  while (ReadAll(fd, reinterpret_cast<char*>(&h), sizeof(h)) && h.mode != 3) {
+    if (h.bytes > max_bytes) break;
+    bool ok = true;
+    if (h.mode == 0) ok = ReadAll(fd, buf.data(), h.bytes) && WriteAll(fd, "k", 1);
+    if (h.mode == 1) ok = WriteAll(fd, buf.data(), h.bytes);
+    if (h.mode == 2) ok = ReadAll(fd, buf.data(), h.bytes) && WriteAll(fd, buf.data(), h.bytes);
+    if (!ok) break;
+  }
+  _exit(0);
+}
+
+// Forks the TCP child; returns a connected socket.
+int StartTcpPeer(size_t max_bytes) {
+  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listen_fd, 1) != 0 ||
+      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("transport_bench: tcp listen");
+    std::exit(1);
+  }
+  if (fork() == 0) TcpSink(listen_fd, max_bytes);
+  close(listen_fd);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::perror("transport_bench: tcp connect");
+    std::exit(1);
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// ---- Default gRPC ------------------------------------------------------
+
+class EchoService final : public bench::Echo::Service {
+ public:
+  explicit EchoService(size_t max_bytes) : source_(max_bytes, 'y') {}
+  grpc::Status Push(grpc::ServerContext*, const bench::Blob*, bench::Blob*) override {
+    return grpc::Status::OK;
+  }
+  grpc::Status Pull(grpc::ServerContext*, const bench::Blob* req, bench::Blob* resp) override {
+    if (req->size() < 0 || static_cast<size_t>(req->size()) > source_.size()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "size");
+    }
+    resp->set_data(source_.data(), req->size());
+    return grpc::Status::OK;
+  }
+  grpc::Status PushPull(grpc::ServerContext*, const bench::Blob* req, bench::Blob* resp) override {
+    resp->set_data(req->data());
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string source_;
+};
+
+// Forks a child serving EchoService with default settings (but the message
+// size limits); returns its address. Call before this process uses gRPC.
+std::string StartGrpcPeer(size_t max_bytes) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) std::exit(1);
+  if (fork() == 0) {
+    close(pipe_fds[0]);
+    EchoService service(max_bytes);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxMessageBytes);
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    const std::string address = absl::StrCat("127.0.0.1:", port);
+    WriteAll(pipe_fds[1], address.data(), address.size());
+    close(pipe_fds[1]);
+    // Serve until the parent goes away.
+    while (getppid() != 1) sleep(1);
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  char buf[64] = {0};
+  const ssize_t n = read(pipe_fds[0], buf, sizeof(buf) - 1);
+  close(pipe_fds[0]);
+  if (n <= 0) std::exit(1);
+  return std::string(buf, n);
+}
+
+// ---- pstrain -----------------------------------------------------------
+
+// A job of one dense layer holding `floats` weights (plus a 512 bias).
+std::string JobText(int64_t floats) {
+  const int64_t in = floats / 512;
+  return absl::StrCat(
+      "name: 'transport_bench'\n"
+      "model { input_dim: ", in, " layers { type: DENSE units: 512 } layers { type: SOFTMAX_XENT } }\n"
+      "data { dataset: SYNTHETIC synthetic_dim: ", in, " synthetic_classes: 512 }\n"
+      "optimizer { type: SGD learning_rate: 1e-9 }\n"
+      "consistency: ASP\n"
+      "batch_size: 64\n"
+      "steps: 100000000\n");
+}
+
+struct PstrainResult {
+  double push = 0, pull = 0, push_pull = 0;
+};
+
+// Starts ps_scheduler and ps_server for a tensor of `floats`, joins as the
+// only worker, measures each wire dtype, and ends the job.
+std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DType>& dtypes) {
+  testing::Cluster cluster("transport_bench");
+  testing::ClusterOptions options;
+  options.job_text = JobText(floats);
+  options.servers = 1;
+  options.workers = 0;  // this process is the worker
+  options.scheduler_flags = {"--num_workers=1"};
+  if (const absl::Status st = cluster.Start(options); !st.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n%s", std::string(st.message()).c_str(),
+                 cluster.Logs().c_str());
+    std::exit(1);
+  }
+  SchedulerClientOptions sopts;
+  sopts.scheduler = cluster.scheduler_address();
+  sopts.role = WORKER;
+  sopts.address = "127.0.0.1:1";
+  SchedulerClient client(sopts);
+  auto reg = client.Register();
+  if (!reg.ok()) {
+    std::fprintf(stderr, "transport_bench: register: %s\n", std::string(reg.status().message()).c_str());
+    std::exit(1);
+  }
+  const JobSpec& job = reg->job();
+  const int rank = reg->id();
+  auto gate = client.AdvanceClock(rank, 0);
+  if (!gate.ok()) std::exit(1);
+  const std::vector<ParamInfo> params = ModelParams(job.model());
+  const Partition partition = Partition::Make(params, job.chunk_bytes(), 1).value();
+  std::vector<std::vector<float>> grads, weights;
+  int64_t total_floats = 0;
+  for (const ParamInfo& p : params) {
+    grads.emplace_back(p.numel, 1e-3f);
+    weights.emplace_back(p.numel, 0.0f);
+    total_floats += p.numel;
+  }
+  const int64_t bytes = total_floats * 4;
+  std::vector<PstrainResult> results;
+  int64_t clock = 0;
+  for (DType dtype : dtypes) {
+    PsClientOptions popts;
+    popts.wire_dtype = dtype;
+    popts.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
+    popts.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+    PsClient ps(gate->cluster(), &partition, rank, popts);
+    auto push = [&] {
+      const absl::Status st = ps.Push(clock++, 64, grads);
+      if (!st.ok()) std::fprintf(stderr, "push: %s\n", std::string(st.message()).c_str());
+      return st.ok();
+    };
+    auto pull = [&] {
+      const absl::Status st = ps.Pull(clock, 0, &weights);
+      if (!st.ok()) std::fprintf(stderr, "pull: %s\n", std::string(st.message()).c_str());
+      return st.ok();
+    };
+    PstrainResult r;
+    r.push = Throughput(bytes, push);
+    r.pull = Throughput(bytes, pull);
+    r.push_pull = Throughput(bytes, [&] { return push() && pull(); });
+    results.push_back(r);
+  }
+  NodeStatus done;
+  done.set_role(WORKER);
+  done.set_id(rank);
+  done.set_state(FINISHED);
+  (void)client.Heartbeat(done);
+  (void)cluster.WaitAll(absl::Seconds(20));
+  return results;
+}
+
+std::string J(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
+int Run(const char* argv0) {
+  std::vector<int64_t> sizes;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
+    int64_t m;
+    if (!absl::SimpleAtoi(part, &m) || m < 1 || m > 4096) {
+      std::fprintf(stderr, "transport_bench: bad --sizes_mib entry\n");
+      return 2;
+    }
+    sizes.push_back(m << 20);
+  }
+  // The daemons are in this binary's runfiles (bazel run, or bazel-bin/...).
+  if (std::getenv("TEST_SRCDIR") == nullptr) {
+    setenv("TEST_SRCDIR", absl::StrCat(argv0, ".runfiles").c_str(), 1);
+    setenv("TEST_WORKSPACE", "pstrain", 1);
+  }
+  const size_t max_bytes = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
+  // Both reference peers are forked before this process starts gRPC.
+  const int tcp = StartTcpPeer(max_bytes);
+  const std::string grpc_address = StartGrpcPeer(max_bytes);
+  // The worker side tunes malloc as ps_worker does (the peers above keep
+  // glibc's defaults; the default-gRPC client below shares this process).
+  TuneMallocForBulkTraffic();
+
+  std::vector<char> buf(max_bytes, 'z');
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  auto stub = bench::Echo::NewStub(
+      grpc::CreateCustomChannel(grpc_address, grpc::InsecureChannelCredentials(), args));
+
+  std::printf("{\n  \"bench\": \"transport_bench\",\n  \"channels_per_server\": %d,\n"
+              "  \"max_request_bytes\": %lld,\n  \"sizes\": [\n",
+              absl::GetFlag(FLAGS_channels_per_server),
+              static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)));
+  bool pass = true;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    auto tcp_op = [&](uint64_t mode) {
+      return [&, mode] {
+        const TcpHeader h{mode, static_cast<uint64_t>(n)};
+        if (!WriteAll(tcp, reinterpret_cast<const char*>(&h), sizeof(h))) return false;
+        if (mode == 0) return WriteAll(tcp, buf.data(), n) && ReadAll(tcp, buf.data(), 1);
+        if (mode == 1) return ReadAll(tcp, buf.data(), n);
+        return WriteAll(tcp, buf.data(), n) && ReadAll(tcp, buf.data(), n);
+      };
+    };
+    const double tcp_push = Throughput(n, tcp_op(0));
+    const double tcp_pull = Throughput(n, tcp_op(1));
+    const double tcp_echo = Throughput(n, tcp_op(2));
+
+    bench::Blob data_blob, size_blob;
+    data_blob.set_data(std::string(n, 'd'));
+    size_blob.set_size(n);
+    auto grpc_op = [&](int which) {
+      return [&, which] {
+        grpc::ClientContext ctx;
+        bench::Blob resp;
+        grpc::Status st = which == 0   ? stub->Push(&ctx, data_blob, &resp)
+                          : which == 1 ? stub->Pull(&ctx, size_blob, &resp)
+                                       : stub->PushPull(&ctx, data_blob, &resp);
+        if (!st.ok()) std::fprintf(stderr, "grpc: %s\n", st.error_message().c_str());
+        return st.ok();
+      };
+    };
+    const double grpc_push = Throughput(n, grpc_op(0));
+    const double grpc_pull = Throughput(n, grpc_op(1));
+    const double grpc_push_pull = Throughput(n, grpc_op(2));
+
+    const std::vector<PstrainResult> ps = MeasurePstrain(n / 4, {FP32, BF16});
+    const double fraction = ps[0].push_pull / tcp_echo;
+    if (n <= (16 << 20)) pass = pass && fraction >= 0.5;
+    std::printf(
+        "    {\"mib\": %lld,\n"
+        "     \"tcp\": {\"push\": %s, \"pull\": %s, \"echo\": %s},\n"
+        "     \"grpc_default\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
+        "     \"pstrain_fp32\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
+        "     \"pstrain_bf16\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
+        "     \"push_pull_fp32_over_tcp_echo\": %s, \"grpc_default_over_tcp_echo\": %s}%s\n",
+        static_cast<long long>(n >> 20), J(tcp_push).c_str(), J(tcp_pull).c_str(),
+        J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(),
+        J(grpc_push_pull).c_str(), J(ps[0].push).c_str(), J(ps[0].pull).c_str(),
+        J(ps[0].push_pull).c_str(), J(ps[1].push).c_str(), J(ps[1].pull).c_str(),
+        J(ps[1].push_pull).c_str(), J(fraction).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
+        i + 1 < sizes.size() ? "," : "");
+    std::fflush(stdout);
+  }
+  const TcpHeader quit{3, 0};
+  WriteAll(tcp, reinterpret_cast<const char*>(&quit), sizeof(quit));
+  std::printf("  ],\n  \"unit\": \"GB/s of the tensor's fp32 bytes, counted once per operation\",\n"
+              "  \"goal_push_pull_1_4_16_mib_at_least_half_of_tcp\": %s\n}\n",
+              pass ? "true" : "false");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return pstrain::Run(argv[0]);
+}
