@@ -223,20 +223,13 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
                  cluster.Logs().c_str());
     std::exit(1);
   }
-  SchedulerClientOptions sopts;
-  sopts.scheduler = cluster.scheduler_address();
-  sopts.role = WORKER;
-  sopts.address = "127.0.0.1:1";
-  SchedulerClient client(sopts);
-  auto reg = client.Register();
-  if (!reg.ok()) {
-    std::fprintf(stderr, "transport_bench: register: %s\n", std::string(reg.status().message()).c_str());
+  absl::StatusOr<testing::InProcessWorker> worker = testing::JoinAsWorker(cluster.scheduler_address());
+  if (!worker.ok()) {
+    std::fprintf(stderr, "transport_bench: join: %s\n", std::string(worker.status().message()).c_str());
     std::exit(1);
   }
-  const JobSpec& job = reg->job();
-  const int rank = reg->id();
-  auto gate = client.AdvanceClock(rank, 0);
-  if (!gate.ok()) std::exit(1);
+  const JobSpec& job = worker->job;
+  const int rank = worker->rank;
   const std::vector<ParamInfo> params = ModelParams(job.model());
   const Partition partition = Partition::Make(params, job.chunk_bytes(), 1).value();
   std::vector<std::vector<float>> grads, weights;
@@ -254,7 +247,7 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     popts.wire_dtype = dtype;
     popts.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
     popts.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-    PsClient ps(gate->cluster(), &partition, rank, popts);
+    PsClient ps(worker->cluster, &partition, rank, popts);
     auto push = [&] {
       const absl::Status st = ps.Push(clock++, 64, grads);
       if (!st.ok()) std::fprintf(stderr, "push: %s\n", std::string(st.message()).c_str());
@@ -271,11 +264,7 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     r.push_pull = Throughput(bytes, [&] { return push() && pull(); });
     results.push_back(r);
   }
-  NodeStatus done;
-  done.set_role(WORKER);
-  done.set_id(rank);
-  done.set_state(FINISHED);
-  (void)client.Heartbeat(done);
+  worker->Finish();
   (void)cluster.WaitAll(absl::Seconds(20));
   return results;
 }

@@ -1,8 +1,13 @@
 // Bad input gets a clear error with the right exit code or gRPC status, and
 // nothing crashes or hangs.
+#include <limits>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
 #include "proto/cluster.grpc.pb.h"
@@ -198,8 +203,77 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(st.error_message(), "unknown chunk 4242")) << st.error_message();
   EXPECT_EQ(push(0, size0, 7).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // clock from the future
+  // A dtype that does not match the payload's size, or no dtype at all.
+  auto push_as = [&](DType dtype, int chunk, const std::string& data, int64_t clock) {
+    PushRequest req;
+    req.set_worker_id(0);
+    req.set_clock(clock);
+    req.set_num_samples(16);
+    req.set_dtype(dtype);
+    ChunkData* c = req.add_chunks();
+    c->set_chunk(chunk);
+    c->set_data(data);
+    PushResponse resp;
+    auto pctx = ContextWithTimeout(absl::Seconds(10));
+    return server->Push(pctx.get(), req, &resp);
+  };
+  st = push_as(BF16, 0, std::string(size0, '\0'), 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "bf16")) << st.error_message();
+  EXPECT_EQ(push_as(static_cast<DType>(7), 0, std::string(size0, '\0'), 0).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // A chunk claiming a terabyte: refused before anything is allocated.
+  {
+    grpc::GenericStub raw(MakeChannel(view.cluster().servers(0).address()));
+    // PushRequest{clock: 0, chunks: {chunk: 0, data: <2^40 bytes claimed>}}
+    const std::string absurd = std::string("\x2a\x09\x08\x00\x12\x80\x80\x80\x80\x80\x20", 11);
+    grpc::Slice slice(absurd);
+    grpc::ByteBuffer request(&slice, 1), reply;
+    grpc::ClientContext rctx;
+    absl::Notification done;
+    grpc::Status raw_status;
+    raw.UnaryCall(&rctx, "/pstrain.ParameterServer/Push", grpc::StubOptions(), &request, &reply,
+                  [&](grpc::Status s) {
+                    raw_status = s;
+                    done.Notify();
+                  });
+    done.WaitForNotification();
+    EXPECT_EQ(raw_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << raw_status.error_message();
+  }
   // Nothing was applied by the refused pushes; a good one still goes through.
   EXPECT_TRUE(push(0, size0, 0).ok());
+
+  // NaN and Inf gradients are taken (the worker's clock moves on) but not
+  // applied; Status counts them and the server logs once per chunk.
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  PullResponse before;
+  pull.set_min_clock(0);
+  ASSERT_TRUE(server->Pull(ctx.get(), pull, &before).ok());
+  std::vector<float> bad_grad(size0 / 4, 0.5f);
+  bad_grad[3] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nan_bytes(reinterpret_cast<const char*>(bad_grad.data()), size0);
+  bad_grad[3] = -std::numeric_limits<float>::infinity();
+  const std::string inf_bytes(reinterpret_cast<const char*>(bad_grad.data()), size0);
+  EXPECT_TRUE(push_as(FP32, 0, nan_bytes, 1).ok());
+  EXPECT_TRUE(push_as(FP32, 0, inf_bytes, 2).ok());
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  PullResponse after;
+  ASSERT_TRUE(server->Pull(ctx.get(), pull, &after).ok());
+  EXPECT_EQ(after.chunks(0).data(), before.chunks(0).data());
+  StatusRequest status_req;
+  NodeStatus server_status;
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  ASSERT_TRUE(server->Status(ctx.get(), status_req, &server_status).ok());
+  EXPECT_EQ(server_status.nonfinite_skipped(), 2);
+  EXPECT_GT(server_status.bytes_per_param(), 4.0);
+  const std::string log = cluster_->servers()[0].Log();
+  size_t lines = 0;
+  for (size_t at = log.find("skipped a push with NaN"); at != std::string::npos;
+       at = log.find("skipped a push with NaN", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << log;
   // A pull of an unknown chunk or with an absurd guarantee is refused.
   PullRequest bad;
   bad.set_worker_id(0);

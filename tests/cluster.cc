@@ -212,5 +212,30 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
   return code;
 }
 
+void InProcessWorker::Finish() {
+  NodeStatus done;
+  done.set_role(WORKER);
+  done.set_id(rank);
+  done.set_state(FINISHED);
+  (void)client->Heartbeat(done);
+}
+
+absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address) {
+  SchedulerClientOptions options;
+  options.scheduler = scheduler_address;
+  options.role = WORKER;
+  options.address = "127.0.0.1:1";  // no Status service of its own
+  InProcessWorker w;
+  w.client = std::make_unique<SchedulerClient>(options);
+  absl::StatusOr<RegisterResponse> reg = w.client->Register();
+  if (!reg.ok()) return reg.status();
+  w.job = reg->job();
+  w.rank = reg->id();
+  absl::StatusOr<AdvanceClockResponse> gate = w.client->AdvanceClock(w.rank, 0);
+  if (!gate.ok()) return gate.status();
+  w.cluster = gate->cluster();
+  return w;
+}
+
 }  // namespace testing
 }  // namespace pstrain

@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/scheduler_client.h"
+#include "proto/cluster.pb.h"
 
 namespace pstrain {
 namespace testing {
@@ -97,6 +101,18 @@ absl::StatusOr<std::string> WaitForPortFile(const std::string& path, Process& ow
 // exit code and sets *output.
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string* output,
                                absl::Duration timeout, const std::string& name);
+
+// This process as a worker of a cluster (started with one worker fewer than
+// the scheduler expects): registered and past the gate of clock 0.
+struct InProcessWorker {
+  std::unique_ptr<SchedulerClient> client;
+  JobSpec job;  // complete, from the scheduler
+  int rank = 0;
+  ClusterView cluster;
+  // Reports FINISHED; once every worker has, the job ends and the daemons exit.
+  void Finish();
+};
+absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address);
 
 }  // namespace testing
 }  // namespace pstrain
