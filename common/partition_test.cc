@@ -44,6 +44,26 @@ TEST(PartitionTest, ChunksCoverEveryElementOnce) {
   EXPECT_EQ(total, (1000 + 7 + 300) * 4);
 }
 
+// A matrix whose rows fit in a chunk is cut at row boundaries; one whose
+// rows do not is cut by size.
+TEST(PartitionTest, MatricesAreCutAtRows) {
+  std::vector<ParamInfo> params(2);
+  params[0].name = "m";
+  params[0].shape = {10, 30};
+  params[0].numel = 300;
+  params[1].name = "wide";
+  params[1].shape = {2, 150};
+  params[1].numel = 300;
+  Partition p = Partition::Make(params, 400, 1).value();  // 100 floats per chunk
+  auto numels = [&](int param) {
+    std::vector<int64_t> out;
+    for (int32_t id : p.ParamChunks(param)) out.push_back(p.chunks()[id].numel);
+    return out;
+  };
+  EXPECT_EQ(numels(0), (std::vector<int64_t>{90, 90, 90, 30}));  // three rows a chunk
+  EXPECT_EQ(numels(1), (std::vector<int64_t>{100, 100, 100}));
+}
+
 TEST(PartitionTest, GreedyBalancesBytes) {
   // Greedy by size, worked by hand: thirteen 100-value chunks go round-robin
   // (ties to the lowest id), the 7-value chunk to the lightest server.

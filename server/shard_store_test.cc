@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <cstring>
+#include <limits>
 
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
@@ -8,7 +9,7 @@
 namespace pstrain {
 namespace {
 
-JobSpec SmallJob(Consistency mode, int workers) {
+JobSpec SmallJob(Consistency mode, int workers, float clip_norm = 0) {
   JobSpec job;
   job.mutable_data()->set_dataset(SYNTHETIC);
   job.mutable_data()->set_synthetic_dim(4);
@@ -19,6 +20,7 @@ JobSpec SmallJob(Consistency mode, int workers) {
   job.mutable_model()->add_layers()->set_type(SOFTMAX_XENT);
   job.mutable_optimizer()->set_type(SGD);
   job.mutable_optimizer()->set_learning_rate(0.5f);
+  job.mutable_optimizer()->set_clip_norm(clip_norm);
   job.set_consistency(mode);
   if (mode == SSP) job.set_staleness(1);
   job.set_num_workers(workers);
@@ -37,8 +39,8 @@ std::vector<float> ReadChunk(const ShardStore& s, int32_t chunk) {
 }
 
 struct Fixture {
-  explicit Fixture(Consistency mode, int workers = 2, int servers = 1)
-      : job(SmallJob(mode, workers)),
+  explicit Fixture(Consistency mode, int workers = 2, int servers = 1, float clip_norm = 0)
+      : job(SmallJob(mode, workers, clip_norm)),
         partition(Partition::Make(ModelParams(job.model()), job.chunk_bytes(), servers).value()),
         store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr) {}
   JobSpec job;
@@ -117,6 +119,49 @@ TEST(ShardStoreTest, InitialWeightsDoNotDependOnTheServerCount) {
     const ShardStore& owner = two_a.partition.chunks()[chunk].server == 0 ? two_a.store : two_b;
     EXPECT_EQ(ReadChunk(one.store, chunk), ReadChunk(owner, chunk)) << chunk;
   }
+}
+
+// A push with NaN or Inf is taken (the clock moves on) but not applied;
+// under BSP the round closes over the other workers' samples.
+TEST(ShardStoreTest, NonFinitePushesAreSkippedAndCounted) {
+  Fixture f(BSP);
+  const std::vector<float> w0 = ReadChunk(f.store, 0);
+  std::vector<float> bad(8, 1.0f), good(8, 2.0f);
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 0, bad).ok());
+  ASSERT_TRUE(f.store.Push(1, 0, 4, 0, good).ok());
+  EXPECT_TRUE(f.store.Readable(0, 1));
+  EXPECT_EQ(f.store.NonfiniteSkipped(), 1);
+  const std::vector<float> w1 = ReadChunk(f.store, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * 2.0f);  // good's mean only
+  // Both bad: no step at all, and the round still closes.
+  bad[5] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(f.store.Push(0, 1, 4, 0, bad).ok());
+  ASSERT_TRUE(f.store.Push(1, 1, 4, 0, bad).ok());
+  EXPECT_TRUE(f.store.Readable(0, 2));
+  EXPECT_EQ(ReadChunk(f.store, 0), w1);
+  EXPECT_EQ(f.store.NonfiniteSkipped(), 3);
+}
+
+// SSP/ASP clip each push by the norm its worker reports for the whole push.
+TEST(ShardStoreTest, AspClipsByThePushNorm) {
+  Fixture f(ASP, 1, 1, /*clip_norm=*/1.0f);
+  const std::vector<float> w0 = ReadChunk(f.store, 1);
+  // The worker's whole gradient has norm 4: scaled by 1/4.
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 1, std::vector<float>{2.0f, -2.0f}, 4.0f).ok());
+  std::vector<float> w1 = ReadChunk(f.store, 1);
+  EXPECT_FLOAT_EQ(w1[0], w0[0] - 0.5f * 0.5f);
+  EXPECT_FLOAT_EQ(w1[1], w0[1] + 0.5f * 0.5f);
+  // Under the bound: unchanged.
+  ASSERT_TRUE(f.store.Push(0, 1, 4, 1, std::vector<float>{0.2f, 0.0f}, 0.5f).ok());
+  EXPECT_FLOAT_EQ(ReadChunk(f.store, 1)[0], w1[0] - 0.5f * 0.2f);
+}
+
+TEST(ShardStoreTest, BytesHeldPerParameter) {
+  Fixture bsp(BSP);  // SGD: weights + the round's sum
+  EXPECT_EQ(bsp.store.BytesHeld(), 10 * 8);
+  Fixture asp(ASP);  // SGD: weights only
+  EXPECT_EQ(asp.store.BytesHeld(), 10 * 4);
 }
 
 }  // namespace
