@@ -146,4 +146,36 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, i
   }
 }
 
+absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t clock,
+                                                   double sum_squares) {
+  ReduceNormRequest req;
+  req.set_server_id(server);
+  req.set_clock(clock);
+  req.set_sum_squares(sum_squares);
+  req.set_incarnation(incarnation_);
+  const absl::Time start = absl::Now();
+  Backoff backoff;
+  while (true) {
+    std::string message;
+    const JobState state = job_state(&message);
+    if (state == ABORTED || state == DONE) {
+      return absl::AbortedError(absl::StrCat("job ended: ", message));
+    }
+    ReduceNormResponse resp;
+    auto ctx = ContextWithTimeout(absl::Seconds(10));
+    const absl::Status st = FromGrpc(stub_->ReduceNorm(ctx.get(), req, &resp));
+    if (st.ok()) return resp.sum_squares();
+    if (absl::IsDeadlineExceeded(st)) {
+      spdlog::info("waiting for the other servers' norms of round {} ({:.0f} s so far)", clock,
+                   absl::ToDoubleSeconds(absl::Now() - start));
+      continue;
+    }
+    if (absl::IsUnavailable(st) && absl::Now() - start < options_.heartbeat_timeout) {
+      absl::SleepFor(backoff.Next());
+      continue;
+    }
+    return st;
+  }
+}
+
 }  // namespace pstrain

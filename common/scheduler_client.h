@@ -53,6 +53,11 @@ class SchedulerClient {
   // (logging what it waits for) until the job ends; ABORTED if it was aborted.
   absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock);
 
+  // BSP clipping: reports this server's sum of squares of round `clock`'s
+  // mean gradient and waits for the sum over every server holding chunks.
+  // Retries like AdvanceClock; ABORTED once the job has ended.
+  absl::StatusOr<double> ReduceNorm(int server, int64_t clock, double sum_squares);
+
   uint64_t incarnation() const { return incarnation_; }
 
  private:

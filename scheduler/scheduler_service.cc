@@ -1,12 +1,30 @@
 #include "scheduler/scheduler_service.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/params.h"
+#include "common/partition.h"
 #include "common/process_stats.h"
 #include "common/rpc.h"
 
 namespace pstrain {
+
+namespace {
+
+// Which servers hold chunks (and so report norms under BSP clipping).
+std::vector<bool> ServersWithChunks(const JobSpec& job) {
+  std::vector<bool> out(job.num_servers(), false);
+  absl::StatusOr<Partition> p =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
+  if (!p.ok()) return out;  // a valid job always partitions
+  for (int s = 0; s < job.num_servers(); ++s) out[s] = !p->ServerChunks(s).empty();
+  return out;
+}
+
+}  // namespace
 
 SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace)
     : job_(job),
@@ -14,7 +32,8 @@ SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace)
       start_(absl::Now()),
       trace_(trace),
       members_(job.num_servers(), job.num_workers()),
-      clocks_(job.num_workers(), EffectiveStaleness(job)) {}
+      clocks_(job.num_workers(), EffectiveStaleness(job)),
+      norms_(ServersWithChunks(job), TotalClocks(job)) {}
 
 void SchedulerService::SetAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -56,6 +75,7 @@ void SchedulerService::EndJob(JobState state, const std::string& message) {
     spdlog::error("job aborted: {}", message);
   }
   WakeGates();
+  WakeNorms();
 }
 
 void SchedulerService::Trace(const char* event, int worker, int64_t clock) {
@@ -179,6 +199,51 @@ void SchedulerService::WakeGates() {
       FillGate(g.worker, g.clock, g.response);
       it->reactor->Finish(grpc::Status::OK);
       it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerContext* ctx,
+                                                       const ReduceNormRequest* req,
+                                                       ReduceNormResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<MemberRecord*> m = members_.Find(SERVER, req->server_id(), req->incarnation());
+  if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
+  if (state_ == ABORTED || state_ == DONE) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::ABORTED,
+                                       absl::StrCat("job ended: ", message_)));
+  }
+  const absl::Status st = norms_.Add(req->server_id(), req->clock(), req->sum_squares());
+  if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
+  if (std::optional<double> total = norms_.Total(req->clock())) {
+    resp->set_sum_squares(*total);
+    WakeNorms();
+    return FinishNow(ctx, grpc::Status::OK);
+  }
+  auto* reactor = new ParkedReactor();
+  parked_norms_.emplace_back(reactor, PendingNorm{req->clock(), resp});
+  return reactor;
+}
+
+void SchedulerService::WakeNorms() {
+  for (auto it = parked_norms_.begin(); it != parked_norms_.end();) {
+    if (it->Gone()) {
+      it = parked_norms_.erase(it);
+      continue;
+    }
+    std::optional<double> total = norms_.Total(it->what.clock);
+    if (state_ == ABORTED || state_ == DONE) {
+      if (it->Claim()) {
+        it->reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                                         absl::StrCat("job ended: ", message_)));
+      }
+      it = parked_norms_.erase(it);
+    } else if (total.has_value() && it->Claim()) {
+      it->what.response->set_sum_squares(*total);
+      it->reactor->Finish(grpc::Status::OK);
+      it = parked_norms_.erase(it);
     } else {
       ++it;
     }

@@ -15,6 +15,7 @@
 #include "proto/cluster.grpc.pb.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
+#include "scheduler/norm_rounds.h"
 
 namespace pstrain {
 
@@ -41,6 +42,9 @@ class SchedulerService final : public Scheduler::CallbackService {
   grpc::ServerUnaryReactor* AdvanceClock(grpc::CallbackServerContext* ctx,
                                          const AdvanceClockRequest* req,
                                          AdvanceClockResponse* resp) override;
+  grpc::ServerUnaryReactor* ReduceNorm(grpc::CallbackServerContext* ctx,
+                                       const ReduceNormRequest* req,
+                                       ReduceNormResponse* resp) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
                                    ClusterStatus* resp) override;
 
@@ -51,7 +55,13 @@ class SchedulerService final : public Scheduler::CallbackService {
     AdvanceClockResponse* response;
   };
 
+  struct PendingNorm {
+    int64_t clock;
+    ReduceNormResponse* response;
+  };
   bool GateOpen(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers parked norm calls whose round is complete (or fails them: job ended).
+  void WakeNorms() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillGate(int worker, int64_t clock, AdvanceClockResponse* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers parked gate calls that may now go (or must fail: job aborted).
@@ -72,6 +82,8 @@ class SchedulerService final : public Scheduler::CallbackService {
   std::string message_ ABSL_GUARDED_BY(mu_);
   absl::Time ended_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<Parked<PendingGate>> parked_ ABSL_GUARDED_BY(mu_);
+  NormRounds norms_ ABSL_GUARDED_BY(mu_);
+  std::vector<Parked<PendingNorm>> parked_norms_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

@@ -37,6 +37,9 @@ class PsService final : public PsServiceBase {
   void CancelParked(const grpc::Status& status);
 
   NodeStatus GetStatus() const;
+  // Answers the parked pulls whose guarantee now holds (after the store
+  // applied updates on its own, e.g. a globally clipped BSP round).
+  void WakePulls();
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -56,8 +59,6 @@ class PsService final : public PsServiceBase {
   void FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
   // Validates a push and hands it to the store, whole or not at all.
   grpc::Status DoPush(ShardStore& store, const grpc::ByteBuffer& req);
-  // Answers the parked pulls whose guarantee now holds.
-  void WakePulls();
 
   const absl::Time start_;
   mutable absl::Mutex mu_;

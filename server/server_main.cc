@@ -105,6 +105,11 @@ int Run() {
                store->NumParams() > 0 ? double(store->BytesHeld()) / store->NumParams() : 0.0,
                OptimizerType_Name(job.optimizer().type()), pool.parallelism(), SimdLevel());
   service->SetStore(store, TotalClocks(job));
+  store->StartGlobalClipping(
+      [&client, id](int64_t clock, double sum_squares) {
+        return client.ReduceNorm(id, clock, sum_squares);
+      },
+      [&service] { service->WakePulls(); });
   client.StartHeartbeats([&service] { return service->GetStatus(); });
 
   std::string message;
@@ -119,6 +124,7 @@ int Run() {
     end = ABORTED;
     message = "interrupted";
   }
+  store->StopGlobalClipping();  // it uses `client`, which goes first
   service->SetState(end == DONE ? FINISHED : FAILED, message);
   service->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,7 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
       schedule_(job.optimizer(), TotalClocks(job)),
       pool_(pool),
       trace_(trace),
+      global_clip_(bsp_ && job.optimizer().clip_norm() > 0),
       chunk_ids_(partition.ServerChunks(server_id)) {
   const std::vector<ParamInfo> params = ModelParams(job.model());
   for (int32_t id : chunk_ids_) {
@@ -163,18 +165,88 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
   if (std::find(c.pushed.begin(), c.pushed.end(), false) != c.pushed.end()) {
     return absl::OkStatus();
   }
-  if (c.round_samples > 0) {  // else every push of the round was skipped
+  if (c.round_samples > 0) {
     Scale(c.grad_sum.data(), n, 1.0f / static_cast<float>(c.round_samples), c.grad_sum.data());
+  }
+  if (!global_clip_) {
+    ApplyRound(c, 1.0f);
+    return absl::OkStatus();
+  }
+  c.round_closed = true;
+  absl::MutexLock clip_lock(&clip_mu_);
+  ++closed_chunks_;
+  return absl::OkStatus();
+}
+
+void ShardStore::ApplyRound(Chunk& c, float scale) {
+  const int64_t n = static_cast<int64_t>(c.grad_sum.size());
+  const int64_t clock = c.applied[0];  // every worker is in this round
+  if (c.round_samples > 0) {  // else every push of the round was skipped
+    if (scale != 1.0f) Scale(c.grad_sum.data(), n, scale, c.grad_sum.data());
     Apply(c, clock, c.grad_sum.data());
   }
   std::fill(c.grad_sum.begin(), c.grad_sum.end(), 0.0f);
   c.round_samples = 0;
+  c.round_closed = false;
   for (int w = 0; w < num_workers_; ++w) {
     c.pushed[w] = false;
     ++c.applied[w];
-    TraceApply(w, c.applied[w] - 1, chunk);
+    TraceApply(w, c.applied[w] - 1, c.id);
   }
-  return absl::OkStatus();
+}
+
+void ShardStore::StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied) {
+  if (!global_clip_ || chunks_.empty()) return;
+  clip_thread_ = std::thread([this, reduce = std::move(reduce),
+                              on_applied = std::move(on_applied)] { ClipLoop(reduce, on_applied); });
+}
+
+void ShardStore::StopGlobalClipping() {
+  {
+    absl::MutexLock lock(&clip_mu_);
+    stop_clipping_ = true;
+  }
+  if (clip_thread_.joinable()) clip_thread_.join();
+}
+
+ShardStore::~ShardStore() { StopGlobalClipping(); }
+
+bool ShardStore::RoundClosedOrStopping() const {
+  return stop_clipping_ || closed_chunks_ == static_cast<int64_t>(chunks_.size());
+}
+
+void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) {
+  const float clip = job_.optimizer().clip_norm();
+  while (true) {
+    {
+      absl::MutexLock lock(&clip_mu_);
+      clip_mu_.Await(absl::Condition(this, &ShardStore::RoundClosedOrStopping));
+      if (stop_clipping_) return;
+      // Every chunk has closed the round; none can close another before
+      // this one is applied (the next round's pushes follow pulls that wait
+      // for it), so the count can start again now.
+      closed_chunks_ = 0;
+    }
+    double local = 0;
+    int64_t clock = 0;
+    for (const auto& [id, c] : chunks_) {
+      absl::MutexLock lock(&c->mu);
+      clock = c->applied[0];
+      for (float g : c->grad_sum) local += static_cast<double>(g) * g;
+    }
+    absl::StatusOr<double> total = reduce(clock, local);
+    if (!total.ok()) {
+      spdlog::error("global clipping of round {} failed: {}", clock, total.status().message());
+      return;
+    }
+    const double norm = std::sqrt(*total);
+    const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
+    for (const auto& [id, c] : chunks_) {
+      absl::MutexLock lock(&c->mu);
+      ApplyRound(*c, scale);
+    }
+    on_applied();
+  }
 }
 
 void ShardStore::Apply(Chunk& c, int64_t clock, const float* grad) {

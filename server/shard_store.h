@@ -5,6 +5,8 @@
 #define PSTRAIN_SERVER_SHARD_STORE_H_
 
 #include <atomic>
+#include <functional>
+#include <thread>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
@@ -61,6 +64,19 @@ class ShardStore {
   void Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype, char* out,
             std::vector<int64_t>* applied) const;
 
+  // BSP clipping by the global norm (the job clips under BSP): a closed
+  // round's mean gradient waits until every chunk of this server has closed
+  // that round; a thread then asks `reduce(clock, local sum of squares)` for
+  // the sum over all servers, applies the round scaled by
+  // min(1, clip_norm / norm) and calls `on_applied`. Until then the round's
+  // read guarantee does not hold. Call once, before the first push; the
+  // thread stops when `reduce` fails or the store is destroyed.
+  using NormReducer = std::function<absl::StatusOr<double>(int64_t clock, double sum_squares)>;
+  void StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied);
+  // Stops that thread (waits for a round being reduced). Idempotent.
+  void StopGlobalClipping();
+  ~ShardStore();
+
   // Min over owned chunks and workers of the iterations applied.
   int64_t MinAppliedClock() const;
   int64_t NumParams() const { return num_params_; }
@@ -89,6 +105,8 @@ class ShardStore {
     std::vector<float> grad_sum ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
+    // Global clipping: the round's mean waits in grad_sum.
+    bool round_closed ABSL_GUARDED_BY(mu) = false;
   };
 
   Chunk* Find(int32_t chunk) const;
@@ -102,6 +120,11 @@ class ShardStore {
   bool Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void TraceApply(int worker, int64_t clock, int32_t chunk) const;
+  // BSP: applies the closed round's mean in grad_sum scaled by `scale` (no
+  // step when no push of the round was finite) and opens the next round.
+  void ApplyRound(Chunk& c, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void ClipLoop(NormReducer reduce, std::function<void()> on_applied);
+  bool RoundClosedOrStopping() const ABSL_SHARED_LOCKS_REQUIRED(clip_mu_);
 
   const JobSpec job_;
   const int num_workers_;
@@ -115,6 +138,12 @@ class ShardStore {
   int64_t num_params_ = 0;
   int64_t bytes_held_ = 0;
   std::atomic<int64_t> nonfinite_skipped_{0};
+
+  const bool global_clip_;
+  mutable absl::Mutex clip_mu_;
+  int64_t closed_chunks_ ABSL_GUARDED_BY(clip_mu_) = 0;
+  bool stop_clipping_ ABSL_GUARDED_BY(clip_mu_) = false;
+  std::thread clip_thread_;
 };
 
 }  // namespace pstrain

@@ -13,13 +13,14 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-// Trains the small job on `workers` workers and 2 servers; returns worker
-// 0's final weights, flattened.
-std::vector<float> Train(const std::string& name, int workers, const std::string& extra) {
+// Trains the small job on `workers` workers and `servers` servers; returns
+// worker 0's final weights, flattened.
+std::vector<float> Train(const std::string& name, int workers, const std::string& extra,
+                         int servers = 2) {
   Cluster cluster(name);
   ClusterOptions options;
   options.job_text = SmallJob(extra);
-  options.servers = 2;
+  options.servers = servers;
   options.workers = workers;
   EXPECT_TRUE(cluster.Start(options).ok());
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
@@ -62,6 +63,27 @@ TEST_P(BspExactnessTest, TwoWorkersOfBatchBEqualOneWorkerOfBatchTwoB) {
   const double asp_rel = RelativeDifference(asp_two, one);
   std::printf("%s: relative difference ASP 2 workers vs 1 worker: %.3g\n", opt.c_str(), asp_rel);
   EXPECT_GT(asp_rel, 1e-3);
+}
+
+// Clipping by the global norm: the round's mean gradient over every
+// parameter on every server is what is clipped, so 2 workers on 2 servers
+// equal 1 worker on 1 server. Clipping per server (or per push) would not.
+TEST(BspClippingTest, GlobalNormAcrossServers) {
+  const std::string job =
+      "consistency: BSP\nbatch_size: 64\nsteps: 20\n"
+      "optimizer { type: SGD learning_rate: 0.5 clip_norm: 0.05 }";
+  const std::vector<float> one = Train("clip1", 1, job, /*servers=*/1);
+  const std::vector<float> two = Train("clip2", 2, job, /*servers=*/3);
+  const double rel = RelativeDifference(two, one);
+  std::printf("clip_norm 0.05: relative difference 2 workers x 3 servers vs 1 x 1: %.3g\n", rel);
+  EXPECT_LE(rel, 1e-5);
+  // The clip is active: without it the weights land elsewhere.
+  const std::vector<float> unclipped = Train(
+      "noclip", 1, "consistency: BSP\nbatch_size: 64\nsteps: 20\n"
+                   "optimizer { type: SGD learning_rate: 0.5 }", 1);
+  const double clip_effect = RelativeDifference(unclipped, one);
+  std::printf("clipped vs unclipped: relative difference %.3g\n", clip_effect);
+  EXPECT_GT(clip_effect, 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(

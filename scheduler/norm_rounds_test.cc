@@ -1,0 +1,42 @@
+#include "scheduler/norm_rounds.h"
+
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+TEST(NormRoundsTest, TotalOnceEveryReporterReported) {
+  NormRounds rounds({true, false, true}, 100);  // server 1 holds no chunks
+  ASSERT_TRUE(rounds.Add(0, 5, 1.5).ok());
+  EXPECT_FALSE(rounds.Total(5).has_value());
+  ASSERT_TRUE(rounds.Add(0, 5, 1.5).ok());  // a retry counts once
+  EXPECT_FALSE(rounds.Total(5).has_value());
+  ASSERT_TRUE(rounds.Add(2, 5, 2.0).ok());
+  ASSERT_TRUE(rounds.Total(5).has_value());
+  EXPECT_DOUBLE_EQ(*rounds.Total(5), 3.5);
+}
+
+TEST(NormRoundsTest, BadReportsAreRefused) {
+  NormRounds rounds({true, false}, 10);
+  EXPECT_EQ(rounds.Add(1, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);  // no chunks
+  EXPECT_EQ(rounds.Add(2, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);  // unknown
+  EXPECT_EQ(rounds.Add(0, 10, 1.0).code(), absl::StatusCode::kInvalidArgument);  // future
+  EXPECT_EQ(rounds.Add(0, -1, 1.0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rounds.Add(0, 0, -1.0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rounds.Add(0, 0, std::numeric_limits<double>::quiet_NaN()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NormRoundsTest, OldRoundsAreForgotten) {
+  NormRounds rounds({true}, 100);
+  for (int64_t c = 0; c < 20; ++c) ASSERT_TRUE(rounds.Add(0, c, c).ok());
+  EXPECT_TRUE(rounds.Total(19).has_value());
+  EXPECT_TRUE(rounds.Total(15).has_value());  // kept for late retries
+  EXPECT_FALSE(rounds.Total(3).has_value());
+  EXPECT_EQ(rounds.Add(0, 3, 1.0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pstrain
