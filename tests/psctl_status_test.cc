@@ -36,7 +36,8 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
   ASSERT_TRUE(cluster.Start(options).ok());
 
-  // Poll until both workers report a clock > 0.
+  // Poll until both workers report a clock > 0 and, through a heartbeat
+  // (every 500 ms), their first loss.
   ClusterStatus st;
   std::string raw;
   const absl::Time until = absl::Now() + absl::Seconds(30);
@@ -46,7 +47,9 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
     ASSERT_TRUE(s.ok()) << s.status() << cluster.Logs();
     st = *s;
     int ticking = 0;
-    for (const NodeStatus& m : st.members()) ticking += m.role() == WORKER && m.clock() > 0;
+    for (const NodeStatus& m : st.members()) {
+      ticking += m.role() == WORKER && m.clock() > 0 && m.loss() > 0;
+    }
     running = st.job_state() == RUNNING_JOB && ticking == 2;
     if (!running) absl::SleepFor(absl::Milliseconds(200));
   }
