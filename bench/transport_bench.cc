@@ -207,6 +207,7 @@ std::string JobText(int64_t floats) {
 
 struct PstrainResult {
   double push = 0, pull = 0, push_pull = 0;
+  double push_pull_one_trip = 0;  // PsClient::PushPull: the pull sent with the push
 };
 
 // Starts ps_scheduler and ps_server for a tensor of `floats`, joins as the
@@ -262,6 +263,12 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     r.push = Throughput(bytes, push);
     r.pull = Throughput(bytes, pull);
     r.push_pull = Throughput(bytes, [&] { return push() && pull(); });
+    r.push_pull_one_trip = Throughput(bytes, [&] {
+      const absl::Status st = ps.PushPull(clock, 64, grads, 0, clock + 1, clock + 1, &weights);
+      ++clock;
+      if (!st.ok()) std::fprintf(stderr, "push_pull: %s\n", std::string(st.message()).c_str());
+      return st.ok();
+    });
     results.push_back(r);
   }
   worker->Finish();
@@ -309,7 +316,7 @@ int Run(const char* argv0) {
               "  \"max_request_bytes\": %lld,\n  \"sizes\": [\n",
               absl::GetFlag(FLAGS_channels_per_server),
               static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)));
-  bool pass = true;
+  bool pass = true, pass_one_trip = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
     auto tcp_op = [&](uint64_t mode) {
@@ -345,27 +352,36 @@ int Run(const char* argv0) {
 
     const std::vector<PstrainResult> ps = MeasurePstrain(n / 4, {FP32, BF16});
     const double fraction = ps[0].push_pull / tcp_echo;
-    if (n <= (16 << 20)) pass = pass && fraction >= 0.5;
+    const double fraction_one_trip = ps[0].push_pull_one_trip / tcp_echo;
+    if (n <= (16 << 20)) {
+      pass = pass && fraction >= 0.5;
+      pass_one_trip = pass_one_trip && fraction_one_trip >= 0.5;
+    }
     std::printf(
         "    {\"mib\": %lld,\n"
         "     \"tcp\": {\"push\": %s, \"pull\": %s, \"echo\": %s},\n"
         "     \"grpc_default\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
-        "     \"pstrain_fp32\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
-        "     \"pstrain_bf16\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
-        "     \"push_pull_fp32_over_tcp_echo\": %s, \"grpc_default_over_tcp_echo\": %s}%s\n",
+        "     \"pstrain_fp32\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s, "
+        "\"push_pull_one_trip\": %s},\n"
+        "     \"pstrain_bf16\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s, "
+        "\"push_pull_one_trip\": %s},\n"
+        "     \"push_pull_fp32_over_tcp_echo\": %s, \"push_pull_one_trip_fp32_over_tcp_echo\": %s, "
+        "\"grpc_default_over_tcp_echo\": %s}%s\n",
         static_cast<long long>(n >> 20), J(tcp_push).c_str(), J(tcp_pull).c_str(),
         J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(),
         J(grpc_push_pull).c_str(), J(ps[0].push).c_str(), J(ps[0].pull).c_str(),
-        J(ps[0].push_pull).c_str(), J(ps[1].push).c_str(), J(ps[1].pull).c_str(),
-        J(ps[1].push_pull).c_str(), J(fraction).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
+        J(ps[0].push_pull).c_str(), J(ps[0].push_pull_one_trip).c_str(), J(ps[1].push).c_str(),
+        J(ps[1].pull).c_str(), J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(),
+        J(fraction).c_str(), J(fraction_one_trip).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
         i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }
   const TcpHeader quit{3, 0};
   WriteAll(tcp, reinterpret_cast<const char*>(&quit), sizeof(quit));
   std::printf("  ],\n  \"unit\": \"GB/s of the tensor's fp32 bytes, counted once per operation\",\n"
-              "  \"goal_push_pull_1_4_16_mib_at_least_half_of_tcp\": %s\n}\n",
-              pass ? "true" : "false");
+              "  \"goal_push_pull_1_4_16_mib_at_least_half_of_tcp\": %s,\n"
+              "  \"goal_push_pull_one_trip_1_4_16_mib_at_least_half_of_tcp\": %s\n}\n",
+              pass ? "true" : "false", pass_one_trip ? "true" : "false");
   return 0;
 }
 

@@ -55,6 +55,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM HUP
 
+# A port file left by an earlier run in the same --logs folder must not be read.
+rm -f "$LOGS/scheduler.port"
 "$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
   --port_file="$LOGS/scheduler.port" --num_servers="$SERVERS" --num_workers="$WORKERS" \
   "${EXTRA[@]}" >"$LOGS/scheduler.log" 2>&1 &

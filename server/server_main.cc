@@ -129,8 +129,9 @@ int Run() {
   service->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (end == DONE) {
-    spdlog::info("job done; {} pushes, {} pulls served", service->GetStatus().pushes(),
-                 service->GetStatus().pulls());
+    const NodeStatus st = service->GetStatus();
+    spdlog::info("job done; {} pushes, {} pulls served; {} bytes in, {} bytes out", st.pushes(),
+                 st.pulls(), st.bytes_in(), st.bytes_out());
     return 0;
   }
   spdlog::error("job aborted: {}", message);

@@ -27,6 +27,7 @@ const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
 
 // One call: a batch of one server's chunks.
 struct PsClient::Call {
+  bool is_pull = false;
   int server = 0;
   int channel = 0;
   grpc::ByteBuffer request;
@@ -62,7 +63,7 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
   }
 }
 
-absl::Status PsClient::RunCalls(std::vector<Call>& calls, bool is_pull) {
+absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   const absl::Time give_up = absl::Now() + options_.retry_window;
   Backoff backoff;
   int next_channel = 0;
@@ -80,9 +81,9 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls, bool is_pull) {
       Call& call = calls[i];
       std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
       call.channel = next_channel++ % static_cast<int>(channels.size());
-      contexts[i] = ContextWithTimeout(is_pull ? kPullAttempt : kPushAttempt);
+      contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
       channels[call.channel]->UnaryCall(
-          contexts[i].get(), is_pull ? kPullMethod : kPushMethod, grpc::StubOptions(),
+          contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, grpc::StubOptions(),
           &call.request, &replies[i], [&, i](grpc::Status st) {
             results[i] = st.ok() ? calls[i].finish(replies[i]) : FromGrpc(st);
             pending.DecrementCount();
@@ -93,6 +94,7 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls, bool is_pull) {
     for (int i : todo) {
       const absl::Status& st = results[i];
       const int server = calls[i].server;
+      const bool is_pull = calls[i].is_pull;
       if (st.ok()) {
         calls[i].done = true;
         continue;
@@ -110,19 +112,17 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls, bool is_pull) {
       if (first_error.ok()) first_error = st;
     }
     if (!first_error.ok()) {
-      spdlog::warn("retrying {}: {}", is_pull ? "pull" : "push", first_error.message());
+      spdlog::warn("retrying: {}", first_error.message());
       absl::SleepFor(backoff.Next());
     }
   }
 }
 
-absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
-                            std::vector<std::vector<float>>* weights,
-                            std::vector<int64_t>* applied) {
+void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
+                            std::vector<std::vector<float>>* weights, PullState* state,
+                            std::vector<Call>* calls) {
   const DType dtype = options_.wire_dtype;
   const int width = DTypeSize(dtype);
-  std::vector<Call> calls;
-  std::vector<std::vector<int64_t>> call_applied;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     for (const std::vector<int32_t>& batch : batches_[s]) {
       PullRequest req;
@@ -132,22 +132,16 @@ absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
       req.set_dtype(dtype);
       for (int32_t id : batch) req.add_chunks(id);
       Call call;
+      call.is_pull = true;
       call.server = s;
       call.request = SerializeSmall(req);
-      calls.push_back(std::move(call));
-    }
-  }
-  call_applied.resize(calls.size());
-  std::atomic<int64_t> bytes{0};
-  size_t index = 0;
-  for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
-    for (const std::vector<int32_t>& batch : batches_[s]) {
-      std::vector<int64_t>* out_applied = &call_applied[index];
-      calls[index++].finish = [this, s, &batch, weights, out_applied, dtype, width,
-                               &bytes](const grpc::ByteBuffer& reply) -> absl::Status {
+      state->applied.emplace_back();
+      const size_t index = state->applied.size() - 1;
+      call.finish = [this, s, &batch, weights, state, index, dtype,
+                     width](const grpc::ByteBuffer& reply) -> absl::Status {
         SliceReader reader(reply);
         std::vector<PayloadRef> refs;
-        RETURN_IF_ERROR(DecodePullResponse(reader, &refs, out_applied));
+        RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index]));
         if (refs.size() != batch.size()) {
           return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
                                                   " chunks, asked for ", batch.size()));
@@ -174,35 +168,37 @@ absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
             reader.Copy(ref.bytes, staging.data());
             DecodeFloats(dtype, staging.data(), info.numel, dst);
           }
-          bytes += static_cast<int64_t>(ref.bytes);
+          state->bytes += static_cast<int64_t>(ref.bytes);
         }
         return absl::OkStatus();
       };
+      calls->push_back(std::move(call));
     }
   }
-  RETURN_IF_ERROR(RunCalls(calls, /*is_pull=*/true));
+}
+
+void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied) {
   if (applied != nullptr) {
     applied->clear();
-    for (const std::vector<int64_t>& a : call_applied) {
+    for (const std::vector<int64_t>& a : state.applied) {
       if (applied->empty()) *applied = a;
       for (size_t w = 0; w < a.size() && w < applied->size(); ++w) {
         (*applied)[w] = std::min((*applied)[w], a[w]);
       }
     }
   }
-  bytes_in_ += bytes;
-  return absl::OkStatus();
+  bytes_in_ += state.bytes;
 }
 
-absl::Status PsClient::Push(int64_t clock, int num_samples,
-                            const std::vector<std::vector<float>>& grads, float grad_norm) {
+int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
+                               const std::vector<std::vector<float>>& grads, float grad_norm,
+                               std::vector<Call>* calls) {
   PushHeader header;
   header.worker_id = worker_id_;
   header.clock = clock;
   header.num_samples = num_samples;
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
-  std::vector<Call> calls;
   int64_t bytes = 0;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     for (const std::vector<int32_t>& batch : batches_[s]) {
@@ -216,11 +212,44 @@ absl::Status PsClient::Push(int64_t clock, int num_samples,
       call.server = s;
       call.request = EncodePush(header, chunks);
       call.finish = [](const grpc::ByteBuffer&) { return absl::OkStatus(); };
-      calls.push_back(std::move(call));
+      calls->push_back(std::move(call));
     }
   }
-  RETURN_IF_ERROR(RunCalls(calls, /*is_pull=*/false));
+  return bytes;
+}
+
+absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
+                            std::vector<std::vector<float>>* weights,
+                            std::vector<int64_t>* applied) {
+  PullState state;
+  std::vector<Call> calls;
+  AddPullCalls(clock, min_clock, weights, &state, &calls);
+  RETURN_IF_ERROR(RunCalls(calls));
+  FinishPull(state, applied);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(int64_t clock, int num_samples,
+                            const std::vector<std::vector<float>>& grads, float grad_norm) {
+  std::vector<Call> calls;
+  const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls);
+  RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::PushPull(int64_t clock, int num_samples,
+                                const std::vector<std::vector<float>>& grads, float grad_norm,
+                                int64_t pull_clock, int64_t min_clock,
+                                std::vector<std::vector<float>>* weights,
+                                std::vector<int64_t>* applied) {
+  std::vector<Call> calls;
+  const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls);
+  PullState state;
+  AddPullCalls(pull_clock, min_clock, weights, &state, &calls);
+  RETURN_IF_ERROR(RunCalls(calls));
+  bytes_out_ += bytes;
+  FinishPull(state, applied);
   return absl::OkStatus();
 }
 

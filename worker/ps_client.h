@@ -49,6 +49,16 @@ class PsClient {
   absl::Status Push(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
                     float grad_norm = 0);
 
+  // Push and Pull at once: the pull is sent with the push, not after its
+  // acknowledgement, and the server answers it once its read guarantee
+  // holds (min_clock = clock + 1 reads this very push). One round trip
+  // instead of two.
+  absl::Status PushPull(int64_t clock, int num_samples,
+                        const std::vector<std::vector<float>>& grads, float grad_norm,
+                        int64_t pull_clock, int64_t min_clock,
+                        std::vector<std::vector<float>>* weights,
+                        std::vector<int64_t>* applied = nullptr);
+
   // Payload bytes moved (in the wire dtype).
   int64_t bytes_in() const { return bytes_in_; }
   int64_t bytes_out() const { return bytes_out_; }
@@ -56,9 +66,21 @@ class PsClient {
 
  private:
   struct Call;
+  // What a pull's calls fill in, on gRPC's threads.
+  struct PullState {
+    std::vector<std::vector<int64_t>> applied;  // per call
+    std::atomic<int64_t> bytes{0};
+  };
   // Runs every call in parallel, retrying retryable failures with backoff
   // within the retry window.
-  absl::Status RunCalls(std::vector<Call>& calls, bool is_pull);
+  absl::Status RunCalls(std::vector<Call>& calls);
+  void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
+                    PullState* state, std::vector<Call>* calls);
+  void FinishPull(const PullState& state, std::vector<int64_t>* applied);
+  // Returns the payload bytes of the push.
+  int64_t AddPushCalls(int64_t clock, int num_samples,
+                       const std::vector<std::vector<float>>& grads, float grad_norm,
+                       std::vector<Call>* calls);
 
   const Partition* partition_;
   const int worker_id_;

@@ -80,6 +80,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
                    Partition::Make(model.params(), job.chunk_bytes(), job.num_servers()));
   BatchSampler sampler(job.seed(), data_.train.size, job.batch_size(), per_epoch);
   std::unique_ptr<PsClient> ps;
+  ClusterView gate_cluster;  // the servers, from the first gate
   std::vector<float> x;
   std::vector<int32_t> y;
 
@@ -95,7 +96,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       if (gate.cluster().servers_size() != job.num_servers()) {
         return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
       }
-      ps = std::make_unique<PsClient>(gate.cluster(), &partition, rank, options_.ps);
+      gate_cluster = gate.cluster();
+      ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps);
       spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
                    job.num_servers(), workers, total, per_epoch);
     }
@@ -160,16 +162,23 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   // Report the last clock, then read every worker's every update.
   RETURN_IF_ERROR(scheduler_->AdvanceClock(rank, total).status());
   if (ps == nullptr) return absl::FailedPreconditionError("the job has no clocks to train");
-  RETURN_IF_ERROR(ps->Pull(total, total, &model.weights()));
+  // The final read is of the fp32 master weights whatever the wire dtype:
+  // they are what the job trained (and what --weights_out writes).
+  PsClientOptions final_options = options_.ps;
+  final_options.wire_dtype = FP32;
+  PsClient final_ps(gate_cluster, &partition, rank, final_options);
+  RETURN_IF_ERROR(final_ps.Pull(total, total, &model.weights()));
   const double acc = EvaluateTest(model);
   {
     absl::MutexLock lock(&mu_);
     test_accuracy_ = acc;
-    bytes_in_ = ps->bytes_in();
+    bytes_in_ = ps->bytes_in() + final_ps.bytes_in();
   }
   if (rank == 0) {
     spdlog::info("final test accuracy {:.4f} on {} examples after {} clocks ({:.1f} s)", acc,
                  data_.test.size, total, absl::ToDoubleSeconds(absl::Now() - start_));
+    spdlog::info("this worker pushed {} bytes and pulled {} bytes of {} in training",
+                 ps->bytes_out(), ps->bytes_in(), DTypeName(ps->wire_dtype()));
   }
   if (!options_.weights_out.empty()) {
     RETURN_IF_ERROR(WriteWeights(options_.weights_out, total, model, model.weights()));
