@@ -43,7 +43,8 @@
 ABSL_FLAG(std::string, sizes_mib, "1,4,16,64", "tensor sizes in MiB of fp32");
 ABSL_FLAG(double, min_seconds, 0.6, "time each measurement at least this long");
 ABSL_FLAG(int, channels_per_server, 2, "PsClient connections to the server");
-ABSL_FLAG(int64_t, max_request_bytes, 4 << 20, "PsClient's largest call");
+ABSL_FLAG(int64_t, max_request_bytes, 1 << 20, "PsClient's largest call");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "the job's chunk_bytes (the servers' unit of storage)");
 
 namespace pstrain {
 namespace {
@@ -202,7 +203,8 @@ std::string JobText(int64_t floats) {
       "optimizer { type: SGD learning_rate: 1e-9 }\n"
       "consistency: ASP\n"
       "batch_size: 64\n"
-      "steps: 100000000\n");
+      "steps: 100000000\n"
+      "chunk_bytes: ", absl::GetFlag(FLAGS_chunk_bytes), "\n");
 }
 
 struct PstrainResult {
@@ -313,9 +315,10 @@ int Run(const char* argv0) {
       grpc::CreateCustomChannel(grpc_address, grpc::InsecureChannelCredentials(), args));
 
   std::printf("{\n  \"bench\": \"transport_bench\",\n  \"channels_per_server\": %d,\n"
-              "  \"max_request_bytes\": %lld,\n  \"sizes\": [\n",
+              "  \"max_request_bytes\": %lld,\n  \"chunk_bytes\": %lld,\n  \"sizes\": [\n",
               absl::GetFlag(FLAGS_channels_per_server),
-              static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)));
+              static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)),
+              static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes)));
   bool pass = true, pass_one_trip = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];

@@ -26,7 +26,7 @@ struct PsClientOptions {
   int channels_per_server = 2;  // TCP connections to each server
   // Chunks are packed into calls of at most this many bytes (a larger chunk
   // goes alone).
-  int64_t max_request_bytes = 4 << 20;
+  int64_t max_request_bytes = 1 << 20;
   // How long retryable failures are retried, with backoff.
   absl::Duration retry_window = absl::Seconds(30);
 };
