@@ -231,7 +231,8 @@ TEST(OptimizerTest, ThreadsGiveTheSerialResult) {
   ThreadPool pool(3);
   for (OptimizerType type : {SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADADELTA, ADAM, ADAMW,
                              ADAFACTOR}) {
-    for (const ChunkShape shape : {ChunkShape{1, 300000}, ChunkShape{600, 500}}) {
+    // Large enough to be split (kMinUpdateGrain elements a part).
+    for (const ChunkShape shape : {ChunkShape{1, 3 << 20}, ChunkShape{3000, 1000}}) {
       const auto serial = RunSteps(Spec(type), shape);
       const auto threaded = RunSteps(Spec(type), shape, &pool);
       for (size_t i = 0; i < serial.first.size(); ++i) {
