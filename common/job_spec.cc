@@ -206,8 +206,8 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
     return bad("staleness must be 0 under BSP (use consistency: SSP)");
   }
   if (job.epochs() < 0 || job.steps() < 0) return bad("epochs and steps must be >= 0");
-  if (job.chunk_bytes() < 4 || job.chunk_bytes() % 4 != 0) {
-    return bad("chunk_bytes must be a positive multiple of 4, got ", job.chunk_bytes());
+  if (job.chunk_bytes() < 4 || job.chunk_bytes() % 4 != 0 || job.chunk_bytes() > (64 << 20)) {
+    return bad("chunk_bytes must be a multiple of 4 in [4, 64 MiB], got ", job.chunk_bytes());
   }
   if (const absl::Status st = ValidateOptimizer(job.optimizer()); !st.ok()) return st;
   if (!DType_IsValid(job.wire_dtype())) return bad("wire_dtype ", job.wire_dtype(), " is unknown");

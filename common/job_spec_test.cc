@@ -56,6 +56,12 @@ TEST(JobSpecTest, ValidationNamesTheProblem) {
       "must be the last layer"));
   EXPECT_TRUE(absl::StrContains(message("optimizer { learning_rate: -1 }"), "learning_rate"));
   EXPECT_TRUE(absl::StrContains(message("chunk_bytes: 6"), "chunk_bytes"));
+  EXPECT_TRUE(absl::StrContains(message("chunk_bytes: 134217728"), "64 MiB"));
+  EXPECT_TRUE(absl::StrContains(message("wire_dtype: 9"), "wire_dtype"));
+  EXPECT_TRUE(absl::StrContains(message("optimizer { type: RMSPROP rho: 1.5 }"), "rho"));
+  EXPECT_TRUE(absl::StrContains(message("optimizer { clip_norm: -1 }"), "clip_norm"));
+  EXPECT_TRUE(absl::StrContains(
+      message("optimizer { schedule { type: WARMUP_COSINE min_lr: 5 } }"), "min_lr"));
   EXPECT_TRUE(absl::StrContains(message("batch_size: 100000"), "exceeds the training set"));
 }
 
