@@ -34,17 +34,24 @@ ABSL_FLAG(double, min_seconds, 1.0, "time each measurement at least this long");
 namespace pstrain {
 namespace {
 
-const OptimizerType kTypes[] = {SGD,     MOMENTUM, NESTEROV, ADAGRAD,  RMSPROP,
-                                ADADELTA, ADAM,    ADAMW,    ADAFACTOR};
+const OptimizerType kTypes[] = {SGD,      MOMENTUM, NESTEROV, ADAGRAD,  RMSPROP,
+                                ADADELTA, ADAM,     ADAMW,    ADAFACTOR};
 
 // Bytes an update must move per parameter: the gradient read, the weight
 // and each state array read and written. Adafactor's factored state is
 // negligible; it reads the gradient in several passes, counted once.
 int CompulsoryBytes(OptimizerType type) {
   switch (type) {
-    case SGD: case ADAFACTOR: return 12;
-    case MOMENTUM: case NESTEROV: case ADAGRAD: case RMSPROP: return 20;
-    default: return 28;  // ADADELTA, ADAM, ADAMW
+    case SGD:
+    case ADAFACTOR:
+      return 12;
+    case MOMENTUM:
+    case NESTEROV:
+    case ADAGRAD:
+    case RMSPROP:
+      return 20;
+    default:
+      return 28;  // ADADELTA, ADAM, ADAMW
   }
 }
 
@@ -152,8 +159,7 @@ int Run() {
       const OptimizerType type = kTypes[k];
       auto opt = MakeOptimizer(Spec(type)).value();
       // Adafactor sees the parameters as a matrix of 4096 columns.
-      const ChunkShape shape =
-          type == ADAFACTOR ? ChunkShape{n / 4096, 4096} : ChunkShape{1, n};
+      const ChunkShape shape = type == ADAFACTOR ? ChunkShape{n / 4096, 4096} : ChunkShape{1, n};
       std::fill(state.begin(), state.end(), 0.0f);
       int64_t step = 0;
       const double t = BestTime([&] {
@@ -163,10 +169,11 @@ int Run() {
         opt->Update(ctx, shape, w.data(), state.data(), g.data(), &pool);
       });
       const double gbs = CompulsoryBytes(type) * static_cast<double>(n) / t / 1e9;
-      std::printf("      {\"optimizer\": \"%s\", \"updates_per_s\": %s, \"bytes_per_update\": %d, "
-                  "\"gb_per_s\": %s, \"fraction_of_triad\": %s",
-                  OptimizerType_Name(type).c_str(), Json(n / t).c_str(), CompulsoryBytes(type),
-                  Json(gbs).c_str(), Json(gbs / triad_gbs).c_str());
+      std::printf(
+          "      {\"optimizer\": \"%s\", \"updates_per_s\": %s, \"bytes_per_update\": %d, "
+          "\"gb_per_s\": %s, \"fraction_of_triad\": %s",
+          OptimizerType_Name(type).c_str(), Json(n / t).c_str(), CompulsoryBytes(type),
+          Json(gbs).c_str(), Json(gbs / triad_gbs).c_str());
       if (type == ADAM || type == MOMENTUM) {
         // The goal counts 28 bytes per parameter for Adam and 16 for momentum.
         const double counted = (type == ADAM ? 28.0 : 16.0) * n / t / 1e9;
@@ -197,8 +204,7 @@ int Run() {
       const int64_t rss0 = ResidentBytes();
       double held, rss;
       {
-        ShardStore store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), &pool,
-                         nullptr);
+        ShardStore store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), &pool, nullptr);
         held = static_cast<double>(store.BytesHeld()) / store.NumParams();
         rss = static_cast<double>(ResidentBytes() - rss0) / store.NumParams();
       }

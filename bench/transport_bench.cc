@@ -198,13 +198,18 @@ std::string JobText(int64_t floats) {
   const int64_t in = floats / 512;
   return absl::StrCat(
       "name: 'transport_bench'\n"
-      "model { input_dim: ", in, " layers { type: DENSE units: 512 } layers { type: SOFTMAX_XENT } }\n"
-      "data { dataset: SYNTHETIC synthetic_dim: ", in, " synthetic_classes: 512 }\n"
+      "model { input_dim: ",
+      in,
+      " layers { type: DENSE units: 512 } layers { type: SOFTMAX_XENT } }\n"
+      "data { dataset: SYNTHETIC synthetic_dim: ",
+      in,
+      " synthetic_classes: 512 }\n"
       "optimizer { type: SGD learning_rate: 1e-9 }\n"
       "consistency: ASP\n"
       "batch_size: 64\n"
       "steps: 100000000\n"
-      "chunk_bytes: ", absl::GetFlag(FLAGS_chunk_bytes), "\n");
+      "chunk_bytes: ",
+      absl::GetFlag(FLAGS_chunk_bytes), "\n");
 }
 
 struct PstrainResult {
@@ -226,9 +231,11 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
                  cluster.Logs().c_str());
     std::exit(1);
   }
-  absl::StatusOr<testing::InProcessWorker> worker = testing::JoinAsWorker(cluster.scheduler_address());
+  absl::StatusOr<testing::InProcessWorker> worker =
+      testing::JoinAsWorker(cluster.scheduler_address());
   if (!worker.ok()) {
-    std::fprintf(stderr, "transport_bench: join: %s\n", std::string(worker.status().message()).c_str());
+    std::fprintf(stderr, "transport_bench: join: %s\n",
+                 std::string(worker.status().message()).c_str());
     std::exit(1);
   }
   const JobSpec& job = worker->job;
@@ -314,11 +321,12 @@ int Run(const char* argv0) {
   auto stub = bench::Echo::NewStub(
       grpc::CreateCustomChannel(grpc_address, grpc::InsecureChannelCredentials(), args));
 
-  std::printf("{\n  \"bench\": \"transport_bench\",\n  \"channels_per_server\": %d,\n"
-              "  \"max_request_bytes\": %lld,\n  \"chunk_bytes\": %lld,\n  \"sizes\": [\n",
-              absl::GetFlag(FLAGS_channels_per_server),
-              static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)),
-              static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes)));
+  std::printf(
+      "{\n  \"bench\": \"transport_bench\",\n  \"channels_per_server\": %d,\n"
+      "  \"max_request_bytes\": %lld,\n  \"chunk_bytes\": %lld,\n  \"sizes\": [\n",
+      absl::GetFlag(FLAGS_channels_per_server),
+      static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)),
+      static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes)));
   bool pass = true, pass_one_trip = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
@@ -371,20 +379,21 @@ int Run(const char* argv0) {
         "     \"push_pull_fp32_over_tcp_echo\": %s, \"push_pull_one_trip_fp32_over_tcp_echo\": %s, "
         "\"grpc_default_over_tcp_echo\": %s}%s\n",
         static_cast<long long>(n >> 20), J(tcp_push).c_str(), J(tcp_pull).c_str(),
-        J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(),
-        J(grpc_push_pull).c_str(), J(ps[0].push).c_str(), J(ps[0].pull).c_str(),
-        J(ps[0].push_pull).c_str(), J(ps[0].push_pull_one_trip).c_str(), J(ps[1].push).c_str(),
-        J(ps[1].pull).c_str(), J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(),
-        J(fraction).c_str(), J(fraction_one_trip).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
+        J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(), J(grpc_push_pull).c_str(),
+        J(ps[0].push).c_str(), J(ps[0].pull).c_str(), J(ps[0].push_pull).c_str(),
+        J(ps[0].push_pull_one_trip).c_str(), J(ps[1].push).c_str(), J(ps[1].pull).c_str(),
+        J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(), J(fraction).c_str(),
+        J(fraction_one_trip).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
         i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }
   const TcpHeader quit{3, 0};
   WriteAll(tcp, reinterpret_cast<const char*>(&quit), sizeof(quit));
-  std::printf("  ],\n  \"unit\": \"GB/s of the tensor's fp32 bytes, counted once per operation\",\n"
-              "  \"goal_push_pull_1_4_16_mib_at_least_half_of_tcp\": %s,\n"
-              "  \"goal_push_pull_one_trip_1_4_16_mib_at_least_half_of_tcp\": %s\n}\n",
-              pass ? "true" : "false", pass_one_trip ? "true" : "false");
+  std::printf(
+      "  ],\n  \"unit\": \"GB/s of the tensor's fp32 bytes, counted once per operation\",\n"
+      "  \"goal_push_pull_1_4_16_mib_at_least_half_of_tcp\": %s,\n"
+      "  \"goal_push_pull_one_trip_1_4_16_mib_at_least_half_of_tcp\": %s\n}\n",
+      pass ? "true" : "false", pass_one_trip ? "true" : "false");
   return 0;
 }
 

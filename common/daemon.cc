@@ -1,7 +1,6 @@
 #include "common/daemon.h"
 
 #include <malloc.h>
-
 #include <signal.h>
 #include <unistd.h>
 

@@ -55,24 +55,33 @@ int DTypeSize(DType dtype) { return dtype == FP32 ? 4 : 2; }
 
 std::string DTypeName(DType dtype) {
   switch (dtype) {
-    case FP32: return "fp32";
-    case BF16: return "bf16";
-    case FP16: return "fp16";
-    default: return "unknown";
+    case FP32:
+      return "fp32";
+    case BF16:
+      return "bf16";
+    case FP16:
+      return "fp16";
+    default:
+      return "unknown";
   }
 }
 
 bool ParseDType(const std::string& name, DType* dtype) {
-  if (name == "fp32") *dtype = FP32;
-  else if (name == "bf16") *dtype = BF16;
-  else if (name == "fp16") *dtype = FP16;
-  else return false;
+  if (name == "fp32")
+    *dtype = FP32;
+  else if (name == "bf16")
+    *dtype = BF16;
+  else if (name == "fp16")
+    *dtype = FP16;
+  else
+    return false;
   return true;
 }
 
 uint16_t FloatToBf16(float f) {
   const uint32_t u = Bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
   // Round to nearest even on the 16 bits dropped; a carry into the exponent
   // is the right result (up to inf).
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);

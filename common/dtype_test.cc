@@ -85,12 +85,26 @@ TEST(DTypeTest, EveryBf16RoundTrips) {
 
 // Random floats over the whole range and near the interesting boundaries.
 std::vector<float> Samples() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e10f,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          65536.0f,
+                          1e10f,
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::quiet_NaN(),
-                          std::numeric_limits<float>::denorm_min(), 5.96e-8f, 2.98e-8f, 2.99e-8f,
-                          6.1e-5f, 6.0e-5f, 1.0009765625f, 1.00048828125f, 1.00146484375f,
+                          std::numeric_limits<float>::denorm_min(),
+                          5.96e-8f,
+                          2.98e-8f,
+                          2.99e-8f,
+                          6.1e-5f,
+                          6.0e-5f,
+                          1.0009765625f,
+                          1.00048828125f,
+                          1.00146484375f,
                           3.4028235e38f};
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> any;
@@ -153,8 +167,9 @@ TEST(DTypeTest, BulkMatchesScalarAtAnyAlignment) {
       DecodeFloats(d, buf.data() + offset, n, back.data());
       for (int64_t i = 0; i < n; ++i) {
         const float x = v[50 + i];
-        const float want = d == FP32 ? x : d == BF16 ? Bf16ToFloat(FloatToBf16(x))
-                                                     : HalfToFloat(FloatToHalf(x));
+        const float want = d == FP32   ? x
+                           : d == BF16 ? Bf16ToFloat(FloatToBf16(x))
+                                       : HalfToFloat(FloatToHalf(x));
         if (std::isnan(want)) {
           ASSERT_TRUE(std::isnan(back[i]));
         } else {

@@ -34,16 +34,15 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 
 }  // namespace
 
-absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& text,
-                                         const std::string& file_name) {
+absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& text, const std::string& file_name) {
   JobSpec job;
   FirstErrorCollector errors(file_name);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &job)) {
-    return absl::InvalidArgumentError(
-        errors.error().empty() ? absl::StrCat(file_name, ": cannot parse job spec")
-                               : errors.error());
+    return absl::InvalidArgumentError(errors.error().empty()
+                                          ? absl::StrCat(file_name, ": cannot parse job spec")
+                                          : errors.error());
   }
   return job;
 }
@@ -68,9 +67,18 @@ void ApplyOptimizerDefaults(OptimizerSpec* opt) {
   const OptimizerType type = opt->type();
   if (opt->learning_rate() == 0) {
     switch (type) {
-      case ADAM: case ADAMW: case RMSPROP: case ADAFACTOR: opt->set_learning_rate(1e-3f); break;
-      case ADADELTA: opt->set_learning_rate(1.0f); break;
-      default: opt->set_learning_rate(0.01f); break;
+      case ADAM:
+      case ADAMW:
+      case RMSPROP:
+      case ADAFACTOR:
+        opt->set_learning_rate(1e-3f);
+        break;
+      case ADADELTA:
+        opt->set_learning_rate(1.0f);
+        break;
+      default:
+        opt->set_learning_rate(0.01f);
+        break;
     }
   }
   if ((type == MOMENTUM || type == NESTEROV) && opt->momentum() == 0) opt->set_momentum(0.9f);
@@ -78,10 +86,18 @@ void ApplyOptimizerDefaults(OptimizerSpec* opt) {
   if (opt->beta2() == 0) opt->set_beta2(0.999f);
   if (opt->epsilon() == 0) {
     switch (type) {
-      case ADAGRAD: opt->set_epsilon(1e-10f); break;
-      case ADADELTA: opt->set_epsilon(1e-6f); break;
-      case ADAFACTOR: opt->set_epsilon(1e-30f); break;
-      default: opt->set_epsilon(1e-8f); break;
+      case ADAGRAD:
+        opt->set_epsilon(1e-10f);
+        break;
+      case ADADELTA:
+        opt->set_epsilon(1e-6f);
+        break;
+      case ADAFACTOR:
+        opt->set_epsilon(1e-30f);
+        break;
+      default:
+        opt->set_epsilon(1e-8f);
+        break;
     }
   }
   if (opt->rho() == 0) opt->set_rho(0.9f);
@@ -122,7 +138,8 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
       break;
     case STEP_DECAY:
       if (sched.step_size() < 1) return bad("schedule.step_size must be >= 1 for STEP_DECAY");
-      if (!(sched.gamma() > 0 && sched.gamma() <= 1)) return bad("schedule.gamma must be in (0, 1]");
+      if (!(sched.gamma() > 0 && sched.gamma() <= 1))
+        return bad("schedule.gamma must be in (0, 1]");
       break;
     default:
       return bad("schedule.type ", sched.type(), " is unknown");
@@ -146,8 +163,7 @@ void ApplyJobDefaults(JobSpec* job) {
   }
   ModelSpec* model = job->mutable_model();
   if (model->input_dim() == 0) {
-    model->set_input_dim(data->dataset() == SYNTHETIC ? data->synthetic_dim()
-                                                      : kFashionMnistDim);
+    model->set_input_dim(data->dataset() == SYNTHETIC ? data->synthetic_dim() : kFashionMnistDim);
   }
   if (model->layers_size() == 0) {
     // The default model: 784-256-256-10 MLP with ReLU.
@@ -167,10 +183,18 @@ void ApplyJobDefaults(JobSpec* job) {
     LayerSpec* layer = model->mutable_layers(i);
     if (!layer->name().empty()) continue;
     switch (layer->type()) {
-      case DENSE: layer->set_name(absl::StrCat("dense", i)); break;
-      case RELU: layer->set_name(absl::StrCat("relu", i)); break;
-      case SOFTMAX_XENT: layer->set_name(absl::StrCat("xent", i)); break;
-      default: layer->set_name(absl::StrCat("layer", i)); break;
+      case DENSE:
+        layer->set_name(absl::StrCat("dense", i));
+        break;
+      case RELU:
+        layer->set_name(absl::StrCat("relu", i));
+        break;
+      case SOFTMAX_XENT:
+        layer->set_name(absl::StrCat("xent", i));
+        break;
+      default:
+        layer->set_name(absl::StrCat("layer", i));
+        break;
     }
   }
   ApplyOptimizerDefaults(job->mutable_optimizer());
@@ -194,12 +218,12 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
     return bad("num_workers must be in [1, 1024], got ", job.num_workers());
   }
   if (job.batch_size() < job.num_workers()) {
-    return bad("batch_size (", job.batch_size(),
-               ") must be at least num_workers (", job.num_workers(), ")");
+    return bad("batch_size (", job.batch_size(), ") must be at least num_workers (",
+               job.num_workers(), ")");
   }
   if (job.batch_size() > TrainSetSize(job)) {
-    return bad("batch_size (", job.batch_size(), ") exceeds the training set (",
-               TrainSetSize(job), ")");
+    return bad("batch_size (", job.batch_size(), ") exceeds the training set (", TrainSetSize(job),
+               ")");
   }
   if (job.staleness() < 0) return bad("staleness must be >= 0");
   if (job.consistency() == BSP && job.staleness() != 0) {
@@ -220,11 +244,10 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   // The model: dense layers chain, the loss comes last and matches the classes.
   const ModelSpec& model = job.model();
   if (model.input_dim() < 1) return bad("model.input_dim must be >= 1");
-  const int expected_dim =
-      data.dataset() == SYNTHETIC ? data.synthetic_dim() : kFashionMnistDim;
+  const int expected_dim = data.dataset() == SYNTHETIC ? data.synthetic_dim() : kFashionMnistDim;
   if (model.input_dim() != expected_dim) {
-    return bad("model.input_dim is ", model.input_dim(), " but the data has ",
-               expected_dim, " features");
+    return bad("model.input_dim is ", model.input_dim(), " but the data has ", expected_dim,
+               " features");
   }
   int width = model.input_dim();
   bool has_dense = false;
@@ -251,15 +274,13 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   }
   const int classes = data.dataset() == SYNTHETIC ? data.synthetic_classes() : 10;
   if (width != classes) {
-    return bad("the last dense layer has ", width, " units but the data has ",
-               classes, " classes");
+    return bad("the last dense layer has ", width, " units but the data has ", classes, " classes");
   }
   return absl::OkStatus();
 }
 
 int64_t TrainSetSize(const JobSpec& job) {
-  return job.data().dataset() == SYNTHETIC ? job.data().synthetic_train_size()
-                                           : kFashionMnistTrain;
+  return job.data().dataset() == SYNTHETIC ? job.data().synthetic_train_size() : kFashionMnistTrain;
 }
 
 int64_t ClocksPerEpoch(const JobSpec& job) {
@@ -273,9 +294,12 @@ int64_t TotalClocks(const JobSpec& job) {
 
 int64_t EffectiveStaleness(const JobSpec& job) {
   switch (job.consistency()) {
-    case ASP: return -1;
-    case SSP: return job.staleness();
-    default: return 0;
+    case ASP:
+      return -1;
+    case SSP:
+      return job.staleness();
+    default:
+      return 0;
   }
 }
 

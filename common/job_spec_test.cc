@@ -60,8 +60,8 @@ TEST(JobSpecTest, ValidationNamesTheProblem) {
   EXPECT_TRUE(absl::StrContains(message("wire_dtype: 9"), "wire_dtype"));
   EXPECT_TRUE(absl::StrContains(message("optimizer { type: RMSPROP rho: 1.5 }"), "rho"));
   EXPECT_TRUE(absl::StrContains(message("optimizer { clip_norm: -1 }"), "clip_norm"));
-  EXPECT_TRUE(absl::StrContains(
-      message("optimizer { schedule { type: WARMUP_COSINE min_lr: 5 } }"), "min_lr"));
+  EXPECT_TRUE(absl::StrContains(message("optimizer { schedule { type: WARMUP_COSINE min_lr: 5 } }"),
+                                "min_lr"));
   EXPECT_TRUE(absl::StrContains(message("batch_size: 100000"), "exceeds the training set"));
 }
 

@@ -8,8 +8,8 @@
 
 namespace pstrain {
 
-absl::StatusOr<Partition> Partition::Make(const std::vector<ParamInfo>& params,
-                                          int64_t chunk_bytes, int num_servers) {
+absl::StatusOr<Partition> Partition::Make(const std::vector<ParamInfo>& params, int64_t chunk_bytes,
+                                          int num_servers) {
   if (num_servers < 1) return absl::InvalidArgumentError("partition: no servers");
   if (chunk_bytes < static_cast<int64_t>(sizeof(float))) {
     return absl::InvalidArgumentError(absl::StrCat("partition: chunk_bytes ", chunk_bytes));
@@ -39,9 +39,8 @@ absl::StatusOr<Partition> Partition::Make(const std::vector<ParamInfo>& params,
   }
   std::vector<int32_t> order(p.chunks_.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return p.chunks_[a].numel > p.chunks_[b].numel;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return p.chunks_[a].numel > p.chunks_[b].numel; });
   std::vector<int64_t> load(num_servers, 0);
   p.by_server_.resize(num_servers);
   for (int32_t id : order) {

@@ -26,8 +26,8 @@ class Partition {
   // whole rows of a 2-D parameter whose rows fit)
   // and assigns them to `num_servers` servers, greedily by size: largest chunk
   // first (ties by id) to the server holding the fewest bytes (ties by id).
-  static absl::StatusOr<Partition> Make(const std::vector<ParamInfo>& params,
-                                        int64_t chunk_bytes, int num_servers);
+  static absl::StatusOr<Partition> Make(const std::vector<ParamInfo>& params, int64_t chunk_bytes,
+                                        int num_servers);
 
   const std::vector<ChunkInfo>& chunks() const { return chunks_; }
   // Chunk ids of one server / one parameter, ascending.

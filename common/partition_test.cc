@@ -80,7 +80,8 @@ TEST(PartitionTest, SameMapEveryTime) {
   Partition a = Partition::Make(params, 65536, 4).value();
   Partition b = Partition::Make(params, 65536, 4).value();
   ASSERT_EQ(a.chunks().size(), b.chunks().size());
-  for (size_t i = 0; i < a.chunks().size(); ++i) EXPECT_EQ(a.chunks()[i].server, b.chunks()[i].server);
+  for (size_t i = 0; i < a.chunks().size(); ++i)
+    EXPECT_EQ(a.chunks()[i].server, b.chunks()[i].server);
 }
 
 TEST(PartitionTest, BadArguments) {

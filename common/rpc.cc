@@ -3,12 +3,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <vector>
 #include <random>
+#include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace pstrain {
 
@@ -66,8 +66,7 @@ std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address) {
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services,
-    std::string* bound) {
+    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--listen=", listen, ": expected HOST:PORT"));
@@ -106,14 +105,12 @@ absl::Status WritePortFile(const std::string& path, const std::string& address) 
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {

@@ -28,8 +28,7 @@ std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address);
 // choose) with `services`. Returns the started server and sets *bound to
 // "HOST:PORT" with the real port.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services,
-    std::string* bound);
+    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound);
 
 // Writes `address` to `path` atomically (temporary file + rename), for
 // launchers and tests that start daemons on port 0.

@@ -53,10 +53,10 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
     }
     absl::SleepFor(wait);
   }
-  return absl::UnavailableError(absl::StrCat(
-      "cannot reach the scheduler at ", options_.scheduler, " after ",
-      absl::FormatDuration(options_.connect_timeout), " (", attempts,
-      " attempts): ", last.message()));
+  return absl::UnavailableError(absl::StrCat("cannot reach the scheduler at ", options_.scheduler,
+                                             " after ",
+                                             absl::FormatDuration(options_.connect_timeout), " (",
+                                             attempts, " attempts): ", last.message()));
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& status) {
@@ -96,8 +96,8 @@ void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
     if (absl::Now() - last_ok > options_.heartbeat_timeout) {
       absl::MutexLock lock(&mu_);
       job_state_ = ABORTED;
-      job_message_ = absl::StrCat("lost the scheduler at ", options_.scheduler, ": ",
-                                  resp.status().message());
+      job_message_ =
+          absl::StrCat("lost the scheduler at ", options_.scheduler, ": ", resp.status().message());
       return;
     }
   }
@@ -146,8 +146,7 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, i
   }
 }
 
-absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t clock,
-                                                   double sum_squares) {
+absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t clock, double sum_squares) {
   ReduceNormRequest req;
   req.set_server_id(server);
   req.set_clock(clock);

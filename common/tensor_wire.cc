@@ -58,11 +58,16 @@ absl::Status Malformed(const char* what) {
 bool SkipField(SliceReader& r, uint32_t type) {
   uint64_t v;
   switch (type) {
-    case kVarint: return r.ReadVarint(&v);
-    case kFixed64: return r.Skip(8);
-    case kFixed32: return r.Skip(4);
-    case kLen: return r.ReadVarint(&v) && v <= r.remaining() && r.Skip(v);
-    default: return false;  // groups and unknown types
+    case kVarint:
+      return r.ReadVarint(&v);
+    case kFixed64:
+      return r.Skip(8);
+    case kFixed32:
+      return r.Skip(4);
+    case kLen:
+      return r.ReadVarint(&v) && v <= r.remaining() && r.Skip(v);
+    default:
+      return false;  // groups and unknown types
   }
 }
 
@@ -109,7 +114,8 @@ SliceReader::SliceReader(const grpc::ByteBuffer& buffer) {
 void SliceReader::Seek(size_t position) {
   position = std::min(position, size_);
   slice_ = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), position) -
-                               starts_.begin()) - 1;
+                               starts_.begin()) -
+           1;
   if (slice_ >= slices_.size()) slice_ = slices_.size();  // at the end
   offset_ = position - starts_[slice_];
 }

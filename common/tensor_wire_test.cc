@@ -50,7 +50,7 @@ TEST(TensorWireTest, PushIsProtobufsEncoding) {
     ASSERT_EQ(parsed.chunks(1).data().size(), 1000u * DTypeSize(dtype));
     DecodeFloats(dtype, parsed.chunks(1).data().data(), 1000, back.data());
     for (int i = 0; i < 1000; ++i) {
-      const float want = dtype == FP32 ? b[i]
+      const float want = dtype == FP32   ? b[i]
                          : dtype == BF16 ? Bf16ToFloat(FloatToBf16(b[i]))
                                          : HalfToFloat(FloatToHalf(b[i]));
       ASSERT_EQ(back[i], want);
@@ -102,7 +102,8 @@ TEST(TensorWireTest, PullResponseRoundTrips) {
   std::vector<int32_t> ids = {7, 0, 300000};
   std::vector<int64_t> bytes = {8, 0, 12};
   const grpc::ByteBuffer buf = EncodePullResponse(
-      ids, bytes, [&](size_t i, char* dst) { std::memset(dst, 'x' + static_cast<int>(i), bytes[i]); },
+      ids, bytes,
+      [&](size_t i, char* dst) { std::memset(dst, 'x' + static_cast<int>(i), bytes[i]); },
       {5, 0, 1LL << 40});
   PullResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(Flatten(buf)));

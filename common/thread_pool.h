@@ -27,8 +27,7 @@ class ThreadPool {
   // `min_grain` long (but the last), and returns when all are done. While
   // another caller's loop runs, the whole range runs on this caller: the
   // pool never queues, so concurrent callers never wait on each other.
-  void ParallelFor(int64_t n, int64_t min_grain,
-                   absl::FunctionRef<void(int64_t, int64_t)> fn);
+  void ParallelFor(int64_t n, int64_t min_grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
 
   int parallelism() const { return static_cast<int>(threads_.size()) + 1; }
 

@@ -20,8 +20,8 @@ TEST(NormRoundsTest, TotalOnceEveryReporterReported) {
 
 TEST(NormRoundsTest, BadReportsAreRefused) {
   NormRounds rounds({true, false}, 10);
-  EXPECT_EQ(rounds.Add(1, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);  // no chunks
-  EXPECT_EQ(rounds.Add(2, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);  // unknown
+  EXPECT_EQ(rounds.Add(1, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);   // no chunks
+  EXPECT_EQ(rounds.Add(2, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);   // unknown
   EXPECT_EQ(rounds.Add(0, 10, 1.0).code(), absl::StatusCode::kInvalidArgument);  // future
   EXPECT_EQ(rounds.Add(0, -1, 1.0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rounds.Add(0, 0, -1.0).code(), absl::StatusCode::kInvalidArgument);

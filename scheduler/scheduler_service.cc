@@ -92,8 +92,8 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
                                                      RegisterResponse* resp) {
   absl::MutexLock lock(&mu_);
   if (state_ == DONE || state_ == ABORTED) {
-    return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                       "the job has already ended"));
+    return FinishNow(
+        ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the job has already ended"));
   }
   const absl::StatusOr<int> id =
       members_.Register(req->role(), req->address(), req->incarnation(), absl::Now());
@@ -106,8 +106,8 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
   spdlog::info("{} {} registered from {}", RoleName(req->role()), *id, req->address());
   if (state_ == WAITING && members_.Complete()) {
     state_ = RUNNING_JOB;
-    spdlog::info("all {} servers and {} workers registered; training {} clocks",
-                 job_.num_servers(), job_.num_workers(), total_clocks_);
+    spdlog::info("all {} servers and {} workers registered; training {} clocks", job_.num_servers(),
+                 job_.num_workers(), total_clocks_);
     WakeGates();
   }
   return FinishNow(ctx, grpc::Status::OK);
@@ -169,8 +169,8 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
     WakeGates();
   }
   if (state_ == ABORTED) {
-    return FinishNow(ctx, grpc::Status(grpc::StatusCode::ABORTED,
-                                       absl::StrCat("job aborted: ", message_)));
+    return FinishNow(
+        ctx, grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job aborted: ", message_)));
   }
   // A worker that finished every clock need not wait for anyone.
   if (req->clock() >= total_clocks_ || GateOpen(req->clock())) {
@@ -191,8 +191,8 @@ void SchedulerService::WakeGates() {
     const PendingGate& g = it->what;
     if (state_ == ABORTED || state_ == DONE) {
       if (it->Claim()) {
-        it->reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED,
-                                         absl::StrCat("job ended: ", message_)));
+        it->reactor->Finish(
+            grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job ended: ", message_)));
       }
       it = parked_.erase(it);
     } else if (GateOpen(g.clock) && it->Claim()) {
@@ -212,8 +212,8 @@ grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerConte
   absl::StatusOr<MemberRecord*> m = members_.Find(SERVER, req->server_id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
   if (state_ == ABORTED || state_ == DONE) {
-    return FinishNow(ctx, grpc::Status(grpc::StatusCode::ABORTED,
-                                       absl::StrCat("job ended: ", message_)));
+    return FinishNow(
+        ctx, grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job ended: ", message_)));
   }
   const absl::Status st = norms_.Add(req->server_id(), req->clock(), req->sum_squares());
   if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
@@ -236,8 +236,8 @@ void SchedulerService::WakeNorms() {
     std::optional<double> total = norms_.Total(it->what.clock);
     if (state_ == ABORTED || state_ == DONE) {
       if (it->Claim()) {
-        it->reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED,
-                                         absl::StrCat("job ended: ", message_)));
+        it->reactor->Finish(
+            grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job ended: ", message_)));
       }
       it = parked_norms_.erase(it);
     } else if (total.has_value() && it->Claim()) {

@@ -33,11 +33,9 @@ class SchedulerService final : public Scheduler::CallbackService {
   bool MembersToldOfEnd(absl::Duration grace) const;
   ClusterStatus GetStatus() const;
 
-  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
-                                     const RegisterRequest* req,
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
                                      RegisterResponse* resp) override;
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const HeartbeatRequest* req,
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
                                       HeartbeatResponse* resp) override;
   grpc::ServerUnaryReactor* AdvanceClock(grpc::CallbackServerContext* ctx,
                                          const AdvanceClockRequest* req,

@@ -23,9 +23,9 @@ float Schedule::At(int64_t clock) const {
       return static_cast<float>(min_lr + (lr_ - min_lr) * 0.5 * (1 + std::cos(M_PI * p)));
     }
     case STEP_DECAY:
-      return static_cast<float>(
-          lr_ * std::pow(static_cast<double>(spec_.gamma()),
-                         std::floor(t / static_cast<double>(spec_.step_size()))));
+      return static_cast<float>(lr_ *
+                                std::pow(static_cast<double>(spec_.gamma()),
+                                         std::floor(t / static_cast<double>(spec_.step_size()))));
     default:
       return lr_;
   }

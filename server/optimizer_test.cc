@@ -39,8 +39,8 @@ double Lr(int t) { return 0.05 * (t + 1) / 4.0; }
 
 // Runs kSteps updates; returns the weights and the state.
 std::pair<std::vector<float>, std::vector<float>> RunSteps(const OptimizerSpec& spec,
-                                                      const ChunkShape& shape,
-                                                      ThreadPool* pool = nullptr) {
+                                                           const ChunkShape& shape,
+                                                           ThreadPool* pool = nullptr) {
   auto opt = MakeOptimizer(spec).value();
   const Schedule schedule(spec, 100);
   const int64_t n = shape.numel();
@@ -59,9 +59,9 @@ std::pair<std::vector<float>, std::vector<float>> RunSteps(const OptimizerSpec& 
 
 // The reference: per element, state `s` (zeros), returns the weights after
 // kSteps of `step(t, lr, g, w, s)`.
-std::vector<double> Reference(int slots,
-                              const std::function<void(int, double, double, double&,
-                                                       std::vector<double>&)>& step) {
+std::vector<double> Reference(
+    int slots,
+    const std::function<void(int, double, double, double&, std::vector<double>&)>& step) {
   std::vector<double> out;
   for (int i = 0; i < kShape.numel(); ++i) {
     double w = Weight0(i);
@@ -80,9 +80,9 @@ void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, 
 TEST(OptimizerTest, Sgd) {
   const auto [w, state] = RunSteps(Spec(SGD), kShape);
   EXPECT_TRUE(state.empty());
-  ExpectNear(w, Reference(0, [](int, double lr, double g, double& w, auto&) {
-               w -= lr * (g + kWd * w);
-             }), 1e-6);
+  ExpectNear(
+      w, Reference(0, [](int, double lr, double g, double& w, auto&) { w -= lr * (g + kWd * w); }),
+      1e-6);
   // Element 0 by hand: 0.5 -> 0.5 - 0.0125 * (0.3 + 0.05) = 0.495625
   //   -> - 0.025 * (0.6 + 0.0495625) = 0.4793859 -> - 0.0375 * (0.9 + 0.0479386) = 0.4438382
   EXPECT_NEAR(w[0], 0.4438382, 1e-6);
@@ -91,77 +91,98 @@ TEST(OptimizerTest, Sgd) {
 TEST(OptimizerTest, Momentum) {
   const auto [w, state] = RunSteps(Spec(MOMENTUM), kShape);
   EXPECT_EQ(state.size(), 6u);
-  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
-               const double gp = g + kWd * w;
-               s[0] = 0.9 * s[0] + gp;
-               w -= lr * s[0];
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(1,
+                       [](int, double lr, double g, double& w, auto& s) {
+                         const double gp = g + kWd * w;
+                         s[0] = 0.9 * s[0] + gp;
+                         w -= lr * s[0];
+                       }),
+             1e-6);
 }
 
 TEST(OptimizerTest, Nesterov) {
   const auto [w, state] = RunSteps(Spec(NESTEROV), kShape);
   EXPECT_EQ(state.size(), 6u);
-  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
-               const double gp = g + kWd * w;
-               s[0] = 0.9 * s[0] + gp;
-               w -= lr * (gp + 0.9 * s[0]);
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(1,
+                       [](int, double lr, double g, double& w, auto& s) {
+                         const double gp = g + kWd * w;
+                         s[0] = 0.9 * s[0] + gp;
+                         w -= lr * (gp + 0.9 * s[0]);
+                       }),
+             1e-6);
 }
 
 TEST(OptimizerTest, Adagrad) {
   const auto [w, state] = RunSteps(Spec(ADAGRAD), kShape);
-  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
-               const double gp = g + kWd * w;
-               s[0] += gp * gp;
-               w -= lr * gp / (std::sqrt(s[0]) + 1e-10);
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(1,
+                       [](int, double lr, double g, double& w, auto& s) {
+                         const double gp = g + kWd * w;
+                         s[0] += gp * gp;
+                         w -= lr * gp / (std::sqrt(s[0]) + 1e-10);
+                       }),
+             1e-6);
 }
 
 TEST(OptimizerTest, RmsProp) {
   const auto [w, state] = RunSteps(Spec(RMSPROP), kShape);
-  ExpectNear(w, Reference(1, [](int, double lr, double g, double& w, auto& s) {
-               const double gp = g + kWd * w;
-               s[0] = 0.9 * s[0] + 0.1 * gp * gp;
-               w -= lr * gp / (std::sqrt(s[0]) + 1e-8);
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(1,
+                       [](int, double lr, double g, double& w, auto& s) {
+                         const double gp = g + kWd * w;
+                         s[0] = 0.9 * s[0] + 0.1 * gp * gp;
+                         w -= lr * gp / (std::sqrt(s[0]) + 1e-8);
+                       }),
+             1e-6);
 }
 
 TEST(OptimizerTest, Adadelta) {
   const auto [w, state] = RunSteps(Spec(ADADELTA), kShape);
   EXPECT_EQ(state.size(), 12u);
   // lr defaults to 1 for Adadelta; the spec above sets 0.05, as the formula allows.
-  ExpectNear(w, Reference(2, [](int, double lr, double g, double& w, auto& s) {
-               const double gp = g + kWd * w;
-               s[0] = 0.9 * s[0] + 0.1 * gp * gp;
-               const double d = std::sqrt(s[1] + 1e-6) / std::sqrt(s[0] + 1e-6) * gp;
-               s[1] = 0.9 * s[1] + 0.1 * d * d;
-               w -= lr * d;
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(2,
+                       [](int, double lr, double g, double& w, auto& s) {
+                         const double gp = g + kWd * w;
+                         s[0] = 0.9 * s[0] + 0.1 * gp * gp;
+                         const double d = std::sqrt(s[1] + 1e-6) / std::sqrt(s[0] + 1e-6) * gp;
+                         s[1] = 0.9 * s[1] + 0.1 * d * d;
+                         w -= lr * d;
+                       }),
+             1e-6);
 }
 
 TEST(OptimizerTest, Adam) {
   const auto [w, state] = RunSteps(Spec(ADAM), kShape);
   EXPECT_EQ(state.size(), 12u);
-  ExpectNear(w, Reference(2, [](int t, double lr, double g, double& w, auto& s) {
-               const double gp = g + kWd * w;
-               s[0] = 0.9 * s[0] + 0.1 * gp;
-               s[1] = 0.999 * s[1] + 0.001 * gp * gp;
-               const double mhat = s[0] / (1 - std::pow(0.9, t));
-               const double vhat = s[1] / (1 - std::pow(0.999, t));
-               w -= lr * mhat / (std::sqrt(vhat) + 1e-8);
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(2,
+                       [](int t, double lr, double g, double& w, auto& s) {
+                         const double gp = g + kWd * w;
+                         s[0] = 0.9 * s[0] + 0.1 * gp;
+                         s[1] = 0.999 * s[1] + 0.001 * gp * gp;
+                         const double mhat = s[0] / (1 - std::pow(0.9, t));
+                         const double vhat = s[1] / (1 - std::pow(0.999, t));
+                         w -= lr * mhat / (std::sqrt(vhat) + 1e-8);
+                       }),
+             1e-6);
   // Step 1 by hand: mhat = g', vhat = g'^2, so w0 = 0.5 - 0.0125 = 0.4875.
 }
 
 TEST(OptimizerTest, AdamW) {
   const auto [w, state] = RunSteps(Spec(ADAMW), kShape);
-  ExpectNear(w, Reference(2, [](int t, double lr, double g, double& w, auto& s) {
-               s[0] = 0.9 * s[0] + 0.1 * g;
-               s[1] = 0.999 * s[1] + 0.001 * g * g;
-               const double mhat = s[0] / (1 - std::pow(0.9, t));
-               const double vhat = s[1] / (1 - std::pow(0.999, t));
-               w -= lr * (mhat / (std::sqrt(vhat) + 1e-8) + kWd * w);
-             }), 1e-6);
+  ExpectNear(w,
+             Reference(2,
+                       [](int t, double lr, double g, double& w, auto& s) {
+                         s[0] = 0.9 * s[0] + 0.1 * g;
+                         s[1] = 0.999 * s[1] + 0.001 * g * g;
+                         const double mhat = s[0] / (1 - std::pow(0.9, t));
+                         const double vhat = s[1] / (1 - std::pow(0.999, t));
+                         w -= lr * (mhat / (std::sqrt(vhat) + 1e-8) + kWd * w);
+                       }),
+             1e-6);
 }
 
 // Adafactor on a vector: per-element second moments.
@@ -197,7 +218,10 @@ TEST(OptimizerTest, AdafactorMatrix) {
   for (int i = 0; i < 6; ++i) ref_w[i] = Weight0(i);
   for (int t = 1; t <= kSteps; ++t) {
     const double b = 1 - std::pow(t, -0.8);
-    auto G = [&](int i, int j) { const double g = Grad(t, i * cols + j); return g * g + 1e-30; };
+    auto G = [&](int i, int j) {
+      const double g = Grad(t, i * cols + j);
+      return g * g + 1e-30;
+    };
     for (int i = 0; i < rows; ++i) {
       double mean = 0;
       for (int j = 0; j < cols; ++j) mean += G(i, j) / cols;
@@ -229,8 +253,8 @@ TEST(OptimizerTest, AdafactorMatrix) {
 // A chunk split over threads gives the serial result.
 TEST(OptimizerTest, ThreadsGiveTheSerialResult) {
   ThreadPool pool(3);
-  for (OptimizerType type : {SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADADELTA, ADAM, ADAMW,
-                             ADAFACTOR}) {
+  for (OptimizerType type :
+       {SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADADELTA, ADAM, ADAMW, ADAFACTOR}) {
     // Large enough to be split (kMinUpdateGrain elements a part).
     for (const ChunkShape shape : {ChunkShape{1, 3 << 20}, ChunkShape{3000, 1000}}) {
       const auto serial = RunSteps(Spec(type), shape);
@@ -254,7 +278,7 @@ TEST(ScheduleTest, Formulas) {
   EXPECT_FLOAT_EQ(cosine.At(0), 0.1f);
   EXPECT_FLOAT_EQ(cosine.At(9), 1.0f);
   EXPECT_FLOAT_EQ(cosine.At(10), 1.0f);
-  EXPECT_NEAR(cosine.At(60), 0.55f, 1e-6);   // halfway: 0.1 + 0.9 * 0.5
+  EXPECT_NEAR(cosine.At(60), 0.55f, 1e-6);  // halfway: 0.1 + 0.9 * 0.5
   EXPECT_NEAR(cosine.At(110), 0.1f, 1e-6);
   EXPECT_NEAR(cosine.At(500), 0.1f, 1e-6);
 

@@ -57,7 +57,8 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
   // is allocated for a chunk beyond its declared size.
   for (const PayloadRef& c : chunks) {
     const int64_t numel = store.ChunkNumel(c.chunk);
-    if (numel == 0) return Invalid(absl::StrCat("push: unknown chunk ", c.chunk, " for this server"));
+    if (numel == 0)
+      return Invalid(absl::StrCat("push: unknown chunk ", c.chunk, " for this server"));
     if (c.bytes != static_cast<size_t>(numel) * width) {
       return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", numel, " values; the push has ",
                                   c.bytes, " bytes of ", DTypeName(h.dtype)));
@@ -115,8 +116,7 @@ bool PsService::Readable(const ShardStore& store, const PullRequest& req) const 
   return true;
 }
 
-void PsService::FillPull(const ShardStore& store, const PullRequest& req,
-                         grpc::ByteBuffer* resp) {
+void PsService::FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp) {
   const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;

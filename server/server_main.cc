@@ -14,8 +14,8 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/rpc.h"
-#include "common/simd.h"
 #include "common/scheduler_client.h"
+#include "common/simd.h"
 #include "common/thread_pool.h"
 #include "common/trace.h"
 #include "server/ps_service.h"
@@ -97,13 +97,14 @@ int Run() {
     return 1;
   }
   ThreadPool pool(absl::GetFlag(FLAGS_server_threads));
-  auto store = std::make_shared<ShardStore>(job, *partition, id, std::move(*optimizer), &pool,
-                                            trace->get());
-  spdlog::info("holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
-               "threads, {} loops)",
-               store->chunk_ids().size(), store->NumParams(),
-               store->NumParams() > 0 ? double(store->BytesHeld()) / store->NumParams() : 0.0,
-               OptimizerType_Name(job.optimizer().type()), pool.parallelism(), SimdLevel());
+  auto store =
+      std::make_shared<ShardStore>(job, *partition, id, std::move(*optimizer), &pool, trace->get());
+  spdlog::info(
+      "holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
+      "threads, {} loops)",
+      store->chunk_ids().size(), store->NumParams(),
+      store->NumParams() > 0 ? double(store->BytesHeld()) / store->NumParams() : 0.0,
+      OptimizerType_Name(job.optimizer().type()), pool.parallelism(), SimdLevel());
   service->SetStore(store, TotalClocks(job));
   store->StartGlobalClipping(
       [&client, id](int64_t clock, double sum_squares) {

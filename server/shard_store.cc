@@ -57,8 +57,8 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
     c->state.assign(optimizer_->StateFloats(c->shape), 0.0f);
     if (bsp_) c->grad_sum.assign(info.numel, 0.0f);
     num_params_ += info.numel;
-    bytes_held_ += static_cast<int64_t>(
-        (c->weights.size() + c->state.size() + c->grad_sum.size()) * sizeof(float));
+    bytes_held_ += static_cast<int64_t>((c->weights.size() + c->state.size() + c->grad_sum.size()) *
+                                        sizeof(float));
     chunks_.emplace(id, std::move(c));
   }
 }
@@ -119,9 +119,10 @@ bool ShardStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<cons
   ++nonfinite_skipped_;
   if (!c.nonfinite_logged) {
     c.nonfinite_logged = true;
-    spdlog::warn("chunk {}: skipped a push with NaN or Inf from worker {} at clock {} "
-                 "(logged once per chunk; the count is in Status)",
-                 c.id, worker, clock);
+    spdlog::warn(
+        "chunk {}: skipped a push with NaN or Inf from worker {} at clock {} "
+        "(logged once per chunk; the count is in Status)",
+        c.id, worker, clock);
   }
   return false;
 }
@@ -134,7 +135,7 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
   absl::MutexLock lock(&c.mu);
   bool duplicate = false;
   const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
-  if (!order.ok()) return order;   // raced with another push of the same worker
+  if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   const int64_t n = static_cast<int64_t>(c.weights.size());
   const bool acceptable = Acceptable(c, worker, clock, grad);
@@ -181,7 +182,7 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
 void ShardStore::ApplyRound(Chunk& c, float scale) {
   const int64_t n = static_cast<int64_t>(c.grad_sum.size());
   const int64_t clock = c.applied[0];  // every worker is in this round
-  if (c.round_samples > 0) {  // else every push of the round was skipped
+  if (c.round_samples > 0) {           // else every push of the round was skipped
     if (scale != 1.0f) Scale(c.grad_sum.data(), n, scale, c.grad_sum.data());
     Apply(c, clock, c.grad_sum.data());
   }
@@ -197,8 +198,10 @@ void ShardStore::ApplyRound(Chunk& c, float scale) {
 
 void ShardStore::StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied) {
   if (!global_clip_ || chunks_.empty()) return;
-  clip_thread_ = std::thread([this, reduce = std::move(reduce),
-                              on_applied = std::move(on_applied)] { ClipLoop(reduce, on_applied); });
+  clip_thread_ =
+      std::thread([this, reduce = std::move(reduce), on_applied = std::move(on_applied)] {
+        ClipLoop(reduce, on_applied);
+      });
 }
 
 void ShardStore::StopGlobalClipping() {

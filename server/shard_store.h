@@ -5,11 +5,11 @@
 #define PSTRAIN_SERVER_SHARD_STORE_H_
 
 #include <atomic>
-#include <functional>
-#include <thread>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -18,8 +18,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
-#include "common/trace.h"
 #include "common/thread_pool.h"
+#include "common/trace.h"
 #include "proto/job.pb.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"

@@ -98,7 +98,7 @@ TEST(ShardStoreTest, BadPushesChangeNothing) {
   std::vector<float> g(8, 1.0f);
   EXPECT_EQ(f.store.Push(0, 0, 4, 7, g).code(), absl::StatusCode::kInvalidArgument);  // chunk
   EXPECT_EQ(f.store.Push(0, 0, 4, 0, std::vector<float>(7)).code(),
-            absl::StatusCode::kInvalidArgument);  // size
+            absl::StatusCode::kInvalidArgument);                                      // size
   EXPECT_EQ(f.store.Push(2, 0, 4, 0, g).code(), absl::StatusCode::kInvalidArgument);  // worker
   EXPECT_EQ(f.store.Push(0, 1, 4, 0, g).code(), absl::StatusCode::kInvalidArgument);  // clock
   EXPECT_EQ(f.store.Push(0, 0, 0, 0, g).code(), absl::StatusCode::kInvalidArgument);  // samples
@@ -113,8 +113,8 @@ TEST(ShardStoreTest, BadPushesChangeNothing) {
 TEST(ShardStoreTest, InitialWeightsDoNotDependOnTheServerCount) {
   Fixture one(BSP, 2, 1);
   Fixture two_a(BSP, 2, 2);
-  ShardStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(), nullptr,
-                   nullptr);
+  ShardStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(),
+                   nullptr, nullptr);
   for (int32_t chunk = 0; chunk < 2; ++chunk) {
     const ShardStore& owner = two_a.partition.chunks()[chunk].server == 0 ? two_a.store : two_b;
     EXPECT_EQ(ReadChunk(one.store, chunk), ReadChunk(owner, chunk)) << chunk;

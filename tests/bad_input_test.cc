@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "common/rpc.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/cluster.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -20,9 +20,9 @@ namespace testing {
 namespace {
 
 int RunScheduler(const std::string& job_path, std::string* output) {
-  return RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + job_path,
-                     "--listen=127.0.0.1:0"},
-                    output, absl::Seconds(20), "sched")
+  return RunCommand(
+             {BinaryPath("scheduler/ps_scheduler"), "--job=" + job_path, "--listen=127.0.0.1:0"},
+             output, absl::Seconds(20), "sched")
       .value_or(-1);
 }
 
@@ -202,7 +202,8 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   st = push(4242, 64, 0);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(st.error_message(), "unknown chunk 4242")) << st.error_message();
-  EXPECT_EQ(push(0, size0, 7).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // clock from the future
+  EXPECT_EQ(push(0, size0, 7).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // clock from the future
   // A dtype that does not match the payload's size, or no dtype at all.
   auto push_as = [&](DType dtype, int chunk, const std::string& data, int64_t clock) {
     PushRequest req;
@@ -279,11 +280,13 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   bad.set_worker_id(0);
   bad.add_chunks(4242);
   ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   bad.set_chunks(0, 0);
   bad.set_min_clock(1000000);
   ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 
   // The daemons are alive and well.
   EXPECT_TRUE(cluster_->scheduler().running());

@@ -30,7 +30,8 @@ std::vector<float> Train(const std::string& name, int workers, const std::string
   std::ifstream in(cluster.worker_weights(0), std::ios::binary);
   EXPECT_TRUE(set.ParseFromIstream(&in)) << "no weights from worker 0\n" << cluster.Logs();
   std::vector<float> flat;
-  for (const NamedTensor& t : set.tensors()) flat.insert(flat.end(), t.values().begin(), t.values().end());
+  for (const NamedTensor& t : set.tensors())
+    flat.insert(flat.end(), t.values().begin(), t.values().end());
   EXPECT_EQ(set.clock(), 20);
   return flat;
 }
@@ -78,9 +79,10 @@ TEST(BspClippingTest, GlobalNormAcrossServers) {
   std::printf("clip_norm 0.05: relative difference 2 workers x 3 servers vs 1 x 1: %.3g\n", rel);
   EXPECT_LE(rel, 1e-5);
   // The clip is active: without it the weights land elsewhere.
-  const std::vector<float> unclipped = Train(
-      "noclip", 1, "consistency: BSP\nbatch_size: 64\nsteps: 20\n"
-                   "optimizer { type: SGD learning_rate: 0.5 }", 1);
+  const std::vector<float> unclipped = Train("noclip", 1,
+                                             "consistency: BSP\nbatch_size: 64\nsteps: 20\n"
+                                             "optimizer { type: SGD learning_rate: 0.5 }",
+                                             1);
   const double clip_effect = RelativeDifference(unclipped, one);
   std::printf("clipped vs unclipped: relative difference %.3g\n", clip_effect);
   EXPECT_GT(clip_effect, 1e-2);

@@ -28,8 +28,8 @@ std::string BinaryPath(const std::string& relative) {
 std::string NewTempDir(const std::string& name) {
   static std::atomic<int> counter{0};
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid(),
-                                       "-", counter++);
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid(), "-", counter++);
   mkdir(dir.c_str(), 0755);
   return dir;
 }
@@ -47,7 +47,9 @@ void WriteFile(const std::string& path, const std::string& text) {
 }
 
 Process::Process(Process&& other) noexcept
-    : pid_(other.pid_), exited_(other.exited_), code_(other.code_),
+    : pid_(other.pid_),
+      exited_(other.exited_),
+      code_(other.code_),
       log_path_(std::move(other.log_path_)) {
   other.pid_ = -1;
 }
@@ -143,8 +145,10 @@ absl::StatusOr<std::string> WaitForPortFile(const std::string& path, Process& ow
 absl::Status Cluster::Start(const ClusterOptions& options) {
   const std::string job = dir_ + "/job.pbtxt";
   WriteFile(job, options.job_text);
-  std::vector<std::string> argv = {BinaryPath("scheduler/ps_scheduler"), "--job=" + job,
-                                   "--listen=127.0.0.1:0", "--port_file=" + dir_ + "/scheduler.port",
+  std::vector<std::string> argv = {BinaryPath("scheduler/ps_scheduler"),
+                                   "--job=" + job,
+                                   "--listen=127.0.0.1:0",
+                                   "--port_file=" + dir_ + "/scheduler.port",
                                    "--num_servers=" + std::to_string(options.servers),
                                    "--num_workers=" + std::to_string(options.workers),
                                    "--end_grace_ms=3000"};
@@ -158,8 +162,9 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
   if (!address.ok()) return address.status();
   scheduler_address_ = *address;
   for (int i = 0; i < options.servers; ++i) {
-    std::vector<std::string> a = {BinaryPath("server/ps_server"), "--scheduler=" + scheduler_address_,
-                                  "--listen=127.0.0.1:0", "--heartbeat_interval_ms=200"};
+    std::vector<std::string> a = {BinaryPath("server/ps_server"),
+                                  "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
+                                  "--heartbeat_interval_ms=200"};
     if (options.trace) a.push_back("--trace_file=" + server_trace(i));
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     absl::StatusOr<Process> s = Process::Start(a, absl::StrCat(dir_, "/server", i, ".log"));
@@ -167,9 +172,9 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
     servers_.push_back(std::move(*s));
   }
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> a = {BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_,
-                                  "--listen=127.0.0.1:0", "--heartbeat_interval_ms=200",
-                                  "--weights_out=" + worker_weights(i)};
+    std::vector<std::string> a = {
+        BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
+        "--heartbeat_interval_ms=200", "--weights_out=" + worker_weights(i)};
     if (i < static_cast<int>(options.worker_flags.size())) {
       a.insert(a.end(), options.worker_flags[i].begin(), options.worker_flags[i].end());
     }

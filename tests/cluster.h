@@ -6,10 +6,9 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
-
-#include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -83,7 +82,9 @@ class Cluster {
   std::vector<Process>& workers() { return workers_; }
   std::string scheduler_trace() const { return dir_ + "/scheduler.trace"; }
   std::string server_trace(int i) const { return dir_ + "/server" + std::to_string(i) + ".trace"; }
-  std::string worker_weights(int i) const { return dir_ + "/worker" + std::to_string(i) + ".weights"; }
+  std::string worker_weights(int i) const {
+    return dir_ + "/worker" + std::to_string(i) + ".weights";
+  }
 
  private:
   std::string dir_;

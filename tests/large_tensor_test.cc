@@ -21,14 +21,16 @@ namespace {
 
 // One dense layer of in x 512 weights (and a 512 bias).
 std::string Job(int64_t in) {
-  return absl::StrCat(
-      "model { input_dim: ", in, " layers { type: DENSE units: 512 } layers { type: SOFTMAX_XENT } }\n"
-      "data { dataset: SYNTHETIC synthetic_dim: ", in, " synthetic_classes: 512 }\n"
-      "optimizer { type: SGD learning_rate: 1 }\n"
-      "consistency: ASP\n"
-      "batch_size: 64\n"
-      "steps: 1000\n"
-      "seed: 11\n");
+  return absl::StrCat("model { input_dim: ", in,
+                      " layers { type: DENSE units: 512 } layers { type: SOFTMAX_XENT } }\n"
+                      "data { dataset: SYNTHETIC synthetic_dim: ",
+                      in,
+                      " synthetic_classes: 512 }\n"
+                      "optimizer { type: SGD learning_rate: 1 }\n"
+                      "consistency: ASP\n"
+                      "batch_size: 64\n"
+                      "steps: 1000\n"
+                      "seed: 11\n");
 }
 
 float Grad(int64_t i) { return static_cast<float>(static_cast<int>(i % 1001) - 500) * 1e-3f; }
@@ -58,8 +60,7 @@ void RoundTrip(int64_t in, int servers, const std::vector<DType>& dtypes, int64_
       testing::JoinAsWorker(cluster.scheduler_address());
   ASSERT_TRUE(worker.ok()) << worker.status() << cluster.Logs();
   const std::vector<ParamInfo> params = ModelParams(worker->job.model());
-  const Partition partition =
-      Partition::Make(params, worker->job.chunk_bytes(), servers).value();
+  const Partition partition = Partition::Make(params, worker->job.chunk_bytes(), servers).value();
   // `exact`: the server's fp32 weights as this test follows them.
   std::vector<std::vector<float>> exact, w0, grads, w1;
   for (const ParamInfo& p : params) {
@@ -76,8 +77,9 @@ void RoundTrip(int64_t in, int servers, const std::vector<DType>& dtypes, int64_
   for (DType dtype : dtypes) {
     SCOPED_TRACE(DTypeName(dtype));
     auto wire = [dtype](float v) {
-      return dtype == FP32 ? v : dtype == BF16 ? Bf16ToFloat(FloatToBf16(v))
-                                               : HalfToFloat(FloatToHalf(v));
+      return dtype == FP32   ? v
+             : dtype == BF16 ? Bf16ToFloat(FloatToBf16(v))
+                             : HalfToFloat(FloatToHalf(v));
     };
     PsClientOptions popts;
     popts.wire_dtype = dtype;

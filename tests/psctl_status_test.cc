@@ -14,9 +14,9 @@ namespace testing {
 namespace {
 
 absl::StatusOr<ClusterStatus> StatusJson(const std::string& scheduler, std::string* raw) {
-  absl::StatusOr<int> code = RunCommand(
-      {BinaryPath("tools/psctl"), "status", "--scheduler=" + scheduler, "--json"}, raw,
-      absl::Seconds(20), "psctl");
+  absl::StatusOr<int> code =
+      RunCommand({BinaryPath("tools/psctl"), "status", "--scheduler=" + scheduler, "--json"}, raw,
+                 absl::Seconds(20), "psctl");
   if (!code.ok()) return code.status();
   if (*code != 0) return absl::InternalError("psctl exited " + std::to_string(*code) + ": " + *raw);
   ClusterStatus st;
@@ -71,13 +71,18 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
       EXPECT_GT(m.loss(), 0);
     }
   }
-  EXPECT_EQ(seen, (std::set<std::pair<int, int>>{{SERVER, 0}, {SERVER, 1}, {WORKER, 0}, {WORKER, 1}}));
+  EXPECT_EQ(seen,
+            (std::set<std::pair<int, int>>{{SERVER, 0}, {SERVER, 1}, {WORKER, 0}, {WORKER, 1}}));
   EXPECT_EQ(addresses.size(), 4u);
 
   // The table form names every member too, and a server answers directly.
   std::string table;
-  ASSERT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--scheduler=" + cluster.scheduler_address()},
-                       &table, absl::Seconds(20), "psctl-table").value_or(-1), 0) << table;
+  ASSERT_EQ(RunCommand(
+                {BinaryPath("tools/psctl"), "status", "--scheduler=" + cluster.scheduler_address()},
+                &table, absl::Seconds(20), "psctl-table")
+                .value_or(-1),
+            0)
+      << table;
   EXPECT_TRUE(absl::StrContains(table, "scheduler")) << table;
   EXPECT_TRUE(absl::StrContains(table, "worker")) << table;
   EXPECT_TRUE(absl::StrContains(table, "server")) << table;
@@ -88,7 +93,10 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   std::string one;
   ASSERT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--target=" + server_address,
                         "--role=server", "--json"},
-                       &one, absl::Seconds(20), "psctl-server").value_or(-1), 0) << one;
+                       &one, absl::Seconds(20), "psctl-server")
+                .value_or(-1),
+            0)
+      << one;
   NodeStatus server;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(one, &server).ok()) << one;
   EXPECT_EQ(server.role(), SERVER);
@@ -102,9 +110,12 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
 
   // Nobody listens any more: a clear error and a non-zero exit.
   std::string gone;
-  EXPECT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--scheduler=" + cluster.scheduler_address(),
-                        "--timeout_s=2"},
-                       &gone, absl::Seconds(20), "psctl-gone").value_or(-1), 1) << gone;
+  EXPECT_EQ(RunCommand({BinaryPath("tools/psctl"), "status",
+                        "--scheduler=" + cluster.scheduler_address(), "--timeout_s=2"},
+                       &gone, absl::Seconds(20), "psctl-gone")
+                .value_or(-1),
+            1)
+      << gone;
   EXPECT_TRUE(absl::StrContains(gone, cluster.scheduler_address())) << gone;
 }
 

@@ -30,30 +30,44 @@ namespace {
 
 std::string RoleName(Role r) {
   switch (r) {
-    case SCHEDULER: return "scheduler";
-    case SERVER: return "server";
-    case WORKER: return "worker";
-    default: return "?";
+    case SCHEDULER:
+      return "scheduler";
+    case SERVER:
+      return "server";
+    case WORKER:
+      return "worker";
+    default:
+      return "?";
   }
 }
 
 std::string StateName(MemberState s) {
   switch (s) {
-    case REGISTERED: return "registered";
-    case RUNNING: return "running";
-    case FINISHED: return "finished";
-    case FAILED: return "failed";
-    default: return "?";
+    case REGISTERED:
+      return "registered";
+    case RUNNING:
+      return "running";
+    case FINISHED:
+      return "finished";
+    case FAILED:
+      return "failed";
+    default:
+      return "?";
   }
 }
 
 std::string JobStateName(JobState s) {
   switch (s) {
-    case WAITING: return "waiting for members";
-    case RUNNING_JOB: return "running";
-    case DONE: return "done";
-    case ABORTED: return "aborted";
-    default: return "?";
+    case WAITING:
+      return "waiting for members";
+    case RUNNING_JOB:
+      return "running";
+    case DONE:
+      return "done";
+    case ABORTED:
+      return "aborted";
+    default:
+      return "?";
   }
 }
 
@@ -69,15 +83,14 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
               "STATE", "CLOCK", "SAMPLES/S", "LOSS", "ACCURACY", "IN", "OUT", "RSS");
   for (const NodeStatus& n : rows) {
     const bool worker = n.role() == WORKER;
-    std::printf("%-9s %3s %-21s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", RoleName(n.role()).c_str(),
-                n.role() == SCHEDULER ? "-" : absl::StrCat(n.id()).c_str(), n.address().c_str(),
-                StateName(n.state()).c_str(), static_cast<long long>(n.clock()),
-                worker ? absl::StrFormat("%.0f", n.samples_per_s()).c_str() : "-",
-                worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
-                worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str()
-                                                 : "-",
-                Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(),
-                Bytes(n.rss_bytes()).c_str());
+    std::printf(
+        "%-9s %3s %-21s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", RoleName(n.role()).c_str(),
+        n.role() == SCHEDULER ? "-" : absl::StrCat(n.id()).c_str(), n.address().c_str(),
+        StateName(n.state()).c_str(), static_cast<long long>(n.clock()),
+        worker ? absl::StrFormat("%.0f", n.samples_per_s()).c_str() : "-",
+        worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
+        worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str() : "-",
+        Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(), Bytes(n.rss_bytes()).c_str());
     if (n.role() == SERVER && n.params() > 0) {
       std::printf("          %lld params, %.2f bytes/param held, %lld non-finite pushes skipped\n",
                   static_cast<long long>(n.params()), n.bytes_per_param(),

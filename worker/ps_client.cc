@@ -155,9 +155,9 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
           }
           const ChunkInfo& info = partition_->chunks()[ref.chunk];
           if (ref.bytes != static_cast<size_t>(info.numel) * width) {
-            return absl::DataLossError(
-                absl::StrCat("pull from server ", s, ": chunk ", ref.chunk, " has ", ref.bytes,
-                             " bytes, expected ", info.numel * width));
+            return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
+                                                    " has ", ref.bytes, " bytes, expected ",
+                                                    info.numel * width));
           }
           float* dst = (*weights)[info.param].data() + info.offset;
           reader.Seek(ref.offset);

@@ -22,7 +22,7 @@
 namespace pstrain {
 
 struct PsClientOptions {
-  DType wire_dtype = FP32;   // of pushes and pulls
+  DType wire_dtype = FP32;      // of pushes and pulls
   int channels_per_server = 2;  // TCP connections to each server
   // Chunks are packed into calls of at most this many bytes (a larger chunk
   // goes alone).
@@ -78,9 +78,8 @@ class PsClient {
                     PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
   // Returns the payload bytes of the push.
-  int64_t AddPushCalls(int64_t clock, int num_samples,
-                       const std::vector<std::vector<float>>& grads, float grad_norm,
-                       std::vector<Call>* calls);
+  int64_t AddPushCalls(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
+                       float grad_norm, std::vector<Call>* calls);
 
   const Partition* partition_;
   const int worker_id_;

@@ -104,7 +104,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     const absl::Time t1 = absl::Now();
     RETURN_IF_ERROR(ps->Pull(clock, MinClockForRead(job, clock), &model.weights()));
     const absl::Time t2 = absl::Now();
-    if (options_.debug_slowdown_ms > 0) absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
+    if (options_.debug_slowdown_ms > 0)
+      absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
     Gather(data_.train, sampler.Indices(clock, workers, rank), &x, &y);
     const int rows = static_cast<int>(y.size());
     const StepResult step = model.TrainStep(x.data(), y.data(), rows);

@@ -22,7 +22,8 @@
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve Status on; port 0 lets the OS choose");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "HOST:PORT to serve Status on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
 ABSL_FLAG(std::string, device, "auto", "auto or cpu (the CUDA backend is not built yet)");
 ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: OpenBLAS default)");

@@ -8,8 +8,8 @@ namespace pstrain {
 namespace {
 
 PSTRAIN_SIMD_CLONES
-void Loop(float* __restrict w, float* __restrict s, float* __restrict u, const float* __restrict g, int64_t n, float lr,
-          float rho, float eps, float wd) {
+void Loop(float* __restrict w, float* __restrict s, float* __restrict u, const float* __restrict g,
+          int64_t n, float lr, float rho, float eps, float wd) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + wd * w[i];
     s[i] = rho * s[i] + (1.0f - rho) * gi * gi;
@@ -22,7 +22,7 @@ void Loop(float* __restrict w, float* __restrict s, float* __restrict u, const f
 }  // namespace
 
 void Adadelta::UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                        const float* g, int64_t n) const {
+                           const float* g, int64_t n) const {
   Loop(w, state + 0 * stride, state + 1 * stride, g, n, ctx.lr, rho_, eps_, wd_);
 }
 

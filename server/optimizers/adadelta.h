@@ -15,8 +15,8 @@ class Adadelta : public ElementwiseOptimizer {
 
  protected:
   int Slots() const override { return 2; }
-  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                   const float* g, int64_t n) const override;
+  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
+                   int64_t n) const override;
 
  private:
   const float rho_, eps_, wd_;

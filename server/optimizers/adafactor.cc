@@ -29,8 +29,7 @@ void Accumulate(float* __restrict c, const float* __restrict g, int64_t n, float
 
 // sum((a * g / sqrt(v))^2)
 PSTRAIN_SIMD_CLONES
-double SumUpdateSquares(const float* __restrict g, const float* __restrict v, int64_t n,
-                        float a) {
+double SumUpdateSquares(const float* __restrict g, const float* __restrict v, int64_t n, float a) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) {
@@ -59,8 +58,8 @@ int64_t Adafactor::StateFloats(const ChunkShape& shape) const {
   return Factored(shape) ? shape.rows + shape.cols : shape.numel();
 }
 
-void Adafactor::Update(const UpdateContext& ctx, const ChunkShape& shape, float* w,
-                       float* state, const float* g, ThreadPool* pool) const {
+void Adafactor::Update(const UpdateContext& ctx, const ChunkShape& shape, float* w, float* state,
+                       const float* g, ThreadPool* pool) const {
   const int64_t rows = shape.rows, cols = shape.cols, n = shape.numel();
   const float beta = 1.0f - static_cast<float>(std::pow(static_cast<double>(ctx.step),
                                                         static_cast<double>(decay_rate_)));
@@ -86,15 +85,17 @@ void Adafactor::Update(const UpdateContext& ctx, const ChunkShape& shape, float*
   pool->ParallelFor(rows, row_grain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       r[i] = beta * r[i] + (1.0f - beta) * static_cast<float>(SumSquares(g + i * cols, cols, eps_) /
-                                                                static_cast<double>(cols));
+                                                              static_cast<double>(cols));
     }
   });
   // Column means, each column block over every row.
   const float k = (1.0f - beta) / static_cast<float>(rows);
-  pool->ParallelFor(cols, std::max<int64_t>(256, kMinUpdateGrain / rows), [&](int64_t b, int64_t e) {
-    Accumulate(c + b, g + b, e - b, beta, k, eps_);
-    for (int64_t i = 1; i < rows; ++i) Accumulate(c + b, g + i * cols + b, e - b, 1.0f, k, eps_);
-  });
+  pool->ParallelFor(cols, std::max<int64_t>(256, kMinUpdateGrain / rows),
+                    [&](int64_t b, int64_t e) {
+                      Accumulate(c + b, g + b, e - b, beta, k, eps_);
+                      for (int64_t i = 1; i < rows; ++i)
+                        Accumulate(c + b, g + i * cols + b, e - b, 1.0f, k, eps_);
+                    });
   double r_sum = 0;
   for (int64_t i = 0; i < rows; ++i) r_sum += r[i];
   const double r_mean = r_sum / static_cast<double>(rows);

@@ -8,8 +8,8 @@ namespace pstrain {
 namespace {
 
 PSTRAIN_SIMD_CLONES
-void Loop(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g, int64_t n, float lr,
-          float b1, float b2, float eps, float wd, float c1, float c2) {
+void Loop(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+          int64_t n, float lr, float b1, float b2, float eps, float wd, float c1, float c2) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + wd * w[i];
     m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -21,7 +21,7 @@ void Loop(float* __restrict w, float* __restrict m, float* __restrict v, const f
 }  // namespace
 
 void Adam::UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                        const float* g, int64_t n) const {
+                       const float* g, int64_t n) const {
   const double t = static_cast<double>(ctx.step);
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1_, t)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)));

@@ -14,8 +14,8 @@ class Adam : public ElementwiseOptimizer {
 
  protected:
   int Slots() const override { return 2; }
-  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                   const float* g, int64_t n) const override;
+  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
+                   int64_t n) const override;
 
  private:
   const float b1_, b2_, eps_, wd_;

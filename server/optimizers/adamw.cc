@@ -8,8 +8,8 @@ namespace pstrain {
 namespace {
 
 PSTRAIN_SIMD_CLONES
-void Loop(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g, int64_t n, float lr,
-          float b1, float b2, float eps, float wd, float c1, float c2) {
+void Loop(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+          int64_t n, float lr, float b1, float b2, float eps, float wd, float c1, float c2) {
   for (int64_t i = 0; i < n; ++i) {
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

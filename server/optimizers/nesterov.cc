@@ -20,7 +20,7 @@ void Loop(float* __restrict w, float* __restrict v, const float* __restrict g, i
 }  // namespace
 
 void Nesterov::UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                        const float* g, int64_t n) const {
+                           const float* g, int64_t n) const {
   Loop(w, state + 0 * stride, g, n, ctx.lr, mu_, wd_);
 }
 

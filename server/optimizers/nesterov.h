@@ -13,8 +13,8 @@ class Nesterov : public ElementwiseOptimizer {
 
  protected:
   int Slots() const override { return 1; }
-  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                   const float* g, int64_t n) const override;
+  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
+                   int64_t n) const override;
 
  private:
   const float mu_, wd_;

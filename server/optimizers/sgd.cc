@@ -8,8 +8,7 @@ namespace pstrain {
 namespace {
 
 PSTRAIN_SIMD_CLONES
-void Loop(float* __restrict w, const float* __restrict g, int64_t n, float lr,
-          float wd) {
+void Loop(float* __restrict w, const float* __restrict g, int64_t n, float lr, float wd) {
   for (int64_t i = 0; i < n; ++i) {
     w[i] -= lr * (g[i] + wd * w[i]);
   }
@@ -18,7 +17,7 @@ void Loop(float* __restrict w, const float* __restrict g, int64_t n, float lr,
 }  // namespace
 
 void Sgd::UpdateRange(const UpdateContext& ctx, float* w, float* /*state*/, int64_t /*stride*/,
-                        const float* g, int64_t n) const {
+                      const float* g, int64_t n) const {
   Loop(w, g, n, ctx.lr, wd_);
 }
 

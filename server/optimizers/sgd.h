@@ -13,8 +13,8 @@ class Sgd : public ElementwiseOptimizer {
 
  protected:
   int Slots() const override { return 0; }
-  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
-                   const float* g, int64_t n) const override;
+  void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
+                   int64_t n) const override;
 
  private:
   const float wd_;
