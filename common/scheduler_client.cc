@@ -18,12 +18,30 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options)
       incarnation_(NewIncarnation()),
       stub_(Scheduler::NewStub(MakeChannel(options_.scheduler))) {}
 
-SchedulerClient::~SchedulerClient() {
+SchedulerClient::~SchedulerClient() { StopHeartbeats(); }
+
+void SchedulerClient::StopHeartbeats() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::Status SchedulerClient::ReportFinal(const NodeStatus& status) {
+  StopHeartbeats();
+  const absl::Time give_up = absl::Now() + options_.heartbeat_timeout;
+  Backoff backoff;
+  while (true) {
+    const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status);
+    if (resp.ok()) return absl::OkStatus();
+    if (absl::Now() > give_up) {
+      spdlog::error("could not report {} to the scheduler: {}", MemberState_Name(status.state()),
+                    resp.status().message());
+      return resp.status();
+    }
+    absl::SleepFor(backoff.Next());
+  }
 }
 
 absl::StatusOr<RegisterResponse> SchedulerClient::Register() {

@@ -39,6 +39,13 @@ class SchedulerClient {
 
   // Starts heartbeats every interval carrying status_fn(). Call after Register.
   void StartHeartbeats(std::function<NodeStatus()> status_fn);
+  // Stops the heartbeat thread (waits for a heartbeat in flight). Idempotent.
+  void StopHeartbeats();
+  // Reports a member's last state (FINISHED or FAILED): stops the heartbeat
+  // thread first, so that no older RUNNING heartbeat can arrive after it,
+  // then sends `status` until the scheduler takes it, retrying with backoff
+  // for up to heartbeat_timeout.
+  absl::Status ReportFinal(const NodeStatus& status);
   // Sends one heartbeat now (a final FINISHED or FAILED report) and returns
   // the job's state as the scheduler sees it.
   absl::StatusOr<HeartbeatResponse> Heartbeat(const NodeStatus& status);

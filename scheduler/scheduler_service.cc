@@ -121,12 +121,17 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
   absl::StatusOr<MemberRecord*> m = members_.Find(st.role(), st.id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
   MemberRecord& member = **m;
+  // A member's last state sticks: a heartbeat overtaken by its final report
+  // must not bring it back to RUNNING.
+  const MemberState before = member.status.state();
+  const bool terminal = before == FINISHED || before == FAILED;
   member.status = st;
+  if (terminal) member.status.set_state(before);
   member.status.set_address(member.address);  // as registered, not as claimed
   member.last_seen = absl::Now();
-  if (st.state() == FAILED) {
+  if (member.status.state() == FAILED) {
     EndJob(ABORTED, absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message()));
-  } else if (st.role() == WORKER && st.state() == FINISHED) {
+  } else if (st.role() == WORKER && member.status.state() == FINISHED) {
     bool all = true;
     for (const MemberRecord& w : members_.workers()) all = all && w.status.state() == FINISHED;
     if (all && members_.Complete()) EndJob(DONE, "");

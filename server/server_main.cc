@@ -92,7 +92,7 @@ int Run() {
     NodeStatus failed = service->GetStatus();
     failed.set_state(FAILED);
     failed.set_message(std::string(st.message()));
-    (void)client.Heartbeat(failed);
+    (void)client.ReportFinal(failed);
     (*server)->Shutdown();
     return 1;
   }

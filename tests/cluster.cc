@@ -222,7 +222,7 @@ void InProcessWorker::Finish() {
   done.set_role(WORKER);
   done.set_id(rank);
   done.set_state(FINISHED);
-  (void)client->Heartbeat(done);
+  (void)client->ReportFinal(done);
 }
 
 absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address) {

@@ -120,7 +120,7 @@ int Run() {
     NodeStatus st = member_status(state);
     st.set_message(message);
     if (accuracy >= 0) st.set_test_accuracy(accuracy);
-    (void)client.Heartbeat(st);
+    (void)client.ReportFinal(st);
   };
 
   absl::StatusOr<TrainTest> data = LoadDataset(job);
