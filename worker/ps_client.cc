@@ -52,7 +52,7 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     int64_t bytes = 0;
     for (int32_t id : partition_->ServerChunks(s)) {
       const int64_t chunk_bytes = partition_->chunks()[id].numel * width;
-      if (batches.empty() || bytes + chunk_bytes > options_.max_request_bytes) {
+      if (batches.empty() || bytes + chunk_bytes > options_.max_request_bytes * 5 / 4) {
         batches.emplace_back();
         bytes = 0;
       }

@@ -1,6 +1,6 @@
 // The worker's client of the parameter servers: scatters a push over the
 // servers that own each chunk and gathers a pull. Each server's chunks go in
-// calls of at most max_request_bytes (so a tensor of any size moves, far
+// calls of about max_request_bytes (so a tensor of any size moves, far
 // below gRPC's message limit), all calls in flight at once on the callback
 // API, spread over several connections per server.
 #ifndef PSTRAIN_WORKER_PS_CLIENT_H_
@@ -24,8 +24,9 @@ namespace pstrain {
 struct PsClientOptions {
   DType wire_dtype = FP32;      // of pushes and pulls
   int channels_per_server = 2;  // TCP connections to each server
-  // Chunks are packed into calls of at most this many bytes (a larger chunk
-  // goes alone).
+  // Chunks are packed into calls of about this many bytes: a chunk joins a
+  // call while the call stays within 1.25 times this (a larger chunk goes
+  // alone), so a small chunk such as a bias rides with a large one.
   int64_t max_request_bytes = 1 << 20;
   // How long retryable failures are retried, with backoff.
   absl::Duration retry_window = absl::Seconds(30);
@@ -86,7 +87,7 @@ class PsClient {
   const PsClientOptions options_;
   // [server][channel]
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
-  // [server][batch]: chunk ids, at most max_request_bytes of payload each.
+  // [server][batch]: chunk ids, about max_request_bytes of payload each.
   std::vector<std::vector<std::vector<int32_t>>> batches_;
   std::atomic<int64_t> bytes_in_{0}, bytes_out_{0};
 };
