@@ -1,5 +1,6 @@
 #include "server/ps_service.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -155,9 +156,14 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
     total_clocks = total_clocks_;
   }
   auto req = std::make_unique<PullRequest>();
-  if (raw->Length() > kMaxPullRequestBytes || !ParseSmall(*raw, req.get())) {
-    return FinishNow(ctx, Invalid("pull: malformed request"));
+  // A pull names each of this server's chunks at most once: ~16 bytes each.
+  const size_t limit = 64 + 16 * s->chunk_ids().size();
+  if (raw->Length() > limit) {
+    return FinishNow(ctx, Invalid(absl::StrCat("pull: a request of ", raw->Length(),
+                                               " bytes for a server of ",
+                                               s->chunk_ids().size(), " chunks")));
   }
+  if (!ParseSmall(*raw, req.get())) return FinishNow(ctx, Invalid("pull: malformed request"));
   if (!DType_IsValid(req->dtype())) {
     return FinishNow(ctx, Invalid(absl::StrCat("pull: unknown dtype ", req->dtype())));
   }
@@ -169,6 +175,13 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
   for (int32_t chunk : req->chunks()) {
     const absl::Status st = s->CheckChunk(chunk);
     if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
+  }
+  // Each chunk at most once, so that the reply is never larger than the
+  // server's weights.
+  std::vector<int32_t> ids(req->chunks().begin(), req->chunks().end());
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return FinishNow(ctx, Invalid("pull: a chunk is named twice"));
   }
   absl::MutexLock lock(&parked_mu_);
   if (Readable(*s, *req)) {

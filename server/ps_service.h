@@ -20,9 +20,6 @@ namespace pstrain {
 using PsServiceBase = ParameterServer::WithRawCallbackMethod_Push<
     ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService>>;
 
-// A pull request lists chunk ids; more than this is not one.
-inline constexpr size_t kMaxPullRequestBytes = 64 << 20;
-
 class PsService final : public PsServiceBase {
  public:
   PsService() : start_(absl::Now()) {}

@@ -282,7 +282,12 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   ctx = ContextWithTimeout(absl::Seconds(10));
   EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  // A chunk named twice (a reply larger than the server's weights) is refused.
   bad.set_chunks(0, 0);
+  bad.add_chunks(0);
+  ctx = ContextWithTimeout(absl::Seconds(10));
+  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.mutable_chunks()->RemoveLast();
   bad.set_min_clock(1000000);
   ctx = ContextWithTimeout(absl::Seconds(10));
   EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
