@@ -85,7 +85,8 @@ int64_t PushChunkWireBytes(DType dtype, int64_t numel);
 absl::Status DecodePush(SliceReader& reader, PushHeader* header, std::vector<PayloadRef>* chunks);
 
 // Encodes a PullResponse of the given chunks; fill(i, dst) writes chunk i's
-// payload_bytes[i] bytes at dst (any alignment).
+// payload_bytes[i] bytes at dst (any alignment). `applied_clock` is read
+// after every fill, so a fill may compute it.
 grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
                                     const std::vector<int64_t>& payload_bytes,
                                     absl::FunctionRef<void(size_t, char*)> fill,
