@@ -216,9 +216,11 @@ std::string JobText(int64_t floats) {
 struct PstrainResult {
   double push = 0, pull = 0, push_pull = 0;
   double push_pull_one_trip = 0;  // PsClient::PushPull: the pull sent with the push
-  // Median over kPairs of (push+pull / TCP echo), each pair measured back to
-  // back, so that the machine's drift hits both sides alike.
+  // Medians over kPairs of (push+pull / TCP echo) and (one trip / TCP echo),
+  // each measured right after its echo, so that the machine's drift hits
+  // both sides alike.
   double paired_ratio = 0;
+  double paired_ratio_one_trip = 0;
 };
 
 constexpr int kPairs = 9;
@@ -279,19 +281,24 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     r.push = Throughput(bytes, push);
     r.pull = Throughput(bytes, pull);
     r.push_pull = Throughput(bytes, [&] { return push() && pull(); });
-    r.push_pull_one_trip = Throughput(bytes, [&] {
+    auto one_trip = [&] {
       const absl::Status st = ps.PushPull(clock, 64, grads, 0, clock + 1, clock + 1, &weights);
       ++clock;
       if (!st.ok()) std::fprintf(stderr, "push_pull: %s\n", std::string(st.message()).c_str());
       return st.ok();
-    });
-    std::vector<double> ratios;
+    };
+    r.push_pull_one_trip = Throughput(bytes, one_trip);
+    std::vector<double> ratios, ratios_one_trip;
     for (int i = 0; i < kPairs; ++i) {
-      const double tcp = Throughput(bytes, tcp_echo, 0.2);
+      double tcp = Throughput(bytes, tcp_echo, 0.2);
       ratios.push_back(Throughput(bytes, [&] { return push() && pull(); }, 0.2) / tcp);
+      tcp = Throughput(bytes, tcp_echo, 0.2);
+      ratios_one_trip.push_back(Throughput(bytes, one_trip, 0.2) / tcp);
     }
     std::sort(ratios.begin(), ratios.end());
+    std::sort(ratios_one_trip.begin(), ratios_one_trip.end());
     r.paired_ratio = ratios[kPairs / 2];
+    r.paired_ratio_one_trip = ratios_one_trip[kPairs / 2];
     results.push_back(r);
   }
   worker->Finish();
@@ -386,7 +393,7 @@ int Run(const char* argv0) {
     };
     const std::vector<PstrainResult> ps = MeasurePstrain(n / 4, {FP32, BF16}, echo_ps_size);
     const double fraction = ps[0].paired_ratio;
-    const double fraction_one_trip = ps[0].push_pull_one_trip / tcp_echo;
+    const double fraction_one_trip = ps[0].paired_ratio_one_trip;
     if (n <= (16 << 20)) {
       pass = pass && fraction >= 0.5;  // the paired median
       pass_one_trip = pass_one_trip && fraction_one_trip >= 0.5;
@@ -400,14 +407,16 @@ int Run(const char* argv0) {
         "     \"pstrain_bf16\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s, "
         "\"push_pull_one_trip\": %s},\n"
         "     \"push_pull_fp32_over_tcp_echo_paired_median\": %s, "
-        "\"push_pull_fp32_over_tcp_echo\": %s, \"push_pull_one_trip_fp32_over_tcp_echo\": %s, "
+        "\"push_pull_one_trip_fp32_over_tcp_echo_paired_median\": %s, "
+        "\"push_pull_fp32_over_tcp_echo\": %s, "
         "\"grpc_default_over_tcp_echo\": %s}%s\n",
         static_cast<long long>(n >> 20), J(tcp_push).c_str(), J(tcp_pull).c_str(),
         J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(), J(grpc_push_pull).c_str(),
         J(ps[0].push).c_str(), J(ps[0].pull).c_str(), J(ps[0].push_pull).c_str(),
         J(ps[0].push_pull_one_trip).c_str(), J(ps[1].push).c_str(), J(ps[1].pull).c_str(),
         J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(), J(fraction).c_str(),
-        J(ps[0].push_pull / tcp_echo).c_str(), J(fraction_one_trip).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
+        J(fraction_one_trip).c_str(), J(ps[0].push_pull / tcp_echo).c_str(),
+        J(grpc_push_pull / tcp_echo).c_str(),
         i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }

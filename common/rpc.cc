@@ -66,7 +66,8 @@ std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address) {
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound) {
+    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound,
+    int num_queues, std::vector<std::unique_ptr<grpc::ServerCompletionQueue>>* queues) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--listen=", listen, ": expected HOST:PORT"));
@@ -84,6 +85,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   BuilderArgs bulk{&builder};
   SetBulkArgs(&bulk);
   for (grpc::Service* s : services) builder.RegisterService(s);
+  if (queues != nullptr) {
+    for (int i = 0; i < num_queues; ++i) queues->push_back(builder.AddCompletionQueue());
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));

@@ -26,9 +26,12 @@ std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address);
 
 // Builds and starts a server on `listen` ("HOST:PORT", port 0 lets the OS
 // choose) with `services`. Returns the started server and sets *bound to
-// "HOST:PORT" with the real port.
+// "HOST:PORT" with the real port. With `queues`, adds `num_queues`
+// completion queues for async services there.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound);
+    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound,
+    int num_queues = 0,
+    std::vector<std::unique_ptr<grpc::ServerCompletionQueue>>* queues = nullptr);
 
 // Writes `address` to `path` atomically (temporary file + rename), for
 // launchers and tests that start daemons on port 0.

@@ -98,18 +98,6 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
   return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
-                                          const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  std::shared_ptr<ShardStore> s = store();
-  if (s == nullptr) {
-    return FinishNow(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
-  }
-  const grpc::Status st = DoPush(*s, *req);
-  if (st.ok()) WakePulls();
-  *resp = SerializeSmall(PushResponse());  // empty, but a message
-  return FinishNow(ctx, st);
-}
-
 bool PsService::Readable(const ShardStore& store, const PullRequest& req) const {
   for (int32_t chunk : req.chunks()) {
     if (!store.Readable(chunk, req.min_clock())) return false;
@@ -144,65 +132,209 @@ void PsService::FillPull(const ShardStore& store, const PullRequest& req, grpc::
   ++pulls_;
 }
 
-grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
-                                          const grpc::ByteBuffer* raw, grpc::ByteBuffer* resp) {
-  std::shared_ptr<ShardStore> s = store();
-  if (s == nullptr) {
-    return FinishNow(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
-  }
+grpc::Status PsService::CheckPull(const ShardStore& s, const grpc::ByteBuffer& raw,
+                                  PullRequest* req) const {
   int64_t total_clocks;
   {
     absl::MutexLock lock(&mu_);
     total_clocks = total_clocks_;
   }
-  auto req = std::make_unique<PullRequest>();
   // A pull names each of this server's chunks at most once: ~16 bytes each.
-  const size_t limit = 64 + 16 * s->chunk_ids().size();
-  if (raw->Length() > limit) {
-    return FinishNow(ctx, Invalid(absl::StrCat("pull: a request of ", raw->Length(),
-                                               " bytes for a server of ",
-                                               s->chunk_ids().size(), " chunks")));
+  const size_t limit = 64 + 16 * s.chunk_ids().size();
+  if (raw.Length() > limit) {
+    return Invalid(absl::StrCat("pull: a request of ", raw.Length(), " bytes for a server of ",
+                                s.chunk_ids().size(), " chunks"));
   }
-  if (!ParseSmall(*raw, req.get())) return FinishNow(ctx, Invalid("pull: malformed request"));
+  if (!ParseSmall(raw, req)) return Invalid("pull: malformed request");
   if (!DType_IsValid(req->dtype())) {
-    return FinishNow(ctx, Invalid(absl::StrCat("pull: unknown dtype ", req->dtype())));
+    return Invalid(absl::StrCat("pull: unknown dtype ", req->dtype()));
   }
-  if (req->chunks_size() == 0) return FinishNow(ctx, Invalid("pull: no chunks"));
+  if (req->chunks_size() == 0) return Invalid("pull: no chunks");
   if (req->min_clock() < 0 || req->min_clock() > total_clocks) {
-    return FinishNow(ctx, Invalid(absl::StrCat("pull: min_clock ", req->min_clock(),
-                                               " outside [0, ", total_clocks, "]")));
+    return Invalid(
+        absl::StrCat("pull: min_clock ", req->min_clock(), " outside [0, ", total_clocks, "]"));
   }
   for (int32_t chunk : req->chunks()) {
-    const absl::Status st = s->CheckChunk(chunk);
-    if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
+    const absl::Status st = s.CheckChunk(chunk);
+    if (!st.ok()) return ToGrpc(st);
   }
   // Each chunk at most once, so that the reply is never larger than the
   // server's weights.
   std::vector<int32_t> ids(req->chunks().begin(), req->chunks().end());
   std::sort(ids.begin(), ids.end());
   if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
-    return FinishNow(ctx, Invalid("pull: a chunk is named twice"));
+    return Invalid("pull: a chunk is named twice");
+  }
+  return grpc::Status::OK;
+}
+
+// ---- Async glue ---------------------------------------------------------
+
+// One call of any method, from its acceptance to its end. It is deleted
+// when its last reference goes: one while it is handled or parked, one for
+// each tag gRPC has yet to deliver (done once accepted, finished once
+// answered). Whoever wins Claim() -- the handler, a wake-up, or the done tag
+// of a cancelled call -- decides its end; only a winner other than the done
+// tag answers.
+class PsService::Call {
+ public:
+  enum Method { kPush, kPull, kStatus };
+  enum Event { kAccepted, kFinished, kDone };
+  struct Tag {
+    Call* call;
+    Event event;
+  };
+
+  explicit Call(Method m) : method(m), raw_responder(&ctx), status_responder(&ctx) {}
+
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  bool Claim() { return !claimed_.exchange(true); }
+  bool claimed() const { return claimed_.load(); }
+
+  // Sends the reply (`reply` or `status_reply`) with `status`. Only after
+  // winning Claim().
+  void Answer(const grpc::Status& status) {
+    Ref();  // for the finished tag
+    if (method == kStatus) {
+      status_responder.Finish(status_reply, status, &finished);
+    } else if (status.ok()) {
+      raw_responder.Finish(reply, status, &finished);
+    } else {
+      raw_responder.FinishWithError(status, &finished);
+    }
+  }
+
+  const Method method;
+  grpc::ServerContext ctx;
+  grpc::ByteBuffer request, reply;  // Push, Pull
+  PullRequest pull;                 // a pull's parsed request
+  StatusRequest status_request;
+  NodeStatus status_reply;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;
+  grpc::ServerAsyncResponseWriter<NodeStatus> status_responder;
+  Tag accepted{this, kAccepted}, finished{this, kFinished}, done{this, kDone};
+
+ private:
+  std::atomic<int> refs_{1};
+  std::atomic<bool> claimed_{false};
+};
+
+void PsService::Accept(int method, grpc::ServerCompletionQueue* cq) {
+  absl::MutexLock lock(&accept_mu_);
+  if (stopping_) return;
+  auto* call = new Call(static_cast<Call::Method>(method));
+  call->ctx.AsyncNotifyWhenDone(&call->done);  // delivered only if accepted
+  switch (call->method) {
+    case Call::kPush:
+      RequestPush(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
+    case Call::kPull:
+      RequestPull(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
+    case Call::kStatus:
+      RequestStatus(&call->ctx, &call->status_request, &call->status_responder, cq, cq,
+                    &call->accepted);
+      break;
+  }
+}
+
+void PsService::StopServing() {
+  absl::MutexLock lock(&accept_mu_);
+  stopping_ = true;
+}
+
+void PsService::Serve(grpc::ServerCompletionQueue* cq) {
+  // Several calls of each method asked for ahead, so that a burst of
+  // arrivals finds them waiting.
+  constexpr int kAhead = 8;
+  for (int i = 0; i < kAhead; ++i) {
+    Accept(Call::kPush, cq);
+    Accept(Call::kPull, cq);
+  }
+  Accept(Call::kStatus, cq);
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq->Next(&tag, &ok)) {
+    const Call::Tag& t = *static_cast<Call::Tag*>(tag);
+    Call* call = t.call;
+    switch (t.event) {
+      case Call::kAccepted:
+        if (!ok) {  // the server is shutting down
+          call->Unref();
+          break;
+        }
+        call->Ref();  // for the done tag
+        Accept(call->method, cq);
+        Handle(call);
+        break;
+      case Call::kFinished:
+        call->Unref();
+        break;
+      case Call::kDone:
+        // Answered, or cancelled: then a parked pull stays claimed and the
+        // next wake-up drops it.
+        call->Claim();
+        call->Unref();
+        break;
+    }
+  }
+}
+
+void PsService::Handle(Call* call) {
+  std::shared_ptr<ShardStore> s = store();
+  auto answer = [call](const grpc::Status& st) {
+    if (call->Claim()) call->Answer(st);
+    call->Unref();
+  };
+  if (call->method == Call::kStatus) {
+    call->status_reply = GetStatus();
+    answer(grpc::Status::OK);
+    return;
+  }
+  if (s == nullptr) {
+    answer(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
+    return;
+  }
+  if (call->method == Call::kPush) {
+    const grpc::Status st = DoPush(*s, call->request);
+    call->request.Clear();
+    if (st.ok()) WakePulls();
+    call->reply = SerializeSmall(PushResponse());  // empty, but a message
+    answer(st);
+    return;
+  }
+  const grpc::Status st = CheckPull(*s, call->request, &call->pull);
+  call->request.Clear();
+  if (!st.ok()) {
+    answer(st);
+    return;
   }
   absl::MutexLock lock(&parked_mu_);
-  if (Readable(*s, *req)) {
-    FillPull(*s, *req, resp);
-    return FinishNow(ctx, grpc::Status::OK);
+  if (Readable(*s, call->pull)) {
+    FillPull(*s, call->pull, &call->reply);
+    answer(grpc::Status::OK);
+    return;
   }
-  auto* reactor = new ParkedReactor();
-  parked_.emplace_back(reactor, PendingPull{std::move(req), resp});
-  return reactor;
+  parked_.push_back(call);  // keeps the handling reference
 }
 
 void PsService::WakePulls() {
   std::shared_ptr<ShardStore> s = store();
+  if (s == nullptr) return;
   absl::MutexLock lock(&parked_mu_);
   for (auto it = parked_.begin(); it != parked_.end();) {
-    if (it->Gone()) {
+    Call* call = *it;
+    if (call->claimed()) {  // cancelled while parked
       it = parked_.erase(it);
-    } else if (Readable(*s, *it->what.request) && it->Claim()) {
-      FillPull(*s, *it->what.request, it->what.response);
-      it->reactor->Finish(grpc::Status::OK);
+      call->Unref();
+    } else if (Readable(*s, call->pull) && call->Claim()) {
+      FillPull(*s, call->pull, &call->reply);
+      call->Answer(grpc::Status::OK);
       it = parked_.erase(it);
+      call->Unref();
     } else {
       ++it;
     }
@@ -211,8 +343,9 @@ void PsService::WakePulls() {
 
 void PsService::CancelParked(const grpc::Status& status) {
   absl::MutexLock lock(&parked_mu_);
-  for (auto& p : parked_) {
-    if (p.Claim()) p.reactor->Finish(status);
+  for (Call* call : parked_) {
+    if (call->Claim()) call->Answer(status);
+    call->Unref();
   }
   parked_.clear();
 }
@@ -243,12 +376,6 @@ NodeStatus PsService::GetStatus() const {
   }
   st.set_test_accuracy(-1);
   return st;
-}
-
-grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
-                                            const StatusRequest* /*req*/, NodeStatus* resp) {
-  *resp = GetStatus();
-  return FinishNow(ctx, grpc::Status::OK);
 }
 
 }  // namespace pstrain

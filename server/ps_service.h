@@ -2,6 +2,12 @@
 // ShardStore, and parks pulls until their read guarantee holds. Push and Pull
 // are raw methods: their payloads move between gRPC's slices and the store
 // without protobuf copies (common/tensor_wire.h); Status is plain protobuf.
+//
+// Every method is served on the async API by the threads that call Serve,
+// one per completion queue: the thread that reads a call also answers it,
+// and no other gRPC thread polls in the server, so a call costs no hand-off
+// between threads (gRPC's callback API passes each event between two
+// threads).
 #ifndef PSTRAIN_SERVER_PS_SERVICE_H_
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
@@ -11,14 +17,13 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/parked_call.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
 
-using PsServiceBase = ParameterServer::WithRawCallbackMethod_Push<
-    ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService>>;
+using PsServiceBase = ParameterServer::WithRawMethod_Push<
+    ParameterServer::WithRawMethod_Pull<ParameterServer::WithAsyncMethod_Status<ParameterServer::Service>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -33,24 +38,28 @@ class PsService final : public PsServiceBase {
   // Answers every parked pull with `status` (shutdown).
   void CancelParked(const grpc::Status& status);
 
+  // Serves calls arriving on `cq` (a queue of the server this service is
+  // registered with) until the queue is shut down and drained.
+  void Serve(grpc::ServerCompletionQueue* cq);
+  // Call before shutting the server and its queues down: no new calls are
+  // asked for after it.
+  void StopServing();
+
   NodeStatus GetStatus() const;
   // Answers the parked pulls whose guarantee now holds (after the store
   // applied updates on its own, e.g. a globally clipped BSP round).
   void WakePulls();
 
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                 grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                 grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
-                                   NodeStatus* resp) override;
 
  private:
-  struct PendingPull {
-    std::unique_ptr<PullRequest> request;
-    grpc::ByteBuffer* response;
-  };
+  class Call;
+  // Asks for the next call of `method` on `cq` (unless stopping).
+  void Accept(int method, grpc::ServerCompletionQueue* cq);
+  void Handle(Call* call);
 
+  // Parses and validates a pull into *req.
+  grpc::Status CheckPull(const ShardStore& store, const grpc::ByteBuffer& raw,
+                         PullRequest* req) const;
   std::shared_ptr<ShardStore> store() const;
   bool Readable(const ShardStore& store, const PullRequest& req) const;
   void FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
@@ -67,7 +76,10 @@ class PsService final : public PsServiceBase {
   std::string message_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  std::vector<Parked<PendingPull>> parked_ ABSL_GUARDED_BY(parked_mu_);
+  std::vector<Call*> parked_ ABSL_GUARDED_BY(parked_mu_);  // each holds a reference
+
+  absl::Mutex accept_mu_;
+  bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;
 
   std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, pushes_{0}, pulls_{0};
 };

@@ -1,9 +1,12 @@
 // ps_server: holds the chunks of the model the partition gives it.
 //
 //   ps_server --scheduler=HOST:PORT [--listen=HOST:PORT] [--port_file=F]
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -29,11 +32,45 @@ ABSL_FLAG(std::string, trace_file, "", "write every apply and pull as JSON lines
 ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
 ABSL_FLAG(int, server_threads, static_cast<int>(std::thread::hardware_concurrency()),
-          "threads one large optimizer update is split over (concurrent pushes of "
-          "different chunks also run in parallel on gRPC's threads)");
+          "threads one large optimizer update is split over");
+ABSL_FLAG(int, rpc_threads, 1,
+          "threads serving pushes and pulls, each on its own completion queue (each one "
+          "reads, applies and answers its calls; concurrent pushes of different chunks run "
+          "in parallel over them)");
 
 namespace pstrain {
 namespace {
+
+// The threads serving a PsService, one per completion queue. Stop (or the
+// destructor) ends the server's calls, its queues and then the threads.
+class Serving {
+ public:
+  Serving(PsService* service, grpc::Server* server,
+          std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues)
+      : service_(service), server_(server), queues_(std::move(queues)) {
+    for (auto& q : queues_) {
+      threads_.emplace_back([service, cq = q.get()] { service->Serve(cq); });
+    }
+  }
+  ~Serving() { Stop(); }
+
+  // Calls still running after `grace` are cancelled.
+  void Stop(absl::Duration grace = absl::ZeroDuration()) {
+    if (stopped_) return;
+    stopped_ = true;
+    service_->StopServing();
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    for (auto& q : queues_) q->Shutdown();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  PsService* service_;
+  grpc::Server* server_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
+  bool stopped_ = false;
+};
 
 int Run() {
   SetLogIdentity("server", -1);
@@ -51,11 +88,14 @@ int Run() {
   }
   auto service = std::make_unique<PsService>();
   std::string bound;
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound);
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound,
+                            std::max(1, absl::GetFlag(FLAGS_rpc_threads)), &queues);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 2;
   }
+  Serving serving(service.get(), server->get(), std::move(queues));
   const std::string address = AdvertisedAddress(bound);
   spdlog::info("listening on {}", address);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
@@ -76,7 +116,7 @@ int Run() {
   auto reg = client.Register();
   if (!reg.ok()) {
     spdlog::error("{}", reg.status().message());
-    (*server)->Shutdown();
+    serving.Stop();
     return 3;
   }
   const int id = reg->id();
@@ -93,7 +133,7 @@ int Run() {
     failed.set_state(FAILED);
     failed.set_message(std::string(st.message()));
     (void)client.ReportFinal(failed);
-    (*server)->Shutdown();
+    serving.Stop();
     return 1;
   }
   ThreadPool pool(absl::GetFlag(FLAGS_server_threads));
@@ -128,7 +168,7 @@ int Run() {
   store->StopGlobalClipping();  // it uses `client`, which goes first
   service->SetState(end == DONE ? FINISHED : FAILED, message);
   service->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
-  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  serving.Stop(absl::Seconds(2));
   if (end == DONE) {
     const NodeStatus st = service->GetStatus();
     spdlog::info("job done; {} pushes, {} pulls served; {} bytes in, {} bytes out", st.pushes(),

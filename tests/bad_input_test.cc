@@ -1,6 +1,7 @@
 // Bad input gets a clear error with the right exit code or gRPC status, and
 // nothing crashes or hangs.
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -292,6 +293,27 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   ctx = ContextWithTimeout(absl::Seconds(10));
   EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A pull whose read guarantee does not hold yet waits: until its
+  // deadline, or until the push that makes it hold.
+  PullRequest ahead;
+  ahead.set_worker_id(0);
+  ahead.add_chunks(0);
+  ahead.set_min_clock(4);  // chunk 0 has clocks 0..2 applied
+  ctx = ContextWithTimeout(absl::Milliseconds(300));
+  EXPECT_EQ(server->Pull(ctx.get(), ahead, &weights).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  grpc::Status waited;
+  PullResponse waited_weights;
+  std::thread waiter([&] {
+    auto wctx = ContextWithTimeout(absl::Seconds(10));
+    waited = server->Pull(wctx.get(), ahead, &waited_weights);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(push(0, size0, 3).ok());
+  waiter.join();
+  EXPECT_TRUE(waited.ok()) << waited.error_message();
+  EXPECT_EQ(waited_weights.chunks_size(), 1);
 
   // The daemons are alive and well.
   EXPECT_TRUE(cluster_->scheduler().running());

@@ -5,7 +5,6 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "common/rpc.h"
@@ -31,7 +30,7 @@ struct PsClient::Call {
   int server = 0;
   int channel = 0;
   grpc::ByteBuffer request;
-  // Checks and consumes a reply; runs on a gRPC thread.
+  // Checks and consumes a reply (on the calling thread).
   std::function<absl::Status(const grpc::ByteBuffer&)> finish;
   bool done = false;
 };
@@ -73,23 +72,36 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
       if (!calls[i].done) todo.push_back(i);
     }
     if (todo.empty()) return absl::OkStatus();
+    // The calls complete on a queue this thread drains itself: no gRPC
+    // thread takes the replies, so no hand-off between threads per call.
     std::vector<absl::Status> results(calls.size());
+    std::vector<grpc::Status> statuses(calls.size());
     std::vector<grpc::ByteBuffer> replies(calls.size());
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
-    absl::BlockingCounter pending(static_cast<int>(todo.size()));
+    std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers(calls.size());
+    grpc::CompletionQueue cq;
     for (int i : todo) {
       Call& call = calls[i];
       std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
       call.channel = next_channel++ % static_cast<int>(channels.size());
       contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
-      channels[call.channel]->UnaryCall(
-          contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, grpc::StubOptions(),
-          &call.request, &replies[i], [&, i](grpc::Status st) {
-            results[i] = st.ok() ? calls[i].finish(replies[i]) : FromGrpc(st);
-            pending.DecrementCount();
-          });
+      readers[i] = channels[call.channel]->PrepareUnaryCall(
+          contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &cq);
+      readers[i]->StartCall();
+      readers[i]->Finish(&replies[i], &statuses[i], reinterpret_cast<void*>(static_cast<intptr_t>(i)));
     }
-    pending.Wait();
+    for (size_t left = todo.size(); left > 0; --left) {
+      void* tag = nullptr;
+      bool ok = false;
+      if (!cq.Next(&tag, &ok)) break;  // not before Shutdown
+      const int i = static_cast<int>(reinterpret_cast<intptr_t>(tag));
+      results[i] = statuses[i].ok() ? calls[i].finish(replies[i]) : FromGrpc(statuses[i]);
+    }
+    cq.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+    }
     absl::Status first_error;
     for (int i : todo) {
       const absl::Status& st = results[i];

@@ -1,8 +1,9 @@
 // The worker's client of the parameter servers: scatters a push over the
 // servers that own each chunk and gathers a pull. Each server's chunks go in
 // calls of about max_request_bytes (so a tensor of any size moves, far
-// below gRPC's message limit), all calls in flight at once on the callback
-// API, spread over several connections per server.
+// below gRPC's message limit), all calls in flight at once on the async API,
+// spread over several connections per server. The calling thread drains the
+// calls' completion queue itself (no gRPC thread hands replies over).
 #ifndef PSTRAIN_WORKER_PS_CLIENT_H_
 #define PSTRAIN_WORKER_PS_CLIENT_H_
 
@@ -67,7 +68,7 @@ class PsClient {
 
  private:
   struct Call;
-  // What a pull's calls fill in, on gRPC's threads.
+  // What a pull's calls fill in.
   struct PullState {
     std::vector<std::vector<int64_t>> applied;  // per call
     std::atomic<int64_t> bytes{0};
