@@ -1,12 +1,17 @@
 // The op interface a worker's model runs on. kernels/cpu/ implements it with
-// OpenBLAS and plain loops; a CUDA backend implements the same interface.
-// Matrices are row-major fp32; every pointer is memory of the backend's device
-// (host memory for the CPU backend).
+// OpenBLAS and plain loops, kernels/cuda/ with cuBLAS and CUDA kernels.
+// Matrices are row-major fp32; every pointer an op takes is memory of the
+// backend's device (from Alloc; host memory for the CPU backend).
+//
+// Errors are sticky, as in CUDA: the first one is kept in error() and the
+// results of later calls are undefined, so callers check error() once per
+// step. Nothing here exits the process.
 #ifndef PSTRAIN_KERNELS_BACKEND_H_
 #define PSTRAIN_KERNELS_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace pstrain {
 namespace kernels {
@@ -15,6 +20,17 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // `bytes` of device memory, or null (and error() says why).
+  virtual void* Alloc(int64_t bytes) = 0;
+  virtual void Free(void* device) = 0;
+  virtual void Upload(const void* host, int64_t bytes, void* device) = 0;
+  // Waits for the work queued before it.
+  virtual void Download(const void* device, int64_t bytes, void* host) = 0;
+  // The first error met, "" while there is none.
+  virtual std::string error() const = 0;
+  // The most device memory held at once through Alloc, in bytes.
+  virtual int64_t peak_bytes() const = 0;
 
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(a) is [m,k] (a is
   // stored [k,m] when trans_a) and op(b) is [k,n] (b stored [n,k] when trans_b).
@@ -29,8 +45,8 @@ class Backend {
   // dx = dy where y > 0, else 0; dx may alias dy.
   virtual void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) = 0;
   // Softmax cross-entropy of `rows` rows of `classes` logits against integer
-  // labels in [0, classes). Returns the mean loss; *correct counts rows whose
-  // arg-max is the label. If dlogits is not null it receives the gradient of
+  // labels in [0, classes) (device memory, like the logits). Returns the mean
+  // loss (waits for it); *correct counts rows whose arg-max is the label. If dlogits is not null it receives the gradient of
   // the mean loss: (softmax - onehot) / rows.
   virtual float SoftmaxXent(int rows, int classes, const float* logits, const int32_t* labels,
                             float* dlogits, int* correct) = 0;

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace pstrain {
 
 Model::Model(const ModelSpec& model, kernels::Backend* backend)
-    : backend_(backend), params_(ModelParams(model)) {
+    : backend_(backend), params_(ModelParams(model)), input_(backend), delta_(backend),
+      delta_prev_(backend), labels_(backend) {
   int width = model.input_dim();
   int param = 0;
   for (const LayerSpec& spec : model.layers()) {
@@ -21,82 +24,99 @@ Model::Model(const ModelSpec& model, kernels::Backend* backend)
     }
     width = layer.out;
     layers_.push_back(layer);
+    acts_.emplace_back(backend);
   }
   for (const ParamInfo& p : params_) {
     weights_.emplace_back(p.numel, 0.0f);
     grads_.emplace_back(p.numel, 0.0f);
+    device_weights_.emplace_back(backend, p.numel);
+    device_grads_.emplace_back(backend, p.numel);
   }
-  acts_.resize(layers_.size() + 1);
 }
 
-StepResult Model::TrainStep(const float* x, const int32_t* labels, int rows) {
-  return Forward(x, labels, rows, /*backward=*/true);
+absl::StatusOr<StepResult> Model::TrainStep(const float* x, const int32_t* labels, int rows) {
+  return Run(x, labels, rows, /*backward=*/true);
 }
 
-StepResult Model::Evaluate(const float* x, const int32_t* labels, int rows) {
-  return Forward(x, labels, rows, /*backward=*/false);
+absl::StatusOr<StepResult> Model::Evaluate(const float* x, const int32_t* labels, int rows) {
+  return Run(x, labels, rows, /*backward=*/false);
 }
 
-StepResult Model::Forward(const float* x, const int32_t* labels, int rows, bool backward) {
-  acts_[0].assign(x, x + static_cast<int64_t>(rows) * layers_[0].in);
-  StepResult result;
+absl::Status Model::BackendStatus() const {
+  const std::string error = backend_->error();
+  if (error.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(backend_->name(), " backend: ", error));
+}
+
+absl::StatusOr<StepResult> Model::Run(const float* x, const int32_t* labels, int rows,
+                                      bool backward) {
+  for (size_t p = 0; p < params_.size(); ++p) device_weights_[p].Upload(weights_[p].data());
   const size_t n = layers_.size();
+  // Sizes first: a device without room fails here, before any work.
+  bool room = input_.Resize(static_cast<int64_t>(rows) * layers_[0].in) && labels_.Resize(rows);
+  int64_t widest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    widest = std::max<int64_t>(widest, std::max(layers_[i].in, layers_[i].out));
+    if (layers_[i].type != SOFTMAX_XENT) {
+      room = room && acts_[i].Resize(static_cast<int64_t>(rows) * layers_[i].out);
+    }
+  }
+  room = room && delta_.Resize(rows * widest) && delta_prev_.Resize(rows * widest);
+  if (!room) return absl::ResourceExhaustedError(BackendStatus().message());
+  input_.Upload(x);
+  labels_.Upload(labels);
+
+  // out[i]: the output of layer i; the loss layer passes its input through.
+  std::vector<float*> out(n);
+  const float* in = input_.data();
   for (size_t i = 0; i < n; ++i) {
     const Layer& l = layers_[i];
-    const std::vector<float>& in = acts_[i];
-    std::vector<float>& out = acts_[i + 1];
     switch (l.type) {
       case DENSE:
-        out.resize(static_cast<int64_t>(rows) * l.out);
-        backend_->Gemm(false, false, rows, l.out, l.in, 1.0f, in.data(),
-                       weights_[l.param].data(), 0.0f, out.data());
-        backend_->AddBias(rows, l.out, weights_[l.param + 1].data(), out.data());
+        out[i] = acts_[i].data();
+        backend_->Gemm(false, false, rows, l.out, l.in, 1.0f, in, device_weights_[l.param].data(),
+                       0.0f, out[i]);
+        backend_->AddBias(rows, l.out, device_weights_[l.param + 1].data(), out[i]);
         break;
       case RELU:
-        out.resize(in.size());
-        backend_->ReluForward(static_cast<int64_t>(in.size()), in.data(), out.data());
+        out[i] = acts_[i].data();
+        backend_->ReluForward(static_cast<int64_t>(rows) * l.out, in, out[i]);
         break;
-      case SOFTMAX_XENT:
-        // The loss layer passes the logits through; the loss is below.
-        out = in;
-        break;
-      default:
+      default:  // SOFTMAX_XENT
+        out[i] = const_cast<float*>(in);
         break;
     }
+    in = out[i];
   }
   const int classes = layers_.back().out;
-  delta_.resize(static_cast<int64_t>(rows) * classes);
-  result.loss = backend_->SoftmaxXent(rows, classes, acts_[n].data(), labels,
+  StepResult result;
+  result.loss = backend_->SoftmaxXent(rows, classes, in, labels_.data(),
                                       backward ? delta_.data() : nullptr, &result.correct);
-  if (!backward) return result;
-
-  // delta_ holds d(loss)/d(output of layer i) walking down.
-  for (size_t i = n; i-- > 0;) {
-    const Layer& l = layers_[i];
-    switch (l.type) {
-      case DENSE: {
-        const std::vector<float>& in = acts_[i];
+  if (backward) {
+    // delta_ holds d(loss)/d(output of layer i) walking down.
+    for (size_t i = n; i-- > 0;) {
+      const Layer& l = layers_[i];
+      const float* layer_in = i == 0 ? input_.data() : out[i - 1];
+      if (l.type == DENSE) {
         // dW [in, out] = in^T [in, rows] * delta [rows, out]
-        backend_->Gemm(true, false, l.in, l.out, rows, 1.0f, in.data(), delta_.data(), 0.0f,
-                       grads_[l.param].data());
-        backend_->BiasGrad(rows, l.out, delta_.data(), grads_[l.param + 1].data());
+        backend_->Gemm(true, false, l.in, l.out, rows, 1.0f, layer_in, delta_.data(), 0.0f,
+                       device_grads_[l.param].data());
+        backend_->BiasGrad(rows, l.out, delta_.data(), device_grads_[l.param + 1].data());
         if (i > 0) {
           // d(in) [rows, in] = delta [rows, out] * W^T
-          delta_prev_.resize(static_cast<int64_t>(rows) * l.in);
           backend_->Gemm(false, true, rows, l.in, l.out, 1.0f, delta_.data(),
-                         weights_[l.param].data(), 0.0f, delta_prev_.data());
+                         device_weights_[l.param].data(), 0.0f, delta_prev_.data());
           std::swap(delta_, delta_prev_);
         }
-        break;
+      } else if (l.type == RELU) {
+        backend_->ReluBackward(static_cast<int64_t>(rows) * l.out, out[i], delta_.data(),
+                               delta_.data());
       }
-      case RELU:
-        backend_->ReluBackward(static_cast<int64_t>(delta_.size()), acts_[i + 1].data(),
-                               delta_.data(), delta_.data());
-        break;
-      default:
-        break;
     }
+    for (size_t p = 0; p < params_.size(); ++p) device_grads_[p].Download(grads_[p].data());
   }
+  const absl::Status st = BackendStatus();
+  if (!st.ok()) return st;
   return result;
 }
 

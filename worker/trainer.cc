@@ -53,7 +53,7 @@ Trainer::Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Ba
       data_(std::move(data)),
       start_(absl::Now()) {}
 
-double Trainer::EvaluateTest(Model& model) {
+absl::StatusOr<double> Trainer::EvaluateTest(Model& model) {
   constexpr int kEvalBatch = 1000;
   std::vector<float> x;
   std::vector<int32_t> y;
@@ -64,7 +64,8 @@ double Trainer::EvaluateTest(Model& model) {
     idx.resize(n);
     for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
     Gather(data_.test, idx, &x, &y);
-    correct += model.Evaluate(x.data(), y.data(), static_cast<int>(n)).correct;
+    ASSIGN_OR_RETURN(const StepResult r, model.Evaluate(x.data(), y.data(), static_cast<int>(n)));
+    correct += r.correct;
   }
   return data_.test.size == 0 ? 0.0 : static_cast<double>(correct) / data_.test.size;
 }
@@ -108,7 +109,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
     Gather(data_.train, sampler.Indices(clock, workers, rank), &x, &y);
     const int rows = static_cast<int>(y.size());
-    const StepResult step = model.TrainStep(x.data(), y.data(), rows);
+    ASSIGN_OR_RETURN(const StepResult step, model.TrainStep(x.data(), y.data(), rows));
     const absl::Time t3 = absl::Now();
     const float norm = job.optimizer().clip_norm() > 0 ? GlobalNorm(model.grads()) : 0.0f;
     RETURN_IF_ERROR(ps->Push(clock, rows, model.grads(), norm));
@@ -152,7 +153,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       t_gate = t_pull = t_compute = t_push = absl::ZeroDuration();
     }
     if (epoch_end && rank == 0 && options_.eval_each_epoch && clock + 1 < total) {
-      const double acc = EvaluateTest(model);
+      ASSIGN_OR_RETURN(const double acc, EvaluateTest(model));
       spdlog::info("epoch {} done: test accuracy {:.4f} (weights of clock {})",
                    sampler.Epoch(clock), acc, clock);
       absl::MutexLock lock(&mu_);
@@ -169,7 +170,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   final_options.wire_dtype = FP32;
   PsClient final_ps(gate_cluster, &partition, rank, final_options);
   RETURN_IF_ERROR(final_ps.Pull(total, total, &model.weights()));
-  const double acc = EvaluateTest(model);
+  ASSIGN_OR_RETURN(const double acc, EvaluateTest(model));
   {
     absl::MutexLock lock(&mu_);
     test_accuracy_ = acc;

@@ -50,7 +50,7 @@ class Trainer {
   NodeStatus Status() const;
 
  private:
-  double EvaluateTest(class Model& model);
+  absl::StatusOr<double> EvaluateTest(class Model& model);
 
   const TrainerOptions options_;
   SchedulerClient* scheduler_;

@@ -1,6 +1,6 @@
 // ps_worker: trains its rank's share of every clock's global batch.
 //
-//   ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] [--device=auto|cpu]
+//   ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] [--device=auto|cpu|cuda[:N]]
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -16,8 +16,8 @@
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/scheduler_client.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "worker/dataset.h"
+#include "worker/device.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"
 
@@ -25,7 +25,8 @@ ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "HOST:PORT to serve Status on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
-ABSL_FLAG(std::string, device, "auto", "auto or cpu (the CUDA backend is not built yet)");
+ABSL_FLAG(std::string, device, "auto",
+          "auto (CUDA device 0 if there is one, else the CPU), cpu, cuda or cuda:N");
 ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: OpenBLAS default)");
 ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job's data.path");
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
@@ -48,11 +49,15 @@ int Run() {
     spdlog::error("--scheduler=HOST:PORT is required");
     return 2;
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "auto" && device != "cpu") {
-    spdlog::error("--device={}: this build has only the cpu backend (auto picks it)", device);
+  // The device first: a worker that cannot compute says so before it joins.
+  std::string device_note;
+  auto backend = OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads),
+                            &device_note);
+  if (!backend.ok()) {
+    spdlog::error("{}", backend.status().message());
     return 2;
   }
+  spdlog::info("computing on {}", device_note);
   DType wire_dtype = FP32;
   const std::string wire_flag = absl::GetFlag(FLAGS_wire_dtype);
   if (!wire_flag.empty() && !ParseDType(wire_flag, &wire_dtype)) {
@@ -131,7 +136,6 @@ int Run() {
   }
   spdlog::info("data: {} training and {} test examples of {} features", data->train.size,
                data->test.size, data->train.dim);
-  auto backend = kernels::MakeCpuBackend(absl::GetFlag(FLAGS_compute_threads));
 
   TrainerOptions topts;
   topts.worker_id = id;
@@ -142,7 +146,7 @@ int Run() {
   topts.ps.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   {
     absl::MutexLock lock(&trainer_mu);
-    trainer = std::make_unique<Trainer>(topts, &client, backend.get(), std::move(*data));
+    trainer = std::make_unique<Trainer>(topts, &client, backend->get(), std::move(*data));
   }
   client.StartHeartbeats([&] { return member_status(RUNNING); });
 

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_map>
 
 namespace pstrain {
 namespace kernels {
@@ -12,6 +16,34 @@ namespace {
 class CpuBackend : public Backend {
  public:
   const char* name() const override { return "cpu"; }
+
+  void* Alloc(int64_t bytes) override {
+    const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, size);
+    if (p == nullptr) {
+      if (error_.empty()) error_ = "cpu: out of memory allocating " + std::to_string(bytes) + " bytes";
+      return nullptr;
+    }
+    sizes_[p] = size;
+    held_ += static_cast<int64_t>(size);
+    peak_ = std::max(peak_, held_);
+    return p;
+  }
+  void Free(void* p) override {
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    held_ -= static_cast<int64_t>(it->second);
+    sizes_.erase(it);
+    std::free(p);
+  }
+  void Upload(const void* host, int64_t bytes, void* device) override {
+    if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
+  }
+  void Download(const void* device, int64_t bytes, void* host) override {
+    if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
+  }
+  std::string error() const override { return error_; }
+  int64_t peak_bytes() const override { return peak_; }
 
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
@@ -69,6 +101,11 @@ class CpuBackend : public Backend {
     if (correct != nullptr) *correct = right;
     return static_cast<float>(loss / rows);
   }
+
+ private:
+  std::unordered_map<void*, size_t> sizes_;
+  int64_t held_ = 0, peak_ = 0;
+  std::string error_;
 };
 
 }  // namespace

@@ -1,0 +1,152 @@
+// Each op of the CUDA backend against the CPU backend on the same random
+// inputs, within tol + |ref|·eps. Skips, saying why, where there is no CUDA
+// device (or the build has no CUDA backend).
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/device_array.h"
+
+namespace pstrain {
+namespace kernels {
+namespace {
+
+constexpr double kTol = 1e-5;
+constexpr double kEps = 1e-4;  // fp32, different summation orders
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    gpu_ = MakeCudaBackend(0, &why);
+    if (gpu_ == nullptr) {
+      std::printf("skipping: no CUDA backend here: %s\n", why.c_str());
+      GTEST_SKIP() << "no CUDA backend here: " << why;
+    }
+    cpu_ = MakeCpuBackend(1);
+  }
+  void TearDown() override {
+    if (gpu_ != nullptr) {
+      EXPECT_EQ(gpu_->error(), "");
+    }
+  }
+
+  // A device copy of `host`.
+  DeviceArray<float> Up(const std::vector<float>& host) {
+    DeviceArray<float> d(gpu_.get(), static_cast<int64_t>(host.size()));
+    d.Upload(host.data());
+    return d;
+  }
+  std::vector<float> Down(const DeviceArray<float>& d) {
+    std::vector<float> host(d.size());
+    d.Download(host.data());
+    return host;
+  }
+  static void ExpectClose(const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], kTol + std::abs(want[i]) * kEps) << "at " << i;
+    }
+  }
+
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
+
+TEST_F(CudaBackendTest, GemmAllTranspositionsAndBeta) {
+  std::mt19937 rng(1);
+  const int m = 37, n = 53, k = 129;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::vector<float> a = Random(m * k, rng), b = Random(k * n, rng);
+      std::vector<float> c = Random(m * n, rng);
+      DeviceArray<float> da = Up(a), db = Up(b), dc = Up(c);
+      gpu_->Gemm(ta, tb, m, n, k, 0.5f, da.data(), db.data(), 2.0f, dc.data());
+      cpu_->Gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 2.0f, c.data());
+      ExpectClose(Down(dc), c);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, BiasAndRelu) {
+  std::mt19937 rng(2);
+  const int rows = 33, cols = 300;
+  std::vector<float> y = Random(rows * cols, rng);
+  const std::vector<float> bias = Random(cols, rng);
+  DeviceArray<float> dy = Up(y), dbias = Up(bias);
+  gpu_->AddBias(rows, cols, dbias.data(), dy.data());
+  cpu_->AddBias(rows, cols, bias.data(), y.data());
+  ExpectClose(Down(dy), y);
+
+  std::vector<float> grad(cols);
+  DeviceArray<float> dgrad(gpu_.get(), cols);
+  gpu_->BiasGrad(rows, cols, dy.data(), dgrad.data());
+  cpu_->BiasGrad(rows, cols, y.data(), grad.data());
+  ExpectClose(Down(dgrad), grad);
+
+  std::vector<float> out(y.size()), back(y.size());
+  const std::vector<float> upstream = Random(y.size(), rng);
+  DeviceArray<float> dout(gpu_.get(), y.size()), dup = Up(upstream), dback(gpu_.get(), y.size());
+  gpu_->ReluForward(y.size(), dy.data(), dout.data());
+  cpu_->ReluForward(y.size(), y.data(), out.data());
+  ExpectClose(Down(dout), out);
+  gpu_->ReluBackward(y.size(), dout.data(), dup.data(), dback.data());
+  cpu_->ReluBackward(y.size(), out.data(), upstream.data(), back.data());
+  ExpectClose(Down(dback), back);
+}
+
+TEST_F(CudaBackendTest, SoftmaxXent) {
+  std::mt19937 rng(3);
+  for (int classes : {3, 10, 1000}) {
+    const int rows = 17;
+    std::vector<float> logits = Random(rows * classes, rng);
+    for (float& z : logits) z *= 8.0f;
+    std::vector<int32_t> labels(rows);
+    for (int r = 0; r < rows; ++r) labels[r] = (r * 7) % classes;
+    DeviceArray<float> dz = Up(logits), dd(gpu_.get(), rows * classes);
+    DeviceArray<int32_t> dl(gpu_.get(), rows);
+    dl.Upload(labels.data());
+    std::vector<float> grad(rows * classes);
+    int right_cpu = 0, right_gpu = 0;
+    const float loss_cpu =
+        cpu_->SoftmaxXent(rows, classes, logits.data(), labels.data(), grad.data(), &right_cpu);
+    const float loss_gpu =
+        gpu_->SoftmaxXent(rows, classes, dz.data(), dl.data(), dd.data(), &right_gpu);
+    EXPECT_NEAR(loss_gpu, loss_cpu, kTol + std::abs(loss_cpu) * kEps) << classes;
+    EXPECT_EQ(right_gpu, right_cpu) << classes;
+    ExpectClose(Down(dd), grad);
+  }
+}
+
+TEST_F(CudaBackendTest, ErrorsBecomeMessagesNotExits) {
+  // More memory than any device has: null and a message, and the backend
+  // reports the error from then on.
+  void* p = gpu_->Alloc(int64_t{1} << 50);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(gpu_->error().find("cudaMalloc"), std::string::npos) << gpu_->error();
+  gpu_.reset();  // TearDown would flag the error we caused
+}
+
+TEST(CudaBackendBuildTest, SaysWhyWhenUnavailable) {
+  std::string why;
+  auto gpu = MakeCudaBackend(1000, &why);
+  EXPECT_EQ(gpu, nullptr);
+  EXPECT_FALSE(why.empty());
+  std::printf("MakeCudaBackend(1000): %s (CUDA backend built: %s)\n", why.c_str(),
+              CudaBackendBuilt() ? "yes" : "no");
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace pstrain
