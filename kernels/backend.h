@@ -50,6 +50,41 @@ class Backend {
   // the mean loss: (softmax - onehot) / rows.
   virtual float SoftmaxXent(int rows, int classes, const float* logits, const int32_t* labels,
                             float* dlogits, int* correct) = 0;
+
+  // ---- Transformer ops -------------------------------------------------
+
+  // y += alpha * x (n elements).
+  virtual void Axpy(int64_t n, float alpha, const float* x, float* y) = 0;
+  // out[r, :] (=, or += when accumulate) table[ids[r], :] for r < rows; ids
+  // (device memory) index rows of table [*, dim] and must be in range.
+  virtual void Embedding(int rows, int dim, const int32_t* ids, const float* table, float* out,
+                         bool accumulate) = 0;
+  // dtable[ids[r], :] += dout[r, :] (rows sharing an id add up).
+  virtual void EmbeddingBackward(int rows, int dim, const int32_t* ids, const float* dout,
+                                 float* dtable) = 0;
+  // y = (x - mean) / sqrt(var + 1e-5) * gamma + beta per row of x [rows, dim];
+  // saves each row's mean and 1/sqrt(var + 1e-5) for the backward.
+  virtual void LayerNorm(int rows, int dim, const float* x, const float* gamma,
+                         const float* beta, float* y, float* mean, float* rstd) = 0;
+  // dx (written), dgamma and dbeta (written, summed over rows) from dy.
+  virtual void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                                 const float* mean, const float* rstd, const float* dy,
+                                 float* dx, float* dgamma, float* dbeta) = 0;
+  // GELU, tanh form: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void Gelu(int64_t n, const float* x, float* y) = 0;
+  // dx = dy * GELU'(x); dx may alias dy.
+  virtual void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) = 0;
+  // Causal self-attention of `batch` sequences of `seq` tokens. qkv
+  // [batch*seq, 3*heads*head_dim] holds each token's query, key and value
+  // side by side (head h in columns h*head_dim.. of each); att [batch,
+  // heads, seq, seq] receives the attention weights softmax(q k^T /
+  // sqrt(head_dim)) with token t seeing tokens <= t (zero above the
+  // diagonal); out [batch*seq, heads*head_dim] the weighted values.
+  virtual void Attention(int batch, int seq, int heads, int head_dim, const float* qkv,
+                         float* att, float* out) = 0;
+  // dqkv (written) from dout, given the forward's qkv and att.
+  virtual void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
+                                 const float* att, const float* dout, float* dqkv) = 0;
 };
 
 }  // namespace kernels

@@ -8,10 +8,13 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace pstrain {
 namespace kernels {
 namespace {
+
+const float kGeluC = std::sqrt(2.0f / 3.14159265358979f);
 
 class CpuBackend : public Backend {
  public:
@@ -100,6 +103,166 @@ class CpuBackend : public Backend {
     }
     if (correct != nullptr) *correct = right;
     return static_cast<float>(loss / rows);
+  }
+
+  void Axpy(int64_t n, float alpha, const float* x, float* y) override {
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+
+  void Embedding(int rows, int dim, const int32_t* ids, const float* table, float* out,
+                 bool accumulate) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* src = table + static_cast<int64_t>(ids[r]) * dim;
+      float* dst = out + static_cast<int64_t>(r) * dim;
+      if (accumulate) {
+        for (int j = 0; j < dim; ++j) dst[j] += src[j];
+      } else {
+        std::copy(src, src + dim, dst);
+      }
+    }
+  }
+
+  void EmbeddingBackward(int rows, int dim, const int32_t* ids, const float* dout,
+                         float* dtable) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* src = dout + static_cast<int64_t>(r) * dim;
+      float* dst = dtable + static_cast<int64_t>(ids[r]) * dim;
+      for (int j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+  }
+
+  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
+                 float* y, float* mean, float* rstd) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + static_cast<int64_t>(r) * dim;
+      float* yr = y + static_cast<int64_t>(r) * dim;
+      float m = 0.0f;
+      for (int j = 0; j < dim; ++j) m += xr[j];
+      m /= static_cast<float>(dim);
+      float v = 0.0f;
+      for (int j = 0; j < dim; ++j) v += (xr[j] - m) * (xr[j] - m);
+      v /= static_cast<float>(dim);
+      const float s = 1.0f / std::sqrt(v + 1e-5f);
+      for (int j = 0; j < dim; ++j) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
+      mean[r] = m;
+      rstd[r] = s;
+    }
+  }
+
+  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx,
+                         float* dgamma, float* dbeta) override {
+    std::fill(dgamma, dgamma + dim, 0.0f);
+    std::fill(dbeta, dbeta + dim, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + static_cast<int64_t>(r) * dim;
+      const float* dyr = dy + static_cast<int64_t>(r) * dim;
+      float* dxr = dx + static_cast<int64_t>(r) * dim;
+      // With xhat = (x - mean) * rstd and g = dy * gamma:
+      // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+      float mean_g = 0.0f, mean_gx = 0.0f;
+      for (int j = 0; j < dim; ++j) {
+        const float xhat = (xr[j] - mean[r]) * rstd[r];
+        const float g = dyr[j] * gamma[j];
+        mean_g += g;
+        mean_gx += g * xhat;
+        dgamma[j] += dyr[j] * xhat;
+        dbeta[j] += dyr[j];
+      }
+      mean_g /= static_cast<float>(dim);
+      mean_gx /= static_cast<float>(dim);
+      for (int j = 0; j < dim; ++j) {
+        const float xhat = (xr[j] - mean[r]) * rstd[r];
+        dxr[j] = rstd[r] * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+      }
+    }
+  }
+
+  void Gelu(int64_t n, const float* x, float* y) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float u = kGeluC * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+      y[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
+    }
+  }
+
+  void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float t = std::tanh(kGeluC * (v + 0.044715f * v * v * v));
+      const float grad =
+          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+      dx[i] = dy[i] * grad;
+    }
+  }
+
+  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
+                 float* out) override {
+    const int c = heads * head_dim, w3 = 3 * c;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    for (int b = 0; b < batch; ++b) {
+      for (int h = 0; h < heads; ++h) {
+        const float* q = qkv + static_cast<int64_t>(b) * seq * w3 + h * head_dim;
+        const float* k = q + c;
+        const float* v = q + 2 * c;
+        float* a = att + (static_cast<int64_t>(b) * heads + h) * seq * seq;
+        // a = scale * q k^T, then a causal softmax per row.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, scale, q, w3, k,
+                    w3, 0.0f, a, seq);
+        for (int t = 0; t < seq; ++t) {
+          float* row = a + static_cast<int64_t>(t) * seq;
+          const float m = *std::max_element(row, row + t + 1);
+          float sum = 0.0f;
+          for (int j = 0; j <= t; ++j) {
+            row[j] = std::exp(row[j] - m);
+            sum += row[j];
+          }
+          for (int j = 0; j <= t; ++j) row[j] /= sum;
+          std::fill(row + t + 1, row + seq, 0.0f);
+        }
+        float* o = out + static_cast<int64_t>(b) * seq * c + h * head_dim;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a, seq,
+                    v, w3, 0.0f, o, c);
+      }
+    }
+  }
+
+  void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
+                         const float* att, const float* dout, float* dqkv) override {
+    const int c = heads * head_dim, w3 = 3 * c;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    std::vector<float> ds(static_cast<size_t>(seq) * seq);
+    for (int b = 0; b < batch; ++b) {
+      for (int h = 0; h < heads; ++h) {
+        const int64_t base = static_cast<int64_t>(b) * seq * w3 + h * head_dim;
+        const float* q = qkv + base;
+        const float* k = q + c;
+        const float* v = q + 2 * c;
+        float* dq = dqkv + base;
+        float* dk = dq + c;
+        float* dv = dq + 2 * c;
+        const float* a = att + (static_cast<int64_t>(b) * heads + h) * seq * seq;
+        const float* d_o = dout + static_cast<int64_t>(b) * seq * c + h * head_dim;
+        // dv = a^T do; da = do v^T
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a, seq,
+                    d_o, c, 0.0f, dv, w3);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, 1.0f, d_o, c, v,
+                    w3, 0.0f, ds.data(), seq);
+        // Through the softmax: ds = a * (da - sum_j a da), zero above the diagonal.
+        for (int t = 0; t < seq; ++t) {
+          const float* ar = a + static_cast<int64_t>(t) * seq;
+          float* dr = ds.data() + static_cast<int64_t>(t) * seq;
+          float dot = 0.0f;
+          for (int j = 0; j <= t; ++j) dot += ar[j] * dr[j];
+          for (int j = 0; j <= t; ++j) dr[j] = ar[j] * (dr[j] - dot);
+          std::fill(dr + t + 1, dr + seq, 0.0f);
+        }
+        // dq = scale * ds k; dk = scale * ds^T q
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, scale,
+                    ds.data(), seq, k, w3, 0.0f, dq, w3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, scale, ds.data(),
+                    seq, q, w3, 0.0f, dk, w3);
+      }
+    }
   }
 
  private:

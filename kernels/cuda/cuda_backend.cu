@@ -112,6 +112,164 @@ __global__ void SoftmaxXentKernel(int rows, int classes, const float* logits,
   }
 }
 
+
+__device__ float BlockSum(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float total = shared[0];
+  __syncthreads();  // before `shared` is used again
+  return total;
+}
+
+__device__ float BlockMax(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float m = shared[0];
+  __syncthreads();
+  return m;
+}
+
+__global__ void AxpyKernel(int64_t n, float alpha, const float* x, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    y[i] += alpha * x[i];
+  }
+}
+
+__global__ void EmbeddingKernel(int64_t n, int dim, const int32_t* ids, const float* table,
+                                float* out, bool accumulate) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float v = table[static_cast<int64_t>(ids[i / dim]) * dim + i % dim];
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
+
+__global__ void EmbeddingBackwardKernel(int64_t n, int dim, const int32_t* ids, const float* dout,
+                                        float* dtable) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    atomicAdd(&dtable[static_cast<int64_t>(ids[i / dim]) * dim + i % dim], dout[i]);
+  }
+}
+
+// One block per row.
+__global__ void LayerNormKernel(int dim, const float* x, const float* gamma, const float* beta,
+                                float* y, float* mean, float* rstd) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  float* yr = y + r * dim;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) s += xr[j];
+  const float m = BlockSum(s, shared) / dim;
+  float v = 0.0f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) v += (xr[j] - m) * (xr[j] - m);
+  const float inv = rsqrtf(BlockSum(v, shared) / dim + 1e-5f);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) yr[j] = (xr[j] - m) * inv * gamma[j] + beta[j];
+  if (threadIdx.x == 0) {
+    mean[r] = m;
+    rstd[r] = inv;
+  }
+}
+
+// One block per row: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+__global__ void LayerNormBackwardKernel(int dim, const float* x, const float* gamma,
+                                        const float* mean, const float* rstd, const float* dy,
+                                        float* dx) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  const float* dyr = dy + r * dim;
+  float* dxr = dx + r * dim;
+  const float m = mean[r], inv = rstd[r];
+  float sg = 0.0f, sgx = 0.0f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float g = dyr[j] * gamma[j];
+    sg += g;
+    sgx += g * (xr[j] - m) * inv;
+  }
+  const float mean_g = BlockSum(sg, shared) / dim;
+  const float mean_gx = BlockSum(sgx, shared) / dim;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float xhat = (xr[j] - m) * inv;
+    dxr[j] = inv * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+  }
+}
+
+// One thread per column: dgamma and dbeta summed down the rows.
+__global__ void LayerNormParamGradKernel(int rows, int dim, const float* x, const float* mean,
+                                         const float* rstd, const float* dy, float* dgamma,
+                                         float* dbeta) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  float g = 0.0f, b = 0.0f;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t i = static_cast<int64_t>(r) * dim + j;
+    g += dy[i] * (x[i] - mean[r]) * rstd[r];
+    b += dy[i];
+  }
+  dgamma[j] = g;
+  dbeta[j] = b;
+}
+
+__device__ const float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__global__ void GeluKernel(int64_t n, const float* x, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+  }
+}
+
+__global__ void GeluBackwardKernel(int64_t n, const float* x, const float* dy, float* dx) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float v = x[i];
+    const float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    dx[i] = dy[i] * (0.5f * (1.0f + t) +
+                     0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * 0.044715f * v * v));
+  }
+}
+
+// One block per row of scores [*, seq]: row t (of its sequence) keeps
+// columns <= t, softmaxed; the rest become 0.
+__global__ void CausalSoftmaxKernel(int seq, float* a) {
+  __shared__ float shared[kThreads];
+  const int64_t row = blockIdx.x;
+  const int t = static_cast<int>(row % seq);
+  float* r = a + row * seq;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, r[j]);
+  m = BlockMax(m, shared);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) s += expf(r[j] - m);
+  const float sum = BlockSum(s, shared);
+  for (int j = threadIdx.x; j < seq; j += blockDim.x) r[j] = j <= t ? expf(r[j] - m) / sum : 0.0f;
+}
+
+// Through the causal softmax: d = a * (d - sum_j a d) for columns <= t, else 0.
+__global__ void CausalSoftmaxBackwardKernel(int seq, const float* a, float* d) {
+  __shared__ float shared[kThreads];
+  const int64_t row = blockIdx.x;
+  const int t = static_cast<int>(row % seq);
+  const float* ar = a + row * seq;
+  float* dr = d + row * seq;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) s += ar[j] * dr[j];
+  const float dot = BlockSum(s, shared);
+  for (int j = threadIdx.x; j < seq; j += blockDim.x) dr[j] = j <= t ? ar[j] * (dr[j] - dot) : 0.0f;
+}
+
 const char* CublasName(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
@@ -232,6 +390,132 @@ class CudaBackend : public Backend {
     return static_cast<float>(loss / rows);
   }
 
+
+  void Axpy(int64_t n, float alpha, const float* x, float* y) override {
+    if (!error_.empty() || n == 0) return;
+    AxpyKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, alpha, x, y);
+    Check(cudaGetLastError(), "Axpy");
+  }
+  void Embedding(int rows, int dim, const int32_t* ids, const float* table, float* out,
+                 bool accumulate) override {
+    const int64_t n = static_cast<int64_t>(rows) * dim;
+    if (!error_.empty() || n == 0) return;
+    EmbeddingKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, dim, ids, table, out, accumulate);
+    Check(cudaGetLastError(), "Embedding");
+  }
+  void EmbeddingBackward(int rows, int dim, const int32_t* ids, const float* dout,
+                         float* dtable) override {
+    const int64_t n = static_cast<int64_t>(rows) * dim;
+    if (!error_.empty() || n == 0) return;
+    EmbeddingBackwardKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, dim, ids, dout, dtable);
+    Check(cudaGetLastError(), "EmbeddingBackward");
+  }
+  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
+                 float* y, float* mean, float* rstd) override {
+    if (!error_.empty() || rows == 0) return;
+    LayerNormKernel<<<rows, kThreads, 0, stream_>>>(dim, x, gamma, beta, y, mean, rstd);
+    Check(cudaGetLastError(), "LayerNorm");
+  }
+  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx,
+                         float* dgamma, float* dbeta) override {
+    if (!error_.empty() || rows == 0) return;
+    LayerNormBackwardKernel<<<rows, kThreads, 0, stream_>>>(dim, x, gamma, mean, rstd, dy, dx);
+    LayerNormParamGradKernel<<<(dim + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(
+        rows, dim, x, mean, rstd, dy, dgamma, dbeta);
+    Check(cudaGetLastError(), "LayerNormBackward");
+  }
+  void Gelu(int64_t n, const float* x, float* y) override {
+    if (!error_.empty() || n == 0) return;
+    GeluKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, x, y);
+    Check(cudaGetLastError(), "Gelu");
+  }
+  void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
+    if (!error_.empty() || n == 0) return;
+    GeluBackwardKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, x, dy, dx);
+    Check(cudaGetLastError(), "GeluBackward");
+  }
+
+  // Per sequence, one strided-batched product over the heads: head h's
+  // query, key and value start h*head_dim columns in, its scores h*seq*seq
+  // floats in. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
+                 float* out) override {
+    if (!error_.empty() || batch == 0) return;
+    const int c = heads * head_dim, w3 = 3 * c;
+    const int64_t tt = static_cast<int64_t>(seq) * seq;
+    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim)), one = 1.0f, zero = 0.0f;
+    for (int b = 0; b < batch; ++b) {
+      const float* q = qkv + static_cast<int64_t>(b) * seq * w3;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* a = att + b * heads * tt;
+      float* o = out + static_cast<int64_t>(b) * seq * c;
+      // a = scale * q k^T
+      if (!CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim,
+                                               &scale, k, w3, head_dim, q, w3, head_dim, &zero, a,
+                                               seq, tt, heads),
+                     "cublasSgemmStridedBatched (scores)")) {
+        return;
+      }
+      CausalSoftmaxKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a);
+      // o = a v
+      if (!CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq,
+                                               &one, v, w3, head_dim, a, seq, tt, &zero, o, c,
+                                               head_dim, heads),
+                     "cublasSgemmStridedBatched (values)")) {
+        return;
+      }
+    }
+    Check(cudaGetLastError(), "Attention");
+  }
+
+  void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
+                         const float* att, const float* dout, float* dqkv) override {
+    if (!error_.empty() || batch == 0) return;
+    const int c = heads * head_dim, w3 = 3 * c;
+    const int64_t tt = static_cast<int64_t>(seq) * seq;
+    if (!ReserveScores(heads * tt)) return;
+    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim)), one = 1.0f, zero = 0.0f;
+    float* ds = scores_;
+    for (int b = 0; b < batch; ++b) {
+      const int64_t base = static_cast<int64_t>(b) * seq * w3;
+      const float* q = qkv + base;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* dq = dqkv + base;
+      float* dk = dq + c;
+      float* dv = dq + 2 * c;
+      const float* a = att + b * heads * tt;
+      const float* d_o = dout + static_cast<int64_t>(b) * seq * c;
+      bool ok =
+          // dv = a^T do
+          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq,
+                                              &one, d_o, c, head_dim, a, seq, tt, &zero, dv, w3,
+                                              head_dim, heads),
+                    "cublasSgemmStridedBatched (dv)") &&
+          // ds = do v^T
+          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim,
+                                              &one, v, w3, head_dim, d_o, c, head_dim, &zero, ds,
+                                              seq, tt, heads),
+                    "cublasSgemmStridedBatched (dscores)");
+      if (!ok) return;
+      CausalSoftmaxBackwardKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a, ds);
+      ok =
+          // dq = scale * ds k
+          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq,
+                                              &scale, k, w3, head_dim, ds, seq, tt, &zero, dq, w3,
+                                              head_dim, heads),
+                    "cublasSgemmStridedBatched (dq)") &&
+          // dk = scale * ds^T q
+          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq,
+                                              &scale, q, w3, head_dim, ds, seq, tt, &zero, dk, w3,
+                                              head_dim, heads),
+                    "cublasSgemmStridedBatched (dk)");
+      if (!ok) return;
+    }
+    Check(cudaGetLastError(), "AttentionBackward");
+  }
  private:
   bool Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
@@ -259,6 +543,15 @@ class CudaBackend : public Backend {
     return scratch_rows_ > 0;
   }
 
+  // Scratch of AttentionBackward: one sequence's score gradients.
+  bool ReserveScores(int64_t n) {
+    if (n <= scores_size_) return true;
+    if (scores_ != nullptr) Free(scores_);
+    scores_ = static_cast<float*>(Alloc(n * static_cast<int64_t>(sizeof(float))));
+    scores_size_ = scores_ != nullptr ? n : 0;
+    return scores_ != nullptr;
+  }
+
   const int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -268,6 +561,8 @@ class CudaBackend : public Backend {
   float* row_loss_ = nullptr;
   int* row_right_ = nullptr;
   int scratch_rows_ = 0;
+  float* scores_ = nullptr;
+  int64_t scores_size_ = 0;
   std::vector<float> host_loss_;
   std::vector<int> host_right_;
 };

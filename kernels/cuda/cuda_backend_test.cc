@@ -19,8 +19,8 @@ namespace {
 constexpr double kTol = 1e-5;
 constexpr double kEps = 1e-4;  // fp32, different summation orders
 
-std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
@@ -126,6 +126,87 @@ TEST_F(CudaBackendTest, SoftmaxXent) {
     EXPECT_NEAR(loss_gpu, loss_cpu, kTol + std::abs(loss_cpu) * kEps) << classes;
     EXPECT_EQ(right_gpu, right_cpu) << classes;
     ExpectClose(Down(dd), grad);
+  }
+}
+
+TEST_F(CudaBackendTest, EmbeddingAndAxpy) {
+  std::mt19937 rng(5);
+  const int vocab = 256, dim = 48, rows = 300;
+  const std::vector<float> table = Random(vocab * dim, rng);
+  std::vector<int32_t> ids(rows);
+  for (int r = 0; r < rows; ++r) ids[r] = (r * 37) % 11;  // many repeats
+  DeviceArray<int32_t> dids(gpu_.get(), rows);
+  dids.Upload(ids.data());
+  std::vector<float> out = Random(rows * dim, rng);
+  DeviceArray<float> dtable = Up(table), dout = Up(out);
+  gpu_->Embedding(rows, dim, dids.data(), dtable.data(), dout.data(), true);
+  cpu_->Embedding(rows, dim, ids.data(), table.data(), out.data(), true);
+  ExpectClose(Down(dout), out);
+  std::vector<float> grad = Random(vocab * dim, rng);
+  DeviceArray<float> dgrad = Up(grad);
+  gpu_->EmbeddingBackward(rows, dim, dids.data(), dout.data(), dgrad.data());
+  cpu_->EmbeddingBackward(rows, dim, ids.data(), out.data(), grad.data());
+  ExpectClose(Down(dgrad), grad);
+  gpu_->Axpy(rows * dim, -0.5f, dout.data(), dgrad.data());
+  cpu_->Axpy(rows * dim, -0.5f, out.data(), grad.data());
+  ExpectClose(Down(dgrad), grad);
+}
+
+TEST_F(CudaBackendTest, LayerNormAndGelu) {
+  std::mt19937 rng(6);
+  for (int dim : {8, 384, 1000}) {
+    const int rows = 19;
+    const std::vector<float> x = Random(rows * dim, rng, 3.0f), gamma = Random(dim, rng),
+                             beta = Random(dim, rng), dy = Random(rows * dim, rng);
+    std::vector<float> y(rows * dim), mean(rows), rstd(rows), dx(rows * dim), dg(dim), db(dim);
+    DeviceArray<float> gx = Up(x), gg = Up(gamma), gb = Up(beta), gdy = Up(dy),
+                       gy(gpu_.get(), rows * dim), gm(gpu_.get(), rows), gr(gpu_.get(), rows),
+                       gdx(gpu_.get(), rows * dim), gdg(gpu_.get(), dim), gdb(gpu_.get(), dim);
+    cpu_->LayerNorm(rows, dim, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                    rstd.data());
+    gpu_->LayerNorm(rows, dim, gx.data(), gg.data(), gb.data(), gy.data(), gm.data(), gr.data());
+    ExpectClose(Down(gy), y);
+    ExpectClose(Down(gm), mean);
+    ExpectClose(Down(gr), rstd);
+    cpu_->LayerNormBackward(rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(),
+                            dy.data(), dx.data(), dg.data(), db.data());
+    gpu_->LayerNormBackward(rows, dim, gx.data(), gg.data(), gm.data(), gr.data(), gdy.data(),
+                            gdx.data(), gdg.data(), gdb.data());
+    ExpectClose(Down(gdx), dx);
+    ExpectClose(Down(gdg), dg);
+    ExpectClose(Down(gdb), db);
+
+    cpu_->Gelu(rows * dim, x.data(), y.data());
+    gpu_->Gelu(rows * dim, gx.data(), gy.data());
+    ExpectClose(Down(gy), y);
+    cpu_->GeluBackward(rows * dim, x.data(), dy.data(), dx.data());
+    gpu_->GeluBackward(rows * dim, gx.data(), gdy.data(), gdx.data());
+    ExpectClose(Down(gdx), dx);
+  }
+}
+
+TEST_F(CudaBackendTest, CausalAttention) {
+  std::mt19937 rng(7);
+  struct Shape {
+    int batch, seq, heads, head_dim;
+  };
+  for (const Shape& s : {Shape{2, 5, 2, 3}, Shape{3, 64, 6, 64}}) {
+    const int c = s.heads * s.head_dim;
+    const std::vector<float> qkv = Random(s.batch * s.seq * 3 * c, rng),
+                             dout = Random(s.batch * s.seq * c, rng);
+    std::vector<float> att(s.batch * s.heads * s.seq * s.seq), out(s.batch * s.seq * c),
+        dqkv(qkv.size());
+    DeviceArray<float> gqkv = Up(qkv), gdout = Up(dout), gatt(gpu_.get(), att.size()),
+                       gout(gpu_.get(), out.size()), gdqkv(gpu_.get(), dqkv.size());
+    cpu_->Attention(s.batch, s.seq, s.heads, s.head_dim, qkv.data(), att.data(), out.data());
+    gpu_->Attention(s.batch, s.seq, s.heads, s.head_dim, gqkv.data(), gatt.data(), gout.data());
+    ExpectClose(Down(gatt), att);
+    ExpectClose(Down(gout), out);
+    cpu_->AttentionBackward(s.batch, s.seq, s.heads, s.head_dim, qkv.data(), att.data(),
+                            dout.data(), dqkv.data());
+    gpu_->AttentionBackward(s.batch, s.seq, s.heads, s.head_dim, gqkv.data(), gatt.data(),
+                            gdout.data(), gdqkv.data());
+    ExpectClose(Down(gdqkv), dqkv);
   }
 }
 

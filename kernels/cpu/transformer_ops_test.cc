@@ -1,0 +1,185 @@
+// The CPU backend's transformer ops: forward values from their definitions,
+// backward against central finite differences of sum(R * forward).
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace pstrain {
+namespace kernels {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+double Dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Checks `analytic` (d loss / d input) against central differences of
+// `loss` over every element of `input`.
+void ExpectGradient(const char* what, std::vector<float>& input, const std::vector<float>& analytic,
+                    const std::function<double()>& loss) {
+  ASSERT_EQ(input.size(), analytic.size());
+  const float h = 1e-2f;
+  for (size_t i = 0; i < input.size(); ++i) {
+    const float saved = input[i];
+    input[i] = saved + h;
+    const double up = loss();
+    input[i] = saved - h;
+    const double down = loss();
+    input[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(analytic[i], numeric, 3e-3 + 1e-2 * std::abs(numeric)) << what << "[" << i << "]";
+  }
+}
+
+TEST(TransformerOpsTest, LayerNorm) {
+  auto b = MakeCpuBackend(1);
+  std::mt19937 rng(1);
+  const int rows = 3, dim = 8;
+  std::vector<float> x = Random(rows * dim, rng, 2.0f), gamma = Random(dim, rng),
+                     beta = Random(dim, rng);
+  const std::vector<float> r = Random(rows * dim, rng);
+  std::vector<float> y(rows * dim), mean(rows), rstd(rows);
+  auto loss = [&] {
+    b->LayerNorm(rows, dim, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                 rstd.data());
+    return Dot(y, r);
+  };
+  loss();
+  // The definition, in double.
+  for (int i = 0; i < rows; ++i) {
+    double m = 0, v = 0;
+    for (int j = 0; j < dim; ++j) m += x[i * dim + j];
+    m /= dim;
+    for (int j = 0; j < dim; ++j) v += (x[i * dim + j] - m) * (x[i * dim + j] - m);
+    v /= dim;
+    for (int j = 0; j < dim; ++j) {
+      const double want = (x[i * dim + j] - m) / std::sqrt(v + 1e-5) * gamma[j] + beta[j];
+      EXPECT_NEAR(y[i * dim + j], want, 1e-5 + 1e-5 * std::abs(want));
+    }
+  }
+  std::vector<float> dx(rows * dim), dgamma(dim), dbeta(dim);
+  b->LayerNormBackward(rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(), r.data(),
+                       dx.data(), dgamma.data(), dbeta.data());
+  ExpectGradient("dx", x, dx, loss);
+  ExpectGradient("dgamma", gamma, dgamma, loss);
+  ExpectGradient("dbeta", beta, dbeta, loss);
+}
+
+TEST(TransformerOpsTest, Gelu) {
+  auto b = MakeCpuBackend(1);
+  std::mt19937 rng(2);
+  std::vector<float> x = Random(50, rng, 4.0f);
+  const std::vector<float> r = Random(50, rng);
+  std::vector<float> y(50);
+  auto loss = [&] {
+    b->Gelu(50, x.data(), y.data());
+    return Dot(y, r);
+  };
+  loss();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const double want = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(y[i], want, 1e-6 + 1e-5 * std::abs(want));
+  }
+  std::vector<float> dx(50);
+  b->GeluBackward(50, x.data(), r.data(), dx.data());
+  ExpectGradient("dx", x, dx, loss);
+}
+
+TEST(TransformerOpsTest, EmbeddingGathersAndScattersAdd) {
+  auto b = MakeCpuBackend(1);
+  std::mt19937 rng(3);
+  const int vocab = 5, dim = 4, rows = 6;
+  const std::vector<float> table = Random(vocab * dim, rng);
+  const std::vector<int32_t> ids = {4, 0, 4, 2, 2, 4};
+  std::vector<float> out(rows * dim, 0.0f);
+  b->Embedding(rows, dim, ids.data(), table.data(), out.data(), false);
+  b->Embedding(rows, dim, ids.data(), table.data(), out.data(), true);  // now twice the rows
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < dim; ++j) EXPECT_FLOAT_EQ(out[r * dim + j], 2 * table[ids[r] * dim + j]);
+  }
+  const std::vector<float> dout = Random(rows * dim, rng);
+  std::vector<float> dtable(vocab * dim, 1.0f);
+  b->EmbeddingBackward(rows, dim, ids.data(), dout.data(), dtable.data());
+  for (int j = 0; j < dim; ++j) {
+    EXPECT_FLOAT_EQ(dtable[4 * dim + j], 1.0f + dout[0 * dim + j] + dout[2 * dim + j] +
+                                             dout[5 * dim + j]);
+    EXPECT_FLOAT_EQ(dtable[1 * dim + j], 1.0f);  // not used
+  }
+}
+
+TEST(TransformerOpsTest, CausalAttention) {
+  auto b = MakeCpuBackend(1);
+  std::mt19937 rng(4);
+  const int batch = 2, seq = 5, heads = 2, head_dim = 3, c = heads * head_dim;
+  std::vector<float> qkv = Random(batch * seq * 3 * c, rng, 1.5f);
+  const std::vector<float> r = Random(batch * seq * c, rng);
+  std::vector<float> att(batch * heads * seq * seq), out(batch * seq * c);
+  auto loss = [&] {
+    b->Attention(batch, seq, heads, head_dim, qkv.data(), att.data(), out.data());
+    return Dot(out, r);
+  };
+  loss();
+  // Rows of weights sum to 1 and see no later token; the first token's
+  // output is its own value.
+  for (int bh = 0; bh < batch * heads; ++bh) {
+    for (int t = 0; t < seq; ++t) {
+      double sum = 0;
+      for (int j = 0; j < seq; ++j) {
+        const float a = att[(bh * seq + t) * seq + j];
+        if (j > t) EXPECT_EQ(a, 0.0f);
+        sum += a;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-6);
+    }
+  }
+  for (int bb = 0; bb < batch; ++bb) {
+    for (int j = 0; j < c; ++j) {
+      EXPECT_NEAR(out[(bb * seq) * c + j], qkv[(bb * seq) * 3 * c + 2 * c + j], 1e-6);
+    }
+  }
+  // One weight by hand: batch 1, head 1, token 3 attending to token 1.
+  {
+    const int bb = 1, h = 1, t = 3;
+    std::vector<double> s(t + 1);
+    double m = -1e30, z = 0;
+    for (int j = 0; j <= t; ++j) {
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d) {
+        dot += qkv[(bb * seq + t) * 3 * c + h * head_dim + d] *
+               qkv[(bb * seq + j) * 3 * c + c + h * head_dim + d];
+      }
+      s[j] = dot / std::sqrt(head_dim);
+      m = std::max(m, s[j]);
+    }
+    for (int j = 0; j <= t; ++j) z += std::exp(s[j] - m);
+    EXPECT_NEAR(att[((bb * heads + h) * seq + t) * seq + 1], std::exp(s[1] - m) / z, 1e-6);
+  }
+  std::vector<float> dqkv(qkv.size());
+  b->AttentionBackward(batch, seq, heads, head_dim, qkv.data(), att.data(), r.data(),
+                       dqkv.data());
+  ExpectGradient("dqkv", qkv, dqkv, loss);
+}
+
+TEST(TransformerOpsTest, Axpy) {
+  auto b = MakeCpuBackend(1);
+  std::vector<float> x = {1, 2, 3}, y = {10, 20, 30};
+  b->Axpy(3, -2.0f, x.data(), y.data());
+  EXPECT_EQ(y, (std::vector<float>{8, 16, 24}));
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace pstrain
