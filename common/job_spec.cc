@@ -14,6 +14,7 @@ namespace {
 constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 constexpr int64_t kFashionMnistTrain = 60000;
 constexpr int kFashionMnistDim = 784;
+constexpr char kTextDir[] = "/usr/share/games/fortunes";
 
 // Keeps the first parse error with its position.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
@@ -147,13 +148,53 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
   return absl::OkStatus();
 }
 
+// The GPT half of ValidateJobSpec.
+absl::Status ValidateGpt(const JobSpec& job) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
+  };
+  const ModelSpec& model = job.model();
+  if (model.kind() != GPT) return bad("a TEXT data set needs model.kind: GPT");
+  if (job.data().dataset() != TEXT) return bad("model.kind GPT needs data.dataset: TEXT");
+  if (model.layers_size() > 0) {
+    return bad("model.layers describe an MLP; a GPT is described by model.gpt");
+  }
+  const GptSpec& gpt = model.gpt();
+  if (gpt.layers() < 1 || gpt.layers() > 128) {
+    return bad("gpt.layers must be in [1, 128], got ", gpt.layers());
+  }
+  if (gpt.heads() < 1) return bad("gpt.heads must be >= 1, got ", gpt.heads());
+  if (gpt.width() < 1 || gpt.width() > 65536) {
+    return bad("gpt.width must be in [1, 65536], got ", gpt.width());
+  }
+  if (gpt.width() % gpt.heads() != 0) {
+    return bad("gpt.width (", gpt.width(), ") must be a multiple of gpt.heads (", gpt.heads(),
+               ")");
+  }
+  if (gpt.context() < 2 || gpt.context() > 8192) {
+    return bad("gpt.context must be in [2, 8192], got ", gpt.context());
+  }
+  if (job.steps() < 1) return bad("a TEXT job needs steps (its data has no epochs)");
+  const double f = job.data().validation_fraction();
+  if (!(f > 0 && f < 1)) return bad("data.validation_fraction must be in (0, 1), got ", f);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ApplyJobDefaults(JobSpec* job) {
   DataSpec* data = job->mutable_data();
-  if (data->dataset() == DATASET_UNSPECIFIED) data->set_dataset(FASHION_MNIST);
+  ModelSpec* model = job->mutable_model();
+  if (data->dataset() == DATASET_UNSPECIFIED) {
+    data->set_dataset(model->kind() == GPT ? TEXT : FASHION_MNIST);
+  }
+  if (model->kind() == MODEL_KIND_UNSPECIFIED) model->set_kind(data->dataset() == TEXT ? GPT : MLP);
   if (data->dataset() == FASHION_MNIST && data->path().empty()) {
     data->set_path(kFashionMnistDir);
+  }
+  if (data->dataset() == TEXT) {
+    if (data->path().empty()) data->set_path(kTextDir);
+    if (data->validation_fraction() == 0) data->set_validation_fraction(0.1);
   }
   if (data->dataset() == SYNTHETIC) {
     if (data->synthetic_train_size() == 0) data->set_synthetic_train_size(4096);
@@ -161,11 +202,17 @@ void ApplyJobDefaults(JobSpec* job) {
     if (data->synthetic_dim() == 0) data->set_synthetic_dim(32);
     if (data->synthetic_classes() == 0) data->set_synthetic_classes(4);
   }
-  ModelSpec* model = job->mutable_model();
-  if (model->input_dim() == 0) {
+  if (model->kind() == GPT) {
+    GptSpec* gpt = model->mutable_gpt();
+    if (gpt->layers() == 0) gpt->set_layers(2);
+    if (gpt->heads() == 0) gpt->set_heads(4);
+    if (gpt->width() == 0) gpt->set_width(128);
+    if (gpt->context() == 0) gpt->set_context(64);
+  }
+  if (model->kind() == MLP && model->input_dim() == 0) {
     model->set_input_dim(data->dataset() == SYNTHETIC ? data->synthetic_dim() : kFashionMnistDim);
   }
-  if (model->layers_size() == 0) {
+  if (model->kind() == MLP && model->layers_size() == 0) {
     // The default model: 784-256-256-10 MLP with ReLU.
     const int classes = data->dataset() == SYNTHETIC ? data->synthetic_classes() : 10;
     for (int units : {256, 256}) {
@@ -241,8 +288,9 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
        data.synthetic_dim() < 1 || data.synthetic_classes() < 2)) {
     return bad("synthetic data needs positive sizes and at least 2 classes");
   }
-  // The model: dense layers chain, the loss comes last and matches the classes.
   const ModelSpec& model = job.model();
+  if (model.kind() == GPT || data.dataset() == TEXT) return ValidateGpt(job);
+  // The model: dense layers chain, the loss comes last and matches the classes.
   if (model.input_dim() < 1) return bad("model.input_dim must be >= 1");
   const int expected_dim = data.dataset() == SYNTHETIC ? data.synthetic_dim() : kFashionMnistDim;
   if (model.input_dim() != expected_dim) {
@@ -280,7 +328,14 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
 }
 
 int64_t TrainSetSize(const JobSpec& job) {
-  return job.data().dataset() == SYNTHETIC ? job.data().synthetic_train_size() : kFashionMnistTrain;
+  switch (job.data().dataset()) {
+    case SYNTHETIC:
+      return job.data().synthetic_train_size();
+    case TEXT:  // windows drawn at random: as many as the job uses
+      return std::max<int64_t>(1, job.steps()) * std::max(1, job.batch_size());
+    default:
+      return kFashionMnistTrain;
+  }
 }
 
 int64_t ClocksPerEpoch(const JobSpec& job) {

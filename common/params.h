@@ -12,7 +12,10 @@
 
 namespace pstrain {
 
-enum class Init { kZeros, kGlorotUniform };
+// A GPT's vocabulary: the 256 byte values.
+constexpr int kGptVocab = 256;
+
+enum class Init { kZeros, kOnes, kGlorotUniform, kNormal };
 
 struct ParamInfo {
   std::string name;            // "dense0/weight"
@@ -21,9 +24,14 @@ struct ParamInfo {
   Init init = Init::kZeros;
   int64_t fan_in = 0;
   int64_t fan_out = 0;
+  float stddev = 0;  // kNormal
 };
 
-// The parameters of a completed, valid model spec, in layer order.
+// The parameters of a completed, valid model spec, in layer order. A GPT's:
+// wte [256, C], wpe [context, C]; per block h<i>/ln1/{gamma,beta},
+// h<i>/attn/qkv/{weight [C, 3C], bias}, h<i>/attn/proj/{weight [C, C], bias},
+// h<i>/ln2/{gamma,beta}, h<i>/mlp/fc/{weight [C, 4C], bias},
+// h<i>/mlp/proj/{weight [4C, C], bias}; lnf/{gamma,beta}; head/weight [C, 256].
 std::vector<ParamInfo> ModelParams(const ModelSpec& model);
 
 // Element `index` of parameter `param`'s initial value.

@@ -101,7 +101,13 @@ sleep 0.3
 kill "$TAIL_PID" 2>/dev/null || true
 if [ $code -eq 0 ]; then
   acc=$(grep -ho "final test accuracy [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}')
-  echo "local_cluster: job done; test accuracy ${acc:-?}; logs in $LOGS"
+  val=$(grep -ho "final validation loss [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}')
+  if [ -n "$val" ]; then
+    ent=$(grep -ho "unigram entropy [0-9.]*" "$LOGS"/worker*.log | tail -n1 | awk '{print $3}')
+    echo "local_cluster: job done; validation loss $val nats/byte (unigram entropy ${ent:-?}); logs in $LOGS"
+  else
+    echo "local_cluster: job done; test accuracy ${acc:-?}; logs in $LOGS"
+  fi
 else
   echo "local_cluster: the job failed (scheduler exit $code); logs in $LOGS" >&2
   grep -h "\[error\]" "$LOGS"/*.log >&2 || true

@@ -20,6 +20,7 @@ PACKAGES=(
   libopenblas-dev
   zlib1g-dev
   dataset-fashion-mnist
+  fortunes
 )
 
 missing=()

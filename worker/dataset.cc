@@ -1,7 +1,11 @@
 #include "worker/dataset.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -45,11 +49,62 @@ absl::StatusOr<Dataset> LoadIdxPair(const std::string& dir, const std::string& i
   return d;
 }
 
+// The bytes of `path`: a file, or a folder's files with no dot in their
+// names, concatenated in name order.
+absl::StatusOr<std::string> ReadCorpus(const std::string& path) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (std::filesystem::is_directory(path, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.find('.') == std::string::npos && entry.is_regular_file(ec)) {
+        files.push_back(entry.path().string());
+      }
+    }
+    if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot list: ", ec.message()));
+    std::sort(files.begin(), files.end());
+    if (files.empty()) {
+      return absl::NotFoundError(absl::StrCat(path, ": no corpus files (names without a dot)"));
+    }
+  } else if (std::filesystem::is_regular_file(path, ec)) {
+    files.push_back(path);
+  } else {
+    return absl::NotFoundError(absl::StrCat("corpus ", path, " does not exist"));
+  }
+  std::string text;
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat(f, ": cannot open"));
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) return absl::DataLossError(absl::StrCat(f, ": read error"));
+  }
+  return text;
+}
+
 }  // namespace
+
+static absl::StatusOr<TrainTest> LoadText(const JobSpec& job) {
+  const DataSpec& spec = job.data();
+  ASSIGN_OR_RETURN(std::string text, ReadCorpus(spec.path()));
+  const int64_t context = job.model().gpt().context();
+  const int64_t held_out = static_cast<int64_t>(text.size() * spec.validation_fraction());
+  const int64_t train = static_cast<int64_t>(text.size()) - held_out;
+  if (held_out < context + 1 || train < context + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "corpus ", spec.path(), " has ", text.size(), " bytes: too few for windows of ",
+        context + 1, " bytes in both the training and the validation part"));
+  }
+  TrainTest out;
+  out.validation_text = text.substr(train);
+  text.resize(train);
+  out.train_text = std::move(text);
+  return out;
+}
 
 absl::StatusOr<TrainTest> LoadDataset(const JobSpec& job) {
   const DataSpec& spec = job.data();
   if (spec.dataset() == SYNTHETIC) return MakeSynthetic(spec, job.seed());
+  if (spec.dataset() == TEXT) return LoadText(job);
   TrainTest out;
   ASSIGN_OR_RETURN(out.train, LoadIdxPair(spec.path(), "train-images-idx3-ubyte.gz",
                                           "train-labels-idx1-ubyte.gz"));
@@ -119,15 +174,63 @@ std::vector<int64_t> BatchSampler::Indices(int64_t clock, int workers, int rank)
   return std::vector<int64_t>(order_.begin() + first + begin, order_.begin() + first + end);
 }
 
-void Gather(const Dataset& data, const std::vector<int64_t>& indices, std::vector<float>* x,
-            std::vector<int32_t>* y) {
-  x->resize(indices.size() * data.dim);
-  y->resize(indices.size());
+void Gather(const Dataset& data, const std::vector<int64_t>& indices, Batch* batch) {
+  batch->rows = static_cast<int>(indices.size());
+  batch->x.resize(indices.size() * data.dim);
+  batch->labels.resize(indices.size());
   for (size_t i = 0; i < indices.size(); ++i) {
-    std::memcpy(x->data() + i * data.dim, data.features.data() + indices[i] * data.dim,
+    std::memcpy(batch->x.data() + i * data.dim, data.features.data() + indices[i] * data.dim,
                 data.dim * sizeof(float));
-    (*y)[i] = data.labels[indices[i]];
+    batch->labels[i] = data.labels[indices[i]];
   }
+}
+
+namespace {
+
+// Window starting at `at` into `out`'s row `row`.
+void PutWindow(const std::string& text, int context, int64_t at, int row, Batch* out) {
+  for (int j = 0; j < context; ++j) {
+    out->tokens[static_cast<size_t>(row) * context + j] = static_cast<uint8_t>(text[at + j]);
+    out->labels[static_cast<size_t>(row) * context + j] = static_cast<uint8_t>(text[at + j + 1]);
+  }
+}
+
+}  // namespace
+
+void TextBatch(const std::string& text, int context, uint64_t seed, int64_t clock, int batch,
+               int workers, int rank, Batch* out) {
+  const auto [begin, end] = RankSlice(batch, workers, rank);
+  out->rows = end - begin;
+  out->tokens.resize(static_cast<size_t>(out->rows) * context);
+  out->labels.resize(out->tokens.size());
+  const uint64_t starts = text.size() - context;  // windows of context + 1 bytes
+  for (int i = begin; i < end; ++i) {
+    const uint64_t at = Mix(Mix(seed, static_cast<uint64_t>(clock)), i) % starts;
+    PutWindow(text, context, static_cast<int64_t>(at), i - begin, out);
+  }
+}
+
+int64_t TextWindows(const std::string& text, int context) {
+  return (static_cast<int64_t>(text.size()) - 1) / context;
+}
+
+void TextSlice(const std::string& text, int context, int64_t first, int count, Batch* out) {
+  out->rows = count;
+  out->tokens.resize(static_cast<size_t>(count) * context);
+  out->labels.resize(out->tokens.size());
+  for (int i = 0; i < count; ++i) PutWindow(text, context, (first + i) * context, i, out);
+}
+
+double UnigramEntropy(const std::string& text) {
+  std::vector<int64_t> counts(256, 0);
+  for (unsigned char b : text) ++counts[b];
+  double h = 0;
+  for (int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / text.size();
+    h -= p * std::log(p);
+  }
+  return h;
 }
 
 }  // namespace pstrain

@@ -5,11 +5,13 @@
 #define PSTRAIN_WORKER_DATASET_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "worker/model.h"
 
 namespace pstrain {
 
@@ -24,10 +26,14 @@ struct Dataset {
 struct TrainTest {
   Dataset train;
   Dataset test;
+  // TEXT: the corpus' training and held-out (validation) bytes.
+  std::string train_text, validation_text;
 };
 
 // Loads the data set a completed job spec names: Fashion-MNIST's four IDX
-// files from data.path (pixels scaled to [0, 1]), or the synthetic set.
+// files from data.path (pixels scaled to [0, 1]), the synthetic set, or a
+// TEXT corpus (data.path a file, or a folder whose files with no dot in their
+// names are read in name order; the last validation_fraction held out).
 absl::StatusOr<TrainTest> LoadDataset(const JobSpec& job);
 
 // A seeded classification set: `classes` Gaussian clusters in `dim` features.
@@ -59,9 +65,25 @@ class BatchSampler {
   std::vector<int64_t> order_;
 };
 
-// Copies examples `indices` of `data` into x [n, dim] and y [n].
-void Gather(const Dataset& data, const std::vector<int64_t>& indices, std::vector<float>* x,
-            std::vector<int32_t>* y);
+// Copies examples `indices` of `data` into batch->x [n, dim] and
+// batch->labels [n].
+void Gather(const Dataset& data, const std::vector<int64_t>& indices, Batch* batch);
+
+// The windows of `context` + 1 bytes rank `rank` of `workers` trains on at
+// `clock`: slot i of the global batch starts at a position drawn from (seed,
+// clock, i), so the union does not depend on the number of workers. Tokens
+// are a window's first `context` bytes, labels its last `context`.
+void TextBatch(const std::string& text, int context, uint64_t seed, int64_t clock, int batch,
+               int workers, int rank, Batch* out);
+
+// Sequences [first, first + count) of the non-overlapping windows of
+// `text` (window i starts at i * context), as a batch.
+int64_t TextWindows(const std::string& text, int context);
+void TextSlice(const std::string& text, int context, int64_t first, int count, Batch* out);
+
+// The entropy in nats of the byte distribution of `text`: the loss of the
+// best model that ignores context.
+double UnigramEntropy(const std::string& text);
 
 }  // namespace pstrain
 

@@ -82,3 +82,43 @@ TEST(DatasetTest, MissingFashionMnistNamesThePath) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+TEST(TextDataTest, BatchesDoNotDependOnTheNumberOfWorkers) {
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text.push_back(static_cast<char>('a' + (i * 7) % 26));
+  const int context = 16, batch = 6;
+  Batch whole;
+  TextBatch(text, context, 42, 3, batch, 1, 0, &whole);
+  ASSERT_EQ(whole.rows, batch);
+  std::vector<int32_t> tokens, labels;
+  for (int rank = 0; rank < 4; ++rank) {
+    Batch part;
+    TextBatch(text, context, 42, 3, batch, 4, rank, &part);
+    tokens.insert(tokens.end(), part.tokens.begin(), part.tokens.end());
+    labels.insert(labels.end(), part.labels.begin(), part.labels.end());
+  }
+  EXPECT_EQ(tokens, whole.tokens);
+  EXPECT_EQ(labels, whole.labels);
+  // Labels are the next bytes; another clock draws other windows.
+  for (int j = 0; j + 1 < context; ++j) EXPECT_EQ(whole.labels[j], whole.tokens[j + 1]);
+  Batch other;
+  TextBatch(text, context, 42, 4, batch, 1, 0, &other);
+  EXPECT_NE(other.tokens, whole.tokens);
+}
+
+TEST(TextDataTest, WindowsAndEntropy) {
+  const std::string text = "abcdefghij";  // 10 bytes: windows of 3 + 1
+  EXPECT_EQ(TextWindows(text, 3), 3);
+  Batch b;
+  TextSlice(text, 3, 1, 2, &b);
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{'d', 'e', 'f', 'g', 'h', 'i'}));
+  EXPECT_EQ(b.labels, (std::vector<int32_t>{'e', 'f', 'g', 'h', 'i', 'j'}));
+  EXPECT_NEAR(UnigramEntropy("aabb"), std::log(2.0), 1e-12);
+  EXPECT_NEAR(UnigramEntropy("aaaa"), 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace pstrain

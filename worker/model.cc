@@ -3,12 +3,36 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "worker/gpt_model.h"
 
 namespace pstrain {
 
-Model::Model(const ModelSpec& model, kernels::Backend* backend)
-    : backend_(backend), params_(ModelParams(model)), input_(backend), delta_(backend),
-      delta_prev_(backend), labels_(backend) {
+Model::Model(const ModelSpec& spec, kernels::Backend* backend)
+    : backend_(backend), params_(ModelParams(spec)) {
+  for (const ParamInfo& p : params_) {
+    weights_.emplace_back(p.numel, 0.0f);
+    grads_.emplace_back(p.numel, 0.0f);
+    device_weights_.emplace_back(backend, p.numel);
+    device_grads_.emplace_back(backend, p.numel);
+  }
+}
+
+void Model::UploadWeights() {
+  for (size_t p = 0; p < params_.size(); ++p) device_weights_[p].Upload(weights_[p].data());
+}
+
+void Model::DownloadGrads() {
+  for (size_t p = 0; p < params_.size(); ++p) device_grads_[p].Download(grads_[p].data());
+}
+
+std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend) {
+  if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, backend);
+  return std::make_unique<MlpModel>(spec, backend);
+}
+
+MlpModel::MlpModel(const ModelSpec& model, kernels::Backend* backend)
+    : Model(model, backend), input_(backend), delta_(backend), delta_prev_(backend),
+      labels_(backend) {
   int width = model.input_dim();
   int param = 0;
   for (const LayerSpec& spec : model.layers()) {
@@ -26,20 +50,6 @@ Model::Model(const ModelSpec& model, kernels::Backend* backend)
     layers_.push_back(layer);
     acts_.emplace_back(backend);
   }
-  for (const ParamInfo& p : params_) {
-    weights_.emplace_back(p.numel, 0.0f);
-    grads_.emplace_back(p.numel, 0.0f);
-    device_weights_.emplace_back(backend, p.numel);
-    device_grads_.emplace_back(backend, p.numel);
-  }
-}
-
-absl::StatusOr<StepResult> Model::TrainStep(const float* x, const int32_t* labels, int rows) {
-  return Run(x, labels, rows, /*backward=*/true);
-}
-
-absl::StatusOr<StepResult> Model::Evaluate(const float* x, const int32_t* labels, int rows) {
-  return Run(x, labels, rows, /*backward=*/false);
 }
 
 absl::Status Model::BackendStatus() const {
@@ -48,9 +58,9 @@ absl::Status Model::BackendStatus() const {
   return absl::InternalError(absl::StrCat(backend_->name(), " backend: ", error));
 }
 
-absl::StatusOr<StepResult> Model::Run(const float* x, const int32_t* labels, int rows,
-                                      bool backward) {
-  for (size_t p = 0; p < params_.size(); ++p) device_weights_[p].Upload(weights_[p].data());
+absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
+  const int rows = batch.rows;
+  UploadWeights();
   const size_t n = layers_.size();
   // Sizes first: a device without room fails here, before any work.
   bool room = input_.Resize(static_cast<int64_t>(rows) * layers_[0].in) && labels_.Resize(rows);
@@ -63,8 +73,8 @@ absl::StatusOr<StepResult> Model::Run(const float* x, const int32_t* labels, int
   }
   room = room && delta_.Resize(rows * widest) && delta_prev_.Resize(rows * widest);
   if (!room) return absl::ResourceExhaustedError(BackendStatus().message());
-  input_.Upload(x);
-  labels_.Upload(labels);
+  input_.Upload(batch.x.data());
+  labels_.Upload(batch.labels.data());
 
   // out[i]: the output of layer i; the loss layer passes its input through.
   std::vector<float*> out(n);
@@ -90,8 +100,11 @@ absl::StatusOr<StepResult> Model::Run(const float* x, const int32_t* labels, int
   }
   const int classes = layers_.back().out;
   StepResult result;
+  int correct = 0;
   result.loss = backend_->SoftmaxXent(rows, classes, in, labels_.data(),
-                                      backward ? delta_.data() : nullptr, &result.correct);
+                                      backward ? delta_.data() : nullptr, &correct);
+  result.correct = correct;
+  result.predicted = rows;
   if (backward) {
     // delta_ holds d(loss)/d(output of layer i) walking down.
     for (size_t i = n; i-- > 0;) {
@@ -113,7 +126,7 @@ absl::StatusOr<StepResult> Model::Run(const float* x, const int32_t* labels, int
                                delta_.data());
       }
     }
-    for (size_t p = 0; p < params_.size(); ++p) device_grads_[p].Download(grads_[p].data());
+    DownloadGrads();
   }
   const absl::Status st = BackendStatus();
   if (!st.ok()) return st;

@@ -1,11 +1,13 @@
-// A model built from the job's model spec (dense, relu, softmax_xent layers)
-// running on a kernels::Backend. Holds the worker's host copy of the weights
+// The models a worker trains, built from the job's model spec and running on
+// a kernels::Backend: an MLP (dense, relu, softmax_xent layers) and a GPT
+// (worker/gpt_model.h). A model holds the worker's host copy of the weights
 // (as last pulled) and of the gradients of the last step; the backend's
 // device holds the working copies, activations and gradients.
 #ifndef PSTRAIN_WORKER_MODEL_H_
 #define PSTRAIN_WORKER_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,15 +19,23 @@
 namespace pstrain {
 
 struct StepResult {
-  float loss = 0;  // mean over the batch
-  int correct = 0;
+  float loss = 0;         // mean over the predictions
+  int64_t correct = 0;    // predictions whose arg-max is the label
+  int64_t predicted = 0;  // predictions made: examples (MLP) or tokens (GPT)
+};
+
+// One step's examples, in host memory.
+struct Batch {
+  int rows = 0;                 // examples (MLP) or sequences (GPT)
+  std::vector<float> x;         // MLP: [rows, input_dim]
+  std::vector<int32_t> tokens;  // GPT: [rows, context]
+  std::vector<int32_t> labels;  // MLP: [rows]; GPT: each token's next byte [rows, context]
 };
 
 // Not thread-safe.
 class Model {
  public:
-  // `model` must be a completed, valid spec; `backend` outlives the model.
-  Model(const ModelSpec& model, kernels::Backend* backend);
+  virtual ~Model() = default;
 
   const std::vector<ParamInfo>& params() const { return params_; }
   // One host buffer per parameter, in params() order (a pull writes them);
@@ -34,16 +44,41 @@ class Model {
   const std::vector<std::vector<float>>& weights() const { return weights_; }
   const std::vector<std::vector<float>>& grads() const { return grads_; }
 
-  // Forward and backward on `rows` examples (host memory); grads() then holds
-  // the gradient of the mean loss over them. An error of the backend (a CUDA
-  // error, no device memory) becomes the status.
-  absl::StatusOr<StepResult> TrainStep(const float* x, const int32_t* labels, int rows);
+  // Forward and backward; grads() then holds the gradient of the mean loss.
+  // An error of the backend (a CUDA error, no device memory) becomes the
+  // status.
+  virtual absl::StatusOr<StepResult> TrainStep(const Batch& batch) = 0;
   // Forward only.
-  absl::StatusOr<StepResult> Evaluate(const float* x, const int32_t* labels, int rows);
+  virtual absl::StatusOr<StepResult> Evaluate(const Batch& batch) = 0;
+
+ protected:
+  Model(const ModelSpec& spec, kernels::Backend* backend);
+  // The backend's first error as a status.
+  absl::Status BackendStatus() const;
+  void UploadWeights();
+  void DownloadGrads();
+
+  kernels::Backend* backend_;
+  std::vector<ParamInfo> params_;
+  std::vector<std::vector<float>> weights_, grads_;  // host
+  std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
+};
+
+// A completed, valid spec's model; `backend` outlives it.
+std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend);
+
+class MlpModel : public Model {
+ public:
+  MlpModel(const ModelSpec& spec, kernels::Backend* backend);
+  absl::StatusOr<StepResult> TrainStep(const Batch& batch) override {
+    return Run(batch, /*backward=*/true);
+  }
+  absl::StatusOr<StepResult> Evaluate(const Batch& batch) override {
+    return Run(batch, /*backward=*/false);
+  }
 
  private:
-  absl::StatusOr<StepResult> Run(const float* x, const int32_t* labels, int rows, bool backward);
-  absl::Status BackendStatus() const;
+  absl::StatusOr<StepResult> Run(const Batch& batch, bool backward);
 
   struct Layer {
     LayerType type;
@@ -52,11 +87,7 @@ class Model {
   };
   using Array = kernels::DeviceArray<float>;
 
-  kernels::Backend* backend_;
-  std::vector<ParamInfo> params_;
   std::vector<Layer> layers_;
-  std::vector<std::vector<float>> weights_, grads_;  // host
-  std::vector<Array> device_weights_, device_grads_;
   std::vector<Array> acts_;  // acts_[i]: output of layer i (the input is `input_`)
   Array input_, delta_, delta_prev_;
   kernels::DeviceArray<int32_t> labels_;

@@ -1,12 +1,14 @@
 // The model's gradients against central finite differences of its loss.
 #include "worker/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "worker/gpt_model.h"
 
 namespace pstrain {
 namespace {
@@ -28,18 +30,19 @@ TEST(ModelTest, GradientsMatchFiniteDifferences) {
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
 
   auto backend = kernels::MakeCpuBackend(1);
-  Model model(job.model(), backend.get());
+  MlpModel model(job.model(), backend.get());
   ASSERT_EQ(model.params().size(), 4u);
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1, 1);
   for (size_t p = 0; p < model.params().size(); ++p) {
     for (float& w : model.weights()[p]) w = u(rng);
   }
-  const int rows = 6;
-  std::vector<float> x(rows * 5);
-  for (float& v : x) v = u(rng);
-  const std::vector<int32_t> y = {0, 1, 2, 2, 1, 0};
-  ASSERT_TRUE(model.TrainStep(x.data(), y.data(), rows).ok());
+  Batch batch;
+  batch.rows = 6;
+  batch.x.resize(batch.rows * 5);
+  for (float& v : batch.x) v = u(rng);
+  batch.labels = {0, 1, 2, 2, 1, 0};
+  ASSERT_TRUE(model.TrainStep(batch).ok());
   const std::vector<std::vector<float>> grads = model.grads();
 
   const float h = 1e-3f;
@@ -48,12 +51,76 @@ TEST(ModelTest, GradientsMatchFiniteDifferences) {
       float& w = model.weights()[p][i];
       const float saved = w;
       w = saved + h;
-      const double up = model.Evaluate(x.data(), y.data(), rows)->loss;
+      const double up = model.Evaluate(batch)->loss;
       w = saved - h;
-      const double down = model.Evaluate(x.data(), y.data(), rows)->loss;
+      const double down = model.Evaluate(batch)->loss;
       w = saved;
       const double numeric = (up - down) / (2 * h);
       EXPECT_NEAR(grads[p][i], numeric, 2e-3 + 1e-2 * std::abs(numeric))
+          << model.params()[p].name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// A tiny GPT's gradients (every parameter, a sample of its elements)
+// against central differences of its loss.
+TEST(GptModelTest, GradientsMatchFiniteDifferences) {
+  JobSpec job;
+  job.mutable_model()->set_kind(GPT);
+  GptSpec* gpt = job.mutable_model()->mutable_gpt();
+  gpt->set_layers(2);
+  gpt->set_heads(2);
+  gpt->set_width(8);
+  gpt->set_context(5);
+  job.set_steps(1);
+  ApplyJobDefaults(&job);
+  ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  auto backend = kernels::MakeCpuBackend(1);
+  GptModel model(job.model(), backend.get());
+  ASSERT_EQ(model.params().size(), 2u + 12 * 2 + 3);
+  std::mt19937 rng(5);
+  for (size_t p = 0; p < model.params().size(); ++p) {
+    for (int64_t i = 0; i < model.params()[p].numel; ++i) {
+      model.weights()[p][i] = InitialValue(7, model.params()[p], i);
+    }
+  }
+  // Larger weights than the init, so that every path carries signal.
+  std::normal_distribution<float> noise(0, 0.3f);
+  for (auto& w : model.weights()) {
+    for (float& v : w) v += noise(rng);
+  }
+  Batch batch;
+  batch.rows = 2;
+  for (int i = 0; i < 10; ++i) {
+    batch.tokens.push_back((i * 37 + 11) % 256);
+    batch.labels.push_back((i * 91 + 3) % 256);
+  }
+  auto step = model.TrainStep(batch);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->predicted, 10);
+  const std::vector<std::vector<float>> grads = model.grads();
+  const float h = 1e-2f;
+  for (size_t p = 0; p < model.params().size(); ++p) {
+    std::vector<float>& w = model.weights()[p];
+    const int64_t n = static_cast<int64_t>(w.size());
+    for (int64_t s = 0; s < std::min<int64_t>(n, 12); ++s) {
+      // The embeddings' rows of the tokens used, else spread over the tensor.
+      int64_t i = (s * 7919) % n;
+      if (p == 0) i = batch.tokens[s % 10] * 8 + s % 8;
+      const float saved = w[i];
+      w[i] = saved + h;
+      const double up = model.Evaluate(batch)->loss;
+      w[i] = saved - h;
+      const double down = model.Evaluate(batch)->loss;
+      w[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grads[p][i], numeric, 2e-3 + 2e-2 * std::abs(numeric))
           << model.params()[p].name << "[" << i << "]";
     }
   }

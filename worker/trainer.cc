@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -54,20 +55,38 @@ Trainer::Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Ba
       start_(absl::Now()) {}
 
 absl::StatusOr<double> Trainer::EvaluateTest(Model& model) {
-  constexpr int kEvalBatch = 1000;
-  std::vector<float> x;
-  std::vector<int32_t> y;
-  std::vector<int64_t> idx;
-  int64_t correct = 0;
-  for (int64_t first = 0; first < data_.test.size; first += kEvalBatch) {
-    const int64_t n = std::min<int64_t>(kEvalBatch, data_.test.size - first);
-    idx.resize(n);
-    for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
-    Gather(data_.test, idx, &x, &y);
-    ASSIGN_OR_RETURN(const StepResult r, model.Evaluate(x.data(), y.data(), static_cast<int>(n)));
-    correct += r.correct;
+  Batch batch;
+  int64_t correct = 0, predicted = 0;
+  if (options_.job.data().dataset() == TEXT) {
+    // The validation text's non-overlapping windows, at most kMaxWindows.
+    constexpr int64_t kMaxWindows = 512, kEvalSeqs = 32;
+    const int context = options_.job.model().gpt().context();
+    const int64_t windows = std::min(kMaxWindows, TextWindows(data_.validation_text, context));
+    double loss_sum = 0;
+    for (int64_t first = 0; first < windows; first += kEvalSeqs) {
+      const int n = static_cast<int>(std::min(kEvalSeqs, windows - first));
+      TextSlice(data_.validation_text, context, first, n, &batch);
+      ASSIGN_OR_RETURN(const StepResult r, model.Evaluate(batch));
+      loss_sum += static_cast<double>(r.loss) * r.predicted;
+      correct += r.correct;
+      predicted += r.predicted;
+    }
+    absl::MutexLock lock(&mu_);
+    validation_loss_ = predicted == 0 ? -1 : loss_sum / predicted;
+  } else {
+    constexpr int kEvalBatch = 1000;
+    std::vector<int64_t> idx;
+    for (int64_t first = 0; first < data_.test.size; first += kEvalBatch) {
+      const int64_t n = std::min<int64_t>(kEvalBatch, data_.test.size - first);
+      idx.resize(n);
+      for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
+      Gather(data_.test, idx, &batch);
+      ASSIGN_OR_RETURN(const StepResult r, model.Evaluate(batch));
+      correct += r.correct;
+      predicted += r.predicted;
+    }
   }
-  return data_.test.size == 0 ? 0.0 : static_cast<double>(correct) / data_.test.size;
+  return predicted == 0 ? 0.0 : static_cast<double>(correct) / predicted;
 }
 
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
@@ -76,14 +95,25 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const int workers = job.num_workers();
   const int64_t total = TotalClocks(job);
   const int64_t per_epoch = ClocksPerEpoch(job);
-  Model model(job.model(), backend_);
+  const std::unique_ptr<Model> model_ptr = MakeModel(job.model(), backend_);
+  Model& model = *model_ptr;
+  const bool text = job.data().dataset() == TEXT;
+  const double entropy = text ? UnigramEntropy(data_.train_text + data_.validation_text) : 0;
+  if (text && rank == 0) {
+    spdlog::info("corpus {}: {} training and {} validation bytes; unigram entropy {:.4f} nats/byte",
+                 job.data().path(), data_.train_text.size(), data_.validation_text.size(),
+                 entropy);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    unigram_entropy_ = entropy;
+  }
   ASSIGN_OR_RETURN(const Partition partition,
                    Partition::Make(model.params(), job.chunk_bytes(), job.num_servers()));
   BatchSampler sampler(job.seed(), data_.train.size, job.batch_size(), per_epoch);
   std::unique_ptr<PsClient> ps;
   ClusterView gate_cluster;  // the servers, from the first gate
-  std::vector<float> x;
-  std::vector<int32_t> y;
+  Batch batch;
 
   absl::Time window_start = absl::Now();
   int64_t window_clocks = 0;
@@ -107,9 +137,14 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     const absl::Time t2 = absl::Now();
     if (options_.debug_slowdown_ms > 0)
       absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
-    Gather(data_.train, sampler.Indices(clock, workers, rank), &x, &y);
-    const int rows = static_cast<int>(y.size());
-    ASSIGN_OR_RETURN(const StepResult step, model.TrainStep(x.data(), y.data(), rows));
+    if (text) {
+      TextBatch(data_.train_text, job.model().gpt().context(), job.seed(), clock,
+                job.batch_size(), workers, rank, &batch);
+    } else {
+      Gather(data_.train, sampler.Indices(clock, workers, rank), &batch);
+    }
+    const int rows = batch.rows;
+    ASSIGN_OR_RETURN(const StepResult step, model.TrainStep(batch));
     const absl::Time t3 = absl::Now();
     const float norm = job.optimizer().clip_norm() > 0 ? GlobalNorm(model.grads()) : 0.0f;
     RETURN_IF_ERROR(ps->Push(clock, rows, model.grads(), norm));
@@ -124,6 +159,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       absl::MutexLock lock(&mu_);
       clock_ = clock + 1;
       loss_ = step.loss;
+      peak_device_bytes_ = backend_->peak_bytes();
       bytes_in_ = ps->bytes_in();
       bytes_out_ = ps->bytes_out();
       ++pushes_;
@@ -176,9 +212,23 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     test_accuracy_ = acc;
     bytes_in_ = ps->bytes_in() + final_ps.bytes_in();
   }
-  if (rank == 0) {
+  if (rank == 0 && text) {
+    double loss;
+    {
+      absl::MutexLock lock(&mu_);
+      loss = validation_loss_;
+    }
+    spdlog::info(
+        "final validation loss {:.4f} nats/byte ({:.3f} bits) against the corpus' unigram "
+        "entropy {:.4f} nats/byte ({:.3f} bits); next-byte accuracy {:.4f}; after {} clocks "
+        "({:.1f} s)",
+        loss, loss / std::log(2.0), entropy, entropy / std::log(2.0), acc, total,
+        absl::ToDoubleSeconds(absl::Now() - start_));
+  } else if (rank == 0) {
     spdlog::info("final test accuracy {:.4f} on {} examples after {} clocks ({:.1f} s)", acc,
                  data_.test.size, total, absl::ToDoubleSeconds(absl::Now() - start_));
+  }
+  if (rank == 0) {
     spdlog::info("this worker pushed {} bytes and pulled {} bytes of {} in training",
                  ps->bytes_out(), ps->bytes_in(), DTypeName(ps->wire_dtype()));
   }
@@ -199,6 +249,9 @@ NodeStatus Trainer::Status() const {
   st.set_loss(loss_);
   st.set_samples_per_s(samples_per_s_);
   st.set_test_accuracy(test_accuracy_);
+  st.set_validation_loss(validation_loss_);
+  st.set_peak_device_bytes(peak_device_bytes_);
+  st.set_unigram_entropy(unigram_entropy_);
   st.set_bytes_in(bytes_in_);
   st.set_bytes_out(bytes_out_);
   st.set_pushes(pushes_);

@@ -41,9 +41,10 @@ class Trainer {
   Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Backend* backend,
           TrainTest data);
 
-  // Trains every clock of the job. Returns the final test accuracy (all
-  // workers evaluate; worker 0 logs it). Stops early with CANCELLED when
-  // `stop` becomes true.
+  // Trains every clock of the job. Returns the final test accuracy (MLP) or
+  // next-byte accuracy on the validation text (GPT, whose validation loss
+  // goes to Status); all workers evaluate, worker 0 logs it. Stops early
+  // with CANCELLED when `stop` becomes true.
   absl::StatusOr<double> Run(const std::atomic<bool>& stop);
 
   // This worker's status (clock, loss, throughput, bytes, accuracy).
@@ -63,6 +64,9 @@ class Trainer {
   double loss_ ABSL_GUARDED_BY(mu_) = 0;
   double samples_per_s_ ABSL_GUARDED_BY(mu_) = 0;
   double test_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
+  double validation_loss_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t peak_device_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  double unigram_entropy_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,0 +1,98 @@
+// The byte-level GPT on a real local cluster (scheduler, server, two workers
+// over gRPC) on Debian's `fortunes` corpus, and the GPT's bad input.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+constexpr char kCorpus[] = "/usr/share/games/fortunes";
+
+std::string GptJob(const std::string& gpt, const std::string& rest = "") {
+  return "model { kind: GPT gpt { " + gpt + " } }\n" +
+         "data { dataset: TEXT path: \"" + kCorpus + "\" }\n" + rest;
+}
+
+// The number after `prefix` in `log` (-1 if none).
+double NumberAfter(const std::string& log, const std::string& prefix) {
+  const size_t at = log.find(prefix);
+  if (at == std::string::npos) return -1;
+  const size_t begin = at + prefix.size();
+  const size_t end = log.find_first_not_of("0123456789.", begin);
+  double v = -1;
+  if (!absl::SimpleAtod(log.substr(begin, end - begin), &v)) return -1;
+  return v;
+}
+
+TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
+  Cluster cluster("gpt");
+  ClusterOptions options;
+  options.job_text = GptJob(
+      "layers: 2 heads: 4 width: 64 context: 32",
+      "optimizer { type: ADAMW learning_rate: 0.005 weight_decay: 0.01 "
+      "schedule { type: WARMUP_COSINE warmup_steps: 50 min_lr: 0.0005 } }\n"
+      "batch_size: 16\nsteps: 1200\nseed: 7\nnum_servers: 1\nnum_workers: 2\nlog_every: 200\n");
+  options.servers = 1;
+  options.workers = 2;
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  ASSERT_EQ(*code, 0) << cluster.Logs();
+  const std::string log = cluster.workers()[0].Log() + cluster.workers()[1].Log();
+  const double loss = NumberAfter(log, "final validation loss ");
+  const double entropy = NumberAfter(log, "unigram entropy ");
+  std::printf("validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss, entropy);
+  ASSERT_GT(loss, 0) << log;
+  ASSERT_GT(entropy, 3.0) << log;  // English bytes: about 4.5-4.8 bits
+  // "Well below": at least 0.8 nats (1.15 bits) per byte under the entropy.
+  EXPECT_LT(loss, entropy - 0.8) << log;
+}
+
+int RunScheduler(const std::string& job_text, std::string* output) {
+  const std::string path = NewTempDir("gptjob") + "/job.pbtxt";
+  WriteFile(path, job_text);
+  return RunCommand(
+             {BinaryPath("scheduler/ps_scheduler"), "--job=" + path, "--listen=127.0.0.1:0"},
+             output, absl::Seconds(20), "sched")
+      .value_or(-1);
+}
+
+TEST(GptTrainingTest, InconsistentShapesAreRefusedBeforeTraining) {
+  std::string out;
+  EXPECT_EQ(RunScheduler(GptJob("heads: 4 width: 130", "steps: 10\n"), &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "gpt.width (130) must be a multiple of gpt.heads (4)"))
+      << out;
+  EXPECT_EQ(RunScheduler(GptJob("context: 1", "steps: 10\n"), &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "gpt.context must be in [2, 8192]")) << out;
+  EXPECT_EQ(RunScheduler(GptJob("layers: 1") , &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "a TEXT job needs steps")) << out;
+  EXPECT_EQ(RunScheduler("model { kind: GPT layers { type: DENSE units: 4 } }\nsteps: 10\n", &out),
+            2);
+  EXPECT_TRUE(absl::StrContains(out, "a GPT is described by model.gpt")) << out;
+}
+
+TEST(GptTrainingTest, MissingCorpusFailsTheJobCleanly) {
+  Cluster cluster("nocorpus");
+  ClusterOptions options;
+  options.job_text =
+      "model { kind: GPT gpt { layers: 1 width: 8 heads: 2 context: 8 } }\n"
+      "data { dataset: TEXT path: \"/nonexistent/corpus\" }\nsteps: 10\n";
+  options.servers = 1;
+  options.workers = 1;
+  ASSERT_TRUE(cluster.Start(options).ok());
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 1) << cluster.Logs();
+  const std::string log = cluster.workers()[0].Log();
+  EXPECT_TRUE(absl::StrContains(log, "corpus /nonexistent/corpus does not exist")) << log;
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain
