@@ -252,6 +252,7 @@ void ApplyJobDefaults(JobSpec* job) {
   if (job->num_servers() == 0) job->set_num_servers(1);
   if (job->num_workers() == 0) job->set_num_workers(1);
   if (job->log_every() == 0) job->set_log_every(50);
+  if (job->accum_steps() == 0) job->set_accum_steps(1);
 }
 
 absl::Status ValidateJobSpec(const JobSpec& job) {
@@ -273,6 +274,10 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
                ")");
   }
   if (job.staleness() < 0) return bad("staleness must be >= 0");
+  if (job.accum_steps() < 1 || job.accum_steps() > job.batch_size() / job.num_workers()) {
+    return bad("accum_steps must be in [1, batch_size / num_workers = ",
+               job.batch_size() / job.num_workers(), "], got ", job.accum_steps());
+  }
   if (job.consistency() == BSP && job.staleness() != 0) {
     return bad("staleness must be 0 under BSP (use consistency: SSP)");
   }

@@ -20,15 +20,6 @@ void AppendVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-int VarintSize(uint64_t v) {
-  int n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 void AppendTag(std::string* out, uint32_t field, WireType type) {
   AppendVarint(out, (field << 3) | type);
 }

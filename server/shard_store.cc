@@ -36,8 +36,8 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
       schedule_(job.optimizer(), TotalClocks(job)),
       pool_(pool),
       trace_(trace),
-      global_clip_(bsp_ && job.optimizer().clip_norm() > 0),
-      chunk_ids_(partition.ServerChunks(server_id)) {
+      chunk_ids_(partition.ServerChunks(server_id)),
+      global_clip_(bsp_ && job.optimizer().clip_norm() > 0) {
   const std::vector<ParamInfo> params = ModelParams(job.model());
   for (int32_t id : chunk_ids_) {
     const ChunkInfo& info = partition.chunks()[id];

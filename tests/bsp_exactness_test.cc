@@ -1,5 +1,6 @@
 // BSP exactness through the real daemons: W workers with batch b each train
 // exactly like one worker with batch W*b over the same samples.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -86,6 +87,27 @@ TEST(BspClippingTest, GlobalNormAcrossServers) {
   const double clip_effect = RelativeDifference(unclipped, one);
   std::printf("clipped vs unclipped: relative difference %.3g\n", clip_effect);
   EXPECT_GT(clip_effect, 1e-2);
+}
+
+// Gradient accumulation: k micro-batches of b give the step of one batch of
+// k*b (only the float summation order differs).
+TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
+  const std::string job =
+      "consistency: BSP\nbatch_size: 64\nsteps: 20\noptimizer { type: SGD learning_rate: 0.5 }\n";
+  const std::vector<float> one = Train("accum1", 1, job);
+  const std::vector<float> four = Train("accum4", 1, job + "accum_steps: 4\n");
+  const std::vector<float> two_by_two = Train("accum2x2", 2, job + "accum_steps: 2\n");
+  ASSERT_EQ(one.size(), four.size());
+  ASSERT_EQ(one.size(), two_by_two.size());
+  double max_four = 0, max_two = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    max_four = std::max(max_four, std::abs(double(four[i]) - one[i]));
+    max_two = std::max(max_two, std::abs(double(two_by_two[i]) - one[i]));
+  }
+  std::printf("accum_steps 4 vs 1: max |w - w'| %.3g; 2 workers x accum_steps 2 vs 1: %.3g\n",
+              max_four, max_two);
+  EXPECT_LE(max_four, 1e-5);
+  EXPECT_LE(max_two, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -6,8 +6,8 @@
 
 namespace pstrain {
 
-GptModel::GptModel(const ModelSpec& spec, kernels::Backend* backend)
-    : Model(spec, backend), gpt_(spec.gpt()), xf_(backend), meanf_(backend), rstdf_(backend),
+GptModel::GptModel(const ModelSpec& spec, kernels::Backend* backend, bool recompute)
+    : Model(spec, backend), gpt_(spec.gpt()), recompute_(recompute), xf_(backend), meanf_(backend), rstdf_(backend),
       logits_(backend), dlogits_(backend), dx_(backend), tmp_(backend), tmp2_(backend),
       tmp4_(backend), dqkv_(backend), ids_(backend), pos_(backend), targets_(backend) {
   // The order of common/params.cc's GptParams.
@@ -27,7 +27,7 @@ GptModel::GptModel(const ModelSpec& spec, kernels::Backend* backend)
     b.mlp_proj_w = p++;
     b.mlp_proj_b = p++;
     block_params_.push_back(b);
-    acts_.emplace_back(backend);
+    if (!recompute_ || acts_.empty()) acts_.emplace_back(backend);
   }
   lnf_gamma_ = p++;
   lnf_beta_ = p++;
@@ -54,7 +54,7 @@ bool GptModel::Reserve(int seqs) {
 }
 
 absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
-  const int seqs = batch.rows, t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads();
+  const int seqs = batch.rows, t = gpt_.context(), c = gpt_.width();
   const int n = seqs * t, layers = gpt_.layers();
   kernels::Backend* k = backend_;
   if (!Reserve(seqs)) return absl::ResourceExhaustedError(BackendStatus().message());
@@ -70,29 +70,7 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
   // Forward.
   k->Embedding(n, c, ids_.data(), W(wte_), res_[0].data(), false);
   k->Embedding(n, c, pos_.data(), W(wpe_), res_[0].data(), true);
-  for (int i = 0; i < layers; ++i) {
-    const BlockParams& p = block_params_[i];
-    BlockActs& a = acts_[i];
-    float* in = res_[2 * i].data();
-    float* mid = res_[2 * i + 1].data();
-    float* out = res_[2 * i + 2].data();
-    k->LayerNorm(n, c, in, W(p.ln1_gamma), W(p.ln1_beta), a.a.data(), a.mean1.data(),
-                 a.rstd1.data());
-    k->Gemm(false, false, n, 3 * c, c, 1.0f, a.a.data(), W(p.qkv_w), 0.0f, a.qkv.data());
-    k->AddBias(n, 3 * c, W(p.qkv_b), a.qkv.data());
-    k->Attention(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), a.o.data());
-    k->Gemm(false, false, n, c, c, 1.0f, a.o.data(), W(p.proj_w), 0.0f, mid);
-    k->AddBias(n, c, W(p.proj_b), mid);
-    k->Axpy(static_cast<int64_t>(n) * c, 1.0f, in, mid);
-    k->LayerNorm(n, c, mid, W(p.ln2_gamma), W(p.ln2_beta), a.b.data(), a.mean2.data(),
-                 a.rstd2.data());
-    k->Gemm(false, false, n, 4 * c, c, 1.0f, a.b.data(), W(p.fc_w), 0.0f, a.h.data());
-    k->AddBias(n, 4 * c, W(p.fc_b), a.h.data());
-    k->Gelu(static_cast<int64_t>(n) * 4 * c, a.h.data(), a.g.data());
-    k->Gemm(false, false, n, c, 4 * c, 1.0f, a.g.data(), W(p.mlp_proj_w), 0.0f, out);
-    k->AddBias(n, c, W(p.mlp_proj_b), out);
-    k->Axpy(static_cast<int64_t>(n) * c, 1.0f, mid, out);
-  }
+  for (int i = 0; i < layers; ++i) ForwardBlock(i, seqs, Acts(i));
   const float* last = res_[2 * layers].data();
   k->LayerNorm(n, c, last, W(lnf_gamma_), W(lnf_beta_), xf_.data(), meanf_.data(),
                rstdf_.data());
@@ -105,40 +83,16 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
   result.predicted = n;
 
   if (backward) {
-    const int64_t nc = static_cast<int64_t>(n) * c;
     k->Gemm(true, false, c, kGptVocab, n, 1.0f, xf_.data(), dlogits_.data(), 0.0f, G(head_));
     k->Gemm(false, true, n, c, kGptVocab, 1.0f, dlogits_.data(), W(head_), 0.0f, tmp_.data());
     k->LayerNormBackward(n, c, last, W(lnf_gamma_), meanf_.data(), rstdf_.data(), tmp_.data(),
                          dx_.data(), G(lnf_gamma_), G(lnf_beta_));
     // dx_: the gradient of the residual stream, walking down.
     for (int i = layers - 1; i >= 0; --i) {
-      const BlockParams& p = block_params_[i];
-      BlockActs& a = acts_[i];
-      const float* in = res_[2 * i].data();
-      const float* mid = res_[2 * i + 1].data();
-      // out = mid + g Wmp + bmp
-      k->Gemm(true, false, 4 * c, c, n, 1.0f, a.g.data(), dx_.data(), 0.0f, G(p.mlp_proj_w));
-      k->BiasGrad(n, c, dx_.data(), G(p.mlp_proj_b));
-      k->Gemm(false, true, n, 4 * c, c, 1.0f, dx_.data(), W(p.mlp_proj_w), 0.0f, tmp4_.data());
-      k->GeluBackward(static_cast<int64_t>(n) * 4 * c, a.h.data(), tmp4_.data(), tmp4_.data());
-      k->Gemm(true, false, c, 4 * c, n, 1.0f, a.b.data(), tmp4_.data(), 0.0f, G(p.fc_w));
-      k->BiasGrad(n, 4 * c, tmp4_.data(), G(p.fc_b));
-      k->Gemm(false, true, n, c, 4 * c, 1.0f, tmp4_.data(), W(p.fc_w), 0.0f, tmp_.data());
-      k->LayerNormBackward(n, c, mid, W(p.ln2_gamma), a.mean2.data(), a.rstd2.data(), tmp_.data(),
-                           tmp2_.data(), G(p.ln2_gamma), G(p.ln2_beta));
-      k->Axpy(nc, 1.0f, tmp2_.data(), dx_.data());
-      // mid = in + o Wp + bp
-      k->Gemm(true, false, c, c, n, 1.0f, a.o.data(), dx_.data(), 0.0f, G(p.proj_w));
-      k->BiasGrad(n, c, dx_.data(), G(p.proj_b));
-      k->Gemm(false, true, n, c, c, 1.0f, dx_.data(), W(p.proj_w), 0.0f, tmp_.data());
-      k->AttentionBackward(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), tmp_.data(),
-                           dqkv_.data());
-      k->Gemm(true, false, c, 3 * c, n, 1.0f, a.a.data(), dqkv_.data(), 0.0f, G(p.qkv_w));
-      k->BiasGrad(n, 3 * c, dqkv_.data(), G(p.qkv_b));
-      k->Gemm(false, true, n, c, 3 * c, 1.0f, dqkv_.data(), W(p.qkv_w), 0.0f, tmp_.data());
-      k->LayerNormBackward(n, c, in, W(p.ln1_gamma), a.mean1.data(), a.rstd1.data(), tmp_.data(),
-                           tmp2_.data(), G(p.ln1_gamma), G(p.ln1_beta));
-      k->Axpy(nc, 1.0f, tmp2_.data(), dx_.data());
+      // With recomputation the block's activations are made again from its
+      // input, which the residual stream kept.
+      if (recompute_) ForwardBlock(i, seqs, Acts(i));
+      BackwardBlock(i, seqs, Acts(i));
     }
     device_grads_[wte_].Upload(zeros_.data());
     device_grads_[wpe_].Upload(zeros_.data());
@@ -149,6 +103,63 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
   const absl::Status st = BackendStatus();
   if (!st.ok()) return st;
   return result;
+}
+
+void GptModel::ForwardBlock(int i, int seqs, BlockActs& a) {
+  const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), n = seqs * t;
+  kernels::Backend* k = backend_;
+  const BlockParams& p = block_params_[i];
+  float* in = res_[2 * i].data();
+  float* mid = res_[2 * i + 1].data();
+  float* out = res_[2 * i + 2].data();
+  k->LayerNorm(n, c, in, W(p.ln1_gamma), W(p.ln1_beta), a.a.data(), a.mean1.data(),
+               a.rstd1.data());
+  k->Gemm(false, false, n, 3 * c, c, 1.0f, a.a.data(), W(p.qkv_w), 0.0f, a.qkv.data());
+  k->AddBias(n, 3 * c, W(p.qkv_b), a.qkv.data());
+  k->Attention(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), a.o.data());
+  k->Gemm(false, false, n, c, c, 1.0f, a.o.data(), W(p.proj_w), 0.0f, mid);
+  k->AddBias(n, c, W(p.proj_b), mid);
+  k->Axpy(static_cast<int64_t>(n) * c, 1.0f, in, mid);
+  k->LayerNorm(n, c, mid, W(p.ln2_gamma), W(p.ln2_beta), a.b.data(), a.mean2.data(),
+               a.rstd2.data());
+  k->Gemm(false, false, n, 4 * c, c, 1.0f, a.b.data(), W(p.fc_w), 0.0f, a.h.data());
+  k->AddBias(n, 4 * c, W(p.fc_b), a.h.data());
+  k->Gelu(static_cast<int64_t>(n) * 4 * c, a.h.data(), a.g.data());
+  k->Gemm(false, false, n, c, 4 * c, 1.0f, a.g.data(), W(p.mlp_proj_w), 0.0f, out);
+  k->AddBias(n, c, W(p.mlp_proj_b), out);
+  k->Axpy(static_cast<int64_t>(n) * c, 1.0f, mid, out);
+}
+
+void GptModel::BackwardBlock(int i, int seqs, BlockActs& a) {
+  const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), n = seqs * t;
+  const int64_t nc = static_cast<int64_t>(n) * c;
+  kernels::Backend* k = backend_;
+  const BlockParams& p = block_params_[i];
+  const float* in = res_[2 * i].data();
+  const float* mid = res_[2 * i + 1].data();
+  // out = mid + g Wmp + bmp
+  k->Gemm(true, false, 4 * c, c, n, 1.0f, a.g.data(), dx_.data(), 0.0f, G(p.mlp_proj_w));
+  k->BiasGrad(n, c, dx_.data(), G(p.mlp_proj_b));
+  k->Gemm(false, true, n, 4 * c, c, 1.0f, dx_.data(), W(p.mlp_proj_w), 0.0f, tmp4_.data());
+  k->GeluBackward(static_cast<int64_t>(n) * 4 * c, a.h.data(), tmp4_.data(), tmp4_.data());
+  k->Gemm(true, false, c, 4 * c, n, 1.0f, a.b.data(), tmp4_.data(), 0.0f, G(p.fc_w));
+  k->BiasGrad(n, 4 * c, tmp4_.data(), G(p.fc_b));
+  k->Gemm(false, true, n, c, 4 * c, 1.0f, tmp4_.data(), W(p.fc_w), 0.0f, tmp_.data());
+  k->LayerNormBackward(n, c, mid, W(p.ln2_gamma), a.mean2.data(), a.rstd2.data(), tmp_.data(),
+                       tmp2_.data(), G(p.ln2_gamma), G(p.ln2_beta));
+  k->Axpy(nc, 1.0f, tmp2_.data(), dx_.data());
+  // mid = in + o Wp + bp
+  k->Gemm(true, false, c, c, n, 1.0f, a.o.data(), dx_.data(), 0.0f, G(p.proj_w));
+  k->BiasGrad(n, c, dx_.data(), G(p.proj_b));
+  k->Gemm(false, true, n, c, c, 1.0f, dx_.data(), W(p.proj_w), 0.0f, tmp_.data());
+  k->AttentionBackward(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), tmp_.data(),
+                       dqkv_.data());
+  k->Gemm(true, false, c, 3 * c, n, 1.0f, a.a.data(), dqkv_.data(), 0.0f, G(p.qkv_w));
+  k->BiasGrad(n, 3 * c, dqkv_.data(), G(p.qkv_b));
+  k->Gemm(false, true, n, c, 3 * c, 1.0f, dqkv_.data(), W(p.qkv_w), 0.0f, tmp_.data());
+  k->LayerNormBackward(n, c, in, W(p.ln1_gamma), a.mean1.data(), a.rstd1.data(), tmp_.data(),
+                       tmp2_.data(), G(p.ln1_gamma), G(p.ln1_beta));
+  k->Axpy(nc, 1.0f, tmp2_.data(), dx_.data());
 }
 
 }  // namespace pstrain

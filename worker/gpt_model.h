@@ -12,7 +12,10 @@ namespace pstrain {
 
 class GptModel : public Model {
  public:
-  GptModel(const ModelSpec& spec, kernels::Backend* backend);
+  // With `recompute`, only the residual stream is kept between forward and
+  // backward; each block's activations are computed again, one block at a
+  // time, when the backward reaches it (less memory, one more forward).
+  GptModel(const ModelSpec& spec, kernels::Backend* backend, bool recompute = false);
   absl::StatusOr<StepResult> TrainStep(const Batch& batch) override {
     return Run(batch, /*backward=*/true);
   }
@@ -36,12 +39,17 @@ class GptModel : public Model {
   };
 
   absl::StatusOr<StepResult> Run(const Batch& batch, bool backward);
+  void ForwardBlock(int i, int seqs, struct BlockActs& acts);
+  // Takes dx_ (the gradient at the block's output) to the block's input.
+  void BackwardBlock(int i, int seqs, struct BlockActs& acts);
+  BlockActs& Acts(int i) { return acts_[recompute_ ? 0 : i]; }
   // Sizes the activations for `seqs` sequences; false when the device has no room.
   bool Reserve(int seqs);
   const float* W(int p) { return device_weights_[p].data(); }
   float* G(int p) { return device_grads_[p].data(); }
 
   const GptSpec gpt_;
+  const bool recompute_;
   int wte_ = 0, wpe_ = 1, lnf_gamma_ = 0, lnf_beta_ = 0, head_ = 0;
   std::vector<BlockParams> block_params_;
   std::vector<BlockActs> acts_;

@@ -25,9 +25,24 @@ void Model::DownloadGrads() {
   for (size_t p = 0; p < params_.size(); ++p) device_grads_[p].Download(grads_[p].data());
 }
 
-std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend) {
-  if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, backend);
+std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
+                                 bool recompute) {
+  if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, backend, recompute);
   return std::make_unique<MlpModel>(spec, backend);
+}
+
+Batch SliceBatch(const Batch& batch, int begin, int end) {
+  Batch out;
+  out.rows = end - begin;
+  if (batch.rows == 0) return out;
+  auto slice = [&](const auto& v, auto* dst) {
+    const size_t width = v.size() / batch.rows;
+    dst->assign(v.begin() + begin * width, v.begin() + end * width);
+  };
+  slice(batch.x, &out.x);
+  slice(batch.tokens, &out.tokens);
+  slice(batch.labels, &out.labels);
+  return out;
 }
 
 MlpModel::MlpModel(const ModelSpec& model, kernels::Backend* backend)

@@ -64,8 +64,14 @@ class Model {
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
 };
 
-// A completed, valid spec's model; `backend` outlives it.
-std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend);
+// A completed, valid spec's model; `backend` outlives it. `recompute`: a
+// GPT recomputes each block's activations in the backward instead of keeping
+// them (the MLP keeps its few).
+std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
+                                 bool recompute = false);
+
+// Rows [begin, end) of `batch`.
+Batch SliceBatch(const Batch& batch, int begin, int end);
 
 class MlpModel : public Model {
  public:

@@ -54,6 +54,36 @@ Trainer::Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Ba
       data_(std::move(data)),
       start_(absl::Now()) {}
 
+absl::StatusOr<StepResult> Trainer::TrainStep(Model& model, const Batch& batch,
+                                              std::vector<std::vector<float>>* accumulated) {
+  const int k = options_.job.accum_steps();
+  if (k <= 1) return model.TrainStep(batch);
+  // The mean gradient over the batch from k micro-batches: each one's mean
+  // weighted by its share of the rows.
+  accumulated->resize(model.params().size());
+  for (size_t p = 0; p < model.params().size(); ++p) {
+    (*accumulated)[p].assign(model.params()[p].numel, 0.0f);
+  }
+  StepResult total;
+  double loss = 0;
+  for (int m = 0; m < k; ++m) {
+    const auto [begin, end] = RankSlice(batch.rows, k, m);
+    if (begin == end) continue;
+    ASSIGN_OR_RETURN(const StepResult r, model.TrainStep(SliceBatch(batch, begin, end)));
+    const float share = static_cast<float>(end - begin) / static_cast<float>(batch.rows);
+    for (size_t p = 0; p < model.params().size(); ++p) {
+      const std::vector<float>& g = model.grads()[p];
+      std::vector<float>& acc = (*accumulated)[p];
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += share * g[i];
+    }
+    loss += static_cast<double>(r.loss) * share;
+    total.correct += r.correct;
+    total.predicted += r.predicted;
+  }
+  total.loss = static_cast<float>(loss);
+  return total;
+}
+
 absl::StatusOr<double> Trainer::EvaluateTest(Model& model) {
   Batch batch;
   int64_t correct = 0, predicted = 0;
@@ -95,7 +125,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const int workers = job.num_workers();
   const int64_t total = TotalClocks(job);
   const int64_t per_epoch = ClocksPerEpoch(job);
-  const std::unique_ptr<Model> model_ptr = MakeModel(job.model(), backend_);
+  const std::unique_ptr<Model> model_ptr = MakeModel(job.model(), backend_, options_.recompute);
   Model& model = *model_ptr;
   const bool text = job.data().dataset() == TEXT;
   const double entropy = text ? UnigramEntropy(data_.train_text + data_.validation_text) : 0;
@@ -114,6 +144,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   std::unique_ptr<PsClient> ps;
   ClusterView gate_cluster;  // the servers, from the first gate
   Batch batch;
+  std::vector<std::vector<float>> accumulated;  // accum_steps > 1
 
   absl::Time window_start = absl::Now();
   int64_t window_clocks = 0;
@@ -144,10 +175,12 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       Gather(data_.train, sampler.Indices(clock, workers, rank), &batch);
     }
     const int rows = batch.rows;
-    ASSIGN_OR_RETURN(const StepResult step, model.TrainStep(batch));
+    ASSIGN_OR_RETURN(const StepResult step, TrainStep(model, batch, &accumulated));
+    const std::vector<std::vector<float>>& grads =
+        job.accum_steps() > 1 ? accumulated : model.grads();
     const absl::Time t3 = absl::Now();
-    const float norm = job.optimizer().clip_norm() > 0 ? GlobalNorm(model.grads()) : 0.0f;
-    RETURN_IF_ERROR(ps->Push(clock, rows, model.grads(), norm));
+    const float norm = job.optimizer().clip_norm() > 0 ? GlobalNorm(grads) : 0.0f;
+    RETURN_IF_ERROR(ps->Push(clock, rows, grads, norm));
     const absl::Time t4 = absl::Now();
     t_gate += t1 - t0;
     t_pull += t2 - t1;

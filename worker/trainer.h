@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
 #include "worker/dataset.h"
+#include "worker/model.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {
@@ -31,6 +32,8 @@ struct TrainerOptions {
   std::string weights_out;
   // Evaluates on the test set at each epoch's end (worker 0 only).
   bool eval_each_epoch = true;
+  // A GPT recomputes its blocks' activations in the backward (--recompute).
+  bool recompute = false;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
 };
@@ -51,7 +54,11 @@ class Trainer {
   NodeStatus Status() const;
 
  private:
-  absl::StatusOr<double> EvaluateTest(class Model& model);
+  absl::StatusOr<double> EvaluateTest(Model& model);
+  // One clock's forward and backward: in job.accum_steps micro-batches, whose
+  // mean gradient goes to *accumulated, when that is above 1.
+  absl::StatusOr<StepResult> TrainStep(Model& model, const Batch& batch,
+                                       std::vector<std::vector<float>>* accumulated);
 
   const TrainerOptions options_;
   SchedulerClient* scheduler_;

@@ -25,6 +25,9 @@ ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "HOST:PORT to serve Status on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
+ABSL_FLAG(std::string, recompute, "none",
+          "none, or block: a GPT recomputes each block's activations in the backward instead "
+          "of keeping them (less memory)");
 ABSL_FLAG(std::string, device, "auto",
           "auto (CUDA device 0 if there is one, else the CPU), cpu, cuda or cuda:N");
 ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: OpenBLAS default)");
@@ -47,6 +50,11 @@ int Run() {
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {
     spdlog::error("--scheduler=HOST:PORT is required");
+    return 2;
+  }
+  const std::string recompute = absl::GetFlag(FLAGS_recompute);
+  if (recompute != "none" && recompute != "block") {
+    spdlog::error("--recompute={}: expected none or block", recompute);
     return 2;
   }
   // The device first: a worker that cannot compute says so before it joins.
@@ -142,6 +150,7 @@ int Run() {
   topts.job = job;
   topts.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
   topts.weights_out = absl::GetFlag(FLAGS_weights_out);
+  topts.recompute = recompute == "block";
   topts.ps.wire_dtype = wire_flag.empty() ? job.wire_dtype() : wire_dtype;
   topts.ps.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   {
