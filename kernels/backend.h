@@ -16,6 +16,10 @@
 namespace pstrain {
 namespace kernels {
 
+// What a matrix product's inputs are rounded to (round to nearest even);
+// products always accumulate and return fp32.
+enum class Precision { kFp32, kBf16, kFp16 };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -31,6 +35,9 @@ class Backend {
   virtual std::string error() const = 0;
   // The most device memory held at once through Alloc, in bytes.
   virtual int64_t peak_bytes() const = 0;
+  // Gemm's inputs from now on (the dense layers' products; attention's stay
+  // fp32). False, with *why, when the device cannot compute in `precision`.
+  virtual bool SetPrecision(Precision precision, std::string* why) = 0;
 
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(a) is [m,k] (a is
   // stored [k,m] when trans_a) and op(b) is [k,n] (b stored [n,k] when trans_b).
@@ -53,6 +60,8 @@ class Backend {
 
   // ---- Transformer ops -------------------------------------------------
 
+  // x *= alpha (n elements).
+  virtual void Scale(int64_t n, float alpha, float* x) = 0;
   // y += alpha * x (n elements).
   virtual void Axpy(int64_t n, float alpha, const float* x, float* y) = 0;
   // out[r, :] (=, or += when accumulate) table[ids[r], :] for r < rows; ids

@@ -54,6 +54,46 @@ TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
   EXPECT_LT(loss, entropy - 0.8) << log;
 }
 
+// bf16 compute (emulated exactly on the CPU: inputs rounded, fp32
+// accumulation) still trains; the servers keep fp32.
+TEST(GptTrainingTest, Bf16ComputeTrains) {
+  Cluster cluster("gptbf16");
+  ClusterOptions options;
+  options.job_text = GptJob(
+      "layers: 2 heads: 4 width: 64 context: 32",
+      "optimizer { type: ADAMW learning_rate: 0.005 weight_decay: 0.01 "
+      "schedule { type: WARMUP_COSINE warmup_steps: 50 min_lr: 0.0005 } }\n"
+      "batch_size: 16\nsteps: 600\nseed: 7\nnum_servers: 1\nnum_workers: 1\nlog_every: 200\n");
+  options.servers = 1;
+  options.workers = 1;
+  options.worker_flags = {{"--compute_dtype=bf16"}};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  ASSERT_EQ(*code, 0) << cluster.Logs();
+  const std::string log = cluster.workers()[0].Log();
+  EXPECT_TRUE(absl::StrContains(log, "in bf16")) << log;
+  const double loss = NumberAfter(log, "final validation loss ");
+  const double entropy = NumberAfter(log, "unigram entropy ");
+  std::printf("bf16: validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss,
+              entropy);
+  ASSERT_GT(loss, 0) << log;
+  EXPECT_LT(loss, entropy - 0.6) << log;
+}
+
+TEST(GptTrainingTest, ComputeDtypesTheDeviceCannotDoAreRefused) {
+  for (const char* dtype : {"fp16", "fp8"}) {
+    std::string out;
+    const int code =
+        RunCommand({BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1", "--device=cpu",
+                    std::string("--compute_dtype=") + dtype},
+                   &out, absl::Seconds(20), "worker")
+            .value_or(-1);
+    EXPECT_EQ(code, 2) << out;
+    EXPECT_TRUE(absl::StrContains(out, std::string("--compute_dtype=") + dtype)) << out;
+  }
+}
+
 int RunScheduler(const std::string& job_text, std::string* output) {
   const std::string path = NewTempDir("gptjob") + "/job.pbtxt";
   WriteFile(path, job_text);

@@ -25,7 +25,9 @@ TEST(DeviceTest, AutoFallsBackToCpuWithTheReason) {
   auto b = OpenDevice("auto", 1, &note);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_STREQ((*b)->name(), has_gpu ? "cuda" : "cpu");
-  if (!has_gpu) EXPECT_TRUE(absl::StrContains(note, why)) << note;
+  if (!has_gpu) {
+    EXPECT_TRUE(absl::StrContains(note, why)) << note;
+  }
   // An explicit CUDA device that cannot be used is an error, with the reason.
   auto missing = OpenDevice("cuda:1000", 1, &note);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);

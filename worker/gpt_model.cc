@@ -81,6 +81,9 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
                                backward ? dlogits_.data() : nullptr, &correct);
   result.correct = correct;
   result.predicted = n;
+  if (backward && loss_scale_ != 1.0f) {
+    k->Scale(static_cast<int64_t>(n) * kGptVocab, loss_scale_, dlogits_.data());
+  }
 
   if (backward) {
     k->Gemm(true, false, c, kGptVocab, n, 1.0f, xf_.data(), dlogits_.data(), 0.0f, G(head_));

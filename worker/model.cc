@@ -120,6 +120,9 @@ absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
                                       backward ? delta_.data() : nullptr, &correct);
   result.correct = correct;
   result.predicted = rows;
+  if (backward && loss_scale_ != 1.0f) {
+    backend_->Scale(static_cast<int64_t>(rows) * classes, loss_scale_, delta_.data());
+  }
   if (backward) {
     // delta_ holds d(loss)/d(output of layer i) walking down.
     for (size_t i = n; i-- > 0;) {

@@ -43,6 +43,10 @@ class Model {
   std::vector<std::vector<float>>& weights() { return weights_; }
   const std::vector<std::vector<float>>& weights() const { return weights_; }
   const std::vector<std::vector<float>>& grads() const { return grads_; }
+  std::vector<std::vector<float>>& mutable_grads() { return grads_; }
+  // The loss's gradient is multiplied by this before the backward (dynamic
+  // loss scaling); the gradients come out scaled by it. Default 1.
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
 
   // Forward and backward; grads() then holds the gradient of the mean loss.
   // An error of the backend (a CUDA error, no device memory) becomes the
@@ -62,6 +66,7 @@ class Model {
   std::vector<ParamInfo> params_;
   std::vector<std::vector<float>> weights_, grads_;  // host
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
+  float loss_scale_ = 1.0f;
 };
 
 // A completed, valid spec's model; `backend` outlives it. `recompute`: a

@@ -12,6 +12,7 @@
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "proto/tensor.pb.h"
+#include "worker/loss_scaler.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 
@@ -145,6 +146,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   ClusterView gate_cluster;  // the servers, from the first gate
   Batch batch;
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
+  LossScaler scaler;
 
   absl::Time window_start = absl::Now();
   int64_t window_clocks = 0;
@@ -175,11 +177,16 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       Gather(data_.train, sampler.Indices(clock, workers, rank), &batch);
     }
     const int rows = batch.rows;
+    if (options_.loss_scaling) model.set_loss_scale(scaler.scale());
     ASSIGN_OR_RETURN(const StepResult step, TrainStep(model, batch, &accumulated));
-    const std::vector<std::vector<float>>& grads =
-        job.accum_steps() > 1 ? accumulated : model.grads();
+    std::vector<std::vector<float>>& grads =
+        job.accum_steps() > 1 ? accumulated : model.mutable_grads();
+    // An fp16 overflow skips the step: the push carries the non-finite
+    // gradient, which every server counts and does not apply (a BSP round
+    // closes over the other workers' samples).
+    const bool finite = !options_.loss_scaling || scaler.Unscale(&grads);
     const absl::Time t3 = absl::Now();
-    const float norm = job.optimizer().clip_norm() > 0 ? GlobalNorm(grads) : 0.0f;
+    const float norm = job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
     RETURN_IF_ERROR(ps->Push(clock, rows, grads, norm));
     const absl::Time t4 = absl::Now();
     t_gate += t1 - t0;
@@ -193,6 +200,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       clock_ = clock + 1;
       loss_ = step.loss;
       peak_device_bytes_ = backend_->peak_bytes();
+      loss_scale_ = options_.loss_scaling ? scaler.scale() : 1.0;
+      skipped_steps_ = scaler.overflows();
       bytes_in_ = ps->bytes_in();
       bytes_out_ = ps->bytes_out();
       ++pushes_;
@@ -285,6 +294,8 @@ NodeStatus Trainer::Status() const {
   st.set_validation_loss(validation_loss_);
   st.set_peak_device_bytes(peak_device_bytes_);
   st.set_unigram_entropy(unigram_entropy_);
+  st.set_loss_scale(loss_scale_);
+  st.set_skipped_steps(skipped_steps_);
   st.set_bytes_in(bytes_in_);
   st.set_bytes_out(bytes_out_);
   st.set_pushes(pushes_);

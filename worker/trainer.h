@@ -34,6 +34,8 @@ struct TrainerOptions {
   bool eval_each_epoch = true;
   // A GPT recomputes its blocks' activations in the backward (--recompute).
   bool recompute = false;
+  // fp16 compute (--compute_dtype=fp16): dynamic loss scaling.
+  bool loss_scaling = false;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
 };
@@ -74,6 +76,8 @@ class Trainer {
   double validation_loss_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t peak_device_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   double unigram_entropy_ ABSL_GUARDED_BY(mu_) = 0;
+  double loss_scale_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -25,6 +25,9 @@ ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "HOST:PORT to serve Status on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
+ABSL_FLAG(std::string, compute_dtype, "fp32",
+          "fp32, bf16 or fp16: what the dense layers' matrix products take as inputs (fp32 "
+          "accumulation; the servers keep fp32 master weights); fp16 adds dynamic loss scaling");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
           "of keeping them (less memory)");
@@ -65,7 +68,21 @@ int Run() {
     spdlog::error("{}", backend.status().message());
     return 2;
   }
-  spdlog::info("computing on {}", device_note);
+  const std::string compute = absl::GetFlag(FLAGS_compute_dtype);
+  kernels::Precision precision = kernels::Precision::kFp32;
+  if (compute == "bf16") {
+    precision = kernels::Precision::kBf16;
+  } else if (compute == "fp16") {
+    precision = kernels::Precision::kFp16;
+  } else if (compute != "fp32") {
+    spdlog::error("--compute_dtype={}: expected fp32, bf16 or fp16", compute);
+    return 2;
+  }
+  if (std::string why; !(*backend)->SetPrecision(precision, &why)) {
+    spdlog::error("--compute_dtype={}: {}", compute, why);
+    return 2;
+  }
+  spdlog::info("computing on {} in {}", device_note, compute);
   DType wire_dtype = FP32;
   const std::string wire_flag = absl::GetFlag(FLAGS_wire_dtype);
   if (!wire_flag.empty() && !ParseDType(wire_flag, &wire_dtype)) {
@@ -151,6 +168,14 @@ int Run() {
   topts.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
   topts.weights_out = absl::GetFlag(FLAGS_weights_out);
   topts.recompute = recompute == "block";
+  topts.loss_scaling = compute == "fp16";
+  if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
+    spdlog::error(
+        "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of non-finite "
+        "gradients, which this job turns off (optimizer.allow_nonfinite)");
+    report(FAILED, "fp16 compute with allow_nonfinite", -1);
+    return 2;
+  }
   topts.ps.wire_dtype = wire_flag.empty() ? job.wire_dtype() : wire_dtype;
   topts.ps.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   {

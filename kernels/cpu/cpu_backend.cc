@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/dtype.h"
+
 namespace pstrain {
 namespace kernels {
 namespace {
@@ -48,8 +50,29 @@ class CpuBackend : public Backend {
   std::string error() const override { return error_; }
   int64_t peak_bytes() const override { return peak_; }
 
+  bool SetPrecision(Precision precision, std::string* why) override {
+    if (precision == Precision::kFp16) {
+      // No fp16 arithmetic on the CPUs we build for; bf16 is emulated
+      // exactly (inputs rounded, fp32 accumulation) because fp32 holds
+      // every bf16 product exactly.
+      *why = "the cpu backend cannot compute in fp16 (use bf16 or fp32, or a CUDA device)";
+      return false;
+    }
+    precision_ = precision;
+    return true;
+  }
+
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
+    if (precision_ == Precision::kBf16) {
+      // The products of bf16 inputs with fp32 accumulation.
+      round_a_.resize(static_cast<size_t>(m) * k);
+      round_b_.resize(static_cast<size_t>(k) * n);
+      for (size_t i = 0; i < round_a_.size(); ++i) round_a_[i] = Bf16ToFloat(FloatToBf16(a[i]));
+      for (size_t i = 0; i < round_b_.size(); ++i) round_b_[i] = Bf16ToFloat(FloatToBf16(b[i]));
+      a = round_a_.data();
+      b = round_b_.data();
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
                 trans_b ? k : n, beta, c, n);
@@ -103,6 +126,10 @@ class CpuBackend : public Backend {
     }
     if (correct != nullptr) *correct = right;
     return static_cast<float>(loss / rows);
+  }
+
+  void Scale(int64_t n, float alpha, float* x) override {
+    for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
   }
 
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
@@ -266,6 +293,8 @@ class CpuBackend : public Backend {
   }
 
  private:
+  Precision precision_ = Precision::kFp32;
+  std::vector<float> round_a_, round_b_;
   std::unordered_map<void*, size_t> sizes_;
   int64_t held_ = 0, peak_ = 0;
   std::string error_;

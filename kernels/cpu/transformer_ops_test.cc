@@ -1,11 +1,14 @@
 // The CPU backend's transformer ops: forward values from their definitions,
 // backward against central finite differences of sum(R * forward).
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/dtype.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace pstrain {
@@ -139,7 +142,9 @@ TEST(TransformerOpsTest, CausalAttention) {
       double sum = 0;
       for (int j = 0; j < seq; ++j) {
         const float a = att[(bh * seq + t) * seq + j];
-        if (j > t) EXPECT_EQ(a, 0.0f);
+        if (j > t) {
+          EXPECT_EQ(a, 0.0f);
+        }
         sum += a;
       }
       EXPECT_NEAR(sum, 1.0, 1e-6);
@@ -173,11 +178,38 @@ TEST(TransformerOpsTest, CausalAttention) {
   ExpectGradient("dqkv", qkv, dqkv, loss);
 }
 
+TEST(TransformerOpsTest, Bf16ProductsRoundTheirInputs) {
+  auto b = MakeCpuBackend(1);
+  std::string why;
+  EXPECT_FALSE(b->SetPrecision(Precision::kFp16, &why));
+  EXPECT_NE(why.find("fp16"), std::string::npos) << why;
+  std::mt19937 rng(9);
+  const int m = 7, n = 5, k = 33;
+  const std::vector<float> a = Random(m * k, rng), w = Random(k * n, rng);
+  std::vector<float> fp32(m * n), bf16(m * n), want(m * n, 0.0f);
+  b->Gemm(false, false, m, n, k, 1.0f, a.data(), w.data(), 0.0f, fp32.data());
+  ASSERT_TRUE(b->SetPrecision(Precision::kBf16, &why)) << why;
+  b->Gemm(false, false, m, n, k, 1.0f, a.data(), w.data(), 0.0f, bf16.data());
+  auto round = [](float v) { return Bf16ToFloat(FloatToBf16(v)); };
+  double moved = 0;
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int q = 0; q < k; ++q) sum += double(round(a[i * k + q])) * round(w[q * n + j]);
+      EXPECT_NEAR(bf16[i * n + j], sum, 1e-5 + 1e-5 * std::abs(sum));
+      moved = std::max(moved, std::abs(double(bf16[i * n + j]) - fp32[i * n + j]));
+    }
+  }
+  EXPECT_GT(moved, 1e-4);  // bf16 inputs do change the result
+}
+
 TEST(TransformerOpsTest, Axpy) {
   auto b = MakeCpuBackend(1);
   std::vector<float> x = {1, 2, 3}, y = {10, 20, 30};
   b->Axpy(3, -2.0f, x.data(), y.data());
   EXPECT_EQ(y, (std::vector<float>{8, 16, 24}));
+  b->Scale(3, 0.5f, y.data());
+  EXPECT_EQ(y, (std::vector<float>{4, 8, 12}));
 }
 
 }  // namespace

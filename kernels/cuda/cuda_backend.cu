@@ -4,6 +4,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -135,6 +137,28 @@ __device__ float BlockMax(float v, float* shared) {
   const float m = shared[0];
   __syncthreads();
   return m;
+}
+
+__global__ void ScaleKernel(int64_t n, float alpha, float* x) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    x[i] *= alpha;
+  }
+}
+
+// Rounds to nearest even into 16 bits.
+__global__ void ToBf16Kernel(int64_t n, const float* x, __nv_bfloat16* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    y[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+__global__ void ToHalfKernel(int64_t n, const float* x, __half* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    y[i] = __float2half_rn(x[i]);
+  }
 }
 
 __global__ void AxpyKernel(int64_t n, float alpha, const float* x, float* y) {
@@ -337,14 +361,68 @@ class CudaBackend : public Backend {
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
+  bool SetPrecision(Precision precision, std::string* why) override {
+    if (precision == Precision::kBf16) {
+      int major = 0;
+      if (!Check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
+                 "cudaDeviceGetAttribute")) {
+        *why = error_;
+        return false;
+      }
+      if (major < 8) {
+        *why = "CUDA device " + std::to_string(device_) + " (compute capability " +
+               std::to_string(major) + ".x) cannot compute in bf16 (needs 8.0 or later)";
+        return false;
+      }
+    }
+    precision_ = precision;
+    return true;
+  }
+
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
     if (!error_.empty()) return;
+    if (precision_ != Precision::kFp32) {
+      Gemm16(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+      return;
+    }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
     CheckBlas(cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
                           trans_b ? k : n, a, trans_a ? m : k, &beta, c, n),
               "cublasSgemm");
+  }
+
+  // The inputs rounded to 16 bits in scratch, multiplied by cuBLAS with fp32
+  // accumulation into fp32 C.
+  void Gemm16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+              const float* b, float beta, float* c) {
+    const int64_t na = static_cast<int64_t>(m) * k, nb = static_cast<int64_t>(k) * n;
+    const int64_t b_at = (na + 63) / 64 * 64;  // B 128-byte aligned
+    if (!Reserve16(b_at + nb)) return;
+    const bool bf16 = precision_ == Precision::kBf16;
+    void* a16 = half_;
+    void* b16 = static_cast<char*>(half_) + b_at * 2;
+    if (bf16) {
+      ToBf16Kernel<<<Blocks(na), kThreads, 0, stream_>>>(na, a, static_cast<__nv_bfloat16*>(a16));
+      ToBf16Kernel<<<Blocks(nb), kThreads, 0, stream_>>>(nb, b, static_cast<__nv_bfloat16*>(b16));
+    } else {
+      ToHalfKernel<<<Blocks(na), kThreads, 0, stream_>>>(na, a, static_cast<__half*>(a16));
+      ToHalfKernel<<<Blocks(nb), kThreads, 0, stream_>>>(nb, b, static_cast<__half*>(b16));
+    }
+    if (!Check(cudaGetLastError(), "Gemm (rounding to 16 bits)")) return;
+    const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    CheckBlas(cublasGemmEx(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, type,
+                           trans_b ? k : n, a16, type, trans_a ? m : k, &beta, c, CUDA_R_32F, n,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+  }
+
+  void Scale(int64_t n, float alpha, float* x) override {
+    if (!error_.empty() || n == 0) return;
+    ScaleKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, alpha, x);
+    Check(cudaGetLastError(), "Scale");
   }
 
   void AddBias(int rows, int cols, const float* bias, float* y) override {
@@ -543,6 +621,15 @@ class CudaBackend : public Backend {
     return scratch_rows_ > 0;
   }
 
+  // Scratch of Gemm16: `n` 16-bit values.
+  bool Reserve16(int64_t n) {
+    if (n <= half_size_) return true;
+    if (half_ != nullptr) Free(half_);
+    half_ = Alloc(n * 2);
+    half_size_ = half_ != nullptr ? n : 0;
+    return half_ != nullptr;
+  }
+
   // Scratch of AttentionBackward: one sequence's score gradients.
   bool ReserveScores(int64_t n) {
     if (n <= scores_size_) return true;
@@ -563,6 +650,9 @@ class CudaBackend : public Backend {
   int scratch_rows_ = 0;
   float* scores_ = nullptr;
   int64_t scores_size_ = 0;
+  Precision precision_ = Precision::kFp32;
+  void* half_ = nullptr;
+  int64_t half_size_ = 0;
   std::vector<float> host_loss_;
   std::vector<int> host_right_;
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/device_array.h"
@@ -208,6 +209,36 @@ TEST_F(CudaBackendTest, CausalAttention) {
                             gdout.data(), gdqkv.data());
     ExpectClose(Down(gdqkv), dqkv);
   }
+}
+
+// 16-bit products: the CPU's fp32 product of the same rounded inputs.
+TEST_F(CudaBackendTest, Gemm16BitInputsFp32Accumulation) {
+  std::mt19937 rng(8);
+  const int m = 64, n = 96, k = 384;
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    std::string why;
+    ASSERT_TRUE(gpu_->SetPrecision(p, &why)) << why;
+    auto round = [p](float v) {
+      return p == Precision::kBf16 ? Bf16ToFloat(FloatToBf16(v)) : HalfToFloat(FloatToHalf(v));
+    };
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        std::vector<float> a = Random(m * k, rng), b = Random(k * n, rng), c(m * n, 0.0f);
+        DeviceArray<float> da = Up(a), db = Up(b), dc = Up(c);
+        gpu_->Gemm(ta, tb, m, n, k, 1.0f, da.data(), db.data(), 0.0f, dc.data());
+        for (float& v : a) v = round(v);
+        for (float& v : b) v = round(v);
+        cpu_->Gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
+        ExpectClose(Down(dc), c);
+      }
+    }
+  }
+  std::string why;
+  ASSERT_TRUE(gpu_->SetPrecision(Precision::kFp32, &why));
+  std::vector<float> x = {1, 2, 4};
+  DeviceArray<float> dx = Up(x);
+  gpu_->Scale(3, 0.25f, dx.data());
+  EXPECT_EQ(Down(dx), (std::vector<float>{0.25f, 0.5f, 1.0f}));
 }
 
 TEST_F(CudaBackendTest, ErrorsBecomeMessagesNotExits) {
