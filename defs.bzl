@@ -20,13 +20,23 @@ PS_SIMD_COPTS = [
 def ps_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = PS_COPTS + copts, **kwargs)
 
-def ps_cc_binary(name, copts = [], **kwargs):
-    native.cc_binary(name = name, copts = PS_COPTS + copts, **kwargs)
+# Binaries also look for shared libraries in ../../lib next to themselves:
+# deploy/bundle.sh lays them out as bin/<package>/<binary> beside lib/.
+BUNDLE_RPATH = ["-Wl,-rpath,$$ORIGIN/../../lib"]
 
-def ps_cc_test(name, copts = [], deps = [], **kwargs):
+def ps_cc_binary(name, copts = [], linkopts = [], **kwargs):
+    native.cc_binary(
+        name = name,
+        copts = PS_COPTS + copts,
+        linkopts = linkopts + BUNDLE_RPATH,
+        **kwargs
+    )
+
+def ps_cc_test(name, copts = [], deps = [], linkopts = [], **kwargs):
     native.cc_test(
         name = name,
         copts = PS_COPTS + copts,
+        linkopts = linkopts + BUNDLE_RPATH,
         deps = deps + ["@system//:gtest_main"],
         **kwargs
     )
