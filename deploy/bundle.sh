@@ -42,6 +42,7 @@ TARGETS=(
   //tools:psctl
   //bench:transport_bench
   //bench:optimizer_bench
+  //bench:worker_bench
   //kernels:cuda_backend_test
 )
 cd "$ROOT"
