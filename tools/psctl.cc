@@ -91,6 +91,18 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
         worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
         worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str() : "-",
         Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(), Bytes(n.rss_bytes()).c_str());
+    if (worker && n.clock() > 0) {
+      std::printf(
+          "          per clock: gate %.1f ms, pull %.1f ms, compute %.1f ms, push %.1f ms; peak "
+          "device memory %s",
+          n.gate_ms(), n.pull_ms(), n.compute_ms(), n.push_ms(),
+          Bytes(n.peak_device_bytes()).c_str());
+      if (n.validation_loss() >= 0 && n.unigram_entropy() > 0) {
+        std::printf("; validation loss %.4f (unigram entropy %.4f)", n.validation_loss(),
+                    n.unigram_entropy());
+      }
+      std::printf("\n");
+    }
     if (n.role() == SERVER && n.params() > 0) {
       std::printf("          %lld params, %.2f bytes/param held, %lld non-finite pushes skipped\n",
                   static_cast<long long>(n.params()), n.bytes_per_param(),

@@ -214,6 +214,10 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       {
         absl::MutexLock lock(&mu_);
         samples_per_s_ = rate;
+        gate_ms_ = absl::ToDoubleMilliseconds(t_gate) / window_clocks;
+        pull_ms_ = absl::ToDoubleMilliseconds(t_pull) / window_clocks;
+        compute_ms_ = absl::ToDoubleMilliseconds(t_compute) / window_clocks;
+        push_ms_ = absl::ToDoubleMilliseconds(t_push) / window_clocks;
       }
       if (rank == 0) {
         spdlog::info(
@@ -295,6 +299,10 @@ NodeStatus Trainer::Status() const {
   st.set_peak_device_bytes(peak_device_bytes_);
   st.set_unigram_entropy(unigram_entropy_);
   st.set_loss_scale(loss_scale_);
+  st.set_gate_ms(gate_ms_);
+  st.set_pull_ms(pull_ms_);
+  st.set_compute_ms(compute_ms_);
+  st.set_push_ms(push_ms_);
   st.set_skipped_steps(skipped_steps_);
   st.set_bytes_in(bytes_in_);
   st.set_bytes_out(bytes_out_);

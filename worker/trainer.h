@@ -78,6 +78,8 @@ class Trainer {
   double unigram_entropy_ ABSL_GUARDED_BY(mu_) = 0;
   double loss_scale_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  double gate_ms_ ABSL_GUARDED_BY(mu_) = 0, pull_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  double compute_ms_ ABSL_GUARDED_BY(mu_) = 0, push_ms_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
