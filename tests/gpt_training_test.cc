@@ -40,6 +40,8 @@ TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
       "batch_size: 16\nsteps: 1200\nseed: 7\nnum_servers: 1\nnum_workers: 2\nlog_every: 200\n");
   options.servers = 1;
   options.workers = 2;
+  // Each block's gradients pushed while the backward goes on.
+  options.worker_flags = {{"--overlap=on"}, {"--overlap=on"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();

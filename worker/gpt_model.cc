@@ -90,18 +90,26 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
     k->Gemm(false, true, n, c, kGptVocab, 1.0f, dlogits_.data(), W(head_), 0.0f, tmp_.data());
     k->LayerNormBackward(n, c, last, W(lnf_gamma_), meanf_.data(), rstdf_.data(), tmp_.data(),
                          dx_.data(), G(lnf_gamma_), G(lnf_beta_));
+    Ready({head_, lnf_gamma_, lnf_beta_});
     // dx_: the gradient of the residual stream, walking down.
     for (int i = layers - 1; i >= 0; --i) {
       // With recomputation the block's activations are made again from its
       // input, which the residual stream kept.
       if (recompute_) ForwardBlock(i, seqs, Acts(i));
       BackwardBlock(i, seqs, Acts(i));
+      const BlockParams& p = block_params_[i];
+      Ready({p.ln1_gamma, p.ln1_beta, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_gamma, p.ln2_beta,
+             p.fc_w, p.fc_b, p.mlp_proj_w, p.mlp_proj_b});
     }
     device_grads_[wte_].Upload(zeros_.data());
     device_grads_[wpe_].Upload(zeros_.data());
     k->EmbeddingBackward(n, c, ids_.data(), dx_.data(), G(wte_));
     k->EmbeddingBackward(n, c, pos_.data(), dx_.data(), G(wpe_));
-    DownloadGrads();
+    if (grads_ready_) {
+      Ready({wte_, wpe_});
+    } else {
+      DownloadGrads();
+    }
   }
   const absl::Status st = BackendStatus();
   if (!st.ok()) return st;

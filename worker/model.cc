@@ -25,6 +25,12 @@ void Model::DownloadGrads() {
   for (size_t p = 0; p < params_.size(); ++p) device_grads_[p].Download(grads_[p].data());
 }
 
+void Model::Ready(const std::vector<int>& params) {
+  if (!grads_ready_) return;
+  for (int p : params) device_grads_[p].Download(grads_[p].data());
+  if (backend_->error().empty()) grads_ready_(params);
+}
+
 std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
                                  bool recompute) {
   if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, backend, recompute);
@@ -133,6 +139,7 @@ absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
         backend_->Gemm(true, false, l.in, l.out, rows, 1.0f, layer_in, delta_.data(), 0.0f,
                        device_grads_[l.param].data());
         backend_->BiasGrad(rows, l.out, delta_.data(), device_grads_[l.param + 1].data());
+        Ready({l.param, l.param + 1});
         if (i > 0) {
           // d(in) [rows, in] = delta [rows, out] * W^T
           backend_->Gemm(false, true, rows, l.in, l.out, 1.0f, delta_.data(),
@@ -144,7 +151,7 @@ absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
                                delta_.data());
       }
     }
-    DownloadGrads();
+    if (!grads_ready_) DownloadGrads();
   }
   const absl::Status st = BackendStatus();
   if (!st.ok()) return st;

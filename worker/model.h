@@ -7,6 +7,7 @@
 #define PSTRAIN_WORKER_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,12 @@ class Model {
   // The loss's gradient is multiplied by this before the backward (dynamic
   // loss scaling); the gradients come out scaled by it. Default 1.
   void set_loss_scale(float scale) { loss_scale_ = scale; }
+  // Called during TrainStep as soon as the backward has finished the
+  // gradients of `params` (indices into params()), last layer first; they
+  // are in grads() by then and stay unchanged until the next step. Every
+  // parameter is reported once per step. Unset: nothing is called.
+  using GradsReady = std::function<void(const std::vector<int>& params)>;
+  void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
 
   // Forward and backward; grads() then holds the gradient of the mean loss.
   // An error of the backend (a CUDA error, no device memory) becomes the
@@ -61,12 +68,15 @@ class Model {
   absl::Status BackendStatus() const;
   void UploadWeights();
   void DownloadGrads();
+  // Downloads the gradients of `params` and reports them (GradsReady).
+  void Ready(const std::vector<int>& params);
 
   kernels::Backend* backend_;
   std::vector<ParamInfo> params_;
   std::vector<std::vector<float>> weights_, grads_;  // host
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
   float loss_scale_ = 1.0f;
+  GradsReady grads_ready_;
 };
 
 // A completed, valid spec's model; `backend` outlives it. `recompute`: a

@@ -45,21 +45,25 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
       stubs_.back().push_back(std::make_unique<grpc::GenericStub>(MakeBulkChannel(s.address())));
     }
   }
-  const int width = DTypeSize(options_.wire_dtype);
   for (int s = 0; s < static_cast<int>(stubs_.size()); ++s) {
-    std::vector<std::vector<int32_t>> batches;
-    int64_t bytes = 0;
-    for (int32_t id : partition_->ServerChunks(s)) {
-      const int64_t chunk_bytes = partition_->chunks()[id].numel * width;
-      if (batches.empty() || bytes + chunk_bytes > options_.max_request_bytes * 5 / 4) {
-        batches.emplace_back();
-        bytes = 0;
-      }
-      batches.back().push_back(id);
-      bytes += chunk_bytes;
-    }
-    batches_.push_back(std::move(batches));
+    batches_.push_back(Pack(partition_->ServerChunks(s)));
   }
+}
+
+std::vector<std::vector<int32_t>> PsClient::Pack(const std::vector<int32_t>& chunks) const {
+  const int width = DTypeSize(options_.wire_dtype);
+  std::vector<std::vector<int32_t>> batches;
+  int64_t bytes = 0;
+  for (int32_t id : chunks) {
+    const int64_t chunk_bytes = partition_->chunks()[id].numel * width;
+    if (batches.empty() || bytes + chunk_bytes > options_.max_request_bytes * 5 / 4) {
+      batches.emplace_back();
+      bytes = 0;
+    }
+    batches.back().push_back(id);
+    bytes += chunk_bytes;
+  }
+  return batches;
 }
 
 absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
@@ -204,7 +208,7 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
 
 int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
                                const std::vector<std::vector<float>>& grads, float grad_norm,
-                               std::vector<Call>* calls) {
+                               std::vector<Call>* calls, const std::vector<int>* params) {
   PushHeader header;
   header.worker_id = worker_id_;
   header.clock = clock;
@@ -212,8 +216,21 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
   int64_t bytes = 0;
+  std::vector<bool> wanted;
+  if (params != nullptr) {
+    wanted.assign(grads.size(), false);
+    for (int p : *params) wanted[p] = true;
+  }
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
-    for (const std::vector<int32_t>& batch : batches_[s]) {
+    std::vector<std::vector<int32_t>> subset;
+    if (params != nullptr) {
+      std::vector<int32_t> chunks;
+      for (int32_t id : partition_->ServerChunks(s)) {
+        if (wanted[partition_->chunks()[id].param]) chunks.push_back(id);
+      }
+      subset = Pack(chunks);
+    }
+    for (const std::vector<int32_t>& batch : params != nullptr ? subset : batches_[s]) {
       std::vector<PushChunk> chunks;
       for (int32_t id : batch) {
         const ChunkInfo& info = partition_->chunks()[id];
@@ -245,6 +262,16 @@ absl::Status PsClient::Push(int64_t clock, int num_samples,
                             const std::vector<std::vector<float>>& grads, float grad_norm) {
   std::vector<Call> calls;
   const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls);
+  RETURN_IF_ERROR(RunCalls(calls));
+  bytes_out_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::PushParams(int64_t clock, int num_samples,
+                                  const std::vector<std::vector<float>>& grads, float grad_norm,
+                                  const std::vector<int>& params) {
+  std::vector<Call> calls;
+  const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls, &params);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();

@@ -51,6 +51,14 @@ class PsClient {
   absl::Status Push(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
                     float grad_norm = 0);
 
+  // Push of the gradients of parameters `params` only (indices into the
+  // partition's parameters): a layer's share of iteration `clock`, sent as
+  // soon as the backward has it. Every parameter must be pushed once per
+  // iteration, by Push or by PushParams calls.
+  absl::Status PushParams(int64_t clock, int num_samples,
+                          const std::vector<std::vector<float>>& grads, float grad_norm,
+                          const std::vector<int>& params);
+
   // Push and Pull at once: the pull is sent with the push, not after its
   // acknowledgement, and the server answers it once its read guarantee
   // holds (min_clock = clock + 1 reads this very push). One round trip
@@ -79,9 +87,13 @@ class PsClient {
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
-  // Returns the payload bytes of the push.
+  // Returns the payload bytes of the push; with `params`, of those
+  // parameters' chunks only.
   int64_t AddPushCalls(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
-                       float grad_norm, std::vector<Call>* calls);
+                       float grad_norm, std::vector<Call>* calls,
+                       const std::vector<int>* params = nullptr);
+  // Chunk batches of one server, about max_request_bytes of payload each.
+  std::vector<std::vector<int32_t>> Pack(const std::vector<int32_t>& chunks) const;
 
   const Partition* partition_;
   const int worker_id_;

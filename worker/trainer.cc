@@ -12,6 +12,7 @@
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "proto/tensor.pb.h"
+#include "worker/async_pusher.h"
 #include "worker/loss_scaler.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
@@ -143,6 +144,10 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
                    Partition::Make(model.params(), job.chunk_bytes(), job.num_servers()));
   BatchSampler sampler(job.seed(), data_.train.size, job.batch_size(), per_epoch);
   std::unique_ptr<PsClient> ps;
+  // Layers' gradients pushed during the backward (see TrainerOptions::overlap).
+  const bool overlap = options_.overlap && job.accum_steps() == 1 && !options_.loss_scaling &&
+                       !(job.optimizer().clip_norm() > 0 && job.consistency() != BSP);
+  std::unique_ptr<AsyncPusher> pusher;
   ClusterView gate_cluster;  // the servers, from the first gate
   Batch batch;
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
@@ -162,6 +167,11 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       }
       gate_cluster = gate.cluster();
       ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps);
+      if (overlap) {
+        pusher = std::make_unique<AsyncPusher>(
+            std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps));
+        model.set_grads_ready([&pusher](const std::vector<int>& params) { pusher->Push(params); });
+      }
       spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
                    job.num_servers(), workers, total, per_epoch);
     }
@@ -178,6 +188,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     }
     const int rows = batch.rows;
     if (options_.loss_scaling) model.set_loss_scale(scaler.scale());
+    if (overlap) pusher->Begin(clock, rows, &model.grads());
     ASSIGN_OR_RETURN(const StepResult step, TrainStep(model, batch, &accumulated));
     std::vector<std::vector<float>>& grads =
         job.accum_steps() > 1 ? accumulated : model.mutable_grads();
@@ -186,8 +197,13 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     // closes over the other workers' samples).
     const bool finite = !options_.loss_scaling || scaler.Unscale(&grads);
     const absl::Time t3 = absl::Now();
-    const float norm = job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
-    RETURN_IF_ERROR(ps->Push(clock, rows, grads, norm));
+    if (overlap) {
+      // The layers' pushes went out during the backward; wait for the last.
+      RETURN_IF_ERROR(pusher->Wait());
+    } else {
+      const float norm = job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
+      RETURN_IF_ERROR(ps->Push(clock, rows, grads, norm));
+    }
     const absl::Time t4 = absl::Now();
     t_gate += t1 - t0;
     t_pull += t2 - t1;
@@ -203,7 +219,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       loss_scale_ = options_.loss_scaling ? scaler.scale() : 1.0;
       skipped_steps_ = scaler.overflows();
       bytes_in_ = ps->bytes_in();
-      bytes_out_ = ps->bytes_out();
+      bytes_out_ = ps->bytes_out() + (pusher ? pusher->bytes_out() : 0);
       ++pushes_;
       ++pulls_;
     }
@@ -276,7 +292,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   }
   if (rank == 0) {
     spdlog::info("this worker pushed {} bytes and pulled {} bytes of {} in training",
-                 ps->bytes_out(), ps->bytes_in(), DTypeName(ps->wire_dtype()));
+                 ps->bytes_out() + (pusher ? pusher->bytes_out() : 0), ps->bytes_in(),
+                 DTypeName(ps->wire_dtype()));
   }
   if (!options_.weights_out.empty()) {
     RETURN_IF_ERROR(WriteWeights(options_.weights_out, total, model, model.weights()));

@@ -36,6 +36,11 @@ struct TrainerOptions {
   bool recompute = false;
   // fp16 compute (--compute_dtype=fp16): dynamic loss scaling.
   bool loss_scaling = false;
+  // Push each layer's gradients as soon as the backward has them, on a
+  // thread of their own (--overlap). Used when nothing needs the whole
+  // gradient first: no accumulation, no fp16 loss scaling, no clipping by
+  // the push's norm (SSP/ASP).
+  bool overlap = false;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
 };

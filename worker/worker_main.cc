@@ -28,6 +28,11 @@ ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
 ABSL_FLAG(std::string, compute_dtype, "fp32",
           "fp32, bf16 or fp16: what the dense layers' matrix products take as inputs (fp32 "
           "accumulation; the servers keep fp32 master weights); fp16 adds dynamic loss scaling");
+ABSL_FLAG(std::string, overlap, "auto",
+          "on, off or auto (on for a CUDA device, off on the CPU, where pushing competes with "
+          "the backward for the same cores): push each layer's gradients while the backward "
+          "goes on, when the job needs no whole-gradient step first (no accum_steps, fp16 loss "
+          "scaling or SSP/ASP clipping)");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
           "of keeping them (less memory)");
@@ -53,6 +58,11 @@ int Run() {
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {
     spdlog::error("--scheduler=HOST:PORT is required");
+    return 2;
+  }
+  const std::string overlap_flag = absl::GetFlag(FLAGS_overlap);
+  if (overlap_flag != "auto" && overlap_flag != "on" && overlap_flag != "off") {
+    spdlog::error("--overlap={}: expected auto, on or off", overlap_flag);
     return 2;
   }
   const std::string recompute = absl::GetFlag(FLAGS_recompute);
@@ -168,6 +178,8 @@ int Run() {
   topts.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
   topts.weights_out = absl::GetFlag(FLAGS_weights_out);
   topts.recompute = recompute == "block";
+  const std::string overlap = absl::GetFlag(FLAGS_overlap);
+  topts.overlap = overlap == "on" || (overlap == "auto" && std::string((*backend)->name()) == "cuda");
   topts.loss_scaling = compute == "fp16";
   if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
     spdlog::error(
