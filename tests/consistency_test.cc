@@ -39,7 +39,9 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
   options.servers = 2;
   options.workers = kWorkers;
   options.trace = true;
-  options.worker_flags = {{}, {"--debug_slowdown_ms=25"}};
+  // Worker 0 prefetches its pulls with the gate and pushes layer by layer;
+  // worker 1 does neither.
+  options.worker_flags = {{"--overlap=on"}, {"--debug_slowdown_ms=25", "--overlap=off"}};
   ASSERT_TRUE(cluster.Start(options).ok());
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();

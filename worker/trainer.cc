@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -159,24 +160,42 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   absl::Duration t_gate, t_pull, t_compute, t_push;
   for (int64_t clock = 0; clock < total; ++clock) {
     if (stop) return absl::CancelledError("interrupted");
-    absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(const AdvanceClockResponse gate, scheduler_->AdvanceClock(rank, clock));
-    if (ps == nullptr) {
-      if (gate.cluster().servers_size() != job.num_servers()) {
-        return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
+    const absl::Time t0 = absl::Now();
+    if (overlap && ps != nullptr) {
+      // Prefetch: the pull goes out with the gate instead of after it; the
+      // servers hold it until its read guarantee (min_clock) holds, and the
+      // step waits for both.
+      absl::StatusOr<AdvanceClockResponse> gate;
+      std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock); });
+      const absl::Status pulled = ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
+      const absl::Time pulled_at = absl::Now();
+      gate_thread.join();
+      RETURN_IF_ERROR(gate.status());
+      RETURN_IF_ERROR(pulled);
+      t_pull += pulled_at - t0;
+      t_gate += absl::Now() - pulled_at;  // what the gate added after the pull
+    } else {
+      ASSIGN_OR_RETURN(const AdvanceClockResponse gate, scheduler_->AdvanceClock(rank, clock));
+      if (ps == nullptr) {
+        if (gate.cluster().servers_size() != job.num_servers()) {
+          return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
+        }
+        gate_cluster = gate.cluster();
+        ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps);
+        if (overlap) {
+          pusher = std::make_unique<AsyncPusher>(
+              std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps));
+          model.set_grads_ready(
+              [&pusher](const std::vector<int>& params) { pusher->Push(params); });
+        }
+        spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
+                     job.num_servers(), workers, total, per_epoch);
       }
-      gate_cluster = gate.cluster();
-      ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps);
-      if (overlap) {
-        pusher = std::make_unique<AsyncPusher>(
-            std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps));
-        model.set_grads_ready([&pusher](const std::vector<int>& params) { pusher->Push(params); });
-      }
-      spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
-                   job.num_servers(), workers, total, per_epoch);
+      const absl::Time t1 = absl::Now();
+      RETURN_IF_ERROR(ps->Pull(clock, MinClockForRead(job, clock), &model.weights()));
+      t_gate += t1 - t0;
+      t_pull += absl::Now() - t1;
     }
-    const absl::Time t1 = absl::Now();
-    RETURN_IF_ERROR(ps->Pull(clock, MinClockForRead(job, clock), &model.weights()));
     const absl::Time t2 = absl::Now();
     if (options_.debug_slowdown_ms > 0)
       absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
@@ -205,8 +224,6 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       RETURN_IF_ERROR(ps->Push(clock, rows, grads, norm));
     }
     const absl::Time t4 = absl::Now();
-    t_gate += t1 - t0;
-    t_pull += t2 - t1;
     t_compute += t3 - t2;
     t_push += t4 - t3;
     window_loss += step.loss;
