@@ -105,7 +105,7 @@ int RunScheduler(const std::string& job_text, std::string* output) {
       .value_or(-1);
 }
 
-TEST(GptTrainingTest, InconsistentShapesAreRefusedBeforeTraining) {
+TEST(GptTrainingTest, InconsistentShapesAndUnknownLayersAreRefusedBeforeTraining) {
   std::string out;
   EXPECT_EQ(RunScheduler(GptJob("heads: 4 width: 130", "steps: 10\n"), &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "gpt.width (130) must be a multiple of gpt.heads (4)"))
@@ -117,6 +117,14 @@ TEST(GptTrainingTest, InconsistentShapesAreRefusedBeforeTraining) {
   EXPECT_EQ(RunScheduler("model { kind: GPT layers { type: DENSE units: 4 } }\nsteps: 10\n", &out),
             2);
   EXPECT_TRUE(absl::StrContains(out, "a GPT is described by model.gpt")) << out;
+  // An unknown layer type, by name or by number.
+  EXPECT_EQ(RunScheduler("model { layers { type: CONV units: 4 } }\nsteps: 10\n", &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "Unknown enumeration value of \"CONV\"")) << out;
+  EXPECT_EQ(RunScheduler("model { layers { type: 9 units: 4 } layers { type: SOFTMAX_XENT } }\n"
+                         "steps: 10\n",
+                         &out),
+            2);
+  EXPECT_TRUE(absl::StrContains(out, "layer 0: unknown layer type")) << out;
 }
 
 TEST(GptTrainingTest, MissingCorpusFailsTheJobCleanly) {
