@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/security.h"
 
 namespace pstrain {
 
@@ -19,7 +20,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Reconnect quickly after a peer restarts.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, ChannelCredentials(),
+                                                                 args, TokenInterceptors());
 }
 
 namespace {
@@ -62,7 +64,8 @@ std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, ChannelCredentials(),
+                                                                 args, TokenInterceptors());
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
@@ -79,7 +82,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, ServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   BuilderArgs bulk{&builder};

@@ -21,6 +21,7 @@ PACKAGES=(
   zlib1g-dev
   dataset-fashion-mnist
   fortunes
+  openssl
 )
 
 missing=()

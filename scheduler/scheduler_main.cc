@@ -15,6 +15,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/trace.h"
 #include "scheduler/scheduler_service.h"
 
@@ -66,6 +67,10 @@ absl::Status ApplyFlagOverrides(JobSpec* job) {
 int Run() {
   SetLogIdentity("scheduler", -1);
   InstallShutdownHandlers();
+  if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_job).empty()) {
     spdlog::error("--job=FILE is required");
     return 2;

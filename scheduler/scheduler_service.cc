@@ -8,6 +8,7 @@
 #include "common/params.h"
 #include "common/partition.h"
 #include "common/process_stats.h"
+#include "common/security.h"
 #include "common/rpc.h"
 
 namespace pstrain {
@@ -90,6 +91,7 @@ void SchedulerService::Trace(const char* event, int worker, int64_t clock) {
 grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* ctx,
                                                      const RegisterRequest* req,
                                                      RegisterResponse* resp) {
+  if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
   absl::MutexLock lock(&mu_);
   if (state_ == DONE || state_ == ABORTED) {
     return FinishNow(
@@ -116,6 +118,7 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                       const HeartbeatRequest* req,
                                                       HeartbeatResponse* resp) {
+  if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
   absl::MutexLock lock(&mu_);
   const NodeStatus& st = req->status();
   absl::StatusOr<MemberRecord*> m = members_.Find(st.role(), st.id(), req->incarnation());
@@ -156,6 +159,7 @@ void SchedulerService::FillGate(int worker, int64_t clock, AdvanceClockResponse*
 grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerContext* ctx,
                                                          const AdvanceClockRequest* req,
                                                          AdvanceClockResponse* resp) {
+  if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<MemberRecord*> m = members_.Find(WORKER, req->worker_id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
@@ -213,6 +217,7 @@ void SchedulerService::WakeGates() {
 grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerContext* ctx,
                                                        const ReduceNormRequest* req,
                                                        ReduceNormResponse* resp) {
+  if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<MemberRecord*> m = members_.Find(SERVER, req->server_id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
@@ -280,6 +285,7 @@ ClusterStatus SchedulerService::GetStatus() const {
 grpc::ServerUnaryReactor* SchedulerService::Status(grpc::CallbackServerContext* ctx,
                                                    const StatusRequest* /*req*/,
                                                    ClusterStatus* resp) {
+  if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
   *resp = GetStatus();
   return FinishNow(ctx, grpc::Status::OK);
 }

@@ -8,6 +8,7 @@
 #include "common/dtype.h"
 #include "common/process_stats.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/tensor_wire.h"
 
 namespace pstrain {
@@ -289,6 +290,10 @@ void PsService::Handle(Call* call) {
     if (call->Claim()) call->Answer(st);
     call->Unref();
   };
+  if (const grpc::Status auth = Authenticate(call->ctx); !auth.ok()) {
+    answer(auth);
+    return;
+  }
   if (call->method == Call::kStatus) {
     call->status_reply = GetStatus();
     answer(grpc::Status::OK);

@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/scheduler_client.h"
 #include "common/simd.h"
 #include "common/thread_pool.h"
@@ -75,6 +76,10 @@ class Serving {
 int Run() {
   SetLogIdentity("server", -1);
   InstallShutdownHandlers();
+  if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 2;
+  }
   TuneMallocForBulkTraffic();
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/cluster.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -174,6 +175,10 @@ int main(int argc, char** argv) {
       "psctl status --scheduler=HOST:PORT [--json]\n"
       "       psctl status --target=HOST:PORT --role=server|worker [--json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (const absl::Status st = pstrain::ConfigureSecurityFromFlags(); !st.ok()) {
+    std::fprintf(stderr, "psctl: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
   if (args.size() != 2 || std::string(args[1]) != "status") {
     std::fprintf(stderr, "usage: psctl status --scheduler=HOST:PORT [--json]\n");
     return 2;

@@ -15,6 +15,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/scheduler_client.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
@@ -54,6 +55,10 @@ namespace {
 int Run() {
   SetLogIdentity("worker", -1);
   InstallShutdownHandlers();
+  if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 2;
+  }
   TuneMallocForBulkTraffic();
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {
