@@ -33,6 +33,9 @@ ABSL_FLAG(int, epochs, -1, "override: epochs");
 ABSL_FLAG(int64_t, steps, -1, "override: total clocks (0 = use epochs)");
 ABSL_FLAG(int64_t, seed, -1, "override: seed of the weights' init and the data order");
 ABSL_FLAG(std::string, data_dir, "", "override: data.path");
+ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
+          "declare a member dead after this long without a heartbeat (members send one every "
+          "--heartbeat_interval_ms, 500 by default)");
 ABSL_FLAG(int, end_grace_ms, 5000,
           "after the job ends, how long to wait for every member to hear of it");
 
@@ -115,7 +118,10 @@ int Run() {
     }
   }
   const absl::Duration grace = absl::Milliseconds(absl::GetFlag(FLAGS_end_grace_ms));
+  const absl::Duration heartbeat_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   while (!service->MembersToldOfEnd(grace)) {
+    service->CheckLiveness(absl::Now(), heartbeat_timeout);
     if (ShutdownRequested()) {
       service->Abort("the scheduler was interrupted");
       // Give members a heartbeat or two to hear of it.

@@ -58,11 +58,34 @@ bool SchedulerService::MembersToldOfEnd(absl::Duration grace) const {
   if (absl::Now() - ended_at_ > grace) return true;
   for (const auto* list : {&members_.servers(), &members_.workers()}) {
     for (const MemberRecord& m : *list) {
-      const bool gone = m.status.state() == FINISHED || m.status.state() == FAILED;
+      const bool gone = m.status.state() == FINISHED || m.status.state() == FAILED ||
+                        m.status.state() == DEAD;
       if (!m.saw_job_end && !gone) return false;
     }
   }
   return true;
+}
+
+void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (state_ == DONE || state_ == ABORTED) return;
+  for (std::vector<MemberRecord>* list : {&members_.servers(), &members_.workers()}) {
+    for (MemberRecord& m : *list) {
+      const MemberState st = m.status.state();
+      if (st == FINISHED || st == FAILED || st == DEAD) continue;
+      const absl::Duration silent = now - m.last_seen;
+      if (silent <= timeout) continue;
+      const std::string why = absl::StrCat(
+          "no heartbeat for ", absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+          " (--heartbeat_timeout_ms=", absl::ToInt64Milliseconds(timeout), ")");
+      m.status.set_state(DEAD);
+      m.status.set_message(why);
+      m.status.set_declared_dead_unix_ms(absl::ToUnixMillis(now));
+      spdlog::error("{} {} at {} declared dead: {}", RoleName(m.role), m.id, m.address, why);
+      EndJob(ABORTED, absl::StrCat(RoleName(m.role), " ", m.id, " at ", m.address,
+                                   " declared dead: ", why));
+    }
+  }
 }
 
 void SchedulerService::EndJob(JobState state, const std::string& message) {
@@ -127,7 +150,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
   // A member's last state sticks: a heartbeat overtaken by its final report
   // must not bring it back to RUNNING.
   const MemberState before = member.status.state();
-  const bool terminal = before == FINISHED || before == FAILED;
+  const bool terminal = before == FINISHED || before == FAILED || before == DEAD;
   member.status = st;
   if (terminal) member.status.set_state(before);
   member.status.set_address(member.address);  // as registered, not as claimed

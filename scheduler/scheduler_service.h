@@ -1,7 +1,7 @@
 // The scheduler's gRPC service: registration, heartbeats, the gate and the
 // cluster's status. Holds the job's state machine:
 //   WAITING --all members registered--> RUNNING_JOB --all workers FINISHED--> DONE
-//   any state --a member reports FAILED--> ABORTED
+//   any state --a member reports FAILED or goes silent (DEAD)--> ABORTED
 #ifndef PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 
@@ -27,6 +27,11 @@ class SchedulerService final : public Scheduler::CallbackService {
   void SetAddress(const std::string& address);
   // Ends the job as ABORTED (e.g. the scheduler was interrupted).
   void Abort(const std::string& message);
+  // Declares DEAD every member not yet finished, failed or dead whose last
+  // registration or heartbeat is older than `timeout`, with when and why in
+  // its status. The job cannot go on without it (elastic membership is not
+  // built yet): it ends ABORTED, so nobody waits on the dead member.
+  void CheckLiveness(absl::Time now, absl::Duration timeout);
   JobState job_state(std::string* message = nullptr) const;
   // True once the job ended and every member has been told so (or
   // `grace` passed since the end).

@@ -128,6 +128,9 @@ int Run() {
   const JobSpec& job = reg->job();
   SetLogIdentity("server", id);
   service->SetIdentity(id, address);
+  // Heartbeats from now on: making a large store may take longer than the
+  // scheduler's heartbeat timeout.
+  client.StartHeartbeats([&service] { return service->GetStatus(); });
 
   auto partition = Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
   auto optimizer = MakeOptimizer(job.optimizer());
@@ -156,7 +159,6 @@ int Run() {
         return client.ReduceNorm(id, clock, sum_squares);
       },
       [&service] { service->WakePulls(); });
-  client.StartHeartbeats([&service] { return service->GetStatus(); });
 
   std::string message;
   JobState end = WAITING;

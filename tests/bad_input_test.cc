@@ -111,7 +111,8 @@ class LiveClusterTest : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>("live");
     // Start the scheduler and server only: the worker is this test.
     options.workers = 0;
-    options.scheduler_flags = {"--num_workers=1"};
+    // The test plays the worker by hand and sends no heartbeats.
+    options.scheduler_flags = {"--num_workers=1", "--heartbeat_timeout_ms=600000"};
     ASSERT_TRUE(cluster_->Start(options).ok());
     scheduler_ = Scheduler::NewStub(MakeChannel(cluster_->scheduler_address()));
   }

@@ -236,6 +236,15 @@ absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_addres
   if (!reg.ok()) return reg.status();
   w.job = reg->job();
   w.rank = reg->id();
+  // Alive in the scheduler's eyes for as long as the caller works.
+  const int rank = w.rank;
+  w.client->StartHeartbeats([rank] {
+    NodeStatus st;
+    st.set_role(WORKER);
+    st.set_id(rank);
+    st.set_state(RUNNING);
+    return st;
+  });
   absl::StatusOr<AdvanceClockResponse> gate = w.client->AdvanceClock(w.rank, 0);
   if (!gate.ok()) return gate.status();
   w.cluster = gate->cluster();

@@ -52,6 +52,8 @@ std::string StateName(MemberState s) {
       return "finished";
     case FAILED:
       return "failed";
+    case DEAD:
+      return "dead";
     default:
       return "?";
   }

@@ -167,6 +167,9 @@ int Run() {
     if (accuracy >= 0) st.set_test_accuracy(accuracy);
     (void)client.ReportFinal(st);
   };
+  // Heartbeats from now on: loading the data may take longer than the
+  // scheduler's heartbeat timeout.
+  client.StartHeartbeats([&] { return member_status(RUNNING); });
 
   absl::StatusOr<TrainTest> data = LoadDataset(job);
   if (!data.ok()) {
@@ -199,7 +202,6 @@ int Run() {
     absl::MutexLock lock(&trainer_mu);
     trainer = std::make_unique<Trainer>(topts, &client, backend->get(), std::move(*data));
   }
-  client.StartHeartbeats([&] { return member_status(RUNNING); });
 
   std::atomic<bool> stop{false};
   std::thread watcher([&stop] {
