@@ -22,6 +22,7 @@
 #include "common/simd.h"
 #include "common/thread_pool.h"
 #include "common/trace.h"
+#include "server/checkpoint.h"
 #include "server/ps_service.h"
 #include "server/shard_store.h"
 #include "spdlog/spdlog.h"
@@ -34,6 +35,9 @@ ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable s
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
 ABSL_FLAG(int, server_threads, static_cast<int>(std::thread::hardware_concurrency()),
           "threads one large optimizer update is split over");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "write checkpoints here (safetensors files, see server/checkpoint.h)");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "checkpoint every this many clocks (0: never)");
 ABSL_FLAG(int, rpc_threads, 1,
           "threads serving pushes and pulls, each on its own completion queue (each one "
           "reads, applies and answers its calls; concurrent pushes of different chunks run "
@@ -153,6 +157,15 @@ int Run() {
       store->chunk_ids().size(), store->NumParams(),
       store->NumParams() > 0 ? double(store->BytesHeld()) / store->NumParams() : 0.0,
       OptimizerType_Name(job.optimizer().type()), pool.parallelism(), SimdLevel());
+  std::unique_ptr<CheckpointWriter> checkpoint;
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty() && absl::GetFlag(FLAGS_checkpoint_every) > 0) {
+    checkpoint = std::make_unique<CheckpointWriter>(absl::GetFlag(FLAGS_checkpoint_dir), id,
+                                                    OptimizerType_Name(job.optimizer().type()),
+                                                    store->CheckpointLayout());
+    store->SetCheckpointing(checkpoint.get(), absl::GetFlag(FLAGS_checkpoint_every));
+    spdlog::info("checkpointing every {} clocks into {}", absl::GetFlag(FLAGS_checkpoint_every),
+                 absl::GetFlag(FLAGS_checkpoint_dir));
+  }
   service->SetStore(store, TotalClocks(job));
   store->StartGlobalClipping(
       [&client, id](int64_t clock, double sum_squares) {

@@ -44,6 +44,7 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
     const ParamInfo& param = params[info.param];
     auto c = std::make_unique<Chunk>(num_workers_);
     c->id = id;
+    c->name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
     c->shape.cols = info.numel;
     if (param.shape.size() == 2 && info.offset % param.shape[1] == 0 &&
         info.numel % param.shape[1] == 0) {
@@ -154,6 +155,7 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
     }
     c.applied[worker] = clock + 1;
     TraceApply(worker, clock, chunk);
+    MaybeCheckpoint(c);
     return absl::OkStatus();
   }
   // BSP: the gate keeps every worker within one round, so `clock` is the
@@ -193,6 +195,35 @@ void ShardStore::ApplyRound(Chunk& c, float scale) {
     c.pushed[w] = false;
     ++c.applied[w];
     TraceApply(w, c.applied[w] - 1, c.id);
+  }
+  MaybeCheckpoint(c);
+}
+
+void ShardStore::SetCheckpointing(CheckpointWriter* writer, int64_t every) {
+  checkpoint_ = writer;
+  checkpoint_every_ = every;
+}
+
+std::vector<CheckpointWriter::Chunk> ShardStore::CheckpointLayout() const {
+  std::vector<CheckpointWriter::Chunk> out;
+  for (int32_t id : chunk_ids_) {
+    const Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    out.push_back({id, c.name, static_cast<int64_t>(c.weights.size()),
+                   static_cast<int64_t>(c.state.size())});
+  }
+  return out;
+}
+
+void ShardStore::MaybeCheckpoint(Chunk& c) {
+  if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
+  const int64_t clock = *std::min_element(c.applied.begin(), c.applied.end());
+  if (clock == 0 || clock % checkpoint_every_ != 0 || clock <= c.checkpointed) return;
+  c.checkpointed = clock;
+  const absl::Status st =
+      checkpoint_->Write(clock, c.id, c.weights.data(), c.state.data(), c.steps);
+  if (!st.ok() && !checkpoint_error_logged_.exchange(true)) {
+    spdlog::error("checkpoint of clock {} failed (logged once): {}", clock, st.message());
   }
 }
 

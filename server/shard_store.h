@@ -21,6 +21,7 @@
 #include "common/thread_pool.h"
 #include "common/trace.h"
 #include "proto/job.pb.h"
+#include "server/checkpoint.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"
 
@@ -77,6 +78,14 @@ class ShardStore {
   void StopGlobalClipping();
   ~ShardStore();
 
+  // Checkpoints: each chunk goes to `writer` (with its weights, optimizer
+  // state and step count, under its lock) whenever the iterations applied to
+  // it by every worker reach a multiple of `every`. Call before the first
+  // push; `writer` outlives the store.
+  void SetCheckpointing(CheckpointWriter* writer, int64_t every);
+  // The chunks as a checkpoint lays them out.
+  std::vector<CheckpointWriter::Chunk> CheckpointLayout() const;
+
   // Min over owned chunks and workers of the iterations applied.
   int64_t MinAppliedClock() const;
   int64_t NumParams() const { return num_params_; }
@@ -107,7 +116,11 @@ class ShardStore {
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
     // Global clipping: the round's mean waits in grad_sum.
     bool round_closed ABSL_GUARDED_BY(mu) = false;
+    std::string name;  // "<param>[<begin>:<end>]"
+    int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
   };
+  // Writes `c` to the checkpoint when its applied clock calls for it.
+  void MaybeCheckpoint(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
   Chunk* Find(int32_t chunk) const;
   // OK for the worker's next push (*duplicate false) or a repeat of one
@@ -138,6 +151,10 @@ class ShardStore {
   int64_t num_params_ = 0;
   int64_t bytes_held_ = 0;
   std::atomic<int64_t> nonfinite_skipped_{0};
+
+  CheckpointWriter* checkpoint_ = nullptr;
+  int64_t checkpoint_every_ = 0;
+  std::atomic<bool> checkpoint_error_logged_{false};
 
   const bool global_clip_;
   mutable absl::Mutex clip_mu_;
