@@ -36,6 +36,8 @@ ABSL_FLAG(std::string, data_dir, "", "override: data.path");
 ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
           "declare a member dead after this long without a heartbeat (members send one every "
           "--heartbeat_interval_ms, 500 by default)");
+ABSL_FLAG(int, linger_ms, 0,
+          "after the job ends, keep answering Status this long (to see who failed and why)");
 ABSL_FLAG(int, end_grace_ms, 5000,
           "after the job ends, how long to wait for every member to hear of it");
 
@@ -133,6 +135,8 @@ int Run() {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
+  const absl::Time linger_until = absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_linger_ms));
+  while (absl::Now() < linger_until && !ShutdownRequested()) absl::SleepFor(absl::Milliseconds(50));
   std::string message;
   const JobState end = service->job_state(&message);
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

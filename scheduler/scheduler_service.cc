@@ -210,7 +210,7 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
     return FinishNow(ctx, grpc::Status::OK);
   }
   auto* reactor = new ParkedReactor();
-  parked_.emplace_back(reactor, PendingGate{req->worker_id(), req->clock(), resp});
+  parked_.emplace_back(reactor, PendingGate{req->worker_id(), req->clock(), resp, absl::Now()});
   return reactor;
 }
 
@@ -299,6 +299,14 @@ ClusterStatus SchedulerService::GetStatus() const {
   me->set_clock(clocks_.MinClock());
   me->set_rss_bytes(ResidentBytes());
   me->set_test_accuracy(-1);
+  for (const Parked<PendingGate>& p : parked_) {
+    if (p.Gone()) continue;
+    Wait* w = me->add_waits();
+    w->set_what(absl::StrCat("worker ", p.what.worker, " at the gate of clock ", p.what.clock,
+                             " (the slowest worker has finished ", clocks_.MinClock(),
+                             " clocks)"));
+    w->set_since_unix_ms(absl::ToUnixMillis(p.what.since));
+  }
   for (const auto* list : {&members_.servers(), &members_.workers()}) {
     for (const MemberRecord& m : *list) *out.add_members() = m.status;
   }

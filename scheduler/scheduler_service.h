@@ -56,6 +56,7 @@ class SchedulerService final : public Scheduler::CallbackService {
     int worker;
     int64_t clock;
     AdvanceClockResponse* response;
+    absl::Time since;
   };
 
   struct PendingNorm {

@@ -212,6 +212,7 @@ class PsService::Call {
   grpc::ServerContext ctx;
   grpc::ByteBuffer request, reply;  // Push, Pull
   PullRequest pull;                 // a pull's parsed request
+  absl::Time parked_at;             // a parked pull's
   StatusRequest status_request;
   NodeStatus status_reply;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;
@@ -323,6 +324,7 @@ void PsService::Handle(Call* call) {
     answer(grpc::Status::OK);
     return;
   }
+  call->parked_at = absl::Now();
   parked_.push_back(call);  // keeps the handling reference
 }
 
@@ -380,6 +382,18 @@ NodeStatus PsService::GetStatus() const {
     st.set_nonfinite_skipped(s->NonfiniteSkipped());
   }
   st.set_test_accuracy(-1);
+  {
+    absl::MutexLock lock(&parked_mu_);
+    for (const Call* call : parked_) {
+      if (call->claimed()) continue;
+      Wait* w = st.add_waits();
+      w->set_what(absl::StrCat("pull by worker ", call->pull.worker_id(), " of ",
+                               call->pull.chunks_size(), " chunks for clock ", call->pull.clock(),
+                               ", waiting for every worker's updates before clock ",
+                               call->pull.min_clock()));
+      w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));
+    }
+  }
   return st;
 }
 

@@ -75,7 +75,7 @@ class PsService final : public PsServiceBase {
   MemberState state_ ABSL_GUARDED_BY(mu_) = REGISTERED;
   std::string message_ ABSL_GUARDED_BY(mu_);
 
-  absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<Call*> parked_ ABSL_GUARDED_BY(parked_mu_);  // each holds a reference
 
   absl::Mutex accept_mu_;

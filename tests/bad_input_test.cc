@@ -311,6 +311,20 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
     waited = server->Pull(wctx.get(), ahead, &waited_weights);
   });
   absl::SleepFor(absl::Milliseconds(300));
+  // Status shows what the server waits on, and since when.
+  {
+    NodeStatus waiting;
+    auto sctx = ContextWithTimeout(absl::Seconds(10));
+    ASSERT_TRUE(server->Status(sctx.get(), StatusRequest(), &waiting).ok());
+    ASSERT_EQ(waiting.waits_size(), 1) << waiting.DebugString();
+    EXPECT_TRUE(absl::StrContains(waiting.waits(0).what(),
+                                  "pull by worker 0 of 1 chunks for clock 0, waiting for every "
+                                  "worker's updates before clock 4"))
+        << waiting.waits(0).what();
+    const int64_t age = absl::ToUnixMillis(absl::Now()) - waiting.waits(0).since_unix_ms();
+    EXPECT_GE(age, 200);
+    EXPECT_LT(age, 10000);
+  }
   EXPECT_TRUE(push(0, size0, 3).ok());
   waiter.join();
   EXPECT_TRUE(waited.ok()) << waited.error_message();

@@ -30,7 +30,9 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   options.job_text = SmallJob("batch_size: 16\nsteps: 2000\n");
   options.servers = 1;
   options.workers = 2;
-  options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};
+  // --linger_ms: the scheduler answers Status for a while after the abort.
+  options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000",
+                             "--linger_ms=5000"};
   options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   // Let training begin.
@@ -45,6 +47,20 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   ASSERT_TRUE(training) << cluster.Logs();
   const absl::Time killed = absl::Now();
   cluster.workers()[1].Kill(SIGKILL);
+  // Until it is declared dead, the other worker waits at the gate, and the
+  // scheduler's Status says so.
+  bool gate_wait_seen = false;
+  for (int i = 0; i < 40 && !gate_wait_seen; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok()) {
+      for (const Wait& w : st->scheduler().waits()) {
+        gate_wait_seen |= absl::StrContains(w.what(), "at the gate of clock") &&
+                          w.since_unix_ms() > 0;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  EXPECT_TRUE(gate_wait_seen);
 
   // Declared dead after the timeout, with when and why.
   NodeStatus dead;
