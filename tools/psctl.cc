@@ -13,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/security.h"
 #include "google/protobuf/util/json_util.h"
@@ -112,6 +113,11 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
                   static_cast<long long>(n.nonfinite_skipped()));
     }
     if (!n.message().empty()) std::printf("          %s\n", n.message().c_str());
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    for (const Wait& w : n.waits()) {
+      std::printf("          waiting %.1f s: %s\n", (now_ms - w.since_unix_ms()) / 1000.0,
+                  w.what().c_str());
+    }
   }
 }
 
