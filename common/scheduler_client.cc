@@ -90,6 +90,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& s
     job_state_ = resp.job_state();
     job_message_ = resp.message();
   }
+  dead_workers_.assign(resp.dead_workers().begin(), resp.dead_workers().end());
   return resp;
 }
 
@@ -127,6 +128,11 @@ JobState SchedulerClient::WaitForJobEnd(std::string* message) {
   mu_.Await(absl::Condition(&ended));
   if (message != nullptr) *message = job_message_;
   return job_state_;
+}
+
+std::vector<int> SchedulerClient::dead_workers() const {
+  absl::MutexLock lock(&mu_);
+  return dead_workers_;
 }
 
 JobState SchedulerClient::job_state(std::string* message) const {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -54,6 +55,8 @@ class SchedulerClient {
   JobState WaitForJobEnd(std::string* message);
   // The last job state heartbeats saw.
   JobState job_state(std::string* message = nullptr) const;
+  // Workers the scheduler declared dead, as of the last heartbeat.
+  std::vector<int> dead_workers() const;
 
   // The gate: reports that `worker` finished `clock` iterations and waits
   // until it may start iteration `clock`. Waits across repeated deadlines
@@ -77,6 +80,7 @@ class SchedulerClient {
   mutable absl::Mutex mu_;
   JobState job_state_ ABSL_GUARDED_BY(mu_) = WAITING;
   std::string job_message_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> dead_workers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;
 };

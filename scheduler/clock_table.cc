@@ -7,7 +7,7 @@
 namespace pstrain {
 
 ClockTable::ClockTable(int num_workers, int64_t staleness)
-    : clocks_(num_workers, 0), staleness_(staleness) {}
+    : clocks_(num_workers, 0), removed_(num_workers, false), staleness_(staleness) {}
 
 absl::Status ClockTable::Advance(int worker, int64_t clock) {
   if (worker < 0 || worker >= num_workers()) {
@@ -28,8 +28,16 @@ bool ClockTable::MayStart(int64_t clock) const {
   return MinClock() >= clock - staleness_;
 }
 
+void ClockTable::Remove(int worker) {
+  if (worker >= 0 && worker < num_workers()) removed_[worker] = true;
+}
+
 int64_t ClockTable::MinClock() const {
-  return clocks_.empty() ? 0 : *std::min_element(clocks_.begin(), clocks_.end());
+  int64_t min = INT64_MAX;
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    if (!removed_[w]) min = std::min(min, clocks_[w]);
+  }
+  return min == INT64_MAX ? 0 : min;
 }
 
 }  // namespace pstrain

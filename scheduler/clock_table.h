@@ -26,12 +26,18 @@ class ClockTable {
   // has finished at least clock - s iterations.
   bool MayStart(int64_t clock) const;
 
+  // Leaves `worker` out of the gate and of MinClock from now on (it died).
+  void Remove(int worker);
+  bool removed(int worker) const { return removed_[worker]; }
+
+  // Min over the workers not removed (0 when none is left).
   int64_t MinClock() const;
   int64_t clock(int worker) const { return clocks_[worker]; }
   int num_workers() const { return static_cast<int>(clocks_.size()); }
 
  private:
   std::vector<int64_t> clocks_;
+  std::vector<bool> removed_;
   int64_t staleness_;
 };
 

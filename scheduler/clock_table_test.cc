@@ -18,6 +18,17 @@ TEST(ClockTableTest, BspGateWaitsForEveryone) {
   EXPECT_EQ(t.MinClock(), 1);
 }
 
+TEST(ClockTableTest, ARemovedWorkerNoLongerHoldsTheGate) {
+  ClockTable t(3, 0);
+  ASSERT_TRUE(t.Advance(0, 1).ok());
+  ASSERT_TRUE(t.Advance(1, 1).ok());
+  EXPECT_FALSE(t.MayStart(1));  // worker 2 is at 0
+  t.Remove(2);
+  EXPECT_TRUE(t.removed(2));
+  EXPECT_TRUE(t.MayStart(1));
+  EXPECT_EQ(t.MinClock(), 1);
+}
+
 TEST(ClockTableTest, SspAllowsTheBound) {
   ClockTable t(2, 2);
   for (int c = 1; c <= 4; ++c) ASSERT_TRUE(t.Advance(0, c).ok());

@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, data_dir, "", "override: data.path");
 ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
           "declare a member dead after this long without a heartbeat (members send one every "
           "--heartbeat_interval_ms, 500 by default)");
+ABSL_FLAG(std::string, on_worker_failure, "shrink",
+          "shrink: go on without a dead worker (the others split its share of each batch); "
+          "abort: end the job");
 ABSL_FLAG(int, linger_ms, 0,
           "after the job ends, keep answering Status this long (to see who failed and why)");
 ABSL_FLAG(int, end_grace_ms, 5000,
@@ -99,7 +102,13 @@ int Run() {
     spdlog::error("{}", trace.status().message());
     return 2;
   }
-  auto service = std::make_unique<SchedulerService>(*job, trace->get());
+  const std::string on_failure = absl::GetFlag(FLAGS_on_worker_failure);
+  if (on_failure != "shrink" && on_failure != "abort") {
+    spdlog::error("--on_worker_failure={}: expected shrink or abort", on_failure);
+    return 2;
+  }
+  auto service =
+      std::make_unique<SchedulerService>(*job, trace->get(), on_failure == "shrink");
   std::string bound;
   auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound);
   if (!server.ok()) {

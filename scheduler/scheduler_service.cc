@@ -27,8 +27,10 @@ std::vector<bool> ServersWithChunks(const JobSpec& job) {
 
 }  // namespace
 
-SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace)
+SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace,
+                                   bool shrink_on_worker_failure)
     : job_(job),
+      shrink_(shrink_on_worker_failure),
       total_clocks_(TotalClocks(job)),
       start_(absl::Now()),
       trace_(trace),
@@ -82,10 +84,29 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
       m.status.set_message(why);
       m.status.set_declared_dead_unix_ms(absl::ToUnixMillis(now));
       spdlog::error("{} {} at {} declared dead: {}", RoleName(m.role), m.id, m.address, why);
+      int live = 0;
+      for (const MemberRecord& w : members_.workers()) live += w.status.state() != DEAD;
+      if (m.role == WORKER && shrink_ && state_ == RUNNING_JOB && live > 0) {
+        clocks_.Remove(m.id);
+        dead_workers_.push_back(m.id);
+        spdlog::warn("going on with {} workers", live);
+        WakeGates();
+        MaybeDone();
+        continue;
+      }
       EndJob(ABORTED, absl::StrCat(RoleName(m.role), " ", m.id, " at ", m.address,
                                    " declared dead: ", why));
     }
   }
+}
+
+void SchedulerService::MaybeDone() {
+  if (!members_.Complete()) return;
+  bool all = true;
+  for (const MemberRecord& w : members_.workers()) {
+    all = all && (w.status.state() == FINISHED || w.status.state() == DEAD);
+  }
+  if (all) EndJob(DONE, "");
 }
 
 void SchedulerService::EndJob(JobState state, const std::string& message) {
@@ -158,12 +179,11 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
   if (member.status.state() == FAILED) {
     EndJob(ABORTED, absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message()));
   } else if (st.role() == WORKER && member.status.state() == FINISHED) {
-    bool all = true;
-    for (const MemberRecord& w : members_.workers()) all = all && w.status.state() == FINISHED;
-    if (all && members_.Complete()) EndJob(DONE, "");
+    MaybeDone();
   }
   resp->set_job_state(state_);
   resp->set_message(message_);
+  for (int32_t w : dead_workers_) resp->add_dead_workers(w);
   if (state_ == DONE || state_ == ABORTED) member.saw_job_end = true;
   return FinishNow(ctx, grpc::Status::OK);
 }
@@ -176,6 +196,9 @@ void SchedulerService::FillGate(int worker, int64_t clock, AdvanceClockResponse*
   resp->set_min_clock(clocks_.MinClock());
   *resp->mutable_cluster() = members_.View();
   resp->set_job_state(state_);
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    if (!clocks_.removed(w)) resp->add_live_workers(w);
+  }
   if (clock < total_clocks_) Trace("start", worker, clock);
 }
 
@@ -186,6 +209,11 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
   absl::MutexLock lock(&mu_);
   absl::StatusOr<MemberRecord*> m = members_.Find(WORKER, req->worker_id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
+  if ((*m)->status.state() == DEAD) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                       absl::StrCat("worker ", req->worker_id(),
+                                                    " was declared dead: ", (*m)->status.message())));
+  }
   if (req->clock() < 0 || req->clock() > total_clocks_) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                        absl::StrCat("clock ", req->clock(), " outside [0, ",

@@ -21,16 +21,20 @@ namespace pstrain {
 
 class SchedulerService final : public Scheduler::CallbackService {
  public:
-  // `job` must be complete and valid. `trace` may be null.
-  SchedulerService(const JobSpec& job, TraceWriter* trace);
+  // `job` must be complete and valid. `trace` may be null. With
+  // `shrink_on_worker_failure` the job goes on without a dead worker (its
+  // share of each batch split among the others); otherwise it aborts.
+  SchedulerService(const JobSpec& job, TraceWriter* trace, bool shrink_on_worker_failure = true);
 
   void SetAddress(const std::string& address);
   // Ends the job as ABORTED (e.g. the scheduler was interrupted).
   void Abort(const std::string& message);
   // Declares DEAD every member not yet finished, failed or dead whose last
   // registration or heartbeat is older than `timeout`, with when and why in
-  // its status. The job cannot go on without it (elastic membership is not
-  // built yet): it ends ABORTED, so nobody waits on the dead member.
+  // its status. A dead worker leaves the gate and the servers' rounds (they
+  // hear of it with their heartbeats) when shrinking, and the job goes on
+  // with the others; a dead server, the last worker, or any worker without
+  // shrinking ends the job ABORTED, so nobody waits on the dead member.
   void CheckLiveness(absl::Time now, absl::Duration timeout);
   JobState job_state(std::string* message = nullptr) const;
   // True once the job ended and every member has been told so (or
@@ -73,7 +77,11 @@ class SchedulerService final : public Scheduler::CallbackService {
   void EndJob(JobState state, const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Trace(const char* event, int worker, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Every live worker FINISHED (and none left running): DONE.
+  void MaybeDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const JobSpec job_;
+  const bool shrink_;
   const int64_t total_clocks_;
   const absl::Time start_;
   TraceWriter* trace_;
@@ -84,6 +92,7 @@ class SchedulerService final : public Scheduler::CallbackService {
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   JobState state_ ABSL_GUARDED_BY(mu_) = WAITING;
   std::string message_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> dead_workers_ ABSL_GUARDED_BY(mu_);
   absl::Time ended_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<Parked<PendingGate>> parked_ ABSL_GUARDED_BY(mu_);
   NormRounds norms_ ABSL_GUARDED_BY(mu_);

@@ -175,9 +175,21 @@ int Run() {
 
   std::string message;
   JobState end = WAITING;
+  std::vector<bool> removed(job.num_workers(), false);
   while (!ShutdownRequested()) {
     end = client.job_state(&message);
     if (end == DONE || end == ABORTED) break;
+    // Workers the scheduler declared dead leave the rounds and the read
+    // guarantee; pulls that waited on them may now be answered.
+    bool changed = false;
+    for (int w : client.dead_workers()) {
+      if (w < 0 || w >= job.num_workers() || removed[w]) continue;
+      removed[w] = true;
+      changed = true;
+      spdlog::warn("worker {} was declared dead: going on without it", w);
+      store->RemoveWorker(w);
+    }
+    if (changed) service->WakePulls();
     absl::SleepFor(absl::Milliseconds(50));
   }
   if (ShutdownRequested()) {

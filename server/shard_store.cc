@@ -90,6 +90,10 @@ absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, i
     return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
   }
   absl::MutexLock lock(&c->mu);
+  if (!c->live[worker]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker, " was declared dead; its pushes are refused"));
+  }
   if (num_values != c->weights.size()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " has ", c->weights.size(),
                                                    " values, push has ", num_values));
@@ -165,25 +169,54 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
     c.round_samples += num_samples;
   }
   c.pushed[worker] = true;
-  if (std::find(c.pushed.begin(), c.pushed.end(), false) != c.pushed.end()) {
-    return absl::OkStatus();
+  if (RoundComplete(c)) CloseRound(c);
+  return absl::OkStatus();
+}
+
+int64_t ShardStore::MinApplied(const Chunk& c) {
+  int64_t min = INT64_MAX;
+  for (size_t w = 0; w < c.applied.size(); ++w) {
+    if (c.live[w]) min = std::min(min, c.applied[w]);
   }
+  return min == INT64_MAX ? *std::max_element(c.applied.begin(), c.applied.end()) : min;
+}
+
+bool ShardStore::RoundComplete(const Chunk& c) {
+  bool any = false;
+  for (size_t w = 0; w < c.pushed.size(); ++w) {
+    if (c.live[w] && !c.pushed[w]) return false;
+    any = any || c.pushed[w];
+  }
+  return any;
+}
+
+void ShardStore::CloseRound(Chunk& c) {
+  const int64_t n = static_cast<int64_t>(c.grad_sum.size());
   if (c.round_samples > 0) {
     Scale(c.grad_sum.data(), n, 1.0f / static_cast<float>(c.round_samples), c.grad_sum.data());
   }
   if (!global_clip_) {
     ApplyRound(c, 1.0f);
-    return absl::OkStatus();
+    return;
   }
   c.round_closed = true;
   absl::MutexLock clip_lock(&clip_mu_);
   ++closed_chunks_;
-  return absl::OkStatus();
+}
+
+void ShardStore::RemoveWorker(int worker) {
+  if (worker < 0 || worker >= num_workers_) return;
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    if (!c->live[worker]) continue;
+    c->live[worker] = false;
+    if (bsp_ && !c->round_closed && RoundComplete(*c)) CloseRound(*c);
+  }
 }
 
 void ShardStore::ApplyRound(Chunk& c, float scale) {
   const int64_t n = static_cast<int64_t>(c.grad_sum.size());
-  const int64_t clock = c.applied[0];  // every worker is in this round
+  const int64_t clock = MinApplied(c);  // every live worker is in this round
   if (c.round_samples > 0) {           // else every push of the round was skipped
     if (scale != 1.0f) Scale(c.grad_sum.data(), n, scale, c.grad_sum.data());
     Apply(c, clock, c.grad_sum.data());
@@ -193,6 +226,7 @@ void ShardStore::ApplyRound(Chunk& c, float scale) {
   c.round_closed = false;
   for (int w = 0; w < num_workers_; ++w) {
     c.pushed[w] = false;
+    if (!c.live[w]) continue;  // a dead worker's clock stays where it died
     ++c.applied[w];
     TraceApply(w, c.applied[w] - 1, c.id);
   }
@@ -217,7 +251,7 @@ std::vector<CheckpointWriter::Chunk> ShardStore::CheckpointLayout() const {
 
 void ShardStore::MaybeCheckpoint(Chunk& c) {
   if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
-  const int64_t clock = *std::min_element(c.applied.begin(), c.applied.end());
+  const int64_t clock = MinApplied(c);
   if (clock == 0 || clock % checkpoint_every_ != 0 || clock <= c.checkpointed) return;
   c.checkpointed = clock;
   const absl::Status st =
@@ -265,7 +299,7 @@ void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
     int64_t clock = 0;
     for (const auto& [id, c] : chunks_) {
       absl::MutexLock lock(&c->mu);
-      clock = c->applied[0];
+      clock = MinApplied(*c);
       for (float g : c->grad_sum) local += static_cast<double>(g) * g;
     }
     absl::StatusOr<double> total = reduce(clock, local);
@@ -304,7 +338,7 @@ bool ShardStore::Readable(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return false;
   absl::MutexLock lock(&c->mu);
-  return *std::min_element(c->applied.begin(), c->applied.end()) >= min_clock;
+  return MinApplied(*c) >= min_clock;
 }
 
 void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
@@ -329,7 +363,7 @@ int64_t ShardStore::MinAppliedClock() const {
   int64_t min_clock = INT64_MAX;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
-    min_clock = std::min(min_clock, *std::min_element(c->applied.begin(), c->applied.end()));
+    min_clock = std::min(min_clock, MinApplied(*c));
   }
   return chunks_.empty() ? 0 : min_clock;
 }

@@ -86,7 +86,13 @@ class ShardStore {
   // The chunks as a checkpoint lays them out.
   std::vector<CheckpointWriter::Chunk> CheckpointLayout() const;
 
-  // Min over owned chunks and workers of the iterations applied.
+  // Leaves `worker` out from now on (the scheduler declared it dead): BSP
+  // rounds close over the other workers (a round it already pushed to keeps
+  // its gradient), the read guarantee and the applied clocks ignore it, and
+  // its pushes are refused. Idempotent.
+  void RemoveWorker(int worker);
+
+  // Min over owned chunks and live workers of the iterations applied.
   int64_t MinAppliedClock() const;
   int64_t NumParams() const { return num_params_; }
   // Elements of one of this server's chunks (0 for another's).
@@ -99,7 +105,8 @@ class ShardStore {
 
  private:
   struct Chunk {
-    explicit Chunk(int num_workers) : applied(num_workers, 0), pushed(num_workers, false) {}
+    explicit Chunk(int num_workers)
+        : applied(num_workers, 0), pushed(num_workers, false), live(num_workers, true) {}
     int32_t id = 0;
     ChunkShape shape;
     mutable absl::Mutex mu;
@@ -111,6 +118,7 @@ class ShardStore {
     // BSP: the round being collected is min(applied); `pushed` marks who has
     // contributed to it, `grad_sum` holds sum(num_samples * grad).
     std::vector<bool> pushed ABSL_GUARDED_BY(mu);
+    std::vector<bool> live ABSL_GUARDED_BY(mu);  // not declared dead
     std::vector<float> grad_sum ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
@@ -119,6 +127,13 @@ class ShardStore {
     std::string name;  // "<param>[<begin>:<end>]"
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
   };
+  // Min over live workers of the iterations applied to `c`.
+  static int64_t MinApplied(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
+  // BSP: every live worker has pushed to the current round (and one has).
+  static bool RoundComplete(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
+  // BSP: turns the round's sum into its mean and applies it (or, with
+  // global clipping, leaves it for the clipping thread).
+  void CloseRound(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Writes `c` to the checkpoint when its applied clock calls for it.
   void MaybeCheckpoint(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 

@@ -65,6 +65,28 @@ TEST(ShardStoreTest, BspAppliesOneStepOverTheRoundsMean) {
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * 3.25f);
 }
 
+TEST(ShardStoreTest, BspRoundsCloseOverTheLiveWorkersAfterOneDies) {
+  Fixture f(BSP);
+  const std::vector<float> w0 = ReadChunk(f.store, 0);
+  std::vector<float> g(8, 1.0f);
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 0, g).ok());
+  EXPECT_FALSE(f.store.Readable(0, 1));  // waiting for worker 1
+  f.store.RemoveWorker(1);
+  EXPECT_TRUE(f.store.Readable(0, 1));  // the round closed over worker 0
+  const std::vector<float> w1 = ReadChunk(f.store, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
+  // Chunk 1 had no push yet: it waits for worker 0 alone.
+  EXPECT_FALSE(f.store.Readable(1, 1));
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 1, std::vector<float>{1.0f, 1.0f}).ok());
+  EXPECT_TRUE(f.store.Readable(1, 1));
+  // The dead worker's pushes are refused; the next rounds need worker 0 only.
+  EXPECT_EQ(f.store.Push(1, 0, 4, 0, g).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(f.store.Push(0, 1, 4, 0, g).ok());
+  EXPECT_TRUE(f.store.Readable(0, 2));
+  EXPECT_EQ(f.store.MinAppliedClock(), 1);  // chunk 1 is at 1
+  f.store.RemoveWorker(1);                  // idempotent
+}
+
 TEST(ShardStoreTest, SspAppliesEachPushOnArrival) {
   Fixture f(SSP);
   const std::vector<float> w0 = ReadChunk(f.store, 1);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
@@ -24,6 +25,120 @@ absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
   return st;
 }
 
+// The number after `prefix` in `log` (-1 if none).
+double NumberAfter(const std::string& log, const std::string& prefix) {
+  const size_t at = log.find(prefix);
+  if (at == std::string::npos) return -1;
+  const size_t begin = at + prefix.size();
+  const size_t end = log.find_first_not_of("0123456789.", begin);
+  double v = -1;
+  if (!absl::SimpleAtod(log.substr(begin, end - begin), &v)) return -1;
+  return v;
+}
+
+// Harder than SmallJob's data (16 overlapping classes in 8 features), so
+// that the accuracy comparison has room to fail.
+constexpr char kBspJob[] = R"pb(
+  model {
+    layers { type: DENSE units: 32 }
+    layers { type: RELU }
+    layers { type: DENSE units: 16 }
+    layers { type: SOFTMAX_XENT }
+  }
+  data {
+    dataset: SYNTHETIC
+    synthetic_dim: 8
+    synthetic_classes: 16
+    synthetic_train_size: 4096
+    synthetic_test_size: 1024
+  }
+  optimizer { type: ADAM learning_rate: 0.01 }
+  consistency: BSP
+  batch_size: 32
+  steps: 300
+  seed: 7
+  chunk_bytes: 1024
+  log_every: 50
+)pb";
+
+ClusterOptions BspOptions() {
+  ClusterOptions options;
+  options.job_text = kBspJob;
+  options.servers = 1;
+  options.workers = 2;
+  options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};
+  options.worker_flags = {{"--debug_slowdown_ms=10"}, {"--debug_slowdown_ms=10"}};
+  return options;
+}
+
+// A worker's clock (-1 if not found).
+int64_t WorkerClock(const ClusterStatus& st, int id) {
+  for (const NodeStatus& m : st.members()) {
+    if (m.role() == WORKER && m.id() == id) return m.clock();
+  }
+  return -1;
+}
+
+TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
+  // The undisturbed run.
+  double undisturbed = -1;
+  {
+    Cluster cluster("shrink0");
+    ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
+    absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+    ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
+    undisturbed = NumberAfter(cluster.workers()[0].Log() + cluster.workers()[1].Log(),
+                              "final test accuracy ");
+  }
+  Cluster cluster("shrink");
+  ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
+  // Wait until training is well under way; learn which rank the survivor has.
+  int survivor = -1;
+  for (int i = 0; i < 400 && survivor < 0; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && WorkerClock(*st, 0) >= 50) {
+      // Process 1 is killed; the survivor is process 0's rank, read from its log.
+      const std::string log = cluster.workers()[0].Log();
+      survivor = absl::StrContains(log, "[worker 0]") ? 0 : 1;
+    }
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  ASSERT_GE(survivor, 0) << cluster.Logs();
+  const absl::Time killed = absl::Now();
+  cluster.workers()[1].Kill(SIGKILL);
+  // Blocked at the gate by now; then it must go on within the heartbeat
+  // timeout + 1 s.
+  absl::SleepFor(absl::Milliseconds(300));
+  int64_t blocked_at = -1;
+  if (absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address()); st.ok()) {
+    blocked_at = WorkerClock(*st, survivor);
+  }
+  ASSERT_GE(blocked_at, 0);
+  absl::Duration resumed = absl::InfiniteDuration();
+  for (int i = 0; i < 400; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && WorkerClock(*st, survivor) > blocked_at + 1) {
+      resumed = absl::Now() - killed;
+      break;
+    }
+    if (!st.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::printf("the survivor went on %.2f s after the kill (heartbeat timeout 1.5 s)\n",
+              absl::ToDoubleSeconds(resumed));
+  EXPECT_LT(resumed, absl::Milliseconds(1500) + absl::Seconds(1));
+  // The job completes, and the survivor's model is as good as undisturbed.
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  const double accuracy = NumberAfter(cluster.workers()[0].Log(), "final test accuracy ");
+  std::printf("final test accuracy %.4f, undisturbed %.4f\n", accuracy, undisturbed);
+  ASSERT_GT(undisturbed, 0);
+  EXPECT_NEAR(accuracy, undisturbed, 0.01);
+  EXPECT_TRUE(absl::StrContains(cluster.scheduler().Log(), "going on with 1 workers"))
+      << cluster.scheduler().Log();
+}
+
 TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   Cluster cluster("kill");
   ClusterOptions options;
@@ -32,7 +147,7 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   options.workers = 2;
   // --linger_ms: the scheduler answers Status for a while after the abort.
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000",
-                             "--linger_ms=5000"};
+                             "--linger_ms=5000", "--on_worker_failure=abort"};
   options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   // Let training begin.

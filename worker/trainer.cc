@@ -153,6 +153,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   Batch batch;
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
   LossScaler scaler;
+  std::vector<int> live;  // the live workers, from the last gate
 
   absl::Time window_start = absl::Now();
   int64_t window_clocks = 0;
@@ -172,10 +173,12 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       gate_thread.join();
       RETURN_IF_ERROR(gate.status());
       RETURN_IF_ERROR(pulled);
+      live.assign(gate->live_workers().begin(), gate->live_workers().end());
       t_pull += pulled_at - t0;
       t_gate += absl::Now() - pulled_at;  // what the gate added after the pull
     } else {
       ASSIGN_OR_RETURN(const AdvanceClockResponse gate, scheduler_->AdvanceClock(rank, clock));
+      live.assign(gate.live_workers().begin(), gate.live_workers().end());
       if (ps == nullptr) {
         if (gate.cluster().servers_size() != job.num_servers()) {
           return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
@@ -199,11 +202,19 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     const absl::Time t2 = absl::Now();
     if (options_.debug_slowdown_ms > 0)
       absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
+    // The clock's global batch is split among the live workers: a dead
+    // worker's share goes to the others.
+    int share_of = workers, share = rank;
+    if (!live.empty()) {
+      share_of = static_cast<int>(live.size());
+      share = static_cast<int>(std::find(live.begin(), live.end(), rank) - live.begin());
+      if (share == share_of) return absl::FailedPreconditionError("this worker is not live");
+    }
     if (text) {
       TextBatch(data_.train_text, job.model().gpt().context(), job.seed(), clock,
-                job.batch_size(), workers, rank, &batch);
+                job.batch_size(), share_of, share, &batch);
     } else {
-      Gather(data_.train, sampler.Indices(clock, workers, rank), &batch);
+      Gather(data_.train, sampler.Indices(clock, share_of, share), &batch);
     }
     const int rows = batch.rows;
     if (options_.loss_scaling) model.set_loss_scale(scaler.scale());
@@ -303,7 +314,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
         "({:.1f} s)",
         loss, loss / std::log(2.0), entropy, entropy / std::log(2.0), acc, total,
         absl::ToDoubleSeconds(absl::Now() - start_));
-  } else if (rank == 0) {
+  } else if (!text) {
+    // Every worker says it: after a failure the survivors' logs hold it.
     spdlog::info("final test accuracy {:.4f} on {} examples after {} clocks ({:.1f} s)", acc,
                  data_.test.size, total, absl::ToDoubleSeconds(absl::Now() - start_));
   }
