@@ -100,10 +100,11 @@ set -e
 sleep 0.3
 kill "$TAIL_PID" 2>/dev/null || true
 if [ $code -eq 0 ]; then
-  acc=$(grep -ho "final test accuracy [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}')
-  val=$(grep -ho "final validation loss [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}')
+  # (|| true: a job of the other kind has no such line.)
+  acc=$(grep -ho "final test accuracy [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}' || true)
+  val=$(grep -ho "final validation loss [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}' || true)
   if [ -n "$val" ]; then
-    ent=$(grep -ho "unigram entropy [0-9.]*" "$LOGS"/worker*.log | tail -n1 | awk '{print $3}')
+    ent=$(grep -ho "unigram entropy [0-9.]*" "$LOGS"/worker*.log | tail -n1 | awk '{print $3}' || true)
     echo "local_cluster: job done; validation loss $val nats/byte (unigram entropy ${ent:-?}); logs in $LOGS"
   else
     echo "local_cluster: job done; test accuracy ${acc:-?}; logs in $LOGS"
