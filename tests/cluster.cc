@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -215,6 +216,17 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
   absl::StatusOr<int> code = p->Wait(timeout);
   *output = ReadFile(log);
   return code;
+}
+
+// The number after `prefix` in `log` (-1 if none).
+double NumberAfter(const std::string& log, const std::string& prefix) {
+  const size_t at = log.find(prefix);
+  if (at == std::string::npos) return -1;
+  const size_t begin = at + prefix.size();
+  const size_t end = log.find_first_not_of("0123456789.", begin);
+  double v = -1;
+  if (!absl::SimpleAtod(log.substr(begin, end - begin), &v)) return -1;
+  return v;
 }
 
 void InProcessWorker::Finish() {

@@ -105,6 +105,10 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 
 // This process as a worker of a cluster (started with one worker fewer than
 // the scheduler expects): registered and past the gate of clock 0.
+// The number after the first `prefix` in `log` (a daemon's log line such as
+// "final test accuracy 0.8899"); -1 if there is none.
+double NumberAfter(const std::string& log, const std::string& prefix);
+
 struct InProcessWorker {
   std::unique_ptr<SchedulerClient> client;
   JobSpec job;  // complete, from the scheduler

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
@@ -23,17 +22,6 @@ absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
   const grpc::Status rpc = stub->Status(ctx.get(), StatusRequest(), &st);
   if (!rpc.ok()) return FromGrpc(rpc);
   return st;
-}
-
-// The number after `prefix` in `log` (-1 if none).
-double NumberAfter(const std::string& log, const std::string& prefix) {
-  const size_t at = log.find(prefix);
-  if (at == std::string::npos) return -1;
-  const size_t begin = at + prefix.size();
-  const size_t end = log.find_first_not_of("0123456789.", begin);
-  double v = -1;
-  if (!absl::SimpleAtod(log.substr(begin, end - begin), &v)) return -1;
-  return v;
 }
 
 // Harder than SmallJob's data (16 overlapping classes in 8 features), so

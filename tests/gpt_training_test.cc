@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 
@@ -17,17 +16,6 @@ constexpr char kCorpus[] = "/usr/share/games/fortunes";
 std::string GptJob(const std::string& gpt, const std::string& rest = "") {
   return "model { kind: GPT gpt { " + gpt + " } }\n" +
          "data { dataset: TEXT path: \"" + kCorpus + "\" }\n" + rest;
-}
-
-// The number after `prefix` in `log` (-1 if none).
-double NumberAfter(const std::string& log, const std::string& prefix) {
-  const size_t at = log.find(prefix);
-  if (at == std::string::npos) return -1;
-  const size_t begin = at + prefix.size();
-  const size_t end = log.find_first_not_of("0123456789.", begin);
-  double v = -1;
-  if (!absl::SimpleAtod(log.substr(begin, end - begin), &v)) return -1;
-  return v;
 }
 
 TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
