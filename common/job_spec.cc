@@ -274,6 +274,12 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
                ")");
   }
   if (job.staleness() < 0) return bad("staleness must be >= 0");
+  if (job.checkpoint_every() < 0) {
+    return bad("checkpoint_every must be >= 0, got ", job.checkpoint_every());
+  }
+  if (job.checkpoint_every() > 0 && job.checkpoint_dir().empty()) {
+    return bad("checkpoint_every needs a checkpoint_dir");
+  }
   if (job.accum_steps() < 1 || job.accum_steps() > job.batch_size() / job.num_workers()) {
     return bad("accum_steps must be in [1, batch_size / num_workers = ",
                job.batch_size() / job.num_workers(), "], got ", job.accum_steps());

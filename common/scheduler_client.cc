@@ -49,6 +49,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
   req.set_role(options_.role);
   req.set_address(options_.address);
   req.set_incarnation(incarnation_);
+  if (options_.rank >= 0) req.set_rank(options_.rank);
   const absl::Time give_up = absl::Now() + options_.connect_timeout;
   Backoff backoff;
   absl::Status last;
@@ -91,6 +92,9 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& s
     job_message_ = resp.message();
   }
   dead_workers_.assign(resp.dead_workers().begin(), resp.dead_workers().end());
+  epoch_ = resp.epoch();
+  restore_clock_ = resp.restore_clock();
+  manifest_clock_ = resp.manifest_clock();
   return resp;
 }
 
@@ -112,6 +116,15 @@ void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
       last_ok = absl::Now();
       continue;
     }
+    // Another process registered in this one's place (or the scheduler
+    // forgot it): nothing this one does counts any more.
+    if (absl::IsFailedPrecondition(resp.status()) || absl::IsNotFound(resp.status())) {
+      absl::MutexLock lock(&mu_);
+      job_state_ = ABORTED;
+      job_message_ = absl::StrCat("the scheduler no longer knows this process: ",
+                                  resp.status().message());
+      return;
+    }
     if (absl::Now() - last_ok > options_.heartbeat_timeout) {
       absl::MutexLock lock(&mu_);
       job_state_ = ABORTED;
@@ -130,6 +143,17 @@ JobState SchedulerClient::WaitForJobEnd(std::string* message) {
   return job_state_;
 }
 
+int64_t SchedulerClient::epoch(int64_t* restore_clock) const {
+  absl::MutexLock lock(&mu_);
+  if (restore_clock != nullptr) *restore_clock = restore_clock_;
+  return epoch_;
+}
+
+int64_t SchedulerClient::manifest_clock() const {
+  absl::MutexLock lock(&mu_);
+  return manifest_clock_;
+}
+
 std::vector<int> SchedulerClient::dead_workers() const {
   absl::MutexLock lock(&mu_);
   return dead_workers_;
@@ -141,10 +165,12 @@ JobState SchedulerClient::job_state(std::string* message) const {
   return job_state_;
 }
 
-absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, int64_t clock) {
+absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, int64_t clock,
+                                                                   int64_t epoch) {
   AdvanceClockRequest req;
   req.set_worker_id(worker);
   req.set_clock(clock);
+  req.set_epoch(epoch);
   req.set_incarnation(incarnation_);
   const absl::Time start = absl::Now();
   Backoff backoff;
@@ -170,9 +196,11 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, i
   }
 }
 
-absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t clock, double sum_squares) {
+absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t epoch, int64_t clock,
+                                                   double sum_squares) {
   ReduceNormRequest req;
   req.set_server_id(server);
+  req.set_epoch(epoch);
   req.set_clock(clock);
   req.set_sum_squares(sum_squares);
   req.set_incarnation(incarnation_);

@@ -176,6 +176,7 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_num_samples(header.num_samples);
   fields.set_dtype(header.dtype);
   fields.set_grad_norm(header.grad_norm);
+  fields.set_epoch(header.epoch);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
@@ -202,12 +203,13 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
     if (!r.ReadVarint(&tag)) return Malformed("push: bad tag");
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     bool ok = true;
-    if (type == kVarint && field >= 1 && field <= 4) {
+    if (type == kVarint && ((field >= 1 && field <= 4) || field == 7)) {
       ok = r.ReadVarint(&v);
       if (field == 1) h->worker_id = static_cast<int32_t>(v);
       if (field == 2) h->clock = static_cast<int64_t>(v);
       if (field == 3) h->num_samples = static_cast<int32_t>(v);
       if (field == 4) h->dtype = static_cast<DType>(static_cast<int32_t>(v));
+      if (field == 7) h->epoch = static_cast<int64_t>(v);
     } else if (field == 5 && type == kLen) {
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);

@@ -32,6 +32,8 @@ void ClockTable::Remove(int worker) {
   if (worker >= 0 && worker < num_workers()) removed_[worker] = true;
 }
 
+void ClockTable::Reset(int64_t clock) { std::fill(clocks_.begin(), clocks_.end(), clock); }
+
 int64_t ClockTable::MinClock() const {
   int64_t min = INT64_MAX;
   for (size_t w = 0; w < clocks_.size(); ++w) {

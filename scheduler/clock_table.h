@@ -28,6 +28,8 @@ class ClockTable {
 
   // Leaves `worker` out of the gate and of MinClock from now on (it died).
   void Remove(int worker);
+  // Sets every worker's clock to `clock` (a rollback to a checkpoint).
+  void Reset(int64_t clock);
   bool removed(int worker) const { return removed_[worker]; }
 
   // Min over the workers not removed (0 when none is left).

@@ -61,6 +61,38 @@ absl::StatusOr<MemberRecord*> Membership::Find(Role role, int id, uint64_t incar
   return &list[id];
 }
 
+absl::Status Membership::Replace(Role role, int id, const std::string& address,
+                                uint64_t incarnation, absl::Time now) {
+  if (role != SERVER && role != WORKER) return absl::InvalidArgumentError("bad role");
+  std::vector<MemberRecord>& list = role == SERVER ? servers_ : workers_;
+  if (id < 0 || id >= static_cast<int>(list.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(role), " ", id, " is not registered"));
+  }
+  if (address.empty() || address.size() > 512) {
+    return absl::InvalidArgumentError("register: bad address");
+  }
+  for (const std::vector<MemberRecord>* l : {&servers_, &workers_}) {
+    for (const MemberRecord& m : *l) {
+      if (m.address == address && !(m.role == role && m.id == id)) {
+        return absl::AlreadyExistsError(absl::StrCat(address, " is already registered as ",
+                                                     RoleName(m.role), " ", m.id));
+      }
+    }
+  }
+  MemberRecord& m = list[id];
+  m.address = address;
+  m.incarnation = incarnation;
+  m.last_seen = now;
+  m.saw_job_end = false;
+  m.status = NodeStatus();
+  m.status.set_role(role);
+  m.status.set_id(id);
+  m.status.set_address(address);
+  m.status.set_state(REGISTERED);
+  m.status.set_test_accuracy(-1);
+  return absl::OkStatus();
+}
+
 bool Membership::Complete() const {
   return static_cast<int>(servers_.size()) == num_servers_ &&
          static_cast<int>(workers_.size()) == num_workers_;

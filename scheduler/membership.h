@@ -43,6 +43,12 @@ class Membership {
   // FAILED_PRECONDITION / NOT_FOUND with a message for an unknown sender.
   absl::StatusOr<MemberRecord*> Find(Role role, int id, uint64_t incarnation);
 
+  // Gives the registered member (role, id) to another process: a
+  // replacement of a failed one. INVALID_ARGUMENT for an unregistered id or
+  // a bad address; ALREADY_EXISTS when another member holds `address`.
+  absl::Status Replace(Role role, int id, const std::string& address, uint64_t incarnation,
+                       absl::Time now);
+
   bool Complete() const;
   ClusterView View() const;
   std::vector<MemberRecord>& servers() { return servers_; }

@@ -41,6 +41,11 @@ absl::Status NormRounds::Add(int server, int64_t clock, double sum_squares) {
   return absl::OkStatus();
 }
 
+void NormRounds::Reset(int64_t clock) {
+  rounds_.clear();
+  forgotten_before_ = clock;
+}
+
 std::optional<double> NormRounds::Total(int64_t clock) const {
   auto it = rounds_.find(clock);
   if (it == rounds_.end() || it->second.count < num_reporters_) return std::nullopt;

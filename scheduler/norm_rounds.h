@@ -25,6 +25,9 @@ class NormRounds {
   absl::Status Add(int server, int64_t clock, double sum_squares);
   // The total of round `clock` once every reporter has reported.
   std::optional<double> Total(int64_t clock) const;
+  // Forgets every round (the cluster rolled back to `clock`; rounds from
+  // there on are reported again).
+  void Reset(int64_t clock);
 
  private:
   struct Round {

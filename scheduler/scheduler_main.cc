@@ -17,6 +17,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/trace.h"
+#include "scheduler/manifest.h"
 #include "scheduler/scheduler_service.h"
 
 ABSL_FLAG(std::string, job, "", "the job spec, a text-format pstrain.JobSpec (required)");
@@ -33,6 +34,12 @@ ABSL_FLAG(int, epochs, -1, "override: epochs");
 ABSL_FLAG(int64_t, steps, -1, "override: total clocks (0 = use epochs)");
 ABSL_FLAG(int64_t, seed, -1, "override: seed of the weights' init and the data order");
 ABSL_FLAG(std::string, data_dir, "", "override: data.path");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "override: checkpoint_dir, shared by the scheduler and the servers (a job started on "
+          "a directory with a manifest resumes from it)");
+ABSL_FLAG(int64_t, checkpoint_every, -1, "override: checkpoint every this many clocks (0: never)");
+ABSL_FLAG(int, server_restart_timeout_ms, 60000,
+          "end the job when a dead server has no replacement (ps_server --rank=ID) this long");
 ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
           "declare a member dead after this long without a heartbeat (members send one every "
           "--heartbeat_interval_ms, 500 by default)");
@@ -68,6 +75,12 @@ absl::Status ApplyFlagOverrides(JobSpec* job) {
   if (absl::GetFlag(FLAGS_seed) >= 0) job->set_seed(absl::GetFlag(FLAGS_seed));
   if (!absl::GetFlag(FLAGS_data_dir).empty()) {
     job->mutable_data()->set_path(absl::GetFlag(FLAGS_data_dir));
+  }
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    job->set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  }
+  if (absl::GetFlag(FLAGS_checkpoint_every) >= 0) {
+    job->set_checkpoint_every(absl::GetFlag(FLAGS_checkpoint_every));
   }
   return absl::OkStatus();
 }
@@ -107,8 +120,31 @@ int Run() {
     spdlog::error("--on_worker_failure={}: expected shrink or abort", on_failure);
     return 2;
   }
-  auto service =
-      std::make_unique<SchedulerService>(*job, trace->get(), on_failure == "shrink");
+  SchedulerPolicy policy;
+  policy.shrink_on_worker_failure = on_failure == "shrink";
+  policy.server_restart_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_restart_timeout_ms));
+  if (!job->checkpoint_dir().empty()) {
+    // A job started on a directory with a manifest resumes from it.
+    absl::StatusOr<std::optional<Manifest>> manifest = ReadManifest(job->checkpoint_dir());
+    if (!manifest.ok()) {
+      spdlog::error("{}", manifest.status().message());
+      return 2;
+    }
+    if (manifest->has_value()) {
+      const Manifest& m = **manifest;
+      if (m.num_servers != job->num_servers() || m.clock > TotalClocks(*job)) {
+        spdlog::error(
+            "{}/manifest.json is of a job of {} servers at clock {}; this one has {} servers and "
+            "{} clocks (start it on another --checkpoint_dir)",
+            job->checkpoint_dir(), m.num_servers, m.clock, job->num_servers(), TotalClocks(*job));
+        return 2;
+      }
+      policy.start_clock = m.clock;
+      spdlog::info("resuming from the checkpoint of clock {} named by {}/manifest.json", m.clock,
+                   job->checkpoint_dir());
+    }
+  }
+  auto service = std::make_unique<SchedulerService>(*job, trace->get(), policy);
   std::string bound;
   auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound);
   if (!server.ok()) {

@@ -1,8 +1,10 @@
 #include "scheduler/scheduler_service.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -10,6 +12,7 @@
 #include "common/process_stats.h"
 #include "common/security.h"
 #include "common/rpc.h"
+#include "scheduler/manifest.h"
 
 namespace pstrain {
 
@@ -27,16 +30,25 @@ std::vector<bool> ServersWithChunks(const JobSpec& job) {
 
 }  // namespace
 
-SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace,
-                                   bool shrink_on_worker_failure)
+SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy)
     : job_(job),
-      shrink_(shrink_on_worker_failure),
+      policy_(policy),
+      shrink_(policy.shrink_on_worker_failure),
       total_clocks_(TotalClocks(job)),
       start_(absl::Now()),
       trace_(trace),
       members_(job.num_servers(), job.num_workers()),
       clocks_(job.num_workers(), EffectiveStaleness(job)),
-      norms_(ServersWithChunks(job), TotalClocks(job)) {}
+      norms_(ServersWithChunks(job), TotalClocks(job)) {
+  const std::vector<bool> with_chunks = ServersWithChunks(job);
+  for (int s = 0; s < static_cast<int>(with_chunks.size()); ++s) {
+    if (with_chunks[s]) chunk_servers_.push_back(s);
+  }
+  absl::MutexLock lock(&mu_);
+  clocks_.Reset(policy.start_clock);
+  norms_.Reset(policy.start_clock);
+  restore_clock_ = manifest_clock_ = policy.start_clock;
+}
 
 void SchedulerService::SetAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -84,6 +96,10 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
       m.status.set_message(why);
       m.status.set_declared_dead_unix_ms(absl::ToUnixMillis(now));
       spdlog::error("{} {} at {} declared dead: {}", RoleName(m.role), m.id, m.address, why);
+      if (m.role == SERVER && state_ == RUNNING_JOB && job_.checkpoint_every() > 0) {
+        BeginRollback(absl::StrCat("server ", m.id, " at ", m.address, " declared dead: ", why));
+        continue;
+      }
       int live = 0;
       for (const MemberRecord& w : members_.workers()) live += w.status.state() != DEAD;
       if (m.role == WORKER && shrink_ && state_ == RUNNING_JOB && live > 0) {
@@ -98,6 +114,113 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
                                    " declared dead: ", why));
     }
   }
+  // A dead server nobody replaced in time.
+  for (const MemberRecord& m : members_.servers()) {
+    if (state_ != RUNNING_JOB || m.status.state() != DEAD) continue;
+    const absl::Time dead_since = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
+    if (now - dead_since > policy_.server_restart_timeout) {
+      EndJob(ABORTED,
+             absl::StrCat("server ", m.id, " died and no replacement registered within ",
+                          absl::FormatDuration(policy_.server_restart_timeout),
+                          " (start one with ps_server --rank=", m.id, ")"));
+    }
+  }
+}
+
+void SchedulerService::BeginRollback(const std::string& reason) {
+  ++epoch_;
+  rolling_back_ = true;
+  int64_t from = 0;
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    if (clocks_.removed(w)) continue;
+    from = std::max(from, clocks_.clock(w));
+    // A worker that already finished and left cannot go back: the others
+    // go on without it.
+    if (members_.workers()[w].status.state() == FINISHED) {
+      clocks_.Remove(w);
+      dead_workers_.push_back(w);
+    }
+  }
+  const int64_t to =
+      job_.checkpoint_every() > 0
+          ? std::max(manifest_clock_, NewestCompleteSet(job_.checkpoint_dir(), chunk_servers_, from))
+          : 0;
+  clocks_.Reset(to);
+  norms_.Reset(to);
+  restore_clock_ = to;
+  Rollback r;
+  r.set_epoch(epoch_);
+  r.set_reason(reason);
+  r.set_from_clock(from);
+  r.set_to_clock(to);
+  r.set_begun_unix_ms(absl::ToUnixMillis(absl::Now()));
+  rollbacks_.push_back(r);
+  spdlog::warn("epoch {}: {}; rolling the cluster back from clock {} to the checkpoint of clock {}",
+               epoch_, reason, from, to);
+  // Rounds of the old epoch never complete.
+  for (Parked<PendingNorm>& p : parked_norms_) {
+    if (p.Claim()) {
+      p.reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                     absl::StrCat("the cluster rolled back (epoch ", epoch_, ")")));
+    }
+  }
+  parked_norms_.clear();
+}
+
+void SchedulerService::MaybeEndRollback() {
+  if (!rolling_back_ || state_ != RUNNING_JOB) return;
+  for (const MemberRecord& m : members_.servers()) {
+    if (m.status.state() == DEAD || m.status.epoch() != epoch_) return;
+  }
+  rolling_back_ = false;
+  rollbacks_.back().set_done_unix_ms(absl::ToUnixMillis(absl::Now()));
+  spdlog::warn("epoch {}: every server restored the checkpoint of clock {}; training resumes",
+               epoch_, restore_clock_);
+  WakeGates();
+}
+
+void SchedulerService::MaybeWriteManifest() {
+  if (job_.checkpoint_every() <= 0 || rolling_back_ || chunk_servers_.empty()) return;
+  int64_t complete = INT64_MAX;
+  for (int s : chunk_servers_) {
+    if (s >= static_cast<int>(members_.servers().size())) return;
+    const NodeStatus& st = members_.servers()[s].status;
+    if (st.epoch() != epoch_) return;
+    complete = std::min(complete, st.checkpoint_clock());
+  }
+  if (complete <= manifest_clock_) return;
+  const absl::Status st =
+      WriteManifest(job_.checkpoint_dir(), complete, job_.num_servers(), chunk_servers_);
+  if (!st.ok()) {
+    if (!manifest_error_logged_) spdlog::error("cannot write the manifest: {}", st.message());
+    manifest_error_logged_ = true;
+    return;
+  }
+  manifest_clock_ = complete;
+}
+
+grpc::Status SchedulerService::ReplaceServer(int id, const RegisterRequest& req) {
+  MemberRecord& old = members_.servers()[id];
+  if (old.incarnation == req.incarnation() && old.address == req.address()) {
+    return grpc::Status::OK;  // a retry
+  }
+  const bool was_dead = old.status.state() == DEAD;
+  const std::string old_address = old.address;
+  const absl::Status st =
+      members_.Replace(SERVER, id, req.address(), req.incarnation(), absl::Now());
+  if (!st.ok()) return ToGrpc(st);
+  spdlog::warn("server {} at {} replaced by a new process at {}", id, old_address, req.address());
+  // A server that died has started its rollback already.
+  if (state_ == RUNNING_JOB && !was_dead) {
+    if (job_.checkpoint_every() <= 0) {
+      EndJob(ABORTED, absl::StrCat("server ", id, " was replaced and the job writes no "
+                                   "checkpoints (checkpoint_every) to restore it from"));
+    } else {
+      BeginRollback(absl::StrCat("server ", id, " at ", old_address, " replaced by ",
+                                 req.address()));
+    }
+  }
+  return grpc::Status::OK;
 }
 
 void SchedulerService::MaybeDone() {
@@ -141,14 +264,52 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
     return FinishNow(
         ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the job has already ended"));
   }
-  const absl::StatusOr<int> id =
-      members_.Register(req->role(), req->address(), req->incarnation(), absl::Now());
+  // A server in place of a registered one: the one named by --rank, else
+  // a dead one once every id is taken.
+  int slot = -1;
+  const int registered = static_cast<int>(members_.servers().size());
+  if (req->has_rank()) {
+    if (req->role() != SERVER) {
+      return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                         "only a server takes a rank"));
+    }
+    if (req->rank() < 0 || req->rank() >= job_.num_servers()) {
+      return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                         absl::StrCat("rank ", req->rank(), " outside [0, ",
+                                                      job_.num_servers(), ")")));
+    }
+    if (req->rank() > registered) {
+      return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                         absl::StrCat("server ids are handed out in order: ",
+                                                      registered, " is next, not ", req->rank())));
+    }
+    if (req->rank() < registered) slot = req->rank();
+  } else if (req->role() == SERVER && registered == job_.num_servers()) {
+    for (const MemberRecord& m : members_.servers()) {
+      if (m.status.state() == DEAD) {
+        slot = m.id;
+        break;
+      }
+    }
+  }
+  absl::StatusOr<int> id = slot;
+  if (slot >= 0) {
+    const grpc::Status st = ReplaceServer(slot, *req);
+    if (!st.ok()) {
+      spdlog::warn("refused registration from {}: {}", req->address(), st.error_message());
+      return FinishNow(ctx, st);
+    }
+  } else {
+    id = members_.Register(req->role(), req->address(), req->incarnation(), absl::Now());
+  }
   if (!id.ok()) {
     spdlog::warn("refused registration from {}: {}", req->address(), id.status().message());
     return FinishNow(ctx, ToGrpc(id.status()));
   }
   resp->set_id(*id);
   *resp->mutable_job() = job_;
+  resp->set_epoch(epoch_);
+  resp->set_start_clock(restore_clock_);
   spdlog::info("{} {} registered from {}", RoleName(req->role()), *id, req->address());
   if (state_ == WAITING && members_.Complete()) {
     state_ = RUNNING_JOB;
@@ -180,16 +341,22 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
     EndJob(ABORTED, absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message()));
   } else if (st.role() == WORKER && member.status.state() == FINISHED) {
     MaybeDone();
+  } else if (st.role() == SERVER) {
+    MaybeEndRollback();
+    MaybeWriteManifest();
   }
   resp->set_job_state(state_);
   resp->set_message(message_);
   for (int32_t w : dead_workers_) resp->add_dead_workers(w);
+  resp->set_epoch(epoch_);
+  resp->set_restore_clock(restore_clock_);
+  resp->set_manifest_clock(manifest_clock_);
   if (state_ == DONE || state_ == ABORTED) member.saw_job_end = true;
   return FinishNow(ctx, grpc::Status::OK);
 }
 
 bool SchedulerService::GateOpen(int64_t clock) const {
-  return state_ == RUNNING_JOB && clocks_.MayStart(clock);
+  return state_ == RUNNING_JOB && !rolling_back_ && clocks_.MayStart(clock);
 }
 
 void SchedulerService::FillGate(int worker, int64_t clock, AdvanceClockResponse* resp) {
@@ -199,6 +366,8 @@ void SchedulerService::FillGate(int worker, int64_t clock, AdvanceClockResponse*
   for (int w = 0; w < clocks_.num_workers(); ++w) {
     if (!clocks_.removed(w)) resp->add_live_workers(w);
   }
+  resp->set_epoch(epoch_);
+  resp->set_resume_clock(clocks_.clock(worker));
   if (clock < total_clocks_) Trace("start", worker, clock);
 }
 
@@ -219,6 +388,27 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
                                        absl::StrCat("clock ", req->clock(), " outside [0, ",
                                                     total_clocks_, "]")));
   }
+  if (req->epoch() < 0 || req->epoch() > epoch_) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                       absl::StrCat("epoch ", req->epoch(), " outside [0, ",
+                                                    epoch_, "]")));
+  }
+  if (req->epoch() < epoch_) {
+    // The cluster rolled back since this worker's epoch: its clock is the
+    // table's now. Told so once the servers have restored.
+    if (state_ == ABORTED) {
+      return FinishNow(ctx, grpc::Status(grpc::StatusCode::ABORTED,
+                                         absl::StrCat("job aborted: ", message_)));
+    }
+    if (!rolling_back_) {
+      FillGate(req->worker_id(), clocks_.clock(req->worker_id()), resp);
+      return FinishNow(ctx, grpc::Status::OK);
+    }
+    auto* reactor = new ParkedReactor();
+    parked_.emplace_back(
+        reactor, PendingGate{req->worker_id(), req->clock(), resp, absl::Now(), /*stale=*/true});
+    return reactor;
+  }
   const int64_t before = clocks_.clock(req->worker_id());
   const absl::Status st = clocks_.Advance(req->worker_id(), req->clock());
   if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
@@ -238,7 +428,8 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
     return FinishNow(ctx, grpc::Status::OK);
   }
   auto* reactor = new ParkedReactor();
-  parked_.emplace_back(reactor, PendingGate{req->worker_id(), req->clock(), resp, absl::Now()});
+  parked_.emplace_back(reactor,
+                       PendingGate{req->worker_id(), req->clock(), resp, absl::Now(), false});
   return reactor;
 }
 
@@ -255,7 +446,11 @@ void SchedulerService::WakeGates() {
             grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job ended: ", message_)));
       }
       it = parked_.erase(it);
-    } else if (GateOpen(g.clock) && it->Claim()) {
+    } else if (g.stale && !rolling_back_ && it->Claim()) {
+      FillGate(g.worker, clocks_.clock(g.worker), g.response);
+      it->reactor->Finish(grpc::Status::OK);
+      it = parked_.erase(it);
+    } else if (!g.stale && GateOpen(g.clock) && it->Claim()) {
       FillGate(g.worker, g.clock, g.response);
       it->reactor->Finish(grpc::Status::OK);
       it = parked_.erase(it);
@@ -275,6 +470,12 @@ grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerConte
   if (state_ == ABORTED || state_ == DONE) {
     return FinishNow(
         ctx, grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job ended: ", message_)));
+  }
+  if (req->epoch() != epoch_ || rolling_back_) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                       absl::StrCat("a norm of epoch ", req->epoch(),
+                                                    "; the cluster is in epoch ", epoch_,
+                                                    rolling_back_ ? ", restoring" : "")));
   }
   const absl::Status st = norms_.Add(req->server_id(), req->clock(), req->sum_squares());
   if (!st.ok()) return FinishNow(ctx, ToGrpc(st));
@@ -327,6 +528,23 @@ ClusterStatus SchedulerService::GetStatus() const {
   me->set_clock(clocks_.MinClock());
   me->set_rss_bytes(ResidentBytes());
   me->set_test_accuracy(-1);
+  out.set_epoch(epoch_);
+  for (const Rollback& r : rollbacks_) *out.add_rollbacks() = r;
+  if (rolling_back_) {
+    std::vector<std::string> pending;
+    for (const MemberRecord& m : members_.servers()) {
+      if (m.status.state() == DEAD) {
+        pending.push_back(absl::StrCat("a replacement of server ", m.id, " (ps_server --rank=",
+                                       m.id, ")"));
+      } else if (m.status.epoch() != epoch_) {
+        pending.push_back(absl::StrCat("server ", m.id, " to restore it"));
+      }
+    }
+    Wait* w = me->add_waits();
+    w->set_what(absl::StrCat("rolling back to the checkpoint of clock ", restore_clock_,
+                             " (epoch ", epoch_, "): waiting for ", absl::StrJoin(pending, ", ")));
+    w->set_since_unix_ms(rollbacks_.back().begun_unix_ms());
+  }
   for (const Parked<PendingGate>& p : parked_) {
     if (p.Gone()) continue;
     Wait* w = me->add_waits();

@@ -2,6 +2,10 @@
 // cluster's status. Holds the job's state machine:
 //   WAITING --all members registered--> RUNNING_JOB --all workers FINISHED--> DONE
 //   any state --a member reports FAILED or goes silent (DEAD)--> ABORTED
+// and, while RUNNING_JOB with checkpoints, the rollbacks: a server that dies
+// or is replaced starts a new epoch; every server loads the newest complete
+// checkpoint set, every worker resumes at its clock, and the gates stay
+// shut until each server reports the new epoch restored.
 #ifndef PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 
@@ -19,12 +23,20 @@
 
 namespace pstrain {
 
+struct SchedulerPolicy {
+  // Go on without a dead worker (its share of each batch split among the
+  // others); otherwise abort.
+  bool shrink_on_worker_failure = true;
+  // The clock the job starts from (the manifest's, when resuming).
+  int64_t start_clock = 0;
+  // A server dead this long without a replacement ends the job.
+  absl::Duration server_restart_timeout = absl::Minutes(1);
+};
+
 class SchedulerService final : public Scheduler::CallbackService {
  public:
-  // `job` must be complete and valid. `trace` may be null. With
-  // `shrink_on_worker_failure` the job goes on without a dead worker (its
-  // share of each batch split among the others); otherwise it aborts.
-  SchedulerService(const JobSpec& job, TraceWriter* trace, bool shrink_on_worker_failure = true);
+  // `job` must be complete and valid. `trace` may be null.
+  SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy = {});
 
   void SetAddress(const std::string& address);
   // Ends the job as ABORTED (e.g. the scheduler was interrupted).
@@ -33,8 +45,11 @@ class SchedulerService final : public Scheduler::CallbackService {
   // registration or heartbeat is older than `timeout`, with when and why in
   // its status. A dead worker leaves the gate and the servers' rounds (they
   // hear of it with their heartbeats) when shrinking, and the job goes on
-  // with the others; a dead server, the last worker, or any worker without
-  // shrinking ends the job ABORTED, so nobody waits on the dead member.
+  // with the others; a dead server starts a rollback when the job writes
+  // checkpoints (and ends it when no replacement comes within the restart
+  // timeout); a dead server without checkpoints, the last worker, or any
+  // worker without shrinking ends the job ABORTED, so nobody waits on the
+  // dead member.
   void CheckLiveness(absl::Time now, absl::Duration timeout);
   JobState job_state(std::string* message = nullptr) const;
   // True once the job ended and every member has been told so (or
@@ -61,6 +76,7 @@ class SchedulerService final : public Scheduler::CallbackService {
     int64_t clock;
     AdvanceClockResponse* response;
     absl::Time since;
+    bool stale;  // of an older epoch: answered with the resume clock once restored
   };
 
   struct PendingNorm {
@@ -79,9 +95,21 @@ class SchedulerService final : public Scheduler::CallbackService {
 
   // Every live worker FINISHED (and none left running): DONE.
   void MaybeDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts epoch + 1: back to the newest complete checkpoint set.
+  void BeginRollback(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the rollback once every server reports the epoch restored.
+  void MaybeEndRollback() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the manifest when every server has written a newer checkpoint.
+  void MaybeWriteManifest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A server's registration in place of server `id` (failed, or being
+  // restarted on purpose).
+  grpc::Status ReplaceServer(int id, const RegisterRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobSpec job_;
+  const SchedulerPolicy policy_;
   const bool shrink_;
+  std::vector<int> chunk_servers_;  // servers holding chunks
   const int64_t total_clocks_;
   const absl::Time start_;
   TraceWriter* trace_;
@@ -97,6 +125,15 @@ class SchedulerService final : public Scheduler::CallbackService {
   std::vector<Parked<PendingGate>> parked_ ABSL_GUARDED_BY(mu_);
   NormRounds norms_ ABSL_GUARDED_BY(mu_);
   std::vector<Parked<PendingNorm>> parked_norms_ ABSL_GUARDED_BY(mu_);
+
+  // Rollbacks: the epoch, the clock it started from, whether servers are
+  // still restoring it.
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Rollback> rollbacks_ ABSL_GUARDED_BY(mu_);
+  int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  bool manifest_error_logged_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace pstrain

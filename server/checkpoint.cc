@@ -6,9 +6,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace pstrain {
 namespace {
@@ -41,18 +45,6 @@ std::string Quote(const std::string& text) {
   }
   out.push_back('"');
   return out;
-}
-
-// Writes `text` to `path` through a temporary file, fsynced and renamed.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status st = WriteAt(fd, text.data(), static_cast<int64_t>(text.size()), 0, tmp);
-  if (st.ok() && fsync(fd) != 0) st = Errno("cannot fsync", tmp);
-  close(fd);
-  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = Errno("cannot rename", tmp);
-  return st;
 }
 
 }  // namespace
@@ -119,7 +111,7 @@ absl::Status CheckpointWriter::Write(int64_t clock, int32_t chunk, const float* 
     if (fresh) {
       std::error_code ec;
       std::filesystem::create_directories(dir_, ec);
-      open.path = absl::StrCat(dir_, "/server-", server_id_, "-clock-", clock, ".safetensors");
+      open.path = CheckpointPath(dir_, server_id_, clock);
       open.tmp = open.path + ".tmp";
       open.fd = ::open(open.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (open.fd < 0) {
@@ -166,8 +158,190 @@ absl::Status CheckpointWriter::Finish(int64_t clock, Open& open) {
     unlink(open.tmp.c_str());
     return st;
   }
-  const std::string name = std::filesystem::path(open.path).filename().string();
-  return WriteFileAtomically(absl::StrCat(dir_, "/server-", server_id_, ".latest"), name + "\n");
+  if (clock > latest_) latest_ = clock;
+  return absl::OkStatus();
+}
+
+void CheckpointWriter::Rollback(int64_t clock) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [c, open] : open_) {
+      close(open.fd);
+      unlink(open.tmp.c_str());
+    }
+    open_.clear();
+  }
+  for (int64_t c : CheckpointClocks(dir_, server_id_)) {
+    if (c > clock) std::remove(CheckpointPath(dir_, server_id_, c).c_str());
+  }
+  latest_ = clock;
+}
+
+void CheckpointWriter::Prune(int64_t clock) {
+  for (int64_t c : CheckpointClocks(dir_, server_id_)) {
+    if (c < clock) std::remove(CheckpointPath(dir_, server_id_, c).c_str());
+  }
+}
+
+std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock) {
+  return absl::StrCat(dir, "/server-", server_id, "-clock-", clock, ".safetensors");
+}
+
+std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
+  const std::string prefix = absl::StrCat("server-", server_id, "-clock-");
+  const std::string suffix = ".safetensors";
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    int64_t clock;
+    if (absl::SimpleAtoi(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()),
+                         &clock) &&
+        clock >= 0) {
+      out.push_back(clock);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+absl::Status Bad(const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", why));
+}
+
+// A JSON number that is a whole byte count or size (exact in a double).
+bool WholeNumber(const google::protobuf::Value& v, int64_t* out) {
+  if (v.kind_case() != google::protobuf::Value::kNumberValue) return false;
+  const double d = v.number_value();
+  if (!(d >= 0 && d <= 9007199254740992.0) || d != static_cast<double>(static_cast<int64_t>(d))) {
+    return false;
+  }
+  *out = static_cast<int64_t>(d);
+  return true;
+}
+
+// A metadata value: a string holding a whole number.
+bool MetadataNumber(const google::protobuf::Struct& meta, const std::string& key, int64_t* out) {
+  auto it = meta.fields().find(key);
+  return it != meta.fields().end() &&
+         it->second.kind_case() == google::protobuf::Value::kStringValue &&
+         absl::SimpleAtoi(it->second.string_value(), out);
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
+  const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (raw < 0) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path, ": ",
+                                                       std::strerror(errno)));
+  CheckpointFile f;
+  f.path_ = path;
+  f.fd_ = std::shared_ptr<int>(new int(raw), [](int* fd) {
+    close(*fd);
+    delete fd;
+  });
+  const off_t size = lseek(raw, 0, SEEK_END);
+  unsigned char length[8];
+  if (size < 8 || pread(raw, length, 8, 0) != 8) return Bad(path, "shorter than 8 bytes");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
+  constexpr uint64_t kMaxHeader = 100 << 20;  // as the safetensors reference limits it
+  if (n == 0 || n > kMaxHeader || n > static_cast<uint64_t>(size) - 8) {
+    return Bad(path, absl::StrCat("header length ", n, " in a file of ", size, " bytes"));
+  }
+  std::string header(n, '\0');
+  if (pread(raw, header.data(), n, 8) != static_cast<ssize_t>(n)) {
+    return Bad(path, "cannot read the header");
+  }
+  google::protobuf::Struct json;
+  if (!google::protobuf::util::JsonStringToMessage(header, &json).ok()) {
+    return Bad(path, "the header is not a JSON object");
+  }
+  const int64_t data_start = 8 + static_cast<int64_t>(n);
+  const int64_t data_bytes = static_cast<int64_t>(size) - data_start;
+  for (const auto& [name, value] : json.fields()) {
+    if (name == "__metadata__") continue;
+    if (value.kind_case() != google::protobuf::Value::kStructValue) {
+      return Bad(path, absl::StrCat("tensor ", name, " is not an object"));
+    }
+    const auto& t = value.struct_value().fields();
+    auto dtype = t.find("dtype"), shape = t.find("shape"), offsets = t.find("data_offsets");
+    if (dtype == t.end() || dtype->second.string_value() != "F32") {
+      return Bad(path, absl::StrCat("tensor ", name, " is not F32"));
+    }
+    int64_t numel = 1, begin = 0, end = 0;
+    if (shape == t.end() || shape->second.kind_case() != google::protobuf::Value::kListValue) {
+      return Bad(path, absl::StrCat("tensor ", name, " has no shape"));
+    }
+    for (const auto& d : shape->second.list_value().values()) {
+      int64_t dim;
+      if (!WholeNumber(d, &dim) || (dim > 0 && numel > (int64_t{1} << 50) / dim)) {
+        return Bad(path, absl::StrCat("tensor ", name, " has a bad shape"));
+      }
+      numel *= dim;
+    }
+    if (offsets == t.end() || offsets->second.kind_case() != google::protobuf::Value::kListValue ||
+        offsets->second.list_value().values_size() != 2 ||
+        !WholeNumber(offsets->second.list_value().values(0), &begin) ||
+        !WholeNumber(offsets->second.list_value().values(1), &end) || begin > end ||
+        end > data_bytes || end - begin != numel * 4) {
+      return Bad(path, absl::StrCat("tensor ", name, " has bad data_offsets"));
+    }
+    f.tensors_[name] = Tensor{data_start + begin, numel};
+  }
+  auto meta = json.fields().find("__metadata__");
+  if (meta == json.fields().end() ||
+      meta->second.kind_case() != google::protobuf::Value::kStructValue) {
+    return Bad(path, "no __metadata__");
+  }
+  const google::protobuf::Struct& m = meta->second.struct_value();
+  int64_t server = 0;
+  if (!MetadataNumber(m, "clock", &f.clock_) || !MetadataNumber(m, "server", &server) ||
+      server < 0 || server > INT32_MAX) {
+    return Bad(path, "__metadata__ lacks a clock or a server");
+  }
+  f.server_ = static_cast<int>(server);
+  auto opt = m.fields().find("optimizer");
+  if (opt != m.fields().end()) f.optimizer_ = opt->second.string_value();
+  for (const auto& [key, value] : m.fields()) {
+    int64_t steps;
+    if (key.rfind("steps/", 0) == 0 && MetadataNumber(m, key, &steps)) {
+      f.steps_[key.substr(6)] = steps;
+    }
+  }
+  return f;
+}
+
+absl::StatusOr<int64_t> CheckpointFile::Steps(const std::string& name) const {
+  auto it = steps_.find(name);
+  if (it == steps_.end()) return Bad(path_, absl::StrCat("no step count for ", name));
+  return it->second;
+}
+
+absl::Status CheckpointFile::Read(const std::string& name, float* out, int64_t n) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Bad(path_, absl::StrCat("no tensor ", name));
+  if (it->second.floats != n) {
+    return Bad(path_, absl::StrCat("tensor ", name, " has ", it->second.floats,
+                                   " values; this job's has ", n));
+  }
+  char* p = reinterpret_cast<char*>(out);
+  int64_t at = it->second.begin, left = n * 4;
+  while (left > 0) {
+    const ssize_t got = pread(*fd_, p, static_cast<size_t>(left), at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return Bad(path_, absl::StrCat("cannot read tensor ", name));
+    p += got;
+    at += got;
+    left -= got;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pstrain

@@ -6,19 +6,29 @@
 // ("<param>[<begin>:<end>]/state"); "__metadata__" holds the clock, the
 // server, the optimizer and each chunk's optimizer step count. The file is
 // written as DIR/...safetensors.tmp, fsynced and renamed once every chunk is
-// in, and then DIR/server-<id>.latest (also renamed into place) names it.
+// in. The scheduler names complete sets (every server's file of one clock)
+// in DIR/manifest.json (scheduler/manifest.h).
 #ifndef PSTRAIN_SERVER_CHECKPOINT_H_
 #define PSTRAIN_SERVER_CHECKPOINT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 namespace pstrain {
+
+// DIR/server-<id>-clock-<clock>.safetensors
+std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock);
+// The clocks of server `server_id`'s complete checkpoint files in `dir`,
+// ascending (none when `dir` does not exist).
+std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id);
 
 class CheckpointWriter {
  public:
@@ -39,6 +49,16 @@ class CheckpointWriter {
                      int64_t steps);
 
   const std::string& dir() const { return dir_; }
+  // The clock of the newest file completed (or restored from), 0 if none.
+  int64_t latest() const { return latest_; }
+
+  // After a rollback to `clock`: files not yet complete are dropped, and
+  // this server's files of later clocks deleted (they hold a history that
+  // is being replayed). Call when no Write is under way.
+  void Rollback(int64_t clock);
+  // Deletes this server's files of clocks before `clock` (a newer complete
+  // set exists).
+  void Prune(int64_t clock);
 
  private:
   struct Open {
@@ -63,6 +83,37 @@ class CheckpointWriter {
 
   absl::Mutex mu_;
   std::map<int64_t, Open> open_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> latest_{0};
+};
+
+// A checkpoint file opened for reading, its header parsed and checked
+// (every tensor F32 with a byte range inside the file that matches its
+// shape). Any malformed file gives INVALID_ARGUMENT naming it.
+class CheckpointFile {
+ public:
+  static absl::StatusOr<CheckpointFile> Open(const std::string& path);
+
+  int64_t clock() const { return clock_; }
+  int server() const { return server_; }
+  const std::string& optimizer() const { return optimizer_; }
+  const std::string& path() const { return path_; }
+  // Chunk `name`'s optimizer step count.
+  absl::StatusOr<int64_t> Steps(const std::string& name) const;
+  // Reads tensor `name`, which must hold exactly `n` floats, into `out`.
+  absl::Status Read(const std::string& name, float* out, int64_t n) const;
+
+ private:
+  struct Tensor {
+    int64_t begin = 0;  // byte offsets from the file's start
+    int64_t floats = 0;
+  };
+  std::string path_;
+  std::shared_ptr<int> fd_;  // closes on the last copy's destruction
+  int64_t clock_ = 0;
+  int server_ = 0;
+  std::string optimizer_;
+  std::map<std::string, int64_t> steps_;
+  std::map<std::string, Tensor> tensors_;
 };
 
 }  // namespace pstrain

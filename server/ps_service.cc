@@ -49,6 +49,7 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
   PushHeader h;
   std::vector<PayloadRef> chunks;
   if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
+  if (const absl::Status st = store.CheckEpoch(h.epoch); !st.ok()) return ToGrpc(st);
   if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
   if (!(h.grad_norm >= 0) || std::isinf(h.grad_norm)) {
     return Invalid(absl::StrCat("push: grad_norm ", h.grad_norm, " is not a finite norm"));
@@ -65,7 +66,8 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
       return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", numel, " values; the push has ",
                                   c.bytes, " bytes of ", DTypeName(h.dtype)));
     }
-    const absl::Status st = store.CheckPush(h.worker_id, h.clock, h.num_samples, c.chunk, numel);
+    const absl::Status st =
+        store.CheckPush(h.worker_id, h.clock, h.num_samples, c.chunk, numel, h.epoch);
     if (!st.ok()) return ToGrpc(st);
   }
   // Per-thread buffers, grown once to the largest chunk.
@@ -90,7 +92,7 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
       values = grad.data();
     }
     const absl::Status st = store.Push(h.worker_id, h.clock, h.num_samples, c.chunk,
-                                       absl::MakeConstSpan(values, numel), h.grad_norm);
+                                       absl::MakeConstSpan(values, numel), h.grad_norm, h.epoch);
     if (!st.ok()) return ToGrpc(st);
     bytes += static_cast<int64_t>(c.bytes);
   }
@@ -319,6 +321,12 @@ void PsService::Handle(Call* call) {
     return;
   }
   absl::MutexLock lock(&parked_mu_);
+  // Checked under parked_mu_: a restore cancels the parked pulls after it
+  // changed the epoch, so no pull of an older epoch stays parked.
+  if (const absl::Status epoch = s->CheckEpoch(call->pull.epoch()); !epoch.ok()) {
+    answer(ToGrpc(epoch));
+    return;
+  }
   if (Readable(*s, call->pull)) {
     FillPull(*s, call->pull, &call->reply);
     answer(grpc::Status::OK);
@@ -380,6 +388,10 @@ NodeStatus PsService::GetStatus() const {
     st.set_params(s->NumParams());
     st.set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
     st.set_nonfinite_skipped(s->NonfiniteSkipped());
+  }
+  if (s != nullptr) {
+    st.set_epoch(s->epoch());
+    st.set_checkpoint_clock(s->checkpoint_clock());
   }
   st.set_test_accuracy(-1);
   {

@@ -35,7 +35,7 @@ class PsService final : public PsServiceBase {
   void SetIdentity(int id, const std::string& address);
   // Marks the job's end in Status (state FINISHED or FAILED).
   void SetState(MemberState state, const std::string& message);
-  // Answers every parked pull with `status` (shutdown).
+  // Answers every parked pull with `status` (shutdown, or a rollback).
   void CancelParked(const grpc::Status& status);
 
   // Serves calls arriving on `cq` (a queue of the server this service is

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -35,9 +36,9 @@ ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable s
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
 ABSL_FLAG(int, server_threads, static_cast<int>(std::thread::hardware_concurrency()),
           "threads one large optimizer update is split over");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "write checkpoints here (safetensors files, see server/checkpoint.h)");
-ABSL_FLAG(int64_t, checkpoint_every, 0, "checkpoint every this many clocks (0: never)");
+ABSL_FLAG(int, rank, -1,
+          "take over this server id from a failed server (its checkpoint is loaded and the "
+          "cluster rolls back to it); -1: the next free id, or a dead server's");
 ABSL_FLAG(int, rpc_threads, 1,
           "threads serving pushes and pulls, each on its own completion queue (each one "
           "reads, applies and answers its calls; concurrent pushes of different chunks run "
@@ -121,6 +122,7 @@ int Run() {
   options.address = address;
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.rank = absl::GetFlag(FLAGS_rank);
   SchedulerClient client(options);
   auto reg = client.Register();
   if (!reg.ok()) {
@@ -158,24 +160,56 @@ int Run() {
       store->NumParams() > 0 ? double(store->BytesHeld()) / store->NumParams() : 0.0,
       OptimizerType_Name(job.optimizer().type()), pool.parallelism(), SimdLevel());
   std::unique_ptr<CheckpointWriter> checkpoint;
-  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty() && absl::GetFlag(FLAGS_checkpoint_every) > 0) {
-    checkpoint = std::make_unique<CheckpointWriter>(absl::GetFlag(FLAGS_checkpoint_dir), id,
+  if (job.checkpoint_every() > 0) {
+    checkpoint = std::make_unique<CheckpointWriter>(job.checkpoint_dir(), id,
                                                     OptimizerType_Name(job.optimizer().type()),
                                                     store->CheckpointLayout());
-    store->SetCheckpointing(checkpoint.get(), absl::GetFlag(FLAGS_checkpoint_every));
-    spdlog::info("checkpointing every {} clocks into {}", absl::GetFlag(FLAGS_checkpoint_every),
-                 absl::GetFlag(FLAGS_checkpoint_dir));
+    store->SetCheckpointing(checkpoint.get(), job.checkpoint_every());
+    spdlog::info("checkpointing every {} clocks into {}", job.checkpoint_every(),
+                 job.checkpoint_dir());
+  }
+  // Loads the checkpoint of `clock` (clock 0: the initial weights) as the
+  // state of `epoch`.
+  auto restore = [&](int64_t epoch, int64_t clock) -> absl::Status {
+    std::optional<CheckpointFile> file;
+    if (clock > 0) {
+      absl::StatusOr<CheckpointFile> opened =
+          CheckpointFile::Open(CheckpointPath(job.checkpoint_dir(), id, clock));
+      if (!opened.ok()) return opened.status();
+      file = std::move(*opened);
+    }
+    const absl::Status st = store->Restore(epoch, clock, file ? &*file : nullptr);
+    if (st.ok()) spdlog::warn("epoch {}: restored the checkpoint of clock {}", epoch, clock);
+    return st;
+  };
+  auto fail = [&](const absl::Status& st) {
+    spdlog::error("{}", st.message());
+    store->StopGlobalClipping();
+    NodeStatus failed = service->GetStatus();
+    failed.set_state(FAILED);
+    failed.set_message(std::string(st.message()));
+    (void)client.ReportFinal(failed);
+    serving.Stop();
+    return 1;
+  };
+  if (reg->epoch() > 0 || reg->start_clock() > 0) {
+    if (const absl::Status st = restore(reg->epoch(), reg->start_clock()); !st.ok()) {
+      return fail(st);
+    }
+  } else if (checkpoint != nullptr) {
+    checkpoint->Rollback(0);  // files of an earlier job that left no manifest
   }
   service->SetStore(store, TotalClocks(job));
   store->StartGlobalClipping(
-      [&client, id](int64_t clock, double sum_squares) {
-        return client.ReduceNorm(id, clock, sum_squares);
+      [&client, id](int64_t epoch, int64_t clock, double sum_squares) {
+        return client.ReduceNorm(id, epoch, clock, sum_squares);
       },
       [&service] { service->WakePulls(); });
 
   std::string message;
   JobState end = WAITING;
   std::vector<bool> removed(job.num_workers(), false);
+  int64_t pruned_before = 0;
   while (!ShutdownRequested()) {
     end = client.job_state(&message);
     if (end == DONE || end == ABORTED) break;
@@ -190,6 +224,19 @@ int Run() {
       store->RemoveWorker(w);
     }
     if (changed) service->WakePulls();
+    // The cluster rolled back to a checkpoint (a server failed): load it.
+    int64_t restore_clock = 0;
+    const int64_t epoch = client.epoch(&restore_clock);
+    if (epoch > store->epoch()) {
+      if (const absl::Status st = restore(epoch, restore_clock); !st.ok()) return fail(st);
+      service->CancelParked(grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("the cluster rolled back to clock ", restore_clock, " (epoch ", epoch, ")")));
+    }
+    if (checkpoint != nullptr && client.manifest_clock() > pruned_before) {
+      pruned_before = client.manifest_clock();
+      checkpoint->Prune(pruned_before);
+    }
     absl::SleepFor(absl::Milliseconds(50));
   }
   if (ShutdownRequested()) {

@@ -30,6 +30,8 @@ void AddScaled(const float* __restrict x, int64_t n, float a, float* __restrict 
 ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int server_id,
                        std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace)
     : job_(job),
+      server_id_(server_id),
+      params_(ModelParams(job.model())),
       num_workers_(job.num_workers()),
       bsp_(job.consistency() == BSP),
       optimizer_(std::move(optimizer)),
@@ -38,12 +40,13 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
       trace_(trace),
       chunk_ids_(partition.ServerChunks(server_id)),
       global_clip_(bsp_ && job.optimizer().clip_norm() > 0) {
-  const std::vector<ParamInfo> params = ModelParams(job.model());
   for (int32_t id : chunk_ids_) {
     const ChunkInfo& info = partition.chunks()[id];
-    const ParamInfo& param = params[info.param];
+    const ParamInfo& param = params_[info.param];
     auto c = std::make_unique<Chunk>(num_workers_);
     c->id = id;
+    c->param = &param;
+    c->offset = info.offset;
     c->name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
     c->shape.cols = info.numel;
     if (param.shape.size() == 2 && info.offset % param.shape[1] == 0 &&
@@ -51,17 +54,93 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
       c->shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
     }
     absl::MutexLock lock(&c->mu);
-    c->weights.resize(info.numel);
-    for (int64_t i = 0; i < info.numel; ++i) {
-      c->weights[i] = InitialValue(job.seed(), param, info.offset + i);
-    }
-    c->state.assign(optimizer_->StateFloats(c->shape), 0.0f);
+    Initialize(*c);
     if (bsp_) c->grad_sum.assign(info.numel, 0.0f);
     num_params_ += info.numel;
     bytes_held_ += static_cast<int64_t>((c->weights.size() + c->state.size() + c->grad_sum.size()) *
                                         sizeof(float));
     chunks_.emplace(id, std::move(c));
   }
+}
+
+void ShardStore::Initialize(Chunk& c) {
+  const int64_t n = c.shape.numel();
+  c.weights.resize(n);
+  for (int64_t i = 0; i < n; ++i) c.weights[i] = InitialValue(job_.seed(), *c.param, c.offset + i);
+  c.state.assign(optimizer_->StateFloats(c.shape), 0.0f);
+  c.steps = 0;
+}
+
+absl::Status ShardStore::CheckEpoch(int64_t epoch) const {
+  const int64_t mine = epoch_;
+  if (epoch == mine) return absl::OkStatus();
+  if (epoch < mine) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the cluster rolled back to clock ", restore_clock_.load(), " (epoch ", mine,
+                     "); this request is of epoch ", epoch));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("this server has not restored epoch ", epoch, " yet (it holds ", mine, ")"));
+}
+
+absl::Status ShardStore::CheckChunkEpoch(const Chunk& c, int64_t epoch) const {
+  if (epoch == c.epoch) return absl::OkStatus();
+  return CheckEpoch(epoch).ok() ? absl::UnavailableError("chunk being restored")
+                                : CheckEpoch(epoch);
+}
+
+absl::Status ShardStore::Restore(int64_t epoch, int64_t clock, const CheckpointFile* file) {
+  if (file != nullptr) {
+    if (file->clock() != clock || file->server() != server_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", file->path(), " is of server ", file->server(), " at clock ",
+                       file->clock(), ", not of server ", server_id_, " at clock ", clock));
+    }
+    const std::string want = OptimizerType_Name(job_.optimizer().type());
+    if (file->optimizer() != want) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", file->path(), " holds ",
+                                                     file->optimizer(), " state; the job uses ",
+                                                     want));
+    }
+  }
+  epoch_ = epoch;
+  restore_clock_ = clock;
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (file == nullptr) {
+      Initialize(c);
+    } else {
+      absl::Status st = file->Read(c.name, c.weights.data(), static_cast<int64_t>(c.weights.size()));
+      if (st.ok() && !c.state.empty()) {
+        st = file->Read(c.name + "/state", c.state.data(), static_cast<int64_t>(c.state.size()));
+      }
+      absl::StatusOr<int64_t> steps = file->Steps(c.name);
+      if (st.ok() && !steps.ok()) st = steps.status();
+      if (!st.ok()) return st;
+      c.steps = *steps;
+    }
+    for (int w = 0; w < num_workers_; ++w) {
+      c.applied[w] = c.live[w] ? clock : std::min(c.applied[w], clock);
+      c.pushed[w] = false;
+    }
+    std::fill(c.grad_sum.begin(), c.grad_sum.end(), 0.0f);
+    c.round_samples = 0;
+    c.round_closed = false;
+    c.checkpointed = clock;
+    c.epoch = epoch;
+  }
+  {
+    absl::MutexLock lock(&clip_mu_);
+    closed_chunks_ = 0;
+  }
+  // Every chunk is of the new epoch: no write of the old one can start now.
+  if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
+  return absl::OkStatus();
+}
+
+int64_t ShardStore::checkpoint_clock() const {
+  return checkpoint_ == nullptr ? 0 : checkpoint_->latest();
 }
 
 ShardStore::Chunk* ShardStore::Find(int32_t chunk) const {
@@ -77,7 +156,7 @@ absl::Status ShardStore::CheckChunk(int32_t chunk) const {
 }
 
 absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
-                                   size_t num_values) const {
+                                   size_t num_values, int64_t epoch) const {
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker));
   }
@@ -90,6 +169,7 @@ absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, i
     return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
   }
   absl::MutexLock lock(&c->mu);
+  if (const absl::Status st = CheckChunkEpoch(*c, epoch); !st.ok()) return st;
   if (!c->live[worker]) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker, " was declared dead; its pushes are refused"));
@@ -133,11 +213,13 @@ bool ShardStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<cons
 }
 
 absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                              absl::Span<const float> grad, float push_norm) {
-  const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size());
+                              absl::Span<const float> grad, float push_norm, int64_t epoch) {
+  const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size(), epoch);
   if (!ok.ok()) return ok;
   Chunk& c = *Find(chunk);
   absl::MutexLock lock(&c.mu);
+  // Restored since CheckPush: refused.
+  if (const absl::Status st = CheckChunkEpoch(c, epoch); !st.ok()) return st;
   bool duplicate = false;
   const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
   if (!order.ok()) return order;           // raced with another push of the same worker
@@ -295,6 +377,7 @@ void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
       // for it), so the count can start again now.
       closed_chunks_ = 0;
     }
+    const int64_t epoch = epoch_;
     double local = 0;
     int64_t clock = 0;
     for (const auto& [id, c] : chunks_) {
@@ -302,16 +385,19 @@ void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
       clock = MinApplied(*c);
       for (float g : c->grad_sum) local += static_cast<double>(g) * g;
     }
-    absl::StatusOr<double> total = reduce(clock, local);
+    absl::StatusOr<double> total = reduce(epoch, clock, local);
     if (!total.ok()) {
-      spdlog::error("global clipping of round {} failed: {}", clock, total.status().message());
-      return;
+      // The cluster rolled back (the restore empties the round), or the job
+      // ended (the store stops this thread).
+      spdlog::warn("global clipping of round {} (epoch {}) failed: {}", clock, epoch,
+                   total.status().message());
+      continue;
     }
     const double norm = std::sqrt(*total);
     const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
     for (const auto& [id, c] : chunks_) {
       absl::MutexLock lock(&c->mu);
-      ApplyRound(*c, scale);
+      if (c->epoch == epoch) ApplyRound(*c, scale);  // else restored meanwhile
     }
     on_applied();
   }

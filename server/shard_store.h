@@ -47,12 +47,29 @@ class ShardStore {
   // applied (unless the job allows them): counted, and logged once per chunk.
   // INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch, or a
   // clock other than the worker's next; the store is unchanged then.
+  // A push of another epoch than the chunk's is refused (see CheckEpoch).
   absl::Status Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                    absl::Span<const float> grad, float push_norm = 0);
+                    absl::Span<const float> grad, float push_norm = 0, int64_t epoch = 0);
   // Checks a push without applying it (so a request of several chunks is
   // taken whole or not at all).
   absl::Status CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
-                         size_t num_values) const;
+                         size_t num_values, int64_t epoch = 0) const;
+
+  // Whether a request of cluster epoch `epoch` may be served: OK for the
+  // store's epoch; FAILED_PRECONDITION for an older one (the cluster rolled
+  // back since: the worker must resume from the checkpoint); UNAVAILABLE
+  // for a newer one (this server has not restored it yet: retry).
+  absl::Status CheckEpoch(int64_t epoch) const;
+  // Rolls back to the start of epoch `epoch`: every chunk's weights,
+  // optimizer state and step count from `file` (the checkpoint of `clock`;
+  // null with clock 0: the initial weights), every live worker's applied
+  // clock set to `clock`, BSP rounds emptied. Pushes of older epochs are
+  // refused from then on. INVALID_ARGUMENT when the file does not match
+  // this server's chunks (the store is then unusable).
+  absl::Status Restore(int64_t epoch, int64_t clock, const CheckpointFile* file);
+  int64_t epoch() const { return epoch_; }
+  // The newest checkpoint clock written or restored in this epoch (0: none).
+  int64_t checkpoint_clock() const;
 
   // INVALID_ARGUMENT unless `chunk` is one of this server's.
   absl::Status CheckChunk(int32_t chunk) const;
@@ -72,7 +89,8 @@ class ShardStore {
   // min(1, clip_norm / norm) and calls `on_applied`. Until then the round's
   // read guarantee does not hold. Call once, before the first push; the
   // thread stops when `reduce` fails or the store is destroyed.
-  using NormReducer = std::function<absl::StatusOr<double>(int64_t clock, double sum_squares)>;
+  using NormReducer =
+      std::function<absl::StatusOr<double>(int64_t epoch, int64_t clock, double sum_squares)>;
   void StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied);
   // Stops that thread (waits for a round being reduced). Idempotent.
   void StopGlobalClipping();
@@ -126,6 +144,10 @@ class ShardStore {
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     std::string name;  // "<param>[<begin>:<end>]"
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
+    int64_t epoch ABSL_GUARDED_BY(mu) = 0;         // of the state held
+    // The parameter and the offset of the chunk's first element in it.
+    const ParamInfo* param = nullptr;
+    int64_t offset = 0;
   };
   // Min over live workers of the iterations applied to `c`.
   static int64_t MinApplied(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
@@ -154,7 +176,15 @@ class ShardStore {
   void ClipLoop(NormReducer reduce, std::function<void()> on_applied);
   bool RoundClosedOrStopping() const ABSL_SHARED_LOCKS_REQUIRED(clip_mu_);
 
+  // The chunk's initial weights (from the job seed) and optimizer state.
+  void Initialize(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // INVALID_ARGUMENT / UNAVAILABLE unless `epoch` is the chunk's.
+  absl::Status CheckChunkEpoch(const Chunk& c, int64_t epoch) const
+      ABSL_SHARED_LOCKS_REQUIRED(c.mu);
+
   const JobSpec job_;
+  const int server_id_;
+  const std::vector<ParamInfo> params_;
   const int num_workers_;
   const bool bsp_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -166,6 +196,8 @@ class ShardStore {
   int64_t num_params_ = 0;
   int64_t bytes_held_ = 0;
   std::atomic<int64_t> nonfinite_skipped_{0};
+  std::atomic<int64_t> epoch_{0};
+  std::atomic<int64_t> restore_clock_{0};  // the clock epoch_ began at
 
   CheckpointWriter* checkpoint_ = nullptr;
   int64_t checkpoint_every_ = 0;

@@ -11,10 +11,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/rpc.h"
+#include "common/status_macros.h"
+#include "proto/cluster.grpc.pb.h"
 
 namespace pstrain {
 namespace testing {
@@ -162,16 +166,8 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
       WaitForPortFile(dir_ + "/scheduler.port", scheduler_, absl::Seconds(20));
   if (!address.ok()) return address.status();
   scheduler_address_ = *address;
-  for (int i = 0; i < options.servers; ++i) {
-    std::vector<std::string> a = {BinaryPath("server/ps_server"),
-                                  "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
-                                  "--heartbeat_interval_ms=200"};
-    if (options.trace) a.push_back("--trace_file=" + server_trace(i));
-    a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
-    absl::StatusOr<Process> s = Process::Start(a, absl::StrCat(dir_, "/server", i, ".log"));
-    if (!s.ok()) return s.status();
-    servers_.push_back(std::move(*s));
-  }
+  options_ = options;
+  for (int i = 0; i < options.servers; ++i) RETURN_IF_ERROR(AddServer({}));
   for (int i = 0; i < options.workers; ++i) {
     std::vector<std::string> a = {
         BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
@@ -184,6 +180,38 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
     workers_.push_back(std::move(*w));
   }
   return absl::OkStatus();
+}
+
+absl::Status Cluster::AddServer(const std::vector<std::string>& flags) {
+  const int i = static_cast<int>(servers_.size());
+  std::vector<std::string> a = {BinaryPath("server/ps_server"),
+                                "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
+                                "--heartbeat_interval_ms=200"};
+  if (options_.trace) a.push_back("--trace_file=" + server_trace(i));
+  a.insert(a.end(), options_.server_flags.begin(), options_.server_flags.end());
+  a.insert(a.end(), flags.begin(), flags.end());
+  absl::StatusOr<Process> s = Process::Start(a, absl::StrCat(dir_, "/server", i, ".log"));
+  if (!s.ok()) return s.status();
+  servers_.push_back(std::move(*s));
+  return absl::OkStatus();
+}
+
+int Cluster::ServerProcess(int id) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (absl::StrContains(servers_[i].Log(), absl::StrCat("[server ", id, "]"))) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
+  auto stub = Scheduler::NewStub(MakeChannel(address));
+  auto ctx = ContextWithTimeout(absl::Seconds(2));
+  ClusterStatus st;
+  const grpc::Status rpc = stub->Status(ctx.get(), StatusRequest(), &st);
+  if (!rpc.ok()) return FromGrpc(rpc);
+  return st;
 }
 
 absl::StatusOr<int> Cluster::WaitAll(absl::Duration timeout) {

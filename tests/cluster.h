@@ -70,6 +70,10 @@ class Cluster {
   // Starts the scheduler, waits for its port file, then starts the servers
   // and workers.
   absl::Status Start(const ClusterOptions& options);
+  // Starts one more server process (a replacement) with `flags` added.
+  absl::Status AddServer(const std::vector<std::string>& flags);
+  // The index of the server process whose log shows server id `id` (-1).
+  int ServerProcess(int id) const;
   // Waits for every process to exit; returns the scheduler's exit code.
   absl::StatusOr<int> WaitAll(absl::Duration timeout);
   // Every log, for failure messages.
@@ -89,6 +93,7 @@ class Cluster {
  private:
   std::string dir_;
   std::string scheduler_address_;
+  ClusterOptions options_;
   Process scheduler_;
   std::vector<Process> servers_;
   std::vector<Process> workers_;
@@ -105,6 +110,9 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 
 // This process as a worker of a cluster (started with one worker fewer than
 // the scheduler expects): registered and past the gate of clock 0.
+// The scheduler's Status.
+absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address);
+
 // The number after the first `prefix` in `log` (a daemon's log line such as
 // "final test accuracy 0.8899"); -1 if there is none.
 double NumberAfter(const std::string& log, const std::string& prefix);

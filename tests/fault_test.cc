@@ -15,15 +15,6 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
-  auto stub = Scheduler::NewStub(MakeChannel(address));
-  auto ctx = ContextWithTimeout(absl::Seconds(2));
-  ClusterStatus st;
-  const grpc::Status rpc = stub->Status(ctx.get(), StatusRequest(), &st);
-  if (!rpc.ok()) return FromGrpc(rpc);
-  return st;
-}
-
 // Harder than SmallJob's data (16 overlapping classes in 8 features), so
 // that the accuracy comparison has room to fail.
 constexpr char kBspJob[] = R"pb(

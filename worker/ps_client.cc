@@ -70,7 +70,10 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   const absl::Time give_up = absl::Now() + options_.retry_window;
   Backoff backoff;
   int next_channel = 0;
-  while (true) {
+  for (bool first = true;; first = false) {
+    if (!first && options_.abandon && options_.abandon()) {
+      return absl::AbortedError("the cluster is rolling back to a checkpoint");
+    }
     std::vector<int> todo;
     for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
       if (!calls[i].done) todo.push_back(i);
@@ -146,6 +149,7 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       req.set_clock(clock);
       req.set_min_clock(min_clock);
       req.set_dtype(dtype);
+      req.set_epoch(options_.epoch);
       for (int32_t id : batch) req.add_chunks(id);
       Call call;
       call.is_pull = true;
@@ -215,6 +219,7 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
   header.num_samples = num_samples;
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
+  header.epoch = options_.epoch;
   int64_t bytes = 0;
   std::vector<bool> wanted;
   if (params != nullptr) {

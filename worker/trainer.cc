@@ -149,53 +149,124 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const bool overlap = options_.overlap && job.accum_steps() == 1 && !options_.loss_scaling &&
                        !(job.optimizer().clip_norm() > 0 && job.consistency() != BSP);
   std::unique_ptr<AsyncPusher> pusher;
-  ClusterView gate_cluster;  // the servers, from the first gate
+  ClusterView gate_cluster;  // the servers, from the last gate
   Batch batch;
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
   LossScaler scaler;
   std::vector<int> live;  // the live workers, from the last gate
+  int64_t epoch = options_.epoch;
+  epoch_ = epoch;
+
+  // Clients of the servers of `cluster` for requests of the current epoch.
+  auto connect = [&](const ClusterView& cluster) -> absl::Status {
+    if (cluster.servers_size() != job.num_servers()) {
+      return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
+    }
+    if (pusher != nullptr) (void)pusher->Wait();  // of an older epoch: abandoned
+    gate_cluster = cluster;
+    PsClientOptions o = options_.ps;
+    o.epoch = epoch;
+    o.abandon = [this, epoch] { return epoch_ > epoch || scheduler_->epoch() > epoch; };
+    ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, o);
+    if (overlap) {
+      pusher = std::make_unique<AsyncPusher>(
+          std::make_unique<PsClient>(gate_cluster, &partition, rank, o));
+      model.set_grads_ready([&pusher](const std::vector<int>& params) { pusher->Push(params); });
+    }
+    return absl::OkStatus();
+  };
+  // Takes a gate's answer; true when it says the cluster rolled back (the
+  // worker then resumes at the answer's clock, set in *clock).
+  auto adopt = [&](const AdvanceClockResponse& gate, int64_t* clock) -> absl::StatusOr<bool> {
+    live.assign(gate.live_workers().begin(), gate.live_workers().end());
+    const bool rolled_back = gate.epoch() != epoch;
+    if (rolled_back) {
+      spdlog::warn("the cluster rolled back (epoch {}): resuming at clock {} (was at {})",
+                   gate.epoch(), gate.resume_clock(), *clock);
+      epoch = gate.epoch();
+      epoch_ = epoch;
+      *clock = gate.resume_clock();
+    }
+    if (rolled_back || ps == nullptr) {
+      if (ps == nullptr) {
+        spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch){}",
+                     job.num_servers(), workers, total, per_epoch,
+                     *clock > 0 ? absl::StrCat("; starting at clock ", *clock) : "");
+      }
+      RETURN_IF_ERROR(connect(gate.cluster()));
+    }
+    return rolled_back;
+  };
+  // After a failed pull or push: did the cluster roll back? The scheduler
+  // answers once every server has restored the checkpoint. If not, the
+  // failure stands.
+  auto resync = [&](const absl::Status& failure, int64_t* clock) -> absl::Status {
+    if (stop) return absl::CancelledError("interrupted");
+    ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
+                     scheduler_->AdvanceClock(rank, *clock, epoch));
+    if (gate.epoch() == epoch) return failure;
+    return adopt(gate, clock).status();
+  };
 
   absl::Time window_start = absl::Now();
   int64_t window_clocks = 0;
   double window_loss = 0;
   absl::Duration t_gate, t_pull, t_compute, t_push;
-  for (int64_t clock = 0; clock < total; ++clock) {
+  int64_t clock = options_.start_clock;
+  PsClientOptions final_options = options_.ps;
+  std::unique_ptr<PsClient> final_ps;
+  double acc = 0;
+  while (true) {
     if (stop) return absl::CancelledError("interrupted");
+    if (clock >= total) {
+      // Report the last clock, then read every worker's every update. The
+      // final read is of the fp32 master weights whatever the wire dtype:
+      // they are what the job trained (and what --weights_out writes).
+      ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
+                       scheduler_->AdvanceClock(rank, total, epoch));
+      ASSIGN_OR_RETURN(const bool rolled_back, adopt(gate, &clock));
+      if (rolled_back) continue;
+      final_options.wire_dtype = FP32;
+      final_options.epoch = epoch;
+      final_ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, final_options);
+      const absl::Status read = final_ps->Pull(total, total, &model.weights());
+      if (!read.ok()) {
+        RETURN_IF_ERROR(resync(read, &clock));
+        continue;
+      }
+      ASSIGN_OR_RETURN(acc, EvaluateTest(model));
+      break;
+    }
     const absl::Time t0 = absl::Now();
     if (overlap && ps != nullptr) {
       // Prefetch: the pull goes out with the gate instead of after it; the
       // servers hold it until its read guarantee (min_clock) holds, and the
       // step waits for both.
       absl::StatusOr<AdvanceClockResponse> gate;
-      std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock); });
+      std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock, epoch); });
       const absl::Status pulled = ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
       const absl::Time pulled_at = absl::Now();
       gate_thread.join();
       RETURN_IF_ERROR(gate.status());
-      RETURN_IF_ERROR(pulled);
-      live.assign(gate->live_workers().begin(), gate->live_workers().end());
+      ASSIGN_OR_RETURN(const bool rolled_back, adopt(*gate, &clock));
+      if (rolled_back) continue;
+      if (!pulled.ok()) {
+        RETURN_IF_ERROR(resync(pulled, &clock));
+        continue;
+      }
       t_pull += pulled_at - t0;
       t_gate += absl::Now() - pulled_at;  // what the gate added after the pull
     } else {
-      ASSIGN_OR_RETURN(const AdvanceClockResponse gate, scheduler_->AdvanceClock(rank, clock));
-      live.assign(gate.live_workers().begin(), gate.live_workers().end());
-      if (ps == nullptr) {
-        if (gate.cluster().servers_size() != job.num_servers()) {
-          return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
-        }
-        gate_cluster = gate.cluster();
-        ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps);
-        if (overlap) {
-          pusher = std::make_unique<AsyncPusher>(
-              std::make_unique<PsClient>(gate_cluster, &partition, rank, options_.ps));
-          model.set_grads_ready(
-              [&pusher](const std::vector<int>& params) { pusher->Push(params); });
-        }
-        spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch)",
-                     job.num_servers(), workers, total, per_epoch);
-      }
+      ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
+                       scheduler_->AdvanceClock(rank, clock, epoch));
+      ASSIGN_OR_RETURN(const bool rolled_back, adopt(gate, &clock));
+      if (rolled_back) continue;
       const absl::Time t1 = absl::Now();
-      RETURN_IF_ERROR(ps->Pull(clock, MinClockForRead(job, clock), &model.weights()));
+      const absl::Status pulled = ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
+      if (!pulled.ok()) {
+        RETURN_IF_ERROR(resync(pulled, &clock));
+        continue;
+      }
       t_gate += t1 - t0;
       t_pull += absl::Now() - t1;
     }
@@ -227,12 +298,17 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     // closes over the other workers' samples).
     const bool finite = !options_.loss_scaling || scaler.Unscale(&grads);
     const absl::Time t3 = absl::Now();
+    absl::Status pushed;
     if (overlap) {
       // The layers' pushes went out during the backward; wait for the last.
-      RETURN_IF_ERROR(pusher->Wait());
+      pushed = pusher->Wait();
     } else {
       const float norm = job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
-      RETURN_IF_ERROR(ps->Push(clock, rows, grads, norm));
+      pushed = ps->Push(clock, rows, grads, norm);
+    }
+    if (!pushed.ok()) {
+      RETURN_IF_ERROR(resync(pushed, &clock));
+      continue;
     }
     const absl::Time t4 = absl::Now();
     t_compute += t3 - t2;
@@ -279,28 +355,20 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       t_gate = t_pull = t_compute = t_push = absl::ZeroDuration();
     }
     if (epoch_end && rank == 0 && options_.eval_each_epoch && clock + 1 < total) {
-      ASSIGN_OR_RETURN(const double acc, EvaluateTest(model));
+      ASSIGN_OR_RETURN(const double epoch_acc, EvaluateTest(model));
       spdlog::info("epoch {} done: test accuracy {:.4f} (weights of clock {})",
-                   sampler.Epoch(clock), acc, clock);
+                   sampler.Epoch(clock), epoch_acc, clock);
       absl::MutexLock lock(&mu_);
-      test_accuracy_ = acc;
+      test_accuracy_ = epoch_acc;
       window_start = absl::Now();  // samples/s counts training only
     }
+    ++clock;
   }
-  // Report the last clock, then read every worker's every update.
-  RETURN_IF_ERROR(scheduler_->AdvanceClock(rank, total).status());
-  if (ps == nullptr) return absl::FailedPreconditionError("the job has no clocks to train");
-  // The final read is of the fp32 master weights whatever the wire dtype:
-  // they are what the job trained (and what --weights_out writes).
-  PsClientOptions final_options = options_.ps;
-  final_options.wire_dtype = FP32;
-  PsClient final_ps(gate_cluster, &partition, rank, final_options);
-  RETURN_IF_ERROR(final_ps.Pull(total, total, &model.weights()));
-  ASSIGN_OR_RETURN(const double acc, EvaluateTest(model));
   {
     absl::MutexLock lock(&mu_);
     test_accuracy_ = acc;
-    bytes_in_ = ps->bytes_in() + final_ps.bytes_in();
+    clock_ = total;
+    bytes_in_ = ps->bytes_in() + final_ps->bytes_in();
   }
   if (rank == 0 && text) {
     double loss;
@@ -355,6 +423,7 @@ NodeStatus Trainer::Status() const {
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
   st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
+  st.set_epoch(epoch_);
   return st;
 }
 

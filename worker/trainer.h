@@ -2,7 +2,10 @@
 //   gate (scheduler) -> pull with min_clock = c - s -> forward/backward on
 //   this rank's slice of the global batch -> push tagged c
 // then the final read of every update, the test-set evaluation, and an
-// optional dump of the final weights.
+// optional dump of the final weights. When the cluster rolls back to a
+// checkpoint (a server failed), a gate answer of a newer epoch, or a failed
+// pull or push followed by such an answer, sends the loop back to the
+// checkpoint's clock with clients of the new epoch's servers.
 #ifndef PSTRAIN_WORKER_TRAINER_H_
 #define PSTRAIN_WORKER_TRAINER_H_
 
@@ -43,6 +46,10 @@ struct TrainerOptions {
   bool overlap = false;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
+  // The cluster's epoch and the clock to start at (from registration: past
+  // 0 when the job resumes from a checkpoint).
+  int64_t epoch = 0;
+  int64_t start_clock = 0;
 };
 
 // Run() on one thread; Status() from any.
@@ -72,6 +79,9 @@ class Trainer {
   kernels::Backend* backend_;
   const TrainTest data_;
   const absl::Time start_;
+  // The cluster epoch this worker trains in (read by its clients' abandon
+  // check on their own threads).
+  std::atomic<int64_t> epoch_{0};
 
   mutable absl::Mutex mu_;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;

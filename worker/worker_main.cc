@@ -198,6 +198,8 @@ int Run() {
   }
   topts.ps.wire_dtype = wire_flag.empty() ? job.wire_dtype() : wire_dtype;
   topts.ps.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
+  topts.epoch = reg->epoch();
+  topts.start_clock = reg->start_clock();
   {
     absl::MutexLock lock(&trainer_mu);
     trainer = std::make_unique<Trainer>(topts, &client, backend->get(), std::move(*data));

@@ -1,0 +1,232 @@
+// Server failure and whole-job restart from checkpoints: a server killed with
+// SIGKILL and started again with its rank, and a whole job killed and
+// started again on the same checkpoint directory, both finish the job; the
+// cluster rolls back to the newest complete checkpoint set consistently.
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "proto/tensor.pb.h"
+#include "tests/cluster.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+// Adam (so the optimizer state must come back too), BSP, chunks small
+// enough for both servers to hold several.
+constexpr char kJob[] = R"pb(
+  model {
+    layers { type: DENSE units: 32 }
+    layers { type: RELU }
+    layers { type: DENSE units: 16 }
+    layers { type: SOFTMAX_XENT }
+  }
+  data {
+    dataset: SYNTHETIC
+    synthetic_dim: 8
+    synthetic_classes: 16
+    synthetic_train_size: 4096
+    synthetic_test_size: 1024
+  }
+  optimizer { type: ADAM learning_rate: 0.01 }
+  consistency: BSP
+  batch_size: 32
+  steps: 300
+  seed: 11
+  chunk_bytes: 512
+  log_every: 50
+)pb";
+
+constexpr int kEvery = 10;
+
+ClusterOptions Options(const std::string& checkpoint_dir, int workers) {
+  ClusterOptions options;
+  options.job_text = kJob;
+  options.servers = 2;
+  options.workers = workers;
+  options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000",
+                             "--checkpoint_dir=" + checkpoint_dir,
+                             absl::StrCat("--checkpoint_every=", kEvery)};
+  for (int i = 0; i < workers; ++i) options.worker_flags.push_back({"--debug_slowdown_ms=10"});
+  return options;
+}
+
+TensorSet ReadWeights(const std::string& path) {
+  TensorSet set;
+  std::ifstream in(path, std::ios::binary);
+  set.ParseFromIstream(&in);
+  return set;
+}
+
+// max |a - b| over every weight; infinity when the sets differ in shape.
+double MaxDifference(const TensorSet& a, const TensorSet& b) {
+  if (a.tensors_size() == 0 || a.tensors_size() != b.tensors_size()) return INFINITY;
+  double worst = 0;
+  for (int t = 0; t < a.tensors_size(); ++t) {
+    if (a.tensors(t).values_size() != b.tensors(t).values_size()) return INFINITY;
+    for (int i = 0; i < a.tensors(t).values_size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(a.tensors(t).values(i)) -
+                                        b.tensors(t).values(i)));
+    }
+  }
+  return worst;
+}
+
+int64_t MinWorkerClock(const ClusterStatus& st) {
+  int64_t min = INT64_MAX;
+  for (const NodeStatus& m : st.members()) {
+    if (m.role() == WORKER) min = std::min(min, m.clock());
+  }
+  return min == INT64_MAX ? -1 : min;
+}
+
+// Waits until every worker of the cluster has finished `clock` clocks.
+bool WaitForClock(Cluster& cluster, int64_t clock) {
+  for (int i = 0; i < 2000; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && MinWorkerClock(*st) >= clock) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+struct Undisturbed {
+  TensorSet weights;
+  double accuracy = -1;
+};
+
+// The undisturbed run of `workers` workers (run once per test binary).
+const Undisturbed& Calm(int workers) {
+  static std::map<int, Undisturbed>* runs = new std::map<int, Undisturbed>;
+  auto it = runs->find(workers);
+  if (it != runs->end()) return it->second;
+  Undisturbed& out = (*runs)[workers];
+  Cluster calm(absl::StrCat("calm", workers));
+  if (calm.Start(Options(calm.dir() + "/ckpt", workers)).ok() &&
+      calm.WaitAll(absl::Seconds(180)).value_or(1) == 0) {
+    out.weights = ReadWeights(calm.worker_weights(0));
+    out.accuracy = NumberAfter(calm.workers()[0].Log(), "final test accuracy ");
+  }
+  return out;
+}
+
+// Kills server 1 after clock 95 and starts another server: with --rank=1 at
+// once, or without a rank once the scheduler declared the first one dead.
+void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker_flags) {
+  const Undisturbed& calm = Calm(2);
+  ASSERT_GT(calm.accuracy, 0);
+  Cluster cluster(with_rank ? "restart_rank" : "restart_dead");
+  ClusterOptions options = Options(cluster.dir() + "/ckpt", 2);
+  for (auto& flags : options.worker_flags) {
+    flags.insert(flags.end(), worker_flags.begin(), worker_flags.end());
+  }
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  ASSERT_TRUE(WaitForClock(cluster, 95)) << cluster.Logs();
+  const int victim = cluster.ServerProcess(1);
+  ASSERT_GE(victim, 0) << cluster.Logs();
+  cluster.servers()[victim].Kill(SIGKILL);
+  if (with_rank) {
+    ASSERT_TRUE(cluster.AddServer({"--rank=1"}).ok());
+  } else {
+    bool dead = false;
+    for (int i = 0; i < 500 && !dead; ++i) {
+      absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+      if (!st.ok()) continue;
+      for (const NodeStatus& m : st->members()) {
+        dead = dead || (m.role() == SERVER && m.state() == DEAD);
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(dead) << cluster.Logs();
+    ASSERT_TRUE(cluster.AddServer({}).ok());
+  }
+  // The rollback as the scheduler reports it, once the servers restored it.
+  Rollback rollback;
+  for (int i = 0; i < 1500 && rollback.done_unix_ms() == 0; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && st->rollbacks_size() > 0) rollback = st->rollbacks(0);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::printf("rolled back from clock %lld to %lld in %lld ms: %s\n",
+              static_cast<long long>(rollback.from_clock()),
+              static_cast<long long>(rollback.to_clock()),
+              static_cast<long long>(rollback.done_unix_ms() - rollback.begun_unix_ms()),
+              rollback.reason().c_str());
+  ASSERT_GT(rollback.done_unix_ms(), 0) << cluster.Logs();
+  EXPECT_EQ(rollback.epoch(), 1);
+  EXPECT_GT(rollback.to_clock(), 0);
+  EXPECT_EQ(rollback.to_clock() % kEvery, 0);
+  EXPECT_LE(rollback.from_clock() - rollback.to_clock(), kEvery) << "more updates lost";
+  EXPECT_GE(rollback.from_clock(), 95);
+
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  // No worker crashed; both servers (the survivor and the replacement) ended well.
+  for (Process& w : cluster.workers()) EXPECT_EQ(*w.Wait(absl::ZeroDuration()), 0);
+  for (int i = 0; i < static_cast<int>(cluster.servers().size()); ++i) {
+    if (i == victim) continue;
+    EXPECT_EQ(*cluster.servers()[i].Wait(absl::ZeroDuration()), 0) << i;
+  }
+  // Replayed from a consistent state: the same model as undisturbed, up to
+  // the order in which BSP rounds add two workers' gradients.
+  const double diff = MaxDifference(ReadWeights(cluster.worker_weights(0)), calm.weights);
+  const double accuracy = NumberAfter(cluster.workers()[0].Log(), "final test accuracy ");
+  std::printf("final test accuracy %.4f (undisturbed %.4f); max |w - w_undisturbed| %.3g\n",
+              accuracy, calm.accuracy, diff);
+  EXPECT_NEAR(accuracy, calm.accuracy, 0.01);
+  EXPECT_LT(diff, 1e-3);
+  EXPECT_TRUE(absl::StrContains(rollback.reason(), with_rank ? "replaced by" : "declared dead"))
+      << rollback.reason();
+}
+
+TEST(RestartTest, AServerKilledAndStartedAgainWithItsRankLosesAtMostCheckpointEveryClocks) {
+  KillAndReplaceServer(/*with_rank=*/true, {});
+}
+
+TEST(RestartTest, ADeadServerIsReplacedByTheNextServerToRegister) {
+  // Workers pushing each layer during the backward (the GPU default) too.
+  KillAndReplaceServer(/*with_rank=*/false, {"--overlap=on"});
+}
+
+TEST(RestartTest, AWholeJobStartedAgainResumesFromTheManifestWithTheSameDataOrder) {
+  // One worker: every run is deterministic, so a resumed job must end with
+  // the very weights of an undisturbed one.
+  const Undisturbed& calm = Calm(1);
+  ASSERT_GT(calm.accuracy, 0);
+
+  const std::string dir = NewTempDir("whole_ckpt");
+  {
+    Cluster first("whole_first");
+    ASSERT_TRUE(first.Start(Options(dir, 1)).ok()) << first.Logs();
+    ASSERT_TRUE(WaitForClock(first, 125)) << first.Logs();
+    first.scheduler().Kill(SIGKILL);
+    for (Process& p : first.servers()) p.Kill(SIGKILL);
+    for (Process& p : first.workers()) p.Kill(SIGKILL);
+  }
+  Cluster second("whole_second");
+  ASSERT_TRUE(second.Start(Options(dir, 1)).ok()) << second.Logs();
+  absl::StatusOr<int> code = second.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << second.Logs();
+  EXPECT_EQ(*code, 0) << second.Logs();
+  const double resumed_at =
+      NumberAfter(second.scheduler().Log(), "resuming from the checkpoint of clock ");
+  std::printf("resumed at clock %.0f\n", resumed_at);
+  EXPECT_GE(resumed_at, 100) << second.scheduler().Log();
+  EXPECT_EQ(MaxDifference(ReadWeights(second.worker_weights(0)), calm.weights), 0.0)
+      << second.Logs();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain
