@@ -57,5 +57,18 @@ TEST(ClockTableTest, ClocksMoveByOne) {
   EXPECT_EQ(t.clock(0), 1);
 }
 
+TEST(ClockTableTest, ResetSendsEveryWorkerBack) {
+  ClockTable t(2, 0);
+  for (int64_t c = 1; c <= 5; ++c) {
+    ASSERT_TRUE(t.Advance(0, c).ok());
+    ASSERT_TRUE(t.Advance(1, c).ok());
+  }
+  t.Reset(3);
+  EXPECT_EQ(t.clock(0), 3);
+  EXPECT_EQ(t.MinClock(), 3);
+  EXPECT_TRUE(t.Advance(0, 4).ok());
+  EXPECT_FALSE(t.MayStart(5));
+}
+
 }  // namespace
 }  // namespace pstrain

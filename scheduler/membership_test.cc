@@ -42,5 +42,20 @@ TEST(MembershipTest, FindChecksTheSender) {
   EXPECT_EQ(m.Find(SERVER, 0, 10).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(MembershipTest, ReplaceGivesAnIdToAnotherProcess) {
+  Membership m(2, 1);
+  ASSERT_TRUE(m.Register(SERVER, "a:1", 10, absl::Now()).ok());
+  ASSERT_TRUE(m.Register(SERVER, "b:1", 11, absl::Now()).ok());
+  ASSERT_TRUE(m.Replace(SERVER, 1, "c:1", 12, absl::Now()).ok());
+  EXPECT_TRUE(m.Find(SERVER, 1, 12).ok());
+  EXPECT_EQ(m.Find(SERVER, 1, 11).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m.View().servers(1).address(), "c:1");
+  EXPECT_EQ(m.servers()[1].status.state(), REGISTERED);
+  EXPECT_EQ(m.Replace(SERVER, 1, "a:1", 13, absl::Now()).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(m.Replace(SERVER, 2, "d:1", 13, absl::Now()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.Replace(SERVER, 1, "c:1", 14, absl::Now()).ok());  // its own address again
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -38,5 +38,16 @@ TEST(NormRoundsTest, OldRoundsAreForgotten) {
   EXPECT_EQ(rounds.Add(0, 3, 1.0).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(NormRoundsTest, ResetForgetsEveryRound) {
+  NormRounds rounds({true, true}, 100);
+  ASSERT_TRUE(rounds.Add(0, 10, 1.0).ok());
+  rounds.Reset(8);
+  ASSERT_TRUE(rounds.Add(1, 10, 2.0).ok());
+  EXPECT_FALSE(rounds.Total(10).has_value());  // server 0's report was forgotten
+  ASSERT_TRUE(rounds.Add(0, 10, 3.0).ok());
+  EXPECT_EQ(*rounds.Total(10), 5.0);
+  EXPECT_EQ(rounds.Add(0, 7, 1.0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -1,6 +1,8 @@
 #include "server/shard_store.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <limits>
 
 #include "common/job_spec.h"
@@ -184,6 +186,88 @@ TEST(ShardStoreTest, BytesHeldPerParameter) {
   EXPECT_EQ(bsp.store.BytesHeld(), 10 * 8);
   Fixture asp(ASP);  // SGD: weights only
   EXPECT_EQ(asp.store.BytesHeld(), 10 * 4);
+}
+
+
+// Every chunk's weights, in chunk order.
+std::vector<float> AllWeights(const ShardStore& s) {
+  std::vector<float> out;
+  for (int32_t id : s.chunk_ids()) {
+    const std::vector<float> c = ReadChunk(s, id);
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
+}
+
+// One clock of one worker: gradient value `g` for every element.
+void PushAll(ShardStore& s, int64_t clock, float g, int64_t epoch = 0) {
+  for (int32_t id : s.chunk_ids()) {
+    const std::vector<float> grad(s.ChunkNumel(id), g);
+    ASSERT_TRUE(s.Push(0, clock, 4, id, grad, 0, epoch).ok()) << clock;
+  }
+}
+
+TEST(ShardStoreTest, RestoreBringsBackACheckpointAndRefusesOlderEpochs) {
+  JobSpec job = SmallJob(BSP, 1);
+  job.mutable_optimizer()->set_type(ADAM);  // optimizer state that must come back
+  ApplyJobDefaults(&job);
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/restore";
+  const Partition partition = Partition::Make(ModelParams(job.model()), 16, 1).value();
+  auto make = [&] {
+    return std::make_unique<ShardStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
+                                        nullptr, nullptr);
+  };
+  std::unique_ptr<ShardStore> live = make();
+  ASSERT_GE(live->chunk_ids().size(), 2u);
+  const std::vector<float> initial = AllWeights(*live);
+  CheckpointWriter writer(dir, 0, "ADAM", live->CheckpointLayout());
+  live->SetCheckpointing(&writer, 2);
+  PushAll(*live, 0, 0.5f);
+  PushAll(*live, 1, -0.25f);
+  const std::vector<float> at2 = AllWeights(*live);
+  PushAll(*live, 2, 1.0f);
+  PushAll(*live, 3, 0.75f);
+  const std::vector<float> at4 = AllWeights(*live);
+  EXPECT_EQ(writer.latest(), 4);
+  EXPECT_EQ(CheckpointClocks(dir, 0), (std::vector<int64_t>{2, 4}));
+
+  // A new process restores clock 2 and replays clocks 2 and 3: the same
+  // weights as the first time (Adam's moments and step count came back).
+  absl::StatusOr<CheckpointFile> file = CheckpointFile::Open(CheckpointPath(dir, 0, 2));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::unique_ptr<ShardStore> fresh = make();
+  ASSERT_TRUE(fresh->Restore(1, 2, &*file).ok());
+  EXPECT_EQ(AllWeights(*fresh), at2);
+  EXPECT_EQ(fresh->epoch(), 1);
+  EXPECT_EQ(fresh->MinAppliedClock(), 2);
+  const std::vector<float> grad(fresh->ChunkNumel(fresh->chunk_ids()[0]), 1.0f);
+  EXPECT_TRUE(absl::IsFailedPrecondition(fresh->Push(0, 2, 4, fresh->chunk_ids()[0], grad, 0, 0)));
+  EXPECT_TRUE(absl::IsUnavailable(fresh->Push(0, 2, 4, fresh->chunk_ids()[0], grad, 0, 2)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(fresh->CheckEpoch(0)));
+  EXPECT_TRUE(absl::IsUnavailable(fresh->CheckEpoch(2)));
+  PushAll(*fresh, 2, 1.0f, 1);
+  PushAll(*fresh, 3, 0.75f, 1);
+  EXPECT_EQ(AllWeights(*fresh), at4);
+
+  // The live store rolls back too: its later file goes, its pushes of
+  // epoch 0 are refused.
+  ASSERT_TRUE(live->Restore(1, 2, &*file).ok());
+  EXPECT_EQ(AllWeights(*live), at2);
+  EXPECT_EQ(writer.latest(), 2);
+  EXPECT_EQ(CheckpointClocks(dir, 0), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(absl::IsFailedPrecondition(live->Push(0, 2, 4, live->chunk_ids()[0], grad, 0, 0)));
+
+  // Clock 0 needs no file: the initial weights.
+  ASSERT_TRUE(live->Restore(2, 0, nullptr).ok());
+  EXPECT_EQ(AllWeights(*live), initial);
+  EXPECT_EQ(live->MinAppliedClock(), 0);
+
+  // Another server's file, or another clock's, is refused.
+  EXPECT_TRUE(absl::IsInvalidArgument(fresh->Restore(3, 4, &*file)));
+  JobSpec sgd = job;
+  sgd.mutable_optimizer()->set_type(SGD);
+  ShardStore other(sgd, partition, 0, MakeOptimizer(sgd.optimizer()).value(), nullptr, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(other.Restore(1, 2, &*file)));
 }
 
 }  // namespace
