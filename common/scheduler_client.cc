@@ -30,7 +30,13 @@ void SchedulerClient::StopHeartbeats() {
 
 absl::Status SchedulerClient::ReportFinal(const NodeStatus& status) {
   StopHeartbeats();
-  const absl::Time give_up = absl::Now() + options_.heartbeat_timeout;
+  bool lost;
+  {
+    absl::MutexLock lock(&mu_);
+    lost = lost_scheduler_;
+  }
+  // A scheduler already lost for the heartbeat timeout gets one attempt.
+  const absl::Time give_up = absl::Now() + (lost ? absl::ZeroDuration() : options_.heartbeat_timeout);
   Backoff backoff;
   while (true) {
     const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status);
@@ -128,6 +134,7 @@ void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
     if (absl::Now() - last_ok > options_.heartbeat_timeout) {
       absl::MutexLock lock(&mu_);
       job_state_ = ABORTED;
+      lost_scheduler_ = true;
       job_message_ =
           absl::StrCat("lost the scheduler at ", options_.scheduler, ": ", resp.status().message());
       return;

@@ -20,13 +20,14 @@ struct SchedulerClientOptions {
   std::string scheduler;  // HOST:PORT
   Role role = ROLE_UNSPECIFIED;
   std::string address;  // this member's own service
-  // A server taking over the id of a failed one (ps_server --rank); -1: any.
+  // A member taking over the id of a failed one (--rank); -1: any.
   int rank = -1;
   // How long Register keeps retrying an unreachable scheduler.
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
-  // Heartbeats failing for this long end the job for this member (ABORTED).
-  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Heartbeats failing for this long end the job for this member (ABORTED):
+  // longer than a network cut a member should survive.
+  absl::Duration heartbeat_timeout = absl::Seconds(30);
 };
 
 // Thread-safe.
@@ -94,6 +95,7 @@ class SchedulerClient {
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;
 };
 

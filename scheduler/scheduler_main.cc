@@ -38,14 +38,17 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: checkpoint_dir, shared by the scheduler and the servers (a job started on "
           "a directory with a manifest resumes from it)");
 ABSL_FLAG(int64_t, checkpoint_every, -1, "override: checkpoint every this many clocks (0: never)");
-ABSL_FLAG(int, server_restart_timeout_ms, 60000,
-          "end the job when a dead server has no replacement (ps_server --rank=ID) this long");
+ABSL_FLAG(int, replacement_timeout_ms, 60000,
+          "end the job when a dead server (of a job with checkpoints) or a dead worker (under "
+          "--on_worker_failure=wait) has neither come back nor been replaced (--rank=ID) this "
+          "long");
 ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
           "declare a member dead after this long without a heartbeat (members send one every "
           "--heartbeat_interval_ms, 500 by default)");
 ABSL_FLAG(std::string, on_worker_failure, "shrink",
           "shrink: go on without a dead worker (the others split its share of each batch); "
-          "abort: end the job");
+          "abort: end the job; wait: hold the gate until it comes back or a replacement "
+          "(ps_worker --rank=ID) takes its place");
 ABSL_FLAG(int, linger_ms, 0,
           "after the job ends, keep answering Status this long (to see who failed and why)");
 ABSL_FLAG(int, end_grace_ms, 5000,
@@ -116,13 +119,15 @@ int Run() {
     return 2;
   }
   const std::string on_failure = absl::GetFlag(FLAGS_on_worker_failure);
-  if (on_failure != "shrink" && on_failure != "abort") {
-    spdlog::error("--on_worker_failure={}: expected shrink or abort", on_failure);
+  if (on_failure != "shrink" && on_failure != "abort" && on_failure != "wait") {
+    spdlog::error("--on_worker_failure={}: expected shrink, abort or wait", on_failure);
     return 2;
   }
   SchedulerPolicy policy;
-  policy.shrink_on_worker_failure = on_failure == "shrink";
-  policy.server_restart_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_restart_timeout_ms));
+  policy.on_worker_failure = on_failure == "shrink"  ? WorkerFailure::kShrink
+                             : on_failure == "abort" ? WorkerFailure::kAbort
+                                                     : WorkerFailure::kWait;
+  policy.replacement_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_replacement_timeout_ms));
   if (!job->checkpoint_dir().empty()) {
     // A job started on a directory with a manifest resumes from it.
     absl::StatusOr<std::optional<Manifest>> manifest = ReadManifest(job->checkpoint_dir());

@@ -33,7 +33,6 @@ std::vector<bool> ServersWithChunks(const JobSpec& job) {
 SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy)
     : job_(job),
       policy_(policy),
-      shrink_(policy.shrink_on_worker_failure),
       total_clocks_(TotalClocks(job)),
       start_(absl::Now()),
       trace_(trace),
@@ -100,9 +99,15 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
         BeginRollback(absl::StrCat("server ", m.id, " at ", m.address, " declared dead: ", why));
         continue;
       }
+      if (m.role == WORKER && state_ == RUNNING_JOB && KeepsPlace(WORKER)) {
+        spdlog::warn("waiting for worker {} to come back or be replaced (ps_worker --rank={})",
+                     m.id, m.id);
+        continue;
+      }
       int live = 0;
       for (const MemberRecord& w : members_.workers()) live += w.status.state() != DEAD;
-      if (m.role == WORKER && shrink_ && state_ == RUNNING_JOB && live > 0) {
+      if (m.role == WORKER && policy_.on_worker_failure == WorkerFailure::kShrink &&
+          state_ == RUNNING_JOB && live > 0) {
         clocks_.Remove(m.id);
         dead_workers_.push_back(m.id);
         spdlog::warn("going on with {} workers", live);
@@ -114,17 +119,34 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
                                    " declared dead: ", why));
     }
   }
-  // A dead server nobody replaced in time.
-  for (const MemberRecord& m : members_.servers()) {
-    if (state_ != RUNNING_JOB || m.status.state() != DEAD) continue;
-    const absl::Time dead_since = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
-    if (now - dead_since > policy_.server_restart_timeout) {
-      EndJob(ABORTED,
-             absl::StrCat("server ", m.id, " died and no replacement registered within ",
-                          absl::FormatDuration(policy_.server_restart_timeout),
-                          " (start one with ps_server --rank=", m.id, ")"));
+  // A dead member whose place was kept, neither back nor replaced in time.
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) {
+      if (state_ != RUNNING_JOB || m.status.state() != DEAD || !KeepsPlace(m.role)) continue;
+      const absl::Time dead_since = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
+      if (now - dead_since > policy_.replacement_timeout) {
+        EndJob(ABORTED, absl::StrCat(RoleName(m.role), " ", m.id,
+                                     " died and neither came back nor was replaced within ",
+                                     absl::FormatDuration(policy_.replacement_timeout),
+                                     " (start one with ps_", RoleName(m.role), " --rank=", m.id,
+                                     ")"));
+      }
     }
   }
+}
+
+bool SchedulerService::KeepsPlace(Role role) const {
+  return role == SERVER ? job_.checkpoint_every() > 0
+                        : policy_.on_worker_failure == WorkerFailure::kWait;
+}
+
+void SchedulerService::Revive(MemberRecord& m) {
+  spdlog::warn("{} {} at {} is back after it was declared dead; it rejoins", RoleName(m.role),
+               m.id, m.address);
+  m.status.set_state(RUNNING);
+  m.status.set_message("came back after it was declared dead");
+  m.last_seen = absl::Now();
+  WakeGates();
 }
 
 void SchedulerService::BeginRollback(const std::string& reason) {
@@ -199,19 +221,32 @@ void SchedulerService::MaybeWriteManifest() {
   manifest_clock_ = complete;
 }
 
-grpc::Status SchedulerService::ReplaceServer(int id, const RegisterRequest& req) {
-  MemberRecord& old = members_.servers()[id];
+grpc::Status SchedulerService::ReplaceMember(Role role, int id, const RegisterRequest& req) {
+  MemberRecord& old = (role == SERVER ? members_.servers() : members_.workers())[id];
   if (old.incarnation == req.incarnation() && old.address == req.address()) {
     return grpc::Status::OK;  // a retry
   }
+  if (role == WORKER && state_ == RUNNING_JOB && !KeepsPlace(WORKER)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("worker ", id, " cannot be replaced: the job ",
+                                     policy_.on_worker_failure == WorkerFailure::kShrink
+                                         ? "goes on without a dead worker"
+                                         : "ends when a worker dies",
+                                     " (the scheduler's --on_worker_failure=wait keeps its place)"));
+  }
+  if (role == WORKER && old.status.state() == FINISHED) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("worker ", id, " has finished"));
+  }
   const bool was_dead = old.status.state() == DEAD;
   const std::string old_address = old.address;
-  const absl::Status st =
-      members_.Replace(SERVER, id, req.address(), req.incarnation(), absl::Now());
+  const absl::Status st = members_.Replace(role, id, req.address(), req.incarnation(), absl::Now());
   if (!st.ok()) return ToGrpc(st);
-  spdlog::warn("server {} at {} replaced by a new process at {}", id, old_address, req.address());
+  spdlog::warn("{} {} at {} replaced by a new process at {}", RoleName(role), id, old_address,
+               req.address());
+  // A worker's replacement takes over at its clock: nothing else changes.
   // A server that died has started its rollback already.
-  if (state_ == RUNNING_JOB && !was_dead) {
+  if (role == SERVER && state_ == RUNNING_JOB && !was_dead) {
     if (job_.checkpoint_every() <= 0) {
       EndJob(ABORTED, absl::StrCat("server ", id, " was replaced and the job writes no "
                                    "checkpoints (checkpoint_every) to restore it from"));
@@ -264,29 +299,32 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
     return FinishNow(
         ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the job has already ended"));
   }
-  // A server in place of a registered one: the one named by --rank, else
+  // A member in place of a registered one: the one named by --rank, else
   // a dead one once every id is taken.
   int slot = -1;
-  const int registered = static_cast<int>(members_.servers().size());
+  const bool server = req->role() == SERVER;
+  const std::vector<MemberRecord>& list = server ? members_.servers() : members_.workers();
+  const int expected = server ? job_.num_servers() : job_.num_workers();
+  const int registered = static_cast<int>(list.size());
   if (req->has_rank()) {
-    if (req->role() != SERVER) {
-      return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                         "only a server takes a rank"));
+    if (req->role() != SERVER && req->role() != WORKER) {
+      return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad role"));
     }
-    if (req->rank() < 0 || req->rank() >= job_.num_servers()) {
+    if (req->rank() < 0 || req->rank() >= expected) {
       return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                          absl::StrCat("rank ", req->rank(), " outside [0, ",
-                                                      job_.num_servers(), ")")));
+                                                      expected, ")")));
     }
     if (req->rank() > registered) {
       return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                         absl::StrCat("server ids are handed out in order: ",
-                                                      registered, " is next, not ", req->rank())));
+                                         absl::StrCat(RoleName(req->role()),
+                                                      " ids are handed out in order: ", registered,
+                                                      " is next, not ", req->rank())));
     }
     if (req->rank() < registered) slot = req->rank();
-  } else if (req->role() == SERVER && registered == job_.num_servers()) {
-    for (const MemberRecord& m : members_.servers()) {
-      if (m.status.state() == DEAD) {
+  } else if ((server || req->role() == WORKER) && registered == expected) {
+    for (const MemberRecord& m : list) {
+      if (m.status.state() == DEAD && (server || !clocks_.removed(m.id))) {
         slot = m.id;
         break;
       }
@@ -294,7 +332,7 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
   }
   absl::StatusOr<int> id = slot;
   if (slot >= 0) {
-    const grpc::Status st = ReplaceServer(slot, *req);
+    const grpc::Status st = ReplaceMember(req->role(), slot, *req);
     if (!st.ok()) {
       spdlog::warn("refused registration from {}: {}", req->address(), st.error_message());
       return FinishNow(ctx, st);
@@ -309,7 +347,9 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
   resp->set_id(*id);
   *resp->mutable_job() = job_;
   resp->set_epoch(epoch_);
-  resp->set_start_clock(restore_clock_);
+  // A worker starts at its clock in the table: the job's start, or a dead
+  // worker's clock for its replacement.
+  resp->set_start_clock(req->role() == WORKER ? clocks_.clock(*id) : restore_clock_);
   spdlog::info("{} {} registered from {}", RoleName(req->role()), *id, req->address());
   if (state_ == WAITING && members_.Complete()) {
     state_ = RUNNING_JOB;
@@ -329,6 +369,10 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
   absl::StatusOr<MemberRecord*> m = members_.Find(st.role(), st.id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
   MemberRecord& member = **m;
+  if (member.status.state() == DEAD && state_ == RUNNING_JOB && KeepsPlace(member.role) &&
+      !(member.role == WORKER && clocks_.removed(member.id))) {
+    Revive(member);
+  }
   // A member's last state sticks: a heartbeat overtaken by its final report
   // must not bring it back to RUNNING.
   const MemberState before = member.status.state();
@@ -378,6 +422,7 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
   absl::MutexLock lock(&mu_);
   absl::StatusOr<MemberRecord*> m = members_.Find(WORKER, req->worker_id(), req->incarnation());
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
+  if ((*m)->status.state() == DEAD && state_ == RUNNING_JOB && KeepsPlace(WORKER)) Revive(**m);
   if ((*m)->status.state() == DEAD) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                        absl::StrCat("worker ", req->worker_id(),

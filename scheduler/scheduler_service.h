@@ -23,14 +23,20 @@
 
 namespace pstrain {
 
+enum class WorkerFailure {
+  kShrink,  // go on without a dead worker (the others split its share)
+  kAbort,   // end the job
+  kWait,    // hold the gate until it comes back or a replacement takes its rank
+};
+
 struct SchedulerPolicy {
-  // Go on without a dead worker (its share of each batch split among the
-  // others); otherwise abort.
-  bool shrink_on_worker_failure = true;
+  WorkerFailure on_worker_failure = WorkerFailure::kShrink;
   // The clock the job starts from (the manifest's, when resuming).
   int64_t start_clock = 0;
-  // A server dead this long without a replacement ends the job.
-  absl::Duration server_restart_timeout = absl::Minutes(1);
+  // A dead member whose place is kept (a server of a job with checkpoints,
+  // a worker under kWait) ends the job when it is neither back nor
+  // replaced after this long.
+  absl::Duration replacement_timeout = absl::Minutes(1);
 };
 
 class SchedulerService final : public Scheduler::CallbackService {
@@ -101,14 +107,20 @@ class SchedulerService final : public Scheduler::CallbackService {
   void MaybeEndRollback() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the manifest when every server has written a newer checkpoint.
   void MaybeWriteManifest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A server's registration in place of server `id` (failed, or being
-  // restarted on purpose).
-  grpc::Status ReplaceServer(int id, const RegisterRequest& req)
+  // A registration in place of member (role, id): a replacement of a
+  // failed one, or a restart on purpose.
+  grpc::Status ReplaceMember(Role role, int id, const RegisterRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the job keeps a dead member's place for it to come back or be
+  // replaced: a server when the job writes checkpoints, a worker under
+  // WorkerFailure::kWait.
+  bool KeepsPlace(Role role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A dead member whose place is kept is heard from again (a network cut
+  // healed): it rejoins.
+  void Revive(MemberRecord& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobSpec job_;
   const SchedulerPolicy policy_;
-  const bool shrink_;
   std::vector<int> chunk_servers_;  // servers holding chunks
   const int64_t total_clocks_;
   const absl::Time start_;

@@ -152,7 +152,7 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
   WriteFile(job, options.job_text);
   std::vector<std::string> argv = {BinaryPath("scheduler/ps_scheduler"),
                                    "--job=" + job,
-                                   "--listen=127.0.0.1:0",
+                                   "--listen=" + options.host + ":0",
                                    "--port_file=" + dir_ + "/scheduler.port",
                                    "--num_servers=" + std::to_string(options.servers),
                                    "--num_workers=" + std::to_string(options.workers),
@@ -169,9 +169,13 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
   options_ = options;
   for (int i = 0; i < options.servers; ++i) RETURN_IF_ERROR(AddServer({}));
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> a = {
-        BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
-        "--heartbeat_interval_ms=200", "--weights_out=" + worker_weights(i)};
+    std::vector<std::string> a;
+    if (i < static_cast<int>(options.worker_prefix.size())) a = options.worker_prefix[i];
+    const std::string host =
+        i < static_cast<int>(options.worker_host.size()) ? options.worker_host[i] : options.host;
+    a.insert(a.end(), {BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_,
+                       "--listen=" + host + ":0", "--heartbeat_interval_ms=200",
+                       "--weights_out=" + worker_weights(i)});
     if (i < static_cast<int>(options.worker_flags.size())) {
       a.insert(a.end(), options.worker_flags[i].begin(), options.worker_flags[i].end());
     }
@@ -185,8 +189,8 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
 absl::Status Cluster::AddServer(const std::vector<std::string>& flags) {
   const int i = static_cast<int>(servers_.size());
   std::vector<std::string> a = {BinaryPath("server/ps_server"),
-                                "--scheduler=" + scheduler_address_, "--listen=127.0.0.1:0",
-                                "--heartbeat_interval_ms=200"};
+                                "--scheduler=" + scheduler_address_,
+                                "--listen=" + options_.host + ":0", "--heartbeat_interval_ms=200"};
   if (options_.trace) a.push_back("--trace_file=" + server_trace(i));
   a.insert(a.end(), options_.server_flags.begin(), options_.server_flags.end());
   a.insert(a.end(), flags.begin(), flags.end());

@@ -61,6 +61,11 @@ struct ClusterOptions {
   // Flags of the i-th worker process launched (not its rank).
   std::vector<std::vector<std::string>> worker_flags;
   bool trace = false;  // --trace_file for the scheduler and every server
+  std::string host = "127.0.0.1";  // where the daemons listen
+  // Per worker process: what its command line starts with (e.g. `ip netns
+  // exec NS`), and the host it listens on (default: `host`).
+  std::vector<std::vector<std::string>> worker_prefix;
+  std::vector<std::string> worker_host;
 };
 
 class Cluster {

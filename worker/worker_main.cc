@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain
 ABSL_FLAG(int, debug_slowdown_ms, 0, "sleep this long every iteration (consistency tests)");
 ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
+ABSL_FLAG(int, rank, -1,
+          "take over this worker id from a dead worker (under the scheduler's "
+          "--on_worker_failure=wait); -1: the next free id");
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
 ABSL_FLAG(int, channels_per_server, 2, "TCP connections to each server");
@@ -140,6 +143,7 @@ int Run() {
   options.address = address;
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.rank = absl::GetFlag(FLAGS_rank);
   SchedulerClient client(options);
   auto reg = client.Register();
   if (!reg.ok()) {
