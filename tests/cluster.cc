@@ -168,21 +168,26 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
   scheduler_address_ = *address;
   options_ = options;
   for (int i = 0; i < options.servers; ++i) RETURN_IF_ERROR(AddServer({}));
-  for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> a;
-    if (i < static_cast<int>(options.worker_prefix.size())) a = options.worker_prefix[i];
-    const std::string host =
-        i < static_cast<int>(options.worker_host.size()) ? options.worker_host[i] : options.host;
-    a.insert(a.end(), {BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_,
-                       "--listen=" + host + ":0", "--heartbeat_interval_ms=200",
-                       "--weights_out=" + worker_weights(i)});
-    if (i < static_cast<int>(options.worker_flags.size())) {
-      a.insert(a.end(), options.worker_flags[i].begin(), options.worker_flags[i].end());
-    }
-    absl::StatusOr<Process> w = Process::Start(a, absl::StrCat(dir_, "/worker", i, ".log"));
-    if (!w.ok()) return w.status();
-    workers_.push_back(std::move(*w));
+  for (int i = 0; i < options.workers; ++i) RETURN_IF_ERROR(AddWorker({}));
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::AddWorker(const std::vector<std::string>& flags) {
+  const int i = static_cast<int>(workers_.size());
+  std::vector<std::string> a;
+  if (i < static_cast<int>(options_.worker_prefix.size())) a = options_.worker_prefix[i];
+  const std::string host =
+      i < static_cast<int>(options_.worker_host.size()) ? options_.worker_host[i] : options_.host;
+  a.insert(a.end(), {BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_,
+                     "--listen=" + host + ":0", "--heartbeat_interval_ms=200",
+                     "--weights_out=" + worker_weights(i)});
+  if (i < static_cast<int>(options_.worker_flags.size())) {
+    a.insert(a.end(), options_.worker_flags[i].begin(), options_.worker_flags[i].end());
   }
+  a.insert(a.end(), flags.begin(), flags.end());
+  absl::StatusOr<Process> w = Process::Start(a, absl::StrCat(dir_, "/worker", i, ".log"));
+  if (!w.ok()) return w.status();
+  workers_.push_back(std::move(*w));
   return absl::OkStatus();
 }
 

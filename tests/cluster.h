@@ -75,8 +75,10 @@ class Cluster {
   // Starts the scheduler, waits for its port file, then starts the servers
   // and workers.
   absl::Status Start(const ClusterOptions& options);
-  // Starts one more server process (a replacement) with `flags` added.
+  // Starts one more server or worker process (a replacement) with `flags`
+  // added.
   absl::Status AddServer(const std::vector<std::string>& flags);
+  absl::Status AddWorker(const std::vector<std::string>& flags);
   // The index of the server process whose log shows server id `id` (-1).
   int ServerProcess(int id) const;
   // Waits for every process to exit; returns the scheduler's exit code.

@@ -58,17 +58,20 @@ int64_t WorkerClock(const ClusterStatus& st, int id) {
   return -1;
 }
 
+// The final test accuracy of the BSP job undisturbed (run once).
+double UndisturbedAccuracy() {
+  static double accuracy = [] {
+    Cluster cluster("undisturbed");
+    if (!cluster.Start(BspOptions()).ok() || cluster.WaitAll(absl::Seconds(120)).value_or(1) != 0) {
+      return -1.0;
+    }
+    return NumberAfter(cluster.workers()[0].Log(), "final test accuracy ");
+  }();
+  return accuracy;
+}
+
 TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
-  // The undisturbed run.
-  double undisturbed = -1;
-  {
-    Cluster cluster("shrink0");
-    ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
-    absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
-    ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
-    undisturbed = NumberAfter(cluster.workers()[0].Log() + cluster.workers()[1].Log(),
-                              "final test accuracy ");
-  }
+  const double undisturbed = UndisturbedAccuracy();
   Cluster cluster("shrink");
   ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
   // Wait until training is well under way; learn which rank the survivor has.
@@ -116,6 +119,54 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   EXPECT_NEAR(accuracy, undisturbed, 0.01);
   EXPECT_TRUE(absl::StrContains(cluster.scheduler().Log(), "going on with 1 workers"))
       << cluster.scheduler().Log();
+}
+
+TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
+  const double undisturbed = UndisturbedAccuracy();
+  ASSERT_GT(undisturbed, 0);
+  Cluster cluster("wait");
+  ClusterOptions options = BspOptions();
+  options.scheduler_flags.push_back("--on_worker_failure=wait");
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  int victim = -1;  // the rank of process 1
+  for (int i = 0; i < 400 && victim < 0; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && WorkerClock(*st, 0) >= 50) {
+      victim = absl::StrContains(cluster.workers()[1].Log(), "[worker 0]") ? 0 : 1;
+    }
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  ASSERT_GE(victim, 0) << cluster.Logs();
+  cluster.workers()[1].Kill(SIGKILL);
+  // Declared dead; the gate holds the survivor meanwhile (BSP).
+  int64_t held_at = -1;
+  for (int i = 0; i < 200 && held_at < 0; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (!st.ok()) continue;
+    for (const NodeStatus& m : st->members()) {
+      if (m.role() == WORKER && m.id() == victim && m.state() == DEAD) {
+        held_at = WorkerClock(*st, 1 - victim);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(held_at, 0) << cluster.Logs();
+  absl::SleepFor(absl::Milliseconds(500));
+  absl::StatusOr<ClusterStatus> later = SchedulerStatus(cluster.scheduler_address());
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(WorkerClock(*later, 1 - victim), held_at) << "the gate did not hold";
+  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--rank=", victim)}).ok());
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  EXPECT_EQ(*cluster.workers()[2].Wait(absl::ZeroDuration()), 0) << cluster.Logs();
+  const double accuracy = NumberAfter(cluster.workers()[2].Log(), "final test accuracy ");
+  std::printf("the replacement took rank %d at clock %lld; final test accuracy %.4f, "
+              "undisturbed %.4f\n",
+              victim, static_cast<long long>(held_at), accuracy, undisturbed);
+  EXPECT_NEAR(accuracy, undisturbed, 0.01);
+  EXPECT_TRUE(absl::StrContains(cluster.workers()[2].Log(), "starting at clock"))
+      << cluster.workers()[2].Log();
 }
 
 TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
