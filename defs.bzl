@@ -68,3 +68,36 @@ def ps_proto_library(name, src, deps = [], grpc = False):
         deps = deps + ["@system//:grpc" if grpc else "@system//:protobuf"],
         copts = ["-w"],
     )
+
+def ps_fuzz_test(name, srcs, deps = [], seconds = 3):
+    """A fuzz target: `srcs` define LLVMFuzzerTestOneInput.
+
+    Makes `name`, a test that runs it over its seed corpus (corpus/<name>/)
+    and random mutations of the seeds for `seconds` (fuzz/standalone_main.cc,
+    any compiler), and `name`_libfuzzer, the libFuzzer binary (manual: only
+    fuzz/run.sh builds it, with --config=libfuzzer).
+    """
+    native.cc_library(
+        name = name + "_target",
+        srcs = srcs,
+        copts = PS_COPTS,
+        deps = deps,
+        alwayslink = 1,
+        testonly = 1,
+    )
+    native.cc_test(
+        name = name,
+        srcs = ["standalone_main.cc"],
+        copts = PS_COPTS,
+        linkopts = BUNDLE_RPATH,
+        args = ["fuzz/corpus/" + name, str(seconds)],
+        data = native.glob(["corpus/" + name + "/*"]),
+        deps = [":" + name + "_target"],
+    )
+    native.cc_binary(
+        name = name + "_libfuzzer",
+        linkopts = ["-fsanitize=fuzzer"],
+        deps = [":" + name + "_target"],
+        tags = ["manual"],
+        testonly = 1,
+    )

@@ -70,7 +70,7 @@ std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address) {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound,
-    int num_queues, std::vector<std::unique_ptr<grpc::ServerCompletionQueue>>* queues) {
+    const ServerOptions& options) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--listen=", listen, ": expected HOST:PORT"));
@@ -83,13 +83,16 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, ServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(options.max_receive_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   BuilderArgs bulk{&builder};
   SetBulkArgs(&bulk);
+  bulk.SetInt(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_client);
   for (grpc::Service* s : services) builder.RegisterService(s);
-  if (queues != nullptr) {
-    for (int i = 0; i < num_queues; ++i) queues->push_back(builder.AddCompletionQueue());
+  if (options.queues != nullptr) {
+    for (int i = 0; i < options.num_queues; ++i) {
+      options.queues->push_back(builder.AddCompletionQueue());
+    }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -24,14 +24,26 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // messages.
 std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address);
 
+struct ServerOptions {
+  // Larger requests are refused (RESOURCE_EXHAUSTED) before they are read.
+  int max_receive_bytes = kMaxMessageBytes;
+  // Calls in flight at once on one client connection; more wait in the
+  // client.
+  int max_streams_per_client = 256;
+  // With `queues`, `num_queues` completion queues for async services.
+  int num_queues = 0;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>>* queues = nullptr;
+};
+
 // Builds and starts a server on `listen` ("HOST:PORT", port 0 lets the OS
 // choose) with `services`. Returns the started server and sets *bound to
-// "HOST:PORT" with the real port. With `queues`, adds `num_queues`
-// completion queues for async services there.
+// "HOST:PORT" with the real port.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound,
-    int num_queues = 0,
-    std::vector<std::unique_ptr<grpc::ServerCompletionQueue>>* queues = nullptr);
+    const ServerOptions& options = {});
+
+// Requests of the scheduler and the workers' status services are small.
+constexpr int kMaxControlMessageBytes = 4 << 20;
 
 // Writes `address` to `path` atomically (temporary file + rename), for
 // launchers and tests that start daemons on port 0.

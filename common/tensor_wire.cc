@@ -45,9 +45,11 @@ absl::Status Malformed(const char* what) {
   return absl::InvalidArgumentError(absl::StrCat("malformed ", what));
 }
 
-// Skips a field of `type` whose tag was just read.
-bool SkipField(SliceReader& r, uint32_t type) {
+// Skips a field of `type` whose tag was just read; false for field number
+// 0, which protobuf does not allow.
+bool SkipField(SliceReader& r, uint32_t field, uint32_t type) {
   uint64_t v;
+  if (field == 0) return false;
   switch (type) {
     case kVarint:
       return r.ReadVarint(&v);
@@ -82,7 +84,7 @@ bool ReadChunkData(SliceReader& r, uint64_t length, PayloadRef* ref) {
       ref->bytes = v;
       has_data = true;
       if (!r.Skip(v)) return false;
-    } else if (!SkipField(r, type)) {
+    } else if (!SkipField(r, field, type)) {
       return false;
     }
   }
@@ -219,7 +221,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       ok = r.ReadFixed32(&bits);
       std::memcpy(&h->grad_norm, &bits, 4);
     } else {
-      ok = SkipField(r, type);
+      ok = SkipField(r, field, type);
     }
     if (!ok) return Malformed("push: truncated or bad field");
   }
@@ -272,7 +274,7 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
       ok = r.ReadVarint(&v);
       applied_clock->push_back(static_cast<int64_t>(v));
     } else {
-      ok = SkipField(r, type);
+      ok = SkipField(r, field, type);
     }
     if (!ok) return Malformed("pull reply: truncated or bad field");
   }

@@ -150,6 +150,12 @@ TEST(TensorWireTest, MalformedInputIsAnError) {
   PushHeader h;
   std::vector<PayloadRef> refs;
   EXPECT_FALSE(DecodePush(r, &h, &refs).ok());
+  // Field number 0 is not protobuf (a parser must not skip it as unknown).
+  for (const std::string& zero : {std::string("\x00\x05", 2), std::string("\x02\x00", 2)}) {
+    const grpc::ByteBuffer z = Sliced(zero);
+    SliceReader zr(z);
+    EXPECT_FALSE(DecodePush(zr, &h, &refs).ok());
+  }
   // Random bytes never crash and never yield a payload past the end.
   std::mt19937 rng(5);
   for (int trial = 0; trial < 2000; ++trial) {

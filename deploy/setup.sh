@@ -22,6 +22,9 @@ PACKAGES=(
   dataset-fashion-mnist
   fortunes
   openssl
+  iproute2
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()

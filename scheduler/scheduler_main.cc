@@ -151,7 +151,10 @@ int Run() {
   }
   auto service = std::make_unique<SchedulerService>(*job, trace->get(), policy);
   std::string bound;
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound);
+  ServerOptions server_options;
+  server_options.max_receive_bytes = kMaxControlMessageBytes;
+  server_options.max_streams_per_client = 64;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound, server_options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 2;

@@ -399,6 +399,15 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
   return FinishNow(ctx, grpc::Status::OK);
 }
 
+grpc::Status SchedulerService::RoomToPark(int worker) const {
+  int parked = 0;
+  for (const Parked<PendingGate>& p : parked_) parked += !p.Gone() && p.what.worker == worker;
+  if (parked < kMaxParkedPerMember) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("worker ", worker, " already has ", parked,
+                                   " gate calls waiting"));
+}
+
 bool SchedulerService::GateOpen(int64_t clock) const {
   return state_ == RUNNING_JOB && !rolling_back_ && clocks_.MayStart(clock);
 }
@@ -449,6 +458,9 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
       FillGate(req->worker_id(), clocks_.clock(req->worker_id()), resp);
       return FinishNow(ctx, grpc::Status::OK);
     }
+    if (const grpc::Status full = RoomToPark(req->worker_id()); !full.ok()) {
+      return FinishNow(ctx, full);
+    }
     auto* reactor = new ParkedReactor();
     parked_.emplace_back(
         reactor, PendingGate{req->worker_id(), req->clock(), resp, absl::Now(), /*stale=*/true});
@@ -471,6 +483,9 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
   if (req->clock() >= total_clocks_ || GateOpen(req->clock())) {
     FillGate(req->worker_id(), req->clock(), resp);
     return FinishNow(ctx, grpc::Status::OK);
+  }
+  if (const grpc::Status full = RoomToPark(req->worker_id()); !full.ok()) {
+    return FinishNow(ctx, full);
   }
   auto* reactor = new ParkedReactor();
   parked_.emplace_back(reactor,
@@ -529,8 +544,18 @@ grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerConte
     WakeNorms();
     return FinishNow(ctx, grpc::Status::OK);
   }
+  int parked_by_server = 0;
+  for (const Parked<PendingNorm>& p : parked_norms_) {
+    parked_by_server += !p.Gone() && p.what.server == req->server_id();
+  }
+  if (parked_by_server >= kMaxParkedPerMember) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                       absl::StrCat("server ", req->server_id(), " already has ",
+                                                    parked_by_server, " norm calls waiting")));
+  }
   auto* reactor = new ParkedReactor();
-  parked_norms_.emplace_back(reactor, PendingNorm{req->clock(), resp});
+  parked_norms_.emplace_back(reactor,
+                             PendingNorm{req->clock(), resp, req->server_id(), absl::Now()});
   return reactor;
 }
 
@@ -589,6 +614,13 @@ ClusterStatus SchedulerService::GetStatus() const {
     w->set_what(absl::StrCat("rolling back to the checkpoint of clock ", restore_clock_,
                              " (epoch ", epoch_, "): waiting for ", absl::StrJoin(pending, ", ")));
     w->set_since_unix_ms(rollbacks_.back().begun_unix_ms());
+  }
+  for (const Parked<PendingNorm>& p : parked_norms_) {
+    if (p.Gone()) continue;
+    Wait* w = me->add_waits();
+    w->set_what(absl::StrCat("server ", p.what.server, "'s norm of BSP round ", p.what.clock,
+                             ", waiting for the other servers' norms"));
+    w->set_since_unix_ms(absl::ToUnixMillis(p.what.since));
   }
   for (const Parked<PendingGate>& p : parked_) {
     if (p.Gone()) continue;

@@ -88,7 +88,13 @@ class SchedulerService final : public Scheduler::CallbackService {
   struct PendingNorm {
     int64_t clock;
     ReduceNormResponse* response;
+    int server;
+    absl::Time since;
   };
+  // Calls one member may have waiting at once (a retrying client leaves
+  // some behind until they are cancelled); more are RESOURCE_EXHAUSTED.
+  static constexpr int kMaxParkedPerMember = 8;
+  grpc::Status RoomToPark(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool GateOpen(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers parked norm calls whose round is complete (or fails them: job ended).
   void WakeNorms() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

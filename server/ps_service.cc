@@ -51,6 +51,7 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
   if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
   if (const absl::Status st = store.CheckEpoch(h.epoch); !st.ok()) return ToGrpc(st);
   if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
+  if (chunks.empty()) return Invalid("push: no chunks");
   if (!(h.grad_norm >= 0) || std::isinf(h.grad_norm)) {
     return Invalid(absl::StrCat("push: grad_norm ", h.grad_norm, " is not a finite norm"));
   }
@@ -153,6 +154,12 @@ grpc::Status PsService::CheckPull(const ShardStore& s, const grpc::ByteBuffer& r
     return Invalid(absl::StrCat("pull: unknown dtype ", req->dtype()));
   }
   if (req->chunks_size() == 0) return Invalid("pull: no chunks");
+  if (req->worker_id() < 0 || req->worker_id() >= s.num_workers()) {
+    return Invalid(absl::StrCat("pull: unknown worker ", req->worker_id()));
+  }
+  if (req->clock() < 0 || req->clock() > total_clocks) {
+    return Invalid(absl::StrCat("pull: clock ", req->clock(), " outside [0, ", total_clocks, "]"));
+  }
   if (req->min_clock() < 0 || req->min_clock() > total_clocks) {
     return Invalid(
         absl::StrCat("pull: min_clock ", req->min_clock(), " outside [0, ", total_clocks, "]"));
@@ -330,6 +337,17 @@ void PsService::Handle(Call* call) {
   if (Readable(*s, call->pull)) {
     FillPull(*s, call->pull, &call->reply);
     answer(grpc::Status::OK);
+    return;
+  }
+  // A worker's pulls name each chunk once: more parked than its chunks (and
+  // some retries) is a client gone wrong, and would only grow.
+  const int64_t limit = static_cast<int64_t>(s->chunk_ids().size()) + 64;
+  int64_t mine = 0;
+  for (const Call* p : parked_) mine += !p->claimed() && p->pull.worker_id() == call->pull.worker_id();
+  if (mine >= limit) {
+    answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("pull: worker ", call->pull.worker_id(), " already has ",
+                                     mine, " pulls waiting here")));
     return;
   }
   call->parked_at = absl::Now();

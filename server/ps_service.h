@@ -50,6 +50,14 @@ class PsService final : public PsServiceBase {
   // applied updates on its own, e.g. a globally clipped BSP round).
   void WakePulls();
 
+  // The request handling below the gRPC glue (public for the fuzz targets):
+  // validates a push and hands it to the store, whole or not at all.
+  grpc::Status DoPush(ShardStore& store, const grpc::ByteBuffer& req);
+  // Parses and validates a pull into *req.
+  grpc::Status CheckPull(const ShardStore& store, const grpc::ByteBuffer& raw,
+                         PullRequest* req) const;
+  // The reply to a pull whose guarantee holds.
+  void FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
 
  private:
   class Call;
@@ -57,14 +65,8 @@ class PsService final : public PsServiceBase {
   void Accept(int method, grpc::ServerCompletionQueue* cq);
   void Handle(Call* call);
 
-  // Parses and validates a pull into *req.
-  grpc::Status CheckPull(const ShardStore& store, const grpc::ByteBuffer& raw,
-                         PullRequest* req) const;
   std::shared_ptr<ShardStore> store() const;
   bool Readable(const ShardStore& store, const PullRequest& req) const;
-  void FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
-  // Validates a push and hands it to the store, whole or not at all.
-  grpc::Status DoPush(ShardStore& store, const grpc::ByteBuffer& req);
 
   const absl::Time start_;
   mutable absl::Mutex mu_;

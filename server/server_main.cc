@@ -99,8 +99,10 @@ int Run() {
   auto service = std::make_unique<PsService>();
   std::string bound;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound,
-                            std::max(1, absl::GetFlag(FLAGS_rpc_threads)), &queues);
+  ServerOptions server_options;
+  server_options.num_queues = std::max(1, absl::GetFlag(FLAGS_rpc_threads));
+  server_options.queues = &queues;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service.get()}, &bound, server_options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 2;

@@ -120,6 +120,7 @@ class ShardStore {
   // Pushes not applied because they held a NaN or Inf.
   int64_t NonfiniteSkipped() const { return nonfinite_skipped_; }
   const std::vector<int32_t>& chunk_ids() const { return chunk_ids_; }
+  int num_workers() const { return num_workers_; }
 
  private:
   struct Chunk {

@@ -42,6 +42,7 @@ class Process {
   absl::StatusOr<int> Wait(absl::Duration timeout);
   void Kill(int signal);
   bool running() const { return pid_ > 0 && !exited_; }
+  pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_path_; }
   std::string Log() const { return ReadFile(log_path_); }
 

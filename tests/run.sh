@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, runs `bazel test //...`, and
-# ends with one line "N passed, M failed" counting test targets.
+# The test command: installs what is missing, runs `bazel test //...` and
+# the libFuzzer runs of the fuzz targets (fuzz/run.sh), and ends with one
+# line "N passed, M failed" counting test targets and fuzz runs.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -19,6 +20,19 @@ rm -f "$LOG"
 if [ "$code" -ne 0 ] && [ "$failed" -eq 0 ]; then
   # Bazel failed before any test ran (e.g. a build error).
   failed=1
+fi
+
+# The fuzz targets under libFuzzer with clang's sanitizers, a bounded time
+# each (PSTRAIN_FUZZ_SECONDS, 20 by default; 0 skips them).
+FUZZ_SECONDS="${PSTRAIN_FUZZ_SECONDS:-20}"
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+  FUZZ_LOG="$(mktemp /tmp/pstrain-fuzz.XXXXXX.log)"
+  "$ROOT/fuzz/run.sh" "$FUZZ_SECONDS" 2>&1 | tee "$FUZZ_LOG"
+  fuzz_passed=$(grep -c '^fuzz: .* passed' "$FUZZ_LOG")
+  fuzz_failed=$(grep -c '^fuzz: .*FAILED' "$FUZZ_LOG")
+  rm -f "$FUZZ_LOG"
+  passed=$((passed + fuzz_passed))
+  failed=$((failed + fuzz_failed))
 fi
 echo "$passed passed, $failed failed"
 [ "$code" -eq 0 ] && [ "$failed" -eq 0 ]

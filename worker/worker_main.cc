@@ -122,7 +122,10 @@ int Run() {
   };
   WorkerService service(status_fn);
   std::string bound;
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, &bound);
+  ServerOptions server_options;
+  server_options.max_receive_bytes = kMaxControlMessageBytes;
+  server_options.max_streams_per_client = 16;
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, server_options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 2;
