@@ -417,10 +417,16 @@ NodeStatus PsService::GetStatus() const {
     for (const Call* call : parked_) {
       if (call->claimed()) continue;
       Wait* w = st.add_waits();
+      std::string lagging;
+      for (int32_t chunk : call->pull.chunks()) {
+        lagging = s == nullptr ? "" : s->Lagging(chunk, call->pull.min_clock());
+        if (!lagging.empty()) break;
+      }
       w->set_what(absl::StrCat("pull by worker ", call->pull.worker_id(), " of ",
                                call->pull.chunks_size(), " chunks for clock ", call->pull.clock(),
                                ", waiting for every worker's updates before clock ",
-                               call->pull.min_clock()));
+                               call->pull.min_clock(), lagging.empty() ? "" : ": behind: ",
+                               lagging));
       w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));
     }
   }

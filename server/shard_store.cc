@@ -427,6 +427,19 @@ bool ShardStore::Readable(int32_t chunk, int64_t min_clock) const {
   return MinApplied(*c) >= min_clock;
 }
 
+std::string ShardStore::Lagging(int32_t chunk, int64_t min_clock) const {
+  Chunk* c = Find(chunk);
+  if (c == nullptr) return "";
+  absl::MutexLock lock(&c->mu);
+  std::string out;
+  for (int w = 0; w < num_workers_; ++w) {
+    if (!c->live[w] || c->applied[w] >= min_clock) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "worker ", w, " (", c->applied[w], " applied",
+                    bsp_ && c->pushed[w] ? ", its next push in" : "", ")");
+  }
+  return out;
+}
+
 void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
                       char* out, std::vector<int64_t>* applied) const {
   Chunk* c = Find(chunk);

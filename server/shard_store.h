@@ -76,6 +76,9 @@ class ShardStore {
   // True when every worker's updates of iterations < min_clock are applied
   // to `chunk` (the read guarantee).
   bool Readable(int32_t chunk, int64_t min_clock) const;
+  // The live workers whose updates of `chunk` are behind `min_clock`, for
+  // Status: "worker 1 (56 applied)". Empty when none (or unknown chunk).
+  std::string Lagging(int32_t chunk, int64_t min_clock) const;
   // Writes the chunk's weights to `out` (ChunkNumel(chunk) values, little
   // endian, in `dtype`; any alignment) and the per-worker applied clocks to
   // `applied`. Traces the read for `worker`.

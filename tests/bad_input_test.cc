@@ -319,7 +319,7 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
     ASSERT_EQ(waiting.waits_size(), 1) << waiting.DebugString();
     EXPECT_TRUE(absl::StrContains(waiting.waits(0).what(),
                                   "pull by worker 0 of 1 chunks for clock 0, waiting for every "
-                                  "worker's updates before clock 4"))
+                                  "worker's updates before clock 4: behind: worker 0 (3 applied)"))
         << waiting.waits(0).what();
     const int64_t age = absl::ToUnixMillis(absl::Now()) - waiting.waits(0).since_unix_ms();
     EXPECT_GE(age, 200);
