@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "proto/tensor.pb.h"
@@ -197,6 +198,50 @@ TEST(RestartTest, AServerKilledAndStartedAgainWithItsRankLosesAtMostCheckpointEv
 TEST(RestartTest, ADeadServerIsReplacedByTheNextServerToRegister) {
   // Workers pushing each layer during the backward (the GPU default) too.
   KillAndReplaceServer(/*with_rank=*/false, {"--overlap=on"});
+}
+
+// Other paths through a rollback: SSP (no rounds; the gate lets workers
+// drift apart) and BSP with clipping by the global norm (the servers' norm
+// reduction of the old epoch is refused). Server 0 is killed and replaced;
+// the job must finish, every worker with exit 0, having lost at most
+// checkpoint_every clocks.
+void KillServerZeroUnder(const std::string& from, const std::string& to, const std::string& name) {
+  Cluster cluster(name);
+  ClusterOptions options = Options(cluster.dir() + "/ckpt", 2);
+  options.job_text = absl::StrReplaceAll(kJob, {{from, to}});
+  ASSERT_NE(options.job_text, kJob);
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  ASSERT_TRUE(WaitForClock(cluster, 60)) << cluster.Logs();
+  const int victim = cluster.ServerProcess(0);
+  ASSERT_GE(victim, 0) << cluster.Logs();
+  cluster.servers()[victim].Kill(SIGKILL);
+  ASSERT_TRUE(cluster.AddServer({"--rank=0"}).ok());
+  Rollback rollback;
+  for (int i = 0; i < 1500 && rollback.done_unix_ms() == 0; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && st->rollbacks_size() > 0) rollback = st->rollbacks(0);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::printf("%s: rolled back from clock %lld to %lld\n", name.c_str(),
+              static_cast<long long>(rollback.from_clock()),
+              static_cast<long long>(rollback.to_clock()));
+  ASSERT_GT(rollback.done_unix_ms(), 0) << cluster.Logs();
+  // Under SSP the fastest worker may be s clocks past the slowest.
+  EXPECT_LE(rollback.from_clock() - rollback.to_clock(), kEvery + 2);
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  for (Process& w : cluster.workers()) EXPECT_EQ(*w.Wait(absl::ZeroDuration()), 0);
+  EXPECT_GT(NumberAfter(cluster.workers()[0].Log(), "final test accuracy "), 0.8);
+}
+
+TEST(RestartTest, UnderSspARestartedServerRollsTheClusterBack) {
+  KillServerZeroUnder("consistency: BSP", "consistency: SSP staleness: 2", "restart_ssp");
+}
+
+TEST(RestartTest, UnderBspWithGlobalClippingARestartedServerRollsTheClusterBack) {
+  KillServerZeroUnder("learning_rate: 0.01 }", "learning_rate: 0.01 clip_norm: 0.5 }",
+                      "restart_clip");
 }
 
 TEST(RestartTest, AWholeJobStartedAgainResumesFromTheManifestWithTheSameDataOrder) {
