@@ -179,6 +179,11 @@ void SchedulerService::BeginRollback(const std::string& reason) {
   rollbacks_.push_back(r);
   spdlog::warn("epoch {}: {}; rolling the cluster back from clock {} to the checkpoint of clock {}",
                epoch_, reason, from, to);
+  if (to == 0 && from >= job_.checkpoint_every() && job_.checkpoint_every() > 0) {
+    spdlog::warn("no complete checkpoint set in {} (is it shared with the scheduler?): back to "
+                 "the initial weights",
+                 job_.checkpoint_dir());
+  }
   // Rounds of the old epoch never complete.
   for (Parked<PendingNorm>& p : parked_norms_) {
     if (p.Claim()) {
