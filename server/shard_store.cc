@@ -85,8 +85,8 @@ absl::Status ShardStore::CheckEpoch(int64_t epoch) const {
 
 absl::Status ShardStore::CheckChunkEpoch(const Chunk& c, int64_t epoch) const {
   if (epoch == c.epoch) return absl::OkStatus();
-  return CheckEpoch(epoch).ok() ? absl::UnavailableError("chunk being restored")
-                                : CheckEpoch(epoch);
+  const absl::Status store = CheckEpoch(epoch);
+  return store.ok() ? absl::UnavailableError("chunk being restored") : store;
 }
 
 absl::Status ShardStore::Restore(int64_t epoch, int64_t clock, const CheckpointFile* file) {

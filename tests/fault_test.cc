@@ -15,34 +15,10 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-// Harder than SmallJob's data (16 overlapping classes in 8 features), so
-// that the accuracy comparison has room to fail.
-constexpr char kBspJob[] = R"pb(
-  model {
-    layers { type: DENSE units: 32 }
-    layers { type: RELU }
-    layers { type: DENSE units: 16 }
-    layers { type: SOFTMAX_XENT }
-  }
-  data {
-    dataset: SYNTHETIC
-    synthetic_dim: 8
-    synthetic_classes: 16
-    synthetic_train_size: 4096
-    synthetic_test_size: 1024
-  }
-  optimizer { type: ADAM learning_rate: 0.01 }
-  consistency: BSP
-  batch_size: 32
-  steps: 300
-  seed: 7
-  chunk_bytes: 1024
-  log_every: 50
-)pb";
 
 ClusterOptions BspOptions() {
   ClusterOptions options;
-  options.job_text = kBspJob;
+  options.job_text = SixteenClassJob("steps: 300\nseed: 7\nchunk_bytes: 1024");
   options.servers = 1;
   options.workers = 2;
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};

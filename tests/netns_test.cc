@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
+#include "tests/test_jobs.h"
 
 namespace pstrain {
 namespace testing {
@@ -82,26 +83,6 @@ class Netns {
   std::string name_, host_if_, ns_if_, host_ip_, ns_ip_, error_;
 };
 
-constexpr char kJob[] = R"pb(
-  model {
-    layers { type: DENSE units: 32 }
-    layers { type: RELU }
-    layers { type: DENSE units: 16 }
-    layers { type: SOFTMAX_XENT }
-  }
-  data {
-    dataset: SYNTHETIC
-    synthetic_dim: 8
-    synthetic_classes: 16
-    synthetic_train_size: 4096
-    synthetic_test_size: 1024
-  }
-  optimizer { type: ADAM learning_rate: 0.01 }
-  consistency: BSP
-  batch_size: 32
-  seed: 5
-  log_every: 50
-)pb";
 
 struct Member {
   MemberState state = MEMBER_STATE_UNSPECIFIED;
@@ -132,7 +113,7 @@ void CutOffAWorker(const std::string& policy, int index, int steps) {
   }
   Cluster cluster("netns_" + policy);
   ClusterOptions options;
-  options.job_text = absl::StrCat(kJob, "steps: ", steps, "\n");
+  options.job_text = SixteenClassJob(absl::StrCat("steps: ", steps, "\nseed: 5"));
   options.servers = 1;
   options.workers = 2;
   options.host = ns.host_ip();

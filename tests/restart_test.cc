@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/tensor.pb.h"
 #include "tests/cluster.h"
+#include "tests/test_jobs.h"
 
 namespace pstrain {
 namespace testing {
@@ -25,34 +26,17 @@ namespace {
 
 // Adam (so the optimizer state must come back too), BSP, chunks small
 // enough for both servers to hold several.
-constexpr char kJob[] = R"pb(
-  model {
-    layers { type: DENSE units: 32 }
-    layers { type: RELU }
-    layers { type: DENSE units: 16 }
-    layers { type: SOFTMAX_XENT }
-  }
-  data {
-    dataset: SYNTHETIC
-    synthetic_dim: 8
-    synthetic_classes: 16
-    synthetic_train_size: 4096
-    synthetic_test_size: 1024
-  }
-  optimizer { type: ADAM learning_rate: 0.01 }
-  consistency: BSP
-  batch_size: 32
-  steps: 300
-  seed: 11
-  chunk_bytes: 512
-  log_every: 50
-)pb";
+const std::string& Job() {
+  static const std::string* job =
+      new std::string(SixteenClassJob("steps: 300\nseed: 11\nchunk_bytes: 512"));
+  return *job;
+}
 
 constexpr int kEvery = 10;
 
 ClusterOptions Options(const std::string& checkpoint_dir, int workers) {
   ClusterOptions options;
-  options.job_text = kJob;
+  options.job_text = Job();
   options.servers = 2;
   options.workers = workers;
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000",
@@ -208,8 +192,8 @@ TEST(RestartTest, ADeadServerIsReplacedByTheNextServerToRegister) {
 void KillServerZeroUnder(const std::string& from, const std::string& to, const std::string& name) {
   Cluster cluster(name);
   ClusterOptions options = Options(cluster.dir() + "/ckpt", 2);
-  options.job_text = absl::StrReplaceAll(kJob, {{from, to}});
-  ASSERT_NE(options.job_text, kJob);
+  options.job_text = absl::StrReplaceAll(Job(), {{from, to}});
+  ASSERT_NE(options.job_text, Job());
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   ASSERT_TRUE(WaitForClock(cluster, 60)) << cluster.Logs();
   const int victim = cluster.ServerProcess(0);

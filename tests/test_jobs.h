@@ -34,6 +34,32 @@ inline std::string SmallJob(const std::string& extra) {
                       "\n", extra, "\n");
 }
 
+// 16 overlapping classes in 8 features, harder than SmallJob's data so that
+// an accuracy comparison has room to fail; a 32-16 MLP under Adam and BSP,
+// batch 32. `extra` adds the steps, the seed and anything else.
+inline std::string SixteenClassJob(const std::string& extra) {
+  return absl::StrCat(R"pb(
+    model {
+      layers { type: DENSE units: 32 }
+      layers { type: RELU }
+      layers { type: DENSE units: 16 }
+      layers { type: SOFTMAX_XENT }
+    }
+    data {
+      dataset: SYNTHETIC
+      synthetic_dim: 8
+      synthetic_classes: 16
+      synthetic_train_size: 4096
+      synthetic_test_size: 1024
+    }
+    optimizer { type: ADAM learning_rate: 0.01 }
+    consistency: BSP
+    batch_size: 32
+    log_every: 50
+  )pb",
+                      "\n", extra, "\n");
+}
+
 }  // namespace testing
 }  // namespace pstrain
 
