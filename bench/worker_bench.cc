@@ -6,6 +6,7 @@
 //
 //   bazel run //bench:worker_bench -- [--device=auto] [--layers=6 --width=384
 //       --heads=6 --context=256 --batch=16] [--dtypes=fp32,bf16] [--steps=10]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "common/params.h"
 #include "kernels/device_array.h"
 #include "worker/device.h"
@@ -28,7 +30,7 @@ ABSL_FLAG(int, width, 384, "model width");
 ABSL_FLAG(int, heads, 6, "attention heads");
 ABSL_FLAG(int, context, 256, "tokens per sequence");
 ABSL_FLAG(int, batch, 16, "sequences per step");
-ABSL_FLAG(int, steps, 10, "timed steps (after 2 warm-up steps)");
+ABSL_FLAG(int, steps, 10, "timed rounds (after 2 warm-up steps); medians are quoted");
 ABSL_FLAG(std::string, dtypes, "fp32,bf16", "compute dtypes to measure");
 ABSL_FLAG(bool, recompute, false, "recompute each block's activations in the backward");
 ABSL_FLAG(int, compute_threads, 0, "CPU backend: BLAS threads (0: its default)");
@@ -47,6 +49,80 @@ struct Shape {
   bool trans_a, trans_b;
   int repeat;  // per step
 };
+
+struct Timings {
+  std::vector<double> step_s;       // forward + backward on the device alone
+  std::vector<double> full_step_s;  // with the weights' upload and the gradients' download
+  std::vector<double> gemm_s;       // the step's dense products alone, on the same shapes
+  float loss = 0;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v[(v.size() - 1) / 2] + v[v.size() / 2]) / 2;
+}
+double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double Max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+double MedianRatio(const std::vector<double>& num, const std::vector<double>& den) {
+  std::vector<double> r;
+  for (size_t i = 0; i < num.size(); ++i) r.push_back(num[i] / den[i]);
+  return Median(r);
+}
+
+// Seconds of one pass over the step's dense shapes, each run `repeat` times
+// on inputs of the backend's device (allocated once, in *bufs).
+double TimeDenseGemms(kernels::Backend* b, const std::vector<Shape>& shapes,
+                      std::vector<kernels::DeviceArray<float>>* bufs) {
+  if (bufs->empty()) {
+    for (const Shape& s : shapes) {
+      const int64_t sizes[3] = {static_cast<int64_t>(s.m) * s.k, static_cast<int64_t>(s.k) * s.n,
+                                static_cast<int64_t>(s.m) * s.n};
+      for (int64_t size : sizes) {
+        bufs->emplace_back(b, size);
+        std::vector<float> host(size, 0.01f);
+        bufs->back().Upload(host.data());
+      }
+    }
+  }
+  float sink;
+  b->Download(bufs->back().data(), 4, &sink);
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    for (int r = 0; r < s.repeat; ++r) {
+      b->Gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, (*bufs)[3 * i].data(),
+              (*bufs)[3 * i + 1].data(), 0.0f, (*bufs)[3 * i + 2].data());
+    }
+  }
+  b->Download(bufs->back().data(), 4, &sink);
+  return Seconds(t0);
+}
+
+// `steps` rounds, each timing in turn a step on the device alone, a step
+// with the host copies a worker makes (weights up, gradients down) and the
+// dense products alone, after two warm-up steps.
+absl::StatusOr<Timings> Measure(kernels::Backend* b, GptModel* model, const Batch& batch,
+                                const std::vector<Shape>& shapes, int steps) {
+  Timings t;
+  std::vector<kernels::DeviceArray<float>> bufs;
+  for (int i = 0; i < 2; ++i) {
+    RETURN_IF_ERROR(model->TrainStep(batch).status());
+  }
+  for (int i = 0; i < steps; ++i) {
+    for (bool host_sync : {false, true}) {
+      model->set_host_sync(host_sync);
+      const auto t0 = Clock::now();
+      // Both end by reading the loss back, and the second by downloading
+      // the gradients: synchronous.
+      ASSIGN_OR_RETURN(const StepResult r, model->TrainStep(batch));
+      (host_sync ? t.full_step_s : t.step_s).push_back(Seconds(t0));
+      t.loss = r.loss;
+    }
+    t.gemm_s.push_back(TimeDenseGemms(b, shapes, &bufs));
+  }
+  if (!b->error().empty()) return absl::InternalError(b->error());
+  return t;
+}
 
 int Run() {
   std::string note;
@@ -126,61 +202,33 @@ int Run() {
         model.weights()[p][i] = InitialValue(1, model.params()[p], i);
       }
     }
-    float loss = 0;
-    for (int i = 0; i < 2; ++i) {
-      auto r = model.TrainStep(batch);
-      if (!r.ok()) {
-        std::fprintf(stderr, "worker_bench: %s\n", std::string(r.status().message()).c_str());
-        return 1;
-      }
-    }
-    const auto t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) {
-      auto r = model.TrainStep(batch);  // ends by downloading the gradients: synchronous
-      if (!r.ok()) {
-        std::fprintf(stderr, "worker_bench: %s\n", std::string(r.status().message()).c_str());
-        return 1;
-      }
-      loss = r->loss;
-    }
-    const double step_s = Seconds(t0) / steps;
-    // The backend's own GEMM rate on the step's dense shapes.
-    std::vector<kernels::DeviceArray<float>> bufs;
-    double gemm_s = 0;
-    for (const Shape& s : shapes) {
-      kernels::DeviceArray<float> a(b, static_cast<int64_t>(s.m) * s.k),
-          w(b, static_cast<int64_t>(s.k) * s.n), out(b, static_cast<int64_t>(s.m) * s.n);
-      std::vector<float> host(std::max(a.size(), w.size()), 0.01f);
-      a.Upload(host.data());
-      w.Upload(host.data());
-      b->Gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), w.data(), 0.0f, out.data());
-      float sink;
-      b->Download(out.data(), 4, &sink);
-      const int reps = 5 * s.repeat;
-      const auto g0 = Clock::now();
-      for (int r = 0; r < reps; ++r) {
-        b->Gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), w.data(), 0.0f, out.data());
-      }
-      b->Download(out.data(), 4, &sink);
-      gemm_s += Seconds(g0) / 5;  // per step's worth of this shape
-    }
-    if (!b->error().empty()) {
-      std::fprintf(stderr, "worker_bench: %s\n", b->error().c_str());
+    const absl::StatusOr<Timings> t = Measure(b, &model, batch, shapes, steps);
+    if (!t.ok()) {
+      std::fprintf(stderr, "worker_bench: %s\n", std::string(t.status().message()).c_str());
       return 1;
     }
+    const double step_s = Median(t->step_s), full_s = Median(t->full_step_s);
+    const double gemm_s = Median(t->gemm_s);
     std::printf(
-        "    {\"dtype\": \"%s\", \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"loss\": %.4f, "
-        "\"peak_device_mib\": %.1f,\n"
+        "    {\"dtype\": \"%s\", \"step_ms\": %.3f, \"step_ms_min\": %.3f, "
+        "\"step_ms_max\": %.3f, \"tokens_per_s\": %.0f,\n"
+        "     \"step_with_host_copies_ms\": %.3f, \"tokens_per_s_with_host_copies\": %.0f, "
+        "\"loss\": %.4f, \"peak_device_mib\": %.1f,\n"
         "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
-        "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.2f}%s\n",
-        name.c_str(), step_s * 1e3, n / step_s, loss, b->peak_bytes() / 1048576.0,
+        "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
+        "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
+        name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
+        full_s * 1e3, n / full_s, t->loss, b->peak_bytes() / 1048576.0,
         (dense_flops + attention_flops) / step_s / 1e12, dense_flops / step_s / 1e12,
-        dense_flops / gemm_s / 1e12, gemm_s * 1e3, d + 1 < dtypes.size() ? "," : "");
+        dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
+        d + 1 < dtypes.size() ? "," : "");
     std::fflush(stdout);
   }
-  std::printf("  ],\n  \"note\": \"step_matmul_tflops counts the step's matrix products over the "
-              "whole step time (every other op included); backend_gemm_tflops_same_shapes times "
-              "the dense products alone\"\n}\n");
+  std::printf("  ],\n  \"note\": \"medians of --steps rounds; each round times a step on the "
+              "device alone (step_ms: forward + backward, the loss read back), a step with the "
+              "worker's host copies (weights uploaded, gradients downloaded) and the step's dense "
+              "products alone through the backend's Gemm (cuBLAS or OpenBLAS); step_matmul_tflops "
+              "counts the step's matrix products over the whole step\"\n}\n");
   return 0;
 }
 

@@ -5,7 +5,11 @@
 # it started; none is left behind.
 #
 #   deploy/local_cluster.sh --job=FILE [--bin=DIR] [--logs=DIR] [--servers=N]
-#                           [--workers=N] [-- extra ps_scheduler flags]
+#                           [--workers=N] [--worker_flags="FLAGS"]
+#                           [-- extra ps_scheduler flags]
+#
+# --worker_flags: given to every worker (split at spaces), e.g.
+# --worker_flags="--device=cuda --overlap=on --data_dir=/data/fortunes".
 set -euo pipefail
 
 JOB=""
@@ -13,6 +17,7 @@ BIN=""
 LOGS=""
 SERVERS=""
 WORKERS=""
+WORKER_FLAGS=""
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -21,6 +26,7 @@ while [ $# -gt 0 ]; do
     --logs=*) LOGS="${1#*=}" ;;
     --servers=*) SERVERS="${1#*=}" ;;
     --workers=*) WORKERS="${1#*=}" ;;
+    --worker_flags=*) WORKER_FLAGS="${1#*=}" ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "local_cluster: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -75,7 +81,8 @@ for i in $(seq 0 $((SERVERS - 1))); do
   PIDS+=("$!")
 done
 for i in $(seq 0 $((WORKERS - 1))); do
-  "$BIN/worker/ps_worker" --scheduler="$SCHED" --listen=127.0.0.1:0 \
+  # shellcheck disable=SC2086  # WORKER_FLAGS is a list of flags
+  "$BIN/worker/ps_worker" --scheduler="$SCHED" --listen=127.0.0.1:0 $WORKER_FLAGS \
     >"$LOGS/worker$i.log" 2>&1 &
   PIDS+=("$!")
 done

@@ -28,14 +28,34 @@ class Backend {
   // `bytes` of device memory, or null (and error() says why).
   virtual void* Alloc(int64_t bytes) = 0;
   virtual void Free(void* device) = 0;
+  // Returns once `host` may be reused, except from pinned memory (PinHost):
+  // that copy is queued beside the computation (a copy engine runs it while
+  // earlier work computes), so `host` must not change until the next
+  // synchronising call (Download, WaitFor, SoftmaxXent), and work queued
+  // before the Upload must not use `device`. Work queued after it sees it.
   virtual void Upload(const void* host, int64_t bytes, void* device) = 0;
   // Waits for the work queued before it.
   virtual void Download(const void* device, int64_t bytes, void* host) = 0;
+  // Queues a copy to the host after the work queued so far; it has landed
+  // once a fence taken after it is reached (WaitFor). Into memory that is
+  // not pinned it may wait like Download.
+  virtual void DownloadAsync(const void* device, int64_t bytes, void* host) = 0;
+  // A mark after the work queued so far, and the wait for it: WaitFor(f)
+  // returns once everything queued before Fence() returned f is done.
+  virtual int64_t Fence() = 0;
+  virtual void WaitFor(int64_t fence) = 0;
+  // Page-locks host memory that is copied to and from the device often (a
+  // model's weights and gradients): its copies then run at the bus's speed
+  // and without the host waiting. False, and nothing changes, where the
+  // device has no use for it or cannot. UnpinHost(host) before it is freed.
+  virtual bool PinHost(void* host, int64_t bytes) = 0;
+  virtual void UnpinHost(void* host) = 0;
   // The first error met, "" while there is none.
   virtual std::string error() const = 0;
   // The most device memory held at once through Alloc, in bytes.
   virtual int64_t peak_bytes() const = 0;
-  // Gemm's inputs from now on (the dense layers' products; attention's stay
+  // What matrix products take as inputs from now on: Gemm's, and the
+  // products inside Attention and AttentionBackward (its softmax stays
   // fp32). False, with *why, when the device cannot compute in `precision`.
   virtual bool SetPrecision(Precision precision, std::string* why) = 0;
 

@@ -85,6 +85,11 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
 
   // --- The read guarantee, replayed per chunk from each server's trace.
   int pulls = 0;
+  // Worker 0's reads for iteration c + 1 answered before its own push of c
+  // was applied: under SSP and ASP it prefetches the next clock's weights
+  // while it computes (--overlap=on), and the reads above still honour the
+  // read guarantee; how many are answered that early is a matter of timing.
+  int prefetched = 0;
   for (int s = 0; s < 2; ++s) {
     absl::StatusOr<std::vector<TraceEvent>> events = ReadTrace(cluster.server_trace(s));
     ASSERT_TRUE(events.ok()) << events.status();
@@ -98,6 +103,7 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
       } else if (e.event() == "pull") {
         ++pulls;
         if (e.clock() >= kSteps) continue;  // the final read of everything
+        if (e.worker() == 0 && e.clock() > 0 && a[0] < e.clock()) ++prefetched;
         const int64_t required = mode.staleness < 0 ? 0 : std::max<int64_t>(0, e.clock() - mode.staleness);
         ASSERT_EQ(e.min_clock(), required) << "pull for iteration " << e.clock();
         ASSERT_EQ(e.applied_size(), kWorkers);
@@ -113,6 +119,8 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
     }
   }
   EXPECT_GT(pulls, kWorkers * kSteps);
+  std::printf("%s: %d of worker 0's chunk reads came before its previous push was applied\n",
+              mode.name.c_str(), prefetched);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -58,7 +58,6 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
   const int n = seqs * t, layers = gpt_.layers();
   kernels::Backend* k = backend_;
   if (!Reserve(seqs)) return absl::ResourceExhaustedError(BackendStatus().message());
-  UploadWeights();
   if (static_cast<int>(host_pos_.size()) != n) {
     host_pos_.resize(n);
     for (int i = 0; i < n; ++i) host_pos_[i] = i % t;
@@ -67,10 +66,16 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
   pos_.Upload(host_pos_.data());
   targets_.Upload(batch.labels.data());
 
-  // Forward.
+  // Forward. Each layer's weights are queued for upload just before its
+  // work, so the device copies the next while it computes this one.
+  UploadWeights({wte_, wpe_});
   k->Embedding(n, c, ids_.data(), W(wte_), res_[0].data(), false);
   k->Embedding(n, c, pos_.data(), W(wpe_), res_[0].data(), true);
-  for (int i = 0; i < layers; ++i) ForwardBlock(i, seqs, Acts(i));
+  for (int i = 0; i < layers; ++i) {
+    UploadWeights(block_params_[i].All());
+    ForwardBlock(i, seqs, Acts(i));
+  }
+  UploadWeights({lnf_gamma_, lnf_beta_, head_});
   const float* last = res_[2 * layers].data();
   k->LayerNorm(n, c, last, W(lnf_gamma_), W(lnf_beta_), xf_.data(), meanf_.data(),
                rstdf_.data());
@@ -97,19 +102,14 @@ absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
       // input, which the residual stream kept.
       if (recompute_) ForwardBlock(i, seqs, Acts(i));
       BackwardBlock(i, seqs, Acts(i));
-      const BlockParams& p = block_params_[i];
-      Ready({p.ln1_gamma, p.ln1_beta, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_gamma, p.ln2_beta,
-             p.fc_w, p.fc_b, p.mlp_proj_w, p.mlp_proj_b});
+      Ready(block_params_[i].All());
     }
     device_grads_[wte_].Upload(zeros_.data());
     device_grads_[wpe_].Upload(zeros_.data());
     k->EmbeddingBackward(n, c, ids_.data(), dx_.data(), G(wte_));
     k->EmbeddingBackward(n, c, pos_.data(), dx_.data(), G(wpe_));
-    if (grads_ready_) {
-      Ready({wte_, wpe_});
-    } else {
-      DownloadGrads();
-    }
+    Ready({wte_, wpe_});
+    FinishGrads();
   }
   const absl::Status st = BackendStatus();
   if (!st.ok()) return st;

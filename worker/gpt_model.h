@@ -29,6 +29,10 @@ class GptModel : public Model {
   struct BlockParams {
     int ln1_gamma, ln1_beta, qkv_w, qkv_b, proj_w, proj_b;
     int ln2_gamma, ln2_beta, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
+    std::vector<int> All() const {
+      return {ln1_gamma, ln1_beta, qkv_w,     qkv_b, proj_w,     proj_b,
+              ln2_gamma, ln2_beta, fc_w,      fc_b,  mlp_proj_w, mlp_proj_b};
+    }
   };
   // What one block's backward needs from its forward.
   struct BlockActs {

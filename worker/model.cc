@@ -15,20 +15,47 @@ Model::Model(const ModelSpec& spec, kernels::Backend* backend)
     device_weights_.emplace_back(backend, p.numel);
     device_grads_.emplace_back(backend, p.numel);
   }
+  for (auto* host : {&weights_, &grads_}) {
+    for (std::vector<float>& v : *host) {
+      backend_->PinHost(v.data(), static_cast<int64_t>(v.size() * sizeof(float)));
+    }
+  }
 }
 
-void Model::UploadWeights() {
-  for (size_t p = 0; p < params_.size(); ++p) device_weights_[p].Upload(weights_[p].data());
+Model::~Model() {
+  for (auto* host : {&weights_, &grads_}) {
+    for (std::vector<float>& v : *host) backend_->UnpinHost(v.data());
+  }
 }
 
-void Model::DownloadGrads() {
-  for (size_t p = 0; p < params_.size(); ++p) device_grads_[p].Download(grads_[p].data());
+void Model::UploadWeights(const std::vector<int>& params) {
+  if (!host_sync_) return;
+  for (int p : params) device_weights_[p].Upload(weights_[p].data());
 }
 
 void Model::Ready(const std::vector<int>& params) {
-  if (!grads_ready_) return;
-  for (int p : params) device_grads_[p].Download(grads_[p].data());
-  if (backend_->error().empty()) grads_ready_(params);
+  if (!host_sync_ || !grads_ready_) return;
+  for (int p : params) backend_->DownloadAsync(device_grads_[p].data(),
+                                               device_grads_[p].size() * 4, grads_[p].data());
+  pending_grads_.emplace_back(backend_->Fence(), params);
+}
+
+void Model::FinishGrads() {
+  if (!host_sync_) return;
+  if (!grads_ready_) {
+    for (size_t p = 0; p < params_.size(); ++p) {
+      backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4,
+                              grads_[p].data());
+    }
+    backend_->WaitFor(backend_->Fence());
+    return;
+  }
+  for (const auto& [fence, params] : pending_grads_) {
+    backend_->WaitFor(fence);
+    if (!backend_->error().empty()) break;
+    grads_ready_(params);
+  }
+  pending_grads_.clear();
 }
 
 std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
@@ -81,7 +108,6 @@ absl::Status Model::BackendStatus() const {
 
 absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
   const int rows = batch.rows;
-  UploadWeights();
   const size_t n = layers_.size();
   // Sizes first: a device without room fails here, before any work.
   bool room = input_.Resize(static_cast<int64_t>(rows) * layers_[0].in) && labels_.Resize(rows);
@@ -104,6 +130,7 @@ absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
     const Layer& l = layers_[i];
     switch (l.type) {
       case DENSE:
+        UploadWeights({l.param, l.param + 1});
         out[i] = acts_[i].data();
         backend_->Gemm(false, false, rows, l.out, l.in, 1.0f, in, device_weights_[l.param].data(),
                        0.0f, out[i]);
@@ -151,7 +178,7 @@ absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
                                delta_.data());
       }
     }
-    if (!grads_ready_) DownloadGrads();
+    FinishGrads();
   }
   const absl::Status st = BackendStatus();
   if (!st.ok()) return st;

@@ -33,10 +33,14 @@ struct Batch {
   std::vector<int32_t> labels;  // MLP: [rows]; GPT: each token's next byte [rows, context]
 };
 
-// Not thread-safe.
+// Not thread-safe. The host buffers of weights() and grads() are pinned
+// for the device's copies (Backend::PinHost) while the model lives: they may
+// be written, never resized or replaced.
 class Model {
  public:
-  virtual ~Model() = default;
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
   const std::vector<ParamInfo>& params() const { return params_; }
   // One host buffer per parameter, in params() order (a pull writes them);
@@ -48,12 +52,16 @@ class Model {
   // The loss's gradient is multiplied by this before the backward (dynamic
   // loss scaling); the gradients come out scaled by it. Default 1.
   void set_loss_scale(float scale) { loss_scale_ = scale; }
-  // Called during TrainStep as soon as the backward has finished the
-  // gradients of `params` (indices into params()), last layer first; they
-  // are in grads() by then and stay unchanged until the next step. Every
-  // parameter is reported once per step. Unset: nothing is called.
+  // Called during TrainStep as soon as the gradients of `params` (indices
+  // into params()) have reached grads(), last layer first; they stay
+  // unchanged until the next step. Every parameter is reported once per
+  // step. Unset: nothing is called.
   using GradsReady = std::function<void(const std::vector<int>& params)>;
   void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
+  // Off: TrainStep neither uploads weights() nor fills grads(); it reuses the
+  // weights on the device and leaves the gradients there (a benchmark of
+  // the device's compute alone). On by default.
+  void set_host_sync(bool on) { host_sync_ = on; }
 
   // Forward and backward; grads() then holds the gradient of the mean loss.
   // An error of the backend (a CUDA error, no device memory) becomes the
@@ -66,17 +74,26 @@ class Model {
   Model(const ModelSpec& spec, kernels::Backend* backend);
   // The backend's first error as a status.
   absl::Status BackendStatus() const;
-  void UploadWeights();
-  void DownloadGrads();
-  // Downloads the gradients of `params` and reports them (GradsReady).
+  // Uploads the weights of `params`, queued before the work that uses them
+  // (the device copies them while it computes what was queued before).
+  void UploadWeights(const std::vector<int>& params);
+  // Queues the download of the gradients of `params` once the work queued
+  // so far has made them; with GradsReady set, it reports them once they
+  // have landed (at the latest in FinishGrads).
   void Ready(const std::vector<int>& params);
+  // Waits for every gradient download queued by Ready (or, when nothing was
+  // reported, downloads them all) and reports what is left to report.
+  void FinishGrads();
 
   kernels::Backend* backend_;
   std::vector<ParamInfo> params_;
   std::vector<std::vector<float>> weights_, grads_;  // host
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
   float loss_scale_ = 1.0f;
+  bool host_sync_ = true;
   GradsReady grads_ready_;
+  // Downloads queued by Ready, with the fence after them, oldest first.
+  std::vector<std::pair<int64_t, std::vector<int>>> pending_grads_;
 };
 
 // A completed, valid spec's model; `backend` outlives it. `recompute`: a

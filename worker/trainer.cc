@@ -17,6 +17,7 @@
 #include "worker/loss_scaler.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/weight_prefetch.h"
 
 namespace pstrain {
 namespace {
@@ -149,6 +150,10 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const bool overlap = options_.overlap && job.accum_steps() == 1 && !options_.loss_scaling &&
                        !(job.optimizer().clip_norm() > 0 && job.consistency() != BSP);
   std::unique_ptr<AsyncPusher> pusher;
+  // Under SSP and ASP with overlap, the next clock's weights are pulled
+  // while this clock computes (worker/weight_prefetch.h).
+  const bool prefetch = overlap && EffectiveStaleness(job) != 0;
+  WeightPrefetch next_weights(model.params(), backend_);
   ClusterView gate_cluster;  // the servers, from the last gate
   Batch batch;
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
@@ -163,6 +168,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
     }
     if (pusher != nullptr) (void)pusher->Wait();  // of an older epoch: abandoned
+    next_weights.Drop();
     gate_cluster = cluster;
     PsClientOptions o = options_.ps;
     o.epoch = epoch;
@@ -244,7 +250,11 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       // step waits for both.
       absl::StatusOr<AdvanceClockResponse> gate;
       std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock, epoch); });
-      const absl::Status pulled = ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
+      if (!next_weights.Has(clock)) next_weights.Drop();  // ps serves one pull at a time
+      const absl::Status pulled =
+          next_weights.Has(clock)
+              ? next_weights.Take(clock, &model.weights())
+              : ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
       const absl::Time pulled_at = absl::Now();
       gate_thread.join();
       RETURN_IF_ERROR(gate.status());
@@ -269,6 +279,12 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       }
       t_gate += t1 - t0;
       t_pull += absl::Now() - t1;
+    }
+    if (prefetch && clock + 1 < total) {
+      next_weights.Start(clock + 1, MinClockForRead(job, clock + 1),
+                         [&ps](int64_t c, int64_t min_clock, std::vector<std::vector<float>>* into) {
+                           return ps->Pull(c, min_clock, into);
+                         });
     }
     const absl::Time t2 = absl::Now();
     if (options_.debug_slowdown_ms > 0)

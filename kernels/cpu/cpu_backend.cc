@@ -20,6 +20,7 @@ const float kGeluC = std::sqrt(2.0f / 3.14159265358979f);
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(bool reference) : reference_(reference) {}
   const char* name() const override { return "cpu"; }
 
   void* Alloc(int64_t bytes) override {
@@ -47,14 +48,22 @@ class CpuBackend : public Backend {
   void Download(const void* device, int64_t bytes, void* host) override {
     if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
   }
+  void DownloadAsync(const void* device, int64_t bytes, void* host) override {
+    Download(device, bytes, host);
+  }
+  int64_t Fence() override { return ++fences_; }
+  void WaitFor(int64_t) override {}
+  bool PinHost(void*, int64_t) override { return false; }
+  void UnpinHost(void*) override {}
   std::string error() const override { return error_; }
   int64_t peak_bytes() const override { return peak_; }
 
   bool SetPrecision(Precision precision, std::string* why) override {
-    if (precision == Precision::kFp16) {
+    if (precision == Precision::kFp16 && !reference_) {
       // No fp16 arithmetic on the CPUs we build for; bf16 is emulated
       // exactly (inputs rounded, fp32 accumulation) because fp32 holds
-      // every bf16 product exactly.
+      // every bf16 product exactly. (So it would hold fp16's, but a worker
+      // gains nothing from it: only the reference backend offers it.)
       *why = "the cpu backend cannot compute in fp16 (use bf16 or fp32, or a CUDA device)";
       return false;
     }
@@ -64,15 +73,9 @@ class CpuBackend : public Backend {
 
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
-    if (precision_ == Precision::kBf16) {
-      // The products of bf16 inputs with fp32 accumulation.
-      round_a_.resize(static_cast<size_t>(m) * k);
-      round_b_.resize(static_cast<size_t>(k) * n);
-      for (size_t i = 0; i < round_a_.size(); ++i) round_a_[i] = Bf16ToFloat(FloatToBf16(a[i]));
-      for (size_t i = 0; i < round_b_.size(); ++i) round_b_[i] = Bf16ToFloat(FloatToBf16(b[i]));
-      a = round_a_.data();
-      b = round_b_.data();
-    }
+    // In 16-bit precision: the products of rounded inputs, accumulated in fp32.
+    a = Operand(a, static_cast<size_t>(m) * k, &round_a_);
+    b = Operand(b, static_cast<size_t>(k) * n, &round_b_);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
                 trans_b ? k : n, beta, c, n);
@@ -226,6 +229,7 @@ class CpuBackend : public Backend {
                  float* out) override {
     const int c = heads * head_dim, w3 = 3 * c;
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * w3, &round_a_);
     for (int b = 0; b < batch; ++b) {
       for (int h = 0; h < heads; ++h) {
         const float* q = qkv + static_cast<int64_t>(b) * seq * w3 + h * head_dim;
@@ -247,8 +251,9 @@ class CpuBackend : public Backend {
           std::fill(row + t + 1, row + seq, 0.0f);
         }
         float* o = out + static_cast<int64_t>(b) * seq * c + h * head_dim;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a, seq,
-                    v, w3, 0.0f, o, c);
+        const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &round_b_);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in,
+                    seq, v, w3, 0.0f, o, c);
       }
     }
   }
@@ -257,7 +262,9 @@ class CpuBackend : public Backend {
                          const float* att, const float* dout, float* dqkv) override {
     const int c = heads * head_dim, w3 = 3 * c;
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    std::vector<float> ds(static_cast<size_t>(seq) * seq);
+    std::vector<float> ds(static_cast<size_t>(seq) * seq), rounded_qkv, rounded_dout;
+    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * w3, &rounded_qkv);
+    dout = Operand(dout, static_cast<size_t>(batch) * seq * c, &rounded_dout);
     for (int b = 0; b < batch; ++b) {
       for (int h = 0; h < heads; ++h) {
         const int64_t base = static_cast<int64_t>(b) * seq * w3 + h * head_dim;
@@ -270,7 +277,8 @@ class CpuBackend : public Backend {
         const float* a = att + (static_cast<int64_t>(b) * heads + h) * seq * seq;
         const float* d_o = dout + static_cast<int64_t>(b) * seq * c + h * head_dim;
         // dv = a^T do; da = do v^T
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a, seq,
+        const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &round_a_);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in, seq,
                     d_o, c, 0.0f, dv, w3);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, 1.0f, d_o, c, v,
                     w3, 0.0f, ds.data(), seq);
@@ -284,17 +292,32 @@ class CpuBackend : public Backend {
           std::fill(dr + t + 1, dr + seq, 0.0f);
         }
         // dq = scale * ds k; dk = scale * ds^T q
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, scale,
-                    ds.data(), seq, k, w3, 0.0f, dq, w3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, scale, ds.data(),
+        const float* ds_in = Operand(ds.data(), ds.size(), &round_b_);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in,
+                    seq, k, w3, 0.0f, dq, w3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in,
                     seq, q, w3, 0.0f, dk, w3);
       }
     }
   }
 
  private:
+  // x [n] as a matrix product's input: itself in fp32, else rounded to the
+  // precision's 16 bits (and back: fp32 holds every product of two exactly).
+  const float* Operand(const float* x, size_t n, std::vector<float>* rounded) const {
+    if (precision_ == Precision::kFp32) return x;
+    rounded->resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      (*rounded)[i] = precision_ == Precision::kBf16 ? Bf16ToFloat(FloatToBf16(x[i]))
+                                                     : HalfToFloat(FloatToHalf(x[i]));
+    }
+    return rounded->data();
+  }
+
+  const bool reference_;
   Precision precision_ = Precision::kFp32;
   std::vector<float> round_a_, round_b_;
+  int64_t fences_ = 0;
   std::unordered_map<void*, size_t> sizes_;
   int64_t held_ = 0, peak_ = 0;
   std::string error_;
@@ -304,7 +327,11 @@ class CpuBackend : public Backend {
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads) {
   if (threads > 0) openblas_set_num_threads(threads);
-  return std::make_unique<CpuBackend>();
+  return std::make_unique<CpuBackend>(/*reference=*/false);
+}
+
+std::unique_ptr<Backend> MakeCpuReferenceBackend() {
+  return std::make_unique<CpuBackend>(/*reference=*/true);
 }
 
 }  // namespace kernels

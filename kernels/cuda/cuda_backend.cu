@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,13 +33,70 @@ __global__ void AddBiasKernel(int64_t n, int cols, const float* bias, float* y) 
   }
 }
 
-// One thread per column, summing down the rows in order (as the CPU does).
-__global__ void BiasGradKernel(int rows, int cols, const float* dy, float* db) {
+// Column sums of a [rows, cols] matrix (bias and LayerNorm parameter
+// gradients) in two passes: blocks of kColTile columns x kRowsPerChunk rows
+// write partial sums, one per chunk of rows, and a second kernel adds each
+// column's partials in order. A thread per column summing all the rows
+// alone would leave most of the GPU idle (a few blocks for 768 columns).
+constexpr int kColTile = 32, kRowLanes = kThreads / kColTile, kRowsPerChunk = 256;
+
+int RowChunks(int rows) { return (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
+
+// The summed term of a bias gradient: dy.
+struct BiasTerms {
+  static constexpr int kCount = 1;
+  const float* dy;
+  __device__ void operator()(int64_t r, int j, int cols, float* v) const {
+    v[0] = dy[r * cols + j];
+  }
+};
+
+// The summed terms of LayerNorm's dgamma and dbeta: dy * xhat and dy.
+struct LayerNormTerms {
+  static constexpr int kCount = 2;
+  const float *x, *mean, *rstd, *dy;
+  __device__ void operator()(int64_t r, int j, int cols, float* v) const {
+    const int64_t i = r * cols + j;
+    v[0] = dy[i] * (x[i] - mean[r]) * rstd[r];
+    v[1] = dy[i];
+  }
+};
+
+// partials[k][chunk][j]: term k summed over the chunk's rows of column j.
+template <typename Terms>
+__global__ void ColumnPartialsKernel(int rows, int cols, Terms terms, float* partials) {
+  __shared__ float lanes[Terms::kCount][kRowLanes][kColTile + 1];
+  const int j = blockIdx.x * kColTile + threadIdx.x;
+  const int first = blockIdx.y * kRowsPerChunk;
+  const int end = min(rows, first + kRowsPerChunk);
+  float sum[Terms::kCount] = {};
+  if (j < cols) {
+    for (int r = first + threadIdx.y; r < end; r += kRowLanes) {
+      float v[Terms::kCount];
+      terms(r, j, cols, v);
+      for (int k = 0; k < Terms::kCount; ++k) sum[k] += v[k];
+    }
+  }
+  for (int k = 0; k < Terms::kCount; ++k) lanes[k][threadIdx.y][threadIdx.x] = sum[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= cols) return;
+  for (int k = 0; k < Terms::kCount; ++k) {
+    float total = 0.0f;
+    for (int y = 0; y < kRowLanes; ++y) total += lanes[k][y][threadIdx.x];
+    partials[(static_cast<int64_t>(k) * gridDim.y + blockIdx.y) * cols + j] = total;
+  }
+}
+
+// out_k[j] = sum over chunks of partials[k][chunk][j], for k < count.
+__global__ void SumPartialsKernel(int chunks, int cols, int count, const float* partials,
+                                  float* out0, float* out1) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= cols) return;
-  float sum = 0.0f;
-  for (int r = 0; r < rows; ++r) sum += dy[static_cast<int64_t>(r) * cols + j];
-  db[j] = sum;
+  for (int k = 0; k < count; ++k) {
+    float total = 0.0f;
+    for (int c = 0; c < chunks; ++c) total += partials[(static_cast<int64_t>(k) * chunks + c) * cols + j];
+    (k == 0 ? out0 : out1)[j] = total;
+  }
 }
 
 __global__ void ReluForwardKernel(int64_t n, const float* x, float* y) {
@@ -229,22 +288,6 @@ __global__ void LayerNormBackwardKernel(int dim, const float* x, const float* ga
   }
 }
 
-// One thread per column: dgamma and dbeta summed down the rows.
-__global__ void LayerNormParamGradKernel(int rows, int dim, const float* x, const float* mean,
-                                         const float* rstd, const float* dy, float* dgamma,
-                                         float* dbeta) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= dim) return;
-  float g = 0.0f, b = 0.0f;
-  for (int r = 0; r < rows; ++r) {
-    const int64_t i = static_cast<int64_t>(r) * dim + j;
-    g += dy[i] * (x[i] - mean[r]) * rstd[r];
-    b += dy[i];
-  }
-  dgamma[j] = g;
-  dbeta[j] = b;
-}
-
 __device__ const float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
 __global__ void GeluKernel(int64_t n, const float* x, float* y) {
@@ -265,9 +308,19 @@ __global__ void GeluBackwardKernel(int64_t n, const float* x, const float* dy, f
   }
 }
 
+// v rounded to nearest even into out16[i] (bf16 or fp16), when out16 is set.
+__device__ void Store16(float v, void* out16, bool bf16, int64_t i) {
+  if (out16 == nullptr) return;
+  if (bf16) {
+    static_cast<__nv_bfloat16*>(out16)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<__half*>(out16)[i] = __float2half_rn(v);
+  }
+}
+
 // One block per row of scores [*, seq]: row t (of its sequence) keeps
-// columns <= t, softmaxed; the rest become 0.
-__global__ void CausalSoftmaxKernel(int seq, float* a) {
+// columns <= t, softmaxed; the rest become 0. With out16, a 16-bit copy too.
+__global__ void CausalSoftmaxKernel(int seq, float* a, void* out16, bool bf16) {
   __shared__ float shared[kThreads];
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row % seq);
@@ -278,11 +331,17 @@ __global__ void CausalSoftmaxKernel(int seq, float* a) {
   float s = 0.0f;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) s += expf(r[j] - m);
   const float sum = BlockSum(s, shared);
-  for (int j = threadIdx.x; j < seq; j += blockDim.x) r[j] = j <= t ? expf(r[j] - m) / sum : 0.0f;
+  for (int j = threadIdx.x; j < seq; j += blockDim.x) {
+    const float v = j <= t ? expf(r[j] - m) / sum : 0.0f;
+    r[j] = v;
+    Store16(v, out16, bf16, row * seq + j);
+  }
 }
 
-// Through the causal softmax: d = a * (d - sum_j a d) for columns <= t, else 0.
-__global__ void CausalSoftmaxBackwardKernel(int seq, const float* a, float* d) {
+// Through the causal softmax: d = a * (d - sum_j a d) for columns <= t, else
+// 0. With out16, a 16-bit copy too.
+__global__ void CausalSoftmaxBackwardKernel(int seq, const float* a, float* d, void* out16,
+                                            bool bf16) {
   __shared__ float shared[kThreads];
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row % seq);
@@ -291,7 +350,11 @@ __global__ void CausalSoftmaxBackwardKernel(int seq, const float* a, float* d) {
   float s = 0.0f;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) s += ar[j] * dr[j];
   const float dot = BlockSum(s, shared);
-  for (int j = threadIdx.x; j < seq; j += blockDim.x) dr[j] = j <= t ? ar[j] * (dr[j] - dot) : 0.0f;
+  for (int j = threadIdx.x; j < seq; j += blockDim.x) {
+    const float v = j <= t ? ar[j] * (dr[j] - dot) : 0.0f;
+    dr[j] = v;
+    Store16(v, out16, bf16, row * seq + j);
+  }
 }
 
 const char* CublasName(cublasStatus_t s) {
@@ -311,13 +374,23 @@ class CudaBackend : public Backend {
   explicit CudaBackend(int device) : device_(device) {
     if (!Check(cudaSetDevice(device), "cudaSetDevice")) return;
     if (!Check(cudaStreamCreate(&stream_), "cudaStreamCreate")) return;
+    if (!Check(cudaStreamCreate(&copy_stream_), "cudaStreamCreate")) return;
+    if (!Check(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate")) {
+      return;
+    }
     if (!CheckBlas(cublasCreate(&blas_), "cublasCreate")) return;
     CheckBlas(cublasSetStream(blas_, stream_), "cublasSetStream");
   }
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
     for (const auto& [p, bytes] : sizes_) cudaFree(p);
+    for (const auto& [host, bytes] : pinned_) cudaHostUnregister(const_cast<char*>(host));
+    for (const auto& [id, event] : fences_) cudaEventDestroy(event);
+    for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+    if (copied_ != nullptr) cudaEventDestroy(copied_);
     if (blas_ != nullptr) cublasDestroy(blas_);
+    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -344,21 +417,82 @@ class CudaBackend : public Backend {
     sizes_.erase(it);
     cudaFree(p);
   }
+
+  bool PinHost(void* host, int64_t bytes) override {
+    if (!error_.empty() || bytes <= 0) return false;
+    if (cudaHostRegister(host, static_cast<size_t>(bytes), cudaHostRegisterDefault) !=
+        cudaSuccess) {
+      // Not sticky (e.g. a page shared with memory pinned before): clear it,
+      // and the copies of this memory stay ordinary ones.
+      (void)cudaGetLastError();
+      return false;
+    }
+    pinned_[static_cast<const char*>(host)] = bytes;
+    return true;
+  }
+  void UnpinHost(void* host) override {
+    auto it = pinned_.find(static_cast<const char*>(host));
+    if (it == pinned_.end()) return;
+    // Copies queued from or to it must land first.
+    cudaStreamSynchronize(copy_stream_);
+    cudaStreamSynchronize(stream_);
+    pinned_.erase(it);
+    cudaHostUnregister(host);
+  }
+
   void Upload(const void* host, int64_t bytes, void* device) override {
     if (!error_.empty() || bytes <= 0) return;
-    // From pageable memory this returns once `host` may be reused.
+    if (!Pinned(host, bytes)) {
+      // From pageable memory this returns once `host` may be reused.
+      Check(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                            stream_),
+            "cudaMemcpyAsync to the device");
+      return;
+    }
+    // Beside the computation: the copy engine runs it while earlier work
+    // computes; work queued from now on waits for it.
     Check(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
-                          stream_),
-          "cudaMemcpyAsync to the device");
+                          copy_stream_),
+          "cudaMemcpyAsync to the device") &&
+        Check(cudaEventRecord(copied_, copy_stream_), "cudaEventRecord") &&
+        Check(cudaStreamWaitEvent(stream_, copied_, 0), "cudaStreamWaitEvent");
   }
   void Download(const void* device, int64_t bytes, void* host) override {
     if (!error_.empty() || bytes <= 0) return;
-    if (!Check(cudaMemcpyAsync(host, device, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
-                               stream_),
-               "cudaMemcpyAsync to the host")) {
-      return;
-    }
+    DownloadAsync(device, bytes, host);
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  void DownloadAsync(const void* device, int64_t bytes, void* host) override {
+    if (!error_.empty() || bytes <= 0) return;
+    // Into pageable memory cudaMemcpyAsync waits for the copy itself.
+    Check(cudaMemcpyAsync(host, device, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                          stream_),
+          "cudaMemcpyAsync to the host");
+  }
+  int64_t Fence() override {
+    if (!error_.empty()) return 0;
+    cudaEvent_t event = nullptr;
+    if (!spare_events_.empty()) {
+      event = spare_events_.back();
+      spare_events_.pop_back();
+    } else if (!Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                      "cudaEventCreate")) {
+      return 0;
+    }
+    if (!Check(cudaEventRecord(event, stream_), "cudaEventRecord")) {
+      spare_events_.push_back(event);
+      return 0;
+    }
+    fences_.emplace_back(++last_fence_, event);
+    return last_fence_;
+  }
+  void WaitFor(int64_t fence) override {
+    while (!fences_.empty() && fences_.front().first <= fence) {
+      cudaEvent_t event = fences_.front().second;
+      fences_.pop_front();
+      if (error_.empty()) Check(cudaEventSynchronize(event), "cudaEventSynchronize");
+      spare_events_.push_back(event);
+    }
   }
 
   bool SetPrecision(Precision precision, std::string* why) override {
@@ -399,19 +533,11 @@ class CudaBackend : public Backend {
               const float* b, float beta, float* c) {
     const int64_t na = static_cast<int64_t>(m) * k, nb = static_cast<int64_t>(k) * n;
     const int64_t b_at = (na + 63) / 64 * 64;  // B 128-byte aligned
-    if (!Reserve16(b_at + nb)) return;
-    const bool bf16 = precision_ == Precision::kBf16;
-    void* a16 = half_;
-    void* b16 = static_cast<char*>(half_) + b_at * 2;
-    if (bf16) {
-      ToBf16Kernel<<<Blocks(na), kThreads, 0, stream_>>>(na, a, static_cast<__nv_bfloat16*>(a16));
-      ToBf16Kernel<<<Blocks(nb), kThreads, 0, stream_>>>(nb, b, static_cast<__nv_bfloat16*>(b16));
-    } else {
-      ToHalfKernel<<<Blocks(na), kThreads, 0, stream_>>>(na, a, static_cast<__half*>(a16));
-      ToHalfKernel<<<Blocks(nb), kThreads, 0, stream_>>>(nb, b, static_cast<__half*>(b16));
-    }
-    if (!Check(cudaGetLastError(), "Gemm (rounding to 16 bits)")) return;
-    const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    char* a16 = static_cast<char*>(Grow(gemm16_, (b_at + nb) * 2));
+    if (a16 == nullptr) return;
+    char* b16 = a16 + b_at * 2;
+    if (!To16(a, na, a16) || !To16(b, nb, b16)) return;
+    const cudaDataType type = Type16();
     CheckBlas(cublasGemmEx(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, type,
                            trans_b ? k : n, a16, type, trans_a ? m : k, &beta, c, CUDA_R_32F, n,
@@ -433,8 +559,7 @@ class CudaBackend : public Backend {
   }
   void BiasGrad(int rows, int cols, const float* dy, float* db) override {
     if (!error_.empty() || cols == 0) return;
-    BiasGradKernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(rows, cols, dy, db);
-    Check(cudaGetLastError(), "BiasGrad");
+    ColumnSums(rows, cols, BiasTerms{dy}, db, nullptr, "BiasGrad");
   }
   void ReluForward(int64_t n, const float* x, float* y) override {
     if (!error_.empty() || n == 0) return;
@@ -450,14 +575,16 @@ class CudaBackend : public Backend {
                     float* dlogits, int* correct) override {
     if (correct != nullptr) *correct = 0;
     if (!error_.empty() || rows == 0) return 0.0f;
-    if (!Reserve(rows)) return 0.0f;
+    float* row_loss = static_cast<float*>(Grow(row_loss_, rows * int64_t{4}));
+    int* row_right = static_cast<int*>(Grow(row_right_, rows * int64_t{4}));
+    if (row_loss == nullptr || row_right == nullptr) return 0.0f;
     SoftmaxXentKernel<<<rows, kThreads, 0, stream_>>>(rows, classes, logits, labels, dlogits,
-                                                      row_loss_, row_right_);
+                                                      row_loss, row_right);
     if (!Check(cudaGetLastError(), "SoftmaxXent")) return 0.0f;
     host_loss_.resize(rows);
     host_right_.resize(rows);
-    Download(row_loss_, rows * static_cast<int64_t>(sizeof(float)), host_loss_.data());
-    Download(row_right_, rows * static_cast<int64_t>(sizeof(int)), host_right_.data());
+    DownloadAsync(row_loss, rows * static_cast<int64_t>(sizeof(float)), host_loss_.data());
+    Download(row_right, rows * static_cast<int64_t>(sizeof(int)), host_right_.data());
     double loss = 0.0;
     int right = 0;
     for (int r = 0; r < rows; ++r) {
@@ -467,7 +594,6 @@ class CudaBackend : public Backend {
     if (correct != nullptr) *correct = right;
     return static_cast<float>(loss / rows);
   }
-
 
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
     if (!error_.empty() || n == 0) return;
@@ -499,9 +625,8 @@ class CudaBackend : public Backend {
                          float* dgamma, float* dbeta) override {
     if (!error_.empty() || rows == 0) return;
     LayerNormBackwardKernel<<<rows, kThreads, 0, stream_>>>(dim, x, gamma, mean, rstd, dy, dx);
-    LayerNormParamGradKernel<<<(dim + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(
-        rows, dim, x, mean, rstd, dy, dgamma, dbeta);
-    Check(cudaGetLastError(), "LayerNormBackward");
+    if (!Check(cudaGetLastError(), "LayerNormBackward")) return;
+    ColumnSums(rows, dim, LayerNormTerms{x, mean, rstd, dy}, dgamma, dbeta, "LayerNormBackward");
   }
   void Gelu(int64_t n, const float* x, float* y) override {
     if (!error_.empty() || n == 0) return;
@@ -516,32 +641,34 @@ class CudaBackend : public Backend {
 
   // Per sequence, one strided-batched product over the heads: head h's
   // query, key and value start h*head_dim columns in, its scores h*seq*seq
-  // floats in. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  // floats in. In 16-bit precision the products take q, k, v and the
+  // attention weights rounded to 16 bits (the softmax itself stays fp32).
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
                  float* out) override {
     if (!error_.empty() || batch == 0) return;
     const int c = heads * head_dim, w3 = 3 * c;
     const int64_t tt = static_cast<int64_t>(seq) * seq;
-    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim)), one = 1.0f, zero = 0.0f;
+    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+    const bool half = precision_ != Precision::kFp32;
+    const char* qkv_in = Operand(qkv, static_cast<int64_t>(batch) * seq * w3, qkv16_);
+    char* a16 = half ? static_cast<char*>(Grow(att16_, heads * tt * 2)) : nullptr;
+    if (qkv_in == nullptr || (half && a16 == nullptr)) return;
     for (int b = 0; b < batch; ++b) {
-      const float* q = qkv + static_cast<int64_t>(b) * seq * w3;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
+      const char* q = qkv_in + Bytes(static_cast<int64_t>(b) * seq * w3);
+      const char* k = q + Bytes(c);
+      const char* v = q + Bytes(2 * c);
       float* a = att + b * heads * tt;
       float* o = out + static_cast<int64_t>(b) * seq * c;
       // a = scale * q k^T
-      if (!CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim,
-                                               &scale, k, w3, head_dim, q, w3, head_dim, &zero, a,
-                                               seq, tt, heads),
-                     "cublasSgemmStridedBatched (scores)")) {
+      if (!Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, scale, k, w3, head_dim, q, w3,
+                   head_dim, a, seq, tt, heads, "scores")) {
         return;
       }
-      CausalSoftmaxKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a);
+      CausalSoftmaxKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a, a16, Bf16());
       // o = a v
-      if (!CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq,
-                                               &one, v, w3, head_dim, a, seq, tt, &zero, o, c,
-                                               head_dim, heads),
-                     "cublasSgemmStridedBatched (values)")) {
+      if (!Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, 1.0f, v, w3, head_dim,
+                   half ? a16 : reinterpret_cast<const char*>(a), seq, tt, o, c, head_dim, heads,
+                   "values")) {
         return;
       }
     }
@@ -553,48 +680,56 @@ class CudaBackend : public Backend {
     if (!error_.empty() || batch == 0) return;
     const int c = heads * head_dim, w3 = 3 * c;
     const int64_t tt = static_cast<int64_t>(seq) * seq;
-    if (!ReserveScores(heads * tt)) return;
-    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim)), one = 1.0f, zero = 0.0f;
-    float* ds = scores_;
+    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+    const bool half = precision_ != Precision::kFp32;
+    const char* qkv_in = Operand(qkv, static_cast<int64_t>(batch) * seq * w3, qkv16_);
+    const char* dout_in = Operand(dout, static_cast<int64_t>(batch) * seq * c, dout16_);
+    float* ds = static_cast<float*>(Grow(scores_, heads * tt * 4));
+    char* a16 = half ? static_cast<char*>(Grow(att16_, heads * tt * 2)) : nullptr;
+    char* ds16 = half ? static_cast<char*>(Grow(ds16_, heads * tt * 2)) : nullptr;
+    if (qkv_in == nullptr || dout_in == nullptr || ds == nullptr ||
+        (half && (a16 == nullptr || ds16 == nullptr))) {
+      return;
+    }
     for (int b = 0; b < batch; ++b) {
       const int64_t base = static_cast<int64_t>(b) * seq * w3;
-      const float* q = qkv + base;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
+      const char* q = qkv_in + Bytes(base);
+      const char* k = q + Bytes(c);
+      const char* v = q + Bytes(2 * c);
       float* dq = dqkv + base;
       float* dk = dq + c;
       float* dv = dq + 2 * c;
       const float* a = att + b * heads * tt;
-      const float* d_o = dout + static_cast<int64_t>(b) * seq * c;
-      bool ok =
-          // dv = a^T do
-          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq,
-                                              &one, d_o, c, head_dim, a, seq, tt, &zero, dv, w3,
-                                              head_dim, heads),
-                    "cublasSgemmStridedBatched (dv)") &&
-          // ds = do v^T
-          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim,
-                                              &one, v, w3, head_dim, d_o, c, head_dim, &zero, ds,
-                                              seq, tt, heads),
-                    "cublasSgemmStridedBatched (dscores)");
-      if (!ok) return;
-      CausalSoftmaxBackwardKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a, ds);
-      ok =
-          // dq = scale * ds k
-          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq,
-                                              &scale, k, w3, head_dim, ds, seq, tt, &zero, dq, w3,
-                                              head_dim, heads),
-                    "cublasSgemmStridedBatched (dq)") &&
-          // dk = scale * ds^T q
-          CheckBlas(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq,
-                                              &scale, q, w3, head_dim, ds, seq, tt, &zero, dk, w3,
-                                              head_dim, heads),
-                    "cublasSgemmStridedBatched (dk)");
-      if (!ok) return;
+      if (half && !To16(a, heads * tt, a16)) return;
+      const char* a_in = half ? a16 : reinterpret_cast<const char*>(a);
+      const char* d_o = dout_in + Bytes(static_cast<int64_t>(b) * seq * c);
+      // dv = a^T do; ds = do v^T
+      if (!Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, 1.0f, d_o, c, head_dim, a_in,
+                   seq, tt, dv, w3, head_dim, heads, "dv") ||
+          !Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, 1.0f, v, w3, head_dim, d_o, c,
+                   head_dim, ds, seq, tt, heads, "dscores")) {
+        return;
+      }
+      CausalSoftmaxBackwardKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a, ds, ds16, Bf16());
+      const char* ds_in = half ? ds16 : reinterpret_cast<const char*>(ds);
+      // dq = scale * ds k; dk = scale * ds^T q
+      if (!Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, scale, k, w3, head_dim, ds_in,
+                   seq, tt, dq, w3, head_dim, heads, "dq") ||
+          !Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, scale, q, w3, head_dim, ds_in,
+                   seq, tt, dk, w3, head_dim, heads, "dk")) {
+        return;
+      }
     }
     Check(cudaGetLastError(), "AttentionBackward");
   }
+
  private:
+  // Device scratch that grows to the largest size asked of it.
+  struct Scratch {
+    void* p = nullptr;
+    int64_t bytes = 0;
+  };
+
   bool Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     if (error_.empty()) {
@@ -610,49 +745,85 @@ class CudaBackend : public Backend {
     }
     return false;
   }
-  // Per-row scratch of SoftmaxXent for `rows` rows.
-  bool Reserve(int rows) {
-    if (rows <= scratch_rows_) return true;
-    if (row_loss_ != nullptr) Free(row_loss_);
-    if (row_right_ != nullptr) Free(row_right_);
-    row_loss_ = static_cast<float*>(Alloc(rows * static_cast<int64_t>(sizeof(float))));
-    row_right_ = static_cast<int*>(Alloc(rows * static_cast<int64_t>(sizeof(int))));
-    scratch_rows_ = row_loss_ != nullptr && row_right_ != nullptr ? rows : 0;
-    return scratch_rows_ > 0;
+  // `bytes` of `scratch`, or null (error() says why).
+  void* Grow(Scratch& scratch, int64_t bytes) {
+    if (bytes <= scratch.bytes) return scratch.p;
+    if (scratch.p != nullptr) Free(scratch.p);
+    scratch.p = Alloc(bytes);
+    scratch.bytes = scratch.p != nullptr ? bytes : 0;
+    return scratch.p;
+  }
+  // Whether [host, host + bytes) lies in memory pinned by PinHost.
+  bool Pinned(const void* host, int64_t bytes) const {
+    const char* h = static_cast<const char*>(host);
+    auto it = pinned_.upper_bound(h);
+    if (it == pinned_.begin()) return false;
+    --it;
+    return h + bytes <= it->first + it->second;
   }
 
-  // Scratch of Gemm16: `n` 16-bit values.
-  bool Reserve16(int64_t n) {
-    if (n <= half_size_) return true;
-    if (half_ != nullptr) Free(half_);
-    half_ = Alloc(n * 2);
-    half_size_ = half_ != nullptr ? n : 0;
-    return half_ != nullptr;
+  bool Bf16() const { return precision_ == Precision::kBf16; }
+  cudaDataType Type16() const { return Bf16() ? CUDA_R_16BF : CUDA_R_16F; }
+  // Bytes of n elements of the products' input type.
+  int64_t Bytes(int64_t n) const { return n * (precision_ == Precision::kFp32 ? 4 : 2); }
+  // x [n] rounded into out (n 16-bit values of the precision's type).
+  bool To16(const float* x, int64_t n, void* out) {
+    if (Bf16()) {
+      ToBf16Kernel<<<Blocks(n), kThreads, 0, stream_>>>(n, x, static_cast<__nv_bfloat16*>(out));
+    } else {
+      ToHalfKernel<<<Blocks(n), kThreads, 0, stream_>>>(n, x, static_cast<__half*>(out));
+    }
+    return Check(cudaGetLastError(), "rounding to 16 bits");
   }
-
-  // Scratch of AttentionBackward: one sequence's score gradients.
-  bool ReserveScores(int64_t n) {
-    if (n <= scores_size_) return true;
-    if (scores_ != nullptr) Free(scores_);
-    scores_ = static_cast<float*>(Alloc(n * static_cast<int64_t>(sizeof(float))));
-    scores_size_ = scores_ != nullptr ? n : 0;
-    return scores_ != nullptr;
+  // x [n] as a product's input: itself in fp32, else rounded into `scratch`.
+  const char* Operand(const float* x, int64_t n, Scratch& scratch) {
+    if (precision_ == Precision::kFp32) return reinterpret_cast<const char*>(x);
+    void* out = Grow(scratch, n * 2);
+    if (out == nullptr || !To16(x, n, out)) return nullptr;
+    return static_cast<const char*>(out);
+  }
+  // Column-major strided-batched C = alpha op(A) op(B) of inputs in the
+  // products' type (Bytes), fp32 C, fp32 accumulation.
+  bool Batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+               const char* a, int lda, int64_t stride_a, const char* b, int ldb,
+               int64_t stride_b, float* c, int ldc, int64_t stride_c, int count,
+               const char* what) {
+    const cudaDataType type = precision_ == Precision::kFp32 ? CUDA_R_32F : Type16();
+    const float zero = 0.0f;
+    return CheckBlas(cublasGemmStridedBatchedEx(blas_, ta, tb, m, n, k, &alpha, a, type, lda,
+                                                stride_a, b, type, ldb, stride_b, &zero, c,
+                                                CUDA_R_32F, ldc, stride_c, count,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     what);
+  }
+  // out0[j] (and out1[j] for Terms with two) = the sum over rows of Terms.
+  template <typename Terms>
+  void ColumnSums(int rows, int cols, Terms terms, float* out0, float* out1, const char* what) {
+    const int chunks = std::max(RowChunks(rows), 1);
+    float* partials = static_cast<float*>(
+        Grow(partials_, static_cast<int64_t>(Terms::kCount) * chunks * cols * 4));
+    if (partials == nullptr) return;
+    const dim3 grid((cols + kColTile - 1) / kColTile, chunks), block(kColTile, kRowLanes);
+    ColumnPartialsKernel<Terms><<<grid, block, 0, stream_>>>(rows, cols, terms, partials);
+    SumPartialsKernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(
+        chunks, cols, Terms::kCount, partials, out0, out1);
+    Check(cudaGetLastError(), what);
   }
 
   const int device_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // uploads from pinned memory
+  cudaEvent_t copied_ = nullptr;        // the last of them
   cublasHandle_t blas_ = nullptr;
   std::string error_;
   std::unordered_map<void*, size_t> sizes_;
   int64_t held_ = 0, peak_ = 0;
-  float* row_loss_ = nullptr;
-  int* row_right_ = nullptr;
-  int scratch_rows_ = 0;
-  float* scores_ = nullptr;
-  int64_t scores_size_ = 0;
+  std::map<const char*, int64_t> pinned_;  // start -> bytes
+  std::deque<std::pair<int64_t, cudaEvent_t>> fences_;
+  std::vector<cudaEvent_t> spare_events_;
+  int64_t last_fence_ = 0;
   Precision precision_ = Precision::kFp32;
-  void* half_ = nullptr;
-  int64_t half_size_ = 0;
+  Scratch row_loss_, row_right_, gemm16_, scores_, partials_, qkv16_, att16_, dout16_, ds16_;
   std::vector<float> host_loss_;
   std::vector<int> host_right_;
 };

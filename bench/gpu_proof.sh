@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The GPU proof in one go, on a machine with an NVIDIA GPU, its driver and
+# PyTorch but no build tools: unpacks the bundle (deploy/bundle.sh --tar),
+# runs the CUDA backend's tests, bench/worker_bench and the same step in
+# PyTorch eager (bench/torch_gpt_step.py), interleaved round by round, and
+# local clusters whose workers train the GPT on the GPU. Run from the
+# repository root:
+#
+#   bench/gpu_proof.sh [--bundle=dist/pstrain-bundle.tar.gz] [--out=DIR]
+#                      [--rounds=3] [--parts=test,bench,cluster]
+#
+# Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
+# cluster logs to DIR/cluster-logs.tar.gz.
+set -uo pipefail
+BUNDLE=dist/pstrain-bundle.tar.gz
+DIR="${OUT:-/tmp/gpu-proof}"
+ROUNDS=3
+PARTS=test,bench,cluster
+for arg in "$@"; do
+  case "$arg" in
+    --bundle=*) BUNDLE="${arg#*=}" ;;
+    --out=*) DIR="${arg#*=}" ;;
+    --rounds=*) ROUNDS="${arg#*=}" ;;
+    --parts=*) PARTS="${arg#*=}" ;;
+    *) echo "gpu_proof: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$DIR"
+LOG="$DIR/proof.log"
+exec > >(tee -a "$LOG") 2>&1
+has() { case ",$PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+say() { echo "=== $(date +%T) $*"; }
+
+WORK=/tmp/gpu-proof-work
+rm -rf "$WORK"; mkdir -p "$WORK"
+tar -C "$WORK" -xzf "$BUNDLE" || { echo "gpu_proof: cannot unpack $BUNDLE"; exit 1; }
+B="$WORK/pstrain-bundle"
+# The driver's library, wherever this machine keeps it, for the bundle's loader.
+for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
+  [ -e "$d/libcuda.so.1" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+if [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
+  d="$(dirname "$(find / -name 'libcublas.so.13' -not -path '*/proc/*' 2>/dev/null | head -n1)")"
+  [ -n "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+fi
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+nproc
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+
+if has test; then
+  say "kernels/cuda_backend_test"
+  timeout 300 "$B/bin/kernels/cuda_backend_test"
+  echo "cuda_backend_test exit $?"
+fi
+
+SMALL=(--layers=6 --width=384 --heads=6 --context=256 --batch=16)
+LARGE=(--layers=12 --width=768 --heads=12 --context=1024 --batch=8)
+if has bench; then
+  for r in $(seq 1 "$ROUNDS"); do
+    for shape in SMALL LARGE; do
+      declare -n s="$shape"
+      say "round $r $shape worker_bench"
+      timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${s[@]}" --dtypes=fp32,bf16,fp16 \
+        --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)"
+      say "round $r $shape torch"
+      timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,bf16 \
+        --attention=manual,sdpa --steps=10
+    done
+  done
+fi
+
+# Local clusters: the scheduler and servers on this machine's cores, workers
+# on the GPU. Each: NAME JOB WORKER_FLAGS SCHEDULER_FLAGS.
+CLUSTERS=(
+  "small-bsp|gpt_fortunes|--device=cuda --overlap=on|"
+  "gpu-bsp|gpt_fortunes_gpu|--device=cuda --overlap=on|"
+  "gpu-ssp1|gpt_fortunes_gpu|--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=200"
+  "gpu-ssp1-b64|gpt_fortunes_gpu|--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=100 --batch_size=64"
+  "gpu-bsp-2w|gpt_fortunes_gpu|--device=cuda --overlap=on|--num_workers=2 --batch_size=32 --steps=200"
+)
+if has cluster; then
+  if has bench; then
+    say "worker_bench batch 64 (for the batch-64 cluster)"
+    timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${SMALL[@]}" --batch=64 --dtypes=fp32 \
+      --steps=5
+  fi
+  for spec in "${CLUSTERS[@]}"; do
+    IFS='|' read -r name job wflags sflags <<<"$spec"
+    say "cluster $name: $job, workers $wflags, scheduler $sflags"
+    mkdir -p "$WORK/logs/$name"
+    # shellcheck disable=SC2086  # sflags is a list of flags
+    timeout 400 "$B/local_cluster.sh" --bin="$B/bin" --job="$B/jobs/$job.pbtxt" \
+      --logs="$WORK/logs/$name" --worker_flags="$wflags" \
+      -- --data_dir="$B/data/fortunes" $sflags >/dev/null 2>"$WORK/logs/$name/local_cluster.err"
+    echo "local_cluster exit $?"
+    cat "$WORK/logs/$name/local_cluster.err"
+    grep -h "device\|clock .*/\|final\|pushed" "$WORK/logs/$name"/worker*.log | tail -n 8
+  done
+  tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
+fi
+say "done"
