@@ -66,7 +66,7 @@ if has bench; then
         --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)"
       say "round $r $shape torch"
       timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,bf16 \
-        --attention=manual,sdpa --steps=10
+        --attention=manual,sdpa --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)"
     done
   done
 fi
@@ -74,30 +74,30 @@ fi
 # Local clusters: the scheduler and servers on this machine's cores, workers
 # on the GPU. Each: NAME JOB WORKER_FLAGS SCHEDULER_FLAGS.
 CLUSTERS=(
-  "small-bsp|gpt_fortunes|--device=cuda --overlap=on|"
-  "gpu-bsp|gpt_fortunes_gpu|--device=cuda --overlap=on|"
-  "gpu-ssp1|gpt_fortunes_gpu|--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=200"
-  "gpu-ssp1-b64|gpt_fortunes_gpu|--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=100 --batch_size=64"
-  "gpu-bsp-2w|gpt_fortunes_gpu|--device=cuda --overlap=on|--num_workers=2 --batch_size=32 --steps=200"
+  "small-bsp|gpt_fortunes||--device=cuda --overlap=on|"
+  "gpu-bsp|gpt_fortunes_gpu||--device=cuda --overlap=on|"
+  "gpu-ssp1|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=200"
+  "gpu-ssp1-b64|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=100 --batch_size=64"
+  "gpu-bsp-2w|gpt_fortunes_gpu|--workers=2|--device=cuda --overlap=on|--batch_size=32 --steps=200"
 )
 if has cluster; then
   if has bench; then
-    say "worker_bench batch 64 (for the batch-64 cluster)"
+    say "worker_bench batch 64 (for the batch-64 clusters)"
     timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${SMALL[@]}" --batch=64 --dtypes=fp32 \
       --steps=5
   fi
   for spec in "${CLUSTERS[@]}"; do
-    IFS='|' read -r name job wflags sflags <<<"$spec"
-    say "cluster $name: $job, workers $wflags, scheduler $sflags"
+    IFS='|' read -r name job cflags wflags sflags <<<"$spec"
+    say "cluster $name: $job $cflags, workers $wflags, scheduler $sflags"
     mkdir -p "$WORK/logs/$name"
-    # shellcheck disable=SC2086  # sflags is a list of flags
-    timeout 400 "$B/local_cluster.sh" --bin="$B/bin" --job="$B/jobs/$job.pbtxt" \
+    # shellcheck disable=SC2086  # cflags and sflags are lists of flags
+    timeout 150 "$B/local_cluster.sh" --bin="$B/bin" --job="$B/jobs/$job.pbtxt" $cflags \
       --logs="$WORK/logs/$name" --worker_flags="$wflags" \
       -- --data_dir="$B/data/fortunes" $sflags >/dev/null 2>"$WORK/logs/$name/local_cluster.err"
     echo "local_cluster exit $?"
     cat "$WORK/logs/$name/local_cluster.err"
-    grep -h "device\|clock .*/\|final\|pushed" "$WORK/logs/$name"/worker*.log | tail -n 8
+    grep -h "device\|clock .*/\|final\|pushed" "$WORK/logs/$name"/worker*.log | tail -n 6
+    tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
   done
-  tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
 fi
 say "done"

@@ -55,6 +55,7 @@ struct Timings {
   std::vector<double> full_step_s;  // with the weights' upload and the gradients' download
   std::vector<double> gemm_s;       // the step's dense products alone, on the same shapes
   float loss = 0;
+  int64_t pinned_bytes = 0;  // of the model's host weights and gradients
 };
 
 double Median(std::vector<double> v) {
@@ -121,6 +122,7 @@ absl::StatusOr<Timings> Measure(kernels::Backend* b, GptModel* model, const Batc
     t.gemm_s.push_back(TimeDenseGemms(b, shapes, &bufs));
   }
   if (!b->error().empty()) return absl::InternalError(b->error());
+  t.pinned_bytes = model->pinned_bytes();
   return t;
 }
 
@@ -213,12 +215,13 @@ int Run() {
         "    {\"dtype\": \"%s\", \"step_ms\": %.3f, \"step_ms_min\": %.3f, "
         "\"step_ms_max\": %.3f, \"tokens_per_s\": %.0f,\n"
         "     \"step_with_host_copies_ms\": %.3f, \"tokens_per_s_with_host_copies\": %.0f, "
-        "\"loss\": %.4f, \"peak_device_mib\": %.1f,\n"
+        "\"loss\": %.4f, \"peak_device_mib\": %.1f, \"pinned_host_mib\": %.1f,\n"
         "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
         "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
         "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
         name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
         full_s * 1e3, n / full_s, t->loss, b->peak_bytes() / 1048576.0,
+        t->pinned_bytes / 1048576.0,
         (dense_flops + attention_flops) / step_s / 1e12, dense_flops / step_s / 1e12,
         dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
         d + 1 < dtypes.size() ? "," : "");

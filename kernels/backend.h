@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pstrain {
 namespace kernels {
@@ -41,9 +42,11 @@ class Backend {
   // not pinned it may wait like Download.
   virtual void DownloadAsync(const void* device, int64_t bytes, void* host) = 0;
   // A mark after the work queued so far, and the wait for it: WaitFor(f)
-  // returns once everything queued before Fence() returned f is done.
+  // returns once everything queued before Fence() returned f is done;
+  // Reached(f) says whether it is, without waiting.
   virtual int64_t Fence() = 0;
   virtual void WaitFor(int64_t fence) = 0;
+  virtual bool Reached(int64_t fence) = 0;
   // Page-locks host memory that is copied to and from the device often (a
   // model's weights and gradients): its copies then run at the bus's speed
   // and without the host waiting. False, and nothing changes, where the
@@ -115,6 +118,18 @@ class Backend {
   virtual void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
                                  const float* att, const float* dout, float* dqkv) = 0;
 };
+
+// n zeros in a host vector whose memory pages no other PinnableVector's data
+// shares (its capacity runs two pages past its end), so that PinHost can pin
+// each on its own: a device pins whole pages, and refuses a page twice. It
+// must not grow (that would move it).
+inline std::vector<float> PinnableVector(int64_t n) {
+  constexpr int64_t kPadding = 2 * 4096 / sizeof(float);
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>(n + kPadding));
+  v.resize(static_cast<size_t>(n), 0.0f);
+  return v;
+}
 
 }  // namespace kernels
 }  // namespace pstrain

@@ -10,14 +10,15 @@ namespace pstrain {
 Model::Model(const ModelSpec& spec, kernels::Backend* backend)
     : backend_(backend), params_(ModelParams(spec)) {
   for (const ParamInfo& p : params_) {
-    weights_.emplace_back(p.numel, 0.0f);
-    grads_.emplace_back(p.numel, 0.0f);
+    weights_.push_back(kernels::PinnableVector(p.numel));
+    grads_.push_back(kernels::PinnableVector(p.numel));
     device_weights_.emplace_back(backend, p.numel);
     device_grads_.emplace_back(backend, p.numel);
   }
   for (auto* host : {&weights_, &grads_}) {
     for (std::vector<float>& v : *host) {
-      backend_->PinHost(v.data(), static_cast<int64_t>(v.size() * sizeof(float)));
+      const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(float));
+      if (backend_->PinHost(v.data(), bytes)) pinned_bytes_ += bytes;
     }
   }
 }
@@ -38,10 +39,35 @@ void Model::Ready(const std::vector<int>& params) {
   for (int p : params) backend_->DownloadAsync(device_grads_[p].data(),
                                                device_grads_[p].size() * 4, grads_[p].data());
   pending_grads_.emplace_back(backend_->Fence(), params);
+  // Report what has landed already, without waiting: the host may be
+  // behind the device (a copy into memory that is not pinned waits).
+  ReportLanded(/*wait=*/false);
+}
+
+void Model::ReportLanded(bool wait) {
+  size_t done = 0;
+  for (; done < pending_grads_.size(); ++done) {
+    const auto& [fence, params] = pending_grads_[done];
+    if (wait) {
+      backend_->WaitFor(fence);
+    } else if (!backend_->Reached(fence)) {
+      break;
+    }
+    if (!backend_->error().empty()) {
+      done = pending_grads_.size();
+      break;
+    }
+    grads_ready_(params);
+  }
+  pending_grads_.erase(pending_grads_.begin(), pending_grads_.begin() + done);
 }
 
 void Model::FinishGrads() {
-  if (!host_sync_) return;
+  if (!host_sync_) {
+    // The step still ends when the device has done its work.
+    backend_->WaitFor(backend_->Fence());
+    return;
+  }
   if (!grads_ready_) {
     for (size_t p = 0; p < params_.size(); ++p) {
       backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4,
@@ -50,12 +76,7 @@ void Model::FinishGrads() {
     backend_->WaitFor(backend_->Fence());
     return;
   }
-  for (const auto& [fence, params] : pending_grads_) {
-    backend_->WaitFor(fence);
-    if (!backend_->error().empty()) break;
-    grads_ready_(params);
-  }
-  pending_grads_.clear();
+  ReportLanded(/*wait=*/true);
 }
 
 std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,

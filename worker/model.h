@@ -59,9 +59,12 @@ class Model {
   using GradsReady = std::function<void(const std::vector<int>& params)>;
   void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
   // Off: TrainStep neither uploads weights() nor fills grads(); it reuses the
-  // weights on the device and leaves the gradients there (a benchmark of
-  // the device's compute alone). On by default.
+  // weights on the device and leaves the gradients there, and returns once
+  // the device is done (a benchmark of the device's compute alone). On by
+  // default.
   void set_host_sync(bool on) { host_sync_ = on; }
+  // Bytes of weights() and grads() the device pinned (0 on the CPU).
+  int64_t pinned_bytes() const { return pinned_bytes_; }
 
   // Forward and backward; grads() then holds the gradient of the mean loss.
   // An error of the backend (a CUDA error, no device memory) becomes the
@@ -84,6 +87,9 @@ class Model {
   // Waits for every gradient download queued by Ready (or, when nothing was
   // reported, downloads them all) and reports what is left to report.
   void FinishGrads();
+  // Reports the queued downloads that have landed, oldest first, up to the
+  // first still under way (or, with `wait`, all of them).
+  void ReportLanded(bool wait);
 
   kernels::Backend* backend_;
   std::vector<ParamInfo> params_;
@@ -91,6 +97,7 @@ class Model {
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
   float loss_scale_ = 1.0f;
   bool host_sync_ = true;
+  int64_t pinned_bytes_ = 0;
   GradsReady grads_ready_;
   // Downloads queued by Ready, with the fence after them, oldest first.
   std::vector<std::pair<int64_t, std::vector<int>>> pending_grads_;

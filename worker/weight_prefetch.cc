@@ -6,7 +6,7 @@ namespace pstrain {
 
 WeightPrefetch::WeightPrefetch(const std::vector<ParamInfo>& params, kernels::Backend* backend)
     : backend_(backend) {
-  for (const ParamInfo& p : params) buffers_.emplace_back(p.numel, 0.0f);
+  for (const ParamInfo& p : params) buffers_.push_back(kernels::PinnableVector(p.numel));
   if (backend_ == nullptr) return;
   for (std::vector<float>& b : buffers_) {
     backend_->PinHost(b.data(), static_cast<int64_t>(b.size() * sizeof(float)));

@@ -357,6 +357,49 @@ __global__ void CausalSoftmaxBackwardKernel(int seq, const float* a, float* d, v
   }
 }
 
+// Attention works on each (sequence, head) pair's [seq, head_dim] matrices
+// one batched product at a time, so it moves them side by side first:
+// rows of `parts` x heads x head_dim columns (q|k|v, or one part) become
+// [parts][batch][heads][seq][head_dim], and back.
+template <typename T>
+__device__ T FromFloat(float v);
+template <>
+__device__ float FromFloat<float>(float v) { return v; }
+template <>
+__device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+
+struct HeadLayout {
+  int seq, heads, head_dim, parts;
+  int64_t n;  // elements: batch * seq * parts * heads * head_dim
+  // The index in [parts][batch][heads][seq][head_dim] of row-layout index i.
+  __device__ int64_t Split(int64_t i) const {
+    const int c = heads * head_dim, width = parts * c;
+    const int64_t row = i / width;
+    const int col = static_cast<int>(i % width);
+    const int p = col / c, h = (col % c) / head_dim, d = col % head_dim;
+    const int64_t batch = n / (static_cast<int64_t>(seq) * width);
+    const int64_t b = row / seq, t = row % seq;
+    return (((p * batch + b) * heads + h) * seq + t) * head_dim + d;
+  }
+};
+
+template <typename Out>
+__global__ void SplitHeadsKernel(HeadLayout l, const float* in, Out* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    out[l.Split(i)] = FromFloat<Out>(in[i]);
+  }
+}
+
+__global__ void MergeHeadsKernel(HeadLayout l, const float* in, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    out[i] = in[l.Split(i)];
+  }
+}
+
 const char* CublasName(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
@@ -493,6 +536,17 @@ class CudaBackend : public Backend {
       if (error_.empty()) Check(cudaEventSynchronize(event), "cudaEventSynchronize");
       spare_events_.push_back(event);
     }
+  }
+
+  bool Reached(int64_t fence) override {
+    for (const auto& [id, event] : fences_) {
+      if (id > fence) break;
+      const cudaError_t e = cudaEventQuery(event);
+      if (e == cudaErrorNotReady) return false;
+      if (!Check(e, "cudaEventQuery")) return true;  // the error says why
+    }
+    WaitFor(fence);  // all done: recycles their events
+    return true;
   }
 
   bool SetPrecision(Precision precision, std::string* why) override {
@@ -639,87 +693,82 @@ class CudaBackend : public Backend {
     Check(cudaGetLastError(), "GeluBackward");
   }
 
-  // Per sequence, one strided-batched product over the heads: head h's
-  // query, key and value start h*head_dim columns in, its scores h*seq*seq
-  // floats in. In 16-bit precision the products take q, k, v and the
-  // attention weights rounded to 16 bits (the softmax itself stays fp32).
+  // The heads of every sequence side by side (SplitHeads), then one
+  // strided-batched product over all (sequence, head) pairs per step. In
+  // 16-bit precision the products take q, k, v and the attention weights
+  // rounded to 16 bits (the softmax itself stays fp32).
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
                  float* out) override {
     if (!error_.empty() || batch == 0) return;
-    const int c = heads * head_dim, w3 = 3 * c;
-    const int64_t tt = static_cast<int64_t>(seq) * seq;
+    const int pairs = batch * heads;
+    const int64_t tt = static_cast<int64_t>(seq) * seq, per = static_cast<int64_t>(seq) * head_dim;
     const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
     const bool half = precision_ != Precision::kFp32;
-    const char* qkv_in = Operand(qkv, static_cast<int64_t>(batch) * seq * w3, qkv16_);
-    char* a16 = half ? static_cast<char*>(Grow(att16_, heads * tt * 2)) : nullptr;
-    if (qkv_in == nullptr || (half && a16 == nullptr)) return;
-    for (int b = 0; b < batch; ++b) {
-      const char* q = qkv_in + Bytes(static_cast<int64_t>(b) * seq * w3);
-      const char* k = q + Bytes(c);
-      const char* v = q + Bytes(2 * c);
-      float* a = att + b * heads * tt;
-      float* o = out + static_cast<int64_t>(b) * seq * c;
-      // a = scale * q k^T
-      if (!Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, scale, k, w3, head_dim, q, w3,
-                   head_dim, a, seq, tt, heads, "scores")) {
-        return;
-      }
-      CausalSoftmaxKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a, a16, Bf16());
-      // o = a v
-      if (!Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, 1.0f, v, w3, head_dim,
-                   half ? a16 : reinterpret_cast<const char*>(a), seq, tt, o, c, head_dim, heads,
-                   "values")) {
-        return;
-      }
+    const HeadLayout three{seq, heads, head_dim, 3, 3 * pairs * per};
+    const HeadLayout one{seq, heads, head_dim, 1, pairs * per};
+    const char* q = SplitHeads(three, qkv, qkv_heads_);
+    float* o = static_cast<float*>(Grow(o_heads_, one.n * 4));
+    char* a16 = half ? static_cast<char*>(Grow(att16_, pairs * tt * 2)) : nullptr;
+    if (q == nullptr || o == nullptr || (half && a16 == nullptr)) return;
+    const char* k = q + Bytes(pairs * per);
+    const char* v = q + Bytes(2 * pairs * per);
+    // a = scale * q k^T; softmax; o = a v
+    if (!Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, scale, k, head_dim, per, q,
+                 head_dim, per, att, seq, tt, pairs, "scores")) {
+      return;
     }
+    CausalSoftmaxKernel<<<pairs * seq, kThreads, 0, stream_>>>(seq, att, a16, Bf16());
+    if (!Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, 1.0f, v, head_dim, per,
+                 half ? a16 : reinterpret_cast<const char*>(att), seq, tt, o, head_dim, per, pairs,
+                 "values")) {
+      return;
+    }
+    MergeHeadsKernel<<<Blocks(one.n), kThreads, 0, stream_>>>(one, o, out);
     Check(cudaGetLastError(), "Attention");
   }
 
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
                          const float* att, const float* dout, float* dqkv) override {
     if (!error_.empty() || batch == 0) return;
-    const int c = heads * head_dim, w3 = 3 * c;
-    const int64_t tt = static_cast<int64_t>(seq) * seq;
+    const int pairs = batch * heads;
+    const int64_t tt = static_cast<int64_t>(seq) * seq, per = static_cast<int64_t>(seq) * head_dim;
     const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
     const bool half = precision_ != Precision::kFp32;
-    const char* qkv_in = Operand(qkv, static_cast<int64_t>(batch) * seq * w3, qkv16_);
-    const char* dout_in = Operand(dout, static_cast<int64_t>(batch) * seq * c, dout16_);
-    float* ds = static_cast<float*>(Grow(scores_, heads * tt * 4));
-    char* a16 = half ? static_cast<char*>(Grow(att16_, heads * tt * 2)) : nullptr;
-    char* ds16 = half ? static_cast<char*>(Grow(ds16_, heads * tt * 2)) : nullptr;
-    if (qkv_in == nullptr || dout_in == nullptr || ds == nullptr ||
+    const HeadLayout three{seq, heads, head_dim, 3, 3 * pairs * per};
+    const HeadLayout one{seq, heads, head_dim, 1, pairs * per};
+    const char* q = SplitHeads(three, qkv, qkv_heads_);
+    const char* d_o = SplitHeads(one, dout, dout_heads_);
+    float* dq = static_cast<float*>(Grow(dqkv_heads_, three.n * 4));
+    float* ds = static_cast<float*>(Grow(scores_, pairs * tt * 4));
+    char* a16 = half ? static_cast<char*>(Grow(att16_, pairs * tt * 2)) : nullptr;
+    char* ds16 = half ? static_cast<char*>(Grow(ds16_, pairs * tt * 2)) : nullptr;
+    if (q == nullptr || d_o == nullptr || dq == nullptr || ds == nullptr ||
         (half && (a16 == nullptr || ds16 == nullptr))) {
       return;
     }
-    for (int b = 0; b < batch; ++b) {
-      const int64_t base = static_cast<int64_t>(b) * seq * w3;
-      const char* q = qkv_in + Bytes(base);
-      const char* k = q + Bytes(c);
-      const char* v = q + Bytes(2 * c);
-      float* dq = dqkv + base;
-      float* dk = dq + c;
-      float* dv = dq + 2 * c;
-      const float* a = att + b * heads * tt;
-      if (half && !To16(a, heads * tt, a16)) return;
-      const char* a_in = half ? a16 : reinterpret_cast<const char*>(a);
-      const char* d_o = dout_in + Bytes(static_cast<int64_t>(b) * seq * c);
-      // dv = a^T do; ds = do v^T
-      if (!Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, 1.0f, d_o, c, head_dim, a_in,
-                   seq, tt, dv, w3, head_dim, heads, "dv") ||
-          !Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, 1.0f, v, w3, head_dim, d_o, c,
-                   head_dim, ds, seq, tt, heads, "dscores")) {
-        return;
-      }
-      CausalSoftmaxBackwardKernel<<<heads * seq, kThreads, 0, stream_>>>(seq, a, ds, ds16, Bf16());
-      const char* ds_in = half ? ds16 : reinterpret_cast<const char*>(ds);
-      // dq = scale * ds k; dk = scale * ds^T q
-      if (!Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, scale, k, w3, head_dim, ds_in,
-                   seq, tt, dq, w3, head_dim, heads, "dq") ||
-          !Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, scale, q, w3, head_dim, ds_in,
-                   seq, tt, dk, w3, head_dim, heads, "dk")) {
-        return;
-      }
+    const char* k = q + Bytes(pairs * per);
+    const char* v = q + Bytes(2 * pairs * per);
+    float* dk = dq + pairs * per;
+    float* dv = dq + 2 * pairs * per;
+    if (half && !To16(att, pairs * tt, a16)) return;
+    const char* a_in = half ? a16 : reinterpret_cast<const char*>(att);
+    // dv = a^T do; ds = do v^T
+    if (!Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, 1.0f, d_o, head_dim, per, a_in,
+                 seq, tt, dv, head_dim, per, pairs, "dv") ||
+        !Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, 1.0f, v, head_dim, per, d_o,
+                 head_dim, per, ds, seq, tt, pairs, "dscores")) {
+      return;
     }
+    CausalSoftmaxBackwardKernel<<<pairs * seq, kThreads, 0, stream_>>>(seq, att, ds, ds16, Bf16());
+    const char* ds_in = half ? ds16 : reinterpret_cast<const char*>(ds);
+    // dq = scale * ds k; dk = scale * ds^T q
+    if (!Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, scale, k, head_dim, per, ds_in,
+                 seq, tt, dq, head_dim, per, pairs, "dq") ||
+        !Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, scale, q, head_dim, per, ds_in,
+                 seq, tt, dk, head_dim, per, pairs, "dk")) {
+      return;
+    }
+    MergeHeadsKernel<<<Blocks(three.n), kThreads, 0, stream_>>>(three, dq, dqkv);
     Check(cudaGetLastError(), "AttentionBackward");
   }
 
@@ -775,11 +824,19 @@ class CudaBackend : public Backend {
     }
     return Check(cudaGetLastError(), "rounding to 16 bits");
   }
-  // x [n] as a product's input: itself in fp32, else rounded into `scratch`.
-  const char* Operand(const float* x, int64_t n, Scratch& scratch) {
-    if (precision_ == Precision::kFp32) return reinterpret_cast<const char*>(x);
-    void* out = Grow(scratch, n * 2);
-    if (out == nullptr || !To16(x, n, out)) return nullptr;
+  // x in the heads' layout `l`, in the products' input type, in `scratch`.
+  const char* SplitHeads(const HeadLayout& l, const float* x, Scratch& scratch) {
+    void* out = Grow(scratch, Bytes(l.n));
+    if (out == nullptr) return nullptr;
+    if (precision_ == Precision::kFp32) {
+      SplitHeadsKernel<<<Blocks(l.n), kThreads, 0, stream_>>>(l, x, static_cast<float*>(out));
+    } else if (Bf16()) {
+      SplitHeadsKernel<<<Blocks(l.n), kThreads, 0, stream_>>>(
+          l, x, static_cast<__nv_bfloat16*>(out));
+    } else {
+      SplitHeadsKernel<<<Blocks(l.n), kThreads, 0, stream_>>>(l, x, static_cast<__half*>(out));
+    }
+    if (!Check(cudaGetLastError(), "SplitHeads")) return nullptr;
     return static_cast<const char*>(out);
   }
   // Column-major strided-batched C = alpha op(A) op(B) of inputs in the
@@ -788,8 +845,15 @@ class CudaBackend : public Backend {
                const char* a, int lda, int64_t stride_a, const char* b, int ldb,
                int64_t stride_b, float* c, int ldc, int64_t stride_c, int count,
                const char* what) {
-    const cudaDataType type = precision_ == Precision::kFp32 ? CUDA_R_32F : Type16();
     const float zero = 0.0f;
+    if (precision_ == Precision::kFp32) {
+      return CheckBlas(cublasSgemmStridedBatched(
+                           blas_, ta, tb, m, n, k, &alpha, reinterpret_cast<const float*>(a), lda,
+                           stride_a, reinterpret_cast<const float*>(b), ldb, stride_b, &zero, c,
+                           ldc, stride_c, count),
+                       what);
+    }
+    const cudaDataType type = Type16();
     return CheckBlas(cublasGemmStridedBatchedEx(blas_, ta, tb, m, n, k, &alpha, a, type, lda,
                                                 stride_a, b, type, ldb, stride_b, &zero, c,
                                                 CUDA_R_32F, ldc, stride_c, count,
@@ -823,7 +887,9 @@ class CudaBackend : public Backend {
   std::vector<cudaEvent_t> spare_events_;
   int64_t last_fence_ = 0;
   Precision precision_ = Precision::kFp32;
-  Scratch row_loss_, row_right_, gemm16_, scores_, partials_, qkv16_, att16_, dout16_, ds16_;
+  Scratch row_loss_, row_right_, gemm16_, scores_, partials_, att16_, ds16_;
+  // Attention's operands in the heads' layout.
+  Scratch qkv_heads_, o_heads_, dout_heads_, dqkv_heads_;
   std::vector<float> host_loss_;
   std::vector<int> host_right_;
 };

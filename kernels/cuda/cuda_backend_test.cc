@@ -303,6 +303,16 @@ TEST_P(CudaBackendTest, PinnedCopiesAndFences) {
   EXPECT_LT(first, second);
   gpu_->WaitFor(second);
   gpu_->WaitFor(first);
+  EXPECT_TRUE(gpu_->Reached(first));
+  EXPECT_TRUE(gpu_->Reached(second));
+  // A fence on a long queue: Reached says so without waiting, WaitFor waits.
+  for (int i = 0; i < 50; ++i) gpu_->Scale(n, 1.0f, d.data());
+  const int64_t third = gpu_->Fence();
+  const bool early = gpu_->Reached(third);
+  gpu_->WaitFor(third);
+  EXPECT_TRUE(gpu_->Reached(third));
+  std::printf("a fence behind 50 scalings of 4 MB: %s when asked at once\n",
+              early ? "reached" : "not yet reached");
   if (pinned_in) gpu_->UnpinHost(in.data());
   if (pinned_out) gpu_->UnpinHost(out.data());
 }
