@@ -39,9 +39,21 @@ BIN="${BIN:-$ROOT/bazel-bin}"
 LOGS="${LOGS:-$(mktemp -d /tmp/pstrain-logs.XXXXXX)}"
 mkdir -p "$LOGS"
 
-# Counts come from the job file unless given.
+# Counts: --servers/--workers, else the scheduler flags after -- (the last
+# --num_servers/--num_workers there, which the scheduler would obey: a
+# cluster launched with fewer would wait for its missing members forever),
+# else the job file, else 1.
 field() { sed -n "s/^[[:space:]]*$1:[[:space:]]*\([0-9]*\).*/\1/p" "$JOB" | head -n1; }
+override() {
+  local v=""
+  for a in "${EXTRA[@]}"; do
+    case "$a" in --$1=*) v="${a#*=}" ;; esac
+  done
+  echo "$v"
+}
+SERVERS="${SERVERS:-$(override num_servers)}"
 SERVERS="${SERVERS:-$(field num_servers)}"; SERVERS="${SERVERS:-1}"
+WORKERS="${WORKERS:-$(override num_workers)}"
 WORKERS="${WORKERS:-$(field num_workers)}"; WORKERS="${WORKERS:-1}"
 
 PIDS=()
