@@ -147,8 +147,16 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   BatchSampler sampler(job.seed(), data_.train.size, job.batch_size(), per_epoch);
   std::unique_ptr<PsClient> ps;
   // Layers' gradients pushed during the backward (see TrainerOptions::overlap).
-  const bool overlap = options_.overlap && job.accum_steps() == 1 && !options_.loss_scaling &&
-                       !(job.optimizer().clip_norm() > 0 && job.consistency() != BSP);
+  const char* no_overlap = job.accum_steps() > 1 ? "accum_steps above 1"
+                           : options_.loss_scaling ? "fp16 loss scaling"
+                           : job.optimizer().clip_norm() > 0 && job.consistency() != BSP
+                               ? "clipping by the push's norm under SSP/ASP"
+                               : nullptr;
+  const bool overlap = options_.overlap && no_overlap == nullptr;
+  if (options_.overlap && !overlap) {
+    spdlog::info("--overlap is off for this job: a step needs its whole gradient first ({})",
+                 no_overlap);
+  }
   std::unique_ptr<AsyncPusher> pusher;
   // Under SSP and ASP with overlap, the next clock's weights are pulled
   // while this clock computes (worker/weight_prefetch.h).
