@@ -56,6 +56,7 @@ struct Timings {
   std::vector<double> gemm_s;       // the step's dense products alone, on the same shapes
   float loss = 0;
   int64_t pinned_bytes = 0;  // of the model's host weights and gradients
+  int64_t peak_bytes = 0;    // device memory of the model's steps (not the GEMMs' buffers)
 };
 
 double Median(std::vector<double> v) {
@@ -109,6 +110,9 @@ absl::StatusOr<Timings> Measure(kernels::Backend* b, GptModel* model, const Batc
   for (int i = 0; i < 2; ++i) {
     RETURN_IF_ERROR(model->TrainStep(batch).status());
   }
+  // The steps hold all they will (scratch is kept), before the dense
+  // products' own buffers come.
+  t.peak_bytes = b->peak_bytes();
   for (int i = 0; i < steps; ++i) {
     for (bool host_sync : {false, true}) {
       model->set_host_sync(host_sync);
@@ -134,7 +138,6 @@ int Run() {
     std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
     return 2;
   }
-  kernels::Backend* b = backend->get();
   JobSpec job;
   job.mutable_model()->set_kind(GPT);
   GptSpec* gpt = job.mutable_model()->mutable_gpt();
@@ -149,6 +152,10 @@ int Run() {
     return 2;
   }
   const int seqs = absl::GetFlag(FLAGS_batch), steps = absl::GetFlag(FLAGS_steps);
+  if (steps < 1 || seqs < 1) {
+    std::fprintf(stderr, "worker_bench: --steps and --batch must be at least 1\n");
+    return 2;
+  }
   const int64_t t = gpt->context(), c = gpt->width(), layers = gpt->layers();
   const int64_t n = seqs * t;
   // The step's matrix products: per block qkv, proj, fc, mlp proj and the
@@ -192,6 +199,14 @@ int Run() {
     kernels::Precision precision = kernels::Precision::kFp32;
     if (name == "bf16") precision = kernels::Precision::kBf16;
     if (name == "fp16") precision = kernels::Precision::kFp16;
+    // A fresh device per dtype: its peak memory is this dtype's alone.
+    backend->reset();
+    backend = OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &note);
+    if (!backend.ok()) {
+      std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
+      return 1;
+    }
+    kernels::Backend* b = backend->get();
     std::string why;
     if ((name != "fp32" && name != "bf16" && name != "fp16") || !b->SetPrecision(precision, &why)) {
       std::printf("    {\"dtype\": \"%s\", \"skipped\": \"%s\"}%s\n", name.c_str(),
@@ -220,7 +235,7 @@ int Run() {
         "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
         "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
         name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
-        full_s * 1e3, n / full_s, t->loss, b->peak_bytes() / 1048576.0,
+        full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0,
         t->pinned_bytes / 1048576.0,
         (dense_flops + attention_flops) / step_s / 1e12, dense_flops / step_s / 1e12,
         dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),

@@ -10,6 +10,8 @@
 #define PSTRAIN_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,9 +33,10 @@ class Backend {
   virtual void Free(void* device) = 0;
   // Returns once `host` may be reused, except from pinned memory (PinHost):
   // that copy is queued beside the computation (a copy engine runs it while
-  // earlier work computes), so `host` must not change until the next
-  // synchronising call (Download, WaitFor, SoftmaxXent), and work queued
-  // before the Upload must not use `device`. Work queued after it sees it.
+  // earlier work computes), so `host` must not change until a later
+  // Download or SoftmaxXent returns or a WaitFor on a fence taken after the
+  // Upload does, and work queued before the Upload must not use `device`.
+  // Work queued after it sees it.
   virtual void Upload(const void* host, int64_t bytes, void* device) = 0;
   // Waits for the work queued before it.
   virtual void Download(const void* device, int64_t bytes, void* host) = 0;
@@ -120,11 +123,12 @@ class Backend {
 };
 
 // n zeros in a host vector whose memory pages no other PinnableVector's data
-// shares (its capacity runs two pages past its end), so that PinHost can pin
-// each on its own: a device pins whole pages, and refuses a page twice. It
-// must not grow (that would move it).
+// shares (its capacity runs two pages past its end), so that each is pinned
+// and unpinned on its own: a device pins whole pages, and unpinning one
+// vector must not unpin a page of another. It must not grow (that would
+// move it).
 inline std::vector<float> PinnableVector(int64_t n) {
-  constexpr int64_t kPadding = 2 * 4096 / sizeof(float);
+  const int64_t kPadding = 2 * sysconf(_SC_PAGESIZE) / static_cast<int64_t>(sizeof(float));
   std::vector<float> v;
   v.reserve(static_cast<size_t>(n + kPadding));
   v.resize(static_cast<size_t>(n), 0.0f);

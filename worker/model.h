@@ -35,7 +35,10 @@ struct Batch {
 
 // Not thread-safe. The host buffers of weights() and grads() are pinned
 // for the device's copies (Backend::PinHost) while the model lives: they may
-// be written, never resized or replaced.
+// be written, never resized. weights() may be swapped, whole, for buffers of
+// the same shapes (WeightPrefetch::Take); the model unpins whatever buffers
+// it holds when it goes, and pinning follows the buffers (the backend knows
+// them by address), so the other party unpins the model's old ones.
 class Model {
  public:
   virtual ~Model();
@@ -63,7 +66,8 @@ class Model {
   // the device is done (a benchmark of the device's compute alone). On by
   // default.
   void set_host_sync(bool on) { host_sync_ = on; }
-  // Bytes of weights() and grads() the device pinned (0 on the CPU).
+  // Bytes of weights() and grads() the device pinned at construction (0 on
+  // the CPU).
   int64_t pinned_bytes() const { return pinned_bytes_; }
 
   // Forward and backward; grads() then holds the gradient of the mean loss.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -161,7 +162,16 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   // Under SSP and ASP with overlap, the next clock's weights are pulled
   // while this clock computes (worker/weight_prefetch.h).
   const bool prefetch = overlap && EffectiveStaleness(job) != 0;
-  WeightPrefetch next_weights(model.params(), backend_);
+  // Set on the way out of Run, before next_weights waits for a pull in
+  // flight: the pull gives up at its next retry instead of waiting for a
+  // read guarantee that may never come (a stopped or dead peer).
+  std::atomic<bool> leaving{false};
+  std::optional<WeightPrefetch> next_weights;
+  if (prefetch) next_weights.emplace(model.params(), backend_);
+  struct SetOnExit {
+    std::atomic<bool>* flag;
+    ~SetOnExit() { *flag = true; }
+  } leave_guard{&leaving};
   ClusterView gate_cluster;  // the servers, from the last gate
   Batch batch;
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
@@ -176,11 +186,13 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
     }
     if (pusher != nullptr) (void)pusher->Wait();  // of an older epoch: abandoned
-    next_weights.Drop();
+    if (next_weights) next_weights->Drop();
     gate_cluster = cluster;
     PsClientOptions o = options_.ps;
     o.epoch = epoch;
-    o.abandon = [this, epoch] { return epoch_ > epoch || scheduler_->epoch() > epoch; };
+    o.abandon = [this, epoch, &leaving, &stop] {
+      return leaving || stop || epoch_ > epoch || scheduler_->epoch() > epoch;
+    };
     ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, o);
     if (overlap) {
       pusher = std::make_unique<AsyncPusher>(
@@ -258,10 +270,11 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       // step waits for both.
       absl::StatusOr<AdvanceClockResponse> gate;
       std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock, epoch); });
-      if (!next_weights.Has(clock)) next_weights.Drop();  // ps serves one pull at a time
+      const bool prefetched = next_weights && next_weights->Has(clock);
+      if (next_weights && !prefetched) next_weights->Drop();  // ps serves one pull at a time
       const absl::Status pulled =
-          next_weights.Has(clock)
-              ? next_weights.Take(clock, &model.weights())
+          prefetched
+              ? next_weights->Take(clock, &model.weights())
               : ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
       const absl::Time pulled_at = absl::Now();
       gate_thread.join();
@@ -289,7 +302,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       t_pull += absl::Now() - t1;
     }
     if (prefetch && clock + 1 < total) {
-      next_weights.Start(clock + 1, MinClockForRead(job, clock + 1),
+      next_weights->Start(clock + 1, MinClockForRead(job, clock + 1),
                          [&ps](int64_t c, int64_t min_clock, std::vector<std::vector<float>>* into) {
                            return ps->Pull(c, min_clock, into);
                          });

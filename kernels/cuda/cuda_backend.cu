@@ -480,7 +480,9 @@ class CudaBackend : public Backend {
     cudaStreamSynchronize(copy_stream_);
     cudaStreamSynchronize(stream_);
     pinned_.erase(it);
-    cudaHostUnregister(host);
+    // A failure leaves the memory as it was; clear it, or the next kernel's
+    // check would take it for its own.
+    if (cudaHostUnregister(host) != cudaSuccess) (void)cudaGetLastError();
   }
 
   void Upload(const void* host, int64_t bytes, void* device) override {
