@@ -66,7 +66,7 @@ namespace {
 void ApplyOptimizerDefaults(OptimizerSpec* opt) {
   if (opt->type() == OPTIMIZER_UNSPECIFIED) opt->set_type(ADAM);
   const OptimizerType type = opt->type();
-  if (opt->learning_rate() == 0) {
+  if (!opt->has_learning_rate()) {
     switch (type) {
       case ADAM:
       case ADAMW:
@@ -82,10 +82,10 @@ void ApplyOptimizerDefaults(OptimizerSpec* opt) {
         break;
     }
   }
-  if ((type == MOMENTUM || type == NESTEROV) && opt->momentum() == 0) opt->set_momentum(0.9f);
-  if (opt->beta1() == 0) opt->set_beta1(0.9f);
-  if (opt->beta2() == 0) opt->set_beta2(0.999f);
-  if (opt->epsilon() == 0) {
+  if ((type == MOMENTUM || type == NESTEROV) && !opt->has_momentum()) opt->set_momentum(0.9f);
+  if (!opt->has_beta1()) opt->set_beta1(0.9f);
+  if (!opt->has_beta2()) opt->set_beta2(0.999f);
+  if (!opt->has_epsilon()) {
     switch (type) {
       case ADAGRAD:
         opt->set_epsilon(1e-10f);
@@ -101,12 +101,12 @@ void ApplyOptimizerDefaults(OptimizerSpec* opt) {
         break;
     }
   }
-  if (opt->rho() == 0) opt->set_rho(0.9f);
-  if (opt->decay_rate() == 0) opt->set_decay_rate(-0.8f);
-  if (opt->clip_threshold() == 0) opt->set_clip_threshold(1.0f);
+  if (!opt->has_rho()) opt->set_rho(0.9f);
+  if (!opt->has_decay_rate()) opt->set_decay_rate(-0.8f);
+  if (!opt->has_clip_threshold()) opt->set_clip_threshold(1.0f);
   LrSchedule* sched = opt->mutable_schedule();
   if (sched->type() == SCHEDULE_UNSPECIFIED) sched->set_type(CONSTANT);
-  if (sched->type() == STEP_DECAY && sched->gamma() == 0) sched->set_gamma(0.1f);
+  if (sched->type() == STEP_DECAY && !sched->has_gamma()) sched->set_gamma(0.1f);
 }
 
 absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
@@ -194,22 +194,22 @@ void ApplyJobDefaults(JobSpec* job) {
   }
   if (data->dataset() == TEXT) {
     if (data->path().empty()) data->set_path(kTextDir);
-    if (data->validation_fraction() == 0) data->set_validation_fraction(0.1);
+    if (!data->has_validation_fraction()) data->set_validation_fraction(0.1);
   }
   if (data->dataset() == SYNTHETIC) {
-    if (data->synthetic_train_size() == 0) data->set_synthetic_train_size(4096);
-    if (data->synthetic_test_size() == 0) data->set_synthetic_test_size(1024);
-    if (data->synthetic_dim() == 0) data->set_synthetic_dim(32);
-    if (data->synthetic_classes() == 0) data->set_synthetic_classes(4);
+    if (!data->has_synthetic_train_size()) data->set_synthetic_train_size(4096);
+    if (!data->has_synthetic_test_size()) data->set_synthetic_test_size(1024);
+    if (!data->has_synthetic_dim()) data->set_synthetic_dim(32);
+    if (!data->has_synthetic_classes()) data->set_synthetic_classes(4);
   }
   if (model->kind() == GPT) {
     GptSpec* gpt = model->mutable_gpt();
-    if (gpt->layers() == 0) gpt->set_layers(2);
-    if (gpt->heads() == 0) gpt->set_heads(4);
-    if (gpt->width() == 0) gpt->set_width(128);
-    if (gpt->context() == 0) gpt->set_context(64);
+    if (!gpt->has_layers()) gpt->set_layers(2);
+    if (!gpt->has_heads()) gpt->set_heads(4);
+    if (!gpt->has_width()) gpt->set_width(128);
+    if (!gpt->has_context()) gpt->set_context(64);
   }
-  if (model->kind() == MLP && model->input_dim() == 0) {
+  if (model->kind() == MLP && !model->has_input_dim()) {
     model->set_input_dim(data->dataset() == SYNTHETIC ? data->synthetic_dim() : kFashionMnistDim);
   }
   if (model->kind() == MLP && model->layers_size() == 0) {
@@ -246,13 +246,13 @@ void ApplyJobDefaults(JobSpec* job) {
   }
   ApplyOptimizerDefaults(job->mutable_optimizer());
   if (job->consistency() == CONSISTENCY_UNSPECIFIED) job->set_consistency(BSP);
-  if (job->batch_size() == 0) job->set_batch_size(64);
-  if (job->epochs() == 0) job->set_epochs(1);
-  if (job->chunk_bytes() == 0) job->set_chunk_bytes(1 << 20);
-  if (job->num_servers() == 0) job->set_num_servers(1);
-  if (job->num_workers() == 0) job->set_num_workers(1);
-  if (job->log_every() == 0) job->set_log_every(50);
-  if (job->accum_steps() == 0) job->set_accum_steps(1);
+  if (!job->has_batch_size()) job->set_batch_size(64);
+  if (!job->has_epochs()) job->set_epochs(1);
+  if (!job->has_chunk_bytes()) job->set_chunk_bytes(1 << 20);
+  if (!job->has_num_servers()) job->set_num_servers(1);
+  if (!job->has_num_workers()) job->set_num_workers(1);
+  if (!job->has_log_every()) job->set_log_every(50);
+  if (!job->has_accum_steps()) job->set_accum_steps(1);
 }
 
 absl::Status ValidateJobSpec(const JobSpec& job) {
@@ -264,6 +264,11 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   }
   if (job.num_workers() < 1 || job.num_workers() > 1024) {
     return bad("num_workers must be in [1, 1024], got ", job.num_workers());
+  }
+  if (job.data().dataset() == SYNTHETIC &&
+      (job.data().synthetic_train_size() < 1 || job.data().synthetic_test_size() < 1 ||
+       job.data().synthetic_dim() < 1 || job.data().synthetic_classes() < 2)) {
+    return bad("synthetic data needs positive sizes and at least 2 classes");
   }
   if (job.batch_size() < job.num_workers()) {
     return bad("batch_size (", job.batch_size(), ") must be at least num_workers (",
@@ -288,17 +293,14 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
     return bad("staleness must be 0 under BSP (use consistency: SSP)");
   }
   if (job.epochs() < 0 || job.steps() < 0) return bad("epochs and steps must be >= 0");
+  if (job.steps() == 0 && job.epochs() < 1) return bad("epochs must be >= 1 when steps is 0");
+  if (job.log_every() < 1) return bad("log_every must be >= 1, got ", job.log_every());
   if (job.chunk_bytes() < 4 || job.chunk_bytes() % 4 != 0 || job.chunk_bytes() > (64 << 20)) {
     return bad("chunk_bytes must be a multiple of 4 in [4, 64 MiB], got ", job.chunk_bytes());
   }
   if (const absl::Status st = ValidateOptimizer(job.optimizer()); !st.ok()) return st;
   if (!DType_IsValid(job.wire_dtype())) return bad("wire_dtype ", job.wire_dtype(), " is unknown");
   const DataSpec& data = job.data();
-  if (data.dataset() == SYNTHETIC &&
-      (data.synthetic_train_size() < 1 || data.synthetic_test_size() < 1 ||
-       data.synthetic_dim() < 1 || data.synthetic_classes() < 2)) {
-    return bad("synthetic data needs positive sizes and at least 2 classes");
-  }
   const ModelSpec& model = job.model();
   if (model.kind() == GPT || data.dataset() == TEXT) return ValidateGpt(job);
   // The model: dense layers chain, the loss comes last and matches the classes.

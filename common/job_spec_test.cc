@@ -84,3 +84,76 @@ TEST(JobSpecTest, ClocksAndReadGuarantee) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// A zero written in the spec is a zero, not "unset": fields whose zero is
+// valid keep it; for the others the spec is refused, naming the field.
+struct WrittenZero {
+  std::string text;      // the job spec, with the field written as 0
+  std::string refusal;   // "" when the zero is valid, else a part of the error
+  float (*value)(const JobSpec&) = nullptr;  // the field, when the zero is valid
+};
+
+class WrittenZeroTest : public ::testing::TestWithParam<WrittenZero> {};
+
+TEST_P(WrittenZeroTest, IsKeptOrRefused) {
+  const WrittenZero& z = GetParam();
+  JobSpec job = ParseJobSpecText(z.text, "t").value();
+  ApplyJobDefaults(&job);
+  const absl::Status st = ValidateJobSpec(job);
+  if (z.refusal.empty()) {
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(z.value(job), 0.0f) << z.text;
+  } else {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << z.text;
+    EXPECT_TRUE(absl::StrContains(st.message(), z.refusal)) << st;
+  }
+}
+
+// A GPT job with `gpt` inside its model spec and `data` inside its data spec.
+std::string Gpt(const std::string& gpt, const std::string& data = "") {
+  return "model { kind: GPT gpt { " + gpt + " } } data { dataset: TEXT " + data + " } steps: 10";
+}
+std::string Synthetic(const std::string& data) {
+  return "data { dataset: SYNTHETIC " + data + " }";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, WrittenZeroTest,
+    ::testing::Values(
+        WrittenZero{"optimizer { type: MOMENTUM momentum: 0 }", "",
+                    [](const JobSpec& j) { return j.optimizer().momentum(); }},
+        WrittenZero{"optimizer { type: NESTEROV momentum: 0 }", "",
+                    [](const JobSpec& j) { return j.optimizer().momentum(); }},
+        WrittenZero{"optimizer { type: ADAM beta1: 0 }", "",
+                    [](const JobSpec& j) { return j.optimizer().beta1(); }},
+        WrittenZero{"optimizer { type: ADAMW beta2: 0 }", "",
+                    [](const JobSpec& j) { return j.optimizer().beta2(); }},
+        WrittenZero{"optimizer { learning_rate: 0 }", "learning_rate"},
+        WrittenZero{"optimizer { epsilon: 0 }", "epsilon"},
+        WrittenZero{"optimizer { type: RMSPROP rho: 0 }", "rho"},
+        WrittenZero{"optimizer { type: ADAFACTOR decay_rate: 0 }", "decay_rate"},
+        WrittenZero{"optimizer { type: ADAFACTOR clip_threshold: 0 }", "clip_threshold"},
+        WrittenZero{"optimizer { schedule { type: STEP_DECAY step_size: 10 gamma: 0 } }", "gamma"},
+        WrittenZero{Gpt("", "validation_fraction: 0"), "validation_fraction"},
+        WrittenZero{Gpt("layers: 0"), "gpt.layers"},
+        WrittenZero{Gpt("heads: 0"), "gpt.heads"},
+        WrittenZero{Gpt("width: 0"), "gpt.width"},
+        WrittenZero{Gpt("context: 0"), "gpt.context"},
+        WrittenZero{Synthetic("synthetic_train_size: 0"), "synthetic"},
+        WrittenZero{Synthetic("synthetic_test_size: 0"), "synthetic"},
+        WrittenZero{Synthetic("synthetic_dim: 0"), "synthetic"},
+        WrittenZero{Synthetic("synthetic_classes: 0"), "synthetic"},
+        WrittenZero{"model { input_dim: 0 }", "input_dim"},
+        WrittenZero{"batch_size: 0", "batch_size"},
+        WrittenZero{"epochs: 0", "epochs"},
+        WrittenZero{"chunk_bytes: 0", "chunk_bytes"},
+        WrittenZero{"num_servers: 0", "num_servers"},
+        WrittenZero{"num_workers: 0", "num_workers"},
+        WrittenZero{"log_every: 0", "log_every"},
+        WrittenZero{"accum_steps: 0", "accum_steps"}));
+
+}  // namespace
+}  // namespace pstrain
