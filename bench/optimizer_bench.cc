@@ -22,9 +22,9 @@
 #include "common/process_stats.h"
 #include "common/simd.h"
 #include "common/thread_pool.h"
+#include "server/chunk_store.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"
-#include "server/shard_store.h"
 
 ABSL_FLAG(std::string, sizes, "16,64,256", "parameter counts, in Mi (2^20) parameters");
 ABSL_FLAG(int, threads, static_cast<int>(std::thread::hardware_concurrency()),
@@ -204,7 +204,7 @@ int Run() {
       const int64_t rss0 = ResidentBytes();
       double held, rss;
       {
-        ShardStore store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), &pool, nullptr);
+        ChunkStore store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), &pool, nullptr);
         held = static_cast<double>(store.BytesHeld()) / store.NumParams();
         rss = static_cast<double>(ResidentBytes() - rss0) / store.NumParams();
       }

@@ -36,7 +36,8 @@ absl::Status SchedulerClient::ReportFinal(const NodeStatus& status) {
     lost = lost_scheduler_;
   }
   // A scheduler already lost for the heartbeat timeout gets one attempt.
-  const absl::Time give_up = absl::Now() + (lost ? absl::ZeroDuration() : options_.heartbeat_timeout);
+  const absl::Time give_up =
+      absl::Now() + (lost ? absl::ZeroDuration() : options_.heartbeat_timeout);
   Backoff backoff;
   while (true) {
     const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status);
@@ -98,7 +99,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& s
     job_message_ = resp.message();
   }
   dead_workers_.assign(resp.dead_workers().begin(), resp.dead_workers().end());
-  epoch_ = resp.epoch();
+  generation_ = resp.generation();
   restore_clock_ = resp.restore_clock();
   manifest_clock_ = resp.manifest_clock();
   return resp;
@@ -127,8 +128,8 @@ void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
     if (absl::IsFailedPrecondition(resp.status()) || absl::IsNotFound(resp.status())) {
       absl::MutexLock lock(&mu_);
       job_state_ = ABORTED;
-      job_message_ = absl::StrCat("the scheduler no longer knows this process: ",
-                                  resp.status().message());
+      job_message_ =
+          absl::StrCat("the scheduler no longer knows this process: ", resp.status().message());
       return;
     }
     if (absl::Now() - last_ok > options_.heartbeat_timeout) {
@@ -150,10 +151,10 @@ JobState SchedulerClient::WaitForJobEnd(std::string* message) {
   return job_state_;
 }
 
-int64_t SchedulerClient::epoch(int64_t* restore_clock) const {
+int64_t SchedulerClient::generation(int64_t* restore_clock) const {
   absl::MutexLock lock(&mu_);
   if (restore_clock != nullptr) *restore_clock = restore_clock_;
-  return epoch_;
+  return generation_;
 }
 
 int64_t SchedulerClient::manifest_clock() const {
@@ -173,11 +174,11 @@ JobState SchedulerClient::job_state(std::string* message) const {
 }
 
 absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, int64_t clock,
-                                                                   int64_t epoch) {
+                                                                   int64_t generation) {
   AdvanceClockRequest req;
   req.set_worker_id(worker);
   req.set_clock(clock);
-  req.set_epoch(epoch);
+  req.set_generation(generation);
   req.set_incarnation(incarnation_);
   const absl::Time start = absl::Now();
   Backoff backoff;
@@ -203,11 +204,11 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, i
   }
 }
 
-absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t epoch, int64_t clock,
+absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t generation, int64_t clock,
                                                    double sum_squares) {
   ReduceNormRequest req;
   req.set_server_id(server);
-  req.set_epoch(epoch);
+  req.set_generation(generation);
   req.set_clock(clock);
   req.set_sum_squares(sum_squares);
   req.set_incarnation(incarnation_);

@@ -6,8 +6,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -60,23 +60,25 @@ class SchedulerClient {
   JobState job_state(std::string* message = nullptr) const;
   // Workers that left the job, as of the last heartbeat.
   std::vector<int> dead_workers() const;
-  // The cluster's epoch and the checkpoint clock it restarted from, as of
+  // The cluster's generation and the checkpoint clock it restarted from, as of
   // the last heartbeat (0 and 0 until one is answered).
-  int64_t epoch(int64_t* restore_clock = nullptr) const;
+  int64_t generation(int64_t* restore_clock = nullptr) const;
   // The clock of the newest complete checkpoint set, as of the last heartbeat.
   int64_t manifest_clock() const;
 
   // The gate: reports that `worker` finished `clock` iterations in cluster
-  // epoch `epoch` and waits until it may start iteration `clock`. Waits
+  // generation `generation` and waits until it may start iteration `clock`. Waits
   // across repeated deadlines (logging what it waits for) until the job
-  // ends; ABORTED if it was aborted. An answer of another epoch means the
+  // ends; ABORTED if it was aborted. An answer of another generation means the
   // cluster rolled back: resume at its resume_clock.
-  absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock, int64_t epoch = 0);
+  absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock,
+                                                    int64_t generation = 0);
 
   // BSP clipping: reports this server's sum of squares of round `clock`'s
   // mean gradient and waits for the sum over every server holding chunks.
   // Retries like AdvanceClock; ABORTED once the job has ended.
-  absl::StatusOr<double> ReduceNorm(int server, int64_t epoch, int64_t clock, double sum_squares);
+  absl::StatusOr<double> ReduceNorm(int server, int64_t generation, int64_t clock,
+                                    double sum_squares);
 
   uint64_t incarnation() const { return incarnation_; }
 
@@ -91,7 +93,7 @@ class SchedulerClient {
   JobState job_state_ ABSL_GUARDED_BY(mu_) = WAITING;
   std::string job_message_ ABSL_GUARDED_BY(mu_);
   std::vector<int> dead_workers_ ABSL_GUARDED_BY(mu_);
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

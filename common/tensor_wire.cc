@@ -178,7 +178,7 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_num_samples(header.num_samples);
   fields.set_dtype(header.dtype);
   fields.set_grad_norm(header.grad_norm);
-  fields.set_epoch(header.epoch);
+  fields.set_generation(header.generation);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
@@ -211,7 +211,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       if (field == 2) h->clock = static_cast<int64_t>(v);
       if (field == 3) h->num_samples = static_cast<int32_t>(v);
       if (field == 4) h->dtype = static_cast<DType>(static_cast<int32_t>(v));
-      if (field == 7) h->epoch = static_cast<int64_t>(v);
+      if (field == 7) h->generation = static_cast<int64_t>(v);
     } else if (field == 5 && type == kLen) {
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);

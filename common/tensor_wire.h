@@ -64,7 +64,7 @@ struct PushHeader {
   int32_t num_samples = 0;
   DType dtype = FP32;
   float grad_norm = 0;
-  int64_t epoch = 0;
+  int64_t generation = 0;
 };
 
 // One chunk of a push: `numel` fp32 values at `values`.

@@ -44,7 +44,7 @@ TEST(TensorWireTest, PushIsProtobufsEncoding) {
     EXPECT_EQ(parsed.num_samples(), 17);
     EXPECT_EQ(parsed.dtype(), dtype);
     EXPECT_EQ(parsed.grad_norm(), 2.5f);
-    EXPECT_EQ(parsed.epoch(), 7);
+    EXPECT_EQ(parsed.generation(), 7);
     ASSERT_EQ(parsed.chunks_size(), 2);
     EXPECT_EQ(parsed.chunks(1).chunk(), 41);
     std::vector<float> back(1000);
@@ -70,7 +70,7 @@ TEST(TensorWireTest, DecodesProtobufsPushAcrossSlices) {
   req.set_num_samples(64);
   req.set_dtype(BF16);
   req.set_grad_norm(0.75f);
-  req.set_epoch(3);
+  req.set_generation(3);
   for (int c = 0; c < 3; ++c) {
     ChunkData* d = req.add_chunks();
     d->set_chunk(c * 5);  // the first id is 0, which proto3 leaves out
@@ -88,7 +88,7 @@ TEST(TensorWireTest, DecodesProtobufsPushAcrossSlices) {
     EXPECT_EQ(h.num_samples, 64);
     EXPECT_EQ(h.dtype, BF16);
     EXPECT_EQ(h.grad_norm, 0.75f);
-    EXPECT_EQ(h.epoch, 3);
+    EXPECT_EQ(h.generation, 3);
     ASSERT_EQ(refs.size(), 3u);
     for (int c = 0; c < 3; ++c) {
       EXPECT_EQ(refs[c].chunk, c * 5);

@@ -10,8 +10,8 @@
 #include "common/job_spec.h"
 #include "common/partition.h"
 #include "common/tensor_wire.h"
+#include "server/chunk_store.h"
 #include "server/ps_service.h"
-#include "server/shard_store.h"
 
 namespace pstrain {
 namespace {
@@ -36,12 +36,12 @@ struct Server {
     ApplyJobDefaults(&job);
     const Partition partition =
         Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
-    store = std::make_shared<ShardStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
+    store = std::make_shared<ChunkStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
                                          nullptr, nullptr);
     service.SetStore(store, TotalClocks(job));
   }
   JobSpec job;
-  std::shared_ptr<ShardStore> store;
+  std::shared_ptr<ChunkStore> store;
   PsService service;
 };
 

@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       AdvanceClockRequest req;
       if (!req.ParseFromString(body)) return 0;
       if (clocks->Advance(req.worker_id(), req.clock()).ok()) (void)clocks->MayStart(req.clock());
-      if (req.epoch() % 97 == 1) clocks->Reset(req.clock() & 1023);
+      if (req.generation() % 97 == 1) clocks->Reset(req.clock() & 1023);
       break;
     }
     case 3: {
@@ -51,6 +51,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
   }
-  if (clocks->MinClock() < 0) __builtin_trap();
+  if (clocks->SlowestClock() < 0) __builtin_trap();
   return 0;
 }

@@ -16,8 +16,8 @@ absl::Status ClockTable::Advance(int worker, int64_t clock) {
   const int64_t current = clocks_[worker];
   if (clock == current) return absl::OkStatus();
   if (clock != current + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " is at clock ", current,
-                                                   " and cannot move to ", clock));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker, " is at clock ", current, " and cannot move to ", clock));
   }
   clocks_[worker] = clock;
   return absl::OkStatus();
@@ -25,7 +25,7 @@ absl::Status ClockTable::Advance(int worker, int64_t clock) {
 
 bool ClockTable::MayStart(int64_t clock) const {
   if (staleness_ < 0) return true;
-  return MinClock() >= clock - staleness_;
+  return SlowestClock() >= clock - staleness_;
 }
 
 void ClockTable::Remove(int worker) {
@@ -34,7 +34,7 @@ void ClockTable::Remove(int worker) {
 
 void ClockTable::Reset(int64_t clock) { std::fill(clocks_.begin(), clocks_.end(), clock); }
 
-int64_t ClockTable::MinClock() const {
+int64_t ClockTable::SlowestClock() const {
   int64_t min = INT64_MAX;
   for (size_t w = 0; w < clocks_.size(); ++w) {
     if (!removed_[w]) min = std::min(min, clocks_[w]);

@@ -33,7 +33,7 @@ class ClockTable {
   bool removed(int worker) const { return removed_[worker]; }
 
   // Min over the workers not removed (0 when none is left).
-  int64_t MinClock() const;
+  int64_t SlowestClock() const;
   int64_t clock(int worker) const { return clocks_[worker]; }
   int num_workers() const { return static_cast<int>(clocks_.size()); }
 

@@ -15,7 +15,7 @@ TEST(ClockTableTest, BspGateWaitsForEveryone) {
   EXPECT_TRUE(t.Advance(2, 1).ok());
   EXPECT_TRUE(t.MayStart(1));
   EXPECT_FALSE(t.MayStart(2));
-  EXPECT_EQ(t.MinClock(), 1);
+  EXPECT_EQ(t.SlowestClock(), 1);
 }
 
 TEST(ClockTableTest, ARemovedWorkerNoLongerHoldsTheGate) {
@@ -26,7 +26,7 @@ TEST(ClockTableTest, ARemovedWorkerNoLongerHoldsTheGate) {
   t.Remove(2);
   EXPECT_TRUE(t.removed(2));
   EXPECT_TRUE(t.MayStart(1));
-  EXPECT_EQ(t.MinClock(), 1);
+  EXPECT_EQ(t.SlowestClock(), 1);
 }
 
 TEST(ClockTableTest, SspAllowsTheBound) {
@@ -65,7 +65,7 @@ TEST(ClockTableTest, ResetSendsEveryWorkerBack) {
   }
   t.Reset(3);
   EXPECT_EQ(t.clock(0), 3);
-  EXPECT_EQ(t.MinClock(), 3);
+  EXPECT_EQ(t.SlowestClock(), 3);
   EXPECT_TRUE(t.Advance(0, 4).ok());
   EXPECT_FALSE(t.MayStart(5));
 }

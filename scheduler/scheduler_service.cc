@@ -10,8 +10,8 @@
 #include "common/params.h"
 #include "common/partition.h"
 #include "common/process_stats.h"
-#include "common/security.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "scheduler/manifest.h"
 
 namespace pstrain {
@@ -71,8 +71,8 @@ bool SchedulerService::MembersToldOfEnd(absl::Duration grace) const {
   if (absl::Now() - ended_at_ > grace) return true;
   for (const auto* list : {&members_.servers(), &members_.workers()}) {
     for (const MemberRecord& m : *list) {
-      const bool gone = m.status.state() == FINISHED || m.status.state() == FAILED ||
-                        m.status.state() == DEAD;
+      const bool gone =
+          m.status.state() == FINISHED || m.status.state() == FAILED || m.status.state() == DEAD;
       if (!m.saw_job_end && !gone) return false;
     }
   }
@@ -115,8 +115,8 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
         MaybeDone();
         continue;
       }
-      EndJob(ABORTED, absl::StrCat(RoleName(m.role), " ", m.id, " at ", m.address,
-                                   " declared dead: ", why));
+      EndJob(ABORTED,
+             absl::StrCat(RoleName(m.role), " ", m.id, " at ", m.address, " declared dead: ", why));
     }
   }
   // A dead member whose place was kept, neither back nor replaced in time.
@@ -125,11 +125,11 @@ void SchedulerService::CheckLiveness(absl::Time now, absl::Duration timeout) {
       if (state_ != RUNNING_JOB || m.status.state() != DEAD || !KeepsPlace(m.role)) continue;
       const absl::Time dead_since = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
       if (now - dead_since > policy_.replacement_timeout) {
-        EndJob(ABORTED, absl::StrCat(RoleName(m.role), " ", m.id,
-                                     " died and neither came back nor was replaced within ",
-                                     absl::FormatDuration(policy_.replacement_timeout),
-                                     " (start one with ps_", RoleName(m.role), " --rank=", m.id,
-                                     ")"));
+        EndJob(ABORTED,
+               absl::StrCat(RoleName(m.role), " ", m.id,
+                            " died and neither came back nor was replaced within ",
+                            absl::FormatDuration(policy_.replacement_timeout),
+                            " (start one with ps_", RoleName(m.role), " --rank=", m.id, ")"));
       }
     }
   }
@@ -141,8 +141,8 @@ bool SchedulerService::KeepsPlace(Role role) const {
 }
 
 void SchedulerService::Revive(MemberRecord& m) {
-  spdlog::warn("{} {} at {} is back after it was declared dead; it rejoins", RoleName(m.role),
-               m.id, m.address);
+  spdlog::warn("{} {} at {} is back after it was declared dead; it rejoins", RoleName(m.role), m.id,
+               m.address);
   m.status.set_state(RUNNING);
   m.status.set_message("came back after it was declared dead");
   m.last_seen = absl::Now();
@@ -150,7 +150,7 @@ void SchedulerService::Revive(MemberRecord& m) {
 }
 
 void SchedulerService::BeginRollback(const std::string& reason) {
-  ++epoch_;
+  ++generation_;
   rolling_back_ = true;
   int64_t from = 0;
   for (int w = 0; w < clocks_.num_workers(); ++w) {
@@ -163,32 +163,35 @@ void SchedulerService::BeginRollback(const std::string& reason) {
       dead_workers_.push_back(w);
     }
   }
-  const int64_t to =
-      job_.checkpoint_every() > 0
-          ? std::max(manifest_clock_, NewestCompleteSet(job_.checkpoint_dir(), chunk_servers_, from))
-          : 0;
+  const int64_t to = job_.checkpoint_every() > 0
+                         ? std::max(manifest_clock_,
+                                    NewestCompleteSet(job_.checkpoint_dir(), chunk_servers_, from))
+                         : 0;
   clocks_.Reset(to);
   norms_.Reset(to);
   restore_clock_ = to;
   Rollback r;
-  r.set_epoch(epoch_);
+  r.set_generation(generation_);
   r.set_reason(reason);
   r.set_from_clock(from);
   r.set_to_clock(to);
   r.set_begun_unix_ms(absl::ToUnixMillis(absl::Now()));
   rollbacks_.push_back(r);
-  spdlog::warn("epoch {}: {}; rolling the cluster back from clock {} to the checkpoint of clock {}",
-               epoch_, reason, from, to);
+  spdlog::warn(
+      "generation {}: {}; rolling the cluster back from clock {} to the checkpoint of clock {}",
+      generation_, reason, from, to);
   if (to == 0 && from >= job_.checkpoint_every() && job_.checkpoint_every() > 0) {
-    spdlog::warn("no complete checkpoint set in {} (is it shared with the scheduler?): back to "
-                 "the initial weights",
-                 job_.checkpoint_dir());
+    spdlog::warn(
+        "no complete checkpoint set in {} (is it shared with the scheduler?): back to "
+        "the initial weights",
+        job_.checkpoint_dir());
   }
-  // Rounds of the old epoch never complete.
+  // Rounds of the old generation never complete.
   for (Parked<PendingNorm>& p : parked_norms_) {
     if (p.Claim()) {
-      p.reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                     absl::StrCat("the cluster rolled back (epoch ", epoch_, ")")));
+      p.reactor->Finish(
+          grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                       absl::StrCat("the cluster rolled back (generation ", generation_, ")")));
     }
   }
   parked_norms_.clear();
@@ -197,12 +200,12 @@ void SchedulerService::BeginRollback(const std::string& reason) {
 void SchedulerService::MaybeEndRollback() {
   if (!rolling_back_ || state_ != RUNNING_JOB) return;
   for (const MemberRecord& m : members_.servers()) {
-    if (m.status.state() == DEAD || m.status.epoch() != epoch_) return;
+    if (m.status.state() == DEAD || m.status.generation() != generation_) return;
   }
   rolling_back_ = false;
   rollbacks_.back().set_done_unix_ms(absl::ToUnixMillis(absl::Now()));
-  spdlog::warn("epoch {}: every server restored the checkpoint of clock {}; training resumes",
-               epoch_, restore_clock_);
+  spdlog::warn("generation {}: every server restored the checkpoint of clock {}; training resumes",
+               generation_, restore_clock_);
   WakeGates();
 }
 
@@ -212,7 +215,7 @@ void SchedulerService::MaybeWriteManifest() {
   for (int s : chunk_servers_) {
     if (s >= static_cast<int>(members_.servers().size())) return;
     const NodeStatus& st = members_.servers()[s].status;
-    if (st.epoch() != epoch_) return;
+    if (st.generation() != generation_) return;
     complete = std::min(complete, st.checkpoint_clock());
   }
   if (complete <= manifest_clock_) return;
@@ -232,12 +235,13 @@ grpc::Status SchedulerService::ReplaceMember(Role role, int id, const RegisterRe
     return grpc::Status::OK;  // a retry
   }
   if (role == WORKER && state_ == RUNNING_JOB && !KeepsPlace(WORKER)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("worker ", id, " cannot be replaced: the job ",
-                                     policy_.on_worker_failure == WorkerFailure::kShrink
-                                         ? "goes on without a dead worker"
-                                         : "ends when a worker dies",
-                                     " (the scheduler's --on_worker_failure=wait keeps its place)"));
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("worker ", id, " cannot be replaced: the job ",
+                     policy_.on_worker_failure == WorkerFailure::kShrink
+                         ? "goes on without a dead worker"
+                         : "ends when a worker dies",
+                     " (the scheduler's --on_worker_failure=wait keeps its place)"));
   }
   if (role == WORKER && old.status.state() == FINISHED) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -253,11 +257,12 @@ grpc::Status SchedulerService::ReplaceMember(Role role, int id, const RegisterRe
   // A server that died has started its rollback already.
   if (role == SERVER && state_ == RUNNING_JOB && !was_dead) {
     if (job_.checkpoint_every() <= 0) {
-      EndJob(ABORTED, absl::StrCat("server ", id, " was replaced and the job writes no "
+      EndJob(ABORTED, absl::StrCat("server ", id,
+                                   " was replaced and the job writes no "
                                    "checkpoints (checkpoint_every) to restore it from"));
     } else {
-      BeginRollback(absl::StrCat("server ", id, " at ", old_address, " replaced by ",
-                                 req.address()));
+      BeginRollback(
+          absl::StrCat("server ", id, " at ", old_address, " replaced by ", req.address()));
     }
   }
   return grpc::Status::OK;
@@ -316,9 +321,9 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
       return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad role"));
     }
     if (req->rank() < 0 || req->rank() >= expected) {
-      return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                         absl::StrCat("rank ", req->rank(), " outside [0, ",
-                                                      expected, ")")));
+      return FinishNow(
+          ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("rank ", req->rank(), " outside [0, ", expected, ")")));
     }
     if (req->rank() > registered) {
       return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -351,7 +356,7 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
   }
   resp->set_id(*id);
   *resp->mutable_job() = job_;
-  resp->set_epoch(epoch_);
+  resp->set_generation(generation_);
   // A worker starts at its clock in the table: the job's start, or a dead
   // worker's clock for its replacement.
   resp->set_start_clock(req->role() == WORKER ? clocks_.clock(*id) : restore_clock_);
@@ -397,7 +402,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
   resp->set_job_state(state_);
   resp->set_message(message_);
   for (int32_t w : dead_workers_) resp->add_dead_workers(w);
-  resp->set_epoch(epoch_);
+  resp->set_generation(generation_);
   resp->set_restore_clock(restore_clock_);
   resp->set_manifest_clock(manifest_clock_);
   if (state_ == DONE || state_ == ABORTED) member.saw_job_end = true;
@@ -408,9 +413,9 @@ grpc::Status SchedulerService::RoomToPark(int worker) const {
   int parked = 0;
   for (const Parked<PendingGate>& p : parked_) parked += !p.Gone() && p.what.worker == worker;
   if (parked < kMaxParkedPerMember) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      absl::StrCat("worker ", worker, " already has ", parked,
-                                   " gate calls waiting"));
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("worker ", worker, " already has ", parked, " gate calls waiting"));
 }
 
 bool SchedulerService::GateOpen(int64_t clock) const {
@@ -418,13 +423,13 @@ bool SchedulerService::GateOpen(int64_t clock) const {
 }
 
 void SchedulerService::FillGate(int worker, int64_t clock, AdvanceClockResponse* resp) {
-  resp->set_min_clock(clocks_.MinClock());
+  resp->set_slowest_clock(clocks_.SlowestClock());
   *resp->mutable_cluster() = members_.View();
   resp->set_job_state(state_);
   for (int w = 0; w < clocks_.num_workers(); ++w) {
     if (!clocks_.removed(w)) resp->add_live_workers(w);
   }
-  resp->set_epoch(epoch_);
+  resp->set_generation(generation_);
   resp->set_resume_clock(clocks_.clock(worker));
   if (clock < total_clocks_) Trace("start", worker, clock);
 }
@@ -438,26 +443,27 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
   if (!m.ok()) return FinishNow(ctx, ToGrpc(m.status()));
   if ((*m)->status.state() == DEAD && state_ == RUNNING_JOB && KeepsPlace(WORKER)) Revive(**m);
   if ((*m)->status.state() == DEAD) {
-    return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                       absl::StrCat("worker ", req->worker_id(),
-                                                    " was declared dead: ", (*m)->status.message())));
+    return FinishNow(ctx,
+                     grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                  absl::StrCat("worker ", req->worker_id(),
+                                               " was declared dead: ", (*m)->status.message())));
   }
   if (req->clock() < 0 || req->clock() > total_clocks_) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                        absl::StrCat("clock ", req->clock(), " outside [0, ",
                                                     total_clocks_, "]")));
   }
-  if (req->epoch() < 0 || req->epoch() > epoch_) {
+  if (req->generation() < 0 || req->generation() > generation_) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                       absl::StrCat("epoch ", req->epoch(), " outside [0, ",
-                                                    epoch_, "]")));
+                                       absl::StrCat("generation ", req->generation(),
+                                                    " outside [0, ", generation_, "]")));
   }
-  if (req->epoch() < epoch_) {
-    // The cluster rolled back since this worker's epoch: its clock is the
+  if (req->generation() < generation_) {
+    // The cluster rolled back since this worker's generation: its clock is the
     // table's now. Told so once the servers have restored.
     if (state_ == ABORTED) {
-      return FinishNow(ctx, grpc::Status(grpc::StatusCode::ABORTED,
-                                         absl::StrCat("job aborted: ", message_)));
+      return FinishNow(
+          ctx, grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job aborted: ", message_)));
     }
     if (!rolling_back_) {
       FillGate(req->worker_id(), clocks_.clock(req->worker_id()), resp);
@@ -536,10 +542,10 @@ grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerConte
     return FinishNow(
         ctx, grpc::Status(grpc::StatusCode::ABORTED, absl::StrCat("job ended: ", message_)));
   }
-  if (req->epoch() != epoch_ || rolling_back_) {
+  if (req->generation() != generation_ || rolling_back_) {
     return FinishNow(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                       absl::StrCat("a norm of epoch ", req->epoch(),
-                                                    "; the cluster is in epoch ", epoch_,
+                                       absl::StrCat("a norm of generation ", req->generation(),
+                                                    "; the cluster is in generation ", generation_,
                                                     rolling_back_ ? ", restoring" : "")));
   }
   const absl::Status st = norms_.Add(req->server_id(), req->clock(), req->sum_squares());
@@ -600,24 +606,25 @@ ClusterStatus SchedulerService::GetStatus() const {
   me->set_address(address_);
   me->set_state(state_ == DONE ? FINISHED : state_ == ABORTED ? FAILED : RUNNING);
   me->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_));
-  me->set_clock(clocks_.MinClock());
+  me->set_clock(clocks_.SlowestClock());
   me->set_rss_bytes(ResidentBytes());
   me->set_test_accuracy(-1);
-  out.set_epoch(epoch_);
+  out.set_generation(generation_);
   for (const Rollback& r : rollbacks_) *out.add_rollbacks() = r;
   if (rolling_back_) {
     std::vector<std::string> pending;
     for (const MemberRecord& m : members_.servers()) {
       if (m.status.state() == DEAD) {
-        pending.push_back(absl::StrCat("a replacement of server ", m.id, " (ps_server --rank=",
-                                       m.id, ")"));
-      } else if (m.status.epoch() != epoch_) {
+        pending.push_back(
+            absl::StrCat("a replacement of server ", m.id, " (ps_server --rank=", m.id, ")"));
+      } else if (m.status.generation() != generation_) {
         pending.push_back(absl::StrCat("server ", m.id, " to restore it"));
       }
     }
     Wait* w = me->add_waits();
     w->set_what(absl::StrCat("rolling back to the checkpoint of clock ", restore_clock_,
-                             " (epoch ", epoch_, "): waiting for ", absl::StrJoin(pending, ", ")));
+                             " (generation ", generation_, "): waiting for ",
+                             absl::StrJoin(pending, ", ")));
     w->set_since_unix_ms(rollbacks_.back().begun_unix_ms());
   }
   for (const Parked<PendingNorm>& p : parked_norms_) {
@@ -631,7 +638,7 @@ ClusterStatus SchedulerService::GetStatus() const {
     if (p.Gone()) continue;
     Wait* w = me->add_waits();
     w->set_what(absl::StrCat("worker ", p.what.worker, " at the gate of clock ", p.what.clock,
-                             " (the slowest worker has finished ", clocks_.MinClock(),
+                             " (the slowest worker has finished ", clocks_.SlowestClock(),
                              " clocks)"));
     w->set_since_unix_ms(absl::ToUnixMillis(p.what.since));
   }

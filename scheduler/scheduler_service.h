@@ -3,9 +3,9 @@
 //   WAITING --all members registered--> RUNNING_JOB --all workers FINISHED--> DONE
 //   any state --a member reports FAILED or goes silent (DEAD)--> ABORTED
 // and, while RUNNING_JOB with checkpoints, the rollbacks: a server that dies
-// or is replaced starts a new epoch; every server loads the newest complete
+// or is replaced starts a new generation; every server loads the newest complete
 // checkpoint set, every worker resumes at its clock, and the gates stay
-// shut until each server reports the new epoch restored.
+// shut until each server reports the new generation restored.
 #ifndef PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 
@@ -82,7 +82,7 @@ class SchedulerService final : public Scheduler::CallbackService {
     int64_t clock;
     AdvanceClockResponse* response;
     absl::Time since;
-    bool stale;  // of an older epoch: answered with the resume clock once restored
+    bool stale;  // of an older generation: answered with the resume clock once restored
   };
 
   struct PendingNorm {
@@ -107,9 +107,9 @@ class SchedulerService final : public Scheduler::CallbackService {
 
   // Every live worker FINISHED (and none left running): DONE.
   void MaybeDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts epoch + 1: back to the newest complete checkpoint set.
+  // Starts generation + 1: back to the newest complete checkpoint set.
   void BeginRollback(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the rollback once every server reports the epoch restored.
+  // Ends the rollback once every server reports the generation restored.
   void MaybeEndRollback() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the manifest when every server has written a newer checkpoint.
   void MaybeWriteManifest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -144,9 +144,9 @@ class SchedulerService final : public Scheduler::CallbackService {
   NormRounds norms_ ABSL_GUARDED_BY(mu_);
   std::vector<Parked<PendingNorm>> parked_norms_ ABSL_GUARDED_BY(mu_);
 
-  // Rollbacks: the epoch, the clock it started from, whether servers are
+  // Rollbacks: the generation, the clock it started from, whether servers are
   // still restoring it.
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Rollback> rollbacks_ ABSL_GUARDED_BY(mu_);

@@ -20,7 +20,7 @@ grpc::Status Invalid(const std::string& message) {
 
 }  // namespace
 
-void PsService::SetStore(std::shared_ptr<ShardStore> store, int64_t total_clocks) {
+void PsService::SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks) {
   absl::MutexLock lock(&mu_);
   store_ = std::move(store);
   total_clocks_ = total_clocks;
@@ -39,17 +39,17 @@ void PsService::SetState(MemberState state, const std::string& message) {
   message_ = message;
 }
 
-std::shared_ptr<ShardStore> PsService::store() const {
+std::shared_ptr<ChunkStore> PsService::store() const {
   absl::MutexLock lock(&mu_);
   return store_;
 }
 
-grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
+grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   SliceReader reader(req);
   PushHeader h;
   std::vector<PayloadRef> chunks;
   if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
-  if (const absl::Status st = store.CheckEpoch(h.epoch); !st.ok()) return ToGrpc(st);
+  if (const absl::Status st = store.CheckGeneration(h.generation); !st.ok()) return ToGrpc(st);
   if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
   if (chunks.empty()) return Invalid("push: no chunks");
   if (!(h.grad_norm >= 0) || std::isinf(h.grad_norm)) {
@@ -68,7 +68,7 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
                                   c.bytes, " bytes of ", DTypeName(h.dtype)));
     }
     const absl::Status st =
-        store.CheckPush(h.worker_id, h.clock, h.num_samples, c.chunk, numel, h.epoch);
+        store.CheckPush(h.worker_id, h.clock, h.num_samples, c.chunk, numel, h.generation);
     if (!st.ok()) return ToGrpc(st);
   }
   // Per-thread buffers, grown once to the largest chunk.
@@ -92,8 +92,9 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
       }
       values = grad.data();
     }
-    const absl::Status st = store.Push(h.worker_id, h.clock, h.num_samples, c.chunk,
-                                       absl::MakeConstSpan(values, numel), h.grad_norm, h.epoch);
+    const absl::Status st =
+        store.Push(h.worker_id, h.clock, h.num_samples, c.chunk, absl::MakeConstSpan(values, numel),
+                   h.grad_norm, h.generation);
     if (!st.ok()) return ToGrpc(st);
     bytes += static_cast<int64_t>(c.bytes);
   }
@@ -102,14 +103,14 @@ grpc::Status PsService::DoPush(ShardStore& store, const grpc::ByteBuffer& req) {
   return grpc::Status::OK;
 }
 
-bool PsService::Readable(const ShardStore& store, const PullRequest& req) const {
+bool PsService::Readable(const ChunkStore& store, const PullRequest& req) const {
   for (int32_t chunk : req.chunks()) {
     if (!store.Readable(chunk, req.min_clock())) return false;
   }
   return true;
 }
 
-void PsService::FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp) {
+void PsService::FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp) {
   const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
@@ -136,7 +137,7 @@ void PsService::FillPull(const ShardStore& store, const PullRequest& req, grpc::
   ++pulls_;
 }
 
-grpc::Status PsService::CheckPull(const ShardStore& s, const grpc::ByteBuffer& raw,
+grpc::Status PsService::CheckPull(const ChunkStore& s, const grpc::ByteBuffer& raw,
                                   PullRequest* req) const {
   int64_t total_clocks;
   {
@@ -295,7 +296,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
 }
 
 void PsService::Handle(Call* call) {
-  std::shared_ptr<ShardStore> s = store();
+  std::shared_ptr<ChunkStore> s = store();
   auto answer = [call](const grpc::Status& st) {
     if (call->Claim()) call->Answer(st);
     call->Unref();
@@ -329,9 +330,10 @@ void PsService::Handle(Call* call) {
   }
   absl::MutexLock lock(&parked_mu_);
   // Checked under parked_mu_: a restore cancels the parked pulls after it
-  // changed the epoch, so no pull of an older epoch stays parked.
-  if (const absl::Status epoch = s->CheckEpoch(call->pull.epoch()); !epoch.ok()) {
-    answer(ToGrpc(epoch));
+  // changed the generation, so no pull of an older generation stays parked.
+  if (const absl::Status generation = s->CheckGeneration(call->pull.generation());
+      !generation.ok()) {
+    answer(ToGrpc(generation));
     return;
   }
   if (Readable(*s, call->pull)) {
@@ -343,11 +345,12 @@ void PsService::Handle(Call* call) {
   // some retries) is a client gone wrong, and would only grow.
   const int64_t limit = static_cast<int64_t>(s->chunk_ids().size()) + 64;
   int64_t mine = 0;
-  for (const Call* p : parked_) mine += !p->claimed() && p->pull.worker_id() == call->pull.worker_id();
+  for (const Call* p : parked_)
+    mine += !p->claimed() && p->pull.worker_id() == call->pull.worker_id();
   if (mine >= limit) {
     answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("pull: worker ", call->pull.worker_id(), " already has ",
-                                     mine, " pulls waiting here")));
+                        absl::StrCat("pull: worker ", call->pull.worker_id(), " already has ", mine,
+                                     " pulls waiting here")));
     return;
   }
   call->parked_at = absl::Now();
@@ -355,7 +358,7 @@ void PsService::Handle(Call* call) {
 }
 
 void PsService::WakePulls() {
-  std::shared_ptr<ShardStore> s = store();
+  std::shared_ptr<ChunkStore> s = store();
   if (s == nullptr) return;
   absl::MutexLock lock(&parked_mu_);
   for (auto it = parked_.begin(); it != parked_.end();) {
@@ -385,7 +388,7 @@ void PsService::CancelParked(const grpc::Status& status) {
 
 NodeStatus PsService::GetStatus() const {
   NodeStatus st;
-  std::shared_ptr<ShardStore> s;
+  std::shared_ptr<ChunkStore> s;
   {
     absl::MutexLock lock(&mu_);
     st.set_id(id_);
@@ -408,7 +411,7 @@ NodeStatus PsService::GetStatus() const {
     st.set_nonfinite_skipped(s->NonfiniteSkipped());
   }
   if (s != nullptr) {
-    st.set_epoch(s->epoch());
+    st.set_generation(s->generation());
     st.set_checkpoint_clock(s->checkpoint_clock());
   }
   st.set_test_accuracy(-1);
@@ -425,8 +428,8 @@ NodeStatus PsService::GetStatus() const {
       w->set_what(absl::StrCat("pull by worker ", call->pull.worker_id(), " of ",
                                call->pull.chunks_size(), " chunks for clock ", call->pull.clock(),
                                ", waiting for every worker's updates before clock ",
-                               call->pull.min_clock(), lagging.empty() ? "" : ": behind: ",
-                               lagging));
+                               call->pull.min_clock(),
+                               lagging.empty() ? "" : ": behind: ", lagging));
       w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));
     }
   }

@@ -1,5 +1,5 @@
 // gRPC glue of the parameter server: validates requests, hands them to the
-// ShardStore, and parks pulls until their read guarantee holds. Push and Pull
+// ChunkStore, and parks pulls until their read guarantee holds. Push and Pull
 // are raw methods: their payloads move between gRPC's slices and the store
 // without protobuf copies (common/tensor_wire.h); Status is plain protobuf.
 //
@@ -18,12 +18,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "proto/ps.grpc.pb.h"
-#include "server/shard_store.h"
+#include "server/chunk_store.h"
 
 namespace pstrain {
 
-using PsServiceBase = ParameterServer::WithRawMethod_Push<
-    ParameterServer::WithRawMethod_Pull<ParameterServer::WithAsyncMethod_Status<ParameterServer::Service>>>;
+using PsServiceBase = ParameterServer::WithRawMethod_Push<ParameterServer::WithRawMethod_Pull<
+    ParameterServer::WithAsyncMethod_Status<ParameterServer::Service>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -31,7 +31,7 @@ class PsService final : public PsServiceBase {
 
   // Makes the service answer pushes and pulls; until then they get
   // UNAVAILABLE. Call once.
-  void SetStore(std::shared_ptr<ShardStore> store, int64_t total_clocks);
+  void SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks);
   void SetIdentity(int id, const std::string& address);
   // Marks the job's end in Status (state FINISHED or FAILED).
   void SetState(MemberState state, const std::string& message);
@@ -52,12 +52,12 @@ class PsService final : public PsServiceBase {
 
   // The request handling below the gRPC glue (public for the fuzz targets):
   // validates a push and hands it to the store, whole or not at all.
-  grpc::Status DoPush(ShardStore& store, const grpc::ByteBuffer& req);
+  grpc::Status DoPush(ChunkStore& store, const grpc::ByteBuffer& req);
   // Parses and validates a pull into *req.
-  grpc::Status CheckPull(const ShardStore& store, const grpc::ByteBuffer& raw,
+  grpc::Status CheckPull(const ChunkStore& store, const grpc::ByteBuffer& raw,
                          PullRequest* req) const;
   // The reply to a pull whose guarantee holds.
-  void FillPull(const ShardStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
+  void FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
 
  private:
   class Call;
@@ -65,12 +65,12 @@ class PsService final : public PsServiceBase {
   void Accept(int method, grpc::ServerCompletionQueue* cq);
   void Handle(Call* call);
 
-  std::shared_ptr<ShardStore> store() const;
-  bool Readable(const ShardStore& store, const PullRequest& req) const;
+  std::shared_ptr<ChunkStore> store() const;
+  bool Readable(const ChunkStore& store, const PullRequest& req) const;
 
   const absl::Time start_;
   mutable absl::Mutex mu_;
-  std::shared_ptr<ShardStore> store_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ChunkStore> store_ ABSL_GUARDED_BY(mu_);
   int64_t total_clocks_ ABSL_GUARDED_BY(mu_) = 0;
   int id_ ABSL_GUARDED_BY(mu_) = -1;
   std::string address_ ABSL_GUARDED_BY(mu_);

@@ -18,14 +18,14 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/rpc.h"
-#include "common/security.h"
 #include "common/scheduler_client.h"
+#include "common/security.h"
 #include "common/simd.h"
 #include "common/thread_pool.h"
 #include "common/trace.h"
 #include "server/checkpoint.h"
+#include "server/chunk_store.h"
 #include "server/ps_service.h"
-#include "server/shard_store.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
@@ -154,7 +154,7 @@ int Run() {
   }
   ThreadPool pool(absl::GetFlag(FLAGS_server_threads));
   auto store =
-      std::make_shared<ShardStore>(job, *partition, id, std::move(*optimizer), &pool, trace->get());
+      std::make_shared<ChunkStore>(job, *partition, id, std::move(*optimizer), &pool, trace->get());
   spdlog::info(
       "holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
       "threads, {} loops)",
@@ -171,8 +171,8 @@ int Run() {
                  job.checkpoint_dir());
   }
   // Loads the checkpoint of `clock` (clock 0: the initial weights) as the
-  // state of `epoch`.
-  auto restore = [&](int64_t epoch, int64_t clock) -> absl::Status {
+  // state of `generation`.
+  auto restore = [&](int64_t generation, int64_t clock) -> absl::Status {
     std::optional<CheckpointFile> file;
     if (clock > 0) {
       absl::StatusOr<CheckpointFile> opened =
@@ -180,8 +180,9 @@ int Run() {
       if (!opened.ok()) return opened.status();
       file = std::move(*opened);
     }
-    const absl::Status st = store->Restore(epoch, clock, file ? &*file : nullptr);
-    if (st.ok()) spdlog::warn("epoch {}: restored the checkpoint of clock {}", epoch, clock);
+    const absl::Status st = store->Restore(generation, clock, file ? &*file : nullptr);
+    if (st.ok())
+      spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
     return st;
   };
   auto fail = [&](const absl::Status& st) {
@@ -194,8 +195,8 @@ int Run() {
     serving.Stop();
     return 1;
   };
-  if (reg->epoch() > 0 || reg->start_clock() > 0) {
-    if (const absl::Status st = restore(reg->epoch(), reg->start_clock()); !st.ok()) {
+  if (reg->generation() > 0 || reg->start_clock() > 0) {
+    if (const absl::Status st = restore(reg->generation(), reg->start_clock()); !st.ok()) {
       return fail(st);
     }
   } else if (checkpoint != nullptr) {
@@ -203,8 +204,8 @@ int Run() {
   }
   service->SetStore(store, TotalClocks(job));
   store->StartGlobalClipping(
-      [&client, id](int64_t epoch, int64_t clock, double sum_squares) {
-        return client.ReduceNorm(id, epoch, clock, sum_squares);
+      [&client, id](int64_t generation, int64_t clock, double sum_squares) {
+        return client.ReduceNorm(id, generation, clock, sum_squares);
       },
       [&service] { service->WakePulls(); });
 
@@ -228,12 +229,13 @@ int Run() {
     if (changed) service->WakePulls();
     // The cluster rolled back to a checkpoint (a server failed): load it.
     int64_t restore_clock = 0;
-    const int64_t epoch = client.epoch(&restore_clock);
-    if (epoch > store->epoch()) {
-      if (const absl::Status st = restore(epoch, restore_clock); !st.ok()) return fail(st);
-      service->CancelParked(grpc::Status(
-          grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat("the cluster rolled back to clock ", restore_clock, " (epoch ", epoch, ")")));
+    const int64_t generation = client.generation(&restore_clock);
+    if (generation > store->generation()) {
+      if (const absl::Status st = restore(generation, restore_clock); !st.ok()) return fail(st);
+      service->CancelParked(
+          grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                       absl::StrCat("the cluster rolled back to clock ", restore_clock,
+                                    " (generation ", generation, ")")));
     }
     if (checkpoint != nullptr && client.manifest_clock() > pruned_before) {
       pruned_before = client.manifest_clock();

@@ -1,6 +1,6 @@
 // 10,000 malformed requests to each daemon (scheduler, server, worker) over
 // real gRPC: random bytes, wrong sizes, unknown chunks and members, absurd
-// claimed sizes, clocks and epochs from the future, bad roles. Every one is
+// claimed sizes, clocks and generations from the future, bad roles. Every one is
 // answered with an error status (none accepted, none left unanswered), the
 // daemon stays up and answers Status, and its resident memory grows by
 // less than 50 MiB.
@@ -116,10 +116,11 @@ std::string Garbage(std::mt19937_64& rng) {
 void Check(const std::string& who, const Outcome& o, int64_t rss_before, int64_t rss_after) {
   std::string codes;
   for (const auto& [code, n] : o.codes) absl::StrAppend(&codes, " ", code, ":", n);
-  std::printf("%s: %d refused, %d accepted, %d unanswered (codes%s); resident memory %.1f -> "
-              "%.1f MiB\n",
-              who.c_str(), o.refused, o.ok, o.unanswered, codes.c_str(), rss_before / 1048576.0,
-              rss_after / 1048576.0);
+  std::printf(
+      "%s: %d refused, %d accepted, %d unanswered (codes%s); resident memory %.1f -> "
+      "%.1f MiB\n",
+      who.c_str(), o.refused, o.ok, o.unanswered, codes.c_str(), rss_before / 1048576.0,
+      rss_after / 1048576.0);
   EXPECT_EQ(o.refused, kRequests) << who;
   EXPECT_EQ(o.ok, 0) << who;
   EXPECT_EQ(o.unanswered, 0) << who;
@@ -252,7 +253,7 @@ TEST_F(MalformedTest, TheSchedulerRefusesEveryMalformedRequest) {
                 Field(1, rng() % 2) + Field(2, 1000000 + rng() % 1000) + Field(3, stranger)};
       case 6:  // an unknown worker
         return {"/pstrain.Scheduler/AdvanceClock", Field(1, 2 + rng() % 1000) + Field(2, 1)};
-      case 7:  // an epoch from the future
+      case 7:  // an generation from the future
         return {"/pstrain.Scheduler/AdvanceClock",
                 Field(1, 0) + Field(3, stranger) + Field(4, 1 + rng() % 1000)};
       default:  // a norm from an unknown server

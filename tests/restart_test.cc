@@ -60,8 +60,8 @@ double MaxDifference(const TensorSet& a, const TensorSet& b) {
   for (int t = 0; t < a.tensors_size(); ++t) {
     if (a.tensors(t).values_size() != b.tensors(t).values_size()) return INFINITY;
     for (int i = 0; i < a.tensors(t).values_size(); ++i) {
-      worst = std::max(worst, std::fabs(static_cast<double>(a.tensors(t).values(i)) -
-                                        b.tensors(t).values(i)));
+      worst = std::max(
+          worst, std::fabs(static_cast<double>(a.tensors(t).values(i)) - b.tensors(t).values(i)));
     }
   }
   return worst;
@@ -148,7 +148,7 @@ void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker
               static_cast<long long>(rollback.done_unix_ms() - rollback.begun_unix_ms()),
               rollback.reason().c_str());
   ASSERT_GT(rollback.done_unix_ms(), 0) << cluster.Logs();
-  EXPECT_EQ(rollback.epoch(), 1);
+  EXPECT_EQ(rollback.generation(), 1);
   EXPECT_GT(rollback.to_clock(), 0);
   EXPECT_EQ(rollback.to_clock() % kEvery, 0);
   EXPECT_LE(rollback.from_clock() - rollback.to_clock(), kEvery) << "more updates lost";
@@ -186,7 +186,7 @@ TEST(RestartTest, ADeadServerIsReplacedByTheNextServerToRegister) {
 
 // Other paths through a rollback: SSP (no rounds; the gate lets workers
 // drift apart) and BSP with clipping by the global norm (the servers' norm
-// reduction of the old epoch is refused). Server 0 is killed and replaced;
+// reduction of the old generation is refused). Server 0 is killed and replaced;
 // the job must finish, every worker with exit 0, having lost at most
 // checkpoint_every clocks.
 void KillServerZeroUnder(const std::string& from, const std::string& to, const std::string& name) {

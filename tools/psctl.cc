@@ -152,12 +152,13 @@ int StatusOfCluster(const std::string& address) {
   if (!st.message().empty()) std::printf(": %s", st.message().c_str());
   std::printf("\n");
   for (const Rollback& r : st.rollbacks()) {
-    std::printf("rollback to epoch %lld: clock %lld -> %lld (%s), %s\n",
-                static_cast<long long>(r.epoch()), static_cast<long long>(r.from_clock()),
-                static_cast<long long>(r.to_clock()), r.reason().c_str(),
-                r.done_unix_ms() > 0
-                    ? absl::StrCat("restored in ", r.done_unix_ms() - r.begun_unix_ms(), " ms").c_str()
-                    : "servers restoring");
+    std::printf(
+        "rollback to generation %lld: clock %lld -> %lld (%s), %s\n",
+        static_cast<long long>(r.generation()), static_cast<long long>(r.from_clock()),
+        static_cast<long long>(r.to_clock()), r.reason().c_str(),
+        r.done_unix_ms() > 0
+            ? absl::StrCat("restored in ", r.done_unix_ms() - r.begun_unix_ms(), " ms").c_str()
+            : "servers restoring");
   }
   std::vector<NodeStatus> rows = {st.scheduler()};
   rows.insert(rows.end(), st.members().begin(), st.members().end());

@@ -95,7 +95,8 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
       readers[i] = channels[call.channel]->PrepareUnaryCall(
           contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &cq);
       readers[i]->StartCall();
-      readers[i]->Finish(&replies[i], &statuses[i], reinterpret_cast<void*>(static_cast<intptr_t>(i)));
+      readers[i]->Finish(&replies[i], &statuses[i],
+                         reinterpret_cast<void*>(static_cast<intptr_t>(i)));
     }
     for (size_t left = todo.size(); left > 0; --left) {
       void* tag = nullptr;
@@ -149,7 +150,7 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       req.set_clock(clock);
       req.set_min_clock(min_clock);
       req.set_dtype(dtype);
-      req.set_epoch(options_.epoch);
+      req.set_generation(options_.generation);
       for (int32_t id : batch) req.add_chunks(id);
       Call call;
       call.is_pull = true;
@@ -219,7 +220,7 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
   header.num_samples = num_samples;
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
-  header.epoch = options_.epoch;
+  header.generation = options_.generation;
   int64_t bytes = 0;
   std::vector<bool> wanted;
   if (params != nullptr) {

@@ -32,10 +32,10 @@ struct PsClientOptions {
   int64_t max_request_bytes = 1 << 20;
   // How long retryable failures are retried, with backoff.
   absl::Duration retry_window = absl::Seconds(30);
-  // The cluster epoch the requests are of (see PushRequest.epoch).
-  int64_t epoch = 0;
+  // The cluster generation the requests are of (see PushRequest.generation).
+  int64_t generation = 0;
   // Asked before each retry: true ends the call with ABORTED (the cluster
-  // moved to a newer epoch, so retrying this one's requests is pointless).
+  // moved to a newer generation, so retrying this one's requests is pointless).
   std::function<bool()> abandon;
 };
 

@@ -136,8 +136,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const double entropy = text ? UnigramEntropy(data_.train_text + data_.validation_text) : 0;
   if (text && rank == 0) {
     spdlog::info("corpus {}: {} training and {} validation bytes; unigram entropy {:.4f} nats/byte",
-                 job.data().path(), data_.train_text.size(), data_.validation_text.size(),
-                 entropy);
+                 job.data().path(), data_.train_text.size(), data_.validation_text.size(), entropy);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -148,7 +147,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   BatchSampler sampler(job.seed(), data_.train.size, job.batch_size(), per_epoch);
   std::unique_ptr<PsClient> ps;
   // Layers' gradients pushed during the backward (see TrainerOptions::overlap).
-  const char* no_overlap = job.accum_steps() > 1 ? "accum_steps above 1"
+  const char* no_overlap = job.accum_steps() > 1   ? "accum_steps above 1"
                            : options_.loss_scaling ? "fp16 loss scaling"
                            : job.optimizer().clip_norm() > 0 && job.consistency() != BSP
                                ? "clipping by the push's norm under SSP/ASP"
@@ -177,21 +176,21 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   std::vector<std::vector<float>> accumulated;  // accum_steps > 1
   LossScaler scaler;
   std::vector<int> live;  // the live workers, from the last gate
-  int64_t epoch = options_.epoch;
-  epoch_ = epoch;
+  int64_t generation = options_.generation;
+  generation_ = generation;
 
-  // Clients of the servers of `cluster` for requests of the current epoch.
+  // Clients of the servers of `cluster` for requests of the current generation.
   auto connect = [&](const ClusterView& cluster) -> absl::Status {
     if (cluster.servers_size() != job.num_servers()) {
       return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
     }
-    if (pusher != nullptr) (void)pusher->Wait();  // of an older epoch: abandoned
+    if (pusher != nullptr) (void)pusher->Wait();  // of an older generation: abandoned
     if (next_weights) next_weights->Drop();
     gate_cluster = cluster;
     PsClientOptions o = options_.ps;
-    o.epoch = epoch;
-    o.abandon = [this, epoch, &leaving, &stop] {
-      return leaving || stop || epoch_ > epoch || scheduler_->epoch() > epoch;
+    o.generation = generation;
+    o.abandon = [this, generation, &leaving, &stop] {
+      return leaving || stop || generation_ > generation || scheduler_->generation() > generation;
     };
     ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, o);
     if (overlap) {
@@ -205,12 +204,12 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   // worker then resumes at the answer's clock, set in *clock).
   auto adopt = [&](const AdvanceClockResponse& gate, int64_t* clock) -> absl::StatusOr<bool> {
     live.assign(gate.live_workers().begin(), gate.live_workers().end());
-    const bool rolled_back = gate.epoch() != epoch;
+    const bool rolled_back = gate.generation() != generation;
     if (rolled_back) {
-      spdlog::warn("the cluster rolled back (epoch {}): resuming at clock {} (was at {})",
-                   gate.epoch(), gate.resume_clock(), *clock);
-      epoch = gate.epoch();
-      epoch_ = epoch;
+      spdlog::warn("the cluster rolled back (generation {}): resuming at clock {} (was at {})",
+                   gate.generation(), gate.resume_clock(), *clock);
+      generation = gate.generation();
+      generation_ = generation;
       *clock = gate.resume_clock();
     }
     if (rolled_back || ps == nullptr) {
@@ -229,8 +228,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   auto resync = [&](const absl::Status& failure, int64_t* clock) -> absl::Status {
     if (stop) return absl::CancelledError("interrupted");
     ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
-                     scheduler_->AdvanceClock(rank, *clock, epoch));
-    if (gate.epoch() == epoch) return failure;
+                     scheduler_->AdvanceClock(rank, *clock, generation));
+    if (gate.generation() == generation) return failure;
     return adopt(gate, clock).status();
   };
 
@@ -249,11 +248,11 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       // final read is of the fp32 master weights whatever the wire dtype:
       // they are what the job trained (and what --weights_out writes).
       ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
-                       scheduler_->AdvanceClock(rank, total, epoch));
+                       scheduler_->AdvanceClock(rank, total, generation));
       ASSIGN_OR_RETURN(const bool rolled_back, adopt(gate, &clock));
       if (rolled_back) continue;
       final_options.wire_dtype = FP32;
-      final_options.epoch = epoch;
+      final_options.generation = generation;
       final_ps = std::make_unique<PsClient>(gate_cluster, &partition, rank, final_options);
       const absl::Status read = final_ps->Pull(total, total, &model.weights());
       if (!read.ok()) {
@@ -269,13 +268,12 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       // servers hold it until its read guarantee (min_clock) holds, and the
       // step waits for both.
       absl::StatusOr<AdvanceClockResponse> gate;
-      std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock, epoch); });
+      std::thread gate_thread([&] { gate = scheduler_->AdvanceClock(rank, clock, generation); });
       const bool prefetched = next_weights && next_weights->Has(clock);
       if (next_weights && !prefetched) next_weights->Drop();  // ps serves one pull at a time
       const absl::Status pulled =
-          prefetched
-              ? next_weights->Take(clock, &model.weights())
-              : ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
+          prefetched ? next_weights->Take(clock, &model.weights())
+                     : ps->Pull(clock, MinClockForRead(job, clock), &model.weights());
       const absl::Time pulled_at = absl::Now();
       gate_thread.join();
       RETURN_IF_ERROR(gate.status());
@@ -289,7 +287,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       t_gate += absl::Now() - pulled_at;  // what the gate added after the pull
     } else {
       ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
-                       scheduler_->AdvanceClock(rank, clock, epoch));
+                       scheduler_->AdvanceClock(rank, clock, generation));
       ASSIGN_OR_RETURN(const bool rolled_back, adopt(gate, &clock));
       if (rolled_back) continue;
       const absl::Time t1 = absl::Now();
@@ -302,10 +300,11 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       t_pull += absl::Now() - t1;
     }
     if (prefetch && clock + 1 < total) {
-      next_weights->Start(clock + 1, MinClockForRead(job, clock + 1),
-                         [&ps](int64_t c, int64_t min_clock, std::vector<std::vector<float>>* into) {
-                           return ps->Pull(c, min_clock, into);
-                         });
+      next_weights->Start(
+          clock + 1, MinClockForRead(job, clock + 1),
+          [&ps](int64_t c, int64_t min_clock, std::vector<std::vector<float>>* into) {
+            return ps->Pull(c, min_clock, into);
+          });
     }
     const absl::Time t2 = absl::Now();
     if (options_.debug_slowdown_ms > 0)
@@ -319,8 +318,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
       if (share == share_of) return absl::FailedPreconditionError("this worker is not live");
     }
     if (text) {
-      TextBatch(data_.train_text, job.model().gpt().context(), job.seed(), clock,
-                job.batch_size(), share_of, share, &batch);
+      TextBatch(data_.train_text, job.model().gpt().context(), job.seed(), clock, job.batch_size(),
+                share_of, share, &batch);
     } else {
       Gather(data_.train, sampler.Indices(clock, share_of, share), &batch);
     }
@@ -460,7 +459,7 @@ NodeStatus Trainer::Status() const {
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
   st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
-  st.set_epoch(epoch_);
+  st.set_generation(generation_);
   return st;
 }
 

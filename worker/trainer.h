@@ -3,9 +3,9 @@
 //   this rank's slice of the global batch -> push tagged c
 // then the final read of every update, the test-set evaluation, and an
 // optional dump of the final weights. When the cluster rolls back to a
-// checkpoint (a server failed), a gate answer of a newer epoch, or a failed
+// checkpoint (a server failed), a gate answer of a newer generation, or a failed
 // pull or push followed by such an answer, sends the loop back to the
-// checkpoint's clock with clients of the new epoch's servers.
+// checkpoint's clock with clients of the new generation's servers.
 #ifndef PSTRAIN_WORKER_TRAINER_H_
 #define PSTRAIN_WORKER_TRAINER_H_
 
@@ -33,7 +33,7 @@ struct TrainerOptions {
   int debug_slowdown_ms = 0;
   // Writes the final weights as a binary pstrain.TensorSet here.
   std::string weights_out;
-  // Evaluates on the test set at each epoch's end (worker 0 only).
+  // Evaluates on the test set at each generation's end (worker 0 only).
   bool eval_each_epoch = true;
   // A GPT recomputes its blocks' activations in the backward (--recompute).
   bool recompute = false;
@@ -46,9 +46,9 @@ struct TrainerOptions {
   bool overlap = false;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
-  // The cluster's epoch and the clock to start at (from registration: past
+  // The cluster's generation and the clock to start at (from registration: past
   // 0 when the job resumes from a checkpoint).
-  int64_t epoch = 0;
+  int64_t generation = 0;
   int64_t start_clock = 0;
 };
 
@@ -79,9 +79,9 @@ class Trainer {
   kernels::Backend* backend_;
   const TrainTest data_;
   const absl::Time start_;
-  // The cluster epoch this worker trains in (read by its clients' abandon
+  // The cluster generation this worker trains in (read by its clients' abandon
   // check on their own threads).
-  std::atomic<int64_t> epoch_{0};
+  std::atomic<int64_t> generation_{0};
 
   mutable absl::Mutex mu_;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;

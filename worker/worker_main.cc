@@ -15,8 +15,8 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/rpc.h"
-#include "common/security.h"
 #include "common/scheduler_client.h"
+#include "common/security.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
 #include "worker/trainer.h"
@@ -80,8 +80,8 @@ int Run() {
   }
   // The device first: a worker that cannot compute says so before it joins.
   std::string device_note;
-  auto backend = OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads),
-                            &device_note);
+  auto backend =
+      OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &device_note);
   if (!backend.ok()) {
     spdlog::error("{}", backend.status().message());
     return 2;
@@ -194,7 +194,8 @@ int Run() {
   topts.weights_out = absl::GetFlag(FLAGS_weights_out);
   topts.recompute = recompute == "block";
   const std::string overlap = absl::GetFlag(FLAGS_overlap);
-  topts.overlap = overlap == "on" || (overlap == "auto" && std::string((*backend)->name()) == "cuda");
+  topts.overlap =
+      overlap == "on" || (overlap == "auto" && std::string((*backend)->name()) == "cuda");
   topts.loss_scaling = compute == "fp16";
   if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
     spdlog::error(
@@ -205,7 +206,7 @@ int Run() {
   }
   topts.ps.wire_dtype = wire_flag.empty() ? job.wire_dtype() : wire_dtype;
   topts.ps.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
-  topts.epoch = reg->epoch();
+  topts.generation = reg->generation();
   topts.start_clock = reg->start_clock();
   {
     absl::MutexLock lock(&trainer_mu);

@@ -1,9 +1,9 @@
-#include "server/shard_store.h"
+#include "server/chunk_store.h"
 
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <limits>
+#include <memory>
 
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
@@ -33,7 +33,7 @@ JobSpec SmallJob(Consistency mode, int workers, float clip_norm = 0) {
   return job;
 }
 
-std::vector<float> ReadChunk(const ShardStore& s, int32_t chunk) {
+std::vector<float> ReadChunk(const ChunkStore& s, int32_t chunk) {
   std::vector<float> out(s.ChunkNumel(chunk));
   std::vector<int64_t> applied;
   s.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied);
@@ -47,10 +47,10 @@ struct Fixture {
         store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr) {}
   JobSpec job;
   Partition partition;
-  ShardStore store;
+  ChunkStore store;
 };
 
-TEST(ShardStoreTest, BspAppliesOneStepOverTheRoundsMean) {
+TEST(ChunkStoreTest, BspAppliesOneStepOverTheRoundsMean) {
   Fixture f(BSP);
   // chunk 0: dense0/weight (8 values), chunk 1: dense0/bias (2 values)
   const std::vector<float> w0 = ReadChunk(f.store, 0);
@@ -67,7 +67,7 @@ TEST(ShardStoreTest, BspAppliesOneStepOverTheRoundsMean) {
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * 3.25f);
 }
 
-TEST(ShardStoreTest, BspRoundsCloseOverTheLiveWorkersAfterOneDies) {
+TEST(ChunkStoreTest, BspRoundsCloseOverTheLiveWorkersAfterOneDies) {
   Fixture f(BSP);
   const std::vector<float> w0 = ReadChunk(f.store, 0);
   std::vector<float> g(8, 1.0f);
@@ -89,7 +89,7 @@ TEST(ShardStoreTest, BspRoundsCloseOverTheLiveWorkersAfterOneDies) {
   f.store.RemoveWorker(1);                  // idempotent
 }
 
-TEST(ShardStoreTest, SspAppliesEachPushOnArrival) {
+TEST(ChunkStoreTest, SspAppliesEachPushOnArrival) {
   Fixture f(SSP);
   const std::vector<float> w0 = ReadChunk(f.store, 1);
   ASSERT_TRUE(f.store.Push(0, 0, 4, 1, std::vector<float>{1.0f, 2.0f}).ok());
@@ -106,7 +106,7 @@ TEST(ShardStoreTest, SspAppliesEachPushOnArrival) {
   EXPECT_EQ(f.store.MinAppliedClock(), 0);  // chunk 0 saw nothing yet
 }
 
-TEST(ShardStoreTest, RetriedPushIsTakenOnce) {
+TEST(ChunkStoreTest, RetriedPushIsTakenOnce) {
   for (Consistency mode : {BSP, SSP}) {
     Fixture f(mode, 1);
     const std::vector<float> w0 = ReadChunk(f.store, 1);
@@ -116,7 +116,7 @@ TEST(ShardStoreTest, RetriedPushIsTakenOnce) {
   }
 }
 
-TEST(ShardStoreTest, BadPushesChangeNothing) {
+TEST(ChunkStoreTest, BadPushesChangeNothing) {
   Fixture f(BSP);
   const std::vector<float> w0 = ReadChunk(f.store, 0);
   std::vector<float> g(8, 1.0f);
@@ -134,20 +134,20 @@ TEST(ShardStoreTest, BadPushesChangeNothing) {
   EXPECT_EQ(f.store.CheckChunk(99).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ShardStoreTest, InitialWeightsDoNotDependOnTheServerCount) {
+TEST(ChunkStoreTest, InitialWeightsDoNotDependOnTheServerCount) {
   Fixture one(BSP, 2, 1);
   Fixture two_a(BSP, 2, 2);
-  ShardStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(),
+  ChunkStore two_b(two_a.job, two_a.partition, 1, MakeOptimizer(two_a.job.optimizer()).value(),
                    nullptr, nullptr);
   for (int32_t chunk = 0; chunk < 2; ++chunk) {
-    const ShardStore& owner = two_a.partition.chunks()[chunk].server == 0 ? two_a.store : two_b;
+    const ChunkStore& owner = two_a.partition.chunks()[chunk].server == 0 ? two_a.store : two_b;
     EXPECT_EQ(ReadChunk(one.store, chunk), ReadChunk(owner, chunk)) << chunk;
   }
 }
 
 // A push with NaN or Inf is taken (the clock moves on) but not applied;
 // under BSP the round closes over the other workers' samples.
-TEST(ShardStoreTest, NonFinitePushesAreSkippedAndCounted) {
+TEST(ChunkStoreTest, NonFinitePushesAreSkippedAndCounted) {
   Fixture f(BSP);
   const std::vector<float> w0 = ReadChunk(f.store, 0);
   std::vector<float> bad(8, 1.0f), good(8, 2.0f);
@@ -168,7 +168,7 @@ TEST(ShardStoreTest, NonFinitePushesAreSkippedAndCounted) {
 }
 
 // SSP/ASP clip each push by the norm its worker reports for the whole push.
-TEST(ShardStoreTest, AspClipsByThePushNorm) {
+TEST(ChunkStoreTest, AspClipsByThePushNorm) {
   Fixture f(ASP, 1, 1, /*clip_norm=*/1.0f);
   const std::vector<float> w0 = ReadChunk(f.store, 1);
   // The worker's whole gradient has norm 4: scaled by 1/4.
@@ -181,16 +181,15 @@ TEST(ShardStoreTest, AspClipsByThePushNorm) {
   EXPECT_FLOAT_EQ(ReadChunk(f.store, 1)[0], w1[0] - 0.5f * 0.2f);
 }
 
-TEST(ShardStoreTest, BytesHeldPerParameter) {
+TEST(ChunkStoreTest, BytesHeldPerParameter) {
   Fixture bsp(BSP);  // SGD: weights + the round's sum
   EXPECT_EQ(bsp.store.BytesHeld(), 10 * 8);
   Fixture asp(ASP);  // SGD: weights only
   EXPECT_EQ(asp.store.BytesHeld(), 10 * 4);
 }
 
-
 // Every chunk's weights, in chunk order.
-std::vector<float> AllWeights(const ShardStore& s) {
+std::vector<float> AllWeights(const ChunkStore& s) {
   std::vector<float> out;
   for (int32_t id : s.chunk_ids()) {
     const std::vector<float> c = ReadChunk(s, id);
@@ -200,24 +199,24 @@ std::vector<float> AllWeights(const ShardStore& s) {
 }
 
 // One clock of one worker: gradient value `g` for every element.
-void PushAll(ShardStore& s, int64_t clock, float g, int64_t epoch = 0) {
+void PushAll(ChunkStore& s, int64_t clock, float g, int64_t generation = 0) {
   for (int32_t id : s.chunk_ids()) {
     const std::vector<float> grad(s.ChunkNumel(id), g);
-    ASSERT_TRUE(s.Push(0, clock, 4, id, grad, 0, epoch).ok()) << clock;
+    ASSERT_TRUE(s.Push(0, clock, 4, id, grad, 0, generation).ok()) << clock;
   }
 }
 
-TEST(ShardStoreTest, RestoreBringsBackACheckpointAndRefusesOlderEpochs) {
+TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
   JobSpec job = SmallJob(BSP, 1);
   job.mutable_optimizer()->set_type(ADAM);  // optimizer state that must come back
   ApplyJobDefaults(&job);
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/restore";
   const Partition partition = Partition::Make(ModelParams(job.model()), 16, 1).value();
   auto make = [&] {
-    return std::make_unique<ShardStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
+    return std::make_unique<ChunkStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
                                         nullptr, nullptr);
   };
-  std::unique_ptr<ShardStore> live = make();
+  std::unique_ptr<ChunkStore> live = make();
   ASSERT_GE(live->chunk_ids().size(), 2u);
   const std::vector<float> initial = AllWeights(*live);
   CheckpointWriter writer(dir, 0, "ADAM", live->CheckpointLayout());
@@ -235,22 +234,22 @@ TEST(ShardStoreTest, RestoreBringsBackACheckpointAndRefusesOlderEpochs) {
   // weights as the first time (Adam's moments and step count came back).
   absl::StatusOr<CheckpointFile> file = CheckpointFile::Open(CheckpointPath(dir, 0, 2));
   ASSERT_TRUE(file.ok()) << file.status();
-  std::unique_ptr<ShardStore> fresh = make();
+  std::unique_ptr<ChunkStore> fresh = make();
   ASSERT_TRUE(fresh->Restore(1, 2, &*file).ok());
   EXPECT_EQ(AllWeights(*fresh), at2);
-  EXPECT_EQ(fresh->epoch(), 1);
+  EXPECT_EQ(fresh->generation(), 1);
   EXPECT_EQ(fresh->MinAppliedClock(), 2);
   const std::vector<float> grad(fresh->ChunkNumel(fresh->chunk_ids()[0]), 1.0f);
   EXPECT_TRUE(absl::IsFailedPrecondition(fresh->Push(0, 2, 4, fresh->chunk_ids()[0], grad, 0, 0)));
   EXPECT_TRUE(absl::IsUnavailable(fresh->Push(0, 2, 4, fresh->chunk_ids()[0], grad, 0, 2)));
-  EXPECT_TRUE(absl::IsFailedPrecondition(fresh->CheckEpoch(0)));
-  EXPECT_TRUE(absl::IsUnavailable(fresh->CheckEpoch(2)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(fresh->CheckGeneration(0)));
+  EXPECT_TRUE(absl::IsUnavailable(fresh->CheckGeneration(2)));
   PushAll(*fresh, 2, 1.0f, 1);
   PushAll(*fresh, 3, 0.75f, 1);
   EXPECT_EQ(AllWeights(*fresh), at4);
 
   // The live store rolls back too: its later file goes, its pushes of
-  // epoch 0 are refused.
+  // generation 0 are refused.
   ASSERT_TRUE(live->Restore(1, 2, &*file).ok());
   EXPECT_EQ(AllWeights(*live), at2);
   EXPECT_EQ(writer.latest(), 2);
@@ -266,7 +265,7 @@ TEST(ShardStoreTest, RestoreBringsBackACheckpointAndRefusesOlderEpochs) {
   EXPECT_TRUE(absl::IsInvalidArgument(fresh->Restore(3, 4, &*file)));
   JobSpec sgd = job;
   sgd.mutable_optimizer()->set_type(SGD);
-  ShardStore other(sgd, partition, 0, MakeOptimizer(sgd.optimizer()).value(), nullptr, nullptr);
+  ChunkStore other(sgd, partition, 0, MakeOptimizer(sgd.optimizer()).value(), nullptr, nullptr);
   EXPECT_TRUE(absl::IsInvalidArgument(other.Restore(1, 2, &*file)));
 }
 

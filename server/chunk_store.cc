@@ -1,4 +1,4 @@
-#include "server/shard_store.h"
+#include "server/chunk_store.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +27,7 @@ void AddScaled(const float* __restrict x, int64_t n, float a, float* __restrict 
 
 }  // namespace
 
-ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int server_id,
+ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
                        std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace)
     : job_(job),
       server_id_(server_id),
@@ -63,7 +63,7 @@ ShardStore::ShardStore(const JobSpec& job, const Partition& partition, int serve
   }
 }
 
-void ShardStore::Initialize(Chunk& c) {
+void ChunkStore::Initialize(Chunk& c) {
   const int64_t n = c.shape.numel();
   c.weights.resize(n);
   for (int64_t i = 0; i < n; ++i) c.weights[i] = InitialValue(job_.seed(), *c.param, c.offset + i);
@@ -71,25 +71,25 @@ void ShardStore::Initialize(Chunk& c) {
   c.steps = 0;
 }
 
-absl::Status ShardStore::CheckEpoch(int64_t epoch) const {
-  const int64_t mine = epoch_;
-  if (epoch == mine) return absl::OkStatus();
-  if (epoch < mine) {
+absl::Status ChunkStore::CheckGeneration(int64_t generation) const {
+  const int64_t mine = generation_;
+  if (generation == mine) return absl::OkStatus();
+  if (generation < mine) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the cluster rolled back to clock ", restore_clock_.load(), " (epoch ", mine,
-                     "); this request is of epoch ", epoch));
+        absl::StrCat("the cluster rolled back to clock ", restore_clock_.load(), " (generation ",
+                     mine, "); this request is of generation ", generation));
   }
-  return absl::UnavailableError(
-      absl::StrCat("this server has not restored epoch ", epoch, " yet (it holds ", mine, ")"));
+  return absl::UnavailableError(absl::StrCat("this server has not restored generation ", generation,
+                                             " yet (it holds ", mine, ")"));
 }
 
-absl::Status ShardStore::CheckChunkEpoch(const Chunk& c, int64_t epoch) const {
-  if (epoch == c.epoch) return absl::OkStatus();
-  const absl::Status store = CheckEpoch(epoch);
+absl::Status ChunkStore::CheckChunkGeneration(const Chunk& c, int64_t generation) const {
+  if (generation == c.generation) return absl::OkStatus();
+  const absl::Status store = CheckGeneration(generation);
   return store.ok() ? absl::UnavailableError("chunk being restored") : store;
 }
 
-absl::Status ShardStore::Restore(int64_t epoch, int64_t clock, const CheckpointFile* file) {
+absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const CheckpointFile* file) {
   if (file != nullptr) {
     if (file->clock() != clock || file->server() != server_id_) {
       return absl::InvalidArgumentError(
@@ -103,7 +103,7 @@ absl::Status ShardStore::Restore(int64_t epoch, int64_t clock, const CheckpointF
                                                      want));
     }
   }
-  epoch_ = epoch;
+  generation_ = generation;
   restore_clock_ = clock;
   for (int32_t id : chunk_ids_) {
     Chunk& c = *Find(id);
@@ -111,7 +111,8 @@ absl::Status ShardStore::Restore(int64_t epoch, int64_t clock, const CheckpointF
     if (file == nullptr) {
       Initialize(c);
     } else {
-      absl::Status st = file->Read(c.name, c.weights.data(), static_cast<int64_t>(c.weights.size()));
+      absl::Status st =
+          file->Read(c.name, c.weights.data(), static_cast<int64_t>(c.weights.size()));
       if (st.ok() && !c.state.empty()) {
         st = file->Read(c.name + "/state", c.state.data(), static_cast<int64_t>(c.state.size()));
       }
@@ -128,35 +129,35 @@ absl::Status ShardStore::Restore(int64_t epoch, int64_t clock, const CheckpointF
     c.round_samples = 0;
     c.round_closed = false;
     c.checkpointed = clock;
-    c.epoch = epoch;
+    c.generation = generation;
   }
   {
     absl::MutexLock lock(&clip_mu_);
     closed_chunks_ = 0;
   }
-  // Every chunk is of the new epoch: no write of the old one can start now.
+  // Every chunk is of the new generation: no write of the old one can start now.
   if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
   return absl::OkStatus();
 }
 
-int64_t ShardStore::checkpoint_clock() const {
+int64_t ChunkStore::checkpoint_clock() const {
   return checkpoint_ == nullptr ? 0 : checkpoint_->latest();
 }
 
-ShardStore::Chunk* ShardStore::Find(int32_t chunk) const {
+ChunkStore::Chunk* ChunkStore::Find(int32_t chunk) const {
   auto it = chunks_.find(chunk);
   return it == chunks_.end() ? nullptr : it->second.get();
 }
 
-absl::Status ShardStore::CheckChunk(int32_t chunk) const {
+absl::Status ChunkStore::CheckChunk(int32_t chunk) const {
   if (Find(chunk) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
-                                   size_t num_values, int64_t epoch) const {
+absl::Status ChunkStore::CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
+                                   size_t num_values, int64_t generation) const {
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker));
   }
@@ -169,7 +170,7 @@ absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, i
     return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
   }
   absl::MutexLock lock(&c->mu);
-  if (const absl::Status st = CheckChunkEpoch(*c, epoch); !st.ok()) return st;
+  if (const absl::Status st = CheckChunkGeneration(*c, generation); !st.ok()) return st;
   if (!c->live[worker]) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker, " was declared dead; its pushes are refused"));
@@ -182,7 +183,7 @@ absl::Status ShardStore::CheckPush(int worker, int64_t clock, int num_samples, i
   return ClassifyPush(*c, worker, clock, chunk, &duplicate);
 }
 
-absl::Status ShardStore::ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
+absl::Status ChunkStore::ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
                                       bool* duplicate) const {
   // The worker's next iteration for this chunk; BSP counts a push that waits
   // in the current round as taken.
@@ -194,12 +195,12 @@ absl::Status ShardStore::ClassifyPush(const Chunk& c, int worker, int64_t clock,
                                                  " but worker ", worker, " is at ", next));
 }
 
-int64_t ShardStore::ChunkNumel(int32_t chunk) const {
+int64_t ChunkStore::ChunkNumel(int32_t chunk) const {
   const Chunk* c = Find(chunk);
   return c == nullptr ? 0 : c->shape.numel();
 }
 
-bool ShardStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad) {
+bool ChunkStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad) {
   if (job_.optimizer().allow_nonfinite() || AllFinite(grad.data(), grad.size())) return true;
   ++nonfinite_skipped_;
   if (!c.nonfinite_logged) {
@@ -212,14 +213,14 @@ bool ShardStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<cons
   return false;
 }
 
-absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                              absl::Span<const float> grad, float push_norm, int64_t epoch) {
-  const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size(), epoch);
+absl::Status ChunkStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
+                              absl::Span<const float> grad, float push_norm, int64_t generation) {
+  const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size(), generation);
   if (!ok.ok()) return ok;
   Chunk& c = *Find(chunk);
   absl::MutexLock lock(&c.mu);
   // Restored since CheckPush: refused.
-  if (const absl::Status st = CheckChunkEpoch(c, epoch); !st.ok()) return st;
+  if (const absl::Status st = CheckChunkGeneration(c, generation); !st.ok()) return st;
   bool duplicate = false;
   const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
   if (!order.ok()) return order;           // raced with another push of the same worker
@@ -255,7 +256,7 @@ absl::Status ShardStore::Push(int worker, int64_t clock, int num_samples, int32_
   return absl::OkStatus();
 }
 
-int64_t ShardStore::MinApplied(const Chunk& c) {
+int64_t ChunkStore::MinApplied(const Chunk& c) {
   int64_t min = INT64_MAX;
   for (size_t w = 0; w < c.applied.size(); ++w) {
     if (c.live[w]) min = std::min(min, c.applied[w]);
@@ -263,7 +264,7 @@ int64_t ShardStore::MinApplied(const Chunk& c) {
   return min == INT64_MAX ? *std::max_element(c.applied.begin(), c.applied.end()) : min;
 }
 
-bool ShardStore::RoundComplete(const Chunk& c) {
+bool ChunkStore::RoundComplete(const Chunk& c) {
   bool any = false;
   for (size_t w = 0; w < c.pushed.size(); ++w) {
     if (c.live[w] && !c.pushed[w]) return false;
@@ -272,7 +273,7 @@ bool ShardStore::RoundComplete(const Chunk& c) {
   return any;
 }
 
-void ShardStore::CloseRound(Chunk& c) {
+void ChunkStore::CloseRound(Chunk& c) {
   const int64_t n = static_cast<int64_t>(c.grad_sum.size());
   if (c.round_samples > 0) {
     Scale(c.grad_sum.data(), n, 1.0f / static_cast<float>(c.round_samples), c.grad_sum.data());
@@ -286,7 +287,7 @@ void ShardStore::CloseRound(Chunk& c) {
   ++closed_chunks_;
 }
 
-void ShardStore::RemoveWorker(int worker) {
+void ChunkStore::RemoveWorker(int worker) {
   if (worker < 0 || worker >= num_workers_) return;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
@@ -296,10 +297,10 @@ void ShardStore::RemoveWorker(int worker) {
   }
 }
 
-void ShardStore::ApplyRound(Chunk& c, float scale) {
+void ChunkStore::ApplyRound(Chunk& c, float scale) {
   const int64_t n = static_cast<int64_t>(c.grad_sum.size());
   const int64_t clock = MinApplied(c);  // every live worker is in this round
-  if (c.round_samples > 0) {           // else every push of the round was skipped
+  if (c.round_samples > 0) {            // else every push of the round was skipped
     if (scale != 1.0f) Scale(c.grad_sum.data(), n, scale, c.grad_sum.data());
     Apply(c, clock, c.grad_sum.data());
   }
@@ -315,23 +316,23 @@ void ShardStore::ApplyRound(Chunk& c, float scale) {
   MaybeCheckpoint(c);
 }
 
-void ShardStore::SetCheckpointing(CheckpointWriter* writer, int64_t every) {
+void ChunkStore::SetCheckpointing(CheckpointWriter* writer, int64_t every) {
   checkpoint_ = writer;
   checkpoint_every_ = every;
 }
 
-std::vector<CheckpointWriter::Chunk> ShardStore::CheckpointLayout() const {
+std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
   std::vector<CheckpointWriter::Chunk> out;
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    out.push_back({id, c.name, static_cast<int64_t>(c.weights.size()),
-                   static_cast<int64_t>(c.state.size())});
+    out.push_back(
+        {id, c.name, static_cast<int64_t>(c.weights.size()), static_cast<int64_t>(c.state.size())});
   }
   return out;
 }
 
-void ShardStore::MaybeCheckpoint(Chunk& c) {
+void ChunkStore::MaybeCheckpoint(Chunk& c) {
   if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
   const int64_t clock = MinApplied(c);
   if (clock == 0 || clock % checkpoint_every_ != 0 || clock <= c.checkpointed) return;
@@ -343,7 +344,7 @@ void ShardStore::MaybeCheckpoint(Chunk& c) {
   }
 }
 
-void ShardStore::StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied) {
+void ChunkStore::StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied) {
   if (!global_clip_ || chunks_.empty()) return;
   clip_thread_ =
       std::thread([this, reduce = std::move(reduce), on_applied = std::move(on_applied)] {
@@ -351,7 +352,7 @@ void ShardStore::StartGlobalClipping(NormReducer reduce, std::function<void()> o
       });
 }
 
-void ShardStore::StopGlobalClipping() {
+void ChunkStore::StopGlobalClipping() {
   {
     absl::MutexLock lock(&clip_mu_);
     stop_clipping_ = true;
@@ -359,25 +360,25 @@ void ShardStore::StopGlobalClipping() {
   if (clip_thread_.joinable()) clip_thread_.join();
 }
 
-ShardStore::~ShardStore() { StopGlobalClipping(); }
+ChunkStore::~ChunkStore() { StopGlobalClipping(); }
 
-bool ShardStore::RoundClosedOrStopping() const {
+bool ChunkStore::RoundClosedOrStopping() const {
   return stop_clipping_ || closed_chunks_ == static_cast<int64_t>(chunks_.size());
 }
 
-void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) {
+void ChunkStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) {
   const float clip = job_.optimizer().clip_norm();
   while (true) {
     {
       absl::MutexLock lock(&clip_mu_);
-      clip_mu_.Await(absl::Condition(this, &ShardStore::RoundClosedOrStopping));
+      clip_mu_.Await(absl::Condition(this, &ChunkStore::RoundClosedOrStopping));
       if (stop_clipping_) return;
       // Every chunk has closed the round; none can close another before
       // this one is applied (the next round's pushes follow pulls that wait
       // for it), so the count can start again now.
       closed_chunks_ = 0;
     }
-    const int64_t epoch = epoch_;
+    const int64_t generation = generation_;
     double local = 0;
     int64_t clock = 0;
     for (const auto& [id, c] : chunks_) {
@@ -385,11 +386,11 @@ void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
       clock = MinApplied(*c);
       for (float g : c->grad_sum) local += static_cast<double>(g) * g;
     }
-    absl::StatusOr<double> total = reduce(epoch, clock, local);
+    absl::StatusOr<double> total = reduce(generation, clock, local);
     if (!total.ok()) {
       // The cluster rolled back (the restore empties the round), or the job
       // ended (the store stops this thread).
-      spdlog::warn("global clipping of round {} (epoch {}) failed: {}", clock, epoch,
+      spdlog::warn("global clipping of round {} (generation {}) failed: {}", clock, generation,
                    total.status().message());
       continue;
     }
@@ -397,20 +398,20 @@ void ShardStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
     const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
     for (const auto& [id, c] : chunks_) {
       absl::MutexLock lock(&c->mu);
-      if (c->epoch == epoch) ApplyRound(*c, scale);  // else restored meanwhile
+      if (c->generation == generation) ApplyRound(*c, scale);  // else restored meanwhile
     }
     on_applied();
   }
 }
 
-void ShardStore::Apply(Chunk& c, int64_t clock, const float* grad) {
+void ChunkStore::Apply(Chunk& c, int64_t clock, const float* grad) {
   UpdateContext ctx;
   ctx.step = ++c.steps;
   ctx.lr = schedule_.At(clock);
   optimizer_->Update(ctx, c.shape, c.weights.data(), c.state.data(), grad, pool_);
 }
 
-void ShardStore::TraceApply(int worker, int64_t clock, int32_t chunk) const {
+void ChunkStore::TraceApply(int worker, int64_t clock, int32_t chunk) const {
   if (trace_ == nullptr || !trace_->enabled()) return;
   TraceEvent e;
   e.set_event("apply");
@@ -420,14 +421,14 @@ void ShardStore::TraceApply(int worker, int64_t clock, int32_t chunk) const {
   trace_->Write(e);
 }
 
-bool ShardStore::Readable(int32_t chunk, int64_t min_clock) const {
+bool ChunkStore::Readable(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return false;
   absl::MutexLock lock(&c->mu);
   return MinApplied(*c) >= min_clock;
 }
 
-std::string ShardStore::Lagging(int32_t chunk, int64_t min_clock) const {
+std::string ChunkStore::Lagging(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return "";
   absl::MutexLock lock(&c->mu);
@@ -440,7 +441,7 @@ std::string ShardStore::Lagging(int32_t chunk, int64_t min_clock) const {
   return out;
 }
 
-void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
+void ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
                       char* out, std::vector<int64_t>* applied) const {
   Chunk* c = Find(chunk);
   absl::MutexLock lock(&c->mu);
@@ -458,7 +459,7 @@ void ShardStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chun
   }
 }
 
-int64_t ShardStore::MinAppliedClock() const {
+int64_t ChunkStore::MinAppliedClock() const {
   int64_t min_clock = INT64_MAX;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);

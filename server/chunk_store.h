@@ -1,8 +1,8 @@
 // The chunks one server owns: fp32 master weights, optimizer state, the BSP
 // round being collected, and per worker how many of its iterations have been
 // applied (the basis of the read guarantee). Knows nothing of gRPC.
-#ifndef PSTRAIN_SERVER_SHARD_STORE_H_
-#define PSTRAIN_SERVER_SHARD_STORE_H_
+#ifndef PSTRAIN_SERVER_CHUNK_STORE_H_
+#define PSTRAIN_SERVER_CHUNK_STORE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -29,12 +29,12 @@ namespace pstrain {
 
 // Thread-safe: each chunk has its own lock, so pushes and pulls of different
 // chunks run in parallel.
-class ShardStore {
+class ChunkStore {
  public:
   // Owns the chunks `partition` gives `server_id` and initialises them from
   // the job seed. The optimizer splits large updates over `pool`; `pool` and
   // `trace` may be null and must outlive the store.
-  ShardStore(const JobSpec& job, const Partition& partition, int server_id,
+  ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
              std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace);
 
   // One push: gradients (the mean over `num_samples` samples) of iteration
@@ -47,28 +47,28 @@ class ShardStore {
   // applied (unless the job allows them): counted, and logged once per chunk.
   // INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch, or a
   // clock other than the worker's next; the store is unchanged then.
-  // A push of another epoch than the chunk's is refused (see CheckEpoch).
+  // A push of another generation than the chunk's is refused (see CheckGeneration).
   absl::Status Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                    absl::Span<const float> grad, float push_norm = 0, int64_t epoch = 0);
+                    absl::Span<const float> grad, float push_norm = 0, int64_t generation = 0);
   // Checks a push without applying it (so a request of several chunks is
   // taken whole or not at all).
   absl::Status CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
-                         size_t num_values, int64_t epoch = 0) const;
+                         size_t num_values, int64_t generation = 0) const;
 
-  // Whether a request of cluster epoch `epoch` may be served: OK for the
-  // store's epoch; FAILED_PRECONDITION for an older one (the cluster rolled
+  // Whether a request of cluster generation `generation` may be served: OK for the
+  // store's generation; FAILED_PRECONDITION for an older one (the cluster rolled
   // back since: the worker must resume from the checkpoint); UNAVAILABLE
   // for a newer one (this server has not restored it yet: retry).
-  absl::Status CheckEpoch(int64_t epoch) const;
-  // Rolls back to the start of epoch `epoch`: every chunk's weights,
+  absl::Status CheckGeneration(int64_t generation) const;
+  // Rolls back to the start of generation `generation`: every chunk's weights,
   // optimizer state and step count from `file` (the checkpoint of `clock`;
   // null with clock 0: the initial weights), every live worker's applied
-  // clock set to `clock`, BSP rounds emptied. Pushes of older epochs are
+  // clock set to `clock`, BSP rounds emptied. Pushes of older generations are
   // refused from then on. INVALID_ARGUMENT when the file does not match
   // this server's chunks (the store is then unusable).
-  absl::Status Restore(int64_t epoch, int64_t clock, const CheckpointFile* file);
-  int64_t epoch() const { return epoch_; }
-  // The newest checkpoint clock written or restored in this epoch (0: none).
+  absl::Status Restore(int64_t generation, int64_t clock, const CheckpointFile* file);
+  int64_t generation() const { return generation_; }
+  // The newest checkpoint clock written or restored in this generation (0: none).
   int64_t checkpoint_clock() const;
 
   // INVALID_ARGUMENT unless `chunk` is one of this server's.
@@ -93,11 +93,11 @@ class ShardStore {
   // read guarantee does not hold. Call once, before the first push; the
   // thread stops when `reduce` fails or the store is destroyed.
   using NormReducer =
-      std::function<absl::StatusOr<double>(int64_t epoch, int64_t clock, double sum_squares)>;
+      std::function<absl::StatusOr<double>(int64_t generation, int64_t clock, double sum_squares)>;
   void StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied);
   // Stops that thread (waits for a round being reduced). Idempotent.
   void StopGlobalClipping();
-  ~ShardStore();
+  ~ChunkStore();
 
   // Checkpoints: each chunk goes to `writer` (with its weights, optimizer
   // state and step count, under its lock) whenever the iterations applied to
@@ -146,9 +146,9 @@ class ShardStore {
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
     // Global clipping: the round's mean waits in grad_sum.
     bool round_closed ABSL_GUARDED_BY(mu) = false;
-    std::string name;  // "<param>[<begin>:<end>]"
+    std::string name;                              // "<param>[<begin>:<end>]"
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
-    int64_t epoch ABSL_GUARDED_BY(mu) = 0;         // of the state held
+    int64_t generation ABSL_GUARDED_BY(mu) = 0;    // of the state held
     // The parameter and the offset of the chunk's first element in it.
     const ParamInfo* param = nullptr;
     int64_t offset = 0;
@@ -182,8 +182,8 @@ class ShardStore {
 
   // The chunk's initial weights (from the job seed) and optimizer state.
   void Initialize(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // INVALID_ARGUMENT / UNAVAILABLE unless `epoch` is the chunk's.
-  absl::Status CheckChunkEpoch(const Chunk& c, int64_t epoch) const
+  // INVALID_ARGUMENT / UNAVAILABLE unless `generation` is the chunk's.
+  absl::Status CheckChunkGeneration(const Chunk& c, int64_t generation) const
       ABSL_SHARED_LOCKS_REQUIRED(c.mu);
 
   const JobSpec job_;
@@ -200,8 +200,8 @@ class ShardStore {
   int64_t num_params_ = 0;
   int64_t bytes_held_ = 0;
   std::atomic<int64_t> nonfinite_skipped_{0};
-  std::atomic<int64_t> epoch_{0};
-  std::atomic<int64_t> restore_clock_{0};  // the clock epoch_ began at
+  std::atomic<int64_t> generation_{0};
+  std::atomic<int64_t> restore_clock_{0};  // the clock generation_ began at
 
   CheckpointWriter* checkpoint_ = nullptr;
   int64_t checkpoint_every_ = 0;
@@ -216,4 +216,4 @@ class ShardStore {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_SHARD_STORE_H_
+#endif  // PSTRAIN_SERVER_CHUNK_STORE_H_
