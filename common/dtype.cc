@@ -8,17 +8,7 @@
 namespace pstrain {
 namespace {
 
-inline uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-inline float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+using half_internal::Bits;
 
 PSTRAIN_SIMD_CLONES
 void EncodeBf16(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
@@ -76,50 +66,6 @@ bool ParseDType(const std::string& name, DType* dtype) {
   else
     return false;
   return true;
-}
-
-uint16_t FloatToBf16(float f) {
-  const uint32_t u = Bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
-  // Round to nearest even on the 16 bits dropped; a carry into the exponent
-  // is the right result (up to inf).
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-float Bf16ToFloat(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
-
-uint16_t FloatToHalf(float f) {
-  uint32_t u = Bits(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  u &= 0x7FFFFFFFu;
-  uint32_t h;
-  if (u >= 0x47800000u) {  // >= 2^16: inf, or NaN (kept quiet)
-    h = u > 0x7F800000u ? 0x7E00u : 0x7C00u;
-  } else if (u < 0x38800000u) {  // below 2^-14: a subnormal or zero half
-    // Adding 0.5 aligns the value's units of 2^-24 with the float's last
-    // mantissa bit, so the FPU's round-to-nearest-even does the rounding.
-    const float shifted = FromBits(u) + 0.5f;
-    h = Bits(shifted) - 0x3F000000u;
-  } else {
-    // Rebias the exponent and round the 13 dropped bits to nearest even; a
-    // carry past 65504 gives inf.
-    const uint32_t odd = (u >> 13) & 1u;
-    h = (u + 0xC8000FFFu + odd) >> 13;
-  }
-  return static_cast<uint16_t>(h | sign);
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  const uint32_t mant = h & 0x3FFu;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
-    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  if (exp == 31) return FromBits(sign | 0x7F800000u | (mant << 13));
-  return FromBits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
 void EncodeFloats(DType dtype, const float* src, int64_t n, char* dst) {

@@ -1,12 +1,12 @@
-// Wire dtypes: fp32, bf16 and fp16 encodings of fp32 values. Conversions to
-// 16 bits round to nearest even, keep inf and NaN (NaN stays NaN), and handle
-// subnormals; values beyond fp16's range become inf.
+// Wire dtypes: fp32, bf16 and fp16 encodings of fp32 values, with the
+// conversions of common/half.h.
 #ifndef PSTRAIN_COMMON_DTYPE_H_
 #define PSTRAIN_COMMON_DTYPE_H_
 
 #include <cstdint>
 #include <string>
 
+#include "common/half.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
@@ -16,11 +16,6 @@ int DTypeSize(DType dtype);
 std::string DTypeName(DType dtype);  // "fp32", "bf16", "fp16"
 // Parses "fp32", "bf16" or "fp16"; false for anything else.
 bool ParseDType(const std::string& name, DType* dtype);
-
-uint16_t FloatToBf16(float f);
-float Bf16ToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
-float HalfToFloat(uint16_t h);
 
 // `n` values from `src` into `dst` (n * DTypeSize bytes, any alignment).
 void EncodeFloats(DType dtype, const float* src, int64_t n, char* dst);

@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "server/checkpoint.h"
+#include "common/checkpoint_names.h"
 
 namespace pstrain {
 namespace {

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
+#include "common/checkpoint_names.h"
 
 namespace pstrain {
 namespace {

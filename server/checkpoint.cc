@@ -3,10 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -51,7 +51,9 @@ std::string Quote(const std::string& text) {
 
 CheckpointWriter::CheckpointWriter(std::string dir, int server_id, std::string optimizer,
                                    std::vector<Chunk> chunks)
-    : dir_(std::move(dir)), server_id_(server_id), optimizer_(std::move(optimizer)),
+    : dir_(std::move(dir)),
+      server_id_(server_id),
+      optimizer_(std::move(optimizer)),
       chunks_(std::move(chunks)) {
   for (size_t i = 0; i < chunks_.size(); ++i) {
     index_[chunks_[i].id] = i;
@@ -88,8 +90,7 @@ std::string CheckpointWriter::Header(int64_t clock, const std::map<int32_t, int6
                     "],\"data_offsets\":[", w, ",", s, "]}");
     if (c.state_floats > 0) {
       absl::StrAppend(&h, ",", Quote(c.name + "/state"), ":{\"dtype\":\"F32\",\"shape\":[",
-                      c.state_floats, "],\"data_offsets\":[", s, ",", s + c.state_floats * 4,
-                      "]}");
+                      c.state_floats, "],\"data_offsets\":[", s, ",", s + c.state_floats * 4, "]}");
     }
   }
   h += "}";
@@ -183,32 +184,6 @@ void CheckpointWriter::Prune(int64_t clock) {
   }
 }
 
-std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock) {
-  return absl::StrCat(dir, "/server-", server_id, "-clock-", clock, ".safetensors");
-}
-
-std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
-  const std::string prefix = absl::StrCat("server-", server_id, "-clock-");
-  const std::string suffix = ".safetensors";
-  std::vector<int64_t> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    int64_t clock;
-    if (absl::SimpleAtoi(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()),
-                         &clock) &&
-        clock >= 0) {
-      out.push_back(clock);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 namespace {
 
 absl::Status Bad(const std::string& path, const std::string& why) {
@@ -238,8 +213,9 @@ bool MetadataNumber(const google::protobuf::Struct& meta, const std::string& key
 
 absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
   const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (raw < 0) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path, ": ",
-                                                       std::strerror(errno)));
+  if (raw < 0)
+    return absl::NotFoundError(
+        absl::StrCat("cannot open checkpoint ", path, ": ", std::strerror(errno)));
   CheckpointFile f;
   f.path_ = path;
   f.fd_ = std::shared_ptr<int>(new int(raw), [](int* fd) {

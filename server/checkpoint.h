@@ -21,14 +21,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint_names.h"
 
 namespace pstrain {
-
-// DIR/server-<id>-clock-<clock>.safetensors
-std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock);
-// The clocks of server `server_id`'s complete checkpoint files in `dir`,
-// ascending (none when `dir` does not exist).
-std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id);
 
 class CheckpointWriter {
  public:

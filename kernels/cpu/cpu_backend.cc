@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/dtype.h"
+#include "common/half.h"
 
 namespace pstrain {
 namespace kernels {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "common/dtype.h"
+#include "common/half.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace pstrain {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/device_array.h"

@@ -1,0 +1,38 @@
+#include "common/checkpoint_names.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock) {
+  return absl::StrCat(dir, "/server-", server_id, "-clock-", clock, ".safetensors");
+}
+
+std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
+  const std::string prefix = absl::StrCat("server-", server_id, "-clock-");
+  const std::string suffix = ".safetensors";
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() ||
+        name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    int64_t clock;
+    if (absl::SimpleAtoi(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()),
+                         &clock) &&
+        clock >= 0) {
+      out.push_back(clock);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace pstrain

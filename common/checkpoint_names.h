@@ -1,0 +1,21 @@
+// Where a server's checkpoint files live and what they are called, shared
+// by the server that writes them (server/checkpoint.h) and the scheduler
+// that names complete sets of them (scheduler/manifest.h).
+#ifndef PSTRAIN_COMMON_CHECKPOINT_NAMES_H_
+#define PSTRAIN_COMMON_CHECKPOINT_NAMES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pstrain {
+
+// DIR/server-<id>-clock-<clock>.safetensors
+std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock);
+// The clocks of server `server_id`'s complete checkpoint files in `dir`,
+// ascending (none when `dir` does not exist).
+std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_CHECKPOINT_NAMES_H_
