@@ -31,7 +31,11 @@ void ThreadPool::HelperLoop() {
     ThreadPool* pool;
     int64_t seen;  // the generation this helper last ran
   } wake{this, 0};
-  auto ready = +[](Wake* w) { return w->pool->stop_ || w->pool->generation_ != w->seen; };
+  // absl::Condition evaluates it with mu_ held.
+  auto ready = +[](Wake* w) {
+    w->pool->mu_.AssertHeld();
+    return w->pool->stop_ || w->pool->generation_ != w->seen;
+  };
   while (true) {
     {
       absl::MutexLock lock(&mu_);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, runs `bazel test //...` and
-# the libFuzzer runs of the fuzz targets (fuzz/run.sh), and ends with one
-# line "N passed, M failed" counting test targets and fuzz runs.
+# The test command: installs what is missing, runs `bazel test //...`, the
+# clang thread-safety build and the libFuzzer runs of the fuzz targets
+# (fuzz/run.sh), and ends with one line "N passed, M failed" counting test
+# targets, that build and fuzz runs.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -21,6 +22,19 @@ if [ "$code" -ne 0 ] && [ "$failed" -eq 0 ]; then
   # Bazel failed before any test ran (e.g. a build error).
   failed=1
 fi
+
+# Clang's thread-safety analysis (-Wthread-safety -Werror) over every
+# target: one more entry in the count.
+TSA_LOG="$(mktemp /tmp/pstrain-tsa.XXXXXX.log)"
+if bazel build --config=thread_safety --noshow_progress //... >"$TSA_LOG" 2>&1; then
+  echo "thread-safety: clang -Wthread-safety -Werror build passed"
+  passed=$((passed + 1))
+else
+  grep -E "error:" "$TSA_LOG" | head -30
+  echo "thread-safety: clang -Wthread-safety -Werror build FAILED"
+  failed=$((failed + 1))
+fi
+rm -f "$TSA_LOG"
 
 # The fuzz targets under libFuzzer with clang's sanitizers, a bounded time
 # each (PSTRAIN_FUZZ_SECONDS, 20 by default; 0 skips them).
