@@ -3,7 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/process_stats.h"
+#include "common/retry.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -36,19 +38,15 @@ absl::Status SchedulerClient::ReportFinal(const NodeStatus& status) {
     lost = lost_scheduler_;
   }
   // A scheduler already lost for the heartbeat timeout gets one attempt.
-  const absl::Time give_up =
-      absl::Now() + (lost ? absl::ZeroDuration() : options_.heartbeat_timeout);
-  Backoff backoff;
-  while (true) {
-    const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status);
-    if (resp.ok()) return absl::OkStatus();
-    if (absl::Now() > give_up) {
-      spdlog::error("could not report {} to the scheduler: {}", MemberState_Name(status.state()),
-                    resp.status().message());
-      return resp.status();
-    }
-    absl::SleepFor(backoff.Next());
+  RetryPolicy policy;
+  policy.window = lost ? absl::ZeroDuration() : options_.heartbeat_timeout;
+  policy.classify = [](const absl::Status&) { return RetryAction::kRetry; };
+  const absl::Status st = Retry(policy, [&] { return Heartbeat(status).status(); });
+  if (!st.ok()) {
+    spdlog::error("could not report {} to the scheduler: {}", MemberState_Name(status.state()),
+                  st.message());
   }
+  return st;
 }
 
 absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
@@ -57,27 +55,34 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
   req.set_address(options_.address);
   req.set_incarnation(incarnation_);
   if (options_.rank >= 0) req.set_rank(options_.rank);
-  const absl::Time give_up = absl::Now() + options_.connect_timeout;
-  Backoff backoff;
-  absl::Status last;
-  int attempts = 0;
-  while (true) {
-    ++attempts;
-    RegisterResponse resp;
-    auto ctx = ContextWithTimeout(absl::Seconds(5));
-    last = FromGrpc(stub_->Register(ctx.get(), req, &resp));
-    if (last.ok()) return resp;
-    if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) {
-      return absl::Status(last.code(), absl::StrCat("scheduler at ", options_.scheduler,
-                                                    " refused registration: ", last.message()));
-    }
-    const absl::Duration wait = backoff.Next();
-    if (absl::Now() + wait > give_up) break;
+  auto unreachable = [](const absl::Status& st) {
+    return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
+  };
+  RetryPolicy policy;
+  policy.window = options_.connect_timeout;
+  policy.classify = [&](const absl::Status& st) {
+    return unreachable(st) ? RetryAction::kRetry : RetryAction::kStop;
+  };
+  policy.on_retry = [this](const absl::Status& st, int attempts) {
     if (attempts == 1 || attempts % 10 == 0) {
       spdlog::warn("scheduler at {} not reachable yet ({}); retrying", options_.scheduler,
-                   last.message());
+                   st.message());
     }
-    absl::SleepFor(wait);
+  };
+  int attempts = 0;
+  const absl::StatusOr<RegisterResponse> resp =
+      Retry<RegisterResponse>(policy, [&]() -> absl::StatusOr<RegisterResponse> {
+        ++attempts;
+        RegisterResponse r;
+        auto ctx = ContextWithTimeout(absl::Seconds(5));
+        RETURN_IF_ERROR(FromGrpc(stub_->Register(ctx.get(), req, &r)));
+        return r;
+      });
+  if (resp.ok()) return resp;
+  const absl::Status& last = resp.status();
+  if (!unreachable(last)) {
+    return absl::Status(last.code(), absl::StrCat("scheduler at ", options_.scheduler,
+                                                  " refused registration: ", last.message()));
   }
   return absl::UnavailableError(absl::StrCat("cannot reach the scheduler at ", options_.scheduler,
                                              " after ",
@@ -181,27 +186,20 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, i
   req.set_generation(generation);
   req.set_incarnation(incarnation_);
   const absl::Time start = absl::Now();
-  Backoff backoff;
-  while (true) {
+  const RetryPolicy policy = WaitingCallPolicy([&] {
+    spdlog::info("waiting at the gate for clock {} ({:.0f} s so far)", clock,
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  });
+  return Retry<AdvanceClockResponse>(policy, [&]() -> absl::StatusOr<AdvanceClockResponse> {
     std::string message;
     if (job_state(&message) == ABORTED) {
       return absl::AbortedError(absl::StrCat("job aborted: ", message));
     }
     AdvanceClockResponse resp;
     auto ctx = ContextWithTimeout(absl::Seconds(10));
-    const absl::Status st = FromGrpc(stub_->AdvanceClock(ctx.get(), req, &resp));
-    if (st.ok()) return resp;
-    if (absl::IsDeadlineExceeded(st)) {
-      spdlog::info("waiting at the gate for clock {} ({:.0f} s so far)", clock,
-                   absl::ToDoubleSeconds(absl::Now() - start));
-      continue;
-    }
-    if (absl::IsUnavailable(st) && absl::Now() - start < options_.heartbeat_timeout) {
-      absl::SleepFor(backoff.Next());
-      continue;
-    }
-    return st;
-  }
+    RETURN_IF_ERROR(FromGrpc(stub_->AdvanceClock(ctx.get(), req, &resp)));
+    return resp;
+  });
 }
 
 absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t generation, int64_t clock,
@@ -213,8 +211,11 @@ absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t generatio
   req.set_sum_squares(sum_squares);
   req.set_incarnation(incarnation_);
   const absl::Time start = absl::Now();
-  Backoff backoff;
-  while (true) {
+  const RetryPolicy policy = WaitingCallPolicy([&] {
+    spdlog::info("waiting for the other servers' norms of round {} ({:.0f} s so far)", clock,
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  });
+  return Retry<double>(policy, [&]() -> absl::StatusOr<double> {
     std::string message;
     const JobState state = job_state(&message);
     if (state == ABORTED || state == DONE) {
@@ -222,19 +223,25 @@ absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t generatio
     }
     ReduceNormResponse resp;
     auto ctx = ContextWithTimeout(absl::Seconds(10));
-    const absl::Status st = FromGrpc(stub_->ReduceNorm(ctx.get(), req, &resp));
-    if (st.ok()) return resp.sum_squares();
-    if (absl::IsDeadlineExceeded(st)) {
-      spdlog::info("waiting for the other servers' norms of round {} ({:.0f} s so far)", clock,
-                   absl::ToDoubleSeconds(absl::Now() - start));
-      continue;
-    }
-    if (absl::IsUnavailable(st) && absl::Now() - start < options_.heartbeat_timeout) {
-      absl::SleepFor(backoff.Next());
-      continue;
-    }
-    return st;
-  }
+    RETURN_IF_ERROR(FromGrpc(stub_->ReduceNorm(ctx.get(), req, &resp)));
+    return resp.sum_squares();
+  });
+}
+
+RetryPolicy SchedulerClient::WaitingCallPolicy(std::function<void()> still_waiting) const {
+  // A call the scheduler holds (the gate, a norm round) ends with
+  // DEADLINE_EXCEEDED while it still waits: ask again at once. An
+  // unreachable scheduler is retried for the heartbeat timeout.
+  RetryPolicy policy;
+  policy.window = options_.heartbeat_timeout;
+  policy.classify = [](const absl::Status& st) {
+    if (absl::IsDeadlineExceeded(st)) return RetryAction::kRetryNow;
+    return absl::IsUnavailable(st) ? RetryAction::kRetry : RetryAction::kStop;
+  };
+  policy.on_retry = [still_waiting = std::move(still_waiting)](const absl::Status& st, int) {
+    if (absl::IsDeadlineExceeded(st)) still_waiting();
+  };
+  return policy;
 }
 
 }  // namespace pstrain

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/retry.h"
 #include "proto/cluster.grpc.pb.h"
 
 namespace pstrain {
@@ -84,6 +85,8 @@ class SchedulerClient {
 
  private:
   void HeartbeatLoop(std::function<NodeStatus()> status_fn);
+  // The retry policy of a call the scheduler holds until something happens.
+  RetryPolicy WaitingCallPolicy(std::function<void()> still_waiting) const;
 
   const SchedulerClientOptions options_;
   const uint64_t incarnation_;

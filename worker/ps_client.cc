@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/logging.h"
+#include "common/retry.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
@@ -67,75 +68,92 @@ std::vector<std::vector<int32_t>> PsClient::Pack(const std::vector<int32_t>& chu
 }
 
 absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
-  const absl::Time give_up = absl::Now() + options_.retry_window;
-  Backoff backoff;
   int next_channel = 0;
-  for (bool first = true;; first = false) {
-    if (!first && options_.abandon && options_.abandon()) {
-      return absl::AbortedError("the cluster is rolling back to a checkpoint");
+  bool only_waiting = false;  // the last attempt's failures: pulls that waited out their deadline
+  RetryPolicy policy;
+  policy.window = options_.retry_window;
+  // A pull that waited out its attempt is still waiting for slower workers:
+  // ask again at once, without counting it against the retry window.
+  policy.classify = [&](const absl::Status& st) {
+    if (only_waiting) return RetryAction::kRetryNow;
+    return IsRetryable(st) ? RetryAction::kRetry : RetryAction::kStop;
+  };
+  policy.abandon = [this] {
+    return options_.abandon && options_.abandon()
+               ? absl::AbortedError("the cluster is rolling back to a checkpoint")
+               : absl::OkStatus();
+  };
+  policy.on_retry = [&](const absl::Status& st, int) {
+    if (only_waiting) {
+      spdlog::info("{}", st.message());
+    } else {
+      spdlog::warn("retrying: {}", st.message());
     }
-    std::vector<int> todo;
-    for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
-      if (!calls[i].done) todo.push_back(i);
-    }
-    if (todo.empty()) return absl::OkStatus();
-    // The calls complete on a queue this thread drains itself: no gRPC
-    // thread takes the replies, so no hand-off between threads per call.
-    std::vector<absl::Status> results(calls.size());
-    std::vector<grpc::Status> statuses(calls.size());
-    std::vector<grpc::ByteBuffer> replies(calls.size());
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
-    std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers(calls.size());
-    grpc::CompletionQueue cq;
-    for (int i : todo) {
-      Call& call = calls[i];
-      std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
-      call.channel = next_channel++ % static_cast<int>(channels.size());
-      contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
-      readers[i] = channels[call.channel]->PrepareUnaryCall(
-          contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &cq);
-      readers[i]->StartCall();
-      readers[i]->Finish(&replies[i], &statuses[i],
-                         reinterpret_cast<void*>(static_cast<intptr_t>(i)));
-    }
-    for (size_t left = todo.size(); left > 0; --left) {
-      void* tag = nullptr;
-      bool ok = false;
-      if (!cq.Next(&tag, &ok)) break;  // not before Shutdown
-      const int i = static_cast<int>(reinterpret_cast<intptr_t>(tag));
-      results[i] = statuses[i].ok() ? calls[i].finish(replies[i]) : FromGrpc(statuses[i]);
-    }
-    cq.Shutdown();
+  };
+  return Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting); });
+}
+
+absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting) {
+  std::vector<int> todo;
+  for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
+    if (!calls[i].done) todo.push_back(i);
+  }
+  // The calls complete on a queue this thread drains itself: no gRPC
+  // thread takes the replies, so no hand-off between threads per call.
+  std::vector<absl::Status> results(calls.size());
+  std::vector<grpc::Status> statuses(calls.size());
+  std::vector<grpc::ByteBuffer> replies(calls.size());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers(calls.size());
+  grpc::CompletionQueue cq;
+  for (int i : todo) {
+    Call& call = calls[i];
+    std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
+    call.channel = (*next_channel)++ % static_cast<int>(channels.size());
+    contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
+    readers[i] = channels[call.channel]->PrepareUnaryCall(
+        contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &cq);
+    readers[i]->StartCall();
+    readers[i]->Finish(&replies[i], &statuses[i],
+                       reinterpret_cast<void*>(static_cast<intptr_t>(i)));
+  }
+  for (size_t left = todo.size(); left > 0; --left) {
     void* tag = nullptr;
     bool ok = false;
-    while (cq.Next(&tag, &ok)) {
+    if (!cq.Next(&tag, &ok)) break;  // not before Shutdown
+    const int i = static_cast<int>(reinterpret_cast<intptr_t>(tag));
+    results[i] = statuses[i].ok() ? calls[i].finish(replies[i]) : FromGrpc(statuses[i]);
+  }
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
+  absl::Status retryable, waiting;
+  for (int i : todo) {
+    const absl::Status& st = results[i];
+    if (st.ok()) {
+      calls[i].done = true;
+      continue;
     }
-    absl::Status first_error;
-    for (int i : todo) {
-      const absl::Status& st = results[i];
-      const int server = calls[i].server;
-      const bool is_pull = calls[i].is_pull;
-      if (st.ok()) {
-        calls[i].done = true;
-        continue;
+    const absl::Status named(st.code(),
+                             absl::StrCat(calls[i].is_pull ? "pull from" : "push to", " server ",
+                                          calls[i].server, ": ", st.message()));
+    if (calls[i].is_pull && absl::IsDeadlineExceeded(st)) {
+      if (waiting.ok()) {
+        waiting = absl::DeadlineExceededError(absl::StrCat(
+            "pull from server ", calls[i].server, " still waiting for its read guarantee"));
       }
-      // A pull that waited out its attempt is still waiting for slower
-      // workers: ask again, without counting it against the retry window.
-      if (is_pull && absl::IsDeadlineExceeded(st)) {
-        spdlog::info("pull from server {} still waiting for its read guarantee", server);
-        continue;
-      }
-      if (!IsRetryable(st) || absl::Now() > give_up) {
-        return absl::Status(st.code(), absl::StrCat(is_pull ? "pull from" : "push to", " server ",
-                                                    server, ": ", st.message()));
-      }
-      if (first_error.ok()) first_error = st;
-    }
-    if (!first_error.ok()) {
-      spdlog::warn("retrying: {}", first_error.message());
-      absl::SleepFor(backoff.Next());
+    } else if (!IsRetryable(st)) {
+      *only_waiting = false;
+      return named;
+    } else if (retryable.ok()) {
+      retryable = named;
     }
   }
+  *only_waiting = retryable.ok() && !waiting.ok();
+  if (!retryable.ok()) return retryable;
+  return waiting;
 }
 
 void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,

@@ -89,7 +89,11 @@ class PsClient {
   };
   // Runs every call in parallel, retrying retryable failures with backoff
   // within the retry window.
+  // Runs the calls, retrying the failed ones (common/retry.h).
   absl::Status RunCalls(std::vector<Call>& calls);
+  // One attempt at the calls not yet done; *only_waiting says whether its
+  // only failures were pulls that waited out their deadline.
+  absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting);
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
