@@ -128,6 +128,7 @@ int Run() {
                              : on_failure == "abort" ? WorkerFailure::kAbort
                                                      : WorkerFailure::kWait;
   policy.replacement_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_replacement_timeout_ms));
+  policy.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   if (!job->checkpoint_dir().empty()) {
     // A job started on a directory with a manifest resumes from it.
     absl::StatusOr<std::optional<Manifest>> manifest = ReadManifest(job->checkpoint_dir());
@@ -163,8 +164,8 @@ int Run() {
   service->SetAddress(address);
   const char* mode = job->consistency() == BSP ? "BSP" : job->consistency() == SSP ? "SSP" : "ASP";
   spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
-               address, job->name(), mode, job->staleness(), job->num_servers(),
-               job->num_workers(), TotalClocks(*job));
+               address, job->name(), mode, job->staleness(), job->num_servers(), job->num_workers(),
+               TotalClocks(*job));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     st = WritePortFile(absl::GetFlag(FLAGS_port_file), address);
     if (!st.ok()) {
@@ -173,10 +174,8 @@ int Run() {
     }
   }
   const absl::Duration grace = absl::Milliseconds(absl::GetFlag(FLAGS_end_grace_ms));
-  const absl::Duration heartbeat_timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   while (!service->MembersToldOfEnd(grace)) {
-    service->CheckLiveness(absl::Now(), heartbeat_timeout);
+    service->CheckLiveness(absl::Now());
     if (ShutdownRequested()) {
       service->Abort("the scheduler was interrupted");
       // Give members a heartbeat or two to hear of it.

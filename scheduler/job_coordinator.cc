@@ -1,0 +1,610 @@
+#include "scheduler/job_coordinator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+
+namespace {
+
+// Which servers hold chunks (and so write checkpoints and report norms).
+std::vector<bool> ServersWithChunks(const JobSpec& job) {
+  std::vector<bool> out(job.num_servers(), false);
+  absl::StatusOr<Partition> p =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
+  if (!p.ok()) return out;  // a valid job always partitions
+  for (int s = 0; s < job.num_servers(); ++s) out[s] = !p->ServerChunks(s).empty();
+  return out;
+}
+
+bool Gone(MemberState s) { return s == FINISHED || s == FAILED || s == DEAD; }
+
+}  // namespace
+
+JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
+                               CheckpointCatalog* catalog,
+                               std::function<void(const TraceEvent&)> trace, absl::Time now)
+    : job_(job),
+      policy_(policy),
+      catalog_(catalog),
+      trace_(std::move(trace)),
+      total_clocks_(TotalClocks(job)),
+      start_(now),
+      members_(job.num_servers(), job.num_workers()),
+      clocks_(job.num_workers(), EffectiveStaleness(job)),
+      norms_(ServersWithChunks(job), TotalClocks(job)) {
+  const std::vector<bool> with_chunks = ServersWithChunks(job);
+  for (int s = 0; s < static_cast<int>(with_chunks.size()); ++s) {
+    if (with_chunks[s]) chunk_servers_.push_back(s);
+  }
+  clocks_.Reset(policy.start_clock);
+  norms_.Reset(policy.start_clock);
+  restore_clock_ = manifest_clock_ = policy.start_clock;
+}
+
+JobState JobCoordinator::state(std::string* message) const {
+  if (message != nullptr) *message = message_;
+  return state_;
+}
+
+bool JobCoordinator::MembersToldOfEnd(absl::Time now, absl::Duration grace) const {
+  if (state_ != DONE && state_ != ABORTED) return false;
+  if (now - ended_at_ > grace) return true;
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) {
+      if (!m.saw_job_end && !Gone(m.status.state())) return false;
+    }
+  }
+  return true;
+}
+
+// ---- Registration.
+
+absl::StatusOr<int> JobCoordinator::SlotFor(const RegisterRequest& req) const {
+  const bool server = req.role() == SERVER;
+  const std::vector<MemberRecord>& list = server ? members_.servers() : members_.workers();
+  const int expected = server ? job_.num_servers() : job_.num_workers();
+  const int registered = static_cast<int>(list.size());
+  if (req.has_rank()) {
+    if (req.role() != SERVER && req.role() != WORKER) {
+      return absl::InvalidArgumentError("bad role");
+    }
+    if (req.rank() < 0 || req.rank() >= expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", req.rank(), " outside [0, ", expected, ")"));
+    }
+    if (req.rank() > registered) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(RoleName(req.role()), " ids are handed out in order: ", registered,
+                       " is next, not ", req.rank()));
+    }
+    return req.rank() < registered ? req.rank() : -1;
+  }
+  // Without a rank: a dead member's place, once every id is taken.
+  if ((server || req.role() == WORKER) && registered == expected) {
+    for (const MemberRecord& m : list) {
+      if (m.status.state() == DEAD && (server || !clocks_.removed(m.id))) return m.id;
+    }
+  }
+  return -1;
+}
+
+absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
+                                                          absl::Time now) {
+  if (state_ == DONE || state_ == ABORTED) {
+    return absl::FailedPreconditionError("the job has already ended");
+  }
+  ASSIGN_OR_RETURN(const int slot, SlotFor(req));
+  absl::StatusOr<int> id = slot;
+  if (slot >= 0) {
+    if (absl::Status st = ReplaceMember(req.role(), slot, req, now); !st.ok()) id = st;
+  } else {
+    id = members_.Register(req.role(), req.address(), req.incarnation(), now);
+  }
+  if (!id.ok()) {
+    spdlog::warn("refused registration from {}: {}", req.address(), id.status().message());
+    return id.status();
+  }
+  RegisterResponse resp;
+  resp.set_id(*id);
+  *resp.mutable_job() = job_;
+  resp.set_generation(generation_);
+  // A worker starts at its clock in the table: the job's start, or a dead
+  // worker's clock for its replacement.
+  resp.set_start_clock(req.role() == WORKER ? clocks_.clock(*id) : restore_clock_);
+  spdlog::info("{} {} registered from {}", RoleName(req.role()), *id, req.address());
+  if (state_ == WAITING && members_.Complete()) {
+    state_ = RUNNING_JOB;
+    spdlog::info("all {} servers and {} workers registered; training {} clocks", job_.num_servers(),
+                 job_.num_workers(), total_clocks_);
+    WakeHeld();
+  }
+  return resp;
+}
+
+absl::Status JobCoordinator::ReplaceMember(Role role, int id, const RegisterRequest& req,
+                                           absl::Time now) {
+  MemberRecord& old = (role == SERVER ? members_.servers() : members_.workers())[id];
+  if (old.incarnation == req.incarnation() && old.address == req.address()) {
+    return absl::OkStatus();  // a retry
+  }
+  if (role == WORKER && state_ == RUNNING_JOB && !KeepsPlace(WORKER)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", id, " cannot be replaced: the job ",
+        policy_.on_worker_failure == WorkerFailure::kShrink ? "goes on without a dead worker"
+                                                            : "ends when a worker dies",
+        " (the scheduler's --on_worker_failure=wait keeps its place)"));
+  }
+  if (role == WORKER && old.status.state() == FINISHED) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", id, " has finished"));
+  }
+  const bool was_dead = old.status.state() == DEAD;
+  const std::string old_address = old.address;
+  RETURN_IF_ERROR(members_.Replace(role, id, req.address(), req.incarnation(), now));
+  spdlog::warn("{} {} at {} replaced by a new process at {}", RoleName(role), id, old_address,
+               req.address());
+  // A worker's replacement takes over at its clock: nothing else changes.
+  // A server that died has started its rollback already.
+  if (role == SERVER && state_ == RUNNING_JOB && !was_dead) {
+    if (job_.checkpoint_every() <= 0) {
+      EndJob(ABORTED,
+             absl::StrCat("server ", id,
+                          " was replaced and the job writes no checkpoints (checkpoint_every) "
+                          "to restore it from"),
+             now);
+    } else {
+      BeginRollback(
+          absl::StrCat("server ", id, " at ", old_address, " replaced by ", req.address()), now);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Heartbeats and liveness.
+
+absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatRequest& req,
+                                                            absl::Time now) {
+  const NodeStatus& st = req.status();
+  ASSIGN_OR_RETURN(MemberRecord * member, members_.Find(st.role(), st.id(), req.incarnation()));
+  if (member->status.state() == DEAD && state_ == RUNNING_JOB && KeepsPlace(member->role) &&
+      !(member->role == WORKER && clocks_.removed(member->id))) {
+    Revive(*member, now);
+  }
+  // A member's last state sticks: a heartbeat overtaken by its final report
+  // must not bring it back to RUNNING.
+  const MemberState before = member->status.state();
+  member->status = st;
+  if (Gone(before)) member->status.set_state(before);
+  member->status.set_address(member->address);  // as registered, not as claimed
+  member->last_seen = now;
+  if (member->status.state() == FAILED) {
+    EndJob(ABORTED, absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message()),
+           now);
+  } else if (st.role() == WORKER && member->status.state() == FINISHED) {
+    MaybeDone(now);
+  } else if (st.role() == SERVER) {
+    MaybeEndRollback(now);
+  }
+  HeartbeatResponse resp;
+  resp.set_job_state(state_);
+  resp.set_message(message_);
+  for (int32_t w : dead_workers_) resp.add_dead_workers(w);
+  resp.set_generation(generation_);
+  resp.set_restore_clock(restore_clock_);
+  resp.set_manifest_clock(manifest_clock_);
+  if (state_ == DONE || state_ == ABORTED) member->saw_job_end = true;
+  return resp;
+}
+
+void JobCoordinator::Tick(absl::Time now) {
+  if (state_ == DONE || state_ == ABORTED) return;
+  for (std::vector<MemberRecord>* list : {&members_.servers(), &members_.workers()}) {
+    for (MemberRecord& m : *list) {
+      if (Gone(m.status.state()) || now - m.last_seen <= policy_.heartbeat_timeout) continue;
+      DeclareDead(m, now);
+    }
+  }
+  CheckReplacementTimeouts(now);
+}
+
+void JobCoordinator::DeclareDead(MemberRecord& m, absl::Time now) {
+  const absl::Duration silent = now - m.last_seen;
+  const std::string why = absl::StrCat(
+      "no heartbeat for ", absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+      " (--heartbeat_timeout_ms=", absl::ToInt64Milliseconds(policy_.heartbeat_timeout), ")");
+  m.status.set_state(DEAD);
+  m.status.set_message(why);
+  m.status.set_declared_dead_unix_ms(absl::ToUnixMillis(now));
+  spdlog::error("{} {} at {} declared dead: {}", RoleName(m.role), m.id, m.address, why);
+  if (m.role == SERVER && state_ == RUNNING_JOB && job_.checkpoint_every() > 0) {
+    BeginRollback(absl::StrCat("server ", m.id, " at ", m.address, " declared dead: ", why), now);
+    return;
+  }
+  if (m.role == WORKER && state_ == RUNNING_JOB && KeepsPlace(WORKER)) {
+    spdlog::warn("waiting for worker {} to come back or be replaced (ps_worker --rank={})", m.id,
+                 m.id);
+    return;
+  }
+  int live = 0;
+  for (const MemberRecord& w : members_.workers()) live += w.status.state() != DEAD;
+  if (m.role == WORKER && policy_.on_worker_failure == WorkerFailure::kShrink &&
+      state_ == RUNNING_JOB && live > 0) {
+    clocks_.Remove(m.id);
+    dead_workers_.push_back(m.id);
+    spdlog::warn("going on with {} workers", live);
+    WakeHeld();
+    MaybeDone(now);
+    return;
+  }
+  EndJob(ABORTED,
+         absl::StrCat(RoleName(m.role), " ", m.id, " at ", m.address, " declared dead: ", why),
+         now);
+}
+
+// A dead member whose place was kept, neither back nor replaced in time.
+void JobCoordinator::CheckReplacementTimeouts(absl::Time now) {
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) {
+      if (state_ != RUNNING_JOB || m.status.state() != DEAD || !KeepsPlace(m.role)) continue;
+      const absl::Time dead_since = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
+      if (now - dead_since <= policy_.replacement_timeout) continue;
+      EndJob(ABORTED,
+             absl::StrCat(RoleName(m.role), " ", m.id,
+                          " died and neither came back nor was replaced within ",
+                          absl::FormatDuration(policy_.replacement_timeout), " (start one with ps_",
+                          RoleName(m.role), " --rank=", m.id, ")"),
+             now);
+    }
+  }
+}
+
+bool JobCoordinator::KeepsPlace(Role role) const {
+  return role == SERVER ? job_.checkpoint_every() > 0
+                        : policy_.on_worker_failure == WorkerFailure::kWait;
+}
+
+void JobCoordinator::Revive(MemberRecord& m, absl::Time now) {
+  spdlog::warn("{} {} at {} is back after it was declared dead; it rejoins", RoleName(m.role), m.id,
+               m.address);
+  m.status.set_state(RUNNING);
+  m.status.set_message("came back after it was declared dead");
+  m.last_seen = now;
+  WakeHeld();
+}
+
+void JobCoordinator::MaybeDone(absl::Time now) {
+  if (!members_.Complete()) return;
+  bool all = true;
+  for (const MemberRecord& w : members_.workers()) {
+    all = all && (w.status.state() == FINISHED || w.status.state() == DEAD);
+  }
+  if (all) EndJob(DONE, "", now);
+}
+
+void JobCoordinator::Abort(const std::string& message, absl::Time now) {
+  EndJob(ABORTED, message, now);
+}
+
+void JobCoordinator::EndJob(JobState state, const std::string& message, absl::Time now) {
+  if (state_ == DONE || state_ == ABORTED) return;
+  state_ = state;
+  message_ = message;
+  ended_at_ = now;
+  if (state == DONE) {
+    spdlog::info("job done: every worker finished {} clocks", total_clocks_);
+  } else {
+    spdlog::error("job aborted: {}", message);
+  }
+  WakeHeld();
+}
+
+// ---- Rollbacks and the manifest.
+
+void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now) {
+  ++generation_;
+  rolling_back_ = true;
+  int64_t from = 0;
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    if (clocks_.removed(w)) continue;
+    from = std::max(from, clocks_.clock(w));
+    // A worker that already finished and left cannot go back: the others
+    // go on without it.
+    if (members_.workers()[w].status.state() == FINISHED) {
+      clocks_.Remove(w);
+      dead_workers_.push_back(w);
+    }
+  }
+  const int64_t to =
+      job_.checkpoint_every() > 0
+          ? std::max(manifest_clock_, catalog_->NewestCompleteSet(chunk_servers_, from))
+          : 0;
+  clocks_.Reset(to);
+  norms_.Reset(to);
+  restore_clock_ = to;
+  Rollback r;
+  r.set_generation(generation_);
+  r.set_reason(reason);
+  r.set_from_clock(from);
+  r.set_to_clock(to);
+  r.set_begun_unix_ms(absl::ToUnixMillis(now));
+  rollbacks_.push_back(r);
+  spdlog::warn(
+      "generation {}: {}; rolling the cluster back from clock {} to the checkpoint of clock {}",
+      generation_, reason, from, to);
+  if (to == 0 && from >= job_.checkpoint_every() && job_.checkpoint_every() > 0) {
+    spdlog::warn(
+        "no complete checkpoint set in {} (is it shared with the scheduler?): back to "
+        "the initial weights",
+        job_.checkpoint_dir());
+  }
+  // Rounds of the old generation never complete.
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->gate) {
+      ++it;
+      continue;
+    }
+    Release r;
+    r.ticket = it->ticket;
+    r.status = absl::FailedPreconditionError(
+        absl::StrCat("the cluster rolled back (generation ", generation_, ")"));
+    releases_.push_back(std::move(r));
+    it = held_.erase(it);
+  }
+}
+
+void JobCoordinator::MaybeEndRollback(absl::Time now) {
+  if (!rolling_back_ || state_ != RUNNING_JOB) return;
+  for (const MemberRecord& m : members_.servers()) {
+    if (m.status.state() == DEAD || m.status.generation() != generation_) return;
+  }
+  rolling_back_ = false;
+  rollbacks_.back().set_done_unix_ms(absl::ToUnixMillis(now));
+  spdlog::warn("generation {}: every server restored the checkpoint of clock {}; training resumes",
+               generation_, restore_clock_);
+  WakeHeld();
+}
+
+std::optional<int64_t> JobCoordinator::TakeManifestToWrite() {
+  if (job_.checkpoint_every() <= 0 || rolling_back_ || chunk_servers_.empty() ||
+      manifest_in_flight_) {
+    return std::nullopt;
+  }
+  int64_t complete = INT64_MAX;
+  for (int s : chunk_servers_) {
+    if (s >= static_cast<int>(members_.servers().size())) return std::nullopt;
+    const NodeStatus& st = members_.servers()[s].status;
+    if (st.generation() != generation_) return std::nullopt;
+    complete = std::min(complete, st.checkpoint_clock());
+  }
+  if (complete <= manifest_clock_) return std::nullopt;
+  manifest_in_flight_ = true;
+  return complete;
+}
+
+void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status) {
+  manifest_in_flight_ = false;
+  if (status.ok()) {
+    manifest_clock_ = std::max(manifest_clock_, clock);
+  } else if (!manifest_error_logged_) {
+    spdlog::error("cannot write the manifest: {}", status.message());
+    manifest_error_logged_ = true;
+  }
+}
+
+// ---- The gate and the norm rounds.
+
+absl::Status JobCoordinator::RoomToHold(bool gate, int member) const {
+  int held = 0;
+  for (const Held& h : held_) held += h.gate == gate && h.member == member;
+  if (held < kMaxHeldPerMember) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(gate ? "worker " : "server ", member, " already has ", held,
+                   gate ? " gate calls waiting" : " norm calls waiting"));
+}
+
+bool JobCoordinator::GateOpen(int64_t clock) const {
+  return state_ == RUNNING_JOB && !rolling_back_ && clocks_.MayStart(clock);
+}
+
+void JobCoordinator::FillGate(int worker, int64_t clock, AdvanceClockResponse* resp) {
+  resp->set_slowest_clock(clocks_.SlowestClock());
+  *resp->mutable_cluster() = members_.View();
+  resp->set_job_state(state_);
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    if (!clocks_.removed(w)) resp->add_live_workers(w);
+  }
+  resp->set_generation(generation_);
+  resp->set_resume_clock(clocks_.clock(worker));
+  if (clock < total_clocks_) Trace("start", worker, clock);
+}
+
+absl::Status JobCoordinator::AdvanceClock(const AdvanceClockRequest& req, Ticket ticket,
+                                          absl::Time now, AdvanceClockResponse* resp,
+                                          bool* parked) {
+  *parked = false;
+  ASSIGN_OR_RETURN(MemberRecord * m, members_.Find(WORKER, req.worker_id(), req.incarnation()));
+  if (m->status.state() == DEAD && state_ == RUNNING_JOB && KeepsPlace(WORKER)) Revive(*m, now);
+  if (m->status.state() == DEAD) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", req.worker_id(), " was declared dead: ", m->status.message()));
+  }
+  if (req.clock() < 0 || req.clock() > total_clocks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clock ", req.clock(), " outside [0, ", total_clocks_, "]"));
+  }
+  if (req.generation() < 0 || req.generation() > generation_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation ", req.generation(), " outside [0, ", generation_, "]"));
+  }
+  if (req.generation() < generation_) {
+    return GateOfOlderGeneration(req, ticket, now, resp, parked);
+  }
+  const int64_t before = clocks_.clock(req.worker_id());
+  RETURN_IF_ERROR(clocks_.Advance(req.worker_id(), req.clock()));
+  if (req.clock() != before) {
+    Trace("clock", req.worker_id(), req.clock());
+    m->status.set_clock(req.clock());
+    if (m->status.state() == REGISTERED) m->status.set_state(RUNNING);
+    WakeHeld();
+  }
+  if (state_ == ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", message_));
+  // A worker that finished every clock need not wait for anyone.
+  if (req.clock() >= total_clocks_ || GateOpen(req.clock())) {
+    FillGate(req.worker_id(), req.clock(), resp);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(RoomToHold(/*gate=*/true, req.worker_id()));
+  held_.push_back(Held{ticket, /*gate=*/true, req.worker_id(), req.clock(), now, false});
+  *parked = true;
+  return absl::OkStatus();
+}
+
+// The cluster rolled back since this worker's generation: its clock is the
+// table's now. It is told so once the servers have restored.
+absl::Status JobCoordinator::GateOfOlderGeneration(const AdvanceClockRequest& req, Ticket ticket,
+                                                   absl::Time now, AdvanceClockResponse* resp,
+                                                   bool* parked) {
+  if (state_ == ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", message_));
+  if (!rolling_back_) {
+    FillGate(req.worker_id(), clocks_.clock(req.worker_id()), resp);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(RoomToHold(/*gate=*/true, req.worker_id()));
+  held_.push_back(Held{ticket, /*gate=*/true, req.worker_id(), req.clock(), now, true});
+  *parked = true;
+  return absl::OkStatus();
+}
+
+absl::Status JobCoordinator::ReduceNorm(const ReduceNormRequest& req, Ticket ticket, absl::Time now,
+                                        double* sum_squares, bool* parked) {
+  *parked = false;
+  RETURN_IF_ERROR(members_.Find(SERVER, req.server_id(), req.incarnation()).status());
+  if (state_ == ABORTED || state_ == DONE) {
+    return absl::AbortedError(absl::StrCat("job ended: ", message_));
+  }
+  if (req.generation() != generation_ || rolling_back_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a norm of generation ", req.generation(), "; the cluster is in generation ",
+                     generation_, rolling_back_ ? ", restoring" : ""));
+  }
+  RETURN_IF_ERROR(norms_.Add(req.server_id(), req.clock(), req.sum_squares()));
+  if (std::optional<double> total = norms_.Total(req.clock())) {
+    *sum_squares = *total;
+    WakeHeld();
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(RoomToHold(/*gate=*/false, req.server_id()));
+  held_.push_back(Held{ticket, /*gate=*/false, req.server_id(), req.clock(), now, false});
+  *parked = true;
+  return absl::OkStatus();
+}
+
+void JobCoordinator::WakeHeld() {
+  for (auto it = held_.begin(); it != held_.end();) {
+    Release r;
+    r.ticket = it->ticket;
+    if (state_ == ABORTED || state_ == DONE) {
+      r.status = absl::AbortedError(absl::StrCat("job ended: ", message_));
+    } else if (!it->gate) {
+      const std::optional<double> total = norms_.Total(it->clock);
+      if (!total.has_value()) {
+        ++it;
+        continue;
+      }
+      r.sum_squares = *total;
+    } else if (it->stale && !rolling_back_) {
+      FillGate(it->member, clocks_.clock(it->member), &r.gate);
+    } else if (!it->stale && GateOpen(it->clock)) {
+      FillGate(it->member, it->clock, &r.gate);
+    } else {
+      ++it;
+      continue;
+    }
+    releases_.push_back(std::move(r));
+    it = held_.erase(it);
+  }
+}
+
+void JobCoordinator::Forget(Ticket ticket) {
+  held_.erase(std::remove_if(held_.begin(), held_.end(),
+                             [ticket](const Held& h) { return h.ticket == ticket; }),
+              held_.end());
+}
+
+std::vector<Release> JobCoordinator::TakeReleases() { return std::exchange(releases_, {}); }
+
+void JobCoordinator::Trace(const char* event, int worker, int64_t clock) {
+  if (!trace_) return;
+  TraceEvent e;
+  e.set_event(event);
+  e.set_worker(worker);
+  e.set_clock(clock);
+  trace_(e);
+}
+
+// ---- Status.
+
+ClusterStatus JobCoordinator::Status(absl::Time now) const {
+  ClusterStatus out;
+  out.set_job_state(state_);
+  out.set_message(message_);
+  out.set_consistency(job_.consistency());
+  out.set_staleness(job_.staleness());
+  out.set_total_clocks(total_clocks_);
+  NodeStatus* me = out.mutable_scheduler();
+  me->set_role(SCHEDULER);
+  me->set_address(address_);
+  me->set_state(state_ == DONE ? FINISHED : state_ == ABORTED ? FAILED : RUNNING);
+  me->set_uptime_s(absl::ToDoubleSeconds(now - start_));
+  me->set_clock(clocks_.SlowestClock());
+  me->set_test_accuracy(-1);
+  out.set_generation(generation_);
+  for (const Rollback& r : rollbacks_) *out.add_rollbacks() = r;
+  AddWaits(me);
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) *out.add_members() = m.status;
+  }
+  return out;
+}
+
+// What the scheduler waits on: a rollback, then held norms, then held gates.
+void JobCoordinator::AddWaits(NodeStatus* me) const {
+  if (rolling_back_) {
+    std::vector<std::string> pending;
+    for (const MemberRecord& m : members_.servers()) {
+      if (m.status.state() == DEAD) {
+        pending.push_back(
+            absl::StrCat("a replacement of server ", m.id, " (ps_server --rank=", m.id, ")"));
+      } else if (m.status.generation() != generation_) {
+        pending.push_back(absl::StrCat("server ", m.id, " to restore it"));
+      }
+    }
+    Wait* w = me->add_waits();
+    w->set_what(absl::StrCat("rolling back to the checkpoint of clock ", restore_clock_,
+                             " (generation ", generation_, "): waiting for ",
+                             absl::StrJoin(pending, ", ")));
+    w->set_since_unix_ms(rollbacks_.back().begun_unix_ms());
+  }
+  for (bool gates : {false, true}) {
+    for (const Held& h : held_) {
+      if (h.gate != gates) continue;
+      Wait* w = me->add_waits();
+      w->set_what(gates ? absl::StrCat("worker ", h.member, " at the gate of clock ", h.clock,
+                                       " (the slowest worker has finished ", clocks_.SlowestClock(),
+                                       " clocks)")
+                        : absl::StrCat("server ", h.member, "'s norm of BSP round ", h.clock,
+                                       ", waiting for the other servers' norms"));
+      w->set_since_unix_ms(absl::ToUnixMillis(h.since));
+    }
+  }
+}
+
+}  // namespace pstrain

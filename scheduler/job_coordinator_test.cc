@@ -1,0 +1,291 @@
+// JobCoordinator's rules with a fake clock and a fake checkpoint catalog:
+// no sockets, no threads, no files.
+#include "scheduler/job_coordinator.h"
+
+#include <map>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+// Complete checkpoint sets at fixed clocks.
+class FakeCatalog : public CheckpointCatalog {
+ public:
+  std::vector<int64_t> complete;  // ascending
+  int64_t NewestCompleteSet(const std::vector<int>&, int64_t at_most) override {
+    int64_t best = 0;
+    for (int64_t c : complete) {
+      if (c <= at_most) best = c;
+    }
+    return best;
+  }
+};
+
+JobSpec TwoByTwo(int64_t checkpoint_every = 0) {
+  JobSpec job;
+  job.mutable_data()->set_dataset(SYNTHETIC);
+  job.set_num_servers(2);
+  job.set_num_workers(2);
+  job.set_batch_size(8);
+  job.set_steps(100);
+  job.set_chunk_bytes(256);  // both servers hold chunks of the small MLP
+  if (checkpoint_every > 0) {
+    job.set_checkpoint_every(checkpoint_every);
+    job.set_checkpoint_dir("/ckpt");
+  }
+  ApplyJobDefaults(&job);
+  return job;
+}
+
+class JobCoordinatorTest : public ::testing::Test {
+ protected:
+  void Start(const JobSpec& job, SchedulerPolicy policy) {
+    policy.heartbeat_timeout = absl::Seconds(5);
+    policy.replacement_timeout = absl::Seconds(60);
+    coordinator_ = std::make_unique<JobCoordinator>(
+        job, policy, &catalog_, [this](const TraceEvent& e) { trace_.push_back(e); }, now_);
+  }
+  absl::StatusOr<RegisterResponse> Join(Role role, const std::string& address,
+                                        uint64_t incarnation = 1, int rank = -1) {
+    RegisterRequest req;
+    req.set_role(role);
+    req.set_address(address);
+    req.set_incarnation(incarnation);
+    if (rank >= 0) req.set_rank(rank);
+    return coordinator_->Register(req, now_);
+  }
+  void JoinAll() {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(Join(SERVER, "s" + std::to_string(i)).ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(Join(WORKER, "w" + std::to_string(i)).ok());
+    ASSERT_EQ(coordinator_->state(), RUNNING_JOB);
+  }
+  absl::StatusOr<HeartbeatResponse> Beat(Role role, int id, MemberState state = RUNNING,
+                                         int64_t generation = 0, uint64_t incarnation = 1) {
+    HeartbeatRequest req;
+    req.set_incarnation(incarnation);
+    req.mutable_status()->set_role(role);
+    req.mutable_status()->set_id(id);
+    req.mutable_status()->set_state(state);
+    req.mutable_status()->set_generation(generation);
+    return coordinator_->Heartbeat(req, now_);
+  }
+  // A gate call: its answer, or parked (ticket returned in *ticket).
+  absl::Status Gate(int worker, int64_t clock, bool* parked, int64_t generation = 0,
+                    uint64_t incarnation = 1) {
+    AdvanceClockRequest req;
+    req.set_worker_id(worker);
+    req.set_clock(clock);
+    req.set_generation(generation);
+    req.set_incarnation(incarnation);
+    last_response_.Clear();
+    return coordinator_->AdvanceClock(req, ++ticket_, now_, &last_response_, parked);
+  }
+  // The tickets released since the last call, with their statuses.
+  std::map<Ticket, absl::Status> Released() {
+    std::map<Ticket, absl::Status> out;
+    for (Release& r : coordinator_->TakeReleases()) {
+      out[r.ticket] = r.status;
+      released_.push_back(std::move(r));
+    }
+    return out;
+  }
+  // Every member heartbeats at now_.
+  void AllBeat() {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(WORKER, i).ok());
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  FakeCatalog catalog_;
+  std::vector<TraceEvent> trace_;
+  std::unique_ptr<JobCoordinator> coordinator_;
+  Ticket ticket_ = 0;
+  AdvanceClockResponse last_response_;
+  std::vector<Release> released_;
+};
+
+TEST_F(JobCoordinatorTest, ASilentMemberDiesOnlyPastTheTimeout) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  now_ += absl::Seconds(5);  // exactly the timeout: still alive
+  coordinator_->Tick(now_);
+  ClusterStatus st = coordinator_->Status(now_);
+  for (const NodeStatus& m : st.members()) EXPECT_NE(m.state(), DEAD);
+  ASSERT_TRUE(Beat(SERVER, 0).ok());
+  ASSERT_TRUE(Beat(SERVER, 1).ok());
+  ASSERT_TRUE(Beat(WORKER, 0).ok());
+  now_ += absl::Milliseconds(1);  // worker 1: 5.001 s of silence
+  coordinator_->Tick(now_);
+  st = coordinator_->Status(now_);
+  EXPECT_EQ(st.members(3).state(), DEAD);
+  EXPECT_EQ(st.members(3).declared_dead_unix_ms(), absl::ToUnixMillis(now_));
+  EXPECT_NE(st.members(3).message().find("no heartbeat for 5s"), std::string::npos)
+      << st.members(3).message();
+  EXPECT_NE(st.members(2).state(), DEAD);
+}
+
+TEST_F(JobCoordinatorTest, ShrinkTakesADeadWorkerOutOfTheGate) {
+  Start(TwoByTwo(), {});  // BSP
+  JoinAll();
+  bool parked = false;
+  ASSERT_TRUE(Gate(0, 0, &parked).ok());
+  EXPECT_FALSE(parked);  // clock 0 opens at once
+  ASSERT_TRUE(Gate(0, 1, &parked).ok());
+  ASSERT_TRUE(parked);  // waits for worker 1
+  const Ticket waiting = ticket_;
+  now_ += absl::Seconds(6);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+  ASSERT_TRUE(Beat(WORKER, 0).ok());
+  coordinator_->Tick(now_);  // worker 1 dies: the gate goes on without it
+  const std::map<Ticket, absl::Status> r = Released();
+  ASSERT_EQ(r.count(waiting), 1u);
+  EXPECT_TRUE(r.at(waiting).ok());
+  EXPECT_EQ(released_.back().gate.live_workers_size(), 1);
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  ASSERT_TRUE(Beat(SERVER, 0).ok());
+  EXPECT_EQ(Beat(SERVER, 0)->dead_workers_size(), 1);
+}
+
+TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheRank) {
+  SchedulerPolicy policy;
+  policy.on_worker_failure = WorkerFailure::kWait;
+  Start(TwoByTwo(), policy);
+  JoinAll();
+  bool parked = false;
+  ASSERT_TRUE(Gate(1, 1, &parked).ok());  // worker 1 finished clock 0 ...
+  ASSERT_TRUE(parked);                    // ... and waits for worker 0
+  const Ticket first = ticket_;
+  ASSERT_TRUE(Gate(0, 1, &parked).ok());
+  ASSERT_FALSE(parked);
+  EXPECT_EQ(Released().count(first), 1u);
+  ASSERT_TRUE(Gate(0, 2, &parked).ok());
+  ASSERT_TRUE(parked);
+  const Ticket waiting = ticket_;
+  now_ += absl::Seconds(6);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+  ASSERT_TRUE(Beat(WORKER, 0).ok());
+  coordinator_->Tick(now_);  // worker 1 dies; its place is kept
+  EXPECT_TRUE(Released().empty());
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  // A replacement with --rank=1 takes over at worker 1's clock.
+  const absl::StatusOr<RegisterResponse> joined = Join(WORKER, "w1b", /*incarnation=*/2, 1);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->id(), 1);
+  EXPECT_EQ(joined->start_clock(), 1);
+  ASSERT_TRUE(Gate(1, 2, &parked, 0, /*incarnation=*/2).ok());
+  const std::map<Ticket, absl::Status> r = Released();
+  ASSERT_EQ(r.count(waiting), 1u);
+  EXPECT_TRUE(r.at(waiting).ok());
+  EXPECT_EQ(released_.back().gate.live_workers_size(), 2);
+}
+
+TEST_F(JobCoordinatorTest, ARollbackGoesToTheNewestCompleteSetAndEndsWhenEveryServerRestored) {
+  Start(TwoByTwo(/*checkpoint_every=*/10), {});
+  catalog_.complete = {10, 20, 30};
+  JoinAll();
+  bool parked = false;
+  // Worker 0 reaches clock 25, worker 1 clock 24 (BSP lets 0 one ahead).
+  for (int64_t c = 1; c <= 24; ++c) {
+    ASSERT_TRUE(Gate(0, c, &parked).ok());
+    ASSERT_TRUE(Gate(1, c, &parked).ok());
+  }
+  ASSERT_TRUE(Gate(0, 25, &parked).ok());
+  ASSERT_TRUE(parked);
+  // Server 1 is replaced on purpose: generation 1, back to 20 (30 is past
+  // the furthest worker's clock).
+  const absl::StatusOr<RegisterResponse> joined = Join(SERVER, "s1b", 2, 1);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->generation(), 1);
+  EXPECT_EQ(joined->start_clock(), 20);
+  ClusterStatus st = coordinator_->Status(now_);
+  ASSERT_EQ(st.rollbacks_size(), 1);
+  EXPECT_EQ(st.rollbacks(0).from_clock(), 25);
+  EXPECT_EQ(st.rollbacks(0).to_clock(), 20);
+  // Workers of generation 0 wait until every server has restored it.
+  ASSERT_TRUE(Gate(1, 25, &parked, /*generation=*/0).ok());
+  ASSERT_TRUE(parked);
+  const Ticket stale = ticket_;
+  ASSERT_TRUE(Beat(SERVER, 0, RUNNING, 1).ok());
+  EXPECT_EQ(Released().count(stale), 0u);
+  ASSERT_TRUE(Beat(SERVER, 1, RUNNING, 1, /*incarnation=*/2).ok());
+  const std::map<Ticket, absl::Status> r = Released();
+  ASSERT_EQ(r.count(stale), 1u);
+  EXPECT_TRUE(r.at(stale).ok());
+  const AdvanceClockResponse& answer = released_.back().gate;
+  EXPECT_EQ(answer.generation(), 1);
+  EXPECT_EQ(answer.resume_clock(), 20);
+  EXPECT_GT(coordinator_->Status(now_).rollbacks(0).done_unix_ms(), 0);
+}
+
+TEST_F(JobCoordinatorTest, TheReplacementTimeoutAbortsTheJob) {
+  Start(TwoByTwo(/*checkpoint_every=*/10), {});
+  JoinAll();
+  now_ += absl::Seconds(6);
+  ASSERT_TRUE(Beat(SERVER, 0).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(WORKER, i).ok());
+  coordinator_->Tick(now_);  // server 1 dies: a rollback waits for a replacement
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  for (int s = 0; s < 6; ++s) {
+    now_ += absl::Seconds(10);
+    ASSERT_TRUE(Beat(SERVER, 0, RUNNING, 1).ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(WORKER, i).ok());
+    coordinator_->Tick(now_);
+  }
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);  // 60 s: not yet
+  now_ += absl::Seconds(1);
+  coordinator_->Tick(now_);
+  std::string message;
+  EXPECT_EQ(coordinator_->state(&message), ABORTED);
+  EXPECT_NE(message.find("server 1 died and neither came back nor was replaced"), std::string::npos)
+      << message;
+}
+
+TEST_F(JobCoordinatorTest, RegisteringTwiceGivesTheSameIdAndOneTooManyIsRefused) {
+  Start(TwoByTwo(), {});
+  const absl::StatusOr<RegisterResponse> a = Join(WORKER, "w0");
+  const absl::StatusOr<RegisterResponse> again = Join(WORKER, "w0");
+  ASSERT_TRUE(a.ok() && again.ok());
+  EXPECT_EQ(a->id(), again->id());
+  ASSERT_TRUE(Join(WORKER, "w1").ok());
+  const absl::StatusOr<RegisterResponse> third = Join(WORKER, "w2");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_EQ(coordinator_->state(), WAITING);  // the servers have not come
+}
+
+TEST_F(JobCoordinatorTest, TheJobIsDoneWhenEveryLiveWorkerFinished) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  ASSERT_TRUE(Beat(WORKER, 0, FINISHED).ok());
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  // A later heartbeat cannot bring a finished worker back.
+  ASSERT_TRUE(Beat(WORKER, 0, RUNNING).ok());
+  EXPECT_EQ(coordinator_->Status(now_).members(2).state(), FINISHED);
+  ASSERT_TRUE(Beat(WORKER, 1, FINISHED).ok());
+  EXPECT_EQ(coordinator_->state(), DONE);
+  EXPECT_FALSE(coordinator_->MembersToldOfEnd(now_, absl::Seconds(5)));
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+  EXPECT_TRUE(coordinator_->MembersToldOfEnd(now_, absl::Seconds(5)));
+}
+
+TEST_F(JobCoordinatorTest, TheGateTracesClocksAndStartsInOrder) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  bool parked = false;
+  ASSERT_TRUE(Gate(0, 0, &parked).ok());
+  ASSERT_TRUE(Gate(0, 1, &parked).ok());
+  ASSERT_TRUE(parked);
+  ASSERT_TRUE(Gate(1, 1, &parked).ok());  // worker 1 finishes clock 0: both go
+  std::vector<std::string> events;
+  for (const TraceEvent& e : trace_) {
+    events.push_back(e.event() + std::to_string(e.worker()) + ":" + std::to_string(e.clock()));
+  }
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"start0:0", "clock0:1", "clock1:1", "start0:1", "start1:1"}));
+  EXPECT_EQ(Released().size(), 1u);
+}
+
+}  // namespace
+}  // namespace pstrain
