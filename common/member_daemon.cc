@@ -1,0 +1,100 @@
+#include "common/member_daemon.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "common/daemon.h"
+#include "common/logging.h"
+#include "common/security.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve on; port 0 lets the OS choose");
+ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
+ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
+ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
+ABSL_FLAG(int, rank, -1,
+          "take over this id from a failed member of the same role (a server: its checkpoint "
+          "is loaded and the cluster rolls back to it; a worker: under "
+          "--on_worker_failure=wait); -1: the next free id, or a dead member's");
+
+namespace pstrain {
+
+MemberConfig MemberConfigFromFlags(Role role) {
+  MemberConfig c;
+  c.role = role;
+  c.scheduler = absl::GetFlag(FLAGS_scheduler);
+  c.listen = absl::GetFlag(FLAGS_listen);
+  c.port_file = absl::GetFlag(FLAGS_port_file);
+  c.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  c.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  c.rank = absl::GetFlag(FLAGS_rank);
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<MemberDaemon>> MemberDaemon::Start(
+    const MemberConfig& config, const std::vector<grpc::Service*>& services, int* exit_code) {
+  *exit_code = 2;
+  auto fail = [](const absl::Status& st) {
+    spdlog::error("{}", st.message());
+    return st;
+  };
+  if (absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) return fail(st);
+  if (config.scheduler.empty()) {
+    return fail(absl::InvalidArgumentError("--scheduler=HOST:PORT is required"));
+  }
+  std::string bound;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartServer(config.listen, services, &bound, config.server);
+  if (!server.ok()) return fail(server.status());
+  const std::string address = AdvertisedAddress(bound);
+  spdlog::info("listening on {}", address);
+  if (!config.port_file.empty()) {
+    if (absl::Status st = WritePortFile(config.port_file, address); !st.ok()) return fail(st);
+  }
+  *exit_code = 0;
+  return std::unique_ptr<MemberDaemon>(new MemberDaemon(config, std::move(*server), address));
+}
+
+MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> server,
+                           std::string address)
+    : config_(std::move(config)), server_(std::move(server)), address_(std::move(address)) {
+  SchedulerClientOptions options;
+  options.scheduler = config_.scheduler;
+  options.role = config_.role;
+  options.address = address_;
+  options.connect_timeout = config_.connect_timeout;
+  options.heartbeat_interval = config_.heartbeat_interval;
+  options.rank = config_.rank;
+  client_ = std::make_unique<SchedulerClient>(options);
+}
+
+absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code) {
+  absl::StatusOr<RegisterResponse> reg = client_->Register();
+  if (!reg.ok()) {
+    spdlog::error("{}", reg.status().message());
+    *exit_code = 3;
+    return reg.status();
+  }
+  SetLogIdentity(config_.role == SERVER ? "server" : "worker", reg->id());
+  return reg;
+}
+
+void MemberDaemon::StartHeartbeats(std::function<NodeStatus()> status) {
+  client_->StartHeartbeats(std::move(status));
+}
+
+void MemberDaemon::ReportFinal(NodeStatus status, MemberState state, const std::string& message) {
+  status.set_state(state);
+  status.set_message(message);
+  (void)client_->ReportFinal(status);
+}
+
+void MemberDaemon::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,74 @@
+// The start and the end every member (server or worker) shares: security
+// from the flags, the listening gRPC server, the port file, registration
+// with the scheduler, heartbeats, the final report. A member's *_main.cc
+// parses its own flags, starts a MemberDaemon and puts its logic between
+// Register and Finish.
+//
+// Exit codes (README): 2 for a bad command line or a failed start (listen,
+// port file), 3 when the scheduler cannot be reached or refuses us.
+#ifndef PSTRAIN_COMMON_MEMBER_DAEMON_H_
+#define PSTRAIN_COMMON_MEMBER_DAEMON_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/rpc.h"
+#include "common/scheduler_client.h"
+#include "proto/cluster.pb.h"
+
+namespace pstrain {
+
+// The flags every member takes (defined in member_daemon.cc).
+struct MemberConfig {
+  Role role = ROLE_UNSPECIFIED;
+  std::string scheduler;              // --scheduler
+  std::string listen;                 // --listen
+  std::string port_file;              // --port_file
+  absl::Duration connect_timeout;     // --connect_timeout_s
+  absl::Duration heartbeat_interval;  // --heartbeat_interval_ms
+  int rank = -1;                      // --rank
+  ServerOptions server;               // the gRPC server's limits and queues
+};
+
+// The member flags of a process of `role`.
+MemberConfig MemberConfigFromFlags(Role role);
+
+class MemberDaemon {
+ public:
+  // Configures security, starts serving `services`, writes the port file;
+  // logs and returns the exit code (2) when it cannot.
+  static absl::StatusOr<std::unique_ptr<MemberDaemon>> Start(
+      const MemberConfig& config, const std::vector<grpc::Service*>& services, int* exit_code);
+
+  const std::string& address() const { return address_; }
+  grpc::Server* server() { return server_.get(); }
+  SchedulerClient& client() { return *client_; }
+
+  // Registers with the scheduler (retrying for --connect_timeout_s); logs
+  // and sets *exit_code (3) when it cannot.
+  absl::StatusOr<RegisterResponse> Register(int* exit_code);
+  // Heartbeats with `status` from now on.
+  void StartHeartbeats(std::function<NodeStatus()> status);
+  // The member's end, told to the scheduler (state FINISHED or FAILED,
+  // with `message`).
+  void ReportFinal(NodeStatus status, MemberState state, const std::string& message);
+  // Ends the gRPC server; calls still running after `grace` are cancelled.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> server, std::string address);
+
+  const MemberConfig config_;
+  std::unique_ptr<grpc::Server> server_;
+  const std::string address_;
+  std::unique_ptr<SchedulerClient> client_;
+  bool shut_down_ = false;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_MEMBER_DAEMON_H_

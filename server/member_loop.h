@@ -1,0 +1,67 @@
+// What a server does about the rest of the cluster, as a plain class: the
+// scheduler's heartbeat answers bring news (the job's state, workers
+// declared dead, a rollback's generation and clock, the manifest's clock)
+// and Step acts on it through ServerActions: a dead worker leaves the BSP
+// rounds and the read guarantee, a newer generation loads its checkpoint
+// and ends the calls of the old one, a newer manifest prunes older
+// checkpoint files. server_runtime.cc polls it; tests use fake actions.
+#ifndef PSTRAIN_SERVER_MEMBER_LOOP_H_
+#define PSTRAIN_SERVER_MEMBER_LOOP_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/cluster.pb.h"
+
+namespace pstrain {
+
+// The cluster as the scheduler last described it to this server.
+struct ClusterNews {
+  JobState job_state = WAITING;
+  std::vector<int> dead_workers;
+  int64_t generation = 0;
+  int64_t restore_clock = 0;  // the rollback's checkpoint clock
+  int64_t manifest_clock = 0;
+};
+
+// The store, the service and the checkpoint files, as the loop sees them.
+class ServerActions {
+ public:
+  virtual ~ServerActions() = default;
+  // The generation whose state the store holds.
+  virtual int64_t generation() const = 0;
+  // Worker `w` leaves the rounds and the read guarantee.
+  virtual void RemoveWorker(int w) = 0;
+  // Pulls parked on a read guarantee may now be answerable.
+  virtual void WakePulls() = 0;
+  // Loads the checkpoint of `clock` (0: the initial weights) as the state
+  // of `generation`.
+  virtual absl::Status Restore(int64_t generation, int64_t clock) = 0;
+  // Ends the parked calls (of an older generation) with `why`.
+  virtual void CancelParked(const absl::Status& why) = 0;
+  // Deletes checkpoint files older than `clock` (none without checkpoints).
+  virtual void Prune(int64_t clock) = 0;
+};
+
+// Not thread-safe: one loop calls Step.
+class ServerMemberLoop {
+ public:
+  ServerMemberLoop(int num_workers, ServerActions* actions);
+
+  // Acts on `news`. The job's end state (DONE or ABORTED) once it ended,
+  // nullopt while it runs, or the error of a restore that failed.
+  absl::StatusOr<std::optional<JobState>> Step(const ClusterNews& news);
+
+ private:
+  ServerActions* const actions_;
+  std::vector<bool> removed_;
+  int64_t pruned_before_ = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_MEMBER_LOOP_H_

@@ -1,0 +1,89 @@
+#include "server/member_loop.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+// Records what the loop does.
+class FakeActions : public ServerActions {
+ public:
+  std::vector<std::string> calls;
+  int64_t held_generation = 0;
+  absl::Status restore_result;
+
+  int64_t generation() const override { return held_generation; }
+  void RemoveWorker(int w) override { calls.push_back(absl::StrCat("remove ", w)); }
+  void WakePulls() override { calls.push_back("wake"); }
+  absl::Status Restore(int64_t generation, int64_t clock) override {
+    calls.push_back(absl::StrCat("restore ", generation, "@", clock));
+    if (restore_result.ok()) held_generation = generation;
+    return restore_result;
+  }
+  void CancelParked(const absl::Status& why) override {
+    calls.push_back(absl::StrCat("cancel ", why.message()));
+  }
+  void Prune(int64_t clock) override { calls.push_back(absl::StrCat("prune ", clock)); }
+};
+
+TEST(ServerMemberLoopTest, ADeadWorkerLeavesOnceAndWakesThePulls) {
+  FakeActions actions;
+  ServerMemberLoop loop(3, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.dead_workers = {1, 7, -1};  // unknown ids are ignored
+  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  EXPECT_EQ(actions.calls, (std::vector<std::string>{"remove 1", "wake"}));
+  actions.calls.clear();
+  ASSERT_EQ(*loop.Step(news), std::nullopt);  // the same news again: nothing
+  EXPECT_TRUE(actions.calls.empty());
+}
+
+TEST(ServerMemberLoopTest, ANewerGenerationRestoresItsCheckpointAndEndsOldCalls) {
+  FakeActions actions;
+  ServerMemberLoop loop(2, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.generation = 1;
+  news.restore_clock = 90;
+  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  EXPECT_EQ(actions.calls,
+            (std::vector<std::string>{
+                "restore 1@90", "cancel the cluster rolled back to clock 90 (generation 1)"}));
+  actions.calls.clear();
+  ASSERT_EQ(*loop.Step(news), std::nullopt);  // restored already
+  EXPECT_TRUE(actions.calls.empty());
+}
+
+TEST(ServerMemberLoopTest, AFailedRestoreIsTheLoopsError) {
+  FakeActions actions;
+  actions.restore_result = absl::InvalidArgumentError("checkpoint x: truncated");
+  ServerMemberLoop loop(2, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.generation = 2;
+  const absl::StatusOr<std::optional<JobState>> r = loop.Step(news);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServerMemberLoopTest, ANewerManifestPrunesAndTheJobsEndEndsTheLoop) {
+  FakeActions actions;
+  ServerMemberLoop loop(2, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.manifest_clock = 40;
+  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  EXPECT_EQ(actions.calls, (std::vector<std::string>{"prune 40"}));
+  news.job_state = DONE;
+  EXPECT_EQ(*loop.Step(news), DONE);
+  news.job_state = ABORTED;
+  EXPECT_EQ(*loop.Step(news), ABORTED);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,257 @@
+#include "server/server_runtime.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "common/rpc.h"
+#include "common/simd.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "common/trace.h"
+#include "server/checkpoint.h"
+#include "server/chunk_store.h"
+#include "server/member_loop.h"
+#include "server/ps_service.h"
+
+namespace pstrain {
+namespace {
+
+// The threads serving a PsService, one per completion queue. Stop (or the
+// destructor) ends the server's calls, its queues and then the threads.
+class Serving {
+ public:
+  Serving(PsService* service, grpc::Server* server,
+          std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues)
+      : service_(service), server_(server), queues_(std::move(queues)) {
+    for (auto& q : queues_) {
+      threads_.emplace_back([service, cq = q.get()] { service->Serve(cq); });
+    }
+  }
+  ~Serving() { Stop(); }
+
+  // Calls still running after `grace` are cancelled.
+  void Stop(absl::Duration grace = absl::ZeroDuration()) {
+    if (stopped_) return;
+    stopped_ = true;
+    service_->StopServing();
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    for (auto& q : queues_) q->Shutdown();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  PsService* service_;
+  grpc::Server* server_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
+  bool stopped_ = false;
+};
+
+// The member loop's actions on the real store, service and files.
+class StoreActions : public ServerActions {
+ public:
+  StoreActions(const JobSpec& job, int id, ChunkStore* store, PsService* service,
+               CheckpointWriter* checkpoint)
+      : job_(job), id_(id), store_(store), service_(service), checkpoint_(checkpoint) {}
+
+  int64_t generation() const override { return store_->generation(); }
+  void RemoveWorker(int w) override { store_->RemoveWorker(w); }
+  void WakePulls() override { service_->WakePulls(); }
+  absl::Status Restore(int64_t generation, int64_t clock) override {
+    std::optional<CheckpointFile> file;
+    if (clock > 0) {
+      absl::StatusOr<CheckpointFile> opened =
+          CheckpointFile::Open(CheckpointPath(job_.checkpoint_dir(), id_, clock));
+      if (!opened.ok()) return opened.status();
+      file = std::move(*opened);
+    }
+    const absl::Status st = store_->Restore(generation, clock, file ? &*file : nullptr);
+    if (st.ok()) {
+      spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
+    }
+    return st;
+  }
+  void CancelParked(const absl::Status& why) override { service_->CancelParked(ToGrpc(why)); }
+  void Prune(int64_t clock) override {
+    if (checkpoint_ != nullptr) checkpoint_->Prune(clock);
+  }
+
+ private:
+  const JobSpec& job_;
+  const int id_;
+  ChunkStore* store_;
+  PsService* service_;
+  CheckpointWriter* checkpoint_;
+};
+
+ClusterNews NewsFrom(const SchedulerClient& client) {
+  ClusterNews news;
+  news.job_state = client.job_state();
+  news.dead_workers = client.dead_workers();
+  news.generation = client.generation(&news.restore_clock);
+  news.manifest_clock = client.manifest_clock();
+  return news;
+}
+
+// One server's life after it registered.
+class Server {
+ public:
+  Server(const ServerConfig& config, MemberDaemon* daemon, PsService* service, Serving* serving,
+         TraceWriter* trace)
+      : config_(config), daemon_(daemon), service_(service), serving_(serving), trace_(trace) {}
+
+  int Run(const RegisterResponse& reg);
+
+ private:
+  // The chunk store of this server's share of the job, with checkpoints.
+  absl::Status Build();
+  // Serves until the job ends; its end state and message.
+  absl::StatusOr<JobState> Serve(std::string* message);
+  int Fail(const absl::Status& st);
+  int Finish(JobState end, const std::string& message);
+
+  const ServerConfig& config_;
+  MemberDaemon* daemon_;
+  PsService* service_;
+  Serving* serving_;
+  TraceWriter* trace_;
+  JobSpec job_;
+  int id_ = -1;
+  std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<ChunkStore> store_;
+  std::unique_ptr<CheckpointWriter> checkpoint_;
+};
+
+int Server::Run(const RegisterResponse& reg) {
+  job_ = reg.job();
+  id_ = reg.id();
+  service_->SetIdentity(id_, daemon_->address());
+  // Heartbeats from now on: making a large store may take longer than the
+  // scheduler's heartbeat timeout.
+  daemon_->StartHeartbeats([this] { return service_->GetStatus(); });
+  if (const absl::Status st = Build(); !st.ok()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("bad job spec from the scheduler: ", st.message())));
+  }
+  StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
+  if (reg.generation() > 0 || reg.start_clock() > 0) {
+    if (const absl::Status st = actions.Restore(reg.generation(), reg.start_clock()); !st.ok()) {
+      return Fail(st);
+    }
+  } else if (checkpoint_ != nullptr) {
+    checkpoint_->Rollback(0);  // files of an earlier job that left no manifest
+  }
+  service_->SetStore(store_, TotalClocks(job_));
+  store_->StartGlobalClipping(
+      [this](int64_t generation, int64_t clock, double sum_squares) {
+        return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
+      },
+      [this] { service_->WakePulls(); });
+  std::string message;
+  const absl::StatusOr<JobState> end = Serve(&message);
+  if (!end.ok()) return Fail(end.status());
+  return Finish(*end, message);
+}
+
+absl::Status Server::Build() {
+  ASSIGN_OR_RETURN(Partition partition, Partition::Make(ModelParams(job_.model()),
+                                                        job_.chunk_bytes(), job_.num_servers()));
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(job_.optimizer()));
+  pool_ = std::make_unique<ThreadPool>(config_.server_threads);
+  store_ =
+      std::make_shared<ChunkStore>(job_, partition, id_, std::move(optimizer), pool_.get(), trace_);
+  spdlog::info(
+      "holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
+      "threads, {} loops)",
+      store_->chunk_ids().size(), store_->NumParams(),
+      store_->NumParams() > 0 ? double(store_->BytesHeld()) / store_->NumParams() : 0.0,
+      OptimizerType_Name(job_.optimizer().type()), pool_->parallelism(), SimdLevel());
+  if (job_.checkpoint_every() > 0) {
+    checkpoint_ = std::make_unique<CheckpointWriter>(job_.checkpoint_dir(), id_,
+                                                     OptimizerType_Name(job_.optimizer().type()),
+                                                     store_->CheckpointLayout());
+    store_->SetCheckpointing(checkpoint_.get(), job_.checkpoint_every());
+    spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
+                 job_.checkpoint_dir());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobState> Server::Serve(std::string* message) {
+  StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
+  ServerMemberLoop loop(job_.num_workers(), &actions);
+  while (!ShutdownRequested()) {
+    ASSIGN_OR_RETURN(const std::optional<JobState> end, loop.Step(NewsFrom(daemon_->client())));
+    if (end.has_value()) {
+      daemon_->client().job_state(message);
+      return *end;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  spdlog::warn("interrupted; shutting down");
+  *message = "interrupted";
+  return ABORTED;
+}
+
+int Server::Fail(const absl::Status& st) {
+  spdlog::error("{}", st.message());
+  if (store_ != nullptr) store_->StopGlobalClipping();
+  daemon_->ReportFinal(service_->GetStatus(), FAILED, std::string(st.message()));
+  serving_->Stop();
+  return 1;
+}
+
+int Server::Finish(JobState end, const std::string& message) {
+  store_->StopGlobalClipping();  // it uses the scheduler client, which goes first
+  service_->SetState(end == DONE ? FINISHED : FAILED, message);
+  service_->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
+  serving_->Stop(absl::Seconds(2));
+  if (end != DONE) {
+    spdlog::error("job aborted: {}", message);
+    return 1;
+  }
+  const NodeStatus st = service_->GetStatus();
+  spdlog::info("job done; {} pushes, {} pulls served; {} bytes in, {} bytes out", st.pushes(),
+               st.pulls(), st.bytes_in(), st.bytes_out());
+  return 0;
+}
+
+}  // namespace
+
+int RunServer(const ServerConfig& config) {
+  SetLogIdentity("server", -1);
+  InstallShutdownHandlers();
+  TuneMallocForBulkTraffic();
+  auto trace = TraceWriter::Open(config.trace_file);
+  if (!trace.ok()) {
+    spdlog::error("{}", trace.status().message());
+    return 2;
+  }
+  PsService service;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
+  MemberConfig member = config.member;
+  member.server.num_queues = std::max(1, config.rpc_threads);
+  member.server.queues = &queues;
+  int code = 0;
+  absl::StatusOr<std::unique_ptr<MemberDaemon>> daemon =
+      MemberDaemon::Start(member, {&service}, &code);
+  if (!daemon.ok()) return code;
+  Serving serving(&service, (*daemon)->server(), std::move(queues));
+  const absl::StatusOr<RegisterResponse> reg = (*daemon)->Register(&code);
+  if (!reg.ok()) {
+    serving.Stop();
+    return code;
+  }
+  Server server(config, daemon->get(), &service, &serving, trace->get());
+  return server.Run(*reg);
+}
+
+}  // namespace pstrain

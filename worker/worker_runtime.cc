@@ -1,0 +1,230 @@
+#include "worker/worker_runtime.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/daemon.h"
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/dataset.h"
+#include "worker/device.h"
+#include "worker/trainer.h"
+#include "worker/worker_service.h"
+
+namespace pstrain {
+namespace {
+
+// The command line's choices, checked before the worker joins.
+absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, DType* wire) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (c.overlap != "auto" && c.overlap != "on" && c.overlap != "off") {
+    return bad("--overlap=", c.overlap, ": expected auto, on or off");
+  }
+  if (c.recompute != "none" && c.recompute != "block") {
+    return bad("--recompute=", c.recompute, ": expected none or block");
+  }
+  if (c.compute_dtype == "fp32") {
+    *precision = kernels::Precision::kFp32;
+  } else if (c.compute_dtype == "bf16") {
+    *precision = kernels::Precision::kBf16;
+  } else if (c.compute_dtype == "fp16") {
+    *precision = kernels::Precision::kFp16;
+  } else {
+    return bad("--compute_dtype=", c.compute_dtype, ": expected fp32, bf16 or fp16");
+  }
+  if (!c.wire_dtype.empty() && !ParseDType(c.wire_dtype, wire)) {
+    return bad("--wire_dtype=", c.wire_dtype, ": expected fp32, bf16 or fp16");
+  }
+  if (c.channels_per_server < 1) return bad("--channels_per_server must be >= 1");
+  return absl::OkStatus();
+}
+
+// The device, computing in `precision`: a worker that cannot compute says
+// so before it joins.
+absl::StatusOr<std::unique_ptr<kernels::Backend>> OpenBackend(const WorkerConfig& c,
+                                                              kernels::Precision precision) {
+  std::string note;
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
+                   OpenDevice(c.device, c.compute_threads, &note));
+  if (std::string why; !backend->SetPrecision(precision, &why)) {
+    return absl::InvalidArgumentError(absl::StrCat("--compute_dtype=", c.compute_dtype, ": ", why));
+  }
+  spdlog::info("computing on {} in {}", note, c.compute_dtype);
+  return backend;
+}
+
+// One worker's life after it registered.
+class WorkerMember {
+ public:
+  WorkerMember(const WorkerConfig& config, kernels::Backend* backend, DType wire)
+      : config_(config), backend_(backend), wire_(wire) {}
+  // The daemon it runs in (the Status service may ask before).
+  void Attach(MemberDaemon* daemon) {
+    absl::MutexLock lock(&mu_);
+    daemon_ = daemon;
+  }
+
+  // Its status for heartbeats and the Status service.
+  NodeStatus Status();
+  int Run(const RegisterResponse& reg);
+
+ private:
+  absl::StatusOr<TrainerOptions> Options(const RegisterResponse& reg, const JobSpec& job) const;
+  // Trains until the job ends or the process is told to stop.
+  int Train();
+  // Every way out reports to the scheduler, so the job never waits on a
+  // worker that is gone.
+  void Report(MemberState state, const std::string& message, double accuracy = -1);
+
+  const WorkerConfig& config_;
+  kernels::Backend* backend_;
+  const DType wire_;
+  absl::Mutex mu_;
+  MemberDaemon* daemon_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int id_ ABSL_GUARDED_BY(mu_) = -1;
+  std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(mu_);
+};
+
+NodeStatus WorkerMember::Status() {
+  absl::MutexLock lock(&mu_);
+  NodeStatus st;
+  if (trainer_ != nullptr) st = trainer_->Status();
+  st.set_role(WORKER);
+  st.set_id(id_);
+  if (daemon_ != nullptr) st.set_address(daemon_->address());
+  if (st.state() == MEMBER_STATE_UNSPECIFIED) st.set_state(RUNNING);
+  return st;
+}
+
+void WorkerMember::Report(MemberState state, const std::string& message, double accuracy) {
+  NodeStatus st = Status();
+  if (accuracy >= 0) st.set_test_accuracy(accuracy);
+  MemberDaemon* daemon;
+  {
+    absl::MutexLock lock(&mu_);
+    daemon = daemon_;
+  }
+  daemon->ReportFinal(st, state, message);
+}
+
+absl::StatusOr<TrainerOptions> WorkerMember::Options(const RegisterResponse& reg,
+                                                     const JobSpec& job) const {
+  TrainerOptions topts;
+  topts.worker_id = reg.id();
+  topts.job = job;
+  topts.debug_slowdown_ms = config_.debug_slowdown_ms;
+  topts.weights_out = config_.weights_out;
+  topts.recompute = config_.recompute == "block";
+  topts.overlap = config_.overlap == "on" ||
+                  (config_.overlap == "auto" && std::string(backend_->name()) == "cuda");
+  topts.loss_scaling = config_.compute_dtype == "fp16";
+  if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
+    return absl::FailedPreconditionError(
+        "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of "
+        "non-finite gradients, which this job turns off (optimizer.allow_nonfinite)");
+  }
+  topts.ps.wire_dtype = config_.wire_dtype.empty() ? job.wire_dtype() : wire_;
+  topts.ps.channels_per_server = config_.channels_per_server;
+  topts.generation = reg.generation();
+  topts.start_clock = reg.start_clock();
+  return topts;
+}
+
+int WorkerMember::Run(const RegisterResponse& reg) {
+  MemberDaemon* daemon;
+  {
+    absl::MutexLock lock(&mu_);
+    id_ = reg.id();
+    daemon = daemon_;
+  }
+  JobSpec job = reg.job();
+  if (!config_.data_dir.empty()) job.mutable_data()->set_path(config_.data_dir);
+  // Heartbeats from now on: loading the data may take longer than the
+  // scheduler's heartbeat timeout.
+  daemon->StartHeartbeats([this] { return Status(); });
+  absl::StatusOr<TrainTest> data = LoadDataset(job);
+  if (!data.ok()) {
+    spdlog::error("cannot load the data set: {}", data.status().message());
+    Report(FAILED, absl::StrCat("data: ", data.status().message()));
+    return 1;
+  }
+  spdlog::info("data: {} training and {} test examples of {} features", data->train.size,
+               data->test.size, data->train.dim);
+  absl::StatusOr<TrainerOptions> topts = Options(reg, job);
+  if (!topts.ok()) {
+    spdlog::error("{}", topts.status().message());
+    Report(FAILED, "fp16 compute with allow_nonfinite");
+    return 2;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    trainer_ = std::make_unique<Trainer>(*topts, &daemon->client(), backend_, std::move(*data));
+  }
+  return Train();
+}
+
+int WorkerMember::Train() {
+  std::atomic<bool> stop{false};
+  std::thread watcher([&stop] {
+    while (!stop) {
+      if (ShutdownRequested()) stop = true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  Trainer* trainer;
+  {
+    absl::MutexLock lock(&mu_);
+    trainer = trainer_.get();
+  }
+  const absl::StatusOr<double> acc = trainer->Run(stop);
+  const bool interrupted = ShutdownRequested();
+  stop = true;
+  watcher.join();
+  if (acc.ok()) {
+    Report(FINISHED, "", *acc);
+    return 0;
+  }
+  const std::string why = interrupted ? "interrupted" : std::string(acc.status().message());
+  spdlog::error("training stopped: {}", why);
+  Report(FAILED, why);
+  return 1;
+}
+
+}  // namespace
+
+int RunWorker(const WorkerConfig& config) {
+  SetLogIdentity("worker", -1);
+  InstallShutdownHandlers();
+  TuneMallocForBulkTraffic();
+  kernels::Precision precision = kernels::Precision::kFp32;
+  DType wire = FP32;
+  if (const absl::Status st = CheckConfig(config, &precision, &wire); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = OpenBackend(config, precision);
+  if (!backend.ok()) {
+    spdlog::error("{}", backend.status().message());
+    return 2;
+  }
+  WorkerMember worker(config, backend->get(), wire);
+  WorkerService service([&worker] { return worker.Status(); });
+  MemberConfig member = config.member;
+  member.server.max_receive_bytes = kMaxControlMessageBytes;
+  member.server.max_streams_per_client = 16;
+  int code = 0;
+  absl::StatusOr<std::unique_ptr<MemberDaemon>> daemon =
+      MemberDaemon::Start(member, {&service}, &code);
+  if (!daemon.ok()) return code;
+  worker.Attach(daemon->get());
+  const absl::StatusOr<RegisterResponse> reg = (*daemon)->Register(&code);
+  if (reg.ok()) code = worker.Run(*reg);
+  (*daemon)->Shutdown(absl::Seconds(1));
+  return code;
+}
+
+}  // namespace pstrain
