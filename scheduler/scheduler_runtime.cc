@@ -1,0 +1,155 @@
+#include "scheduler/scheduler_runtime.h"
+
+#include <memory>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/rpc.h"
+#include "common/security.h"
+#include "common/status_macros.h"
+#include "common/trace.h"
+#include "scheduler/manifest.h"
+#include "scheduler/scheduler_service.h"
+
+namespace pstrain {
+
+absl::Status ApplyOverrides(const SpecOverrides& o, JobSpec* job) {
+  const std::string consistency = absl::AsciiStrToLower(o.consistency);
+  if (consistency == "bsp") {
+    job->set_consistency(BSP);
+  } else if (consistency == "ssp") {
+    job->set_consistency(SSP);
+  } else if (consistency == "asp") {
+    job->set_consistency(ASP);
+  } else if (!consistency.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--consistency=", consistency, ": expected bsp, ssp or asp"));
+  }
+  if (o.staleness >= 0) job->set_staleness(o.staleness);
+  if (o.num_servers >= 0) job->set_num_servers(o.num_servers);
+  if (o.num_workers >= 0) job->set_num_workers(o.num_workers);
+  if (o.batch_size >= 0) job->set_batch_size(o.batch_size);
+  if (o.epochs >= 0) job->set_epochs(o.epochs);
+  if (o.steps >= 0) job->set_steps(o.steps);
+  if (o.seed >= 0) job->set_seed(o.seed);
+  if (!o.data_dir.empty()) job->mutable_data()->set_path(o.data_dir);
+  if (!o.checkpoint_dir.empty()) job->set_checkpoint_dir(o.checkpoint_dir);
+  if (o.checkpoint_every >= 0) job->set_checkpoint_every(o.checkpoint_every);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The job: its file, the overrides, the defaults, checked.
+absl::StatusOr<JobSpec> LoadJob(const SchedulerConfig& config) {
+  if (config.job_file.empty()) return absl::InvalidArgumentError("--job=FILE is required");
+  ASSIGN_OR_RETURN(JobSpec job, LoadJobSpec(config.job_file));
+  absl::Status st = ApplyOverrides(config.overrides, &job);
+  if (st.ok()) {
+    ApplyJobDefaults(&job);
+    st = ValidateJobSpec(job);
+  }
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat(config.job_file, ": ", st.message()));
+  return job;
+}
+
+// The failure policy, and the clock to start from: a job started on a
+// directory with a manifest resumes from it.
+absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const JobSpec& job) {
+  const std::string& f = config.on_worker_failure;
+  if (f != "shrink" && f != "abort" && f != "wait") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--on_worker_failure=", f, ": expected shrink, abort or wait"));
+  }
+  SchedulerPolicy policy;
+  policy.on_worker_failure = f == "shrink"  ? WorkerFailure::kShrink
+                             : f == "abort" ? WorkerFailure::kAbort
+                                            : WorkerFailure::kWait;
+  policy.replacement_timeout = config.replacement_timeout;
+  policy.heartbeat_timeout = config.heartbeat_timeout;
+  if (job.checkpoint_dir().empty()) return policy;
+  ASSIGN_OR_RETURN(const std::optional<Manifest> manifest, ReadManifest(job.checkpoint_dir()));
+  if (!manifest.has_value()) return policy;
+  if (manifest->num_servers != job.num_servers() || manifest->clock > TotalClocks(job)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        job.checkpoint_dir(), "/manifest.json is of a job of ", manifest->num_servers,
+        " servers at clock ", manifest->clock, "; this one has ", job.num_servers(),
+        " servers and ", TotalClocks(job), " clocks (start it on another --checkpoint_dir)"));
+  }
+  policy.start_clock = manifest->clock;
+  spdlog::info("resuming from the checkpoint of clock {} named by {}/manifest.json",
+               manifest->clock, job.checkpoint_dir());
+  return policy;
+}
+
+// Starts serving and writes the port file; the advertised address.
+absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerService* service,
+                                   std::unique_ptr<grpc::Server>* server) {
+  std::string bound;
+  ServerOptions options;
+  options.max_receive_bytes = kMaxControlMessageBytes;
+  options.max_streams_per_client = 64;
+  ASSIGN_OR_RETURN(*server, StartServer(config.listen, {service}, &bound, options));
+  const std::string address = AdvertisedAddress(bound);
+  service->SetAddress(address);
+  if (!config.port_file.empty()) RETURN_IF_ERROR(WritePortFile(config.port_file, address));
+  return address;
+}
+
+// Watches the members until every one has heard of the job's end (or the
+// process is told to stop), then lingers; the job's end state.
+JobState Watch(const SchedulerConfig& config, SchedulerService* service) {
+  while (!service->MembersToldOfEnd(config.end_grace)) {
+    service->CheckLiveness(absl::Now());
+    if (ShutdownRequested()) {
+      service->Abort("the scheduler was interrupted");
+      // Give members a heartbeat or two to hear of it.
+      const absl::Time until = absl::Now() + absl::Seconds(2);
+      while (!service->MembersToldOfEnd(absl::Seconds(2)) && absl::Now() < until) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const absl::Time linger_until = absl::Now() + config.linger;
+  while (absl::Now() < linger_until && !ShutdownRequested()) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return service->job_state();
+}
+
+}  // namespace
+
+int RunScheduler(const SchedulerConfig& config) {
+  SetLogIdentity("scheduler", -1);
+  InstallShutdownHandlers();
+  auto fail = [](const absl::Status& st) {
+    spdlog::error("{}", st.message());
+    return 2;
+  };
+  if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) return fail(st);
+  const absl::StatusOr<JobSpec> job = LoadJob(config);
+  if (!job.ok()) return fail(job.status());
+  auto trace = TraceWriter::Open(config.trace_file);
+  if (!trace.ok()) return fail(trace.status());
+  const absl::StatusOr<SchedulerPolicy> policy = PolicyFor(config, *job);
+  if (!policy.ok()) return fail(policy.status());
+  auto service = std::make_unique<SchedulerService>(*job, trace->get(), *policy);
+  std::unique_ptr<grpc::Server> server;
+  const absl::StatusOr<std::string> address = Listen(config, service.get(), &server);
+  if (!address.ok()) return fail(address.status());
+  const char* mode = job->consistency() == BSP ? "BSP" : job->consistency() == SSP ? "SSP" : "ASP";
+  spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
+               *address, job->name(), mode, job->staleness(), job->num_servers(),
+               job->num_workers(), TotalClocks(*job));
+  const JobState end = Watch(config, service.get());
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return end == DONE ? 0 : 1;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,55 @@
+// The scheduler from start to end: the job spec (file, overrides,
+// defaults, validation), a resume from the checkpoint directory's manifest,
+// the gRPC service, and the liveness loop until every member has heard the
+// job's end. ps_scheduler's main only parses flags into a SchedulerConfig.
+#ifndef PSTRAIN_SCHEDULER_SCHEDULER_RUNTIME_H_
+#define PSTRAIN_SCHEDULER_SCHEDULER_RUNTIME_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/job.pb.h"
+
+namespace pstrain {
+
+// Overrides of the job spec; unset (empty / -1) keeps the spec's value.
+struct SpecOverrides {
+  std::string consistency;  // bsp, ssp or asp
+  int staleness = -1;
+  int num_servers = -1;
+  int num_workers = -1;
+  int batch_size = -1;
+  int epochs = -1;
+  int64_t steps = -1;
+  int64_t seed = -1;
+  std::string data_dir;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = -1;
+};
+
+// Sets the overridden fields of *job; INVALID_ARGUMENT for a bad value.
+absl::Status ApplyOverrides(const SpecOverrides& overrides, JobSpec* job);
+
+struct SchedulerConfig {
+  std::string job_file;
+  std::string listen = "127.0.0.1:0";
+  std::string port_file;
+  std::string trace_file;
+  SpecOverrides overrides;
+  absl::Duration replacement_timeout = absl::Minutes(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  std::string on_worker_failure = "shrink";     // shrink, abort or wait
+  absl::Duration linger;                        // keep answering Status this long after the end
+  absl::Duration end_grace = absl::Seconds(5);  // for every member to hear of the end
+};
+
+// Runs the scheduler to the job's end; returns the process's exit code (0
+// the job finished, 1 it was aborted, 2 a bad command line, job spec or
+// start).
+int RunScheduler(const SchedulerConfig& config);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SCHEDULER_SCHEDULER_RUNTIME_H_
