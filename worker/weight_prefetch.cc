@@ -14,33 +14,31 @@ WeightPrefetch::WeightPrefetch(const std::vector<ParamInfo>& params, kernels::Ba
 }
 
 WeightPrefetch::~WeightPrefetch() {
-  Drop();
   if (backend_ == nullptr) return;
   // Whatever buffers this holds now (Take swaps them with a model's).
   for (std::vector<float>& b : buffers_) backend_->UnpinHost(b.data());
 }
 
-void WeightPrefetch::Start(int64_t clock, int64_t min_clock, Pull pull) {
-  Drop();
+void WeightPrefetch::Start(ParamClient* client, int64_t clock, int64_t min_clock) {
+  Drop(client);
   started_ = true;
   clock_ = clock;
-  thread_ = std::thread([this, clock, min_clock, pull = std::move(pull)] {
-    status_ = pull(clock, min_clock, &buffers_);
-  });
+  ticket_ = client->Pull(clock, min_clock, &buffers_);
 }
 
-absl::Status WeightPrefetch::Take(int64_t clock, Weights* weights) {
+absl::Status WeightPrefetch::Take(ParamClient* client, int64_t clock, ParamBuffers* weights) {
   if (!Has(clock)) return absl::InternalError("no prefetch of this clock");
-  thread_.join();
   started_ = false;
-  if (!status_.ok()) return status_;
+  const absl::Status st = client->Wait(ticket_);
+  if (!st.ok()) return st;
   std::swap(*weights, buffers_);
   return absl::OkStatus();
 }
 
-void WeightPrefetch::Drop() {
-  if (thread_.joinable()) thread_.join();
+void WeightPrefetch::Drop(ParamClient* client) {
+  if (!started_) return;
   started_ = false;
+  (void)client->Wait(ticket_);
 }
 
 }  // namespace pstrain

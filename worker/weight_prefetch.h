@@ -1,5 +1,5 @@
-// The next clock's weights, pulled on a thread of their own while the
-// current clock computes (ps_worker --overlap under SSP and ASP).
+// The next clock's weights, pulled while the current clock computes (the
+// clock loop under SSP and ASP with --overlap).
 //
 // Under staleness s >= 1 the read guarantee for clock c + 1 asks only for
 // the updates of clocks before c + 1 - s <= c. When clock c starts
@@ -11,50 +11,47 @@
 #define PSTRAIN_WORKER_WEIGHT_PREFETCH_H_
 
 #include <cstdint>
-#include <functional>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/params.h"
 #include "kernels/backend.h"
+#include "worker/param_client.h"
 
 namespace pstrain {
 
-// One thread at a time (the training loop's); the pull runs on its own.
+// A second set of weight buffers and the pull filling it. One thread.
 class WeightPrefetch {
  public:
-  using Weights = std::vector<std::vector<float>>;
-  // Reads the weights for `clock` with read guarantee `min_clock` into *into.
-  using Pull = std::function<absl::Status(int64_t clock, int64_t min_clock, Weights* into)>;
-
   // Buffers shaped like `params`, pinned for `backend`'s copies (it may be
   // null, and must outlive this).
   WeightPrefetch(const std::vector<ParamInfo>& params, kernels::Backend* backend);
-  // Waits for a pull in flight.
+  // REQUIRES: no pull in flight (Take or Drop it, or end its client first).
   ~WeightPrefetch();
   WeightPrefetch(const WeightPrefetch&) = delete;
   WeightPrefetch& operator=(const WeightPrefetch&) = delete;
 
-  // Starts pulling the weights of `clock` (dropping a pull still in flight).
-  void Start(int64_t clock, int64_t min_clock, Pull pull);
+  // Starts pulling the weights of `clock` through `client` (dropping a pull
+  // still in flight there first).
+  void Start(ParamClient* client, int64_t clock, int64_t min_clock);
   // Whether the last Start was for `clock` and has not been taken or dropped.
   bool Has(int64_t clock) const { return started_ && clock_ == clock; }
   // Waits for the pull Start(clock) began. On success its weights are
   // swapped into *weights (same shapes; their old buffers become the next
   // pull's), else *weights is untouched and the pull's error returned.
-  // REQUIRES: Has(clock).
-  absl::Status Take(int64_t clock, Weights* weights);
-  // Waits for a pull in flight and forgets it.
-  void Drop();
+  // REQUIRES: Has(clock), with the same client.
+  absl::Status Take(ParamClient* client, int64_t clock, ParamBuffers* weights);
+  // Waits for a pull in flight through `client` and forgets it.
+  void Drop(ParamClient* client);
+  // Forgets a pull whose client is gone (its end waited for the pull).
+  void Forget() { started_ = false; }
 
  private:
   kernels::Backend* const backend_;
-  Weights buffers_;
-  std::thread thread_;
+  ParamBuffers buffers_;
   bool started_ = false;
   int64_t clock_ = -1;
-  absl::Status status_;  // of the pull, written by thread_ before it ends
+  ParamTicket ticket_ = 0;
 };
 
 }  // namespace pstrain

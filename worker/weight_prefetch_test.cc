@@ -1,11 +1,10 @@
 #include "worker/weight_prefetch.h"
 
-#include <atomic>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "worker/testing/fakes.h"
 
 namespace pstrain {
 namespace {
@@ -19,66 +18,53 @@ std::vector<ParamInfo> TwoParams() {
   return {a, b};
 }
 
-// A fake pull: every weight becomes the clock asked for, plus min_clock / 10.
-absl::Status FillWithClock(int64_t clock, int64_t min_clock, WeightPrefetch::Weights* into) {
-  for (auto& w : *into) {
-    for (float& v : w) v = static_cast<float>(clock) + static_cast<float>(min_clock) / 10;
-  }
-  return absl::OkStatus();
-}
-
 TEST(WeightPrefetchTest, TakeSwapsInTheClocksWeights) {
   auto cpu = kernels::MakeCpuBackend(1);
+  testing::CallLog log;
+  testing::FakeParamClient client(&log, 0, false);
   WeightPrefetch prefetch(TwoParams(), cpu.get());
-  WeightPrefetch::Weights weights = {{0, 0, 0}, {0, 0}};
+  ParamBuffers weights = {{0, 0, 0}, {0, 0}};
   EXPECT_FALSE(prefetch.Has(5));
-  prefetch.Start(5, 4, FillWithClock);
+  prefetch.Start(&client, 5, 4);
   EXPECT_TRUE(prefetch.Has(5));
   EXPECT_FALSE(prefetch.Has(6));
-  ASSERT_TRUE(prefetch.Take(5, &weights).ok());
-  EXPECT_EQ(weights, (WeightPrefetch::Weights{{5.4f, 5.4f, 5.4f}, {5.4f, 5.4f}}));
-  EXPECT_FALSE(prefetch.Has(5));  // taken
-  // The old buffers serve the next pull; the taken weights stay as they were.
-  prefetch.Start(6, 5, FillWithClock);
-  ASSERT_TRUE(prefetch.Take(6, &weights).ok());
-  EXPECT_EQ(weights[1], (std::vector<float>{6.5f, 6.5f}));
+  ASSERT_TRUE(prefetch.Take(&client, 5, &weights).ok());
+  EXPECT_EQ(weights, (ParamBuffers{{5, 5, 5}, {5, 5}}));  // the fake fills the clock
+  EXPECT_FALSE(prefetch.Has(5));                          // taken
+  prefetch.Start(&client, 6, 5);
+  ASSERT_TRUE(prefetch.Take(&client, 6, &weights).ok());
+  EXPECT_EQ(weights[1], (std::vector<float>{6, 6}));
+  EXPECT_EQ(log, (testing::CallLog{"g0 pull 5 min 4", "g0 pull 6 min 5"}));
 }
 
 TEST(WeightPrefetchTest, AFailedPullLeavesTheWeightsAndSaysWhy) {
-  WeightPrefetch prefetch(TwoParams(), nullptr);
-  WeightPrefetch::Weights weights = {{1, 2, 3}, {4, 5}};
-  prefetch.Start(2, 1, [](int64_t, int64_t, WeightPrefetch::Weights* into) {
-    (*into)[0][0] = 99;  // a half-done pull
+  testing::CallLog log;
+  testing::FakeParamClient client(&log, 0, false, [](const std::string&) {
     return absl::UnavailableError("server 1 unreachable");
   });
-  const absl::Status st = prefetch.Take(2, &weights);
+  WeightPrefetch prefetch(TwoParams(), nullptr);
+  ParamBuffers weights = {{1, 2, 3}, {4, 5}};
+  prefetch.Start(&client, 2, 1);
+  const absl::Status st = prefetch.Take(&client, 2, &weights);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(weights, (WeightPrefetch::Weights{{1, 2, 3}, {4, 5}}));
+  EXPECT_EQ(weights, (ParamBuffers{{1, 2, 3}, {4, 5}}));
   EXPECT_FALSE(prefetch.Has(2));
-  EXPECT_EQ(prefetch.Take(2, &weights).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(prefetch.Take(&client, 2, &weights).code(), absl::StatusCode::kInternal);
 }
 
-TEST(WeightPrefetchTest, StartAndDropWaitForAPullInFlight) {
+TEST(WeightPrefetchTest, ANewStartDropsThePullInFlight) {
+  testing::CallLog log;
+  testing::FakeParamClient client(&log, 0, false);
   WeightPrefetch prefetch(TwoParams(), nullptr);
-  absl::Notification release;
-  std::atomic<int> finished{0};
-  prefetch.Start(1, 0, [&](int64_t, int64_t, WeightPrefetch::Weights*) {
-    release.WaitForNotification();
-    ++finished;
-    return absl::OkStatus();
-  });
-  std::thread releaser([&] { release.Notify(); });
-  prefetch.Drop();  // returns only once the pull has ended
-  EXPECT_EQ(finished.load(), 1);
-  EXPECT_FALSE(prefetch.Has(1));
-  releaser.join();
-  // A new Start replaces the old one.
-  prefetch.Start(3, 2, FillWithClock);
-  prefetch.Start(4, 3, FillWithClock);
+  prefetch.Start(&client, 3, 2);
+  prefetch.Start(&client, 4, 3);
   EXPECT_FALSE(prefetch.Has(3));
-  WeightPrefetch::Weights weights = {{0, 0, 0}, {0, 0}};
-  ASSERT_TRUE(prefetch.Take(4, &weights).ok());
-  EXPECT_EQ(weights[0][0], 4.3f);
+  ParamBuffers weights = {{0, 0, 0}, {0, 0}};
+  ASSERT_TRUE(prefetch.Take(&client, 4, &weights).ok());
+  EXPECT_EQ(weights[0][0], 4.0f);
+  prefetch.Start(&client, 5, 4);
+  prefetch.Drop(&client);
+  EXPECT_FALSE(prefetch.Has(5));
 }
 
 }  // namespace

@@ -1,0 +1,331 @@
+#include "worker/clock_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/dataset.h"
+
+namespace pstrain {
+namespace {
+
+// The L2 norm of a whole gradient (every parameter).
+float GlobalNorm(const ParamBuffers& grads) {
+  double sum = 0;
+  for (const std::vector<float>& g : grads) {
+    for (float v : g) sum += static_cast<double>(v) * v;
+  }
+  return static_cast<float>(std::sqrt(sum));
+}
+
+}  // namespace
+
+ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFactory params,
+                     DataSource* data, Model* model, kernels::Backend* backend)
+    : options_(std::move(options)),
+      total_(TotalClocks(options_.job)),
+      gate_(gate),
+      make_params_(std::move(params)),
+      data_(data),
+      model_(model),
+      backend_(backend),
+      generation_(options_.generation),
+      clock_(options_.start_clock) {
+  // Under SSP and ASP the next clock's weights come while this one computes.
+  if (options_.overlap && EffectiveStaleness(options_.job) != 0) {
+    prefetch_.emplace(model_->params(), backend_);
+  }
+  if (options_.overlap) {
+    model_->set_grads_ready([this](const std::vector<int>& params) {
+      push_tickets_.push_back(params_->Push(clock_, batch_.rows, &model_->grads(), 0.0f, params));
+    });
+  }
+  absl::MutexLock lock(&mu_);
+  metrics_.generation = options_.generation;
+}
+
+ClockLoop::~ClockLoop() {
+  leaving_ = true;
+  model_->set_grads_ready(nullptr);
+}
+
+ClockMetrics ClockLoop::metrics() const {
+  absl::MutexLock lock(&mu_);
+  return metrics_;
+}
+
+absl::Status ClockLoop::Connect(const ClusterView& cluster) {
+  if (cluster.servers_size() != options_.job.num_servers()) {
+    return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
+  }
+  // Calls of an older generation end first (abandoned at their next retry).
+  if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
+  for (ParamTicket t : push_tickets_) (void)params_->Wait(t);
+  push_tickets_.clear();
+  params_.reset();
+  cluster_ = cluster;
+  const int64_t generation = generation_;
+  params_ = make_params_(cluster_, generation, /*fp32=*/false, [this, generation] {
+    return leaving_ || (stop_ != nullptr && *stop_) || generation_ > generation ||
+           gate_->generation() > generation;
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
+  live_.assign(gate.live_workers().begin(), gate.live_workers().end());
+  const bool rolled_back = gate.generation() != generation_;
+  if (rolled_back) {
+    spdlog::warn("the cluster rolled back (generation {}): resuming at clock {} (was at {})",
+                 gate.generation(), gate.resume_clock(), clock_);
+    generation_ = gate.generation();
+    clock_ = gate.resume_clock();
+    absl::MutexLock lock(&mu_);
+    metrics_.generation = generation_;
+  }
+  if (rolled_back || params_ == nullptr) {
+    if (params_ == nullptr) {
+      spdlog::info("cluster complete: {} servers, {} workers; {} clocks ({} per epoch){}",
+                   options_.job.num_servers(), options_.job.num_workers(), total_,
+                   ClocksPerEpoch(options_.job),
+                   clock_ > 0 ? absl::StrCat("; starting at clock ", clock_) : "");
+    }
+    RETURN_IF_ERROR(Connect(gate.cluster()));
+  }
+  return rolled_back;
+}
+
+absl::Status ClockLoop::Resync(const absl::Status& failure) {
+  if (*stop_) return absl::CancelledError("interrupted");
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
+                   gate_->AdvanceClock(options_.rank, clock_, generation_));
+  if (gate.generation() == generation_) return failure;
+  return Adopt(gate).status();
+}
+
+absl::StatusOr<bool> ClockLoop::GateAndPull() {
+  const absl::Time t0 = absl::Now();
+  // The weights came while the last clock computed (the prefetch), or the
+  // pull goes out with the gate call (with overlap: the servers hold it
+  // until its read guarantee holds), or after the gate opened.
+  const bool prefetched = prefetch_ && params_ != nullptr && prefetch_->Has(clock_);
+  if (prefetch_ && params_ != nullptr && !prefetched) prefetch_->Drop(params_.get());
+  auto pull = [this] {
+    return params_->Pull(clock_, MinClockForRead(options_.job, clock_), &model_->weights());
+  };
+  std::optional<ParamTicket> ticket;
+  if (options_.overlap && params_ != nullptr && !prefetched) ticket = pull();
+  const int64_t pull_clock = clock_;
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
+                   gate_->AdvanceClock(options_.rank, clock_, generation_));
+  const absl::Time gated_at = absl::Now();
+  const ParamClient* before = params_.get();
+  ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
+  if (rolled_back) return false;
+  if (before == nullptr || (!prefetched && !ticket.has_value())) ticket = pull();
+  const absl::Status pulled = prefetched && before != nullptr
+                                  ? prefetch_->Take(params_.get(), pull_clock, &model_->weights())
+                                  : params_->Wait(*ticket);
+  if (!pulled.ok()) {
+    RETURN_IF_ERROR(Resync(pulled));
+    return false;
+  }
+  t_gate_ += gated_at - t0;
+  t_pull_ += absl::Now() - gated_at;
+  if (prefetch_ && clock_ + 1 < total_) {
+    prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
+  }
+  return true;
+}
+
+absl::Status ClockLoop::NextBatch() {
+  // The clock's global batch is split among the live workers: a dead
+  // worker's share goes to the others.
+  int share_of = options_.job.num_workers(), share = options_.rank;
+  if (!live_.empty()) {
+    share_of = static_cast<int>(live_.size());
+    share = static_cast<int>(std::find(live_.begin(), live_.end(), options_.rank) - live_.begin());
+    if (share == share_of) return absl::FailedPreconditionError("this worker is not live");
+  }
+  data_->NextBatch(clock_, share_of, share, &batch_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> ClockLoop::Step() {
+  const int k = options_.job.accum_steps();
+  if (k <= 1) return model_->TrainStep(batch_);
+  // The mean gradient over the batch from k micro-batches: each one's mean
+  // weighted by its share of the rows.
+  accumulated_.resize(model_->params().size());
+  for (size_t p = 0; p < model_->params().size(); ++p) {
+    accumulated_[p].assign(model_->params()[p].numel, 0.0f);
+  }
+  StepResult total;
+  double loss = 0;
+  for (int m = 0; m < k; ++m) {
+    const auto [begin, end] = RankSlice(batch_.rows, k, m);
+    if (begin == end) continue;
+    ASSIGN_OR_RETURN(const StepResult r, model_->TrainStep(SliceBatch(batch_, begin, end)));
+    const float share = static_cast<float>(end - begin) / static_cast<float>(batch_.rows);
+    for (size_t p = 0; p < model_->params().size(); ++p) {
+      const std::vector<float>& g = model_->grads()[p];
+      std::vector<float>& acc = accumulated_[p];
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += share * g[i];
+    }
+    loss += static_cast<double>(r.loss) * share;
+    total.correct += r.correct;
+    total.predicted += r.predicted;
+  }
+  total.loss = static_cast<float>(loss);
+  return total;
+}
+
+absl::Status ClockLoop::Push(bool finite) {
+  if (options_.overlap) {
+    // The layers' pushes went out during the backward; wait for them all.
+    absl::Status first;
+    for (ParamTicket t : push_tickets_) {
+      const absl::Status st = params_->Wait(t);
+      if (first.ok()) first = st;
+    }
+    push_tickets_.clear();
+    return first;
+  }
+  ParamBuffers& grads = options_.job.accum_steps() > 1 ? accumulated_ : model_->mutable_grads();
+  const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
+  return params_->Wait(params_->Push(clock_, batch_.rows, &grads, norm, {}));
+}
+
+absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
+  const absl::Time t2 = absl::Now();
+  if (options_.debug_slowdown_ms > 0) {
+    absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
+  }
+  RETURN_IF_ERROR(NextBatch());
+  if (options_.loss_scaling) model_->set_loss_scale(scaler_.scale());
+  ASSIGN_OR_RETURN(const StepResult step, Step());
+  // An fp16 overflow skips the step: the push carries the non-finite
+  // gradient, which every server counts and does not apply (a BSP round
+  // closes over the other workers' samples).
+  ParamBuffers& grads = options_.job.accum_steps() > 1 ? accumulated_ : model_->mutable_grads();
+  const bool finite = !options_.loss_scaling || scaler_.Unscale(&grads);
+  const absl::Time t3 = absl::Now();
+  const absl::Status pushed = Push(finite);
+  if (!pushed.ok()) {
+    RETURN_IF_ERROR(Resync(pushed));
+    return false;
+  }
+  t_compute_ += t3 - t2;
+  t_push_ += absl::Now() - t3;
+  RETURN_IF_ERROR(AfterClock(step));
+  return true;
+}
+
+absl::Status ClockLoop::AfterClock(const StepResult& step) {
+  window_loss_ += step.loss;
+  ++window_clocks_;
+  {
+    absl::MutexLock lock(&mu_);
+    metrics_.clock = clock_ + 1;
+    metrics_.loss = step.loss;
+    metrics_.peak_device_bytes = backend_->peak_bytes();
+    metrics_.loss_scale = options_.loss_scaling ? scaler_.scale() : 1.0;
+    metrics_.skipped_steps = scaler_.overflows();
+    metrics_.bytes_in = params_->bytes_in();
+    metrics_.bytes_out = params_->bytes_out();
+    ++metrics_.pushes;
+    ++metrics_.pulls;
+  }
+  const JobSpec& job = options_.job;
+  const bool epoch_end = (clock_ + 1) % ClocksPerEpoch(job) == 0;
+  if (window_clocks_ == job.log_every() || clock_ + 1 == total_ || epoch_end) {
+    const double secs = absl::ToDoubleSeconds(absl::Now() - window_start_);
+    const double n = static_cast<double>(window_clocks_);
+    ClockMetrics m;
+    m.samples_per_s = secs > 0 ? n * job.batch_size() / secs : 0;
+    m.gate_ms = absl::ToDoubleMilliseconds(t_gate_) / n;
+    m.pull_ms = absl::ToDoubleMilliseconds(t_pull_) / n;
+    m.compute_ms = absl::ToDoubleMilliseconds(t_compute_) / n;
+    m.push_ms = absl::ToDoubleMilliseconds(t_push_) / n;
+    {
+      absl::MutexLock lock(&mu_);
+      metrics_.samples_per_s = m.samples_per_s;
+      metrics_.gate_ms = m.gate_ms;
+      metrics_.pull_ms = m.pull_ms;
+      metrics_.compute_ms = m.compute_ms;
+      metrics_.push_ms = m.push_ms;
+    }
+    if (options_.rank == 0) {
+      spdlog::info(
+          "clock {}/{} epoch {} loss {:.4f} samples/s {:.0f} (per clock: gate {:.1f} ms, "
+          "pull {:.1f} ms, compute {:.1f} ms, push {:.1f} ms)",
+          clock_ + 1, total_, data_->Epoch(clock_), window_loss_ / n, m.samples_per_s, m.gate_ms,
+          m.pull_ms, m.compute_ms, m.push_ms);
+    }
+    window_start_ = absl::Now();
+    window_clocks_ = 0;
+    window_loss_ = 0;
+    t_gate_ = t_pull_ = t_compute_ = t_push_ = absl::ZeroDuration();
+  }
+  if (epoch_end && options_.rank == 0 && options_.eval_each_epoch && clock_ + 1 < total_) {
+    ASSIGN_OR_RETURN(const double acc, data_->Evaluate(*model_));
+    spdlog::info("epoch {} done: test accuracy {:.4f} (weights of clock {})", data_->Epoch(clock_),
+                 acc, clock_);
+    absl::MutexLock lock(&mu_);
+    metrics_.test_accuracy = acc;
+    window_start_ = absl::Now();  // samples/s counts training only
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ClockLoop::FinalRead() {
+  // Report the last clock, then read every worker's every update. The
+  // final read is of the fp32 master weights whatever the wire dtype: they
+  // are what the job trained (and what --weights_out writes).
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
+                   gate_->AdvanceClock(options_.rank, total_, generation_));
+  ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
+  if (rolled_back) return false;
+  if (prefetch_) prefetch_->Drop(params_.get());
+  const int64_t generation = generation_;
+  final_params_ = make_params_(cluster_, generation, /*fp32=*/true, [this, generation] {
+    return leaving_ || *stop_ || gate_->generation() > generation;
+  });
+  const absl::Status read =
+      final_params_->Wait(final_params_->Pull(total_, total_, &model_->weights()));
+  if (!read.ok()) {
+    RETURN_IF_ERROR(Resync(read));
+    return false;
+  }
+  return true;
+}
+
+absl::StatusOr<double> ClockLoop::Run(const std::atomic<bool>& stop) {
+  stop_ = &stop;
+  window_start_ = absl::Now();
+  while (true) {
+    if (stop) return absl::CancelledError("interrupted");
+    if (clock_ >= total_) {
+      ASSIGN_OR_RETURN(const bool read, FinalRead());
+      if (read) break;
+      continue;
+    }
+    ASSIGN_OR_RETURN(const bool pulled, GateAndPull());
+    if (!pulled) continue;
+    ASSIGN_OR_RETURN(const bool pushed, ComputeAndPush());
+    if (!pushed) continue;
+    ++clock_;
+  }
+  ASSIGN_OR_RETURN(const double acc, data_->Evaluate(*model_));
+  absl::MutexLock lock(&mu_);
+  metrics_.test_accuracy = acc;
+  metrics_.clock = total_;
+  metrics_.bytes_in = params_->bytes_in() + final_params_->bytes_in();
+  return acc;
+}
+
+}  // namespace pstrain

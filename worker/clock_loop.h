@@ -1,0 +1,174 @@
+// A worker's clock loop over interfaces. For each clock c:
+//
+//   gate (the scheduler) + pull (read guarantee min_clock = c - s)
+//     -> forward/backward on this rank's share of the global batch
+//     -> push tagged c
+//
+// then the final read of every update and the evaluation. The gate, the
+// parameter client and the data come through interfaces: the daemon's are
+// the scheduler client and AsyncPsClient over gRPC; tests use in-process
+// fakes. A gate answer of a newer generation (the cluster rolled back to a
+// checkpoint), or a failed pull or push followed by one, sends the loop to
+// the checkpoint's clock with clients of the new generation's servers.
+//
+// With overlap (TrainerOptions::overlap, when the job allows it) the
+// gradients are pushed layer by layer as the backward makes them, and
+// under SSP and ASP the next clock's weights are pulled while this clock
+// computes (worker/weight_prefetch.h); otherwise the whole gradient is
+// pushed after the step. With overlap the pull goes out together with the
+// gate call (the servers hold it until its read guarantee holds); without,
+// after the gate opened.
+#ifndef PSTRAIN_WORKER_CLOCK_LOOP_H_
+#define PSTRAIN_WORKER_CLOCK_LOOP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "proto/cluster.pb.h"
+#include "worker/loss_scaler.h"
+#include "worker/model.h"
+#include "worker/param_client.h"
+#include "worker/weight_prefetch.h"
+
+namespace pstrain {
+
+// The gate, as the loop sees it.
+class GateClient {
+ public:
+  virtual ~GateClient() = default;
+  // Reports that `worker` finished clock - 1 and asks to start `clock`.
+  virtual absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock,
+                                                            int64_t generation) = 0;
+  // The newest generation the scheduler has told of (in heartbeats).
+  virtual int64_t generation() const = 0;
+};
+
+// The training data and the evaluation, as the loop sees them.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // Share `share` of `share_of` of clock `clock`'s global batch.
+  virtual void NextBatch(int64_t clock, int share_of, int share, Batch* batch) = 0;
+  // The accuracy of the model's current weights on the test (or
+  // validation) data.
+  virtual absl::StatusOr<double> Evaluate(Model& model) = 0;
+  // The pass over the data that clock `clock` is in.
+  virtual int64_t Epoch(int64_t clock) const = 0;
+};
+
+// The parameter client for the servers of `cluster` in `generation`;
+// `fp32`: pulls of fp32 master weights whatever the wire dtype (the final
+// read); `abandon` is asked before each retry (true ends the call).
+using ParamClientFactory = std::function<std::unique_ptr<ParamClient>(
+    const ClusterView& cluster, int64_t generation, bool fp32, std::function<bool()> abandon)>;
+
+struct ClockLoopOptions {
+  JobSpec job;  // complete and valid
+  int rank = 0;
+  int64_t start_clock = 0;
+  int64_t generation = 0;
+  bool overlap = false;         // push by layers (and prefetch under SSP/ASP)
+  bool loss_scaling = false;    // fp16: dynamic loss scaling
+  bool eval_each_epoch = true;  // rank 0 evaluates at each epoch's end
+  int debug_slowdown_ms = 0;
+};
+
+// What the loop has done, for Status.
+struct ClockMetrics {
+  int64_t clock = 0;  // clocks finished
+  int64_t generation = 0;
+  double loss = 0;
+  double samples_per_s = 0;
+  double test_accuracy = -1;
+  double gate_ms = 0, pull_ms = 0, compute_ms = 0, push_ms = 0;  // per clock, last window
+  double loss_scale = 1;
+  int64_t skipped_steps = 0;
+  int64_t bytes_in = 0, bytes_out = 0;
+  int64_t pushes = 0, pulls = 0;
+  int64_t peak_device_bytes = 0;
+};
+
+class ClockLoop {
+ public:
+  // Everything must outlive the loop; `backend` is the model's.
+  ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFactory params, DataSource* data,
+            Model* model, kernels::Backend* backend);
+  ~ClockLoop();
+
+  // Trains every clock from the start clock; then the final read and the
+  // evaluation, whose accuracy it returns. CANCELLED once `stop` is set.
+  absl::StatusOr<double> Run(const std::atomic<bool>& stop);
+
+  ClockMetrics metrics() const;
+
+ private:
+  // Gate and pull of clock_; false when the clock must start over (the
+  // cluster rolled back, or a failed pull was followed by a rollback).
+  absl::StatusOr<bool> GateAndPull();
+  // The step and its push; false when the clock must start over.
+  absl::StatusOr<bool> ComputeAndPush();
+  // The clock's global batch split among the live workers: this rank's rows.
+  absl::Status NextBatch();
+  // One clock's forward and backward; in accum_steps micro-batches whose
+  // mean gradient goes to accumulated_ when that is above 1.
+  absl::StatusOr<StepResult> Step();
+  absl::Status Push(bool finite);
+  // The last clock's report, then the final read of every update; false
+  // when the cluster rolled back meanwhile.
+  absl::StatusOr<bool> FinalRead();
+  // Takes a gate answer; true when it says the cluster rolled back (the
+  // loop resumes at its clock).
+  absl::StatusOr<bool> Adopt(const AdvanceClockResponse& gate);
+  // After a failed pull or push: did the cluster roll back? If not, the
+  // failure stands.
+  absl::Status Resync(const absl::Status& failure);
+  // Clients of the servers of `cluster` for the current generation.
+  absl::Status Connect(const ClusterView& cluster);
+  // Metrics, progress lines and the epoch's evaluation after clock_.
+  absl::Status AfterClock(const StepResult& step);
+
+  const ClockLoopOptions options_;
+  const int64_t total_;
+  GateClient* const gate_;
+  const ParamClientFactory make_params_;
+  DataSource* const data_;
+  Model* const model_;
+  kernels::Backend* const backend_;
+  const std::atomic<bool>* stop_ = nullptr;
+  // Set when the loop ends: pulls in flight give up at their next retry.
+  std::atomic<bool> leaving_{false};
+  std::atomic<int64_t> generation_;
+
+  int64_t clock_;
+  std::vector<int> live_;  // the live workers, from the last gate
+  ClusterView cluster_;    // the servers, from the last gate
+  Batch batch_;
+  ParamBuffers accumulated_;  // accum_steps > 1
+  LossScaler scaler_;
+  std::vector<ParamTicket> push_tickets_;  // this clock's pushes by layer
+  std::optional<WeightPrefetch> prefetch_;
+  std::unique_ptr<ParamClient> params_;  // after prefetch_: it ends first
+  std::unique_ptr<ParamClient> final_params_;
+
+  // The window of clocks the progress line reports on.
+  absl::Time window_start_;
+  int64_t window_clocks_ = 0;
+  double window_loss_ = 0;
+  absl::Duration t_gate_, t_pull_, t_compute_, t_push_;
+
+  mutable absl::Mutex mu_;
+  ClockMetrics metrics_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_CLOCK_LOOP_H_

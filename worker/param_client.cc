@@ -1,0 +1,80 @@
+#include "worker/param_client.h"
+
+#include <utility>
+
+namespace pstrain {
+
+AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
+                             const PsClientOptions& options) {
+  for (Lane* lane : {&pulls_, &pushes_}) {
+    lane->client = std::make_unique<PsClient>(cluster, partition, worker_id, options);
+    lane->thread = std::thread([this, lane] { Loop(lane); });
+  }
+}
+
+AsyncPsClient::~AsyncPsClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (Lane* lane : {&pulls_, &pushes_}) lane->thread.join();
+}
+
+ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
+  absl::MutexLock lock(&mu_);
+  const ParamTicket ticket = ++next_ticket_;
+  lane.queue.emplace_back(ticket, std::move(op));
+  return ticket;
+}
+
+ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) {
+  return Queue(pulls_, [clock, min_clock, into](PsClient& client) {
+    return client.Pull(clock, min_clock, into);
+  });
+}
+
+ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffers* grads,
+                                float norm, std::vector<int> params) {
+  return Queue(pushes_, [=, params = std::move(params)](PsClient& client) {
+    return params.empty() ? client.Push(clock, num_samples, *grads, norm)
+                          : client.PushParams(clock, num_samples, *grads, norm, params);
+  });
+}
+
+absl::Status AsyncPsClient::Wait(ParamTicket ticket) {
+  absl::MutexLock lock(&mu_);
+  auto landed = [this, ticket]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_.count(ticket) > 0; };
+  mu_.Await(absl::Condition(&landed));
+  const absl::Status st = done_[ticket];
+  done_.erase(ticket);
+  return st;
+}
+
+void AsyncPsClient::Loop(Lane* lane) {
+  while (true) {
+    std::pair<ParamTicket, Operation> op;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this, lane]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !lane->queue.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      op = std::move(lane->queue.front());
+      lane->queue.pop_front();
+    }
+    const absl::Status st = op.second(*lane->client);
+    absl::MutexLock lock(&mu_);
+    done_[op.first] = st;
+  }
+}
+
+int64_t AsyncPsClient::bytes_in() const {
+  return pulls_.client->bytes_in() + pushes_.client->bytes_in();
+}
+
+int64_t AsyncPsClient::bytes_out() const {
+  return pulls_.client->bytes_out() + pushes_.client->bytes_out();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,84 @@
+// The worker's parameter client, ps-lite style: Push and Pull queue an
+// operation and return a ticket at once, Wait(ticket) waits for it. The
+// clock loop (worker/clock_loop.h) uses this one interface whether it
+// pushes layer by layer during the backward or the whole gradient after
+// it, and whether it pulls at the top of a clock or prefetches the next
+// clock's weights while this one computes; tests give it a fake.
+#ifndef PSTRAIN_WORKER_PARAM_CLIENT_H_
+#define PSTRAIN_WORKER_PARAM_CLIENT_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/ps_client.h"
+
+namespace pstrain {
+
+using ParamTicket = int64_t;
+using ParamBuffers = std::vector<std::vector<float>>;
+
+class ParamClient {
+ public:
+  virtual ~ParamClient() = default;
+  // Reads every parameter for iteration `clock` under the read guarantee
+  // `min_clock` into *into (sized), which must stay untouched until Wait.
+  virtual ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) = 0;
+  // Sends iteration `clock`'s gradients of `params` (every parameter when
+  // empty; each parameter once per iteration) from *grads, which must stay
+  // unchanged until Wait; `norm` is the whole gradient's L2 norm (for
+  // clipping; 0 when the push is by layers).
+  virtual ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
+                           std::vector<int> params) = 0;
+  // Waits for the operation; its status. Each ticket is waited for once.
+  virtual absl::Status Wait(ParamTicket ticket) = 0;
+  // Payload bytes moved so far (in the wire dtype).
+  virtual int64_t bytes_in() const = 0;
+  virtual int64_t bytes_out() const = 0;
+};
+
+// ParamClient on PsClient: pulls run in order on one thread, pushes in
+// order on another, so a prefetch and the pushes of the backward move at
+// once. Push, Pull and Wait from one thread.
+class AsyncPsClient : public ParamClient {
+ public:
+  // `partition` must outlive the client.
+  AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
+                const PsClientOptions& options);
+  // Waits for the operations under way (PsClientOptions::abandon cuts them
+  // short); the queued ones are dropped.
+  ~AsyncPsClient() override;
+
+  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) override;
+  ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
+                   std::vector<int> params) override;
+  absl::Status Wait(ParamTicket ticket) override;
+  int64_t bytes_in() const override;
+  int64_t bytes_out() const override;
+
+ private:
+  using Operation = std::function<absl::Status(PsClient&)>;
+  struct Lane {
+    std::unique_ptr<PsClient> client;
+    std::deque<std::pair<ParamTicket, Operation>> queue;
+    std::thread thread;
+  };
+  ParamTicket Queue(Lane& lane, Operation op);
+  void Loop(Lane* lane);
+
+  absl::Mutex mu_;
+  Lane pulls_, pushes_;
+  std::map<ParamTicket, absl::Status> done_ ABSL_GUARDED_BY(mu_);
+  ParamTicket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_PARAM_CLIENT_H_
