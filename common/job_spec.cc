@@ -168,8 +168,7 @@ absl::Status ValidateGpt(const JobSpec& job) {
     return bad("gpt.width must be in [1, 65536], got ", gpt.width());
   }
   if (gpt.width() % gpt.heads() != 0) {
-    return bad("gpt.width (", gpt.width(), ") must be a multiple of gpt.heads (", gpt.heads(),
-               ")");
+    return bad("gpt.width (", gpt.width(), ") must be a multiple of gpt.heads (", gpt.heads(), ")");
   }
   if (gpt.context() < 2 || gpt.context() > 8192) {
     return bad("gpt.context must be in [2, 8192], got ", gpt.context());
@@ -255,6 +254,53 @@ void ApplyJobDefaults(JobSpec* job) {
   if (!job->has_accum_steps()) job->set_accum_steps(1);
 }
 
+namespace {
+
+// The MLP: dense layers chain, the loss comes last and matches the classes.
+absl::Status ValidateMlp(const JobSpec& job) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
+  };
+  const DataSpec& data = job.data();
+  const ModelSpec& model = job.model();
+  if (model.input_dim() < 1) return bad("model.input_dim must be >= 1");
+  const int expected_dim = data.dataset() == SYNTHETIC ? data.synthetic_dim() : kFashionMnistDim;
+  if (model.input_dim() != expected_dim) {
+    return bad("model.input_dim is ", model.input_dim(), " but the data has ", expected_dim,
+               " features");
+  }
+  int width = model.input_dim();
+  bool has_dense = false;
+  for (int i = 0; i < model.layers_size(); ++i) {
+    const LayerSpec& layer = model.layers(i);
+    const bool last = i + 1 == model.layers_size();
+    switch (layer.type()) {
+      case DENSE:
+        if (layer.units() < 1) return bad("layer ", i, " (dense): units must be >= 1");
+        width = layer.units();
+        has_dense = true;
+        break;
+      case RELU:
+        break;
+      case SOFTMAX_XENT:
+        if (!last) return bad("layer ", i, ": softmax_xent must be the last layer");
+        break;
+      default:
+        return bad("layer ", i, ": unknown layer type");
+    }
+  }
+  if (!has_dense || model.layers(model.layers_size() - 1).type() != SOFTMAX_XENT) {
+    return bad("model needs at least one dense layer and softmax_xent last");
+  }
+  const int classes = data.dataset() == SYNTHETIC ? data.synthetic_classes() : 10;
+  if (width != classes) {
+    return bad("the last dense layer has ", width, " units but the data has ", classes, " classes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateJobSpec(const JobSpec& job) {
   auto bad = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
@@ -303,41 +349,7 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   const DataSpec& data = job.data();
   const ModelSpec& model = job.model();
   if (model.kind() == GPT || data.dataset() == TEXT) return ValidateGpt(job);
-  // The model: dense layers chain, the loss comes last and matches the classes.
-  if (model.input_dim() < 1) return bad("model.input_dim must be >= 1");
-  const int expected_dim = data.dataset() == SYNTHETIC ? data.synthetic_dim() : kFashionMnistDim;
-  if (model.input_dim() != expected_dim) {
-    return bad("model.input_dim is ", model.input_dim(), " but the data has ", expected_dim,
-               " features");
-  }
-  int width = model.input_dim();
-  bool has_dense = false;
-  for (int i = 0; i < model.layers_size(); ++i) {
-    const LayerSpec& layer = model.layers(i);
-    const bool last = i + 1 == model.layers_size();
-    switch (layer.type()) {
-      case DENSE:
-        if (layer.units() < 1) return bad("layer ", i, " (dense): units must be >= 1");
-        width = layer.units();
-        has_dense = true;
-        break;
-      case RELU:
-        break;
-      case SOFTMAX_XENT:
-        if (!last) return bad("layer ", i, ": softmax_xent must be the last layer");
-        break;
-      default:
-        return bad("layer ", i, ": unknown layer type");
-    }
-  }
-  if (!has_dense || model.layers(model.layers_size() - 1).type() != SOFTMAX_XENT) {
-    return bad("model needs at least one dense layer and softmax_xent last");
-  }
-  const int classes = data.dataset() == SYNTHETIC ? data.synthetic_classes() : 10;
-  if (width != classes) {
-    return bad("the last dense layer has ", width, " units but the data has ", classes, " classes");
-  }
-  return absl::OkStatus();
+  return ValidateMlp(job);
 }
 
 int64_t TrainSetSize(const JobSpec& job) {

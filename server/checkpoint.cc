@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -211,6 +212,40 @@ bool MetadataNumber(const google::protobuf::Struct& meta, const std::string& key
 
 }  // namespace
 
+// A tensor's entry in the header: F32, a shape, and data offsets inside the
+// file's data (data_bytes from data_start) that match the shape.
+absl::StatusOr<CheckpointFile::Tensor> ParseTensor(const std::string& path, const std::string& name,
+                                                   const google::protobuf::Value& value,
+                                                   int64_t data_start, int64_t data_bytes) {
+  if (value.kind_case() != google::protobuf::Value::kStructValue) {
+    return Bad(path, absl::StrCat("tensor ", name, " is not an object"));
+  }
+  const auto& t = value.struct_value().fields();
+  auto dtype = t.find("dtype"), shape = t.find("shape"), offsets = t.find("data_offsets");
+  if (dtype == t.end() || dtype->second.string_value() != "F32") {
+    return Bad(path, absl::StrCat("tensor ", name, " is not F32"));
+  }
+  int64_t numel = 1, begin = 0, end = 0;
+  if (shape == t.end() || shape->second.kind_case() != google::protobuf::Value::kListValue) {
+    return Bad(path, absl::StrCat("tensor ", name, " has no shape"));
+  }
+  for (const auto& d : shape->second.list_value().values()) {
+    int64_t dim;
+    if (!WholeNumber(d, &dim) || (dim > 0 && numel > (int64_t{1} << 50) / dim)) {
+      return Bad(path, absl::StrCat("tensor ", name, " has a bad shape"));
+    }
+    numel *= dim;
+  }
+  if (offsets == t.end() || offsets->second.kind_case() != google::protobuf::Value::kListValue ||
+      offsets->second.list_value().values_size() != 2 ||
+      !WholeNumber(offsets->second.list_value().values(0), &begin) ||
+      !WholeNumber(offsets->second.list_value().values(1), &end) || begin > end ||
+      end > data_bytes || end - begin != numel * 4) {
+    return Bad(path, absl::StrCat("tensor ", name, " has bad data_offsets"));
+  }
+  return CheckpointFile::Tensor{data_start + begin, numel};
+}
+
 absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
   const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (raw < 0)
@@ -243,33 +278,7 @@ absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
   const int64_t data_bytes = static_cast<int64_t>(size) - data_start;
   for (const auto& [name, value] : json.fields()) {
     if (name == "__metadata__") continue;
-    if (value.kind_case() != google::protobuf::Value::kStructValue) {
-      return Bad(path, absl::StrCat("tensor ", name, " is not an object"));
-    }
-    const auto& t = value.struct_value().fields();
-    auto dtype = t.find("dtype"), shape = t.find("shape"), offsets = t.find("data_offsets");
-    if (dtype == t.end() || dtype->second.string_value() != "F32") {
-      return Bad(path, absl::StrCat("tensor ", name, " is not F32"));
-    }
-    int64_t numel = 1, begin = 0, end = 0;
-    if (shape == t.end() || shape->second.kind_case() != google::protobuf::Value::kListValue) {
-      return Bad(path, absl::StrCat("tensor ", name, " has no shape"));
-    }
-    for (const auto& d : shape->second.list_value().values()) {
-      int64_t dim;
-      if (!WholeNumber(d, &dim) || (dim > 0 && numel > (int64_t{1} << 50) / dim)) {
-        return Bad(path, absl::StrCat("tensor ", name, " has a bad shape"));
-      }
-      numel *= dim;
-    }
-    if (offsets == t.end() || offsets->second.kind_case() != google::protobuf::Value::kListValue ||
-        offsets->second.list_value().values_size() != 2 ||
-        !WholeNumber(offsets->second.list_value().values(0), &begin) ||
-        !WholeNumber(offsets->second.list_value().values(1), &end) || begin > end ||
-        end > data_bytes || end - begin != numel * 4) {
-      return Bad(path, absl::StrCat("tensor ", name, " has bad data_offsets"));
-    }
-    f.tensors_[name] = Tensor{data_start + begin, numel};
+    ASSIGN_OR_RETURN(f.tensors_[name], ParseTensor(path, name, value, data_start, data_bytes));
   }
   auto meta = json.fields().find("__metadata__");
   if (meta == json.fields().end() ||

@@ -97,11 +97,13 @@ class CheckpointFile {
   // Reads tensor `name`, which must hold exactly `n` floats, into `out`.
   absl::Status Read(const std::string& name, float* out, int64_t n) const;
 
- private:
+  // Where a tensor's data lies in the file.
   struct Tensor {
     int64_t begin = 0;  // byte offsets from the file's start
     int64_t floats = 0;
   };
+
+ private:
   std::string path_;
   std::shared_ptr<int> fd_;  // closes on the last copy's destruction
   int64_t clock_ = 0;
