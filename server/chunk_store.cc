@@ -9,6 +9,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/simd.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 namespace {
@@ -156,31 +157,63 @@ absl::Status ChunkStore::CheckChunk(int32_t chunk) const {
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
-                                   size_t num_values, int64_t generation) const {
-  if (worker < 0 || worker >= num_workers_) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker));
-  }
-  if (num_samples < 1 || num_samples > job_.batch_size()) {
+absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
+  RETURN_IF_ERROR(CheckGeneration(push.generation));
+  if (push.parts.empty()) return absl::InvalidArgumentError("push: no chunks");
+  if (!(push.grad_norm >= 0) || std::isinf(push.grad_norm)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("num_samples ", num_samples, " outside [1, ", job_.batch_size(), "]"));
+        absl::StrCat("push: grad_norm ", push.grad_norm, " is not a finite norm"));
   }
-  Chunk* c = Find(chunk);
-  if (c == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown chunk ", chunk, " for this server"));
+  if (push.worker < 0 || push.worker >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", push.worker));
   }
-  absl::MutexLock lock(&c->mu);
-  if (const absl::Status st = CheckChunkGeneration(*c, generation); !st.ok()) return st;
-  if (!c->live[worker]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker, " was declared dead; its pushes are refused"));
+  if (push.num_samples < 1 || push.num_samples > job_.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_samples ", push.num_samples, " outside [1, ", job_.batch_size(), "]"));
   }
-  if (num_values != c->weights.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " has ", c->weights.size(),
-                                                   " values, push has ", num_values));
+  for (const PushRequest::Part& part : push.parts) {
+    Chunk* c = Find(part.chunk);
+    if (c == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown chunk ", part.chunk, " for this server"));
+    }
+    absl::MutexLock lock(&c->mu);
+    RETURN_IF_ERROR(CheckChunkGeneration(*c, push.generation));
+    if (!c->live[push.worker]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", push.worker, " was declared dead; its pushes are refused"));
+    }
+    if (part.values != static_cast<int64_t>(c->weights.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("push: chunk ", part.chunk, " has ",
+                                                     c->weights.size(), " values; the push has ",
+                                                     part.bytes, " bytes of ", push.wire_dtype));
+    }
+    bool duplicate = false;
+    RETURN_IF_ERROR(ClassifyPush(*c, push.worker, push.clock, part.chunk, &duplicate));
   }
-  bool duplicate = false;
-  return ClassifyPush(*c, worker, clock, chunk, &duplicate);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Push(const PushRequest& push,
+                              const std::function<absl::Span<const float>(size_t)>& grad) {
+  RETURN_IF_ERROR(CheckPush(push));
+  for (size_t i = 0; i < push.parts.size(); ++i) {
+    RETURN_IF_ERROR(ApplyPart(push, push.parts[i].chunk, grad(i)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
+                              absl::Span<const float> grad, float push_norm, int64_t generation) {
+  PushRequest push;
+  push.worker = worker;
+  push.clock = clock;
+  push.num_samples = num_samples;
+  push.grad_norm = push_norm;
+  push.generation = generation;
+  push.parts.push_back({chunk, static_cast<int64_t>(grad.size()),
+                        static_cast<int64_t>(grad.size() * sizeof(float))});
+  return Push(push, [grad](size_t) { return grad; });
 }
 
 absl::Status ChunkStore::ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
@@ -213,14 +246,15 @@ bool ChunkStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<cons
   return false;
 }
 
-absl::Status ChunkStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
-                              absl::Span<const float> grad, float push_norm, int64_t generation) {
-  const absl::Status ok = CheckPush(worker, clock, num_samples, chunk, grad.size(), generation);
-  if (!ok.ok()) return ok;
+absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
+                                   absl::Span<const float> grad) {
+  const int worker = push.worker, num_samples = push.num_samples;
+  const int64_t clock = push.clock;
+  const float push_norm = push.grad_norm;
   Chunk& c = *Find(chunk);
   absl::MutexLock lock(&c.mu);
   // Restored since CheckPush: refused.
-  if (const absl::Status st = CheckChunkGeneration(c, generation); !st.ok()) return st;
+  if (const absl::Status st = CheckChunkGeneration(c, push.generation); !st.ok()) return st;
   bool duplicate = false;
   const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
   if (!order.ok()) return order;           // raced with another push of the same worker

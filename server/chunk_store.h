@@ -37,23 +37,42 @@ class ChunkStore {
   ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
              std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace);
 
-  // One push: gradients (the mean over `num_samples` samples) of iteration
-  // `clock` for `chunk`. BSP adds them to the chunk's round and applies one
-  // optimizer step over the round's mean once every worker has pushed; SSP
-  // and ASP apply them at once, scaled by min(1, clip_norm / push_norm) when
-  // the job clips (`push_norm`: the norm of the worker's whole gradient).
-  // A push repeated for an iteration already taken is acknowledged and
-  // ignored (client retries). A push with a NaN or Inf is taken but not
-  // applied (unless the job allows them): counted, and logged once per chunk.
-  // INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch, or a
-  // clock other than the worker's next; the store is unchanged then.
-  // A push of another generation than the chunk's is refused (see CheckGeneration).
+  // One push request: iteration `clock`'s gradients (each the mean over
+  // `num_samples` samples) of several chunks from `worker`; `grad_norm` is
+  // the norm of the worker's whole gradient (clipping under SSP/ASP).
+  struct PushRequest {
+    int worker = 0;
+    int64_t clock = 0;
+    int num_samples = 0;
+    float grad_norm = 0;
+    int64_t generation = 0;
+    std::string wire_dtype = "fp32";  // how the values came, for messages
+    struct Part {
+      int32_t chunk = 0;
+      int64_t values = 0;  // how many the request holds for it
+      int64_t bytes = 0;   // in the wire dtype
+    };
+    std::vector<Part> parts;
+  };
+  // The one owner of a push's meaning. Validates the whole request first --
+  // the generation (see CheckGeneration), the norm, every part against its
+  // chunk's size, the worker (known, live), the number of samples and the
+  // worker's next clock -- so it is taken whole or not at all; then applies
+  // each part, whose values `grad(i)` gives (decoded by the caller only
+  // then). BSP adds them to the chunk's round and applies one optimizer step
+  // over the round's mean once every live worker has pushed; SSP and ASP
+  // apply them at once, scaled by min(1, clip_norm / grad_norm) when the job
+  // clips. A push repeated for an iteration already taken is acknowledged
+  // and ignored (client retries). A part with a NaN or Inf is taken but not
+  // applied (unless the job allows them): counted, and logged once per
+  // chunk. INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch,
+  // or a clock other than the worker's next; FAILED_PRECONDITION for a dead
+  // worker's push.
+  absl::Status Push(const PushRequest& push,
+                    const std::function<absl::Span<const float>(size_t part)>& grad);
+  // One chunk's push (tests, benchmarks): a request of one part.
   absl::Status Push(int worker, int64_t clock, int num_samples, int32_t chunk,
                     absl::Span<const float> grad, float push_norm = 0, int64_t generation = 0);
-  // Checks a push without applying it (so a request of several chunks is
-  // taken whole or not at all).
-  absl::Status CheckPush(int worker, int64_t clock, int num_samples, int32_t chunk,
-                         size_t num_values, int64_t generation = 0) const;
 
   // Whether a request of cluster generation `generation` may be served: OK for the
   // store's generation; FAILED_PRECONDITION for an older one (the cluster rolled
@@ -166,6 +185,10 @@ class ChunkStore {
   Chunk* Find(int32_t chunk) const;
   // OK for the worker's next push (*duplicate false) or a repeat of one
   // already taken (*duplicate true); INVALID_ARGUMENT for any other clock.
+  // Checks a request before anything of it is applied.
+  absl::Status CheckPush(const PushRequest& push) const;
+  // Applies one part (checked), racing other pushes only of other workers.
+  absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
   absl::Status ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
                             bool* duplicate) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // One optimizer step of iteration `clock` with gradient `grad`.

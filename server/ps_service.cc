@@ -49,55 +49,50 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   PushHeader h;
   std::vector<PayloadRef> chunks;
   if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
-  if (const absl::Status st = store.CheckGeneration(h.generation); !st.ok()) return ToGrpc(st);
   if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
-  if (chunks.empty()) return Invalid("push: no chunks");
-  if (!(h.grad_norm >= 0) || std::isinf(h.grad_norm)) {
-    return Invalid(absl::StrCat("push: grad_norm ", h.grad_norm, " is not a finite norm"));
-  }
   const int width = DTypeSize(h.dtype);
-  // Validate the whole request first (each payload's size against its
-  // chunk's declared size): it is applied whole or not at all, and nothing
-  // is allocated for a chunk beyond its declared size.
+  ChunkStore::PushRequest push;
+  push.worker = h.worker_id;
+  push.clock = h.clock;
+  push.num_samples = h.num_samples;
+  push.grad_norm = h.grad_norm;
+  push.generation = h.generation;
+  push.wire_dtype = DTypeName(h.dtype);
+  int64_t bytes = 0;
   for (const PayloadRef& c : chunks) {
-    const int64_t numel = store.ChunkNumel(c.chunk);
-    if (numel == 0)
-      return Invalid(absl::StrCat("push: unknown chunk ", c.chunk, " for this server"));
-    if (c.bytes != static_cast<size_t>(numel) * width) {
-      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", numel, " values; the push has ",
-                                  c.bytes, " bytes of ", DTypeName(h.dtype)));
+    if (c.bytes % width != 0) {
+      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
+                                  DTypeName(h.dtype), " values"));
     }
-    const absl::Status st =
-        store.CheckPush(h.worker_id, h.clock, h.num_samples, c.chunk, numel, h.generation);
-    if (!st.ok()) return ToGrpc(st);
+    push.parts.push_back(
+        {c.chunk, static_cast<int64_t>(c.bytes / width), static_cast<int64_t>(c.bytes)});
+    bytes += static_cast<int64_t>(c.bytes);
   }
   // Per-thread buffers, grown once to the largest chunk.
   thread_local std::vector<float> grad;
   thread_local std::vector<char> staging;
-  int64_t bytes = 0;
-  for (const PayloadRef& c : chunks) {
-    const int64_t numel = store.ChunkNumel(c.chunk);
+  // The store checks the whole request before it asks for any part's
+  // values, so nothing is decoded (or allocated) beyond a chunk's size.
+  const absl::Status st = store.Push(push, [&](size_t i) {
+    const PayloadRef& c = chunks[i];
+    const int64_t numel = push.parts[i].values;
     // fp32 lying whole and aligned in one received slice is used in place.
     const char* in_place = h.dtype == FP32 ? reader.Contiguous(c.offset, c.bytes) : nullptr;
-    const float* values = reinterpret_cast<const float*>(in_place);
-    if (in_place == nullptr || reinterpret_cast<uintptr_t>(in_place) % alignof(float) != 0) {
-      grad.resize(numel);
-      reader.Seek(c.offset);
-      if (h.dtype == FP32) {
-        reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
-      } else {
-        staging.resize(c.bytes);
-        reader.Copy(c.bytes, staging.data());
-        DecodeFloats(h.dtype, staging.data(), numel, grad.data());
-      }
-      values = grad.data();
+    if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
+      return absl::MakeConstSpan(reinterpret_cast<const float*>(in_place), numel);
     }
-    const absl::Status st =
-        store.Push(h.worker_id, h.clock, h.num_samples, c.chunk, absl::MakeConstSpan(values, numel),
-                   h.grad_norm, h.generation);
-    if (!st.ok()) return ToGrpc(st);
-    bytes += static_cast<int64_t>(c.bytes);
-  }
+    grad.resize(numel);
+    reader.Seek(c.offset);
+    if (h.dtype == FP32) {
+      reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
+    } else {
+      staging.resize(c.bytes);
+      reader.Copy(c.bytes, staging.data());
+      DecodeFloats(h.dtype, staging.data(), numel, grad.data());
+    }
+    return absl::MakeConstSpan(grad.data(), numel);
+  });
+  if (!st.ok()) return ToGrpc(st);
   bytes_in_ += bytes;
   ++pushes_;
   return grpc::Status::OK;
