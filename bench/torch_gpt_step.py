@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPT of worker/gpt_model.cc in PyTorch eager: forward + backward of one
+"""The GPT of worker/models/gpt_model.cc in PyTorch eager: forward + backward of one
 training step (no optimizer; pstrain's runs on the servers), timed on the
 same GPU as bench/worker_bench, same shapes, same dtype. Prints JSON.
 

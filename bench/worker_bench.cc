@@ -22,7 +22,7 @@
 #include "common/params.h"
 #include "kernels/device_array.h"
 #include "worker/device.h"
-#include "worker/gpt_model.h"
+#include "worker/models/gpt_model.h"
 
 ABSL_FLAG(std::string, device, "auto", "auto, cpu, cuda or cuda:N");
 ABSL_FLAG(int, layers, 6, "GPT blocks");

@@ -8,7 +8,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 
 namespace pstrain {
 namespace {

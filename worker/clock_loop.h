@@ -34,8 +34,8 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
-#include "worker/loss_scaler.h"
-#include "worker/model.h"
+#include "worker/models/loss_scaler.h"
+#include "worker/models/model.h"
 #include "worker/param_client.h"
 #include "worker/weight_prefetch.h"
 

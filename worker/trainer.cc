@@ -14,8 +14,8 @@
 #include "common/process_stats.h"
 #include "common/status_macros.h"
 #include "proto/tensor.pb.h"
-#include "worker/loss_scaler.h"
-#include "worker/model.h"
+#include "worker/models/loss_scaler.h"
+#include "worker/models/model.h"
 #include "worker/param_client.h"
 #include "worker/ps_client.h"
 

@@ -16,8 +16,8 @@
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
 #include "worker/clock_loop.h"
-#include "worker/dataset.h"
-#include "worker/model.h"
+#include "worker/data/dataset.h"
+#include "worker/models/model.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {

@@ -10,7 +10,7 @@
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"

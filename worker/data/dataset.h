@@ -1,8 +1,8 @@
 // Training and test sets in memory, and the data order: a function of
 // (seed, epoch) over the whole training set, of which each clock's global
 // batch is split among the workers by rank.
-#ifndef PSTRAIN_WORKER_DATASET_H_
-#define PSTRAIN_WORKER_DATASET_H_
+#ifndef PSTRAIN_WORKER_DATA_DATASET_H_
+#define PSTRAIN_WORKER_DATA_DATASET_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
-#include "worker/model.h"
+#include "worker/data/batch.h"
 
 namespace pstrain {
 
@@ -87,4 +87,4 @@ double UnigramEntropy(const std::string& text);
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_WORKER_DATASET_H_
+#endif  // PSTRAIN_WORKER_DATA_DATASET_H_

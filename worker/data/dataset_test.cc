@@ -1,4 +1,4 @@
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 
 #include <algorithm>
 #include <set>

@@ -1,9 +1,9 @@
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "worker/gpt_model.h"
+#include "worker/models/gpt_model.h"
 
 namespace pstrain {
 

@@ -1,6 +1,6 @@
 // Reader for the IDX format of (Fashion-)MNIST, gzipped or plain.
-#ifndef PSTRAIN_WORKER_IDX_H_
-#define PSTRAIN_WORKER_IDX_H_
+#ifndef PSTRAIN_WORKER_DATA_IDX_H_
+#define PSTRAIN_WORKER_DATA_IDX_H_
 
 #include <cstdint>
 #include <string>
@@ -23,4 +23,4 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path);
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_WORKER_IDX_H_
+#endif  // PSTRAIN_WORKER_DATA_IDX_H_

@@ -3,8 +3,8 @@
 // Unscale divides the gradients by it again. A non-finite gradient (an
 // overflow) halves the scale and the step is skipped; after
 // `growth_interval` clean steps in a row the scale doubles.
-#ifndef PSTRAIN_WORKER_LOSS_SCALER_H_
-#define PSTRAIN_WORKER_LOSS_SCALER_H_
+#ifndef PSTRAIN_WORKER_MODELS_LOSS_SCALER_H_
+#define PSTRAIN_WORKER_MODELS_LOSS_SCALER_H_
 
 #include <cstdint>
 #include <vector>
@@ -33,4 +33,4 @@ class LossScaler {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_WORKER_LOSS_SCALER_H_
+#endif  // PSTRAIN_WORKER_MODELS_LOSS_SCALER_H_

@@ -1,10 +1,10 @@
 // The models a worker trains, built from the job's model spec and running on
 // a kernels::Backend: an MLP (dense, relu, softmax_xent layers) and a GPT
-// (worker/gpt_model.h). A model holds the worker's host copy of the weights
+// (worker/models/gpt_model.h). A model holds the worker's host copy of the weights
 // (as last pulled) and of the gradients of the last step; the backend's
 // device holds the working copies, activations and gradients.
-#ifndef PSTRAIN_WORKER_MODEL_H_
-#define PSTRAIN_WORKER_MODEL_H_
+#ifndef PSTRAIN_WORKER_MODELS_MODEL_H_
+#define PSTRAIN_WORKER_MODELS_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "kernels/device_array.h"
 #include "proto/job.pb.h"
+#include "worker/data/batch.h"
 
 namespace pstrain {
 
@@ -23,14 +24,6 @@ struct StepResult {
   float loss = 0;         // mean over the predictions
   int64_t correct = 0;    // predictions whose arg-max is the label
   int64_t predicted = 0;  // predictions made: examples (MLP) or tokens (GPT)
-};
-
-// One step's examples, in host memory.
-struct Batch {
-  int rows = 0;                 // examples (MLP) or sequences (GPT)
-  std::vector<float> x;         // MLP: [rows, input_dim]
-  std::vector<int32_t> tokens;  // GPT: [rows, context]
-  std::vector<int32_t> labels;  // MLP: [rows]; GPT: each token's next byte [rows, context]
 };
 
 // Not thread-safe. The host buffers of weights() and grads() are pinned
@@ -144,4 +137,4 @@ class MlpModel : public Model {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_WORKER_MODEL_H_
+#endif  // PSTRAIN_WORKER_MODELS_MODEL_H_

@@ -1,4 +1,4 @@
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 
 #include <cmath>
 #include <algorithm>
@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/idx.h"
+#include "worker/data/idx.h"
 
 namespace pstrain {
 namespace {

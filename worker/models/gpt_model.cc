@@ -1,4 +1,4 @@
-#include "worker/gpt_model.h"
+#include "worker/models/gpt_model.h"
 
 #include <algorithm>
 

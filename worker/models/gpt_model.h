@@ -1,12 +1,12 @@
 // The GPT of ModelSpec.gpt on a kernels::Backend: byte tokens in, the mean
 // next-byte cross-entropy out (see GptSpec in proto/job.proto and the
 // parameter list in common/params.h).
-#ifndef PSTRAIN_WORKER_GPT_MODEL_H_
-#define PSTRAIN_WORKER_GPT_MODEL_H_
+#ifndef PSTRAIN_WORKER_MODELS_GPT_MODEL_H_
+#define PSTRAIN_WORKER_MODELS_GPT_MODEL_H_
 
 #include <vector>
 
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 namespace pstrain {
 
@@ -68,4 +68,4 @@ class GptModel : public Model {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_WORKER_GPT_MODEL_H_
+#endif  // PSTRAIN_WORKER_MODELS_GPT_MODEL_H_

@@ -1,5 +1,5 @@
 // The model's gradients against central finite differences of its loss.
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "worker/gpt_model.h"
+#include "worker/models/gpt_model.h"
 
 namespace pstrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/idx.h"
+#include "worker/data/idx.h"
 
 #include <zlib.h>
 

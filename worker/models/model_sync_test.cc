@@ -10,7 +10,7 @@
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "worker/gpt_model.h"
+#include "worker/models/gpt_model.h"
 
 namespace pstrain {
 namespace {

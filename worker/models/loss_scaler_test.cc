@@ -1,4 +1,4 @@
-#include "worker/loss_scaler.h"
+#include "worker/models/loss_scaler.h"
 
 #include <limits>
 
