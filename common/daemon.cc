@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
 
 namespace pstrain {
 namespace {
@@ -22,6 +25,22 @@ std::string AdvertisedAddress(const std::string& bound) {
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) return bound;
   return std::string(name) + bound.substr(colon);
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": cannot write"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WritePortFile(const std::string& path, const std::string& address) {
+  return WriteFileAtomically(path, address + "\n");
 }
 
 void InstallShutdownHandlers() {

@@ -4,11 +4,21 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace pstrain {
 
 // The address to advertise for a bound "HOST:PORT": a wildcard host
 // (0.0.0.0, [::]) becomes this machine's host name.
 std::string AdvertisedAddress(const std::string& bound);
+
+// Writes `text` to `path` atomically (a temporary file beside it, then a
+// rename): a reader sees the old file or the whole new one.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+
+// Writes `address` and a newline to `path` atomically, for launchers and
+// tests that start daemons on port 0.
+absl::Status WritePortFile(const std::string& path, const std::string& address);
 
 // Makes SIGINT and SIGTERM set a flag that ShutdownRequested() reads (the
 // daemon then stops cleanly) instead of killing the process at once.

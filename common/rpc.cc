@@ -1,6 +1,5 @@
 #include "common/rpc.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -100,17 +99,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   }
   *bound = absl::StrCat(listen.substr(0, colon), ":", port);
   return server;
-}
-
-absl::Status WritePortFile(const std::string& path, const std::string& address) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
-  std::fprintf(f, "%s\n", address.c_str());
-  if (std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(path, ": cannot write"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {

@@ -45,10 +45,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
 // Requests of the scheduler and the workers' status services are small.
 constexpr int kMaxControlMessageBytes = 4 << 20;
 
-// Writes `address` to `path` atomically (temporary file + rename), for
-// launchers and tests that start daemons on port 0.
-absl::Status WritePortFile(const std::string& path, const std::string& address);
-
 absl::Status FromGrpc(const grpc::Status& status);
 grpc::Status ToGrpc(const absl::Status& status);
 

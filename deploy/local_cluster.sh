@@ -74,9 +74,10 @@ trap cleanup EXIT
 trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM HUP
 
 # A port file left by an earlier run in the same --logs folder must not be read.
-rm -f "$LOGS/scheduler.port"
+rm -f "$LOGS/scheduler.port" "$LOGS/status.json"
 "$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
-  --port_file="$LOGS/scheduler.port" --num_servers="$SERVERS" --num_workers="$WORKERS" \
+  --port_file="$LOGS/scheduler.port" --status_file="$LOGS/status.json" \
+  --num_servers="$SERVERS" --num_workers="$WORKERS" \
   "${EXTRA[@]}" >"$LOGS/scheduler.log" 2>&1 &
 SCHED_PID=$!
 PIDS+=("$SCHED_PID")
@@ -124,12 +125,12 @@ if [ $code -eq 0 ]; then
   val=$(grep -ho "final validation loss [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}' || true)
   if [ -n "$val" ]; then
     ent=$(grep -ho "unigram entropy [0-9.]*" "$LOGS"/worker*.log | tail -n1 | awk '{print $3}' || true)
-    echo "local_cluster: job done; validation loss $val nats/byte (unigram entropy ${ent:-?}); logs in $LOGS"
+    echo "local_cluster: job done; validation loss $val nats/byte (unigram entropy ${ent:-?}); logs and the final status.json in $LOGS"
   else
-    echo "local_cluster: job done; test accuracy ${acc:-?}; logs in $LOGS"
+    echo "local_cluster: job done; test accuracy ${acc:-?}; logs and the final status.json in $LOGS"
   fi
 else
-  echo "local_cluster: the job failed (scheduler exit $code); logs in $LOGS" >&2
+  echo "local_cluster: the job failed (scheduler exit $code); logs and the final status.json in $LOGS" >&2
   grep -h "\[error\]" "$LOGS"/*.log >&2 || true
 fi
 exit $code

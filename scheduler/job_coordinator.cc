@@ -559,6 +559,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   out.set_consistency(job_.consistency());
   out.set_staleness(job_.staleness());
   out.set_total_clocks(total_clocks_);
+  out.set_start_clock(policy_.start_clock);
   NodeStatus* me = out.mutable_scheduler();
   me->set_role(SCHEDULER);
   me->set_address(address_);

@@ -182,6 +182,19 @@ TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheRank) {
   EXPECT_EQ(released_.back().gate.live_workers_size(), 2);
 }
 
+TEST_F(JobCoordinatorTest, AResumedJobStartsEveryMemberAtTheManifestClock) {
+  SchedulerPolicy policy;
+  policy.start_clock = 30;
+  Start(TwoByTwo(/*checkpoint_every=*/10), policy);
+  EXPECT_EQ(coordinator_->Status(now_).start_clock(), 30);
+  const absl::StatusOr<RegisterResponse> server = Join(SERVER, "s0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(server->start_clock(), 30);
+  const absl::StatusOr<RegisterResponse> worker = Join(WORKER, "w0");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->start_clock(), 30);
+}
+
 TEST_F(JobCoordinatorTest, ARollbackGoesToTheNewestCompleteSetAndEndsWhenEveryServerRestored) {
   Start(TwoByTwo(/*checkpoint_every=*/10), {});
   catalog_.complete = {10, 20, 30};

@@ -14,6 +14,9 @@ ABSL_FLAG(std::string, job, "", "the job spec, a text-format pstrain.JobSpec (re
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
 ABSL_FLAG(std::string, trace_file, "", "write every clock report and gate opening as JSON lines");
+ABSL_FLAG(std::string, status_file, "",
+          "write the cluster's Status here as JSON (as psctl status --json prints it) when the "
+          "job starts and once more when it has ended: who finished, failed or died, accuracy");
 // Overrides of the job spec; unset (empty / -1) keeps the spec's value.
 ABSL_FLAG(std::string, consistency, "", "override: bsp, ssp or asp");
 ABSL_FLAG(int, staleness, -1, "override: SSP's staleness bound s");
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
   c.listen = absl::GetFlag(FLAGS_listen);
   c.port_file = absl::GetFlag(FLAGS_port_file);
   c.trace_file = absl::GetFlag(FLAGS_trace_file);
+  c.status_file = absl::GetFlag(FLAGS_status_file);
   pstrain::SpecOverrides& o = c.overrides;
   o.consistency = absl::GetFlag(FLAGS_consistency);
   o.staleness = absl::GetFlag(FLAGS_staleness);

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "common/status_json.h"
 #include "common/status_macros.h"
 #include "common/trace.h"
 #include "scheduler/manifest.h"
@@ -101,7 +102,7 @@ absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerServi
 }
 
 // Watches the members until every one has heard of the job's end (or the
-// process is told to stop), then lingers; the job's end state.
+// process is told to stop); the job's end state.
 JobState Watch(const SchedulerConfig& config, SchedulerService* service) {
   while (!service->MembersToldOfEnd(config.end_grace)) {
     service->CheckLiveness(absl::Now());
@@ -116,11 +117,20 @@ JobState Watch(const SchedulerConfig& config, SchedulerService* service) {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  const absl::Time linger_until = absl::Now() + config.linger;
-  while (absl::Now() < linger_until && !ShutdownRequested()) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
   return service->job_state();
+}
+
+// Keeps answering Status for --linger_ms (or until told to stop).
+void Linger(const SchedulerConfig& config) {
+  const absl::Time until = absl::Now() + config.linger;
+  while (absl::Now() < until && !ShutdownRequested()) absl::SleepFor(absl::Milliseconds(50));
+}
+
+// Writes the Status to --status_file, if one was given.
+absl::Status WriteStatusFile(const SchedulerConfig& config, SchedulerService* service) {
+  if (config.status_file.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string json, StatusJson(service->GetStatus()));
+  return WriteFileAtomically(config.status_file, json);
 }
 
 }  // namespace
@@ -143,11 +153,16 @@ int RunScheduler(const SchedulerConfig& config) {
   std::unique_ptr<grpc::Server> server;
   const absl::StatusOr<std::string> address = Listen(config, service.get(), &server);
   if (!address.ok()) return fail(address.status());
+  if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) return fail(st);
   const char* mode = job->consistency() == BSP ? "BSP" : job->consistency() == SSP ? "SSP" : "ASP";
   spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
                *address, job->name(), mode, job->staleness(), job->num_servers(),
                job->num_workers(), TotalClocks(*job));
   const JobState end = Watch(config, service.get());
+  if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) {
+    spdlog::error("{}", st.message());
+  }
+  Linger(config);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return end == DONE ? 0 : 1;
 }

@@ -37,6 +37,7 @@ struct SchedulerConfig {
   std::string listen = "127.0.0.1:0";
   std::string port_file;
   std::string trace_file;
+  std::string status_file;  // the Status as JSON, written at the start and at the end
   SpecOverrides overrides;
   absl::Duration replacement_timeout = absl::Minutes(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);

@@ -11,13 +11,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "proto/cluster.grpc.pb.h"
 
 namespace pstrain {
@@ -156,7 +156,8 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
                                    "--port_file=" + dir_ + "/scheduler.port",
                                    "--num_servers=" + std::to_string(options.servers),
                                    "--num_workers=" + std::to_string(options.workers),
-                                   "--end_grace_ms=3000"};
+                                   "--end_grace_ms=3000",
+                                   "--status_file=" + status_file()};
   if (options.trace) argv.push_back("--trace_file=" + scheduler_trace());
   argv.insert(argv.end(), options.scheduler_flags.begin(), options.scheduler_flags.end());
   absl::StatusOr<Process> p = Process::Start(argv, dir_ + "/scheduler.log");
@@ -180,7 +181,7 @@ absl::Status Cluster::AddWorker(const std::vector<std::string>& flags) {
       i < static_cast<int>(options_.worker_host.size()) ? options_.worker_host[i] : options_.host;
   a.insert(a.end(), {BinaryPath("worker/ps_worker"), "--scheduler=" + scheduler_address_,
                      "--listen=" + host + ":0", "--heartbeat_interval_ms=200",
-                     "--weights_out=" + worker_weights(i)});
+                     "--port_file=" + port_file(WORKER, i), "--weights_out=" + worker_weights(i)});
   if (i < static_cast<int>(options_.worker_flags.size())) {
     a.insert(a.end(), options_.worker_flags[i].begin(), options_.worker_flags[i].end());
   }
@@ -193,9 +194,9 @@ absl::Status Cluster::AddWorker(const std::vector<std::string>& flags) {
 
 absl::Status Cluster::AddServer(const std::vector<std::string>& flags) {
   const int i = static_cast<int>(servers_.size());
-  std::vector<std::string> a = {BinaryPath("server/ps_server"),
-                                "--scheduler=" + scheduler_address_,
-                                "--listen=" + options_.host + ":0", "--heartbeat_interval_ms=200"};
+  std::vector<std::string> a = {BinaryPath("server/ps_server"), "--scheduler=" + scheduler_address_,
+                                "--listen=" + options_.host + ":0", "--heartbeat_interval_ms=200",
+                                "--port_file=" + port_file(SERVER, i)};
   if (options_.trace) a.push_back("--trace_file=" + server_trace(i));
   a.insert(a.end(), options_.server_flags.begin(), options_.server_flags.end());
   a.insert(a.end(), flags.begin(), flags.end());
@@ -205,13 +206,43 @@ absl::Status Cluster::AddServer(const std::vector<std::string>& flags) {
   return absl::OkStatus();
 }
 
-int Cluster::ServerProcess(int id) const {
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    if (absl::StrContains(servers_[i].Log(), absl::StrCat("[server ", id, "]"))) {
-      return static_cast<int>(i);
-    }
+std::string Cluster::port_file(Role role, int process) const {
+  return absl::StrCat(dir_, role == SERVER ? "/server" : "/worker", process, ".port");
+}
+
+int Cluster::MemberId(Role role, int process) const {
+  const std::string address =
+      std::string(absl::StripTrailingAsciiWhitespace(ReadFile(port_file(role, process))));
+  if (address.empty()) return -1;
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler_address_);
+  if (!st.ok()) return -1;
+  for (const NodeStatus& m : st->members()) {
+    if (m.role() == role && m.address() == address) return m.id();
   }
   return -1;
+}
+
+int Cluster::ServerProcess(int id) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (MemberId(SERVER, static_cast<int>(i)) == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::StatusOr<ClusterStatus> Cluster::FinalStatus() const {
+  const std::string json = ReadFile(status_file());
+  ClusterStatus st;
+  if (json.empty() || !google::protobuf::util::JsonStringToMessage(json, &st).ok()) {
+    return absl::NotFoundError(absl::StrCat("no status in ", status_file()));
+  }
+  return st;
+}
+
+NodeStatus MemberOf(const ClusterStatus& status, Role role, int id) {
+  for (const NodeStatus& m : status.members()) {
+    if (m.role() == role && m.id() == id) return m;
+  }
+  return NodeStatus();
 }
 
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
@@ -253,17 +284,6 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
   absl::StatusOr<int> code = p->Wait(timeout);
   *output = ReadFile(log);
   return code;
-}
-
-// The number after `prefix` in `log` (-1 if none).
-double NumberAfter(const std::string& log, const std::string& prefix) {
-  const size_t at = log.find(prefix);
-  if (at == std::string::npos) return -1;
-  const size_t begin = at + prefix.size();
-  const size_t end = log.find_first_not_of("0123456789.", begin);
-  double v = -1;
-  if (!absl::SimpleAtod(log.substr(begin, end - begin), &v)) return -1;
-  return v;
 }
 
 void InProcessWorker::Finish() {

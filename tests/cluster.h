@@ -61,7 +61,7 @@ struct ClusterOptions {
   std::vector<std::string> server_flags;
   // Flags of the i-th worker process launched (not its rank).
   std::vector<std::vector<std::string>> worker_flags;
-  bool trace = false;  // --trace_file for the scheduler and every server
+  bool trace = false;              // --trace_file for the scheduler and every server
   std::string host = "127.0.0.1";  // where the daemons listen
   // Per worker process: what its command line starts with (e.g. `ip netns
   // exec NS`), and the host it listens on (default: `host`).
@@ -80,8 +80,14 @@ class Cluster {
   // added.
   absl::Status AddServer(const std::vector<std::string>& flags);
   absl::Status AddWorker(const std::vector<std::string>& flags);
-  // The index of the server process whose log shows server id `id` (-1).
+  // The id the scheduler gave the `process`-th server or worker process
+  // started (matched by the address in its port file; -1 if the scheduler
+  // does not list it).
+  int MemberId(Role role, int process) const;
+  // The index of the server process that has server id `id` (-1).
   int ServerProcess(int id) const;
+  // The scheduler's --status_file: its Status as it ended the job.
+  absl::StatusOr<ClusterStatus> FinalStatus() const;
   // Waits for every process to exit; returns the scheduler's exit code.
   absl::StatusOr<int> WaitAll(absl::Duration timeout);
   // Every log, for failure messages.
@@ -93,6 +99,8 @@ class Cluster {
   std::vector<Process>& servers() { return servers_; }
   std::vector<Process>& workers() { return workers_; }
   std::string scheduler_trace() const { return dir_ + "/scheduler.trace"; }
+  std::string status_file() const { return dir_ + "/status.json"; }
+  std::string port_file(Role role, int process) const;
   std::string server_trace(int i) const { return dir_ + "/server" + std::to_string(i) + ".trace"; }
   std::string worker_weights(int i) const {
     return dir_ + "/worker" + std::to_string(i) + ".weights";
@@ -121,9 +129,8 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 // The scheduler's Status.
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address);
 
-// The number after the first `prefix` in `log` (a daemon's log line such as
-// "final test accuracy 0.8899"); -1 if there is none.
-double NumberAfter(const std::string& log, const std::string& prefix);
+// Member `id` of `role` in `status` (an empty NodeStatus if it lists none).
+NodeStatus MemberOf(const ClusterStatus& status, Role role, int id);
 
 struct InProcessWorker {
   std::unique_ptr<SchedulerClient> client;

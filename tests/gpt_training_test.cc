@@ -14,8 +14,14 @@ namespace {
 constexpr char kCorpus[] = "/usr/share/games/fortunes";
 
 std::string GptJob(const std::string& gpt, const std::string& rest = "") {
-  return "model { kind: GPT gpt { " + gpt + " } }\n" +
-         "data { dataset: TEXT path: \"" + kCorpus + "\" }\n" + rest;
+  return "model { kind: GPT gpt { " + gpt + " } }\n" + "data { dataset: TEXT path: \"" + kCorpus +
+         "\" }\n" + rest;
+}
+
+// Worker 0 as the scheduler's final Status reports it.
+NodeStatus FinalWorker0(const Cluster& cluster) {
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  return st.ok() ? MemberOf(*st, WORKER, 0) : NodeStatus();
 }
 
 TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
@@ -34,14 +40,15 @@ TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   ASSERT_EQ(*code, 0) << cluster.Logs();
-  const std::string log = cluster.workers()[0].Log() + cluster.workers()[1].Log();
-  const double loss = NumberAfter(log, "final validation loss ");
-  const double entropy = NumberAfter(log, "unigram entropy ");
+  const NodeStatus w = FinalWorker0(cluster);
+  EXPECT_EQ(w.state(), FINISHED);
+  const double loss = w.validation_loss();
+  const double entropy = w.unigram_entropy();
   std::printf("validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss, entropy);
-  ASSERT_GT(loss, 0) << log;
-  ASSERT_GT(entropy, 3.0) << log;  // English bytes: about 4.5-4.8 bits
+  ASSERT_GT(loss, 0) << cluster.Logs();
+  ASSERT_GT(entropy, 3.0);  // English bytes: about 4.5-4.8 bits
   // "Well below": at least 0.8 nats (1.15 bits) per byte under the entropy.
-  EXPECT_LT(loss, entropy - 0.8) << log;
+  EXPECT_LT(loss, entropy - 0.8);
 }
 
 // bf16 compute (emulated exactly on the CPU: inputs rounded, fp32
@@ -61,24 +68,24 @@ TEST(GptTrainingTest, Bf16ComputeTrains) {
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   ASSERT_EQ(*code, 0) << cluster.Logs();
-  const std::string log = cluster.workers()[0].Log();
-  EXPECT_TRUE(absl::StrContains(log, "in bf16")) << log;
-  const double loss = NumberAfter(log, "final validation loss ");
-  const double entropy = NumberAfter(log, "unigram entropy ");
+  const NodeStatus w = FinalWorker0(cluster);
+  EXPECT_EQ(w.state(), FINISHED);
+  EXPECT_EQ(w.compute_dtype(), "bf16");
+  const double loss = w.validation_loss();
+  const double entropy = w.unigram_entropy();
   std::printf("bf16: validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss,
               entropy);
-  ASSERT_GT(loss, 0) << log;
-  EXPECT_LT(loss, entropy - 0.6) << log;
+  ASSERT_GT(loss, 0) << cluster.Logs();
+  EXPECT_LT(loss, entropy - 0.6);
 }
 
 TEST(GptTrainingTest, ComputeDtypesTheDeviceCannotDoAreRefused) {
   for (const char* dtype : {"fp16", "fp8"}) {
     std::string out;
-    const int code =
-        RunCommand({BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1", "--device=cpu",
-                    std::string("--compute_dtype=") + dtype},
-                   &out, absl::Seconds(20), "worker")
-            .value_or(-1);
+    const int code = RunCommand({BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1",
+                                 "--device=cpu", std::string("--compute_dtype=") + dtype},
+                                &out, absl::Seconds(20), "worker")
+                         .value_or(-1);
     EXPECT_EQ(code, 2) << out;
     EXPECT_TRUE(absl::StrContains(out, std::string("--compute_dtype=") + dtype)) << out;
   }
@@ -87,20 +94,18 @@ TEST(GptTrainingTest, ComputeDtypesTheDeviceCannotDoAreRefused) {
 int RunScheduler(const std::string& job_text, std::string* output) {
   const std::string path = NewTempDir("gptjob") + "/job.pbtxt";
   WriteFile(path, job_text);
-  return RunCommand(
-             {BinaryPath("scheduler/ps_scheduler"), "--job=" + path, "--listen=127.0.0.1:0"},
-             output, absl::Seconds(20), "sched")
+  return RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + path, "--listen=127.0.0.1:0"},
+                    output, absl::Seconds(20), "sched")
       .value_or(-1);
 }
 
 TEST(GptTrainingTest, InconsistentShapesAndUnknownLayersAreRefusedBeforeTraining) {
   std::string out;
   EXPECT_EQ(RunScheduler(GptJob("heads: 4 width: 130", "steps: 10\n"), &out), 2);
-  EXPECT_TRUE(absl::StrContains(out, "gpt.width (130) must be a multiple of gpt.heads (4)"))
-      << out;
+  EXPECT_TRUE(absl::StrContains(out, "gpt.width (130) must be a multiple of gpt.heads (4)")) << out;
   EXPECT_EQ(RunScheduler(GptJob("context: 1", "steps: 10\n"), &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "gpt.context must be in [2, 8192]")) << out;
-  EXPECT_EQ(RunScheduler(GptJob("layers: 1") , &out), 2);
+  EXPECT_EQ(RunScheduler(GptJob("layers: 1"), &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "a TEXT job needs steps")) << out;
   EXPECT_EQ(RunScheduler("model { kind: GPT layers { type: DENSE units: 4 } }\nsteps: 10\n", &out),
             2);
@@ -127,8 +132,13 @@ TEST(GptTrainingTest, MissingCorpusFailsTheJobCleanly) {
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   EXPECT_EQ(*code, 1) << cluster.Logs();
-  const std::string log = cluster.workers()[0].Log();
-  EXPECT_TRUE(absl::StrContains(log, "corpus /nonexistent/corpus does not exist")) << log;
+  // The scheduler's final Status says which worker failed and why.
+  absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
+  ASSERT_TRUE(final_status.ok()) << final_status.status();
+  EXPECT_EQ(final_status->job_state(), ABORTED);
+  const NodeStatus w = MemberOf(*final_status, WORKER, 0);
+  EXPECT_EQ(w.state(), FAILED);
+  EXPECT_TRUE(absl::StrContains(w.message(), "/nonexistent/corpus")) << w.message();
 }
 
 }  // namespace

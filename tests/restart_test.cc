@@ -85,6 +85,15 @@ bool WaitForClock(Cluster& cluster, int64_t clock) {
   return false;
 }
 
+// Worker 0's final test accuracy as the scheduler's final Status reports it
+// (-1 if it did not finish).
+double FinalAccuracy(const Cluster& cluster) {
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  if (!st.ok()) return -1;
+  const NodeStatus w = MemberOf(*st, WORKER, 0);
+  return w.state() == FINISHED ? w.test_accuracy() : -1;
+}
+
 struct Undisturbed {
   TensorSet weights;
   double accuracy = -1;
@@ -100,7 +109,7 @@ const Undisturbed& Calm(int workers) {
   if (calm.Start(Options(calm.dir() + "/ckpt", workers)).ok() &&
       calm.WaitAll(absl::Seconds(180)).value_or(1) == 0) {
     out.weights = ReadWeights(calm.worker_weights(0));
-    out.accuracy = NumberAfter(calm.workers()[0].Log(), "final test accuracy ");
+    out.accuracy = FinalAccuracy(calm);
   }
   return out;
 }
@@ -166,7 +175,7 @@ void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker
   // Replayed from a consistent state: the same model as undisturbed, up to
   // the order in which BSP rounds add two workers' gradients.
   const double diff = MaxDifference(ReadWeights(cluster.worker_weights(0)), calm.weights);
-  const double accuracy = NumberAfter(cluster.workers()[0].Log(), "final test accuracy ");
+  const double accuracy = FinalAccuracy(cluster);
   std::printf("final test accuracy %.4f (undisturbed %.4f); max |w - w_undisturbed| %.3g\n",
               accuracy, calm.accuracy, diff);
   EXPECT_NEAR(accuracy, calm.accuracy, 0.01);
@@ -216,7 +225,7 @@ void KillServerZeroUnder(const std::string& from, const std::string& to, const s
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   EXPECT_EQ(*code, 0) << cluster.Logs();
   for (Process& w : cluster.workers()) EXPECT_EQ(*w.Wait(absl::ZeroDuration()), 0);
-  EXPECT_GT(NumberAfter(cluster.workers()[0].Log(), "final test accuracy "), 0.8);
+  EXPECT_GT(FinalAccuracy(cluster), 0.8);
 }
 
 TEST(RestartTest, UnderSspARestartedServerRollsTheClusterBack) {
@@ -248,10 +257,12 @@ TEST(RestartTest, AWholeJobStartedAgainResumesFromTheManifestWithTheSameDataOrde
   absl::StatusOr<int> code = second.WaitAll(absl::Seconds(180));
   ASSERT_TRUE(code.ok()) << code.status() << second.Logs();
   EXPECT_EQ(*code, 0) << second.Logs();
-  const double resumed_at =
-      NumberAfter(second.scheduler().Log(), "resuming from the checkpoint of clock ");
-  std::printf("resumed at clock %.0f\n", resumed_at);
-  EXPECT_GE(resumed_at, 100) << second.scheduler().Log();
+  absl::StatusOr<ClusterStatus> final_status = second.FinalStatus();
+  ASSERT_TRUE(final_status.ok()) << final_status.status();
+  const int64_t resumed_at = final_status->start_clock();
+  std::printf("resumed at clock %lld\n", static_cast<long long>(resumed_at));
+  EXPECT_GE(resumed_at, 100) << second.Logs();
+  EXPECT_EQ(MemberOf(*final_status, WORKER, 0).start_clock(), resumed_at);
   EXPECT_EQ(MaxDifference(ReadWeights(second.worker_weights(0)), calm.weights), 0.0)
       << second.Logs();
 }

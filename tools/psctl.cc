@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/security.h"
-#include "google/protobuf/util/json_util.h"
+#include "common/status_json.h"
 #include "proto/cluster.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
@@ -122,13 +122,9 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
 }
 
 int PrintJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, options).ok()) return 1;
-  std::printf("%s", out.c_str());
+  const absl::StatusOr<std::string> out = StatusJson(m);
+  if (!out.ok()) return 1;
+  std::printf("%s", out->c_str());
   return 0;
 }
 

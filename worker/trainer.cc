@@ -235,6 +235,7 @@ NodeStatus Trainer::Status() const {
   st.set_pulls(m.pulls);
   st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
   st.set_generation(m.generation);
+  st.set_start_clock(options_.start_clock);
   return st;
 }
 

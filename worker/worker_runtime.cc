@@ -96,6 +96,7 @@ NodeStatus WorkerMember::Status() {
   st.set_role(WORKER);
   st.set_id(id_);
   if (daemon_ != nullptr) st.set_address(daemon_->address());
+  st.set_compute_dtype(config_.compute_dtype);
   if (st.state() == MEMBER_STATE_UNSPECIFIED) st.set_state(RUNNING);
   return st;
 }
