@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/stage_plan.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -251,7 +252,11 @@ void ApplyJobDefaults(JobSpec* job) {
   if (!job->has_num_servers()) job->set_num_servers(1);
   if (!job->has_num_workers()) job->set_num_workers(1);
   if (!job->has_log_every()) job->set_log_every(50);
-  if (!job->has_accum_steps()) job->set_accum_steps(1);
+  if (!job->has_micro_batches()) job->set_micro_batches(1);
+  if (!job->has_pipeline_stages()) job->set_pipeline_stages(1);
+  if (job->pipeline_schedule() == PIPELINE_SCHEDULE_UNSPECIFIED) {
+    job->set_pipeline_schedule(ONE_F_ONE_B);
+  }
 }
 
 namespace {
@@ -299,6 +304,38 @@ absl::Status ValidateMlp(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// Stages, replicas, their shares of the batch and its micro-batches.
+absl::Status ValidateReplicas(const JobSpec& job) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
+  };
+  const int stages = job.pipeline_stages();
+  if (const auto plan = PlanStages(job.model(), stages); !plan.ok()) return plan.status();
+  if (job.num_workers() % stages != 0) {
+    return bad("num_workers (", job.num_workers(), ") must be a multiple of pipeline_stages (",
+               stages, "): replicas x stages");
+  }
+  if (job.pipeline_schedule() != GPIPE && job.pipeline_schedule() != ONE_F_ONE_B) {
+    return bad("pipeline_schedule ", job.pipeline_schedule(), " is unknown (GPIPE or ONE_F_ONE_B)");
+  }
+  const int replicas = job.num_workers() / stages;
+  const char* who = stages > 1 ? "replicas" : "num_workers";
+  if (job.batch_size() < replicas) {
+    return bad("batch_size (", job.batch_size(), ") must be at least ", who, " (", replicas, ")");
+  }
+  const int share = job.batch_size() / replicas;
+  if (job.micro_batches() < 1 || job.micro_batches() > share) {
+    return bad("micro_batches must be in [1, batch_size / ", who, " = ", share, "], got ",
+               job.micro_batches());
+  }
+  if (stages > 1 && (job.batch_size() % replicas != 0 || share % job.micro_batches() != 0)) {
+    return bad("with pipeline stages, micro_batches (", job.micro_batches(),
+               ") must divide each replica's share of the batch: batch_size (", job.batch_size(),
+               ") / replicas (", replicas, ")");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& job) {
@@ -316,10 +353,6 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
        job.data().synthetic_dim() < 1 || job.data().synthetic_classes() < 2)) {
     return bad("synthetic data needs positive sizes and at least 2 classes");
   }
-  if (job.batch_size() < job.num_workers()) {
-    return bad("batch_size (", job.batch_size(), ") must be at least num_workers (",
-               job.num_workers(), ")");
-  }
   if (job.batch_size() > TrainSetSize(job)) {
     return bad("batch_size (", job.batch_size(), ") exceeds the training set (", TrainSetSize(job),
                ")");
@@ -330,10 +363,6 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   }
   if (job.checkpoint_every() > 0 && job.checkpoint_dir().empty()) {
     return bad("checkpoint_every needs a checkpoint_dir");
-  }
-  if (job.accum_steps() < 1 || job.accum_steps() > job.batch_size() / job.num_workers()) {
-    return bad("accum_steps must be in [1, batch_size / num_workers = ",
-               job.batch_size() / job.num_workers(), "], got ", job.accum_steps());
   }
   if (job.consistency() == BSP && job.staleness() != 0) {
     return bad("staleness must be 0 under BSP (use consistency: SSP)");
@@ -346,10 +375,9 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   }
   if (const absl::Status st = ValidateOptimizer(job.optimizer()); !st.ok()) return st;
   if (!DType_IsValid(job.wire_dtype())) return bad("wire_dtype ", job.wire_dtype(), " is unknown");
-  const DataSpec& data = job.data();
-  const ModelSpec& model = job.model();
-  if (model.kind() == GPT || data.dataset() == TEXT) return ValidateGpt(job);
-  return ValidateMlp(job);
+  const bool gpt = job.model().kind() == GPT || job.data().dataset() == TEXT;
+  if (const absl::Status st = gpt ? ValidateGpt(job) : ValidateMlp(job); !st.ok()) return st;
+  return ValidateReplicas(job);
 }
 
 int64_t TrainSetSize(const JobSpec& job) {

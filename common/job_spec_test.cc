@@ -1,5 +1,8 @@
 #include "common/job_spec.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -91,8 +94,8 @@ namespace {
 // A zero written in the spec is a zero, not "unset": fields whose zero is
 // valid keep it; for the others the spec is refused, naming the field.
 struct WrittenZero {
-  std::string text;      // the job spec, with the field written as 0
-  std::string refusal;   // "" when the zero is valid, else a part of the error
+  std::string text;                          // the job spec, with the field written as 0
+  std::string refusal;                       // "" when the zero is valid, else a part of the error
   float (*value)(const JobSpec&) = nullptr;  // the field, when the zero is valid
 };
 
@@ -110,6 +113,37 @@ TEST_P(WrittenZeroTest, IsKeptOrRefused) {
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << z.text;
     EXPECT_TRUE(absl::StrContains(st.message(), z.refusal)) << st;
   }
+}
+
+// Pipelines: each bad setting is refused before training, naming what.
+TEST(JobSpecTest, PipelineSettingsAreChecked) {
+  struct Case {
+    std::string text, refusal;
+  };
+  const std::vector<Case> bad = {
+      {"pipeline_stages: 4 num_workers: 4", "pipeline_stages (4) must be in [1, 3]"},
+      {"pipeline_stages: 2 num_workers: 3",
+       "num_workers (3) must be a multiple of pipeline_stages"},
+      {"pipeline_stages: 2 num_workers: 2 micro_batches: 0", "micro_batches"},
+      {"pipeline_stages: 2 num_workers: 4 batch_size: 64 micro_batches: 5",
+       "micro_batches (5) must divide each replica's share"},
+      {"pipeline_stages: 2 num_workers: 4 batch_size: 63", "must divide each replica's share"},
+      {"pipeline_stages: 2 num_workers: 2 pipeline_schedule: 7", "pipeline_schedule 7 is unknown"},
+  };
+  for (const Case& c : bad) {
+    absl::StatusOr<JobSpec> job = ParseJobSpecText(c.text, "j");
+    ASSERT_TRUE(job.ok()) << job.status();
+    ApplyJobDefaults(&*job);
+    const absl::Status st = ValidateJobSpec(*job);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.refusal)) << c.text << ": " << st;
+  }
+  absl::StatusOr<JobSpec> job =
+      ParseJobSpecText("pipeline_stages: 2 num_workers: 4 batch_size: 64 micro_batches: 4", "j");
+  ASSERT_TRUE(job.ok());
+  ApplyJobDefaults(&*job);
+  EXPECT_TRUE(ValidateJobSpec(*job).ok()) << ValidateJobSpec(*job);
+  EXPECT_EQ(job->pipeline_schedule(), ONE_F_ONE_B);
 }
 
 // A GPT job with `gpt` inside its model spec and `data` inside its data spec.
@@ -138,22 +172,18 @@ INSTANTIATE_TEST_SUITE_P(
         WrittenZero{"optimizer { type: ADAFACTOR clip_threshold: 0 }", "clip_threshold"},
         WrittenZero{"optimizer { schedule { type: STEP_DECAY step_size: 10 gamma: 0 } }", "gamma"},
         WrittenZero{Gpt("", "validation_fraction: 0"), "validation_fraction"},
-        WrittenZero{Gpt("layers: 0"), "gpt.layers"},
-        WrittenZero{Gpt("heads: 0"), "gpt.heads"},
-        WrittenZero{Gpt("width: 0"), "gpt.width"},
-        WrittenZero{Gpt("context: 0"), "gpt.context"},
+        WrittenZero{Gpt("layers: 0"), "gpt.layers"}, WrittenZero{Gpt("heads: 0"), "gpt.heads"},
+        WrittenZero{Gpt("width: 0"), "gpt.width"}, WrittenZero{Gpt("context: 0"), "gpt.context"},
         WrittenZero{Synthetic("synthetic_train_size: 0"), "synthetic"},
         WrittenZero{Synthetic("synthetic_test_size: 0"), "synthetic"},
         WrittenZero{Synthetic("synthetic_dim: 0"), "synthetic"},
         WrittenZero{Synthetic("synthetic_classes: 0"), "synthetic"},
         WrittenZero{"model { input_dim: 0 }", "input_dim"},
-        WrittenZero{"batch_size: 0", "batch_size"},
-        WrittenZero{"epochs: 0", "epochs"},
-        WrittenZero{"chunk_bytes: 0", "chunk_bytes"},
-        WrittenZero{"num_servers: 0", "num_servers"},
-        WrittenZero{"num_workers: 0", "num_workers"},
-        WrittenZero{"log_every: 0", "log_every"},
-        WrittenZero{"accum_steps: 0", "accum_steps"}));
+        WrittenZero{"batch_size: 0", "batch_size"}, WrittenZero{"epochs: 0", "epochs"},
+        WrittenZero{"chunk_bytes: 0", "chunk_bytes"}, WrittenZero{"num_servers: 0", "num_servers"},
+        WrittenZero{"num_workers: 0", "num_workers"}, WrittenZero{"log_every: 0", "log_every"},
+        WrittenZero{"micro_batches: 0", "micro_batches"},
+        WrittenZero{"pipeline_stages: 0", "pipeline_stages"}));
 
 }  // namespace
 }  // namespace pstrain

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/params.h"
 #include "common/partition.h"
+#include "common/stage_plan.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -48,6 +49,17 @@ JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
   clocks_.Reset(policy.start_clock);
   norms_.Reset(policy.start_clock);
   restore_clock_ = manifest_clock_ = policy.start_clock;
+  const std::vector<ModelUnit> units = ModelUnits(job.model());
+  const absl::StatusOr<std::vector<Stage>> plan = PlanStages(job.model(), job.pipeline_stages());
+  for (int i = 0; plan.ok() && i < static_cast<int>(plan->size()); ++i) {
+    const Stage& s = (*plan)[i];
+    PipelineStage* p = stages_.Add();
+    p->set_stage(i);
+    p->set_units(StageUnits(units, s));
+    p->set_first_param(s.first_param);
+    p->set_end_param(s.end_param);
+    p->set_flops_per_sample(s.flops_per_sample);
+  }
 }
 
 JobState JobCoordinator::state(std::string* message) const {
@@ -560,6 +572,9 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   out.set_staleness(job_.staleness());
   out.set_total_clocks(total_clocks_);
   out.set_start_clock(policy_.start_clock);
+  *out.mutable_stages() = stages_;
+  out.set_pipeline_schedule(job_.pipeline_schedule());
+  out.set_micro_batches(job_.micro_batches());
   NodeStatus* me = out.mutable_scheduler();
   me->set_role(SCHEDULER);
   me->set_address(address_);

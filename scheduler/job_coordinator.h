@@ -183,6 +183,7 @@ class JobCoordinator {
   int64_t restore_clock_ = 0;
   bool rolling_back_ = false;
   std::vector<Rollback> rollbacks_;
+  google::protobuf::RepeatedPtrField<PipelineStage> stages_;  // the job's plan
   int64_t manifest_clock_ = 0;
   bool manifest_in_flight_ = false;
   bool manifest_error_logged_ = false;

@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_names.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "common/checkpoint_names.h"
 
 namespace pstrain {
 namespace {
@@ -76,10 +76,9 @@ absl::Status WriteManifest(const std::string& dir, int64_t clock, int num_server
   for (int s : servers) {
     names.push_back(absl::StrCat("\"server-", s, "-clock-", clock, ".safetensors\""));
   }
-  const std::string text =
-      absl::StrCat("{\"format\": \"pstrain checkpoint manifest\", \"clock\": ", clock,
-                   ", \"servers\": ", num_servers, ", \"files\": [", absl::StrJoin(names, ", "),
-                   "]}\n");
+  const std::string text = absl::StrCat(
+      "{\"format\": \"pstrain checkpoint manifest\", \"clock\": ", clock,
+      ", \"servers\": ", num_servers, ", \"files\": [", absl::StrJoin(names, ", "), "]}\n");
   const std::string path = ManifestPath(dir), tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", tmp);

@@ -33,8 +33,7 @@ absl::Status WriteManifest(const std::string& dir, int64_t clock, int num_server
 
 // The newest clock <= `at_most` of which every server of `servers` has a
 // complete file in `dir`; 0 when none.
-int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& servers,
-                          int64_t at_most);
+int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& servers, int64_t at_most);
 
 }  // namespace pstrain
 

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "gtest/gtest.h"
 #include "common/checkpoint_names.h"
+#include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
@@ -34,16 +34,17 @@ TEST(ManifestTest, NamesACompleteSetAndReadsBack) {
   EXPECT_EQ((*m)->clock, 20);
   EXPECT_EQ((*m)->num_servers, 3);
   EXPECT_EQ((*m)->files, (std::vector<std::string>{"server-0-clock-20.safetensors",
-                                                    "server-2-clock-20.safetensors"}));
+                                                   "server-2-clock-20.safetensors"}));
   std::filesystem::remove(CheckpointPath(dir, 2, 20));
   EXPECT_TRUE(absl::IsNotFound(ReadManifest(dir).status()));
 }
 
 TEST(ManifestTest, MalformedManifestsAreRefused) {
   const std::string dir = TempDir("bad_manifest");
-  for (const char* text : {"", "[]", "{\"clock\": 1}", "{\"clock\": -1, \"servers\": 1, \"files\": []}",
-                           "{\"clock\": 1.5, \"servers\": 1, \"files\": []}",
-                           "{\"clock\": 1, \"servers\": 1, \"files\": [\"../x\"]}"}) {
+  for (const char* text :
+       {"", "[]", "{\"clock\": 1}", "{\"clock\": -1, \"servers\": 1, \"files\": []}",
+        "{\"clock\": 1.5, \"servers\": 1, \"files\": []}",
+        "{\"clock\": 1, \"servers\": 1, \"files\": [\"../x\"]}"}) {
     std::ofstream(dir + "/manifest.json") << text;
     EXPECT_TRUE(absl::IsInvalidArgument(ReadManifest(dir).status())) << text;
   }

@@ -21,15 +21,15 @@ absl::StatusOr<int> Membership::Register(Role role, const std::string& address,
     for (const MemberRecord& m : *list) {
       if (m.address != address) continue;
       if (m.role == role && m.incarnation == incarnation) return m.id;  // a retry
-      return absl::AlreadyExistsError(absl::StrCat(address, " is already registered as ",
-                                                   RoleName(m.role), " ", m.id));
+      return absl::AlreadyExistsError(
+          absl::StrCat(address, " is already registered as ", RoleName(m.role), " ", m.id));
     }
   }
   std::vector<MemberRecord>& list = role == SERVER ? servers_ : workers_;
   const int expected = role == SERVER ? num_servers_ : num_workers_;
   if (static_cast<int>(list.size()) >= expected) {
-    return absl::ResourceExhaustedError(absl::StrCat("the job expects ", expected, " ",
-                                                     RoleName(role), "s; all have registered"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the job expects ", expected, " ", RoleName(role), "s; all have registered"));
   }
   MemberRecord m;
   m.role = role;
@@ -62,7 +62,7 @@ absl::StatusOr<MemberRecord*> Membership::Find(Role role, int id, uint64_t incar
 }
 
 absl::Status Membership::Replace(Role role, int id, const std::string& address,
-                                uint64_t incarnation, absl::Time now) {
+                                 uint64_t incarnation, absl::Time now) {
   if (role != SERVER && role != WORKER) return absl::InvalidArgumentError("bad role");
   std::vector<MemberRecord>& list = role == SERVER ? servers_ : workers_;
   if (id < 0 || id >= static_cast<int>(list.size())) {
@@ -74,8 +74,8 @@ absl::Status Membership::Replace(Role role, int id, const std::string& address,
   for (const std::vector<MemberRecord>* l : {&servers_, &workers_}) {
     for (const MemberRecord& m : *l) {
       if (m.address == address && !(m.role == role && m.id == id)) {
-        return absl::AlreadyExistsError(absl::StrCat(address, " is already registered as ",
-                                                     RoleName(m.role), " ", m.id));
+        return absl::AlreadyExistsError(
+            absl::StrCat(address, " is already registered as ", RoleName(m.role), " ", m.id));
       }
     }
   }

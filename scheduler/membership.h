@@ -21,8 +21,8 @@ struct MemberRecord {
   int id = 0;
   std::string address;
   uint64_t incarnation = 0;
-  NodeStatus status;      // as last reported
-  absl::Time last_seen;   // registration or last heartbeat
+  NodeStatus status;         // as last reported
+  absl::Time last_seen;      // registration or last heartbeat
   bool saw_job_end = false;  // was told the job ended
 };
 

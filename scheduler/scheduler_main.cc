@@ -31,6 +31,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: checkpoint_dir, shared by the scheduler and the servers (a job started on "
           "a directory with a manifest resumes from it)");
 ABSL_FLAG(int64_t, checkpoint_every, -1, "override: checkpoint every this many clocks (0: never)");
+ABSL_FLAG(int, pipeline_stages, -1,
+          "override: pipeline stages the model is cut into (num_workers = replicas x stages)");
+ABSL_FLAG(int, micro_batches, -1, "override: micro-batches of a worker's or replica's share");
+ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
 ABSL_FLAG(int, replacement_timeout_ms, 60000,
           "end the job when a dead server (of a job with checkpoints) or a dead worker (under "
           "--on_worker_failure=wait) has neither come back nor been replaced (--rank=ID) this "
@@ -68,6 +72,9 @@ int main(int argc, char** argv) {
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.pipeline_stages = absl::GetFlag(FLAGS_pipeline_stages);
+  o.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  o.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
   c.replacement_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_replacement_timeout_ms));
   c.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   c.on_worker_failure = absl::GetFlag(FLAGS_on_worker_failure);

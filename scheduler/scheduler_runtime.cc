@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "common/stage_plan.h"
 #include "common/status_json.h"
 #include "common/status_macros.h"
 #include "common/trace.h"
@@ -17,6 +18,22 @@
 #include "scheduler/scheduler_service.h"
 
 namespace pstrain {
+
+// The pipeline overrides of ApplyOverrides.
+absl::Status ApplyPipelineOverrides(const SpecOverrides& o, JobSpec* job) {
+  if (o.pipeline_stages >= 0) job->set_pipeline_stages(o.pipeline_stages);
+  if (o.micro_batches >= 0) job->set_micro_batches(o.micro_batches);
+  const std::string schedule = absl::AsciiStrToLower(o.pipeline_schedule);
+  if (schedule == "gpipe") {
+    job->set_pipeline_schedule(GPIPE);
+  } else if (schedule == "1f1b") {
+    job->set_pipeline_schedule(ONE_F_ONE_B);
+  } else if (!schedule.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pipeline_schedule=", o.pipeline_schedule, ": expected gpipe or 1f1b"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ApplyOverrides(const SpecOverrides& o, JobSpec* job) {
   const std::string consistency = absl::AsciiStrToLower(o.consistency);
@@ -40,7 +57,7 @@ absl::Status ApplyOverrides(const SpecOverrides& o, JobSpec* job) {
   if (!o.data_dir.empty()) job->mutable_data()->set_path(o.data_dir);
   if (!o.checkpoint_dir.empty()) job->set_checkpoint_dir(o.checkpoint_dir);
   if (o.checkpoint_every >= 0) job->set_checkpoint_every(o.checkpoint_every);
-  return absl::OkStatus();
+  return ApplyPipelineOverrides(o, job);
 }
 
 namespace {
@@ -53,6 +70,11 @@ absl::StatusOr<JobSpec> LoadJob(const SchedulerConfig& config) {
   if (st.ok()) {
     ApplyJobDefaults(&job);
     st = ValidateJobSpec(job);
+  }
+  if (st.ok() && job.pipeline_stages() > 1) {
+    // The plan, the flags and Status are in; the stage workers are not yet.
+    st = absl::UnimplementedError(
+        "job spec: pipeline_stages > 1: pipeline-stage workers are not built yet");
   }
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat(config.job_file, ": ", st.message()));
   return job;
@@ -158,6 +180,12 @@ int RunScheduler(const SchedulerConfig& config) {
   spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
                *address, job->name(), mode, job->staleness(), job->num_servers(),
                job->num_workers(), TotalClocks(*job));
+  if (job->pipeline_stages() > 1) {
+    spdlog::info("pipeline: {} replicas of {} stages, {} micro-batches, {}: {}",
+                 job->num_workers() / job->pipeline_stages(), job->pipeline_stages(),
+                 job->micro_batches(), job->pipeline_schedule() == GPIPE ? "GPipe" : "1F1B",
+                 DescribeStages(job->model(), *PlanStages(job->model(), job->pipeline_stages())));
+  }
   const JobState end = Watch(config, service.get());
   if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) {
     spdlog::error("{}", st.message());

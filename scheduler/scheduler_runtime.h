@@ -27,6 +27,9 @@ struct SpecOverrides {
   std::string data_dir;
   std::string checkpoint_dir;
   int64_t checkpoint_every = -1;
+  int pipeline_stages = -1;
+  int micro_batches = -1;
+  std::string pipeline_schedule;  // gpipe or 1f1b
 };
 
 // Sets the overridden fields of *job; INVALID_ARGUMENT for a bad value.

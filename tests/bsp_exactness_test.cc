@@ -96,8 +96,8 @@ TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
   const std::string job =
       "consistency: BSP\nbatch_size: 64\nsteps: 20\noptimizer { type: SGD learning_rate: 0.5 }\n";
   const std::vector<float> one = Train("accum1", 1, job);
-  const std::vector<float> four = Train("accum4", 1, job + "accum_steps: 4\n");
-  const std::vector<float> two_by_two = Train("accum2x2", 2, job + "accum_steps: 2\n");
+  const std::vector<float> four = Train("accum4", 1, job + "micro_batches: 4\n");
+  const std::vector<float> two_by_two = Train("accum2x2", 2, job + "micro_batches: 2\n");
   ASSERT_EQ(one.size(), four.size());
   ASSERT_EQ(one.size(), two_by_two.size());
   double max_four = 0, max_two = 0;
@@ -105,7 +105,7 @@ TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
     max_four = std::max(max_four, std::abs(double(four[i]) - one[i]));
     max_two = std::max(max_two, std::abs(double(two_by_two[i]) - one[i]));
   }
-  std::printf("accum_steps 4 vs 1: max |w - w'| %.3g; 2 workers x accum_steps 2 vs 1: %.3g\n",
+  std::printf("micro_batches 4 vs 1: max |w - w'| %.3g; 2 workers x micro_batches 2 vs 1: %.3g\n",
               max_four, max_two);
   EXPECT_LE(max_four, 1e-5);
   EXPECT_LE(max_two, 1e-5);

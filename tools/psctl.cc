@@ -83,14 +83,16 @@ std::string Bytes(int64_t b) {
 }
 
 void PrintTable(const std::vector<NodeStatus>& rows) {
-  std::printf("%-9s %3s %-21s %-10s %7s %9s %8s %8s %8s %8s %7s\n", "ROLE", "ID", "ADDRESS",
-              "STATE", "CLOCK", "SAMPLES/S", "LOSS", "ACCURACY", "IN", "OUT", "RSS");
+  std::printf("%-9s %3s %-21s %3s %3s %-10s %7s %9s %8s %8s %8s %8s %7s\n", "ROLE", "ID", "ADDRESS",
+              "REP", "STG", "STATE", "CLOCK", "SAMPLES/S", "LOSS", "ACCURACY", "IN", "OUT", "RSS");
   for (const NodeStatus& n : rows) {
     const bool worker = n.role() == WORKER;
     std::printf(
-        "%-9s %3s %-21s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", RoleName(n.role()).c_str(),
+        "%-9s %3s %-21s %3s %3s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", RoleName(n.role()).c_str(),
         n.role() == SCHEDULER ? "-" : absl::StrCat(n.id()).c_str(), n.address().c_str(),
-        StateName(n.state()).c_str(), static_cast<long long>(n.clock()),
+        worker ? absl::StrCat(n.replica()).c_str() : "-",
+        worker ? absl::StrCat(n.stage()).c_str() : "-", StateName(n.state()).c_str(),
+        static_cast<long long>(n.clock()),
         worker ? absl::StrFormat("%.0f", n.samples_per_s()).c_str() : "-",
         worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
         worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str() : "-",
@@ -147,6 +149,15 @@ int StatusOfCluster(const std::string& address) {
               st.staleness(), static_cast<long long>(st.total_clocks()));
   if (!st.message().empty()) std::printf(": %s", st.message().c_str());
   std::printf("\n");
+  if (st.stages_size() > 1) {
+    std::printf("pipeline: %d stages, %s, %d micro-batches:", st.stages_size(),
+                st.pipeline_schedule() == GPIPE ? "GPipe" : "1F1B", st.micro_batches());
+    for (const PipelineStage& s : st.stages()) {
+      std::printf(" %d=%s (%.3g MFLOP/sample)", s.stage(), s.units().c_str(),
+                  s.flops_per_sample() / 1e6);
+    }
+    std::printf("\n");
+  }
   for (const Rollback& r : st.rollbacks()) {
     std::printf(
         "rollback to generation %lld: clock %lld -> %lld (%s), %s\n",

@@ -156,7 +156,7 @@ absl::Status ClockLoop::NextBatch() {
 }
 
 absl::StatusOr<StepResult> ClockLoop::Step() {
-  const int k = options_.job.accum_steps();
+  const int k = options_.job.micro_batches();
   if (k <= 1) return model_->TrainStep(batch_);
   // The mean gradient over the batch from k micro-batches: each one's mean
   // weighted by its share of the rows.
@@ -195,7 +195,7 @@ absl::Status ClockLoop::Push(bool finite) {
     push_tickets_.clear();
     return first;
   }
-  ParamBuffers& grads = options_.job.accum_steps() > 1 ? accumulated_ : model_->mutable_grads();
+  ParamBuffers& grads = options_.job.micro_batches() > 1 ? accumulated_ : model_->mutable_grads();
   const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
   return params_->Wait(params_->Push(clock_, batch_.rows, &grads, norm, {}));
 }
@@ -211,7 +211,7 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   // An fp16 overflow skips the step: the push carries the non-finite
   // gradient, which every server counts and does not apply (a BSP round
   // closes over the other workers' samples).
-  ParamBuffers& grads = options_.job.accum_steps() > 1 ? accumulated_ : model_->mutable_grads();
+  ParamBuffers& grads = options_.job.micro_batches() > 1 ? accumulated_ : model_->mutable_grads();
   const bool finite = !options_.loss_scaling || scaler_.Unscale(&grads);
   const absl::Time t3 = absl::Now();
   const absl::Status pushed = Push(finite);

@@ -118,7 +118,7 @@ class ClockLoop {
   absl::StatusOr<bool> ComputeAndPush();
   // The clock's global batch split among the live workers: this rank's rows.
   absl::Status NextBatch();
-  // One clock's forward and backward; in accum_steps micro-batches whose
+  // One clock's forward and backward; in micro_batches micro-batches whose
   // mean gradient goes to accumulated_ when that is above 1.
   absl::StatusOr<StepResult> Step();
   absl::Status Push(bool finite);
@@ -152,7 +152,7 @@ class ClockLoop {
   std::vector<int> live_;  // the live workers, from the last gate
   ClusterView cluster_;    // the servers, from the last gate
   Batch batch_;
-  ParamBuffers accumulated_;  // accum_steps > 1
+  ParamBuffers accumulated_;  // micro_batches > 1
   LossScaler scaler_;
   std::vector<ParamTicket> push_tickets_;  // this clock's pushes by layer
   std::optional<WeightPrefetch> prefetch_;

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/process_stats.h"
+#include "common/stage_plan.h"
 #include "common/status_macros.h"
 #include "proto/tensor.pb.h"
 #include "worker/models/loss_scaler.h"
@@ -116,8 +117,8 @@ absl::StatusOr<double> Trainer::Evaluate(Model& model) {
 // the job allows them (see TrainerOptions::overlap).
 static bool OverlapFor(const TrainerOptions& options) {
   const JobSpec& job = options.job;
-  const char* no_overlap = job.accum_steps() > 1  ? "accum_steps above 1"
-                           : options.loss_scaling ? "fp16 loss scaling"
+  const char* no_overlap = job.micro_batches() > 1 ? "micro_batches above 1"
+                           : options.loss_scaling  ? "fp16 loss scaling"
                            : job.optimizer().clip_norm() > 0 && job.consistency() != BSP
                                ? "clipping by the push's norm under SSP/ASP"
                                : nullptr;
@@ -236,6 +237,9 @@ NodeStatus Trainer::Status() const {
   st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
   st.set_generation(m.generation);
   st.set_start_clock(options_.start_clock);
+  const int stages = std::max(1, options_.job.pipeline_stages());
+  st.set_replica(ReplicaOf(options_.worker_id, stages));
+  st.set_stage(StageOf(options_.worker_id, stages));
   return st;
 }
 

@@ -17,7 +17,7 @@ ABSL_FLAG(std::string, overlap, "auto",
           "on, off or auto (on for a CUDA device, off on the CPU, where pushing competes with "
           "the backward for the same cores): push each layer's gradients while the backward "
           "goes on, and under SSP/ASP pull the next clock's weights while this one computes, "
-          "when the job needs no whole-gradient step first (no accum_steps, fp16 loss "
+          "when the job needs no whole-gradient step first (micro_batches 1, no fp16 loss "
           "scaling or SSP/ASP clipping)");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
