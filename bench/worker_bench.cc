@@ -18,8 +18,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
-#include "common/status_macros.h"
 #include "common/params.h"
+#include "common/status_macros.h"
 #include "kernels/device_array.h"
 #include "worker/device.h"
 #include "worker/models/gpt_model.h"
@@ -132,8 +132,8 @@ absl::StatusOr<Timings> Measure(kernels::Backend* b, GptModel* model, const Batc
 
 int Run() {
   std::string note;
-  auto backend = OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads),
-                            &note);
+  auto backend =
+      OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &note);
   if (!backend.ok()) {
     std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
     return 2;
@@ -213,7 +213,7 @@ int Run() {
                   why.empty() ? "unknown dtype" : why.c_str(), d + 1 < dtypes.size() ? "," : "");
       continue;
     }
-    GptModel model(job.model(), b, absl::GetFlag(FLAGS_recompute));
+    GptModel model(job.model(), WholeModel(job.model()), b, absl::GetFlag(FLAGS_recompute));
     for (size_t p = 0; p < model.params().size(); ++p) {
       for (int64_t i = 0; i < model.params()[p].numel; ++i) {
         model.weights()[p][i] = InitialValue(1, model.params()[p], i);
@@ -235,18 +235,18 @@ int Run() {
         "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
         "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
         name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
-        full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0,
-        t->pinned_bytes / 1048576.0,
+        full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0, t->pinned_bytes / 1048576.0,
         (dense_flops + attention_flops) / step_s / 1e12, dense_flops / step_s / 1e12,
         dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
         d + 1 < dtypes.size() ? "," : "");
     std::fflush(stdout);
   }
-  std::printf("  ],\n  \"note\": \"medians of --steps rounds; each round times a step on the "
-              "device alone (step_ms: forward + backward, the loss read back), a step with the "
-              "worker's host copies (weights uploaded, gradients downloaded) and the step's dense "
-              "products alone through the backend's Gemm (cuBLAS or OpenBLAS); step_matmul_tflops "
-              "counts the step's matrix products over the whole step\"\n}\n");
+  std::printf(
+      "  ],\n  \"note\": \"medians of --steps rounds; each round times a step on the "
+      "device alone (step_ms: forward + backward, the loss read back), a step with the "
+      "worker's host copies (weights uploaded, gradients downloaded) and the step's dense "
+      "products alone through the backend's Gemm (cuBLAS or OpenBLAS); step_matmul_tflops "
+      "counts the step's matrix products over the whole step\"\n}\n");
   return 0;
 }
 

@@ -119,6 +119,11 @@ absl::StatusOr<std::vector<Stage>> PlanStages(const ModelSpec& model, int stages
   return out;
 }
 
+Stage WholeModel(const ModelSpec& model) {
+  const absl::StatusOr<std::vector<Stage>> one = PlanStages(model, 1);
+  return one.ok() ? one->front() : Stage();
+}
+
 std::string StageUnits(const std::vector<ModelUnit>& units, const Stage& stage) {
   const std::string& first = units[stage.first_unit].name;
   const std::string& last = units[stage.end_unit - 1].name;

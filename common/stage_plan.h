@@ -44,6 +44,9 @@ std::vector<ModelUnit> ModelUnits(const ModelSpec& model);
 // units than stages.
 absl::StatusOr<std::vector<Stage>> PlanStages(const ModelSpec& model, int stages);
 
+// The whole model (of at least one unit) as one stage.
+Stage WholeModel(const ModelSpec& model);
+
 // The units a stage covers: "dense0", "h2-h3".
 std::string StageUnits(const std::vector<ModelUnit>& units, const Stage& stage);
 

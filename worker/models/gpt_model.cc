@@ -3,16 +3,28 @@
 #include <algorithm>
 
 #include "common/params.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 
-GptModel::GptModel(const ModelSpec& spec, kernels::Backend* backend, bool recompute)
-    : Model(spec, backend), gpt_(spec.gpt()), recompute_(recompute), xf_(backend), meanf_(backend), rstdf_(backend),
-      logits_(backend), dlogits_(backend), dx_(backend), tmp_(backend), tmp2_(backend),
-      tmp4_(backend), dqkv_(backend), ids_(backend), pos_(backend), targets_(backend) {
-  // The order of common/params.cc's GptParams.
-  int p = 2;
-  for (int i = 0; i < gpt_.layers(); ++i) {
+GptModel::GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
+                   bool recompute)
+    : Model(spec, stage, backend),
+      gpt_(spec.gpt()),
+      recompute_(recompute),
+      logits_(backend),
+      dx_(backend),
+      tmp_(backend),
+      tmp2_(backend),
+      tmp4_(backend),
+      dqkv_(backend) {
+  // The order of common/params.cc's GptParams, from this stage's first.
+  int p = 0;
+  if (first_) {
+    wte_ = p++;
+    wpe_ = p++;
+  }
+  for (int i = stage.first_layer; i < stage.end_layer; ++i) {
     BlockParams b;
     b.ln1_gamma = p++;
     b.ln1_beta = p++;
@@ -27,104 +39,171 @@ GptModel::GptModel(const ModelSpec& spec, kernels::Backend* backend, bool recomp
     b.mlp_proj_w = p++;
     b.mlp_proj_b = p++;
     block_params_.push_back(b);
-    if (!recompute_ || acts_.empty()) acts_.emplace_back(backend);
   }
-  lnf_gamma_ = p++;
-  lnf_beta_ = p++;
-  head_ = p++;
-  for (int i = 0; i <= 2 * gpt_.layers(); ++i) res_.emplace_back(backend);
+  if (last_) {
+    lnf_gamma_ = p++;
+    lnf_beta_ = p++;
+    head_ = p++;
+  }
+  if (recompute_) shared_acts_.emplace_back(backend);
   const int64_t c = gpt_.width();
+  input_width_ = output_width_ = gpt_.context() * c;
   zeros_.assign(std::max<int64_t>(kGptVocab, gpt_.context()) * c, 0.0f);
 }
 
-bool GptModel::Reserve(int seqs) {
-  const int64_t t = gpt_.context(), c = gpt_.width(), n = seqs * t;
-  const int64_t att = static_cast<int64_t>(seqs) * gpt_.heads() * t * t;
-  bool ok = ids_.Resize(n) && pos_.Resize(n) && targets_.Resize(n);
-  for (BlockActs& a : acts_) {
+GptModel::Slot& GptModel::SlotAt(int slot) {
+  const int blocks = static_cast<int>(block_params_.size());
+  while (static_cast<int>(slots_.size()) <= slot) {
+    Slot& s = slots_.emplace_back(backend_);
+    for (int i = 0; i <= 2 * blocks; ++i) s.res.emplace_back(backend_);
+    for (int i = 0; !recompute_ && i < blocks; ++i) s.blocks.emplace_back(backend_);
+  }
+  return slots_[slot];
+}
+
+bool GptModel::ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n, int64_t att) {
+  const int64_t c = gpt_.width();
+  bool ok = true;
+  for (BlockActs& a : blocks) {
     ok = ok && a.a.Resize(n * c) && a.mean1.Resize(n) && a.rstd1.Resize(n) &&
          a.qkv.Resize(n * 3 * c) && a.att.Resize(att) && a.o.Resize(n * c) && a.b.Resize(n * c) &&
          a.mean2.Resize(n) && a.rstd2.Resize(n) && a.h.Resize(n * 4 * c) && a.g.Resize(n * 4 * c);
   }
-  for (Array& r : res_) ok = ok && r.Resize(n * c);
-  return ok && xf_.Resize(n * c) && meanf_.Resize(n) && rstdf_.Resize(n) &&
-         logits_.Resize(n * kGptVocab) && dlogits_.Resize(n * kGptVocab) && dx_.Resize(n * c) &&
-         tmp_.Resize(n * c) && tmp2_.Resize(n * c) && tmp4_.Resize(n * 4 * c) &&
-         dqkv_.Resize(n * 3 * c);
+  return ok;
 }
 
-absl::StatusOr<StepResult> GptModel::Run(const Batch& batch, bool backward) {
-  const int seqs = batch.rows, t = gpt_.context(), c = gpt_.width();
-  const int n = seqs * t, layers = gpt_.layers();
-  kernels::Backend* k = backend_;
-  if (!Reserve(seqs)) return absl::ResourceExhaustedError(BackendStatus().message());
-  if (static_cast<int>(host_pos_.size()) != n) {
-    host_pos_.resize(n);
-    for (int i = 0; i < n; ++i) host_pos_[i] = i % t;
-  }
-  ids_.Upload(batch.tokens.data());
-  pos_.Upload(host_pos_.data());
-  targets_.Upload(batch.labels.data());
+bool GptModel::Reserve(Slot& s, int seqs) {
+  const int64_t t = gpt_.context(), c = gpt_.width(), n = seqs * t;
+  const int64_t att = static_cast<int64_t>(seqs) * gpt_.heads() * t * t;
+  bool ok = !first_ || (s.ids.Resize(n) && s.pos.Resize(n));
+  ok = ok && (!last_ || (s.targets.Resize(n) && s.xf.Resize(n * c) && s.meanf.Resize(n) &&
+                         s.rstdf.Resize(n) && s.dlogits.Resize(n * kGptVocab) &&
+                         logits_.Resize(n * kGptVocab)));
+  ok = ok && ReserveBlocks(recompute_ ? shared_acts_ : s.blocks, n, att);
+  for (Array& r : s.res) ok = ok && r.Resize(n * c);
+  return ok && dx_.Resize(n * c) && tmp_.Resize(n * c) && tmp2_.Resize(n * c) &&
+         tmp4_.Resize(n * 4 * c) && dqkv_.Resize(n * 3 * c);
+}
 
-  // Forward. Each layer's weights are queued for upload just before its
-  // work, so the device copies the next while it computes this one.
+void GptModel::Embed(Slot& s) {
+  const int n = s.seqs * gpt_.context(), c = gpt_.width();
   UploadWeights({wte_, wpe_});
-  k->Embedding(n, c, ids_.data(), W(wte_), res_[0].data(), false);
-  k->Embedding(n, c, pos_.data(), W(wpe_), res_[0].data(), true);
-  for (int i = 0; i < layers; ++i) {
-    UploadWeights(block_params_[i].All());
-    ForwardBlock(i, seqs, Acts(i));
-  }
+  backend_->Embedding(n, c, s.ids.data(), W(wte_), s.res[0].data(), false);
+  backend_->Embedding(n, c, s.pos.data(), W(wpe_), s.res[0].data(), true);
+}
+
+StepResult GptModel::Head(Slot& s, bool train) {
+  const int n = s.seqs * gpt_.context(), c = gpt_.width();
+  kernels::Backend* k = backend_;
   UploadWeights({lnf_gamma_, lnf_beta_, head_});
-  const float* last = res_[2 * layers].data();
-  k->LayerNorm(n, c, last, W(lnf_gamma_), W(lnf_beta_), xf_.data(), meanf_.data(),
-               rstdf_.data());
-  k->Gemm(false, false, n, kGptVocab, c, 1.0f, xf_.data(), W(head_), 0.0f, logits_.data());
+  const float* last = s.res.back().data();
+  k->LayerNorm(n, c, last, W(lnf_gamma_), W(lnf_beta_), s.xf.data(), s.meanf.data(),
+               s.rstdf.data());
+  k->Gemm(false, false, n, kGptVocab, c, 1.0f, s.xf.data(), W(head_), 0.0f, logits_.data());
   StepResult result;
   int correct = 0;
-  result.loss = k->SoftmaxXent(n, kGptVocab, logits_.data(), targets_.data(),
-                               backward ? dlogits_.data() : nullptr, &correct);
+  result.loss = k->SoftmaxXent(n, kGptVocab, logits_.data(), s.targets.data(),
+                               train ? s.dlogits.data() : nullptr, &correct);
   result.correct = correct;
   result.predicted = n;
-  if (backward && loss_scale_ != 1.0f) {
-    k->Scale(static_cast<int64_t>(n) * kGptVocab, loss_scale_, dlogits_.data());
+  if (train && loss_scale_ != 1.0f) {
+    k->Scale(static_cast<int64_t>(n) * kGptVocab, loss_scale_, s.dlogits.data());
   }
-
-  if (backward) {
-    k->Gemm(true, false, c, kGptVocab, n, 1.0f, xf_.data(), dlogits_.data(), 0.0f, G(head_));
-    k->Gemm(false, true, n, c, kGptVocab, 1.0f, dlogits_.data(), W(head_), 0.0f, tmp_.data());
-    k->LayerNormBackward(n, c, last, W(lnf_gamma_), meanf_.data(), rstdf_.data(), tmp_.data(),
-                         dx_.data(), G(lnf_gamma_), G(lnf_beta_));
-    Ready({head_, lnf_gamma_, lnf_beta_});
-    // dx_: the gradient of the residual stream, walking down.
-    for (int i = layers - 1; i >= 0; --i) {
-      // With recomputation the block's activations are made again from its
-      // input, which the residual stream kept.
-      if (recompute_) ForwardBlock(i, seqs, Acts(i));
-      BackwardBlock(i, seqs, Acts(i));
-      Ready(block_params_[i].All());
-    }
-    device_grads_[wte_].Upload(zeros_.data());
-    device_grads_[wpe_].Upload(zeros_.data());
-    k->EmbeddingBackward(n, c, ids_.data(), dx_.data(), G(wte_));
-    k->EmbeddingBackward(n, c, pos_.data(), dx_.data(), G(wpe_));
-    Ready({wte_, wpe_});
-    FinishGrads();
-  }
-  const absl::Status st = BackendStatus();
-  if (!st.ok()) return st;
   return result;
 }
 
-void GptModel::ForwardBlock(int i, int seqs, BlockActs& a) {
-  const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), n = seqs * t;
+absl::StatusOr<StepResult> GptModel::Forward(int slot, const Batch& batch,
+                                             const std::vector<float>* input,
+                                             std::vector<float>* output, bool train) {
+  const int seqs = batch.rows, t = gpt_.context();
+  const int n = seqs * t;
+  if (!first_) RETURN_IF_ERROR(CheckSize(input, seqs, input_width_, "stage input"));
+  Slot& s = SlotAt(slot);
+  s.seqs = seqs;
+  if (!Reserve(s, seqs)) return absl::ResourceExhaustedError(BackendStatus().message());
+  if (first_) {
+    if (static_cast<int>(host_pos_.size()) != n) {
+      host_pos_.resize(n);
+      for (int i = 0; i < n; ++i) host_pos_[i] = i % t;
+    }
+    s.ids.Upload(batch.tokens.data());
+    s.pos.Upload(host_pos_.data());
+  }
+  if (last_) s.targets.Upload(batch.labels.data());
+  // Each layer's weights are queued for upload just before its work, so the
+  // device copies the next while it computes this one.
+  if (first_) {
+    Embed(s);
+  } else {
+    s.res[0].Upload(input->data());
+  }
+  for (int j = 0; j < static_cast<int>(block_params_.size()); ++j) {
+    UploadWeights(block_params_[j].All());
+    ForwardBlock(j, s);
+  }
+  StepResult result;
+  if (last_) {
+    result = Head(s, train);
+  } else {
+    output->resize(static_cast<size_t>(seqs) * output_width_);
+    s.res.back().Download(output->data());
+  }
+  RETURN_IF_ERROR(BackendStatus());
+  return result;
+}
+
+void GptModel::HeadBackward(Slot& s) {
+  const int n = s.seqs * gpt_.context(), c = gpt_.width();
   kernels::Backend* k = backend_;
-  const BlockParams& p = block_params_[i];
-  float* in = res_[2 * i].data();
-  float* mid = res_[2 * i + 1].data();
-  float* out = res_[2 * i + 2].data();
-  k->LayerNorm(n, c, in, W(p.ln1_gamma), W(p.ln1_beta), a.a.data(), a.mean1.data(),
-               a.rstd1.data());
+  k->Gemm(true, false, c, kGptVocab, n, 1.0f, s.xf.data(), s.dlogits.data(), 0.0f, G(head_));
+  k->Gemm(false, true, n, c, kGptVocab, 1.0f, s.dlogits.data(), W(head_), 0.0f, tmp_.data());
+  k->LayerNormBackward(n, c, s.res.back().data(), W(lnf_gamma_), s.meanf.data(), s.rstdf.data(),
+                       tmp_.data(), dx_.data(), G(lnf_gamma_), G(lnf_beta_));
+  Ready({head_, lnf_gamma_, lnf_beta_});
+}
+
+absl::Status GptModel::Backward(int slot, const std::vector<float>* grad_output,
+                                std::vector<float>* grad_input) {
+  Slot& s = slots_.at(slot);
+  const int n = s.seqs * gpt_.context(), c = gpt_.width();
+  // dx_: the gradient of the residual stream, walking down.
+  if (last_) {
+    HeadBackward(s);
+  } else {
+    RETURN_IF_ERROR(CheckSize(grad_output, s.seqs, output_width_, "stage output gradient"));
+    backend_->Upload(grad_output->data(), grad_output->size() * sizeof(float), dx_.data());
+  }
+  for (int j = static_cast<int>(block_params_.size()) - 1; j >= 0; --j) {
+    // With recomputation the block's activations are made again from its
+    // input, which the residual stream kept.
+    if (recompute_) ForwardBlock(j, s);
+    BackwardBlock(j, s);
+    Ready(block_params_[j].All());
+  }
+  if (first_) {
+    device_grads_[wte_].Upload(zeros_.data());
+    device_grads_[wpe_].Upload(zeros_.data());
+    backend_->EmbeddingBackward(n, c, s.ids.data(), dx_.data(), G(wte_));
+    backend_->EmbeddingBackward(n, c, s.pos.data(), dx_.data(), G(wpe_));
+    Ready({wte_, wpe_});
+  } else {
+    grad_input->resize(static_cast<size_t>(n) * c);
+    backend_->Download(dx_.data(), grad_input->size() * sizeof(float), grad_input->data());
+  }
+  FinishGrads();
+  return BackendStatus();
+}
+
+void GptModel::ForwardBlock(int j, Slot& s) {
+  const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), seqs = s.seqs;
+  const int n = seqs * t;
+  kernels::Backend* k = backend_;
+  const BlockParams& p = block_params_[j];
+  BlockActs& a = Acts(s, j);
+  float* in = s.res[2 * j].data();
+  float* mid = s.res[2 * j + 1].data();
+  float* out = s.res[2 * j + 2].data();
+  k->LayerNorm(n, c, in, W(p.ln1_gamma), W(p.ln1_beta), a.a.data(), a.mean1.data(), a.rstd1.data());
   k->Gemm(false, false, n, 3 * c, c, 1.0f, a.a.data(), W(p.qkv_w), 0.0f, a.qkv.data());
   k->AddBias(n, 3 * c, W(p.qkv_b), a.qkv.data());
   k->Attention(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), a.o.data());
@@ -141,13 +220,15 @@ void GptModel::ForwardBlock(int i, int seqs, BlockActs& a) {
   k->Axpy(static_cast<int64_t>(n) * c, 1.0f, mid, out);
 }
 
-void GptModel::BackwardBlock(int i, int seqs, BlockActs& a) {
-  const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), n = seqs * t;
+void GptModel::BackwardBlock(int j, Slot& s) {
+  const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), seqs = s.seqs;
+  const int n = seqs * t;
   const int64_t nc = static_cast<int64_t>(n) * c;
   kernels::Backend* k = backend_;
-  const BlockParams& p = block_params_[i];
-  const float* in = res_[2 * i].data();
-  const float* mid = res_[2 * i + 1].data();
+  const BlockParams& p = block_params_[j];
+  BlockActs& a = Acts(s, j);
+  const float* in = s.res[2 * j].data();
+  const float* mid = s.res[2 * j + 1].data();
   // out = mid + g Wmp + bmp
   k->Gemm(true, false, 4 * c, c, n, 1.0f, a.g.data(), dx_.data(), 0.0f, G(p.mlp_proj_w));
   k->BiasGrad(n, c, dx_.data(), G(p.mlp_proj_b));

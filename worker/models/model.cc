@@ -3,12 +3,18 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/models/gpt_model.h"
 
 namespace pstrain {
 
-Model::Model(const ModelSpec& spec, kernels::Backend* backend)
-    : backend_(backend), params_(ModelParams(spec)) {
+Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend)
+    : backend_(backend),
+      stage_(stage),
+      first_(stage.first_unit == 0),
+      last_(stage.end_unit == static_cast<int>(ModelUnits(spec).size())) {
+  const std::vector<ParamInfo> all = ModelParams(spec);
+  params_.assign(all.begin() + stage.first_param, all.begin() + stage.end_param);
   for (const ParamInfo& p : params_) {
     weights_.push_back(kernels::PinnableVector(p.numel));
     grads_.push_back(kernels::PinnableVector(p.numel));
@@ -36,8 +42,8 @@ void Model::UploadWeights(const std::vector<int>& params) {
 
 void Model::Ready(const std::vector<int>& params) {
   if (!host_sync_ || !grads_ready_) return;
-  for (int p : params) backend_->DownloadAsync(device_grads_[p].data(),
-                                               device_grads_[p].size() * 4, grads_[p].data());
+  for (int p : params)
+    backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4, grads_[p].data());
   pending_grads_.emplace_back(backend_->Fence(), params);
   // Report what has landed already, without waiting: the host may be
   // behind the device (a copy into memory that is not pinned waits).
@@ -79,10 +85,32 @@ void Model::FinishGrads() {
   ReportLanded(/*wait=*/true);
 }
 
-std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
-                                 bool recompute) {
-  if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, backend, recompute);
-  return std::make_unique<MlpModel>(spec, backend);
+absl::StatusOr<StepResult> Model::TrainStep(const Batch& batch) {
+  ASSIGN_OR_RETURN(const StepResult r, Forward(0, batch, nullptr, nullptr, /*train=*/true));
+  RETURN_IF_ERROR(Backward(0, nullptr, nullptr));
+  return r;
+}
+
+absl::StatusOr<StepResult> Model::Evaluate(const Batch& batch) {
+  return Forward(0, batch, nullptr, nullptr, /*train=*/false);
+}
+
+absl::Status Model::CheckSize(const std::vector<float>* v, int64_t rows, int64_t width,
+                              const char* what) {
+  const int64_t want = rows * width;
+  if (v != nullptr && static_cast<int64_t>(v->size()) == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", v == nullptr ? 0 : v->size(),
+                                                 " floats for ", rows, " rows of ", width));
+}
+
+std::unique_ptr<Model> MakeStageModel(const ModelSpec& spec, const Stage& stage,
+                                      kernels::Backend* backend, bool recompute) {
+  if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, stage, backend, recompute);
+  return std::make_unique<MlpModel>(spec, stage, backend);
+}
+
+std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend, bool recompute) {
+  return MakeStageModel(spec, WholeModel(spec), backend, recompute);
 }
 
 Batch SliceBatch(const Batch& batch, int begin, int end) {
@@ -99,111 +127,141 @@ Batch SliceBatch(const Batch& batch, int begin, int end) {
   return out;
 }
 
-MlpModel::MlpModel(const ModelSpec& model, kernels::Backend* backend)
-    : Model(model, backend), input_(backend), delta_(backend), delta_prev_(backend),
-      labels_(backend) {
-  int width = model.input_dim();
-  int param = 0;
-  for (const LayerSpec& spec : model.layers()) {
-    Layer layer;
-    layer.type = spec.type();
-    layer.in = width;
-    if (spec.type() == DENSE) {
-      layer.out = spec.units();
-      layer.param = param;
-      param += 2;
-    } else {
-      layer.out = width;
-    }
-    width = layer.out;
-    layers_.push_back(layer);
-    acts_.emplace_back(backend);
-  }
-}
-
 absl::Status Model::BackendStatus() const {
   const std::string error = backend_->error();
   if (error.empty()) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(backend_->name(), " backend: ", error));
 }
 
-absl::StatusOr<StepResult> MlpModel::Run(const Batch& batch, bool backward) {
-  const int rows = batch.rows;
-  const size_t n = layers_.size();
-  // Sizes first: a device without room fails here, before any work.
-  bool room = input_.Resize(static_cast<int64_t>(rows) * layers_[0].in) && labels_.Resize(rows);
+MlpModel::MlpModel(const ModelSpec& model, const Stage& stage, kernels::Backend* backend)
+    : Model(model, stage, backend), delta_(backend), delta_prev_(backend) {
+  int width = model.input_dim();
+  int param = 0;  // in ModelParams()
+  for (int i = 0; i < model.layers_size(); ++i) {
+    const LayerSpec& spec = model.layers(i);
+    Layer layer;
+    layer.type = spec.type();
+    layer.in = width;
+    layer.out = spec.type() == DENSE ? spec.units() : width;
+    if (spec.type() == DENSE) {
+      layer.param = param - stage.first_param;
+      param += 2;
+    }
+    width = layer.out;
+    if (i >= stage.first_layer && i < stage.end_layer) layers_.push_back(layer);
+  }
+  input_width_ = layers_.front().in;
+  output_width_ = layers_.back().out;
+}
+
+MlpModel::Slot& MlpModel::SlotAt(int slot) {
+  while (static_cast<int>(slots_.size()) <= slot) {
+    slots_.emplace_back(backend_);
+    for (size_t i = 0; i < layers_.size(); ++i) slots_.back().acts.emplace_back(backend_);
+  }
+  return slots_[slot];
+}
+
+bool MlpModel::Reserve(Slot& s, int rows) {
+  bool room = s.input.Resize(static_cast<int64_t>(rows) * input_width_) && s.labels.Resize(rows);
   int64_t widest = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
     widest = std::max<int64_t>(widest, std::max(layers_[i].in, layers_[i].out));
     if (layers_[i].type != SOFTMAX_XENT) {
-      room = room && acts_[i].Resize(static_cast<int64_t>(rows) * layers_[i].out);
+      room = room && s.acts[i].Resize(static_cast<int64_t>(rows) * layers_[i].out);
     }
   }
-  room = room && delta_.Resize(rows * widest) && delta_prev_.Resize(rows * widest);
-  if (!room) return absl::ResourceExhaustedError(BackendStatus().message());
-  input_.Upload(batch.x.data());
-  labels_.Upload(batch.labels.data());
+  // The loss's gradient becomes a spare buffer of the backward's walk down.
+  if (last_) room = room && s.dloss.Resize(rows * widest);
+  return room && delta_.Resize(rows * widest) && delta_prev_.Resize(rows * widest);
+}
 
-  // out[i]: the output of layer i; the loss layer passes its input through.
-  std::vector<float*> out(n);
-  const float* in = input_.data();
-  for (size_t i = 0; i < n; ++i) {
+float* MlpModel::Output(Slot& s, int i) {
+  while (i >= 0 && layers_[i].type == SOFTMAX_XENT) --i;
+  return i < 0 ? s.input.data() : s.acts[i].data();
+}
+
+absl::StatusOr<StepResult> MlpModel::Forward(int slot, const Batch& batch,
+                                             const std::vector<float>* input,
+                                             std::vector<float>* output, bool train) {
+  const int rows = batch.rows;
+  if (!first_) RETURN_IF_ERROR(CheckSize(input, rows, input_width_, "stage input"));
+  Slot& s = SlotAt(slot);
+  s.rows = rows;
+  // Sizes first: a device without room fails here, before any work.
+  if (!Reserve(s, rows)) return absl::ResourceExhaustedError(BackendStatus().message());
+  s.input.Upload(first_ ? batch.x.data() : input->data());
+  if (last_) s.labels.Upload(batch.labels.data());
+  const float* in = s.input.data();
+  for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    switch (l.type) {
-      case DENSE:
-        UploadWeights({l.param, l.param + 1});
-        out[i] = acts_[i].data();
-        backend_->Gemm(false, false, rows, l.out, l.in, 1.0f, in, device_weights_[l.param].data(),
-                       0.0f, out[i]);
-        backend_->AddBias(rows, l.out, device_weights_[l.param + 1].data(), out[i]);
-        break;
-      case RELU:
-        out[i] = acts_[i].data();
-        backend_->ReluForward(static_cast<int64_t>(rows) * l.out, in, out[i]);
-        break;
-      default:  // SOFTMAX_XENT
-        out[i] = const_cast<float*>(in);
-        break;
+    float* out = Output(s, static_cast<int>(i));
+    if (l.type == DENSE) {
+      UploadWeights({l.param, l.param + 1});
+      backend_->Gemm(false, false, rows, l.out, l.in, 1.0f, in, device_weights_[l.param].data(),
+                     0.0f, out);
+      backend_->AddBias(rows, l.out, device_weights_[l.param + 1].data(), out);
+    } else if (l.type == RELU) {
+      backend_->ReluForward(static_cast<int64_t>(rows) * l.out, in, out);
     }
-    in = out[i];
+    in = out;
   }
-  const int classes = layers_.back().out;
   StepResult result;
-  int correct = 0;
-  result.loss = backend_->SoftmaxXent(rows, classes, in, labels_.data(),
-                                      backward ? delta_.data() : nullptr, &correct);
-  result.correct = correct;
-  result.predicted = rows;
-  if (backward && loss_scale_ != 1.0f) {
-    backend_->Scale(static_cast<int64_t>(rows) * classes, loss_scale_, delta_.data());
-  }
-  if (backward) {
-    // delta_ holds d(loss)/d(output of layer i) walking down.
-    for (size_t i = n; i-- > 0;) {
-      const Layer& l = layers_[i];
-      const float* layer_in = i == 0 ? input_.data() : out[i - 1];
-      if (l.type == DENSE) {
-        // dW [in, out] = in^T [in, rows] * delta [rows, out]
-        backend_->Gemm(true, false, l.in, l.out, rows, 1.0f, layer_in, delta_.data(), 0.0f,
-                       device_grads_[l.param].data());
-        backend_->BiasGrad(rows, l.out, delta_.data(), device_grads_[l.param + 1].data());
-        Ready({l.param, l.param + 1});
-        if (i > 0) {
-          // d(in) [rows, in] = delta [rows, out] * W^T
-          backend_->Gemm(false, true, rows, l.in, l.out, 1.0f, delta_.data(),
-                         device_weights_[l.param].data(), 0.0f, delta_prev_.data());
-          std::swap(delta_, delta_prev_);
-        }
-      } else if (l.type == RELU) {
-        backend_->ReluBackward(static_cast<int64_t>(rows) * l.out, out[i], delta_.data(),
-                               delta_.data());
-      }
+  if (!last_) {
+    output->resize(static_cast<size_t>(rows) * output_width_);
+    s.acts.back().Download(output->data());
+  } else {
+    int correct = 0;
+    result.loss = backend_->SoftmaxXent(rows, output_width_, in, s.labels.data(),
+                                        train ? s.dloss.data() : nullptr, &correct);
+    result.correct = correct;
+    result.predicted = rows;
+    if (train && loss_scale_ != 1.0f) {
+      backend_->Scale(static_cast<int64_t>(rows) * output_width_, loss_scale_, s.dloss.data());
     }
-    FinishGrads();
   }
-  const absl::Status st = BackendStatus();
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(BackendStatus());
   return result;
+}
+
+absl::Status MlpModel::Backward(int slot, const std::vector<float>* grad_output,
+                                std::vector<float>* grad_input) {
+  Slot& s = slots_.at(slot);
+  const int rows = s.rows;
+  // `delta` holds d(loss)/d(output of layer i) walking down.
+  Array* delta = &s.dloss;
+  Array* spare = &delta_prev_;
+  if (!last_) {
+    RETURN_IF_ERROR(CheckSize(grad_output, rows, output_width_, "stage output gradient"));
+    backend_->Upload(grad_output->data(), grad_output->size() * sizeof(float), delta_.data());
+    delta = &delta_;
+  }
+  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    const Layer& l = layers_[i];
+    const float* layer_in = i == 0 ? s.input.data() : Output(s, i - 1);
+    if (l.type == DENSE) {
+      // dW [in, out] = in^T [in, rows] * delta [rows, out]
+      backend_->Gemm(true, false, l.in, l.out, rows, 1.0f, layer_in, delta->data(), 0.0f,
+                     device_grads_[l.param].data());
+      backend_->BiasGrad(rows, l.out, delta->data(), device_grads_[l.param + 1].data());
+      Ready({l.param, l.param + 1});
+      if (i > 0 || !first_) {
+        // d(in) [rows, in] = delta [rows, out] * W^T
+        backend_->Gemm(false, true, rows, l.in, l.out, 1.0f, delta->data(),
+                       device_weights_[l.param].data(), 0.0f, spare->data());
+        std::swap(delta, spare);
+      }
+    } else if (l.type == RELU) {
+      backend_->ReluBackward(static_cast<int64_t>(rows) * l.out, Output(s, i), delta->data(),
+                             delta->data());
+    }
+  }
+  if (!first_) {
+    grad_input->resize(static_cast<size_t>(rows) * input_width_);
+    backend_->Download(delta->data(), grad_input->size() * sizeof(float), grad_input->data());
+  }
+  FinishGrads();
+  return BackendStatus();
 }
 
 }  // namespace pstrain

@@ -1,8 +1,16 @@
 // The models a worker trains, built from the job's model spec and running on
 // a kernels::Backend: an MLP (dense, relu, softmax_xent layers) and a GPT
-// (worker/models/gpt_model.h). A model holds the worker's host copy of the weights
-// (as last pulled) and of the gradients of the last step; the backend's
-// device holds the working copies, activations and gradients.
+// (worker/models/gpt_model.h). A model holds the worker's host copy of the
+// weights (as last pulled) and of the gradients of the last step; the
+// backend's device holds the working copies, activations and gradients.
+//
+// A model is one pipeline stage of the model spec (common/stage_plan.h): the
+// whole model, or the layers of one stage. A stage's params() are its slice
+// of ModelParams() (its first is stage().first_param there); a stage that is
+// not the first takes the activations of the one before as input, and one
+// that is not the last hands its output activations on and takes their
+// gradient back. Each micro-batch in flight keeps its activations in a slot
+// of its own, from its Forward to its Backward.
 #ifndef PSTRAIN_WORKER_MODELS_MODEL_H_
 #define PSTRAIN_WORKER_MODELS_MODEL_H_
 
@@ -13,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/params.h"
+#include "common/stage_plan.h"
 #include "kernels/backend.h"
 #include "kernels/device_array.h"
 #include "proto/job.pb.h"
@@ -63,15 +72,44 @@ class Model {
   // the CPU).
   int64_t pinned_bytes() const { return pinned_bytes_; }
 
-  // Forward and backward; grads() then holds the gradient of the mean loss.
-  // An error of the backend (a CUDA error, no device memory) becomes the
-  // status.
-  virtual absl::StatusOr<StepResult> TrainStep(const Batch& batch) = 0;
-  // Forward only.
-  virtual absl::StatusOr<StepResult> Evaluate(const Batch& batch) = 0;
+  // The whole model: forward and backward; grads() then holds the gradient
+  // of the mean loss. An error of the backend (a CUDA error, no device
+  // memory) becomes the status.
+  absl::StatusOr<StepResult> TrainStep(const Batch& batch);
+  // The whole model: forward only.
+  absl::StatusOr<StepResult> Evaluate(const Batch& batch);
+
+  // This model's part of the model spec.
+  const Stage& stage() const { return stage_; }
+  bool first_stage() const { return first_; }
+  bool last_stage() const { return last_; }
+  // Floats per row (example or sequence) entering this stage from the stage
+  // before (not the first) and leaving it for the next (not the last).
+  int64_t input_width() const { return input_width_; }
+  int64_t output_width() const { return output_width_; }
+
+  // The forward of `batch`'s rows through this stage's layers, kept in
+  // `slot` for its backward (with `train`). The first stage reads the batch's
+  // x or tokens, a later one `input` (rows x input_width() floats). The last
+  // stage returns the loss against the batch's labels; an earlier one writes
+  // its output (rows x output_width()) to *output and returns no loss.
+  // INVALID_ARGUMENT for an input of the wrong size.
+  virtual absl::StatusOr<StepResult> Forward(int slot, const Batch& batch,
+                                             const std::vector<float>* input,
+                                             std::vector<float>* output, bool train) = 0;
+  // The backward of the micro-batch in `slot`: the last stage starts from
+  // its loss, an earlier one from `grad_output` (the gradient of its
+  // output); grads() then holds this micro-batch's parameter gradients, and
+  // a stage that is not the first writes the gradient of its input to
+  // *grad_input.
+  virtual absl::Status Backward(int slot, const std::vector<float>* grad_output,
+                                std::vector<float>* grad_input) = 0;
 
  protected:
-  Model(const ModelSpec& spec, kernels::Backend* backend);
+  Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend);
+  // INVALID_ARGUMENT unless `v` holds rows x width floats.
+  static absl::Status CheckSize(const std::vector<float>* v, int64_t rows, int64_t width,
+                                const char* what);
   // The backend's first error as a status.
   absl::Status BackendStatus() const;
   // Uploads the weights of `params`, queued before the work that uses them
@@ -89,6 +127,9 @@ class Model {
   void ReportLanded(bool wait);
 
   kernels::Backend* backend_;
+  const Stage stage_;
+  const bool first_, last_;
+  int64_t input_width_ = 0, output_width_ = 0;
   std::vector<ParamInfo> params_;
   std::vector<std::vector<float>> weights_, grads_;  // host
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
@@ -105,34 +146,46 @@ class Model {
 // them (the MLP keeps its few).
 std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
                                  bool recompute = false);
+// One stage of the model (one of PlanStages(spec, P)).
+std::unique_ptr<Model> MakeStageModel(const ModelSpec& spec, const Stage& stage,
+                                      kernels::Backend* backend, bool recompute = false);
 
 // Rows [begin, end) of `batch`.
 Batch SliceBatch(const Batch& batch, int begin, int end);
 
 class MlpModel : public Model {
  public:
-  MlpModel(const ModelSpec& spec, kernels::Backend* backend);
-  absl::StatusOr<StepResult> TrainStep(const Batch& batch) override {
-    return Run(batch, /*backward=*/true);
-  }
-  absl::StatusOr<StepResult> Evaluate(const Batch& batch) override {
-    return Run(batch, /*backward=*/false);
-  }
+  MlpModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend);
+  absl::StatusOr<StepResult> Forward(int slot, const Batch& batch, const std::vector<float>* input,
+                                     std::vector<float>* output, bool train) override;
+  absl::Status Backward(int slot, const std::vector<float>* grad_output,
+                        std::vector<float>* grad_input) override;
 
  private:
-  absl::StatusOr<StepResult> Run(const Batch& batch, bool backward);
-
   struct Layer {
     LayerType type;
     int in = 0, out = 0;  // widths
-    int param = -1;       // DENSE: index of its weight (bias is param + 1)
+    int param = -1;       // DENSE: index in params() of its weight (bias is param + 1)
   };
   using Array = kernels::DeviceArray<float>;
+  // One micro-batch's activations.
+  struct Slot {
+    explicit Slot(kernels::Backend* b) : input(b), dloss(b), labels(b) {}
+    int rows = 0;
+    Array input, dloss;  // the stage's input; the last stage's d(loss)/d(logits)
+    kernels::DeviceArray<int32_t> labels;
+    std::vector<Array> acts;  // acts[i]: output of layer i
+  };
 
-  std::vector<Layer> layers_;
-  std::vector<Array> acts_;  // acts_[i]: output of layer i (the input is `input_`)
-  Array input_, delta_, delta_prev_;
-  kernels::DeviceArray<int32_t> labels_;
+  Slot& SlotAt(int slot);
+  // Sizes the slot's and the shared arrays; false when the device has no room.
+  bool Reserve(Slot& s, int rows);
+  // The output of layer i in slot s (the loss layer passes its input on).
+  float* Output(Slot& s, int i);
+
+  std::vector<Layer> layers_;  // this stage's
+  std::vector<Slot> slots_;
+  Array delta_, delta_prev_;
 };
 
 }  // namespace pstrain

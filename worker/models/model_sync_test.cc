@@ -25,7 +25,10 @@ class RecordingBackend : public kernels::Backend {
   const char* name() const override { return "recording"; }
   void* Alloc(int64_t b) override { return cpu_->Alloc(b); }
   void Free(void* p) override { cpu_->Free(p); }
-  void Upload(const void* h, int64_t b, void* d) override { Log("Upload"); cpu_->Upload(h, b, d); }
+  void Upload(const void* h, int64_t b, void* d) override {
+    Log("Upload");
+    cpu_->Upload(h, b, d);
+  }
   void Download(const void* d, int64_t b, void* h) override {
     Log("Download");
     cpu_->Download(d, b, h);
@@ -70,12 +73,11 @@ class RecordingBackend : public kernels::Backend {
   void Embedding(int r, int d, const int32_t* ids, const float* t, float* o, bool acc) override {
     cpu_->Embedding(r, d, ids, t, o, acc);
   }
-  void EmbeddingBackward(int r, int d, const int32_t* ids, const float* dout,
-                         float* dt) override {
+  void EmbeddingBackward(int r, int d, const int32_t* ids, const float* dout, float* dt) override {
     cpu_->EmbeddingBackward(r, d, ids, dout, dt);
   }
-  void LayerNorm(int r, int d, const float* x, const float* g, const float* b, float* y,
-                 float* m, float* s) override {
+  void LayerNorm(int r, int d, const float* x, const float* g, const float* b, float* y, float* m,
+                 float* s) override {
     cpu_->LayerNorm(r, d, x, g, b, y, m, s);
   }
   void LayerNormBackward(int r, int d, const float* x, const float* g, const float* m,
@@ -128,7 +130,7 @@ Batch TinyBatch() {
 // forward only and charged the backward to the next step.
 TEST(ModelSyncTest, AStepOnTheDeviceAloneEndsWhenTheDeviceIsDone) {
   RecordingBackend backend;
-  GptModel model(TinyGpt(), &backend);
+  GptModel model(TinyGpt(), WholeModel(TinyGpt()), &backend);
   model.set_host_sync(false);
   ASSERT_TRUE(model.TrainStep(TinyBatch()).ok());
   ASSERT_GE(backend.calls.size(), 2u);
@@ -141,7 +143,7 @@ TEST(ModelSyncTest, AStepOnTheDeviceAloneEndsWhenTheDeviceIsDone) {
 
 // Each parameter once per step, the head's first, the embeddings' last.
 std::vector<int> ReportedOrder(RecordingBackend* backend, size_t* first_report_at) {
-  GptModel model(TinyGpt(), backend);
+  GptModel model(TinyGpt(), WholeModel(TinyGpt()), backend);
   std::vector<int> order;
   *first_report_at = 0;
   model.set_grads_ready([&](const std::vector<int>& params) {

@@ -31,7 +31,7 @@ TEST(ModelTest, GradientsMatchFiniteDifferences) {
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
 
   auto backend = kernels::MakeCpuBackend(1);
-  MlpModel model(job.model(), backend.get());
+  MlpModel model(job.model(), WholeModel(job.model()), backend.get());
   ASSERT_EQ(model.params().size(), 4u);
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -83,7 +83,7 @@ TEST(GptModelTest, GradientsMatchFiniteDifferences) {
   ApplyJobDefaults(&job);
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
   auto backend = kernels::MakeCpuBackend(1);
-  GptModel model(job.model(), backend.get());
+  GptModel model(job.model(), WholeModel(job.model()), backend.get());
   ASSERT_EQ(model.params().size(), 2u + 12 * 2 + 3);
   std::mt19937 rng(5);
   for (size_t p = 0; p < model.params().size(); ++p) {
@@ -152,8 +152,9 @@ TEST(GptModelTest, RecomputationGivesTheSameGradientsInLessMemory) {
   }
   auto stored_backend = kernels::MakeCpuBackend(1);
   auto recompute_backend = kernels::MakeCpuBackend(1);
-  GptModel stored(job.model(), stored_backend.get(), /*recompute=*/false);
-  GptModel recomputed(job.model(), recompute_backend.get(), /*recompute=*/true);
+  GptModel stored(job.model(), WholeModel(job.model()), stored_backend.get(), /*recompute=*/false);
+  GptModel recomputed(job.model(), WholeModel(job.model()), recompute_backend.get(),
+                      /*recompute=*/true);
   for (size_t p = 0; p < stored.params().size(); ++p) {
     for (int64_t i = 0; i < stored.params()[p].numel; ++i) {
       stored.weights()[p][i] = recomputed.weights()[p][i] = InitialValue(3, stored.params()[p], i);
