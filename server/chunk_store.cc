@@ -9,6 +9,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/simd.h"
+#include "common/stage_plan.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -26,6 +27,17 @@ void AddScaled(const float* __restrict x, int64_t n, float a, float* __restrict 
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// The pipeline stage of each of the model's parameters (all 0 without stages).
+std::vector<int> ParamStages(const JobSpec& job, int params) {
+  std::vector<int> out(params, 0);
+  const absl::StatusOr<std::vector<Stage>> plan =
+      PlanStages(job.model(), std::max(1, job.pipeline_stages()));
+  for (int s = 0; plan.ok() && s < static_cast<int>(plan->size()); ++s) {
+    for (int p = (*plan)[s].first_param; p < (*plan)[s].end_param && p < params; ++p) out[p] = s;
+  }
+  return out;
+}
+
 }  // namespace
 
 ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
@@ -41,11 +53,15 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       trace_(trace),
       chunk_ids_(partition.ServerChunks(server_id)),
       global_clip_(bsp_ && job.optimizer().clip_norm() > 0) {
+  const std::vector<int> param_stage = ParamStages(job, static_cast<int>(params_.size()));
+  const int stages = std::max(1, job.pipeline_stages());
   for (int32_t id : chunk_ids_) {
     const ChunkInfo& info = partition.chunks()[id];
     const ParamInfo& param = params_[info.param];
     auto c = std::make_unique<Chunk>(num_workers_);
     c->id = id;
+    c->stage = param_stage[info.param];
+    for (int w = 0; w < num_workers_; ++w) c->pushers.push_back(StageOf(w, stages) == c->stage);
     c->param = &param;
     c->offset = info.offset;
     c->name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
@@ -55,6 +71,7 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       c->shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
     }
     absl::MutexLock lock(&c->mu);
+    c->live = c->pushers;
     Initialize(*c);
     if (bsp_) c->grad_sum.assign(info.numel, 0.0f);
     num_params_ += info.numel;
@@ -176,6 +193,12 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     if (c == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown chunk ", part.chunk, " for this server"));
+    }
+    if (!c->pushers[push.worker]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", push.worker, " trains pipeline stage ",
+                       StageOf(push.worker, std::max(1, job_.pipeline_stages())), "; chunk ",
+                       part.chunk, " (", c->name, ") belongs to stage ", c->stage));
     }
     absl::MutexLock lock(&c->mu);
     RETURN_IF_ERROR(CheckChunkGeneration(*c, push.generation));

@@ -149,6 +149,10 @@ class ChunkStore {
     explicit Chunk(int num_workers)
         : applied(num_workers, 0), pushed(num_workers, false), live(num_workers, true) {}
     int32_t id = 0;
+    int stage = 0;  // the pipeline stage whose parameters it holds
+    // The workers that push it: those of its stage (every worker without
+    // pipeline stages). Set at construction.
+    std::vector<bool> pushers;
     ChunkShape shape;
     mutable absl::Mutex mu;
     std::vector<float> weights ABSL_GUARDED_BY(mu);
@@ -159,7 +163,7 @@ class ChunkStore {
     // BSP: the round being collected is min(applied); `pushed` marks who has
     // contributed to it, `grad_sum` holds sum(num_samples * grad).
     std::vector<bool> pushed ABSL_GUARDED_BY(mu);
-    std::vector<bool> live ABSL_GUARDED_BY(mu);  // not declared dead
+    std::vector<bool> live ABSL_GUARDED_BY(mu);  // a pusher not declared dead
     std::vector<float> grad_sum ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;

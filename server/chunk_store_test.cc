@@ -89,6 +89,38 @@ TEST(ChunkStoreTest, BspRoundsCloseOverTheLiveWorkersAfterOneDies) {
   f.store.RemoveWorker(1);                  // idempotent
 }
 
+// Two stages x two replicas: worker w trains stage w % 2. A chunk's BSP
+// round closes once its own stage's workers pushed; other stages' workers
+// may not push it.
+TEST(ChunkStoreTest, UnderPipelineStagesEachChunkWaitsForItsOwnStageOnly) {
+  JobSpec job = SmallJob(BSP, 4);
+  LayerSpec* relu = job.mutable_model()->mutable_layers()->Add();
+  *relu = job.model().layers(1);  // SOFTMAX_XENT moves to the end
+  job.mutable_model()->mutable_layers(1)->set_type(DENSE);
+  job.mutable_model()->mutable_layers(1)->set_units(2);
+  job.mutable_model()->mutable_layers(1)->set_name("dense1");
+  job.set_pipeline_stages(2);
+  ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  const Partition partition =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
+  ChunkStore store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr);
+  // chunks 0, 1: dense0 (stage 0); chunks 2, 3: dense1 (stage 1).
+  const std::vector<float> w0 = ReadChunk(store, 0);
+  std::vector<float> g(w0.size(), 1.0f);
+  ASSERT_TRUE(store.Push(0, 0, 4, 0, g).ok());
+  EXPECT_FALSE(store.Readable(0, 1));  // replica 1's stage 0 (worker 2) still to come
+  const absl::Status wrong = store.Push(1, 0, 4, 0, g);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument) << wrong;
+  ASSERT_TRUE(store.Push(2, 0, 4, 0, g).ok());
+  EXPECT_TRUE(store.Readable(0, 1));  // no stage-1 worker was waited for
+  // Stage 1's chunks wait for workers 1 and 3.
+  std::vector<float> g1(ReadChunk(store, 2).size(), 1.0f);
+  ASSERT_TRUE(store.Push(1, 0, 4, 2, g1).ok());
+  EXPECT_FALSE(store.Readable(2, 1));
+  store.RemoveWorker(3);
+  EXPECT_TRUE(store.Readable(2, 1));
+}
+
 TEST(ChunkStoreTest, SspAppliesEachPushOnArrival) {
   Fixture f(SSP);
   const std::vector<float> w0 = ReadChunk(f.store, 1);

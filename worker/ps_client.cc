@@ -47,7 +47,11 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     }
   }
   for (int s = 0; s < static_cast<int>(stubs_.size()); ++s) {
-    batches_.push_back(Pack(partition_->ServerChunks(s)));
+    std::vector<int32_t> mine;
+    for (int32_t id : partition_->ServerChunks(s)) {
+      if (Trains(partition_->chunks()[id].param)) mine.push_back(id);
+    }
+    batches_.push_back(Pack(mine));
   }
 }
 
@@ -198,7 +202,7 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
                                                     " has ", ref.bytes, " bytes, expected ",
                                                     info.numel * width));
           }
-          float* dst = (*weights)[info.param].data() + info.offset;
+          float* dst = (*weights)[info.param - options_.first_param].data() + info.offset;
           reader.Seek(ref.offset);
           if (dtype == FP32) {
             reader.Copy(ref.bytes, reinterpret_cast<char*>(dst));
@@ -250,7 +254,8 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
     if (params != nullptr) {
       std::vector<int32_t> chunks;
       for (int32_t id : partition_->ServerChunks(s)) {
-        if (wanted[partition_->chunks()[id].param]) chunks.push_back(id);
+        const int param = partition_->chunks()[id].param;
+        if (Trains(param) && wanted[param - options_.first_param]) chunks.push_back(id);
       }
       subset = Pack(chunks);
     }
@@ -258,7 +263,8 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
       std::vector<PushChunk> chunks;
       for (int32_t id : batch) {
         const ChunkInfo& info = partition_->chunks()[id];
-        chunks.push_back({id, grads[info.param].data() + info.offset, info.numel});
+        chunks.push_back(
+            {id, grads[info.param - options_.first_param].data() + info.offset, info.numel});
         bytes += info.numel * DTypeSize(header.dtype);
       }
       Call call;

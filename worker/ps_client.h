@@ -37,6 +37,11 @@ struct PsClientOptions {
   // Asked before each retry: true ends the call with ABORTED (the cluster
   // moved to a newer generation, so retrying this one's requests is pointless).
   std::function<bool()> abandon;
+  // The parameters this worker trains: [first_param, end_param) of the
+  // partition's (a pipeline stage's; end -1: to the last). Pulls and pushes
+  // cover those only, and buffer i holds parameter first_param + i.
+  int first_param = 0;
+  int end_param = -1;
 };
 
 // Thread-compatible: one Push or Pull at a time.
@@ -82,6 +87,10 @@ class PsClient {
 
  private:
   struct Call;
+  // Whether this worker trains parameter `param` (see PsClientOptions).
+  bool Trains(int param) const {
+    return param >= options_.first_param && (options_.end_param < 0 || param < options_.end_param);
+  }
   // What a pull's calls fill in.
   struct PullState {
     std::vector<std::vector<int64_t>> applied;  // per call
