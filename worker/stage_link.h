@@ -1,0 +1,103 @@
+// StageChannels over gRPC (the StageLink service of proto/worker.proto):
+// one stream per pair of neighbouring stages of a replica, opened by the
+// stage before (StageLinkClient) and served by the stage after
+// (StageLinkService); each direction in order, with bounded inboxes, so a
+// fast sender waits (gRPC flow control) instead of filling memory.
+#ifndef PSTRAIN_WORKER_STAGE_LINK_H_
+#define PSTRAIN_WORKER_STAGE_LINK_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/worker.grpc.pb.h"
+#include "worker/stage_runner.h"
+
+namespace pstrain {
+
+// Who is at this end of a link, and how tensors travel.
+struct StageEndpoint {
+  int replica = 0;
+  int stage = 0;
+  int64_t generation = 0;
+  DType wire_dtype = FP32;
+  // Tensors received and not yet taken, at most: no fewer than the
+  // micro-batches of a clock (a stage takes them only in its schedule's order).
+  int inbox = 8;
+  // Receive fails when the peer has not connected this long.
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+// One end of a stream: Send writes to the stream attached, Receive takes
+// what the stream delivered. Thread-safe.
+class StreamChannel : public StageChannel {
+ public:
+  // `peer` names the other end in errors ("stage 0 of replica 1").
+  StreamChannel(StageEndpoint me, std::string peer) : me_(me), peer_(std::move(peer)) {}
+
+  absl::Status Send(StageTensor tensor) override;
+  absl::StatusOr<StageTensor> Receive() override;
+
+  // The stream's writer, until Detach with the token returned (a newer
+  // stream, a replacement's, takes over from an older one).
+  int Attach(std::function<bool(const StageMessage&)> write);
+  // A message from the stream: waits while the inbox is full; an error for
+  // a message that is not the peer's.
+  absl::Status Deliver(const StageMessage& message, int peer_replica, int peer_stage);
+  // Stream `token` ended: unless a newer one is attached, Send and (once the
+  // inbox is empty) Receive fail with `why`.
+  void Detach(int token, absl::Status why);
+
+ private:
+  const StageEndpoint me_;
+  const std::string peer_;
+  absl::Mutex write_mu_;
+  std::function<bool(const StageMessage&)> write_ ABSL_GUARDED_BY(write_mu_);
+  absl::Mutex mu_;
+  std::deque<StageTensor> inbox_ ABSL_GUARDED_BY(mu_);
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  int token_ ABSL_GUARDED_BY(mu_) = 0;        // of the stream attached last
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once detached
+};
+
+// The stage after's side: serves the one stream of the stage before.
+class StageLinkService final : public StageLink::Service {
+ public:
+  explicit StageLinkService(StageEndpoint me);
+  // Tensors from and to the stage before (Receive waits for it to connect).
+  StreamChannel* before() { return &before_; }
+
+  grpc::Status Exchange(grpc::ServerContext* ctx,
+                        grpc::ServerReaderWriter<StageMessage, StageMessage>* stream) override;
+
+ private:
+  const StageEndpoint me_;
+  StreamChannel before_;
+};
+
+// The stage before's side: the stream to the stage after at `address`.
+class StageLinkClient {
+ public:
+  StageLinkClient(StageEndpoint me, const std::string& address);
+  // Cancels the stream and waits for its reader.
+  ~StageLinkClient();
+  StreamChannel* after() { return &after_; }
+
+ private:
+  const StageEndpoint me_;
+  StreamChannel after_;
+  std::unique_ptr<StageLink::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<StageMessage, StageMessage>> stream_;
+  int token_ = 0;
+  std::thread reader_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_STAGE_LINK_H_
