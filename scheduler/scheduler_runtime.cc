@@ -71,11 +71,6 @@ absl::StatusOr<JobSpec> LoadJob(const SchedulerConfig& config) {
     ApplyJobDefaults(&job);
     st = ValidateJobSpec(job);
   }
-  if (st.ok() && job.pipeline_stages() > 1) {
-    // The plan, the flags and Status are in; the stage workers are not yet.
-    st = absl::UnimplementedError(
-        "job spec: pipeline_stages > 1: pipeline-stage workers are not built yet");
-  }
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat(config.job_file, ": ", st.message()));
   return job;
 }

@@ -94,7 +94,8 @@ class Parser {
       }
     }
     size_t end = i_;
-    while (end < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[end])) || s_[end] == '-')) {
+    while (end < s_.size() &&
+           (std::isdigit(static_cast<unsigned char>(s_[end])) || s_[end] == '-')) {
       ++end;
     }
     v->kind = Json::kNumber;

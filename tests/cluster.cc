@@ -6,9 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -236,6 +239,36 @@ absl::StatusOr<ClusterStatus> Cluster::FinalStatus() const {
     return absl::NotFoundError(absl::StrCat("no status in ", status_file()));
   }
   return st;
+}
+
+TensorSet ReadWeights(const std::string& path) {
+  TensorSet set;
+  std::ifstream in(path, std::ios::binary);
+  if (!set.ParseFromIstream(&in)) set.Clear();
+  return set;
+}
+
+double MaxDifference(const TensorSet& a, const TensorSet& b) {
+  if (a.tensors_size() == 0 || a.tensors_size() != b.tensors_size()) return INFINITY;
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : b.tensors()) by_name[t.name()] = &t;
+  double worst = 0;
+  for (const NamedTensor& t : a.tensors()) {
+    auto it = by_name.find(t.name());
+    if (it == by_name.end() || it->second->values_size() != t.values_size()) return INFINITY;
+    for (int i = 0; i < t.values_size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(t.values(i)) - it->second->values(i)));
+    }
+  }
+  return worst;
+}
+
+double MaxMagnitude(const TensorSet& set) {
+  double most = 0;
+  for (const NamedTensor& t : set.tensors()) {
+    for (float v : t.values()) most = std::max(most, std::fabs(static_cast<double>(v)));
+  }
+  return most;
 }
 
 NodeStatus MemberOf(const ClusterStatus& status, Role role, int id) {

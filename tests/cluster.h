@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/scheduler_client.h"
 #include "proto/cluster.pb.h"
+#include "proto/tensor.pb.h"
 
 namespace pstrain {
 namespace testing {
@@ -128,6 +129,14 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 // the scheduler expects): registered and past the gate of clock 0.
 // The scheduler's Status.
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address);
+
+// A worker's --weights_out file (empty if unreadable).
+TensorSet ReadWeights(const std::string& path);
+// max |a - b| over every weight, the tensors taken by name; infinity when
+// the sets differ in names or shapes.
+double MaxDifference(const TensorSet& a, const TensorSet& b);
+// The largest |weight| of the set.
+double MaxMagnitude(const TensorSet& set);
 
 // Member `id` of `role` in `status` (an empty NodeStatus if it lists none).
 NodeStatus MemberOf(const ClusterStatus& status, Role role, int id);

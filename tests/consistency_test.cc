@@ -104,7 +104,8 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
         ++pulls;
         if (e.clock() >= kSteps) continue;  // the final read of everything
         if (e.worker() == 0 && e.clock() > 0 && a[0] < e.clock()) ++prefetched;
-        const int64_t required = mode.staleness < 0 ? 0 : std::max<int64_t>(0, e.clock() - mode.staleness);
+        const int64_t required =
+            mode.staleness < 0 ? 0 : std::max<int64_t>(0, e.clock() - mode.staleness);
         ASSERT_EQ(e.min_clock(), required) << "pull for iteration " << e.clock();
         ASSERT_EQ(e.applied_size(), kWorkers);
         for (int w = 0; w < kWorkers; ++w) {

@@ -46,27 +46,6 @@ ClusterOptions Options(const std::string& checkpoint_dir, int workers) {
   return options;
 }
 
-TensorSet ReadWeights(const std::string& path) {
-  TensorSet set;
-  std::ifstream in(path, std::ios::binary);
-  set.ParseFromIstream(&in);
-  return set;
-}
-
-// max |a - b| over every weight; infinity when the sets differ in shape.
-double MaxDifference(const TensorSet& a, const TensorSet& b) {
-  if (a.tensors_size() == 0 || a.tensors_size() != b.tensors_size()) return INFINITY;
-  double worst = 0;
-  for (int t = 0; t < a.tensors_size(); ++t) {
-    if (a.tensors(t).values_size() != b.tensors(t).values_size()) return INFINITY;
-    for (int i = 0; i < a.tensors(t).values_size(); ++i) {
-      worst = std::max(
-          worst, std::fabs(static_cast<double>(a.tensors(t).values(i)) - b.tensors(t).values(i)));
-    }
-  }
-  return worst;
-}
-
 int64_t MinWorkerClock(const ClusterStatus& st) {
   int64_t min = INT64_MAX;
   for (const NodeStatus& m : st.members()) {

@@ -61,7 +61,6 @@ std::vector<std::string> Methods(const std::string& service) {
   return out;
 }
 
-
 TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   Cluster cluster("token");
   const std::string token_file = cluster.dir() + "/token";
@@ -104,8 +103,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
     ASSERT_FALSE(methods.empty()) << service;
     for (const std::string& method : methods) {
       for (const std::string& wrong : {std::string(), std::string("Bearer nope"),
-                                       absl::StrCat("Bearer ", kToken, "x"),
-                                       std::string(kToken)}) {
+                                       absl::StrCat("Bearer ", kToken, "x"), std::string(kToken)}) {
         const grpc::Status st = Call(address, method, wrong);
         EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
             << method << " with \"" << wrong << "\": " << st.error_message();
@@ -126,10 +124,10 @@ TEST(SecurityTest, WithTlsAPlaintextCallFailsAndTheJobRunsOverTls) {
   Cluster cluster("tls");
   const std::string certs = cluster.dir() + "/certs";
   std::string out;
-  ASSERT_EQ(RunCommand({BinaryPath("deploy/make_dev_certs.sh"), certs}, &out, absl::Seconds(60),
-                       "certs")
-                .value_or(-1),
-            0)
+  ASSERT_EQ(
+      RunCommand({BinaryPath("deploy/make_dev_certs.sh"), certs}, &out, absl::Seconds(60), "certs")
+          .value_or(-1),
+      0)
       << out;
   const std::vector<std::string> tls = {"--tls_cert=" + certs + "/node.pem",
                                         "--tls_key=" + certs + "/node.key",

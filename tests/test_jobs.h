@@ -13,24 +13,24 @@ namespace testing {
 // every parameter of size > 256 spans servers. `extra` is appended verbatim.
 inline std::string SmallJob(const std::string& extra) {
   return absl::StrCat(R"pb(
-    name: "test"
-    model {
-      layers { type: DENSE units: 16 }
-      layers { type: RELU }
-      layers { type: DENSE units: 4 }
-      layers { type: SOFTMAX_XENT }
-    }
-    data {
-      dataset: SYNTHETIC
-      synthetic_dim: 32
-      synthetic_classes: 4
-      synthetic_train_size: 2048
-      synthetic_test_size: 256
-    }
-    seed: 7
-    chunk_bytes: 1024
-    log_every: 10
-  )pb",
+                        name: "test"
+                        model {
+                          layers { type: DENSE units: 16 }
+                          layers { type: RELU }
+                          layers { type: DENSE units: 4 }
+                          layers { type: SOFTMAX_XENT }
+                        }
+                        data {
+                          dataset: SYNTHETIC
+                          synthetic_dim: 32
+                          synthetic_classes: 4
+                          synthetic_train_size: 2048
+                          synthetic_test_size: 256
+                        }
+                        seed: 7
+                        chunk_bytes: 1024
+                        log_every: 10
+                      )pb",
                       "\n", extra, "\n");
 }
 
@@ -39,24 +39,24 @@ inline std::string SmallJob(const std::string& extra) {
 // batch 32. `extra` adds the steps, the seed and anything else.
 inline std::string SixteenClassJob(const std::string& extra) {
   return absl::StrCat(R"pb(
-    model {
-      layers { type: DENSE units: 32 }
-      layers { type: RELU }
-      layers { type: DENSE units: 16 }
-      layers { type: SOFTMAX_XENT }
-    }
-    data {
-      dataset: SYNTHETIC
-      synthetic_dim: 8
-      synthetic_classes: 16
-      synthetic_train_size: 4096
-      synthetic_test_size: 1024
-    }
-    optimizer { type: ADAM learning_rate: 0.01 }
-    consistency: BSP
-    batch_size: 32
-    log_every: 50
-  )pb",
+                        model {
+                          layers { type: DENSE units: 32 }
+                          layers { type: RELU }
+                          layers { type: DENSE units: 16 }
+                          layers { type: SOFTMAX_XENT }
+                        }
+                        data {
+                          dataset: SYNTHETIC
+                          synthetic_dim: 8
+                          synthetic_classes: 16
+                          synthetic_train_size: 4096
+                          synthetic_test_size: 1024
+                        }
+                        optimizer { type: ADAM learning_rate: 0.01 }
+                        consistency: BSP
+                        batch_size: 32
+                        log_every: 50
+                      )pb",
                       "\n", extra, "\n");
 }
 

@@ -73,7 +73,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || generation_ > generation ||
            gate_->generation() > generation;
   });
-  return absl::OkStatus();
+  return options_.on_cluster ? options_.on_cluster(cluster) : absl::OkStatus();
 }
 
 absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
@@ -143,12 +143,18 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
 }
 
 absl::Status ClockLoop::NextBatch() {
-  // The clock's global batch is split among the live workers: a dead
-  // worker's share goes to the others.
-  int share_of = options_.job.num_workers(), share = options_.rank;
+  // The clock's global batch is split among the live replicas (workers,
+  // without pipeline stages): a dead one's share goes to the others.
+  const int stages = std::max(1, options_.stages);
+  int share_of = options_.job.num_workers() / stages, share = options_.replica;
   if (!live_.empty()) {
-    share_of = static_cast<int>(live_.size());
-    share = static_cast<int>(std::find(live_.begin(), live_.end(), options_.rank) - live_.begin());
+    std::vector<int> replicas;
+    for (int w : live_) {
+      if (replicas.empty() || replicas.back() != w / stages) replicas.push_back(w / stages);
+    }
+    share_of = static_cast<int>(replicas.size());
+    share = static_cast<int>(std::find(replicas.begin(), replicas.end(), options_.replica) -
+                             replicas.begin());
     if (share == share_of) return absl::FailedPreconditionError("this worker is not live");
   }
   data_->NextBatch(clock_, share_of, share, &batch_);
@@ -156,6 +162,14 @@ absl::Status ClockLoop::NextBatch() {
 }
 
 absl::StatusOr<StepResult> ClockLoop::Step() {
+  if (options_.stage_step) {
+    ASSIGN_OR_RETURN(const StageClock s, options_.stage_step(clock_, batch_, &accumulated_));
+    const double total = s.busy_s + s.waiting_s;
+    absl::MutexLock lock(&mu_);
+    metrics_.bubble = total > 0 ? s.waiting_s / total : 0;
+    metrics_.max_in_flight = std::max(metrics_.max_in_flight, s.max_in_flight);
+    return s.result;
+  }
   const int k = options_.job.micro_batches();
   if (k <= 1) return model_->TrainStep(batch_);
   // The mean gradient over the batch from k micro-batches: each one's mean
@@ -195,7 +209,7 @@ absl::Status ClockLoop::Push(bool finite) {
     push_tickets_.clear();
     return first;
   }
-  ParamBuffers& grads = options_.job.micro_batches() > 1 ? accumulated_ : model_->mutable_grads();
+  ParamBuffers& grads = Accumulates() ? accumulated_ : model_->mutable_grads();
   const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
   return params_->Wait(params_->Push(clock_, batch_.rows, &grads, norm, {}));
 }
@@ -211,7 +225,7 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   // An fp16 overflow skips the step: the push carries the non-finite
   // gradient, which every server counts and does not apply (a BSP round
   // closes over the other workers' samples).
-  ParamBuffers& grads = options_.job.micro_batches() > 1 ? accumulated_ : model_->mutable_grads();
+  ParamBuffers& grads = Accumulates() ? accumulated_ : model_->mutable_grads();
   const bool finite = !options_.loss_scaling || scaler_.Unscale(&grads);
   const absl::Time t3 = absl::Now();
   const absl::Status pushed = Push(finite);
@@ -259,7 +273,8 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
       metrics_.compute_ms = m.compute_ms;
       metrics_.push_ms = m.push_ms;
     }
-    if (options_.rank == 0) {
+    // Worker 0, or the last stage of replica 0: the one that knows the loss.
+    if (options_.rank == std::max(1, options_.stages) - 1) {
       spdlog::info(
           "clock {}/{} epoch {} loss {:.4f} samples/s {:.0f} (per clock: gate {:.1f} ms, "
           "pull {:.1f} ms, compute {:.1f} ms, push {:.1f} ms)",
@@ -271,7 +286,7 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     window_loss_ = 0;
     t_gate_ = t_pull_ = t_compute_ = t_push_ = absl::ZeroDuration();
   }
-  if (epoch_end && options_.rank == 0 && options_.eval_each_epoch && clock_ + 1 < total_) {
+  if (epoch_end && options_.replica == 0 && options_.eval_each_epoch && clock_ + 1 < total_) {
     ASSIGN_OR_RETURN(const double acc, data_->Evaluate(*model_));
     spdlog::info("epoch {} done: test accuracy {:.4f} (weights of clock {})", data_->Epoch(clock_),
                  acc, clock_);

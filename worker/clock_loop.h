@@ -37,6 +37,7 @@
 #include "worker/models/loss_scaler.h"
 #include "worker/models/model.h"
 #include "worker/param_client.h"
+#include "worker/stage_runner.h"
 #include "worker/weight_prefetch.h"
 
 namespace pstrain {
@@ -80,6 +81,18 @@ struct ClockLoopOptions {
   bool loss_scaling = false;    // fp16: dynamic loss scaling
   bool eval_each_epoch = true;  // rank 0 evaluates at each epoch's end
   int debug_slowdown_ms = 0;
+  // Pipeline stages: this worker's replica (the data are split among the
+  // live replicas; without stages every worker is its own replica) and the
+  // stage's compute of a clock (worker/stage_runner.h), which writes the
+  // mean gradient of the stage's parameters to *grads. Unset: the model
+  // alone computes the clock.
+  int stages = 1;
+  int replica = 0;
+  std::function<absl::StatusOr<StageClock>(int64_t clock, const Batch& batch, ParamBuffers* grads)>
+      stage_step;
+  // Called with every cluster view the loop connects to (a stage links to
+  // its neighbours there).
+  std::function<absl::Status(const ClusterView& cluster)> on_cluster;
 };
 
 // What the loop has done, for Status.
@@ -95,6 +108,11 @@ struct ClockMetrics {
   int64_t bytes_in = 0, bytes_out = 0;
   int64_t pushes = 0, pulls = 0;
   int64_t peak_device_bytes = 0;
+  // Pipeline stages, per clock over the last window: the share of the
+  // stage's time spent waiting for a neighbour, and the most micro-batches
+  // whose activations it kept at once.
+  double bubble = 0;
+  int max_in_flight = 0;
 };
 
 class ClockLoop {
@@ -121,6 +139,9 @@ class ClockLoop {
   // One clock's forward and backward; in micro_batches micro-batches whose
   // mean gradient goes to accumulated_ when that is above 1.
   absl::StatusOr<StepResult> Step();
+  // Whether the clock's gradient is summed in accumulated_ (micro-batches,
+  // pipeline stages) rather than left in the model's grads().
+  bool Accumulates() const { return options_.stage_step || options_.job.micro_batches() > 1; }
   absl::Status Push(bool finite);
   // The last clock's report, then the final read of every update; false
   // when the cluster rolled back meanwhile.

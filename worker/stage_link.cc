@@ -90,20 +90,39 @@ std::string StageName(int stage, int replica) {
 
 }  // namespace
 
-StageLinkService::StageLinkService(StageEndpoint me)
-    : me_(me), before_(me, StageName(me.stage - 1, me.replica)) {}
+void StageLinkService::Configure(StageEndpoint me) {
+  absl::MutexLock lock(&mu_);
+  me_ = me;
+  before_ = std::make_unique<StreamChannel>(me, StageName(me.stage - 1, me.replica));
+}
+
+StreamChannel* StageLinkService::before() {
+  absl::MutexLock lock(&mu_);
+  return before_.get();
+}
 
 grpc::Status StageLinkService::Exchange(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<StageMessage, StageMessage>* stream) {
-  const int token = before_.Attach([stream](const StageMessage& m) { return stream->Write(m); });
+  StreamChannel* before;
+  StageEndpoint me;
+  {
+    absl::MutexLock lock(&mu_);
+    auto configured = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return before_ != nullptr; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&configured), absl::Seconds(60))) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this worker is not a pipeline stage yet");
+    }
+    before = before_.get();
+    me = me_;
+  }
+  const int token = before->Attach([stream](const StageMessage& m) { return stream->Write(m); });
   StageMessage m;
   absl::Status st;
-  while (st.ok() && stream->Read(&m)) st = before_.Deliver(m, me_.replica, me_.stage - 1);
+  while (st.ok() && stream->Read(&m)) st = before->Deliver(m, me.replica, me.stage - 1);
   if (st.ok()) {
     st = absl::UnavailableError(
-        absl::StrCat(StageName(me_.stage - 1, me_.replica), " went away (", ctx->peer(), ")"));
+        absl::StrCat(StageName(me.stage - 1, me.replica), " went away (", ctx->peer(), ")"));
   }
-  before_.Detach(token, st);
+  before->Detach(token, st);
   return ToGrpc(st);
 }
 

@@ -65,19 +65,26 @@ class StreamChannel : public StageChannel {
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once detached
 };
 
-// The stage after's side: serves the one stream of the stage before.
+// The stage after's side: serves the one stream of the stage before. A
+// worker's daemon serves it from the start; it takes streams once
+// Configure said which stage this worker is (a stream that comes earlier
+// waits up to the connect timeout).
 class StageLinkService final : public StageLink::Service {
  public:
-  explicit StageLinkService(StageEndpoint me);
-  // Tensors from and to the stage before (Receive waits for it to connect).
-  StreamChannel* before() { return &before_; }
+  StageLinkService() = default;
+  explicit StageLinkService(StageEndpoint me) { Configure(me); }
+  void Configure(StageEndpoint me);
+  // Tensors from and to the stage before (Receive waits for it to connect);
+  // null until Configure.
+  StreamChannel* before();
 
   grpc::Status Exchange(grpc::ServerContext* ctx,
                         grpc::ServerReaderWriter<StageMessage, StageMessage>* stream) override;
 
  private:
-  const StageEndpoint me_;
-  StreamChannel before_;
+  absl::Mutex mu_;
+  StageEndpoint me_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StreamChannel> before_ ABSL_GUARDED_BY(mu_);
 };
 
 // The stage before's side: the stream to the stage after at `address`.

@@ -81,6 +81,19 @@ absl::Status StageRunner::Backward(int64_t clock, int micro, float share, StageC
   return absl::OkStatus();
 }
 
+absl::StatusOr<StepResult> StageRunner::Evaluate(int64_t tag, const Batch& batch) {
+  StageClock stats;
+  StageTensor in;
+  if (before_ != nullptr) {
+    ASSIGN_OR_RETURN(in, Expect(before_, tag, 0, &stats));
+  }
+  StageTensor out{tag, 0, {}};
+  ASSIGN_OR_RETURN(const StepResult r,
+                   model_->Forward(0, batch, &in.values, &out.values, /*train=*/false));
+  if (after_ != nullptr) RETURN_IF_ERROR(after_->Send(std::move(out)));
+  return r;
+}
+
 absl::StatusOr<StageClock> StageRunner::RunClock(int64_t clock, const Batch& batch,
                                                  int micro_batches,
                                                  std::vector<std::vector<float>>* grads) {

@@ -58,6 +58,10 @@ class StageRunner {
   // tensor of another clock or micro-batch, or of the wrong size.
   absl::StatusOr<StageClock> RunClock(int64_t clock, const Batch& batch, int micro_batches,
                                       std::vector<std::vector<float>>* grads);
+  // A forward only, of evaluation batch `tag` (every stage evaluates the same
+  // batches in the same order, tagged the same); the last stage's loss and
+  // predictions, nothing on the others.
+  absl::StatusOr<StepResult> Evaluate(int64_t tag, const Batch& batch);
 
  private:
   // The neighbour's next tensor, which must be of (clock, micro).

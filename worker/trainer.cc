@@ -90,13 +90,13 @@ absl::StatusOr<double> Trainer::Evaluate(Model& model) {
     for (int64_t first = 0; first < windows; first += kEvalSeqs) {
       const int n = static_cast<int>(std::min(kEvalSeqs, windows - first));
       TextSlice(data_.validation_text, context, first, n, &batch);
-      ASSIGN_OR_RETURN(const StepResult r, model.Evaluate(batch));
+      ASSIGN_OR_RETURN(const StepResult r, EvaluateBatch(model, first, batch));
       loss_sum += static_cast<double>(r.loss) * r.predicted;
       correct += r.correct;
       predicted += r.predicted;
     }
     absl::MutexLock lock(&mu_);
-    validation_loss_ = predicted == 0 ? -1 : loss_sum / predicted;
+    if (predicted > 0) validation_loss_ = loss_sum / predicted;
   } else {
     constexpr int kEvalBatch = 1000;
     std::vector<int64_t> idx;
@@ -105,12 +105,39 @@ absl::StatusOr<double> Trainer::Evaluate(Model& model) {
       idx.resize(n);
       for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
       Gather(data_.test, idx, &batch);
-      ASSIGN_OR_RETURN(const StepResult r, model.Evaluate(batch));
+      ASSIGN_OR_RETURN(const StepResult r, EvaluateBatch(model, first, batch));
       correct += r.correct;
       predicted += r.predicted;
     }
   }
-  return predicted == 0 ? 0.0 : static_cast<double>(correct) / predicted;
+  // A pipeline stage before the last predicts nothing: no accuracy (-1).
+  if (predicted == 0) return pipeline_ != nullptr ? -1.0 : 0.0;
+  return static_cast<double>(correct) / predicted;
+}
+
+absl::StatusOr<StepResult> Trainer::EvaluateBatch(Model& model, int64_t tag, const Batch& batch) {
+  // Evaluation batches are tagged -1, -2, ... (clocks are >= 0).
+  if (pipeline_ != nullptr) return pipeline_->Evaluate(-1 - tag, batch);
+  return model.Evaluate(batch);
+}
+
+std::unique_ptr<Model> Trainer::MakeWorkerModel() const {
+  const JobSpec& job = options_.job;
+  if (job.pipeline_stages() <= 1) return MakeModel(job.model(), backend_, options_.recompute);
+  const std::vector<Stage> plan = *PlanStages(job.model(), job.pipeline_stages());
+  return MakeStageModel(job.model(), plan[StageOf(options_.worker_id, job.pipeline_stages())],
+                        backend_, options_.recompute);
+}
+
+void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
+  pipeline_ = stage;
+  lo->stages = options_.job.pipeline_stages();
+  lo->replica = stage->replica();
+  lo->overlap = false;  // a stage pushes once its micro-batches are done
+  lo->stage_step = [stage](int64_t clock, const Batch& batch, ParamBuffers* grads) {
+    return stage->Step(clock, batch, grads);
+  };
+  lo->on_cluster = [stage](const ClusterView& cluster) { return stage->Connect(cluster); };
 }
 
 // Layers' gradients pushed during the backward, and the prefetch, when
@@ -132,7 +159,7 @@ static bool OverlapFor(const TrainerOptions& options) {
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const JobSpec& job = options_.job;
   const int rank = options_.worker_id;
-  const std::unique_ptr<Model> model = MakeModel(job.model(), backend_, options_.recompute);
+  const std::unique_ptr<Model> model = MakeWorkerModel();
   if (job.data().dataset() == TEXT) {
     const double entropy = UnigramEntropy(data_.train_text + data_.validation_text);
     if (rank == 0) {
@@ -144,7 +171,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     unigram_entropy_ = entropy;
   }
   ASSIGN_OR_RETURN(const Partition partition,
-                   Partition::Make(model->params(), job.chunk_bytes(), job.num_servers()));
+                   Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers()));
   ClockLoopOptions lo;
   lo.job = job;
   lo.rank = rank;
@@ -154,6 +181,12 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   lo.loss_scaling = options_.loss_scaling;
   lo.eval_each_epoch = options_.eval_each_epoch;
   lo.debug_slowdown_ms = options_.debug_slowdown_ms;
+  lo.replica = rank;
+  std::optional<StageWorker> stage;
+  if (job.pipeline_stages() > 1) {
+    stage.emplace(job, rank, options_.ps.wire_dtype, model.get(), options_.stage_link);
+    UsePipeline(&*stage, &lo);
+  }
   SchedulerGate gate(scheduler_);
   auto make_params = [&](const ClusterView& cluster, int64_t generation, bool fp32,
                          std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
@@ -161,6 +194,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     o.generation = generation;
     o.abandon = std::move(abandon);
     if (fp32) o.wire_dtype = FP32;
+    o.first_param = model->stage().first_param;
+    o.end_param = model->stage().end_param;
     return std::make_unique<AsyncPsClient>(cluster, &partition, rank, o);
   };
   ClockLoop loop(lo, &gate, make_params, this, model.get(), backend_);
@@ -174,6 +209,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     last_ = loop.metrics();
     loop_ = nullptr;
   }
+  pipeline_ = nullptr;
   if (!acc.ok()) return acc;
   RETURN_IF_ERROR(Finish(*model, loop, *acc));
   return acc;

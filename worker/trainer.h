@@ -18,7 +18,9 @@
 #include "worker/clock_loop.h"
 #include "worker/data/dataset.h"
 #include "worker/models/model.h"
+#include "worker/stage_worker.h"
 #include "worker/ps_client.h"
+#include "worker/stage_link.h"
 
 namespace pstrain {
 
@@ -47,6 +49,8 @@ struct TrainerOptions {
   // 0 when the job resumes from a checkpoint).
   int64_t generation = 0;
   int64_t start_clock = 0;
+  // Pipeline stages: the daemon's service of the stream from the stage before.
+  StageLinkService* stage_link = nullptr;
 };
 
 // Run() on one thread; Status() from any. The data source of its clock
@@ -70,6 +74,12 @@ class Trainer : private DataSource {
   void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override;
   absl::StatusOr<double> Evaluate(Model& model) override;
   int64_t Epoch(int64_t clock) const override;
+  // This worker's model: the whole model, or its pipeline stage's.
+  std::unique_ptr<Model> MakeWorkerModel() const;
+  // Pipeline stages: the clock loop computes through *stage.
+  void UsePipeline(StageWorker* stage, ClockLoopOptions* lo);
+  // One evaluation batch: the model's, or through the pipeline.
+  absl::StatusOr<StepResult> EvaluateBatch(Model& model, int64_t tag, const Batch& batch);
   // The final lines of the log and the --weights_out file.
   absl::Status Finish(const Model& model, const ClockLoop& loop, double accuracy);
 
@@ -79,6 +89,7 @@ class Trainer : private DataSource {
   const TrainTest data_;
   const absl::Time start_;
   BatchSampler sampler_;
+  StageWorker* pipeline_ = nullptr;  // while Run runs a pipeline stage
 
   mutable absl::Mutex mu_;
   const ClockLoop* loop_ ABSL_GUARDED_BY(mu_) = nullptr;  // while Run runs

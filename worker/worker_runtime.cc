@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
+#include "worker/stage_link.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"
 
@@ -60,8 +61,9 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> OpenBackend(const WorkerConfig
 // One worker's life after it registered.
 class WorkerMember {
  public:
-  WorkerMember(const WorkerConfig& config, kernels::Backend* backend, DType wire)
-      : config_(config), backend_(backend), wire_(wire) {}
+  WorkerMember(const WorkerConfig& config, kernels::Backend* backend, DType wire,
+               StageLinkService* stage_link)
+      : config_(config), backend_(backend), wire_(wire), stage_link_(stage_link) {}
   // The daemon it runs in (the Status service may ask before).
   void Attach(MemberDaemon* daemon) {
     absl::MutexLock lock(&mu_);
@@ -83,6 +85,7 @@ class WorkerMember {
   const WorkerConfig& config_;
   kernels::Backend* backend_;
   const DType wire_;
+  StageLinkService* const stage_link_;
   absl::Mutex mu_;
   MemberDaemon* daemon_ ABSL_GUARDED_BY(mu_) = nullptr;
   int id_ ABSL_GUARDED_BY(mu_) = -1;
@@ -132,6 +135,7 @@ absl::StatusOr<TrainerOptions> WorkerMember::Options(const RegisterResponse& reg
   topts.ps.channels_per_server = config_.channels_per_server;
   topts.generation = reg.generation();
   topts.start_clock = reg.start_clock();
+  topts.stage_link = stage_link_;
   return topts;
 }
 
@@ -212,14 +216,16 @@ int RunWorker(const WorkerConfig& config) {
     spdlog::error("{}", backend.status().message());
     return 2;
   }
-  WorkerMember worker(config, backend->get(), wire);
+  StageLinkService stage_link;
+  WorkerMember worker(config, backend->get(), wire, &stage_link);
   WorkerService service([&worker] { return worker.Status(); });
   MemberConfig member = config.member;
-  member.server.max_receive_bytes = kMaxControlMessageBytes;
+  // Pipeline stages send each other activations: as large as pushes.
+  member.server.max_receive_bytes = kMaxMessageBytes;
   member.server.max_streams_per_client = 16;
   int code = 0;
   absl::StatusOr<std::unique_ptr<MemberDaemon>> daemon =
-      MemberDaemon::Start(member, {&service}, &code);
+      MemberDaemon::Start(member, {&service, &stage_link}, &code);
   if (!daemon.ok()) return code;
   worker.Attach(daemon->get());
   const absl::StatusOr<RegisterResponse> reg = (*daemon)->Register(&code);

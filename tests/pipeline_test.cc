@@ -1,0 +1,126 @@
+// Pipeline stages through real daemons: P stage workers (and R replicas of
+// them) end with the weights one worker with the whole model ends with
+// (relative difference <= 1e-5), under GPipe and 1F1B, for the MLP and the
+// GPT; Status says who trains which stage.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+#include "tests/test_jobs.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+// A 3-dense-layer MLP (3 places to cut) on the synthetic set.
+std::string Mlp() {
+  return R"pb(
+    name: "pipeline"
+    model {
+      layers { type: DENSE units: 24 }
+      layers { type: RELU }
+      layers { type: DENSE units: 16 }
+      layers { type: RELU }
+      layers { type: DENSE units: 4 }
+      layers { type: SOFTMAX_XENT }
+    }
+    data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 synthetic_test_size: 256 }
+    optimizer { type: SGD learning_rate: 0.1 }
+    batch_size: 32
+    steps: 30
+    seed: 9
+    chunk_bytes: 1024
+  )pb";
+}
+
+// A 3-block GPT on Debian's fortunes.
+std::string Gpt() {
+  return R"pb(
+    name: "pipeline-gpt"
+    model {
+      kind: GPT
+      gpt { layers: 3 heads: 2 width: 16 context: 16 }
+    }
+    data { dataset: TEXT path: "/usr/share/games/fortunes" }
+    optimizer { type: ADAM learning_rate: 0.003 }
+    batch_size: 8
+    steps: 12
+    seed: 3
+  )pb";
+}
+
+struct Trained {
+  TensorSet weights;  // replica 0's, every parameter (merged over its stages)
+  ClusterStatus status;
+};
+
+// Trains `job` on `workers` workers with the scheduler's `flags`.
+Trained Train(const std::string& name, const std::string& job, int workers,
+              const std::vector<std::string>& flags) {
+  Cluster cluster(name);
+  ClusterOptions options;
+  options.job_text = job;
+  options.servers = 2;
+  options.workers = workers;
+  options.scheduler_flags = flags;
+  Trained out;
+  EXPECT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  EXPECT_TRUE(code.ok() && *code == 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  if (st.ok()) out.status = *st;
+  // Each weights file holds its stage's tensors, by name; replicas hold
+  // the same weights, so the first of each name is taken.
+  for (int process = 0; process < workers; ++process) {
+    TensorSet part = ReadWeights(cluster.worker_weights(process));
+    for (const NamedTensor& t : part.tensors()) {
+      bool seen = false;
+      for (const NamedTensor& have : out.weights.tensors()) seen |= have.name() == t.name();
+      if (!seen) *out.weights.add_tensors() = t;
+    }
+  }
+  EXPECT_GT(out.weights.tensors_size(), 0) << cluster.Logs();
+  return out;
+}
+
+double Relative(const Trained& a, const Trained& b) {
+  return MaxDifference(a.weights, b.weights) / MaxMagnitude(b.weights);
+}
+
+void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& name) {
+  const Trained one = Train(name + "_one", job, 1, {});
+  struct Case {
+    int stages, workers, micro;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{2, 2, 2, "gpipe"}, Case{3, 3, 4, "1f1b"}, Case{2, 4, 2, "1f1b"}}) {
+    const Trained piped = Train(
+        absl::StrCat(name, "_p", c.stages, "w", c.workers, c.schedule), job, c.workers,
+        {absl::StrCat("--pipeline_stages=", c.stages), absl::StrCat("--micro_batches=", c.micro),
+         absl::StrCat("--pipeline_schedule=", c.schedule)});
+    const double diff = Relative(piped, one);
+    std::printf(
+        "%s: %d stages x %d replicas, %s, %d micro-batches: max |w - w_one| / max |w| = "
+        "%.3g\n",
+        name.c_str(), c.stages, c.workers / c.stages, c.schedule, c.micro, diff);
+    EXPECT_LE(diff, 1e-5) << c.stages << " stages, " << c.workers << " workers";
+    ASSERT_EQ(piped.status.stages_size(), c.stages);
+    for (int w = 0; w < c.workers; ++w) {
+      const NodeStatus m = MemberOf(piped.status, WORKER, w);
+      EXPECT_EQ(m.state(), FINISHED) << w;
+      EXPECT_EQ(m.stage(), w % c.stages);
+      EXPECT_EQ(m.replica(), w / c.stages);
+    }
+  }
+}
+
+TEST(PipelineTest, MlpStagesTrainAsOneWorker) { ExpectPipelinesTrainAsOneWorker(Mlp(), "mlp"); }
+
+TEST(PipelineTest, GptStagesTrainAsOneWorker) { ExpectPipelinesTrainAsOneWorker(Gpt(), "gpt"); }
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain

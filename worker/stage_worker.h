@@ -1,0 +1,52 @@
+// A worker's place in a pipeline (job.pipeline_stages > 1): its stage's
+// runner (worker/stage_runner.h) over the links to its neighbours — the
+// stream the stage before opened to this worker's StageLinkService, and
+// the stream this worker opens to the stage after, made again when the
+// cluster view names another address for it (a replacement).
+#ifndef PSTRAIN_WORKER_STAGE_WORKER_H_
+#define PSTRAIN_WORKER_STAGE_WORKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/cluster.pb.h"
+#include "worker/models/model.h"
+#include "worker/param_client.h"
+#include "worker/stage_link.h"
+#include "worker/stage_runner.h"
+
+namespace pstrain {
+
+class StageWorker {
+ public:
+  // `model` is worker `worker_id`'s stage; `service` serves this worker's
+  // stream from the stage before (configured here). All outlive it.
+  StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Model* model,
+                StageLinkService* service);
+
+  // Links to the stage after as `cluster` names it (on every cluster view).
+  absl::Status Connect(const ClusterView& cluster);
+  absl::StatusOr<StageClock> Step(int64_t clock, const Batch& batch, ParamBuffers* grads);
+  absl::StatusOr<StepResult> Evaluate(int64_t tag, const Batch& batch);
+
+  int stage() const { return endpoint_.stage; }
+  int replica() const { return endpoint_.replica; }
+  bool last() const { return endpoint_.stage + 1 == stages_; }
+
+ private:
+  const JobSpec job_;
+  const int worker_id_;
+  const int stages_;
+  StageEndpoint endpoint_;
+  Model* model_;
+  StageLinkService* service_;
+  std::string after_address_;
+  std::unique_ptr<StageLinkClient> after_;
+  std::unique_ptr<StageRunner> runner_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_STAGE_WORKER_H_
