@@ -142,12 +142,16 @@ StageLinkClient::StageLinkClient(StageEndpoint me, const std::string& address)
     const absl::Status finished = FromGrpc(stream_->Finish());
     if (st.ok()) st = finished.ok() ? absl::UnavailableError("the stream ended") : finished;
     after_.Detach(token_, st);
+    reader_done_.Notify();
   });
 }
 
 StageLinkClient::~StageLinkClient() {
+  // No more writes; the ones made are delivered before the end of the
+  // stream, which the stage after answers by ending its side.
   after_.Detach(token_, absl::CancelledError("the link was closed"));
-  ctx_.TryCancel();
+  stream_->WritesDone();
+  if (!reader_done_.WaitForNotificationWithTimeout(me_.close_grace)) ctx_.TryCancel();
   reader_.join();
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/stage_runner.h"
@@ -31,6 +32,9 @@ struct StageEndpoint {
   int inbox = 8;
   // Receive fails when the peer has not connected this long.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // A closing stage before waits this long for the stage after to read
+  // what was sent.
+  absl::Duration close_grace = absl::Seconds(30);
 };
 
 // One end of a stream: Send writes to the stream attached, Receive takes
@@ -91,7 +95,8 @@ class StageLinkService final : public StageLink::Service {
 class StageLinkClient {
  public:
   StageLinkClient(StageEndpoint me, const std::string& address);
-  // Cancels the stream and waits for its reader.
+  // Closes the stream: what was sent still arrives (the stage after reads
+  // it within `close_grace`; then the stream is cancelled).
   ~StageLinkClient();
   StreamChannel* after() { return &after_; }
 
@@ -103,6 +108,7 @@ class StageLinkClient {
   std::unique_ptr<grpc::ClientReaderWriter<StageMessage, StageMessage>> stream_;
   int token_ = 0;
   std::thread reader_;
+  absl::Notification reader_done_;
 };
 
 }  // namespace pstrain
