@@ -2,6 +2,7 @@
 // them) end with the weights one worker with the whole model ends with
 // (relative difference <= 1e-5), under GPipe and 1F1B, for the MLP and the
 // GPT; Status says who trains which stage.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -113,6 +114,12 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
       EXPECT_EQ(m.state(), FINISHED) << w;
       EXPECT_EQ(m.stage(), w % c.stages);
       EXPECT_EQ(m.replica(), w / c.stages);
+      // 1F1B keeps min(M, P - stage) micro-batches, GPipe all M.
+      const int kept =
+          std::string(c.schedule) == "gpipe" ? c.micro : std::min(c.micro, c.stages - m.stage());
+      EXPECT_EQ(m.activations_in_flight(), kept) << w;
+      EXPECT_GE(m.bubble(), 0.0);
+      EXPECT_LT(m.bubble(), 1.0);
     }
   }
 }

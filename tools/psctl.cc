@@ -103,6 +103,12 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
           "device memory %s",
           n.gate_ms(), n.pull_ms(), n.compute_ms(), n.push_ms(),
           Bytes(n.peak_device_bytes()).c_str());
+      if (n.activations_in_flight() > 0) {
+        std::printf(
+            "; stage %d of replica %d: %.0f%% waiting, activations of %d micro-batches "
+            "kept",
+            n.stage(), n.replica(), 100.0 * n.bubble(), n.activations_in_flight());
+      }
       if (n.validation_loss() >= 0 && n.unigram_entropy() > 0) {
         std::printf("; validation loss %.4f (unigram entropy %.4f)", n.validation_loss(),
                     n.unigram_entropy());

@@ -273,6 +273,8 @@ NodeStatus Trainer::Status() const {
   st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
   st.set_generation(m.generation);
   st.set_start_clock(options_.start_clock);
+  st.set_bubble(m.bubble);
+  st.set_activations_in_flight(m.max_in_flight);
   const int stages = std::max(1, options_.job.pipeline_stages());
   st.set_replica(ReplicaOf(options_.worker_id, stages));
   st.set_stage(StageOf(options_.worker_id, stages));

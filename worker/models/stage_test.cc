@@ -96,14 +96,15 @@ Result Whole(const JobSpec& job, const Batch& batch) {
 // The stages of `stages`, chained: every forward of `micro` equal
 // micro-batches first (each in its own slot), then every backward; the
 // gradients of the mean loss (each micro-batch's weighted by its share).
-Result Chained(const JobSpec& job, const Batch& batch, int stages, int micro) {
+Result Chained(const JobSpec& job, const Batch& batch, int stages, int micro,
+               bool recompute = false) {
   auto backend = kernels::MakeCpuBackend(1);
   const absl::StatusOr<std::vector<Stage>> plan = PlanStages(job.model(), stages);
   EXPECT_TRUE(plan.ok()) << plan.status();
   const Buffers all = Weights(job.model());
   std::vector<std::unique_ptr<Model>> models;
   for (const Stage& s : *plan) {
-    models.push_back(MakeStageModel(job.model(), s, backend.get()));
+    models.push_back(MakeStageModel(job.model(), s, backend.get(), recompute));
     std::copy(all.begin() + s.first_param, all.begin() + s.end_param,
               models.back()->weights().begin());
   }
@@ -168,6 +169,17 @@ void ExpectStagesMatchTheWholeModel(const JobSpec& job) {
 TEST(StageTest, MlpStagesComputeTheWholeModelsGradients) { ExpectStagesMatchTheWholeModel(Mlp()); }
 
 TEST(StageTest, GptStagesComputeTheWholeModelsGradients) { ExpectStagesMatchTheWholeModel(Gpt()); }
+
+TEST(StageTest, GptStagesThatRecomputeTheirBlocksComputeTheSame) {
+  const JobSpec job = Gpt();
+  std::mt19937 rng(7);
+  const Batch batch = RandomBatch(job, 8, rng);
+  const Result whole = Whole(job, batch);
+  for (int micro : {1, 4}) {
+    const Result chained = Chained(job, batch, 3, micro, /*recompute=*/true);
+    EXPECT_LE(MaxRelativeDifference(whole.grads, chained.grads), 1e-5) << micro;
+  }
+}
 
 TEST(StageTest, StagesKnowTheirPlaceAndWidths) {
   const JobSpec job = Gpt();
