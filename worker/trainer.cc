@@ -219,7 +219,12 @@ absl::Status Trainer::Finish(const Model& model, const ClockLoop& loop, double a
   const JobSpec& job = options_.job;
   const int64_t total = TotalClocks(job);
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
-  if (options_.worker_id == 0 && job.data().dataset() == TEXT) {
+  // Worker 0, or with pipeline stages the last stage of replica 0: the
+  // first worker that computes the loss. A stage before the last has none.
+  const bool first_with_loss = options_.worker_id == std::max(1, job.pipeline_stages()) - 1;
+  if (acc < 0) {
+    // A pipeline stage before the last: its replica's last stage reports.
+  } else if (first_with_loss && job.data().dataset() == TEXT) {
     double loss, entropy;
     {
       absl::MutexLock lock(&mu_);
