@@ -3,6 +3,7 @@
 // and a neighbour that goes away or never comes is an error, not a hang.
 #include "worker/stage_link.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -15,47 +16,17 @@
 #include "common/stage_plan.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "worker/models/test_models.h"
 
 namespace pstrain {
 namespace {
 
-using Buffers = std::vector<std::vector<float>>;
-
-JobSpec Gpt() {
-  JobSpec job;
-  job.mutable_model()->set_kind(GPT);
-  GptSpec* gpt = job.mutable_model()->mutable_gpt();
-  gpt->set_layers(2);
-  gpt->set_heads(2);
-  gpt->set_width(8);
-  gpt->set_context(5);
-  job.set_steps(1);
-  ApplyJobDefaults(&job);
-  return job;
-}
-
-Batch RandomTokens(int rows, int context) {
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> byte(0, 255);
-  Batch b;
-  b.rows = rows;
-  for (int i = 0; i < 2 * rows * context; ++i) {
-    (i < rows * context ? b.tokens : b.labels).push_back(byte(rng));
-  }
-  return b;
-}
-
 std::unique_ptr<Model> StageModel(const JobSpec& job, const Stage& stage,
                                   kernels::Backend* backend) {
   std::unique_ptr<Model> model = MakeStageModel(job.model(), stage, backend);
-  const std::vector<ParamInfo> params = ModelParams(job.model());
-  for (size_t p = 0; p < model->params().size(); ++p) {
-    const ParamInfo& info = params[stage.first_param + p];
-    for (int64_t i = 0; i < info.numel; ++i) {
-      model->weights()[p][i] =
-          InitialValue(5, info, i) + 0.1f * std::sin(i + stage.first_param + p);
-    }
-  }
+  const testing::Buffers all = testing::NoisyWeights(job.model());
+  std::copy(all.begin() + stage.first_param, all.begin() + stage.end_param,
+            model->weights().begin());
   return model;
 }
 
@@ -80,16 +51,16 @@ Served Serve(StageEndpoint me) {
 // Two clocks of a 2-stage pipeline over gRPC; the worst relative gradient
 // difference from the whole model's.
 double TwoStagesOverGrpc(DType wire) {
-  const JobSpec job = Gpt();
+  const JobSpec job = testing::TinyGpt(2);
   const std::vector<Stage> plan = *PlanStages(job.model(), 2);
-  const Batch batch = RandomTokens(4, 5);
+  const Batch batch = testing::RandomTokens(4, 5);
   StageEndpoint first{0, 0, 0, wire}, second{0, 1, 0, wire};
   Served served = Serve(second);
   auto client = std::make_unique<StageLinkClient>(first, served.address);
   auto b0 = kernels::MakeCpuBackend(1), b1 = kernels::MakeCpuBackend(1);
   std::unique_ptr<Model> m0 = StageModel(job, plan[0], b0.get());
   std::unique_ptr<Model> m1 = StageModel(job, plan[1], b1.get());
-  Buffers g0, g1;
+  testing::Buffers g0, g1;
   for (int64_t clock = 0; clock < 2; ++clock) {
     std::thread downstream([&] {
       StageRunner runner(m1.get(), ONE_F_ONE_B, 1, 2, served.service->before(), nullptr);
@@ -104,16 +75,10 @@ double TwoStagesOverGrpc(DType wire) {
   std::unique_ptr<Model> whole = StageModel(job, WholeModel(job.model()), whole_backend.get());
   EXPECT_TRUE(whole->TrainStep(batch).ok());
   g0.insert(g0.end(), g1.begin(), g1.end());
-  double scale = 0, diff = 0;
-  for (size_t p = 0; p < g0.size(); ++p) {
-    for (size_t i = 0; i < g0[p].size(); ++i) {
-      scale = std::max(scale, std::abs(static_cast<double>(whole->grads()[p][i])));
-      diff = std::max(diff, std::abs(static_cast<double>(g0[p][i]) - whole->grads()[p][i]));
-    }
-  }
+  const double diff = testing::MaxRelativeDifference(whole->grads(), g0);
   client.reset();
   served.server->Shutdown();
-  return diff / scale;
+  return diff;
 }
 
 TEST(StageLinkTest, TwoStagesOverAStreamTrainAsTheWholeModel) {

@@ -17,11 +17,12 @@
 #include "common/stage_plan.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "worker/models/test_models.h"
 
 namespace pstrain {
 namespace {
 
-using Buffers = std::vector<std::vector<float>>;
+using testing::Buffers;
 
 // One direction of a link: a queue; Close() ends the waits.
 class Queue {
@@ -67,39 +68,7 @@ class End : public StageChannel {
   Queue* in_;
 };
 
-JobSpec Gpt() {
-  JobSpec job;
-  job.mutable_model()->set_kind(GPT);
-  GptSpec* gpt = job.mutable_model()->mutable_gpt();
-  gpt->set_layers(3);
-  gpt->set_heads(2);
-  gpt->set_width(8);
-  gpt->set_context(5);
-  job.set_steps(1);
-  ApplyJobDefaults(&job);
-  return job;
-}
-
-Batch RandomTokens(int rows, int context) {
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> byte(0, 255);
-  Batch b;
-  b.rows = rows;
-  for (int i = 0; i < rows * context; ++i) b.tokens.push_back(byte(rng));
-  for (int i = 0; i < rows * context; ++i) b.labels.push_back(byte(rng));
-  return b;
-}
-
-Buffers Weights(const ModelSpec& model) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> noise(0, 0.3f);
-  Buffers w;
-  for (const ParamInfo& p : ModelParams(model)) {
-    std::vector<float>& v = w.emplace_back(p.numel);
-    for (int64_t i = 0; i < p.numel; ++i) v[i] = InitialValue(3, p, i) + noise(rng);
-  }
-  return w;
-}
+JobSpec Gpt() { return testing::TinyGpt(3); }
 
 struct PipelineRun {
   Buffers grads;                   // every parameter, in model order
@@ -109,7 +78,7 @@ struct PipelineRun {
 PipelineRun RunPipeline(const JobSpec& job, const Batch& batch, int stages, int micro,
                         PipelineSchedule schedule) {
   const std::vector<Stage> plan = *PlanStages(job.model(), stages);
-  const Buffers all = Weights(job.model());
+  const Buffers all = testing::NoisyWeights(job.model());
   std::vector<Queue> forward(stages), backward(stages);
   std::vector<std::unique_ptr<End>> ends;
   PipelineRun run;
@@ -142,26 +111,19 @@ PipelineRun RunPipeline(const JobSpec& job, const Batch& batch, int stages, int 
 TEST(StageRunnerTest, PipelinedStagesGiveTheWholeModelsGradients) {
   const JobSpec job = Gpt();
   ASSERT_TRUE(ValidateJobSpec(job).ok());
-  const Batch batch = RandomTokens(8, job.model().gpt().context());
+  const Batch batch = testing::RandomTokens(8, job.model().gpt().context());
   auto backend = kernels::MakeCpuBackend(1);
   std::unique_ptr<Model> whole = MakeModel(job.model(), backend.get());
-  whole->weights() = Weights(job.model());
+  whole->weights() = testing::NoisyWeights(job.model());
   absl::StatusOr<StepResult> reference = whole->TrainStep(batch);
   ASSERT_TRUE(reference.ok());
   for (PipelineSchedule schedule : {GPIPE, ONE_F_ONE_B}) {
     for (int stages : {2, 3}) {
       for (int micro : {1, 2, 4}) {
         const PipelineRun run = RunPipeline(job, batch, stages, micro, schedule);
-        double scale = 0, diff = 0;
         ASSERT_EQ(run.grads.size(), whole->grads().size());
-        for (size_t p = 0; p < run.grads.size(); ++p) {
-          for (size_t i = 0; i < run.grads[p].size(); ++i) {
-            scale = std::max(scale, std::abs(static_cast<double>(whole->grads()[p][i])));
-            diff = std::max(diff,
-                            std::abs(static_cast<double>(run.grads[p][i]) - whole->grads()[p][i]));
-          }
-        }
-        EXPECT_LE(diff / scale, 1e-5) << schedule << " P=" << stages << " M=" << micro;
+        const double diff = testing::MaxRelativeDifference(whole->grads(), run.grads);
+        EXPECT_LE(diff, 1e-5) << schedule << " P=" << stages << " M=" << micro;
         EXPECT_NEAR(run.stages.back().result.loss, reference->loss, 1e-5 * reference->loss);
         for (int s = 0; s < stages; ++s) {
           const int promised = schedule == GPIPE ? micro : std::min(micro, stages - s);
@@ -177,7 +139,7 @@ TEST(StageRunnerTest, ATensorOfAnotherMicroBatchOrABrokenLinkEndsTheClockWithAnE
   const std::vector<Stage> plan = *PlanStages(job.model(), 2);
   auto backend = kernels::MakeCpuBackend(1);
   std::unique_ptr<Model> model = MakeStageModel(job.model(), plan[1], backend.get());
-  const Batch batch = RandomTokens(4, job.model().gpt().context());
+  const Batch batch = testing::RandomTokens(4, job.model().gpt().context());
   Queue in, out;
   End before(&out, &in);
   StageRunner runner(model.get(), ONE_F_ONE_B, 1, 2, &before, nullptr);

@@ -14,11 +14,12 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/models/model.h"
+#include "worker/models/test_models.h"
 
 namespace pstrain {
 namespace {
 
-using Buffers = std::vector<std::vector<float>>;
+using testing::Buffers;
 
 JobSpec Mlp() {
   JobSpec job;
@@ -37,46 +38,18 @@ JobSpec Mlp() {
   return job;
 }
 
-JobSpec Gpt() {
-  JobSpec job;
-  job.mutable_model()->set_kind(GPT);
-  GptSpec* gpt = job.mutable_model()->mutable_gpt();
-  gpt->set_layers(3);
-  gpt->set_heads(2);
-  gpt->set_width(8);
-  gpt->set_context(5);
-  job.set_steps(1);
-  ApplyJobDefaults(&job);
-  return job;
-}
+JobSpec Gpt() { return testing::TinyGpt(3); }
 
 Batch RandomBatch(const JobSpec& job, int rows, std::mt19937& rng) {
+  if (job.model().kind() == GPT)
+    return testing::RandomTokens(rows, job.model().gpt().context(), rng());
   Batch b;
   b.rows = rows;
-  if (job.model().kind() == GPT) {
-    std::uniform_int_distribution<int> byte(0, 255);
-    const int n = rows * job.model().gpt().context();
-    for (int i = 0; i < n; ++i) b.tokens.push_back(byte(rng));
-    for (int i = 0; i < n; ++i) b.labels.push_back(byte(rng));
-  } else {
-    std::uniform_real_distribution<float> u(-1, 1);
-    b.x.resize(static_cast<size_t>(rows) * job.model().input_dim());
-    for (float& v : b.x) v = u(rng);
-    for (int i = 0; i < rows; ++i) b.labels.push_back(i % 3);
-  }
+  std::uniform_real_distribution<float> u(-1, 1);
+  b.x.resize(static_cast<size_t>(rows) * job.model().input_dim());
+  for (float& v : b.x) v = u(rng);
+  for (int i = 0; i < rows; ++i) b.labels.push_back(i % 3);
   return b;
-}
-
-// Seeded weights with noise, so that every path carries signal.
-Buffers Weights(const ModelSpec& model) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> noise(0, 0.3f);
-  Buffers w;
-  for (const ParamInfo& p : ModelParams(model)) {
-    std::vector<float>& v = w.emplace_back(p.numel);
-    for (int64_t i = 0; i < p.numel; ++i) v[i] = InitialValue(3, p, i) + noise(rng);
-  }
-  return w;
 }
 
 struct Result {
@@ -87,7 +60,7 @@ struct Result {
 Result Whole(const JobSpec& job, const Batch& batch) {
   auto backend = kernels::MakeCpuBackend(1);
   std::unique_ptr<Model> model = MakeModel(job.model(), backend.get());
-  model->weights() = Weights(job.model());
+  model->weights() = testing::NoisyWeights(job.model());
   absl::StatusOr<StepResult> r = model->TrainStep(batch);
   EXPECT_TRUE(r.ok()) << r.status();
   return {r.ok() ? r->loss : -1, model->grads()};
@@ -101,7 +74,7 @@ Result Chained(const JobSpec& job, const Batch& batch, int stages, int micro,
   auto backend = kernels::MakeCpuBackend(1);
   const absl::StatusOr<std::vector<Stage>> plan = PlanStages(job.model(), stages);
   EXPECT_TRUE(plan.ok()) << plan.status();
-  const Buffers all = Weights(job.model());
+  const Buffers all = testing::NoisyWeights(job.model());
   std::vector<std::unique_ptr<Model>> models;
   for (const Stage& s : *plan) {
     models.push_back(MakeStageModel(job.model(), s, backend.get(), recompute));
@@ -137,17 +110,6 @@ Result Chained(const JobSpec& job, const Batch& batch, int stages, int micro,
   return out;
 }
 
-double MaxRelativeDifference(const Buffers& a, const Buffers& b) {
-  double scale = 0, diff = 0;
-  for (size_t p = 0; p < a.size(); ++p) {
-    for (size_t i = 0; i < a[p].size(); ++i) {
-      scale = std::max(scale, std::abs(static_cast<double>(a[p][i])));
-      diff = std::max(diff, std::abs(static_cast<double>(a[p][i]) - b[p][i]));
-    }
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
 void ExpectStagesMatchTheWholeModel(const JobSpec& job) {
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
   std::mt19937 rng(7);
@@ -156,7 +118,7 @@ void ExpectStagesMatchTheWholeModel(const JobSpec& job) {
   for (int stages : {1, 2, 3}) {
     for (int micro : {1, 2, 4}) {
       const Result chained = Chained(job, batch, stages, micro);
-      const double diff = MaxRelativeDifference(whole.grads, chained.grads);
+      const double diff = testing::MaxRelativeDifference(whole.grads, chained.grads);
       EXPECT_NEAR(chained.loss, whole.loss, 1e-5 * std::abs(whole.loss));
       EXPECT_LE(diff, 1e-5) << stages << " stages, " << micro << " micro-batches";
       if (micro == 1) {
@@ -177,7 +139,7 @@ TEST(StageTest, GptStagesThatRecomputeTheirBlocksComputeTheSame) {
   const Result whole = Whole(job, batch);
   for (int micro : {1, 4}) {
     const Result chained = Chained(job, batch, 3, micro, /*recompute=*/true);
-    EXPECT_LE(MaxRelativeDifference(whole.grads, chained.grads), 1e-5) << micro;
+    EXPECT_LE(testing::MaxRelativeDifference(whole.grads, chained.grads), 1e-5) << micro;
   }
 }
 
