@@ -18,55 +18,12 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/models/test_models.h"
+#include "worker/testing/local_channel.h"
 
 namespace pstrain {
 namespace {
 
 using testing::Buffers;
-
-// One direction of a link: a queue; Close() ends the waits.
-class Queue {
- public:
-  void Put(StageTensor t) {
-    absl::MutexLock lock(&mu_);
-    items_.push_back(std::move(t));
-  }
-  absl::StatusOr<StageTensor> Take() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](Queue* q)
-             ABSL_SHARED_LOCKS_REQUIRED(q->mu_) { return q->closed_ || !q->items_.empty(); },
-        this));
-    if (items_.empty()) return absl::UnavailableError("the neighbour went away");
-    StageTensor t = std::move(items_.front());
-    items_.pop_front();
-    return t;
-  }
-  void Close() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<StageTensor> items_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// One end of a link between stage s and s + 1.
-class End : public StageChannel {
- public:
-  End(Queue* out, Queue* in) : out_(out), in_(in) {}
-  absl::Status Send(StageTensor t) override {
-    out_->Put(std::move(t));
-    return absl::OkStatus();
-  }
-  absl::StatusOr<StageTensor> Receive() override { return in_->Take(); }
-
- private:
-  Queue* out_;
-  Queue* in_;
-};
 
 JobSpec Gpt() { return testing::TinyGpt(3); }
 
@@ -79,8 +36,8 @@ PipelineRun RunPipeline(const JobSpec& job, const Batch& batch, int stages, int 
                         PipelineSchedule schedule) {
   const std::vector<Stage> plan = *PlanStages(job.model(), stages);
   const Buffers all = testing::NoisyWeights(job.model());
-  std::vector<Queue> forward(stages), backward(stages);
-  std::vector<std::unique_ptr<End>> ends;
+  std::vector<LocalQueue> forward(stages), backward(stages);
+  std::vector<std::unique_ptr<LocalEnd>> ends;
   PipelineRun run;
   run.stages.resize(stages);
   std::vector<Buffers> grads(stages);
@@ -88,10 +45,11 @@ PipelineRun RunPipeline(const JobSpec& job, const Batch& batch, int stages, int 
   for (int s = 0; s < stages; ++s) {
     // Link s joins stage s and s + 1: forward[s] carries activations,
     // backward[s] their gradients.
-    End* before =
-        s == 0 ? nullptr : ends.emplace_back(new End(&backward[s - 1], &forward[s - 1])).get();
-    End* after =
-        s + 1 == stages ? nullptr : ends.emplace_back(new End(&forward[s], &backward[s])).get();
+    LocalEnd* before =
+        s == 0 ? nullptr : ends.emplace_back(new LocalEnd(&backward[s - 1], &forward[s - 1])).get();
+    LocalEnd* after = s + 1 == stages
+                          ? nullptr
+                          : ends.emplace_back(new LocalEnd(&forward[s], &backward[s])).get();
     threads.emplace_back([&, s, before, after] {
       auto backend = kernels::MakeCpuBackend(1);
       std::unique_ptr<Model> model = MakeStageModel(job.model(), plan[s], backend.get());
@@ -140,8 +98,8 @@ TEST(StageRunnerTest, ATensorOfAnotherMicroBatchOrABrokenLinkEndsTheClockWithAnE
   auto backend = kernels::MakeCpuBackend(1);
   std::unique_ptr<Model> model = MakeStageModel(job.model(), plan[1], backend.get());
   const Batch batch = testing::RandomTokens(4, job.model().gpt().context());
-  Queue in, out;
-  End before(&out, &in);
+  LocalQueue in, out;
+  LocalEnd before(&out, &in);
   StageRunner runner(model.get(), ONE_F_ONE_B, 1, 2, &before, nullptr);
   Buffers grads;
   in.Put(StageTensor{0, 1, std::vector<float>(2 * 5 * 8, 0.0f)});  // micro 1 first
