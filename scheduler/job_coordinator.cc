@@ -198,8 +198,9 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
   member->status.set_address(member->address);  // as registered, not as claimed
   member->last_seen = now;
   if (member->status.state() == FAILED) {
-    EndJob(ABORTED, absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message()),
-           now);
+    const std::string why =
+        absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message());
+    if (st.role() != WORKER || !TakeReplicaOut(member->id, why, now)) EndJob(ABORTED, why, now);
   } else if (st.role() == WORKER && member->status.state() == FINISHED) {
     MaybeDone(now);
   } else if (st.role() == SERVER) {
@@ -243,6 +244,10 @@ void JobCoordinator::DeclareDead(MemberRecord& m, absl::Time now) {
   if (m.role == WORKER && state_ == RUNNING_JOB && KeepsPlace(WORKER)) {
     spdlog::warn("waiting for worker {} to come back or be replaced (ps_worker --rank={})", m.id,
                  m.id);
+    return;
+  }
+  if (m.role == WORKER &&
+      TakeReplicaOut(m.id, absl::StrCat("worker ", m.id, " declared dead: ", why), now)) {
     return;
   }
   int live = 0;
@@ -290,6 +295,33 @@ void JobCoordinator::Revive(MemberRecord& m, absl::Time now) {
   m.status.set_message("came back after it was declared dead");
   m.last_seen = now;
   WakeHeld();
+}
+
+bool JobCoordinator::TakeReplicaOut(int worker, const std::string& why, absl::Time now) {
+  const int stages = std::max(1, job_.pipeline_stages());
+  if (stages == 1 || policy_.on_worker_failure != WorkerFailure::kShrink || state_ != RUNNING_JOB) {
+    return false;
+  }
+  const int replica = ReplicaOf(worker, stages);
+  for (MemberRecord& w : members_.workers()) {
+    if (ReplicaOf(w.id, stages) != replica || clocks_.removed(w.id)) continue;
+    clocks_.Remove(w.id);
+    dead_workers_.push_back(w.id);
+    if (w.status.state() == FINISHED) continue;
+    w.status.set_state(DEAD);
+    w.status.set_message(absl::StrCat("replica ", replica, " is out: ", why));
+    w.status.set_declared_dead_unix_ms(absl::ToUnixMillis(now));
+  }
+  int live = 0;
+  for (int w = 0; w < clocks_.num_workers(); w += stages) live += !clocks_.removed(w);
+  if (live == 0) {
+    EndJob(ABORTED, absl::StrCat("every replica is out; the last: ", why), now);
+    return true;
+  }
+  spdlog::warn("replica {} is out ({}); going on with {} replicas", replica, why, live);
+  WakeHeld();
+  MaybeDone(now);
+  return true;
 }
 
 void JobCoordinator::MaybeDone(absl::Time now) {

@@ -143,6 +143,11 @@ class JobCoordinator {
   void EndJob(JobState state, const std::string& message, absl::Time now);
   void Trace(const char* event, int worker, int64_t clock);
   void DeclareDead(MemberRecord& m, absl::Time now);
+  // Pipeline stages under shrink: a stage worker that died or failed takes
+  // its whole replica out of the gate and the servers' rounds, and the other
+  // replicas go on (the job ends when none is left). False when that is not
+  // the policy (the caller then acts as without stages).
+  bool TakeReplicaOut(int worker, const std::string& why, absl::Time now);
   void CheckReplacementTimeouts(absl::Time now);
   // Every live worker FINISHED: DONE.
   void MaybeDone(absl::Time now);

@@ -149,6 +149,47 @@ TEST_F(JobCoordinatorTest, ShrinkTakesADeadWorkerOutOfTheGate) {
   EXPECT_EQ(Beat(SERVER, 0)->dead_workers_size(), 1);
 }
 
+// Two replicas of two pipeline stages (workers 0, 1 and 2, 3) under shrink.
+TEST_F(JobCoordinatorTest, UnderShrinkADeadStageWorkerTakesItsReplicaOut) {
+  JobSpec job = TwoByTwo();
+  job.set_num_workers(4);
+  job.set_pipeline_stages(2);
+  ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  Start(job, {});
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Join(SERVER, "s" + std::to_string(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Join(WORKER, "w" + std::to_string(i)).ok());
+  ASSERT_EQ(coordinator_->state(), RUNNING_JOB);
+  bool parked = false;
+  for (int w = 0; w < 4; ++w) ASSERT_TRUE(Gate(w, 0, &parked).ok());
+  ASSERT_TRUE(Gate(2, 1, &parked).ok());
+  ASSERT_TRUE(parked);  // BSP: waits for replica 0
+  ASSERT_TRUE(Gate(3, 1, &parked).ok());
+  ASSERT_TRUE(parked);
+  const Ticket waiting = ticket_;
+  // Worker 1 (stage 1 of replica 0) goes silent; the others beat.
+  now_ += absl::Seconds(6);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+  for (int w : {0, 2, 3}) ASSERT_TRUE(Beat(WORKER, w).ok());
+  coordinator_->Tick(now_);
+  const std::map<Ticket, absl::Status> r = Released();
+  ASSERT_EQ(r.count(waiting), 1u);
+  EXPECT_TRUE(r.at(waiting).ok());
+  // Replica 0 (workers 0 and 1) is out; replica 1 goes on.
+  EXPECT_EQ(released_.back().gate.live_workers_size(), 2);
+  const ClusterStatus st = coordinator_->Status(now_);
+  EXPECT_EQ(st.members(2).state(), DEAD);  // servers first: worker 0
+  EXPECT_EQ(st.members(3).state(), DEAD);  // worker 1
+  EXPECT_EQ(st.members(4).state(), RUNNING);
+  EXPECT_EQ(Beat(SERVER, 0)->dead_workers_size(), 2);
+  // Worker 0's link to the dead stage broke: its failure report ends
+  // nothing more.
+  ASSERT_TRUE(Beat(WORKER, 0, FAILED).ok());
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  // Replica 1 failing too leaves no replica: the job ends.
+  ASSERT_TRUE(Beat(WORKER, 3, FAILED).ok());
+  EXPECT_EQ(coordinator_->state(), ABORTED);
+}
+
 TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheRank) {
   SchedulerPolicy policy;
   policy.on_worker_failure = WorkerFailure::kWait;

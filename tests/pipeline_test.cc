@@ -3,11 +3,14 @@
 // (relative difference <= 1e-5), under GPipe and 1F1B, for the MLP and the
 // GPT; Status says who trains which stage.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
@@ -127,6 +130,84 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
 TEST(PipelineTest, MlpStagesTrainAsOneWorker) { ExpectPipelinesTrainAsOneWorker(Mlp(), "mlp"); }
 
 TEST(PipelineTest, GptStagesTrainAsOneWorker) { ExpectPipelinesTrainAsOneWorker(Gpt(), "gpt"); }
+
+// 2 replicas x 2 stages of the MLP, slowed so that a kill lands mid-job.
+ClusterOptions TwoByTwoStages(const std::string& policy) {
+  ClusterOptions options;
+  options.job_text = absl::StrCat(absl::StrReplaceAll(Mlp(), {{"steps: 30", "steps: 400"}}),
+                                  "\nnum_workers: 4\npipeline_stages: 2\n");
+  options.servers = 1;
+  options.workers = 4;
+  options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--on_worker_failure=" + policy,
+                             "--linger_ms=2000"};
+  for (int i = 0; i < 4; ++i) options.worker_flags.push_back({"--debug_slowdown_ms=10"});
+  return options;
+}
+
+// Waits until every worker passed clock 20; the id of worker process 1.
+int KilledWhenUnderWay(Cluster& cluster) {
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    bool going = st.ok() && st->members_size() == 5;
+    for (int w = 0; going && w < 4; ++w) going = MemberOf(*st, WORKER, w).clock() >= 20;
+    if (going) {
+      const int id = cluster.MemberId(WORKER, 1);
+      cluster.workers()[1].Kill(SIGKILL);
+      return id;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return -1;
+}
+
+TEST(PipelineTest, UnderShrinkAKilledStageWorkerTakesItsReplicaOutAndTheOtherFinishes) {
+  Cluster cluster("pipe_shrink");
+  ASSERT_TRUE(cluster.Start(TwoByTwoStages("shrink")).ok()) << cluster.Logs();
+  const int killed = KilledWhenUnderWay(cluster);
+  ASSERT_GE(killed, 0) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->job_state(), DONE);
+  const int out = killed / 2;
+  for (int w = 0; w < 4; ++w) {
+    const NodeStatus m = MemberOf(*st, WORKER, w);
+    if (w / 2 == out) {
+      EXPECT_EQ(m.state(), DEAD) << w;
+    } else {
+      EXPECT_EQ(m.state(), FINISHED) << w;
+      EXPECT_EQ(m.clock(), 400) << w;
+    }
+  }
+  // The surviving replica's last stage evaluated the trained model.
+  EXPECT_GT(MemberOf(*st, WORKER, 2 * (1 - out) + 1).test_accuracy(), 0.5);
+}
+
+TEST(PipelineTest, UnderAbortAKilledStageWorkerEndsTheJobPromptly) {
+  Cluster cluster("pipe_abort");
+  ASSERT_TRUE(cluster.Start(TwoByTwoStages("abort")).ok()) << cluster.Logs();
+  ASSERT_GE(KilledWhenUnderWay(cluster), 0) << cluster.Logs();
+  const absl::Time killed = absl::Now();
+  // Every other daemon exits 1 within the heartbeat timeout + 1 s (the
+  // scheduler then lingers 2 s for Status).
+  for (int i : {0, 2, 3}) {
+    absl::StatusOr<int> c = cluster.workers()[i].Wait(absl::Milliseconds(2500));
+    EXPECT_TRUE(c.ok() && *c == 1) << i << cluster.Logs();
+  }
+  absl::StatusOr<int> server = cluster.servers()[0].Wait(absl::Milliseconds(2500));
+  EXPECT_TRUE(server.ok() && *server == 1) << cluster.Logs();
+  std::printf("every worker and the server exited %.2f s after the kill\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->job_state(), ABORTED);
+  EXPECT_FALSE(st->message().empty());
+}
 
 }  // namespace
 }  // namespace testing
