@@ -123,6 +123,18 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
       EXPECT_EQ(m.activations_in_flight(), kept) << w;
       EXPECT_GE(m.bubble(), 0.0);
       EXPECT_LT(m.bubble(), 1.0);
+      // Activations down and their gradients up have the same shape; the
+      // first stage sends no gradients, the last no activations.
+      const int stage = m.stage();
+      if (stage + 1 < c.stages) {
+        EXPECT_GT(m.activation_bytes_sent(), 0) << w;
+        EXPECT_EQ(m.activation_bytes_sent(),
+                  MemberOf(piped.status, WORKER, w + 1).gradient_bytes_sent())
+            << w;
+      } else {
+        EXPECT_EQ(m.activation_bytes_sent(), 0) << w;
+      }
+      if (stage == 0) EXPECT_EQ(m.gradient_bytes_sent(), 0) << w;
     }
   }
 }

@@ -105,9 +105,12 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
           Bytes(n.peak_device_bytes()).c_str());
       if (n.activations_in_flight() > 0) {
         std::printf(
-            "; stage %d of replica %d: %.0f%% waiting, activations of %d micro-batches "
-            "kept",
-            n.stage(), n.replica(), 100.0 * n.bubble(), n.activations_in_flight());
+            "; stage %d of replica %d: %.0f%% waiting (%.1f ms for activations, %.1f ms for "
+            "gradients), activations of %d micro-batches kept, %s of activations and %s of "
+            "gradients sent",
+            n.stage(), n.replica(), 100.0 * n.bubble(), n.activation_wait_ms(),
+            n.gradient_wait_ms(), n.activations_in_flight(),
+            Bytes(n.activation_bytes_sent()).c_str(), Bytes(n.gradient_bytes_sent()).c_str());
       }
       if (n.validation_loss() >= 0 && n.unigram_entropy() > 0) {
         std::printf("; validation loss %.4f (unigram entropy %.4f)", n.validation_loss(),

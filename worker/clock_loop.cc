@@ -168,6 +168,10 @@ absl::StatusOr<StepResult> ClockLoop::Step() {
     absl::MutexLock lock(&mu_);
     metrics_.bubble = total > 0 ? s.waiting_s / total : 0;
     metrics_.max_in_flight = std::max(metrics_.max_in_flight, s.max_in_flight);
+    metrics_.activation_wait_ms = 1e3 * s.activation_wait_s;
+    metrics_.gradient_wait_ms = 1e3 * s.gradient_wait_s;
+    metrics_.activation_bytes_sent += s.activation_bytes_sent;
+    metrics_.gradient_bytes_sent += s.gradient_bytes_sent;
     return s.result;
   }
   const int k = options_.job.micro_batches();

@@ -113,6 +113,10 @@ struct ClockMetrics {
   // whose activations it kept at once.
   double bubble = 0;
   int max_in_flight = 0;
+  // Pipeline stages: the last clock's waits for activations and for
+  // gradients, and the payload bytes sent so far each way.
+  double activation_wait_ms = 0, gradient_wait_ms = 0;
+  int64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;
 };
 
 class ClockLoop {

@@ -24,6 +24,7 @@ absl::Status StreamChannel::Send(StageTensor tensor) {
   if (!write_ || !write_(m)) {
     return absl::UnavailableError(absl::StrCat("the link to ", peer_, " is down"));
   }
+  sent_ += static_cast<int64_t>(m.data().size());
   return absl::OkStatus();
 }
 

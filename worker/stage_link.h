@@ -6,6 +6,7 @@
 #ifndef PSTRAIN_WORKER_STAGE_LINK_H_
 #define PSTRAIN_WORKER_STAGE_LINK_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -46,6 +47,7 @@ class StreamChannel : public StageChannel {
 
   absl::Status Send(StageTensor tensor) override;
   absl::StatusOr<StageTensor> Receive() override;
+  int64_t bytes_sent() const override { return sent_.load(); }
 
   // The stream's writer, until Detach with the token returned (a newer
   // stream, a replacement's, takes over from an older one).
@@ -60,6 +62,7 @@ class StreamChannel : public StageChannel {
  private:
   const StageEndpoint me_;
   const std::string peer_;
+  std::atomic<int64_t> sent_{0};
   absl::Mutex write_mu_;
   std::function<bool(const StageMessage&)> write_ ABSL_GUARDED_BY(write_mu_);
   absl::Mutex mu_;

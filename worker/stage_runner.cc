@@ -24,7 +24,9 @@ absl::StatusOr<StageTensor> StageRunner::Expect(StageChannel* from, int64_t cloc
                                                 StageClock* stats) {
   const absl::Time start = absl::Now();
   absl::StatusOr<StageTensor> t = from->Receive();
-  stats->waiting_s += absl::ToDoubleSeconds(absl::Now() - start);
+  const double waited = absl::ToDoubleSeconds(absl::Now() - start);
+  stats->waiting_s += waited;
+  (from == before_ ? stats->activation_wait_s : stats->gradient_wait_s) += waited;
   if (!t.ok()) return t.status();
   if (t->clock != clock || t->micro != micro) {
     return absl::InvalidArgumentError(absl::StrCat("stage ", stage_, ": expected clock ", clock,
@@ -105,6 +107,8 @@ absl::StatusOr<StageClock> StageRunner::RunClock(int64_t clock, const Batch& bat
   slot_used_.assign(slot_used_.size(), false);
   total_ = StepResult();
   StageClock stats;
+  const int64_t down = after_ != nullptr ? after_->bytes_sent() : 0;
+  const int64_t up = before_ != nullptr ? before_->bytes_sent() : 0;
   for (const PipeStep& step : StageSchedule(schedule_, stage_, stages_, micro_batches)) {
     const auto [begin, end] = RankSlice(batch.rows, micro_batches, step.micro);
     const float share = static_cast<float>(end - begin) / static_cast<float>(batch.rows);
@@ -114,6 +118,8 @@ absl::StatusOr<StageClock> StageRunner::RunClock(int64_t clock, const Batch& bat
       RETURN_IF_ERROR(Backward(clock, step.micro, share, &stats, grads));
     }
   }
+  if (after_ != nullptr) stats.activation_bytes_sent = after_->bytes_sent() - down;
+  if (before_ != nullptr) stats.gradient_bytes_sent = before_->bytes_sent() - up;
   stats.result = total_;
   if (batch.rows > 0) stats.result.loss = total_.loss / static_cast<float>(batch.rows);
   return stats;

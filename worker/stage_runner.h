@@ -34,6 +34,8 @@ class StageChannel {
   // The next tensor the neighbour sent; an error when the link broke (the
   // status names the neighbour) or the wait was cancelled.
   virtual absl::StatusOr<StageTensor> Receive() = 0;
+  // Payload bytes sent so far (on the wire).
+  virtual int64_t bytes_sent() const = 0;
 };
 
 // What one clock of a stage measured.
@@ -42,6 +44,12 @@ struct StageClock {
   double busy_s = 0;      // in forwards and backwards
   double waiting_s = 0;   // for a neighbour's tensor (the bubble)
   int max_in_flight = 0;  // micro-batches whose activations were kept at once
+  // Of waiting_s: for the stage before's activations, for the stage
+  // after's gradients.
+  double activation_wait_s = 0, gradient_wait_s = 0;
+  // Payload bytes sent: activations to the stage after, gradients to the
+  // stage before.
+  int64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;
 };
 
 class StageRunner {

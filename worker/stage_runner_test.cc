@@ -86,6 +86,10 @@ TEST(StageRunnerTest, PipelinedStagesGiveTheWholeModelsGradients) {
         for (int s = 0; s < stages; ++s) {
           const int promised = schedule == GPIPE ? micro : std::min(micro, stages - s);
           EXPECT_EQ(run.stages[s].max_in_flight, promised) << "stage " << s;
+          // 8 sequences x 5 tokens x width 8, fp32, each way per link.
+          const int64_t link = 8 * 5 * 8 * 4;
+          EXPECT_EQ(run.stages[s].activation_bytes_sent, s + 1 < stages ? link : 0);
+          EXPECT_EQ(run.stages[s].gradient_bytes_sent, s > 0 ? link : 0);
         }
       }
     }

@@ -9,7 +9,7 @@
 namespace pstrain {
 
 StageWorker::StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Model* model,
-                             StageLinkService* service)
+                         StageLinkService* service)
     : job_(job),
       worker_id_(worker_id),
       stages_(job.pipeline_stages()),
@@ -43,7 +43,7 @@ absl::Status StageWorker::Connect(const ClusterView& cluster) {
 }
 
 absl::StatusOr<StageClock> StageWorker::Step(int64_t clock, const Batch& batch,
-                                               ParamBuffers* grads) {
+                                             ParamBuffers* grads) {
   if (runner_ == nullptr) return absl::FailedPreconditionError("the pipeline is not linked yet");
   return runner_->RunClock(clock, batch, job_.micro_batches(), grads);
 }

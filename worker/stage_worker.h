@@ -24,7 +24,7 @@ class StageWorker {
   // `model` is worker `worker_id`'s stage; `service` serves this worker's
   // stream from the stage before (configured here). All outlive it.
   StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Model* model,
-                StageLinkService* service);
+              StageLinkService* service);
 
   // Links to the stage after as `cluster` names it (on every cluster view).
   absl::Status Connect(const ClusterView& cluster);

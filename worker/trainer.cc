@@ -280,6 +280,10 @@ NodeStatus Trainer::Status() const {
   st.set_start_clock(options_.start_clock);
   st.set_bubble(m.bubble);
   st.set_activations_in_flight(m.max_in_flight);
+  st.set_activation_wait_ms(m.activation_wait_ms);
+  st.set_gradient_wait_ms(m.gradient_wait_ms);
+  st.set_activation_bytes_sent(m.activation_bytes_sent);
+  st.set_gradient_bytes_sent(m.gradient_bytes_sent);
   const int stages = std::max(1, options_.job.pipeline_stages());
   st.set_replica(ReplicaOf(options_.worker_id, stages));
   st.set_stage(StageOf(options_.worker_id, stages));

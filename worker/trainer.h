@@ -18,9 +18,9 @@
 #include "worker/clock_loop.h"
 #include "worker/data/dataset.h"
 #include "worker/models/model.h"
-#include "worker/stage_worker.h"
 #include "worker/ps_client.h"
 #include "worker/stage_link.h"
+#include "worker/stage_worker.h"
 
 namespace pstrain {
 

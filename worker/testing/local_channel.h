@@ -46,14 +46,17 @@ class LocalEnd : public StageChannel {
  public:
   LocalEnd(LocalQueue* out, LocalQueue* in) : out_(out), in_(in) {}
   absl::Status Send(StageTensor t) override {
+    sent_ += static_cast<int64_t>(t.values.size() * sizeof(float));
     out_->Put(std::move(t));
     return absl::OkStatus();
   }
+  int64_t bytes_sent() const override { return sent_; }
   absl::StatusOr<StageTensor> Receive() override { return in_->Take(); }
 
  private:
   LocalQueue* out_;
   LocalQueue* in_;
+  int64_t sent_ = 0;  // one sending thread
 };
 
 }  // namespace pstrain
