@@ -72,17 +72,45 @@ JobSpec FourLayers() {
   return job;
 }
 
+// A GPT of 4 blocks (width 64, context 32): its stages' activations weigh.
+JobSpec FourBlocks() {
+  JobSpec job;
+  job.mutable_model()->set_kind(GPT);
+  GptSpec* gpt = job.mutable_model()->mutable_gpt();
+  gpt->set_layers(4);
+  gpt->set_heads(4);
+  gpt->set_width(64);
+  gpt->set_context(32);
+  job.set_steps(1);
+  ApplyJobDefaults(&job);
+  return job;
+}
+
 struct Measured {
-  std::vector<double> idle;  // per stage, of the clock's wall time
-  std::vector<int> kept;     // per stage, micro-batches in flight at most
+  std::vector<double> idle;   // per stage, of the clock's wall time
+  std::vector<int> kept;      // per stage, micro-batches in flight at most
+  std::vector<int64_t> peak;  // per stage, the most device memory held
 };
 
-Measured OneClock(const JobSpec& job, PipelineSchedule schedule, int stages, int micro) {
-  const std::vector<Stage> plan = *PlanStages(job.model(), stages);
+// `rows` rows per micro-batch.
+Batch MakeBatch(const JobSpec& job, int rows) {
   Batch batch;
-  batch.rows = 8 * micro;
-  batch.x.assign(static_cast<size_t>(batch.rows) * 8, 0.5f);
-  for (int i = 0; i < batch.rows; ++i) batch.labels.push_back(i % 4);
+  batch.rows = rows;
+  if (job.model().kind() == GPT) {
+    const int n = rows * job.model().gpt().context();
+    for (int i = 0; i < n; ++i) batch.tokens.push_back(i * 7 % 256);
+    for (int i = 0; i < n; ++i) batch.labels.push_back(i * 11 % 256);
+    return batch;
+  }
+  batch.x.assign(static_cast<size_t>(rows) * 8, 0.5f);
+  for (int i = 0; i < rows; ++i) batch.labels.push_back(i % 4);
+  return batch;
+}
+
+Measured OneClock(const JobSpec& job, PipelineSchedule schedule, int stages, int micro,
+                  absl::Duration forward, int rows_per_micro = 8) {
+  const std::vector<Stage> plan = *PlanStages(job.model(), stages);
+  const Batch batch = MakeBatch(job, rows_per_micro * micro);
   std::vector<LocalQueue> down(stages), up(stages);
   std::vector<std::unique_ptr<LocalEnd>> ends;
   std::vector<LocalEnd*> before(stages, nullptr), after(stages, nullptr);
@@ -91,7 +119,7 @@ Measured OneClock(const JobSpec& job, PipelineSchedule schedule, int stages, int
     before[s + 1] = ends.emplace_back(new LocalEnd(&up[s], &down[s])).get();
   }
   std::vector<StageClock> clocks(stages);
-  const absl::Duration forward = absl::Milliseconds(absl::GetFlag(FLAGS_forward_ms));
+  std::vector<int64_t> peak(stages, 0);
   const absl::Time start = absl::Now();
   std::vector<std::thread> threads;
   for (int s = 0; s < stages; ++s) {
@@ -102,6 +130,7 @@ Measured OneClock(const JobSpec& job, PipelineSchedule schedule, int stages, int
       std::vector<std::vector<float>> grads;
       absl::StatusOr<StageClock> c = runner.RunClock(0, batch, micro, &grads);
       if (c.ok()) clocks[s] = *c;
+      peak[s] = backend->peak_bytes();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -111,12 +140,44 @@ Measured OneClock(const JobSpec& job, PipelineSchedule schedule, int stages, int
     m.idle.push_back(std::max(0.0, 1.0 - c.busy_s / wall));
     m.kept.push_back(c.max_in_flight);
   }
+  m.peak = peak;
   return m;
 }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Activation memory: a GPT's 4 stages, 8 micro-batches of 2 sequences. A
+// stage's slot (one micro-batch's activations) is its peak with two
+// micro-batches kept minus its peak with one; its peak under each schedule
+// is set next to base + kept x slot with kept = M (GPipe) or min(M, P - s)
+// (1F1B).
+void Memory() {
+  const JobSpec job = FourBlocks();
+  constexpr int kStages = 4, kMicro = 8;
+  const Measured one = OneClock(job, GPIPE, kStages, 1, absl::ZeroDuration(), 2);
+  const Measured two = OneClock(job, GPIPE, kStages, 2, absl::ZeroDuration(), 2);
+  std::printf(
+      " \"memory\": {\"model\": \"gpt 4 blocks, width 64, context 32\", "
+      "\"micro_batches\": %d, \"rows_per_micro_batch\": 2, \"stages\": [",
+      kMicro);
+  const Measured gpipe = OneClock(job, GPIPE, kStages, kMicro, absl::ZeroDuration(), 2);
+  const Measured onef = OneClock(job, ONE_F_ONE_B, kStages, kMicro, absl::ZeroDuration(), 2);
+  for (int s = 0; s < kStages; ++s) {
+    const int64_t slot = two.peak[s] - one.peak[s];
+    const int64_t base = one.peak[s] - slot;
+    const int kept = std::min(kMicro, kStages - s);
+    std::printf(
+        "%s\n  {\"stage\": %d, \"slot_bytes\": %lld, \"gpipe_peak\": %lld, "
+        "\"gpipe_expected\": %lld, \"1f1b_peak\": %lld, \"1f1b_expected\": %lld, "
+        "\"1f1b_kept\": %d}",
+        s == 0 ? "" : ",", s, static_cast<long long>(slot), static_cast<long long>(gpipe.peak[s]),
+        static_cast<long long>(base + kMicro * slot), static_cast<long long>(onef.peak[s]),
+        static_cast<long long>(base + kept * slot), kept);
+  }
+  std::printf("]}");
 }
 
 void Run() {
@@ -129,7 +190,10 @@ void Run() {
     for (int stages : {2, 4}) {
       for (int micro : {1, 4, 8}) {
         std::vector<Measured> runs;
-        for (int r = 0; r < rounds; ++r) runs.push_back(OneClock(job, schedule, stages, micro));
+        for (int r = 0; r < rounds; ++r) {
+          runs.push_back(OneClock(job, schedule, stages, micro,
+                                  absl::Milliseconds(absl::GetFlag(FLAGS_forward_ms))));
+        }
         const double expected = (stages - 1.0) / (micro + stages - 1.0);
         std::printf(
             "%s\n  {\"schedule\": \"%s\", \"stages\": %d, \"micro_batches\": %d, "
@@ -152,7 +216,9 @@ void Run() {
       }
     }
   }
-  std::printf("\n]}\n");
+  std::printf("\n],");
+  Memory();
+  std::printf("}\n");
 }
 
 }  // namespace
