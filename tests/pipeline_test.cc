@@ -134,7 +134,9 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
       } else {
         EXPECT_EQ(m.activation_bytes_sent(), 0) << w;
       }
-      if (stage == 0) EXPECT_EQ(m.gradient_bytes_sent(), 0) << w;
+      if (stage == 0) {
+        EXPECT_EQ(m.gradient_bytes_sent(), 0) << w;
+      }
     }
   }
 }
