@@ -158,15 +158,16 @@ ClusterOptions TwoByTwoStages(const std::string& policy) {
   return options;
 }
 
-// Waits until every worker passed clock 20; the id of worker process 1.
-int KilledWhenUnderWay(Cluster& cluster) {
+// Waits until every worker passed clock 20, then sends `signal` to worker
+// process `process`; its worker id.
+int KilledWhenUnderWay(Cluster& cluster, int signal = SIGKILL, int process = 1) {
   for (int i = 0; i < 500; ++i) {
     absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
     bool going = st.ok() && st->members_size() == 5;
     for (int w = 0; going && w < 4; ++w) going = MemberOf(*st, WORKER, w).clock() >= 20;
     if (going) {
-      const int id = cluster.MemberId(WORKER, 1);
-      cluster.workers()[1].Kill(SIGKILL);
+      const int id = cluster.MemberId(WORKER, process);
+      cluster.workers()[process].Kill(signal);
       return id;
     }
     absl::SleepFor(absl::Milliseconds(20));
@@ -221,6 +222,27 @@ TEST(PipelineTest, UnderAbortAKilledStageWorkerEndsTheJobPromptly) {
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->job_state(), ABORTED);
   EXPECT_FALSE(st->message().empty());
+}
+
+TEST(PipelineTest, AStageWaitingOnAHungNeighbourStopsWhenTheJobIsAborted) {
+  // Worker process 0 is stopped (SIGSTOP), not killed: its link does not
+  // break, so its neighbour waits on it until the scheduler declares it
+  // dead and aborts the job; the neighbour must then stop, not hang.
+  Cluster cluster("pipe_hung");
+  ClusterOptions options = TwoByTwoStages("abort");
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  ASSERT_GE(KilledWhenUnderWay(cluster, SIGSTOP, 0), 0) << cluster.Logs();
+  const absl::Time stopped = absl::Now();
+  for (int i : {1, 2, 3}) {
+    absl::StatusOr<int> c = cluster.workers()[i].Wait(absl::Seconds(10));
+    EXPECT_TRUE(c.ok() && *c == 1) << i << cluster.Logs();
+  }
+  std::printf("the other workers exited %.2f s after the stop (heartbeat timeout 1.5 s)\n",
+              absl::ToDoubleSeconds(absl::Now() - stopped));
+  cluster.workers()[0].Kill(SIGKILL);
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
 }
 
 }  // namespace

@@ -83,6 +83,15 @@ void StreamChannel::Detach(int token, absl::Status why) {
   closed_ = why.ok() ? absl::UnavailableError(absl::StrCat(peer_, " closed the link")) : why;
 }
 
+void StreamChannel::Close(absl::Status why) {
+  absl::MutexLock write_lock(&write_mu_);
+  absl::MutexLock lock(&mu_);
+  write_ = nullptr;
+  inbox_.clear();
+  attached_ = true;  // no wait for a connection either
+  closed_ = why;
+}
+
 namespace {
 
 std::string StageName(int stage, int replica) {
@@ -145,6 +154,11 @@ StageLinkClient::StageLinkClient(StageEndpoint me, const std::string& address)
     after_.Detach(token_, st);
     reader_done_.Notify();
   });
+}
+
+void StageLinkClient::Abort(absl::Status why) {
+  after_.Close(std::move(why));
+  ctx_.TryCancel();
 }
 
 StageLinkClient::~StageLinkClient() {

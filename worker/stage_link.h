@@ -58,6 +58,9 @@ class StreamChannel : public StageChannel {
   // Stream `token` ended: unless a newer one is attached, Send and (once the
   // inbox is empty) Receive fail with `why`.
   void Detach(int token, absl::Status why);
+  // Ends the waits of Send and Receive now, whatever stream is attached
+  // (the worker stops); `why` is their status.
+  void Close(absl::Status why);
 
  private:
   const StageEndpoint me_;
@@ -102,6 +105,9 @@ class StageLinkClient {
   // it within `close_grace`; then the stream is cancelled).
   ~StageLinkClient();
   StreamChannel* after() { return &after_; }
+  // Ends the stream now: Send and Receive fail with `why`, and closing
+  // does not wait for the stage after to read what was sent.
+  void Abort(absl::Status why);
 
  private:
   const StageEndpoint me_;

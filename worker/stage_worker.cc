@@ -29,17 +29,28 @@ absl::Status StageWorker::Connect(const ClusterView& cluster) {
       return absl::FailedPreconditionError("the cluster view lacks the next pipeline stage");
     }
     const std::string& address = cluster.workers(next).address();
+    absl::MutexLock lock(&cancel_mu_);
     if (after_ == nullptr || address != after_address_) {
       after_.reset();
       after_ = std::make_unique<StageLinkClient>(endpoint_, address);
       after_address_ = address;
     }
   }
+  StreamChannel* after;
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    after = after_ != nullptr ? after_->after() : nullptr;
+  }
   runner_ =
       std::make_unique<StageRunner>(model_, job_.pipeline_schedule(), endpoint_.stage, stages_,
-                                    endpoint_.stage > 0 ? service_->before() : nullptr,
-                                    after_ != nullptr ? after_->after() : nullptr);
+                                    endpoint_.stage > 0 ? service_->before() : nullptr, after);
   return absl::OkStatus();
+}
+
+void StageWorker::Cancel(absl::Status why) {
+  if (endpoint_.stage > 0 && service_->before() != nullptr) service_->before()->Close(why);
+  absl::MutexLock lock(&cancel_mu_);
+  if (after_ != nullptr) after_->Abort(why);
 }
 
 absl::StatusOr<StageClock> StageWorker::Step(int64_t clock, const Batch& batch,

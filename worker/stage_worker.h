@@ -30,6 +30,9 @@ class StageWorker {
   absl::Status Connect(const ClusterView& cluster);
   absl::StatusOr<StageClock> Step(int64_t clock, const Batch& batch, ParamBuffers* grads);
   absl::StatusOr<StepResult> Evaluate(int64_t tag, const Batch& batch);
+  // Ends any wait for a neighbour with `why` (the worker stops: a neighbour
+  // that hangs without its link breaking must not hang this one). Thread-safe.
+  void Cancel(absl::Status why);
 
   int stage() const { return endpoint_.stage; }
   int replica() const { return endpoint_.replica; }
@@ -43,7 +46,8 @@ class StageWorker {
   Model* model_;
   StageLinkService* service_;
   std::string after_address_;
-  std::unique_ptr<StageLinkClient> after_;
+  absl::Mutex cancel_mu_;  // Cancel vs Connect's new link
+  std::unique_ptr<StageLinkClient> after_ ABSL_GUARDED_BY(cancel_mu_);
   std::unique_ptr<StageRunner> runner_;
 };
 

@@ -203,7 +203,21 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     absl::MutexLock lock(&mu_);
     loop_ = &loop;
   }
+  // A stage blocked on a neighbour sees no gate: when the worker is told to
+  // stop (or the job ended), its links are closed under it.
+  std::atomic<bool> ran{false};
+  std::thread canceller([&] {
+    while (stage.has_value() && !ran) {
+      if (stop) {
+        stage->Cancel(absl::CancelledError("the worker stopped"));
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
   const absl::StatusOr<double> acc = loop.Run(stop);
+  ran = true;
+  canceller.join();
   {
     absl::MutexLock lock(&mu_);
     last_ = loop.metrics();

@@ -174,9 +174,16 @@ int WorkerMember::Run(const RegisterResponse& reg) {
 
 int WorkerMember::Train() {
   std::atomic<bool> stop{false};
-  std::thread watcher([&stop] {
+  MemberDaemon* daemon;
+  {
+    absl::MutexLock lock(&mu_);
+    daemon = daemon_;
+  }
+  // Stops on a signal, or once the scheduler says the job was aborted (a
+  // worker waiting on a pipeline neighbour would not hear it at the gate).
+  std::thread watcher([&stop, daemon] {
     while (!stop) {
-      if (ShutdownRequested()) stop = true;
+      if (ShutdownRequested() || daemon->client().job_state() == ABORTED) stop = true;
       absl::SleepFor(absl::Milliseconds(50));
     }
   });
