@@ -130,14 +130,8 @@ absl::StatusOr<Timings> Measure(kernels::Backend* b, GptModel* model, const Batc
   return t;
 }
 
-int Run() {
-  std::string note;
-  auto backend =
-      OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &note);
-  if (!backend.ok()) {
-    std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
-    return 2;
-  }
+// The benchmark's GPT from the flags (checked).
+absl::StatusOr<JobSpec> BenchJob() {
   JobSpec job;
   job.mutable_model()->set_kind(GPT);
   GptSpec* gpt = job.mutable_model()->mutable_gpt();
@@ -147,19 +141,18 @@ int Run() {
   gpt->set_context(absl::GetFlag(FLAGS_context));
   job.set_steps(1);
   ApplyJobDefaults(&job);
-  if (const absl::Status st = ValidateJobSpec(job); !st.ok()) {
-    std::fprintf(stderr, "worker_bench: %s\n", std::string(st.message()).c_str());
-    return 2;
+  if (const absl::Status st = ValidateJobSpec(job); !st.ok()) return st;
+  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_batch) < 1) {
+    return absl::InvalidArgumentError("--steps and --batch must be at least 1");
   }
-  const int seqs = absl::GetFlag(FLAGS_batch), steps = absl::GetFlag(FLAGS_steps);
-  if (steps < 1 || seqs < 1) {
-    std::fprintf(stderr, "worker_bench: --steps and --batch must be at least 1\n");
-    return 2;
-  }
-  const int64_t t = gpt->context(), c = gpt->width(), layers = gpt->layers();
-  const int64_t n = seqs * t;
-  // The step's matrix products: per block qkv, proj, fc, mlp proj and the
-  // head, each forward (x W) and backward (dW = x^T dy, dx = dy W^T).
+  return job;
+}
+
+// The step's matrix products over `n` tokens: per block qkv, proj, fc, mlp
+// proj and the head, each forward (x W) and backward (dW = x^T dy,
+// dx = dy W^T).
+std::vector<Shape> StepShapes(const GptSpec& gpt, int64_t n) {
+  const int c = gpt.width(), layers = gpt.layers();
   std::vector<Shape> shapes;
   auto dense = [&](int in, int out, int per_step) {
     shapes.push_back({static_cast<int>(n), out, in, false, false, per_step});  // forward
@@ -171,11 +164,10 @@ int Run() {
   dense(c, 4 * c, layers);
   dense(4 * c, c, layers);
   dense(c, kGptVocab, 1);
-  double dense_flops = 0;
-  for (const Shape& s : shapes) dense_flops += 2.0 * s.m * s.n * s.k * s.repeat;
-  // Attention's products (q k^T, a v forward; four backward), in fp32.
-  const double attention_flops = 12.0 * seqs * t * t * c * layers;
+  return shapes;
+}
 
+Batch RandomBatch(int seqs, int64_t n) {
   Batch batch;
   batch.rows = seqs;
   std::mt19937 rng(1);
@@ -183,63 +175,106 @@ int Run() {
     batch.tokens.push_back(static_cast<int32_t>(rng() % 256));
     batch.labels.push_back(static_cast<int32_t>(rng() % 256));
   }
+  return batch;
+}
+
+struct StepWork {
+  std::vector<Shape> shapes;
+  double dense_flops = 0, attention_flops = 0;
+  int64_t tokens = 0;
+};
+
+// One dtype's run on a fresh device (its peak memory is this dtype's
+// alone): a JSON object, or a skipped one; false on an error.
+bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, const StepWork& work,
+              bool last) {
+  kernels::Precision precision = kernels::Precision::kFp32;
+  if (name == "bf16") precision = kernels::Precision::kBf16;
+  if (name == "fp16") precision = kernels::Precision::kFp16;
+  std::string note;
+  auto backend =
+      OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &note);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
+    return false;
+  }
+  kernels::Backend* b = backend->get();
+  std::string why;
+  if ((name != "fp32" && name != "bf16" && name != "fp16") || !b->SetPrecision(precision, &why)) {
+    std::printf("    {\"dtype\": \"%s\", \"skipped\": \"%s\"}%s\n", name.c_str(),
+                why.empty() ? "unknown dtype" : why.c_str(), last ? "" : ",");
+    return true;
+  }
+  GptModel model(job.model(), WholeModel(job.model()), b, absl::GetFlag(FLAGS_recompute));
+  for (size_t p = 0; p < model.params().size(); ++p) {
+    for (int64_t i = 0; i < model.params()[p].numel; ++i) {
+      model.weights()[p][i] = InitialValue(1, model.params()[p], i);
+    }
+  }
+  const absl::StatusOr<Timings> t =
+      Measure(b, &model, batch, work.shapes, absl::GetFlag(FLAGS_steps));
+  if (!t.ok()) {
+    std::fprintf(stderr, "worker_bench: %s\n", std::string(t.status().message()).c_str());
+    return false;
+  }
+  const double step_s = Median(t->step_s), full_s = Median(t->full_step_s);
+  const double gemm_s = Median(t->gemm_s), n = static_cast<double>(work.tokens);
+  std::printf(
+      "    {\"dtype\": \"%s\", \"step_ms\": %.3f, \"step_ms_min\": %.3f, "
+      "\"step_ms_max\": %.3f, \"tokens_per_s\": %.0f,\n"
+      "     \"step_with_host_copies_ms\": %.3f, \"tokens_per_s_with_host_copies\": %.0f, "
+      "\"loss\": %.4f, \"peak_device_mib\": %.1f, \"pinned_host_mib\": %.1f,\n"
+      "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
+      "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
+      "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
+      name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
+      full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0, t->pinned_bytes / 1048576.0,
+      (work.dense_flops + work.attention_flops) / step_s / 1e12, work.dense_flops / step_s / 1e12,
+      work.dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
+      last ? "" : ",");
+  std::fflush(stdout);
+  return true;
+}
+
+int Run() {
+  std::string note;
+  {
+    // The device's description (each dtype then opens its own).
+    auto backend =
+        OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &note);
+    if (!backend.ok()) {
+      std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
+      return 2;
+    }
+  }
+  const absl::StatusOr<JobSpec> job = BenchJob();
+  if (!job.ok()) {
+    std::fprintf(stderr, "worker_bench: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  const GptSpec& gpt = job->model().gpt();
+  const int seqs = absl::GetFlag(FLAGS_batch);
+  const int64_t t = gpt.context(), c = gpt.width(), layers = gpt.layers();
+  StepWork work;
+  work.tokens = seqs * t;
+  work.shapes = StepShapes(gpt, work.tokens);
+  for (const Shape& s : work.shapes) work.dense_flops += 2.0 * s.m * s.n * s.k * s.repeat;
+  // Attention's products (q k^T, a v forward; four backward), in fp32.
+  work.attention_flops = 12.0 * seqs * t * t * c * layers;
+  const Batch batch = RandomBatch(seqs, work.tokens);
   std::printf("{\n  \"bench\": \"worker_bench\",\n  \"device\": \"%s\",\n", note.c_str());
   std::printf(
       "  \"model\": {\"layers\": %lld, \"width\": %lld, \"heads\": %d, \"context\": %lld, "
       "\"batch\": %d, \"tokens_per_step\": %lld, \"recompute\": %s},\n",
-      static_cast<long long>(layers), static_cast<long long>(c), gpt->heads(),
-      static_cast<long long>(t), seqs, static_cast<long long>(n),
+      static_cast<long long>(layers), static_cast<long long>(c), gpt.heads(),
+      static_cast<long long>(t), seqs, static_cast<long long>(work.tokens),
       absl::GetFlag(FLAGS_recompute) ? "true" : "false");
   std::printf("  \"matmul_gflop_per_step\": {\"dense\": %.2f, \"attention_fp32\": %.2f},\n",
-              dense_flops / 1e9, attention_flops / 1e9);
+              work.dense_flops / 1e9, work.attention_flops / 1e9);
   std::printf("  \"runs\": [\n");
   const std::vector<std::string> dtypes = absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',');
   for (size_t d = 0; d < dtypes.size(); ++d) {
-    const std::string& name = dtypes[d];
-    kernels::Precision precision = kernels::Precision::kFp32;
-    if (name == "bf16") precision = kernels::Precision::kBf16;
-    if (name == "fp16") precision = kernels::Precision::kFp16;
-    // A fresh device per dtype: its peak memory is this dtype's alone.
-    backend->reset();
-    backend = OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads), &note);
-    if (!backend.ok()) {
-      std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
-      return 1;
-    }
-    kernels::Backend* b = backend->get();
-    std::string why;
-    if ((name != "fp32" && name != "bf16" && name != "fp16") || !b->SetPrecision(precision, &why)) {
-      std::printf("    {\"dtype\": \"%s\", \"skipped\": \"%s\"}%s\n", name.c_str(),
-                  why.empty() ? "unknown dtype" : why.c_str(), d + 1 < dtypes.size() ? "," : "");
-      continue;
-    }
-    GptModel model(job.model(), WholeModel(job.model()), b, absl::GetFlag(FLAGS_recompute));
-    for (size_t p = 0; p < model.params().size(); ++p) {
-      for (int64_t i = 0; i < model.params()[p].numel; ++i) {
-        model.weights()[p][i] = InitialValue(1, model.params()[p], i);
-      }
-    }
-    const absl::StatusOr<Timings> t = Measure(b, &model, batch, shapes, steps);
-    if (!t.ok()) {
-      std::fprintf(stderr, "worker_bench: %s\n", std::string(t.status().message()).c_str());
-      return 1;
-    }
-    const double step_s = Median(t->step_s), full_s = Median(t->full_step_s);
-    const double gemm_s = Median(t->gemm_s);
-    std::printf(
-        "    {\"dtype\": \"%s\", \"step_ms\": %.3f, \"step_ms_min\": %.3f, "
-        "\"step_ms_max\": %.3f, \"tokens_per_s\": %.0f,\n"
-        "     \"step_with_host_copies_ms\": %.3f, \"tokens_per_s_with_host_copies\": %.0f, "
-        "\"loss\": %.4f, \"peak_device_mib\": %.1f, \"pinned_host_mib\": %.1f,\n"
-        "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
-        "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
-        "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
-        name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
-        full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0, t->pinned_bytes / 1048576.0,
-        (dense_flops + attention_flops) / step_s / 1e12, dense_flops / step_s / 1e12,
-        dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
-        d + 1 < dtypes.size() ? "," : "");
-    std::fflush(stdout);
+    if (!RunDtype(*job, dtypes[d], batch, work, d + 1 == dtypes.size())) return 1;
   }
   std::printf(
       "  ],\n  \"note\": \"medians of --steps rounds; each round times a step on the "

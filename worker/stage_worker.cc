@@ -23,6 +23,7 @@ StageWorker::StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Mo
 }
 
 absl::Status StageWorker::Connect(const ClusterView& cluster) {
+  StreamChannel* after = nullptr;
   if (!last()) {
     const int next = worker_id_ + 1;
     if (next >= cluster.workers_size()) {
@@ -35,11 +36,7 @@ absl::Status StageWorker::Connect(const ClusterView& cluster) {
       after_ = std::make_unique<StageLinkClient>(endpoint_, address);
       after_address_ = address;
     }
-  }
-  StreamChannel* after;
-  {
-    absl::MutexLock lock(&cancel_mu_);
-    after = after_ != nullptr ? after_->after() : nullptr;
+    after = after_->after();
   }
   runner_ =
       std::make_unique<StageRunner>(model_, job_.pipeline_schedule(), endpoint_.stage, stages_,

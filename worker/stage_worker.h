@@ -34,7 +34,6 @@ class StageWorker {
   // that hangs without its link breaking must not hang this one). Thread-safe.
   void Cancel(absl::Status why);
 
-  int stage() const { return endpoint_.stage; }
   int replica() const { return endpoint_.replica; }
   bool last() const { return endpoint_.stage + 1 == stages_; }
 

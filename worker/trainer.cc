@@ -206,18 +206,19 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   // A stage blocked on a neighbour sees no gate: when the worker is told to
   // stop (or the job ended), its links are closed under it.
   std::atomic<bool> ran{false};
-  std::thread canceller([&] {
-    while (stage.has_value() && !ran) {
-      if (stop) {
+  std::thread canceller;
+  if (stage.has_value()) {
+    canceller = std::thread([&] {
+      for (; !ran; absl::SleepFor(absl::Milliseconds(50))) {
+        if (!stop) continue;
         stage->Cancel(absl::CancelledError("the worker stopped"));
         return;
       }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  });
+    });
+  }
   const absl::StatusOr<double> acc = loop.Run(stop);
   ran = true;
-  canceller.join();
+  if (canceller.joinable()) canceller.join();
   {
     absl::MutexLock lock(&mu_);
     last_ = loop.metrics();
