@@ -107,6 +107,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& s
   generation_ = resp.generation();
   restore_clock_ = resp.restore_clock();
   manifest_clock_ = resp.manifest_clock();
+  link_epoch_ = resp.link_epoch();
   return resp;
 }
 
@@ -156,6 +157,11 @@ JobState SchedulerClient::WaitForJobEnd(std::string* message) {
   return job_state_;
 }
 
+int64_t SchedulerClient::link_epoch() const {
+  absl::MutexLock lock(&mu_);
+  return link_epoch_;
+}
+
 int64_t SchedulerClient::generation(int64_t* restore_clock) const {
   absl::MutexLock lock(&mu_);
   if (restore_clock != nullptr) *restore_clock = restore_clock_;
@@ -184,7 +190,12 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(int worker, i
   req.set_worker_id(worker);
   req.set_clock(clock);
   req.set_generation(generation);
+  return AdvanceClock(std::move(req));
+}
+
+absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(AdvanceClockRequest req) {
   req.set_incarnation(incarnation_);
+  const int64_t clock = req.clock();
   const absl::Time start = absl::Now();
   const RetryPolicy policy = WaitingCallPolicy([&] {
     spdlog::info("waiting at the gate for clock {} ({:.0f} s so far)", clock,

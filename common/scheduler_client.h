@@ -66,6 +66,8 @@ class SchedulerClient {
   int64_t generation(int64_t* restore_clock = nullptr) const;
   // The clock of the newest complete checkpoint set, as of the last heartbeat.
   int64_t manifest_clock() const;
+  // A pipeline stage's replica's link epoch, as of the last heartbeat.
+  int64_t link_epoch() const;
 
   // The gate: reports that `worker` finished `clock` iterations in cluster
   // generation `generation` and waits until it may start iteration `clock`. Waits
@@ -74,6 +76,9 @@ class SchedulerClient {
   // cluster rolled back: resume at its resume_clock.
   absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock,
                                                     int64_t generation = 0);
+  // The same with every field of the request (pipeline stages: the link
+  // epoch, a relink); the incarnation is filled in.
+  absl::StatusOr<AdvanceClockResponse> AdvanceClock(AdvanceClockRequest req);
 
   // BSP clipping: reports this server's sum of squares of round `clock`'s
   // mean gradient and waits for the sum over every server holding chunks.
@@ -99,6 +104,7 @@ class SchedulerClient {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t link_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;

@@ -34,6 +34,10 @@ void ClockTable::Remove(int worker) {
 
 void ClockTable::Reset(int64_t clock) { std::fill(clocks_.begin(), clocks_.end(), clock); }
 
+void ClockTable::Rewind(int worker, int64_t clock) {
+  if (worker >= 0 && worker < num_workers()) clocks_[worker] = std::min(clocks_[worker], clock);
+}
+
 int64_t ClockTable::SlowestClock() const {
   int64_t min = INT64_MAX;
   for (size_t w = 0; w < clocks_.size(); ++w) {

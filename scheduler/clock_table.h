@@ -30,6 +30,9 @@ class ClockTable {
   void Remove(int worker);
   // Sets every worker's clock to `clock` (a rollback to a checkpoint).
   void Reset(int64_t clock);
+  // Sets `worker`'s clock back to `clock` (at most its own): its pipeline
+  // replica restarts that clock.
+  void Rewind(int worker, int64_t clock);
   bool removed(int worker) const { return removed_[worker]; }
 
   // Min over the workers not removed (0 when none is left).

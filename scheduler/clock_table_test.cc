@@ -70,5 +70,15 @@ TEST(ClockTableTest, ResetSendsEveryWorkerBack) {
   EXPECT_FALSE(t.MayStart(5));
 }
 
+TEST(ClockTableTest, RewindSendsOneWorkerBackNeverForward) {
+  ClockTable t(2, 0);
+  ASSERT_TRUE(t.Advance(0, 1).ok());
+  t.Rewind(0, 0);
+  t.Rewind(1, 5);
+  EXPECT_EQ(t.clock(0), 0);
+  EXPECT_EQ(t.clock(1), 0);
+  EXPECT_TRUE(t.Advance(0, 1).ok());
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -60,6 +60,7 @@ JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
     p->set_end_param(s.end_param);
     p->set_flops_per_sample(s.flops_per_sample);
   }
+  if (Pipelined()) links_.resize(job.num_workers() / job.pipeline_stages());
 }
 
 JobState JobCoordinator::state(std::string* message) const {
@@ -163,6 +164,11 @@ absl::Status JobCoordinator::ReplaceMember(Role role, int id, const RegisterRequ
   RETURN_IF_ERROR(members_.Replace(role, id, req.address(), req.incarnation(), now));
   spdlog::warn("{} {} at {} replaced by a new process at {}", RoleName(role), id, old_address,
                req.address());
+  if (role == WORKER && Pipelined() && state_ == RUNNING_JOB) {
+    BeginRestart(ReplicaOfWorker(id),
+                 absl::StrCat("worker ", id, " at ", old_address, " replaced by ", req.address()),
+                 now);
+  }
   // A worker's replacement takes over at its clock: nothing else changes.
   // A server that died has started its rollback already.
   if (role == SERVER && state_ == RUNNING_JOB && !was_dead) {
@@ -213,6 +219,7 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
   resp.set_generation(generation_);
   resp.set_restore_clock(restore_clock_);
   resp.set_manifest_clock(manifest_clock_);
+  if (Pipelined() && st.role() == WORKER) resp.set_link_epoch(links_[ReplicaOfWorker(st.id())].epoch);
   if (state_ == DONE || state_ == ABORTED) member->saw_job_end = true;
   return resp;
 }
@@ -244,6 +251,10 @@ void JobCoordinator::DeclareDead(MemberRecord& m, absl::Time now) {
   if (m.role == WORKER && state_ == RUNNING_JOB && KeepsPlace(WORKER)) {
     spdlog::warn("waiting for worker {} to come back or be replaced (ps_worker --rank={})", m.id,
                  m.id);
+    if (Pipelined()) {
+      BeginRestart(ReplicaOfWorker(m.id), absl::StrCat("worker ", m.id, " declared dead: ", why),
+                   now);
+    }
     return;
   }
   if (m.role == WORKER &&
@@ -281,6 +292,14 @@ void JobCoordinator::CheckReplacementTimeouts(absl::Time now) {
              now);
     }
   }
+  for (int r = 0; r < static_cast<int>(links_.size()) && state_ == RUNNING_JOB; ++r) {
+    if (!links_[r].restarting || now - links_[r].since <= policy_.replacement_timeout) continue;
+    EndJob(ABORTED,
+           absl::StrCat("replica ", r, "'s pipeline did not restart within ",
+                        absl::FormatDuration(policy_.replacement_timeout), ": waiting for ",
+                        absl::StrJoin(RestartPending(r), ", ")),
+           now);
+  }
 }
 
 bool JobCoordinator::KeepsPlace(Role role) const {
@@ -295,6 +314,7 @@ void JobCoordinator::Revive(MemberRecord& m, absl::Time now) {
   m.status.set_message("came back after it was declared dead");
   m.last_seen = now;
   WakeHeld();
+  if (m.role == WORKER && Pipelined()) MaybeEndRestart(ReplicaOfWorker(m.id), now);
 }
 
 bool JobCoordinator::TakeReplicaOut(int worker, const std::string& why, absl::Time now) {
@@ -373,6 +393,16 @@ void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now) {
   clocks_.Reset(to);
   norms_.Reset(to);
   restore_clock_ = to;
+  // Every stage links anew; a restart under way is part of the rollback.
+  for (ReplicaLinks& links : links_) {
+    ++links.epoch;
+    links.restarting = false;
+  }
+  for (PipelineRestart& r : restarts_) {
+    if (r.done_unix_ms() != 0) continue;
+    r.set_clock(to);
+    r.set_done_unix_ms(absl::ToUnixMillis(now));
+  }
   Rollback r;
   r.set_generation(generation_);
   r.set_reason(reason);
@@ -467,6 +497,7 @@ void JobCoordinator::FillGate(int worker, int64_t clock, AdvanceClockResponse* r
   }
   resp->set_generation(generation_);
   resp->set_resume_clock(clocks_.clock(worker));
+  if (Pipelined()) resp->set_link_epoch(links_[ReplicaOfWorker(worker)].epoch);
   if (clock < total_clocks_) Trace("start", worker, clock);
 }
 
@@ -500,6 +531,8 @@ absl::Status JobCoordinator::AdvanceClock(const AdvanceClockRequest& req, Ticket
     WakeHeld();
   }
   if (state_ == ABORTED) return absl::AbortedError(absl::StrCat("job aborted: ", message_));
+  ASSIGN_OR_RETURN(const bool restart, GateOfRestart(req, ticket, now, resp, parked));
+  if (restart) return absl::OkStatus();
   // A worker that finished every clock need not wait for anyone.
   if (req.clock() >= total_clocks_ || GateOpen(req.clock())) {
     FillGate(req.worker_id(), req.clock(), resp);
@@ -564,6 +597,9 @@ void JobCoordinator::WakeHeld() {
         continue;
       }
       r.sum_squares = *total;
+    } else if (Pipelined() && links_[ReplicaOfWorker(it->member)].restarting) {
+      ++it;  // answered when its replica's restart ends
+      continue;
     } else if (it->stale && !rolling_back_) {
       FillGate(it->member, clocks_.clock(it->member), &r.gate);
     } else if (!it->stale && GateOpen(it->clock)) {
@@ -616,6 +652,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   me->set_test_accuracy(-1);
   out.set_generation(generation_);
   for (const Rollback& r : rollbacks_) *out.add_rollbacks() = r;
+  for (const PipelineRestart& r : restarts_) *out.add_pipeline_restarts() = r;
   AddWaits(me);
   for (const auto* list : {&members_.servers(), &members_.workers()}) {
     for (const MemberRecord& m : *list) *out.add_members() = m.status;
@@ -641,6 +678,13 @@ void JobCoordinator::AddWaits(NodeStatus* me) const {
                              absl::StrJoin(pending, ", ")));
     w->set_since_unix_ms(rollbacks_.back().begun_unix_ms());
   }
+  for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
+    if (!links_[r].restarting) continue;
+    Wait* w = me->add_waits();
+    w->set_what(absl::StrCat("replica ", r, "'s pipeline restart (link epoch ", links_[r].epoch,
+                             "): waiting for ", absl::StrJoin(RestartPending(r), ", ")));
+    w->set_since_unix_ms(absl::ToUnixMillis(links_[r].since));
+  }
   for (bool gates : {false, true}) {
     for (const Held& h : held_) {
       if (h.gate != gates) continue;
@@ -652,6 +696,115 @@ void JobCoordinator::AddWaits(NodeStatus* me) const {
                                        ", waiting for the other servers' norms"));
       w->set_since_unix_ms(absl::ToUnixMillis(h.since));
     }
+  }
+}
+
+// ---- Pipeline restarts.
+
+int JobCoordinator::ReplicaOfWorker(int worker) const {
+  return ReplicaOf(worker, job_.pipeline_stages());
+}
+
+absl::StatusOr<bool> JobCoordinator::GateOfRestart(const AdvanceClockRequest& req, Ticket ticket,
+                                                   absl::Time now, AdvanceClockResponse* resp,
+                                                   bool* parked) {
+  if (!Pipelined()) return false;
+  const int worker = req.worker_id();
+  const int replica = ReplicaOfWorker(worker);
+  ReplicaLinks& links = links_[replica];
+  const bool behind = req.link_epoch() < links.epoch;
+  if (!req.relink() && !behind) return false;
+  if (req.relink() && !behind && !links.restarting) {
+    if (!KeepsPlace(WORKER)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker,
+                       "'s pipeline links broke; a replica's pipeline restarts only under "
+                       "--on_worker_failure=wait"));
+    }
+    BeginRestart(replica, absl::StrCat("worker ", worker, "'s pipeline links broke"), now);
+  }
+  if (!links.restarting) {  // the restart it is behind has ended
+    FillGate(worker, clocks_.clock(worker), resp);
+    return true;
+  }
+  RETURN_IF_ERROR(RoomToHold(/*gate=*/true, worker));
+  held_.push_back(Held{ticket, /*gate=*/true, worker, req.clock(), now, /*stale=*/false});
+  *parked = true;
+  MaybeEndRestart(replica, now);
+  return true;
+}
+
+void JobCoordinator::BeginRestart(int replica, const std::string& why, absl::Time now) {
+  ReplicaLinks& links = links_[replica];
+  if (links.restarting) return;
+  ++links.epoch;
+  links.restarting = true;
+  links.since = now;
+  PipelineRestart r;
+  r.set_replica(replica);
+  r.set_link_epoch(links.epoch);
+  r.set_reason(why);
+  r.set_begun_unix_ms(absl::ToUnixMillis(now));
+  restarts_.push_back(r);
+  spdlog::warn(
+      "replica {}'s pipeline restarts ({}): its stages go back to its slowest clock and link anew "
+      "(link epoch {})",
+      replica, why, links.epoch);
+}
+
+std::vector<std::string> JobCoordinator::RestartPending(int replica) const {
+  const int stages = job_.pipeline_stages();
+  std::vector<std::string> pending;
+  for (int w = replica * stages; w < (replica + 1) * stages; ++w) {
+    if (w >= static_cast<int>(members_.workers().size())) {
+      pending.push_back(absl::StrCat("worker ", w, " to register"));
+      continue;
+    }
+    const MemberRecord& m = members_.workers()[w];
+    bool held = false;
+    for (const Held& h : held_) held = held || (h.gate && !h.stale && h.member == w);
+    if (m.status.state() == DEAD) {
+      pending.push_back(absl::StrCat("worker ", w, " to come back or a replacement (ps_worker --rank=",
+                                     w, ")"));
+    } else if (!held) {
+      pending.push_back(absl::StrCat("worker ", w, " (stage ", StageOf(w, stages), ") at the gate"));
+    }
+  }
+  return pending;
+}
+
+void JobCoordinator::MaybeEndRestart(int replica, absl::Time now) {
+  ReplicaLinks& links = links_[replica];
+  if (!links.restarting || state_ != RUNNING_JOB || rolling_back_ ||
+      !RestartPending(replica).empty()) {
+    return;
+  }
+  const int stages = job_.pipeline_stages();
+  int64_t clock = total_clocks_;
+  for (int w = replica * stages; w < (replica + 1) * stages; ++w) {
+    clock = std::min(clock, clocks_.clock(w));
+  }
+  for (int w = replica * stages; w < (replica + 1) * stages; ++w) {
+    clocks_.Rewind(w, clock);
+    Trace("restart", w, clock);
+  }
+  links.restarting = false;
+  for (PipelineRestart& r : restarts_) {
+    if (r.replica() != replica || r.link_epoch() != links.epoch) continue;
+    r.set_clock(clock);
+    r.set_done_unix_ms(absl::ToUnixMillis(now));
+  }
+  spdlog::warn("replica {} restarts clock {} on links of epoch {}", replica, clock, links.epoch);
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (!it->gate || it->stale || ReplicaOfWorker(it->member) != replica) {
+      ++it;
+      continue;
+    }
+    Release r;
+    r.ticket = it->ticket;
+    FillGate(it->member, clock, &r.gate);
+    releases_.push_back(std::move(r));
+    it = held_.erase(it);
   }
 }
 

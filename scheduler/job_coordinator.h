@@ -16,6 +16,13 @@
 // (WorkerFailure::kShrink), ends the job (kAbort), or keeps its place until
 // it comes back or a replacement takes its rank (kWait).
 //
+// Pipeline stages: every replica has a link epoch. Under kWait a stage that
+// died, was replaced, or whose links broke starts a restart of its replica:
+// the epoch moves up, the replica's gate calls are held until every one of
+// its stages is live and at the gate, and then they all go back to the
+// replica's slowest clock and link anew in the new epoch. A rollback moves
+// every replica's epoch up (its stages link anew too).
+//
 // Not thread-safe: the service guards it.
 #ifndef PSTRAIN_SCHEDULER_JOB_COORDINATOR_H_
 #define PSTRAIN_SCHEDULER_JOB_COORDINATOR_H_
@@ -131,6 +138,12 @@ class JobCoordinator {
     absl::Time since;
     bool stale;  // a gate of an older generation: answered with the resume clock
   };
+  // A pipeline replica's links: their epoch, and the restart under way.
+  struct ReplicaLinks {
+    int64_t epoch = 0;
+    bool restarting = false;
+    absl::Time since;  // of the restart under way
+  };
   // Calls one member may have held at once (a retrying client leaves some
   // behind until they are cancelled); more are RESOURCE_EXHAUSTED.
   static constexpr int kMaxHeldPerMember = 8;
@@ -162,6 +175,19 @@ class JobCoordinator {
   absl::Status GateOfOlderGeneration(const AdvanceClockRequest& req, Ticket ticket, absl::Time now,
                                      AdvanceClockResponse* resp, bool* parked);
   void AddWaits(NodeStatus* me) const;
+  // ---- Pipeline restarts (kWait with stages; see the class comment).
+  bool Pipelined() const { return job_.pipeline_stages() > 1; }
+  int ReplicaOfWorker(int worker) const;
+  // A gate call that is part of a restart (its links broke, or its epoch
+  // is behind): answered, held, or refused. False: an ordinary gate call.
+  absl::StatusOr<bool> GateOfRestart(const AdvanceClockRequest& req, Ticket ticket, absl::Time now,
+                                     AdvanceClockResponse* resp, bool* parked);
+  void BeginRestart(int replica, const std::string& why, absl::Time now);
+  // Every stage of the restarting replica live and at the gate: back to
+  // its slowest clock, and the held calls answered.
+  void MaybeEndRestart(int replica, absl::Time now);
+  // The replica's stages that a restart still waits for.
+  std::vector<std::string> RestartPending(int replica) const;
 
   const JobSpec job_;
   const SchedulerPolicy policy_;
@@ -188,6 +214,8 @@ class JobCoordinator {
   int64_t restore_clock_ = 0;
   bool rolling_back_ = false;
   std::vector<Rollback> rollbacks_;
+  std::vector<ReplicaLinks> links_;  // per replica, with pipeline stages
+  std::vector<PipelineRestart> restarts_;
   google::protobuf::RepeatedPtrField<PipelineStage> stages_;  // the job's plan
   int64_t manifest_clock_ = 0;
   bool manifest_in_flight_ = false;

@@ -83,6 +83,19 @@ class JobCoordinatorTest : public ::testing::Test {
     last_response_.Clear();
     return coordinator_->AdvanceClock(req, ++ticket_, now_, &last_response_, parked);
   }
+  // A pipeline stage's gate call in link epoch `epoch`; `relink`: its
+  // links broke.
+  absl::Status StageGate(int worker, int64_t clock, int64_t epoch, bool relink, bool* parked,
+                         uint64_t incarnation = 1) {
+    AdvanceClockRequest req;
+    req.set_worker_id(worker);
+    req.set_clock(clock);
+    req.set_incarnation(incarnation);
+    req.set_link_epoch(epoch);
+    req.set_relink(relink);
+    last_response_.Clear();
+    return coordinator_->AdvanceClock(req, ++ticket_, now_, &last_response_, parked);
+  }
   // The tickets released since the last call, with their statuses.
   std::map<Ticket, absl::Status> Released() {
     std::map<Ticket, absl::Status> out;
@@ -221,6 +234,108 @@ TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheRank) {
   ASSERT_EQ(r.count(waiting), 1u);
   EXPECT_TRUE(r.at(waiting).ok());
   EXPECT_EQ(released_.back().gate.live_workers_size(), 2);
+}
+
+JobSpec TwoReplicasOfTwoStages() {
+  JobSpec job = TwoByTwo();
+  job.set_num_workers(4);
+  job.set_pipeline_stages(2);
+  return job;
+}
+
+// Under wait, worker 1 (stage 1 of replica 0) dies in clock 0 while worker
+// 0 (stage 0) finished it: the replica restarts clock 0 once a replacement
+// and worker 0 are at the gate, in link epoch 1; replica 1 is untouched.
+TEST_F(JobCoordinatorTest, UnderWaitAReplicaRestartsAtItsSlowestClockOnceEveryStageIsBack) {
+  const JobSpec job = TwoReplicasOfTwoStages();
+  ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  SchedulerPolicy policy;
+  policy.on_worker_failure = WorkerFailure::kWait;
+  Start(job, policy);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Join(SERVER, "s" + std::to_string(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Join(WORKER, "w" + std::to_string(i)).ok());
+  bool parked = false;
+  for (int w = 0; w < 4; ++w) ASSERT_TRUE(StageGate(w, 0, 0, false, &parked).ok());
+  EXPECT_EQ(last_response_.link_epoch(), 0);
+  for (int w : {0, 2, 3}) {
+    ASSERT_TRUE(StageGate(w, 1, 0, false, &parked).ok());
+    ASSERT_TRUE(parked);  // BSP: worker 1 is at clock 0
+  }
+  const Ticket worker0 = ticket_ - 2;
+  now_ += absl::Seconds(6);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+  for (int w : {0, 2, 3}) ASSERT_TRUE(Beat(WORKER, w).ok());
+  coordinator_->Tick(now_);  // worker 1 declared dead: replica 0 restarts
+  EXPECT_EQ(Beat(WORKER, 0)->link_epoch(), 1);
+  EXPECT_EQ(Beat(WORKER, 2)->link_epoch(), 0);
+  EXPECT_TRUE(Released().empty());
+  ClusterStatus st = coordinator_->Status(now_);
+  ASSERT_EQ(st.pipeline_restarts_size(), 1);
+  EXPECT_EQ(st.pipeline_restarts(0).replica(), 0);
+  EXPECT_EQ(st.pipeline_restarts(0).done_unix_ms(), 0);
+  // The replacement takes rank 1 at its clock, 0, and comes to the gate in
+  // no epoch yet: now every stage of replica 0 is there.
+  const absl::StatusOr<RegisterResponse> joined = Join(WORKER, "w1b", /*incarnation=*/2, 1);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->start_clock(), 0);
+  ASSERT_TRUE(StageGate(1, 0, 0, false, &parked, /*incarnation=*/2).ok());
+  const std::map<Ticket, absl::Status> r = Released();
+  ASSERT_EQ(r.size(), 2u);  // workers 0 and 1
+  for (const Release& rel : released_) {
+    EXPECT_EQ(rel.gate.link_epoch(), 1);
+    EXPECT_EQ(rel.gate.resume_clock(), 0);  // worker 0 goes back a clock
+  }
+  EXPECT_EQ(r.count(worker0), 1u);
+  st = coordinator_->Status(now_);
+  EXPECT_EQ(st.pipeline_restarts(0).clock(), 0);
+  EXPECT_NE(st.pipeline_restarts(0).done_unix_ms(), 0);
+  // Both redo clock 0 in epoch 1; then the BSP gate of clock 1 opens for all.
+  ASSERT_TRUE(StageGate(0, 0, 1, false, &parked).ok());
+  EXPECT_FALSE(parked);
+  ASSERT_TRUE(StageGate(1, 0, 1, false, &parked, 2).ok());
+  ASSERT_TRUE(StageGate(0, 1, 1, false, &parked).ok());
+  ASSERT_TRUE(parked);
+  ASSERT_TRUE(StageGate(1, 1, 1, false, &parked, 2).ok());
+  EXPECT_FALSE(parked);
+  EXPECT_EQ(Released().size(), 3u);  // workers 0, 2 and 3
+}
+
+// A stage whose links broke asks for a restart: under wait its replica
+// restarts (the neighbour learns it from heartbeats); otherwise refused.
+TEST_F(JobCoordinatorTest, ABrokenLinkRestartsTheReplicaOnlyUnderWait) {
+  Start(TwoReplicasOfTwoStages(), {});  // shrink
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Join(SERVER, "s" + std::to_string(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Join(WORKER, "w" + std::to_string(i)).ok());
+  bool parked = false;
+  for (int w = 0; w < 4; ++w) ASSERT_TRUE(StageGate(w, 0, 0, false, &parked).ok());
+  EXPECT_EQ(StageGate(3, 0, 0, true, &parked).code(), absl::StatusCode::kFailedPrecondition);
+
+  SchedulerPolicy policy;
+  policy.on_worker_failure = WorkerFailure::kWait;
+  Start(TwoReplicasOfTwoStages(), policy);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Join(SERVER, "s" + std::to_string(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Join(WORKER, "w" + std::to_string(i)).ok());
+  for (int w = 0; w < 4; ++w) ASSERT_TRUE(StageGate(w, 0, 0, false, &parked).ok());
+  ASSERT_TRUE(StageGate(3, 0, 0, true, &parked).ok());
+  ASSERT_TRUE(parked);
+  EXPECT_EQ(Beat(WORKER, 2)->link_epoch(), 1);
+  // A second broken link of the same restart begins no other.
+  ASSERT_TRUE(StageGate(2, 0, 0, true, &parked).ok());
+  const std::map<Ticket, absl::Status> r = Released();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(released_.back().gate.link_epoch(), 1);
+  EXPECT_EQ(coordinator_->Status(now_).pipeline_restarts_size(), 1);
+  // A stage that never comes back to the gate ends the job after the
+  // replacement timeout, naming it.
+  ASSERT_TRUE(StageGate(1, 0, 0, true, &parked).ok());
+  ASSERT_TRUE(parked);
+  now_ += absl::Seconds(61);
+  AllBeat();
+  for (int w : {2, 3}) ASSERT_TRUE(Beat(WORKER, w).ok());
+  coordinator_->Tick(now_);
+  std::string message;
+  EXPECT_EQ(coordinator_->state(&message), ABORTED);
+  EXPECT_NE(message.find("worker 0 (stage 0) at the gate"), std::string::npos) << message;
 }
 
 TEST_F(JobCoordinatorTest, AResumedJobStartsEveryMemberAtTheManifestClock) {

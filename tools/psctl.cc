@@ -176,6 +176,14 @@ int StatusOfCluster(const std::string& address) {
             ? absl::StrCat("restored in ", r.done_unix_ms() - r.begun_unix_ms(), " ms").c_str()
             : "servers restoring");
   }
+  for (const PipelineRestart& r : st.pipeline_restarts()) {
+    const std::string done =
+        r.done_unix_ms() > 0 ? absl::StrCat("back to clock ", r.clock(), " in ",
+                                            r.done_unix_ms() - r.begun_unix_ms(), " ms")
+                             : std::string("waiting for its stages");
+    std::printf("pipeline restart of replica %d (link epoch %lld): %s; %s\n", r.replica(),
+                static_cast<long long>(r.link_epoch()), r.reason().c_str(), done.c_str());
+  }
   std::vector<NodeStatus> rows = {st.scheduler()};
   rows.insert(rows.end(), st.members().begin(), st.members().end());
   PrintTable(rows);

@@ -73,12 +73,25 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || generation_ > generation ||
            gate_->generation() > generation;
   });
-  return options_.on_cluster ? options_.on_cluster(cluster) : absl::OkStatus();
+  return options_.on_cluster ? options_.on_cluster(cluster, link_epoch_) : absl::OkStatus();
+}
+
+absl::StatusOr<AdvanceClockResponse> ClockLoop::CallGate(int64_t clock, bool relink) {
+  AdvanceClockRequest req;
+  req.set_worker_id(options_.rank);
+  req.set_clock(clock);
+  req.set_generation(generation_);
+  req.set_link_epoch(link_epoch_);
+  req.set_relink(relink);
+  return gate_->AdvanceClock(req);
 }
 
 absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
   live_.assign(gate.live_workers().begin(), gate.live_workers().end());
   const bool rolled_back = gate.generation() != generation_;
+  const bool restarted = !rolled_back && params_ != nullptr && options_.stages > 1 &&
+                         gate.link_epoch() != link_epoch_;
+  link_epoch_ = gate.link_epoch();
   if (rolled_back) {
     spdlog::warn("the cluster rolled back (generation {}): resuming at clock {} (was at {})",
                  gate.generation(), gate.resume_clock(), clock_);
@@ -86,6 +99,13 @@ absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
     clock_ = gate.resume_clock();
     absl::MutexLock lock(&mu_);
     metrics_.generation = generation_;
+  }
+  if (restarted) {
+    spdlog::warn("replica {}'s pipeline restarted (link epoch {}): resuming at clock {} (was at {})",
+                 options_.replica, link_epoch_, gate.resume_clock(), clock_);
+    clock_ = gate.resume_clock();
+    RETURN_IF_ERROR(options_.on_cluster(gate.cluster(), link_epoch_));
+    return true;
   }
   if (rolled_back || params_ == nullptr) {
     if (params_ == nullptr) {
@@ -101,10 +121,25 @@ absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
 
 absl::Status ClockLoop::Resync(const absl::Status& failure) {
   if (*stop_) return absl::CancelledError("interrupted");
-  ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
-                   gate_->AdvanceClock(options_.rank, clock_, generation_));
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(clock_));
   if (gate.generation() == generation_) return failure;
   return Adopt(gate).status();
+}
+
+absl::Status ClockLoop::Relink(const absl::Status& failure) {
+  if (*stop_) return absl::CancelledError("interrupted");
+  const absl::StatusCode code = failure.code();
+  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kAborted &&
+      code != absl::StatusCode::kDeadlineExceeded && code != absl::StatusCode::kCancelled) {
+    return failure;
+  }
+  spdlog::warn("clock {} failed on this stage's links: {}", clock_, failure.message());
+  const absl::StatusOr<AdvanceClockResponse> gate = CallGate(clock_, /*relink=*/true);
+  if (!gate.ok()) {
+    return gate.status().code() == absl::StatusCode::kFailedPrecondition ? failure : gate.status();
+  }
+  ASSIGN_OR_RETURN(const bool moved, Adopt(*gate));
+  return moved ? absl::OkStatus() : failure;
 }
 
 absl::StatusOr<bool> ClockLoop::GateAndPull() {
@@ -120,8 +155,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   std::optional<ParamTicket> ticket;
   if (options_.overlap && params_ != nullptr && !prefetched) ticket = pull();
   const int64_t pull_clock = clock_;
-  ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
-                   gate_->AdvanceClock(options_.rank, clock_, generation_));
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(clock_));
   const absl::Time gated_at = absl::Now();
   const ParamClient* before = params_.get();
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
@@ -225,7 +259,13 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   }
   RETURN_IF_ERROR(NextBatch());
   if (options_.loss_scaling) model_->set_loss_scale(scaler_.scale());
-  ASSIGN_OR_RETURN(const StepResult step, Step());
+  const absl::StatusOr<StepResult> stepped = Step();
+  if (!stepped.ok() && options_.stage_step) {
+    RETURN_IF_ERROR(Relink(stepped.status()));
+    return false;
+  }
+  RETURN_IF_ERROR(stepped.status());
+  const StepResult& step = *stepped;
   // An fp16 overflow skips the step: the push carries the non-finite
   // gradient, which every server counts and does not apply (a BSP round
   // closes over the other workers' samples).
@@ -305,8 +345,7 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
   // Report the last clock, then read every worker's every update. The
   // final read is of the fp32 master weights whatever the wire dtype: they
   // are what the job trained (and what --weights_out writes).
-  ASSIGN_OR_RETURN(const AdvanceClockResponse gate,
-                   gate_->AdvanceClock(options_.rank, total_, generation_));
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(total_));
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
   if (rolled_back) return false;
   if (prefetch_) prefetch_->Drop(params_.get());

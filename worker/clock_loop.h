@@ -11,6 +11,11 @@
 // checkpoint), or a failed pull or push followed by one, sends the loop to
 // the checkpoint's clock with clients of the new generation's servers.
 //
+// A pipeline stage whose clock fails on its links asks the gate to restart
+// its replica's pipeline (--on_worker_failure=wait); the answer, like any
+// gate answer of a newer link epoch, sends the loop to the clock the
+// replica restarts at, on new links.
+//
 // With overlap (TrainerOptions::overlap, when the job allows it) the
 // gradients are pushed layer by layer as the backward makes them, and
 // under SSP and ASP the next clock's weights are pulled while this clock
@@ -46,9 +51,9 @@ namespace pstrain {
 class GateClient {
  public:
   virtual ~GateClient() = default;
-  // Reports that `worker` finished clock - 1 and asks to start `clock`.
-  virtual absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock,
-                                                            int64_t generation) = 0;
+  // Reports that req.worker_id finished req.clock - 1 and asks to start
+  // req.clock (see AdvanceClockRequest).
+  virtual absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) = 0;
   // The newest generation the scheduler has told of (in heartbeats).
   virtual int64_t generation() const = 0;
 };
@@ -90,9 +95,10 @@ struct ClockLoopOptions {
   int replica = 0;
   std::function<absl::StatusOr<StageClock>(int64_t clock, const Batch& batch, ParamBuffers* grads)>
       stage_step;
-  // Called with every cluster view the loop connects to (a stage links to
-  // its neighbours there).
-  std::function<absl::Status(const ClusterView& cluster)> on_cluster;
+  // Called with every cluster view the loop connects to and its replica's
+  // link epoch (a stage links to its neighbours there), and again when the
+  // replica's pipeline restarted.
+  std::function<absl::Status(const ClusterView& cluster, int64_t link_epoch)> on_cluster;
 };
 
 // What the loop has done, for Status.
@@ -156,6 +162,11 @@ class ClockLoop {
   // After a failed pull or push: did the cluster roll back? If not, the
   // failure stands.
   absl::Status Resync(const absl::Status& failure);
+  // After a pipeline stage's clock failed on its links: its replica's
+  // pipeline restarts (or the cluster rolled back) and the loop resumes
+  // where the scheduler says. If neither, the failure stands.
+  absl::Status Relink(const absl::Status& failure);
+  absl::StatusOr<AdvanceClockResponse> CallGate(int64_t clock, bool relink = false);
   // Clients of the servers of `cluster` for the current generation.
   absl::Status Connect(const ClusterView& cluster);
   // Metrics, progress lines and the epoch's evaluation after clock_.
@@ -172,6 +183,7 @@ class ClockLoop {
   // Set when the loop ends: pulls in flight give up at their next retry.
   std::atomic<bool> leaving_{false};
   std::atomic<int64_t> generation_;
+  int64_t link_epoch_ = 0;  // pipeline stages: the replica's links'
 
   int64_t clock_;
   std::vector<int> live_;  // the live workers, from the last gate

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/rpc.h"
@@ -12,7 +13,7 @@ absl::Status StreamChannel::Send(StageTensor tensor) {
   StageMessage m;
   m.set_replica(me_.replica);
   m.set_stage(me_.stage);
-  m.set_generation(me_.generation);
+  m.set_epoch(epoch());
   m.set_clock(tensor.clock);
   m.set_micro(tensor.micro);
   m.set_dtype(me_.wire_dtype);
@@ -40,18 +41,51 @@ absl::StatusOr<StageTensor> StreamChannel::Receive() {
                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !inbox_.empty() || !closed_.ok(); };
   mu_.Await(absl::Condition(&ready));
   if (inbox_.empty()) return closed_;
-  StageTensor t = std::move(inbox_.front());
+  if (inbox_.front().epoch > epoch_) {
+    return absl::AbortedError(absl::StrCat(peer_, " restarted in link epoch ",
+                                           inbox_.front().epoch, "; this stage is in ", epoch_));
+  }
+  StageTensor t = std::move(inbox_.front().tensor);
   inbox_.pop_front();
   return t;
 }
 
-int StreamChannel::Attach(std::function<bool(const StageMessage&)> write) {
+int StreamChannel::Attach(std::function<bool(const StageMessage&)> write,
+                          std::function<void()> cancel, int64_t epoch) {
   absl::MutexLock write_lock(&write_mu_);
   write_ = std::move(write);
   absl::MutexLock lock(&mu_);
   attached_ = true;
+  stream_epoch_ = epoch;
+  cancel_ = std::move(cancel);
   closed_ = absl::OkStatus();
   return ++token_;
+}
+
+void StreamChannel::Reset(int64_t epoch) {
+  {
+    // A Send blocked in an older stream holds write_mu_: end that first.
+    absl::MutexLock lock(&mu_);
+    if ((!attached_ || stream_epoch_ < epoch) && cancel_) cancel_();
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  absl::MutexLock lock(&mu_);
+  epoch_ = epoch;
+  while (!inbox_.empty() && inbox_.front().epoch < epoch) inbox_.pop_front();
+  closed_ = absl::OkStatus();
+  if (attached_ && stream_epoch_ >= epoch) return;
+  // The older stream ends (its peer restarts too) and its end is no
+  // longer this link's.
+  if (cancel_) cancel_();
+  cancel_ = nullptr;
+  write_ = nullptr;
+  attached_ = false;
+  ++token_;
+}
+
+int64_t StreamChannel::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
 }
 
 absl::Status StreamChannel::Deliver(const StageMessage& m, int peer_replica, int peer_stage) {
@@ -63,6 +97,7 @@ absl::Status StreamChannel::Deliver(const StageMessage& m, int peer_replica, int
       m.data().size() != static_cast<size_t>(m.floats()) * DTypeSize(m.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("a malformed tensor from ", peer_));
   }
+  if (m.epoch() < epoch()) return absl::OkStatus();  // of a link that restarted
   StageTensor t{m.clock(), m.micro(), std::vector<float>(m.floats())};
   DecodeFloats(m.dtype(), m.data().data(), m.floats(), t.values.data());
   absl::MutexLock lock(&mu_);
@@ -70,8 +105,11 @@ absl::Status StreamChannel::Deliver(const StageMessage& m, int peer_replica, int
     return static_cast<int>(inbox_.size()) < me_.inbox || !closed_.ok();
   };
   mu_.Await(absl::Condition(&room));
-  if (!closed_.ok()) return closed_;
-  inbox_.push_back(std::move(t));
+  // A closed link still keeps a newer epoch's tensors (its peer restarted
+  // first) for Reset, while there is room.
+  const bool newer = m.epoch() > epoch_ && static_cast<int>(inbox_.size()) < me_.inbox;
+  if (!closed_.ok() && !newer) return closed_;
+  if (m.epoch() >= epoch_) inbox_.push_back(Received{m.epoch(), std::move(t)});
   return absl::OkStatus();
 }
 
@@ -80,14 +118,26 @@ void StreamChannel::Detach(int token, absl::Status why) {
   absl::MutexLock lock(&mu_);
   if (token != token_) return;
   write_ = nullptr;
+  cancel_ = nullptr;  // the stream has ended
   closed_ = why.ok() ? absl::UnavailableError(absl::StrCat(peer_, " closed the link")) : why;
 }
 
 void StreamChannel::Close(absl::Status why) {
+  {
+    // A Send blocked in the stream holds write_mu_: end that first.
+    absl::MutexLock lock(&mu_);
+    if ((!attached_ || stream_epoch_ <= epoch_) && cancel_) cancel_();
+  }
   absl::MutexLock write_lock(&write_mu_);
   absl::MutexLock lock(&mu_);
-  write_ = nullptr;
-  inbox_.clear();
+  // What is of this epoch goes; a stream and tensors of a newer one (the
+  // peer restarted first) stay for Reset.
+  while (!inbox_.empty() && inbox_.front().epoch <= epoch_) inbox_.pop_front();
+  if (!attached_ || stream_epoch_ <= epoch_) {
+    if (cancel_) cancel_();
+    cancel_ = nullptr;
+    write_ = nullptr;
+  }
   attached_ = true;  // no wait for a connection either
   closed_ = why;
 }
@@ -96,6 +146,18 @@ namespace {
 
 std::string StageName(int stage, int replica) {
   return absl::StrCat("stage ", stage, " of replica ", replica);
+}
+
+constexpr char kLinkEpochKey[] = "pstrain-link-epoch";
+
+int64_t LinkEpochOf(const grpc::ServerContext& ctx) {
+  const auto it = ctx.client_metadata().find(kLinkEpochKey);
+  int64_t epoch = 0;
+  if (it == ctx.client_metadata().end() ||
+      !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &epoch)) {
+    return -1;
+  }
+  return epoch;
 }
 
 }  // namespace
@@ -124,7 +186,15 @@ grpc::Status StageLinkService::Exchange(
     before = before_.get();
     me = me_;
   }
-  const int token = before->Attach([stream](const StageMessage& m) { return stream->Write(m); });
+  const int64_t epoch = LinkEpochOf(*ctx);
+  if (epoch < before->epoch()) {
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        absl::StrCat("a link of epoch ", epoch, "; this stage is in epoch ",
+                                     before->epoch(), " (its pipeline restarted)"));
+  }
+  const int token =
+      before->Attach([stream](const StageMessage& m) { return stream->Write(m); },
+                     [ctx] { ctx->TryCancel(); }, epoch);
   StageMessage m;
   absl::Status st;
   while (st.ok() && stream->Read(&m)) st = before->Deliver(m, me.replica, me.stage - 1);
@@ -140,8 +210,10 @@ StageLinkClient::StageLinkClient(StageEndpoint me, const std::string& address)
     : me_(me),
       after_(me, absl::StrCat(StageName(me.stage + 1, me.replica), " at ", address)),
       stub_(StageLink::NewStub(MakeBulkChannel(address))) {
+  ctx_.AddMetadata(kLinkEpochKey, absl::StrCat(me.epoch));
   stream_ = stub_->Exchange(&ctx_);
-  token_ = after_.Attach([this](const StageMessage& m) { return stream_->Write(m); });
+  token_ = after_.Attach([this](const StageMessage& m) { return stream_->Write(m); },
+                         [this] { ctx_.TryCancel(); }, me.epoch);
   reader_ = std::thread([this] {
     StageMessage m;
     absl::Status st;
@@ -157,8 +229,8 @@ StageLinkClient::StageLinkClient(StageEndpoint me, const std::string& address)
 }
 
 void StageLinkClient::Abort(absl::Status why) {
+  ctx_.TryCancel();  // first: a Send blocked in the stream returns
   after_.Close(std::move(why));
-  ctx_.TryCancel();
 }
 
 StageLinkClient::~StageLinkClient() {

@@ -13,47 +13,65 @@ StageWorker::StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Mo
     : job_(job),
       worker_id_(worker_id),
       stages_(job.pipeline_stages()),
+      replica_(ReplicaOf(worker_id, stages_)),
+      stage_(StageOf(worker_id, stages_)),
       model_(model),
       service_(service) {
-  endpoint_.replica = ReplicaOf(worker_id, stages_);
-  endpoint_.stage = StageOf(worker_id, stages_);
+  endpoint_.replica = replica_;
+  endpoint_.stage = stage_;
   endpoint_.wire_dtype = wire_dtype;
   endpoint_.inbox = std::max(8, job.micro_batches());
-  if (endpoint_.stage > 0) service_->Configure(endpoint_);
+  if (stage_ > 0) service_->Configure(endpoint_);
 }
 
-absl::Status StageWorker::Connect(const ClusterView& cluster) {
+absl::Status StageWorker::Connect(const ClusterView& cluster, int64_t epoch) {
   StreamChannel* after = nullptr;
+  absl::MutexLock lock(&mu_);
+  const bool restarted = epoch != endpoint_.epoch;
+  endpoint_.epoch = epoch;
+  if (stage_ > 0 && restarted) service_->before()->Reset(epoch);
   if (!last()) {
     const int next = worker_id_ + 1;
     if (next >= cluster.workers_size()) {
       return absl::FailedPreconditionError("the cluster view lacks the next pipeline stage");
     }
     const std::string& address = cluster.workers(next).address();
-    absl::MutexLock lock(&cancel_mu_);
-    if (after_ == nullptr || address != after_address_) {
+    if (after_ == nullptr || address != after_address_ || restarted) {
+      if (after_ != nullptr) after_->Abort(absl::AbortedError("the pipeline restarts"));
       after_.reset();
       after_ = std::make_unique<StageLinkClient>(endpoint_, address);
       after_address_ = address;
     }
     after = after_->after();
   }
-  runner_ =
-      std::make_unique<StageRunner>(model_, job_.pipeline_schedule(), endpoint_.stage, stages_,
-                                    endpoint_.stage > 0 ? service_->before() : nullptr, after);
+  runner_ = std::make_unique<StageRunner>(model_, job_.pipeline_schedule(), stage_, stages_,
+                                          stage_ > 0 ? service_->before() : nullptr, after);
   return absl::OkStatus();
 }
 
 void StageWorker::Cancel(absl::Status why) {
-  if (endpoint_.stage > 0 && service_->before() != nullptr) service_->before()->Close(why);
-  absl::MutexLock lock(&cancel_mu_);
+  absl::MutexLock lock(&mu_);
+  CloseLinks(why);
+}
+
+void StageWorker::Interrupt(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (epoch <= endpoint_.epoch) return;
+  CloseLinks(absl::AbortedError(
+      absl::StrCat("replica ", replica_, "'s pipeline restarts (link epoch ", epoch, ")")));
+}
+
+void StageWorker::CloseLinks(const absl::Status& why) {
+  if (stage_ > 0 && service_->before() != nullptr) service_->before()->Close(why);
   if (after_ != nullptr) after_->Abort(why);
 }
 
 absl::StatusOr<StageClock> StageWorker::Step(int64_t clock, const Batch& batch,
                                              ParamBuffers* grads) {
   if (runner_ == nullptr) return absl::FailedPreconditionError("the pipeline is not linked yet");
-  return runner_->RunClock(clock, batch, job_.micro_batches(), grads);
+  absl::StatusOr<StageClock> done = runner_->RunClock(clock, batch, job_.micro_batches(), grads);
+  if (!done.ok()) Cancel(done.status());
+  return done;
 }
 
 absl::StatusOr<StepResult> StageWorker::Evaluate(int64_t tag, const Batch& batch) {

@@ -2,7 +2,8 @@
 // runner (worker/stage_runner.h) over the links to its neighbours — the
 // stream the stage before opened to this worker's StageLinkService, and
 // the stream this worker opens to the stage after, made again when the
-// cluster view names another address for it (a replacement).
+// cluster view names another address for it or the replica's pipeline
+// restarted (a newer link epoch: both links start over).
 #ifndef PSTRAIN_WORKER_STAGE_WORKER_H_
 #define PSTRAIN_WORKER_STAGE_WORKER_H_
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/cluster.pb.h"
 #include "worker/models/model.h"
 #include "worker/param_client.h"
@@ -26,27 +28,36 @@ class StageWorker {
   StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Model* model,
               StageLinkService* service);
 
-  // Links to the stage after as `cluster` names it (on every cluster view).
-  absl::Status Connect(const ClusterView& cluster);
+  // Links to the stage after as `cluster` names it, in link epoch `epoch`
+  // (on every cluster view).
+  absl::Status Connect(const ClusterView& cluster, int64_t epoch);
+  // A failed clock ends both links (the neighbours stop waiting on them).
   absl::StatusOr<StageClock> Step(int64_t clock, const Batch& batch, ParamBuffers* grads);
   absl::StatusOr<StepResult> Evaluate(int64_t tag, const Batch& batch);
   // Ends any wait for a neighbour with `why` (the worker stops: a neighbour
   // that hangs without its link breaking must not hang this one). Thread-safe.
   void Cancel(absl::Status why);
+  // The replica's pipeline restarts in link epoch `epoch`: unless this
+  // worker links in it already, the waits on its links end. Thread-safe.
+  void Interrupt(int64_t epoch);
 
-  int replica() const { return endpoint_.replica; }
-  bool last() const { return endpoint_.stage + 1 == stages_; }
+  int replica() const { return replica_; }
+  bool last() const { return stage_ + 1 == stages_; }
 
  private:
+  void CloseLinks(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const JobSpec job_;
   const int worker_id_;
   const int stages_;
-  StageEndpoint endpoint_;
+  const int replica_;
+  const int stage_;
   Model* model_;
   StageLinkService* service_;
   std::string after_address_;
-  absl::Mutex cancel_mu_;  // Cancel vs Connect's new link
-  std::unique_ptr<StageLinkClient> after_ ABSL_GUARDED_BY(cancel_mu_);
+  absl::Mutex mu_;  // Connect's new links vs Cancel and Interrupt
+  StageEndpoint endpoint_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StageLinkClient> after_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StageRunner> runner_;
 };
 

@@ -44,9 +44,8 @@ absl::Status WriteWeights(const std::string& path, int64_t clock, const Model& m
 class SchedulerGate : public GateClient {
  public:
   explicit SchedulerGate(SchedulerClient* client) : client_(client) {}
-  absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock,
-                                                    int64_t generation) override {
-    return client_->AdvanceClock(worker, clock, generation);
+  absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) override {
+    return client_->AdvanceClock(req);
   }
   int64_t generation() const override { return client_->generation(); }
 
@@ -137,7 +136,9 @@ void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
   lo->stage_step = [stage](int64_t clock, const Batch& batch, ParamBuffers* grads) {
     return stage->Step(clock, batch, grads);
   };
-  lo->on_cluster = [stage](const ClusterView& cluster) { return stage->Connect(cluster); };
+  lo->on_cluster = [stage](const ClusterView& cluster, int64_t link_epoch) {
+    return stage->Connect(cluster, link_epoch);
+  };
 }
 
 // Layers' gradients pushed during the backward, and the prefetch, when
@@ -154,6 +155,20 @@ static bool OverlapFor(const TrainerOptions& options) {
                  no_overlap);
   }
   return options.overlap && no_overlap == nullptr;
+}
+
+std::thread Trainer::WatchLinks(StageWorker* stage, const std::atomic<bool>& stop,
+                                const std::atomic<bool>& ran) const {
+  return std::thread([this, stage, &stop, &ran] {
+    for (; !ran; absl::SleepFor(absl::Milliseconds(50))) {
+      if (!stop) {
+        stage->Interrupt(scheduler_->link_epoch());
+        continue;
+      }
+      stage->Cancel(absl::CancelledError("the worker stopped"));
+      return;
+    }
+  });
 }
 
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
@@ -203,19 +218,9 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     absl::MutexLock lock(&mu_);
     loop_ = &loop;
   }
-  // A stage blocked on a neighbour sees no gate: when the worker is told to
-  // stop (or the job ended), its links are closed under it.
   std::atomic<bool> ran{false};
   std::thread canceller;
-  if (stage.has_value()) {
-    canceller = std::thread([&] {
-      for (; !ran; absl::SleepFor(absl::Milliseconds(50))) {
-        if (!stop) continue;
-        stage->Cancel(absl::CancelledError("the worker stopped"));
-        return;
-      }
-    });
-  }
+  if (stage.has_value()) canceller = WatchLinks(&*stage, stop, ran);
   const absl::StatusOr<double> acc = loop.Run(stop);
   ran = true;
   if (canceller.joinable()) canceller.join();

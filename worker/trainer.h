@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -78,6 +79,11 @@ class Trainer : private DataSource {
   std::unique_ptr<Model> MakeWorkerModel() const;
   // Pipeline stages: the clock loop computes through *stage.
   void UsePipeline(StageWorker* stage, ClockLoopOptions* lo);
+  // A stage blocked on a neighbour sees no gate: until `ran`, a thread ends
+  // the waits on its links when its replica's pipeline restarts (heartbeats
+  // tell) and closes them once `stop` (the worker stops, or the job ended).
+  std::thread WatchLinks(StageWorker* stage, const std::atomic<bool>& stop,
+                         const std::atomic<bool>& ran) const;
   // One evaluation batch: the model's, or through the pipeline.
   absl::StatusOr<StepResult> EvaluateBatch(Model& model, int64_t tag, const Batch& batch);
   // The final lines of the log and the --weights_out file.

@@ -74,9 +74,9 @@ class FakeGate : public GateClient {
       : log_(log), servers_(servers), workers_(workers) {}
   std::function<void(int64_t clock, AdvanceClockResponse*)> script;
 
-  absl::StatusOr<AdvanceClockResponse> AdvanceClock(int, int64_t clock,
-                                                    int64_t generation) override {
-    log_->push_back(absl::StrCat("gate ", clock, " g", generation));
+  absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) override {
+    const int64_t clock = req.clock();
+    log_->push_back(absl::StrCat("gate ", clock, " g", req.generation()));
     AdvanceClockResponse r;
     for (int s = 0; s < servers_; ++s) {
       r.mutable_cluster()->add_servers()->set_address(absl::StrCat("server", s));
