@@ -41,7 +41,8 @@ std::vector<int> ParamStages(const JobSpec& job, int params) {
 }  // namespace
 
 ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
-                       std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace)
+                       std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace,
+                       const OffloadOptions& offload)
     : job_(job),
       server_id_(server_id),
       params_(ModelParams(job.model())),
@@ -55,7 +56,9 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       global_clip_(bsp_ && job.optimizer().clip_norm() > 0) {
   const std::vector<int> param_stage = ParamStages(job, static_cast<int>(params_.size()));
   const int stages = std::max(1, job.pipeline_stages());
-  for (int32_t id : chunk_ids_) {
+  std::vector<SlabLayout> slabs;
+  for (size_t i = 0; i < chunk_ids_.size(); ++i) {
+    const int32_t id = chunk_ids_[i];
     const ChunkInfo& info = partition.chunks()[id];
     const ParamInfo& param = params_[info.param];
     auto c = std::make_unique<Chunk>(num_workers_);
@@ -70,23 +73,53 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
         info.numel % param.shape[1] == 0) {
       c->shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
     }
+    c->layout = {id, info.numel, optimizer_->StateFloats(c->shape), bsp_ ? info.numel : 0};
+    c->next = i + 1 < chunk_ids_.size() ? chunk_ids_[i + 1] : -1;
+    slabs.push_back(c->layout);
     absl::MutexLock lock(&c->mu);
     c->live = c->pushers;
-    Initialize(*c);
-    if (bsp_) c->grad_sum.assign(info.numel, 0.0f);
     num_params_ += info.numel;
-    bytes_held_ += static_cast<int64_t>((c->weights.size() + c->state.size() + c->grad_sum.size()) *
-                                        sizeof(float));
+    bytes_held_ += c->layout.floats() * static_cast<int64_t>(sizeof(float));
     chunks_.emplace(id, std::move(c));
+  }
+  absl::StatusOr<std::unique_ptr<ChunkMemory>> memory = ChunkMemory::Make(slabs, offload);
+  if (!memory.ok()) {
+    memory_error_ = memory.status();
+    return;
+  }
+  memory_ = std::move(*memory);
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (memory_error_ = Initialize(c); !memory_error_.ok()) return;
   }
 }
 
-void ChunkStore::Initialize(Chunk& c) {
+absl::Status ChunkStore::health() const {
+  return memory_ == nullptr ? memory_error_ : memory_->health();
+}
+
+ChunkMemoryStats ChunkStore::memory_stats() const {
+  return memory_ == nullptr ? ChunkMemoryStats{} : memory_->stats();
+}
+
+absl::StatusOr<ChunkStore::Slab> ChunkStore::Pin(const Chunk& c) const {
+  if (memory_ == nullptr) return memory_error_;
+  // The next chunk is asked for first: it is read while this one is used.
+  if (c.next >= 0) memory_->Prefetch(c.next);
+  return memory_->Pin(c.id);
+}
+
+absl::Status ChunkStore::Initialize(Chunk& c) {
+  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   const int64_t n = c.shape.numel();
-  c.weights.resize(n);
-  for (int64_t i = 0; i < n; ++i) c.weights[i] = InitialValue(job_.seed(), *c.param, c.offset + i);
-  c.state.assign(optimizer_->StateFloats(c.shape), 0.0f);
+  float* w = slab.weights();
+  for (int64_t i = 0; i < n; ++i) w[i] = InitialValue(job_.seed(), *c.param, c.offset + i);
+  std::fill(slab.state(), slab.state() + c.layout.state, 0.0f);
+  std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
+  slab.MarkWritten();
   c.steps = 0;
+  return absl::OkStatus();
 }
 
 absl::Status ChunkStore::CheckGeneration(int64_t generation) const {
@@ -127,23 +160,24 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
     if (file == nullptr) {
-      Initialize(c);
+      RETURN_IF_ERROR(Initialize(c));
     } else {
-      absl::Status st =
-          file->Read(c.name, c.weights.data(), static_cast<int64_t>(c.weights.size()));
-      if (st.ok() && !c.state.empty()) {
-        st = file->Read(c.name + "/state", c.state.data(), static_cast<int64_t>(c.state.size()));
+      ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+      absl::Status st = file->Read(c.name, slab.weights(), c.layout.weights);
+      if (st.ok() && c.layout.state > 0) {
+        st = file->Read(c.name + "/state", slab.state(), c.layout.state);
       }
       absl::StatusOr<int64_t> steps = file->Steps(c.name);
       if (st.ok() && !steps.ok()) st = steps.status();
       if (!st.ok()) return st;
+      std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
+      slab.MarkWritten();
       c.steps = *steps;
     }
     for (int w = 0; w < num_workers_; ++w) {
       c.applied[w] = c.live[w] ? clock : std::min(c.applied[w], clock);
       c.pushed[w] = false;
     }
-    std::fill(c.grad_sum.begin(), c.grad_sum.end(), 0.0f);
     c.round_samples = 0;
     c.round_closed = false;
     c.checkpointed = clock;
@@ -206,9 +240,9 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", push.worker, " was declared dead; its pushes are refused"));
     }
-    if (part.values != static_cast<int64_t>(c->weights.size())) {
+    if (part.values != c->layout.weights) {
       return absl::InvalidArgumentError(absl::StrCat("push: chunk ", part.chunk, " has ",
-                                                     c->weights.size(), " values; the push has ",
+                                                     c->layout.weights, " values; the push has ",
                                                      part.bytes, " bytes of ", push.wire_dtype));
     }
     bool duplicate = false;
@@ -282,8 +316,10 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
-  const int64_t n = static_cast<int64_t>(c.weights.size());
+  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+  const int64_t n = c.layout.weights;
   const bool acceptable = Acceptable(c, worker, clock, grad);
+  if (acceptable) slab.MarkWritten();
   if (!bsp_) {
     if (acceptable) {
       const float clip = job_.optimizer().clip_norm();
@@ -292,24 +328,24 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
         thread_local std::vector<float> scaled;
         scaled.resize(n);
         Scale(grad.data(), n, clip / push_norm, scaled.data());
-        Apply(c, clock, scaled.data());
+        Apply(c, slab, clock, scaled.data());
       } else {
-        Apply(c, clock, grad.data());
+        Apply(c, slab, clock, grad.data());
       }
     }
     c.applied[worker] = clock + 1;
     TraceApply(worker, clock, chunk);
-    MaybeCheckpoint(c);
+    MaybeCheckpoint(c, slab);
     return absl::OkStatus();
   }
   // BSP: the gate keeps every worker within one round, so `clock` is the
   // round being collected.
   if (acceptable) {
-    AddScaled(grad.data(), n, static_cast<float>(num_samples), c.grad_sum.data());
+    AddScaled(grad.data(), n, static_cast<float>(num_samples), slab.grad());
     c.round_samples += num_samples;
   }
   c.pushed[worker] = true;
-  if (RoundComplete(c)) CloseRound(c);
+  if (RoundComplete(c)) CloseRound(c, slab);
   return absl::OkStatus();
 }
 
@@ -330,13 +366,14 @@ bool ChunkStore::RoundComplete(const Chunk& c) {
   return any;
 }
 
-void ChunkStore::CloseRound(Chunk& c) {
-  const int64_t n = static_cast<int64_t>(c.grad_sum.size());
+void ChunkStore::CloseRound(Chunk& c, const Slab& slab) {
+  const int64_t n = c.layout.grad;
   if (c.round_samples > 0) {
-    Scale(c.grad_sum.data(), n, 1.0f / static_cast<float>(c.round_samples), c.grad_sum.data());
+    Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples), slab.grad());
+    slab.MarkWritten();
   }
   if (!global_clip_) {
-    ApplyRound(c, 1.0f);
+    ApplyRound(c, slab, 1.0f);
     return;
   }
   c.round_closed = true;
@@ -350,18 +387,21 @@ void ChunkStore::RemoveWorker(int worker) {
     absl::MutexLock lock(&c->mu);
     if (!c->live[worker]) continue;
     c->live[worker] = false;
-    if (bsp_ && !c->round_closed && RoundComplete(*c)) CloseRound(*c);
+    if (!bsp_ || c->round_closed || !RoundComplete(*c)) continue;
+    absl::StatusOr<Slab> slab = Pin(*c);
+    if (slab.ok()) CloseRound(*c, *slab);  // else the server fails (health())
   }
 }
 
-void ChunkStore::ApplyRound(Chunk& c, float scale) {
-  const int64_t n = static_cast<int64_t>(c.grad_sum.size());
+void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
+  const int64_t n = c.layout.grad;
   const int64_t clock = MinApplied(c);  // every live worker is in this round
   if (c.round_samples > 0) {            // else every push of the round was skipped
-    if (scale != 1.0f) Scale(c.grad_sum.data(), n, scale, c.grad_sum.data());
-    Apply(c, clock, c.grad_sum.data());
+    if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
+    Apply(c, slab, clock, slab.grad());
   }
-  std::fill(c.grad_sum.begin(), c.grad_sum.end(), 0.0f);
+  std::fill(slab.grad(), slab.grad() + n, 0.0f);
+  slab.MarkWritten();
   c.round_samples = 0;
   c.round_closed = false;
   for (int w = 0; w < num_workers_; ++w) {
@@ -370,7 +410,7 @@ void ChunkStore::ApplyRound(Chunk& c, float scale) {
     ++c.applied[w];
     TraceApply(w, c.applied[w] - 1, c.id);
   }
-  MaybeCheckpoint(c);
+  MaybeCheckpoint(c, slab);
 }
 
 void ChunkStore::SetCheckpointing(CheckpointWriter* writer, int64_t every) {
@@ -383,19 +423,18 @@ std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    out.push_back(
-        {id, c.name, static_cast<int64_t>(c.weights.size()), static_cast<int64_t>(c.state.size())});
+    out.push_back({id, c.name, c.layout.weights, c.layout.state});
   }
   return out;
 }
 
-void ChunkStore::MaybeCheckpoint(Chunk& c) {
+void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
   if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
   const int64_t clock = MinApplied(c);
   if (clock == 0 || clock % checkpoint_every_ != 0 || clock <= c.checkpointed) return;
   c.checkpointed = clock;
   const absl::Status st =
-      checkpoint_->Write(clock, c.id, c.weights.data(), c.state.data(), c.steps);
+      checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
   if (!st.ok() && !checkpoint_error_logged_.exchange(true)) {
     spdlog::error("checkpoint of clock {} failed (logged once): {}", clock, st.message());
   }
@@ -441,7 +480,11 @@ void ChunkStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
     for (const auto& [id, c] : chunks_) {
       absl::MutexLock lock(&c->mu);
       clock = MinApplied(*c);
-      for (float g : c->grad_sum) local += static_cast<double>(g) * g;
+      absl::StatusOr<Slab> slab = Pin(*c);
+      if (!slab.ok()) return;  // the server fails (health())
+      for (int64_t i = 0; i < c->layout.grad; ++i) {
+        local += static_cast<double>(slab->grad()[i]) * slab->grad()[i];
+      }
     }
     absl::StatusOr<double> total = reduce(generation, clock, local);
     if (!total.ok()) {
@@ -455,17 +498,21 @@ void ChunkStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) 
     const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
     for (const auto& [id, c] : chunks_) {
       absl::MutexLock lock(&c->mu);
-      if (c->generation == generation) ApplyRound(*c, scale);  // else restored meanwhile
+      if (c->generation != generation) continue;  // restored meanwhile
+      absl::StatusOr<Slab> slab = Pin(*c);
+      if (!slab.ok()) return;
+      ApplyRound(*c, *slab, scale);
     }
     on_applied();
   }
 }
 
-void ChunkStore::Apply(Chunk& c, int64_t clock, const float* grad) {
+void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad) {
   UpdateContext ctx;
   ctx.step = ++c.steps;
   ctx.lr = schedule_.At(clock);
-  optimizer_->Update(ctx, c.shape, c.weights.data(), c.state.data(), grad, pool_);
+  optimizer_->Update(ctx, c.shape, slab.weights(), slab.state(), grad, pool_);
+  slab.MarkWritten();
 }
 
 void ChunkStore::TraceApply(int worker, int64_t clock, int32_t chunk) const {
@@ -498,11 +545,12 @@ std::string ChunkStore::Lagging(int32_t chunk, int64_t min_clock) const {
   return out;
 }
 
-void ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
-                      char* out, std::vector<int64_t>* applied) const {
+absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
+                              DType dtype, char* out, std::vector<int64_t>* applied) const {
   Chunk* c = Find(chunk);
   absl::MutexLock lock(&c->mu);
-  EncodeFloats(dtype, c->weights.data(), static_cast<int64_t>(c->weights.size()), out);
+  ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
+  EncodeFloats(dtype, slab.weights(), c->layout.weights, out);
   *applied = c->applied;
   if (trace_ != nullptr && trace_->enabled()) {
     TraceEvent e;
@@ -514,6 +562,7 @@ void ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chun
     for (int64_t a : c->applied) e.add_applied(a);
     trace_->Write(e);
   }
+  return absl::OkStatus();
 }
 
 int64_t ChunkStore::MinAppliedClock() const {

@@ -1,6 +1,8 @@
 // The chunks one server owns: fp32 master weights, optimizer state, the BSP
 // round being collected, and per worker how many of its iterations have been
-// applied (the basis of the read guarantee). Knows nothing of gRPC.
+// applied (the basis of the read guarantee). The arrays live in memory or,
+// offloaded, in a file with a budget of them resident (server/chunk_memory.h).
+// Knows nothing of gRPC.
 #ifndef PSTRAIN_SERVER_CHUNK_STORE_H_
 #define PSTRAIN_SERVER_CHUNK_STORE_H_
 
@@ -22,6 +24,7 @@
 #include "common/trace.h"
 #include "proto/job.pb.h"
 #include "server/checkpoint.h"
+#include "server/chunk_memory.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"
 
@@ -32,10 +35,17 @@ namespace pstrain {
 class ChunkStore {
  public:
   // Owns the chunks `partition` gives `server_id` and initialises them from
-  // the job seed. The optimizer splits large updates over `pool`; `pool` and
-  // `trace` may be null and must outlive the store.
+  // the job seed, in memory or offloaded as `offload` says (a failure to
+  // make the offload file is health()'s; the store is then unusable). The
+  // optimizer splits large updates over `pool`; `pool` and `trace` may be
+  // null and must outlive the store.
   ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
-             std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace);
+             std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace,
+             const OffloadOptions& offload = {});
+  // OK, or why the chunks' memory failed (its file could not be made, read
+  // or written): the server cannot go on.
+  absl::Status health() const;
+  ChunkMemoryStats memory_stats() const;
 
   // One push request: iteration `clock`'s gradients (each the mean over
   // `num_samples` samples) of several chunks from `worker`; `grad_norm` is
@@ -100,9 +110,9 @@ class ChunkStore {
   std::string Lagging(int32_t chunk, int64_t min_clock) const;
   // Writes the chunk's weights to `out` (ChunkNumel(chunk) values, little
   // endian, in `dtype`; any alignment) and the per-worker applied clocks to
-  // `applied`. Traces the read for `worker`.
-  void Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype, char* out,
-            std::vector<int64_t>* applied) const;
+  // `applied`. Traces the read for `worker`. An error only from offloading.
+  absl::Status Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
+                    char* out, std::vector<int64_t>* applied) const;
 
   // BSP clipping by the global norm (the job clips under BSP): a closed
   // round's mean gradient waits until every chunk of this server has closed
@@ -154,9 +164,9 @@ class ChunkStore {
     // pipeline stages). Set at construction.
     std::vector<bool> pushers;
     ChunkShape shape;
+    SlabLayout layout;  // its weights, optimizer state and round sum
+    int32_t next = -1;  // this server's chunk after it (read ahead)
     mutable absl::Mutex mu;
-    std::vector<float> weights ABSL_GUARDED_BY(mu);
-    std::vector<float> state ABSL_GUARDED_BY(mu);
     int64_t steps ABSL_GUARDED_BY(mu) = 0;  // optimizer updates so far
     // Per worker: iterations whose pushes are applied to this chunk.
     std::vector<int64_t> applied ABSL_GUARDED_BY(mu);
@@ -164,7 +174,6 @@ class ChunkStore {
     // contributed to it, `grad_sum` holds sum(num_samples * grad).
     std::vector<bool> pushed ABSL_GUARDED_BY(mu);
     std::vector<bool> live ABSL_GUARDED_BY(mu);  // a pusher not declared dead
-    std::vector<float> grad_sum ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
     // Global clipping: the round's mean waits in grad_sum.
@@ -180,11 +189,15 @@ class ChunkStore {
   static int64_t MinApplied(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
   // BSP: every live worker has pushed to the current round (and one has).
   static bool RoundComplete(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
+  using Slab = ChunkMemory::Slab;
+  // The chunk's arrays, resident while the Slab lives (offloaded: read from
+  // the file if need be, and the next chunk read ahead).
+  absl::StatusOr<Slab> Pin(const Chunk& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // BSP: turns the round's sum into its mean and applies it (or, with
   // global clipping, leaves it for the clipping thread).
-  void CloseRound(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void CloseRound(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Writes `c` to the checkpoint when its applied clock calls for it.
-  void MaybeCheckpoint(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void MaybeCheckpoint(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
   Chunk* Find(int32_t chunk) const;
   // OK for the worker's next push (*duplicate false) or a repeat of one
@@ -196,19 +209,20 @@ class ChunkStore {
   absl::Status ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
                             bool* duplicate) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // One optimizer step of iteration `clock` with gradient `grad`.
-  void Apply(Chunk& c, int64_t clock, const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // False (and counted, logged once per chunk) when `grad` may not be applied.
   bool Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void TraceApply(int worker, int64_t clock, int32_t chunk) const;
   // BSP: applies the closed round's mean in grad_sum scaled by `scale` (no
   // step when no push of the round was finite) and opens the next round.
-  void ApplyRound(Chunk& c, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void ApplyRound(Chunk& c, const Slab& slab, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void ClipLoop(NormReducer reduce, std::function<void()> on_applied);
   bool RoundClosedOrStopping() const ABSL_SHARED_LOCKS_REQUIRED(clip_mu_);
 
   // The chunk's initial weights (from the job seed) and optimizer state.
-  void Initialize(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  absl::Status Initialize(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // INVALID_ARGUMENT / UNAVAILABLE unless `generation` is the chunk's.
   absl::Status CheckChunkGeneration(const Chunk& c, int64_t generation) const
       ABSL_SHARED_LOCKS_REQUIRED(c.mu);
@@ -224,6 +238,8 @@ class ChunkStore {
   TraceWriter* trace_;
   std::vector<int32_t> chunk_ids_;
   std::unordered_map<int32_t, std::unique_ptr<Chunk>> chunks_;
+  std::unique_ptr<ChunkMemory> memory_;  // null when it could not be made
+  absl::Status memory_error_;            // why
   int64_t num_params_ = 0;
   int64_t bytes_held_ = 0;
   std::atomic<int64_t> nonfinite_skipped_{0};

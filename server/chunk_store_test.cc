@@ -1,5 +1,6 @@
 #include "server/chunk_store.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -36,7 +37,7 @@ JobSpec SmallJob(Consistency mode, int workers, float clip_norm = 0) {
 std::vector<float> ReadChunk(const ChunkStore& s, int32_t chunk) {
   std::vector<float> out(s.ChunkNumel(chunk));
   std::vector<int64_t> applied;
-  s.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied);
+  EXPECT_TRUE(s.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied).ok());
   return out;
 }
 
@@ -49,6 +50,49 @@ struct Fixture {
   Partition partition;
   ChunkStore store;
 };
+
+// Adam under BSP and ASP, a store offloaded with room for 2 of its chunks
+// against one in memory: the same pushes give bit-identical weights, and
+// no more than the budget is ever resident.
+TEST(ChunkStoreTest, AnOffloadedStoreTrainsBitIdenticallyWithinItsBudget) {
+  for (Consistency mode : {BSP, ASP}) {
+    JobSpec job = SmallJob(mode, 2);
+    LayerSpec* wide = job.mutable_model()->mutable_layers(0);
+    wide->set_units(64);
+    job.mutable_optimizer()->set_type(ADAM);
+    job.mutable_optimizer()->set_learning_rate(0.01f);
+    job.set_chunk_bytes(256);  // 64 values a chunk: 5 chunks
+    const Partition partition =
+        Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
+    char dir[] = "/tmp/offload_store_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    ChunkStore memory(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr);
+    const int64_t budget = 2 * 4096;  // each chunk's slab fits one page
+    ChunkStore offloaded(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr,
+                         nullptr, OffloadOptions{dir, budget, 0});
+    ASSERT_TRUE(offloaded.health().ok()) << offloaded.health();
+    ASSERT_GE(offloaded.chunk_ids().size(), 4u);
+    for (int64_t clock = 0; clock < 6; ++clock) {
+      for (int w = 0; w < 2; ++w) {
+        for (int32_t chunk : offloaded.chunk_ids()) {
+          std::vector<float> g(offloaded.ChunkNumel(chunk));
+          for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(clock * 7.0f + w + chunk + i);
+          ASSERT_TRUE(memory.Push(w, clock, 4, chunk, g).ok());
+          ASSERT_TRUE(offloaded.Push(w, clock, 4, chunk, g).ok());
+          EXPECT_LE(offloaded.memory_stats().resident_bytes, budget);
+        }
+      }
+    }
+    for (int32_t chunk : offloaded.chunk_ids()) {
+      const std::vector<float> a = ReadChunk(memory, chunk), b = ReadChunk(offloaded, chunk);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << chunk;
+    }
+    const ChunkMemoryStats st = offloaded.memory_stats();
+    EXPECT_TRUE(st.offloaded);
+    EXPECT_GT(st.read_bytes, 0);
+    EXPECT_GT(st.write_bytes, 0);
+  }
+}
 
 TEST(ChunkStoreTest, BspAppliesOneStepOverTheRoundsMean) {
   Fixture f(BSP);

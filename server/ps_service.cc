@@ -105,7 +105,8 @@ bool PsService::Readable(const ChunkStore& store, const PullRequest& req) const 
   return true;
 }
 
-void PsService::FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp) {
+grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req,
+                                 grpc::ByteBuffer* resp) {
   const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
@@ -114,11 +115,13 @@ void PsService::FillPull(const ChunkStore& store, const PullRequest& req, grpc::
     bytes += payload_bytes[i];
   }
   std::vector<int64_t> applied, min_applied;
+  absl::Status read;
   *resp = EncodePullResponse(
       ids, payload_bytes,
       [&](size_t i, char* dst) {
-        store.Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
-                   &applied);
+        if (!read.ok()) return;
+        read = store.Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
+                          &applied);
         if (min_applied.empty()) {
           min_applied = applied;
         } else {
@@ -128,8 +131,13 @@ void PsService::FillPull(const ChunkStore& store, const PullRequest& req, grpc::
         }
       },
       min_applied);
+  if (!read.ok()) {  // the chunks' memory failed: the server is failing
+    resp->Clear();
+    return ToGrpc(absl::UnavailableError(absl::StrCat("pull: ", read.message())));
+  }
   bytes_out_ += bytes;
   ++pulls_;
+  return grpc::Status::OK;
 }
 
 grpc::Status PsService::CheckPull(const ChunkStore& s, const grpc::ByteBuffer& raw,
@@ -332,8 +340,7 @@ void PsService::Handle(Call* call) {
     return;
   }
   if (Readable(*s, call->pull)) {
-    FillPull(*s, call->pull, &call->reply);
-    answer(grpc::Status::OK);
+    answer(FillPull(*s, call->pull, &call->reply));
     return;
   }
   // A worker's pulls name each chunk once: more parked than its chunks (and
@@ -362,8 +369,7 @@ void PsService::WakePulls() {
       it = parked_.erase(it);
       call->Unref();
     } else if (Readable(*s, call->pull) && call->Claim()) {
-      FillPull(*s, call->pull, &call->reply);
-      call->Answer(grpc::Status::OK);
+      call->Answer(FillPull(*s, call->pull, &call->reply));
       it = parked_.erase(it);
       call->Unref();
     } else {
@@ -408,6 +414,15 @@ NodeStatus PsService::GetStatus() const {
   if (s != nullptr) {
     st.set_generation(s->generation());
     st.set_checkpoint_clock(s->checkpoint_clock());
+    const ChunkMemoryStats m = s->memory_stats();
+    if (m.offloaded) {
+      st.set_offload_resident_bytes(m.resident_bytes);
+      st.set_offload_disk_bytes(m.disk_bytes);
+      st.set_offload_read_bytes(m.read_bytes);
+      st.set_offload_write_bytes(m.write_bytes);
+      st.set_offload_read_mb_per_s(m.read_s > 0 ? m.read_bytes / m.read_s / 1e6 : 0);
+      st.set_offload_write_mb_per_s(m.write_s > 0 ? m.write_bytes / m.write_s / 1e6 : 0);
+    }
   }
   st.set_test_accuracy(-1);
   {

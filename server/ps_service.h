@@ -57,7 +57,7 @@ class PsService final : public PsServiceBase {
   grpc::Status CheckPull(const ChunkStore& store, const grpc::ByteBuffer& raw,
                          PullRequest* req) const;
   // The reply to a pull whose guarantee holds.
-  void FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
+  grpc::Status FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
 
  private:
   class Call;

@@ -137,10 +137,7 @@ int Server::Run(const RegisterResponse& reg) {
   // Heartbeats from now on: making a large store may take longer than the
   // scheduler's heartbeat timeout.
   daemon_->StartHeartbeats([this] { return service_->GetStatus(); });
-  if (const absl::Status st = Build(); !st.ok()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("bad job spec from the scheduler: ", st.message())));
-  }
+  if (const absl::Status st = Build(); !st.ok()) return Fail(st);
   StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
   if (reg.generation() > 0 || reg.start_clock() > 0) {
     if (const absl::Status st = actions.Restore(reg.generation(), reg.start_clock()); !st.ok()) {
@@ -162,12 +159,25 @@ int Server::Run(const RegisterResponse& reg) {
 }
 
 absl::Status Server::Build() {
-  ASSIGN_OR_RETURN(Partition partition, Partition::Make(ModelParams(job_.model()),
-                                                        job_.chunk_bytes(), job_.num_servers()));
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(job_.optimizer()));
+  absl::StatusOr<Partition> partition =
+      Partition::Make(ModelParams(job_.model()), job_.chunk_bytes(), job_.num_servers());
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(job_.optimizer());
+  for (const absl::Status& st : {partition.status(), optimizer.status()}) {
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad job spec from the scheduler: ", st.message()));
+    }
+  }
   pool_ = std::make_unique<ThreadPool>(config_.server_threads);
-  store_ =
-      std::make_shared<ChunkStore>(job_, partition, id_, std::move(optimizer), pool_.get(), trace_);
+  const OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_};
+  store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
+                                        trace_, offload);
+  RETURN_IF_ERROR(store_->health());
+  if (!offload.dir.empty()) {
+    const ChunkMemoryStats m = store_->memory_stats();
+    spdlog::info("chunk state offloaded to {}/server{}.slabs ({} bytes), at most {} in memory",
+                 offload.dir, id_, m.disk_bytes, offload.budget);
+  }
   spdlog::info(
       "holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
       "threads, {} loops)",
@@ -189,6 +199,7 @@ absl::StatusOr<JobState> Server::Serve(std::string* message) {
   StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
+    RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails
     ASSIGN_OR_RETURN(const std::optional<JobState> end, loop.Step(NewsFrom(daemon_->client())));
     if (end.has_value()) {
       daemon_->client().job_state(message);

@@ -6,6 +6,7 @@
 #ifndef PSTRAIN_SERVER_SERVER_RUNTIME_H_
 #define PSTRAIN_SERVER_SERVER_RUNTIME_H_
 
+#include <cstdint>
 #include <string>
 
 #include "common/member_daemon.h"
@@ -17,6 +18,10 @@ struct ServerConfig {
   std::string trace_file;  // every apply and pull as JSON lines ("" for none)
   int server_threads = 1;  // threads one large optimizer update is split over
   int rpc_threads = 1;     // threads serving pushes and pulls, a completion queue each
+  // --offload_dir and --memory_budget: the chunks' state in a file there,
+  // at most the budget of it in memory (server/chunk_memory.h).
+  std::string offload_dir;
+  int64_t memory_budget = 0;
 };
 
 // Runs the server to the job's end; returns the process's exit code (0 the

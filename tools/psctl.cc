@@ -187,6 +187,14 @@ int StatusOfCluster(const std::string& address) {
   std::vector<NodeStatus> rows = {st.scheduler()};
   rows.insert(rows.end(), st.members().begin(), st.members().end());
   PrintTable(rows);
+  for (const NodeStatus& m : st.members()) {
+    if (m.role() != SERVER || m.offload_disk_bytes() == 0) continue;
+    std::printf(
+        "server %d offloaded: %s of %s in memory; read %s (%.0f MB/s), wrote %s (%.0f MB/s)\n",
+        m.id(), Bytes(m.offload_resident_bytes()).c_str(), Bytes(m.offload_disk_bytes()).c_str(),
+        Bytes(m.offload_read_bytes()).c_str(), m.offload_read_mb_per_s(),
+        Bytes(m.offload_write_bytes()).c_str(), m.offload_write_mb_per_s());
+  }
   return 0;
 }
 

@@ -1,0 +1,268 @@
+// A server's Adam updates with its chunk state offloaded (ps_server
+// --offload_dir --memory_budget), next to the same updates in memory and
+// next to the disk's sequential read+write bandwidth, measured by this
+// binary in the same run, interleaved: each round times the disk ceiling
+// (write then read a file of the state's size, in slab-sized blocks), one
+// offloaded clock and one in-memory clock. A clock is one push of every
+// chunk by the one worker of an ASP job: each chunk's slab (weights and
+// Adam's two moments, 12 bytes a parameter) is read from the file, updated
+// and written back. Reported: medians over rounds and of the paired ratios
+// offloaded/ceiling (bytes moved per second) and offloaded/in-memory
+// (updates per second); the offloaded store's peak anonymous memory
+// (RssAnon) above the process's before it, against the budget; and whether
+// the two stores end with bit-identical weights. Prints one JSON object.
+//
+//   bazel run -c opt //bench:offload_bench -- [--state_mb=2048]
+//       [--budget_mb=512] [--rounds=3] [--dir=/var/tmp]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/partition.h"
+#include "server/chunk_store.h"
+#include "server/optimizer.h"
+
+ABSL_FLAG(int64_t, state_mb, 2048, "the server's chunk state (weights + Adam moments), MB");
+ABSL_FLAG(int64_t, budget_mb, 512, "--memory_budget of the offloaded store, MB");
+ABSL_FLAG(int, rounds, 3, "interleaved rounds (ceiling, offloaded clock, in-memory clock)");
+ABSL_FLAG(std::string, dir, "/var/tmp", "the offload directory (and the ceiling's file)");
+
+namespace pstrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int64_t RssAnon() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoll(line.substr(8)) * 1024;
+  }
+  return 0;
+}
+
+// One dense layer of `params` weights (a vector model), Adam, ASP, one worker,
+// in 16 MiB chunks.
+JobSpec Job(int64_t params) {
+  JobSpec job;
+  job.mutable_data()->set_dataset(SYNTHETIC);
+  job.mutable_data()->set_synthetic_dim(static_cast<int>(params / 16));
+  job.mutable_data()->set_synthetic_classes(16);
+  job.mutable_model()->set_input_dim(static_cast<int>(params / 16));
+  LayerSpec* dense = job.mutable_model()->add_layers();
+  dense->set_type(DENSE);
+  dense->set_units(16);
+  job.mutable_model()->add_layers()->set_type(SOFTMAX_XENT);
+  job.mutable_optimizer()->set_type(ADAM);
+  job.set_consistency(ASP);
+  job.set_num_workers(1);
+  job.set_num_servers(1);
+  job.set_batch_size(8);
+  job.set_chunk_bytes(16 << 20);
+  ApplyJobDefaults(&job);
+  return job;
+}
+
+// One clock: every chunk pushed once (the gradient: the first values of `g`).
+void PushAll(ChunkStore& store, int64_t clock, const std::vector<float>& g) {
+  for (int32_t chunk : store.chunk_ids()) {
+    const int64_t n = store.ChunkNumel(chunk);
+    const absl::Status st = store.Push(0, clock, 8, chunk, absl::MakeConstSpan(g.data(), n));
+    if (!st.ok()) {
+      std::fprintf(stderr, "offload_bench: push failed: %s\n", std::string(st.message()).c_str());
+      std::exit(1);
+    }
+  }
+}
+
+// The disk's sequential write then read of a file of the state's size, in
+// slab-sized transfers through the page cache, as the offload file is used:
+// made and written once (as the store's file is allocated at its start),
+// then rewritten and read back in place each round.
+class DiskCeiling {
+ public:
+  DiskCeiling(const std::string& dir, int64_t bytes, int64_t block)
+      : path_(dir + "/offload_bench.ceiling"), bytes_(bytes), buf_(block, 1) {
+    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd_ < 0 || posix_fallocate(fd_, 0, bytes) != 0) {
+      std::perror(path_.c_str());
+      std::exit(1);
+    }
+    Pass(/*write=*/true);
+  }
+  ~DiskCeiling() {
+    close(fd_);
+    unlink(path_.c_str());
+  }
+  // Seconds to write the file and read it back.
+  double Time() {
+    const Clock::time_point t0 = Clock::now();
+    Pass(true);
+    Pass(false);
+    return Since(t0);
+  }
+
+ private:
+  void Pass(bool write) {
+    const int64_t block = static_cast<int64_t>(buf_.size());
+    for (int64_t off = 0; off < bytes_; off += block) {
+      const int64_t n = std::min(block, bytes_ - off);
+      const ssize_t done = write ? pwrite(fd_, buf_.data(), n, off) : pread(fd_, buf_.data(), n, off);
+      if (done != n) std::exit(1);
+    }
+  }
+  const std::string path_;
+  const int64_t bytes_;
+  std::vector<char> buf_;
+  int fd_ = -1;
+};
+
+bool SameWeights(const ChunkStore& a, const ChunkStore& b) {
+  for (int32_t chunk : a.chunk_ids()) {
+    std::vector<float> x(a.ChunkNumel(chunk)), y(x.size());
+    std::vector<int64_t> applied;
+    if (!a.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(x.data()), &applied).ok() ||
+        !b.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(y.data()), &applied).ok() ||
+        std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The offloaded store's anonymous memory above the process's before it,
+// over its creation and its first two clocks; the store, to go on with.
+std::unique_ptr<ChunkStore> OffloadedStore(const JobSpec& job, const Partition& partition,
+                                           int64_t budget, const std::vector<float>& g,
+                                           int64_t* rss_above) {
+  const int64_t rss_before = RssAnon();
+  std::atomic<bool> sampling{true};
+  std::atomic<int64_t> rss_peak{rss_before};
+  std::thread sampler([&] {
+    while (sampling) {
+      rss_peak = std::max<int64_t>(rss_peak, RssAnon());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  auto store = std::make_unique<ChunkStore>(job, partition, 0,
+                                            MakeOptimizer(job.optimizer()).value(), nullptr,
+                                            nullptr, OffloadOptions{absl::GetFlag(FLAGS_dir),
+                                                                    budget, 0});
+  if (store->health().ok()) {
+    for (int64_t c = 0; c < 2; ++c) PushAll(*store, c, g);
+  }
+  sampling = false;
+  sampler.join();
+  *rss_above = rss_peak - rss_before;
+  return store;
+}
+
+struct Rounds {
+  std::vector<double> ceiling_s, offload_s, memory_s, vs_ceiling, vs_memory;
+  double moved = 0;  // bytes read and written by the offloaded store a clock
+};
+
+// The interleaved rounds, from clock 2 (both stores have done clocks 0, 1).
+Rounds Measure(ChunkStore& offloaded, ChunkStore& memory, int64_t state,
+               const std::vector<float>& g) {
+  const int64_t slab = static_cast<int64_t>(16 << 20) * 3;  // a chunk's slab
+  DiskCeiling ceiling(absl::GetFlag(FLAGS_dir), state, slab);
+  Rounds out;
+  const ChunkMemoryStats before = offloaded.memory_stats();
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  for (int r = 0; r < rounds; ++r) {
+    out.ceiling_s.push_back(ceiling.Time());
+    Clock::time_point t0 = Clock::now();
+    PushAll(offloaded, 2 + r, g);
+    out.offload_s.push_back(Since(t0));
+    t0 = Clock::now();
+    PushAll(memory, 2 + r, g);
+    out.memory_s.push_back(Since(t0));
+    // The ceiling and the offloaded clock each move 2 x state bytes.
+    out.vs_ceiling.push_back(out.ceiling_s.back() / out.offload_s.back());
+    out.vs_memory.push_back(out.memory_s.back() / out.offload_s.back());
+  }
+  const ChunkMemoryStats after = offloaded.memory_stats();
+  out.moved = static_cast<double>(after.read_bytes - before.read_bytes + after.write_bytes -
+                                  before.write_bytes) /
+              rounds;
+  return out;
+}
+
+void Print(int64_t params, int64_t state, int64_t budget, size_t chunks, const Rounds& m,
+           int64_t rss_above, bool identical) {
+  std::printf(
+      "{\n  \"bench\": \"offload_bench\",\n  \"params\": %lld,\n  \"state_bytes\": %lld,\n"
+      "  \"budget_bytes\": %lld,\n  \"chunks\": %zu,\n  \"rounds\": %zu,\n"
+      "  \"disk_read_write_gb_per_s\": %.3f,\n  \"offloaded_clock_s\": %.3f,\n"
+      "  \"in_memory_clock_s\": %.3f,\n  \"offloaded_updates_per_s\": %.4g,\n"
+      "  \"in_memory_updates_per_s\": %.4g,\n  \"bytes_moved_per_clock\": %.4g,\n"
+      "  \"offloaded_vs_ceiling\": %.3f,\n  \"offloaded_vs_ceiling_range\": [%.3f, %.3f],\n"
+      "  \"offloaded_vs_in_memory\": %.3f,\n  \"goal_vs_ceiling\": 0.7,\n  \"goal_pass\": %s,\n"
+      "  \"rss_anon_above_start_bytes\": %lld,\n  \"bit_identical\": %s\n}\n",
+      static_cast<long long>(params), static_cast<long long>(state),
+      static_cast<long long>(budget), chunks, m.offload_s.size(),
+      2.0 * state / Median(m.ceiling_s) / 1e9, Median(m.offload_s), Median(m.memory_s),
+      params / Median(m.offload_s), params / Median(m.memory_s), m.moved, Median(m.vs_ceiling),
+      *std::min_element(m.vs_ceiling.begin(), m.vs_ceiling.end()),
+      *std::max_element(m.vs_ceiling.begin(), m.vs_ceiling.end()), Median(m.vs_memory),
+      Median(m.vs_ceiling) >= 0.7 ? "true" : "false", static_cast<long long>(rss_above),
+      identical ? "true" : "false");
+}
+
+int Main() {
+  const int64_t state = absl::GetFlag(FLAGS_state_mb) << 20;
+  const int64_t budget = absl::GetFlag(FLAGS_budget_mb) << 20;
+  const int64_t params = state / 12 / 16 * 16;  // Adam: weights + 2 moments
+  const JobSpec job = Job(params);
+  const Partition partition =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
+  std::vector<float> g(16 << 20 >> 2);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (float& v : g) v = normal(rng);
+  int64_t rss_above = 0;
+  std::unique_ptr<ChunkStore> offloaded = OffloadedStore(job, partition, budget, g, &rss_above);
+  if (!offloaded->health().ok()) {
+    std::fprintf(stderr, "offload_bench: %s\n", std::string(offloaded->health().message()).c_str());
+    return 1;
+  }
+  ChunkStore memory(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr);
+  for (int64_t c = 0; c < 2; ++c) PushAll(memory, c, g);
+  const Rounds m = Measure(*offloaded, memory, state, g);
+  const bool identical = SameWeights(*offloaded, memory);
+  Print(params, state, budget, offloaded->chunk_ids().size(), m, rss_above, identical);
+  return identical ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return pstrain::Main();
+}

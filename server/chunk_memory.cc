@@ -1,0 +1,347 @@
+#include "server/chunk_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+constexpr int64_t kPage = 4096;
+
+int64_t Pages(int64_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+absl::Status ErrnoStatus(int err, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(message);
+    case ENOSPC:
+    case EDQUOT:
+    case ENOMEM:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// Whole transfers, retried over short reads and writes and EINTR.
+absl::Status PreadAll(int fd, char* out, int64_t n, int64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t got = pread(fd, out, static_cast<size_t>(n), offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return ErrnoStatus(errno, absl::StrCat("cannot read ", path));
+    if (got == 0) return absl::DataLossError(absl::StrCat(path, " ends early"));
+    out += got;
+    n -= got;
+    offset += got;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PwriteAll(int fd, const char* in, int64_t n, int64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t put = pwrite(fd, in, static_cast<size_t>(n), offset);
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) return ErrnoStatus(errno, absl::StrCat("cannot write ", path));
+    in += put;
+    n -= put;
+    offset += put;
+  }
+  return absl::OkStatus();
+}
+
+float* MapZeroed(int64_t bytes) {
+  void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<float*>(p);
+}
+
+}  // namespace
+
+ChunkMemory::ChunkMemory(const std::vector<SlabLayout>& slabs, const OffloadOptions& options)
+    : options_(options), offloaded_(!options.dir.empty()) {
+  int64_t offset = 0;
+  for (const SlabLayout& s : slabs) {
+    Entry e;
+    e.layout = s;
+    e.bytes = Pages(s.floats() * static_cast<int64_t>(sizeof(float)));
+    e.offset = offset;
+    offset += e.bytes;
+    index_[s.chunk] = static_cast<int>(entries_.size());
+    entries_.push_back(e);
+  }
+  file_bytes_ = offset;
+}
+
+absl::StatusOr<std::unique_ptr<ChunkMemory>> ChunkMemory::Make(const std::vector<SlabLayout>& slabs,
+                                                               const OffloadOptions& options) {
+  std::unique_ptr<ChunkMemory> m(new ChunkMemory(slabs, options));
+  if (!m->offloaded_) {
+    // In memory: every slab now, for good.
+    absl::MutexLock lock(&m->mu_);
+    for (Entry& e : m->entries_) {
+      e.data = MapZeroed(e.bytes);
+      if (e.data == nullptr) return ErrnoStatus(errno, "cannot allocate a chunk");
+      e.where = Where::kResident;
+      m->resident_ += e.bytes;
+    }
+    return m;
+  }
+  int64_t largest = 0;
+  for (const Entry& e : m->entries_) largest = std::max(largest, e.bytes);
+  if (options.budget < largest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory_budget=", options.budget, " is below this server's largest chunk (weights, ",
+        "optimizer state and round sum: ", largest, " bytes); give at least ", largest));
+  }
+  RETURN_IF_ERROR(m->CreateFile());
+  m->reader_ = std::thread([p = m.get()] { p->ReadAhead(); });
+  return m;
+}
+
+absl::Status ChunkMemory::CreateFile() {
+  path_ = absl::StrCat(options_.dir, "/server", options_.server_id, ".slabs");
+  const std::string tmp = path_ + ".tmp";
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("--offload_dir: cannot create ", tmp));
+  // The whole size now: a disk too small fails here, not mid-job.
+  const int err = file_bytes_ > 0 ? posix_fallocate(fd, 0, file_bytes_) : 0;
+  if (err != 0 || rename(tmp.c_str(), path_.c_str()) != 0) {
+    const int why = err != 0 ? err : errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return ErrnoStatus(why, absl::StrCat("--offload_dir: cannot make ", file_bytes_,
+                                         " bytes of chunk state in ", tmp));
+  }
+  fd_ = fd;
+  return absl::OkStatus();
+}
+
+ChunkMemory::~ChunkMemory() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (reader_.joinable()) reader_.join();
+  for (Entry& e : entries_) {
+    if (e.data != nullptr) munmap(e.data, static_cast<size_t>(e.bytes));
+  }
+  for (const auto& [bytes, data] : spare_) munmap(data, static_cast<size_t>(bytes));
+  if (fd_ >= 0) {
+    close(fd_);
+    unlink(path_.c_str());  // scratch: the job's state outlives it only in checkpoints
+  }
+}
+
+ChunkMemory::Slab& ChunkMemory::Slab::operator=(Slab&& other) noexcept {
+  if (this != &other) {
+    if (owner_ != nullptr) owner_->Unpin(index_);
+    owner_ = std::exchange(other.owner_, nullptr);
+    index_ = other.index_;
+    layout_ = other.layout_;
+    data_ = other.data_;
+  }
+  return *this;
+}
+
+ChunkMemory::Slab::~Slab() {
+  if (owner_ != nullptr) owner_->Unpin(index_);
+}
+
+void ChunkMemory::Slab::MarkWritten() const {
+  absl::MutexLock lock(&owner_->mu_);
+  owner_->entries_[index_].dirty = true;
+}
+
+void ChunkMemory::Unpin(int index) {
+  absl::MutexLock lock(&mu_);
+  --entries_[index].pins;
+}
+
+absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
+  const auto it = index_.find(chunk);
+  if (it == index_.end()) return absl::InvalidArgumentError(absl::StrCat("no chunk ", chunk));
+  Entry& e = entries_[it->second];
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    if (!health_.ok()) return health_;
+    if (e.where == Where::kResident) break;
+    if (e.where == Where::kFile) {
+      if (resident_ + e.bytes <= options_.budget || !offloaded_) {
+        RETURN_IF_ERROR(Load(e));
+        break;
+      }
+      RETURN_IF_ERROR(MakeRoom(e.bytes, /*wait=*/true));
+      continue;
+    }
+    auto settled = [this, &e]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return e.where == Where::kResident || e.where == Where::kFile || !health_.ok();
+    };
+    mu_.Await(absl::Condition(&settled));
+  }
+  ++e.pins;
+  e.last_use = ++tick_;
+  Slab s;
+  s.owner_ = this;
+  s.index_ = it->second;
+  s.layout_ = &e.layout;
+  s.data_ = e.data;
+  return s;
+}
+
+ChunkMemory::Entry* ChunkMemory::Victim() {
+  Entry* best = nullptr;
+  for (Entry& e : entries_) {
+    if (e.where != Where::kResident || e.pins > 0) continue;
+    if (best == nullptr || e.last_use < best->last_use) best = &e;
+  }
+  return best;
+}
+
+absl::Status ChunkMemory::MakeRoom(int64_t bytes, bool wait) {
+  while (resident_ + bytes > options_.budget) {
+    Entry* v = Victim();
+    if (v == nullptr) {
+      if (!wait) return absl::ResourceExhaustedError("every resident slab is in use");
+      auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return Victim() != nullptr || resident_ + bytes <= options_.budget || !health_.ok();
+      };
+      mu_.Await(absl::Condition(&room));
+      if (!health_.ok()) return health_;
+      continue;
+    }
+    if (v->dirty) {
+      v->where = Where::kWriting;
+      const int64_t n = v->layout.floats() * static_cast<int64_t>(sizeof(float));
+      const absl::Time t0 = absl::Now();
+      mu_.Unlock();
+      const absl::Status st =
+          PwriteAll(fd_, reinterpret_cast<const char*>(v->data), n, v->offset, path_);
+      mu_.Lock();
+      io_.write_bytes += n;
+      io_.write_s += absl::ToDoubleSeconds(absl::Now() - t0);
+      if (!st.ok()) {
+        v->where = Where::kResident;
+        health_ = st;
+        return st;
+      }
+      v->dirty = false;
+      v->on_disk = true;
+    }
+    spare_.emplace_back(v->bytes, v->data);
+    spare_bytes_ += v->bytes;
+    v->data = nullptr;
+    v->where = Where::kFile;
+    resident_ -= v->bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkMemory::Load(Entry& e) {
+  e.where = Where::kLoading;
+  float* data = TakeMapping(e.bytes, /*zeroed=*/!e.on_disk);
+  resident_ += e.bytes;
+  absl::Status st = data == nullptr ? ErrnoStatus(errno, "cannot allocate a chunk's slab")
+                                    : absl::OkStatus();
+  if (st.ok() && e.on_disk) {
+    const int64_t n = e.layout.floats() * static_cast<int64_t>(sizeof(float));
+    const absl::Time t0 = absl::Now();
+    mu_.Unlock();
+    st = PreadAll(fd_, reinterpret_cast<char*>(data), n, e.offset, path_);
+    mu_.Lock();
+    io_.read_bytes += n;
+    io_.read_s += absl::ToDoubleSeconds(absl::Now() - t0);
+  }
+  if (!st.ok()) {
+    if (data != nullptr) munmap(data, static_cast<size_t>(e.bytes));
+    e.where = Where::kFile;
+    resident_ -= e.bytes;
+    health_ = st;
+    return st;
+  }
+  e.data = data;
+  e.dirty = false;
+  e.where = Where::kResident;
+  e.last_use = ++tick_;
+  return absl::OkStatus();
+}
+
+float* ChunkMemory::TakeMapping(int64_t bytes, bool zeroed) {
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    if (spare_[i].first != bytes) continue;
+    float* data = spare_[i].second;
+    spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+    spare_bytes_ -= bytes;
+    if (zeroed) std::memset(data, 0, static_cast<size_t>(bytes));
+    return data;
+  }
+  while (!spare_.empty() && resident_ + spare_bytes_ + bytes > options_.budget) {
+    munmap(spare_.back().second, static_cast<size_t>(spare_.back().first));
+    spare_bytes_ -= spare_.back().first;
+    spare_.pop_back();
+  }
+  return MapZeroed(bytes);
+}
+
+void ChunkMemory::Prefetch(int32_t chunk) {
+  if (!offloaded_) return;
+  const auto it = index_.find(chunk);
+  if (it == index_.end()) return;
+  absl::MutexLock lock(&mu_);
+  if (entries_[it->second].where != Where::kFile) return;
+  if (std::find(ahead_.begin(), ahead_.end(), it->second) != ahead_.end()) return;
+  ahead_.push_back(it->second);
+  if (ahead_.size() > 2) ahead_.pop_front();  // the newest guesses matter
+}
+
+void ChunkMemory::ReadAhead() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !ahead_.empty();
+    };
+    mu_.Await(absl::Condition(&work));
+    if (stopping_) return;
+    Entry& e = entries_[ahead_.front()];
+    ahead_.pop_front();
+    if (e.where != Where::kFile || !health_.ok()) continue;
+    // Only into room that needs no wait; a failed write is health_'s.
+    if (!MakeRoom(e.bytes, /*wait=*/false).ok() || e.where != Where::kFile ||
+        resident_ + e.bytes > options_.budget) {
+      continue;
+    }
+    (void)Load(e);
+  }
+}
+
+absl::Status ChunkMemory::health() const {
+  absl::MutexLock lock(&mu_);
+  return health_;
+}
+
+ChunkMemoryStats ChunkMemory::stats() const {
+  absl::MutexLock lock(&mu_);
+  ChunkMemoryStats s = io_;
+  s.offloaded = offloaded_;
+  s.resident_bytes = resident_;
+  s.disk_bytes = offloaded_ ? file_bytes_ : 0;
+  return s;
+}
+
+}  // namespace pstrain

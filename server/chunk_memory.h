@@ -1,0 +1,157 @@
+// Where the arrays of a server's chunks live: one slab per chunk holding its
+// fp32 master weights, its optimizer state and (BSP) the gradient sum of
+// the round being collected.
+//
+// In memory (the default) every slab is allocated once and stays. Offloaded
+// (ps_server --offload_dir --memory_budget) the slabs live in one file per
+// server, DIR/server<id>.slabs, and at most `budget` bytes of them are in
+// this process's memory at once: a chunk in use is pinned (read from the
+// file if it is not resident), and room is made by writing the least
+// recently used unpinned slab back (when it changed) and dropping it. A
+// background thread reads ahead the chunk that is expected next while the
+// current one is updated. Reads and writes are explicit (pread/pwrite into
+// anonymous mappings): the budget is then exact and ours, and the file is
+// written only when a slab leaves memory.
+//
+// Thread-safe. One thread pins one slab at a time (so waiting for room
+// cannot deadlock while the budget holds the largest slab).
+#ifndef PSTRAIN_SERVER_CHUNK_MEMORY_H_
+#define PSTRAIN_SERVER_CHUNK_MEMORY_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pstrain {
+
+// What a chunk's slab holds, in floats.
+struct SlabLayout {
+  int32_t chunk = 0;
+  int64_t weights = 0;
+  int64_t state = 0;
+  int64_t grad = 0;
+  int64_t floats() const { return weights + state + grad; }
+};
+
+struct OffloadOptions {
+  std::string dir;     // empty: in memory
+  int64_t budget = 0;  // bytes of slabs resident at once
+  int server_id = 0;
+};
+
+// Measured by ChunkMemory, for Status.
+struct ChunkMemoryStats {
+  bool offloaded = false;
+  int64_t resident_bytes = 0;  // slabs in memory now
+  int64_t disk_bytes = 0;      // the slab file's size
+  int64_t read_bytes = 0, write_bytes = 0;
+  double read_s = 0, write_s = 0;  // time spent in them
+};
+
+class ChunkMemory {
+ public:
+  // In memory, or offloaded as `options` says: the slab file is made under
+  // a temporary name with its whole size allocated and renamed into place;
+  // an error (the directory missing, not writable, too small) leaves
+  // nothing behind. INVALID_ARGUMENT for a budget below the largest slab
+  // (the message gives the minimum).
+  static absl::StatusOr<std::unique_ptr<ChunkMemory>> Make(const std::vector<SlabLayout>& slabs,
+                                                           const OffloadOptions& options);
+  ~ChunkMemory();
+
+  // A chunk's slab, resident while this lives (move-only).
+  class Slab {
+   public:
+    Slab() = default;
+    Slab(Slab&& other) noexcept { *this = std::move(other); }
+    Slab& operator=(Slab&& other) noexcept;
+    ~Slab();
+    float* weights() const { return data_; }
+    float* state() const { return data_ + layout_->weights; }
+    float* grad() const { return data_ + layout_->weights + layout_->state; }
+    // It changed: written back to the file before it leaves memory.
+    void MarkWritten() const;
+
+   private:
+    friend class ChunkMemory;
+    ChunkMemory* owner_ = nullptr;
+    int index_ = -1;
+    const SlabLayout* layout_ = nullptr;
+    float* data_ = nullptr;
+  };
+
+  // Pins chunk `chunk`'s slab, reading it from the file if it is not
+  // resident (and writing others back to make room). An I/O error is
+  // returned here and by every later call (see health()).
+  absl::StatusOr<Slab> Pin(int32_t chunk);
+  // Offloaded: reads `chunk` ahead in the background if room can be made.
+  void Prefetch(int32_t chunk);
+  // The first I/O error (the store cannot go on), or OK.
+  absl::Status health() const;
+  ChunkMemoryStats stats() const;
+
+ private:
+  enum class Where { kFile, kLoading, kResident, kWriting };
+  struct Entry {
+    SlabLayout layout;
+    int64_t bytes = 0;   // of its mapping (whole pages)
+    int64_t offset = 0;  // in the file
+    Where where = Where::kFile;
+    int pins = 0;
+    bool dirty = false;
+    bool on_disk = false;  // written back once (else its file bytes are zeros)
+    uint64_t last_use = 0;
+    float* data = nullptr;
+  };
+
+  ChunkMemory(const std::vector<SlabLayout>& slabs, const OffloadOptions& options);
+  absl::Status CreateFile();
+  void Unpin(int index);
+  // Resident and unpinned bytes enough for `bytes` more within the budget:
+  // writes back and drops least recently used slabs; waits while too many
+  // are pinned. Releases mu_ around writes.
+  absl::Status MakeRoom(int64_t bytes, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Entry* Victim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads entry `e` (reserved, kLoading) from the file, releasing mu_.
+  absl::Status Load(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A mapping of `bytes` for a slab (all zeros if `zeroed`): a spare one of
+  // that size, or a new one once spares are unmapped to keep within the
+  // budget (null: none).
+  float* TakeMapping(int64_t bytes, bool zeroed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReadAhead();
+
+  const OffloadOptions options_;
+  const bool offloaded_;
+  std::string path_;
+  int fd_ = -1;
+  int64_t file_bytes_ = 0;
+  std::vector<Entry> entries_;
+  std::unordered_map<int32_t, int> index_;
+
+  mutable absl::Mutex mu_;
+  int64_t resident_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of kLoading/kResident/kWriting
+  // Mappings of slabs that left, kept for the next of their size (their
+  // pages need no fault and no zeroing again); resident_ + their bytes stay
+  // within the budget.
+  std::vector<std::pair<int64_t, float*>> spare_ ABSL_GUARDED_BY(mu_);
+  int64_t spare_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status health_ ABSL_GUARDED_BY(mu_);
+  ChunkMemoryStats io_ ABSL_GUARDED_BY(mu_);
+  std::deque<int> ahead_ ABSL_GUARDED_BY(mu_);  // chunks to read ahead
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reader_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_CHUNK_MEMORY_H_

@@ -1,0 +1,133 @@
+// ChunkMemory in memory and offloaded to a file: what is written comes back,
+// at most the budget is resident, and bad directories or budgets are clear
+// errors that leave nothing behind.
+#include "server/chunk_memory.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+std::string TempDir() {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+                                 "/chunk_memory_XXXXXX");
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  return dir;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// Slabs of 1000 weights + 2000 state + 1000 round floats (16,000 bytes:
+// 4 pages each).
+std::vector<SlabLayout> Slabs(int n) {
+  std::vector<SlabLayout> out;
+  for (int i = 0; i < n; ++i) out.push_back({i, 1000, 2000, 1000});
+  return out;
+}
+
+void Fill(const ChunkMemory::Slab& s, int chunk) {
+  for (int i = 0; i < 4000; ++i) s.weights()[i] = static_cast<float>(chunk * 10000 + i);
+}
+
+bool Holds(const ChunkMemory::Slab& s, int chunk) {
+  for (int i = 0; i < 4000; ++i) {
+    if (s.weights()[i] != static_cast<float>(chunk * 10000 + i)) return false;
+  }
+  return true;
+}
+
+TEST(ChunkMemoryTest, InMemoryEverySlabStays) {
+  auto m = ChunkMemory::Make(Slabs(3), {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (int c = 0; c < 3; ++c) {
+    absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->state()[0], 0.0f);
+    Fill(*s, c);
+  }
+  for (int c = 0; c < 3; ++c) EXPECT_TRUE(Holds(*(*m)->Pin(c), c));
+  const ChunkMemoryStats st = (*m)->stats();
+  EXPECT_FALSE(st.offloaded);
+  EXPECT_EQ(st.resident_bytes, 3 * 16384);
+  EXPECT_EQ(st.read_bytes + st.write_bytes, 0);
+}
+
+TEST(ChunkMemoryTest, OffloadedSlabsStayWithinTheBudgetAndComeBack) {
+  const std::string dir = TempDir();
+  const int64_t budget = 3 * 16384;
+  auto m = ChunkMemory::Make(Slabs(8), {dir, budget, 7});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(Exists(dir + "/server7.slabs"));
+  EXPECT_FALSE(Exists(dir + "/server7.slabs.tmp"));
+  for (int round = 0; round < 2; ++round) {
+    for (int c = 0; c < 8; ++c) {
+      absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+      ASSERT_TRUE(s.ok()) << s.status();
+      if (round == 0) {
+        Fill(*s, c);
+        s->MarkWritten();
+      } else {
+        EXPECT_TRUE(Holds(*s, c)) << c;
+      }
+      (*m)->Prefetch(c + 1);
+      EXPECT_LE((*m)->stats().resident_bytes, budget);
+    }
+  }
+  // Threads pinning different slabs at once wait for room, never exceed it.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&m, t] {
+      for (int i = 0; i < 50; ++i) {
+        const int c = (t * 3 + i) % 8;
+        absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+        EXPECT_TRUE(s.ok() && Holds(*s, c)) << c;
+        EXPECT_LE((*m)->stats().resident_bytes, 3 * 16384);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const ChunkMemoryStats st = (*m)->stats();
+  EXPECT_TRUE(st.offloaded);
+  EXPECT_EQ(st.disk_bytes, 8 * 16384);
+  EXPECT_GE(st.write_bytes, 5 * 16000);  // at least the slabs that left in round 0
+  EXPECT_GE(st.read_bytes, 5 * 16000);
+  EXPECT_TRUE((*m)->health().ok());
+  m->reset();
+  EXPECT_FALSE(Exists(dir + "/server7.slabs"));  // scratch, gone with the server
+}
+
+TEST(ChunkMemoryTest, ABudgetBelowTheLargestSlabSaysTheMinimum) {
+  auto m = ChunkMemory::Make(Slabs(2), {TempDir(), 16383, 0});
+  ASSERT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("at least 16384"), std::string::npos) << m.status();
+}
+
+TEST(ChunkMemoryTest, AMissingOrUnusableDirectoryIsAClearErrorLeavingNothing) {
+  const std::string dir = TempDir();
+  auto m = ChunkMemory::Make(Slabs(2), {dir + "/missing", 1 << 20, 0});
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound) << m.status();
+  EXPECT_NE(m.status().message().find("--offload_dir"), std::string::npos) << m.status();
+  // A file where the directory should be.
+  const std::string file = dir + "/plain";
+  FILE* f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  m = ChunkMemory::Make(Slabs(2), {file, 1 << 20, 0});
+  EXPECT_FALSE(m.ok());
+  EXPECT_FALSE(Exists(file + "/server0.slabs.tmp"));
+}
+
+}  // namespace
+}  // namespace pstrain

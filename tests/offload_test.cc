@@ -1,0 +1,229 @@
+// Servers with --offload_dir through real daemons: the quick start's model
+// trains to bit-identical weights with a quarter of each server's state in
+// memory, the servers' anonymous memory stays under the budget plus a fixed
+// overhead, and an unusable offload directory (missing, or a disk that is
+// too small) fails the server with a clear message and ends the job.
+#include <sys/mount.h>
+#include <csignal>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+// The quick start's job (deploy/jobs/mlp_fashion_mnist.pbtxt) in 64 KiB
+// chunks (a chunk's Adam slab is then 256 KiB: a quarter of a server's
+// 2.1 MB fits 2 of them) and 1 epoch.
+std::string QuickStartJob() {
+  return R"pb(
+    name: "offload"
+    model {
+      input_dim: 784
+      layers { type: DENSE name: "fc1" units: 256 }
+      layers { type: RELU }
+      layers { type: DENSE name: "fc2" units: 256 }
+      layers { type: RELU }
+      layers { type: DENSE name: "fc3" units: 10 }
+      layers { type: SOFTMAX_XENT }
+    }
+    data { dataset: FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }
+    optimizer { type: ADAM learning_rate: 0.001 }
+    consistency: BSP
+    batch_size: 128
+    epochs: 1
+    seed: 42
+    chunk_bytes: 65536
+    num_servers: 2
+    num_workers: 2
+  )pb";
+}
+
+// 134,154 parameters over 2 servers, 16 bytes each (weights, Adam's two
+// moments, the BSP round's sum): a server holds about 1.07 MB; the budget
+// is a quarter of the larger share.
+constexpr int64_t kBudget = 2 * 262144 + 8192;
+
+// Anonymous resident memory of process `pid` (RssAnon), bytes; -1 if gone.
+int64_t RssAnon(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) != 0) continue;
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    return parts.size() >= 2 ? std::stoll(parts[1]) * 1024 : -1;
+  }
+  return -1;
+}
+
+struct Trained {
+  int code = -1;
+  TensorSet weights;
+  int64_t peak_rss_anon = 0;  // the larger server's, sampled every 20 ms
+  ClusterStatus status;
+};
+
+Trained Train(const std::string& name, const std::vector<std::string>& server_flags) {
+  Cluster cluster(name);
+  ClusterOptions options;
+  options.job_text = QuickStartJob();
+  options.servers = 2;
+  options.workers = 2;
+  options.server_flags = server_flags;
+  options.scheduler_flags = {"--linger_ms=3000"};
+  Trained run;
+  if (!cluster.Start(options).ok()) return run;
+  std::atomic<bool> done{false};
+  std::thread sampler([&] {
+    while (!done) {
+      for (Process& s : cluster.servers()) {
+        run.peak_rss_anon = std::max(run.peak_rss_anon, RssAnon(s.pid()));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  // The servers' Status while they run (the last one before the job ended).
+  absl::StatusOr<ClusterStatus> last;
+  for (int i = 0; i < 3000; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (!st.ok() || st->job_state() == DONE || st->job_state() == ABORTED) break;
+    last = st;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  run.code = cluster.WaitAll(absl::Seconds(180)).value_or(-1);
+  done = true;
+  sampler.join();
+  if (last.ok()) run.status = *last;
+  run.weights = ReadWeights(cluster.worker_weights(0));
+  EXPECT_EQ(run.code, 0) << cluster.Logs();
+  return run;
+}
+
+// The in-memory run (once per test binary).
+const Trained& InMemory() {
+  static const Trained* run = new Trained(Train("offload_memory", {}));
+  return *run;
+}
+
+TEST(OffloadTest, OffloadedServersTrainTheQuickStartModelBitIdentically) {
+  const Trained& memory = InMemory();
+  const std::string dir = NewTempDir("offload_dir");
+  const Trained offloaded =
+      Train("offload_disk", {"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kBudget)});
+  ASSERT_EQ(memory.code, 0);
+  ASSERT_EQ(offloaded.code, 0);
+  ASSERT_GT(memory.weights.tensors_size(), 0);
+  EXPECT_EQ(memory.weights.SerializeAsString(), offloaded.weights.SerializeAsString());
+  // Status while it ran: at most the budget resident, and the disk used.
+  int servers = 0;
+  for (const NodeStatus& m : offloaded.status.members()) {
+    if (m.role() != SERVER) continue;
+    ++servers;
+    EXPECT_LE(m.offload_resident_bytes(), kBudget);
+    EXPECT_GT(m.offload_disk_bytes(), kBudget);
+    EXPECT_GT(m.offload_read_bytes(), 0);
+    EXPECT_GT(m.offload_write_bytes(), 0);
+  }
+  EXPECT_EQ(servers, 2);
+  // The fixed overhead (gRPC, threads, buffers) is what an in-memory server
+  // holds besides its state; offloaded, the state counts at most the budget.
+  constexpr int64_t kOverhead = 64 << 20;
+  std::printf("peak RssAnon: in memory %.1f MB, offloaded %.1f MB (budget %.2f MB)\n",
+              memory.peak_rss_anon / 1e6, offloaded.peak_rss_anon / 1e6, kBudget / 1e6);
+  EXPECT_LE(offloaded.peak_rss_anon, kBudget + kOverhead);
+}
+
+// Checkpoints and a rollback with offloaded servers: server 1 killed after
+// clock 150 and replaced (offloaded too); the cluster rolls back to the
+// checkpoint and ends with the in-memory run's weights.
+TEST(OffloadTest, AnOffloadedServerIsCheckpointedAndRestored) {
+  const Trained& memory = InMemory();
+  ASSERT_EQ(memory.code, 0);
+  Cluster cluster("offload_restart");
+  const std::string dir = NewTempDir("offload_dir2");
+  const std::vector<std::string> offload = {"--offload_dir=" + dir,
+                                            absl::StrCat("--memory_budget=", kBudget)};
+  ClusterOptions options;
+  options.job_text = QuickStartJob();
+  options.servers = 2;
+  options.workers = 2;
+  options.server_flags = offload;
+  options.scheduler_flags = {"--checkpoint_dir=" + cluster.dir() + "/ckpt",
+                             "--checkpoint_every=50", "--heartbeat_timeout_ms=1500"};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  for (int i = 0; i < 3000; ++i) {
+    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+    if (st.ok() && st->members_size() == 4 && MemberOf(*st, WORKER, 0).clock() >= 160) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const int victim = cluster.ServerProcess(1);
+  ASSERT_GE(victim, 0);
+  cluster.servers()[victim].Kill(SIGKILL);
+  std::vector<std::string> replacement = offload;
+  replacement.push_back("--rank=1");
+  ASSERT_TRUE(cluster.AddServer(replacement).ok());
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->rollbacks_size(), 1);
+  EXPECT_GT(st->rollbacks(0).to_clock(), 0);
+  EXPECT_EQ(ReadWeights(cluster.worker_weights(0)).SerializeAsString(),
+            memory.weights.SerializeAsString());
+}
+
+// The server's exit and its FAILED message as the scheduler reports it.
+void ExpectServerFails(const std::string& name, const std::string& dir, const std::string& what) {
+  Cluster cluster(name);
+  ClusterOptions options;
+  options.job_text = QuickStartJob();
+  options.servers = 2;
+  options.workers = 2;
+  options.server_flags = {"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kBudget)};
+  options.scheduler_flags = {"--linger_ms=2000"};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << cluster.Logs();
+  EXPECT_EQ(*code, 1);  // the job was aborted: a server failed, no checkpoints
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->job_state(), ABORTED);
+  EXPECT_NE(st->message().find(what), std::string::npos) << st->message();
+  bool failed = false;
+  for (const NodeStatus& m : st->members()) failed |= m.role() == SERVER && m.state() == FAILED;
+  EXPECT_TRUE(failed);
+}
+
+TEST(OffloadTest, AMissingOffloadDirectoryFailsTheServer) {
+  ExpectServerFails("offload_missing", "/nonexistent/offload", "/nonexistent/offload");
+}
+
+TEST(OffloadTest, AnOffloadDirectoryTooSmallFailsTheServerAndLeavesNothing) {
+  // A 256 KiB tmpfs: each server's 1 MB of chunk state cannot be made there.
+  const std::string dir = NewTempDir("offload_small");
+  if (geteuid() != 0 || mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root outside a sandbox)";
+  }
+  ExpectServerFails("offload_full", dir, "No space left on device");
+  // Nothing half-written: the temporary files are gone.
+  std::string listing;
+  EXPECT_TRUE(RunCommand({"/bin/ls", "-A", dir}, &listing, absl::Seconds(5), "ls").ok());
+  umount(dir.c_str());
+  EXPECT_EQ(listing, "");
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain
