@@ -60,6 +60,10 @@ class Backend {
   virtual std::string error() const = 0;
   // The most device memory held at once through Alloc, in bytes.
   virtual int64_t peak_bytes() const = 0;
+  // From now on Alloc refuses (null, and error() says so) what would take
+  // the memory held through it past `bytes` (ps_worker
+  // --device_memory_budget; 0: no limit but the device's).
+  virtual void SetMemoryLimit(int64_t bytes) = 0;
   // What matrix products take as inputs from now on: Gemm's, and the
   // products inside Attention and AttentionBackward (its softmax stays
   // fp32). False, with *why, when the device cannot compute in `precision`.

@@ -25,8 +25,9 @@ namespace testing {
 namespace {
 
 // The quick start's job (deploy/jobs/mlp_fashion_mnist.pbtxt) in 64 KiB
-// chunks (a chunk's Adam slab is then 256 KiB: a quarter of a server's
-// 2.1 MB fits 2 of them) and 1 epoch.
+// chunks (a chunk's Adam slab is then 256 KiB, so that a quarter of a
+// server's 2.1 MB holds 2 of them; the quick start's own 256 KiB chunks make
+// 1 MiB slabs, more than a quarter) and 1 epoch.
 std::string QuickStartJob() {
   return R"pb(
     name: "offload"
@@ -51,9 +52,9 @@ std::string QuickStartJob() {
   )pb";
 }
 
-// 134,154 parameters over 2 servers, 16 bytes each (weights, Adam's two
-// moments, the BSP round's sum): a server holds about 1.07 MB; the budget
-// is a quarter of the larger share.
+// 269,578 parameters over 2 servers, 16 bytes each (weights, Adam's two
+// moments, the BSP round's sum): a server holds about 2.15 MB; the budget
+// is a quarter of that.
 constexpr int64_t kBudget = 2 * 262144 + 8192;
 
 // Anonymous resident memory of process `pid` (RssAnon), bytes; -1 if gone.
@@ -184,6 +185,79 @@ TEST(OffloadTest, AnOffloadedServerIsCheckpointedAndRestored) {
             memory.weights.SerializeAsString());
 }
 
+// The GPT job (deploy/jobs/gpt_fortunes.pbtxt) shortened to 30 clocks.
+std::string GptJob() {
+  std::string job = ReadFile("deploy/jobs/gpt_fortunes.pbtxt");
+  const size_t at = job.find("steps: 600");
+  if (at != std::string::npos) job.replace(at, 10, "steps: 30");
+  return job;
+}
+
+// Trains GptJob() with the workers' `flags`; the merged weights of worker 0
+// and the largest peak device memory a worker reported.
+Trained TrainGpt(const std::string& name, const std::vector<std::string>& flags) {
+  Cluster cluster(name);
+  ClusterOptions options;
+  options.job_text = GptJob();
+  options.servers = 2;
+  options.workers = 2;
+  options.worker_flags = {flags, flags};
+  Trained run;
+  EXPECT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  run.code = cluster.WaitAll(absl::Seconds(300)).value_or(-1);
+  EXPECT_EQ(run.code, 0) << cluster.Logs();
+  run.weights = ReadWeights(cluster.worker_weights(0));
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  if (st.ok()) run.status = *st;
+  for (const NodeStatus& m : run.status.members()) {
+    if (m.role() == WORKER) run.peak_rss_anon = std::max(run.peak_rss_anon, m.peak_device_bytes());
+  }
+  return run;
+}
+
+// A worker whose device memory budget is half of what it holds without
+// one (the GPT's weights, gradients and activations) trains the GPT job to
+// the same weights, and never holds more than the budget (the CPU backend
+// refuses more).
+TEST(OffloadTest, AWorkerUnderHalfItsMemoryTrainsTheGptJobToTheSameWeights) {
+  const Trained free = TrainGpt("gpt_free", {});
+  ASSERT_EQ(free.code, 0);
+  const int64_t budget = free.peak_rss_anon / 2;  // peak device bytes, as Status says
+  ASSERT_GT(budget, 0);
+  const Trained windowed =
+      TrainGpt("gpt_budget", {absl::StrCat("--device_memory_budget=", budget)});
+  ASSERT_EQ(windowed.code, 0);
+  std::printf("peak device memory: %lld bytes without a budget, %lld under %lld\n",
+              static_cast<long long>(free.peak_rss_anon),
+              static_cast<long long>(windowed.peak_rss_anon), static_cast<long long>(budget));
+  EXPECT_LE(windowed.peak_rss_anon, budget);
+  ASSERT_GT(free.weights.tensors_size(), 0);
+  const double relative = MaxDifference(free.weights, windowed.weights) / MaxMagnitude(free.weights);
+  std::printf("final weights: max |w - w_free| / max |w| = %.3g\n", relative);
+  EXPECT_LE(relative, 1e-5);
+}
+
+// A budget below what the GPT's smallest step needs is refused before
+// training, naming the minimum; the job ends.
+TEST(OffloadTest, AWorkerBudgetBelowTheMinimumIsRefusedNamingIt) {
+  Cluster cluster("gpt_too_small");
+  ClusterOptions options;
+  options.job_text = GptJob();
+  options.servers = 1;
+  options.workers = 2;
+  options.worker_flags = {{"--device_memory_budget=100000"}, {}};
+  options.scheduler_flags = {"--linger_ms=2000"};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << cluster.Logs();
+  EXPECT_EQ(*code, 1);
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->job_state(), ABORTED);
+  EXPECT_NE(st->message().find("is below this stage's minimum of"), std::string::npos)
+      << st->message();
+}
+
 // The server's exit and its FAILED message as the scheduler reports it.
 void ExpectServerFails(const std::string& name, const std::string& dir, const std::string& what) {
   Cluster cluster(name);
@@ -211,7 +285,7 @@ TEST(OffloadTest, AMissingOffloadDirectoryFailsTheServer) {
 }
 
 TEST(OffloadTest, AnOffloadDirectoryTooSmallFailsTheServerAndLeavesNothing) {
-  // A 256 KiB tmpfs: each server's 1 MB of chunk state cannot be made there.
+  // A 256 KiB tmpfs: each server's 2.1 MB of chunk state cannot be made there.
   const std::string dir = NewTempDir("offload_small");
   if (geteuid() != 0 || mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) {
     GTEST_SKIP() << "cannot mount a small tmpfs here (needs root outside a sandbox)";

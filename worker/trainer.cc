@@ -15,6 +15,7 @@
 #include "common/stage_plan.h"
 #include "common/status_macros.h"
 #include "proto/tensor.pb.h"
+#include "worker/models/gpt_model.h"
 #include "worker/models/loss_scaler.h"
 #include "worker/models/model.h"
 #include "worker/param_client.h"
@@ -22,6 +23,9 @@
 
 namespace pstrain {
 namespace {
+
+// Sequences of the validation text evaluated at once (GPT).
+constexpr int kEvalSeqs = 32;
 
 absl::Status WriteWeights(const std::string& path, int64_t clock, const Model& model,
                           const std::vector<std::vector<float>>& weights) {
@@ -63,7 +67,8 @@ Trainer::Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Ba
       data_(std::move(data)),
       start_(absl::Now()),
       sampler_(options_.job.seed(), data_.train.size, options_.job.batch_size(),
-               ClocksPerEpoch(options_.job)) {}
+               ClocksPerEpoch(options_.job)),
+      eval_seqs_(kEvalSeqs) {}
 
 void Trainer::NextBatch(int64_t clock, int share_of, int share, Batch* batch) {
   const JobSpec& job = options_.job;
@@ -82,12 +87,12 @@ absl::StatusOr<double> Trainer::Evaluate(Model& model) {
   int64_t correct = 0, predicted = 0;
   if (options_.job.data().dataset() == TEXT) {
     // The validation text's non-overlapping windows, at most kMaxWindows.
-    constexpr int64_t kMaxWindows = 512, kEvalSeqs = 32;
+    constexpr int64_t kMaxWindows = 512;
     const int context = options_.job.model().gpt().context();
     const int64_t windows = std::min(kMaxWindows, TextWindows(data_.validation_text, context));
     double loss_sum = 0;
-    for (int64_t first = 0; first < windows; first += kEvalSeqs) {
-      const int n = static_cast<int>(std::min(kEvalSeqs, windows - first));
+    for (int64_t first = 0; first < windows; first += eval_seqs_) {
+      const int n = static_cast<int>(std::min<int64_t>(eval_seqs_, windows - first));
       TextSlice(data_.validation_text, context, first, n, &batch);
       ASSIGN_OR_RETURN(const StepResult r, EvaluateBatch(model, first, batch));
       loss_sum += static_cast<double>(r.loss) * r.predicted;
@@ -120,12 +125,31 @@ absl::StatusOr<StepResult> Trainer::EvaluateBatch(Model& model, int64_t tag, con
   return model.Evaluate(batch);
 }
 
-std::unique_ptr<Model> Trainer::MakeWorkerModel() const {
+absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
   const JobSpec& job = options_.job;
-  if (job.pipeline_stages() <= 1) return MakeModel(job.model(), backend_, options_.recompute);
-  const std::vector<Stage> plan = *PlanStages(job.model(), job.pipeline_stages());
-  return MakeStageModel(job.model(), plan[StageOf(options_.worker_id, job.pipeline_stages())],
-                        backend_, options_.recompute);
+  const int stages = std::max(1, job.pipeline_stages());
+  const int s = StageOf(options_.worker_id, stages);
+  const Stage stage = stages == 1 ? WholeModel(job.model()) : (*PlanStages(job.model(), stages))[s];
+  if (options_.device_memory_budget <= 0) {
+    return MakeStageModel(job.model(), stage, backend_, options_.recompute);
+  }
+  if (job.model().kind() != GPT) {
+    return absl::InvalidArgumentError("--device_memory_budget is for GPT models (this job's is an MLP)");
+  }
+  // A micro-batch's sequences, the micro-batches whose activations a stage
+  // keeps at once, and the validation batch (Evaluate's).
+  const int replicas = job.num_workers() / stages;
+  const int seqs = std::max(1, job.batch_size() / replicas / job.micro_batches());
+  const int m = job.micro_batches();
+  const int slots = stages == 1 ? 1 : job.pipeline_schedule() == GPIPE ? m : std::min(m, stages - s);
+  ASSIGN_OR_RETURN(const GptMemoryPlan plan,
+                   PlanGptMemory(job.model(), stage, seqs, slots, kEvalSeqs,
+                                 options_.device_memory_budget, /*may_split=*/stages == 1));
+  spdlog::info("{}", plan.Describe());
+  *split = plan.split;
+  eval_seqs_ = plan.eval_seqs;
+  backend_->SetMemoryLimit(plan.budget);
+  return MakeStageModel(job.model(), stage, backend_, options_.recompute, &plan);
 }
 
 void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
@@ -174,7 +198,8 @@ std::thread Trainer::WatchLinks(StageWorker* stage, const std::atomic<bool>& sto
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const JobSpec& job = options_.job;
   const int rank = options_.worker_id;
-  const std::unique_ptr<Model> model = MakeWorkerModel();
+  int split = 1;
+  ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, MakeWorkerModel(&split));
   if (job.data().dataset() == TEXT) {
     const double entropy = UnigramEntropy(data_.train_text + data_.validation_text);
     if (rank == 0) {
@@ -192,7 +217,9 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   lo.rank = rank;
   lo.start_clock = options_.start_clock;
   lo.generation = options_.generation;
-  lo.overlap = OverlapFor(options_);
+  lo.overlap = OverlapFor(options_) && split == 1;
+  // The memory plan's smaller micro-batches, their gradients added up.
+  lo.job.set_micro_batches(job.micro_batches() * split);
   lo.loss_scaling = options_.loss_scaling;
   lo.eval_each_epoch = options_.eval_each_epoch;
   lo.debug_slowdown_ms = options_.debug_slowdown_ms;

@@ -36,6 +36,8 @@ struct TrainerOptions {
   bool eval_each_epoch = true;
   // A GPT recomputes its blocks' activations in the backward (--recompute).
   bool recompute = false;
+  // --device_memory_budget (bytes, 0: none): a GPT is windowed under it.
+  int64_t device_memory_budget = 0;
   // fp16 compute (--compute_dtype=fp16): dynamic loss scaling.
   bool loss_scaling = false;
   // Push each layer's gradients as soon as the backward has them, and under
@@ -75,8 +77,10 @@ class Trainer : private DataSource {
   void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override;
   absl::StatusOr<double> Evaluate(Model& model) override;
   int64_t Epoch(int64_t clock) const override;
-  // This worker's model: the whole model, or its pipeline stage's.
-  std::unique_ptr<Model> MakeWorkerModel() const;
+  // This worker's model: the whole model, or its pipeline stage's; under a
+  // device memory budget, windowed as the plan (logged) says.
+  // *split: each micro-batch run as that many (the plan's; 1 without one).
+  absl::StatusOr<std::unique_ptr<Model>> MakeWorkerModel(int* split);
   // Pipeline stages: the clock loop computes through *stage.
   void UsePipeline(StageWorker* stage, ClockLoopOptions* lo);
   // A stage blocked on a neighbour sees no gate: until `ran`, a thread ends
@@ -96,6 +100,7 @@ class Trainer : private DataSource {
   const absl::Time start_;
   BatchSampler sampler_;
   StageWorker* pipeline_ = nullptr;  // while Run runs a pipeline stage
+  int eval_seqs_;                    // GPT: validation sequences evaluated at once
 
   mutable absl::Mutex mu_;
   const ClockLoop* loop_ ABSL_GUARDED_BY(mu_) = nullptr;  // while Run runs

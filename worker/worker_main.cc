@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, recompute, "none",
           "of keeping them (less memory)");
 ABSL_FLAG(std::string, device, "auto",
           "auto (CUDA device 0 if there is one, else the CPU), cpu, cuda or cuda:N");
+ABSL_FLAG(int64_t, device_memory_budget, 0,
+          "bytes of device memory the model may hold at once (a GPT's weights go through it "
+          "a window of layers at a time; activations beyond it are recomputed); 0: no budget");
 ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: OpenBLAS default)");
 ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job's data.path");
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
   config.overlap = absl::GetFlag(FLAGS_overlap);
   config.recompute = absl::GetFlag(FLAGS_recompute);
+  config.device_memory_budget = absl::GetFlag(FLAGS_device_memory_budget);
   config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   config.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);

@@ -41,6 +41,7 @@ absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, D
     return bad("--wire_dtype=", c.wire_dtype, ": expected fp32, bf16 or fp16");
   }
   if (c.channels_per_server < 1) return bad("--channels_per_server must be >= 1");
+  if (c.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
   return absl::OkStatus();
 }
 
@@ -123,6 +124,7 @@ absl::StatusOr<TrainerOptions> WorkerMember::Options(const RegisterResponse& reg
   topts.debug_slowdown_ms = config_.debug_slowdown_ms;
   topts.weights_out = config_.weights_out;
   topts.recompute = config_.recompute == "block";
+  topts.device_memory_budget = config_.device_memory_budget;
   topts.overlap = config_.overlap == "on" ||
                   (config_.overlap == "auto" && std::string(backend_->name()) == "cuda");
   topts.loss_scaling = config_.compute_dtype == "fp16";

@@ -18,6 +18,7 @@ struct WorkerConfig {
   std::string compute_dtype = "fp32";  // fp32, bf16 or fp16
   std::string overlap = "auto";        // auto, on or off
   std::string recompute = "none";      // none or block
+  int64_t device_memory_budget = 0;    // bytes; 0: none (worker/models/gpt_model.h)
   std::string wire_dtype;              // "": the job's
   int channels_per_server = 2;
   std::string data_dir;     // "": the job's data.path

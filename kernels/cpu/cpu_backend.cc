@@ -25,6 +25,13 @@ class CpuBackend : public Backend {
 
   void* Alloc(int64_t bytes) override {
     const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
+    if (limit_ > 0 && held_ + static_cast<int64_t>(size) > limit_) {
+      if (error_.empty()) {
+        error_ = "cpu: " + std::to_string(bytes) + " more bytes would exceed the memory budget of " +
+                 std::to_string(limit_) + " (" + std::to_string(held_) + " held)";
+      }
+      return nullptr;
+    }
     void* p = std::aligned_alloc(64, size);
     if (p == nullptr) {
       if (error_.empty()) error_ = "cpu: out of memory allocating " + std::to_string(bytes) + " bytes";
@@ -58,6 +65,7 @@ class CpuBackend : public Backend {
   void UnpinHost(void*) override {}
   std::string error() const override { return error_; }
   int64_t peak_bytes() const override { return peak_; }
+  void SetMemoryLimit(int64_t bytes) override { limit_ = bytes; }
 
   bool SetPrecision(Precision precision, std::string* why) override {
     if (precision == Precision::kFp16 && !reference_) {
@@ -320,7 +328,7 @@ class CpuBackend : public Backend {
   std::vector<float> round_a_, round_b_;
   int64_t fences_ = 0;
   std::unordered_map<void*, size_t> sizes_;
-  int64_t held_ = 0, peak_ = 0;
+  int64_t held_ = 0, peak_ = 0, limit_ = 0;
   std::string error_;
 };
 

@@ -440,11 +440,17 @@ class CudaBackend : public Backend {
   const char* name() const override { return "cuda"; }
   std::string error() const override { return error_; }
   int64_t peak_bytes() const override { return peak_; }
+  void SetMemoryLimit(int64_t bytes) override { limit_ = bytes; }
 
   void* Alloc(int64_t bytes) override {
     if (!error_.empty()) return nullptr;
     void* p = nullptr;
     const size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    if (limit_ > 0 && held_ + static_cast<int64_t>(size) > limit_) {
+      error_ = "cuda: " + std::to_string(bytes) + " more bytes would exceed the memory budget of " +
+               std::to_string(limit_) + " (" + std::to_string(held_) + " held)";
+      return nullptr;
+    }
     if (!Check(cudaMalloc(&p, size), "cudaMalloc")) return nullptr;
     sizes_[p] = size;
     held_ += static_cast<int64_t>(size);
@@ -883,7 +889,7 @@ class CudaBackend : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::string error_;
   std::unordered_map<void*, size_t> sizes_;
-  int64_t held_ = 0, peak_ = 0;
+  int64_t held_ = 0, peak_ = 0, limit_ = 0;
   std::map<const char*, int64_t> pinned_;  // start -> bytes
   std::deque<std::pair<int64_t, cudaEvent_t>> fences_;
   std::vector<cudaEvent_t> spare_events_;

@@ -2,16 +2,123 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/params.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
 
+namespace {
+
+// Bytes the backend allocates for n elements of 4 bytes (64-byte multiples).
+int64_t Arr(int64_t n) { return (std::max<int64_t>(n * 4, 1) + 63) / 64 * 64; }
+
+// One block's kept activations for n tokens (BlockActs).
+int64_t BlockActBytes(int64_t n, int64_t c, int64_t att) {
+  return 4 * Arr(n) + 3 * Arr(n * c) + Arr(n * 3 * c) + Arr(att) + 2 * Arr(n * 4 * c);
+}
+
+}  // namespace
+
+std::string GptMemoryPlan::Describe() const {
+  return absl::StrCat(
+      "memory plan: budget ", budget, " bytes; weights and gradients of 2 units (embeddings, ",
+      "a block, the head) at once, at most ", window_bytes, " bytes (all resident: ", model_bytes,
+      "); activations ",
+      recompute ? "recomputed block by block (the residual stream kept), " : "kept, ",
+      activation_bytes, " bytes",
+      split > 1 ? absl::StrCat(", each micro-batch run as ", split, " of ", seqs,
+                               " sequences (gradients added up)")
+                : "",
+      "; evaluation ", eval_seqs, " sequences at once; peak expected ", peak_bytes,
+      " (without a budget: ", unbudgeted_bytes, ")");
+}
+
+namespace {
+
+// A stage's device bytes, as GptModel allocates them.
+struct GptSizes {
+  int64_t t, c, heads;
+  int blocks;
+  bool first, last;
+  // Each slot's (slot 0 also holds an evaluation batch) and the work
+  // arrays shared by every slot (sized for the largest batch), for
+  // micro-batches of `seqs` sequences.
+  int64_t Activations(int seqs, int slots, int eval_seqs, bool keep) const {
+    const int64_t n = seqs * t, n_max = std::max(seqs, eval_seqs) * t;
+    int64_t b = Slot(n_max, keep) + (slots - 1) * Slot(n, keep);
+    b += 3 * Arr(n_max * c) + Arr(n_max * 4 * c) + Arr(n_max * 3 * c);
+    if (last) b += Arr(n_max * kGptVocab);
+    if (!keep) b += BlockActBytes(n_max, c, n_max * heads * t);
+    return b;
+  }
+  int64_t Slot(int64_t rows, bool keep) const {
+    int64_t b = (2 * blocks + 1) * Arr(rows * c);
+    if (keep) b += blocks * BlockActBytes(rows, c, rows * heads * t);
+    if (first) b += 2 * Arr(rows);
+    if (last) b += 3 * Arr(rows) + Arr(rows * c) + Arr(rows * kGptVocab);
+    return b;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& stage, int seqs,
+                                            int slots, int eval_seqs, int64_t budget,
+                                            bool may_split) {
+  const GptSpec& gpt = spec.gpt();
+  const int units = static_cast<int>(ModelUnits(spec).size());
+  const GptSizes z{gpt.context(), gpt.width(), gpt.heads(), stage.end_layer - stage.first_layer,
+                   stage.first_unit == 0, stage.end_unit == units};
+  // Each unit's weights (its gradients are as large), in forward order.
+  const std::vector<ParamInfo> all = ModelParams(spec);
+  std::vector<int64_t> unit;
+  int p = stage.first_param;
+  auto take = [&](int n) {
+    int64_t bytes = 0;
+    for (int i = 0; i < n; ++i) bytes += Arr(all[p++].numel);
+    unit.push_back(bytes);
+  };
+  if (z.first) take(2);
+  for (int j = 0; j < z.blocks; ++j) take(12);
+  if (z.last) take(3);
+  GptMemoryPlan plan;
+  plan.budget = budget;
+  for (size_t u = 0; u < unit.size(); ++u) {
+    const int64_t before = u > 0 ? unit[u - 1] : 0, after = u + 1 < unit.size() ? unit[u + 1] : 0;
+    plan.window_bytes = std::max(plan.window_bytes, 2 * unit[u] + std::max(before, after));
+    plan.model_bytes += 2 * unit[u];
+  }
+  plan.unbudgeted_bytes = plan.model_bytes + z.Activations(seqs, slots, eval_seqs, true);
+  // Kept, in smaller micro-batches if need be (one stage only: a pipeline's
+  // micro-batches are its stages' agreement); else recomputed, the same way.
+  // (Splitting costs less than recomputing: a smaller batch's products run
+  // nearly as fast, a recomputed block is a third more work.)
+  for (bool keep : {true, false}) {
+    for (int split = 1; split <= (may_split ? seqs : 1); ++split) {
+      if (seqs % split != 0) continue;
+      const int now = seqs / split, eval = std::min(eval_seqs, now);
+      plan.split = split;
+      plan.seqs = now;
+      plan.eval_seqs = eval;
+      plan.recompute = !keep;
+      plan.activation_bytes = z.Activations(now, slots, eval, keep);
+      plan.peak_bytes = plan.window_bytes + plan.activation_bytes;
+      if (plan.peak_bytes <= budget) return plan;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device_memory_budget=", budget, " is below this stage's minimum of ", plan.peak_bytes,
+      " bytes (two units' weights and one's gradients: ", plan.window_bytes, "; activations of ",
+      plan.seqs, "-sequence micro-batches, ", slots, " in flight, recomputed: ",
+      plan.activation_bytes, ")"));
+}
+
 GptModel::GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
-                   bool recompute)
-    : Model(spec, stage, backend),
+                   bool recompute, const GptMemoryPlan* plan)
+    : Model(spec, stage, backend, /*windowed=*/plan != nullptr),
       gpt_(spec.gpt()),
-      recompute_(recompute),
+      recompute_(recompute || (plan != nullptr && plan->recompute)),
       logits_(backend),
       dx_(backend),
       tmp_(backend),
@@ -45,6 +152,9 @@ GptModel::GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* 
     lnf_beta_ = p++;
     head_ = p++;
   }
+  if (first_) units_.push_back({wte_, wpe_});
+  for (const BlockParams& b : block_params_) units_.push_back(b.All());
+  if (last_) units_.push_back({lnf_gamma_, lnf_beta_, head_});
   if (recompute_) shared_acts_.emplace_back(backend);
   const int64_t c = gpt_.width();
   input_width_ = output_width_ = gpt_.context() * c;
@@ -131,19 +241,25 @@ absl::StatusOr<StepResult> GptModel::Forward(int slot, const Batch& batch,
   }
   if (last_) s.targets.Upload(batch.labels.data());
   // Each layer's weights are queued for upload just before its work, so the
-  // device copies the next while it computes this one.
+  // device copies the next while it computes this one (windowed: the next
+  // unit's are queued before this one's work, and this one's go after it).
   if (first_) {
+    Prefetch(1);
     Embed(s);
+    ReleaseWeights(units_[0]);
   } else {
     s.res[0].Upload(input->data());
   }
   for (int j = 0; j < static_cast<int>(block_params_.size()); ++j) {
     UploadWeights(block_params_[j].All());
+    Prefetch(BlockUnit(j) + 1);
     ForwardBlock(j, s);
+    ReleaseWeights(block_params_[j].All());
   }
   StepResult result;
   if (last_) {
     result = Head(s, train);
+    ReleaseWeights(units_.back());
   } else {
     output->resize(static_cast<size_t>(seqs) * output_width_);
     s.res.back().Download(output->data());
@@ -168,7 +284,11 @@ absl::Status GptModel::Backward(int slot, const std::vector<float>* grad_output,
   const int n = s.seqs * gpt_.context(), c = gpt_.width();
   // dx_: the gradient of the residual stream, walking down.
   if (last_) {
+    if (windowed_) UploadWeights(units_.back());  // else still there from the forward
+    AllocGrads(units_.back());
+    if (!block_params_.empty()) Prefetch(BlockUnit(static_cast<int>(block_params_.size()) - 1));
     HeadBackward(s);
+    ReleaseWeights(units_.back());
   } else {
     RETURN_IF_ERROR(CheckSize(grad_output, s.seqs, output_width_, "stage output gradient"));
     backend_->Upload(grad_output->data(), grad_output->size() * sizeof(float), dx_.data());
@@ -176,11 +296,16 @@ absl::Status GptModel::Backward(int slot, const std::vector<float>* grad_output,
   for (int j = static_cast<int>(block_params_.size()) - 1; j >= 0; --j) {
     // With recomputation the block's activations are made again from its
     // input, which the residual stream kept.
+    if (windowed_) UploadWeights(block_params_[j].All());
+    if (j > 0) Prefetch(BlockUnit(j - 1));
+    AllocGrads(block_params_[j].All());
     if (recompute_) ForwardBlock(j, s);
     BackwardBlock(j, s);
     Ready(block_params_[j].All());
+    ReleaseWeights(block_params_[j].All());
   }
   if (first_) {
+    AllocGrads(units_[0]);
     device_grads_[wte_].Upload(zeros_.data());
     device_grads_[wpe_].Upload(zeros_.data());
     backend_->EmbeddingBackward(n, c, s.ids.data(), dx_.data(), G(wte_));
@@ -192,6 +317,10 @@ absl::Status GptModel::Backward(int slot, const std::vector<float>* grad_output,
   }
   FinishGrads();
   return BackendStatus();
+}
+
+void GptModel::Prefetch(int u) {
+  if (windowed_ && u < static_cast<int>(units_.size())) UploadWeights(units_[u]);
 }
 
 void GptModel::ForwardBlock(int j, Slot& s) {

@@ -4,19 +4,53 @@
 #ifndef PSTRAIN_WORKER_MODELS_GPT_MODEL_H_
 #define PSTRAIN_WORKER_MODELS_GPT_MODEL_H_
 
+#include <string>
 #include <vector>
 
 #include "worker/models/model.h"
 
 namespace pstrain {
 
+// A GPT stage's device memory under a budget (ps_worker
+// --device_memory_budget): a window of units' (the embeddings', each
+// block's, the head's) weights and one unit's gradients on the device at
+// once, and every micro-batch's activations kept, or, when they do not fit,
+// recomputed block by block in the backward (only the residual stream
+// kept). Sizes as the backend allocates them (64-byte multiples).
+struct GptMemoryPlan {
+  int64_t budget = 0;
+  bool recompute = false;
+  int64_t window_bytes = 0;      // the most weights and gradients at once
+  int64_t activation_bytes = 0;  // every slot's and the shared work arrays
+  int64_t peak_bytes = 0;        // window + activations
+  int64_t model_bytes = 0;       // the stage's weights + gradients, all resident
+  int64_t unbudgeted_bytes = 0;  // all resident with every activation kept
+  // Each micro-batch of the job run as `split` of `seqs` sequences, their
+  // gradients added up (only when nothing else fits, and only without
+  // pipeline stages); evaluation `eval_seqs` sequences at once.
+  int split = 1;
+  int seqs = 0;
+  int eval_seqs = 0;
+  std::string Describe() const;
+};
+
+// The plan for `stage` training micro-batches of `seqs` sequences with
+// `slots` of them in flight and evaluating up to `eval_seqs` at once:
+// activations kept if they fit, else recomputed, else (`may_split`) the
+// micro-batches split further. INVALID_ARGUMENT, giving the minimum, when
+// nothing fits the budget.
+absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& stage, int seqs,
+                                            int slots, int eval_seqs, int64_t budget,
+                                            bool may_split = false);
+
 class GptModel : public Model {
  public:
   // With `recompute`, only the residual stream is kept between forward and
   // backward; each block's activations are computed again, one block at a
   // time, when the backward reaches it (less memory, one more forward).
+  // With `plan`, windowed (see Model) and recomputing as it says.
   GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
-           bool recompute = false);
+           bool recompute = false, const GptMemoryPlan* plan = nullptr);
   absl::StatusOr<StepResult> Forward(int slot, const Batch& batch, const std::vector<float>* input,
                                      std::vector<float>* output, bool train) override;
   absl::Status Backward(int slot, const std::vector<float>* grad_output,
@@ -70,6 +104,10 @@ class GptModel : public Model {
   // Takes dx_ (the gradient at the block's output) to the block's input.
   void BackwardBlock(int j, Slot& s);
   BlockActs& Acts(Slot& s, int j) { return recompute_ ? shared_acts_.front() : s.blocks[j]; }
+  // Windowed: uploads unit `u`'s weights ahead of their use (no-op past the
+  // last unit or when not windowed).
+  void Prefetch(int u);
+  int BlockUnit(int j) const { return (first_ ? 1 : 0) + j; }
   const float* W(int p) { return device_weights_[p].data(); }
   float* G(int p) { return device_grads_[p].data(); }
 
@@ -78,6 +116,7 @@ class GptModel : public Model {
   // params() indices; -1 where another stage holds them.
   int wte_ = -1, wpe_ = -1, lnf_gamma_ = -1, lnf_beta_ = -1, head_ = -1;
   std::vector<BlockParams> block_params_;  // this stage's blocks
+  std::vector<std::vector<int>> units_;    // params of each unit, in forward order
   std::vector<Slot> slots_;
   std::vector<BlockActs> shared_acts_;  // with recomputation: one for every slot
   Array logits_, dx_, tmp_, tmp2_, tmp4_, dqkv_;

@@ -8,19 +8,22 @@
 
 namespace pstrain {
 
-Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend)
+Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
+             bool windowed)
     : backend_(backend),
       stage_(stage),
       first_(stage.first_unit == 0),
-      last_(stage.end_unit == static_cast<int>(ModelUnits(spec).size())) {
+      last_(stage.end_unit == static_cast<int>(ModelUnits(spec).size())),
+      windowed_(windowed) {
   const std::vector<ParamInfo> all = ModelParams(spec);
   params_.assign(all.begin() + stage.first_param, all.begin() + stage.end_param);
   for (const ParamInfo& p : params_) {
     weights_.push_back(kernels::PinnableVector(p.numel));
     grads_.push_back(kernels::PinnableVector(p.numel));
-    device_weights_.emplace_back(backend, p.numel);
-    device_grads_.emplace_back(backend, p.numel);
+    device_weights_.emplace_back(backend, windowed ? 0 : p.numel);
+    device_grads_.emplace_back(backend, windowed ? 0 : p.numel);
   }
+  on_device_.assign(params_.size(), false);
   for (auto* host : {&weights_, &grads_}) {
     for (std::vector<float>& v : *host) {
       const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(float));
@@ -36,11 +39,44 @@ Model::~Model() {
 }
 
 void Model::UploadWeights(const std::vector<int>& params) {
+  if (windowed_) {
+    for (int p : params) {
+      if (on_device_[p] || !device_weights_[p].Resize(params_[p].numel)) continue;
+      device_weights_[p].Upload(weights_[p].data());
+      on_device_[p] = true;
+    }
+    return;
+  }
   if (!host_sync_) return;
   for (int p : params) device_weights_[p].Upload(weights_[p].data());
 }
 
+void Model::ReleaseWeights(const std::vector<int>& params) {
+  if (!windowed_) return;
+  for (int p : params) {
+    device_weights_[p].Release();
+    on_device_[p] = false;
+  }
+}
+
+void Model::AllocGrads(const std::vector<int>& params) {
+  if (!windowed_) return;
+  for (int p : params) device_grads_[p].Resize(params_[p].numel);
+}
+
 void Model::Ready(const std::vector<int>& params) {
+  if (windowed_) {
+    // The gradients leave the device now, and their room with them.
+    for (int p : params) {
+      if (device_grads_[p].data() == nullptr) continue;  // no room: the error stands
+      backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4,
+                              grads_[p].data());
+    }
+    backend_->WaitFor(backend_->Fence());
+    for (int p : params) device_grads_[p].Release();
+    if (grads_ready_ && backend_->error().empty()) grads_ready_(params);
+    return;
+  }
   if (!host_sync_ || !grads_ready_) return;
   for (int p : params)
     backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4, grads_[p].data());
@@ -69,6 +105,7 @@ void Model::ReportLanded(bool wait) {
 }
 
 void Model::FinishGrads() {
+  if (windowed_) return;  // each unit's went in Ready
   if (!host_sync_) {
     // The step still ends when the device has done its work.
     backend_->WaitFor(backend_->Fence());
@@ -104,8 +141,11 @@ absl::Status Model::CheckSize(const std::vector<float>* v, int64_t rows, int64_t
 }
 
 std::unique_ptr<Model> MakeStageModel(const ModelSpec& spec, const Stage& stage,
-                                      kernels::Backend* backend, bool recompute) {
-  if (spec.kind() == GPT) return std::make_unique<GptModel>(spec, stage, backend, recompute);
+                                      kernels::Backend* backend, bool recompute,
+                                      const GptMemoryPlan* plan) {
+  if (spec.kind() == GPT) {
+    return std::make_unique<GptModel>(spec, stage, backend, recompute, plan);
+  }
   return std::make_unique<MlpModel>(spec, stage, backend);
 }
 

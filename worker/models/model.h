@@ -11,6 +11,13 @@
 // that is not the last hands its output activations on and takes their
 // gradient back. Each micro-batch in flight keeps its activations in a slot
 // of its own, from its Forward to its Backward.
+//
+// Windowed (ps_worker --device_memory_budget, GPT models): no parameter
+// lives on the device for good. A unit's (a block's, the embeddings', the
+// head's) weights are uploaded when the pass reaches the unit before it
+// (so the copy runs while that one computes) and freed after their use;
+// its gradients are allocated for its backward, downloaded as soon as they
+// are made, and freed.
 #ifndef PSTRAIN_WORKER_MODELS_MODEL_H_
 #define PSTRAIN_WORKER_MODELS_MODEL_H_
 
@@ -106,7 +113,9 @@ class Model {
                                 std::vector<float>* grad_input) = 0;
 
  protected:
-  Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend);
+  // `windowed`: see the class comment.
+  Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
+        bool windowed = false);
   // INVALID_ARGUMENT unless `v` holds rows x width floats.
   static absl::Status CheckSize(const std::vector<float>* v, int64_t rows, int64_t width,
                                 const char* what);
@@ -114,7 +123,12 @@ class Model {
   absl::Status BackendStatus() const;
   // Uploads the weights of `params`, queued before the work that uses them
   // (the device copies them while it computes what was queued before).
+  // Windowed: allocates them on the device first (once until released).
   void UploadWeights(const std::vector<int>& params);
+  // Windowed: frees the device weights of `params` (no-op otherwise).
+  void ReleaseWeights(const std::vector<int>& params);
+  // Windowed: room on the device for the gradients of `params`.
+  void AllocGrads(const std::vector<int>& params);
   // Queues the download of the gradients of `params` once the work queued
   // so far has made them; with GradsReady set, it reports them once they
   // have landed (at the latest in FinishGrads).
@@ -129,6 +143,8 @@ class Model {
   kernels::Backend* backend_;
   const Stage stage_;
   const bool first_, last_;
+  const bool windowed_;
+  std::vector<bool> on_device_;  // windowed: weights uploaded and not released
   int64_t input_width_ = 0, output_width_ = 0;
   std::vector<ParamInfo> params_;
   std::vector<std::vector<float>> weights_, grads_;  // host
@@ -146,9 +162,12 @@ class Model {
 // them (the MLP keeps its few).
 std::unique_ptr<Model> MakeModel(const ModelSpec& spec, kernels::Backend* backend,
                                  bool recompute = false);
-// One stage of the model (one of PlanStages(spec, P)).
+// One stage of the model (one of PlanStages(spec, P)); a GPT windowed under
+// `plan` when it is given (worker/models/gpt_model.h).
+struct GptMemoryPlan;
 std::unique_ptr<Model> MakeStageModel(const ModelSpec& spec, const Stage& stage,
-                                      kernels::Backend* backend, bool recompute = false);
+                                      kernels::Backend* backend, bool recompute = false,
+                                      const GptMemoryPlan* plan = nullptr);
 
 // Rows [begin, end) of `batch`.
 Batch SliceBatch(const Batch& batch, int begin, int end);

@@ -50,6 +50,7 @@ class RecordingBackend : public kernels::Backend {
   void UnpinHost(void*) override {}
   std::string error() const override { return cpu_->error(); }
   int64_t peak_bytes() const override { return cpu_->peak_bytes(); }
+  void SetMemoryLimit(int64_t bytes) override { cpu_->SetMemoryLimit(bytes); }
   bool SetPrecision(kernels::Precision p, std::string* why) override {
     return cpu_->SetPrecision(p, why);
   }
