@@ -22,6 +22,7 @@
 #include "common/process_stats.h"
 #include "common/simd.h"
 #include "common/thread_pool.h"
+#include "server/chunk_memory.h"
 #include "server/chunk_store.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"
@@ -29,7 +30,8 @@
 ABSL_FLAG(std::string, sizes, "16,64,256", "parameter counts, in Mi (2^20) parameters");
 ABSL_FLAG(int, threads, static_cast<int>(std::thread::hardware_concurrency()),
           "update threads (as ps_server --server_threads)");
-ABSL_FLAG(double, min_seconds, 1.0, "time each measurement at least this long");
+ABSL_FLAG(double, min_seconds, 0.3, "time each measurement at least this long");
+ABSL_FLAG(int, pairs, 5, "interleaved (triad, update) pairs per optimizer and size");
 
 namespace pstrain {
 namespace {
@@ -53,6 +55,11 @@ int CompulsoryBytes(OptimizerType type) {
     default:
       return 28;  // ADADELTA, ADAM, ADAMW
   }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -135,24 +142,34 @@ int Run() {
   bool all_pass = true;
   for (size_t si = 0; si < sizes.size(); ++si) {
     const int64_t n = sizes[si];
-    std::vector<float> w(n), g(n), state(2 * n);
+    // One buffer laid out as a server's slab (server/chunk_memory.h): the
+    // weights, the state (up to 2 arrays of n + kArrayGap) and the gradient,
+    // kArrayGap floats apart.
+    const SlabLayout layout{0, n, 2 * (n + kArrayGap), n, kArrayGap};
+    std::vector<float> slab(layout.floats());
+    float* w = slab.data();
+    float* state = slab.data() + layout.state_offset();
+    float* g = slab.data() + layout.grad_offset();
+    const int64_t state_floats = layout.state;
     // First touch on the pool's threads, as the updates will touch them.
     pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         w[i] = 0.01f * static_cast<float>(i % 97);
         g[i] = 1e-3f * static_cast<float>(i % 89) - 0.04f;
-        state[i] = state[n + i] = 0.0f;
+        state[i] = state[n + kArrayGap + i] = 0.0f;
       }
     });
-    // STREAM triad a = b + s c over the same three arrays' worth of memory.
-    float* a = state.data();
-    float* c = state.data() + n;
-    const double triad_s = BestTime([&] {
-      pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
-        Triad(a + b, g.data() + b, c + b, e - b, 0.5f);
+    // STREAM triad a = b + s c over three of the slab's arrays.
+    float* a = state;
+    float* c = state + n + kArrayGap;
+    auto triad = [&] {
+      return BestTime([&] {
+        pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
+          Triad(a + b, g + b, c + b, e - b, 0.5f);
+        });
       });
-    });
-    const double triad_gbs = 12.0 * n / triad_s / 1e9;
+    };
+    const double triad_gbs = 12.0 * n / triad() / 1e9;
     std::printf("    {\"params\": %lld, \"triad_gb_per_s\": %s, \"optimizers\": [\n",
                 static_cast<long long>(n), Json(triad_gbs).c_str());
     for (size_t k = 0; k < std::size(kTypes); ++k) {
@@ -160,28 +177,38 @@ int Run() {
       auto opt = MakeOptimizer(Spec(type)).value();
       // Adafactor sees the parameters as a matrix of 4096 columns.
       const ChunkShape shape = type == ADAFACTOR ? ChunkShape{n / 4096, 4096} : ChunkShape{1, n};
-      std::fill(state.begin(), state.end(), 0.0f);
+      std::fill(state, state + state_floats, 0.0f);
       int64_t step = 0;
-      const double t = BestTime([&] {
-        UpdateContext ctx;
-        ctx.step = ++step;
-        ctx.lr = 1e-4f;
-        opt->Update(ctx, shape, w.data(), state.data(), g.data(), &pool);
-      });
+      // Ceiling and update interleaved: the median of the paired ratios.
+      std::vector<double> update_s, ratios;
+      for (int r = 0; r < absl::GetFlag(FLAGS_pairs); ++r) {
+        const double triad_s = triad();
+        update_s.push_back(BestTime([&] {
+          UpdateContext ctx;
+          ctx.step = ++step;
+          ctx.lr = 1e-4f;
+          opt->Update(ctx, shape, w, state, g, &pool);
+        }));
+        ratios.push_back((CompulsoryBytes(type) * n / update_s.back()) / (12.0 * n / triad_s));
+      }
+      const double t = Median(update_s);
       const double gbs = CompulsoryBytes(type) * static_cast<double>(n) / t / 1e9;
+      const double fraction = Median(ratios);
       std::printf(
           "      {\"optimizer\": \"%s\", \"updates_per_s\": %s, \"bytes_per_update\": %d, "
-          "\"gb_per_s\": %s, \"fraction_of_triad\": %s",
+          "\"gb_per_s\": %s, \"fraction_of_triad\": %s, \"fraction_range\": [%s, %s]",
           OptimizerType_Name(type).c_str(), Json(n / t).c_str(), CompulsoryBytes(type),
-          Json(gbs).c_str(), Json(gbs / triad_gbs).c_str());
-      if (type == ADAM || type == MOMENTUM) {
-        // The goal counts 28 bytes per parameter for Adam and 16 for momentum.
-        const double counted = (type == ADAM ? 28.0 : 16.0) * n / t / 1e9;
-        const bool pass = counted >= 0.7 * triad_gbs;
+          Json(gbs).c_str(), Json(fraction).c_str(),
+          Json(*std::min_element(ratios.begin(), ratios.end())).c_str(),
+          Json(*std::max_element(ratios.begin(), ratios.end())).c_str());
+      if (type == ADAM || type == ADAMW || type == MOMENTUM) {
+        // The goal counts 28 bytes per parameter for Adam(W) and 16 for
+        // momentum: at least 0.8 of the triad.
+        const double goal = fraction * (type == MOMENTUM ? 16.0 : 28.0) / CompulsoryBytes(type);
+        const bool pass = goal >= 0.8;
         all_pass = all_pass && pass;
         std::printf(", \"goal_bytes\": %d, \"goal_fraction\": %s, \"goal_pass\": %s",
-                    type == ADAM ? 28 : 16, Json(counted / triad_gbs).c_str(),
-                    pass ? "true" : "false");
+                    type == MOMENTUM ? 16 : 28, Json(goal).c_str(), pass ? "true" : "false");
       }
       std::printf("}%s\n", k + 1 < std::size(kTypes) ? "," : "");
     }

@@ -33,13 +33,19 @@
 
 namespace pstrain {
 
-// What a chunk's slab holds, in floats.
+// What a chunk's slab holds, in floats: the weights, the optimizer state
+// and the round's sum, `gap` floats apart (see kArrayGap in
+// server/optimizer.h: arrays at the same address modulo 4 KiB slow the
+// update down).
 struct SlabLayout {
   int32_t chunk = 0;
   int64_t weights = 0;
   int64_t state = 0;
   int64_t grad = 0;
-  int64_t floats() const { return weights + state + grad; }
+  int64_t gap = 0;
+  int64_t state_offset() const { return weights + gap; }
+  int64_t grad_offset() const { return state_offset() + state + 2 * gap; }
+  int64_t floats() const { return grad_offset() + grad; }
 };
 
 struct OffloadOptions {
@@ -76,8 +82,8 @@ class ChunkMemory {
     Slab& operator=(Slab&& other) noexcept;
     ~Slab();
     float* weights() const { return data_; }
-    float* state() const { return data_ + layout_->weights; }
-    float* grad() const { return data_ + layout_->weights + layout_->state; }
+    float* state() const { return data_ + layout_->state_offset(); }
+    float* grad() const { return data_ + layout_->grad_offset(); }
     // It changed: written back to the file before it leaves memory.
     void MarkWritten() const;
 

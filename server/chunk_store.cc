@@ -73,13 +73,15 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
         info.numel % param.shape[1] == 0) {
       c->shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
     }
-    c->layout = {id, info.numel, optimizer_->StateFloats(c->shape), bsp_ ? info.numel : 0};
+    c->layout = {id, info.numel, optimizer_->StateFloats(c->shape), bsp_ ? info.numel : 0,
+                 kArrayGap};
     c->next = i + 1 < chunk_ids_.size() ? chunk_ids_[i + 1] : -1;
     slabs.push_back(c->layout);
     absl::MutexLock lock(&c->mu);
     c->live = c->pushers;
     num_params_ += info.numel;
-    bytes_held_ += c->layout.floats() * static_cast<int64_t>(sizeof(float));
+    bytes_held_ += (c->layout.weights + c->layout.state + c->layout.grad) *
+                   static_cast<int64_t>(sizeof(float));
     chunks_.emplace(id, std::move(c));
   }
   absl::StatusOr<std::unique_ptr<ChunkMemory>> memory = ChunkMemory::Make(slabs, offload);

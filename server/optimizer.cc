@@ -17,8 +17,8 @@ void ElementwiseOptimizer::Update(const UpdateContext& ctx, const ChunkShape& sh
                                   float* state, const float* g, ThreadPool* pool) const {
   const int64_t n = shape.numel();
   auto range = [&](int64_t begin, int64_t end) {
-    UpdateRange(ctx, w + begin, state == nullptr ? nullptr : state + begin, n, g + begin,
-                end - begin);
+    UpdateRange(ctx, w + begin, state == nullptr ? nullptr : state + begin, n + kArrayGap,
+                g + begin, end - begin);
   };
   if (pool == nullptr) {
     range(0, n);
