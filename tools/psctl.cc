@@ -99,9 +99,10 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
         Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(), Bytes(n.rss_bytes()).c_str());
     if (worker && n.clock() > 0) {
       std::printf(
-          "          per clock: gate %.1f ms, pull %.1f ms, compute %.1f ms, push %.1f ms; peak "
-          "device memory %s",
-          n.gate_ms(), n.pull_ms(), n.compute_ms(), n.push_ms(),
+          "          per clock: gate %.1f ms, pull %.1f ms, compute %.1f ms, push %.1f ms, %.1f "
+          "calls, %s; peak device memory %s",
+          n.gate_ms(), n.pull_ms(), n.compute_ms(), n.push_ms(), n.rpcs_per_clock(),
+          Bytes(static_cast<int64_t>(n.bytes_per_clock())).c_str(),
           Bytes(n.peak_device_bytes()).c_str());
       if (n.activations_in_flight() > 0) {
         std::printf(

@@ -69,6 +69,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
   params_.reset();
   cluster_ = cluster;
   const int64_t generation = generation_;
+  window_rpcs_ = window_bytes_ = 0;  // a new client counts from 0
   params_ = make_params_(cluster_, generation, /*fp32=*/false, [this, generation] {
     return leaving_ || (stop_ != nullptr && *stop_) || generation_ > generation ||
            gate_->generation() > generation;
@@ -77,6 +78,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
 }
 
 absl::StatusOr<AdvanceClockResponse> ClockLoop::CallGate(int64_t clock, bool relink) {
+  ++window_gates_;
   AdvanceClockRequest req;
   req.set_worker_id(options_.rank);
   req.set_clock(clock);
@@ -309,8 +311,16 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     m.pull_ms = absl::ToDoubleMilliseconds(t_pull_) / n;
     m.compute_ms = absl::ToDoubleMilliseconds(t_compute_) / n;
     m.push_ms = absl::ToDoubleMilliseconds(t_push_) / n;
+    const int64_t rpcs = params_->rpcs(), bytes = params_->bytes_in() + params_->bytes_out();
+    m.rpcs_per_clock = static_cast<double>(window_gates_ + rpcs - window_rpcs_) / n;
+    m.bytes_per_clock = static_cast<double>(bytes - window_bytes_) / n;
+    window_gates_ = 0;
+    window_rpcs_ = rpcs;
+    window_bytes_ = bytes;
     {
       absl::MutexLock lock(&mu_);
+      metrics_.rpcs_per_clock = m.rpcs_per_clock;
+      metrics_.bytes_per_clock = m.bytes_per_clock;
       metrics_.samples_per_s = m.samples_per_s;
       metrics_.gate_ms = m.gate_ms;
       metrics_.pull_ms = m.pull_ms;

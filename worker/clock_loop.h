@@ -109,6 +109,7 @@ struct ClockMetrics {
   double samples_per_s = 0;
   double test_accuracy = -1;
   double gate_ms = 0, pull_ms = 0, compute_ms = 0, push_ms = 0;  // per clock, last window
+  double rpcs_per_clock = 0, bytes_per_clock = 0;                // last window
   double loss_scale = 1;
   int64_t skipped_steps = 0;
   int64_t bytes_in = 0, bytes_out = 0;
@@ -201,6 +202,8 @@ class ClockLoop {
   int64_t window_clocks_ = 0;
   double window_loss_ = 0;
   absl::Duration t_gate_, t_pull_, t_compute_, t_push_;
+  // Gate calls, and the servers' calls and bytes at the window's start.
+  int64_t window_gates_ = 0, window_rpcs_ = 0, window_bytes_ = 0;
 
   mutable absl::Mutex mu_;
   ClockMetrics metrics_ ABSL_GUARDED_BY(mu_);

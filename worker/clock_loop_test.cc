@@ -84,6 +84,8 @@ TEST_F(ClockLoopTest, BspPullsEachClockAfterTheGateAndPushesTheWholeGradient) {
                            "gate 3 g0", "g0 fp32 pull 3 min 3"}));
   EXPECT_EQ(metrics_.clock, 3);
   EXPECT_EQ(metrics_.test_accuracy, 0.5);
+  // Per clock: the gate, the pull and the push.
+  EXPECT_EQ(metrics_.rpcs_per_clock, 3.0);
 }
 
 TEST_F(ClockLoopTest, SspReadsWithinTheBoundAndPrefetchesWhilePushingByLayer) {

@@ -77,4 +77,6 @@ int64_t AsyncPsClient::bytes_out() const {
   return pulls_.client->bytes_out() + pushes_.client->bytes_out();
 }
 
+int64_t AsyncPsClient::rpcs() const { return pulls_.client->rpcs() + pushes_.client->rpcs(); }
+
 }  // namespace pstrain

@@ -41,6 +41,8 @@ class ParamClient {
   // Payload bytes moved so far (in the wire dtype).
   virtual int64_t bytes_in() const = 0;
   virtual int64_t bytes_out() const = 0;
+  // Calls issued to the servers so far.
+  virtual int64_t rpcs() const = 0;
 };
 
 // ParamClient on PsClient: pulls run in order on one thread, pushes in
@@ -61,6 +63,7 @@ class AsyncPsClient : public ParamClient {
   absl::Status Wait(ParamTicket ticket) override;
   int64_t bytes_in() const override;
   int64_t bytes_out() const override;
+  int64_t rpcs() const override;
 
  private:
   using Operation = std::function<absl::Status(PsClient&)>;

@@ -110,6 +110,7 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
   std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers(calls.size());
   grpc::CompletionQueue cq;
+  rpcs_ += static_cast<int64_t>(todo.size());
   for (int i : todo) {
     Call& call = calls[i];
     std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];

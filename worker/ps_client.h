@@ -83,6 +83,8 @@ class PsClient {
   // Payload bytes moved (in the wire dtype).
   int64_t bytes_in() const { return bytes_in_; }
   int64_t bytes_out() const { return bytes_out_; }
+  // Calls issued to servers so far (retries included).
+  int64_t rpcs() const { return rpcs_; }
   DType wire_dtype() const { return options_.wire_dtype; }
 
  private:
@@ -121,7 +123,7 @@ class PsClient {
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
   // [server][batch]: chunk ids, about max_request_bytes of payload each.
   std::vector<std::vector<std::vector<int32_t>>> batches_;
-  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0};
+  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0};
 };
 
 }  // namespace pstrain

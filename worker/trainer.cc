@@ -317,6 +317,8 @@ NodeStatus Trainer::Status() const {
   st.set_pull_ms(m.pull_ms);
   st.set_compute_ms(m.compute_ms);
   st.set_push_ms(m.push_ms);
+  st.set_rpcs_per_clock(m.rpcs_per_clock);
+  st.set_bytes_per_clock(m.bytes_per_clock);
   st.set_skipped_steps(m.skipped_steps);
   st.set_bytes_in(m.bytes_in);
   st.set_bytes_out(m.bytes_out);

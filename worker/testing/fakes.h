@@ -50,10 +50,12 @@ class FakeParamClient : public ParamClient {
   }
   int64_t bytes_in() const override { return bytes_in_; }
   int64_t bytes_out() const override { return bytes_out_; }
+  int64_t rpcs() const override { return rpcs_; }
 
  private:
   ParamTicket Done(const std::string& line) {
     log_->push_back(line);
+    ++rpcs_;  // one call per operation
     results_[++next_] = fail_ ? fail_(line) : absl::OkStatus();
     return next_;
   }
@@ -62,7 +64,7 @@ class FakeParamClient : public ParamClient {
   std::function<absl::Status(const std::string&)> fail_;
   std::map<ParamTicket, absl::Status> results_;
   ParamTicket next_ = 0;
-  int64_t bytes_in_ = 0, bytes_out_ = 0;
+  int64_t bytes_in_ = 0, bytes_out_ = 0, rpcs_ = 0;
 };
 
 // A gate that opens at once for `workers` workers and `servers` servers;
