@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/params.h"
 #include "common/stage_plan.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -377,6 +378,20 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (!DType_IsValid(job.wire_dtype())) return bad("wire_dtype ", job.wire_dtype(), " is unknown");
   const bool gpt = job.model().kind() == GPT || job.data().dataset() == TEXT;
   if (const absl::Status st = gpt ? ValidateGpt(job) : ValidateMlp(job); !st.ok()) return st;
+  // Every chunk is a server's unit of storage, locking and transfer: a
+  // chunk_bytes that cuts the model into millions of them is a mistake.
+  constexpr int64_t kMaxChunks = int64_t{1} << 20;
+  const int64_t per_chunk = job.chunk_bytes() / 4;
+  int64_t chunks = 0, params = 0;
+  for (const ParamInfo& p : ModelParams(job.model())) {
+    chunks += (p.numel + per_chunk - 1) / per_chunk;
+    params += p.numel;
+  }
+  if (chunks > kMaxChunks) {
+    return bad("chunk_bytes ", job.chunk_bytes(), " cuts the model's ", params,
+               " parameters into ", chunks, " chunks; at most ", kMaxChunks,
+               " are allowed (raise chunk_bytes)");
+  }
   return ValidateReplicas(job);
 }
 

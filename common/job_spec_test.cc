@@ -66,6 +66,11 @@ TEST(JobSpecTest, ValidationNamesTheProblem) {
   EXPECT_TRUE(absl::StrContains(message("optimizer { schedule { type: WARMUP_COSINE min_lr: 5 } }"),
                                 "min_lr"));
   EXPECT_TRUE(absl::StrContains(message("batch_size: 100000"), "exceeds the training set"));
+  // A 4-byte chunk of a GPT of 10M parameters: millions of chunks.
+  const std::string many = message(
+      "model { kind: GPT gpt { layers: 3 heads: 4 width: 528 context: 64 } }\n"
+      "data { dataset: TEXT path: \"/x\" }\nsteps: 10\nchunk_bytes: 4");
+  EXPECT_TRUE(absl::StrContains(many, "raise chunk_bytes")) << many;
 }
 
 TEST(JobSpecTest, ClocksAndReadGuarantee) {
