@@ -4,6 +4,7 @@
 // device (the CPU backend refuses more), recomputes activations only when
 // they do not fit, and a budget below the minimum is refused naming it.
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,56 +69,47 @@ void ExpectSame(const Stepped& a, const Stepped& b) {
   EXPECT_EQ(a.eval.correct, b.eval.correct);
 }
 
-TEST(WindowedGptTest, UnderHalfTheMemoryTheGradientsAreTheSame) {
+// The whole WideGpt windowed under `budget` (a function of the resident
+// run's peak and the unlimited plan) trains exactly as resident and holds at
+// most the budget and the plan's peak; the plan used.
+GptMemoryPlan ExpectWindowedAsResident(
+    const std::function<int64_t(int64_t peak, const GptMemoryPlan& unlimited)>& budget_of) {
   const JobSpec job = WideGpt();
   const Stage whole = WholeModel(job.model());
   const Stepped resident = Train(job, whole, nullptr);
-  ASSERT_TRUE(resident.error.empty()) << resident.error;
-  absl::StatusOr<GptMemoryPlan> unlimited = PlanGptMemory(job.model(), whole, 2, 1, 2, 1LL << 40);
-  ASSERT_TRUE(unlimited.ok()) << unlimited.status();
+  EXPECT_TRUE(resident.error.empty()) << resident.error;
+  const GptMemoryPlan unlimited = *PlanGptMemory(job.model(), whole, 2, 1, 2, 1LL << 40);
   // The plan's estimate of everything resident is what the model held.
-  EXPECT_EQ(unlimited->unbudgeted_bytes, resident.peak);
-  const int64_t budget = resident.peak / 2;
+  EXPECT_EQ(unlimited.unbudgeted_bytes, resident.peak);
+  const int64_t budget = budget_of(resident.peak, unlimited);
   absl::StatusOr<GptMemoryPlan> plan = PlanGptMemory(job.model(), whole, 2, 1, 2, budget);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
   const Stepped windowed = Train(job, whole, &*plan);
-  ASSERT_TRUE(windowed.error.empty()) << windowed.error;
+  EXPECT_TRUE(windowed.error.empty()) << windowed.error;
   ExpectSame(resident, windowed);
   EXPECT_LE(windowed.peak, budget);
   EXPECT_LE(windowed.peak, plan->peak_bytes);
+  return *plan;
+}
+
+TEST(WindowedGptTest, UnderHalfTheMemoryTheGradientsAreTheSame) {
+  ExpectWindowedAsResident([](int64_t peak, const GptMemoryPlan&) { return peak / 2; });
 }
 
 TEST(WindowedGptTest, ActivationsThatFitAreKept) {
-  const JobSpec job = WideGpt();
-  const Stage whole = WholeModel(job.model());
-  const Stepped resident = Train(job, whole, nullptr);
-  absl::StatusOr<GptMemoryPlan> kept = PlanGptMemory(job.model(), whole, 2, 1, 2, 1LL << 40);
-  ASSERT_TRUE(kept.ok());
-  absl::StatusOr<GptMemoryPlan> plan =
-      PlanGptMemory(job.model(), whole, 2, 1, 2, kept->window_bytes + kept->activation_bytes);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_FALSE(plan->recompute) << plan->Describe();
-  const Stepped windowed = Train(job, whole, &*plan);
-  ASSERT_TRUE(windowed.error.empty()) << windowed.error;
-  ExpectSame(resident, windowed);
-  EXPECT_LE(windowed.peak, plan->budget);
+  const GptMemoryPlan plan = ExpectWindowedAsResident([](int64_t, const GptMemoryPlan& kept) {
+    return kept.window_bytes + kept.activation_bytes;
+  });
+  EXPECT_FALSE(plan.recompute) << plan.Describe();
 }
 
 TEST(WindowedGptTest, ActivationsBeyondTheBudgetAreRecomputed) {
-  const JobSpec job = WideGpt();
-  const Stage whole = WholeModel(job.model());
-  const Stepped resident = Train(job, whole, nullptr);
-  absl::StatusOr<GptMemoryPlan> kept = PlanGptMemory(job.model(), whole, 2, 1, 2, 1LL << 40);
-  ASSERT_TRUE(kept.ok());
   // Room for the window but not for every block's activations.
-  const int64_t budget = kept->window_bytes + kept->activation_bytes - 1;
-  absl::StatusOr<GptMemoryPlan> plan = PlanGptMemory(job.model(), whole, 2, 1, 2, budget);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->recompute);
-  const Stepped windowed = Train(job, whole, &*plan);
-  ASSERT_TRUE(windowed.error.empty()) << windowed.error;
-  ExpectSame(resident, windowed);
-  EXPECT_LE(windowed.peak, budget);
+  const GptMemoryPlan plan = ExpectWindowedAsResident([](int64_t, const GptMemoryPlan& kept) {
+    return kept.window_bytes + kept.activation_bytes - 1;
+  });
+  EXPECT_TRUE(plan.recompute) << plan.Describe();
 }
 
 // Two stages, each windowed under half of what it holds resident: one
