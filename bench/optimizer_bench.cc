@@ -122,6 +122,85 @@ std::string Json(double v) {
   return buf;
 }
 
+// Every optimizer at n parameters next to the triad over the same slab:
+// one element of the "sizes" list (`last`: no comma after it). Whether the
+// goals held.
+bool MeasureSize(int64_t n, ThreadPool& pool, bool last) {
+  bool all_pass = true;
+  // One buffer laid out as a server's slab (server/chunk_memory.h): the
+  // weights, the state (up to 2 arrays of n + kArrayGap) and the gradient,
+  // kArrayGap floats apart.
+  const SlabLayout layout{0, n, 2 * (n + kArrayGap), n, kArrayGap};
+  std::vector<float> slab(layout.floats());
+  float* w = slab.data();
+  float* state = slab.data() + layout.state_offset();
+  float* g = slab.data() + layout.grad_offset();
+  const int64_t state_floats = layout.state;
+  // First touch on the pool's threads, as the updates will touch them.
+  pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      w[i] = 0.01f * static_cast<float>(i % 97);
+      g[i] = 1e-3f * static_cast<float>(i % 89) - 0.04f;
+      state[i] = state[n + kArrayGap + i] = 0.0f;
+    }
+  });
+  // STREAM triad a = b + s c over three of the slab's arrays.
+  float* a = state;
+  float* c = state + n + kArrayGap;
+  auto triad = [&] {
+    return BestTime([&] {
+      pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
+        Triad(a + b, g + b, c + b, e - b, 0.5f);
+      });
+    });
+  };
+  const double triad_gbs = 12.0 * n / triad() / 1e9;
+  std::printf("    {\"params\": %lld, \"triad_gb_per_s\": %s, \"optimizers\": [\n",
+              static_cast<long long>(n), Json(triad_gbs).c_str());
+  for (size_t k = 0; k < std::size(kTypes); ++k) {
+    const OptimizerType type = kTypes[k];
+    auto opt = MakeOptimizer(Spec(type)).value();
+    // Adafactor sees the parameters as a matrix of 4096 columns.
+    const ChunkShape shape = type == ADAFACTOR ? ChunkShape{n / 4096, 4096} : ChunkShape{1, n};
+    std::fill(state, state + state_floats, 0.0f);
+    int64_t step = 0;
+    // Ceiling and update interleaved: the median of the paired ratios.
+    std::vector<double> update_s, ratios;
+    for (int r = 0; r < absl::GetFlag(FLAGS_pairs); ++r) {
+      const double triad_s = triad();
+      update_s.push_back(BestTime([&] {
+        UpdateContext ctx;
+        ctx.step = ++step;
+        ctx.lr = 1e-4f;
+        opt->Update(ctx, shape, w, state, g, &pool);
+      }));
+      ratios.push_back((CompulsoryBytes(type) * n / update_s.back()) / (12.0 * n / triad_s));
+    }
+    const double t = Median(update_s);
+    const double gbs = CompulsoryBytes(type) * static_cast<double>(n) / t / 1e9;
+    const double fraction = Median(ratios);
+    std::printf(
+        "      {\"optimizer\": \"%s\", \"updates_per_s\": %s, \"bytes_per_update\": %d, "
+        "\"gb_per_s\": %s, \"fraction_of_triad\": %s, \"fraction_range\": [%s, %s]",
+        OptimizerType_Name(type).c_str(), Json(n / t).c_str(), CompulsoryBytes(type),
+        Json(gbs).c_str(), Json(fraction).c_str(),
+        Json(*std::min_element(ratios.begin(), ratios.end())).c_str(),
+        Json(*std::max_element(ratios.begin(), ratios.end())).c_str());
+    if (type == ADAM || type == ADAMW || type == MOMENTUM) {
+      // The goal counts 28 bytes per parameter for Adam(W) and 16 for
+      // momentum: at least 0.8 of the triad.
+      const double goal = fraction * (type == MOMENTUM ? 16.0 : 28.0) / CompulsoryBytes(type);
+      const bool pass = goal >= 0.8;
+      all_pass = all_pass && pass;
+      std::printf(", \"goal_bytes\": %d, \"goal_fraction\": %s, \"goal_pass\": %s",
+                  type == MOMENTUM ? 16 : 28, Json(goal).c_str(), pass ? "true" : "false");
+    }
+    std::printf("}%s\n", k + 1 < std::size(kTypes) ? "," : "");
+  }
+  std::printf("    ]}%s\n", last ? "" : ",");
+  return all_pass;
+}
+
 int Run() {
   // Every buffer of 64 KiB or more gets its own mapping, returned on free, so
   // that resident-memory growth measures what a store holds.
@@ -141,78 +220,7 @@ int Run() {
   std::printf("  \"sizes\": [\n");
   bool all_pass = true;
   for (size_t si = 0; si < sizes.size(); ++si) {
-    const int64_t n = sizes[si];
-    // One buffer laid out as a server's slab (server/chunk_memory.h): the
-    // weights, the state (up to 2 arrays of n + kArrayGap) and the gradient,
-    // kArrayGap floats apart.
-    const SlabLayout layout{0, n, 2 * (n + kArrayGap), n, kArrayGap};
-    std::vector<float> slab(layout.floats());
-    float* w = slab.data();
-    float* state = slab.data() + layout.state_offset();
-    float* g = slab.data() + layout.grad_offset();
-    const int64_t state_floats = layout.state;
-    // First touch on the pool's threads, as the updates will touch them.
-    pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        w[i] = 0.01f * static_cast<float>(i % 97);
-        g[i] = 1e-3f * static_cast<float>(i % 89) - 0.04f;
-        state[i] = state[n + kArrayGap + i] = 0.0f;
-      }
-    });
-    // STREAM triad a = b + s c over three of the slab's arrays.
-    float* a = state;
-    float* c = state + n + kArrayGap;
-    auto triad = [&] {
-      return BestTime([&] {
-        pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
-          Triad(a + b, g + b, c + b, e - b, 0.5f);
-        });
-      });
-    };
-    const double triad_gbs = 12.0 * n / triad() / 1e9;
-    std::printf("    {\"params\": %lld, \"triad_gb_per_s\": %s, \"optimizers\": [\n",
-                static_cast<long long>(n), Json(triad_gbs).c_str());
-    for (size_t k = 0; k < std::size(kTypes); ++k) {
-      const OptimizerType type = kTypes[k];
-      auto opt = MakeOptimizer(Spec(type)).value();
-      // Adafactor sees the parameters as a matrix of 4096 columns.
-      const ChunkShape shape = type == ADAFACTOR ? ChunkShape{n / 4096, 4096} : ChunkShape{1, n};
-      std::fill(state, state + state_floats, 0.0f);
-      int64_t step = 0;
-      // Ceiling and update interleaved: the median of the paired ratios.
-      std::vector<double> update_s, ratios;
-      for (int r = 0; r < absl::GetFlag(FLAGS_pairs); ++r) {
-        const double triad_s = triad();
-        update_s.push_back(BestTime([&] {
-          UpdateContext ctx;
-          ctx.step = ++step;
-          ctx.lr = 1e-4f;
-          opt->Update(ctx, shape, w, state, g, &pool);
-        }));
-        ratios.push_back((CompulsoryBytes(type) * n / update_s.back()) / (12.0 * n / triad_s));
-      }
-      const double t = Median(update_s);
-      const double gbs = CompulsoryBytes(type) * static_cast<double>(n) / t / 1e9;
-      const double fraction = Median(ratios);
-      std::printf(
-          "      {\"optimizer\": \"%s\", \"updates_per_s\": %s, \"bytes_per_update\": %d, "
-          "\"gb_per_s\": %s, \"fraction_of_triad\": %s, \"fraction_range\": [%s, %s]",
-          OptimizerType_Name(type).c_str(), Json(n / t).c_str(), CompulsoryBytes(type),
-          Json(gbs).c_str(), Json(fraction).c_str(),
-          Json(*std::min_element(ratios.begin(), ratios.end())).c_str(),
-          Json(*std::max_element(ratios.begin(), ratios.end())).c_str());
-      if (type == ADAM || type == ADAMW || type == MOMENTUM) {
-        // The goal counts 28 bytes per parameter for Adam(W) and 16 for
-        // momentum: at least 0.8 of the triad.
-        const double goal = fraction * (type == MOMENTUM ? 16.0 : 28.0) / CompulsoryBytes(type);
-        const bool pass = goal >= 0.8;
-        all_pass = all_pass && pass;
-        std::printf(", \"goal_bytes\": %d, \"goal_fraction\": %s, \"goal_pass\": %s",
-                    type == MOMENTUM ? 16 : 28, Json(goal).c_str(), pass ? "true" : "false");
-      }
-      std::printf("}%s\n", k + 1 < std::size(kTypes) ? "," : "");
-    }
-    std::printf("    ]}%s\n", si + 1 < sizes.size() ? "," : "");
+    all_pass = MeasureSize(sizes[si], pool, si + 1 == sizes.size()) && all_pass;
   }
   std::printf("  ],\n");
 

@@ -165,11 +165,13 @@ ChunkMemory::Slab::~Slab() {
 }
 
 void ChunkMemory::Slab::MarkWritten() const {
+  if (!owner_->offloaded_) return;  // nothing is ever written back
   absl::MutexLock lock(&owner_->mu_);
   owner_->entries_[index_].dirty = true;
 }
 
 void ChunkMemory::Unpin(int index) {
+  if (!offloaded_) return;  // see Pin
   absl::MutexLock lock(&mu_);
   --entries_[index].pins;
 }
@@ -178,12 +180,15 @@ absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
   const auto it = index_.find(chunk);
   if (it == index_.end()) return absl::InvalidArgumentError(absl::StrCat("no chunk ", chunk));
   Entry& e = entries_[it->second];
+  // In memory every slab stays where Make put it: no lock on the push and
+  // pull path, no pin to count.
+  if (!offloaded_) return MakeSlab(it->second);
   absl::MutexLock lock(&mu_);
   for (;;) {
     if (!health_.ok()) return health_;
     if (e.where == Where::kResident) break;
     if (e.where == Where::kFile) {
-      if (resident_ + e.bytes <= options_.budget || !offloaded_) {
+      if (resident_ + e.bytes <= options_.budget) {
         RETURN_IF_ERROR(Load(e));
         break;
       }
@@ -197,11 +202,15 @@ absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
   }
   ++e.pins;
   e.last_use = ++tick_;
+  return MakeSlab(it->second);
+}
+
+ChunkMemory::Slab ChunkMemory::MakeSlab(int index) {
   Slab s;
   s.owner_ = this;
-  s.index_ = it->second;
-  s.layout_ = &e.layout;
-  s.data_ = e.data;
+  s.index_ = index;
+  s.layout_ = &entries_[index].layout;
+  s.data_ = entries_[index].data;
   return s;
 }
 

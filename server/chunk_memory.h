@@ -122,6 +122,8 @@ class ChunkMemory {
   ChunkMemory(const std::vector<SlabLayout>& slabs, const OffloadOptions& options);
   absl::Status CreateFile();
   void Unpin(int index);
+  // The handle of entry `index` (pinned already, or in memory).
+  Slab MakeSlab(int index);
   // Resident and unpinned bytes enough for `bytes` more within the budget:
   // writes back and drops least recently used slabs; waits while too many
   // are pinned. Releases mu_ around writes.
