@@ -7,7 +7,11 @@
 # repository root:
 #
 #   bench/gpu_proof.sh [--bundle=dist/pstrain-bundle.tar.gz] [--out=DIR]
-#                      [--rounds=3] [--parts=test,bench,cluster]
+#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline]
+#
+# window: bench/windowed_bench (a GPT under --device_memory_budget next to the
+# same step resident) and a GPU cluster with and without a budget; pipeline:
+# stage workers on the GPU, next to the same job unpipelined.
 #
 # Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
 # cluster logs to DIR/cluster-logs.tar.gz.
@@ -71,23 +75,42 @@ if has bench; then
   done
 fi
 
+if has window; then
+  for r in $(seq 1 "$ROUNDS"); do
+    for shape in SMALL LARGE; do
+      declare -n s="$shape"
+      for f in 0.5 0.25; do
+        say "round $r $shape windowed_bench budget $f"
+        timeout 300 "$B/bin/bench/windowed_bench" --device=cuda "${s[@]}" --budget_fraction=$f \
+          --rounds=5
+      done
+    done
+  done
+fi
+
 # Local clusters: the scheduler and servers on this machine's cores, workers
-# on the GPU. Each: NAME JOB WORKER_FLAGS SCHEDULER_FLAGS.
+# on the GPU. Each: PART NAME JOB CLUSTER_FLAGS WORKER_FLAGS SCHEDULER_FLAGS.
 CLUSTERS=(
-  "small-bsp|gpt_fortunes||--device=cuda --overlap=on|"
-  "gpu-bsp|gpt_fortunes_gpu||--device=cuda --overlap=on|"
-  "gpu-ssp1|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=200"
-  "gpu-ssp1-b64|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=100 --batch_size=64"
-  "gpu-bsp-2w|gpt_fortunes_gpu|--workers=2|--device=cuda --overlap=on|--batch_size=32 --steps=200"
+  "cluster|small-bsp|gpt_fortunes||--device=cuda --overlap=on|"
+  "cluster|gpu-bsp|gpt_fortunes_gpu||--device=cuda --overlap=on|"
+  "cluster|gpu-ssp1|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=200"
+  "cluster|gpu-ssp1-b64|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=100 --batch_size=64"
+  "cluster|gpu-bsp-2w|gpt_fortunes_gpu|--workers=2|--device=cuda --overlap=on|--batch_size=32 --steps=200"
+  "window|gpu-200|gpt_fortunes_gpu||--device=cuda|--steps=200"
+  "window|gpu-200-budget|gpt_fortunes_gpu||--device=cuda --device_memory_budget=400000000|--steps=200"
+  "pipeline|small-2w|gpt_fortunes||--device=cuda|"
+  "pipeline|small-pipe|gpt_fortunes_pipeline||--device=cuda|"
+  "pipeline|gpu-2w-200|gpt_fortunes_gpu||--device=cuda|--num_workers=2 --batch_size=32 --steps=200"
+  "pipeline|gpu-pipe-200|gpt_fortunes_gpu||--device=cuda|--num_workers=2 --pipeline_stages=2 --micro_batches=4 --batch_size=32 --steps=200"
 )
-if has cluster; then
-  if has bench; then
-    say "worker_bench batch 64 (for the batch-64 clusters)"
-    timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${SMALL[@]}" --batch=64 --dtypes=fp32 \
-      --steps=5
-  fi
-  for spec in "${CLUSTERS[@]}"; do
-    IFS='|' read -r name job cflags wflags sflags <<<"$spec"
+if has cluster && has bench; then
+  say "worker_bench batch 64 (for the batch-64 clusters)"
+  timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${SMALL[@]}" --batch=64 --dtypes=fp32 \
+    --steps=5
+fi
+for spec in "${CLUSTERS[@]}"; do
+  IFS='|' read -r part name job cflags wflags sflags <<<"$spec"
+  if has "$part"; then
     say "cluster $name: $job $cflags, workers $wflags, scheduler $sflags"
     mkdir -p "$WORK/logs/$name"
     # shellcheck disable=SC2086  # cflags and sflags are lists of flags
@@ -96,8 +119,8 @@ if has cluster; then
       -- --data_dir="$B/data/fortunes" $sflags >/dev/null 2>"$WORK/logs/$name/local_cluster.err"
     echo "local_cluster exit $?"
     cat "$WORK/logs/$name/local_cluster.err"
-    grep -h "device\|clock .*/\|final\|pushed" "$WORK/logs/$name"/worker*.log | tail -n 6
+    grep -h "device\|clock .*/\|final\|pushed\|memory plan" "$WORK/logs/$name"/worker*.log | tail -n 8
     tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
-  done
-fi
+  fi
+done
 say "done"

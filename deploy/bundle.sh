@@ -43,6 +43,7 @@ TARGETS=(
   //bench:transport_bench
   //bench:optimizer_bench
   //bench:worker_bench
+  //bench:windowed_bench
   //kernels:cuda_backend_test
 )
 cd "$ROOT"
