@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/tensor.pb.h"
 #include "tests/cluster.h"
@@ -121,6 +122,53 @@ TEST(OverlapTest, LayerPushesDuringTheBackwardGiveTheSameWeights) {
   const double rel = RelativeDifference(two, one);
   std::printf("overlap on, 2 workers vs overlap off, 1 worker: relative difference %.3g\n", rel);
   EXPECT_LE(rel, 1e-5);
+}
+
+// ps_worker --standalone (the servers' store and optimizer in the worker's
+// process; bench/train_bench's ceiling) trains exactly like one worker on
+// one server: bit-identical weights, with Adam and with clipping by the
+// global norm (the store's clipping thread).
+TEST(StandaloneTest, AloneEqualsOneWorkerOnOneServer) {
+  for (const std::string opt : {"optimizer { type: ADAM learning_rate: 0.01 }",
+                                "optimizer { type: SGD learning_rate: 0.5 clip_norm: 0.05 }"}) {
+    const std::string job = absl::StrCat("consistency: BSP\nbatch_size: 64\nsteps: 20\n", opt);
+    const std::vector<float> cluster = Train("alone_ref", 1, job, /*servers=*/1);
+    const std::string dir = NewTempDir("alone");
+    WriteFile(dir + "/job.pbtxt", SmallJob(job));
+    std::string log;
+    const absl::StatusOr<int> code = RunCommand(
+        {BinaryPath("worker/ps_worker"), "--standalone", "--job=" + dir + "/job.pbtxt",
+         "--weights_out=" + dir + "/weights", "--status_file=" + dir + "/status.json"},
+        &log, absl::Seconds(60), "alone_worker");
+    ASSERT_TRUE(code.ok()) << code.status();
+    ASSERT_EQ(*code, 0) << log;
+    std::vector<float> alone;
+    const TensorSet weights = ReadWeights(dir + "/weights");
+    for (const NamedTensor& t : weights.tensors()) {
+      alone.insert(alone.end(), t.values().begin(), t.values().end());
+    }
+    ASSERT_EQ(alone.size(), cluster.size()) << log;
+    EXPECT_EQ(alone, cluster) << opt;
+    // Its Status counts the clocks after the first, and no calls.
+    NodeStatus st;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(ReadFile(dir + "/status.json"), &st).ok());
+    EXPECT_EQ(st.state(), FINISHED);
+    EXPECT_EQ(st.clocks_trained(), 19);
+    EXPECT_GT(st.train_s(), 0);
+    EXPECT_EQ(st.run_split().rpcs(), 0);
+    EXPECT_GT(st.run_split().bytes(), 0);
+  }
+  // A pipelined job cannot run alone: exit 2 before training.
+  const std::string dir = NewTempDir("alone_pipeline");
+  WriteFile(dir + "/job.pbtxt",
+            SmallJob("batch_size: 64\nsteps: 2\nnum_workers: 2\npipeline_stages: 2"));
+  std::string log;
+  const absl::StatusOr<int> code =
+      RunCommand({BinaryPath("worker/ps_worker"), "--standalone", "--job=" + dir + "/job.pbtxt"},
+                 &log, absl::Seconds(30), "alone_pipeline_worker");
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 2) << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -66,10 +66,13 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
   if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
   for (ParamTicket t : push_tickets_) (void)params_->Wait(t);
   push_tickets_.clear();
+  if (params_ != nullptr) {
+    calls_retired_ += params_->rpcs();
+    bytes_retired_ += params_->bytes_in() + params_->bytes_out();
+  }
   params_.reset();
   cluster_ = cluster;
   const int64_t generation = generation_;
-  window_rpcs_ = window_bytes_ = 0;  // a new client counts from 0
   params_ = make_params_(cluster_, generation, /*fp32=*/false, [this, generation] {
     return leaving_ || (stop_ != nullptr && *stop_) || generation_ > generation ||
            gate_->generation() > generation;
@@ -78,7 +81,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
 }
 
 absl::StatusOr<AdvanceClockResponse> ClockLoop::CallGate(int64_t clock, bool relink) {
-  ++window_gates_;
+  if (gate_->remote()) ++gates_;
   AdvanceClockRequest req;
   req.set_worker_id(options_.rank);
   req.set_clock(clock);
@@ -170,8 +173,8 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     RETURN_IF_ERROR(Resync(pulled));
     return false;
   }
-  t_gate_ += gated_at - t0;
-  t_pull_ += absl::Now() - gated_at;
+  clock_split_.gate += gated_at - t0;
+  clock_split_.pull += absl::Now() - gated_at;
   if (prefetch_ && clock_ + 1 < total_) {
     prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
   }
@@ -279,8 +282,8 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
   }
-  t_compute_ += t3 - t2;
-  t_push_ += absl::Now() - t3;
+  clock_split_.compute += t3 - t2;
+  clock_split_.push += absl::Now() - t3;
   RETURN_IF_ERROR(AfterClock(step));
   return true;
 }
@@ -288,6 +291,8 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
 absl::Status ClockLoop::AfterClock(const StepResult& step) {
   window_loss_ += step.loss;
   ++window_clocks_;
+  window_split_.Add(clock_split_);
+  CountRun();
   {
     absl::MutexLock lock(&mu_);
     metrics_.clock = clock_ + 1;
@@ -307,16 +312,14 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     const double n = static_cast<double>(window_clocks_);
     ClockMetrics m;
     m.samples_per_s = secs > 0 ? n * job.batch_size() / secs : 0;
-    m.gate_ms = absl::ToDoubleMilliseconds(t_gate_) / n;
-    m.pull_ms = absl::ToDoubleMilliseconds(t_pull_) / n;
-    m.compute_ms = absl::ToDoubleMilliseconds(t_compute_) / n;
-    m.push_ms = absl::ToDoubleMilliseconds(t_push_) / n;
-    const int64_t rpcs = params_->rpcs(), bytes = params_->bytes_in() + params_->bytes_out();
-    m.rpcs_per_clock = static_cast<double>(window_gates_ + rpcs - window_rpcs_) / n;
-    m.bytes_per_clock = static_cast<double>(bytes - window_bytes_) / n;
-    window_gates_ = 0;
-    window_rpcs_ = rpcs;
-    window_bytes_ = bytes;
+    m.gate_ms = absl::ToDoubleMilliseconds(window_split_.gate) / n;
+    m.pull_ms = absl::ToDoubleMilliseconds(window_split_.pull) / n;
+    m.compute_ms = absl::ToDoubleMilliseconds(window_split_.compute) / n;
+    m.push_ms = absl::ToDoubleMilliseconds(window_split_.push) / n;
+    m.rpcs_per_clock = static_cast<double>(Calls() - window_calls_) / n;
+    m.bytes_per_clock = static_cast<double>(Bytes() - window_bytes_) / n;
+    window_calls_ = Calls();
+    window_bytes_ = Bytes();
     {
       absl::MutexLock lock(&mu_);
       metrics_.rpcs_per_clock = m.rpcs_per_clock;
@@ -338,10 +341,12 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     window_start_ = absl::Now();
     window_clocks_ = 0;
     window_loss_ = 0;
-    t_gate_ = t_pull_ = t_compute_ = t_push_ = absl::ZeroDuration();
+    window_split_ = Split();
   }
   if (epoch_end && options_.replica == 0 && options_.eval_each_epoch && clock_ + 1 < total_) {
+    const absl::Time t0 = absl::Now();
     ASSIGN_OR_RETURN(const double acc, data_->Evaluate(*model_));
+    run_evaluating_ += absl::Now() - t0;
     spdlog::info("epoch {} done: test accuracy {:.4f} (weights of clock {})", data_->Epoch(clock_),
                  acc, clock_);
     absl::MutexLock lock(&mu_);
@@ -349,6 +354,38 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     window_start_ = absl::Now();  // samples/s counts training only
   }
   return absl::OkStatus();
+}
+
+void ClockLoop::CountRun() {
+  const Split clock = clock_split_;
+  clock_split_ = Split();
+  if (!run_start_.has_value()) {
+    // The first clock waited for the cluster to be complete: left out.
+    run_start_ = absl::Now();
+    run_calls_ = Calls();
+    run_bytes_ = Bytes();
+    return;
+  }
+  run_split_.Add(clock);
+  ++run_clocks_;
+  const double n = static_cast<double>(run_clocks_);
+  absl::MutexLock lock(&mu_);
+  metrics_.train_s = absl::ToDoubleSeconds(absl::Now() - *run_start_ - run_evaluating_);
+  metrics_.clocks_trained = run_clocks_;
+  metrics_.run_gate_ms = absl::ToDoubleMilliseconds(run_split_.gate) / n;
+  metrics_.run_pull_ms = absl::ToDoubleMilliseconds(run_split_.pull) / n;
+  metrics_.run_compute_ms = absl::ToDoubleMilliseconds(run_split_.compute) / n;
+  metrics_.run_push_ms = absl::ToDoubleMilliseconds(run_split_.push) / n;
+  metrics_.run_rpcs = static_cast<double>(Calls() - run_calls_) / n;
+  metrics_.run_bytes = static_cast<double>(Bytes() - run_bytes_) / n;
+}
+
+int64_t ClockLoop::Calls() const {
+  return gates_ + calls_retired_ + (params_ != nullptr ? params_->rpcs() : 0);
+}
+
+int64_t ClockLoop::Bytes() const {
+  return bytes_retired_ + (params_ != nullptr ? params_->bytes_in() + params_->bytes_out() : 0);
 }
 
 absl::StatusOr<bool> ClockLoop::FinalRead() {

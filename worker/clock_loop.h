@@ -56,6 +56,9 @@ class GateClient {
   virtual absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) = 0;
   // The newest generation the scheduler has told of (in heartbeats).
   virtual int64_t generation() const = 0;
+  // False for a gate in this process (worker/standalone.h): its calls are
+  // not counted as calls.
+  virtual bool remote() const { return true; }
 };
 
 // The training data and the evaluation, as the loop sees them.
@@ -110,6 +113,12 @@ struct ClockMetrics {
   double test_accuracy = -1;
   double gate_ms = 0, pull_ms = 0, compute_ms = 0, push_ms = 0;  // per clock, last window
   double rpcs_per_clock = 0, bytes_per_clock = 0;                // last window
+  // The whole run from the end of its first clock: seconds in clocks
+  // (evaluations left out), the clocks taken, and their mean split.
+  double train_s = 0;
+  int64_t clocks_trained = 0;
+  double run_gate_ms = 0, run_pull_ms = 0, run_compute_ms = 0, run_push_ms = 0;
+  double run_rpcs = 0, run_bytes = 0;  // per clock
   double loss_scale = 1;
   int64_t skipped_steps = 0;
   int64_t bytes_in = 0, bytes_out = 0;
@@ -172,6 +181,10 @@ class ClockLoop {
   absl::Status Connect(const ClusterView& cluster);
   // Metrics, progress lines and the epoch's evaluation after clock_.
   absl::Status AfterClock(const StepResult& step);
+  // Adds the clock's split to the run's.
+  void CountRun();
+  int64_t Calls() const;
+  int64_t Bytes() const;
 
   const ClockLoopOptions options_;
   const int64_t total_;
@@ -201,9 +214,23 @@ class ClockLoop {
   absl::Time window_start_;
   int64_t window_clocks_ = 0;
   double window_loss_ = 0;
-  absl::Duration t_gate_, t_pull_, t_compute_, t_push_;
-  // Gate calls, and the servers' calls and bytes at the window's start.
-  int64_t window_gates_ = 0, window_rpcs_ = 0, window_bytes_ = 0;
+  // Where clocks' time went: this clock's, the window's, and the run's
+  // (from the end of the first clock this loop ran, when the cluster was
+  // complete; evaluations left out).
+  struct Split {
+    absl::Duration gate, pull, compute, push;
+    void Add(const Split& o) {
+      gate += o.gate, pull += o.pull, compute += o.compute, push += o.push;
+    }
+  };
+  Split clock_split_, window_split_, run_split_;
+  std::optional<absl::Time> run_start_;
+  absl::Duration run_evaluating_;
+  int64_t run_clocks_ = 0, run_calls_ = 0, run_bytes_ = 0;  // Calls() and Bytes() at run_start_
+  // Calls (the gate's and the servers') and payload bytes so far: the
+  // gate calls, and what clients since replaced (rollbacks) had counted.
+  int64_t gates_ = 0, calls_retired_ = 0, bytes_retired_ = 0;
+  int64_t window_calls_ = 0, window_bytes_ = 0;  // Calls() and Bytes() at the window's start
 
   mutable absl::Mutex mu_;
   ClockMetrics metrics_ ABSL_GUARDED_BY(mu_);

@@ -20,6 +20,7 @@
 #include "worker/models/model.h"
 #include "worker/param_client.h"
 #include "worker/ps_client.h"
+#include "worker/standalone.h"
 
 namespace pstrain {
 namespace {
@@ -229,9 +230,18 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     stage.emplace(job, rank, options_.ps.wire_dtype, model.get(), options_.stage_link);
     UsePipeline(&*stage, &lo);
   }
-  SchedulerGate gate(scheduler_);
+  // Standalone (no scheduler): the servers' store in this process.
+  std::unique_ptr<StandaloneServer> alone;
+  std::unique_ptr<GateClient> gate;
+  if (scheduler_ == nullptr) {
+    ASSIGN_OR_RETURN(alone, StandaloneServer::Make(job, /*threads=*/0));
+    gate = std::make_unique<StandaloneGate>();
+  } else {
+    gate = std::make_unique<SchedulerGate>(scheduler_);
+  }
   auto make_params = [&](const ClusterView& cluster, int64_t generation, bool fp32,
                          std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
+    if (alone != nullptr) return alone->Client();
     PsClientOptions o = options_.ps;
     o.generation = generation;
     o.abandon = std::move(abandon);
@@ -240,7 +250,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     o.end_param = model->stage().end_param;
     return std::make_unique<AsyncPsClient>(cluster, &partition, rank, o);
   };
-  ClockLoop loop(lo, &gate, make_params, this, model.get(), backend_);
+  ClockLoop loop(lo, gate.get(), make_params, this, model.get(), backend_);
   {
     absl::MutexLock lock(&mu_);
     loop_ = &loop;
@@ -319,6 +329,17 @@ NodeStatus Trainer::Status() const {
   st.set_push_ms(m.push_ms);
   st.set_rpcs_per_clock(m.rpcs_per_clock);
   st.set_bytes_per_clock(m.bytes_per_clock);
+  st.set_train_s(m.train_s);
+  st.set_clocks_trained(m.clocks_trained);
+  if (m.clocks_trained > 0) {
+    ClockSplit* split = st.mutable_run_split();
+    split->set_gate_ms(m.run_gate_ms);
+    split->set_pull_ms(m.run_pull_ms);
+    split->set_compute_ms(m.run_compute_ms);
+    split->set_push_ms(m.run_push_ms);
+    split->set_rpcs(m.run_rpcs);
+    split->set_bytes(m.run_bytes);
+  }
   st.set_skipped_steps(m.skipped_steps);
   st.set_bytes_in(m.bytes_in);
   st.set_bytes_out(m.bytes_out);

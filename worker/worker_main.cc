@@ -34,9 +34,17 @@ ABSL_FLAG(int, debug_slowdown_ms, 0, "sleep this long every iteration (consisten
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
 ABSL_FLAG(int, channels_per_server, 2, "TCP connections to each server");
+ABSL_FLAG(bool, standalone, false,
+          "train --job alone: the servers' store and optimizer in this process, no scheduler "
+          "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
+          "aid). The job's global batch, one worker.");
+ABSL_FLAG(std::string, job, "", "with --standalone: the job spec (text-format pstrain.JobSpec)");
+ABSL_FLAG(std::string, status_file, "",
+          "with --standalone: write the final Status (JSON, as psctl status --json) here");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT]");
+  absl::SetProgramUsageMessage(
+      "ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] | --standalone --job=FILE");
   absl::ParseCommandLine(argc, argv);
   pstrain::WorkerConfig config;
   config.member = pstrain::MemberConfigFromFlags(pstrain::WORKER);
@@ -51,5 +59,8 @@ int main(int argc, char** argv) {
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.weights_out = absl::GetFlag(FLAGS_weights_out);
   config.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
+  config.standalone = absl::GetFlag(FLAGS_standalone);
+  config.job_file = absl::GetFlag(FLAGS_job);
+  config.status_file = absl::GetFlag(FLAGS_status_file);
   return pstrain::RunWorker(config);
 }

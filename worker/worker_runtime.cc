@@ -1,6 +1,7 @@
 #include "worker/worker_runtime.h"
 
 #include <atomic>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -8,11 +9,14 @@
 #include "absl/synchronization/mutex.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/status_json.h"
 #include "common/status_macros.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/stage_link.h"
+#include "worker/standalone.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"
 
@@ -58,6 +62,13 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> OpenBackend(const WorkerConfig
   spdlog::info("computing on {} in {}", note, c.compute_dtype);
   return backend;
 }
+
+// What the trainer is told, from the command line, the registration and
+// the job.
+absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
+                                                 const std::string& device, DType wire,
+                                                 StageLinkService* stage_link,
+                                                 const RegisterResponse& reg, const JobSpec& job);
 
 // One worker's life after it registered.
 class WorkerMember {
@@ -118,26 +129,33 @@ void WorkerMember::Report(MemberState state, const std::string& message, double 
 
 absl::StatusOr<TrainerOptions> WorkerMember::Options(const RegisterResponse& reg,
                                                      const JobSpec& job) const {
+  return TrainerOptionsFor(config_, backend_->name(), wire_, stage_link_, reg, job);
+}
+
+absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
+                                                 const std::string& device, DType wire,
+                                                 StageLinkService* stage_link,
+                                                 const RegisterResponse& reg, const JobSpec& job) {
   TrainerOptions topts;
   topts.worker_id = reg.id();
   topts.job = job;
-  topts.debug_slowdown_ms = config_.debug_slowdown_ms;
-  topts.weights_out = config_.weights_out;
-  topts.recompute = config_.recompute == "block";
-  topts.device_memory_budget = config_.device_memory_budget;
-  topts.overlap = config_.overlap == "on" ||
-                  (config_.overlap == "auto" && std::string(backend_->name()) == "cuda");
-  topts.loss_scaling = config_.compute_dtype == "fp16";
+  topts.debug_slowdown_ms = config.debug_slowdown_ms;
+  topts.weights_out = config.weights_out;
+  topts.recompute = config.recompute == "block";
+  topts.device_memory_budget = config.device_memory_budget;
+  topts.overlap = config.overlap == "on" ||
+                  (config.overlap == "auto" && device == "cuda");
+  topts.loss_scaling = config.compute_dtype == "fp16";
   if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
         "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of "
         "non-finite gradients, which this job turns off (optimizer.allow_nonfinite)");
   }
-  topts.ps.wire_dtype = config_.wire_dtype.empty() ? job.wire_dtype() : wire_;
-  topts.ps.channels_per_server = config_.channels_per_server;
+  topts.ps.wire_dtype = config.wire_dtype.empty() ? job.wire_dtype() : wire;
+  topts.ps.channels_per_server = config.channels_per_server;
   topts.generation = reg.generation();
   topts.start_clock = reg.start_clock();
-  topts.stage_link = stage_link_;
+  topts.stage_link = stage_link;
   return topts;
 }
 
@@ -208,6 +226,55 @@ int WorkerMember::Train() {
   return 1;
 }
 
+// ps_worker --standalone: the job alone in this process (worker/standalone.h).
+int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType wire) {
+  absl::StatusOr<JobSpec> job = LoadJobSpec(config.job_file);
+  if (job.ok()) job = StandaloneJob(*std::move(job));
+  if (!job.ok()) {
+    spdlog::error("{}: {}", config.job_file, job.status().message());
+    return 2;
+  }
+  if (!config.data_dir.empty()) job->mutable_data()->set_path(config.data_dir);
+  absl::StatusOr<TrainTest> data = LoadDataset(*job);
+  if (!data.ok()) {
+    spdlog::error("cannot load the data set: {}", data.status().message());
+    return 1;
+  }
+  RegisterResponse reg;
+  absl::StatusOr<TrainerOptions> topts =
+      TrainerOptionsFor(config, backend->name(), wire, nullptr, reg, *job);
+  if (!topts.ok()) {
+    spdlog::error("{}", topts.status().message());
+    return 2;
+  }
+  spdlog::info("standalone: the servers' store and optimizer in this process, no scheduler");
+  Trainer trainer(*topts, /*scheduler=*/nullptr, backend, *std::move(data));
+  std::atomic<bool> stop{false};
+  std::thread watcher([&stop] {
+    for (; !stop; absl::SleepFor(absl::Milliseconds(50))) {
+      if (ShutdownRequested()) stop = true;
+    }
+  });
+  const absl::StatusOr<double> acc = trainer.Run(stop);
+  stop = true;
+  watcher.join();
+  NodeStatus st = trainer.Status();
+  st.set_state(acc.ok() ? FINISHED : FAILED);
+  if (!acc.ok()) {
+    st.set_message(std::string(acc.status().message()));
+    spdlog::error("training stopped: {}", acc.status().message());
+  }
+  if (!config.status_file.empty()) {
+    absl::StatusOr<std::string> json = StatusJson(st);
+    std::ofstream out(config.status_file);
+    if (!json.ok() || !(out << *json)) {
+      spdlog::error("{}: cannot write the status", config.status_file);
+      return 1;
+    }
+  }
+  return acc.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int RunWorker(const WorkerConfig& config) {
@@ -225,6 +292,7 @@ int RunWorker(const WorkerConfig& config) {
     spdlog::error("{}", backend.status().message());
     return 2;
   }
+  if (config.standalone) return RunStandalone(config, backend->get(), wire);
   StageLinkService stage_link;
   WorkerMember worker(config, backend->get(), wire, &stage_link);
   WorkerService service([&worker] { return worker.Status(); });

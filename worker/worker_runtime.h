@@ -24,11 +24,16 @@ struct WorkerConfig {
   std::string data_dir;     // "": the job's data.path
   std::string weights_out;  // "": none
   int debug_slowdown_ms = 0;
+  // --standalone: train `job_file` alone, the servers' store in this
+  // process (worker/standalone.h); the final Status as JSON to status_file.
+  bool standalone = false;
+  std::string job_file;
+  std::string status_file;
 };
 
 // Runs the worker to the job's end; returns the process's exit code (0 the
-// job finished, 1 it was aborted or this worker failed, 2 a bad command line
-// or device, 3 no scheduler).
+// job finished, 1 it was aborted or this worker failed, 2 a bad command line,
+// job file (standalone) or device, 3 no scheduler).
 int RunWorker(const WorkerConfig& config);
 
 }  // namespace pstrain
