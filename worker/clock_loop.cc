@@ -165,6 +165,13 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   const ParamClient* before = params_.get();
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
   if (rolled_back) return false;
+  // The last clock's pushes went on while the gate answered; the pull
+  // below writes the weights, the next backward the gradients they read.
+  if (const absl::Status pushed = AwaitPushes(); !pushed.ok()) {
+    RETURN_IF_ERROR(Resync(pushed));
+    return false;
+  }
+  const absl::Time pushed_at = absl::Now();
   if (before == nullptr || (!prefetched && !ticket.has_value())) ticket = pull();
   const absl::Status pulled = prefetched && before != nullptr
                                   ? prefetch_->Take(params_.get(), pull_clock, &model_->weights())
@@ -174,7 +181,8 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     return false;
   }
   clock_split_.gate += gated_at - t0;
-  clock_split_.pull += absl::Now() - gated_at;
+  clock_split_.push += pushed_at - gated_at;
+  clock_split_.pull += absl::Now() - pushed_at;
   if (prefetch_ && clock_ + 1 < total_) {
     prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
   }
@@ -241,20 +249,18 @@ absl::StatusOr<StepResult> ClockLoop::Step() {
   return total;
 }
 
-absl::Status ClockLoop::Push(bool finite) {
-  if (options_.overlap) {
-    // The layers' pushes went out during the backward; wait for them all.
-    absl::Status first;
-    for (ParamTicket t : push_tickets_) {
-      const absl::Status st = params_->Wait(t);
-      if (first.ok()) first = st;
-    }
-    push_tickets_.clear();
-    return first;
-  }
+void ClockLoop::Push(bool finite) {
+  if (options_.overlap) return;  // the layers' pushes went out during the backward
   ParamBuffers& grads = Accumulates() ? accumulated_ : model_->mutable_grads();
   const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
-  return params_->Wait(params_->Push(clock_, batch_.rows, &grads, norm, {}));
+  push_tickets_.push_back(params_->Push(clock_, batch_.rows, &grads, norm, {}));
+}
+
+absl::Status ClockLoop::AwaitPushes() {
+  absl::Status first;
+  for (ParamTicket t : push_tickets_) first.Update(params_->Wait(t));
+  push_tickets_.clear();
+  return first;
 }
 
 absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
@@ -276,14 +282,9 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   // closes over the other workers' samples).
   ParamBuffers& grads = Accumulates() ? accumulated_ : model_->mutable_grads();
   const bool finite = !options_.loss_scaling || scaler_.Unscale(&grads);
-  const absl::Time t3 = absl::Now();
-  const absl::Status pushed = Push(finite);
-  if (!pushed.ok()) {
-    RETURN_IF_ERROR(Resync(pushed));
-    return false;
-  }
-  clock_split_.compute += t3 - t2;
-  clock_split_.push += absl::Now() - t3;
+  // The push goes on while the next clock's gate call does (see GateAndPull).
+  Push(finite);
+  clock_split_.compute += absl::Now() - t2;
   RETURN_IF_ERROR(AfterClock(step));
   return true;
 }
@@ -395,6 +396,10 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
   ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(total_));
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
   if (rolled_back) return false;
+  if (const absl::Status pushed = AwaitPushes(); !pushed.ok()) {
+    RETURN_IF_ERROR(Resync(pushed));
+    return false;
+  }
   if (prefetch_) prefetch_->Drop(params_.get());
   const int64_t generation = generation_;
   final_params_ = make_params_(cluster_, generation, /*fp32=*/true, [this, generation] {

@@ -162,7 +162,11 @@ class ClockLoop {
   // Whether the clock's gradient is summed in accumulated_ (micro-batches,
   // pipeline stages) rather than left in the model's grads().
   bool Accumulates() const { return options_.stage_step || options_.job.micro_batches() > 1; }
-  absl::Status Push(bool finite);
+  // Sends the clock's whole gradient (unless its layers went during the
+  // backward); AwaitPushes waits for every push sent, after the next gate
+  // call.
+  void Push(bool finite);
+  absl::Status AwaitPushes();
   // The last clock's report, then the final read of every update; false
   // when the cluster rolled back meanwhile.
   absl::StatusOr<bool> FinalRead();

@@ -139,11 +139,15 @@ TEST_F(ClockLoopTest, ARollbackAtTheGateResumesAtItsClockWithNewClients) {
 }
 
 TEST_F(ClockLoopTest, AFailedPushIsResyncedAtTheGate) {
-  // The push of clock 1 fails once; the gate then tells of generation 1
-  // (the cluster rolled back to clock 1): the loop goes on from there.
+  // The push of clock 1 fails once; the next gate call (clock 2's, sent
+  // while that push went on) tells of generation 1: the cluster rolled back
+  // to clock 1, and the loop goes on from there.
   bool failed = false;
-  script_ = [&failed](int64_t clock, AdvanceClockResponse* r) {
-    if (failed && clock == 1 && r->generation() == 0) r->set_generation(1);
+  script_ = [&failed](int64_t, AdvanceClockResponse* r) {
+    if (failed && r->generation() == 0) {
+      r->set_generation(1);
+      r->set_resume_clock(1);
+    }
   };
   auto fail = [&failed](const std::string& line) {
     if (line == "g0 push 1 all" && !failed) {
@@ -155,7 +159,7 @@ TEST_F(ClockLoopTest, AFailedPushIsResyncedAtTheGate) {
   ASSERT_TRUE(RunLoop("consistency: BSP", 2, /*overlap=*/false, fail).ok());
   const CallLog tail(log_.begin() + 3, log_.end());
   EXPECT_EQ(tail, (CallLog{"gate 1 g0", "g0 pull 1 min 1", "g0 push 1 all",  //
-                           "gate 1 g0",  // the resync: generation 1, clock 1
+                           "gate 2 g0",  // answered: generation 1, back to clock 1
                            "gate 1 g1", "g1 pull 1 min 1", "g1 push 1 all",  //
                            "gate 2 g1", "g1 fp32 pull 2 min 2"}))
       << absl::StrJoin(log_, "\n");
