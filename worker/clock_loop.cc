@@ -1,6 +1,7 @@
 #include "worker/clock_loop.h"
 
 #include <algorithm>
+#include <future>
 #include <cmath>
 #include <utility>
 
@@ -64,8 +65,10 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
   }
   // Calls of an older generation end first (abandoned at their next retry).
   if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
-  for (ParamTicket t : push_tickets_) (void)params_->Wait(t);
-  push_tickets_.clear();
+  for (auto* tickets : {&older_push_tickets_, &push_tickets_}) {
+    for (ParamTicket t : *tickets) (void)params_->Wait(t);
+    tickets->clear();
+  }
   if (params_ != nullptr) {
     calls_retired_ += params_->rpcs();
     bytes_retired_ += params_->bytes_in() + params_->bytes_out();
@@ -160,18 +163,24 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   std::optional<ParamTicket> ticket;
   if (options_.overlap && params_ != nullptr && !prefetched) ticket = pull();
   const int64_t pull_clock = clock_;
-  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(clock_));
+  // The gate answers while the pushes of the clock before last finish: the
+  // step writes the gradient set they read (Model::FlipGrads). The last
+  // clock's go on (a pull of BSP's waits for them at the servers).
+  std::future<absl::StatusOr<AdvanceClockResponse>> answer =
+      std::async(std::launch::async, [this] { return CallGate(clock_); });
+  absl::Status pushed = AwaitPushes(&older_push_tickets_);
+  older_push_tickets_ = std::move(push_tickets_);
+  push_tickets_.clear();
+  const absl::Time pushed_at = absl::Now();
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, answer.get());
   const absl::Time gated_at = absl::Now();
   const ParamClient* before = params_.get();
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
   if (rolled_back) return false;
-  // The last clock's pushes went on while the gate answered; the pull
-  // below writes the weights, the next backward the gradients they read.
-  if (const absl::Status pushed = AwaitPushes(); !pushed.ok()) {
+  if (!pushed.ok()) {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
   }
-  const absl::Time pushed_at = absl::Now();
   if (before == nullptr || (!prefetched && !ticket.has_value())) ticket = pull();
   const absl::Status pulled = prefetched && before != nullptr
                                   ? prefetch_->Take(params_.get(), pull_clock, &model_->weights())
@@ -180,9 +189,9 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     RETURN_IF_ERROR(Resync(pulled));
     return false;
   }
-  clock_split_.gate += gated_at - t0;
-  clock_split_.push += pushed_at - gated_at;
-  clock_split_.pull += absl::Now() - pushed_at;
+  clock_split_.push += pushed_at - t0;
+  clock_split_.gate += gated_at - pushed_at;
+  clock_split_.pull += absl::Now() - gated_at;
   if (prefetch_ && clock_ + 1 < total_) {
     prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
   }
@@ -256,10 +265,10 @@ void ClockLoop::Push(bool finite) {
   push_tickets_.push_back(params_->Push(clock_, batch_.rows, &grads, norm, {}));
 }
 
-absl::Status ClockLoop::AwaitPushes() {
+absl::Status ClockLoop::AwaitPushes(std::vector<ParamTicket>* tickets) {
   absl::Status first;
-  for (ParamTicket t : push_tickets_) first.Update(params_->Wait(t));
-  push_tickets_.clear();
+  for (ParamTicket t : *tickets) first.Update(params_->Wait(t));
+  tickets->clear();
   return first;
 }
 
@@ -269,6 +278,15 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
     absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
   }
   RETURN_IF_ERROR(NextBatch());
+  if (Accumulates()) {
+    // One buffer of summed gradients: the last clock's pushes read it.
+    if (const absl::Status pushed = AwaitPushes(&older_push_tickets_); !pushed.ok()) {
+      RETURN_IF_ERROR(Resync(pushed));
+      return false;
+    }
+  } else {
+    model_->FlipGrads();
+  }
   if (options_.loss_scaling) model_->set_loss_scale(scaler_.scale());
   const absl::StatusOr<StepResult> stepped = Step();
   if (!stepped.ok() && options_.stage_step) {
@@ -396,7 +414,9 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
   ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(total_));
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
   if (rolled_back) return false;
-  if (const absl::Status pushed = AwaitPushes(); !pushed.ok()) {
+  absl::Status pushed = AwaitPushes(&older_push_tickets_);
+  pushed.Update(AwaitPushes(&push_tickets_));
+  if (!pushed.ok()) {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
   }

@@ -163,10 +163,10 @@ class ClockLoop {
   // pipeline stages) rather than left in the model's grads().
   bool Accumulates() const { return options_.stage_step || options_.job.micro_batches() > 1; }
   // Sends the clock's whole gradient (unless its layers went during the
-  // backward); AwaitPushes waits for every push sent, after the next gate
-  // call.
+  // backward). Its pushes are awaited two clocks on (GateAndPull), or one
+  // when the clock's gradient is summed in accumulated_ (ComputeAndPush).
   void Push(bool finite);
-  absl::Status AwaitPushes();
+  absl::Status AwaitPushes(std::vector<ParamTicket>* tickets);
   // The last clock's report, then the final read of every update; false
   // when the cluster rolled back meanwhile.
   absl::StatusOr<bool> FinalRead();
@@ -209,7 +209,8 @@ class ClockLoop {
   Batch batch_;
   ParamBuffers accumulated_;  // micro_batches > 1
   LossScaler scaler_;
-  std::vector<ParamTicket> push_tickets_;  // this clock's pushes by layer
+  std::vector<ParamTicket> push_tickets_;        // this clock's pushes
+  std::vector<ParamTicket> older_push_tickets_;  // the last clock's
   std::optional<WeightPrefetch> prefetch_;
   std::unique_ptr<ParamClient> params_;  // after prefetch_: it ends first
   std::unique_ptr<ParamClient> final_params_;

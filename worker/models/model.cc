@@ -19,12 +19,12 @@ Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backen
   params_.assign(all.begin() + stage.first_param, all.begin() + stage.end_param);
   for (const ParamInfo& p : params_) {
     weights_.push_back(kernels::PinnableVector(p.numel));
-    grads_.push_back(kernels::PinnableVector(p.numel));
+    for (auto& set : grad_sets_) set.push_back(kernels::PinnableVector(p.numel));
     device_weights_.emplace_back(backend, windowed ? 0 : p.numel);
     device_grads_.emplace_back(backend, windowed ? 0 : p.numel);
   }
   on_device_.assign(params_.size(), false);
-  for (auto* host : {&weights_, &grads_}) {
+  for (auto* host : {&weights_, &grad_sets_[0], &grad_sets_[1]}) {
     for (std::vector<float>& v : *host) {
       const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(float));
       if (backend_->PinHost(v.data(), bytes)) pinned_bytes_ += bytes;
@@ -33,7 +33,7 @@ Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backen
 }
 
 Model::~Model() {
-  for (auto* host : {&weights_, &grads_}) {
+  for (auto* host : {&weights_, &grad_sets_[0], &grad_sets_[1]}) {
     for (std::vector<float>& v : *host) backend_->UnpinHost(v.data());
   }
 }
@@ -70,7 +70,7 @@ void Model::Ready(const std::vector<int>& params) {
     for (int p : params) {
       if (device_grads_[p].data() == nullptr) continue;  // no room: the error stands
       backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4,
-                              grads_[p].data());
+                              mutable_grads()[p].data());
     }
     backend_->WaitFor(backend_->Fence());
     for (int p : params) device_grads_[p].Release();
@@ -79,7 +79,8 @@ void Model::Ready(const std::vector<int>& params) {
   }
   if (!host_sync_ || !grads_ready_) return;
   for (int p : params)
-    backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4, grads_[p].data());
+    backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4,
+                            mutable_grads()[p].data());
   pending_grads_.emplace_back(backend_->Fence(), params);
   // Report what has landed already, without waiting: the host may be
   // behind the device (a copy into memory that is not pinned waits).
@@ -114,7 +115,7 @@ void Model::FinishGrads() {
   if (!grads_ready_) {
     for (size_t p = 0; p < params_.size(); ++p) {
       backend_->DownloadAsync(device_grads_[p].data(), device_grads_[p].size() * 4,
-                              grads_[p].data());
+                              mutable_grads()[p].data());
     }
     backend_->WaitFor(backend_->Fence());
     return;

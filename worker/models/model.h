@@ -59,8 +59,12 @@ class Model {
   // each step uploads them to the device.
   std::vector<std::vector<float>>& weights() { return weights_; }
   const std::vector<std::vector<float>>& weights() const { return weights_; }
-  const std::vector<std::vector<float>>& grads() const { return grads_; }
-  std::vector<std::vector<float>>& mutable_grads() { return grads_; }
+  // The last step's gradients, one host buffer per parameter. There are two
+  // sets; FlipGrads makes the other one the next step's, so pushes of one
+  // step may still read theirs while the next step writes.
+  const std::vector<std::vector<float>>& grads() const { return grad_sets_[grad_set_]; }
+  std::vector<std::vector<float>>& mutable_grads() { return grad_sets_[grad_set_]; }
+  void FlipGrads() { grad_set_ ^= 1; }
   // The loss's gradient is multiplied by this before the backward (dynamic
   // loss scaling); the gradients come out scaled by it. Default 1.
   void set_loss_scale(float scale) { loss_scale_ = scale; }
@@ -147,7 +151,9 @@ class Model {
   std::vector<bool> on_device_;  // windowed: weights uploaded and not released
   int64_t input_width_ = 0, output_width_ = 0;
   std::vector<ParamInfo> params_;
-  std::vector<std::vector<float>> weights_, grads_;  // host
+  std::vector<std::vector<float>> weights_;  // host
+  std::vector<std::vector<float>> grad_sets_[2];  // host; grad_set_ is the current one
+  int grad_set_ = 0;
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
   float loss_scale_ = 1.0f;
   bool host_sync_ = true;
