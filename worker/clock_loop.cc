@@ -84,6 +84,14 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
 }
 
 absl::StatusOr<AdvanceClockResponse> ClockLoop::CallGate(int64_t clock, bool relink) {
+  return gate_->AdvanceClock(GateRequest(clock, relink));
+}
+
+std::future<absl::StatusOr<AdvanceClockResponse>> ClockLoop::CallGateAsync(int64_t clock) {
+  return gate_->AdvanceClockAsync(GateRequest(clock, false));
+}
+
+AdvanceClockRequest ClockLoop::GateRequest(int64_t clock, bool relink) {
   if (gate_->remote()) ++gates_;
   AdvanceClockRequest req;
   req.set_worker_id(options_.rank);
@@ -91,7 +99,7 @@ absl::StatusOr<AdvanceClockResponse> ClockLoop::CallGate(int64_t clock, bool rel
   req.set_generation(generation_);
   req.set_link_epoch(link_epoch_);
   req.set_relink(relink);
-  return gate_->AdvanceClock(req);
+  return req;
 }
 
 absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
@@ -127,8 +135,16 @@ absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
   return rolled_back;
 }
 
+absl::StatusOr<bool> ClockLoop::TakePendingGate() {
+  if (!pending_gate_.valid()) return false;
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, pending_gate_.get());
+  return Adopt(gate);
+}
+
 absl::Status ClockLoop::Resync(const absl::Status& failure) {
   if (*stop_) return absl::CancelledError("interrupted");
+  ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
+  if (moved) return absl::OkStatus();
   ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(clock_));
   if (gate.generation() == generation_) return failure;
   return Adopt(gate).status();
@@ -165,18 +181,31 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   const int64_t pull_clock = clock_;
   // The gate answers while the pushes of the clock before last finish: the
   // step writes the gradient set they read (Model::FlipGrads). The last
-  // clock's go on (a pull of BSP's waits for them at the servers).
-  std::future<absl::StatusOr<AdvanceClockResponse>> answer =
-      std::async(std::launch::async, [this] { return CallGate(clock_); });
+  // clock's go on (a pull of BSP's waits for them at the servers). Under
+  // SSP and ASP the clock does not wait for its gate at all -- its pulls'
+  // read guarantee bounds the staleness -- and the answer is taken at the
+  // next clock's start (TakePendingGate): a rollback or a new set of live
+  // workers is then seen one clock late. BSP (whose batch split must be the
+  // gate's), pipeline stages and a loop not yet connected wait.
+  const bool lazy = EffectiveStaleness(options_.job) != 0 && options_.stages <= 1 &&
+                    params_ != nullptr;
+  const ParamClient* before = params_.get();
+  ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
+  if (moved) return false;
+  const absl::Time taken_at = absl::Now();
+  std::future<absl::StatusOr<AdvanceClockResponse>> answer = CallGateAsync(clock_);
   absl::Status pushed = AwaitPushes(&older_push_tickets_);
   older_push_tickets_ = std::move(push_tickets_);
   push_tickets_.clear();
   const absl::Time pushed_at = absl::Now();
-  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, answer.get());
+  if (lazy) {
+    pending_gate_ = std::move(answer);
+  } else {
+    ASSIGN_OR_RETURN(const AdvanceClockResponse gate, answer.get());
+    ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
+    if (rolled_back) return false;
+  }
   const absl::Time gated_at = absl::Now();
-  const ParamClient* before = params_.get();
-  ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
-  if (rolled_back) return false;
   if (!pushed.ok()) {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
@@ -189,8 +218,8 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     RETURN_IF_ERROR(Resync(pulled));
     return false;
   }
-  clock_split_.push += pushed_at - t0;
-  clock_split_.gate += gated_at - pushed_at;
+  clock_split_.gate += (taken_at - t0) + (gated_at - pushed_at);
+  clock_split_.push += pushed_at - taken_at;
   clock_split_.pull += absl::Now() - gated_at;
   if (prefetch_ && clock_ + 1 < total_) {
     prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
@@ -411,6 +440,8 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
   // Report the last clock, then read every worker's every update. The
   // final read is of the fp32 master weights whatever the wire dtype: they
   // are what the job trained (and what --weights_out writes).
+  ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
+  if (moved) return false;
   ASSIGN_OR_RETURN(const AdvanceClockResponse gate, CallGate(total_));
   ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
   if (rolled_back) return false;

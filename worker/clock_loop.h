@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,12 @@ class GateClient {
   // Reports that req.worker_id finished req.clock - 1 and asks to start
   // req.clock (see AdvanceClockRequest).
   virtual absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) = 0;
+  // The same call, answered on a thread of its own (a fake may answer at
+  // once).
+  virtual std::future<absl::StatusOr<AdvanceClockResponse>> AdvanceClockAsync(
+      AdvanceClockRequest req) {
+    return std::async(std::launch::async, [this, req] { return AdvanceClock(req); });
+  }
   // The newest generation the scheduler has told of (in heartbeats).
   virtual int64_t generation() const = 0;
   // False for a gate in this process (worker/standalone.h): its calls are
@@ -173,6 +180,9 @@ class ClockLoop {
   // Takes a gate answer; true when it says the cluster rolled back (the
   // loop resumes at its clock).
   absl::StatusOr<bool> Adopt(const AdvanceClockResponse& gate);
+  // Takes the answer of a gate call left pending (SSP, ASP: see
+  // GateAndPull); true when it sent the loop elsewhere (Adopt).
+  absl::StatusOr<bool> TakePendingGate();
   // After a failed pull or push: did the cluster roll back? If not, the
   // failure stands.
   absl::Status Resync(const absl::Status& failure);
@@ -181,6 +191,8 @@ class ClockLoop {
   // where the scheduler says. If neither, the failure stands.
   absl::Status Relink(const absl::Status& failure);
   absl::StatusOr<AdvanceClockResponse> CallGate(int64_t clock, bool relink = false);
+  std::future<absl::StatusOr<AdvanceClockResponse>> CallGateAsync(int64_t clock);
+  AdvanceClockRequest GateRequest(int64_t clock, bool relink);
   // Clients of the servers of `cluster` for the current generation.
   absl::Status Connect(const ClusterView& cluster);
   // Metrics, progress lines and the epoch's evaluation after clock_.
@@ -211,6 +223,8 @@ class ClockLoop {
   LossScaler scaler_;
   std::vector<ParamTicket> push_tickets_;        // this clock's pushes
   std::vector<ParamTicket> older_push_tickets_;  // the last clock's
+  // SSP, ASP: the gate call of the clock under way, answered while it runs.
+  std::future<absl::StatusOr<AdvanceClockResponse>> pending_gate_;
   std::optional<WeightPrefetch> prefetch_;
   std::unique_ptr<ParamClient> params_;  // after prefetch_: it ends first
   std::unique_ptr<ParamClient> final_params_;

@@ -110,6 +110,28 @@ TEST_F(ClockLoopTest, BspWithOverlapPullsWithTheGateAndPushesByLayer) {
                            "gate 2 g0", "g0 fp32 pull 2 min 2"}));
 }
 
+TEST_F(ClockLoopTest, UnderSspAClockDoesNotWaitForItsGateAndSeesARollbackOneClockLate) {
+  // Clock 2's gate answers generation 1, back to clock 1. Under SSP the
+  // clock went on without the answer (its pushes carry generation 0, which
+  // the restored servers refuse); clock 3 takes it first and the loop
+  // resumes at clock 1 with generation-1 clients.
+  script_ = [](int64_t clock, AdvanceClockResponse* r) {
+    if (clock == 2 && r->generation() == 0) {
+      r->set_generation(1);
+      r->set_resume_clock(1);
+    }
+  };
+  ASSERT_TRUE(RunLoop("consistency: SSP staleness: 1", 3, /*overlap=*/false).ok());
+  EXPECT_EQ(log_, (CallLog{"gate 0 g0", "g0 pull 0 min 0", "g0 push 0 all",  //
+                           "gate 1 g0", "g0 pull 1 min 0", "g0 push 1 all",  //
+                           "gate 2 g0", "g0 pull 2 min 1", "g0 push 2 all",  //
+                           "gate 1 g1", "g1 pull 1 min 0", "g1 push 1 all",  //
+                           "gate 2 g1", "g1 pull 2 min 1", "g1 push 2 all",  //
+                           "gate 3 g1", "g1 fp32 pull 3 min 3"}))
+      << absl::StrJoin(log_, "\n");
+  EXPECT_EQ(metrics_.generation, 1);
+}
+
 TEST_F(ClockLoopTest, AspReadsWithoutAGuarantee) {
   ASSERT_TRUE(RunLoop("consistency: ASP", 3, /*overlap=*/false).ok());
   for (const std::string& line : log_) {

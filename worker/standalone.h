@@ -59,6 +59,8 @@ class StandaloneGate : public GateClient {
   absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) override;
   int64_t generation() const override { return 0; }
   bool remote() const override { return false; }
+  std::future<absl::StatusOr<AdvanceClockResponse>> AdvanceClockAsync(
+      AdvanceClockRequest req) override;
 };
 
 }  // namespace pstrain

@@ -5,6 +5,7 @@
 #define PSTRAIN_WORKER_TESTING_FAKES_H_
 
 #include <functional>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -92,6 +93,13 @@ class FakeGate : public GateClient {
     return r;
   }
   int64_t generation() const override { return generation_; }
+  // Answered at once, so the log's order is the calls' order.
+  std::future<absl::StatusOr<AdvanceClockResponse>> AdvanceClockAsync(
+      AdvanceClockRequest req) override {
+    std::promise<absl::StatusOr<AdvanceClockResponse>> answer;
+    answer.set_value(AdvanceClock(req));
+    return answer.get_future();
+  }
 
  private:
   CallLog* log_;
