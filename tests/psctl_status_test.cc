@@ -108,6 +108,21 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   EXPECT_EQ(*code, 0) << cluster.Logs();
 
+  // Each worker's final Status holds the whole run: its clocks after the
+  // first (which waits for the cluster), their seconds and their split.
+  const absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
+  ASSERT_TRUE(final_status.ok()) << final_status.status();
+  for (int w = 0; w < 2; ++w) {
+    const NodeStatus n = MemberOf(*final_status, WORKER, w);
+    EXPECT_EQ(n.clocks_trained(), 199);
+    // --debug_slowdown_ms sleeps 20 ms in every step.
+    EXPECT_GE(n.run_split().compute_ms(), 20);
+    EXPECT_GE(n.train_s(), 199 * 0.020);
+    // A clock's calls: the gate, and a push and a pull to each server.
+    EXPECT_NEAR(n.run_split().rpcs(), 5, 0.1);
+    EXPECT_GT(n.run_split().bytes(), 0);
+  }
+
   // Nobody listens any more: a clear error and a non-zero exit.
   std::string gone;
   EXPECT_EQ(RunCommand({BinaryPath("tools/psctl"), "status",

@@ -4,6 +4,7 @@
 //       every member of the cluster: role, id, address, state, clock, ...
 //   psctl status --target=HOST:PORT [--role=server|worker] [--json]
 //       one daemon's own Status
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -118,6 +119,17 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
                     n.unigram_entropy());
       }
       std::printf("\n");
+    }
+    if (worker && n.clocks_trained() > 0) {
+      const ClockSplit& r = n.run_split();
+      const double clock_ms = 1e3 * n.train_s() / static_cast<double>(n.clocks_trained());
+      std::printf(
+          "          whole run: %lld clocks in %.1f s, %.2f ms each (gate %.2f, pull %.2f, "
+          "compute %.2f, push %.2f, idle %.2f ms), %.1f calls, %s\n",
+          static_cast<long long>(n.clocks_trained()), n.train_s(), clock_ms, r.gate_ms(),
+          r.pull_ms(), r.compute_ms(), r.push_ms(),
+          std::max(0.0, clock_ms - r.gate_ms() - r.pull_ms() - r.compute_ms() - r.push_ms()),
+          r.rpcs(), Bytes(static_cast<int64_t>(r.bytes())).c_str());
     }
     if (n.role() == SERVER && n.params() > 0) {
       std::printf("          %lld params, %.2f bytes/param held, %lld non-finite pushes skipped\n",

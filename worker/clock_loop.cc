@@ -358,33 +358,23 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
   if (window_clocks_ == job.log_every() || clock_ + 1 == total_ || epoch_end) {
     const double secs = absl::ToDoubleSeconds(absl::Now() - window_start_);
     const double n = static_cast<double>(window_clocks_);
-    ClockMetrics m;
-    m.samples_per_s = secs > 0 ? n * job.batch_size() / secs : 0;
-    m.gate_ms = absl::ToDoubleMilliseconds(window_split_.gate) / n;
-    m.pull_ms = absl::ToDoubleMilliseconds(window_split_.pull) / n;
-    m.compute_ms = absl::ToDoubleMilliseconds(window_split_.compute) / n;
-    m.push_ms = absl::ToDoubleMilliseconds(window_split_.push) / n;
-    m.rpcs_per_clock = static_cast<double>(Calls() - window_calls_) / n;
-    m.bytes_per_clock = static_cast<double>(Bytes() - window_bytes_) / n;
+    const double samples_per_s = secs > 0 ? n * job.batch_size() / secs : 0;
+    const ClockSplit split =
+        PerClock(window_split_, Calls() - window_calls_, Bytes() - window_bytes_, n);
     window_calls_ = Calls();
     window_bytes_ = Bytes();
     {
       absl::MutexLock lock(&mu_);
-      metrics_.rpcs_per_clock = m.rpcs_per_clock;
-      metrics_.bytes_per_clock = m.bytes_per_clock;
-      metrics_.samples_per_s = m.samples_per_s;
-      metrics_.gate_ms = m.gate_ms;
-      metrics_.pull_ms = m.pull_ms;
-      metrics_.compute_ms = m.compute_ms;
-      metrics_.push_ms = m.push_ms;
+      metrics_.samples_per_s = samples_per_s;
+      metrics_.window = split;
     }
     // Worker 0, or the last stage of replica 0: the one that knows the loss.
     if (options_.rank == std::max(1, options_.stages) - 1) {
       spdlog::info(
           "clock {}/{} epoch {} loss {:.4f} samples/s {:.0f} (per clock: gate {:.1f} ms, "
           "pull {:.1f} ms, compute {:.1f} ms, push {:.1f} ms)",
-          clock_ + 1, total_, data_->Epoch(clock_), window_loss_ / n, m.samples_per_s, m.gate_ms,
-          m.pull_ms, m.compute_ms, m.push_ms);
+          clock_ + 1, total_, data_->Epoch(clock_), window_loss_ / n, samples_per_s,
+          split.gate_ms(), split.pull_ms(), split.compute_ms(), split.push_ms());
     }
     window_start_ = absl::Now();
     window_clocks_ = 0;
@@ -420,12 +410,18 @@ void ClockLoop::CountRun() {
   absl::MutexLock lock(&mu_);
   metrics_.train_s = absl::ToDoubleSeconds(absl::Now() - *run_start_ - run_evaluating_);
   metrics_.clocks_trained = run_clocks_;
-  metrics_.run_gate_ms = absl::ToDoubleMilliseconds(run_split_.gate) / n;
-  metrics_.run_pull_ms = absl::ToDoubleMilliseconds(run_split_.pull) / n;
-  metrics_.run_compute_ms = absl::ToDoubleMilliseconds(run_split_.compute) / n;
-  metrics_.run_push_ms = absl::ToDoubleMilliseconds(run_split_.push) / n;
-  metrics_.run_rpcs = static_cast<double>(Calls() - run_calls_) / n;
-  metrics_.run_bytes = static_cast<double>(Bytes() - run_bytes_) / n;
+  metrics_.run = PerClock(run_split_, Calls() - run_calls_, Bytes() - run_bytes_, n);
+}
+
+ClockSplit ClockLoop::PerClock(const Split& split, int64_t calls, int64_t bytes, double n) {
+  ClockSplit c;
+  c.set_gate_ms(absl::ToDoubleMilliseconds(split.gate) / n);
+  c.set_pull_ms(absl::ToDoubleMilliseconds(split.pull) / n);
+  c.set_compute_ms(absl::ToDoubleMilliseconds(split.compute) / n);
+  c.set_push_ms(absl::ToDoubleMilliseconds(split.push) / n);
+  c.set_rpcs(static_cast<double>(calls) / n);
+  c.set_bytes(static_cast<double>(bytes) / n);
+  return c;
 }
 
 int64_t ClockLoop::Calls() const {

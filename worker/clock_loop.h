@@ -118,14 +118,12 @@ struct ClockMetrics {
   double loss = 0;
   double samples_per_s = 0;
   double test_accuracy = -1;
-  double gate_ms = 0, pull_ms = 0, compute_ms = 0, push_ms = 0;  // per clock, last window
-  double rpcs_per_clock = 0, bytes_per_clock = 0;                // last window
-  // The whole run from the end of its first clock: seconds in clocks
-  // (evaluations left out), the clocks taken, and their mean split.
-  double train_s = 0;
+  // Per clock: where the time went (ms), calls (the gate's and the
+  // servers') and payload bytes; over the last progress window, and over
+  // the whole run from the end of its first clock.
+  ClockSplit window, run;
+  double train_s = 0;  // the run's seconds in clocks (evaluations left out)
   int64_t clocks_trained = 0;
-  double run_gate_ms = 0, run_pull_ms = 0, run_compute_ms = 0, run_push_ms = 0;
-  double run_rpcs = 0, run_bytes = 0;  // per clock
   double loss_scale = 1;
   int64_t skipped_steps = 0;
   int64_t bytes_in = 0, bytes_out = 0;
@@ -242,6 +240,8 @@ class ClockLoop {
       gate += o.gate, pull += o.pull, compute += o.compute, push += o.push;
     }
   };
+  // A split over n clocks, with `calls` and `bytes` in them, per clock.
+  static ClockSplit PerClock(const Split& split, int64_t calls, int64_t bytes, double n);
   Split clock_split_, window_split_, run_split_;
   std::optional<absl::Time> run_start_;
   absl::Duration run_evaluating_;

@@ -85,7 +85,7 @@ TEST_F(ClockLoopTest, BspPullsEachClockAfterTheGateAndPushesTheWholeGradient) {
   EXPECT_EQ(metrics_.clock, 3);
   EXPECT_EQ(metrics_.test_accuracy, 0.5);
   // Per clock: the gate, the pull and the push.
-  EXPECT_EQ(metrics_.rpcs_per_clock, 3.0);
+  EXPECT_EQ(metrics_.window.rpcs(), 3.0);
 }
 
 TEST_F(ClockLoopTest, SspReadsWithinTheBoundAndPrefetchesWhilePushingByLayer) {

@@ -362,23 +362,15 @@ NodeStatus Trainer::Status() const {
   st.set_peak_device_bytes(m.peak_device_bytes);
   st.set_unigram_entropy(unigram_entropy_);
   st.set_loss_scale(m.loss_scale);
-  st.set_gate_ms(m.gate_ms);
-  st.set_pull_ms(m.pull_ms);
-  st.set_compute_ms(m.compute_ms);
-  st.set_push_ms(m.push_ms);
-  st.set_rpcs_per_clock(m.rpcs_per_clock);
-  st.set_bytes_per_clock(m.bytes_per_clock);
+  st.set_gate_ms(m.window.gate_ms());
+  st.set_pull_ms(m.window.pull_ms());
+  st.set_compute_ms(m.window.compute_ms());
+  st.set_push_ms(m.window.push_ms());
+  st.set_rpcs_per_clock(m.window.rpcs());
+  st.set_bytes_per_clock(m.window.bytes());
   st.set_train_s(m.train_s);
   st.set_clocks_trained(m.clocks_trained);
-  if (m.clocks_trained > 0) {
-    ClockSplit* split = st.mutable_run_split();
-    split->set_gate_ms(m.run_gate_ms);
-    split->set_pull_ms(m.run_pull_ms);
-    split->set_compute_ms(m.run_compute_ms);
-    split->set_push_ms(m.run_push_ms);
-    split->set_rpcs(m.run_rpcs);
-    split->set_bytes(m.run_bytes);
-  }
+  *st.mutable_run_split() = m.run;
   st.set_skipped_steps(m.skipped_steps);
   st.set_bytes_in(m.bytes_in);
   st.set_bytes_out(m.bytes_out);

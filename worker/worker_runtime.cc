@@ -143,8 +143,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.weights_out = config.weights_out;
   topts.recompute = config.recompute == "block";
   topts.device_memory_budget = config.device_memory_budget;
+  // auto: on for a GPU; on the CPU under SSP and ASP, where the prefetch
+  // takes the pull off the clock (bench/train_bench: the MLP's clocks as
+  // fast as alone with it, 0.6-0.67 of that without); off under BSP, where
+  // it made no difference we could tell from the noise.
   topts.overlap = config.overlap == "on" ||
-                  (config.overlap == "auto" && device == "cuda");
+                  (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
   topts.loss_scaling = config.compute_dtype == "fp16";
   if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
