@@ -7,11 +7,13 @@
 # repository root:
 #
 #   bench/gpu_proof.sh [--bundle=dist/pstrain-bundle.tar.gz] [--out=DIR]
-#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline]
+#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline,train]
 #
 # window: bench/windowed_bench (a GPT under --device_memory_budget next to the
 # same step resident) and a GPU cluster with and without a budget; pipeline:
-# stage workers on the GPU, next to the same job unpipelined.
+# stage workers on the GPU, next to the same job unpipelined; train:
+# bench/train_bench on gpt_fortunes_gpu with GPU workers (alone, 1+1 BSP,
+# SSP s=1, 2+2 BSP).
 #
 # Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
 # cluster logs to DIR/cluster-logs.tar.gz.
@@ -86,6 +88,12 @@ if has window; then
       done
     done
   done
+fi
+
+if has train; then
+  say "train_bench gpt_fortunes_gpu"
+  (cd "$B/bin" && timeout 500 bench/train_bench --job="$B/jobs/gpt_fortunes_gpu.pbtxt" \
+    --steps=100 --rounds="$ROUNDS" --worker_flags="--device=cuda --data_dir=$B/data/fortunes")
 fi
 
 # Local clusters: the scheduler and servers on this machine's cores, workers

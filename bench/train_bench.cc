@@ -16,8 +16,9 @@
 // median per-clock split (gate, pull, compute, push, idle ms; calls and
 // bytes).
 //
-//   bazel run -c opt //bench:train_bench -- [--model=mlp|gpt] [--rounds=3]
-//       [--steps=N] [--worker_flags="--overlap=on ..."]
+//   bazel run -c opt //bench:train_bench -- [--model=mlp|gpt | --job=FILE]
+//       [--rounds=3] [--steps=N] [--worker_flags="--overlap=on ..."]
+//       [--only=alone,bsp_1x1,ssp1_1x1,bsp_2x2]
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -38,6 +39,8 @@
 
 ABSL_FLAG(std::string, model, "mlp",
           "mlp (deploy/jobs/mlp_fashion_mnist.pbtxt) or gpt (deploy/jobs/gpt_fortunes.pbtxt)");
+ABSL_FLAG(std::string, job, "",
+          "a job spec to run instead of --model's (its servers and workers set per run)");
 ABSL_FLAG(int, rounds, 3, "rounds of the four configurations");
 ABSL_FLAG(int64_t, steps, 0, "clocks per run (0: 1000 for the MLP, 100 for the GPT)");
 ABSL_FLAG(std::string, worker_flags, "", "flags for every worker, standalone included");
@@ -130,9 +133,11 @@ absl::StatusOr<JobSpec> BenchJob() {
   if (!gpt && absl::GetFlag(FLAGS_model) != "mlp") {
     return absl::InvalidArgumentError("--model: expected mlp or gpt");
   }
-  ASSIGN_OR_RETURN(
-      JobSpec job,
-      LoadJobSpec(gpt ? "deploy/jobs/gpt_fortunes.pbtxt" : "deploy/jobs/mlp_fashion_mnist.pbtxt"));
+  std::string path = absl::GetFlag(FLAGS_job);
+  if (path.empty()) {
+    path = gpt ? "deploy/jobs/gpt_fortunes.pbtxt" : "deploy/jobs/mlp_fashion_mnist.pbtxt";
+  }
+  ASSIGN_OR_RETURN(JobSpec job, LoadJobSpec(path));
   int64_t steps = absl::GetFlag(FLAGS_steps);
   if (steps <= 0) steps = gpt ? 100 : 1000;
   job.set_epochs(0);
@@ -219,9 +224,9 @@ int Main() {
     out.push_back(entry + "}");
   }
   std::printf(
-      "{\n  \"bench\": \"train_bench\",\n  \"model\": \"%s\",\n  \"steps\": %lld,\n"
+      "{\n  \"bench\": \"train_bench\",\n  \"job\": \"%s\",\n  \"steps\": %lld,\n"
       "  \"batch_size\": %d,\n  \"rounds\": %d,\n  \"worker_flags\": \"%s\",\n  \"runs\": {\n%s\n  }\n}\n",
-      absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(job->steps()), job->batch_size(),
+      job->name().c_str(), static_cast<long long>(job->steps()), job->batch_size(),
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_worker_flags).c_str(),
       absl::StrJoin(out, ",\n").c_str());
   return 0;

@@ -44,6 +44,7 @@ TARGETS=(
   //bench:optimizer_bench
   //bench:worker_bench
   //bench:windowed_bench
+  //bench:train_bench
   //kernels:cuda_backend_test
 )
 cd "$ROOT"
