@@ -169,7 +169,7 @@ absl::Status ClockLoop::Relink(const absl::Status& failure) {
 absl::StatusOr<bool> ClockLoop::GateAndPull() {
   const absl::Time t0 = absl::Now();
   // The weights came while the last clock computed (the prefetch), or the
-  // pull goes out while the gate answers (with overlap: the servers hold it
+  // pull goes out with the gate call (with overlap: the servers hold it
   // until its read guarantee holds), or after the gate opened.
   const bool prefetched = prefetch_ && params_ != nullptr && prefetch_->Has(clock_);
   if (prefetch_ && params_ != nullptr && !prefetched) prefetch_->Drop(params_.get());
@@ -177,6 +177,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     return params_->Pull(clock_, MinClockForRead(options_.job, clock_), &model_->weights());
   };
   std::optional<ParamTicket> ticket;
+  if (options_.overlap && params_ != nullptr && !prefetched) ticket = pull();
   const int64_t pull_clock = clock_;
   // The gate answers while the pushes of the clock before last finish: the
   // step writes the gradient set they read (Model::FlipGrads). The last
@@ -186,24 +187,17 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   // next clock's start (TakePendingGate): a rollback or a new set of live
   // workers is then seen one clock late. BSP (whose batch split must be the
   // gate's), pipeline stages and a loop not yet connected wait.
-  const bool bsp = EffectiveStaleness(options_.job) == 0;
-  const bool lazy = !bsp && options_.stages <= 1 && params_ != nullptr;
+  const bool lazy = EffectiveStaleness(options_.job) != 0 && options_.stages <= 1 &&
+                    params_ != nullptr;
   const ParamClient* before = params_.get();
   ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
   if (moved) return false;
   const absl::Time taken_at = absl::Now();
   std::future<absl::StatusOr<AdvanceClockResponse>> answer = CallGateAsync(clock_);
   absl::Status pushed = AwaitPushes(&older_push_tickets_);
-  if (bsp) {
-    // The pull's weights need every push of the last clock applied: it goes
-    // once they are (sent while they were under way, it competed with them
-    // for the links and the servers' threads: 52 vs 45 ms a clock on a GPU).
-    pushed.Update(AwaitPushes(&push_tickets_));
-  }
   older_push_tickets_ = std::move(push_tickets_);
   push_tickets_.clear();
   const absl::Time pushed_at = absl::Now();
-  if (options_.overlap && params_ != nullptr && !prefetched) ticket = pull();
   if (lazy) {
     pending_gate_ = std::move(answer);
   } else {

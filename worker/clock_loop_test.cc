@@ -103,10 +103,10 @@ TEST_F(ClockLoopTest, SspReadsWithinTheBoundAndPrefetchesWhilePushingByLayer) {
   EXPECT_EQ(model_->weights()[0][0], 4.0f);  // the final read's
 }
 
-TEST_F(ClockLoopTest, BspWithOverlapPullsBeforeTheGateAnswersAndPushesByLayer) {
+TEST_F(ClockLoopTest, BspWithOverlapPullsWithTheGateAndPushesByLayer) {
   ASSERT_TRUE(RunLoop("consistency: BSP", 2, /*overlap=*/true).ok());
   EXPECT_EQ(log_, (CallLog{"gate 0 g0", "g0 pull 0 min 0", "g0 push 0 [0,1]",  //
-                           "gate 1 g0", "g0 pull 1 min 1", "g0 push 1 [0,1]",  //
+                           "g0 pull 1 min 1", "gate 1 g0", "g0 push 1 [0,1]",  //
                            "gate 2 g0", "g0 fp32 pull 2 min 2"}));
 }
 
