@@ -74,6 +74,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     bytes_retired_ += params_->bytes_in() + params_->bytes_out();
   }
   params_.reset();
+  cache_fresh_ = -1;  // weights of another generation
   cluster_ = cluster;
   const int64_t generation = generation_;
   params_ = make_params_(cluster_, generation, /*fp32=*/false, [this, generation] {
@@ -173,11 +174,14 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   // until its read guarantee holds), or after the gate opened.
   const bool prefetched = prefetch_ && params_ != nullptr && prefetch_->Has(clock_);
   if (prefetch_ && params_ != nullptr && !prefetched) prefetch_->Drop(params_.get());
+  // Under SSP the weights at hand may be fresh enough already (the cache).
+  const bool cached = !prefetched && params_ != nullptr && CacheServes(clock_);
   auto pull = [this] {
-    return params_->Pull(clock_, MinClockForRead(options_.job, clock_), &model_->weights());
+    return params_->Pull(clock_, MinClockForRead(options_.job, clock_), &model_->weights(),
+                         &read_applied_);
   };
   std::optional<ParamTicket> ticket;
-  if (options_.overlap && params_ != nullptr && !prefetched) ticket = pull();
+  if (options_.overlap && params_ != nullptr && !prefetched && !cached) ticket = pull();
   const int64_t pull_clock = clock_;
   // The gate answers while the pushes of the clock before last finish: the
   // step writes the gradient set they read (Model::FlipGrads). The last
@@ -210,21 +214,49 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
   }
-  if (before == nullptr || (!prefetched && !ticket.has_value())) ticket = pull();
-  const absl::Status pulled = prefetched && before != nullptr
-                                  ? prefetch_->Take(params_.get(), pull_clock, &model_->weights())
-                                  : params_->Wait(*ticket);
-  if (!pulled.ok()) {
-    RETURN_IF_ERROR(Resync(pulled));
-    return false;
+  const bool read = before == nullptr || !cached;
+  if (read && (before == nullptr || (!prefetched && !ticket.has_value()))) ticket = pull();
+  if (read) {
+    const absl::Status pulled =
+        prefetched && before != nullptr
+            ? prefetch_->Take(params_.get(), pull_clock, &model_->weights(), &read_applied_)
+            : params_->Wait(*ticket);
+    if (!pulled.ok()) {
+      RETURN_IF_ERROR(Resync(pulled));
+      return false;
+    }
+    Cache(read_applied_);
   }
   clock_split_.gate += (taken_at - t0) + (gated_at - pushed_at);
   clock_split_.push += pushed_at - taken_at;
   clock_split_.pull += absl::Now() - gated_at;
-  if (prefetch_ && clock_ + 1 < total_) {
+  if (prefetch_ && clock_ + 1 < total_ && !CacheServes(clock_ + 1)) {
     prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
   }
   return true;
+}
+
+bool ClockLoop::CacheServes(int64_t clock) const {
+  // SSP only: ASP's reads have no bound (the cache would never be left),
+  // and BSP's must hold the last clock's update.
+  return EffectiveStaleness(options_.job) > 0 && cache_fresh_ >= 0 &&
+         cache_fresh_ >= MinClockForRead(options_.job, clock);
+}
+
+void ClockLoop::Cache(const std::vector<int64_t>& applied) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++metrics_.pulls;
+  }
+  // The weights hold every live worker's updates of iterations below this.
+  cache_fresh_ = -1;
+  for (int w : live_) {
+    if (w >= static_cast<int>(applied.size())) {
+      cache_fresh_ = -1;  // unknown: no cache
+      return;
+    }
+    cache_fresh_ = cache_fresh_ < 0 ? applied[w] : std::min(cache_fresh_, applied[w]);
+  }
 }
 
 absl::Status ClockLoop::NextBatch() {
@@ -351,7 +383,6 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     metrics_.bytes_in = params_->bytes_in();
     metrics_.bytes_out = params_->bytes_out();
     ++metrics_.pushes;
-    ++metrics_.pulls;
   }
   const JobSpec& job = options_.job;
   const bool epoch_end = (clock_ + 1) % ClocksPerEpoch(job) == 0;

@@ -127,7 +127,7 @@ struct ClockMetrics {
   double loss_scale = 1;
   int64_t skipped_steps = 0;
   int64_t bytes_in = 0, bytes_out = 0;
-  int64_t pushes = 0, pulls = 0;
+  int64_t pushes = 0, pulls = 0;  // clocks pushed; pulls made (not reads the cache served)
   int64_t peak_device_bytes = 0;
   // Pipeline stages, per clock over the last window: the share of the
   // stage's time spent waiting for a neighbour, and the most micro-batches
@@ -178,6 +178,11 @@ class ClockLoop {
   // Takes a gate answer; true when it says the cluster rolled back (the
   // loop resumes at its clock).
   absl::StatusOr<bool> Adopt(const AdvanceClockResponse& gate);
+  // SSP's cache: whether the weights at hand hold what a read for `clock`
+  // must (every live worker's updates of iterations < clock - s), and
+  // noting what a read's weights hold (ParamClient::Pull's `applied`).
+  bool CacheServes(int64_t clock) const;
+  void Cache(const std::vector<int64_t>& applied);
   // Takes the answer of a gate call left pending (SSP, ASP: see
   // GateAndPull); true when it sent the loop elsewhere (Adopt).
   absl::StatusOr<bool> TakePendingGate();
@@ -221,6 +226,10 @@ class ClockLoop {
   LossScaler scaler_;
   std::vector<ParamTicket> push_tickets_;        // this clock's pushes
   std::vector<ParamTicket> older_push_tickets_;  // the last clock's
+  // The last read's applied iterations per worker, and the least of them
+  // over the live workers (-1: nothing read in this generation).
+  std::vector<int64_t> read_applied_;
+  int64_t cache_fresh_ = -1;
   // SSP, ASP: the gate call of the clock under way, answered while it runs.
   std::future<absl::StatusOr<AdvanceClockResponse>> pending_gate_;
   std::optional<WeightPrefetch> prefetch_;

@@ -27,9 +27,10 @@ ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
   return ticket;
 }
 
-ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) {
-  return Queue(pulls_, [clock, min_clock, into](PsClient& client) {
-    return client.Pull(clock, min_clock, into);
+ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
+                                std::vector<int64_t>* applied) {
+  return Queue(pulls_, [clock, min_clock, into, applied](PsClient& client) {
+    return client.Pull(clock, min_clock, into, applied);
   });
 }
 

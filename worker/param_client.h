@@ -28,8 +28,11 @@ class ParamClient {
  public:
   virtual ~ParamClient() = default;
   // Reads every parameter for iteration `clock` under the read guarantee
-  // `min_clock` into *into (sized), which must stay untouched until Wait.
-  virtual ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) = 0;
+  // `min_clock` into *into (sized), which must stay untouched until Wait;
+  // *applied (if not null; also untouched until Wait) receives per worker
+  // the iterations whose updates the values hold, in every chunk.
+  virtual ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
+                           std::vector<int64_t>* applied = nullptr) = 0;
   // Sends iteration `clock`'s gradients of `params` (every parameter when
   // empty; each parameter once per iteration) from *grads, which must stay
   // unchanged until Wait; `norm` is the whole gradient's L2 norm (for
@@ -57,7 +60,8 @@ class AsyncPsClient : public ParamClient {
   // short); the queued ones are dropped.
   ~AsyncPsClient() override;
 
-  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) override;
+  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
+                   std::vector<int64_t>* applied = nullptr) override;
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
                    std::vector<int> params) override;
   absl::Status Wait(ParamTicket ticket) override;

@@ -1,5 +1,6 @@
 #include "worker/standalone.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -30,14 +31,19 @@ class StandaloneParamClient : public ParamClient {
  public:
   explicit StandaloneParamClient(StandaloneServer* server) : server_(server) {}
 
-  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) override {
+  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
+                   std::vector<int64_t>* applied) override {
     server_->AwaitReadable(min_clock);
-    std::vector<int64_t> applied;
+    std::vector<int64_t> chunk_applied;
     absl::Status st;
+    if (applied != nullptr) applied->clear();
     for (const ChunkInfo& c : server_->partition_.chunks()) {
       char* out = reinterpret_cast<char*>((*into)[c.param].data() + c.offset);
-      st.Update(server_->store_->Read(0, clock, min_clock, c.id, FP32, out, &applied));
+      st.Update(server_->store_->Read(0, clock, min_clock, c.id, FP32, out, &chunk_applied));
       bytes_in_ += c.numel * 4;
+      if (applied == nullptr || chunk_applied.empty()) continue;
+      if (applied->empty()) *applied = chunk_applied;
+      (*applied)[0] = std::min((*applied)[0], chunk_applied[0]);
     }
     return Done(st);
   }

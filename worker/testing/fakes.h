@@ -27,13 +27,18 @@ using CallLog = std::vector<std::string>;
 class FakeParamClient : public ParamClient {
  public:
   FakeParamClient(CallLog* log, int64_t generation, bool fp32,
-                  std::function<absl::Status(const std::string&)> fail = nullptr)
-      : log_(log),
+                  std::function<absl::Status(const std::string&)> fail = nullptr, int workers = 1)
+      : workers_(workers),
+        log_(log),
         prefix_(absl::StrCat("g", generation, fp32 ? " fp32" : "")),
         fail_(std::move(fail)) {}
 
-  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into) override {
+  // A pull's weights hold every update before its clock (the freshest a
+  // server can have then), of `workers` workers.
+  ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
+                   std::vector<int64_t>* applied) override {
     for (auto& w : *into) w.assign(w.size(), static_cast<float>(clock));
+    if (applied != nullptr) applied->assign(workers_, clock);
     bytes_in_ += 4;
     return Done(absl::StrCat(prefix_, " pull ", clock, " min ", min_clock));
   }
@@ -60,6 +65,7 @@ class FakeParamClient : public ParamClient {
     results_[++next_] = fail_ ? fail_(line) : absl::OkStatus();
     return next_;
   }
+  const int workers_;
   CallLog* log_;
   const std::string prefix_;
   std::function<absl::Status(const std::string&)> fail_;
