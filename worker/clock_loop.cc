@@ -214,9 +214,8 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
   }
-  const bool read = before == nullptr || !cached;
-  if (read && (before == nullptr || (!prefetched && !ticket.has_value()))) ticket = pull();
-  if (read) {
+  if (!cached) {  // (a loop not yet connected has no cache)
+    if (before == nullptr || (!prefetched && !ticket.has_value())) ticket = pull();
     const absl::Status pulled =
         prefetched && before != nullptr
             ? prefetch_->Take(params_.get(), pull_clock, &model_->weights(), &read_applied_)
