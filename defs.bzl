@@ -11,9 +11,13 @@ PS_COPTS = [
 
 # For libraries with PSTRAIN_SIMD_CLONES loops (common/simd.h): vectorise
 # them, let sqrt vectorise (no errno), and let `omp simd` reductions vectorise.
+# No FMA contraction: a loop rounds the same in both clones, so an update does
+# not depend on which CPU the server runs on (sums in `omp simd` reductions
+# still group by the vector width).
 PS_SIMD_COPTS = [
     "-O3",
     "-fno-math-errno",
+    "-ffp-contract=off",
     "-fopenmp-simd",
 ]
 

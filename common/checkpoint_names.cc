@@ -35,4 +35,6 @@ std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
   return out;
 }
 
+std::string CheckpointJobPath(const std::string& dir) { return dir + "/job.pbtxt"; }
+
 }  // namespace pstrain

@@ -12,6 +12,9 @@ namespace pstrain {
 
 // DIR/server-<id>-clock-<clock>.safetensors
 std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock);
+// DIR/job.pbtxt: the job the checkpoints are of, complete (its spec,
+// overrides and defaults), as the scheduler wrote it when the job started.
+std::string CheckpointJobPath(const std::string& dir);
 // The clocks of server `server_id`'s complete checkpoint files in `dir`,
 // ascending (none when `dir` does not exist).
 std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id);

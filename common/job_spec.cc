@@ -432,4 +432,37 @@ int64_t MinClockForRead(const JobSpec& job, int64_t clock) {
   return std::max<int64_t>(0, clock - s);
 }
 
+ConsistencySchedule::ConsistencySchedule(const JobSpec& job) {
+  base_.set_consistency(job.consistency());
+  base_.set_staleness(job.staleness());
+}
+
+const ConsistencyChange* ConsistencySchedule::At(int64_t clock) const {
+  const ConsistencyChange* in_force = nullptr;
+  for (const ConsistencyChange& c : changes_) {
+    if (c.clock() <= clock) in_force = &c;
+  }
+  return in_force;
+}
+
+Consistency ConsistencySchedule::ConsistencyAt(int64_t clock) const {
+  const ConsistencyChange* c = At(clock);
+  return c == nullptr ? base_.consistency() : c->consistency();
+}
+
+int64_t ConsistencySchedule::StalenessAt(int64_t clock) const {
+  const ConsistencyChange* c = At(clock);
+  if (c == nullptr) c = &base_;
+  return c->consistency() == ASP ? -1 : c->consistency() == SSP ? c->staleness() : 0;
+}
+
+int64_t ConsistencySchedule::MinClockForRead(int64_t clock) const {
+  const int64_t s = StalenessAt(clock);
+  return s < 0 ? 0 : std::max<int64_t>(0, clock - s);
+}
+
+ConsistencyChange ConsistencySchedule::Latest() const {
+  return changes_.empty() ? base_ : changes_.back();
+}
+
 }  // namespace pstrain

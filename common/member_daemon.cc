@@ -5,7 +5,9 @@
 
 #include "absl/flags/flag.h"
 #include "common/daemon.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/security.h"
 #include "spdlog/spdlog.h"
 
@@ -18,6 +20,9 @@ ABSL_FLAG(int, rank, -1,
           "take over this id from a failed member of the same role (a server: its checkpoint "
           "is loaded and the cluster rolls back to it; a worker: under "
           "--on_worker_failure=wait); -1: the next free id, or a dead member's");
+ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
+          "serve Prometheus metrics on http://HOST:PORT/metrics, HOST being --listen's (0: the "
+          "OS picks a port, shown in Status as metrics_address); not given: no metrics");
 
 namespace pstrain {
 
@@ -30,6 +35,7 @@ MemberConfig MemberConfigFromFlags(Role role) {
   c.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   c.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   c.rank = absl::GetFlag(FLAGS_rank);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   return c;
 }
 
@@ -53,8 +59,47 @@ absl::StatusOr<std::unique_ptr<MemberDaemon>> MemberDaemon::Start(
   if (!config.port_file.empty()) {
     if (absl::Status st = WritePortFile(config.port_file, address); !st.ok()) return fail(st);
   }
+  std::unique_ptr<MemberDaemon> daemon(new MemberDaemon(config, std::move(*server), address));
+  if (config.metrics_port.has_value()) {
+    if (absl::Status st = daemon->ServeMetrics(*config.metrics_port); !st.ok()) return fail(st);
+  }
   *exit_code = 0;
-  return std::unique_ptr<MemberDaemon>(new MemberDaemon(config, std::move(*server), address));
+  return daemon;
+}
+
+absl::Status MemberDaemon::ServeMetrics(int port) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
+      HostOf(config_.listen), port, {{"/metrics", [this] {
+                                        PrometheusText out;
+                                        WriteDaemonMetrics(CurrentStatus(), ProcessLatencies(), &out);
+                                        return HttpResponse{200, kPrometheusContentType, out.text()};
+                                      }}});
+  if (!http.ok()) {
+    return absl::Status(http.status().code(),
+                        absl::StrCat("--metrics_port=", port, ": ", http.status().message()));
+  }
+  metrics_ = std::move(*http);
+  metrics_address_ = AdvertisedAddress(absl::StrCat(HostForAddress(HostOf(config_.listen)), ":",
+                                                    metrics_->port()));
+  spdlog::info("metrics on http://{}/metrics", metrics_address_);
+  return absl::OkStatus();
+}
+
+NodeStatus MemberDaemon::CurrentStatus() {
+  std::function<NodeStatus()> status;
+  {
+    absl::MutexLock lock(&status_mu_);
+    status = status_;
+  }
+  NodeStatus s;
+  if (status) {
+    s = status();
+  } else {
+    s.set_role(config_.role);
+    s.set_address(address_);
+  }
+  s.set_metrics_address(metrics_address_);
+  return s;
 }
 
 MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> server,
@@ -82,7 +127,11 @@ absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code) {
 }
 
 void MemberDaemon::StartHeartbeats(std::function<NodeStatus()> status) {
-  client_->StartHeartbeats(std::move(status));
+  {
+    absl::MutexLock lock(&status_mu_);
+    status_ = std::move(status);
+  }
+  client_->StartHeartbeats([this] { return CurrentStatus(); });
 }
 
 void MemberDaemon::ReportFinal(NodeStatus status, MemberState state, const std::string& message) {

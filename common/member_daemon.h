@@ -14,8 +14,12 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "common/rpc.h"
 #include "common/scheduler_client.h"
 #include "proto/cluster.pb.h"
@@ -31,6 +35,7 @@ struct MemberConfig {
   absl::Duration connect_timeout;     // --connect_timeout_s
   absl::Duration heartbeat_interval;  // --heartbeat_interval_ms
   int rank = -1;                      // --rank
+  std::optional<int> metrics_port;    // --metrics_port: serve /metrics (0: the OS picks)
   ServerOptions server;               // the gRPC server's limits and queues
 };
 
@@ -51,8 +56,10 @@ class MemberDaemon {
   // Registers with the scheduler (retrying for --connect_timeout_s); logs
   // and sets *exit_code (3) when it cannot.
   absl::StatusOr<RegisterResponse> Register(int* exit_code);
-  // Heartbeats with `status` from now on.
+  // Heartbeats with `status` from now on; /metrics reports it too.
   void StartHeartbeats(std::function<NodeStatus()> status);
+  // Where /metrics is served ("" without --metrics_port).
+  const std::string& metrics_address() const { return metrics_address_; }
   // The member's end, told to the scheduler (state FINISHED or FAILED,
   // with `message`).
   void ReportFinal(NodeStatus status, MemberState state, const std::string& message);
@@ -61,12 +68,19 @@ class MemberDaemon {
 
  private:
   MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> server, std::string address);
+  absl::Status ServeMetrics(int port);
+  // The status as heartbeats and /metrics report it.
+  NodeStatus CurrentStatus();
 
   const MemberConfig config_;
   std::unique_ptr<grpc::Server> server_;
   const std::string address_;
   std::unique_ptr<SchedulerClient> client_;
   bool shut_down_ = false;
+  absl::Mutex status_mu_;
+  std::function<NodeStatus()> status_ ABSL_GUARDED_BY(status_mu_);
+  std::unique_ptr<HttpServer> metrics_;
+  std::string metrics_address_;
 };
 
 }  // namespace pstrain

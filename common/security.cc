@@ -151,4 +151,11 @@ grpc::Status Authenticate(const grpc::ServerContextBase& ctx) {
   return grpc::Status::OK;
 }
 
+bool HttpAuthorized(const char* authorization, const char* token_param) {
+  const std::string& want = Global().bearer;
+  if (want.empty()) return true;
+  if (authorization != nullptr && ConstantTimeEqual(authorization, want)) return true;
+  return token_param != nullptr && ConstantTimeEqual(absl::StrCat("Bearer ", token_param), want);
+}
+
 }  // namespace pstrain

@@ -42,6 +42,11 @@ TokenInterceptors();
 // otherwise. The comparison takes the same time wherever they differ.
 grpc::Status Authenticate(const grpc::ServerContextBase& ctx);
 
+// The same check for the HTTP endpoints (/metrics, the dashboard): true when
+// no token is configured, or `authorization` is "Bearer <token>", or
+// `token_param` (a ?token= query parameter, for a browser) is the token.
+bool HttpAuthorized(const char* authorization, const char* token_param);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_COMMON_SECURITY_H_

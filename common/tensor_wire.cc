@@ -179,6 +179,8 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_dtype(header.dtype);
   fields.set_grad_norm(header.grad_norm);
   fields.set_generation(header.generation);
+  fields.set_checkpoint_clock(header.checkpoint_clock);
+  fields.set_apply_at_once(header.apply_at_once);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
@@ -205,13 +207,15 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
     if (!r.ReadVarint(&tag)) return Malformed("push: bad tag");
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     bool ok = true;
-    if (type == kVarint && ((field >= 1 && field <= 4) || field == 7)) {
+    if (type == kVarint && ((field >= 1 && field <= 4) || (field >= 7 && field <= 9))) {
       ok = r.ReadVarint(&v);
       if (field == 1) h->worker_id = static_cast<int32_t>(v);
       if (field == 2) h->clock = static_cast<int64_t>(v);
       if (field == 3) h->num_samples = static_cast<int32_t>(v);
       if (field == 4) h->dtype = static_cast<DType>(static_cast<int32_t>(v));
       if (field == 7) h->generation = static_cast<int64_t>(v);
+      if (field == 8) h->checkpoint_clock = static_cast<int64_t>(v);
+      if (field == 9) h->apply_at_once = v != 0;
     } else if (field == 5 && type == kLen) {
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);
@@ -253,7 +257,7 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
   chunks->clear();
   applied_clock->clear();
   while (r.remaining() > 0) {
-    uint64_t tag, v;
+    uint64_t tag = 0, v = 0;
     if (!r.ReadVarint(&tag)) return Malformed("pull reply: bad tag");
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     bool ok = true;
@@ -265,14 +269,14 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
       ok = r.ReadVarint(&v) && v <= r.remaining();
       const size_t end = r.position() + v;
       while (ok && r.position() < end) {
-        uint64_t a;
+        uint64_t a = 0;
         ok = r.ReadVarint(&a);
-        applied_clock->push_back(static_cast<int64_t>(a));
+        if (ok) applied_clock->push_back(static_cast<int64_t>(a));
       }
       ok = ok && r.position() == end;
     } else if (field == 2 && type == kVarint) {
       ok = r.ReadVarint(&v);
-      applied_clock->push_back(static_cast<int64_t>(v));
+      if (ok) applied_clock->push_back(static_cast<int64_t>(v));
     } else {
       ok = SkipField(r, field, type);
     }

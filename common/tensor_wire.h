@@ -65,6 +65,8 @@ struct PushHeader {
   DType dtype = FP32;
   float grad_norm = 0;
   int64_t generation = 0;
+  int64_t checkpoint_clock = 0;
+  bool apply_at_once = false;
 };
 
 // One chunk of a push: `numel` fp32 values at `values`.

@@ -18,6 +18,7 @@ PACKAGES=(
   libgmock-dev
   libbenchmark-dev
   libopenblas-dev
+  libmicrohttpd-dev
   zlib1g-dev
   dataset-fashion-mnist
   fortunes
@@ -25,6 +26,9 @@ PACKAGES=(
   iproute2
   clang
   libclang-rt-14-dev
+  chromium
+  python3-yaml
+  gnuplot-nox
 )
 
 missing=()

@@ -23,9 +23,9 @@ absl::Status ClockTable::Advance(int worker, int64_t clock) {
   return absl::OkStatus();
 }
 
-bool ClockTable::MayStart(int64_t clock) const {
-  if (staleness_ < 0) return true;
-  return SlowestClock() >= clock - staleness_;
+bool ClockTable::MayStart(int64_t clock, int64_t staleness) const {
+  if (staleness < 0) return true;
+  return SlowestClock() >= clock - staleness;
 }
 
 void ClockTable::Remove(int worker) {

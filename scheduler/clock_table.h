@@ -24,7 +24,9 @@ class ClockTable {
 
   // The gate: may a worker start iteration `clock`? True when every worker
   // has finished at least clock - s iterations.
-  bool MayStart(int64_t clock) const;
+  bool MayStart(int64_t clock) const { return MayStart(clock, staleness_); }
+  // The same under bound `staleness` (-1: none), for a job whose bound changed.
+  bool MayStart(int64_t clock, int64_t staleness) const;
 
   // Leaves `worker` out of the gate and of MinClock from now on (it died).
   void Remove(int worker);

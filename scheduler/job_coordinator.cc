@@ -41,7 +41,8 @@ JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
       start_(now),
       members_(job.num_servers(), job.num_workers()),
       clocks_(job.num_workers(), EffectiveStaleness(job)),
-      norms_(ServersWithChunks(job), TotalClocks(job)) {
+      norms_(ServersWithChunks(job), TotalClocks(job)),
+      schedule_(job) {
   const std::vector<bool> with_chunks = ServersWithChunks(job);
   for (int s = 0; s < static_cast<int>(with_chunks.size()); ++s) {
     if (with_chunks[s]) chunk_servers_.push_back(s);
@@ -243,6 +244,7 @@ void JobCoordinator::DeclareDead(MemberRecord& m, absl::Time now) {
   m.status.set_state(DEAD);
   m.status.set_message(why);
   m.status.set_declared_dead_unix_ms(absl::ToUnixMillis(now));
+  ++deaths_;
   spdlog::error("{} {} at {} declared dead: {}", RoleName(m.role), m.id, m.address, why);
   if (m.role == SERVER && state_ == RUNNING_JOB && job_.checkpoint_every() > 0) {
     BeginRollback(absl::StrCat("server ", m.id, " at ", m.address, " declared dead: ", why), now);
@@ -344,13 +346,66 @@ bool JobCoordinator::TakeReplicaOut(int worker, const std::string& why, absl::Ti
   return true;
 }
 
+int64_t JobCoordinator::ClockNotStarted() const {
+  // A worker learns of a request in the gate's answer to its report of the
+  // clock after the fastest's (one clock later under SSP and ASP, whose
+  // workers take that answer lazily), before it starts the clock after it.
+  int64_t fastest = 0;
+  for (int w = 0; w < clocks_.num_workers(); ++w) fastest = std::max(fastest, clocks_.clock(w));
+  return fastest + 3;
+}
+
+absl::StatusOr<int64_t> JobCoordinator::ChangeConsistency(const ControlRequest& req,
+                                                         absl::Time now) {
+  const Consistency mode = req.consistency();
+  if (mode != BSP && mode != SSP && mode != ASP) {
+    return absl::InvalidArgumentError("consistency: expected BSP, SSP or ASP");
+  }
+  if (mode == SSP ? req.staleness() < 0 : req.staleness() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staleness ", req.staleness(), ": SSP takes a bound >= 0, BSP and ASP none"));
+  }
+  if (mode == BSP && job_.consistency() != BSP) {
+    return absl::FailedPreconditionError(
+        "a job started under SSP or ASP cannot go to BSP: its servers keep no round sums "
+        "(start it under BSP to switch freely)");
+  }
+  if (job_.pipeline_stages() > 1 || (job_.consistency() == BSP && job_.optimizer().clip_norm() > 0)) {
+    return absl::FailedPreconditionError(
+        "pipelined jobs and BSP jobs with clip_norm keep the consistency they started with");
+  }
+  const int64_t clock = ClockNotStarted();
+  if (clock >= total_clocks_) {
+    return absl::FailedPreconditionError("the job ends before a change could take effect");
+  }
+  if (!schedule_.changes().empty() && schedule_.changes().back().clock() >= clock) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a change at clock ", schedule_.changes().back().clock(),
+                     " is pending; try again in a few clocks"));
+  }
+  ConsistencyChange change;
+  change.set_clock(clock);
+  change.set_consistency(mode);
+  change.set_staleness(req.staleness());
+  change.set_unix_ms(absl::ToUnixMillis(now));
+  std::vector<ConsistencyChange> changes = schedule_.changes();
+  changes.push_back(change);
+  schedule_.Set(std::move(changes));
+  spdlog::info("consistency: {} (staleness {}) from clock {} on", Consistency_Name(mode),
+               req.staleness(), clock);
+  WakeHeld();  // a looser bound may open held gates
+  return clock;
+}
+
 void JobCoordinator::MaybeDone(absl::Time now) {
   if (!members_.Complete()) return;
   bool all = true;
   for (const MemberRecord& w : members_.workers()) {
     all = all && (w.status.state() == FINISHED || w.status.state() == DEAD);
   }
-  if (all) EndJob(DONE, "", now);
+  // A draining job ends once its checkpoint is named by the manifest.
+  if (all && draining_ && manifest_clock_ < total_clocks_) return;
+  if (all) EndJob(DONE, draining_ ? absl::StrCat("drained at clock ", total_clocks_) : "", now);
 }
 
 void JobCoordinator::Abort(const std::string& message, absl::Time now) {
@@ -463,14 +518,50 @@ std::optional<int64_t> JobCoordinator::TakeManifestToWrite() {
   return complete;
 }
 
-void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status) {
+void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status,
+                                     absl::Time now) {
   manifest_in_flight_ = false;
   if (status.ok()) {
     manifest_clock_ = std::max(manifest_clock_, clock);
+    if (draining_) MaybeDone(now);
   } else if (!manifest_error_logged_) {
     spdlog::error("cannot write the manifest: {}", status.message());
     manifest_error_logged_ = true;
   }
+}
+
+absl::StatusOr<int64_t> JobCoordinator::Control(const ControlRequest& req, absl::Time now) {
+  const ControlAction action = req.action();
+  if (state_ != RUNNING_JOB) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job is ", JobState_Name(state_), ", not running"));
+  }
+  if (action == STOP) {
+    const int64_t clock = clocks_.SlowestClock();
+    EndJob(ABORTED, absl::StrCat("stopped by an operator (psctl stop) at clock ", clock), now);
+    return clock;
+  }
+  if (action == SET_CONSISTENCY) return ChangeConsistency(req, now);
+  if (action != CHECKPOINT && action != DRAIN) {
+    return absl::InvalidArgumentError("expected CHECKPOINT, DRAIN, STOP or SET_CONSISTENCY");
+  }
+  if (job_.checkpoint_every() <= 0 || job_.checkpoint_dir().empty()) {
+    return absl::FailedPreconditionError(
+        "the job writes no checkpoints: start it with --checkpoint_dir and --checkpoint_every");
+  }
+  if (draining_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job is already draining to clock ", total_clocks_));
+  }
+  const int64_t clock = std::min(total_clocks_, ClockNotStarted());
+  checkpoint_asked_ = std::max(checkpoint_asked_, clock);
+  if (action == DRAIN) {
+    draining_ = true;
+    total_clocks_ = clock;
+  }
+  spdlog::info("{}: a checkpoint of clock {} asked for{}", ControlAction_Name(action), clock,
+               action == DRAIN ? "; the job ends there" : "");
+  return clock;
 }
 
 // ---- The gate and the norm rounds.
@@ -485,7 +576,8 @@ absl::Status JobCoordinator::RoomToHold(bool gate, int member) const {
 }
 
 bool JobCoordinator::GateOpen(int64_t clock) const {
-  return state_ == RUNNING_JOB && !rolling_back_ && clocks_.MayStart(clock);
+  return state_ == RUNNING_JOB && !rolling_back_ &&
+         clocks_.MayStart(clock, schedule_.StalenessAt(clock));
 }
 
 void JobCoordinator::FillGate(int worker, int64_t clock, AdvanceClockResponse* resp) {
@@ -497,6 +589,9 @@ void JobCoordinator::FillGate(int worker, int64_t clock, AdvanceClockResponse* r
   }
   resp->set_generation(generation_);
   resp->set_resume_clock(clocks_.clock(worker));
+  resp->set_end_clock(draining_ ? total_clocks_ : 0);
+  resp->set_checkpoint_clock(checkpoint_asked_);
+  for (const ConsistencyChange& c : schedule_.changes()) *resp->add_consistency_changes() = c;
   if (Pipelined()) resp->set_link_epoch(links_[ReplicaOfWorker(worker)].epoch);
   if (clock < total_clocks_) Trace("start", worker, clock);
 }
@@ -636,8 +731,9 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   ClusterStatus out;
   out.set_job_state(state_);
   out.set_message(message_);
-  out.set_consistency(job_.consistency());
-  out.set_staleness(job_.staleness());
+  out.set_consistency(schedule_.Latest().consistency());
+  out.set_staleness(schedule_.Latest().staleness());
+  for (const ConsistencyChange& c : schedule_.changes()) *out.add_consistency_changes() = c;
   out.set_total_clocks(total_clocks_);
   out.set_start_clock(policy_.start_clock);
   *out.mutable_stages() = stages_;
@@ -651,6 +747,14 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   me->set_clock(clocks_.SlowestClock());
   me->set_test_accuracy(-1);
   out.set_generation(generation_);
+  out.set_deaths(deaths_);
+  out.set_checkpoint_asked(checkpoint_asked_);
+  out.set_draining(draining_);
+  out.set_manifest_clock(manifest_clock_);
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    out.add_worker_clocks(clocks_.removed(w) ? -1 : clocks_.clock(w));
+  }
+  *out.mutable_job() = job_;
   for (const Rollback& r : rollbacks_) *out.add_rollbacks() = r;
   for (const PipelineRestart& r : restarts_) *out.add_pipeline_restarts() = r;
   AddWaits(me);

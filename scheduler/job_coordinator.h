@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/job_spec.h"
 #include "proto/cluster.pb.h"
 #include "proto/tensor.pb.h"
 #include "scheduler/clock_table.h"
@@ -119,7 +120,19 @@ class JobCoordinator {
   // A manifest to write (the newest clock every chunk server has written a
   // checkpoint of), at most one at a time until ManifestWritten.
   std::optional<int64_t> TakeManifestToWrite();
-  void ManifestWritten(int64_t clock, const absl::Status& status);
+  void ManifestWritten(int64_t clock, const absl::Status& status, absl::Time now);
+
+  // An operator's request (psctl): CHECKPOINT asks every server for a
+  // checkpoint of a clock a few clocks ahead of the fastest worker (workers
+  // carry the request to the servers in their pushes); DRAIN also ends the
+  // job at that clock, DONE once the manifest names its checkpoint; STOP
+  // ends the job now, ABORTED. The checkpoint's clock, or
+  // FAILED_PRECONDITION (no checkpoints configured, the job not running,
+  // already draining).
+  // SET_CONSISTENCY changes the consistency from such a clock on (a job
+  // started under SSP or ASP cannot go to BSP: its servers keep no round
+  // sums); INVALID_ARGUMENT for a bad mode or bound.
+  absl::StatusOr<int64_t> Control(const ControlRequest& req, absl::Time now);
 
   JobState state(std::string* message = nullptr) const;
   // True once the job ended and every member has been told so (or `grace`
@@ -150,6 +163,9 @@ class JobCoordinator {
 
   absl::Status RoomToHold(bool gate, int member) const;
   bool GateOpen(int64_t clock) const;
+  // The first clock no worker can have started when asked now.
+  int64_t ClockNotStarted() const;
+  absl::StatusOr<int64_t> ChangeConsistency(const ControlRequest& req, absl::Time now);
   void FillGate(int worker, int64_t clock, AdvanceClockResponse* resp);
   // Releases the held calls that may now go, or must fail (the job ended).
   void WakeHeld();
@@ -194,7 +210,7 @@ class JobCoordinator {
   CheckpointCatalog* const catalog_;
   const std::function<void(const TraceEvent&)> trace_;
   std::vector<int> chunk_servers_;  // servers holding chunks
-  const int64_t total_clocks_;
+  int64_t total_clocks_;  // the spec's, or less once draining
   const absl::Time start_;
 
   std::string address_;
@@ -214,6 +230,10 @@ class JobCoordinator {
   int64_t restore_clock_ = 0;
   bool rolling_back_ = false;
   std::vector<Rollback> rollbacks_;
+  int64_t deaths_ = 0;  // members declared dead
+  int64_t checkpoint_asked_ = 0;  // psctl checkpoint / drain
+  ConsistencySchedule schedule_;   // the spec's consistency, then psctl set-consistency's
+  bool draining_ = false;
   std::vector<ReplicaLinks> links_;  // per replica, with pipeline stages
   std::vector<PipelineRestart> restarts_;
   google::protobuf::RepeatedPtrField<PipelineStage> stages_;  // the job's plan

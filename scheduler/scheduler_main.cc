@@ -3,6 +3,7 @@
 //
 //   ps_scheduler --job=FILE [--listen=HOST:PORT] [--consistency=bsp|ssp|asp]
 //                [--staleness=N] [--num_servers=N] [--num_workers=N] ...
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -17,6 +18,12 @@ ABSL_FLAG(std::string, trace_file, "", "write every clock report and gate openin
 ABSL_FLAG(std::string, status_file, "",
           "write the cluster's Status here as JSON (as psctl status --json prints it) when the "
           "job starts and once more when it has ended: who finished, failed or died, accuracy");
+ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
+          "serve Prometheus metrics on /metrics and the dashboard on / at http://HOST:PORT, "
+          "HOST being --listen's (0: the OS picks a port, shown in Status); not given: neither");
+ABSL_FLAG(std::string, run_dir, "",
+          "append the job's curves (clock, time, loss, accuracy, samples/s, per-worker clocks) "
+          "to RUN_DIR/curves.jsonl, one JSON object a line (psctl plot draws them)");
 // Overrides of the job spec; unset (empty / -1) keeps the spec's value.
 ABSL_FLAG(std::string, consistency, "", "override: bsp, ssp or asp");
 ABSL_FLAG(int, staleness, -1, "override: SSP's staleness bound s");
@@ -60,6 +67,8 @@ int main(int argc, char** argv) {
   c.port_file = absl::GetFlag(FLAGS_port_file);
   c.trace_file = absl::GetFlag(FLAGS_trace_file);
   c.status_file = absl::GetFlag(FLAGS_status_file);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.run_dir = absl::GetFlag(FLAGS_run_dir);
   pstrain::SpecOverrides& o = c.overrides;
   o.consistency = absl::GetFlag(FLAGS_consistency);
   o.staleness = absl::GetFlag(FLAGS_staleness);

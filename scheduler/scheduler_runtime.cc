@@ -1,11 +1,14 @@
 #include "scheduler/scheduler_runtime.h"
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_names.h"
 #include "common/daemon.h"
+#include "google/protobuf/text_format.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/rpc.h"
@@ -14,7 +17,10 @@
 #include "common/status_json.h"
 #include "common/status_macros.h"
 #include "common/trace.h"
+#include "common/http_server.h"
 #include "scheduler/manifest.h"
+#include "scheduler/run_history.h"
+#include "scheduler/scheduler_http.h"
 #include "scheduler/scheduler_service.h"
 
 namespace pstrain {
@@ -104,6 +110,21 @@ absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const J
   return policy;
 }
 
+// Writes the job into its checkpoint directory (DIR/job.pbtxt), so that the
+// checkpoints say what they are of (psctl export reads it).
+absl::Status WriteCheckpointJob(const JobSpec& job) {
+  if (job.checkpoint_dir().empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(job.checkpoint_dir(), error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_dir ", job.checkpoint_dir(), ": ", error.message()));
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(job, &text);
+  return WriteFileAtomically(CheckpointJobPath(job.checkpoint_dir()), text);
+}
+
 // Starts serving and writes the port file; the advertised address.
 absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerService* service,
                                    std::unique_ptr<grpc::Server>* server) {
@@ -119,10 +140,15 @@ absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerServi
 }
 
 // Watches the members until every one has heard of the job's end (or the
-// process is told to stop); the job's end state.
-JobState Watch(const SchedulerConfig& config, SchedulerService* service) {
+// process is told to stop), recording the job's curves; the job's end state.
+JobState Watch(const SchedulerConfig& config, SchedulerService* service, RunHistory* history) {
+  absl::Time recorded;
   while (!service->MembersToldOfEnd(config.end_grace)) {
     service->CheckLiveness(absl::Now());
+    if (absl::Now() - recorded >= absl::Milliseconds(200)) {
+      recorded = absl::Now();
+      history->Record(service->GetStatus(), absl::ToUnixMillis(recorded));
+    }
     if (ShutdownRequested()) {
       service->Abort("the scheduler was interrupted");
       // Give members a heartbeat or two to hear of it.
@@ -166,11 +192,29 @@ int RunScheduler(const SchedulerConfig& config) {
   if (!trace.ok()) return fail(trace.status());
   const absl::StatusOr<SchedulerPolicy> policy = PolicyFor(config, *job);
   if (!policy.ok()) return fail(policy.status());
+  if (const absl::Status st = WriteCheckpointJob(*job); !st.ok()) return fail(st);
   auto service = std::make_unique<SchedulerService>(*job, trace->get(), *policy);
   std::unique_ptr<grpc::Server> server;
   const absl::StatusOr<std::string> address = Listen(config, service.get(), &server);
   if (!address.ok()) return fail(address.status());
   if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) return fail(st);
+  absl::StatusOr<std::unique_ptr<RunHistory>> history = RunHistory::Open(config.run_dir);
+  if (!history.ok()) return fail(history.status());
+  std::unique_ptr<HttpServer> http;
+  if (config.metrics_port.has_value()) {
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = ServeSchedulerHttp(
+        HostOf(config.listen), *config.metrics_port, service.get(), history->get());
+    if (!started.ok()) {
+      return fail(absl::Status(started.status().code(),
+                               absl::StrCat("--metrics_port=", *config.metrics_port, ": ",
+                                            started.status().message())));
+    }
+    http = std::move(*started);
+    const std::string at =
+        AdvertisedAddress(absl::StrCat(HostForAddress(HostOf(config.listen)), ":", http->port()));
+    service->SetMetricsAddress(at);
+    spdlog::info("dashboard on http://{}/, metrics on http://{}/metrics", at, at);
+  }
   const char* mode = job->consistency() == BSP ? "BSP" : job->consistency() == SSP ? "SSP" : "ASP";
   spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
                *address, job->name(), mode, job->staleness(), job->num_servers(),
@@ -181,10 +225,11 @@ int RunScheduler(const SchedulerConfig& config) {
                  job->micro_batches(), job->pipeline_schedule() == GPIPE ? "GPipe" : "1F1B",
                  DescribeStages(job->model(), *PlanStages(job->model(), job->pipeline_stages())));
   }
-  const JobState end = Watch(config, service.get());
+  const JobState end = Watch(config, service.get(), history->get());
   if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) {
     spdlog::error("{}", st.message());
   }
+  (*history)->Record(service->GetStatus(), absl::ToUnixMillis(absl::Now()));
   Linger(config);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return end == DONE ? 0 : 1;

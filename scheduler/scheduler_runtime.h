@@ -6,6 +6,7 @@
 #define PSTRAIN_SCHEDULER_SCHEDULER_RUNTIME_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -41,6 +42,8 @@ struct SchedulerConfig {
   std::string port_file;
   std::string trace_file;
   std::string status_file;  // the Status as JSON, written at the start and at the end
+  std::optional<int> metrics_port;  // /metrics, the dashboard and /api/status
+  std::string run_dir;              // the job's curves as JSON lines (curves.jsonl)
   SpecOverrides overrides;
   absl::Duration replacement_timeout = absl::Minutes(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);

@@ -27,6 +27,11 @@ void SchedulerService::SetAddress(const std::string& address) {
   coordinator_.SetAddress(address);
 }
 
+void SchedulerService::SetMetricsAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  metrics_address_ = address;
+}
+
 void SchedulerService::Abort(const std::string& message) {
   absl::MutexLock lock(&mu_);
   coordinator_.Abort(message, absl::Now());
@@ -56,6 +61,7 @@ ClusterStatus SchedulerService::GetStatus() {
     absl::MutexLock lock(&mu_);
     ForgetCancelled();
     out = coordinator_.Status(absl::Now());
+    out.mutable_scheduler()->set_metrics_address(metrics_address_);
   }
   out.mutable_scheduler()->set_rss_bytes(ResidentBytes());
   return out;
@@ -111,7 +117,8 @@ void SchedulerService::WriteDueManifest() {
   const absl::Status st =
       WriteManifest(job_.checkpoint_dir(), *clock, job_.num_servers(), chunk_servers);
   absl::MutexLock lock(&mu_);
-  coordinator_.ManifestWritten(*clock, st);
+  coordinator_.ManifestWritten(*clock, st, absl::Now());
+  Deliver();
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* ctx,
@@ -175,6 +182,18 @@ grpc::ServerUnaryReactor* SchedulerService::Status(grpc::CallbackServerContext* 
   if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
   *resp = GetStatus();
   return FinishNow(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Control(grpc::CallbackServerContext* ctx,
+                                                    const ControlRequest* req,
+                                                    ControlResponse* resp) {
+  if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
+  absl::MutexLock lock(&mu_);
+  ForgetCancelled();
+  const absl::StatusOr<int64_t> clock = coordinator_.Control(*req, absl::Now());
+  if (clock.ok()) resp->set_clock(*clock);
+  Deliver();
+  return FinishNow(ctx, ToGrpc(clock.status()));
 }
 
 }  // namespace pstrain

@@ -34,6 +34,8 @@ class SchedulerService final : public Scheduler::CallbackService {
   SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy = {});
 
   void SetAddress(const std::string& address);
+  // Where the scheduler serves /metrics and the dashboard (its Status says).
+  void SetMetricsAddress(const std::string& address);
   // Ends the job as ABORTED (e.g. the scheduler was interrupted).
   void Abort(const std::string& message);
   // The coordinator's Tick: members silent past the heartbeat timeout die.
@@ -56,6 +58,8 @@ class SchedulerService final : public Scheduler::CallbackService {
                                        ReduceNormResponse* resp) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
                                    ClusterStatus* resp) override;
+  grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, const ControlRequest* req,
+                                    ControlResponse* resp) override;
 
  private:
   // Where a held call's answer goes.
@@ -76,6 +80,7 @@ class SchedulerService final : public Scheduler::CallbackService {
 
   const JobSpec job_;
   TraceWriter* trace_;
+  std::string metrics_address_ ABSL_GUARDED_BY(mu_);
   DirectoryCatalog catalog_;
   mutable absl::Mutex mu_;
   JobCoordinator coordinator_ ABSL_GUARDED_BY(mu_);

@@ -5,9 +5,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/simd.h"
 #include "common/stage_plan.h"
 #include "common/status_macros.h"
@@ -248,7 +250,8 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
                                                      part.bytes, " bytes of ", push.wire_dtype));
     }
     bool duplicate = false;
-    RETURN_IF_ERROR(ClassifyPush(*c, push.worker, push.clock, part.chunk, &duplicate));
+    RETURN_IF_ERROR(
+        ClassifyPush(*c, push.worker, push.clock, part.chunk, push.apply_at_once, &duplicate));
   }
   return absl::OkStatus();
 }
@@ -276,7 +279,16 @@ absl::Status ChunkStore::Push(int worker, int64_t clock, int num_samples, int32_
 }
 
 absl::Status ChunkStore::ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
-                                      bool* duplicate) const {
+                                      bool at_once, bool* duplicate) const {
+  if (at_once && c.pushed[worker] && clock == c.applied[worker] + 1) {
+    // The first clock after a change from BSP (psctl set-consistency) while
+    // the worker's push of the clock before waits in a round still open:
+    // the client retries once the other workers' pushes have closed it.
+    *duplicate = false;
+    return absl::UnavailableError(absl::StrCat("chunk ", chunk, ": worker ", worker,
+                                               "'s push of clock ", clock - 1,
+                                               " waits in an open BSP round"));
+  }
   // The worker's next iteration for this chunk; BSP counts a push that waits
   // in the current round as taken.
   const int64_t next = c.applied[worker] + (c.pushed[worker] ? 1 : 0);
@@ -315,14 +327,16 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   // Restored since CheckPush: refused.
   if (const absl::Status st = CheckChunkGeneration(c, push.generation); !st.ok()) return st;
   bool duplicate = false;
-  const absl::Status order = ClassifyPush(c, worker, clock, chunk, &duplicate);
+  const absl::Status order =
+      ClassifyPush(c, worker, clock, chunk, push.apply_at_once, &duplicate);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+  c.checkpoint_asked = std::max(c.checkpoint_asked, push.checkpoint_clock);
   const int64_t n = c.layout.weights;
   const bool acceptable = Acceptable(c, worker, clock, grad);
   if (acceptable) slab.MarkWritten();
-  if (!bsp_) {
+  if (!bsp_ || push.apply_at_once) {  // SSP and ASP (also in a BSP job that switched)
     if (acceptable) {
       const float clip = job_.optimizer().clip_norm();
       if (clip > 0 && push_norm > clip) {
@@ -433,7 +447,8 @@ std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
 void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
   if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
   const int64_t clock = MinApplied(c);
-  if (clock == 0 || clock % checkpoint_every_ != 0 || clock <= c.checkpointed) return;
+  const bool due = clock % checkpoint_every_ == 0 || clock == c.checkpoint_asked;
+  if (clock == 0 || !due || clock <= c.checkpointed) return;
   c.checkpointed = clock;
   const absl::Status st =
       checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
@@ -513,7 +528,9 @@ void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* g
   UpdateContext ctx;
   ctx.step = ++c.steps;
   ctx.lr = schedule_.At(clock);
+  const absl::Time begun = absl::Now();
   optimizer_->Update(ctx, c.shape, slab.weights(), slab.state(), grad, pool_);
+  ProcessLatencies().optimizer_update.Observe(absl::Now() - begun);
   slab.MarkWritten();
 }
 

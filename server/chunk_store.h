@@ -56,6 +56,8 @@ class ChunkStore {
     int num_samples = 0;
     float grad_norm = 0;
     int64_t generation = 0;
+    int64_t checkpoint_clock = 0;  // see PushRequest.checkpoint_clock (proto/ps.proto)
+    bool apply_at_once = false;    // see PushRequest.apply_at_once
     std::string wire_dtype = "fp32";  // how the values came, for messages
     struct Part {
       int32_t chunk = 0;
@@ -180,6 +182,8 @@ class ChunkStore {
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     std::string name;                              // "<param>[<begin>:<end>]"
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
+    // A checkpoint asked for outside the schedule (the newest a push named).
+    int64_t checkpoint_asked ABSL_GUARDED_BY(mu) = 0;
     int64_t generation ABSL_GUARDED_BY(mu) = 0;    // of the state held
     // The parameter and the offset of the chunk's first element in it.
     const ParamInfo* param = nullptr;
@@ -207,7 +211,8 @@ class ChunkStore {
   // Applies one part (checked), racing other pushes only of other workers.
   absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
   absl::Status ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
-                            bool* duplicate) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+                            bool at_once, bool* duplicate) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // One optimizer step of iteration `clock` with gradient `grad`.
   void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);

@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dtype.h"
+#include "common/metrics.h"
 #include "common/process_stats.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -57,6 +59,8 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   push.num_samples = h.num_samples;
   push.grad_norm = h.grad_norm;
   push.generation = h.generation;
+  push.checkpoint_clock = h.checkpoint_clock;
+  push.apply_at_once = h.apply_at_once;
   push.wire_dtype = DTypeName(h.dtype);
   int64_t bytes = 0;
   for (const PayloadRef& c : chunks) {
@@ -212,6 +216,8 @@ class PsService::Call {
   // winning Claim().
   void Answer(const grpc::Status& status) {
     Ref();  // for the finished tag
+    if (method == kPush) ProcessLatencies().push.Observe(absl::Now() - accepted_at);
+    if (method == kPull) ProcessLatencies().pull.Observe(absl::Now() - accepted_at);
     if (method == kStatus) {
       status_responder.Finish(status_reply, status, &finished);
     } else if (status.ok()) {
@@ -226,6 +232,7 @@ class PsService::Call {
   grpc::ByteBuffer request, reply;  // Push, Pull
   PullRequest pull;                 // a pull's parsed request
   absl::Time parked_at;             // a parked pull's
+  absl::Time accepted_at;           // when gRPC handed the call over
   StatusRequest status_request;
   NodeStatus status_reply;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;
@@ -282,6 +289,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
           break;
         }
         call->Ref();  // for the done tag
+        call->accepted_at = absl::Now();
         Accept(call->method, cq);
         Handle(call);
         break;

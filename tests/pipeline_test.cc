@@ -1,6 +1,6 @@
 // Pipeline stages through real daemons: P stage workers (and R replicas of
 // them) end with the weights one worker with the whole model ends with
-// (relative difference <= 1e-5), under GPipe and 1F1B, for the MLP and the
+// (relative difference <= 1e-4), under GPipe and 1F1B, for the MLP and the
 // GPT; Status says who trains which stage.
 #include <algorithm>
 #include <csignal>
@@ -118,7 +118,12 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
         "%s: %d stages x %d replicas, %s, %d micro-batches: max |w - w_one| / max |w| = "
         "%.3g\n",
         name.c_str(), c.stages, c.workers / c.stages, c.schedule, c.micro, diff);
-    EXPECT_LE(diff, 1e-5) << c.stages << " stages, " << c.workers << " workers";
+    // The difference is rounding: micro-batch gradients summed in another
+    // order, through whatever GEMM kernels OpenBLAS picks for the CPU (the
+    // GPT under Adam: 2.2e-6-6.4e-6 with its Haswell kernels, 2.4e-5-3.2e-5
+    // with its AVX-512 ones); a lost or doubled micro-batch changes the
+    // gradients themselves, and Adam's steps by up to the learning rate.
+    EXPECT_LE(diff, 1e-4) << c.stages << " stages, " << c.workers << " workers";
     ASSERT_EQ(piped.status.stages_size(), c.stages);
     for (int w = 0; w < c.workers; ++w) {
       const NodeStatus m = MemberOf(piped.status, WORKER, w);

@@ -17,6 +17,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "tests/cluster.h"
+#include "tests/prometheus_parser.h"
 #include "tests/test_jobs.h"
 
 namespace pstrain {
@@ -70,28 +71,54 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   options.job_text = SmallJob("batch_size: 16\nsteps: 60\n");
   options.servers = 1;
   options.workers = 1;
-  options.scheduler_flags = {flag};
-  options.server_flags = {flag};
+  options.scheduler_flags = {flag, "--metrics_port=0"};
+  options.server_flags = {flag, "--metrics_port=0"};
   options.worker_flags = {{flag, "--debug_slowdown_ms=50"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   const std::string bearer = absl::StrCat("Bearer ", kToken);
+  std::vector<std::string> http;  // the scheduler's and the server's HTTP endpoints
 
   // The members' addresses, from the scheduler (with the token).
+  // (A member's metrics address reaches the scheduler with its heartbeats.)
   std::string server_address, worker_address;
-  for (int i = 0; i < 200 && (server_address.empty() || worker_address.empty()); ++i) {
+  auto known = [&] {
+    return !server_address.empty() && !worker_address.empty() && http.size() == 2 &&
+           !http[0].empty() && !http[1].empty();
+  };
+  for (int i = 0; i < 200 && !known(); ++i) {
     auto stub = Scheduler::NewStub(MakeChannel(cluster.scheduler_address()));
     grpc::ClientContext ctx;
     ctx.AddMetadata("authorization", bearer);
     ClusterStatus st;
     if (stub->Status(&ctx, StatusRequest(), &st).ok()) {
+      server_address.clear();
+      worker_address.clear();
+      http = {st.scheduler().metrics_address()};
       for (const NodeStatus& m : st.members()) {
         if (m.role() == SERVER) server_address = m.address();
+        if (m.role() == SERVER) http.push_back(m.metrics_address());
         if (m.role() == WORKER) worker_address = m.address();
       }
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_FALSE(server_address.empty() || worker_address.empty()) << cluster.Logs();
+  ASSERT_TRUE(known()) << cluster.Logs();
+
+  // /metrics, the dashboard and its data refuse HTTP requests without the
+  // token (401), and answer with it, in a header or as ?token=.
+  ASSERT_EQ(http.size(), 2u);
+  for (const std::string& address : http) {
+    ASSERT_FALSE(address.empty()) << cluster.Logs();
+    const bool scheduler = address == http[0];
+    for (const std::string path : {"/metrics", "/", "/api/status"}) {
+      if (!scheduler && path != "/metrics") continue;
+      EXPECT_EQ(HttpGet(address, path)->code, 401) << address << path;
+      EXPECT_EQ(HttpGet(address, path, {"Authorization: Bearer nope"})->code, 401) << path;
+      EXPECT_EQ(HttpGet(address, path + "?token=nope")->code, 401) << path;
+      EXPECT_EQ(HttpGet(address, path, {"Authorization: " + bearer})->code, 200) << path;
+      EXPECT_EQ(HttpGet(address, path + "?token=" + kToken)->code, 200) << path;
+    }
+  }
 
   const std::vector<std::pair<std::string, std::string>> services = {
       {"pstrain.Scheduler", cluster.scheduler_address()},
@@ -113,7 +140,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
     // With the token the door opens (Status answers).
     EXPECT_TRUE(Call(address, absl::StrCat("/", service, "/Status"), bearer).ok()) << service;
   }
-  EXPECT_EQ(checked, 4 * (5 + 3 + 1));
+  EXPECT_EQ(checked, 4 * (6 + 3 + 1));  // scheduler, server, worker methods
   // The daemons, which all have the token, finish the job.
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();

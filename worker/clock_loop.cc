@@ -6,8 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/status_macros.h"
 #include "worker/data/dataset.h"
 
@@ -29,6 +31,7 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
                      DataSource* data, Model* model, kernels::Backend* backend)
     : options_(std::move(options)),
       total_(TotalClocks(options_.job)),
+      schedule_(options_.job),
       gate_(gate),
       make_params_(std::move(params)),
       data_(data),
@@ -105,6 +108,12 @@ AdvanceClockRequest ClockLoop::GateRequest(int64_t clock, bool relink) {
 
 absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
   live_.assign(gate.live_workers().begin(), gate.live_workers().end());
+  if (gate.end_clock() > 0 && gate.end_clock() < total_ && gate.end_clock() >= clock_) {
+    spdlog::info("the job drains: it ends at clock {} (was {})", gate.end_clock(), total_);
+    total_ = gate.end_clock();
+  }
+  checkpoint_asked_ = std::max(checkpoint_asked_, gate.checkpoint_clock());
+  schedule_.Set({gate.consistency_changes().begin(), gate.consistency_changes().end()});
   const bool rolled_back = gate.generation() != generation_;
   const bool restarted = !rolled_back && params_ != nullptr && options_.stages > 1 &&
                          gate.link_epoch() != link_epoch_;
@@ -133,6 +142,7 @@ absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
     }
     RETURN_IF_ERROR(Connect(gate.cluster()));
   }
+  if (params_ != nullptr) params_->SetPushContext(CurrentPushContext());
   return rolled_back;
 }
 
@@ -177,7 +187,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   // Under SSP the weights at hand may be fresh enough already (the cache).
   const bool cached = !prefetched && params_ != nullptr && CacheServes(clock_);
   auto pull = [this] {
-    return params_->Pull(clock_, MinClockForRead(options_.job, clock_), &model_->weights(),
+    return params_->Pull(clock_, schedule_.MinClockForRead(clock_), &model_->weights(),
                          &read_applied_);
   };
   std::optional<ParamTicket> ticket;
@@ -191,7 +201,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   // next clock's start (TakePendingGate): a rollback or a new set of live
   // workers is then seen one clock late. BSP (whose batch split must be the
   // gate's), pipeline stages and a loop not yet connected wait.
-  const bool lazy = EffectiveStaleness(options_.job) != 0 && options_.stages <= 1 &&
+  const bool lazy = schedule_.StalenessAt(clock_) != 0 && options_.stages <= 1 &&
                     params_ != nullptr;
   const ParamClient* before = params_.get();
   ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
@@ -207,7 +217,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   } else {
     ASSIGN_OR_RETURN(const AdvanceClockResponse gate, answer.get());
     ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
-    if (rolled_back) return false;
+    if (rolled_back || clock_ >= total_) return false;  // (or the job drained)
   }
   const absl::Time gated_at = absl::Now();
   if (!pushed.ok()) {
@@ -226,11 +236,17 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     }
     Cache(read_applied_);
   }
-  clock_split_.gate += (taken_at - t0) + (gated_at - pushed_at);
-  clock_split_.push += pushed_at - taken_at;
-  clock_split_.pull += absl::Now() - gated_at;
+  const absl::Duration gate = (taken_at - t0) + (gated_at - pushed_at);
+  const absl::Duration pushing = pushed_at - taken_at, pulling = absl::Now() - gated_at;
+  clock_split_.gate += gate;
+  clock_split_.push += pushing;
+  clock_split_.pull += pulling;
+  Latencies& latencies = ProcessLatencies();
+  latencies.gate_wait.Observe(gate);
+  latencies.push.Observe(pushing);
+  latencies.pull.Observe(pulling);
   if (prefetch_ && clock_ + 1 < total_ && !CacheServes(clock_ + 1)) {
-    prefetch_->Start(params_.get(), clock_ + 1, MinClockForRead(options_.job, clock_ + 1));
+    prefetch_->Start(params_.get(), clock_ + 1, schedule_.MinClockForRead(clock_ + 1));
   }
   return true;
 }
@@ -238,8 +254,19 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
 bool ClockLoop::CacheServes(int64_t clock) const {
   // SSP only: ASP's reads have no bound (the cache would never be left),
   // and BSP's must hold the last clock's update.
-  return EffectiveStaleness(options_.job) > 0 && cache_fresh_ >= 0 &&
-         cache_fresh_ >= MinClockForRead(options_.job, clock);
+  return schedule_.StalenessAt(clock) > 0 && cache_fresh_ >= 0 &&
+         cache_fresh_ >= schedule_.MinClockForRead(clock);
+}
+
+PushContext ClockLoop::CurrentPushContext() const {
+  PushContext context;
+  context.checkpoint_clock = checkpoint_asked_;
+  if (options_.job.consistency() == BSP) {
+    for (const ConsistencyChange& c : schedule_.changes()) {
+      context.at_once.emplace_back(c.clock(), c.consistency() != BSP);
+    }
+  }
+  return context;
 }
 
 void ClockLoop::Cache(const std::vector<int64_t>& applied) {

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_spec.h"
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
 #include "worker/models/loss_scaler.h"
@@ -204,9 +205,14 @@ class ClockLoop {
   void CountRun();
   int64_t Calls() const;
   int64_t Bytes() const;
+  // What pushes carry besides gradients: the checkpoint asked for and
+  // whether a BSP job's clock is applied at once (psctl set-consistency).
+  PushContext CurrentPushContext() const;
 
   const ClockLoopOptions options_;
-  const int64_t total_;
+  int64_t total_;  // the job's clocks; fewer once it drains (psctl drain)
+  int64_t checkpoint_asked_ = 0;  // AdvanceClockResponse.checkpoint_clock
+  ConsistencySchedule schedule_;  // the job's, with the scheduler's changes
   GateClient* const gate_;
   const ParamClientFactory make_params_;
   DataSource* const data_;

@@ -80,4 +80,8 @@ int64_t AsyncPsClient::bytes_out() const {
 
 int64_t AsyncPsClient::rpcs() const { return pulls_.client->rpcs() + pushes_.client->rpcs(); }
 
+void AsyncPsClient::SetPushContext(PushContext context) {
+  pushes_.client->SetPushContext(std::move(context));
+}
+
 }  // namespace pstrain

@@ -46,6 +46,8 @@ class ParamClient {
   virtual int64_t bytes_out() const = 0;
   // Calls issued to the servers so far.
   virtual int64_t rpcs() const = 0;
+  // What pushes carry from now on besides their gradients (see PushContext).
+  virtual void SetPushContext(PushContext context) {}
 };
 
 // ParamClient on PsClient: pulls run in order on one thread, pushes in
@@ -68,6 +70,7 @@ class AsyncPsClient : public ParamClient {
   int64_t bytes_in() const override;
   int64_t bytes_out() const override;
   int64_t rpcs() const override;
+  void SetPushContext(PushContext context) override;
 
  private:
   using Operation = std::function<absl::Status(PsClient&)>;

@@ -244,6 +244,13 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
   header.generation = options_.generation;
+  {
+    absl::MutexLock lock(&context_mu_);
+    header.checkpoint_clock = context_.checkpoint_clock;
+    for (const auto& [from, at_once] : context_.at_once) {
+      if (from <= clock) header.apply_at_once = at_once;
+    }
+  }
   int64_t bytes = 0;
   std::vector<bool> wanted;
   if (params != nullptr) {
@@ -321,6 +328,11 @@ absl::Status PsClient::PushPull(int64_t clock, int num_samples,
   bytes_out_ += bytes;
   FinishPull(state, applied);
   return absl::OkStatus();
+}
+
+void PsClient::SetPushContext(PushContext context) {
+  absl::MutexLock lock(&context_mu_);
+  context_ = std::move(context);
 }
 
 }  // namespace pstrain

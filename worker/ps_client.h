@@ -23,6 +23,16 @@
 
 namespace pstrain {
 
+// What a worker's pushes carry besides their gradients, from the
+// scheduler's gate answers.
+struct PushContext {
+  int64_t checkpoint_clock = 0;  // PushRequest.checkpoint_clock
+  // (first clock, apply at once) ascending: from which iterations a BSP
+  // job's pushes are applied at once (PushRequest.apply_at_once; psctl
+  // set-consistency). Empty: never.
+  std::vector<std::pair<int64_t, bool>> at_once;
+};
+
 struct PsClientOptions {
   DType wire_dtype = FP32;      // of pushes and pulls
   int channels_per_server = 2;  // TCP connections to each server
@@ -56,6 +66,8 @@ class PsClient {
   // *applied receives, per worker, the iterations applied in every chunk.
   absl::Status Pull(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     std::vector<int64_t>* applied = nullptr);
+  // What pushes carry from now on besides their gradients. Any thread.
+  void SetPushContext(PushContext context);
   // Sends iteration `clock`'s gradients (mean over `num_samples` samples;
   // `grad_norm` their L2 norm over every parameter, for clipping) and waits
   // until every server has taken them.
@@ -89,6 +101,8 @@ class PsClient {
 
  private:
   struct Call;
+  absl::Mutex context_mu_;
+  PushContext context_ ABSL_GUARDED_BY(context_mu_);
   // Whether this worker trains parameter `param` (see PsClientOptions).
   bool Trains(int param) const {
     return param >= options_.first_param && (options_.end_param < 0 || param < options_.end_param);

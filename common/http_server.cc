@@ -1,0 +1,127 @@
+#include "common/http_server.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/security.h"
+
+namespace pstrain {
+namespace {
+
+int Send(MHD_Connection* connection, const HttpResponse& r, bool head, bool challenge) {
+  MHD_Response* response = MHD_create_response_from_buffer(
+      head ? 0 : r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  if (challenge) MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+  const int ret = MHD_queue_response(connection, static_cast<unsigned>(r.code), response);
+  MHD_destroy_response(response);
+  return ret;
+}
+
+MHD_Result Dispatch(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                    const char* /*version*/, const char* /*upload_data*/,
+                    size_t* upload_data_size, void** /*req_cls*/) {
+  // A request with a body is refused below; MHD hands over its bytes in
+  // further calls, which we drop.
+  if (*upload_data_size != 0) {
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  return static_cast<const HttpServer*>(cls)->Answer(connection, url, method) == MHD_YES
+             ? MHD_YES
+             : MHD_NO;
+}
+
+// The first address `host` names (numeric or a name), with `port`.
+absl::StatusOr<sockaddr_storage> Resolve(const std::string& host, int port, bool* ipv6) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+  }
+  sockaddr_storage addr{};
+  std::memcpy(&addr, found->ai_addr, found->ai_addrlen);
+  *ipv6 = found->ai_family == AF_INET6;
+  freeaddrinfo(found);
+  return addr;
+}
+
+}  // namespace
+
+int HttpServer::Answer(MHD_Connection* connection, const char* url, const char* method) const {
+  const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+  if (!head && std::strcmp(method, MHD_HTTP_METHOD_GET) != 0) {
+    return Send(connection, {405, "text/plain; charset=utf-8", "only GET\n"}, false, false);
+  }
+  const char* authorization =
+      MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  const char* token = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "token");
+  if (!HttpAuthorized(authorization, token)) {
+    return Send(connection,
+                {401, "text/plain; charset=utf-8",
+                 "missing or wrong bearer token (see --auth_token_file)\n"},
+                head, true);
+  }
+  auto it = handlers_.find(url);
+  if (it == handlers_.end()) {
+    return Send(connection, {404, "text/plain; charset=utf-8", "no such page\n"}, head, false);
+  }
+  return Send(connection, it->second(), head, false);
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& host, int port, std::map<std::string, HttpHandler> handlers) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", port, ": expected 0 to 65535"));
+  }
+  bool ipv6 = false;
+  absl::StatusOr<sockaddr_storage> addr = Resolve(host, port, &ipv6);
+  if (!addr.ok()) return addr.status();
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(handlers)));
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
+  if (ipv6) flags |= MHD_USE_IPv6;
+  server->daemon_ = MHD_start_daemon(
+      flags, static_cast<uint16_t>(port), nullptr, nullptr, &Dispatch, server.get(),
+      MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&*addr), MHD_OPTION_CONNECTION_LIMIT,
+      64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      static_cast<size_t>(32 << 10), MHD_OPTION_END);
+  if (server->daemon_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", host, ":", port,
+                                               " (in use, or not an address of this machine)"));
+  }
+  const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
+  server->port_ = info != nullptr ? info->port : port;
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
+}
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+std::string HostForAddress(const std::string& host) {
+  return host.find(':') == std::string::npos ? host : absl::StrCat("[", host, "]");
+}
+
+}  // namespace pstrain

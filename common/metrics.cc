@@ -1,0 +1,226 @@
+#include "common/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pstrain {
+namespace {
+
+// Label values escape backslash, double quote and newline; HELP text
+// backslash and newline (the exposition format's rules).
+std::string Escape(const std::string& s, bool quote) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  // The shortest of %.15g and %.17g that reads back exactly ("0.0001", not
+  // "0.00010000000000000000479").
+  const std::string shorter = absl::StrFormat("%.15g", v);
+  return std::strtod(shorter.c_str(), nullptr) == v ? shorter : absl::StrFormat("%.17g", v);
+}
+
+const char* RoleLabel(Role r) {
+  switch (r) {
+    case SCHEDULER:
+      return "scheduler";
+    case SERVER:
+      return "server";
+    case WORKER:
+      return "worker";
+    default:
+      return "unknown";
+  }
+}
+
+}  // namespace
+
+void LatencyHistogram::Observe(absl::Duration d) {
+  const double s = absl::ToDoubleSeconds(d);
+  const size_t bucket =
+      std::lower_bound(kBounds.begin(), kBounds.end(), s) - kBounds.begin();
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_relaxed);
+}
+
+LatencyHistogram::Snapshot LatencyHistogram::Read() const {
+  Snapshot s;
+  for (size_t i = 0; i < counts_.size(); ++i) s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+  s.sum_s = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
+  return s;
+}
+
+Latencies& ProcessLatencies() {
+  static Latencies* latencies = new Latencies;
+  return *latencies;
+}
+
+void PrometheusText::Family(const std::string& name, const std::string& help, const char* type) {
+  if (!families_.insert(name).second) return;
+  absl::StrAppend(&text_, "# HELP ", name, " ", Escape(help, false), "\n# TYPE ", name, " ", type,
+                  "\n");
+}
+
+void PrometheusText::Sample(const std::string& name, const Labels& labels, double value) {
+  text_ += name;
+  if (!labels.empty()) {
+    text_ += "{";
+    for (size_t i = 0; i < labels.size(); ++i) {
+      absl::StrAppend(&text_, i ? "," : "", labels[i].first, "=\"", Escape(labels[i].second, true),
+                      "\"");
+    }
+    text_ += "}";
+  }
+  absl::StrAppend(&text_, " ", Number(value), "\n");
+}
+
+void PrometheusText::Counter(const std::string& name, const std::string& help,
+                             const Labels& labels, double value) {
+  Family(name, help, "counter");
+  Sample(name, labels, value);
+}
+
+void PrometheusText::Gauge(const std::string& name, const std::string& help, const Labels& labels,
+                           double value) {
+  Family(name, help, "gauge");
+  Sample(name, labels, value);
+}
+
+void PrometheusText::Histogram(const std::string& name, const std::string& help,
+                               const Labels& labels, const LatencyHistogram::Snapshot& snapshot) {
+  Family(name, help, "histogram");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < snapshot.counts.size(); ++i) {
+    cumulative += snapshot.counts[i];
+    Labels with_le = labels;
+    with_le.emplace_back("le", i < LatencyHistogram::kBounds.size()
+                                   ? Number(LatencyHistogram::kBounds[i])
+                                   : std::string("+Inf"));
+    Sample(name + "_bucket", with_le, static_cast<double>(cumulative));
+  }
+  Sample(name + "_sum", labels, snapshot.sum_s);
+  Sample(name + "_count", labels, static_cast<double>(cumulative));
+}
+
+PrometheusText::Labels DaemonLabels(const NodeStatus& status) {
+  PrometheusText::Labels labels = {{"role", RoleLabel(status.role())}};
+  if (status.role() != SCHEDULER) labels.emplace_back("id", absl::StrCat(status.id()));
+  return labels;
+}
+
+void WriteDaemonMetrics(const NodeStatus& s, const Latencies& latencies, PrometheusText* out) {
+  const PrometheusText::Labels l = DaemonLabels(s);
+  out->Gauge("pstrain_up", "1 while the daemon answers", l, 1);
+  out->Gauge("pstrain_uptime_seconds", "seconds since the daemon started", l, s.uptime_s());
+  out->Gauge("pstrain_resident_memory_bytes", "the process' resident memory", l, s.rss_bytes());
+  out->Gauge("pstrain_clock",
+             "workers: clocks finished; servers: the slowest worker's clock applied; scheduler: "
+             "the slowest live worker's clock",
+             l, s.clock());
+  out->Gauge("pstrain_parked_calls",
+             "calls this daemon holds until they can be answered (parked pulls, gate calls, norm "
+             "rounds)",
+             l, s.waits_size());
+  out->Gauge("pstrain_generation", "the cluster generation this daemon is in (one per rollback)",
+             l, s.generation());
+  if (s.role() == SCHEDULER) return;
+  out->Counter("pstrain_pushes_total", "pushes sent (workers) or applied (servers)", l, s.pushes());
+  out->Counter("pstrain_pulls_total", "pulls made (workers) or answered (servers)", l, s.pulls());
+  out->Counter("pstrain_received_bytes_total", "payload bytes received", l, s.bytes_in());
+  out->Counter("pstrain_sent_bytes_total", "payload bytes sent", l, s.bytes_out());
+  const std::string role = s.role() == SERVER ? "server" : "worker";
+  auto histogram = [&](const char* name, const char* help, const LatencyHistogram& h) {
+    out->Histogram(name, help, l, h.Read());
+  };
+  histogram("pstrain_push_duration_seconds",
+            "push latency: a server's receipt to answer, a worker's call to answer",
+            latencies.push);
+  histogram("pstrain_pull_duration_seconds",
+            "pull latency (a parked pull's wait included): a server's receipt to answer, a "
+            "worker's call to answer",
+            latencies.pull);
+  if (s.role() == SERVER) {
+    out->Counter("pstrain_nonfinite_skipped_total", "pushes not applied for a NaN or Inf", l,
+                 s.nonfinite_skipped());
+    out->Gauge("pstrain_parameters", "parameters this server holds", l, s.params());
+    out->Gauge("pstrain_checkpoint_clock", "the newest checkpoint this server wrote", l,
+               s.checkpoint_clock());
+    histogram("pstrain_optimizer_update_duration_seconds", "one chunk's optimizer update",
+              latencies.optimizer_update);
+    return;
+  }
+  histogram("pstrain_gate_wait_duration_seconds", "a worker's wait for the gate to open",
+            latencies.gate_wait);
+  out->Gauge("pstrain_loss", "the last training loss", l, s.loss());
+  if (s.test_accuracy() >= 0) {
+    out->Gauge("pstrain_test_accuracy", "the last evaluation's accuracy", l, s.test_accuracy());
+  }
+  if (s.validation_loss() >= 0 && s.unigram_entropy() > 0) {
+    out->Gauge("pstrain_validation_loss", "the last validation loss (nats per byte)", l,
+               s.validation_loss());
+  }
+  out->Gauge("pstrain_samples_per_second", "training throughput seen by this worker", l,
+             s.samples_per_s());
+  const std::pair<const char*, double> phases[] = {{"gate", s.gate_ms()},
+                                                   {"pull", s.pull_ms()},
+                                                   {"compute", s.compute_ms()},
+                                                   {"push", s.push_ms()}};
+  for (const auto& [phase, ms] : phases) {
+    PrometheusText::Labels with_phase = l;
+    with_phase.emplace_back("phase", phase);
+    out->Gauge("pstrain_clock_phase_seconds",
+               "where a recent clock's time went (mean over the last progress window)",
+               with_phase, ms / 1e3);
+  }
+}
+
+void WriteClusterMetrics(const ClusterStatus& st, PrometheusText* out) {
+  const PrometheusText::Labels l = {{"role", "scheduler"}};
+  out->Gauge("pstrain_job_running", "1 while the job runs", l, st.job_state() == RUNNING_JOB);
+  out->Gauge("pstrain_job_done", "1 once every worker finished", l, st.job_state() == DONE);
+  out->Gauge("pstrain_job_aborted", "1 once the job was aborted", l, st.job_state() == ABORTED);
+  out->Gauge("pstrain_total_clocks", "the clocks the job runs", l, st.total_clocks());
+  out->Gauge("pstrain_staleness", "the staleness bound in force (0 under BSP, -1 under ASP)", l,
+             st.consistency() == BSP ? 0 : st.consistency() == SSP ? st.staleness() : -1);
+  out->Counter("pstrain_rollbacks_total", "rollbacks to a checkpoint", l, st.rollbacks_size());
+  out->Counter("pstrain_deaths_total", "members declared dead", l, st.deaths());
+  int64_t slowest = -1, fastest = -1;  // from the gate's clock table
+  for (int64_t c : st.worker_clocks()) {
+    if (c < 0) continue;
+    slowest = slowest < 0 ? c : std::min(slowest, c);
+    fastest = std::max(fastest, c);
+  }
+  int live_servers = 0, live_workers = 0;
+  for (const NodeStatus& m : st.members()) {
+    const bool live = m.state() == REGISTERED || m.state() == RUNNING;
+    if (m.role() == SERVER) live_servers += live;
+    if (m.role() == WORKER) live_workers += live;
+  }
+  out->Gauge("pstrain_live_members", "members registered or running", {{"member_role", "server"}},
+             live_servers);
+  out->Gauge("pstrain_live_members", "members registered or running", {{"member_role", "worker"}},
+             live_workers);
+  out->Gauge("pstrain_slowest_worker_clock", "the slowest worker's clock", l,
+             std::max<int64_t>(slowest, 0));
+  out->Gauge("pstrain_fastest_worker_clock", "the fastest worker's clock", l,
+             std::max<int64_t>(fastest, 0));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,65 @@
+#include "scheduler/run_history.h"
+
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+ClusterStatus At(int64_t clock, double loss) {
+  ClusterStatus st;
+  st.mutable_scheduler()->set_clock(clock);
+  for (int i = 0; i < 2; ++i) {
+    NodeStatus* w = st.add_members();
+    w->set_role(WORKER);
+    w->set_id(i);
+    w->set_state(RUNNING);
+    w->set_clock(clock + 1 + i);
+    w->set_loss(loss + i);
+    w->set_test_accuracy(i == 0 ? 0.5 : -1);
+    w->set_samples_per_s(100);
+  }
+  return st;
+}
+
+TEST(RunHistoryTest, APointPerClockWithTheWorkersMeanLoss) {
+  auto h = RunHistory::Open("");
+  ASSERT_TRUE(h.ok());
+  (*h)->Record(At(0, 2.0), 1000);
+  (*h)->Record(At(0, 1.0), 1100);  // the clock did not move: no point
+  (*h)->Record(At(1, 1.0), 1200);
+  const std::vector<RunPoint> points = (*h)->Points();
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].loss(), 2.5);
+  EXPECT_EQ(points[1].clock(), 1);
+  EXPECT_EQ(points[1].unix_ms(), 1200);
+  EXPECT_EQ(points[1].test_accuracy(), 0.5);
+  EXPECT_EQ(points[1].worker_clocks_size(), 2);
+  EXPECT_EQ(points[1].worker_clocks(1), 3);
+}
+
+TEST(RunHistoryTest, MemoryIsBoundedTheFileKeepsEveryPoint) {
+  const std::string dir = ::testing::TempDir() + "/run";
+  auto h = RunHistory::Open(dir);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const int n = 3 * RunHistory::kMaxPoints;
+  for (int c = 0; c < n; ++c) (*h)->Record(At(c, 1.0), c);
+  const std::vector<RunPoint> points = (*h)->Points();
+  EXPECT_LE(points.size(), RunHistory::kMaxPoints);
+  EXPECT_EQ(points.front().clock(), 0);  // the whole span is kept
+  EXPECT_EQ(points.back().clock(), n - 1);
+  h->reset();
+  std::ifstream in(dir + "/curves.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+    EXPECT_EQ(line.front(), '{');
+  }
+  EXPECT_EQ(lines, n);
+  EXPECT_FALSE(RunHistory::Open("/proc/no/such/dir").ok());
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,111 @@
+#include "tools/plot.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace pstrain {
+namespace {
+
+// The gnuplot script of the four panels, reading `data` (whitespace
+// columns: clock, loss, accuracy, samples/s, then each worker's clock).
+std::string Script(const std::string& data, const std::string& out, bool svg, int workers,
+                   bool accuracy) {
+  std::string s = absl::StrCat(
+      svg ? "set terminal svg size 1200,800 dynamic\n" : "set terminal png size 1200,800\n",
+      "set output '", out, "'\nset multiplot layout 2,2 title 'pstrain run'\n",
+      "set grid\nset xlabel 'clock'\nset key off\n",
+      "set title 'training loss'\nplot '", data, "' using 1:2 with lines lw 2\n",
+      "set title '", accuracy ? "test accuracy" : "validation loss", "'\nplot '", data,
+      "' using 1:($3 >= 0 ? $3 : 1/0) with linespoints\n",
+      "set title 'samples/s'\nplot '", data, "' using 1:4 with lines\n",
+      "set title 'worker clocks'\nset key left top\nplot ");
+  for (int w = 0; w < workers; ++w) {
+    absl::StrAppend(&s, w ? ", " : "", "'", data, "' using 1:($", 5 + w, " >= 0 ? $", 5 + w,
+                    " : 1/0) with lines title 'worker ", w, "'");
+  }
+  if (workers == 0) absl::StrAppend(&s, "'", data, "' using 1:1 with lines");
+  return s + "\nunset multiplot\n";
+}
+
+int RunGnuplot(const std::string& script_path) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execlp("gnuplot", "gnuplot", script_path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RunPoint>> ReadCurves(const std::string& run_dir) {
+  const std::string path = run_dir + "/curves.jsonl";
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read (is --run_dir right?)"));
+  std::vector<RunPoint> points;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.empty()) continue;
+    RunPoint p;
+    if (!google::protobuf::util::JsonStringToMessage(line, &p).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", n, ": not a run point"));
+    }
+    points.push_back(std::move(p));
+  }
+  if (points.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no points yet"));
+  return points;
+}
+
+int Plot(const std::string& run_dir, const std::string& out) {
+  const bool svg = absl::EndsWith(out, ".svg");
+  if (run_dir.empty() || (!svg && !absl::EndsWith(out, ".png"))) {
+    std::fprintf(stderr, "psctl plot: give --run_dir and --out=FILE.png or FILE.svg\n");
+    return 2;
+  }
+  const absl::StatusOr<std::vector<RunPoint>> points = ReadCurves(run_dir);
+  if (!points.ok()) {
+    std::fprintf(stderr, "psctl plot: %s\n", std::string(points.status().message()).c_str());
+    return 1;
+  }
+  int workers = 0;
+  bool accuracy = false;
+  for (const RunPoint& p : *points) {
+    workers = std::max(workers, p.worker_clocks_size());
+    accuracy = accuracy || p.test_accuracy() >= 0;
+  }
+  const std::string data = out + ".dat", script = out + ".gp";
+  {
+    std::ofstream d(data);
+    for (const RunPoint& p : *points) {
+      d << p.clock() << ' ' << p.loss() << ' '
+        << (accuracy ? p.test_accuracy() : p.validation_loss()) << ' ' << p.samples_per_s();
+      for (int w = 0; w < workers; ++w) {
+        d << ' ' << (w < p.worker_clocks_size() ? p.worker_clocks(w) : -1);
+      }
+      d << '\n';
+    }
+    std::ofstream(script) << Script(data, out, svg, workers, accuracy);
+  }
+  const int code = RunGnuplot(script);
+  std::remove(data.c_str());
+  std::remove(script.c_str());
+  if (code != 0) {
+    std::fprintf(stderr, "psctl plot: gnuplot %s (install gnuplot-nox)\n",
+                 code == 127 ? "not found" : absl::StrCat("exited ", code).c_str());
+    return 1;
+  }
+  std::printf("wrote %s: %zu points\n", out.c_str(), points->size());
+  return 0;
+}
+
+}  // namespace pstrain
