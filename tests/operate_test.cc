@@ -187,6 +187,29 @@ TEST_F(OperateTest, WatchPrintsTheStatusAndPlotDrawsTheRunsCurves) {
   }
 }
 
+// Early in a job no evaluation has run yet (accuracy -1 at every point):
+// the panel is drawn empty, the plot does not fail (a regression test: gnuplot
+// refuses a series with no defined point).
+TEST(PlotTest, ARunWithoutEvaluationsYetIsDrawn) {
+  const std::string dir = NewTempDir("plot_no_eval");
+  std::string lines;
+  for (int c = 1; c <= 5; ++c) {
+    absl::StrAppend(&lines, "{\"clock\":\"", c, "\",\"loss\":", 2.0 / c,
+                    ",\"testAccuracy\":-1,\"validationLoss\":-1,\"samplesPerS\":1000,",
+                    "\"workerClocks\":[\"", c, "\",\"", c + 1, "\"]}\n");
+  }
+  WriteFile(dir + "/curves.jsonl", lines);
+  for (const std::string ext : {".png", ".svg"}) {
+    const std::string file = dir + "/curves" + ext;
+    std::string out;
+    absl::StatusOr<int> code = RunCommand(
+        {BinaryPath("tools/psctl"), "plot", "--run_dir=" + dir, "--out=" + file}, &out,
+        absl::Seconds(60), "psctl");
+    ASSERT_TRUE(code.ok() && *code == 0) << out;
+    EXPECT_GT(ReadFile(file).size(), 5000u) << out;
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace pstrain

@@ -13,25 +13,37 @@
 namespace pstrain {
 namespace {
 
+// What one panel plots: `series` is gnuplot's list after `plot`, empty
+// when the column has no point yet (gnuplot refuses to draw a series whose
+// every point is undefined, so such a panel is an empty frame with a note).
+std::string Panel(const std::string& title, const std::string& series) {
+  if (series.empty()) {
+    return absl::StrCat("set title '", title, "'\nset label 1 'no points yet' at graph 0.5,0.5 center\n",
+                        "set yrange [0:1]\nplot 2 notitle\nunset label 1\nset yrange [*:*]\n");
+  }
+  return absl::StrCat("set title '", title, "'\nplot ", series, "\n");
+}
+
 // The gnuplot script of the four panels, reading `data` (whitespace
 // columns: clock, loss, accuracy, samples/s, then each worker's clock).
+// `evaluated`: some point has an accuracy (or validation loss).
 std::string Script(const std::string& data, const std::string& out, bool svg, int workers,
-                   bool accuracy) {
-  std::string s = absl::StrCat(
+                   bool accuracy, bool evaluated) {
+  const std::string file = absl::StrCat("'", data, "'");
+  std::string clocks;
+  for (int w = 0; w < workers; ++w) {
+    absl::StrAppend(&clocks, w ? ", " : "", file, " using 1:($", 5 + w, " >= 0 ? $", 5 + w,
+                    " : 1/0) with lines title 'worker ", w, "'");
+  }
+  return absl::StrCat(
       svg ? "set terminal svg size 1200,800 dynamic\n" : "set terminal png size 1200,800\n",
       "set output '", out, "'\nset multiplot layout 2,2 title 'pstrain run'\n",
       "set grid\nset xlabel 'clock'\nset key off\n",
-      "set title 'training loss'\nplot '", data, "' using 1:2 with lines lw 2\n",
-      "set title '", accuracy ? "test accuracy" : "validation loss", "'\nplot '", data,
-      "' using 1:($3 >= 0 ? $3 : 1/0) with linespoints\n",
-      "set title 'samples/s'\nplot '", data, "' using 1:4 with lines\n",
-      "set title 'worker clocks'\nset key left top\nplot ");
-  for (int w = 0; w < workers; ++w) {
-    absl::StrAppend(&s, w ? ", " : "", "'", data, "' using 1:($", 5 + w, " >= 0 ? $", 5 + w,
-                    " : 1/0) with lines title 'worker ", w, "'");
-  }
-  if (workers == 0) absl::StrAppend(&s, "'", data, "' using 1:1 with lines");
-  return s + "\nunset multiplot\n";
+      Panel("training loss", file + " using 1:2 with lines lw 2"),
+      Panel(!evaluated ? "evaluation" : accuracy ? "test accuracy" : "validation loss",
+            evaluated ? file + " using 1:($3 >= 0 ? $3 : 1/0) with linespoints" : ""),
+      Panel("samples/s", file + " using 1:4 with lines"), "set key left top\n",
+      Panel("worker clocks", clocks), "unset multiplot\n");
 }
 
 int RunGnuplot(const std::string& script_path) {
@@ -78,10 +90,11 @@ int Plot(const std::string& run_dir, const std::string& out) {
     return 1;
   }
   int workers = 0;
-  bool accuracy = false;
+  bool accuracy = false, evaluated = false;
   for (const RunPoint& p : *points) {
     workers = std::max(workers, p.worker_clocks_size());
     accuracy = accuracy || p.test_accuracy() >= 0;
+    evaluated = evaluated || p.test_accuracy() >= 0 || p.validation_loss() >= 0;
   }
   const std::string data = out + ".dat", script = out + ".gp";
   {
@@ -94,14 +107,15 @@ int Plot(const std::string& run_dir, const std::string& out) {
       }
       d << '\n';
     }
-    std::ofstream(script) << Script(data, out, svg, workers, accuracy);
+    std::ofstream(script) << Script(data, out, svg, workers, accuracy, evaluated);
   }
   const int code = RunGnuplot(script);
   std::remove(data.c_str());
   std::remove(script.c_str());
   if (code != 0) {
-    std::fprintf(stderr, "psctl plot: gnuplot %s (install gnuplot-nox)\n",
-                 code == 127 ? "not found" : absl::StrCat("exited ", code).c_str());
+    std::fprintf(stderr, "psctl plot: %s\n",
+                 code == 127 ? "gnuplot not found (install gnuplot-nox)"
+                             : absl::StrCat("gnuplot exited ", code, " (its message is above)").c_str());
     return 1;
   }
   std::printf("wrote %s: %zu points\n", out.c_str(), points->size());
