@@ -48,7 +48,7 @@ absl::Status Malformed(const char* what) {
 // Skips a field of `type` whose tag was just read; false for field number
 // 0, which protobuf does not allow.
 bool SkipField(SliceReader& r, uint32_t field, uint32_t type) {
-  uint64_t v;
+  uint64_t v = 0;
   if (field == 0) return false;
   switch (type) {
     case kVarint:
@@ -72,7 +72,7 @@ bool ReadChunkData(SliceReader& r, uint64_t length, PayloadRef* ref) {
   ref->chunk = 0;  // proto3 leaves a zero id out
   ref->bytes = 0;
   while (r.position() < end) {
-    uint64_t tag, v;
+    uint64_t tag = 0, v = 0;
     if (!r.ReadVarint(&tag)) return false;
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     if (field == 1 && type == kVarint) {
@@ -203,7 +203,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
   *h = PushHeader();
   chunks->clear();
   while (r.remaining() > 0) {
-    uint64_t tag, v;
+    uint64_t tag = 0, v = 0;
     if (!r.ReadVarint(&tag)) return Malformed("push: bad tag");
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     bool ok = true;
