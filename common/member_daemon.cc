@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/daemon.h"
+#include "common/flags.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -14,12 +15,16 @@
 ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, port_file, "", "write the bound HOST:PORT to this file");
-ABSL_FLAG(int, connect_timeout_s, 60, "seconds to keep retrying an unreachable scheduler");
-ABSL_FLAG(int, heartbeat_interval_ms, 500, "milliseconds between heartbeats");
-ABSL_FLAG(int, rank, -1,
+ABSL_FLAG(int64_t, connect_timeout_s, 60,
+          "seconds to keep retrying an unreachable scheduler at start-up (1..86400)");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 500, "milliseconds between heartbeats (10..60000)");
+ABSL_FLAG(int64_t, scheduler_timeout_ms, 30000,
+          "how long a member keeps retrying a scheduler it lost (heartbeats, the gate) before "
+          "it exits (1); a restarted scheduler has this long to be back (100..86400000)");
+ABSL_FLAG(int64_t, rank, 0,
           "take over this id from a failed member of the same role (a server: its checkpoint "
           "is loaded and the cluster rolls back to it; a worker: under "
-          "--on_worker_failure=wait); -1: the next free id, or a dead member's");
+          "--on_worker_failure=wait); not given: the next free id, or a dead member's");
 ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
           "serve Prometheus metrics on http://HOST:PORT/metrics, HOST being --listen's (0: the "
           "OS picks a port, shown in Status as metrics_address); not given: no metrics");
@@ -32,10 +37,19 @@ MemberConfig MemberConfigFromFlags(Role role) {
   c.scheduler = absl::GetFlag(FLAGS_scheduler);
   c.listen = absl::GetFlag(FLAGS_listen);
   c.port_file = absl::GetFlag(FLAGS_port_file);
+  const std::optional<int64_t> rank = GivenFlag(FLAGS_rank);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  ExitOnBadFlag(CheckFlagRanges({
+      {"connect_timeout_s", absl::GetFlag(FLAGS_connect_timeout_s), 1, 86400},
+      {"heartbeat_interval_ms", absl::GetFlag(FLAGS_heartbeat_interval_ms), 10, 60000},
+      {"scheduler_timeout_ms", absl::GetFlag(FLAGS_scheduler_timeout_ms), 100, 86400000},
+      {"rank", rank, 0, 65535},
+      {"metrics_port", c.metrics_port, 0, 65535},
+  }));
   c.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   c.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  c.rank = absl::GetFlag(FLAGS_rank);
-  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.scheduler_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_scheduler_timeout_ms));
+  c.rank = rank.has_value() ? static_cast<int>(*rank) : -1;
   return c;
 }
 
@@ -111,6 +125,7 @@ MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> se
   options.address = address_;
   options.connect_timeout = config_.connect_timeout;
   options.heartbeat_interval = config_.heartbeat_interval;
+  options.scheduler_timeout = config_.scheduler_timeout;
   options.rank = config_.rank;
   client_ = std::make_unique<SchedulerClient>(options);
 }

@@ -34,12 +34,14 @@ struct MemberConfig {
   std::string port_file;              // --port_file
   absl::Duration connect_timeout;     // --connect_timeout_s
   absl::Duration heartbeat_interval;  // --heartbeat_interval_ms
+  absl::Duration scheduler_timeout = absl::Seconds(30);  // --scheduler_timeout_ms
   int rank = -1;                      // --rank
   std::optional<int> metrics_port;    // --metrics_port: serve /metrics (0: the OS picks)
   ServerOptions server;               // the gRPC server's limits and queues
 };
 
-// The member flags of a process of `role`.
+// The member flags of a process of `role`; a value out of range is exit 2
+// naming the flag (common/flags.h).
 MemberConfig MemberConfigFromFlags(Role role);
 
 class MemberDaemon {

@@ -1,8 +1,30 @@
 #include "common/retry.h"
 
+#include <algorithm>
+
 #include "common/rpc.h"
 
 namespace pstrain {
+namespace {
+
+// Sleeps `wait`; with an abandon check, in slices that ask it after each
+// (a loop told to give up stops within a slice, not after a 2 s backoff).
+absl::Status Sleep(const RetryPolicy& policy, absl::Duration wait) {
+  if (!policy.abandon) {
+    if (wait > absl::ZeroDuration()) policy.clock.sleep(wait);
+    return absl::OkStatus();
+  }
+  constexpr absl::Duration kSlice = absl::Milliseconds(100);
+  while (wait > absl::ZeroDuration()) {
+    const absl::Duration slice = std::min(wait, kSlice);
+    policy.clock.sleep(slice);
+    wait -= slice;
+    if (absl::Status why = policy.abandon(); !why.ok()) return why;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()>& attempt) {
   const absl::Time give_up = policy.clock.now() + policy.window;
@@ -23,7 +45,7 @@ absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()
       if (absl::Status why = policy.abandon(); !why.ok()) return why;
     }
     if (policy.on_retry) policy.on_retry(st, attempts);
-    if (wait > absl::ZeroDuration()) policy.clock.sleep(wait);
+    if (absl::Status why = Sleep(policy, wait); !why.ok()) return why;
   }
 }
 

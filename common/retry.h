@@ -39,8 +39,8 @@ struct RetryPolicy {
   // Classifies a failure; unset: IsRetryable (common/rpc.h) codes retry,
   // others stop.
   std::function<RetryAction(const absl::Status&)> classify;
-  // Asked before every retry; a non-OK status ends the loop with it (the
-  // caller gave up: a rollback, a shutdown).
+  // Asked before every retry and every 100 ms of a backoff; a non-OK status
+  // ends the loop with it (the caller gave up: a rollback, a shutdown).
   std::function<absl::Status()> abandon;
   // Called before every retry, with the failure and the attempts so far.
   std::function<void(const absl::Status&, int attempts)> on_retry;

@@ -32,14 +32,15 @@ void SchedulerClient::StopHeartbeats() {
 
 absl::Status SchedulerClient::ReportFinal(const NodeStatus& status) {
   StopHeartbeats();
-  bool lost;
+  bool once;
   {
     absl::MutexLock lock(&mu_);
-    lost = lost_scheduler_;
+    once = lost_scheduler_ || Ended(job_state_);
   }
-  // A scheduler already lost for the heartbeat timeout gets one attempt.
+  // A scheduler already lost, or a job known to have ended (the scheduler
+  // may be gone by now), gets one attempt.
   RetryPolicy policy;
-  policy.window = lost ? absl::ZeroDuration() : options_.heartbeat_timeout;
+  policy.window = once ? absl::ZeroDuration() : options_.scheduler_timeout;
   policy.classify = [](const absl::Status&) { return RetryAction::kRetry; };
   const absl::Status st = Retry(policy, [&] { return Heartbeat(status).status(); });
   if (!st.ok()) {
@@ -138,7 +139,7 @@ void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
           absl::StrCat("the scheduler no longer knows this process: ", resp.status().message());
       return;
     }
-    if (absl::Now() - last_ok > options_.heartbeat_timeout) {
+    if (absl::Now() - last_ok > options_.scheduler_timeout) {
       absl::MutexLock lock(&mu_);
       job_state_ = ABORTED;
       lost_scheduler_ = true;
@@ -244,13 +245,19 @@ RetryPolicy SchedulerClient::WaitingCallPolicy(std::function<void()> still_waiti
   // DEADLINE_EXCEEDED while it still waits: ask again at once. An
   // unreachable scheduler is retried for the heartbeat timeout.
   RetryPolicy policy;
-  policy.window = options_.heartbeat_timeout;
+  policy.window = options_.scheduler_timeout;
   policy.classify = [](const absl::Status& st) {
     if (absl::IsDeadlineExceeded(st)) return RetryAction::kRetryNow;
     return absl::IsUnavailable(st) ? RetryAction::kRetry : RetryAction::kStop;
   };
   policy.on_retry = [still_waiting = std::move(still_waiting)](const absl::Status& st, int) {
     if (absl::IsDeadlineExceeded(st)) still_waiting();
+  };
+  // Heartbeats may learn of the job's end while this call backs off.
+  policy.abandon = [this]() -> absl::Status {
+    std::string message;
+    if (job_state(&message) != ABORTED) return absl::OkStatus();
+    return absl::AbortedError(absl::StrCat("job aborted: ", message));
   };
   return policy;
 }

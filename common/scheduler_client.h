@@ -26,9 +26,10 @@ struct SchedulerClientOptions {
   // How long Register keeps retrying an unreachable scheduler.
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
-  // Heartbeats failing for this long end the job for this member (ABORTED):
-  // longer than a network cut a member should survive.
-  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  // How long a lost scheduler is retried (heartbeats, the gate, norms)
+  // before the job ends for this member (ABORTED): longer than a network
+  // cut a member should survive, or a restarted scheduler takes to be back.
+  absl::Duration scheduler_timeout = absl::Seconds(30);
 };
 
 // Thread-safe.
@@ -49,7 +50,7 @@ class SchedulerClient {
   // Reports a member's last state (FINISHED or FAILED): stops the heartbeat
   // thread first, so that no older RUNNING heartbeat can arrive after it,
   // then sends `status` until the scheduler takes it, retrying with backoff
-  // for up to heartbeat_timeout.
+  // for up to scheduler_timeout.
   absl::Status ReportFinal(const NodeStatus& status);
   // Sends one heartbeat now (a final FINISHED or FAILED report) and returns
   // the job's state as the scheduler sees it.

@@ -3,12 +3,14 @@
 //
 //   ps_scheduler --job=FILE [--listen=HOST:PORT] [--consistency=bsp|ssp|asp]
 //                [--staleness=N] [--num_servers=N] [--num_workers=N] ...
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "scheduler/scheduler_runtime.h"
 
 ABSL_FLAG(std::string, job, "", "the job spec, a text-format pstrain.JobSpec (required)");
@@ -24,23 +26,23 @@ ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
 ABSL_FLAG(std::string, run_dir, "",
           "append the job's curves (clock, time, loss, accuracy, samples/s, per-worker clocks) "
           "to RUN_DIR/curves.jsonl, one JSON object a line (psctl plot draws them)");
-// Overrides of the job spec; unset (empty / -1) keeps the spec's value.
+// Overrides of the job spec: given (with any value), they replace the spec's.
 ABSL_FLAG(std::string, consistency, "", "override: bsp, ssp or asp");
-ABSL_FLAG(int, staleness, -1, "override: SSP's staleness bound s");
-ABSL_FLAG(int, num_servers, -1, "override: servers the job waits for");
-ABSL_FLAG(int, num_workers, -1, "override: workers the job waits for");
-ABSL_FLAG(int, batch_size, -1, "override: global batch size of one clock");
-ABSL_FLAG(int, epochs, -1, "override: epochs");
-ABSL_FLAG(int64_t, steps, -1, "override: total clocks (0 = use epochs)");
-ABSL_FLAG(int64_t, seed, -1, "override: seed of the weights' init and the data order");
+ABSL_FLAG(int64_t, staleness, 0, "override: SSP's staleness bound s (>= 0)");
+ABSL_FLAG(int64_t, num_servers, 1, "override: servers the job waits for (1..4096)");
+ABSL_FLAG(int64_t, num_workers, 1, "override: workers the job waits for (1..65536)");
+ABSL_FLAG(int64_t, batch_size, 1, "override: global batch size of one clock (>= 1)");
+ABSL_FLAG(int64_t, epochs, 1, "override: epochs (>= 0)");
+ABSL_FLAG(int64_t, steps, 0, "override: total clocks (0 = use epochs)");
+ABSL_FLAG(int64_t, seed, 0, "override: seed of the weights' init and the data order (>= 0)");
 ABSL_FLAG(std::string, data_dir, "", "override: data.path");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: checkpoint_dir, shared by the scheduler and the servers (a job started on "
           "a directory with a manifest resumes from it)");
-ABSL_FLAG(int64_t, checkpoint_every, -1, "override: checkpoint every this many clocks (0: never)");
-ABSL_FLAG(int, pipeline_stages, -1,
+ABSL_FLAG(int64_t, checkpoint_every, 0, "override: checkpoint every this many clocks (0: never)");
+ABSL_FLAG(int64_t, pipeline_stages, 1,
           "override: pipeline stages the model is cut into (num_workers = replicas x stages)");
-ABSL_FLAG(int, micro_batches, -1, "override: micro-batches of a worker's or replica's share");
+ABSL_FLAG(int64_t, micro_batches, 1, "override: micro-batches of a worker's or replica's share");
 ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
 ABSL_FLAG(int, replacement_timeout_ms, 60000,
           "end the job when a dead server (of a job with checkpoints) or a dead worker (under "
@@ -59,8 +61,9 @@ ABSL_FLAG(int, end_grace_ms, 5000,
           "after the job ends, how long to wait for every member to hear of it");
 
 int main(int argc, char** argv) {
+  using pstrain::GivenFlag;
   absl::SetProgramUsageMessage("ps_scheduler --job=FILE [--listen=HOST:PORT] [overrides]");
-  absl::ParseCommandLine(argc, argv);
+  pstrain::ParseFlagsOrExit(argc, argv);
   pstrain::SchedulerConfig c;
   c.job_file = absl::GetFlag(FLAGS_job);
   c.listen = absl::GetFlag(FLAGS_listen);
@@ -70,20 +73,29 @@ int main(int argc, char** argv) {
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.run_dir = absl::GetFlag(FLAGS_run_dir);
   pstrain::SpecOverrides& o = c.overrides;
-  o.consistency = absl::GetFlag(FLAGS_consistency);
-  o.staleness = absl::GetFlag(FLAGS_staleness);
-  o.num_servers = absl::GetFlag(FLAGS_num_servers);
-  o.num_workers = absl::GetFlag(FLAGS_num_workers);
-  o.batch_size = absl::GetFlag(FLAGS_batch_size);
-  o.epochs = absl::GetFlag(FLAGS_epochs);
-  o.steps = absl::GetFlag(FLAGS_steps);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.data_dir = absl::GetFlag(FLAGS_data_dir);
-  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
-  o.pipeline_stages = absl::GetFlag(FLAGS_pipeline_stages);
-  o.micro_batches = absl::GetFlag(FLAGS_micro_batches);
-  o.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
+  o.consistency = GivenFlag(FLAGS_consistency);
+  o.staleness = GivenFlag(FLAGS_staleness);
+  o.num_servers = GivenFlag(FLAGS_num_servers);
+  o.num_workers = GivenFlag(FLAGS_num_workers);
+  o.batch_size = GivenFlag(FLAGS_batch_size);
+  o.epochs = GivenFlag(FLAGS_epochs);
+  o.steps = GivenFlag(FLAGS_steps);
+  o.seed = GivenFlag(FLAGS_seed);
+  o.data_dir = GivenFlag(FLAGS_data_dir);
+  o.checkpoint_dir = GivenFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every = GivenFlag(FLAGS_checkpoint_every);
+  o.pipeline_stages = GivenFlag(FLAGS_pipeline_stages);
+  o.micro_batches = GivenFlag(FLAGS_micro_batches);
+  o.pipeline_schedule = GivenFlag(FLAGS_pipeline_schedule);
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
+      {"replacement_timeout_ms", absl::GetFlag(FLAGS_replacement_timeout_ms), 1, kIntMax},
+      {"heartbeat_timeout_ms", absl::GetFlag(FLAGS_heartbeat_timeout_ms), 1, kIntMax},
+      {"linger_ms", absl::GetFlag(FLAGS_linger_ms), 0, kIntMax},
+      {"end_grace_ms", absl::GetFlag(FLAGS_end_grace_ms), 0, kIntMax},
+      {"metrics_port", c.metrics_port, 0, 65535},
+  }));
+  pstrain::ExitOnBadFlag(pstrain::CheckOverrides(o));
   c.replacement_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_replacement_timeout_ms));
   c.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   c.on_worker_failure = absl::GetFlag(FLAGS_on_worker_failure);

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler_runtime.h"
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_names.h"
 #include "common/daemon.h"
+#include "common/flags.h"
 #include "google/protobuf/text_format.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -25,45 +27,52 @@
 
 namespace pstrain {
 
-// The pipeline overrides of ApplyOverrides.
-absl::Status ApplyPipelineOverrides(const SpecOverrides& o, JobSpec* job) {
-  if (o.pipeline_stages >= 0) job->set_pipeline_stages(o.pipeline_stages);
-  if (o.micro_batches >= 0) job->set_micro_batches(o.micro_batches);
-  const std::string schedule = absl::AsciiStrToLower(o.pipeline_schedule);
-  if (schedule == "gpipe") {
-    job->set_pipeline_schedule(GPIPE);
-  } else if (schedule == "1f1b") {
-    job->set_pipeline_schedule(ONE_F_ONE_B);
-  } else if (!schedule.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--pipeline_schedule=", o.pipeline_schedule, ": expected gpipe or 1f1b"));
-  }
-  return absl::OkStatus();
+absl::Status CheckOverrides(const SpecOverrides& o) {
+  constexpr int64_t kInt = std::numeric_limits<int32_t>::max();
+  RETURN_IF_ERROR(CheckFlagRanges({
+      {"staleness", o.staleness, 0, kInt},
+      {"num_servers", o.num_servers, 1, 4096},
+      {"num_workers", o.num_workers, 1, 65536},
+      {"batch_size", o.batch_size, 1, kInt},
+      {"epochs", o.epochs, 0, kInt},
+      {"steps", o.steps, 0},
+      {"seed", o.seed, 0},
+      {"checkpoint_every", o.checkpoint_every, 0},
+      {"pipeline_stages", o.pipeline_stages, 1, 1024},
+      {"micro_batches", o.micro_batches, 1, 65536},
+  }));
+  RETURN_IF_ERROR(CheckFlagNotEmpty("data_dir", o.data_dir, "a directory"));
+  RETURN_IF_ERROR(CheckFlagNotEmpty("checkpoint_dir", o.checkpoint_dir, "a directory"));
+  std::optional<std::string> consistency, schedule;
+  if (o.consistency) consistency = absl::AsciiStrToLower(*o.consistency);
+  if (o.pipeline_schedule) schedule = absl::AsciiStrToLower(*o.pipeline_schedule);
+  RETURN_IF_ERROR(CheckFlagChoice("consistency", consistency, {"bsp", "ssp", "asp"}));
+  return CheckFlagChoice("pipeline_schedule", schedule, {"gpipe", "1f1b"});
 }
 
 absl::Status ApplyOverrides(const SpecOverrides& o, JobSpec* job) {
-  const std::string consistency = absl::AsciiStrToLower(o.consistency);
-  if (consistency == "bsp") {
-    job->set_consistency(BSP);
-  } else if (consistency == "ssp") {
-    job->set_consistency(SSP);
-  } else if (consistency == "asp") {
-    job->set_consistency(ASP);
-  } else if (!consistency.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--consistency=", consistency, ": expected bsp, ssp or asp"));
+  RETURN_IF_ERROR(CheckOverrides(o));
+  if (o.consistency) {
+    const std::string c = absl::AsciiStrToLower(*o.consistency);
+    job->set_consistency(c == "bsp" ? BSP : c == "ssp" ? SSP : ASP);
   }
-  if (o.staleness >= 0) job->set_staleness(o.staleness);
-  if (o.num_servers >= 0) job->set_num_servers(o.num_servers);
-  if (o.num_workers >= 0) job->set_num_workers(o.num_workers);
-  if (o.batch_size >= 0) job->set_batch_size(o.batch_size);
-  if (o.epochs >= 0) job->set_epochs(o.epochs);
-  if (o.steps >= 0) job->set_steps(o.steps);
-  if (o.seed >= 0) job->set_seed(o.seed);
-  if (!o.data_dir.empty()) job->mutable_data()->set_path(o.data_dir);
-  if (!o.checkpoint_dir.empty()) job->set_checkpoint_dir(o.checkpoint_dir);
-  if (o.checkpoint_every >= 0) job->set_checkpoint_every(o.checkpoint_every);
-  return ApplyPipelineOverrides(o, job);
+  if (o.pipeline_schedule) {
+    job->set_pipeline_schedule(absl::AsciiStrToLower(*o.pipeline_schedule) == "gpipe" ? GPIPE
+                                                                                      : ONE_F_ONE_B);
+  }
+  if (o.staleness) job->set_staleness(static_cast<int32_t>(*o.staleness));
+  if (o.num_servers) job->set_num_servers(static_cast<int32_t>(*o.num_servers));
+  if (o.num_workers) job->set_num_workers(static_cast<int32_t>(*o.num_workers));
+  if (o.batch_size) job->set_batch_size(static_cast<int32_t>(*o.batch_size));
+  if (o.epochs) job->set_epochs(static_cast<int32_t>(*o.epochs));
+  if (o.steps) job->set_steps(*o.steps);
+  if (o.seed) job->set_seed(*o.seed);
+  if (o.data_dir) job->mutable_data()->set_path(*o.data_dir);
+  if (o.checkpoint_dir) job->set_checkpoint_dir(*o.checkpoint_dir);
+  if (o.checkpoint_every) job->set_checkpoint_every(*o.checkpoint_every);
+  if (o.pipeline_stages) job->set_pipeline_stages(static_cast<int32_t>(*o.pipeline_stages));
+  if (o.micro_batches) job->set_micro_batches(static_cast<int32_t>(*o.micro_batches));
+  return absl::OkStatus();
 }
 
 namespace {

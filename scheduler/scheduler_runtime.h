@@ -15,23 +15,28 @@
 
 namespace pstrain {
 
-// Overrides of the job spec; unset (empty / -1) keeps the spec's value.
+// Overrides of the job spec: a field given on the command line (with any
+// value) replaces the spec's; nullopt keeps it.
 struct SpecOverrides {
-  std::string consistency;  // bsp, ssp or asp
-  int staleness = -1;
-  int num_servers = -1;
-  int num_workers = -1;
-  int batch_size = -1;
-  int epochs = -1;
-  int64_t steps = -1;
-  int64_t seed = -1;
-  std::string data_dir;
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = -1;
-  int pipeline_stages = -1;
-  int micro_batches = -1;
-  std::string pipeline_schedule;  // gpipe or 1f1b
+  std::optional<std::string> consistency;  // bsp, ssp or asp
+  std::optional<int64_t> staleness;
+  std::optional<int64_t> num_servers;
+  std::optional<int64_t> num_workers;
+  std::optional<int64_t> batch_size;
+  std::optional<int64_t> epochs;
+  std::optional<int64_t> steps;
+  std::optional<int64_t> seed;
+  std::optional<std::string> data_dir;
+  std::optional<std::string> checkpoint_dir;
+  std::optional<int64_t> checkpoint_every;
+  std::optional<int64_t> pipeline_stages;
+  std::optional<int64_t> micro_batches;
+  std::optional<std::string> pipeline_schedule;  // gpipe or 1f1b
 };
+
+// The flags' allowed values: INVALID_ARGUMENT naming the first flag out of
+// its range (the spec's own checks follow in ValidateJobSpec).
+absl::Status CheckOverrides(const SpecOverrides& overrides);
 
 // Sets the overridden fields of *job; INVALID_ARGUMENT for a bad value.
 absl::Status ApplyOverrides(const SpecOverrides& overrides, JobSpec* job);

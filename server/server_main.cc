@@ -4,24 +4,24 @@
 //             [--rank=ID] [--server_threads=N] [--rpc_threads=N] [--trace_file=F]
 //             [--offload_dir=DIR --memory_budget=BYTES]
 #include <cstdint>
-#include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "server/server_runtime.h"
 
 // The member flags (--scheduler, --listen, --port_file, --rank,
 // --connect_timeout_s, --heartbeat_interval_ms) are common/member_daemon's.
 ABSL_FLAG(std::string, trace_file, "", "write every apply and pull as JSON lines here");
-ABSL_FLAG(int, server_threads, static_cast<int>(std::thread::hardware_concurrency()),
-          "threads one large optimizer update is split over");
-ABSL_FLAG(int, rpc_threads, 1,
+ABSL_FLAG(int64_t, server_threads, static_cast<int>(std::thread::hardware_concurrency()),
+          "threads one large optimizer update is split over (1..1024; default: the cores)");
+ABSL_FLAG(int64_t, rpc_threads, 1,
           "threads serving pushes and pulls, each on its own completion queue (each one "
           "reads, applies and answers its calls; concurrent pushes of different chunks run "
-          "in parallel over them)");
+          "in parallel over them; 1..64)");
 
 ABSL_FLAG(std::string, offload_dir, "",
           "keep the chunks' weights and optimizer state in a file in this directory, with at "
@@ -32,17 +32,25 @@ ABSL_FLAG(int64_t, memory_budget, 0,
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ps_server --scheduler=HOST:PORT [--listen=HOST:PORT]");
-  absl::ParseCommandLine(argc, argv);
+  pstrain::ParseFlagsOrExit(argc, argv);
   pstrain::ServerConfig config;
   config.member = pstrain::MemberConfigFromFlags(pstrain::SERVER);
+  const std::optional<int64_t> budget = pstrain::GivenFlag(FLAGS_memory_budget);
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
+      {"server_threads", absl::GetFlag(FLAGS_server_threads), 1, 1024},
+      {"rpc_threads", absl::GetFlag(FLAGS_rpc_threads), 1, 64},
+      {"memory_budget", budget, 1},
+  }));
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty(
+      "offload_dir", pstrain::GivenFlag(FLAGS_offload_dir), "a directory"));
   config.trace_file = absl::GetFlag(FLAGS_trace_file);
-  config.server_threads = absl::GetFlag(FLAGS_server_threads);
-  config.rpc_threads = absl::GetFlag(FLAGS_rpc_threads);
+  config.server_threads = static_cast<int>(absl::GetFlag(FLAGS_server_threads));
+  config.rpc_threads = static_cast<int>(absl::GetFlag(FLAGS_rpc_threads));
   config.offload_dir = absl::GetFlag(FLAGS_offload_dir);
   config.memory_budget = absl::GetFlag(FLAGS_memory_budget);
-  if (!config.offload_dir.empty() && config.memory_budget <= 0) {
-    std::fprintf(stderr, "ps_server: --offload_dir needs --memory_budget=BYTES\n");
-    return 2;
+  if (config.offload_dir.empty() != !budget.has_value()) {
+    pstrain::ExitOnBadFlag(absl::InvalidArgumentError(
+        "--offload_dir and --memory_budget=BYTES go together"));
   }
   return pstrain::RunServer(config);
 }

@@ -17,19 +17,20 @@
 //       the curves of ps_scheduler --run_dir, drawn by gnuplot
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_names.h"
+#include "common/flags.h"
 #include "common/job_spec.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -331,7 +332,7 @@ int Watch(const std::string& address) {
     const bool ended = st.job_state() == DONE || st.job_state() == ABORTED;
     if (ended) return st.job_state() == DONE ? 0 : 1;
     if (count > 0 && n >= count) return 0;
-    absl::SleepFor(absl::Milliseconds(std::max(50, absl::GetFlag(FLAGS_interval_ms))));
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms)));
   }
 }
 
@@ -477,7 +478,16 @@ int main(int argc, char** argv) {
       "       psctl status --target=HOST:PORT --role=server|worker [--json]\n"
       "       psctl export (--scheduler=HOST:PORT | --checkpoint_dir=DIR --job=FILE) --out=F\n"
       "       psctl plot --run_dir=DIR --out=FILE.png|.svg");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = pstrain::ParseFlagsOrExit(argc, argv);
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
+      {"timeout_s", absl::GetFlag(FLAGS_timeout_s), 1, 3600},
+      {"interval_ms", absl::GetFlag(FLAGS_interval_ms), 50, 3600000},
+      {"count", absl::GetFlag(FLAGS_count), 0, std::numeric_limits<int>::max()},
+      {"wait_s", absl::GetFlag(FLAGS_wait_s), 1, 86400},
+      {"staleness", absl::GetFlag(FLAGS_staleness), 0, std::numeric_limits<int>::max()},
+  }));
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagChoice("role", absl::GetFlag(FLAGS_role),
+                                                  {"server", "worker"}));
   if (const absl::Status st = pstrain::ConfigureSecurityFromFlags(); !st.ok()) {
     std::fprintf(stderr, "psctl: %s\n", std::string(st.message()).c_str());
     return 2;

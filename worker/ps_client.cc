@@ -1,6 +1,7 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -20,6 +21,8 @@ namespace {
 // this long before the client asks again.
 constexpr absl::Duration kPullAttempt = absl::Seconds(30);
 constexpr absl::Duration kPushAttempt = absl::Seconds(30);
+// How often calls under way ask whether they were abandoned.
+constexpr std::chrono::milliseconds kAbandonPoll(100);
 const char kPushMethod[] = "/pstrain.ParameterServer/Push";
 const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
 
@@ -84,7 +87,7 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   };
   policy.abandon = [this] {
     return options_.abandon && options_.abandon()
-               ? absl::AbortedError("the cluster is rolling back to a checkpoint")
+               ? absl::AbortedError("given up: the job ended or the cluster rolls back")
                : absl::OkStatus();
   };
   policy.on_retry = [&](const absl::Status& st, int) {
@@ -122,10 +125,24 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
     readers[i]->Finish(&replies[i], &statuses[i],
                        reinterpret_cast<void*>(static_cast<intptr_t>(i)));
   }
-  for (size_t left = todo.size(); left > 0; --left) {
+  // Waits in slices, so that calls the caller gave up on (the job ended,
+  // the cluster rolls back) are cancelled at once instead of running out
+  // their deadline against a server that may never answer.
+  bool cancelled = false;
+  for (size_t left = todo.size(); left > 0;) {
     void* tag = nullptr;
     bool ok = false;
-    if (!cq.Next(&tag, &ok)) break;  // not before Shutdown
+    const grpc::CompletionQueue::NextStatus next =
+        cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kAbandonPoll);
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      if (!cancelled && options_.abandon && options_.abandon()) {
+        cancelled = true;
+        for (int i : todo) contexts[i]->TryCancel();
+      }
+      continue;
+    }
+    --left;
     const int i = static_cast<int>(reinterpret_cast<intptr_t>(tag));
     results[i] = statuses[i].ok() ? calls[i].finish(replies[i]) : FromGrpc(statuses[i]);
   }

@@ -1,11 +1,14 @@
 // ps_worker: trains its rank's share of every clock's global batch.
 //
 //   ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] [--device=auto|cpu|cuda[:N]]
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "worker/worker_runtime.h"
 
 // The member flags (--scheduler, --listen, --port_file, --rank,
@@ -24,16 +27,18 @@ ABSL_FLAG(std::string, recompute, "none",
           "of keeping them (less memory)");
 ABSL_FLAG(std::string, device, "auto",
           "auto (CUDA device 0 if there is one, else the CPU), cpu, cuda or cuda:N");
-ABSL_FLAG(int64_t, device_memory_budget, 0,
+ABSL_FLAG(int64_t, device_memory_budget, 1,
           "bytes of device memory the model may hold at once (a GPT's weights go through it "
           "a window of layers at a time; activations beyond it are recomputed); 0: no budget");
-ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: OpenBLAS default)");
+ABSL_FLAG(int64_t, compute_threads, 1,
+          "OpenBLAS threads of the CPU backend (0: OpenBLAS default; 0..1024)");
 ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job's data.path");
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
-ABSL_FLAG(int, debug_slowdown_ms, 0, "sleep this long every iteration (consistency tests)");
+ABSL_FLAG(int64_t, debug_slowdown_ms, 0,
+          "sleep this long every iteration (consistency tests; 0..60000)");
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
-ABSL_FLAG(int, channels_per_server, 2, "TCP connections to each server");
+ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
 ABSL_FLAG(bool, standalone, false,
           "train --job alone: the servers' store and optimizer in this process, no scheduler "
           "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
@@ -45,20 +50,35 @@ ABSL_FLAG(std::string, status_file, "",
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] | --standalone --job=FILE");
-  absl::ParseCommandLine(argc, argv);
+  pstrain::ParseFlagsOrExit(argc, argv);
   pstrain::WorkerConfig config;
   config.member = pstrain::MemberConfigFromFlags(pstrain::WORKER);
+  const std::optional<int64_t> budget = pstrain::GivenFlag(FLAGS_device_memory_budget);
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
+      {"compute_threads", absl::GetFlag(FLAGS_compute_threads), 0, 1024},
+      {"debug_slowdown_ms", absl::GetFlag(FLAGS_debug_slowdown_ms), 0, 60000},
+      {"channels_per_server", absl::GetFlag(FLAGS_channels_per_server), 1, 64},
+      {"device_memory_budget", budget, 1},
+  }));
+  for (const auto& [name, value] :
+       {std::pair{"data_dir", pstrain::GivenFlag(FLAGS_data_dir)},
+        std::pair{"weights_out", pstrain::GivenFlag(FLAGS_weights_out)},
+        std::pair{"job", pstrain::GivenFlag(FLAGS_job)},
+        std::pair{"status_file", pstrain::GivenFlag(FLAGS_status_file)},
+        std::pair{"wire_dtype", pstrain::GivenFlag(FLAGS_wire_dtype)}}) {
+    pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty(name, value, "a value"));
+  }
   config.device = absl::GetFlag(FLAGS_device);
-  config.compute_threads = absl::GetFlag(FLAGS_compute_threads);
+  config.compute_threads = static_cast<int>(absl::GetFlag(FLAGS_compute_threads));
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
   config.overlap = absl::GetFlag(FLAGS_overlap);
   config.recompute = absl::GetFlag(FLAGS_recompute);
-  config.device_memory_budget = absl::GetFlag(FLAGS_device_memory_budget);
+  config.device_memory_budget = budget.value_or(0);
   config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
-  config.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
+  config.channels_per_server = static_cast<int>(absl::GetFlag(FLAGS_channels_per_server));
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.weights_out = absl::GetFlag(FLAGS_weights_out);
-  config.debug_slowdown_ms = absl::GetFlag(FLAGS_debug_slowdown_ms);
+  config.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));
   config.standalone = absl::GetFlag(FLAGS_standalone);
   config.job_file = absl::GetFlag(FLAGS_job);
   config.status_file = absl::GetFlag(FLAGS_status_file);
