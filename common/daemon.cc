@@ -1,11 +1,14 @@
 #include "common/daemon.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,6 +42,34 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
   return absl::OkStatus();
 }
 
+absl::Status WriteFileDurably(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  auto error = [](const std::string& what, const std::string& file) {
+    return absl::InternalError(absl::StrCat(what, " ", file, ": ", std::strerror(errno)));
+  };
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return error("cannot create", tmp);
+  absl::Status st;
+  if (write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
+    st = error("cannot write", tmp);
+  }
+  if (st.ok() && fsync(fd) != 0) st = error("cannot fsync", tmp);
+  close(fd);
+  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = error("cannot rename", tmp);
+  if (!st.ok()) {
+    std::remove(tmp.c_str());
+    return st;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WritePortFile(const std::string& path, const std::string& address) {
   return WriteFileAtomically(path, address + "\n");
 }
@@ -56,6 +87,23 @@ bool ShutdownRequested() { return g_shutdown.load(); }
 void TuneMallocForBulkTraffic() {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
+MemoryGiveBack::MemoryGiveBack(std::function<int64_t()> refused)
+    : thread_([this, refused = std::move(refused)] {
+        int64_t seen = refused();
+        bool moved = false;  // in the last second (a flood's tail is freed after it)
+        while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+          const int64_t now = refused();
+          if (now != seen || moved) malloc_trim(0);
+          moved = now != seen;
+          seen = now;
+        }
+      }) {}
+
+MemoryGiveBack::~MemoryGiveBack() {
+  stop_.Notify();
+  thread_.join();
 }
 
 }  // namespace pstrain

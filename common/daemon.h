@@ -2,9 +2,13 @@
 #ifndef PSTRAIN_COMMON_DAEMON_H_
 #define PSTRAIN_COMMON_DAEMON_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 
 namespace pstrain {
 
@@ -15,6 +19,11 @@ std::string AdvertisedAddress(const std::string& bound);
 // Writes `text` to `path` atomically (a temporary file beside it, then a
 // rename): a reader sees the old file or the whole new one.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+
+// The same, durably: the temporary file is fsynced before the rename and the
+// folder after it, so that after a crash the path holds the old bytes or
+// the new ones (manifests, the scheduler's state file).
+absl::Status WriteFileDurably(const std::string& path, const std::string& bytes);
 
 // Writes `address` and a newline to `path` atomically, for launchers and
 // tests that start daemons on port 0.
@@ -30,6 +39,23 @@ bool ShutdownRequested();
 // a fresh buffer for every large message, and mapping and faulting in those
 // pages again costs more than copying them. Call at start-up, before threads.
 void TuneMallocForBulkTraffic();
+
+// Gives freed heap memory back to the kernel (malloc_trim) once a second
+// while `refused()` -- a count of requests refused as malformed -- moves,
+// and once more after it stopped: a flood of refused requests leaves
+// nothing behind, while steady traffic keeps the buffers
+// TuneMallocForBulkTraffic holds for it. Stops with the object.
+class MemoryGiveBack {
+ public:
+  explicit MemoryGiveBack(std::function<int64_t()> refused);
+  ~MemoryGiveBack();
+  MemoryGiveBack(const MemoryGiveBack&) = delete;
+  MemoryGiveBack& operator=(const MemoryGiveBack&) = delete;
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
 
 }  // namespace pstrain
 

@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   BuilderArgs bulk{&builder};
   SetBulkArgs(&bulk);
   bulk.SetInt(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_client);
+  if (options.quota != nullptr) builder.SetResourceQuota(*options.quota);
   for (grpc::Service* s : services) builder.RegisterService(s);
   if (options.queues != nullptr) {
     for (int i = 0; i < options.num_queues; ++i) {

@@ -30,6 +30,11 @@ struct ServerOptions {
   // Calls in flight at once on one client connection; more wait in the
   // client.
   int max_streams_per_client = 256;
+  // The server-wide bound on request bytes the transport holds (read but
+  // not yet handed over and answered): past it gRPC refuses streams with
+  // RESOURCE_EXHAUSTED and closes connections instead of buffering. Null:
+  // no bound. The daemon keeps it, and may Resize it once it knows its job.
+  std::shared_ptr<grpc::ResourceQuota> quota;
   // With `queues`, `num_queues` completion queues for async services.
   int num_queues = 0;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>>* queues = nullptr;

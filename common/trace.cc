@@ -7,10 +7,11 @@
 
 namespace pstrain {
 
-absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path,
+                                                               bool append) {
   FILE* f = nullptr;
   if (!path.empty()) {
-    f = std::fopen(path.c_str(), "w");
+    f = std::fopen(path.c_str(), append ? "a" : "w");
     if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write trace"));
   }
   return std::unique_ptr<TraceWriter>(new TraceWriter(f));

@@ -16,7 +16,8 @@ namespace pstrain {
 // Thread-safe. A TraceWriter opened on "" writes nothing.
 class TraceWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<TraceWriter>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<TraceWriter>> Open(const std::string& path,
+                                                           bool append = false);
   ~TraceWriter();
 
   bool enabled() const { return file_ != nullptr; }

@@ -7,7 +7,18 @@
 namespace pstrain {
 
 ClockTable::ClockTable(int num_workers, int64_t staleness)
-    : clocks_(num_workers, 0), removed_(num_workers, false), staleness_(staleness) {}
+    : clocks_(num_workers, 0),
+      removed_(num_workers, false),
+      may_jump_(num_workers, false),
+      staleness_(staleness) {}
+
+void ClockTable::Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed) {
+  for (int w = 0; w < num_workers(); ++w) {
+    if (w < static_cast<int>(clocks.size())) clocks_[w] = clocks[w];
+    if (w < static_cast<int>(removed.size())) removed_[w] = removed[w];
+    may_jump_[w] = true;
+  }
+}
 
 absl::Status ClockTable::Advance(int worker, int64_t clock) {
   if (worker < 0 || worker >= num_workers()) {
@@ -15,6 +26,11 @@ absl::Status ClockTable::Advance(int worker, int64_t clock) {
   }
   const int64_t current = clocks_[worker];
   if (clock == current) return absl::OkStatus();
+  if (may_jump_[worker] && clock > current) {
+    may_jump_[worker] = false;
+    clocks_[worker] = clock;
+    return absl::OkStatus();
+  }
   if (clock != current + 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", worker, " is at clock ", current, " and cannot move to ", clock));
@@ -32,7 +48,10 @@ void ClockTable::Remove(int worker) {
   if (worker >= 0 && worker < num_workers()) removed_[worker] = true;
 }
 
-void ClockTable::Reset(int64_t clock) { std::fill(clocks_.begin(), clocks_.end(), clock); }
+void ClockTable::Reset(int64_t clock) {
+  std::fill(clocks_.begin(), clocks_.end(), clock);
+  std::fill(may_jump_.begin(), may_jump_.end(), false);
+}
 
 void ClockTable::Rewind(int worker, int64_t clock) {
   if (worker >= 0 && worker < num_workers()) clocks_[worker] = std::min(clocks_[worker], clock);

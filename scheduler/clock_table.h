@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <vector>
+
 #include "absl/status/status.h"
 
 namespace pstrain {
@@ -21,6 +23,10 @@ class ClockTable {
   // by one at a time; repeating the current value is a no-op (a retry).
   // INVALID_ARGUMENT for an unknown worker or any other value.
   absl::Status Advance(int worker, int64_t clock);
+  // A table restored from a scheduler's state file: `clocks` as of its last
+  // write, which the workers may have passed since, so each worker's next
+  // Advance may move its clock up by any amount (once).
+  void Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed);
 
   // The gate: may a worker start iteration `clock`? True when every worker
   // has finished at least clock - s iterations.
@@ -45,6 +51,7 @@ class ClockTable {
  private:
   std::vector<int64_t> clocks_;
   std::vector<bool> removed_;
+  std::vector<bool> may_jump_;  // Restore: the next Advance may move up by more than one
   int64_t staleness_;
 };
 

@@ -212,6 +212,7 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
     MaybeDone(now);
   } else if (st.role() == SERVER) {
     MaybeEndRollback(now);
+    AddReportedNorm(st);
   }
   HeartbeatResponse resp;
   resp.set_job_state(state_);
@@ -223,6 +224,28 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
   if (Pipelined() && st.role() == WORKER) resp.set_link_epoch(links_[ReplicaOfWorker(st.id())].epoch);
   if (state_ == DONE || state_ == ABORTED) member->saw_job_end = true;
   return resp;
+}
+
+// A server's last norm, as its heartbeat repeats it: the round a scheduler
+// that took the job over never heard of from this server (its answer came
+// from the old one) completes. Otherwise a repeat, ignored.
+void JobCoordinator::AddReportedNorm(const NodeStatus& st) {
+  if (!st.has_last_norm_clock() || st.last_norm_generation() != generation_ || rolling_back_ ||
+      state_ != RUNNING_JOB) {
+    return;
+  }
+  if (norms_.Add(st.id(), st.last_norm_clock(), st.last_norm_sum_squares()).ok() &&
+      norms_.Total(st.last_norm_clock()).has_value()) {
+    WakeHeld();
+  }
+}
+
+void JobCoordinator::Paused(absl::Duration gap, absl::Time now) {
+  spdlog::warn("the scheduler did not run for {}; its members' silence then does not count",
+               absl::FormatDuration(absl::Trunc(gap, absl::Milliseconds(100))));
+  for (std::vector<MemberRecord>* list : {&members_.servers(), &members_.workers()}) {
+    for (MemberRecord& m : *list) m.last_seen = std::min(now, m.last_seen + gap);
+  }
 }
 
 void JobCoordinator::Tick(absl::Time now) {
@@ -757,6 +780,8 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   *out.mutable_job() = job_;
   for (const Rollback& r : rollbacks_) *out.add_rollbacks() = r;
   for (const PipelineRestart& r : restarts_) *out.add_pipeline_restarts() = r;
+  out.set_scheduler_takeovers(takeovers_);
+  out.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
   AddWaits(me);
   for (const auto* list : {&members_.servers(), &members_.workers()}) {
     for (const MemberRecord& m : *list) *out.add_members() = m.status;
@@ -801,6 +826,138 @@ void JobCoordinator::AddWaits(NodeStatus* me) const {
       w->set_since_unix_ms(absl::ToUnixMillis(h.since));
     }
   }
+}
+
+// ---- Taking over.
+
+namespace {
+
+SchedulerMember ToState(const MemberRecord& m) {
+  SchedulerMember out;
+  out.set_role(m.role);
+  out.set_id(m.id);
+  out.set_address(m.address);
+  out.set_incarnation(m.incarnation);
+  *out.mutable_status() = m.status;
+  out.set_saw_job_end(m.saw_job_end);
+  return out;
+}
+
+MemberRecord FromState(const SchedulerMember& m, absl::Time now) {
+  MemberRecord out;
+  out.role = m.role();
+  out.id = m.id();
+  out.address = m.address();
+  out.incarnation = m.incarnation();
+  out.status = m.status();
+  out.saw_job_end = m.saw_job_end();
+  out.last_seen = now;  // a heartbeat timeout from the takeover to be heard
+  return out;
+}
+
+}  // namespace
+
+SchedulerState JobCoordinator::Snapshot() const {
+  SchedulerState s;
+  s.set_format("pstrain scheduler state");
+  *s.mutable_job() = job_;
+  s.set_job_state(state_);
+  s.set_message(message_);
+  for (const MemberRecord& m : members_.servers()) *s.add_servers() = ToState(m);
+  for (const MemberRecord& m : members_.workers()) *s.add_workers() = ToState(m);
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    s.add_worker_clocks(clocks_.clock(w));
+    s.add_worker_removed(clocks_.removed(w));
+  }
+  for (int32_t w : dead_workers_) s.add_dead_workers(w);
+  s.set_generation(generation_);
+  s.set_restore_clock(restore_clock_);
+  s.set_rolling_back(rolling_back_);
+  for (const Rollback& r : rollbacks_) *s.add_rollbacks() = r;
+  s.set_deaths(deaths_);
+  s.set_checkpoint_asked(checkpoint_asked_);
+  for (const ConsistencyChange& c : schedule_.changes()) *s.add_consistency_changes() = c;
+  s.set_draining(draining_);
+  s.set_total_clocks(total_clocks_);
+  for (const ReplicaLinks& l : links_) {
+    s.add_link_epochs(l.epoch);
+    s.add_link_restarting(l.restarting);
+    s.add_link_since_unix_ms(absl::ToUnixMillis(l.since));
+  }
+  for (const PipelineRestart& r : restarts_) *s.add_pipeline_restarts() = r;
+  s.set_manifest_clock(manifest_clock_);
+  s.set_start_clock(policy_.start_clock);
+  s.set_scheduler_takeovers(takeovers_);
+  s.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
+  return s;
+}
+
+std::string JobCoordinator::DurableKey() const {
+  std::string key = absl::StrCat(state_, "|", generation_, "|", restore_clock_, "|",
+                                 rolling_back_, "|", checkpoint_asked_, "|", draining_, "|",
+                                 total_clocks_, "|", manifest_clock_, "|",
+                                 schedule_.changes().size(), "|", dead_workers_.size(), "|",
+                                 restarts_.size(), "|", deaths_, "|");
+  for (const auto* list : {&members_.servers(), &members_.workers()}) {
+    for (const MemberRecord& m : *list) {
+      absl::StrAppend(&key, m.address, "/", m.incarnation, "/", m.status.state(), "/",
+                      m.saw_job_end, ";");
+    }
+  }
+  for (int w = 0; w < clocks_.num_workers(); ++w) absl::StrAppend(&key, clocks_.removed(w));
+  for (const ReplicaLinks& l : links_) absl::StrAppend(&key, "|", l.epoch, l.restarting);
+  return key;
+}
+
+absl::Status JobCoordinator::TakeOver(const SchedulerState& s, absl::Time now) {
+  const int replicas = static_cast<int>(links_.size());
+  if (s.servers_size() > job_.num_servers() || s.workers_size() > job_.num_workers() ||
+      s.worker_clocks_size() != job_.num_workers() ||
+      s.worker_removed_size() != job_.num_workers() || s.link_epochs_size() != replicas ||
+      s.link_restarting_size() != replicas || s.link_since_unix_ms_size() != replicas ||
+      (s.rolling_back() && s.rollbacks().empty())) {
+    return absl::InvalidArgumentError("the state does not fit the job's servers, workers or stages");
+  }
+  for (const auto* list : {&s.servers(), &s.workers()}) {
+    for (int i = 0; i < list->size(); ++i) {
+      if ((*list)[i].id() != i) return absl::InvalidArgumentError("members out of order");
+    }
+  }
+  for (const SchedulerMember& m : s.servers()) members_.servers().push_back(FromState(m, now));
+  for (const SchedulerMember& m : s.workers()) members_.workers().push_back(FromState(m, now));
+  clocks_.Restore(std::vector<int64_t>(s.worker_clocks().begin(), s.worker_clocks().end()),
+                  std::vector<bool>(s.worker_removed().begin(), s.worker_removed().end()));
+  state_ = s.job_state();
+  message_ = s.message();
+  if (state_ == DONE || state_ == ABORTED) ended_at_ = now;
+  dead_workers_.assign(s.dead_workers().begin(), s.dead_workers().end());
+  generation_ = s.generation();
+  restore_clock_ = s.restore_clock();
+  rolling_back_ = s.rolling_back();
+  rollbacks_.assign(s.rollbacks().begin(), s.rollbacks().end());
+  deaths_ = s.deaths();
+  checkpoint_asked_ = s.checkpoint_asked();
+  schedule_.Set({s.consistency_changes().begin(), s.consistency_changes().end()});
+  draining_ = s.draining();
+  total_clocks_ = s.total_clocks();
+  for (int r = 0; r < replicas; ++r) {
+    links_[r] = ReplicaLinks{s.link_epochs(r), s.link_restarting(r),
+                             absl::FromUnixMillis(s.link_since_unix_ms(r))};
+  }
+  restarts_.assign(s.pipeline_restarts().begin(), s.pipeline_restarts().end());
+  manifest_clock_ = std::max(manifest_clock_, s.manifest_clock());
+  // Rounds from the generation's start are reported again (or repeated by
+  // the servers' heartbeats).
+  norms_.Reset(restore_clock_);
+  takeovers_ = s.scheduler_takeovers() + 1;
+  taken_over_ = now;
+  spdlog::warn(
+      "took the job over from the state file: {}, generation {}, clocks {}..{} as last written; "
+      "{} servers and {} workers to hear from again",
+      JobState_Name(state_), generation_, clocks_.SlowestClock(),
+      *std::max_element(s.worker_clocks().begin(), s.worker_clocks().end()), s.servers_size(),
+      s.workers_size());
+  return absl::OkStatus();
 }
 
 // ---- Pipeline restarts.

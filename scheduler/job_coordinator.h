@@ -109,6 +109,10 @@ class JobCoordinator {
   // Declares dead the members silent past the heartbeat timeout and ends
   // the job when a kept place was not filled in time.
   void Tick(absl::Time now);
+  // This process did not run for `gap` (stopped, swapped out; its liveness
+  // loop saw the gap): the members were not silent, the scheduler was deaf,
+  // so that time does not count toward their heartbeat timeout.
+  void Paused(absl::Duration gap, absl::Time now);
   // Ends the job ABORTED (the scheduler was interrupted).
   void Abort(const std::string& message, absl::Time now);
   // A held call that went away (cancelled): no Release for it.
@@ -133,6 +137,22 @@ class JobCoordinator {
   // started under SSP or ASP cannot go to BSP: its servers keep no round
   // sums); INVALID_ARGUMENT for a bad mode or bound.
   absl::StatusOr<int64_t> Control(const ControlRequest& req, absl::Time now);
+
+  // ---- Taking over (a scheduler restarted on its --state_dir).
+  // Everything that must outlive this process (scheduler/state_file.h).
+  SchedulerState Snapshot() const;
+  // A short fingerprint of the state the members act on -- membership and
+  // member states, the generation and rollback, the consistency schedule,
+  // checkpoint requests, pipeline link epochs, the manifest, the job's end
+  // -- but not the clock table: when it changes, the state must be written
+  // before anyone hears of the change.
+  std::string DurableKey() const;
+  // Takes the job over from `state` (of this coordinator's job, made just
+  // now): every member has a heartbeat timeout from `now` to be heard again,
+  // each worker's next clock report may move its clock up by more than one,
+  // and servers may complete a BSP norm round the old scheduler had begun
+  // through their heartbeats. INVALID_ARGUMENT when the state does not fit.
+  absl::Status TakeOver(const SchedulerState& state, absl::Time now);
 
   JobState state(std::string* message = nullptr) const;
   // True once the job ended and every member has been told so (or `grace`
@@ -178,6 +198,7 @@ class JobCoordinator {
   // the policy (the caller then acts as without stages).
   bool TakeReplicaOut(int worker, const std::string& why, absl::Time now);
   void CheckReplacementTimeouts(absl::Time now);
+  void AddReportedNorm(const NodeStatus& server);
   // Every live worker FINISHED: DONE.
   void MaybeDone(absl::Time now);
   void BeginRollback(const std::string& reason, absl::Time now);
@@ -212,6 +233,8 @@ class JobCoordinator {
   std::vector<int> chunk_servers_;  // servers holding chunks
   int64_t total_clocks_;  // the spec's, or less once draining
   const absl::Time start_;
+  int64_t takeovers_ = 0;
+  absl::Time taken_over_;
 
   std::string address_;
   Membership members_;

@@ -111,6 +111,12 @@ class JobCoordinatorTest : public ::testing::Test {
     for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(WORKER, i).ok());
   }
 
+  // Every member as the Status reports it now.
+  std::vector<NodeStatus> Members() {
+    const ClusterStatus st = coordinator_->Status(now_);
+    return {st.members().begin(), st.members().end()};
+  }
+
   absl::Time now_ = absl::FromUnixSeconds(1000);
   FakeCatalog catalog_;
   std::vector<TraceEvent> trace_;
@@ -454,6 +460,97 @@ TEST_F(JobCoordinatorTest, TheGateTracesClocksAndStartsInOrder) {
   EXPECT_EQ(events,
             (std::vector<std::string>{"start0:0", "clock0:1", "clock1:1", "start0:1", "start1:1"}));
   EXPECT_EQ(Released().size(), 1u);
+}
+
+
+// ---- Taking over from a state file.
+
+TEST_F(JobCoordinatorTest, ATakenOverJobGoesOnWithItsMembersAndClocks) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  bool parked = false;
+  for (int64_t c = 1; c <= 3; ++c) {
+    ASSERT_TRUE(Gate(0, c, &parked).ok());
+    ASSERT_TRUE(Gate(1, c, &parked).ok());
+  }
+  const SchedulerState state = coordinator_->Snapshot();
+  EXPECT_EQ(state.worker_clocks(0), 3);
+  // Meanwhile both workers went on to clock 6 (the old scheduler answered).
+  now_ += absl::Seconds(30);
+  Start(TwoByTwo(), {});
+  ASSERT_TRUE(coordinator_->TakeOver(state, now_).ok());
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  EXPECT_EQ(coordinator_->DurableKey(), [&] {
+    JobCoordinator again(TwoByTwo(), {}, &catalog_, {}, now_);
+    EXPECT_TRUE(again.TakeOver(state, now_).ok());
+    return again.DurableKey();
+  }());
+  // The members are known by their incarnations: no registration again.
+  AllBeat();
+  // Each worker's next report may jump (3 -> 6), once.
+  ASSERT_TRUE(Gate(0, 6, &parked).ok());
+  EXPECT_TRUE(parked);  // worker 1 is still at 3 as far as we know
+  ASSERT_TRUE(Gate(1, 6, &parked).ok());
+  EXPECT_FALSE(parked);
+  EXPECT_EQ(Released().size(), 1u);
+  EXPECT_FALSE(Gate(0, 9, &parked).ok());  // a jump only once
+  // Nobody was declared dead over the 30 s the scheduler was away.
+  coordinator_->Tick(now_);
+  for (const NodeStatus& m : Members()) EXPECT_NE(m.state(), DEAD);
+  EXPECT_EQ(coordinator_->Status(now_).scheduler_takeovers(), 1);
+}
+
+TEST_F(JobCoordinatorTest, AStateOfAnotherShapeIsRefused) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  SchedulerState state = coordinator_->Snapshot();
+  state.add_worker_clocks(0);  // three workers' clocks for a job of two
+  Start(TwoByTwo(), {});
+  EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->TakeOver(state, now_)));
+}
+
+TEST_F(JobCoordinatorTest, ANormRoundBegunBeforeATakeoverCompletesThroughHeartbeats) {
+  JobSpec job = TwoByTwo();
+  job.mutable_optimizer()->set_clip_norm(1.0);
+  Start(job, {});
+  JoinAll();
+  const SchedulerState state = coordinator_->Snapshot();
+  // Server 0's norm of round 0 was answered by the old scheduler (server 1's
+  // had come in first); server 1 retries its call at the new one.
+  Start(job, {});
+  ASSERT_TRUE(coordinator_->TakeOver(state, now_).ok());
+  ReduceNormRequest req;
+  req.set_server_id(1);
+  req.set_clock(0);
+  req.set_sum_squares(4.0);
+  req.set_incarnation(1);
+  double total = 0;
+  bool parked = false;
+  ASSERT_TRUE(coordinator_->ReduceNorm(req, ++ticket_, now_, &total, &parked).ok());
+  ASSERT_TRUE(parked);
+  HeartbeatRequest beat;
+  beat.set_incarnation(1);
+  beat.mutable_status()->set_role(SERVER);
+  beat.mutable_status()->set_id(0);
+  beat.mutable_status()->set_state(RUNNING);
+  beat.mutable_status()->set_last_norm_clock(0);
+  beat.mutable_status()->set_last_norm_sum_squares(5.0);
+  ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
+  const std::vector<Release> released = coordinator_->TakeReleases();
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].sum_squares, 9.0);
+}
+
+TEST_F(JobCoordinatorTest, TimeTheSchedulerDidNotRunDoesNotCountAgainstMembers) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  now_ += absl::Seconds(20);  // stopped for 20 s (heartbeats waited)
+  coordinator_->Paused(absl::Seconds(20), now_);
+  coordinator_->Tick(now_);
+  for (const NodeStatus& m : Members()) EXPECT_NE(m.state(), DEAD);
+  now_ += absl::Seconds(6);  // then really silent past the timeout
+  coordinator_->Tick(now_);
+  for (const NodeStatus& m : Members()) EXPECT_EQ(m.state(), DEAD);
 }
 
 }  // namespace

@@ -1,8 +1,5 @@
 #include "scheduler/manifest.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint_names.h"
+#include "common/daemon.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -22,10 +20,6 @@ namespace pstrain {
 namespace {
 
 std::string ManifestPath(const std::string& dir) { return dir + "/manifest.json"; }
-
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
 
 }  // namespace
 
@@ -79,17 +73,7 @@ absl::Status WriteManifest(const std::string& dir, int64_t clock, int num_server
   const std::string text = absl::StrCat(
       "{\"format\": \"pstrain checkpoint manifest\", \"clock\": ", clock,
       ", \"servers\": ", num_servers, ", \"files\": [", absl::StrJoin(names, ", "), "]}\n");
-  const std::string path = ManifestPath(dir), tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status st;
-  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    st = Errno("cannot write", tmp);
-  }
-  if (st.ok() && fsync(fd) != 0) st = Errno("cannot fsync", tmp);
-  close(fd);
-  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = Errno("cannot rename", tmp);
-  return st;
+  return WriteFileDurably(ManifestPath(dir), text);
 }
 
 int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& servers,

@@ -23,6 +23,11 @@ ABSL_FLAG(std::string, status_file, "",
 ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
           "serve Prometheus metrics on /metrics and the dashboard on / at http://HOST:PORT, "
           "HOST being --listen's (0: the OS picks a port, shown in Status); not given: neither");
+ABSL_FLAG(std::string, state_dir, "",
+          "keep the job's state in STATE_DIR/scheduler.state (fsynced at every change of "
+          "membership, generation, rollback, consistency, checkpoint requests or the job's end, "
+          "and each second while clocks move); a scheduler started again on it takes the job "
+          "over, and the members, which retry for --scheduler_timeout_ms, carry on");
 ABSL_FLAG(std::string, run_dir, "",
           "append the job's curves (clock, time, loss, accuracy, samples/s, per-worker clocks) "
           "to RUN_DIR/curves.jsonl, one JSON object a line (psctl plot draws them)");
@@ -72,6 +77,9 @@ int main(int argc, char** argv) {
   c.status_file = absl::GetFlag(FLAGS_status_file);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.run_dir = absl::GetFlag(FLAGS_run_dir);
+  c.state_dir = absl::GetFlag(FLAGS_state_dir);
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty("state_dir", GivenFlag(FLAGS_state_dir),
+                                                    "a directory"));
   pstrain::SpecOverrides& o = c.overrides;
   o.consistency = GivenFlag(FLAGS_consistency);
   o.staleness = GivenFlag(FLAGS_staleness);

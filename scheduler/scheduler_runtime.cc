@@ -24,6 +24,8 @@
 #include "scheduler/run_history.h"
 #include "scheduler/scheduler_http.h"
 #include "scheduler/scheduler_service.h"
+#include "scheduler/state_file.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace pstrain {
 
@@ -91,8 +93,9 @@ absl::StatusOr<JobSpec> LoadJob(const SchedulerConfig& config) {
 }
 
 // The failure policy, and the clock to start from: a job started on a
-// directory with a manifest resumes from it.
-absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const JobSpec& job) {
+// directory with a manifest resumes from it; a job taken over keeps its own.
+absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const JobSpec& job,
+                                          const std::optional<SchedulerState>& takeover) {
   const std::string& f = config.on_worker_failure;
   if (f != "shrink" && f != "abort" && f != "wait") {
     return absl::InvalidArgumentError(
@@ -104,6 +107,10 @@ absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const J
                                             : WorkerFailure::kWait;
   policy.replacement_timeout = config.replacement_timeout;
   policy.heartbeat_timeout = config.heartbeat_timeout;
+  if (takeover.has_value()) {
+    policy.start_clock = takeover->start_clock();
+    return policy;
+  }
   if (job.checkpoint_dir().empty()) return policy;
   ASSIGN_OR_RETURN(const std::optional<Manifest> manifest, ReadManifest(job.checkpoint_dir()));
   if (!manifest.has_value()) return policy;
@@ -117,6 +124,36 @@ absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const J
   spdlog::info("resuming from the checkpoint of clock {} named by {}/manifest.json",
                manifest->clock, job.checkpoint_dir());
   return policy;
+}
+
+// The state file of --state_dir, if there is one, with the newest manifest
+// of the job's checkpoint directory (which may be newer than the state).
+absl::StatusOr<std::optional<SchedulerState>> ReadTakeover(const SchedulerConfig& config) {
+  if (config.state_dir.empty()) return std::optional<SchedulerState>();
+  ASSIGN_OR_RETURN(std::optional<SchedulerState> state, ReadSchedulerState(config.state_dir));
+  if (!state.has_value() || state->job().checkpoint_dir().empty()) return state;
+  ASSIGN_OR_RETURN(const std::optional<Manifest> manifest,
+                   ReadManifest(state->job().checkpoint_dir()));
+  if (manifest.has_value() && manifest->clock > state->manifest_clock()) {
+    state->set_manifest_clock(manifest->clock);
+  }
+  return state;
+}
+
+// The job: the one taken over (which --job, if given, must equal), else
+// --job with the overrides.
+absl::StatusOr<JobSpec> JobFor(const SchedulerConfig& config,
+                               const std::optional<SchedulerState>& takeover) {
+  if (!takeover.has_value()) return LoadJob(config);
+  if (config.job_file.empty()) return takeover->job();
+  ASSIGN_OR_RETURN(const JobSpec job, LoadJob(config));
+  if (!google::protobuf::util::MessageDifferencer::Equals(job, takeover->job())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        SchedulerStatePath(config.state_dir), " holds another job ('", takeover->job().name(),
+        "') than --job and the overrides describe: start without --job to take it over, or "
+        "on another --state_dir"));
+  }
+  return job;
 }
 
 // Writes the job into its checkpoint directory (DIR/job.pbtxt), so that the
@@ -141,6 +178,9 @@ absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerServi
   ServerOptions options;
   options.max_receive_bytes = kMaxControlMessageBytes;
   options.max_streams_per_client = 64;
+  // Requests in flight: the scheduler's are small (at most 4 MiB each).
+  options.quota = std::make_shared<grpc::ResourceQuota>("ps_scheduler requests");
+  options.quota->Resize(32 << 20);
   ASSIGN_OR_RETURN(*server, StartServer(config.listen, {service}, &bound, options));
   const std::string address = AdvertisedAddress(bound);
   service->SetAddress(address);
@@ -151,9 +191,15 @@ absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerServi
 // Watches the members until every one has heard of the job's end (or the
 // process is told to stop), recording the job's curves; the job's end state.
 JobState Watch(const SchedulerConfig& config, SchedulerService* service, RunHistory* history) {
-  absl::Time recorded;
+  absl::Time recorded, last = absl::Now();
   while (!service->MembersToldOfEnd(config.end_grace)) {
-    service->CheckLiveness(absl::Now());
+    // The loop comes round every 50 ms: a gap of half the heartbeat timeout
+    // means this process was stopped or starved, not that members were.
+    const absl::Time now = absl::Now();
+    if (now - last > config.heartbeat_timeout / 2) service->Paused(now - last);
+    last = now;
+    service->CheckLiveness(now);
+    service->PersistClocks();
     if (absl::Now() - recorded >= absl::Milliseconds(200)) {
       recorded = absl::Now();
       history->Record(service->GetStatus(), absl::ToUnixMillis(recorded));
@@ -195,14 +241,22 @@ int RunScheduler(const SchedulerConfig& config) {
     return 2;
   };
   if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) return fail(st);
-  const absl::StatusOr<JobSpec> job = LoadJob(config);
+  const absl::StatusOr<std::optional<SchedulerState>> takeover = ReadTakeover(config);
+  if (!takeover.ok()) return fail(takeover.status());
+  const absl::StatusOr<JobSpec> job = JobFor(config, *takeover);
   if (!job.ok()) return fail(job.status());
-  auto trace = TraceWriter::Open(config.trace_file);
+  auto trace = TraceWriter::Open(config.trace_file, /*append=*/takeover->has_value());
   if (!trace.ok()) return fail(trace.status());
-  const absl::StatusOr<SchedulerPolicy> policy = PolicyFor(config, *job);
+  const absl::StatusOr<SchedulerPolicy> policy = PolicyFor(config, *job, *takeover);
   if (!policy.ok()) return fail(policy.status());
   if (const absl::Status st = WriteCheckpointJob(*job); !st.ok()) return fail(st);
   auto service = std::make_unique<SchedulerService>(*job, trace->get(), *policy);
+  if (!config.state_dir.empty()) {
+    if (const absl::Status st = service->KeepState(config.state_dir, *takeover); !st.ok()) {
+      return fail(absl::Status(st.code(), absl::StrCat(SchedulerStatePath(config.state_dir), ": ",
+                                                       st.message())));
+    }
+  }
   std::unique_ptr<grpc::Server> server;
   const absl::StatusOr<std::string> address = Listen(config, service.get(), &server);
   if (!address.ok()) return fail(address.status());

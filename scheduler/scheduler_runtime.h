@@ -49,6 +49,9 @@ struct SchedulerConfig {
   std::string status_file;  // the Status as JSON, written at the start and at the end
   std::optional<int> metrics_port;  // /metrics, the dashboard and /api/status
   std::string run_dir;              // the job's curves as JSON lines (curves.jsonl)
+  // The job's state, kept so that a scheduler started again on it takes the
+  // job over (scheduler/state_file.h); empty: not kept.
+  std::string state_dir;
   SpecOverrides overrides;
   absl::Duration replacement_timeout = absl::Minutes(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
@@ -58,8 +61,9 @@ struct SchedulerConfig {
 };
 
 // Runs the scheduler to the job's end; returns the process's exit code (0
-// the job finished, 1 it was aborted, 2 a bad command line, job spec or
-// start).
+// the job finished, 1 it was aborted, 2 a bad command line, job spec, state
+// file or start). With a state file in config.state_dir, takes its job over
+// (config.job_file, if given, must describe the same job).
 int RunScheduler(const SchedulerConfig& config);
 
 }  // namespace pstrain

@@ -3,7 +3,10 @@
 #include "common/process_stats.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "common/status_macros.h"
 #include "scheduler/manifest.h"
+#include "scheduler/state_file.h"
+#include "spdlog/spdlog.h"
 
 namespace pstrain {
 
@@ -21,6 +24,51 @@ SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace, Sched
             if (trace_ != nullptr && trace_->enabled()) trace_->Write(e);
           },
           absl::Now()) {}
+
+absl::Status SchedulerService::KeepState(const std::string& state_dir,
+                                         const std::optional<SchedulerState>& takeover) {
+  absl::MutexLock lock(&mu_);
+  state_dir_ = state_dir;
+  if (takeover.has_value()) RETURN_IF_ERROR(coordinator_.TakeOver(*takeover, absl::Now()));
+  durable_key_ = coordinator_.DurableKey();
+  absl::MutexLock write(&write_mu_);
+  RETURN_IF_ERROR(WriteSchedulerState(state_dir_, coordinator_.Snapshot()));
+  written_seq_ = ++snapshot_seq_;
+  written_at_ = absl::Now();
+  return absl::OkStatus();
+}
+
+void SchedulerService::PersistClocks() {
+  if (state_dir_.empty()) return;
+  {
+    absl::MutexLock write(&write_mu_);
+    if (absl::Now() - written_at_ < absl::Seconds(1)) return;
+  }
+  SchedulerState state;
+  int64_t seq;
+  {
+    absl::MutexLock lock(&mu_);
+    state = coordinator_.Snapshot();
+    seq = ++snapshot_seq_;
+  }
+  absl::MutexLock write(&write_mu_);
+  WriteState(state, seq);
+}
+
+void SchedulerService::WriteState(const SchedulerState& state, int64_t seq) {
+  if (seq <= written_seq_) return;  // a newer one is on disk already
+  written_at_ = absl::Now();
+  const absl::Status st = WriteSchedulerState(state_dir_, state);
+  if (st.ok()) {
+    written_seq_ = seq;
+    write_failed_ = false;
+  } else if (!write_failed_) {
+    spdlog::error("cannot write the scheduler state ({}); a restarted scheduler would take over "
+                  "an older one",
+                  std::string(st.message()));
+    write_failed_ = true;
+  }
+}
 
 void SchedulerService::SetAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -43,6 +91,11 @@ void SchedulerService::CheckLiveness(absl::Time now) {
   ForgetCancelled();
   coordinator_.Tick(now);
   Deliver();
+}
+
+void SchedulerService::Paused(absl::Duration gap) {
+  absl::MutexLock lock(&mu_);
+  coordinator_.Paused(gap, absl::Now());
 }
 
 JobState SchedulerService::job_state(std::string* message) const {
@@ -79,6 +132,15 @@ void SchedulerService::ForgetCancelled() {
 }
 
 void SchedulerService::Deliver() {
+  if (!state_dir_.empty()) {
+    std::string key = coordinator_.DurableKey();
+    if (key != durable_key_) {
+      durable_key_ = std::move(key);
+      const int64_t seq = ++snapshot_seq_;
+      absl::MutexLock write(&write_mu_);
+      WriteState(coordinator_.Snapshot(), seq);
+    }
+  }
   for (Release& r : coordinator_.TakeReleases()) {
     auto it = parked_.find(r.ticket);
     if (it == parked_.end()) continue;

@@ -7,6 +7,7 @@
 #define PSTRAIN_SCHEDULER_SCHEDULER_SERVICE_H_
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
@@ -33,6 +34,16 @@ class SchedulerService final : public Scheduler::CallbackService {
   // `job` must be complete and valid. `trace` may be null.
   SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy = {});
 
+  // Keeps the job's state in `state_dir` (scheduler/state_file.h) from now
+  // on: written before any answer that reveals a change of its durable part
+  // (JobCoordinator::DurableKey), and by PersistClocks. With `takeover`,
+  // first takes the job over from it. Call once, before serving.
+  absl::Status KeepState(const std::string& state_dir,
+                         const std::optional<SchedulerState>& takeover);
+  // Writes the state if it was not written for a second (the clock table
+  // moves without a durable change); file I/O outside mu_.
+  void PersistClocks() ABSL_LOCKS_EXCLUDED(mu_);
+
   void SetAddress(const std::string& address);
   // Where the scheduler serves /metrics and the dashboard (its Status says).
   void SetMetricsAddress(const std::string& address);
@@ -40,6 +51,8 @@ class SchedulerService final : public Scheduler::CallbackService {
   void Abort(const std::string& message);
   // The coordinator's Tick: members silent past the heartbeat timeout die.
   void CheckLiveness(absl::Time now);
+  // The coordinator's Paused: this process did not run for `gap`.
+  void Paused(absl::Duration gap);
   JobState job_state(std::string* message = nullptr) const;
   // True once the job ended and every member has been told so (or
   // `grace` passed since the end).
@@ -69,8 +82,12 @@ class SchedulerService final : public Scheduler::CallbackService {
   };
   // Tells the coordinator of held calls that were cancelled.
   void ForgetCancelled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Answers the held calls the coordinator released.
+  // Answers the held calls the coordinator released -- after writing the
+  // state if its durable part changed (a change is durable before anyone
+  // hears of it). Every event goes through here before its answer.
   void Deliver() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `state`, the snapshot numbered `seq`, unless a newer one was.
+  void WriteState(const SchedulerState& state, int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Parks the call under a new ticket, or answers it at once.
   grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, Ticket ticket, Slot slot,
                                  const absl::Status& status, bool parked)
@@ -86,6 +103,14 @@ class SchedulerService final : public Scheduler::CallbackService {
   JobCoordinator coordinator_ ABSL_GUARDED_BY(mu_);
   std::map<Ticket, Parked<Slot>> parked_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::string state_dir_;  // set by KeepState before serving; empty: none
+  std::string durable_key_ ABSL_GUARDED_BY(mu_);
+  int64_t snapshot_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  int64_t written_seq_ ABSL_GUARDED_BY(write_mu_) = 0;
+  absl::Time written_at_ ABSL_GUARDED_BY(write_mu_);
+  bool write_failed_ ABSL_GUARDED_BY(write_mu_) = false;
 };
 
 }  // namespace pstrain

@@ -308,7 +308,10 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
 
 void PsService::Handle(Call* call) {
   std::shared_ptr<ChunkStore> s = store();
-  auto answer = [call](const grpc::Status& st) {
+  auto answer = [this, call](const grpc::Status& st) {
+    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (call->Claim()) call->Answer(st);
     call->Unref();
   };
@@ -413,6 +416,7 @@ NodeStatus PsService::GetStatus() const {
   st.set_bytes_out(bytes_out_);
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
+  st.set_requests_refused(refused());
   st.set_rss_bytes(ResidentBytes());
   if (s != nullptr && s->NumParams() > 0) {
     st.set_params(s->NumParams());

@@ -46,6 +46,8 @@ class PsService final : public PsServiceBase {
   void StopServing();
 
   NodeStatus GetStatus() const;
+  // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far.
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // Answers the parked pulls whose guarantee now holds (after the store
   // applied updates on its own, e.g. a globally clipped BSP round).
   void WakePulls();
@@ -77,6 +79,7 @@ class PsService final : public PsServiceBase {
   MemberState state_ ABSL_GUARDED_BY(mu_) = REGISTERED;
   std::string message_ ABSL_GUARDED_BY(mu_);
 
+  std::atomic<int64_t> refused_{0};
   mutable absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<Call*> parked_ ABSL_GUARDED_BY(parked_mu_);  // each holds a reference
 

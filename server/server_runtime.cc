@@ -101,12 +101,21 @@ ClusterNews NewsFrom(const SchedulerClient& client) {
   return news;
 }
 
+// The bound on request bytes in flight before the job is known, and its
+// least value after (common/rpc.h, ServerOptions::quota).
+constexpr int64_t kMinRequestsInFlight = int64_t{64} << 20;
+
 // One server's life after it registered.
 class Server {
  public:
   Server(const ServerConfig& config, MemberDaemon* daemon, PsService* service, Serving* serving,
-         TraceWriter* trace)
-      : config_(config), daemon_(daemon), service_(service), serving_(serving), trace_(trace) {}
+         TraceWriter* trace, grpc::ResourceQuota* quota)
+      : config_(config),
+        daemon_(daemon),
+        service_(service),
+        serving_(serving),
+        trace_(trace),
+        quota_(quota) {}
 
   int Run(const RegisterResponse& reg);
 
@@ -117,17 +126,28 @@ class Server {
   absl::StatusOr<JobState> Serve(std::string* message);
   int Fail(const absl::Status& st);
   int Finish(JobState end, const std::string& message);
+  // The Status heartbeats carry: the service's, with the last BSP norm this
+  // server reported (a scheduler that took the job over completes its round).
+  NodeStatus HeartbeatStatus() {
+    NodeStatus st = service_->GetStatus();
+    absl::MutexLock lock(&norm_mu_);
+    st.MergeFrom(last_norm_);
+    return st;
+  }
 
   const ServerConfig& config_;
   MemberDaemon* daemon_;
   PsService* service_;
   Serving* serving_;
   TraceWriter* trace_;
+  grpc::ResourceQuota* quota_;  // the requests in flight (common/rpc.h)
   JobSpec job_;
   int id_ = -1;
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<ChunkStore> store_;
   std::unique_ptr<CheckpointWriter> checkpoint_;
+  absl::Mutex norm_mu_;
+  NodeStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -136,7 +156,7 @@ int Server::Run(const RegisterResponse& reg) {
   service_->SetIdentity(id_, daemon_->address());
   // Heartbeats from now on: making a large store may take longer than the
   // scheduler's heartbeat timeout.
-  daemon_->StartHeartbeats([this] { return service_->GetStatus(); });
+  daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
   if (const absl::Status st = Build(); !st.ok()) return Fail(st);
   StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
   if (reg.generation() > 0 || reg.start_clock() > 0) {
@@ -149,6 +169,12 @@ int Server::Run(const RegisterResponse& reg) {
   service_->SetStore(store_, TotalClocks(job_));
   store_->StartGlobalClipping(
       [this](int64_t generation, int64_t clock, double sum_squares) {
+        {
+          absl::MutexLock lock(&norm_mu_);
+          last_norm_.set_last_norm_clock(clock);
+          last_norm_.set_last_norm_generation(generation);
+          last_norm_.set_last_norm_sum_squares(sum_squares);
+        }
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
@@ -173,6 +199,13 @@ absl::Status Server::Build() {
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
                                         trace_, offload);
   RETURN_IF_ERROR(store_->health());
+  // Requests in flight: each worker's pushes of two clocks and its pulls of
+  // this server's share (fp32) with room to spare -- 8 shares a worker --
+  // and never less than the minimum.
+  const int64_t inflight = std::max<int64_t>(
+      kMinRequestsInFlight, int64_t{8} * job_.num_workers() * store_->NumParams() * 4);
+  quota_->Resize(static_cast<size_t>(inflight));
+  spdlog::info("admitting at most {} MiB of requests in flight", inflight >> 20);
   if (!offload.dir.empty()) {
     const ChunkMemoryStats m = store_->memory_stats();
     spdlog::info("chunk state offloaded to {}/server{}.slabs ({} bytes), at most {} in memory",
@@ -247,8 +280,11 @@ int RunServer(const ServerConfig& config) {
     return 2;
   }
   PsService service;
+  MemoryGiveBack give_back([&service] { return service.refused(); });
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
   MemberConfig member = config.member;
+  member.server.quota = std::make_shared<grpc::ResourceQuota>("ps_server requests");
+  member.server.quota->Resize(kMinRequestsInFlight);
   member.server.num_queues = std::max(1, config.rpc_threads);
   member.server.queues = &queues;
   int code = 0;
@@ -261,7 +297,8 @@ int RunServer(const ServerConfig& config) {
     serving.Stop();
     return code;
   }
-  Server server(config, daemon->get(), &service, &serving, trace->get());
+  Server server(config, daemon->get(), &service, &serving, trace->get(),
+                member.server.quota.get());
   return server.Run(*reg);
 }
 

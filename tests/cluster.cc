@@ -163,6 +163,8 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
                                    "--status_file=" + status_file()};
   if (options.trace) argv.push_back("--trace_file=" + scheduler_trace());
   argv.insert(argv.end(), options.scheduler_flags.begin(), options.scheduler_flags.end());
+  scheduler_argv_ = argv;
+  scheduler_starts_ = 1;
   absl::StatusOr<Process> p = Process::Start(argv, dir_ + "/scheduler.log");
   if (!p.ok()) return p.status();
   scheduler_ = std::move(*p);
@@ -174,6 +176,20 @@ absl::Status Cluster::Start(const ClusterOptions& options) {
   for (int i = 0; i < options.servers; ++i) RETURN_IF_ERROR(AddServer({}));
   for (int i = 0; i < options.workers; ++i) RETURN_IF_ERROR(AddWorker({}));
   return absl::OkStatus();
+}
+
+absl::Status Cluster::RestartScheduler() {
+  std::vector<std::string> argv = scheduler_argv_;
+  for (std::string& a : argv) {
+    if (a.rfind("--listen=", 0) == 0) a = "--listen=" + scheduler_address_;
+  }
+  std::remove((dir_ + "/scheduler.port").c_str());
+  ++scheduler_starts_;
+  absl::StatusOr<Process> p =
+      Process::Start(argv, absl::StrCat(dir_, "/scheduler-", scheduler_starts_, ".log"));
+  if (!p.ok()) return p.status();
+  scheduler_ = std::move(*p);
+  return WaitForPortFile(dir_ + "/scheduler.port", scheduler_, absl::Seconds(20)).status();
 }
 
 absl::Status Cluster::AddWorker(const std::vector<std::string>& flags) {
@@ -299,7 +315,13 @@ absl::StatusOr<int> Cluster::WaitAll(absl::Duration timeout) {
 }
 
 std::string Cluster::Logs() const {
-  std::string out = absl::StrCat("--- scheduler ---\n", scheduler_.Log());
+  std::string out;
+  for (int i = 1; i < scheduler_starts_; ++i) {
+    const std::string log = i == 1 ? dir_ + "/scheduler.log"
+                                   : absl::StrCat(dir_, "/scheduler-", i, ".log");
+    absl::StrAppend(&out, "--- scheduler (start ", i, ") ---\n", ReadFile(log));
+  }
+  absl::StrAppend(&out, "--- scheduler ---\n", scheduler_.Log());
   for (size_t i = 0; i < servers_.size(); ++i) {
     absl::StrAppend(&out, "--- server process ", i, " ---\n", servers_[i].Log());
   }

@@ -77,6 +77,10 @@ class Cluster {
   // Starts the scheduler, waits for its port file, then starts the servers
   // and workers.
   absl::Status Start(const ClusterOptions& options);
+  // Starts the scheduler again, as it was started but on the address it
+  // bound then (a takeover from its --state_dir), logging to
+  // scheduler-N.log; waits for its port file.
+  absl::Status RestartScheduler();
   // Starts one more server or worker process (a replacement) with `flags`
   // added.
   absl::Status AddServer(const std::vector<std::string>& flags);
@@ -111,6 +115,8 @@ class Cluster {
   std::string dir_;
   std::string scheduler_address_;
   ClusterOptions options_;
+  std::vector<std::string> scheduler_argv_;
+  int scheduler_starts_ = 0;
   Process scheduler_;
   std::vector<Process> servers_;
   std::vector<Process> workers_;

@@ -1,0 +1,29 @@
+// The scheduler's state file, STATE_DIR/scheduler.state: a text-format
+// pstrain.SchedulerState (proto/cluster.proto) that a scheduler started
+// again on the same --state_dir takes the job over from. Written through a
+// temporary file, fsynced and renamed (the folder fsynced too), so a crash
+// leaves the old state or the new one.
+#ifndef PSTRAIN_SCHEDULER_STATE_FILE_H_
+#define PSTRAIN_SCHEDULER_STATE_FILE_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/cluster.pb.h"
+
+namespace pstrain {
+
+std::string SchedulerStatePath(const std::string& state_dir);
+
+// The state in `state_dir`; nullopt when there is none. INVALID_ARGUMENT
+// naming the file for one that does not parse or is not a state file.
+absl::StatusOr<std::optional<SchedulerState>> ReadSchedulerState(const std::string& state_dir);
+
+// Writes `state` (creating `state_dir` if needed).
+absl::Status WriteSchedulerState(const std::string& state_dir, const SchedulerState& state);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SCHEDULER_STATE_FILE_H_
