@@ -221,9 +221,9 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);
       if (ok) chunks->push_back(ref);
     } else if (field == 6 && type == kFixed32) {
-      uint32_t bits;
+      uint32_t bits = 0;
       ok = r.ReadFixed32(&bits);
-      std::memcpy(&h->grad_norm, &bits, 4);
+      if (ok) std::memcpy(&h->grad_norm, &bits, 4);
     } else {
       ok = SkipField(r, field, type);
     }

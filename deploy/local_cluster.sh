@@ -6,10 +6,23 @@
 #
 #   deploy/local_cluster.sh --job=FILE [--bin=DIR] [--logs=DIR] [--servers=N]
 #                           [--workers=N] [--worker_flags="FLAGS"]
-#                           [-- extra ps_scheduler flags]
+#                           [--server_flags="FLAGS"] [--weights=DIR]
+#                           [--supervise] [-- extra ps_scheduler flags]
 #
-# --worker_flags: given to every worker (split at spaces), e.g.
-# --worker_flags="--device=cuda --overlap=on --data_dir=/data/fortunes".
+# --worker_flags, --server_flags: given to every worker or server (split at
+# spaces), e.g. --worker_flags="--device=cuda --overlap=on".
+# --weights=DIR: worker process i writes its final weights to
+# DIR/worker<i>.weights.
+# --supervise: a daemon that dies of a signal (SIGKILL, SIGSEGV, ...) is
+# started again, as systemd's Restart=on-abnormal or a Kubernetes pod would
+# be: a server or worker with --rank of the id it had, the scheduler on the
+# same port and its --state_dir (LOGS/scheduler-state unless given), so it
+# takes the job over. An exit with a code (0 done, 1 aborted, 2 bad input,
+# 3 refused) is not restarted. Unless the flags after -- or the job say
+# otherwise, a supervised job checkpoints into LOGS/checkpoints every 50
+# clocks (a restarted server needs one) and keeps a dead worker's place
+# (--on_worker_failure=wait). LOGS/<daemon>.pid holds each daemon's current
+# pid; LOGS/restarts.log a line per restart.
 set -euo pipefail
 
 JOB=""
@@ -18,6 +31,9 @@ LOGS=""
 SERVERS=""
 WORKERS=""
 WORKER_FLAGS=""
+SERVER_FLAGS=""
+WEIGHTS=""
+SUPERVISE=0
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +43,9 @@ while [ $# -gt 0 ]; do
     --servers=*) SERVERS="${1#*=}" ;;
     --workers=*) WORKERS="${1#*=}" ;;
     --worker_flags=*) WORKER_FLAGS="${1#*=}" ;;
+    --server_flags=*) SERVER_FLAGS="${1#*=}" ;;
+    --weights=*) WEIGHTS="${1#*=}" ;;
+    --supervise) SUPERVISE=1 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "local_cluster: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -38,6 +57,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${BIN:-$ROOT/bazel-bin}"
 LOGS="${LOGS:-$(mktemp -d /tmp/pstrain-logs.XXXXXX)}"
 mkdir -p "$LOGS"
+[ -z "$WEIGHTS" ] || mkdir -p "$WEIGHTS"
 
 # Counts: --servers/--workers, else the scheduler flags after -- (the last
 # --num_servers/--num_workers there, which the scheduler would obey: a
@@ -56,9 +76,29 @@ SERVERS="${SERVERS:-$(field num_servers)}"; SERVERS="${SERVERS:-1}"
 WORKERS="${WORKERS:-$(override num_workers)}"
 WORKERS="${WORKERS:-$(field num_workers)}"; WORKERS="${WORKERS:-1}"
 
+# A supervised job: the scheduler keeps its state, servers can be restored
+# from checkpoints, and a dead worker's place is kept for its restart.
+if [ "$SUPERVISE" -eq 1 ]; then
+  [ -n "$(override state_dir)" ] || EXTRA+=("--state_dir=$LOGS/scheduler-state")
+  [ -n "$(override on_worker_failure)" ] || EXTRA+=("--on_worker_failure=wait")
+  if [ -z "$(override checkpoint_every)" ] && [ -z "$(field checkpoint_every)" ]; then
+    EXTRA+=("--checkpoint_every=50")
+  fi
+  if [ -z "$(override checkpoint_dir)" ] && ! grep -q "checkpoint_dir:" "$JOB"; then
+    EXTRA+=("--checkpoint_dir=$LOGS/checkpoints")
+  fi
+fi
+
 PIDS=()
+# Every pid to stop: the supervisors' and the daemons' (LOGS/*.pid).
+all_pids() {
+  echo "${PIDS[@]}"
+  cat "$LOGS"/*.pid 2>/dev/null || true
+}
 cleanup() {
   trap - EXIT INT TERM
+  touch "$LOGS/.stopping"
+  PIDS=($(all_pids))
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   # Give them a moment to stop cleanly, then make sure.
   for _ in $(seq 1 30); do
@@ -73,12 +113,53 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM HUP
 
+# Runs daemon NAME (LOGS/NAME.log, LOGS/NAME.pid) as `command...`; with
+# --supervise, starts it again each time a signal kills it, with the flags
+# restart_flags NAME prints. Returns the daemon's last exit code.
+run_daemon() {
+  local name=$1; shift
+  local -a cmd=("$@")
+  while :; do
+    "${cmd[@]}" >>"$LOGS/$name.log" 2>&1 &
+    local pid=$!
+    echo "$pid" >"$LOGS/$name.pid"
+    local code=0
+    wait "$pid" || code=$?
+    # (wait itself returns >128 when this shell is signalled; the daemon is
+    # then still running: wait for it again.)
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid" || code=$?; done
+    if [ "$SUPERVISE" -eq 0 ] || [ "$code" -le 128 ] || [ -e "$LOGS/.stopping" ]; then
+      rm -f "$LOGS/$name.pid"
+      return "$code"
+    fi
+    # shellcheck disable=SC2207  # flags without spaces
+    cmd=("$@" $(restart_flags "$name"))
+    echo "$(date +%s.%N) $name died of signal $((code - 128)); started again: ${cmd[*]}" \
+      >>"$LOGS/restarts.log"
+    echo "local_cluster: $name died of signal $((code - 128)); starting it again" >&2
+  done
+}
+
+# The flags of a daemon started again: the scheduler on the port it bound
+# and its state dir; a server or worker with the id it had (its log names
+# it once it registered).
+restart_flags() {
+  case "$1" in
+    scheduler) echo "--listen=$(cat "$LOGS/scheduler.port")" ;;
+    server*|worker*)
+      local role=${1%%[0-9]*}
+      local id
+      id=$(grep -m1 -o "\[$role [0-9]*\]" "$LOGS/$1.log" | tr -dc 0-9 || true)
+      [ -z "$id" ] || echo "--rank=$id" ;;
+  esac
+}
+
 # A port file left by an earlier run in the same --logs folder must not be read.
-rm -f "$LOGS/scheduler.port" "$LOGS/status.json"
-"$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
+rm -f "$LOGS/scheduler.port" "$LOGS/status.json" "$LOGS"/*.pid "$LOGS/.stopping"
+: >"$LOGS/scheduler.log"
+run_daemon scheduler "$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
   --port_file="$LOGS/scheduler.port" --status_file="$LOGS/status.json" \
-  --num_servers="$SERVERS" --num_workers="$WORKERS" \
-  "${EXTRA[@]}" >"$LOGS/scheduler.log" 2>&1 &
+  --num_servers="$SERVERS" --num_workers="$WORKERS" "${EXTRA[@]}" &
 SCHED_PID=$!
 PIDS+=("$SCHED_PID")
 for _ in $(seq 1 100); do
@@ -89,17 +170,22 @@ done
 SCHED="$(cat "$LOGS/scheduler.port")"
 
 for i in $(seq 0 $((SERVERS - 1))); do
-  "$BIN/server/ps_server" --scheduler="$SCHED" --listen=127.0.0.1:0 \
-    >"$LOGS/server$i.log" 2>&1 &
+  : >"$LOGS/server$i.log"
+  # shellcheck disable=SC2086  # SERVER_FLAGS is a list of flags
+  run_daemon "server$i" "$BIN/server/ps_server" --scheduler="$SCHED" --listen=127.0.0.1:0 \
+    $SERVER_FLAGS &
   PIDS+=("$!")
 done
 for i in $(seq 0 $((WORKERS - 1))); do
+  : >"$LOGS/worker$i.log"
+  out=()
+  [ -z "$WEIGHTS" ] || out=("--weights_out=$WEIGHTS/worker$i.weights")
   # shellcheck disable=SC2086  # WORKER_FLAGS is a list of flags
-  "$BIN/worker/ps_worker" --scheduler="$SCHED" --listen=127.0.0.1:0 $WORKER_FLAGS \
-    >"$LOGS/worker$i.log" 2>&1 &
+  run_daemon "worker$i" "$BIN/worker/ps_worker" --scheduler="$SCHED" --listen=127.0.0.1:0 \
+    $WORKER_FLAGS "${out[@]}" &
   PIDS+=("$!")
 done
-echo "local_cluster: scheduler at $SCHED, $SERVERS servers, $WORKERS workers; logs in $LOGS" >&2
+echo "local_cluster: scheduler at $SCHED, $SERVERS servers, $WORKERS workers$([ "$SUPERVISE" -eq 0 ] || echo ", supervised"); logs in $LOGS" >&2
 
 # Show worker 0's progress (ranks are handed out in order of registration,
 # so find the log that says "worker 0").

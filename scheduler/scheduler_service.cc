@@ -4,6 +4,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/status_macros.h"
+#include "common/tensor_wire.h"
 #include "scheduler/manifest.h"
 #include "scheduler/state_file.h"
 #include "spdlog/spdlog.h"
@@ -239,10 +240,15 @@ grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerConte
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Status(grpc::CallbackServerContext* ctx,
-                                                   const StatusRequest* /*req*/,
-                                                   ClusterStatus* resp) {
+                                                   const grpc::ByteBuffer* req,
+                                                   grpc::ByteBuffer* resp) {
   if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
-  *resp = GetStatus();
+  StatusRequest request;
+  if (!ParseSmall(*req, &request)) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                       "status: the request is not a StatusRequest"));
+  }
+  *resp = SerializeSmall(GetStatus());
   return FinishNow(ctx, grpc::Status::OK);
 }
 

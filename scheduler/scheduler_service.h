@@ -29,7 +29,11 @@ class DirectoryCatalog : public CheckpointCatalog {
   const std::string dir_;
 };
 
-class SchedulerService final : public Scheduler::CallbackService {
+// Status is a raw method: bytes that are not a StatusRequest get
+// INVALID_ARGUMENT (gRPC's own parsing would answer INTERNAL or
+// UNIMPLEMENTED).
+class SchedulerService final
+    : public Scheduler::WithRawCallbackMethod_Status<Scheduler::CallbackService> {
  public:
   // `job` must be complete and valid. `trace` may be null.
   SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy = {});
@@ -69,8 +73,8 @@ class SchedulerService final : public Scheduler::CallbackService {
   grpc::ServerUnaryReactor* ReduceNorm(grpc::CallbackServerContext* ctx,
                                        const ReduceNormRequest* req,
                                        ReduceNormResponse* resp) override;
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
-                                   ClusterStatus* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, const ControlRequest* req,
                                     ControlResponse* resp) override;
 

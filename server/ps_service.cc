@@ -203,7 +203,7 @@ class PsService::Call {
     Event event;
   };
 
-  explicit Call(Method m) : method(m), raw_responder(&ctx), status_responder(&ctx) {}
+  explicit Call(Method m) : method(m), raw_responder(&ctx) {}
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
@@ -212,15 +212,13 @@ class PsService::Call {
   bool Claim() { return !claimed_.exchange(true); }
   bool claimed() const { return claimed_.load(); }
 
-  // Sends the reply (`reply` or `status_reply`) with `status`. Only after
+  // Sends the reply with `status`. Only after
   // winning Claim().
   void Answer(const grpc::Status& status) {
     Ref();  // for the finished tag
     if (method == kPush) ProcessLatencies().push.Observe(absl::Now() - accepted_at);
     if (method == kPull) ProcessLatencies().pull.Observe(absl::Now() - accepted_at);
-    if (method == kStatus) {
-      status_responder.Finish(status_reply, status, &finished);
-    } else if (status.ok()) {
+    if (status.ok()) {
       raw_responder.Finish(reply, status, &finished);
     } else {
       raw_responder.FinishWithError(status, &finished);
@@ -229,14 +227,11 @@ class PsService::Call {
 
   const Method method;
   grpc::ServerContext ctx;
-  grpc::ByteBuffer request, reply;  // Push, Pull
+  grpc::ByteBuffer request, reply;  // every method is raw
   PullRequest pull;                 // a pull's parsed request
   absl::Time parked_at;             // a parked pull's
   absl::Time accepted_at;           // when gRPC handed the call over
-  StatusRequest status_request;
-  NodeStatus status_reply;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;
-  grpc::ServerAsyncResponseWriter<NodeStatus> status_responder;
   Tag accepted{this, kAccepted}, finished{this, kFinished}, done{this, kDone};
 
  private:
@@ -257,8 +252,7 @@ void PsService::Accept(int method, grpc::ServerCompletionQueue* cq) {
       RequestPull(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
     case Call::kStatus:
-      RequestStatus(&call->ctx, &call->status_request, &call->status_responder, cq, cq,
-                    &call->accepted);
+      RequestStatus(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
   }
 }
@@ -320,7 +314,13 @@ void PsService::Handle(Call* call) {
     return;
   }
   if (call->method == Call::kStatus) {
-    call->status_reply = GetStatus();
+    StatusRequest request;
+    if (!ParseSmall(call->request, &request)) {
+      answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "status: the request is not a StatusRequest"));
+      return;
+    }
+    call->reply = SerializeSmall(GetStatus());
     answer(grpc::Status::OK);
     return;
   }

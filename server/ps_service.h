@@ -1,7 +1,8 @@
 // gRPC glue of the parameter server: validates requests, hands them to the
 // ChunkStore, and parks pulls until their read guarantee holds. Push and Pull
 // are raw methods: their payloads move between gRPC's slices and the store
-// without protobuf copies (common/tensor_wire.h); Status is plain protobuf.
+// without protobuf copies (common/tensor_wire.h); Status is raw too, so that
+// bytes that are not a StatusRequest get INVALID_ARGUMENT.
 //
 // Every method is served on the async API by the threads that call Serve,
 // one per completion queue: the thread that reads a call also answers it,
@@ -23,7 +24,7 @@
 namespace pstrain {
 
 using PsServiceBase = ParameterServer::WithRawMethod_Push<ParameterServer::WithRawMethod_Pull<
-    ParameterServer::WithAsyncMethod_Status<ParameterServer::Service>>>;
+    ParameterServer::WithRawMethod_Status<ParameterServer::Service>>>;
 
 class PsService final : public PsServiceBase {
  public:

@@ -271,6 +271,24 @@ TEST_F(MalformedTest, TheWorkerRefusesEveryMalformedRequest) {
   });
 }
 
+// Bytes that are not a StatusRequest: INVALID_ARGUMENT from every daemon
+// (gRPC's own parsing answered INTERNAL or UNIMPLEMENTED).
+TEST_F(MalformedTest, AStatusRequestThatDoesNotParseIsInvalidArgument) {
+  const std::vector<std::pair<std::string, std::string>> daemons = {
+      {"/pstrain.Scheduler/Status", cluster_.scheduler_address()},
+      {"/pstrain.ParameterServer/Status", status_.members(0).address()},
+      {"/pstrain.Worker/Status", status_.members(1).address()}};
+  std::mt19937_64 rng(7);
+  for (const auto& [method, address] : daemons) {
+    std::vector<Call> calls;
+    for (int i = 0; i < 50; ++i) calls.push_back({method, "\x0a\xff" + Garbage(rng)});
+    const Outcome o = Send(address, calls);
+    EXPECT_EQ(o.codes.size(), 1u) << method;
+    EXPECT_EQ(o.codes.count(grpc::StatusCode::INVALID_ARGUMENT), 1u) << method;
+    EXPECT_EQ(Send(address, {{method, ""}}).ok, 1) << method;  // a real one is answered
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace pstrain

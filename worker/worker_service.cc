@@ -2,13 +2,20 @@
 
 #include "common/parked_call.h"
 #include "common/security.h"
+#include "common/tensor_wire.h"
 
 namespace pstrain {
 
 grpc::ServerUnaryReactor* WorkerService::Status(grpc::CallbackServerContext* ctx,
-                                                const StatusRequest* /*req*/, NodeStatus* resp) {
+                                                const grpc::ByteBuffer* req,
+                                                grpc::ByteBuffer* resp) {
   if (const grpc::Status auth = Authenticate(*ctx); !auth.ok()) return FinishNow(ctx, auth);
-  *resp = status_fn_();
+  StatusRequest request;
+  if (!ParseSmall(*req, &request)) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                       "status: the request is not a StatusRequest"));
+  }
+  *resp = SerializeSmall(status_fn_());
   return FinishNow(ctx, grpc::Status::OK);
 }
 

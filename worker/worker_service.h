@@ -8,14 +8,17 @@
 
 namespace pstrain {
 
-class WorkerService final : public Worker::CallbackService {
+// Status is a raw method: bytes that are not a StatusRequest get
+// INVALID_ARGUMENT (gRPC's own parsing would answer INTERNAL or
+// UNIMPLEMENTED).
+class WorkerService final : public Worker::WithRawCallbackMethod_Status<Worker::CallbackService> {
  public:
   // `status_fn` is called from gRPC threads; it must be thread-safe.
   explicit WorkerService(std::function<NodeStatus()> status_fn)
       : status_fn_(std::move(status_fn)) {}
 
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const StatusRequest* req,
-                                   NodeStatus* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
 
  private:
   std::function<NodeStatus()> status_fn_;

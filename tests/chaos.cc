@@ -1,0 +1,198 @@
+#include "tests/chaos.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "tests/cluster.h"
+#include "tests/test_jobs.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+// The folder holding scheduler/, server/ and worker/ with the binaries.
+std::string BinDir() {
+  std::string path = BinaryPath("scheduler/ps_scheduler");
+  if (path[0] != '/') path = std::filesystem::current_path().string() + "/" + path;
+  return std::filesystem::path(path).parent_path().parent_path().string();
+}
+
+std::string ChaosJob(const ChaosOptions& o) {
+  return SixteenClassJob(absl::StrCat("steps: ", o.steps, "\nseed: ", o.seed,
+                                      "\nchunk_bytes: 512\n"));
+}
+
+// deploy/local_cluster.sh for the job in `dir`, supervised, with workers
+// slowed by `slowdown_ms` (a sleep: the weights do not depend on it).
+absl::StatusOr<Process> StartCluster(const ChaosOptions& o, const std::string& dir,
+                                     int slowdown_ms) {
+  std::filesystem::create_directories(dir);
+  WriteFile(dir + "/job.pbtxt", ChaosJob(o));
+  std::vector<std::string> argv = {
+      "/bin/bash",
+      BinaryPath("deploy/local_cluster.sh"),
+      "--job=" + dir + "/job.pbtxt",
+      "--bin=" + BinDir(),
+      "--logs=" + dir + "/logs",
+      "--weights=" + dir + "/weights",
+      absl::StrCat("--servers=", o.servers),
+      absl::StrCat("--workers=", o.workers),
+      absl::StrCat("--worker_flags=--debug_slowdown_ms=", slowdown_ms,
+                   " --heartbeat_interval_ms=200"),
+      "--server_flags=--heartbeat_interval_ms=200",
+      "--supervise",
+      "--",
+      absl::StrCat("--heartbeat_timeout_ms=", o.heartbeat_timeout_ms),
+      "--checkpoint_every=50",
+      "--end_grace_ms=3000",
+  };
+  return Process::Start(argv, dir + "/local_cluster.log");
+}
+
+// The slowest live worker's clock at the gate (-1: no answer).
+int64_t SlowestClock(const std::string& logs) {
+  const std::string address = ReadFile(logs + "/scheduler.port");
+  if (address.empty()) return -1;
+  absl::StatusOr<ClusterStatus> st =
+      SchedulerStatus(address.substr(0, address.find_first_of("\n")));
+  if (!st.ok() || st->worker_clocks().empty()) return -1;
+  int64_t slowest = INT64_MAX;
+  for (int64_t c : st->worker_clocks()) {
+    if (c >= 0) slowest = std::min(slowest, c);
+  }
+  return slowest == INT64_MAX ? -1 : slowest;
+}
+
+pid_t PidOf(const std::string& logs, const std::string& daemon) {
+  const std::string text = ReadFile(logs + "/" + daemon + ".pid");
+  return text.empty() ? -1 : static_cast<pid_t>(std::atoll(text.c_str()));
+}
+
+std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
+  std::vector<std::string> faults;
+  double worst = 0, total = 0;
+  int recovered = 0;
+  for (const Fault& f : r.faults) {
+    faults.push_back(absl::StrCat("{\"kind\": \"", f.kind, "\", \"target\": \"", f.target,
+                                  "\", \"clock\": ", f.clock, ", \"stopped_s\": ", f.stopped_s,
+                                  ", \"recovery_s\": ", f.recovery_s, "}"));
+    if (f.recovery_s >= 0) {
+      worst = std::max(worst, f.recovery_s);
+      total += f.recovery_s;
+      ++recovered;
+    }
+  }
+  std::vector<double> sorted;
+  for (const Fault& f : r.faults) {
+    if (f.recovery_s >= 0) sorted.push_back(f.recovery_s);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  return absl::StrCat(
+      "{\"seed\": ", o.seed, ", \"steps\": ", o.steps, ", \"servers\": ", o.servers,
+      ", \"workers\": ", o.workers, ", \"faults\": ", r.faults.size(), ", \"recovered\": ",
+      recovered, ", \"restarts\": ", r.restarts, ", \"median_recovery_s\": ", median,
+      ", \"worst_recovery_s\": ", worst, ", \"undisturbed_s\": ", r.undisturbed_s,
+      ", \"disturbed_s\": ", r.disturbed_s, ", \"exit_code\": ", r.exit_code,
+      ", \"bit_identical\": ", r.bit_identical ? "true" : "false", ", \"fault_list\": [",
+      absl::StrJoin(faults, ", "), "]}");
+}
+
+// Waits until the slowest clock passes `clock` + 1 (the job recovered) or
+// the cluster ends; the seconds since `since`, or -1.
+double AwaitRecovery(Process& cluster, const std::string& logs, int64_t clock, absl::Time since) {
+  const absl::Time until = absl::Now() + absl::Minutes(3);
+  while (absl::Now() < until) {
+    if (!cluster.running() || cluster.Wait(absl::ZeroDuration()).ok()) {
+      return absl::ToDoubleSeconds(absl::Now() - since);
+    }
+    if (SlowestClock(logs) > clock + 1) return absl::ToDoubleSeconds(absl::Now() - since);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
+  ChaosReport report;
+  // The undisturbed run: the same job, not slowed (the sleep changes no weight).
+  const std::string calm_dir = o.dir + "/undisturbed";
+  absl::Time start = absl::Now();
+  absl::StatusOr<Process> calm = StartCluster(o, calm_dir, 0);
+  if (!calm.ok()) return calm.status();
+  const absl::StatusOr<int> calm_code = calm->Wait(absl::Minutes(30));
+  report.undisturbed_s = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!calm_code.ok() || *calm_code != 0) {
+    return absl::InternalError(absl::StrCat("the undisturbed run failed: ",
+                                            ReadFile(calm_dir + "/local_cluster.log")));
+  }
+  const std::string expected = ReadFile(calm_dir + "/weights/worker0.weights");
+
+  const std::string dir = o.dir + "/disturbed", logs = dir + "/logs";
+  start = absl::Now();
+  absl::StatusOr<Process> cluster = StartCluster(o, dir, o.slowdown_ms);
+  if (!cluster.ok()) return cluster.status();
+  std::mt19937 rng(o.seed);
+  // Every kind of fault in turn, in a shuffled order, again and again.
+  std::vector<std::pair<std::string, std::string>> kinds;  // (kind, role)
+  for (const char* kind : {"kill", "stop"}) {
+    for (const char* role : {"scheduler", "server", "worker"}) kinds.push_back({kind, role});
+  }
+  std::shuffle(kinds.begin(), kinds.end(), rng);
+  auto uniform = [&rng](absl::Duration lo, absl::Duration hi) {
+    return lo + (hi - lo) * std::uniform_real_distribution<double>(0, 1)(rng);
+  };
+  absl::Time next = absl::Now() + uniform(o.min_gap, o.max_gap);
+  while (cluster->running() && !cluster->Wait(absl::ZeroDuration()).ok()) {
+    absl::SleepFor(absl::Milliseconds(50));
+    const int64_t clock = SlowestClock(logs);
+    if (absl::Now() < next || clock < 20 || clock > o.steps - o.quiet_tail) continue;
+    const auto& [kind, role] = kinds[report.faults.size() % kinds.size()];
+    Fault f;
+    f.kind = kind;
+    f.target = role == "scheduler" ? role
+                                   : absl::StrCat(role, rng() % (role == "server" ? o.servers
+                                                                                  : o.workers));
+    f.clock = clock;
+    const pid_t pid = PidOf(logs, f.target);
+    if (pid <= 0) continue;  // being restarted right now
+    const absl::Time struck = absl::Now();
+    if (kind == "kill") {
+      kill(pid, SIGKILL);
+    } else {
+      const absl::Duration stop = uniform(absl::Milliseconds(300), o.max_stop);
+      kill(pid, SIGSTOP);
+      absl::SleepFor(stop);
+      kill(pid, SIGCONT);
+      f.stopped_s = absl::ToDoubleSeconds(stop);
+    }
+    std::fprintf(stderr, "chaos: %s %s at clock %lld\n", f.kind.c_str(), f.target.c_str(),
+                 static_cast<long long>(f.clock));
+    f.recovery_s = AwaitRecovery(*cluster, logs, f.clock, struck);
+    report.faults.push_back(f);
+    if (f.recovery_s < 0) break;  // stuck: stop making it worse
+    next = absl::Now() + uniform(o.min_gap, o.max_gap);
+  }
+  const absl::StatusOr<int> code = cluster->Wait(absl::Minutes(5));
+  report.disturbed_s = absl::ToDoubleSeconds(absl::Now() - start);
+  report.exit_code = code.ok() ? *code : -1;
+  const std::string got = ReadFile(dir + "/weights/worker0.weights");
+  report.bit_identical = !expected.empty() && got == expected;
+  std::istringstream restarts(ReadFile(logs + "/restarts.log"));
+  for (std::string line; std::getline(restarts, line);) report.restarts += !line.empty();
+  report.json = ReportJson(o, report);
+  return report;
+}
+
+}  // namespace testing
+}  // namespace pstrain

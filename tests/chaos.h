@@ -1,0 +1,62 @@
+// The chaos run, shared by tests/chaos_test (bounded, in CI) and
+// bench/chaos (as long as asked): a BSP job with checkpoints on a local
+// cluster under deploy/local_cluster.sh --supervise, and faults at random
+// times -- SIGKILL, or SIGSTOP then SIGCONT, of a random worker, server or
+// the scheduler -- one at a time, each once the job has recovered from the
+// last. At the end the job must be DONE and its weights bit-identical to an
+// undisturbed run of the same job: BSP plus rollbacks to consistent
+// checkpoints plus a scheduler that takes the job over make this exact.
+#ifndef PSTRAIN_TESTS_CHAOS_H_
+#define PSTRAIN_TESTS_CHAOS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pstrain {
+namespace testing {
+
+struct ChaosOptions {
+  uint32_t seed = 1;
+  int64_t steps = 2000;         // the job's clocks
+  int servers = 2;
+  int workers = 2;
+  int slowdown_ms = 15;         // each worker's --debug_slowdown_ms (a clock's length)
+  absl::Duration min_gap = absl::Seconds(2);  // after a recovery, before the next fault
+  absl::Duration max_gap = absl::Seconds(6);
+  absl::Duration max_stop = absl::Seconds(4);  // SIGSTOP lasts 0.3 s .. this
+  int heartbeat_timeout_ms = 2000;
+  // Stop injecting once the job is this close to its end (a fault during
+  // the final evaluation has nothing left to recover into).
+  int64_t quiet_tail = 150;
+  std::string dir;  // logs, checkpoints, weights (a fresh folder)
+};
+
+struct Fault {
+  std::string kind;    // "kill" or "stop"
+  std::string target;  // "scheduler", "server0", "worker1", ...
+  int64_t clock = 0;   // the slowest worker's clock when it struck
+  double stopped_s = 0;   // SIGSTOP to SIGCONT
+  double recovery_s = -1;  // until the slowest clock moved past `clock` + 1 (-1: never)
+};
+
+struct ChaosReport {
+  std::vector<Fault> faults;
+  int exit_code = -1;         // local_cluster's (the scheduler's)
+  bool bit_identical = false;  // final weights equal the undisturbed run's, byte for byte
+  double undisturbed_s = 0, disturbed_s = 0;
+  int restarts = 0;  // daemons local_cluster started again
+  std::string json;  // the report as one JSON object
+};
+
+// Runs the undisturbed job, then the disturbed one; CHECKs nothing, says
+// what happened. An error only when a run could not be started.
+absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& options);
+
+}  // namespace testing
+}  // namespace pstrain
+
+#endif  // PSTRAIN_TESTS_CHAOS_H_
