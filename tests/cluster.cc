@@ -294,6 +294,16 @@ NodeStatus MemberOf(const ClusterStatus& status, Role role, int id) {
   return NodeStatus();
 }
 
+int64_t SlowestWorkerClock(const std::string& scheduler) {
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
+  if (!st.ok()) return -1;
+  int64_t slowest = INT64_MAX;
+  for (const NodeStatus& m : st->members()) {
+    if (m.role() == WORKER) slowest = std::min(slowest, m.clock());
+  }
+  return slowest == INT64_MAX ? -1 : slowest;
+}
+
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
   auto stub = Scheduler::NewStub(MakeChannel(address));
   auto ctx = ContextWithTimeout(absl::Seconds(2));

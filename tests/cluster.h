@@ -135,6 +135,9 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 // the scheduler expects): registered and past the gate of clock 0.
 // The scheduler's Status.
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address);
+// The slowest worker's clock as the scheduler's Status shows it (members'
+// heartbeats); -1 without an answer.
+int64_t SlowestWorkerClock(const std::string& scheduler);
 
 // A worker's --weights_out file (empty if unreadable).
 TensorSet ReadWeights(const std::string& path);

@@ -48,21 +48,10 @@ int64_t SpreadUntil(const std::string& scheduler, int64_t until) {
   return widest;
 }
 
-// The slowest worker's clock as the scheduler's Status shows it.
-int64_t Slowest(const std::string& scheduler) {
-  absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-  if (!st.ok()) return -1;
-  int64_t slowest = INT64_MAX;
-  for (const NodeStatus& m : st->members()) {
-    if (m.role() == WORKER) slowest = std::min(slowest, m.clock());
-  }
-  return slowest == INT64_MAX ? -1 : slowest;
-}
-
 bool WaitForSlowest(const std::string& scheduler, int64_t clock) {
   const absl::Time until = absl::Now() + absl::Seconds(60);
   while (absl::Now() < until) {
-    if (Slowest(scheduler) >= clock) return true;
+    if (SlowestWorkerClock(scheduler) >= clock) return true;
     absl::SleepFor(absl::Milliseconds(50));
   }
   return false;

@@ -45,16 +45,6 @@ ClusterOptions Options(const std::string& dir, bool clip) {
   return options;
 }
 
-int64_t SlowestWorkerClock(const std::string& scheduler) {
-  absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-  if (!st.ok()) return -1;
-  int64_t slowest = INT64_MAX;
-  for (const NodeStatus& m : st->members()) {
-    if (m.role() == WORKER) slowest = std::min(slowest, m.clock());
-  }
-  return slowest == INT64_MAX ? -1 : slowest;
-}
-
 std::string WeightsBytes(const Cluster& cluster, int worker) {
   return ReadFile(cluster.worker_weights(worker));
 }
@@ -92,9 +82,10 @@ TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) 
     ASSERT_TRUE(end.ok()) << end.status();
     EXPECT_EQ(end->scheduler_takeovers(), 1);
     EXPECT_EQ(end->generation(), 0) << "no rollback needed";
-    std::printf("%s: scheduler killed at clock >= %lld, back after %.1f s: job %s\n",
+    std::printf("%s: scheduler killed at clock >= %lld; job %s %.1f s after the restart\n",
                 clip ? "clipped" : "plain", static_cast<long long>(at),
-                absl::ToDoubleSeconds(absl::Now() - restarted), JobState_Name(end->job_state()).c_str());
+                JobState_Name(end->job_state()).c_str(),
+                absl::ToDoubleSeconds(absl::Now() - restarted));
     for (int w = 0; w < 2; ++w) {
       EXPECT_TRUE(WeightsBytes(cluster, w) == expected)
           << "worker " << w << "'s weights differ from the undisturbed run's";
@@ -108,7 +99,9 @@ TEST(TakeoverRefusalTest, AnotherJobOnTheStateDirIsExitTwo) {
   Cluster cluster("takeover_refusal");
   ClusterOptions options = Options(cluster.dir(), false);
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  while (SlowestWorkerClock(cluster.scheduler_address()) < 5) absl::SleepFor(absl::Milliseconds(20));
+  while (SlowestWorkerClock(cluster.scheduler_address()) < 5) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   cluster.scheduler().Kill(SIGKILL);
   (void)cluster.scheduler().Wait(absl::Seconds(10));
   const std::string other = cluster.dir() + "/other.pbtxt";
