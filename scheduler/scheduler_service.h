@@ -31,9 +31,13 @@ class DirectoryCatalog : public CheckpointCatalog {
 
 // Status is a raw method: bytes that are not a StatusRequest get
 // INVALID_ARGUMENT (gRPC's own parsing would answer INTERNAL or
-// UNIMPLEMENTED).
-class SchedulerService final
-    : public Scheduler::WithRawCallbackMethod_Status<Scheduler::CallbackService> {
+// UNIMPLEMENTED). The other methods are typed callback methods.
+using SchedulerServiceBase = Scheduler::WithCallbackMethod_Register<
+    Scheduler::WithCallbackMethod_Heartbeat<Scheduler::WithCallbackMethod_AdvanceClock<
+        Scheduler::WithCallbackMethod_ReduceNorm<Scheduler::WithCallbackMethod_Control<
+            Scheduler::WithRawCallbackMethod_Status<Scheduler::Service>>>>>>;
+
+class SchedulerService final : public SchedulerServiceBase {
  public:
   // `job` must be complete and valid. `trace` may be null.
   SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy = {});

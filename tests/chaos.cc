@@ -79,7 +79,7 @@ pid_t PidOf(const std::string& logs, const std::string& daemon) {
 
 std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
   std::vector<std::string> faults;
-  double worst = 0, total = 0;
+  double worst = 0;
   int recovered = 0;
   for (const Fault& f : r.faults) {
     faults.push_back(absl::StrCat("{\"kind\": \"", f.kind, "\", \"target\": \"", f.target,
@@ -87,7 +87,6 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
                                   ", \"recovery_s\": ", f.recovery_s, "}"));
     if (f.recovery_s >= 0) {
       worst = std::max(worst, f.recovery_s);
-      total += f.recovery_s;
       ++recovered;
     }
   }

@@ -26,7 +26,8 @@ class OperateTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ClusterOptions options;
-    options.job_text = SmallJob("batch_size: 32\nsteps: 400\n");
+    // Long enough to outlast every test (the cluster is killed after each).
+    options.job_text = SmallJob("batch_size: 32\nsteps: 4000\n");
     options.servers = 2;
     options.workers = 2;
     options.scheduler_flags = {"--metrics_port=0", "--run_dir=" + cluster_.dir() + "/run"};
@@ -174,7 +175,7 @@ TEST_F(OperateTest, WatchPrintsTheStatusAndPlotDrawsTheRunsCurves) {
                     &out, absl::Seconds(30), "psctl");
   ASSERT_TRUE(code.ok() && *code == 0) << out;
   EXPECT_NE(out.find("% "), std::string::npos) << out;  // the progress bar
-  EXPECT_NE(out.find("of 400"), std::string::npos) << out;
+  EXPECT_NE(out.find("of 4000"), std::string::npos) << out;
 
   absl::SleepFor(absl::Seconds(1));  // a few points in curves.jsonl
   for (const std::string ext : {".png", ".svg"}) {

@@ -10,8 +10,9 @@ namespace pstrain {
 
 // Status is a raw method: bytes that are not a StatusRequest get
 // INVALID_ARGUMENT (gRPC's own parsing would answer INTERNAL or
-// UNIMPLEMENTED).
-class WorkerService final : public Worker::WithRawCallbackMethod_Status<Worker::CallbackService> {
+// UNIMPLEMENTED). (On Worker::Service, not CallbackService: that has the
+// typed Status, which the raw one would hide.)
+class WorkerService final : public Worker::WithRawCallbackMethod_Status<Worker::Service> {
  public:
   // `status_fn` is called from gRPC threads; it must be thread-safe.
   explicit WorkerService(std::function<NodeStatus()> status_fn)
