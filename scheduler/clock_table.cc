@@ -10,6 +10,7 @@ ClockTable::ClockTable(int num_workers, int64_t staleness)
     : clocks_(num_workers, 0),
       removed_(num_workers, false),
       may_jump_(num_workers, false),
+      caught_up_(num_workers, false),
       staleness_(staleness) {}
 
 void ClockTable::Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed) {
@@ -26,6 +27,8 @@ absl::Status ClockTable::Advance(int worker, int64_t clock) {
   }
   const int64_t current = clocks_[worker];
   if (clock == current) return absl::OkStatus();
+  if (caught_up_[worker] && clock < current) return absl::OkStatus();  // reports catching up
+  caught_up_[worker] = false;
   if (may_jump_[worker] && clock > current) {
     may_jump_[worker] = false;
     clocks_[worker] = clock;
@@ -51,10 +54,31 @@ void ClockTable::Remove(int worker) {
 void ClockTable::Reset(int64_t clock) {
   std::fill(clocks_.begin(), clocks_.end(), clock);
   std::fill(may_jump_.begin(), may_jump_.end(), false);
+  std::fill(caught_up_.begin(), caught_up_.end(), false);
 }
 
 void ClockTable::Rewind(int worker, int64_t clock) {
-  if (worker >= 0 && worker < num_workers()) clocks_[worker] = std::min(clocks_[worker], clock);
+  if (worker < 0 || worker >= num_workers()) return;
+  clocks_[worker] = std::min(clocks_[worker], clock);
+  may_jump_[worker] = false;
+  caught_up_[worker] = false;
+}
+
+bool ClockTable::CatchUp(int worker, int64_t clock) {
+  if (worker < 0 || worker >= num_workers() || !may_jump_[worker] || clock <= clocks_[worker]) {
+    return false;
+  }
+  clocks_[worker] = clock;
+  may_jump_[worker] = false;
+  caught_up_[worker] = true;
+  return true;
+}
+
+bool ClockTable::Resyncing() const {
+  for (int w = 0; w < num_workers(); ++w) {
+    if (may_jump_[w] && !removed_[w]) return true;
+  }
+  return false;
 }
 
 int64_t ClockTable::SlowestClock() const {

@@ -27,6 +27,15 @@ class ClockTable {
   // write, which the workers may have passed since, so each worker's next
   // Advance may move its clock up by any amount (once).
   void Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed);
+  // After a Restore: `worker` said (in a heartbeat) it finished `clock`
+  // iterations, which its gate reports may take a while to say (they lag
+  // the heartbeats by a clock or more). Moves it up to `clock` once; its
+  // reports up to `clock` are then no-ops. False if it may not jump.
+  bool CatchUp(int worker, int64_t clock);
+  // Whether `worker`'s next Advance may still jump (Restore).
+  bool may_jump(int worker) const { return may_jump_[worker]; }
+  // Some live worker's clock is not known yet since a Restore.
+  bool Resyncing() const;
 
   // The gate: may a worker start iteration `clock`? True when every worker
   // has finished at least clock - s iterations.
@@ -52,6 +61,7 @@ class ClockTable {
   std::vector<int64_t> clocks_;
   std::vector<bool> removed_;
   std::vector<bool> may_jump_;  // Restore: the next Advance may move up by more than one
+  std::vector<bool> caught_up_;  // CatchUp: reports at or below the clock are no-ops
   int64_t staleness_;
 };
 

@@ -81,4 +81,20 @@ TEST(ClockTableTest, RewindSendsOneWorkerBackNeverForward) {
 }
 
 }  // namespace
+TEST(ClockTableTest, ARestoredTableJumpsOnceOrCatchesUpFromAHeartbeat) {
+  ClockTable t(2, 0);
+  t.Restore({3, 3}, {false, false});
+  EXPECT_TRUE(t.Resyncing());
+  ASSERT_TRUE(t.Advance(0, 7).ok());  // a report after the takeover: one jump
+  EXPECT_FALSE(t.Advance(0, 9).ok());  // then one at a time again
+  ASSERT_TRUE(t.CatchUp(1, 8));        // a heartbeat ahead of the reports
+  EXPECT_FALSE(t.Resyncing());
+  EXPECT_FALSE(t.CatchUp(1, 9));       // once
+  EXPECT_TRUE(t.Advance(1, 7).ok());   // the lagging reports are no-ops
+  EXPECT_EQ(t.clock(1), 8);
+  EXPECT_TRUE(t.Advance(1, 8).ok());
+  EXPECT_TRUE(t.Advance(1, 9).ok());
+  EXPECT_FALSE(t.Advance(1, 8).ok());  // and then strict again
+}
+
 }  // namespace pstrain

@@ -214,6 +214,7 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
     MaybeEndRollback(now);
     AddReportedNorm(st);
   }
+  if (st.role() == WORKER) CatchUpClock(st);
   HeartbeatResponse resp;
   resp.set_job_state(state_);
   resp.set_message(message_);
@@ -236,6 +237,25 @@ void JobCoordinator::AddReportedNorm(const NodeStatus& st) {
   }
   if (norms_.Add(st.id(), st.last_norm_clock(), st.last_norm_sum_squares()).ok() &&
       norms_.Total(st.last_norm_clock()).has_value()) {
+    WakeHeld();
+  }
+}
+
+// After a takeover: a worker's heartbeat says how many clocks it finished,
+// which its next gate report may be long in coming (a worker in its final
+// read, or under SSP waiting in a pull for another worker's pushes, which
+// wait at the gate for this one's clock). Its clock in the table catches up
+// once from it. (The gate only bounds staleness; the servers' read
+// guarantee holds whatever the table says.)
+void JobCoordinator::CatchUpClock(const NodeStatus& st) {
+  const int w = st.id();
+  if (w < 0 || w >= clocks_.num_workers() || !clocks_.may_jump(w) || clocks_.removed(w) ||
+      st.generation() != generation_ || rolling_back_ || state_ != RUNNING_JOB ||
+      st.clock() <= clocks_.clock(w) || st.clock() > total_clocks_) {
+    return;
+  }
+  if (clocks_.CatchUp(w, st.clock())) {
+    Trace("clock", w, st.clock());
     WakeHeld();
   }
 }
@@ -559,6 +579,11 @@ absl::StatusOr<int64_t> JobCoordinator::Control(const ControlRequest& req, absl:
     return absl::FailedPreconditionError(
         absl::StrCat("the job is ", JobState_Name(state_), ", not running"));
   }
+  if (action != STOP && clocks_.Resyncing()) {
+    return absl::UnavailableError(
+        "the scheduler took the job over and does not know every worker's clock yet; try again "
+        "in a moment");
+  }
   if (action == STOP) {
     const int64_t clock = clocks_.SlowestClock();
     EndJob(ABORTED, absl::StrCat("stopped by an operator (psctl stop) at clock ", clock), now);
@@ -642,7 +667,7 @@ absl::Status JobCoordinator::AdvanceClock(const AdvanceClockRequest& req, Ticket
   }
   const int64_t before = clocks_.clock(req.worker_id());
   RETURN_IF_ERROR(clocks_.Advance(req.worker_id(), req.clock()));
-  if (req.clock() != before) {
+  if (clocks_.clock(req.worker_id()) != before) {
     Trace("clock", req.worker_id(), req.clock());
     m->status.set_clock(req.clock());
     if (m->status.state() == REGISTERED) m->status.set_state(RUNNING);
@@ -889,6 +914,9 @@ SchedulerState JobCoordinator::Snapshot() const {
   s.set_start_clock(policy_.start_clock);
   s.set_scheduler_takeovers(takeovers_);
   s.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
+  s.set_on_worker_failure(policy_.on_worker_failure == WorkerFailure::kShrink  ? "shrink"
+                          : policy_.on_worker_failure == WorkerFailure::kAbort ? "abort"
+                                                                               : "wait");
   return s;
 }
 

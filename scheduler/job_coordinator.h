@@ -199,6 +199,7 @@ class JobCoordinator {
   bool TakeReplicaOut(int worker, const std::string& why, absl::Time now);
   void CheckReplacementTimeouts(absl::Time now);
   void AddReportedNorm(const NodeStatus& server);
+  void CatchUpClock(const NodeStatus& worker);
   // Every live worker FINISHED: DONE.
   void MaybeDone(absl::Time now);
   void BeginRollback(const std::string& reason, absl::Time now);

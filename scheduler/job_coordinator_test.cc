@@ -500,6 +500,37 @@ TEST_F(JobCoordinatorTest, ATakenOverJobGoesOnWithItsMembersAndClocks) {
   EXPECT_EQ(coordinator_->Status(now_).scheduler_takeovers(), 1);
 }
 
+TEST_F(JobCoordinatorTest, AfterATakeoverAWorkersHeartbeatCatchesItsClockUp) {
+  Start(TwoByTwo(/*checkpoint_every=*/10), {});
+  JoinAll();
+  const SchedulerState state = coordinator_->Snapshot();  // both at clock 0
+  Start(TwoByTwo(/*checkpoint_every=*/10), {});
+  ASSERT_TRUE(coordinator_->TakeOver(state, now_).ok());
+  ControlRequest drain;
+  drain.set_action(CHECKPOINT);
+  // Not while a worker's clock is unknown: the clock asked for could be past.
+  EXPECT_TRUE(absl::IsUnavailable(coordinator_->Control(drain, now_).status()));
+  // Worker 1 had reported clock 5 to the old scheduler and waits in a pull
+  // (it will not report again soon); worker 0 asks for clock 5.
+  bool parked = false;
+  ASSERT_TRUE(Gate(0, 5, &parked).ok());
+  ASSERT_TRUE(parked);
+  HeartbeatRequest beat;
+  beat.set_incarnation(1);
+  beat.mutable_status()->set_role(WORKER);
+  beat.mutable_status()->set_id(1);
+  beat.mutable_status()->set_state(RUNNING);
+  beat.mutable_status()->set_clock(5);
+  ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
+  EXPECT_EQ(Released().size(), 1u);  // the gate opened
+  EXPECT_EQ(coordinator_->Status(now_).worker_clocks(1), 5);
+  // Once: a later heartbeat does not move the table.
+  beat.mutable_status()->set_clock(9);
+  ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
+  EXPECT_EQ(coordinator_->Status(now_).worker_clocks(1), 5);
+  EXPECT_TRUE(coordinator_->Control(drain, now_).ok());  // every clock known now
+}
+
 TEST_F(JobCoordinatorTest, AStateOfAnotherShapeIsRefused) {
   Start(TwoByTwo(), {});
   JoinAll();

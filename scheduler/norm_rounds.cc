@@ -30,10 +30,13 @@ absl::Status NormRounds::Add(int server, int64_t clock, double sum_squares) {
     return absl::InvalidArgumentError(absl::StrCat("sum of squares ", sum_squares));
   }
   Round& r = rounds_[clock];
-  if (r.reported.empty()) r.reported.assign(reporters_.size(), false);
+  if (r.reported.empty()) {
+    r.reported.assign(reporters_.size(), false);
+    r.parts.assign(reporters_.size(), 0.0);
+  }
   if (r.reported[server]) return absl::OkStatus();
   r.reported[server] = true;
-  r.sum += sum_squares;
+  r.parts[server] = sum_squares;
   if (++r.count == num_reporters_) {
     forgotten_before_ = std::max(forgotten_before_, clock - kKeptRounds);
     rounds_.erase(rounds_.begin(), rounds_.lower_bound(forgotten_before_));
@@ -49,7 +52,9 @@ void NormRounds::Reset(int64_t clock) {
 std::optional<double> NormRounds::Total(int64_t clock) const {
   auto it = rounds_.find(clock);
   if (it == rounds_.end() || it->second.count < num_reporters_) return std::nullopt;
-  return it->second.sum;
+  double sum = 0;
+  for (double part : it->second.parts) sum += part;
+  return sum;
 }
 
 }  // namespace pstrain

@@ -23,7 +23,9 @@ class NormRounds {
   // report, a clock outside [0, total), a sum that is not finite and >= 0,
   // or a round already forgotten.
   absl::Status Add(int server, int64_t clock, double sum_squares);
-  // The total of round `clock` once every reporter has reported.
+  // The total of round `clock` once every reporter has reported: the parts
+  // added in server order, so every run (and a scheduler that took the job
+  // over) gets the same bits.
   std::optional<double> Total(int64_t clock) const;
   // Forgets every round (the cluster rolled back to `clock`; rounds from
   // there on are reported again).
@@ -32,8 +34,8 @@ class NormRounds {
  private:
   struct Round {
     std::vector<bool> reported;
+    std::vector<double> parts;  // by server: summed in server order, whatever the arrival order
     int count = 0;
-    double sum = 0;
   };
   const std::vector<bool> reporters_;
   const int num_reporters_;

@@ -18,6 +18,17 @@ TEST(NormRoundsTest, TotalOnceEveryReporterReported) {
   EXPECT_DOUBLE_EQ(*rounds.Total(5), 3.5);
 }
 
+TEST(NormRoundsTest, TheTotalHasTheSameBitsWhateverTheArrivalOrder) {
+  // (1 + 1) + 2^53 = 2^53 + 2, but (2^53 + 1) + 1 = 2^53 in doubles: adding
+  // in arrival order would give two runs (or two schedulers) other totals.
+  const double parts[3] = {1.0, 1.0, 9007199254740992.0};
+  NormRounds a({true, true, true}, 10), b({true, true, true}, 10);
+  for (int s : {0, 1, 2}) ASSERT_TRUE(a.Add(s, 0, parts[s]).ok());
+  for (int s : {2, 0, 1}) ASSERT_TRUE(b.Add(s, 0, parts[s]).ok());
+  EXPECT_EQ(*a.Total(0), *b.Total(0));
+  EXPECT_EQ(*a.Total(0), 9007199254740994.0);
+}
+
 TEST(NormRoundsTest, BadReportsAreRefused) {
   NormRounds rounds({true, false}, 10);
   EXPECT_EQ(rounds.Add(1, 0, 1.0).code(), absl::StatusCode::kInvalidArgument);   // no chunks

@@ -140,12 +140,25 @@ absl::StatusOr<std::optional<SchedulerState>> ReadTakeover(const SchedulerConfig
   return state;
 }
 
+bool HasOverrides(const SpecOverrides& o) {
+  return o.consistency || o.staleness || o.num_servers || o.num_workers || o.batch_size ||
+         o.epochs || o.steps || o.seed || o.data_dir || o.checkpoint_dir || o.checkpoint_every ||
+         o.pipeline_stages || o.micro_batches || o.pipeline_schedule;
+}
+
 // The job: the one taken over (which --job, if given, must equal), else
 // --job with the overrides.
 absl::StatusOr<JobSpec> JobFor(const SchedulerConfig& config,
                                const std::optional<SchedulerState>& takeover) {
   if (!takeover.has_value()) return LoadJob(config);
-  if (config.job_file.empty()) return takeover->job();
+  if (config.job_file.empty()) {
+    if (HasOverrides(config.overrides)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "overrides of the job spec without --job: ", SchedulerStatePath(config.state_dir),
+          " holds the job taken over; give its --job and overrides, or none"));
+    }
+    return takeover->job();
+  }
   ASSIGN_OR_RETURN(const JobSpec job, LoadJob(config));
   if (!google::protobuf::util::MessageDifferencer::Equals(job, takeover->job())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -204,6 +217,15 @@ JobState Watch(const SchedulerConfig& config, SchedulerService* service, RunHist
       recorded = absl::Now();
       history->Record(service->GetStatus(), absl::ToUnixMillis(recorded));
     }
+    const JobState state = service->job_state();
+    if (ShutdownRequested() && !config.state_dir.empty() && state != DONE && state != ABORTED) {
+      // The job is kept: a scheduler started again on the state dir takes
+      // it over (psctl stop ends a job).
+      spdlog::warn("interrupted; the job goes on in {}: a scheduler started again on it takes it "
+                   "over within the members' --scheduler_timeout_ms (psctl stop ends a job)",
+                   SchedulerStatePath(config.state_dir));
+      return RUNNING_JOB;
+    }
     if (ShutdownRequested()) {
       service->Abort("the scheduler was interrupted");
       // Give members a heartbeat or two to hear of it.
@@ -243,6 +265,23 @@ int RunScheduler(const SchedulerConfig& config) {
   if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) return fail(st);
   const absl::StatusOr<std::optional<SchedulerState>> takeover = ReadTakeover(config);
   if (!takeover.ok()) return fail(takeover.status());
+  if (takeover->has_value()) {
+    const SchedulerState& s = **takeover;
+    if (s.job_state() == DONE || s.job_state() == ABORTED) {
+      // Nothing to take over: say so, with the job's code for a done one
+      // (a supervisor does not start it again), 2 for an aborted one.
+      spdlog::warn("the job in {} has ended ({}{}{}); start a new job on another --state_dir "
+                   "(or move scheduler.state away)",
+                   SchedulerStatePath(config.state_dir), JobState_Name(s.job_state()),
+                   s.message().empty() ? "" : ": ", s.message());
+      return s.job_state() == DONE ? 0 : 2;
+    }
+    if (!s.on_worker_failure().empty() && s.on_worker_failure() != config.on_worker_failure) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          SchedulerStatePath(config.state_dir), " holds a job run with --on_worker_failure=",
+          s.on_worker_failure(), "; take it over with the same")));
+    }
+  }
   const absl::StatusOr<JobSpec> job = JobFor(config, *takeover);
   if (!job.ok()) return fail(job.status());
   auto trace = TraceWriter::Open(config.trace_file, /*append=*/takeover->has_value());
@@ -289,6 +328,10 @@ int RunScheduler(const SchedulerConfig& config) {
                  DescribeStages(job->model(), *PlanStages(job->model(), job->pipeline_stages())));
   }
   const JobState end = Watch(config, service.get(), history->get());
+  if (end == RUNNING_JOB) {  // interrupted, the job kept in the state dir
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    return 1;
+  }
   if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) {
     spdlog::error("{}", st.message());
   }

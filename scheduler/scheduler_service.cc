@@ -56,19 +56,22 @@ void SchedulerService::PersistClocks() {
   WriteState(state, seq);
 }
 
-void SchedulerService::WriteState(const SchedulerState& state, int64_t seq) {
-  if (seq <= written_seq_) return;  // a newer one is on disk already
-  written_at_ = absl::Now();
+bool SchedulerService::WriteState(const SchedulerState& state, int64_t seq) {
+  if (seq <= written_seq_) return true;  // a newer one is on disk already
   const absl::Status st = WriteSchedulerState(state_dir_, state);
   if (st.ok()) {
     written_seq_ = seq;
+    written_at_ = absl::Now();
     write_failed_ = false;
-  } else if (!write_failed_) {
+    return true;
+  }
+  if (!write_failed_) {
     spdlog::error("cannot write the scheduler state ({}); a restarted scheduler would take over "
                   "an older one",
                   std::string(st.message()));
     write_failed_ = true;
   }
+  return false;
 }
 
 void SchedulerService::SetAddress(const std::string& address) {
@@ -136,10 +139,10 @@ void SchedulerService::Deliver() {
   if (!state_dir_.empty()) {
     std::string key = coordinator_.DurableKey();
     if (key != durable_key_) {
-      durable_key_ = std::move(key);
       const int64_t seq = ++snapshot_seq_;
       absl::MutexLock write(&write_mu_);
-      WriteState(coordinator_.Snapshot(), seq);
+      // Not written: the next event tries again.
+      if (WriteState(coordinator_.Snapshot(), seq)) durable_key_ = std::move(key);
     }
   }
   for (Release& r : coordinator_.TakeReleases()) {

@@ -47,10 +47,11 @@ class SchedulerService final : public SchedulerServiceBase {
   // (JobCoordinator::DurableKey), and by PersistClocks. With `takeover`,
   // first takes the job over from it. Call once, before serving.
   absl::Status KeepState(const std::string& state_dir,
-                         const std::optional<SchedulerState>& takeover);
+                         const std::optional<SchedulerState>& takeover)
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
   // Writes the state if it was not written for a second (the clock table
   // moves without a durable change); file I/O outside mu_.
-  void PersistClocks() ABSL_LOCKS_EXCLUDED(mu_);
+  void PersistClocks() ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
 
   void SetAddress(const std::string& address);
   // Where the scheduler serves /metrics and the dashboard (its Status says).
@@ -94,8 +95,9 @@ class SchedulerService final : public SchedulerServiceBase {
   // state if its durable part changed (a change is durable before anyone
   // hears of it). Every event goes through here before its answer.
   void Deliver() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `state`, the snapshot numbered `seq`, unless a newer one was.
-  void WriteState(const SchedulerState& state, int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Writes `state`, the snapshot numbered `seq`, unless a newer one was;
+  // false when the write failed (logged once).
+  bool WriteState(const SchedulerState& state, int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Parks the call under a new ticket, or answers it at once.
   grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, Ticket ticket, Slot slot,
                                  const absl::Status& status, bool parked)

@@ -22,8 +22,12 @@ std::string SchedulerStatePath(const std::string& state_dir) {
 
 absl::StatusOr<std::optional<SchedulerState>> ReadSchedulerState(const std::string& state_dir) {
   const std::string path = SchedulerStatePath(state_dir);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error) && !error) return std::optional<SchedulerState>();
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::optional<SchedulerState>();
+  if (error || !in) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot read"));
+  }
   std::stringstream text;
   text << in.rdbuf();
   auto bad = [&path](const std::string& why) {

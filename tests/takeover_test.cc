@@ -23,17 +23,18 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-std::string Job(bool clip) {
+std::string Job(bool clip, bool ssp = false) {
   std::string job = SixteenClassJob("steps: 300\nseed: 5\nchunk_bytes: 512\n");
+  if (ssp) job = absl::StrReplaceAll(job, {{"consistency: BSP", "consistency: SSP staleness: 2"}});
   if (clip) {
     job = absl::StrReplaceAll(job, {{"learning_rate: 0.01 }", "learning_rate: 0.01 clip_norm: 0.5 }"}});
   }
   return job;
 }
 
-ClusterOptions Options(const std::string& dir, bool clip) {
+ClusterOptions Options(const std::string& dir, bool clip, bool ssp = false) {
   ClusterOptions options;
-  options.job_text = Job(clip);
+  options.job_text = Job(clip, ssp);
   options.servers = 2;
   options.workers = 2;
   options.scheduler_flags = {"--heartbeat_timeout_ms=3000", "--state_dir=" + dir + "/state",
@@ -68,8 +69,13 @@ TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) 
       ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
       absl::SleepFor(absl::Milliseconds(10));
     }
-    cluster.scheduler().Kill(SIGKILL);
-    ASSERT_EQ(cluster.scheduler().Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
+    // SIGKILL, then SIGTERM: an interrupted scheduler with a state dir
+    // keeps the job (exit 1) instead of aborting it.
+    const int signal = round == 0 ? SIGKILL : SIGTERM;
+    cluster.scheduler().Kill(signal);
+    ASSERT_EQ(cluster.scheduler().Wait(absl::Seconds(10)).value_or(-1),
+              signal == SIGKILL ? 128 + SIGKILL : 1)
+        << cluster.Logs();
     absl::SleepFor(absl::Milliseconds(rng() % 2000));  // down for a while
     const absl::Time restarted = absl::Now();
     ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
@@ -95,6 +101,31 @@ TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) 
 
 INSTANTIATE_TEST_SUITE_P(BspWithAndWithoutClipping, TakeoverTest, ::testing::Bool());
 
+// Under SSP a worker may wait in a pull (or its final read) for another's
+// pushes without reporting a clock, while the other waits at the gate for
+// its clock: the new scheduler learns it from heartbeats. Killed late, when
+// the first workers are in their final read.
+TEST(SspTakeoverTest, AKilledSchedulerStartedAgainFinishesTheJob) {
+  std::mt19937 rng(std::random_device{}());
+  for (int round = 0; round < 2; ++round) {
+    Cluster cluster(absl::StrCat("takeover_ssp", round));
+    ASSERT_TRUE(cluster.Start(Options(cluster.dir(), false, /*ssp=*/true)).ok()) << cluster.Logs();
+    const int64_t at = round == 0 ? 100 + rng() % 150 : 290 + rng() % 8;
+    while (SlowestWorkerClock(cluster.scheduler_address()) < at) {
+      ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    cluster.scheduler().Kill(SIGKILL);
+    (void)cluster.scheduler().Wait(absl::Seconds(10));
+    absl::SleepFor(absl::Milliseconds(1500));
+    ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
+    absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+    ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+    EXPECT_EQ(*code, 0) << cluster.Logs();
+    for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
+  }
+}
+
 TEST(TakeoverRefusalTest, AnotherJobOnTheStateDirIsExitTwo) {
   Cluster cluster("takeover_refusal");
   ClusterOptions options = Options(cluster.dir(), false);
@@ -116,6 +147,12 @@ TEST(TakeoverRefusalTest, AnotherJobOnTheStateDirIsExitTwo) {
   // The right one takes over and finishes.
   ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
   EXPECT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+  // A scheduler started on the state of the ended job has nothing to take
+  // over: it says so with the job's code (0: DONE) and does not serve.
+  code = RunCommand({BinaryPath("scheduler/ps_scheduler"), "--state_dir=" + cluster.dir() + "/state"},
+                    &out, absl::Seconds(20), "ended");
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << out;
 }
 
 }  // namespace

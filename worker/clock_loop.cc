@@ -125,11 +125,16 @@ absl::StatusOr<bool> ClockLoop::Adopt(const AdvanceClockResponse& gate) {
     clock_ = gate.resume_clock();
     absl::MutexLock lock(&mu_);
     metrics_.generation = generation_;
+    metrics_.clock = clock_;  // heartbeats say where it is now (a scheduler may catch up from it)
   }
   if (restarted) {
     spdlog::warn("replica {}'s pipeline restarted (link epoch {}): resuming at clock {} (was at {})",
                  options_.replica, link_epoch_, gate.resume_clock(), clock_);
     clock_ = gate.resume_clock();
+    {
+      absl::MutexLock lock(&mu_);
+      metrics_.clock = clock_;
+    }
     RETURN_IF_ERROR(options_.on_cluster(gate.cluster(), link_epoch_));
     return true;
   }
