@@ -71,6 +71,8 @@ def ps_proto_library(name, src, deps = [], grpc = False):
         hdrs = [o for o in outs if o.endswith(".h")],
         deps = deps + ["@system//:grpc" if grpc else "@system//:protobuf"],
         copts = ["-w"],
+        # Its descriptors register in every binary that depends on it.
+        alwayslink = 1,
     )
 
 def ps_fuzz_test(name, srcs, deps = [], seconds = 3):

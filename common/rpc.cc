@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/port_owner.h"
 #include "common/security.h"
 
 namespace pstrain {
@@ -87,6 +88,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   BuilderArgs bulk{&builder};
   SetBulkArgs(&bulk);
   bulk.SetInt(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_client);
+  // One process a port: with SO_REUSEPORT (gRPC's default) a second daemon
+  // started on a port in use would bind it too and take half the calls.
+  bulk.SetInt(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (options.quota != nullptr) builder.SetResourceQuota(*options.quota);
   for (grpc::Service* s : services) builder.RegisterService(s);
   if (options.queues != nullptr) {
@@ -96,8 +100,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
+    const std::string owner = requested_port == 0 ? "" : PortOwner(requested_port);
+    if (!owner.empty()) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, ": port ",
+                                                 requested_port, " is held by ", owner));
+    }
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
   }
+  WarnIfOpenWithoutToken(listen);
   *bound = absl::StrCat(listen.substr(0, colon), ":", port);
   return server;
 }
@@ -128,8 +138,12 @@ absl::Duration Backoff::Next() {
   return d;
 }
 
+bool IsTransient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsCancelled(status);
+}
+
 bool IsRetryable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+  return IsTransient(status) || absl::IsDeadlineExceeded(status) ||
          absl::IsResourceExhausted(status) || absl::IsAborted(status);
 }
 

@@ -69,7 +69,15 @@ class Backoff {
   absl::Duration max_;
 };
 
-// True for the codes a caller should retry after a pause.
+// True when the peer could not be reached or went away: UNAVAILABLE, or
+// CANCELLED. pstrain's clients cancel their own calls only once they have
+// given up (and then stop asking), so a CANCELLED a client sees came from
+// the server ending the call: one shutting down or restarting (a scheduler
+// stopped with its job kept in --state_dir, a rolling update). Retry both.
+bool IsTransient(const absl::Status& status);
+
+// True for the codes a caller should retry after a pause: transient ones,
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and ABORTED.
 bool IsRetryable(const absl::Status& status);
 
 }  // namespace pstrain

@@ -57,7 +57,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
   req.set_incarnation(incarnation_);
   if (options_.rank >= 0) req.set_rank(options_.rank);
   auto unreachable = [](const absl::Status& st) {
-    return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
+    return IsTransient(st) || absl::IsDeadlineExceeded(st);
   };
   RetryPolicy policy;
   policy.window = options_.connect_timeout;
@@ -243,12 +243,14 @@ absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t generatio
 RetryPolicy SchedulerClient::WaitingCallPolicy(std::function<void()> still_waiting) const {
   // A call the scheduler holds (the gate, a norm round) ends with
   // DEADLINE_EXCEEDED while it still waits: ask again at once. An
-  // unreachable scheduler is retried for the heartbeat timeout.
+  // unreachable scheduler, or one that ended the call as it went away, is
+  // retried for the members' window (a scheduler taking the job over
+  // answers).
   RetryPolicy policy;
   policy.window = options_.scheduler_timeout;
   policy.classify = [](const absl::Status& st) {
     if (absl::IsDeadlineExceeded(st)) return RetryAction::kRetryNow;
-    return absl::IsUnavailable(st) ? RetryAction::kRetry : RetryAction::kStop;
+    return IsTransient(st) ? RetryAction::kRetry : RetryAction::kStop;
   };
   policy.on_retry = [still_waiting = std::move(still_waiting)](const absl::Status& st, int) {
     if (absl::IsDeadlineExceeded(st)) still_waiting();

@@ -6,7 +6,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "grpc/grpc.h"
+#include "grpc/grpc_security.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve and call over TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -67,6 +71,62 @@ bool ConstantTimeEqual(grpc::string_ref got, const std::string& want) {
   return diff == 0;
 }
 
+constexpr char kUnauthenticated[] = "missing or wrong bearer token (see --auth_token_file)";
+
+bool TokenMatches(const grpc::string_ref& authorization) {
+  return ConstantTimeEqual(authorization, Global().bearer);
+}
+
+// gRPC's auth metadata processor: the transport runs it on every call's
+// metadata before the call reaches any method of any service, so a service
+// added later cannot forget the check. A refused call never reaches a
+// handler; its caller gets UNAUTHENTICATED.
+void CheckToken(void* /*state*/, grpc_auth_context* /*context*/, const grpc_metadata* md,
+                size_t num_md, grpc_process_auth_metadata_done_cb done, void* user_data) {
+  bool ok = false;
+  for (size_t i = 0; i < num_md && !ok; ++i) {
+    if (grpc_slice_str_cmp(md[i].key, kAuthKey) != 0) continue;
+    ok = TokenMatches(grpc::string_ref(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(md[i].value)),
+                                       GRPC_SLICE_LENGTH(md[i].value)));
+  }
+  done(user_data, nullptr, 0, nullptr, 0, ok ? GRPC_STATUS_OK : GRPC_STATUS_UNAUTHENTICATED,
+       ok ? nullptr : kUnauthenticated);
+}
+
+// The server's credentials: plaintext or TLS as configured, with the token
+// check above installed when a token is. (gRPC's C++ insecure credentials
+// take no metadata processor, so the port is added through the core API,
+// which does the same for both.)
+class ServerCredentialsWithToken : public grpc::ServerCredentials {
+ public:
+  void SetAuthMetadataProcessor(
+      const std::shared_ptr<grpc::AuthMetadataProcessor>& /*processor*/) override {
+    // Never called: the token check is this class' own.
+  }
+
+ private:
+  int AddPortToServer(const std::string& addr, grpc_server* server) override {
+    grpc_server_credentials* creds = CoreCredentials();
+    if (!Global().bearer.empty()) {
+      grpc_server_credentials_set_auth_metadata_processor(creds, {CheckToken, nullptr, nullptr});
+    }
+    const int port = grpc_server_add_http2_port(server, addr.c_str(), creds);
+    grpc_server_credentials_release(creds);
+    return port;
+  }
+
+  static grpc_server_credentials* CoreCredentials() {
+    const Config& c = Global();
+    if (c.cert.empty()) return grpc_insecure_server_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {c.key.c_str(), c.cert.c_str()};
+    return grpc_ssl_server_credentials_create_ex(
+        c.ca.empty() ? nullptr : c.ca.c_str(), &pair, 1,
+        c.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                     : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+        nullptr);
+  }
+};
+
 }  // namespace
 
 absl::Status ConfigureSecurity(const SecurityFiles& files) {
@@ -122,14 +182,7 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
-  const Config& c = Global();
-  if (c.cert.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options(
-      c.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = c.ca;
-  options.pem_key_cert_pairs.push_back({c.key, c.cert});
-  return grpc::SslServerCredentials(options);
+  return std::make_shared<ServerCredentialsWithToken>();
 }
 
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
@@ -139,22 +192,27 @@ TokenInterceptors() {
   return out;
 }
 
-grpc::Status Authenticate(const grpc::ServerContextBase& ctx) {
-  const std::string& want = Global().bearer;
-  if (want.empty()) return grpc::Status::OK;
-  const auto& metadata = ctx.client_metadata();
-  auto it = metadata.find(kAuthKey);
-  if (it == metadata.end() || !ConstantTimeEqual(it->second, want)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or wrong bearer token (see --auth_token_file)");
-  }
-  return grpc::Status::OK;
+bool IsLoopbackListen(const std::string& listen) {
+  absl::string_view host = listen;
+  const size_t colon = host.rfind(':');
+  if (colon != absl::string_view::npos) host = host.substr(0, colon);
+  absl::ConsumePrefix(&host, "[");
+  absl::ConsumeSuffix(&host, "]");
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+void WarnIfOpenWithoutToken(const std::string& listen) {
+  if (!Global().bearer.empty() || IsLoopbackListen(listen)) return;
+  spdlog::warn("listening on {} beyond loopback without --auth_token_file: anyone who reaches "
+               "this port (or --metrics_port) can stop the job, change its consistency and read "
+               "or overwrite the weights",
+               listen);
 }
 
 bool HttpAuthorized(const char* authorization, const char* token_param) {
   const std::string& want = Global().bearer;
   if (want.empty()) return true;
-  if (authorization != nullptr && ConstantTimeEqual(authorization, want)) return true;
+  if (authorization != nullptr && TokenMatches(authorization)) return true;
   return token_param != nullptr && ConstantTimeEqual(absl::StrCat("Bearer ", token_param), want);
 }
 

@@ -32,17 +32,24 @@ absl::Status ConfigureSecurityFromFlags();
 
 bool TlsEnabled();
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials();
+// The credentials every server listens with (StartServer, common/rpc.h).
+// With a token, they check it on every call before any method runs, whatever
+// the service: a call without it, or with another, ends UNAUTHENTICATED.
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
 // Client interceptors that add "authorization: Bearer <token>" to every
 // call (none without a token).
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
 TokenInterceptors();
 
-// OK when no token is configured or the call carries it; UNAUTHENTICATED
-// otherwise. The comparison takes the same time wherever they differ.
-grpc::Status Authenticate(const grpc::ServerContextBase& ctx);
+// True for a --listen address on the loopback interface ("127.0.0.1:5000",
+// "localhost:0", "[::1]:5000"); false for any other, "0.0.0.0" and ":5000"
+// included.
+bool IsLoopbackListen(const std::string& listen);
+// Logs a warning when `listen` is beyond loopback and no token is
+// configured: the default lets anyone who reaches the port control the job.
+void WarnIfOpenWithoutToken(const std::string& listen);
 
-// The same check for the HTTP endpoints (/metrics, the dashboard): true when
+// The token check for the HTTP endpoints (/metrics, the dashboard): true when
 // no token is configured, or `authorization` is "Bearer <token>", or
 // `token_param` (a ?token= query parameter, for a browser) is the token.
 bool HttpAuthorized(const char* authorization, const char* token_param);

@@ -937,7 +937,44 @@ std::string JobCoordinator::DurableKey() const {
   return key;
 }
 
+namespace {
+
+// The values of a state file in range for its job (a file edited by hand or
+// damaged must not steer the job): clocks within [0, the job's clocks],
+// worker ids within the job, counters not negative.
+absl::Status CheckStateValues(const SchedulerState& s, const JobSpec& job) {
+  const int64_t clocks = TotalClocks(job);
+  auto clock_ok = [clocks](int64_t c) { return c >= 0 && c <= clocks; };
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " out of range for the job"));
+  };
+  if (!clock_ok(s.total_clocks())) return bad(absl::StrCat("total_clocks ", s.total_clocks()));
+  for (int64_t c : s.worker_clocks()) {
+    if (!clock_ok(c) || c > s.total_clocks()) return bad(absl::StrCat("worker clock ", c));
+  }
+  for (int64_t c : {s.restore_clock(), s.manifest_clock(), s.start_clock()}) {
+    if (!clock_ok(c)) return bad(absl::StrCat("clock ", c));
+  }
+  for (int w : s.dead_workers()) {
+    if (w < 0 || w >= job.num_workers()) return bad(absl::StrCat("dead worker ", w));
+  }
+  // (Operator requests may name a clock past the end: asked near it.)
+  for (const ConsistencyChange& c : s.consistency_changes()) {
+    if (c.clock() < 0) return bad(absl::StrCat("consistency change at clock ", c.clock()));
+  }
+  for (int64_t n : {s.generation(), s.deaths(), s.scheduler_takeovers(), s.checkpoint_asked()}) {
+    if (n < 0) return bad(absl::StrCat("count ", n));
+  }
+  for (int64_t e : s.link_epochs()) {
+    if (e < 0) return bad(absl::StrCat("link epoch ", e));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status JobCoordinator::TakeOver(const SchedulerState& s, absl::Time now) {
+  RETURN_IF_ERROR(CheckStateValues(s, job_));
   const int replicas = static_cast<int>(links_.size());
   if (s.servers_size() > job_.num_servers() || s.workers_size() > job_.num_workers() ||
       s.worker_clocks_size() != job_.num_workers() ||

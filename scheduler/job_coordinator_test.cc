@@ -2,6 +2,7 @@
 // no sockets, no threads, no files.
 #include "scheduler/job_coordinator.h"
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -538,6 +539,31 @@ TEST_F(JobCoordinatorTest, AStateOfAnotherShapeIsRefused) {
   state.add_worker_clocks(0);  // three workers' clocks for a job of two
   Start(TwoByTwo(), {});
   EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->TakeOver(state, now_)));
+}
+
+TEST_F(JobCoordinatorTest, AStateWithValuesOutOfRangeIsRefused) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  const SchedulerState good = coordinator_->Snapshot();
+  const int64_t total = good.total_clocks();
+  ASSERT_GT(total, 0);
+  std::vector<std::function<void(SchedulerState*)>> damage = {
+      [](SchedulerState* s) { s->set_worker_clocks(0, -5); },
+      [&](SchedulerState* s) { s->set_worker_clocks(1, total + 1); },
+      [&](SchedulerState* s) { s->set_total_clocks(total + 1); },
+      [](SchedulerState* s) { s->set_total_clocks(-1); },
+      [](SchedulerState* s) { s->set_generation(-1); },
+      [&](SchedulerState* s) { s->set_restore_clock(total + 1); },
+      [](SchedulerState* s) { s->add_dead_workers(7); },
+  };
+  for (size_t i = 0; i < damage.size(); ++i) {
+    SchedulerState state = good;
+    damage[i](&state);
+    Start(TwoByTwo(), {});
+    EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->TakeOver(state, now_))) << "case " << i;
+  }
+  Start(TwoByTwo(), {});
+  EXPECT_TRUE(coordinator_->TakeOver(good, now_).ok());
 }
 
 TEST_F(JobCoordinatorTest, ANormRoundBegunBeforeATakeoverCompletesThroughHeartbeats) {

@@ -108,6 +108,12 @@ absl::StatusOr<SchedulerPolicy> PolicyFor(const SchedulerConfig& config, const J
   policy.replacement_timeout = config.replacement_timeout;
   policy.heartbeat_timeout = config.heartbeat_timeout;
   if (takeover.has_value()) {
+    const std::string& kept = takeover->on_worker_failure();
+    if (!kept.empty() && kept != f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(SchedulerStatePath(config.state_dir), " holds a job run with "
+                       "--on_worker_failure=", kept, "; take it over with the same"));
+    }
     policy.start_clock = takeover->start_clock();
     return policy;
   }
@@ -156,6 +162,11 @@ absl::StatusOr<JobSpec> JobFor(const SchedulerConfig& config,
       return absl::InvalidArgumentError(absl::StrCat(
           "overrides of the job spec without --job: ", SchedulerStatePath(config.state_dir),
           " holds the job taken over; give its --job and overrides, or none"));
+    }
+    // The stored job is input like any other: checked as --job would be.
+    if (const absl::Status st = ValidateJobSpec(takeover->job()); !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat(SchedulerStatePath(config.state_dir), ": ", st.message()));
     }
     return takeover->job();
   }
@@ -253,6 +264,52 @@ absl::Status WriteStatusFile(const SchedulerConfig& config, SchedulerService* se
   return WriteFileAtomically(config.status_file, json);
 }
 
+// A state file of a job that ended: nothing to take over. The exit code
+// (0 for a done job, which a supervisor does not start again; 2 for an
+// aborted one), else nullopt.
+std::optional<int> EndedJobExit(const SchedulerConfig& config,
+                                const std::optional<SchedulerState>& takeover) {
+  if (!takeover.has_value()) return std::nullopt;
+  const JobState state = takeover->job_state();
+  if (state != DONE && state != ABORTED) return std::nullopt;
+  spdlog::warn("the job in {} has ended ({}{}{}); start a new job on another --state_dir "
+               "(or move scheduler.state away)",
+               SchedulerStatePath(config.state_dir), JobState_Name(state),
+               takeover->message().empty() ? "" : ": ", takeover->message());
+  return state == DONE ? 0 : 2;
+}
+
+// With --metrics_port: /metrics, the dashboard and /api/status (null without).
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeHttp(const SchedulerConfig& config,
+                                                      SchedulerService* service,
+                                                      RunHistory* history) {
+  if (!config.metrics_port.has_value()) return std::unique_ptr<HttpServer>();
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      ServeSchedulerHttp(HostOf(config.listen), *config.metrics_port, service, history);
+  if (!http.ok()) {
+    return absl::Status(http.status().code(), absl::StrCat("--metrics_port=", *config.metrics_port,
+                                                           ": ", http.status().message()));
+  }
+  const std::string at =
+      AdvertisedAddress(absl::StrCat(HostForAddress(HostOf(config.listen)), ":", (*http)->port()));
+  service->SetMetricsAddress(at);
+  spdlog::info("dashboard on http://{}/, metrics on http://{}/metrics", at, at);
+  return http;
+}
+
+void LogJob(const std::string& address, const JobSpec& job) {
+  const char* mode = job.consistency() == BSP ? "BSP" : job.consistency() == SSP ? "SSP" : "ASP";
+  spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
+               address, job.name(), mode, job.staleness(), job.num_servers(), job.num_workers(),
+               TotalClocks(job));
+  if (job.pipeline_stages() > 1) {
+    spdlog::info("pipeline: {} replicas of {} stages, {} micro-batches, {}: {}",
+                 job.num_workers() / job.pipeline_stages(), job.pipeline_stages(),
+                 job.micro_batches(), job.pipeline_schedule() == GPIPE ? "GPipe" : "1F1B",
+                 DescribeStages(job.model(), *PlanStages(job.model(), job.pipeline_stages())));
+  }
+}
+
 }  // namespace
 
 int RunScheduler(const SchedulerConfig& config) {
@@ -263,25 +320,15 @@ int RunScheduler(const SchedulerConfig& config) {
     return 2;
   };
   if (const absl::Status st = ConfigureSecurityFromFlags(); !st.ok()) return fail(st);
+  std::unique_ptr<StateDirLock> lock;  // held until this process ends
+  if (!config.state_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<StateDirLock>> taken = StateDirLock::Take(config.state_dir);
+    if (!taken.ok()) return fail(taken.status());
+    lock = std::move(*taken);
+  }
   const absl::StatusOr<std::optional<SchedulerState>> takeover = ReadTakeover(config);
   if (!takeover.ok()) return fail(takeover.status());
-  if (takeover->has_value()) {
-    const SchedulerState& s = **takeover;
-    if (s.job_state() == DONE || s.job_state() == ABORTED) {
-      // Nothing to take over: say so, with the job's code for a done one
-      // (a supervisor does not start it again), 2 for an aborted one.
-      spdlog::warn("the job in {} has ended ({}{}{}); start a new job on another --state_dir "
-                   "(or move scheduler.state away)",
-                   SchedulerStatePath(config.state_dir), JobState_Name(s.job_state()),
-                   s.message().empty() ? "" : ": ", s.message());
-      return s.job_state() == DONE ? 0 : 2;
-    }
-    if (!s.on_worker_failure().empty() && s.on_worker_failure() != config.on_worker_failure) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          SchedulerStatePath(config.state_dir), " holds a job run with --on_worker_failure=",
-          s.on_worker_failure(), "; take it over with the same")));
-    }
-  }
+  if (const std::optional<int> code = EndedJobExit(config, *takeover)) return *code;
   const absl::StatusOr<JobSpec> job = JobFor(config, *takeover);
   if (!job.ok()) return fail(job.status());
   auto trace = TraceWriter::Open(config.trace_file, /*append=*/takeover->has_value());
@@ -299,36 +346,17 @@ int RunScheduler(const SchedulerConfig& config) {
   std::unique_ptr<grpc::Server> server;
   const absl::StatusOr<std::string> address = Listen(config, service.get(), &server);
   if (!address.ok()) return fail(address.status());
+  if (lock != nullptr) lock->Describe(*address);
   if (const absl::Status st = WriteStatusFile(config, service.get()); !st.ok()) return fail(st);
   absl::StatusOr<std::unique_ptr<RunHistory>> history = RunHistory::Open(config.run_dir);
   if (!history.ok()) return fail(history.status());
-  std::unique_ptr<HttpServer> http;
-  if (config.metrics_port.has_value()) {
-    absl::StatusOr<std::unique_ptr<HttpServer>> started = ServeSchedulerHttp(
-        HostOf(config.listen), *config.metrics_port, service.get(), history->get());
-    if (!started.ok()) {
-      return fail(absl::Status(started.status().code(),
-                               absl::StrCat("--metrics_port=", *config.metrics_port, ": ",
-                                            started.status().message())));
-    }
-    http = std::move(*started);
-    const std::string at =
-        AdvertisedAddress(absl::StrCat(HostForAddress(HostOf(config.listen)), ":", http->port()));
-    service->SetMetricsAddress(at);
-    spdlog::info("dashboard on http://{}/, metrics on http://{}/metrics", at, at);
-  }
-  const char* mode = job->consistency() == BSP ? "BSP" : job->consistency() == SSP ? "SSP" : "ASP";
-  spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
-               *address, job->name(), mode, job->staleness(), job->num_servers(),
-               job->num_workers(), TotalClocks(*job));
-  if (job->pipeline_stages() > 1) {
-    spdlog::info("pipeline: {} replicas of {} stages, {} micro-batches, {}: {}",
-                 job->num_workers() / job->pipeline_stages(), job->pipeline_stages(),
-                 job->micro_batches(), job->pipeline_schedule() == GPIPE ? "GPipe" : "1F1B",
-                 DescribeStages(job->model(), *PlanStages(job->model(), job->pipeline_stages())));
-  }
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      ServeHttp(config, service.get(), history->get());
+  if (!http.ok()) return fail(http.status());
+  LogJob(*address, *job);
   const JobState end = Watch(config, service.get(), history->get());
   if (end == RUNNING_JOB) {  // interrupted, the job kept in the state dir
+    service->Leave();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     return 1;
   }

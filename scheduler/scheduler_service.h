@@ -67,6 +67,11 @@ class SchedulerService final : public SchedulerServiceBase {
   // `grace` passed since the end).
   bool MembersToldOfEnd(absl::Duration grace) const;
   ClusterStatus GetStatus();
+  // This process stops serving (the job goes on in the state dir): held
+  // calls, and any held from now on, are answered UNAVAILABLE so their
+  // callers retry against the scheduler that takes the job over. Call
+  // before shutting the gRPC server down (which would cancel them).
+  void Leave();
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
                                      RegisterResponse* resp) override;
@@ -113,6 +118,7 @@ class SchedulerService final : public SchedulerServiceBase {
   JobCoordinator coordinator_ ABSL_GUARDED_BY(mu_);
   std::map<Ticket, Parked<Slot>> parked_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
 
   std::string state_dir_;  // set by KeepState before serving; empty: none
   std::string durable_key_ ABSL_GUARDED_BY(mu_);

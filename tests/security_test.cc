@@ -1,7 +1,10 @@
 // Refusing strangers: with a token configured every method of every service
-// refuses calls without it (or with a wrong one) while the daemons talk to
-// each other; with TLS configured a plaintext call fails and the job still
+// in proto/ (the stage links included) refuses calls without it (or with a
+// wrong one), with no effect on the job, while the daemons talk to each
+// other; with TLS configured a plaintext call fails and the job still
 // runs over TLS.
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -26,16 +30,23 @@ namespace {
 
 constexpr char kToken[] = "s3cret-token-for-tests";
 
-// A raw call of `method` ("/pstrain.Scheduler/Status") with an empty
-// request, carrying `bearer` as its authorization unless empty.
+// Adds `bearer` as the call's authorization (unless empty) and metadata
+// a stage link's neighbour sends (the epoch of its link).
+void AddMetadata(grpc::ClientContext* ctx, const std::string& bearer, int link_epoch) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!bearer.empty()) ctx->AddMetadata("authorization", bearer);
+  ctx->AddMetadata("pstrain-link-epoch", absl::StrCat(link_epoch));
+}
+
+// A raw unary call of `method` ("/pstrain.Scheduler/Status") with an empty
+// request.
 grpc::Status Call(const std::string& address, const std::string& method,
-                  const std::string& bearer) {
+                  const std::string& bearer, int link_epoch = 0) {
   grpc::GenericStub stub(MakeChannel(address));
   grpc::Slice empty("");
   grpc::ByteBuffer request(&empty, 1), reply;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  if (!bearer.empty()) ctx.AddMetadata("authorization", bearer);
+  AddMetadata(&ctx, bearer, link_epoch);
   absl::Notification done;
   grpc::Status status;
   stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
@@ -46,69 +57,172 @@ grpc::Status Call(const std::string& address, const std::string& method,
   return status;
 }
 
-// Every method of the named services, as "/service/method".
-std::vector<std::string> Methods(const std::string& service) {
-  // (Naming the services links their descriptors in.)
-  static const char* const kLinked[] = {Scheduler::service_full_name(),
-                                        ParameterServer::service_full_name(),
-                                        Worker::service_full_name()};
-  (void)kLinked;
-  const google::protobuf::ServiceDescriptor* d =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service);
-  std::vector<std::string> out;
-  for (int i = 0; d != nullptr && i < d->method_count(); ++i) {
-    out.push_back(absl::StrCat("/", service, "/", d->method(i)->name()));
+// A raw streaming call of `method`: one empty message each way at most.
+grpc::Status StreamCall(const std::string& address, const std::string& method,
+                        const std::string& bearer, int link_epoch) {
+  grpc::GenericStub stub(MakeChannel(address));
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  AddMetadata(&ctx, bearer, link_epoch);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(&ctx, method, &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](int want) { return cq.Next(&tag, &ok) && tag == reinterpret_cast<void*>(want); };
+  call->StartCall(reinterpret_cast<void*>(1));
+  step(1);
+  grpc::Slice empty("");
+  grpc::ByteBuffer message(&empty, 1), reply;
+  call->Write(message, reinterpret_cast<void*>(2));
+  step(2);
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  step(3);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  step(4);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+// The scheduler's Status, asked with the token.
+absl::StatusOr<ClusterStatus> StatusWithToken(const std::string& address,
+                                              const std::string& bearer) {
+  auto stub = Scheduler::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", bearer);
+  ClusterStatus st;
+  RETURN_IF_ERROR(FromGrpc(stub->Status(&ctx, StatusRequest(), &st)));
+  return st;
+}
+
+// Every service declared in a .proto file of proto/ (read from the folder:
+// a file whose code the test does not link fails the test).
+std::vector<const google::protobuf::ServiceDescriptor*> ProtoServices() {
+  std::vector<const google::protobuf::ServiceDescriptor*> out;
+  for (const auto& entry : std::filesystem::directory_iterator(BinaryPath("proto"))) {
+    if (entry.path().extension() != ".proto") continue;
+    const std::string name = "proto/" + entry.path().filename().string();
+    const google::protobuf::FileDescriptor* file =
+        google::protobuf::DescriptorPool::generated_pool()->FindFileByName(name);
+    EXPECT_NE(file, nullptr) << name << " is not linked into the test: add its proto library";
+    for (int i = 0; file != nullptr && i < file->service_count(); ++i) {
+      out.push_back(file->service(i));
+    }
   }
   return out;
+}
+
+// The addresses of the members serving each service, by its full name.
+using Servers = std::map<std::string, std::vector<std::string>>;
+
+Servers ServersOf(const ClusterStatus& st) {
+  Servers out = {{Scheduler::service_full_name(), {st.scheduler().address()}}};
+  for (const NodeStatus& m : st.members()) {
+    if (m.role() == SERVER) out[ParameterServer::service_full_name()].push_back(m.address());
+    if (m.role() != WORKER) continue;
+    out[Worker::service_full_name()].push_back(m.address());
+    out[StageLink::service_full_name()].push_back(m.address());
+  }
+  return out;
+}
+
+// Calls every method of every service on every member serving it without
+// the token and with wrong ones; every call must be UNAUTHENTICATED. The
+// number of calls made.
+int CallEveryMethodWithoutTheToken(const Servers& servers) {
+  int calls = 0;
+  for (const google::protobuf::ServiceDescriptor* service : ProtoServices()) {
+    const auto at = servers.find(service->full_name());
+    if (at == servers.end()) {
+      ADD_FAILURE() << service->full_name() << ": no member known to serve it (add it here)";
+      continue;
+    }
+    for (const std::string& address : at->second) {
+      for (int i = 0; i < service->method_count(); ++i) {
+        const google::protobuf::MethodDescriptor* m = service->method(i);
+        const std::string method = absl::StrCat("/", service->full_name(), "/", m->name());
+        const bool stream = m->client_streaming() || m->server_streaming();
+        for (const std::string& wrong :
+             {std::string(), std::string("Bearer nope"), absl::StrCat("Bearer ", kToken, "x"),
+              std::string(kToken)}) {
+          for (int epoch = 0; epoch < (stream ? 3 : 1); ++epoch) {
+            const grpc::Status st = stream ? StreamCall(address, method, wrong, epoch)
+                                           : Call(address, method, wrong);
+            EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+                << method << " at " << address << " with \"" << wrong
+                << "\": " << st.error_message();
+            ++calls;
+          }
+        }
+      }
+    }
+  }
+  return calls;
+}
+
+// Two pipeline replicas of two stages each (1 server), slowed so that the
+// calls below land while they train.
+ClusterOptions PipelinedJob(const std::string& flag) {
+  ClusterOptions options;
+  options.job_text = R"pb(
+    name: "token"
+    model {
+      layers { type: DENSE units: 16 }
+      layers { type: RELU }
+      layers { type: DENSE units: 4 }
+      layers { type: SOFTMAX_XENT }
+    }
+    data { dataset: SYNTHETIC synthetic_dim: 16 synthetic_classes: 4 synthetic_test_size: 64 }
+    optimizer { type: SGD learning_rate: 0.1 }
+    batch_size: 16
+    steps: 400
+    num_workers: 4
+    pipeline_stages: 2
+    chunk_bytes: 1024
+  )pb";
+  options.servers = 1;
+  options.workers = 4;
+  options.scheduler_flags = {flag, "--metrics_port=0"};
+  options.server_flags = {flag, "--metrics_port=0"};
+  for (int i = 0; i < 4; ++i) options.worker_flags.push_back({flag, "--debug_slowdown_ms=25"});
+  return options;
 }
 
 TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   Cluster cluster("token");
   const std::string token_file = cluster.dir() + "/token";
   WriteFile(token_file, absl::StrCat(kToken, "\n"));
-  const std::string flag = "--auth_token_file=" + token_file;
-  ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 16\nsteps: 60\n");
-  options.servers = 1;
-  options.workers = 1;
-  options.scheduler_flags = {flag, "--metrics_port=0"};
-  options.server_flags = {flag, "--metrics_port=0"};
-  options.worker_flags = {{flag, "--debug_slowdown_ms=50"}};
-  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.Start(PipelinedJob("--auth_token_file=" + token_file)).ok())
+      << cluster.Logs();
   const std::string bearer = absl::StrCat("Bearer ", kToken);
-  std::vector<std::string> http;  // the scheduler's and the server's HTTP endpoints
 
-  // The members' addresses, from the scheduler (with the token).
-  // (A member's metrics address reaches the scheduler with its heartbeats.)
-  std::string server_address, worker_address;
+  // The members' addresses (and HTTP endpoints) from the scheduler, asked
+  // with the token, once all four workers train (a member's metrics address
+  // reaches the scheduler with its heartbeats).
+  ClusterStatus status;
   auto known = [&] {
-    return !server_address.empty() && !worker_address.empty() && http.size() == 2 &&
-           !http[0].empty() && !http[1].empty();
-  };
-  for (int i = 0; i < 200 && !known(); ++i) {
-    auto stub = Scheduler::NewStub(MakeChannel(cluster.scheduler_address()));
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", bearer);
-    ClusterStatus st;
-    if (stub->Status(&ctx, StatusRequest(), &st).ok()) {
-      server_address.clear();
-      worker_address.clear();
-      http = {st.scheduler().metrics_address()};
-      for (const NodeStatus& m : st.members()) {
-        if (m.role() == SERVER) server_address = m.address();
-        if (m.role() == SERVER) http.push_back(m.metrics_address());
-        if (m.role() == WORKER) worker_address = m.address();
-      }
+    absl::StatusOr<ClusterStatus> st = StatusWithToken(cluster.scheduler_address(), bearer);
+    if (!st.ok() || st->members_size() != 5 || st->scheduler().metrics_address().empty()) {
+      return false;
     }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(known()) << cluster.Logs();
+    for (const NodeStatus& m : st->members()) {
+      if (m.role() == SERVER && m.metrics_address().empty()) return false;
+      if (m.role() == WORKER && m.clock() < 1) return false;
+    }
+    status = *st;
+    return true;
+  };
+  for (int i = 0; i < 400 && !known(); ++i) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_EQ(status.members_size(), 5) << cluster.Logs();
 
   // /metrics, the dashboard and its data refuse HTTP requests without the
   // token (401), and answer with it, in a header or as ?token=.
-  ASSERT_EQ(http.size(), 2u);
+  std::vector<std::string> http = {status.scheduler().metrics_address()};
+  for (const NodeStatus& m : status.members()) {
+    if (m.role() == SERVER) http.push_back(m.metrics_address());
+  }
   for (const std::string& address : http) {
-    ASSERT_FALSE(address.empty()) << cluster.Logs();
     const bool scheduler = address == http[0];
     for (const std::string path : {"/metrics", "/", "/api/status"}) {
       if (!scheduler && path != "/metrics") continue;
@@ -120,31 +234,32 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
     }
   }
 
-  const std::vector<std::pair<std::string, std::string>> services = {
-      {"pstrain.Scheduler", cluster.scheduler_address()},
-      {"pstrain.ParameterServer", server_address},
-      {"pstrain.Worker", worker_address}};
-  int checked = 0;
-  for (const auto& [service, address] : services) {
-    const std::vector<std::string> methods = Methods(service);
-    ASSERT_FALSE(methods.empty()) << service;
-    for (const std::string& method : methods) {
-      for (const std::string& wrong : {std::string(), std::string("Bearer nope"),
-                                       absl::StrCat("Bearer ", kToken, "x"), std::string(kToken)}) {
-        const grpc::Status st = Call(address, method, wrong);
-        EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
-            << method << " with \"" << wrong << "\": " << st.error_message();
-        ++checked;
-      }
-    }
-    // With the token the door opens (Status answers).
-    EXPECT_TRUE(Call(address, absl::StrCat("/", service, "/Status"), bearer).ok()) << service;
+  // Every method of every service in proto/, on every member serving it:
+  // 4 wrong tokens each, 3 link epochs for a stream.
+  const Servers servers = ServersOf(status);
+  const int calls = CallEveryMethodWithoutTheToken(servers);
+  EXPECT_EQ(calls, 4 * (6 + 3 + 4 * 1 + 4 * 3));  // scheduler, server, workers, stage links
+  // With the token the door opens (Status answers).
+  for (const auto& [service, addresses] : servers) {
+    if (service == StageLink::service_full_name()) continue;
+    EXPECT_TRUE(Call(addresses[0], absl::StrCat("/", service, "/Status"), bearer).ok()) << service;
   }
-  EXPECT_EQ(checked, 4 * (6 + 3 + 1));  // scheduler, server, worker methods
-  // The daemons, which all have the token, finish the job.
+  // The refused calls had no effect: the job was still under way, and both
+  // replicas finish it with every stage.
+  absl::StatusOr<ClusterStatus> during = StatusWithToken(cluster.scheduler_address(), bearer);
+  ASSERT_TRUE(during.ok()) << during.status();
+  EXPECT_EQ(during->job_state(), RUNNING_JOB) << "the job ended before the calls were made";
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   EXPECT_EQ(*code, 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
+  ASSERT_TRUE(final_status.ok()) << final_status.status();
+  EXPECT_EQ(final_status->job_state(), DONE);
+  for (int w = 0; w < 4; ++w) {
+    const NodeStatus m = MemberOf(*final_status, WORKER, w);
+    EXPECT_EQ(m.state(), FINISHED) << "worker " << w << cluster.Logs();
+    EXPECT_EQ(m.clock(), 400) << "worker " << w;
+  }
 }
 
 TEST(SecurityTest, WithTlsAPlaintextCallFailsAndTheJobRunsOverTls) {

@@ -3,12 +3,15 @@
 // job over. No member exits; the job finishes with weights bit-identical to
 // an undisturbed run (BSP, with and without global-norm clipping, whose
 // rounds the servers' heartbeats complete). A --job that is not the state's
-// job is refused.
+// job is refused. A rolling restart (SIGTERM) at 10 clocks loses nothing;
+// one scheduler a job.
 #include <signal.h>
 
+#include <cctype>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -124,6 +127,111 @@ TEST(SspTakeoverTest, AKilledSchedulerStartedAgainFinishesTheJob) {
     EXPECT_EQ(*code, 0) << cluster.Logs();
     for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
   }
+}
+
+// A rolling restart: the scheduler stopped with SIGTERM (as Kubernetes or
+// systemctl restart do) at 10 clocks spread over the job, each time started
+// again on its state dir after up to half a second. Calls the leaving
+// scheduler held or cancelled must not end any member: the job finishes
+// with no abort and no rollback, every member exits 0, and the clock table
+// ends at the job's last clock.
+class RollingRestartTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RollingRestartTest, TenSigtermsSpreadOverTheJobLoseNothing) {
+  const bool ssp = GetParam();
+  // BSP with global-norm clipping (every clock holds a norm round at the
+  // scheduler), or SSP with staleness 2.
+  const bool clip = !ssp;
+  std::string expected;
+  if (clip) {
+    Cluster calm("rolling_calm");
+    ASSERT_TRUE(calm.Start(Options(calm.dir(), clip)).ok()) << calm.Logs();
+    ASSERT_EQ(calm.WaitAll(absl::Seconds(180)).value_or(-1), 0) << calm.Logs();
+    expected = WeightsBytes(calm, 0);
+  }
+  Cluster cluster(ssp ? "rolling_ssp" : "rolling_clip");
+  ASSERT_TRUE(cluster.Start(Options(cluster.dir(), clip, ssp)).ok()) << cluster.Logs();
+  std::mt19937 rng(std::random_device{}());
+  constexpr int kRestarts = 10;
+  for (int i = 0; i < kRestarts; ++i) {
+    const int64_t at = 15 + i * 27 + rng() % 10;  // 15..267 of 300
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (SlowestWorkerClock(cluster.scheduler_address()) < at) {
+      ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
+      ASSERT_LT(absl::Now(), give_up) << "stuck before clock " << at << cluster.Logs();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    cluster.scheduler().Kill(SIGTERM);
+    ASSERT_EQ(cluster.scheduler().Wait(absl::Seconds(10)).value_or(-1), 1)
+        << "restart " << i << cluster.Logs();
+    absl::SleepFor(absl::Milliseconds(rng() % 500));
+    ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
+  }
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  for (Process& p : cluster.servers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
+  for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE) << end->message();
+  EXPECT_EQ(end->scheduler_takeovers(), kRestarts);
+  EXPECT_EQ(end->generation(), 0) << "no rollback needed";
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(MemberOf(*end, WORKER, w).clock(), 300) << "worker " << w;
+    ASSERT_GT(end->worker_clocks_size(), w);
+    EXPECT_EQ(end->worker_clocks(w), 300) << "worker " << w << " in the clock table";
+    if (clip) {
+      EXPECT_TRUE(WeightsBytes(cluster, w) == expected)
+          << "worker " << w << "'s weights differ from the undisturbed run's";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ClippedBspAndSsp, RollingRestartTest, ::testing::Bool());
+
+// True when `out` names process `pid` ("pid 1234" not followed by a digit).
+bool NamesPid(const std::string& out, pid_t pid) {
+  const std::string want = absl::StrCat("pid ", pid);
+  for (size_t at = out.find(want); at != std::string::npos; at = out.find(want, at + 1)) {
+    const size_t next = at + want.size();
+    if (next == out.size() || !std::isdigit(static_cast<unsigned char>(out[next]))) return true;
+  }
+  return false;
+}
+
+// One scheduler a job: a second one started on the running one's port, or
+// on its state dir, exits 2 naming the first (no shared port, no second
+// writer of the state), and the first job ends DONE without a takeover.
+TEST(OneSchedulerAJobTest, ASecondSchedulerOnTheSamePortOrStateDirIsExitTwoNamingTheHolder) {
+  Cluster cluster("one_scheduler");
+  ASSERT_TRUE(cluster.Start(Options(cluster.dir(), false)).ok()) << cluster.Logs();
+  while (SlowestWorkerClock(cluster.scheduler_address()) < 20) {
+    ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const std::string state = cluster.dir() + "/state";
+  const std::string address = cluster.scheduler_address();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {address, state}, {address, cluster.dir() + "/another_state"}, {"127.0.0.1:0", state}};
+  for (const auto& [listen, state_dir] : cases) {
+    std::string out;
+    absl::StatusOr<int> code = RunCommand(
+        {BinaryPath("scheduler/ps_scheduler"), "--job=" + cluster.dir() + "/job.pbtxt",
+         "--listen=" + listen, "--num_servers=2", "--num_workers=2", "--state_dir=" + state_dir},
+        &out, absl::Seconds(20), "second");
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 2) << listen << " " << state_dir << ": " << out;
+    EXPECT_TRUE(NamesPid(out, cluster.scheduler().pid())) << out;
+  }
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE) << end->message();
+  EXPECT_EQ(end->scheduler_takeovers(), 0);
+  for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
 }
 
 TEST(TakeoverRefusalTest, AnotherJobOnTheStateDirIsExitTwo) {

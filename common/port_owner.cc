@@ -1,0 +1,89 @@
+#include "common/port_owner.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kListen[] = "0A";  // TCP_LISTEN in /proc/net/tcp
+
+// The inodes of the listening sockets on `port` in a /proc/net/tcp table.
+void ListeningInodes(const std::string& table, int port, std::set<std::string>* inodes) {
+  std::ifstream in(table);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+    const std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 10 || f[3] != kListen) continue;
+    const size_t colon = f[1].rfind(':');
+    if (colon == std::string::npos) continue;
+    if (std::strtol(f[1].c_str() + colon + 1, nullptr, 16) == port) inodes->insert(f[9]);
+  }
+}
+
+// The pid of a process holding one of the sockets `inodes`, or -1.
+int HolderOf(const std::set<std::string>& inodes) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return -1;
+  int found = -1;
+  for (dirent* e = readdir(proc); e != nullptr && found < 0; e = readdir(proc)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid == getpid()) continue;
+    const std::string fds = absl::StrCat("/proc/", pid, "/fd");
+    DIR* dir = opendir(fds.c_str());
+    if (dir == nullptr) continue;
+    for (dirent* fd = readdir(dir); fd != nullptr && found < 0; fd = readdir(dir)) {
+      char target[128];
+      const std::string link = absl::StrCat(fds, "/", fd->d_name);
+      const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      absl::string_view t(target, n);
+      if (absl::ConsumePrefix(&t, "socket:[") && absl::ConsumeSuffix(&t, "]") &&
+          inodes.count(std::string(t)) > 0) {
+        found = pid;
+      }
+    }
+    closedir(dir);
+  }
+  closedir(proc);
+  return found;
+}
+
+std::string CommandLine(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string cmd = absl::StrReplaceAll(absl::StripSuffix(raw, std::string(1, '\0')),
+                                        {{std::string(1, '\0'), " "}});
+  const size_t slash = cmd.substr(0, cmd.find(' ')).rfind('/');
+  if (slash != std::string::npos) cmd = cmd.substr(slash + 1);  // the program's base name
+  if (cmd.size() > 160) cmd = cmd.substr(0, 160) + " ...";
+  return cmd;
+}
+
+}  // namespace
+
+std::string PortOwner(int port) {
+  std::set<std::string> inodes;
+  ListeningInodes("/proc/net/tcp", port, &inodes);
+  ListeningInodes("/proc/net/tcp6", port, &inodes);
+  if (inodes.empty()) return "";
+  const int pid = HolderOf(inodes);
+  if (pid < 0) return "another process";
+  return absl::StrCat("pid ", pid, " (", CommandLine(pid), ")");
+}
+
+}  // namespace pstrain
