@@ -74,6 +74,12 @@ bool ClockTable::CatchUp(int worker, int64_t clock) {
   return true;
 }
 
+void ClockTable::Finish(int worker, int64_t clock) {
+  if (worker < 0 || worker >= num_workers() || clock <= clocks_[worker]) return;
+  clocks_[worker] = clock;
+  may_jump_[worker] = false;
+}
+
 bool ClockTable::Resyncing() const {
   for (int w = 0; w < num_workers(); ++w) {
     if (may_jump_[w] && !removed_[w]) return true;

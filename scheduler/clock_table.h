@@ -32,6 +32,10 @@ class ClockTable {
   // the heartbeats by a clock or more). Moves it up to `clock` once; its
   // reports up to `clock` are then no-ops. False if it may not jump.
   bool CatchUp(int worker, int64_t clock);
+  // `worker` finished the job at `clock` (its final report): the table
+  // says so even if a gate report of its last clocks was lost (a scheduler
+  // restarting as it sent them). Never moves a clock down.
+  void Finish(int worker, int64_t clock);
   // Whether `worker`'s next Advance may still jump (Restore).
   bool may_jump(int worker) const { return may_jump_[worker]; }
   // Some live worker's clock is not known yet since a Restore.

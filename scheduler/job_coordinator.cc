@@ -209,6 +209,9 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
         absl::StrCat(RoleName(st.role()), " ", st.id(), " failed: ", st.message());
     if (st.role() != WORKER || !TakeReplicaOut(member->id, why, now)) EndJob(ABORTED, why, now);
   } else if (st.role() == WORKER && member->status.state() == FINISHED) {
+    if (st.generation() == generation_ && !rolling_back_) {
+      clocks_.Finish(member->id, std::min(st.clock(), total_clocks_));
+    }
     MaybeDone(now);
   } else if (st.role() == SERVER) {
     MaybeEndRollback(now);

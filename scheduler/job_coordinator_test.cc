@@ -532,6 +532,31 @@ TEST_F(JobCoordinatorTest, AfterATakeoverAWorkersHeartbeatCatchesItsClockUp) {
   EXPECT_TRUE(coordinator_->Control(drain, now_).ok());  // every clock known now
 }
 
+TEST_F(JobCoordinatorTest, AFinishedWorkersClockIsItsLastEvenIfItsLastReportsWereLost) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  const SchedulerState state = coordinator_->Snapshot();  // both at clock 0
+  const int64_t total = state.total_clocks();
+  Start(TwoByTwo(), {});
+  ASSERT_TRUE(coordinator_->TakeOver(state, now_).ok());
+  bool parked = false;
+  ASSERT_TRUE(Gate(0, 4, &parked).ok());  // worker 0's one jump
+  // Its reports of clocks 5..total went to a scheduler that was leaving;
+  // its final heartbeat says it finished them all.
+  HeartbeatRequest beat;
+  beat.set_incarnation(1);
+  beat.mutable_status()->set_role(WORKER);
+  beat.mutable_status()->set_id(0);
+  beat.mutable_status()->set_state(FINISHED);
+  beat.mutable_status()->set_clock(total);
+  ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
+  EXPECT_EQ(coordinator_->Status(now_).worker_clocks(0), total);
+  // A heartbeat overtaken by the final one does not move it back.
+  beat.mutable_status()->set_clock(total - 3);
+  ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
+  EXPECT_EQ(coordinator_->Status(now_).worker_clocks(0), total);
+}
+
 TEST_F(JobCoordinatorTest, AStateOfAnotherShapeIsRefused) {
   Start(TwoByTwo(), {});
   JoinAll();

@@ -267,6 +267,10 @@ void ExpectServerFails(const std::string& name, const std::string& dir, const st
   options.workers = 2;
   options.server_flags = {"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kBudget)};
   options.scheduler_flags = {"--linger_ms=2000"};
+  // The job ends as the servers start: a worker slow to start (a loaded
+  // machine) may find the scheduler gone, and waits for it no longer than
+  // this before it exits.
+  options.worker_flags = {{"--connect_timeout_s=10"}, {"--connect_timeout_s=10"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << cluster.Logs();
