@@ -2,8 +2,10 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -59,7 +61,27 @@ absl::StatusOr<sockaddr_storage> Resolve(const std::string& host, int port, bool
   return addr;
 }
 
+// Raises this process's soft open-file limit to its hard one (as Go's
+// runtime does at start-up) and returns it (0: unlimited).
+uint64_t RaiseOpenFileLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
+  if (lim.rlim_cur != lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? 0 : static_cast<uint64_t>(lim.rlim_cur);
+}
+
 }  // namespace
+
+int HttpConnectionLimit(uint64_t open_files) {
+  constexpr uint64_t kMost = 1024, kLeast = 16, kKept = 512;
+  if (open_files == 0) return static_cast<int>(kMost);
+  const uint64_t spare = open_files > kKept ? (open_files - kKept) / 2 : 0;
+  return static_cast<int>(std::clamp(spare, kLeast, kMost));
+}
 
 int HttpServer::Answer(MHD_Connection* connection, const char* url, const char* method) const {
   const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
@@ -91,13 +113,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   absl::StatusOr<sockaddr_storage> addr = Resolve(host, port, &ipv6);
   if (!addr.ok()) return addr.status();
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(handlers)));
-  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
+  // poll(), not MHD_USE_AUTO's epoll: libmicrohttpd 0.9.75's epoll loop
+  // leaves a connection its client closed while it waited in the listen
+  // queue (a flood beyond the connection limit) open until its idle timeout,
+  // so after a 500-connection flood the queue drained 64 connections per
+  // timeout (60 s) while the port answered nothing. poll() sees the close at
+  // once and, unlike select(), has no FD_SETSIZE cap on the limit.
+  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD;
   if (ipv6) flags |= MHD_USE_IPv6;
+  const unsigned limit = static_cast<unsigned>(HttpConnectionLimit(RaiseOpenFileLimit()));
   server->daemon_ = MHD_start_daemon(
       flags, static_cast<uint16_t>(port), nullptr, nullptr, &Dispatch, server.get(),
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&*addr), MHD_OPTION_CONNECTION_LIMIT,
-      64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      static_cast<size_t>(32 << 10), MHD_OPTION_END);
+      limit, MHD_OPTION_CONNECTION_TIMEOUT, kHttpIdleTimeoutS,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(32 << 10), MHD_OPTION_END);
   if (server->daemon_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", host, ":", port,
                                                " (in use, or not an address of this machine)"));

@@ -7,6 +7,7 @@
 #ifndef PSTRAIN_COMMON_HTTP_SERVER_H_
 #define PSTRAIN_COMMON_HTTP_SERVER_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -31,8 +32,11 @@ using HttpHandler = std::function<HttpResponse()>;
 class HttpServer {
  public:
   // Serves `handlers` (by exact path) on host:port; port 0 lets the OS
-  // choose. At most 64 connections at once, 10 s idle each, 32 KiB of
-  // request per connection: a flood is refused, not buffered.
+  // choose. At most HttpConnectionLimit() connections at once (the soft
+  // open-file limit is first raised to the hard one), each closed after
+  // kHttpIdleTimeoutS s without a byte, 32 KiB of request per connection:
+  // a flood is refused, not buffered, and hundreds of idle or slow clients
+  // leave room for real requests.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& host, int port, std::map<std::string, HttpHandler> handlers);
   ~HttpServer();  // stops serving
@@ -50,6 +54,15 @@ class HttpServer {
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
 };
+
+// Seconds a connection may stay silent before it is closed.
+inline constexpr unsigned kHttpIdleTimeoutS = 5;
+
+// How many HTTP connections a process with `open_files` file descriptors
+// (its soft RLIMIT_NOFILE; 0 for unlimited) serves at once: 1024, or less
+// where descriptors are few, keeping 512 of them and half the rest for the
+// daemon's RPCs, files and peers (at least 16).
+int HttpConnectionLimit(uint64_t open_files);
 
 // The host part of "HOST:PORT" ("[::1]:80" -> "::1"), where a daemon's HTTP
 // endpoint listens beside its gRPC one.

@@ -110,6 +110,15 @@ TEST(HttpServerTest, ServesItsPathsAndRefusesOthers) {
   EXPECT_FALSE(HttpServer::Start("127.0.0.1", 70000, {}).ok());
 }
 
+TEST(HttpServerTest, ConnectionLimitLeavesDescriptorsForTheDaemon) {
+  EXPECT_EQ(HttpConnectionLimit(0), 1024);  // unlimited
+  EXPECT_EQ(HttpConnectionLimit(1 << 20), 1024);
+  EXPECT_EQ(HttpConnectionLimit(4096), 1024);
+  EXPECT_EQ(HttpConnectionLimit(1024), 256);  // 512 kept, half the rest
+  EXPECT_EQ(HttpConnectionLimit(512), 16);
+  EXPECT_EQ(HttpConnectionLimit(64), 16);
+}
+
 // Last: it makes a token the process' for good.
 TEST(HttpServerTest, WithATokenOnlyRequestsCarryingItAreAnswered) {
   const std::string file = ::testing::TempDir() + "/token";
