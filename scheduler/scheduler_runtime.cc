@@ -258,6 +258,7 @@ absl::Status WriteStatusFile(const SchedulerConfig& config, SchedulerService* se
 int RunScheduler(const SchedulerConfig& config) {
   SetLogIdentity("scheduler", -1);
   InstallShutdownHandlers();
+  InstallOutOfMemoryExit();
   auto fail = [](const absl::Status& st) {
     spdlog::error("{}", st.message());
     return 2;
