@@ -79,14 +79,17 @@ absl::StatusOr<sockaddr_storage> Resolve(const std::string& host, int port, bool
   return addr;
 }
 
-// Raises this process's soft open-file limit to its hard one (as Go's
-// runtime does at start-up) and returns it (0: unlimited).
+// Raises this process's soft open-file limit towards its hard one (as Go's
+// runtime does at start-up), to at most 65536 (code that walks every
+// descriptor stays quick), and returns it (0: unlimited).
 uint64_t RaiseOpenFileLimit() {
+  constexpr rlim_t kEnough = 65536;
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
-  if (lim.rlim_cur != lim.rlim_max) {
+  const rlim_t want = std::min(lim.rlim_max, kEnough);
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
     rlimit raised = lim;
-    raised.rlim_cur = lim.rlim_max;
+    raised.rlim_cur = want;
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
   }
   return lim.rlim_cur == RLIM_INFINITY ? 0 : static_cast<uint64_t>(lim.rlim_cur);

@@ -72,7 +72,7 @@ class HttpServer {
  public:
   // Serves `handlers` (by exact path) on host:port; port 0 lets the OS
   // choose. At most `limits.connections` at once (by default up to 1024,
-  // after the soft open-file limit is raised to the hard one), each closed
+  // after the soft open-file limit is raised towards the hard one), each closed
   // when idle or past its request deadline, 32 KiB of request per
   // connection: a flood is refused, not buffered, and hundreds of idle or
   // slow clients leave room for real requests.
