@@ -90,6 +90,7 @@ TEST(BadInputTest, AnAllocationThatFailsIsOutOfMemoryNotASignal) {
       "data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 "
       "synthetic_train_size: 200000000 }\nbatch_size: 32\nsteps: 5\n";
   options.worker_prefix = {{"/usr/bin/prlimit", "--as=4000000000", "--"}};
+  options.worker_flags = {{"--device=cpu"}};  // a CUDA context wants more address space
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
