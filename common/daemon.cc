@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "absl/strings/str_cat.h"
 
@@ -83,6 +85,33 @@ void InstallShutdownHandlers() {
 }
 
 bool ShutdownRequested() { return g_shutdown.load(); }
+
+namespace {
+
+std::terminate_handler g_previous_terminate = nullptr;
+
+[[noreturn]] void OnTerminate() {
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      // No allocation here: the heap may be what ran out.
+      static const char kMessage[] = "out of memory: an allocation failed; exiting\n";
+      [[maybe_unused]] const ssize_t n = write(2, kMessage, sizeof(kMessage) - 1);
+      _exit(1);
+    } catch (...) {
+    }
+  }
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
+
+}  // namespace
+
+void InstallOutOfMemoryExit() {
+  std::terminate_handler previous = std::set_terminate(OnTerminate);
+  if (previous != OnTerminate) g_previous_terminate = previous;
+}
 
 void TuneMallocForBulkTraffic() {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);

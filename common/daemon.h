@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -33,6 +35,25 @@ absl::Status WritePortFile(const std::string& path, const std::string& address);
 // daemon then stops cleanly) instead of killing the process at once.
 void InstallShutdownHandlers();
 bool ShutdownRequested();
+
+// Makes an exception that nothing caught exit 1 with "out of memory" on
+// stderr when it is a failed allocation (std::bad_alloc, on any thread),
+// instead of aborting (exit 134); other ones abort as before. The last
+// resort behind OutOfMemoryAsError.
+void InstallOutOfMemoryExit();
+
+// Runs `f` (returning an absl::Status or StatusOr); a failed allocation in
+// it becomes RESOURCE_EXHAUSTED "out of memory <what>".
+template <typename F>
+auto OutOfMemoryAsError(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory " + what);
+  } catch (const std::length_error& e) {  // a size no container holds
+    return absl::ResourceExhaustedError("out of memory " + what + " (" + e.what() + ")");
+  }
+}
 
 // Keeps freed message-sized buffers (up to 64 MiB each, 256 MiB in all) in
 // the heap for reuse instead of returning them to the kernel: gRPC allocates

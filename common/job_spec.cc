@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_sizes.h"
 #include "common/params.h"
 #include "common/stage_plan.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -392,7 +393,8 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
                " parameters into ", chunks, " chunks; at most ", kMaxChunks,
                " are allowed (raise chunk_bytes)");
   }
-  return ValidateReplicas(job);
+  if (const absl::Status st = ValidateReplicas(job); !st.ok()) return st;
+  return ValidateJobSizes(job);
 }
 
 int64_t TrainSetSize(const JobSpec& job) {
@@ -400,7 +402,7 @@ int64_t TrainSetSize(const JobSpec& job) {
     case SYNTHETIC:
       return job.data().synthetic_train_size();
     case TEXT:  // windows drawn at random: as many as the job uses
-      return std::max<int64_t>(1, job.steps()) * std::max(1, job.batch_size());
+      return SaturatingMul(std::max<int64_t>(1, job.steps()), std::max(1, job.batch_size()));
     default:
       return kFashionMnistTrain;
   }

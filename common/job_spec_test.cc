@@ -1,9 +1,11 @@
 #include "common/job_spec.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/job_sizes.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -71,6 +73,42 @@ TEST(JobSpecTest, ValidationNamesTheProblem) {
       "model { kind: GPT gpt { layers: 3 heads: 4 width: 528 context: 64 } }\n"
       "data { dataset: TEXT path: \"/x\" }\nsteps: 10\nchunk_bytes: 4");
   EXPECT_TRUE(absl::StrContains(many, "raise chunk_bytes")) << many;
+}
+
+TEST(JobSpecTest, SizesNoWorkerCanAllocateAreRefusedNamingTheField) {
+  auto check = [](const std::string& text) { return ValidateJobSpec(Complete(text)); };
+  const std::string gpt =
+      "model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\nsteps: 10\n";
+  const std::string synthetic =
+      "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
+      "data { dataset: SYNTHETIC synthetic_classes: 4 ";
+  // 2e9 sequences of 64 tokens: past the kernels' 32-bit counts.
+  absl::Status st = check(gpt + "batch_size: 2000000000");
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: batch_size (2000000000)")) << st;
+  // Split over 1024 workers it is 2M sequences each: a worker's share counts.
+  EXPECT_TRUE(check(gpt + "batch_size: 2000000000 num_workers: 1024").ok());
+  // 2e9 synthetic examples of 32 features: 264 GB in every worker.
+  st = check(synthetic + "synthetic_train_size: 2000000000 synthetic_dim: 32 }");
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: data.synthetic_train_size")) << st;
+  st = check(synthetic + "synthetic_train_size: 2000000000 }\nbatch_size: 2000000000");
+  EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: data.synthetic_train_size")) << st;
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  // An MLP's batch of 2e9 rows on a data set that would fit.
+  st = check(synthetic + "synthetic_train_size: 2000000000 synthetic_dim: 1 }\n"
+                         "batch_size: 2000000000");
+  EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: batch_size (2000000000)")) << st;
+  // Large but sane ones pass; the arithmetic saturates instead of wrapping.
+  EXPECT_TRUE(check(gpt + "batch_size: 200000").ok());
+  EXPECT_TRUE(check(synthetic + "synthetic_train_size: 10000000 }\nbatch_size: 100000").ok());
+  EXPECT_TRUE(check("model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\n"
+                    "batch_size: 1000\nsteps: 9223372036854775807")
+                  .ok());
+  EXPECT_EQ(SaturatingMul(int64_t{1} << 62, 4), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(SaturatingAdd(std::numeric_limits<int64_t>::max(), 1),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(SaturatingMul(3, 5), 15);
 }
 
 TEST(JobSpecTest, ClocksAndReadGuarantee) {

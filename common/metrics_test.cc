@@ -1,9 +1,16 @@
 #include "common/metrics.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "common/http_server.h"
 #include "common/security.h"
 #include "gtest/gtest.h"
@@ -108,6 +115,74 @@ TEST(HttpServerTest, ServesItsPathsAndRefusesOthers) {
   // A port in use: a clear error, not a crash.
   EXPECT_FALSE(HttpServer::Start("127.0.0.1", (*server)->port(), {}).ok());
   EXPECT_FALSE(HttpServer::Start("127.0.0.1", 70000, {}).ok());
+}
+
+TEST(HttpServerTest, ConnectionLimitLeavesDescriptorsForTheDaemon) {
+  EXPECT_EQ(HttpConnectionLimit(0), 1024);  // unlimited
+  EXPECT_EQ(HttpConnectionLimit(1 << 20), 1024);
+  EXPECT_EQ(HttpConnectionLimit(4096), 1024);
+  EXPECT_EQ(HttpConnectionLimit(1024), 256);  // 512 kept, half the rest
+  EXPECT_EQ(HttpConnectionLimit(512), 16);
+  EXPECT_EQ(HttpConnectionLimit(64), 16);
+}
+
+TEST(HttpServerTest, RequestDeadlinesExpireOnceAndNotWhileAnswering) {
+  RequestDeadlines deadlines(absl::Seconds(10));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  int a = 0, b = 0, c = 0;  // three connections
+  deadlines.Started(&a, 5, t0);
+  deadlines.Started(&b, 6, t0);
+  deadlines.Started(&c, 7, t0);
+  deadlines.Busy(&b);                                   // being answered: no deadline
+  deadlines.Answered(&c, t0 + absl::Seconds(8));        // the next request's starts
+  std::vector<int> closed;
+  auto expire = [&](absl::Duration at) {
+    closed.clear();
+    deadlines.Expire(t0 + at, [&](int fd) { closed.push_back(fd); });
+    return closed;
+  };
+  EXPECT_EQ(expire(absl::Seconds(9)), std::vector<int>{});
+  EXPECT_EQ(expire(absl::Seconds(10)), std::vector<int>{5});
+  EXPECT_EQ(expire(absl::Seconds(11)), std::vector<int>{});  // once
+  EXPECT_EQ(expire(absl::Seconds(18)), std::vector<int>{7});
+  deadlines.Closed(&b);
+  deadlines.Answered(&b, t0);  // after its close: nothing
+  EXPECT_EQ(expire(absl::Seconds(100)), std::vector<int>{});
+}
+
+// A connection that trickles a byte every 100 ms is closed at its request
+// deadline; a normal request is answered meanwhile.
+TEST(HttpServerTest, ATricklingConnectionIsClosedAtItsDeadline) {
+  HttpLimits limits;
+  limits.request_deadline = absl::Seconds(1);
+  auto server = HttpServer::Start(
+      "127.0.0.1", 0, {{"/metrics", [] { return HttpResponse{200, "text/plain", "ok\n"}; }}},
+      limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string start = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), static_cast<ssize_t>(start.size()));
+  const absl::Time t0 = absl::Now();
+  bool open = true;
+  while (open && absl::Now() - t0 < absl::Seconds(5)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    char byte;
+    open = send(fd, "a", 1, MSG_NOSIGNAL) == 1 && recv(fd, &byte, 1, MSG_DONTWAIT) < 0 &&
+           errno == EAGAIN;
+  }
+  const absl::Duration held = absl::Now() - t0;
+  close(fd);
+  EXPECT_FALSE(open);
+  EXPECT_GE(held, absl::Milliseconds(900));
+  EXPECT_LE(held, absl::Seconds(3));
+  auto reply = HttpGet("127.0.0.1:" + std::to_string((*server)->port()), "/metrics");
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->code, 200);
 }
 
 // Last: it makes a token the process' for good.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/job_sizes.h"
 #include "common/job_spec.h"
 #include "common/params.h"
 #include "common/partition.h"
@@ -27,5 +28,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (TotalClocks(*job) < 0 || ClocksPerEpoch(*job) <= 0) __builtin_trap();
+  // What every worker allocates for its data set and batch is bounded.
+  const WorkerFootprint f = FootprintOf(*job);
+  if (f.rows < 1 || f.data_bytes < 0 || f.batch_bytes < 0 ||
+      SaturatingAdd(f.data_bytes, f.batch_bytes) > kMaxWorkerHostBytes ||
+      SaturatingMul(f.rows, f.row_elements) > kMaxBatchElements) {
+    __builtin_trap();
+  }
   return 0;
 }

@@ -315,6 +315,7 @@ void LogJob(const std::string& address, const JobSpec& job) {
 int RunScheduler(const SchedulerConfig& config) {
   SetLogIdentity("scheduler", -1);
   InstallShutdownHandlers();
+  InstallOutOfMemoryExit();
   auto fail = [](const absl::Status& st) {
     spdlog::error("{}", st.message());
     return 2;

@@ -273,6 +273,7 @@ int Server::Finish(JobState end, const std::string& message) {
 int RunServer(const ServerConfig& config) {
   SetLogIdentity("server", -1);
   InstallShutdownHandlers();
+  InstallOutOfMemoryExit();
   TuneMallocForBulkTraffic();
   auto trace = TraceWriter::Open(config.trace_file);
   if (!trace.ok()) {

@@ -2,6 +2,7 @@
 // nothing crashes or hangs.
 #include <limits>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -52,6 +53,54 @@ TEST(BadInputTest, InconsistentJobSpecIsRefused) {
   std::string out;
   EXPECT_EQ(RunScheduler(path, &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "batch_size (1) must be at least num_workers (4)")) << out;
+}
+
+// Plausible typos in sizes: refused by the scheduler (exit 2) naming the
+// field, before any worker tries to allocate them.
+TEST(BadInputTest, SizesNoWorkerCanAllocateAreExitTwoNamingTheField) {
+  const std::string path = NewTempDir("sizes") + "/job.pbtxt";
+  const std::string gpt =
+      "model { kind: GPT gpt { layers: 1 heads: 2 width: 32 context: 16 } }\n"
+      "data { dataset: TEXT }\nsteps: 5\n";
+  const std::string mlp =
+      "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
+      "data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 "
+      "synthetic_train_size: 2000000000 }\nsteps: 5\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {gpt + "batch_size: 2000000000", "batch_size (2000000000)"},
+      {mlp + "batch_size: 32", "synthetic_train_size (2000000000)"},
+      {mlp + "batch_size: 2000000000", "synthetic_train_size (2000000000)"},
+  };
+  for (const auto& [job, field] : cases) {
+    WriteFile(path, job);
+    std::string out;
+    EXPECT_EQ(RunScheduler(path, &out), 2) << job << "\n" << out;
+    EXPECT_TRUE(absl::StrContains(out, field)) << job << "\n" << out;
+  }
+}
+
+// A data set the spec allows (26 GB) that the worker cannot allocate (its
+// address space is held to 4 GB): exit 1, "out of memory", not a signal;
+// the job is aborted with the worker's reason.
+TEST(BadInputTest, AnAllocationThatFailsIsOutOfMemoryNotASignal) {
+  Cluster cluster("oom");
+  ClusterOptions options;
+  options.job_text =
+      "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
+      "data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 "
+      "synthetic_train_size: 200000000 }\nbatch_size: 32\nsteps: 5\n";
+  options.worker_prefix = {{"/usr/bin/prlimit", "--as=4000000000", "--"}};
+  options.worker_flags = {{"--device=cpu"}};  // a CUDA context wants more address space
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(cluster.workers()[0].Wait(absl::ZeroDuration()).value_or(-1), 1) << cluster.Logs();
+  EXPECT_TRUE(absl::StrContains(cluster.workers()[0].Log(), "out of memory")) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
+  ASSERT_TRUE(final_status.ok()) << final_status.status();
+  EXPECT_EQ(final_status->job_state(), ABORTED);
+  EXPECT_TRUE(absl::StrContains(MemberOf(*final_status, WORKER, 0).message(), "out of memory"))
+      << MemberOf(*final_status, WORKER, 0).message();
 }
 
 TEST(BadInputTest, MissingDataPathFailsTheJobCleanly) {

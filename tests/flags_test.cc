@@ -92,6 +92,21 @@ TEST(FlagsTest, EveryInvalidValueIsExitTwoNamingTheFlag) {
   }
 }
 
+// An override no worker could allocate (a GPT's batch of 2e9 sequences):
+// exit 2 naming the field, not a worker killed by std::bad_alloc.
+TEST(FlagsTest, AnOverrideOfAnImpossibleSizeIsExitTwoNamingTheField) {
+  const std::string job = NewTempDir("sizes") + "/job.pbtxt";
+  WriteFile(job, "model { kind: GPT }\ndata { dataset: TEXT }\nsteps: 5\n");
+  std::string out;
+  absl::StatusOr<int> code =
+      RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + job, "--listen=127.0.0.1:0",
+                  "--batch_size=2000000000"},
+                 &out, absl::Seconds(20), "sizes");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_TRUE(absl::StrContains(out, "batch_size (2000000000)")) << out;
+}
+
 TEST(FlagsTest, AnOverrideGivenReplacesTheSpecAndOneNotGivenKeepsIt) {
   JobSpec job;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(

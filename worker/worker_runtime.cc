@@ -175,7 +175,8 @@ int WorkerMember::Run(const RegisterResponse& reg) {
   // Heartbeats from now on: loading the data may take longer than the
   // scheduler's heartbeat timeout.
   daemon->StartHeartbeats([this] { return Status(); });
-  absl::StatusOr<TrainTest> data = LoadDataset(job);
+  absl::StatusOr<TrainTest> data =
+      OutOfMemoryAsError("loading the data set", [&] { return LoadDataset(job); });
   if (!data.ok()) {
     spdlog::error("cannot load the data set: {}", data.status().message());
     Report(FAILED, absl::StrCat("data: ", data.status().message()));
@@ -216,7 +217,8 @@ int WorkerMember::Train() {
     absl::MutexLock lock(&mu_);
     trainer = trainer_.get();
   }
-  const absl::StatusOr<double> acc = trainer->Run(stop);
+  const absl::StatusOr<double> acc =
+      OutOfMemoryAsError("while training", [&] { return trainer->Run(stop); });
   const bool interrupted = ShutdownRequested();
   stop = true;
   watcher.join();
@@ -239,7 +241,8 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
     return 2;
   }
   if (!config.data_dir.empty()) job->mutable_data()->set_path(config.data_dir);
-  absl::StatusOr<TrainTest> data = LoadDataset(*job);
+  absl::StatusOr<TrainTest> data =
+      OutOfMemoryAsError("loading the data set", [&] { return LoadDataset(*job); });
   if (!data.ok()) {
     spdlog::error("cannot load the data set: {}", data.status().message());
     return 1;
@@ -259,7 +262,8 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
       if (ShutdownRequested()) stop = true;
     }
   });
-  const absl::StatusOr<double> acc = trainer.Run(stop);
+  const absl::StatusOr<double> acc =
+      OutOfMemoryAsError("while training", [&] { return trainer.Run(stop); });
   stop = true;
   watcher.join();
   NodeStatus st = trainer.Status();
@@ -284,6 +288,7 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
 int RunWorker(const WorkerConfig& config) {
   SetLogIdentity("worker", -1);
   InstallShutdownHandlers();
+  InstallOutOfMemoryExit();
   TuneMallocForBulkTraffic();
   kernels::Precision precision = kernels::Precision::kFp32;
   DType wire = FP32;

@@ -1,0 +1,99 @@
+#include "common/job_sizes.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+
+namespace pstrain {
+namespace {
+
+constexpr int64_t kFashionMnistExamples = 70000;  // training and test
+constexpr int64_t kFashionMnistDim = 784;
+
+// The data set in a worker's memory: features and labels (4 bytes each)
+// of every example, and an epoch's order of the training examples.
+int64_t DataBytes(const JobSpec& job) {
+  const DataSpec& data = job.data();
+  switch (data.dataset()) {
+    case SYNTHETIC: {
+      const int64_t examples = SaturatingAdd(data.synthetic_train_size(), data.synthetic_test_size());
+      const int64_t row = SaturatingMul(4, SaturatingAdd(data.synthetic_dim(), 1));
+      return SaturatingAdd(SaturatingMul(examples, row), SaturatingMul(8, TrainSetSize(job)));
+    }
+    case TEXT:  // the corpus: its size is the file's
+      return 0;
+    default:
+      return kFashionMnistExamples * (kFashionMnistDim + 1) * 4 + TrainSetSize(job) * 8;
+  }
+}
+
+// The widest tensor per batch row: an MLP's widest layer (its batch is not
+// split), a GPT's sequence of tokens (its activations are, under
+// --device_memory_budget).
+int64_t RowElements(const JobSpec& job) {
+  const ModelSpec& model = job.model();
+  if (model.kind() == GPT) return std::max(1, model.gpt().context());
+  int64_t widest = std::max(1, model.input_dim());
+  for (const LayerSpec& layer : model.layers()) widest = std::max<int64_t>(widest, layer.units());
+  return widest;
+}
+
+// Host bytes per batch row: an MLP's features, label and index; a GPT's
+// tokens and next tokens.
+int64_t RowBytes(const JobSpec& job) {
+  if (job.model().kind() == GPT) return SaturatingMul(8, std::max(1, job.model().gpt().context()));
+  return SaturatingAdd(SaturatingMul(4, SaturatingAdd(job.model().input_dim(), 1)), 8);
+}
+
+}  // namespace
+
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+
+WorkerFootprint FootprintOf(const JobSpec& job) {
+  const int64_t replicas =
+      std::max(1, job.num_workers() / std::max(1, job.pipeline_stages()));
+  WorkerFootprint f;
+  f.data_bytes = DataBytes(job);
+  f.rows = (std::max<int64_t>(0, job.batch_size()) + replicas - 1) / replicas;
+  f.row_elements = RowElements(job);
+  f.batch_bytes = SaturatingMul(f.rows, RowBytes(job));
+  return f;
+}
+
+absl::Status ValidateJobSizes(const JobSpec& job) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
+  };
+  const WorkerFootprint f = FootprintOf(job);
+  const std::string limit = absl::StrCat(kMaxWorkerHostBytes, " bytes (64 GiB)");
+  if (f.data_bytes > kMaxWorkerHostBytes) {
+    const DataSpec& d = job.data();
+    return bad("data.synthetic_train_size (", d.synthetic_train_size(), ") and synthetic_test_size (",
+               d.synthetic_test_size(), ") examples of synthetic_dim (", d.synthetic_dim(),
+               ") features make a data set of ", f.data_bytes, " bytes in every worker; at most ",
+               limit, " are allowed");
+  }
+  if (SaturatingMul(f.rows, f.row_elements) > kMaxBatchElements) {
+    return bad("batch_size (", job.batch_size(), ") gives a worker ", f.rows, " rows of ",
+               f.row_elements, job.model().kind() == GPT ? " tokens" : " values (the widest layer)",
+               ": more than the ", kMaxBatchElements, " elements a batch tensor may have");
+  }
+  if (SaturatingAdd(f.data_bytes, f.batch_bytes) > kMaxWorkerHostBytes) {
+    return bad("batch_size (", job.batch_size(), ") gives a worker ", f.rows, " rows: ",
+               f.batch_bytes, " bytes of batch beside ", f.data_bytes,
+               " of data set; at most ", limit, " are allowed");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain
