@@ -4,8 +4,9 @@
 # --offload_dir and --memory_budget unless --budget_mb=0) and WORKERS
 # workers. The server runs in a memory cgroup limited to budget + --slack_mb
 # when /sys/fs/cgroup/memory (cgroup v1) is writable, so going over is an
-# OOM kill, as in a container; its RssAnon is sampled every 20 ms.
-# Prints one JSON line per run.
+# OOM kill, as in a container; its RssAnon is sampled every 20 ms. First an
+# in-memory reference run (no limit); every run's final weights are
+# compared with its. Prints one JSON line per run.
 #
 #   bench/offload_memory.sh [--units=4096] [--budget_mb=80] [--slack_mb=64]
 #       [--steps=30] [--workers=1] [--runs=3] [--chunk_bytes=1048576]
@@ -82,12 +83,14 @@ EOF
 budget=$((BUDGET_MB << 20))
 limit=$(((BUDGET_MB + SLACK_MB) << 20))
 
+# one_run N [ref]: run N; "ref" is the in-memory reference (no offload,
+# no limit) whose final weights every run is compared with.
 one_run() {
-  local run=$1 logs="$WORK/run$1"
+  local run=$1 logs="$WORK/run$1" ref=${2:-}
   mkdir -p "$logs/offload"
   local prefix=()
   CG=""
-  if [ "$CGROUP" -eq 1 ] && mkdir "/sys/fs/cgroup/memory/pstrain_offload_$$_$run" 2>/dev/null; then
+  if [ "$CGROUP" -eq 1 ] && [ -z "$ref" ] && mkdir "/sys/fs/cgroup/memory/pstrain_offload_$$_$run" 2>/dev/null; then
     CG="/sys/fs/cgroup/memory/pstrain_offload_$$_$run"
     echo "$limit" >"$CG/memory.limit_in_bytes"
     prefix=(/bin/sh -c "echo \$\$ >$CG/cgroup.procs && exec \"\$@\"" sh)
@@ -100,7 +103,7 @@ one_run() {
   local addr
   addr="$(cat "$logs/scheduler.port")"
   local offload=()
-  [ "$BUDGET_MB" -eq 0 ] || offload=(--offload_dir="$logs/offload" --memory_budget="$budget")
+  [ "$BUDGET_MB" -eq 0 ] || [ -n "$ref" ] || offload=(--offload_dir="$logs/offload" --memory_budget="$budget")
   local t0
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086  # SERVER_ENV is a list of NAME=VALUE
@@ -132,24 +135,31 @@ one_run() {
   local sched_code=0
   wait "$sched" || sched_code=$?
   local oom=0 cg_peak=0
+  CG_USED="$CG"
   if [ -n "$CG" ]; then
     oom=$(awk '/^oom_kill / {print $2}' "$CG/memory.oom_control")
     cg_peak=$(cat "$CG/memory.max_usage_in_bytes")
     rmdir "$CG" 2>/dev/null || true
     CG=""
   fi
-  local quota
-  quota=$(grep -o "admitting at most [0-9]* MiB" "$logs/server.log" | grep -o "[0-9]*" || echo "?")
-  printf '{"run":%d,"units":%d,"budget_mib":%d,"limit_mib":%s,"server_exit":%d,"scheduler_exit":%d,' \
-    "$run" "$UNITS" "$BUDGET_MB" "$([ "$CGROUP" -eq 1 ] && echo $((BUDGET_MB + SLACK_MB)) || echo null)" \
-    "$code" "$sched_code"
-  printf '"oom_kills":%s,"peak_rss_anon_mib":%.1f,"cgroup_peak_mib":%.1f,"seconds":%.1f,"quota_mib":"%s"}\n' \
-    "$oom" "$(echo "$peak / 1024" | bc -l)" "$(echo "$cg_peak / 1048576" | bc -l)" \
-    "$(echo "$t1 - $t0" | bc -l)" "$quota"
+  local same=null
+  if [ -n "$ref" ]; then
+    cp "$logs/worker0.weights" "$WORK/reference.weights" 2>/dev/null || true
+  elif [ -s "$WORK/reference.weights" ]; then
+    cmp -s "$WORK/reference.weights" "$logs/worker0.weights" && same=true || same=false
+  fi
+  local limit_mib=null
+  [ -z "$CG_USED" ] || limit_mib=$((BUDGET_MB + SLACK_MB))
+  printf '{"run":"%s","units":%d,"budget_mib":%d,"limit_mib":%s,"server_exit":%d,' \
+    "${ref:-$run}" "$UNITS" "$([ -n "$ref" ] && echo 0 || echo "$BUDGET_MB")" "$limit_mib" "$code"
+  printf '"scheduler_exit":%d,"oom_kills":%s,"peak_rss_anon_mib":%.1f,"cgroup_peak_mib":%.1f,' \
+    "$sched_code" "$oom" "$(echo "$peak / 1024" | bc -l)" "$(echo "$cg_peak / 1048576" | bc -l)"
+  printf '"seconds":%.1f,"bit_identical_to_in_memory":%s}\n' "$(echo "$t1 - $t0" | bc -l)" "$same"
   cp "$logs/rss.tsv" "$DIR/offload_memory_rss_run$run.tsv" 2>/dev/null || true
   cp "$logs/server.log" "$DIR/offload_memory_server_run$run.log" 2>/dev/null || true
   cp "$logs/worker0.log" "$DIR/offload_memory_worker_run$run.log" 2>/dev/null || true
   PIDS=()
 }
 
+[ "$BUDGET_MB" -eq 0 ] || one_run 0 ref
 for r in $(seq 1 "$RUNS"); do one_run "$r"; done

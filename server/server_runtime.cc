@@ -242,16 +242,17 @@ absl::Status Server::Build() {
 
 void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
   if (plan.has_value()) {
-    // Offloaded: the budget's shares bound what the transport holds and the
-    // replies built, so that the budget bounds the process.
-    // gRPC's quota counts what the transport holds: the requests (which
+    // Offloaded: the budget's shares bound the pushes the workers have
+    // under way here (their windows) and the replies built, so that the
+    // budget bounds the process. gRPC's quota counts what the transport holds: the requests (which
     // the workers' windows keep within their share) and the transport's
-    // own read buffers. It is a cut-off, not a throttle -- past it gRPC
-    // cancels streams and closes connections -- so it gets the requests'
-    // and the replies' shares together, and never less than the transport
-    // needs for its reads (a fixed overhead, whatever the budget).
+    // own buffers. It is a cut-off, not a throttle -- near it gRPC sends
+    // GOAWAYs and cancels streams, which the workers retry or fail on -- so
+    // it gets twice the requests' and replies' shares (half the budget;
+    // measured at a quarter: a few GOAWAYs a run), never less than the
+    // transport needs for its reads.
     quota_->Resize(static_cast<size_t>(
-        std::max(plan->requests + plan->replies, kMinTransportQuota)));
+        std::max(2 * (plan->requests + plan->replies), kMinTransportQuota)));
     service_->SetReplyLimit(plan->replies);
     service_->SetPushWindow(plan->push_window);
     return;
@@ -330,7 +331,7 @@ int RunServer(const ServerConfig& config) {
   member.server.quota->Resize(static_cast<size_t>(
       config.offload_dir.empty()
           ? kMinRequestsInFlight
-          : std::clamp<int64_t>(config.memory_budget / 4, kMinTransportQuota,
+          : std::clamp<int64_t>(config.memory_budget / 2, kMinTransportQuota,
                                 kMinRequestsInFlight)));
   member.server.num_queues = std::max(1, config.rpc_threads);
   member.server.queues = &queues;

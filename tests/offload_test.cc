@@ -366,6 +366,9 @@ void ExpectServerFails(const std::string& name, const std::string& dir, const st
   options.workers = 2;
   options.server_flags = {"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kBudget)};
   options.scheduler_flags = {"--linger_ms=2000"};
+  // A worker that starts after the scheduler is gone (the job ends at once;
+  // a loaded machine starts processes slowly) gives up within the wait.
+  options.worker_flags = {{"--connect_timeout_s=10"}, {"--connect_timeout_s=10"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << cluster.Logs();
