@@ -158,6 +158,8 @@ one_run() {
   cp "$logs/rss.tsv" "$DIR/offload_memory_rss_run$run.tsv" 2>/dev/null || true
   cp "$logs/server.log" "$DIR/offload_memory_server_run$run.log" 2>/dev/null || true
   cp "$logs/worker0.log" "$DIR/offload_memory_worker_run$run.log" 2>/dev/null || true
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done  # workers of an aborted job
+  wait 2>/dev/null || true
   PIDS=()
 }
 
