@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -60,6 +61,11 @@ std::string MakeCgroup(const std::string& root, const std::string& name, int64_t
 absl::StatusOr<MemoryLimit> MemoryLimit::Make(const std::string& name, int64_t bytes,
                                               bool allow_rlimit) {
   const std::string unique = absl::StrCat("pstrain_", name, "_", getpid());
+  // PSTRAIN_MEMORY_LIMIT=rlimit tries the fallback where cgroups work.
+  const char* forced = std::getenv("PSTRAIN_MEMORY_LIMIT");
+  if (allow_rlimit && forced != nullptr && std::string(forced) == "rlimit") {
+    return MemoryLimit(kRlimitData, "", bytes);
+  }
   // cgroup v2: the root's subtree must hand the memory controller down.
   const std::string v2 = "/sys/fs/cgroup";
   if (ReadFile(v2 + "/cgroup.subtree_control").find("memory") != std::string::npos) {
@@ -86,8 +92,13 @@ MemoryLimit::~MemoryLimit() {
 
 std::vector<std::string> MemoryLimit::prefix() const {
   if (kind_ == kRlimitData) {
-    // dash's and bash's ulimit -d: KiB, soft and hard.
-    return {"/bin/sh", "-c", absl::StrCat("ulimit -d ", bytes_ / 1024, " && exec \"$@\""), "sh"};
+    // dash's and bash's ulimit -d: KiB, soft and hard. RLIMIT_DATA counts
+    // every thread's whole stack (glibc sizes them by RLIMIT_STACK, 8 MiB
+    // by default): 1 MiB stacks keep a daemon's 15 or so threads from
+    // using up the limit with memory they never touch.
+    return {"/bin/sh", "-c",
+            absl::StrCat("ulimit -s 1024 && ulimit -d ", bytes_ / 1024, " && exec \"$@\""),
+            "sh"};
   }
   return {"/bin/sh", "-c", absl::StrCat("echo $$ >", dir_, "/cgroup.procs && exec \"$@\""), "sh"};
 }

@@ -22,8 +22,10 @@ class MemoryLimit {
   // A limit of `bytes` named after `name` (and this process). A cgroup
   // counts anonymous memory and the page cache the processes cause (which
   // the kernel reclaims before it kills); RLIMIT_DATA counts private
-  // writable mappings, virtual. With `allow_rlimit` false, only a cgroup
-  // will do (FAILED_PRECONDITION when none can be made here).
+  // writable mappings, virtual (thread stacks are then 1 MiB). With
+  // `allow_rlimit` false, only a cgroup will do (FAILED_PRECONDITION when
+  // none can be made here); with it and PSTRAIN_MEMORY_LIMIT=rlimit in the
+  // environment, RLIMIT_DATA even where a cgroup could be made.
   static absl::StatusOr<MemoryLimit> Make(const std::string& name, int64_t bytes,
                                           bool allow_rlimit);
   MemoryLimit(MemoryLimit&& other) noexcept;
