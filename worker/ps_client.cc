@@ -222,7 +222,11 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   bool ok = false;
   while (f.cq.Next(&tag, &ok)) {
   }
-  const std::vector<absl::Status>& results = f.results;
+  return Settle(calls, f.results, todo, only_waiting);
+}
+
+absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
+                              const std::vector<int>& todo, bool* only_waiting) {
   absl::Status retryable, waiting;
   for (int i : todo) {
     const absl::Status& st = results[i];

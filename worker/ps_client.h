@@ -130,6 +130,11 @@ class PsClient {
   void LaunchHeld(Flight& flight, int* next_channel);
   // Takes call i's reply (and a push's window from it).
   void Complete(Flight& flight, int i);
+  // Marks the calls `todo` that succeeded done; the attempt's status: the
+  // first call's that may not be retried, else the first retryable one's,
+  // else that pulls still wait (*only_waiting).
+  static absl::Status Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
+                             const std::vector<int>& todo, bool* only_waiting);
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
