@@ -118,6 +118,11 @@ void TuneMallocForBulkTraffic() {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
+void TuneMallocForBoundedMemory() {
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
+}
+
 MemoryGiveBack::MemoryGiveBack(std::function<int64_t()> refused)
     : thread_([this, refused = std::move(refused)] {
         int64_t seen = refused();

@@ -80,13 +80,17 @@ ChunkMemory::ChunkMemory(const std::vector<SlabLayout>& slabs, const OffloadOpti
   for (const SlabLayout& s : slabs) {
     Entry e;
     e.layout = s;
-    e.bytes = Pages(s.floats() * static_cast<int64_t>(sizeof(float)));
+    e.bytes = SlabBytes(s);
     e.offset = offset;
     offset += e.bytes;
     index_[s.chunk] = static_cast<int>(entries_.size());
     entries_.push_back(e);
   }
   file_bytes_ = offset;
+}
+
+int64_t ChunkMemory::SlabBytes(const SlabLayout& layout) {
+  return Pages(layout.floats() * static_cast<int64_t>(sizeof(float)));
 }
 
 absl::StatusOr<std::unique_ptr<ChunkMemory>> ChunkMemory::Make(const std::vector<SlabLayout>& slabs,

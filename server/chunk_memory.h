@@ -73,6 +73,8 @@ class ChunkMemory {
   static absl::StatusOr<std::unique_ptr<ChunkMemory>> Make(const std::vector<SlabLayout>& slabs,
                                                            const OffloadOptions& options);
   ~ChunkMemory();
+  // The bytes a slab of `layout` takes in memory (whole pages).
+  static int64_t SlabBytes(const SlabLayout& layout);
 
   // A chunk's slab, resident while this lives (move-only).
   class Slab {

@@ -40,7 +40,38 @@ std::vector<int> ParamStages(const JobSpec& job, int params) {
   return out;
 }
 
+// A chunk's shape: whole rows of a matrix, else a vector.
+ChunkShape ShapeOf(const ParamInfo& param, const ChunkInfo& info) {
+  ChunkShape shape;
+  shape.cols = info.numel;
+  if (param.shape.size() == 2 && info.offset % param.shape[1] == 0 &&
+      info.numel % param.shape[1] == 0) {
+    shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
+  }
+  return shape;
+}
+
+SlabLayout LayoutOf(int32_t id, const ChunkInfo& info, const ChunkShape& shape,
+                    const Optimizer& optimizer, bool bsp) {
+  return {id, info.numel, optimizer.StateFloats(shape), bsp ? info.numel : 0, kArrayGap};
+}
+
 }  // namespace
+
+ServerMemoryNeeds ChunkStore::MemoryNeeds(const JobSpec& job, const Partition& partition,
+                                          int server_id, const Optimizer& optimizer) {
+  const std::vector<ParamInfo> params = ModelParams(job.model());
+  ServerMemoryNeeds needs;
+  for (int32_t id : partition.ServerChunks(server_id)) {
+    const ChunkInfo& info = partition.chunks()[id];
+    const ChunkShape shape = ShapeOf(params[info.param], info);
+    const SlabLayout layout = LayoutOf(id, info, shape, optimizer, job.consistency() == BSP);
+    needs.largest_slab = std::max(needs.largest_slab, ChunkMemory::SlabBytes(layout));
+    needs.largest_message =
+        std::max(needs.largest_message, info.numel * static_cast<int64_t>(sizeof(float)));
+  }
+  return needs;
+}
 
 ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
                        std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace,
@@ -70,13 +101,8 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
     c->param = &param;
     c->offset = info.offset;
     c->name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
-    c->shape.cols = info.numel;
-    if (param.shape.size() == 2 && info.offset % param.shape[1] == 0 &&
-        info.numel % param.shape[1] == 0) {
-      c->shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
-    }
-    c->layout = {id, info.numel, optimizer_->StateFloats(c->shape), bsp_ ? info.numel : 0,
-                 kArrayGap};
+    c->shape = ShapeOf(param, info);
+    c->layout = LayoutOf(id, info, c->shape, *optimizer_, bsp_);
     c->next = i + 1 < chunk_ids_.size() ? chunk_ids_[i + 1] : -1;
     slabs.push_back(c->layout);
     absl::MutexLock lock(&c->mu);

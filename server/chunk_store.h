@@ -26,6 +26,7 @@
 #include "server/checkpoint.h"
 #include "server/chunk_memory.h"
 #include "server/lr_schedule.h"
+#include "server/memory_plan.h"
 #include "server/optimizer.h"
 
 namespace pstrain {
@@ -42,6 +43,10 @@ class ChunkStore {
   ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
              std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace,
              const OffloadOptions& offload = {});
+  // What an offloaded store of `server_id`'s chunks needs of a budget (see
+  // server/memory_plan.h).
+  static ServerMemoryNeeds MemoryNeeds(const JobSpec& job, const Partition& partition,
+                                       int server_id, const Optimizer& optimizer);
   // OK, or why the chunks' memory failed (its file could not be made, read
   // or written): the server cannot go on.
   absl::Status health() const;

@@ -225,6 +225,7 @@ class PsService::Call {
   }
 
   const Method method;
+  int64_t reply_bytes = 0;  // counted against the reply limit until sent
   grpc::ServerContext ctx;
   grpc::ByteBuffer request, reply;  // every method is raw
   PullRequest pull;                 // a pull's parsed request
@@ -287,6 +288,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
         Handle(call);
         break;
       case Call::kFinished:
+        if (GiveReplyRoom(call)) WakePulls();
         call->Unref();
         break;
       case Call::kDone:
@@ -327,7 +329,9 @@ void PsService::Handle(Call* call) {
     const grpc::Status st = DoPush(*s, call->request);
     call->request.Clear();
     if (st.ok()) WakePulls();
-    call->reply = SerializeSmall(PushResponse());  // empty, but a message
+    PushResponse response;
+    response.set_window_bytes(push_window_.load(std::memory_order_relaxed));
+    call->reply = SerializeSmall(response);
     answer(st);
     return;
   }
@@ -345,7 +349,7 @@ void PsService::Handle(Call* call) {
     answer(ToGrpc(generation));
     return;
   }
-  if (Readable(*s, call->pull)) {
+  if (Readable(*s, call->pull) && TakeReplyRoom(*s, call)) {
     answer(FillPull(*s, call->pull, &call->reply));
     return;
   }
@@ -374,14 +378,36 @@ void PsService::WakePulls() {
     if (call->claimed()) {  // cancelled while parked
       it = parked_.erase(it);
       call->Unref();
-    } else if (Readable(*s, call->pull) && call->Claim()) {
-      call->Answer(FillPull(*s, call->pull, &call->reply));
+    } else if (Readable(*s, call->pull) && TakeReplyRoom(*s, call)) {
+      if (call->Claim()) {
+        call->Answer(FillPull(*s, call->pull, &call->reply));
+      } else {  // cancelled meanwhile: no reply
+        GiveReplyRoom(call);
+      }
       it = parked_.erase(it);
       call->Unref();
     } else {
       ++it;
     }
   }
+}
+
+bool PsService::TakeReplyRoom(const ChunkStore& store, Call* call) {
+  int64_t bytes = 0;
+  for (int32_t chunk : call->pull.chunks()) {
+    bytes += store.ChunkNumel(chunk) * DTypeSize(call->pull.dtype());
+  }
+  if (!replies_.Take(bytes)) return false;
+  call->reply_bytes = bytes;
+  return true;
+}
+
+bool PsService::GiveReplyRoom(Call* call) {
+  if (call->reply_bytes == 0) return false;
+  call->reply.Clear();
+  replies_.Give(call->reply_bytes);
+  call->reply_bytes = 0;
+  return true;
 }
 
 void PsService::CancelParked(const grpc::Status& status) {
@@ -391,6 +417,23 @@ void PsService::CancelParked(const grpc::Status& status) {
     call->Unref();
   }
   parked_.clear();
+}
+
+std::string PsService::ParkedWhat(const ChunkStore* s, const Call& call) const {
+  const PullRequest& pull = call.pull;
+  const std::string what = absl::StrCat("pull by worker ", pull.worker_id(), " of ",
+                                        pull.chunks_size(), " chunks for clock ", pull.clock());
+  if (s != nullptr && Readable(*s, pull)) {
+    return absl::StrCat(what, ", waiting for room to reply (", replies_.in_use(), " of ",
+                        replies_.limit(), " bytes of replies in flight)");
+  }
+  std::string lagging;
+  for (int32_t chunk : pull.chunks()) {
+    lagging = s == nullptr ? "" : s->Lagging(chunk, pull.min_clock());
+    if (!lagging.empty()) break;
+  }
+  return absl::StrCat(what, ", waiting for every worker's updates before clock ",
+                      pull.min_clock(), lagging.empty() ? "" : ": behind: ", lagging);
 }
 
 NodeStatus PsService::GetStatus() const {
@@ -437,16 +480,7 @@ NodeStatus PsService::GetStatus() const {
     for (const Call* call : parked_) {
       if (call->claimed()) continue;
       Wait* w = st.add_waits();
-      std::string lagging;
-      for (int32_t chunk : call->pull.chunks()) {
-        lagging = s == nullptr ? "" : s->Lagging(chunk, call->pull.min_clock());
-        if (!lagging.empty()) break;
-      }
-      w->set_what(absl::StrCat("pull by worker ", call->pull.worker_id(), " of ",
-                               call->pull.chunks_size(), " chunks for clock ", call->pull.clock(),
-                               ", waiting for every worker's updates before clock ",
-                               call->pull.min_clock(),
-                               lagging.empty() ? "" : ": behind: ", lagging));
+      w->set_what(ParkedWhat(s.get(), *call));
       w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));
     }
   }

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/byte_budget.h"
 #include "server/chunk_store.h"
 
 namespace pstrain {
@@ -38,6 +39,16 @@ class PsService final : public PsServiceBase {
   void SetState(MemberState state, const std::string& message);
   // Answers every parked pull with `status` (shutdown, or a rollback).
   void CancelParked(const grpc::Status& status);
+  // Bytes of pull replies built and not yet sent, at most (an offloaded
+  // server's share of its budget, server/memory_plan.h): a pull whose
+  // guarantee holds waits parked until its reply fits (one reply alone
+  // always goes). Unbounded until called.
+  void SetReplyLimit(int64_t bytes) { replies_.SetLimit(bytes); }
+  // Bytes of push requests each worker may have in flight here, as push
+  // responses tell the workers (PushResponse.window_bytes; 0: no bound).
+  void SetPushWindow(int64_t bytes) { push_window_ = bytes; }
+  // The most reply bytes that were ever in flight at once.
+  int64_t peak_reply_bytes() const { return replies_.peak(); }
 
   // Serves calls arriving on `cq` (a queue of the server this service is
   // registered with) until the queue is shut down and drained.
@@ -70,6 +81,14 @@ class PsService final : public PsServiceBase {
 
   std::shared_ptr<ChunkStore> store() const;
   bool Readable(const ChunkStore& store, const PullRequest& req) const;
+  // Counts the reply to `call`'s pull (readable) against the reply limit;
+  // false when it must wait for room.
+  bool TakeReplyRoom(const ChunkStore& store, Call* call);
+  // A call's reply left (or was never sent): its bytes are room again, for
+  // the pulls waiting (the caller wakes them). False when it held none.
+  bool GiveReplyRoom(Call* call);
+  // What a parked pull waits for, for Status.
+  std::string ParkedWhat(const ChunkStore* store, const Call& call) const;
 
   const absl::Time start_;
   mutable absl::Mutex mu_;
@@ -81,6 +100,8 @@ class PsService final : public PsServiceBase {
   std::string message_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<int64_t> refused_{0};
+  ByteBudget replies_;  // pull replies built and not yet sent
+  std::atomic<int64_t> push_window_{0};
   mutable absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<Call*> parked_ ABSL_GUARDED_BY(parked_mu_);  // each holds a reference
 

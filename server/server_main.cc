@@ -27,8 +27,9 @@ ABSL_FLAG(std::string, offload_dir, "",
           "keep the chunks' weights and optimizer state in a file in this directory, with at "
           "most --memory_budget bytes of them in memory (empty: all in memory)");
 ABSL_FLAG(int64_t, memory_budget, 0,
-          "with --offload_dir: bytes of chunk state held in memory at once (at least the "
-          "largest chunk's; the server says how much when it is less)");
+          "with --offload_dir: bytes of memory for the chunk state held at once (3/4) and the "
+          "push requests and pull replies in flight (1/8 each), so that the process holds this "
+          "plus a fixed overhead (the server says the least budget that works when it is less)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ps_server --scheduler=HOST:PORT [--listen=HOST:PORT]");

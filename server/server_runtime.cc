@@ -19,6 +19,7 @@
 #include "server/checkpoint.h"
 #include "server/chunk_store.h"
 #include "server/member_loop.h"
+#include "server/memory_plan.h"
 #include "server/ps_service.h"
 
 namespace pstrain {
@@ -105,6 +106,10 @@ ClusterNews NewsFrom(const SchedulerClient& client) {
 // least value after (common/rpc.h, ServerOptions::quota).
 constexpr int64_t kMinRequestsInFlight = int64_t{64} << 20;
 
+// The least quota of an offloaded server: a few of the transport's reads
+// (common/rpc.h reads up to 4 MiB at once per connection).
+constexpr int64_t kMinTransportQuota = int64_t{8} << 20;
+
 // One server's life after it registered.
 class Server {
  public:
@@ -122,6 +127,9 @@ class Server {
  private:
   // The chunk store of this server's share of the job, with checkpoints.
   absl::Status Build();
+  // Bounds the requests and replies in flight: an offloaded server's by
+  // its budget's shares (`plan`), else by the job's size.
+  void LimitInFlight(const std::optional<ServerMemoryPlan>& plan);
   // Serves until the job ends; its end state and message.
   absl::StatusOr<JobState> Serve(std::string* message);
   int Fail(const absl::Status& st);
@@ -195,21 +203,25 @@ absl::Status Server::Build() {
     }
   }
   pool_ = std::make_unique<ThreadPool>(config_.server_threads);
-  const OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_};
+  OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_};
+  std::optional<ServerMemoryPlan> plan;
+  if (!offload.dir.empty()) {
+    ServerMemoryNeeds needs = ChunkStore::MemoryNeeds(job_, *partition, id_, **optimizer);
+    needs.workers = job_.num_workers();
+    ASSIGN_OR_RETURN(plan, PlanServerMemory(config_.memory_budget, needs));
+    offload.budget = plan->slabs;
+  }
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
                                         trace_, offload);
   RETURN_IF_ERROR(store_->health());
-  // Requests in flight: each worker's pushes of two clocks and its pulls of
-  // this server's share (fp32) with room to spare -- 8 shares a worker --
-  // and never less than the minimum.
-  const int64_t inflight = std::max<int64_t>(
-      kMinRequestsInFlight, int64_t{8} * job_.num_workers() * store_->NumParams() * 4);
-  quota_->Resize(static_cast<size_t>(inflight));
-  spdlog::info("admitting at most {} MiB of requests in flight", inflight >> 20);
-  if (!offload.dir.empty()) {
+  LimitInFlight(plan);
+  if (plan.has_value()) {
     const ChunkMemoryStats m = store_->memory_stats();
-    spdlog::info("chunk state offloaded to {}/server{}.slabs ({} bytes), at most {} in memory",
-                 offload.dir, id_, m.disk_bytes, offload.budget);
+    spdlog::info(
+        "chunk state offloaded to {}/server{}.slabs ({} bytes); of --memory_budget={}: {} for "
+        "chunk state in memory, {} for requests and {} for replies in flight",
+        offload.dir, id_, m.disk_bytes, config_.memory_budget, plan->slabs, plan->requests,
+        plan->replies);
   }
   spdlog::info(
       "holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
@@ -226,6 +238,32 @@ absl::Status Server::Build() {
                  job_.checkpoint_dir());
   }
   return absl::OkStatus();
+}
+
+void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
+  if (plan.has_value()) {
+    // Offloaded: the budget's shares bound the pushes the workers have
+    // under way here (their windows) and the replies built, so that the
+    // budget bounds the process. gRPC's quota counts what the transport holds: the requests (which
+    // the workers' windows keep within their share) and the transport's
+    // own buffers. It is a cut-off, not a throttle -- near it gRPC sends
+    // GOAWAYs and cancels streams, which the workers retry or fail on -- so
+    // it gets twice the requests' and replies' shares (half the budget;
+    // measured at a quarter: a few GOAWAYs a run), never less than the
+    // transport needs for its reads.
+    quota_->Resize(static_cast<size_t>(
+        std::max(2 * (plan->requests + plan->replies), kMinTransportQuota)));
+    service_->SetReplyLimit(plan->replies);
+    service_->SetPushWindow(plan->push_window);
+    return;
+  }
+  // Requests in flight: each worker's pushes of two clocks and its pulls of
+  // this server's share (fp32) with room to spare -- 8 shares a worker --
+  // and never less than the minimum.
+  const int64_t inflight = std::max<int64_t>(
+      kMinRequestsInFlight, int64_t{8} * job_.num_workers() * store_->NumParams() * 4);
+  quota_->Resize(static_cast<size_t>(inflight));
+  spdlog::info("admitting at most {} MiB of requests in flight", inflight >> 20);
 }
 
 absl::StatusOr<JobState> Server::Serve(std::string* message) {
@@ -274,7 +312,11 @@ int RunServer(const ServerConfig& config) {
   SetLogIdentity("server", -1);
   InstallShutdownHandlers();
   InstallOutOfMemoryExit();
-  TuneMallocForBulkTraffic();
+  if (config.offload_dir.empty()) {
+    TuneMallocForBulkTraffic();
+  } else {
+    TuneMallocForBoundedMemory();
+  }
   auto trace = TraceWriter::Open(config.trace_file);
   if (!trace.ok()) {
     spdlog::error("{}", trace.status().message());
@@ -285,7 +327,13 @@ int RunServer(const ServerConfig& config) {
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
   MemberConfig member = config.member;
   member.server.quota = std::make_shared<grpc::ResourceQuota>("ps_server requests");
-  member.server.quota->Resize(kMinRequestsInFlight);
+  // Until the job is known (registration's messages are small); an
+  // offloaded server within its budget's shares from the start.
+  member.server.quota->Resize(static_cast<size_t>(
+      config.offload_dir.empty()
+          ? kMinRequestsInFlight
+          : std::clamp<int64_t>(config.memory_budget / 2, kMinTransportQuota,
+                                kMinRequestsInFlight)));
   member.server.num_queues = std::max(1, config.rpc_threads);
   member.server.queues = &queues;
   int code = 0;

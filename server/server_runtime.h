@@ -18,8 +18,9 @@ struct ServerConfig {
   std::string trace_file;  // every apply and pull as JSON lines ("" for none)
   int server_threads = 1;  // threads one large optimizer update is split over
   int rpc_threads = 1;     // threads serving pushes and pulls, a completion queue each
-  // --offload_dir and --memory_budget: the chunks' state in a file there,
-  // at most the budget of it in memory (server/chunk_memory.h).
+  // --offload_dir and --memory_budget: the chunks' state in a file there;
+  // the budget shared among the state in memory (server/chunk_memory.h) and
+  // the requests and replies in flight (server/memory_plan.h).
   std::string offload_dir;
   int64_t memory_budget = 0;
 };

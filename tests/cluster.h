@@ -68,6 +68,9 @@ struct ClusterOptions {
   // exec NS`), and the host it listens on (default: `host`).
   std::vector<std::vector<std::string>> worker_prefix;
   std::vector<std::string> worker_host;
+  // What every server's command line starts with (e.g. a memory limit's
+  // prefix, tests/memory_limit.h).
+  std::vector<std::string> server_prefix;
 };
 
 class Cluster {

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
+#include "tests/memory_limit.h"
 
 namespace pstrain {
 namespace testing {
@@ -74,18 +75,27 @@ struct Trained {
   TensorSet weights;
   int64_t peak_rss_anon = 0;  // the larger server's, sampled every 20 ms
   ClusterStatus status;
+  std::string logs;  // when the job did not end DONE
 };
 
-Trained Train(const std::string& name, const std::vector<std::string>& server_flags) {
-  Cluster cluster(name);
+// The quick start's job on 2 servers and 2 workers.
+ClusterOptions QuickStart(const std::vector<std::string>& server_flags) {
   ClusterOptions options;
   options.job_text = QuickStartJob();
   options.servers = 2;
   options.workers = 2;
   options.server_flags = server_flags;
-  options.scheduler_flags = {"--linger_ms=3000"};
+  return options;
+}
+
+Trained Train(const std::string& name, ClusterOptions options) {
+  Cluster cluster(name);
+  options.scheduler_flags.push_back("--linger_ms=3000");
   Trained run;
-  if (!cluster.Start(options).ok()) return run;
+  if (const absl::Status st = cluster.Start(options); !st.ok()) {
+    run.logs = absl::StrCat(st.message(), "\n", cluster.Logs());
+    return run;
+  }
   std::atomic<bool> done{false};
   std::thread sampler([&] {
     while (!done) {
@@ -108,23 +118,23 @@ Trained Train(const std::string& name, const std::vector<std::string>& server_fl
   sampler.join();
   if (last.ok()) run.status = *last;
   run.weights = ReadWeights(cluster.worker_weights(0));
-  EXPECT_EQ(run.code, 0) << cluster.Logs();
+  if (run.code != 0) run.logs = cluster.Logs();
   return run;
 }
 
 // The in-memory run (once per test binary).
 const Trained& InMemory() {
-  static const Trained* run = new Trained(Train("offload_memory", {}));
+  static const Trained* run = new Trained(Train("offload_memory", QuickStart({})));
   return *run;
 }
 
 TEST(OffloadTest, OffloadedServersTrainTheQuickStartModelBitIdentically) {
   const Trained& memory = InMemory();
   const std::string dir = NewTempDir("offload_dir");
-  const Trained offloaded =
-      Train("offload_disk", {"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kBudget)});
-  ASSERT_EQ(memory.code, 0);
-  ASSERT_EQ(offloaded.code, 0);
+  const Trained offloaded = Train(
+      "offload_disk", QuickStart({"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kBudget)}));
+  ASSERT_EQ(memory.code, 0) << memory.logs;
+  ASSERT_EQ(offloaded.code, 0) << offloaded.logs;
   ASSERT_GT(memory.weights.tensors_size(), 0);
   EXPECT_EQ(memory.weights.SerializeAsString(), offloaded.weights.SerializeAsString());
   // Status while it ran: at most the budget resident, and the disk used.
@@ -146,12 +156,101 @@ TEST(OffloadTest, OffloadedServersTrainTheQuickStartModelBitIdentically) {
   EXPECT_LE(offloaded.peak_rss_anon, kBudget + kOverhead);
 }
 
+// One server whose state is 4.5 times its budget (issue 24): a
+// 784-3072-3072-10 MLP (11.9M parameters; Adam and BSP: 16 bytes each,
+// 190 MB on the one server) in 1 MiB chunks, 1 worker, 8 clocks, on a
+// synthetic set of Fashion-MNIST's shape (no data to load, a short test).
+std::string LargeMlpJob() {
+  return R"pb(
+    name: "offload-large"
+    model {
+      input_dim: 784
+      layers { type: DENSE name: "fc1" units: 3072 }
+      layers { type: RELU }
+      layers { type: DENSE name: "fc2" units: 3072 }
+      layers { type: RELU }
+      layers { type: DENSE name: "fc3" units: 10 }
+      layers { type: SOFTMAX_XENT }
+    }
+    data {
+      dataset: SYNTHETIC
+      synthetic_dim: 784
+      synthetic_classes: 10
+      synthetic_train_size: 2048
+      synthetic_test_size: 256
+    }
+    optimizer { type: ADAM learning_rate: 0.0001 }
+    consistency: BSP
+    batch_size: 32
+    steps: 8
+    seed: 11
+    num_servers: 1
+    num_workers: 1
+  )pb";
+}
+
+constexpr int64_t kLargeBudget = int64_t{40} << 20;
+// What the process may hold besides its budget: code, gRPC's and the
+// threads' own memory -- nothing that grows with the model or the traffic.
+constexpr int64_t kFixedOverhead = int64_t{64} << 20;
+
+ClusterOptions LargeMlp(const std::vector<std::string>& server_flags,
+                        const MemoryLimit* limit) {
+  ClusterOptions options;
+  options.job_text = LargeMlpJob();
+  options.servers = 1;
+  options.workers = 1;
+  options.server_flags = server_flags;
+  if (limit != nullptr) options.server_prefix = limit->prefix();
+  return options;
+}
+
+// The limit is real: the same server holding its state in memory (190 MB)
+// is stopped by it (killed, or its allocation fails), and the job ends.
+TEST(OffloadTest, AServerInMemoryIsStoppedByTheLimit) {
+  absl::StatusOr<MemoryLimit> limit =
+      MemoryLimit::Make("in_memory", kLargeBudget + kFixedOverhead, /*allow_rlimit=*/true);
+  ASSERT_TRUE(limit.ok()) << limit.status();
+  const Trained run = Train("offload_large_unlimited", LargeMlp({}, &*limit));
+  std::printf("%s: in memory, the job ended with %d\n", limit->Describe().c_str(), run.code);
+  EXPECT_NE(run.code, 0);
+  if (limit->kind() != MemoryLimit::kRlimitData) EXPECT_GE(limit->OomKills(), 1);
+}
+
+// Offloaded, inside a memory limit of its budget + 64 MiB: the job ends
+// DONE with the in-memory run's weights, the kernel killed nothing, and
+// the server's RssAnon never passed the budget + 64 MiB.
+TEST(OffloadTest, AnOffloadedServerTrainsInsideItsBudgetPlusAFixedOverhead) {
+  const Trained memory = Train("offload_large_memory", LargeMlp({}, nullptr));
+  ASSERT_EQ(memory.code, 0) << memory.logs;
+  absl::StatusOr<MemoryLimit> limit =
+      MemoryLimit::Make("offloaded", kLargeBudget + kFixedOverhead, /*allow_rlimit=*/true);
+  ASSERT_TRUE(limit.ok()) << limit.status();
+  const std::string dir = NewTempDir("offload_large");
+  const Trained offloaded = Train(
+      "offload_large_disk",
+      LargeMlp({"--offload_dir=" + dir, absl::StrCat("--memory_budget=", kLargeBudget)}, &*limit));
+  std::printf("%s: peak RssAnon in memory %.1f MB, offloaded %.1f MB (budget %.1f MB); "
+              "cgroup peak %.1f MB\n",
+              limit->Describe().c_str(), memory.peak_rss_anon / 1e6,
+              offloaded.peak_rss_anon / 1e6, kLargeBudget / 1e6, limit->PeakBytes() / 1e6);
+  ASSERT_EQ(offloaded.code, 0) << offloaded.logs;
+  EXPECT_EQ(limit->OomKills(), 0);
+  ASSERT_GT(memory.weights.tensors_size(), 0);
+  EXPECT_EQ(memory.weights.SerializeAsString(), offloaded.weights.SerializeAsString());
+  const NodeStatus server = MemberOf(offloaded.status, SERVER, 0);
+  EXPECT_GE(server.offload_disk_bytes(), 4 * kLargeBudget);  // the state is >= 4x the budget
+  EXPECT_LE(server.offload_resident_bytes(), kLargeBudget);
+  EXPECT_GT(memory.peak_rss_anon, 4 * kLargeBudget);
+  EXPECT_LE(offloaded.peak_rss_anon, kLargeBudget + kFixedOverhead);
+}
+
 // Checkpoints and a rollback with offloaded servers: server 1 killed after
 // clock 150 and replaced (offloaded too); the cluster rolls back to the
 // checkpoint and ends with the in-memory run's weights.
 TEST(OffloadTest, AnOffloadedServerIsCheckpointedAndRestored) {
   const Trained& memory = InMemory();
-  ASSERT_EQ(memory.code, 0);
+  ASSERT_EQ(memory.code, 0) << memory.logs;
   Cluster cluster("offload_restart");
   const std::string dir = NewTempDir("offload_dir2");
   const std::vector<std::string> offload = {"--offload_dir=" + dir,

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -44,6 +46,7 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     : partition_(partition), worker_id_(worker_id), options_(options) {
   const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
+    push_window_.push_back(0);  // one push at a time until the server says
     stubs_.emplace_back();
     for (int c = 0; c < channels; ++c) {
       stubs_.back().push_back(std::make_unique<grpc::GenericStub>(MakeBulkChannel(s.address())));
@@ -100,6 +103,81 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   return Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting); });
 }
 
+// One attempt's calls under way: started, completed, and the pushes held
+// back by their server's window (PushResponse.window_bytes).
+struct PsClient::Flight {
+  std::vector<Call>& calls;
+  std::vector<absl::Status> results;
+  std::vector<grpc::Status> statuses;
+  std::vector<grpc::ByteBuffer> replies;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers;
+  std::vector<int64_t> push_bytes;  // per server, of the pushes under way
+  std::deque<int> held;             // pushes waiting for room, in order
+  grpc::CompletionQueue cq;
+  int running = 0;
+  explicit Flight(std::vector<Call>& c, size_t servers)
+      : calls(c),
+        results(c.size()),
+        statuses(c.size()),
+        replies(c.size()),
+        contexts(c.size()),
+        readers(c.size()),
+        push_bytes(servers, 0) {}
+};
+
+bool PsClient::Admit(Flight& f, int i) const {
+  const Call& call = f.calls[i];
+  if (call.is_pull) return true;
+  const int64_t bytes = static_cast<int64_t>(call.request.Length());
+  int64_t& under_way = f.push_bytes[call.server];
+  // A push goes when it fits the window, or alone.
+  if (under_way > 0 && bytes > push_window_[call.server] - under_way) return false;
+  under_way += bytes;
+  return true;
+}
+
+void PsClient::Launch(Flight& f, int i, int* next_channel) {
+  Call& call = f.calls[i];
+  std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
+  call.channel = (*next_channel)++ % static_cast<int>(channels.size());
+  f.contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
+  f.readers[i] = channels[call.channel]->PrepareUnaryCall(
+      f.contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &f.cq);
+  f.readers[i]->StartCall();
+  f.readers[i]->Finish(&f.replies[i], &f.statuses[i],
+                       reinterpret_cast<void*>(static_cast<intptr_t>(i)));
+  ++f.running;
+  ++rpcs_;
+}
+
+// Starts the held pushes that fit now, in order.
+void PsClient::LaunchHeld(Flight& f, int* next_channel) {
+  for (auto it = f.held.begin(); it != f.held.end();) {
+    if (Admit(f, *it)) {
+      Launch(f, *it, next_channel);
+      it = f.held.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PsClient::Complete(Flight& f, int i) {
+  Call& call = f.calls[i];
+  --f.running;
+  if (!call.is_pull) {
+    f.push_bytes[call.server] -= static_cast<int64_t>(call.request.Length());
+    PushResponse response;
+    if (f.statuses[i].ok() && ParseSmall(f.replies[i], &response)) {
+      push_window_[call.server] = response.window_bytes() > 0
+                                      ? response.window_bytes()
+                                      : std::numeric_limits<int64_t>::max();
+    }
+  }
+  f.results[i] = f.statuses[i].ok() ? call.finish(f.replies[i]) : FromGrpc(f.statuses[i]);
+}
+
 absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting) {
   std::vector<int> todo;
   for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
@@ -107,50 +185,48 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   }
   // The calls complete on a queue this thread drains itself: no gRPC
   // thread takes the replies, so no hand-off between threads per call.
-  std::vector<absl::Status> results(calls.size());
-  std::vector<grpc::Status> statuses(calls.size());
-  std::vector<grpc::ByteBuffer> replies(calls.size());
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
-  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers(calls.size());
-  grpc::CompletionQueue cq;
-  rpcs_ += static_cast<int64_t>(todo.size());
+  Flight f(calls, stubs_.size());
   for (int i : todo) {
-    Call& call = calls[i];
-    std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
-    call.channel = (*next_channel)++ % static_cast<int>(channels.size());
-    contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
-    readers[i] = channels[call.channel]->PrepareUnaryCall(
-        contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &cq);
-    readers[i]->StartCall();
-    readers[i]->Finish(&replies[i], &statuses[i],
-                       reinterpret_cast<void*>(static_cast<intptr_t>(i)));
+    if (Admit(f, i)) {
+      Launch(f, i, next_channel);
+    } else {
+      f.held.push_back(i);
+    }
   }
   // Waits in slices, so that calls the caller gave up on (the job ended,
   // the cluster rolls back) are cancelled at once instead of running out
   // their deadline against a server that may never answer.
   bool cancelled = false;
-  for (size_t left = todo.size(); left > 0;) {
+  while (f.running > 0) {
     void* tag = nullptr;
     bool ok = false;
     const grpc::CompletionQueue::NextStatus next =
-        cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kAbandonPoll);
+        f.cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kAbandonPoll);
     if (next == grpc::CompletionQueue::SHUTDOWN) break;
     if (next == grpc::CompletionQueue::TIMEOUT) {
       if (!cancelled && options_.abandon && options_.abandon()) {
         cancelled = true;
-        for (int i : todo) contexts[i]->TryCancel();
+        for (int i : f.held) f.results[i] = absl::AbortedError("given up before it was sent");
+        f.held.clear();
+        for (int i : todo) {
+          if (f.contexts[i] != nullptr) f.contexts[i]->TryCancel();
+        }
       }
       continue;
     }
-    --left;
-    const int i = static_cast<int>(reinterpret_cast<intptr_t>(tag));
-    results[i] = statuses[i].ok() ? calls[i].finish(replies[i]) : FromGrpc(statuses[i]);
+    Complete(f, static_cast<int>(reinterpret_cast<intptr_t>(tag)));
+    LaunchHeld(f, next_channel);
   }
-  cq.Shutdown();
+  f.cq.Shutdown();
   void* tag = nullptr;
   bool ok = false;
-  while (cq.Next(&tag, &ok)) {
+  while (f.cq.Next(&tag, &ok)) {
   }
+  return Settle(calls, f.results, todo, only_waiting);
+}
+
+absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
+                              const std::vector<int>& todo, bool* only_waiting) {
   absl::Status retryable, waiting;
   for (int i : todo) {
     const absl::Status& st = results[i];

@@ -2,8 +2,11 @@
 // servers that own each chunk and gathers a pull. Each server's chunks go in
 // calls of about max_request_bytes (so a tensor of any size moves, far
 // below gRPC's message limit), all calls in flight at once on the async API,
-// spread over several connections per server. The calling thread drains the
-// calls' completion queue itself (no gRPC thread hands replies over).
+// spread over several connections per server -- except that the pushes
+// under way at one server stay within the window its last push response
+// gave (an offloaded server's share of its budget; one push at a time until
+// a response says). The calling thread drains the calls' completion queue
+// itself (no gRPC thread hands replies over).
 #ifndef PSTRAIN_WORKER_PS_CLIENT_H_
 #define PSTRAIN_WORKER_PS_CLIENT_H_
 
@@ -119,6 +122,19 @@ class PsClient {
   // One attempt at the calls not yet done; *only_waiting says whether its
   // only failures were pulls that waited out their deadline.
   absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting);
+  struct Flight;
+  // Whether call i may start now (a pull always; a push within its server's
+  // window, or alone); counts it if so.
+  bool Admit(Flight& flight, int i) const;
+  void Launch(Flight& flight, int i, int* next_channel);
+  void LaunchHeld(Flight& flight, int* next_channel);
+  // Takes call i's reply (and a push's window from it).
+  void Complete(Flight& flight, int i);
+  // Marks the calls `todo` that succeeded done; the attempt's status: the
+  // first call's that may not be retried, else the first retryable one's,
+  // else that pulls still wait (*only_waiting).
+  static absl::Status Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
+                             const std::vector<int>& todo, bool* only_waiting);
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
@@ -137,6 +153,9 @@ class PsClient {
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
   // [server][batch]: chunk ids, about max_request_bytes of payload each.
   std::vector<std::vector<std::vector<int32_t>>> batches_;
+  // [server]: bytes of pushes that may be under way at once, as the
+  // server's last push response said (see PushResponse.window_bytes).
+  std::vector<int64_t> push_window_;
   std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0};
 };
 
