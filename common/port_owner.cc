@@ -1,9 +1,12 @@
 #include "common/port_owner.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -11,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -20,8 +24,34 @@ namespace {
 
 constexpr char kListen[] = "0A";  // TCP_LISTEN in /proc/net/tcp
 
-// The inodes of the listening sockets on `port` in a /proc/net/tcp table.
-void ListeningInodes(const std::string& table, int port, std::set<std::string>* inodes) {
+// `host` as /proc/net/tcp{,6} print a local address (the raw words of the
+// address in %08X), or "" when it names no one numeric address (a name, a
+// wildcard: any listener on the port may be the one in the way).
+std::string ProcAddress(const std::string& host, bool* ipv6) {
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  in6_addr a6;
+  in_addr a4;
+  std::string out;
+  if (inet_pton(AF_INET, h.c_str(), &a4) == 1) {
+    *ipv6 = false;
+    if (a4.s_addr != 0) out = absl::StrFormat("%08X", a4.s_addr);
+  } else if (inet_pton(AF_INET6, h.c_str(), &a6) == 1) {
+    *ipv6 = true;
+    uint32_t words[4];
+    std::memcpy(words, &a6, sizeof(words));
+    if ((words[0] | words[1] | words[2] | words[3]) != 0) {
+      out = absl::StrFormat("%08X%08X%08X%08X", words[0], words[1], words[2], words[3]);
+    }
+  }
+  return out;
+}
+
+// The inodes of the listening sockets on `port` in a /proc/net/tcp table
+// that may hold `address` (ProcAddress; "" for any): bound to it or to the
+// table's wildcard.
+void ListeningInodes(const std::string& table, const std::string& address, int port,
+                     std::set<std::string>* inodes) {
   std::ifstream in(table);
   std::string line;
   std::getline(in, line);  // the header
@@ -31,7 +61,10 @@ void ListeningInodes(const std::string& table, int port, std::set<std::string>* 
     if (f.size() < 10 || f[3] != kListen) continue;
     const size_t colon = f[1].rfind(':');
     if (colon == std::string::npos) continue;
-    if (std::strtol(f[1].c_str() + colon + 1, nullptr, 16) == port) inodes->insert(f[9]);
+    if (std::strtol(f[1].c_str() + colon + 1, nullptr, 16) != port) continue;
+    const std::string local = f[1].substr(0, colon);
+    const bool wildcard = local.find_first_not_of('0') == std::string::npos;
+    if (address.empty() || wildcard || local == address) inodes->insert(f[9]);
   }
 }
 
@@ -76,10 +109,13 @@ std::string CommandLine(int pid) {
 
 }  // namespace
 
-std::string PortOwner(int port) {
+std::string PortOwner(const std::string& host, int port) {
+  bool ipv6 = false;
+  const std::string address = ProcAddress(host, &ipv6);
   std::set<std::string> inodes;
-  ListeningInodes("/proc/net/tcp", port, &inodes);
-  ListeningInodes("/proc/net/tcp6", port, &inodes);
+  // A numeric address of one family meets only the other family's wildcard.
+  ListeningInodes("/proc/net/tcp", address.empty() || !ipv6 ? address : "-", port, &inodes);
+  ListeningInodes("/proc/net/tcp6", address.empty() || ipv6 ? address : "-", port, &inodes);
   if (inodes.empty()) return "";
   const int pid = HolderOf(inodes);
   if (pid < 0) return "another process";

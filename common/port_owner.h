@@ -10,8 +10,10 @@
 namespace pstrain {
 
 // "pid 1234 (ps_scheduler --listen=127.0.0.1:5000 ...)" for a process with
-// a listening TCP socket (IPv4 or IPv6) on `port`; empty when none is found.
-std::string PortOwner(int port);
+// a listening TCP socket (IPv4 or IPv6) on `port` that a bind of `host`
+// (numeric, a name, or empty for any) meets: bound to the same address or
+// a wildcard. Empty when none is found.
+std::string PortOwner(const std::string& host, int port);
 
 }  // namespace pstrain
 

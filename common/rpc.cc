@@ -100,7 +100,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    const std::string owner = requested_port == 0 ? "" : PortOwner(requested_port);
+    const std::string owner =
+        requested_port == 0 ? "" : PortOwner(listen.substr(0, colon), requested_port);
     if (!owner.empty()) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, ": port ",
                                                  requested_port, " is held by ", owner));

@@ -202,10 +202,11 @@ bool IsLoopbackListen(const std::string& listen) {
 }
 
 void WarnIfOpenWithoutToken(const std::string& listen) {
-  if (!Global().bearer.empty() || IsLoopbackListen(listen)) return;
+  // Mutual TLS (--tls_ca) admits only peers with a certificate of the CA.
+  if (!Global().bearer.empty() || !Global().ca.empty() || IsLoopbackListen(listen)) return;
   spdlog::warn("listening on {} beyond loopback without --auth_token_file: anyone who reaches "
-               "this port (or --metrics_port) can stop the job, change its consistency and read "
-               "or overwrite the weights",
+               "this port can stop the job, change its consistency and read or overwrite the "
+               "weights (and read --metrics_port's status and metrics)",
                listen);
 }
 

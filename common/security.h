@@ -45,8 +45,9 @@ TokenInterceptors();
 // "localhost:0", "[::1]:5000"); false for any other, "0.0.0.0" and ":5000"
 // included.
 bool IsLoopbackListen(const std::string& listen);
-// Logs a warning when `listen` is beyond loopback and no token is
-// configured: the default lets anyone who reaches the port control the job.
+// Logs a warning when `listen` is beyond loopback and neither a token nor
+// mutual TLS is configured: the default lets anyone who reaches the port
+// control the job.
 void WarnIfOpenWithoutToken(const std::string& listen);
 
 // The token check for the HTTP endpoints (/metrics, the dashboard): true when

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/daemon.h"
 #include "common/dtype.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -297,7 +298,10 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   std::atomic<bool> ran{false};
   std::thread canceller;
   if (stage.has_value()) canceller = WatchLinks(&*stage, stop, ran);
-  const absl::StatusOr<double> acc = loop.Run(stop);
+  // A failed allocation while training is an error like any other here,
+  // where `loop_` and the link watcher are still to be cleared and joined.
+  const absl::StatusOr<double> acc =
+      OutOfMemoryAsError("while training", [&] { return loop.Run(stop); });
   ran = true;
   if (canceller.joinable()) canceller.join();
   {

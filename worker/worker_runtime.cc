@@ -217,8 +217,10 @@ int WorkerMember::Train() {
     absl::MutexLock lock(&mu_);
     trainer = trainer_.get();
   }
+  // (Trainer::Run turns a failed allocation in the clock loop into an
+  // error itself; this catches one while it builds the model.)
   const absl::StatusOr<double> acc =
-      OutOfMemoryAsError("while training", [&] { return trainer->Run(stop); });
+      OutOfMemoryAsError("building the model", [&] { return trainer->Run(stop); });
   const bool interrupted = ShutdownRequested();
   stop = true;
   watcher.join();
@@ -263,7 +265,7 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
     }
   });
   const absl::StatusOr<double> acc =
-      OutOfMemoryAsError("while training", [&] { return trainer.Run(stop); });
+      OutOfMemoryAsError("building the model", [&] { return trainer.Run(stop); });
   stop = true;
   watcher.join();
   NodeStatus st = trainer.Status();
