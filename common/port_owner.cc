@@ -113,9 +113,12 @@ std::string PortOwner(const std::string& host, int port) {
   bool ipv6 = false;
   const std::string address = ProcAddress(host, &ipv6);
   std::set<std::string> inodes;
-  // A numeric address of one family meets only the other family's wildcard.
-  ListeningInodes("/proc/net/tcp", address.empty() || !ipv6 ? address : "-", port, &inodes);
-  ListeningInodes("/proc/net/tcp6", address.empty() || ipv6 ? address : "-", port, &inodes);
+  // An IPv4 address stands in tcp6 mapped (gRPC listens on IPv6 sockets
+  // where it can); an IPv6 one meets only the IPv4 wildcard.
+  const std::string v4 = address.empty() || !ipv6 ? address : "-";
+  const std::string v6 = address.empty() || ipv6 ? address : "0000000000000000FFFF0000" + address;
+  ListeningInodes("/proc/net/tcp", v4, port, &inodes);
+  ListeningInodes("/proc/net/tcp6", v6, port, &inodes);
   if (inodes.empty()) return "";
   const int pid = HolderOf(inodes);
   if (pid < 0) return "another process";

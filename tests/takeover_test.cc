@@ -53,6 +53,17 @@ std::string WeightsBytes(const Cluster& cluster, int worker) {
   return ReadFile(cluster.worker_weights(worker));
 }
 
+// Waits for the job's end: the scheduler's exit code and every member's
+// must be 0. The scheduler's final Status.
+absl::StatusOr<ClusterStatus> EveryMemberExitsZero(Cluster& cluster) {
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  if (!code.ok()) return code.status();
+  EXPECT_EQ(*code, 0) << "the scheduler's exit";
+  for (Process& p : cluster.servers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
+  for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
+  return cluster.FinalStatus();
+}
+
 class TakeoverTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) {
@@ -82,13 +93,8 @@ TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) 
     absl::SleepFor(absl::Milliseconds(rng() % 2000));  // down for a while
     const absl::Time restarted = absl::Now();
     ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
-    absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
-    ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
-    EXPECT_EQ(*code, 0) << cluster.Logs();
-    for (Process& p : cluster.servers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
-    for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
-    absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
-    ASSERT_TRUE(end.ok()) << end.status();
+    absl::StatusOr<ClusterStatus> end = EveryMemberExitsZero(cluster);
+    ASSERT_TRUE(end.ok()) << end.status() << cluster.Logs();
     EXPECT_EQ(end->scheduler_takeovers(), 1);
     EXPECT_EQ(end->generation(), 0) << "no rollback needed";
     std::printf("%s: scheduler killed at clock >= %lld; job %s %.1f s after the restart\n",
@@ -167,13 +173,8 @@ TEST_P(RollingRestartTest, TenSigtermsSpreadOverTheJobLoseNothing) {
     absl::SleepFor(absl::Milliseconds(rng() % 500));
     ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
   }
-  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
-  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
-  EXPECT_EQ(*code, 0) << cluster.Logs();
-  for (Process& p : cluster.servers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
-  for (Process& p : cluster.workers()) EXPECT_EQ(p.Wait(absl::ZeroDuration()).value_or(-1), 0);
-  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
-  ASSERT_TRUE(end.ok()) << end.status();
+  absl::StatusOr<ClusterStatus> end = EveryMemberExitsZero(cluster);
+  ASSERT_TRUE(end.ok()) << end.status() << cluster.Logs();
   EXPECT_EQ(end->job_state(), DONE) << end->message();
   EXPECT_EQ(end->scheduler_takeovers(), kRestarts);
   EXPECT_EQ(end->generation(), 0) << "no rollback needed";
