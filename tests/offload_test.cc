@@ -214,7 +214,9 @@ TEST(OffloadTest, AServerInMemoryIsStoppedByTheLimit) {
   const Trained run = Train("offload_large_unlimited", LargeMlp({}, &*limit));
   std::printf("%s: in memory, the job ended with %d\n", limit->Describe().c_str(), run.code);
   EXPECT_NE(run.code, 0);
-  if (limit->kind() != MemoryLimit::kRlimitData) EXPECT_GE(limit->OomKills(), 1);
+  if (limit->kind() != MemoryLimit::kRlimitData) {
+    EXPECT_GE(limit->OomKills(), 1);
+  }
 }
 
 // Offloaded, inside a memory limit of its budget + 64 MiB: the job ends
