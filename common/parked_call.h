@@ -1,8 +1,12 @@
-// Unary calls of the gRPC callback API whose reply waits for a condition
-// (the scheduler's gate, a server's read guarantee, the cluster to fill).
+// Unary calls of the gRPC callback API whose reply waits for a condition.
+// Used by the scheduler (scheduler/scheduler_service.h) for the calls the job
+// holds: gate calls and BSP norm rounds. FinishNow serves any callback
+// service. (A server's pulls that wait for their read guarantee are on the
+// async API and park in server/ps_service.cc's own vector, not here.)
 //
 // A handler that cannot answer yet returns a ParkedReactor and keeps a
-// Parked<What> in a list its owner guards. Whoever wins Claim() -- the owner
+// Parked<What> where its owner guards it (the scheduler: one map keyed by
+// ticket, under its mutex). Whoever wins Claim() -- the owner
 // when the condition holds, or gRPC when the client cancels or its deadline
 // passes -- fills the response and calls Finish exactly once. The reactor
 // deletes itself in OnDone, which only follows Finish, so an entry that lost

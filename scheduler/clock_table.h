@@ -42,12 +42,12 @@ class ClockTable {
   bool Resyncing() const;
 
   // The gate: may a worker start iteration `clock`? True when every worker
-  // has finished at least clock - s iterations.
+  // not removed has finished at least clock - s iterations (always under ASP).
   bool MayStart(int64_t clock) const { return MayStart(clock, staleness_); }
   // The same under bound `staleness` (-1: none), for a job whose bound changed.
   bool MayStart(int64_t clock, int64_t staleness) const;
 
-  // Leaves `worker` out of the gate and of MinClock from now on (it died).
+  // Leaves `worker` out of the gate and of SlowestClock from now on (it died).
   void Remove(int worker);
   // Sets every worker's clock to `clock` (a rollback to a checkpoint).
   void Reset(int64_t clock);
