@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, runs `bazel test //...`, the
 # clang thread-safety build and the libFuzzer runs of the fuzz targets
-# (fuzz/run.sh), and ends with one line "N passed, M failed" counting test
-# targets, that build and fuzz runs.
+# (fuzz/run.sh) and the documentation check (tests/docs_check.py), and ends
+# with one line "N passed, M failed" counting test targets, that build, the
+# fuzz runs and the docs check.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -47,6 +48,13 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
   rm -f "$FUZZ_LOG"
   passed=$((passed + fuzz_passed))
   failed=$((failed + fuzz_failed))
+fi
+# The documentation check: README.md within 400 lines, every docs/ file
+# linked from it, every relative link resolving. One more entry in the count.
+if python3 "$ROOT/tests/docs_check.py" "$ROOT"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
 fi
 echo "$passed passed, $failed failed"
 [ "$code" -eq 0 ] && [ "$failed" -eq 0 ]
