@@ -26,7 +26,7 @@ TEST(ChunkClocksTest, ABspRoundClosesOverEveryLiveWorker) {
   c.Pushed(0);
   EXPECT_FALSE(c.RoundComplete());
   EXPECT_EQ(CodeOf(c, 0, 0, false, &duplicate), absl::StatusCode::kOk);
-  EXPECT_TRUE(duplicate);                                           // a client's retry
+  EXPECT_TRUE(duplicate);                                          // a client's retry
   EXPECT_EQ(CodeOf(c, 0, 1), absl::StatusCode::kInvalidArgument);  // ahead of the round
   EXPECT_EQ(c.Lagging(1, /*bsp=*/true),
             "worker 0 (0 applied, its next push in), worker 1 (0 applied)");

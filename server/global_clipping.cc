@@ -21,8 +21,8 @@ std::unique_ptr<GlobalClipping> GlobalClipping::Start(HeldRounds* store, float c
                                                       NormReducer reduce,
                                                       std::function<void()> on_applied) {
   if (!store->holds_rounds() || store->num_chunks() == 0) return nullptr;
-  auto clipping = std::make_unique<GlobalClipping>(store, clip_norm, std::move(reduce),
-                                                   std::move(on_applied));
+  auto clipping =
+      std::make_unique<GlobalClipping>(store, clip_norm, std::move(reduce), std::move(on_applied));
   store->SetRoundListener(clipping.get());
   clipping->thread_ = std::thread([c = clipping.get()] { c->Loop(); });
   return clipping;

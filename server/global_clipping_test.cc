@@ -43,8 +43,10 @@ struct Fixture {
       : store(chunks),
         clipping(
             &store, clip_norm,
-            [this](int64_t generation, int64_t clock, double sum_squares) -> absl::StatusOr<double> {
-              store.calls.push_back(absl::StrCat("reduce ", generation, "@", clock, " ", sum_squares));
+            [this](int64_t generation, int64_t clock,
+                   double sum_squares) -> absl::StatusOr<double> {
+              store.calls.push_back(
+                  absl::StrCat("reduce ", generation, "@", clock, " ", sum_squares));
               if (!reduce_result.ok()) return reduce_result.status();
               return *reduce_result;
             },
@@ -153,8 +155,8 @@ struct StoreFixture {
   // Worker `w`'s push of `clock`: gradient 1 everywhere, 4 samples.
   void PushOnes(int w, int64_t clock) {
     for (int32_t chunk : store.chunk_ids()) {
-      ASSERT_TRUE(store.Push(w, clock, 4, chunk, std::vector<float>(store.ChunkNumel(chunk), 1.0f))
-                      .ok());
+      ASSERT_TRUE(
+          store.Push(w, clock, 4, chunk, std::vector<float>(store.ChunkNumel(chunk), 1.0f)).ok());
     }
   }
   JobSpec job;
