@@ -1,8 +1,11 @@
 // The chunks one server owns: fp32 master weights, optimizer state, the BSP
 // round being collected, and per worker how many of its iterations have been
-// applied (the basis of the read guarantee). The arrays live in memory or,
-// offloaded, in a file with a budget of them resident (server/chunk_memory.h).
-// Knows nothing of gRPC.
+// applied (the basis of the read guarantee; server/chunk_clocks.h). What
+// each chunk is comes from server/chunk_plan.h. The arrays live in memory
+// or, offloaded, in a file with a budget of them resident
+// (server/chunk_memory.h). Under BSP with clipping by the global norm the
+// store holds each closed round (server/held_rounds.h) for the cross-server
+// protocol of server/global_clipping.h to release. Knows nothing of gRPC.
 #ifndef PSTRAIN_SERVER_CHUNK_STORE_H_
 #define PSTRAIN_SERVER_CHUNK_STORE_H_
 
