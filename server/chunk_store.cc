@@ -29,48 +29,12 @@ void AddScaled(const float* __restrict x, int64_t n, float a, float* __restrict 
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// The pipeline stage of each of the model's parameters (all 0 without stages).
-std::vector<int> ParamStages(const JobSpec& job, int params) {
-  std::vector<int> out(params, 0);
-  const absl::StatusOr<std::vector<Stage>> plan =
-      PlanStages(job.model(), std::max(1, job.pipeline_stages()));
-  for (int s = 0; plan.ok() && s < static_cast<int>(plan->size()); ++s) {
-    for (int p = (*plan)[s].first_param; p < (*plan)[s].end_param && p < params; ++p) out[p] = s;
-  }
-  return out;
-}
-
-// A chunk's shape: whole rows of a matrix, else a vector.
-ChunkShape ShapeOf(const ParamInfo& param, const ChunkInfo& info) {
-  ChunkShape shape;
-  shape.cols = info.numel;
-  if (param.shape.size() == 2 && info.offset % param.shape[1] == 0 &&
-      info.numel % param.shape[1] == 0) {
-    shape = ChunkShape{info.numel / param.shape[1], param.shape[1]};
-  }
-  return shape;
-}
-
-SlabLayout LayoutOf(int32_t id, const ChunkInfo& info, const ChunkShape& shape,
-                    const Optimizer& optimizer, bool bsp) {
-  return {id, info.numel, optimizer.StateFloats(shape), bsp ? info.numel : 0, kArrayGap};
-}
-
 }  // namespace
 
 ServerMemoryNeeds ChunkStore::MemoryNeeds(const JobSpec& job, const Partition& partition,
                                           int server_id, const Optimizer& optimizer) {
   const std::vector<ParamInfo> params = ModelParams(job.model());
-  ServerMemoryNeeds needs;
-  for (int32_t id : partition.ServerChunks(server_id)) {
-    const ChunkInfo& info = partition.chunks()[id];
-    const ChunkShape shape = ShapeOf(params[info.param], info);
-    const SlabLayout layout = LayoutOf(id, info, shape, optimizer, job.consistency() == BSP);
-    needs.largest_slab = std::max(needs.largest_slab, ChunkMemory::SlabBytes(layout));
-    needs.largest_message =
-        std::max(needs.largest_message, info.numel * static_cast<int64_t>(sizeof(float)));
-  }
-  return needs;
+  return MemoryNeedsOf(PlanChunks(job, params, partition, server_id, optimizer));
 }
 
 ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
@@ -86,30 +50,15 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       pool_(pool),
       trace_(trace),
       chunk_ids_(partition.ServerChunks(server_id)),
-      global_clip_(bsp_ && job.optimizer().clip_norm() > 0) {
-  const std::vector<int> param_stage = ParamStages(job, static_cast<int>(params_.size()));
-  const int stages = std::max(1, job.pipeline_stages());
+      hold_rounds_(bsp_ && job.optimizer().clip_norm() > 0) {
   std::vector<SlabLayout> slabs;
-  for (size_t i = 0; i < chunk_ids_.size(); ++i) {
-    const int32_t id = chunk_ids_[i];
-    const ChunkInfo& info = partition.chunks()[id];
-    const ParamInfo& param = params_[info.param];
-    auto c = std::make_unique<Chunk>(num_workers_);
-    c->id = id;
-    c->stage = param_stage[info.param];
-    for (int w = 0; w < num_workers_; ++w) c->pushers.push_back(StageOf(w, stages) == c->stage);
-    c->param = &param;
-    c->offset = info.offset;
-    c->name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
-    c->shape = ShapeOf(param, info);
-    c->layout = LayoutOf(id, info, c->shape, *optimizer_, bsp_);
-    c->next = i + 1 < chunk_ids_.size() ? chunk_ids_[i + 1] : -1;
+  for (ChunkPlan& plan : PlanChunks(job, params_, partition, server_id, *optimizer_)) {
+    auto c = std::make_unique<Chunk>(std::move(plan));
     slabs.push_back(c->layout);
-    absl::MutexLock lock(&c->mu);
-    c->live = c->pushers;
-    num_params_ += info.numel;
+    num_params_ += c->layout.weights;
     bytes_held_ += (c->layout.weights + c->layout.state + c->layout.grad) *
                    static_cast<int64_t>(sizeof(float));
+    const int32_t id = c->id;
     chunks_.emplace(id, std::move(c));
   }
   absl::StatusOr<std::unique_ptr<ChunkMemory>> memory = ChunkMemory::Make(slabs, offload);
@@ -204,18 +153,15 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
       slab.MarkWritten();
       c.steps = *steps;
     }
-    for (int w = 0; w < num_workers_; ++w) {
-      c.applied[w] = c.live[w] ? clock : std::min(c.applied[w], clock);
-      c.pushed[w] = false;
-    }
+    c.clocks.Restore(clock);
     c.round_samples = 0;
     c.round_closed = false;
     c.checkpointed = clock;
     c.generation = generation;
   }
   {
-    absl::MutexLock lock(&clip_mu_);
-    closed_chunks_ = 0;
+    absl::MutexLock lock(&listener_mu_);
+    if (listener_ != nullptr) listener_->RoundsDropped();
   }
   // Every chunk is of the new generation: no write of the old one can start now.
   if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
@@ -266,7 +212,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     }
     absl::MutexLock lock(&c->mu);
     RETURN_IF_ERROR(CheckChunkGeneration(*c, push.generation));
-    if (!c->live[push.worker]) {
+    if (!c->clocks.live(push.worker)) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", push.worker, " was declared dead; its pushes are refused"));
     }
@@ -277,7 +223,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     }
     bool duplicate = false;
     RETURN_IF_ERROR(
-        ClassifyPush(*c, push.worker, push.clock, part.chunk, push.apply_at_once, &duplicate));
+        c->clocks.Classify(push.worker, push.clock, part.chunk, push.apply_at_once, &duplicate));
   }
   return absl::OkStatus();
 }
@@ -302,27 +248,6 @@ absl::Status ChunkStore::Push(int worker, int64_t clock, int num_samples, int32_
   push.parts.push_back({chunk, static_cast<int64_t>(grad.size()),
                         static_cast<int64_t>(grad.size() * sizeof(float))});
   return Push(push, [grad](size_t) { return grad; });
-}
-
-absl::Status ChunkStore::ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
-                                      bool at_once, bool* duplicate) const {
-  if (at_once && c.pushed[worker] && clock == c.applied[worker] + 1) {
-    // The first clock after a change from BSP (psctl set-consistency) while
-    // the worker's push of the clock before waits in a round still open:
-    // the client retries once the other workers' pushes have closed it.
-    *duplicate = false;
-    return absl::UnavailableError(absl::StrCat("chunk ", chunk, ": worker ", worker,
-                                               "'s push of clock ", clock - 1,
-                                               " waits in an open BSP round"));
-  }
-  // The worker's next iteration for this chunk; BSP counts a push that waits
-  // in the current round as taken.
-  const int64_t next = c.applied[worker] + (c.pushed[worker] ? 1 : 0);
-  *duplicate = clock >= 0 && clock < next;
-  if (clock == next && !c.pushed[worker]) return absl::OkStatus();
-  if (*duplicate) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("push for clock ", clock, " of chunk ", chunk,
-                                                 " but worker ", worker, " is at ", next));
 }
 
 int64_t ChunkStore::ChunkNumel(int32_t chunk) const {
@@ -354,7 +279,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   if (const absl::Status st = CheckChunkGeneration(c, push.generation); !st.ok()) return st;
   bool duplicate = false;
   const absl::Status order =
-      ClassifyPush(c, worker, clock, chunk, push.apply_at_once, &duplicate);
+      c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
@@ -375,7 +300,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
         Apply(c, slab, clock, grad.data());
       }
     }
-    c.applied[worker] = clock + 1;
+    c.clocks.Applied(worker, clock);
     TraceApply(worker, clock, chunk);
     MaybeCheckpoint(c, slab);
     return absl::OkStatus();
@@ -386,26 +311,9 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
     AddScaled(grad.data(), n, static_cast<float>(num_samples), slab.grad());
     c.round_samples += num_samples;
   }
-  c.pushed[worker] = true;
-  if (RoundComplete(c)) CloseRound(c, slab);
+  c.clocks.Pushed(worker);
+  if (c.clocks.RoundComplete()) CloseRound(c, slab);
   return absl::OkStatus();
-}
-
-int64_t ChunkStore::MinApplied(const Chunk& c) {
-  int64_t min = INT64_MAX;
-  for (size_t w = 0; w < c.applied.size(); ++w) {
-    if (c.live[w]) min = std::min(min, c.applied[w]);
-  }
-  return min == INT64_MAX ? *std::max_element(c.applied.begin(), c.applied.end()) : min;
-}
-
-bool ChunkStore::RoundComplete(const Chunk& c) {
-  bool any = false;
-  for (size_t w = 0; w < c.pushed.size(); ++w) {
-    if (c.live[w] && !c.pushed[w]) return false;
-    any = any || c.pushed[w];
-  }
-  return any;
 }
 
 void ChunkStore::CloseRound(Chunk& c, const Slab& slab) {
@@ -414,22 +322,21 @@ void ChunkStore::CloseRound(Chunk& c, const Slab& slab) {
     Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples), slab.grad());
     slab.MarkWritten();
   }
-  if (!global_clip_) {
+  if (!hold_rounds_) {
     ApplyRound(c, slab, 1.0f);
     return;
   }
   c.round_closed = true;
-  absl::MutexLock clip_lock(&clip_mu_);
-  ++closed_chunks_;
+  absl::MutexLock lock(&listener_mu_);
+  if (listener_ != nullptr) listener_->RoundHeld();
 }
 
 void ChunkStore::RemoveWorker(int worker) {
   if (worker < 0 || worker >= num_workers_) return;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
-    if (!c->live[worker]) continue;
-    c->live[worker] = false;
-    if (!bsp_ || c->round_closed || !RoundComplete(*c)) continue;
+    if (!c->clocks.Remove(worker)) continue;
+    if (!bsp_ || c->round_closed || !c->clocks.RoundComplete()) continue;
     absl::StatusOr<Slab> slab = Pin(*c);
     if (slab.ok()) CloseRound(*c, *slab);  // else the server fails (health())
   }
@@ -437,7 +344,7 @@ void ChunkStore::RemoveWorker(int worker) {
 
 void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   const int64_t n = c.layout.grad;
-  const int64_t clock = MinApplied(c);  // every live worker is in this round
+  const int64_t clock = c.clocks.MinApplied();  // every live worker is in this round
   if (c.round_samples > 0) {            // else every push of the round was skipped
     if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
     Apply(c, slab, clock, slab.grad());
@@ -446,11 +353,9 @@ void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   slab.MarkWritten();
   c.round_samples = 0;
   c.round_closed = false;
+  c.clocks.NextRound();
   for (int w = 0; w < num_workers_; ++w) {
-    c.pushed[w] = false;
-    if (!c.live[w]) continue;  // a dead worker's clock stays where it died
-    ++c.applied[w];
-    TraceApply(w, c.applied[w] - 1, c.id);
+    if (c.clocks.live(w)) TraceApply(w, c.clocks.applied()[w] - 1, c.id);
   }
   MaybeCheckpoint(c, slab);
 }
@@ -472,7 +377,7 @@ std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
 
 void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
   if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
-  const int64_t clock = MinApplied(c);
+  const int64_t clock = c.clocks.MinApplied();
   const bool due = clock % checkpoint_every_ == 0 || clock == c.checkpoint_asked;
   if (clock == 0 || !due || clock <= c.checkpointed) return;
   c.checkpointed = clock;
@@ -483,71 +388,33 @@ void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
   }
 }
 
-void ChunkStore::StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied) {
-  if (!global_clip_ || chunks_.empty()) return;
-  clip_thread_ =
-      std::thread([this, reduce = std::move(reduce), on_applied = std::move(on_applied)] {
-        ClipLoop(reduce, on_applied);
-      });
+void ChunkStore::SetRoundListener(Listener* listener) {
+  absl::MutexLock lock(&listener_mu_);
+  listener_ = listener;
 }
 
-void ChunkStore::StopGlobalClipping() {
-  {
-    absl::MutexLock lock(&clip_mu_);
-    stop_clipping_ = true;
+absl::StatusOr<HeldRound> ChunkStore::SumHeldSquares() const {
+  HeldRound round;
+  round.generation = generation_;
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    round.clock = c->clocks.MinApplied();
+    ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
+    for (int64_t i = 0; i < c->layout.grad; ++i) {
+      round.sum_squares += static_cast<double>(slab.grad()[i]) * slab.grad()[i];
+    }
   }
-  if (clip_thread_.joinable()) clip_thread_.join();
+  return round;
 }
 
-ChunkStore::~ChunkStore() { StopGlobalClipping(); }
-
-bool ChunkStore::RoundClosedOrStopping() const {
-  return stop_clipping_ || closed_chunks_ == static_cast<int64_t>(chunks_.size());
-}
-
-void ChunkStore::ClipLoop(NormReducer reduce, std::function<void()> on_applied) {
-  const float clip = job_.optimizer().clip_norm();
-  while (true) {
-    {
-      absl::MutexLock lock(&clip_mu_);
-      clip_mu_.Await(absl::Condition(this, &ChunkStore::RoundClosedOrStopping));
-      if (stop_clipping_) return;
-      // Every chunk has closed the round; none can close another before
-      // this one is applied (the next round's pushes follow pulls that wait
-      // for it), so the count can start again now.
-      closed_chunks_ = 0;
-    }
-    const int64_t generation = generation_;
-    double local = 0;
-    int64_t clock = 0;
-    for (const auto& [id, c] : chunks_) {
-      absl::MutexLock lock(&c->mu);
-      clock = MinApplied(*c);
-      absl::StatusOr<Slab> slab = Pin(*c);
-      if (!slab.ok()) return;  // the server fails (health())
-      for (int64_t i = 0; i < c->layout.grad; ++i) {
-        local += static_cast<double>(slab->grad()[i]) * slab->grad()[i];
-      }
-    }
-    absl::StatusOr<double> total = reduce(generation, clock, local);
-    if (!total.ok()) {
-      // The cluster rolled back (the restore empties the round), or the job
-      // ended (the store stops this thread).
-      spdlog::warn("global clipping of round {} (generation {}) failed: {}", clock, generation,
-                   total.status().message());
-      continue;
-    }
-    const double norm = std::sqrt(*total);
-    const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
-    for (const auto& [id, c] : chunks_) {
-      absl::MutexLock lock(&c->mu);
-      if (c->generation != generation) continue;  // restored meanwhile
-      absl::StatusOr<Slab> slab = Pin(*c);
-      if (!slab.ok()) return;
-      ApplyRound(*c, *slab, scale);
-    }
-    on_applied();
+absl::Status ChunkStore::ApplyHeldRounds(int64_t generation, float scale) {
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    if (c->generation != generation) continue;  // restored meanwhile
+    ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
+    ApplyRound(*c, slab, scale);
   }
+  return absl::OkStatus();
 }
 
 void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad) {
@@ -574,20 +441,14 @@ bool ChunkStore::Readable(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return false;
   absl::MutexLock lock(&c->mu);
-  return MinApplied(*c) >= min_clock;
+  return c->clocks.MinApplied() >= min_clock;
 }
 
 std::string ChunkStore::Lagging(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return "";
   absl::MutexLock lock(&c->mu);
-  std::string out;
-  for (int w = 0; w < num_workers_; ++w) {
-    if (!c->live[w] || c->applied[w] >= min_clock) continue;
-    absl::StrAppend(&out, out.empty() ? "" : ", ", "worker ", w, " (", c->applied[w], " applied",
-                    bsp_ && c->pushed[w] ? ", its next push in" : "", ")");
-  }
-  return out;
+  return c->clocks.Lagging(min_clock, bsp_);
 }
 
 absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
@@ -596,7 +457,7 @@ absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int3
   absl::MutexLock lock(&c->mu);
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
   EncodeFloats(dtype, slab.weights(), c->layout.weights, out);
-  *applied = c->applied;
+  *applied = c->clocks.applied();
   if (trace_ != nullptr && trace_->enabled()) {
     TraceEvent e;
     e.set_event("pull");
@@ -604,7 +465,7 @@ absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int3
     e.set_clock(clock);
     e.set_chunk(chunk);
     e.set_min_clock(min_clock);
-    for (int64_t a : c->applied) e.add_applied(a);
+    for (int64_t a : c->clocks.applied()) e.add_applied(a);
     trace_->Write(e);
   }
   return absl::OkStatus();
@@ -614,7 +475,7 @@ int64_t ChunkStore::MinAppliedClock() const {
   int64_t min_clock = INT64_MAX;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
-    min_clock = std::min(min_clock, MinApplied(*c));
+    min_clock = std::min(min_clock, c->clocks.MinApplied());
   }
   return chunks_.empty() ? 0 : min_clock;
 }

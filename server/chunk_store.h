@@ -1,8 +1,11 @@
 // The chunks one server owns: fp32 master weights, optimizer state, the BSP
 // round being collected, and per worker how many of its iterations have been
-// applied (the basis of the read guarantee). The arrays live in memory or,
-// offloaded, in a file with a budget of them resident (server/chunk_memory.h).
-// Knows nothing of gRPC.
+// applied (the basis of the read guarantee; server/chunk_clocks.h). What
+// each chunk is comes from server/chunk_plan.h. The arrays live in memory
+// or, offloaded, in a file with a budget of them resident
+// (server/chunk_memory.h). Under BSP with clipping by the global norm the
+// store holds each closed round (server/held_rounds.h) for the cross-server
+// protocol of server/global_clipping.h to release. Knows nothing of gRPC.
 #ifndef PSTRAIN_SERVER_CHUNK_STORE_H_
 #define PSTRAIN_SERVER_CHUNK_STORE_H_
 
@@ -11,8 +14,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,7 +27,10 @@
 #include "common/trace.h"
 #include "proto/job.pb.h"
 #include "server/checkpoint.h"
+#include "server/chunk_clocks.h"
 #include "server/chunk_memory.h"
+#include "server/chunk_plan.h"
+#include "server/held_rounds.h"
 #include "server/lr_schedule.h"
 #include "server/memory_plan.h"
 #include "server/optimizer.h"
@@ -33,7 +39,7 @@ namespace pstrain {
 
 // Thread-safe: each chunk has its own lock, so pushes and pulls of different
 // chunks run in parallel.
-class ChunkStore {
+class ChunkStore : public HeldRounds {
  public:
   // Owns the chunks `partition` gives `server_id` and initialises them from
   // the job seed, in memory or offloaded as `offload` says (a failure to
@@ -121,19 +127,14 @@ class ChunkStore {
   absl::Status Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
                     char* out, std::vector<int64_t>* applied) const;
 
-  // BSP clipping by the global norm (the job clips under BSP): a closed
-  // round's mean gradient waits until every chunk of this server has closed
-  // that round; a thread then asks `reduce(clock, local sum of squares)` for
-  // the sum over all servers, applies the round scaled by
-  // min(1, clip_norm / norm) and calls `on_applied`. Until then the round's
-  // read guarantee does not hold. Call once, before the first push; the
-  // thread stops when `reduce` fails or the store is destroyed.
-  using NormReducer =
-      std::function<absl::StatusOr<double>(int64_t generation, int64_t clock, double sum_squares)>;
-  void StartGlobalClipping(NormReducer reduce, std::function<void()> on_applied);
-  // Stops that thread (waits for a round being reduced). Idempotent.
-  void StopGlobalClipping();
-  ~ChunkStore();
+  // HeldRounds (server/held_rounds.h): BSP clipping by the global norm (the
+  // job clips under BSP) holds a closed round's mean gradient until
+  // ApplyHeldRounds; until then the round's read guarantee does not hold.
+  bool holds_rounds() const override { return hold_rounds_; }
+  int num_chunks() const override { return static_cast<int>(chunks_.size()); }
+  void SetRoundListener(Listener* listener) override;
+  absl::StatusOr<HeldRound> SumHeldSquares() const override;
+  absl::Status ApplyHeldRounds(int64_t generation, float scale) override;
 
   // Checkpoints: each chunk goes to `writer` (with its weights, optimizer
   // state and step count, under its lock) whenever the iterations applied to
@@ -162,62 +163,38 @@ class ChunkStore {
   int num_workers() const { return num_workers_; }
 
  private:
-  struct Chunk {
-    explicit Chunk(int num_workers)
-        : applied(num_workers, 0), pushed(num_workers, false), live(num_workers, true) {}
-    int32_t id = 0;
-    int stage = 0;  // the pipeline stage whose parameters it holds
-    // The workers that push it: those of its stage (every worker without
-    // pipeline stages). Set at construction.
-    std::vector<bool> pushers;
-    ChunkShape shape;
-    SlabLayout layout;  // its weights, optimizer state and round sum
-    int32_t next = -1;  // this server's chunk after it (read ahead)
+  // A chunk's plan (fixed) and its state.
+  struct Chunk : ChunkPlan {
+    explicit Chunk(ChunkPlan plan) : ChunkPlan(std::move(plan)), clocks(pushers) {}
     mutable absl::Mutex mu;
     int64_t steps ABSL_GUARDED_BY(mu) = 0;  // optimizer updates so far
-    // Per worker: iterations whose pushes are applied to this chunk.
-    std::vector<int64_t> applied ABSL_GUARDED_BY(mu);
-    // BSP: the round being collected is min(applied); `pushed` marks who has
-    // contributed to it, `grad_sum` holds sum(num_samples * grad).
-    std::vector<bool> pushed ABSL_GUARDED_BY(mu);
-    std::vector<bool> live ABSL_GUARDED_BY(mu);  // a pusher not declared dead
+    // The workers' applied clocks and BSP round; the round's
+    // sum(num_samples * grad) is in the slab's grad.
+    ChunkClocks clocks ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
     bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
-    // Global clipping: the round's mean waits in grad_sum.
+    // Held for global clipping: the round's mean waits in the slab's grad.
     bool round_closed ABSL_GUARDED_BY(mu) = false;
-    std::string name;                              // "<param>[<begin>:<end>]"
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
     // A checkpoint asked for outside the schedule (the newest a push named).
     int64_t checkpoint_asked ABSL_GUARDED_BY(mu) = 0;
     int64_t generation ABSL_GUARDED_BY(mu) = 0;    // of the state held
-    // The parameter and the offset of the chunk's first element in it.
-    const ParamInfo* param = nullptr;
-    int64_t offset = 0;
   };
-  // Min over live workers of the iterations applied to `c`.
-  static int64_t MinApplied(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
-  // BSP: every live worker has pushed to the current round (and one has).
-  static bool RoundComplete(const Chunk& c) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from
   // the file if need be, and the next chunk read ahead).
   absl::StatusOr<Slab> Pin(const Chunk& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // BSP: turns the round's sum into its mean and applies it (or, with
-  // global clipping, leaves it for the clipping thread).
+  // global clipping, holds it and tells the listener).
   void CloseRound(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Writes `c` to the checkpoint when its applied clock calls for it.
   void MaybeCheckpoint(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
   Chunk* Find(int32_t chunk) const;
-  // OK for the worker's next push (*duplicate false) or a repeat of one
-  // already taken (*duplicate true); INVALID_ARGUMENT for any other clock.
-  // Checks a request before anything of it is applied.
+  // Checks a request before anything of it is applied (see Push).
   absl::Status CheckPush(const PushRequest& push) const;
   // Applies one part (checked), racing other pushes only of other workers.
   absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
-  absl::Status ClassifyPush(const Chunk& c, int worker, int64_t clock, int32_t chunk,
-                            bool at_once, bool* duplicate) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // One optimizer step of iteration `clock` with gradient `grad`.
   void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
@@ -225,11 +202,9 @@ class ChunkStore {
   bool Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void TraceApply(int worker, int64_t clock, int32_t chunk) const;
-  // BSP: applies the closed round's mean in grad_sum scaled by `scale` (no
+  // BSP: applies the closed round's mean (the slab's grad) scaled by `scale` (no
   // step when no push of the round was finite) and opens the next round.
   void ApplyRound(Chunk& c, const Slab& slab, float scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  void ClipLoop(NormReducer reduce, std::function<void()> on_applied);
-  bool RoundClosedOrStopping() const ABSL_SHARED_LOCKS_REQUIRED(clip_mu_);
 
   // The chunk's initial weights (from the job seed) and optimizer state.
   absl::Status Initialize(Chunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
@@ -260,11 +235,11 @@ class ChunkStore {
   int64_t checkpoint_every_ = 0;
   std::atomic<bool> checkpoint_error_logged_{false};
 
-  const bool global_clip_;
-  mutable absl::Mutex clip_mu_;
-  int64_t closed_chunks_ ABSL_GUARDED_BY(clip_mu_) = 0;
-  bool stop_clipping_ ABSL_GUARDED_BY(clip_mu_) = false;
-  std::thread clip_thread_;
+  const bool hold_rounds_;  // BSP with clip_norm > 0
+  // Taken inside a chunk's lock, and around every call to the listener, so
+  // that none is under way once SetRoundListener returns.
+  mutable absl::Mutex listener_mu_;
+  Listener* listener_ ABSL_GUARDED_BY(listener_mu_) = nullptr;
 };
 
 }  // namespace pstrain

@@ -18,6 +18,7 @@
 #include "common/trace.h"
 #include "server/checkpoint.h"
 #include "server/chunk_store.h"
+#include "server/global_clipping.h"
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
 #include "server/ps_service.h"
@@ -156,6 +157,9 @@ class Server {
   std::unique_ptr<CheckpointWriter> checkpoint_;
   absl::Mutex norm_mu_;
   NodeStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
+  // BSP clipping by the global norm (null when the job does not clip under
+  // BSP). Its thread uses the members above: it is stopped first.
+  std::unique_ptr<GlobalClipping> clipping_;
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -175,7 +179,8 @@ int Server::Run(const RegisterResponse& reg) {
     checkpoint_->Rollback(0);  // files of an earlier job that left no manifest
   }
   service_->SetStore(store_, TotalClocks(job_));
-  store_->StartGlobalClipping(
+  clipping_ = GlobalClipping::Start(
+      store_.get(), job_.optimizer().clip_norm(),
       [this](int64_t generation, int64_t clock, double sum_squares) {
         {
           absl::MutexLock lock(&norm_mu_);
@@ -285,14 +290,15 @@ absl::StatusOr<JobState> Server::Serve(std::string* message) {
 
 int Server::Fail(const absl::Status& st) {
   spdlog::error("{}", st.message());
-  if (store_ != nullptr) store_->StopGlobalClipping();
+  if (clipping_ != nullptr) clipping_->Stop();
   daemon_->ReportFinal(service_->GetStatus(), FAILED, std::string(st.message()));
   serving_->Stop();
   return 1;
 }
 
 int Server::Finish(JobState end, const std::string& message) {
-  store_->StopGlobalClipping();  // it uses the scheduler client, which goes first
+  // It uses the scheduler client, which goes first.
+  if (clipping_ != nullptr) clipping_->Stop();
   service_->SetState(end == DONE ? FINISHED : FAILED, message);
   service_->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
   serving_->Stop(absl::Seconds(2));

@@ -108,7 +108,8 @@ absl::StatusOr<std::unique_ptr<StandaloneServer>> StandaloneServer::Make(const J
   RETURN_IF_ERROR(server->store_->health());
   // Clipping under BSP by the global norm: this server's norm is the norm.
   StandaloneServer* s = server.get();
-  server->store_->StartGlobalClipping(
+  server->clipping_ = GlobalClipping::Start(
+      server->store_.get(), job.optimizer().clip_norm(),
       [](int64_t, int64_t, double sum_squares) -> absl::StatusOr<double> { return sum_squares; },
       [s] {
         absl::MutexLock lock(&s->mu_);
@@ -121,7 +122,7 @@ StandaloneServer::StandaloneServer(Partition partition, std::unique_ptr<ThreadPo
     : partition_(std::move(partition)), pool_(std::move(pool)) {}
 
 StandaloneServer::~StandaloneServer() {
-  if (store_ != nullptr) store_->StopGlobalClipping();
+  clipping_.reset();  // its thread uses mu_ and applied_
 }
 
 std::unique_ptr<ParamClient> StandaloneServer::Client() {

@@ -18,6 +18,7 @@
 #include "common/thread_pool.h"
 #include "proto/job.pb.h"
 #include "server/chunk_store.h"
+#include "server/global_clipping.h"
 #include "worker/clock_loop.h"
 #include "worker/param_client.h"
 
@@ -43,7 +44,7 @@ class StandaloneServer {
   friend class StandaloneParamClient;
   StandaloneServer(Partition partition, std::unique_ptr<ThreadPool> pool);
   // Waits until every chunk's read guarantee for `min_clock` holds (a
-  // clipped BSP round is applied by the store's own thread).
+  // clipped BSP round is applied by the clipping thread).
   void AwaitReadable(int64_t min_clock);
 
   const Partition partition_;
@@ -51,6 +52,7 @@ class StandaloneServer {
   std::unique_ptr<ChunkStore> store_;
   absl::Mutex mu_;
   absl::CondVar applied_;  // a clipped BSP round was applied
+  std::unique_ptr<GlobalClipping> clipping_;  // null unless the job clips under BSP
 };
 
 // The gate of a worker alone: every clock opens at once.
