@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <future>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -23,6 +21,7 @@
 #include "worker/models/model.h"
 #include "worker/param_client.h"
 #include "worker/ps_client.h"
+#include "worker/scheduler_gate.h"
 #include "worker/standalone.h"
 
 namespace pstrain {
@@ -47,56 +46,6 @@ absl::Status WriteWeights(const std::string& path, int64_t clock, const Model& m
   }
   return absl::OkStatus();
 }
-
-// The scheduler client as the clock loop's gate; asynchronous calls go
-// one after another on a thread of its own (not a thread per call).
-class SchedulerGate : public GateClient {
- public:
-  explicit SchedulerGate(SchedulerClient* client)
-      : client_(client), thread_([this] { Loop(); }) {}
-  ~SchedulerGate() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-  absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) override {
-    return client_->AdvanceClock(req);
-  }
-  std::future<absl::StatusOr<AdvanceClockResponse>> AdvanceClockAsync(
-      AdvanceClockRequest req) override {
-    absl::MutexLock lock(&mu_);
-    calls_.emplace_back(std::move(req), std::promise<absl::StatusOr<AdvanceClockResponse>>());
-    return calls_.back().second.get_future();
-  }
-  int64_t generation() const override { return client_->generation(); }
-
- private:
-  using Call = std::pair<AdvanceClockRequest, std::promise<absl::StatusOr<AdvanceClockResponse>>>;
-  void Loop() {
-    while (true) {
-      Call call;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || !calls_.empty();
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (stop_) return;  // calls still queued have no one waiting
-        call = std::move(calls_.front());
-        calls_.pop_front();
-      }
-      call.second.set_value(client_->AdvanceClock(call.first));
-    }
-  }
-
-  SchedulerClient* const client_;
-  absl::Mutex mu_;
-  std::deque<Call> calls_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: it starts once the rest is made
-};
 
 }  // namespace
 
