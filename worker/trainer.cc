@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
@@ -171,18 +170,14 @@ static bool OverlapFor(const TrainerOptions& options) {
   return options.overlap && no_overlap == nullptr;
 }
 
-std::thread Trainer::WatchLinks(StageWorker* stage, const std::atomic<bool>& stop,
-                                const std::atomic<bool>& ran) const {
-  return std::thread([this, stage, &stop, &ran] {
-    for (; !ran; absl::SleepFor(absl::Milliseconds(50))) {
-      if (!stop) {
-        stage->Interrupt(scheduler_->link_epoch());
-        continue;
-      }
-      stage->Cancel(absl::CancelledError("the worker stopped"));
-      return;
-    }
-  });
+void Trainer::InterruptLinks(int64_t link_epoch) {
+  absl::MutexLock lock(&links_mu_);
+  if (links_ != nullptr) links_->Interrupt(link_epoch);
+}
+
+void Trainer::CancelLinks(const absl::Status& why) {
+  absl::MutexLock lock(&links_mu_);
+  if (links_ != nullptr) links_->Cancel(why);
 }
 
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
@@ -244,15 +239,18 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     absl::MutexLock lock(&mu_);
     loop_ = &loop;
   }
-  std::atomic<bool> ran{false};
-  std::thread canceller;
-  if (stage.has_value()) canceller = WatchLinks(&*stage, stop, ran);
+  if (stage.has_value()) {
+    absl::MutexLock lock(&links_mu_);
+    links_ = &*stage;
+  }
   // A failed allocation while training is an error like any other here,
-  // where `loop_` and the link watcher are still to be cleared and joined.
+  // where `loop_` and `links_` are still to be cleared.
   const absl::StatusOr<double> acc =
       OutOfMemoryAsError("while training", [&] { return loop.Run(stop); });
-  ran = true;
-  if (canceller.joinable()) canceller.join();
+  {
+    absl::MutexLock lock(&links_mu_);
+    links_ = nullptr;
+  }
   {
     absl::MutexLock lock(&mu_);
     last_ = loop.metrics();

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -74,6 +73,14 @@ class Trainer : private DataSource {
   // This worker's status (clock, loss, throughput, bytes, accuracy).
   NodeStatus Status() const;
 
+  // While Run runs a pipeline stage, its waits on its links end unless it
+  // links in `link_epoch` already (its replica's pipeline restarts), or end
+  // with `why` (StageWorker::Interrupt, Cancel); otherwise nothing. A stage
+  // blocked on a neighbour sees no gate: the runtime's WorkerWatch
+  // (worker/member_loop.h) calls these from its own thread. Thread-safe.
+  void InterruptLinks(int64_t link_epoch);
+  void CancelLinks(const absl::Status& why);
+
  private:
   void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override;
   absl::StatusOr<double> Evaluate(Model& model) override;
@@ -84,11 +91,6 @@ class Trainer : private DataSource {
   absl::StatusOr<std::unique_ptr<Model>> MakeWorkerModel(int* split);
   // Pipeline stages: the clock loop computes through *stage.
   void UsePipeline(StageWorker* stage, ClockLoopOptions* lo);
-  // A stage blocked on a neighbour sees no gate: until `ran`, a thread ends
-  // the waits on its links when its replica's pipeline restarts (heartbeats
-  // tell) and closes them once `stop` (the worker stops, or the job ended).
-  std::thread WatchLinks(StageWorker* stage, const std::atomic<bool>& stop,
-                         const std::atomic<bool>& ran) const;
   // One evaluation batch: the model's, or through the pipeline.
   absl::StatusOr<StepResult> EvaluateBatch(Model& model, int64_t tag, const Batch& batch);
   // The final lines of the log and the --weights_out file.
@@ -108,6 +110,9 @@ class Trainer : private DataSource {
   ClockMetrics last_ ABSL_GUARDED_BY(mu_);                // once it ended
   double validation_loss_ ABSL_GUARDED_BY(mu_) = -1;
   double unigram_entropy_ ABSL_GUARDED_BY(mu_) = 0;
+  // Apart from mu_: a stage's calls may wait on its Connect, Status must not.
+  absl::Mutex links_mu_;
+  StageWorker* links_ ABSL_GUARDED_BY(links_mu_) = nullptr;  // while Run runs a stage
 };
 
 }  // namespace pstrain
