@@ -34,17 +34,17 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
       model_(model),
       backend_(backend),
       member_(options_.job, options_.replica, options_.stages, options_.generation, this),
-      reads_(&member_.schedule(), options_.overlap, std::max(1, options_.stages)),
+      reads_(&member_.schedule(), options_.training.overlap, std::max(1, options_.stages)),
       stats_(absl::Now()),
       // The loss is known to worker 0, or the last stage of replica 0.
       progress_(options_.job, options_.rank == std::max(1, options_.stages) - 1,
-                options_.replica == 0 && options_.eval_each_epoch, data_, &stats_),
+                options_.replica == 0 && options_.training.eval_each_epoch, data_, &stats_),
       clock_(options_.start_clock) {
   // Under SSP and ASP the next clock's weights come while this one computes.
-  if (options_.overlap && EffectiveStaleness(options_.job) != 0) {
+  if (options_.training.overlap && EffectiveStaleness(options_.job) != 0) {
     prefetch_.emplace(model_->params(), backend_);
   }
-  if (options_.overlap) {
+  if (options_.training.overlap) {
     model_->set_grads_ready([this](const std::vector<int>& params) {
       push_tickets_.push_back(params_->Push(clock_, batch_.rows, &model_->grads(), 0.0f, params));
     });
@@ -234,8 +234,7 @@ absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> tic
 
 absl::StatusOr<StepResult> ClockLoop::Step() {
   if (options_.stage_step) {
-    ASSIGN_OR_RETURN(const StageClock s,
-                     options_.stage_step(clock_, batch_, &accumulated_.sum()));
+    ASSIGN_OR_RETURN(const StageClock s, options_.stage_step(clock_, batch_, &accumulated_.sum()));
     const double total = s.busy_s + s.waiting_s;
     absl::MutexLock lock(&mu_);
     metrics_.bubble = total > 0 ? s.waiting_s / total : 0;
@@ -252,7 +251,7 @@ absl::StatusOr<StepResult> ClockLoop::Step() {
 }
 
 void ClockLoop::Push(bool finite) {
-  if (options_.overlap) return;  // the layers' pushes went out during the backward
+  if (options_.training.overlap) return;  // the layers' pushes went out during the backward
   ParamBuffers& grads = Accumulates() ? accumulated_.sum() : model_->mutable_grads();
   const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
   push_tickets_.push_back(params_->Push(clock_, batch_.rows, &grads, norm, {}));
@@ -267,8 +266,8 @@ absl::Status ClockLoop::AwaitPushes(std::vector<ParamTicket>* tickets) {
 
 absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   const absl::Time t2 = absl::Now();
-  if (options_.debug_slowdown_ms > 0) {
-    absl::SleepFor(absl::Milliseconds(options_.debug_slowdown_ms));
+  if (options_.training.debug_slowdown_ms > 0) {
+    absl::SleepFor(absl::Milliseconds(options_.training.debug_slowdown_ms));
   }
   // The clock's global batch split among the live replicas: this one's rows.
   int share_of, share;
@@ -283,7 +282,7 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   } else {
     model_->FlipGrads();
   }
-  if (options_.loss_scaling) model_->set_loss_scale(scaler_.scale());
+  if (options_.training.loss_scaling) model_->set_loss_scale(scaler_.scale());
   const absl::StatusOr<StepResult> stepped = Step();
   if (!stepped.ok() && options_.stage_step) {
     RETURN_IF_ERROR(RelinkAfter(stepped.status()));
@@ -295,7 +294,7 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   // gradient, which every server counts and does not apply (a BSP round
   // closes over the other workers' samples).
   ParamBuffers& grads = Accumulates() ? accumulated_.sum() : model_->mutable_grads();
-  const bool finite = !options_.loss_scaling || scaler_.Unscale(&grads);
+  const bool finite = !options_.training.loss_scaling || scaler_.Unscale(&grads);
   // The push goes on while the next clock's gate call does (see GateAndPull).
   Push(finite);
   stats_.clock().compute += absl::Now() - t2;
@@ -315,7 +314,7 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     metrics_.clock = clock_ + 1;
     metrics_.loss = step.loss;
     metrics_.peak_device_bytes = backend_->peak_bytes();
-    metrics_.loss_scale = options_.loss_scaling ? scaler_.scale() : 1.0;
+    metrics_.loss_scale = options_.training.loss_scaling ? scaler_.scale() : 1.0;
     metrics_.skipped_steps = scaler_.overflows();
     metrics_.bytes_in = params_->bytes_in();
     metrics_.bytes_out = params_->bytes_out();

@@ -16,7 +16,7 @@
 // gate answer of a newer link epoch, sends the loop to the clock the
 // replica restarts at, on new links.
 //
-// With overlap (TrainerOptions::overlap, when the job allows it) the
+// With overlap (TrainingOptions::overlap, when the job allows it) the
 // gradients are pushed layer by layer as the backward makes them, and
 // under SSP and ASP the next clock's weights are pulled while this clock
 // computes (worker/weight_prefetch.h); otherwise the whole gradient is
@@ -51,6 +51,7 @@
 #include "worker/progress.h"
 #include "worker/read_plan.h"
 #include "worker/stage_runner.h"
+#include "worker/training_options.h"
 #include "worker/weight_prefetch.h"
 
 namespace pstrain {
@@ -86,10 +87,9 @@ struct ClockLoopOptions {
   int rank = 0;
   int64_t start_clock = 0;
   int64_t generation = 0;
-  bool overlap = false;         // push by layers (and prefetch under SSP/ASP)
-  bool loss_scaling = false;    // fp16: dynamic loss scaling
-  bool eval_each_epoch = true;  // rank 0 evaluates at each epoch's end
-  int debug_slowdown_ms = 0;
+  // overlap: push by layers (and prefetch under SSP/ASP); loss scaling;
+  // the evaluation at each epoch's end; the slowdown (training_options.h).
+  TrainingOptions training;
   // Pipeline stages: this worker's replica (the data are split among the
   // live replicas; without stages every worker is its own replica) and the
   // stage's compute of a clock (worker/stage_runner.h), which writes the

@@ -31,9 +31,9 @@ std::optional<RunFigures> LoopStats::EndClock(double loss, Traffic traffic, absl
   RunFigures run;
   run.train_s = absl::ToDoubleSeconds(now - *run_start_ - run_evaluating_);
   run.clocks = run_clocks_;
-  run.split = PerClock(run_,
-                       {traffic.calls - run_traffic_.calls, traffic.bytes - run_traffic_.bytes},
-                       static_cast<double>(run_clocks_));
+  run.split =
+      PerClock(run_, {traffic.calls - run_traffic_.calls, traffic.bytes - run_traffic_.bytes},
+               static_cast<double>(run_clocks_));
   return run;
 }
 
@@ -44,9 +44,8 @@ WindowFigures LoopStats::EndWindow(Traffic traffic, int batch_size, absl::Time n
   const double secs = absl::ToDoubleSeconds(now - window_start_);
   w.mean_loss = window_loss_ / n;
   w.samples_per_s = secs > 0 ? n * batch_size / secs : 0;
-  w.split = PerClock(window_,
-                     {traffic.calls - window_traffic_.calls, traffic.bytes - window_traffic_.bytes},
-                     n);
+  w.split = PerClock(
+      window_, {traffic.calls - window_traffic_.calls, traffic.bytes - window_traffic_.bytes}, n);
   window_traffic_ = traffic;
   window_start_ = now;
   window_clocks_ = 0;

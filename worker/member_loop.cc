@@ -8,8 +8,8 @@
 
 namespace pstrain {
 
-WorkerMemberLoop::WorkerMemberLoop(const JobSpec& job, int replica, int stages,
-                                   int64_t generation, LoopActions* actions)
+WorkerMemberLoop::WorkerMemberLoop(const JobSpec& job, int replica, int stages, int64_t generation,
+                                   LoopActions* actions)
     : job_(job),
       replica_(replica),
       stages_(std::max(1, stages)),
@@ -38,8 +38,9 @@ absl::StatusOr<bool> WorkerMemberLoop::Adopt(const AdvanceClockResponse& gate, i
     actions_->ResumeAt(gate.resume_clock());
   }
   if (restarted) {
-    spdlog::warn("replica {}'s pipeline restarted (link epoch {}): resuming at clock {} (was at {})",
-                 replica_, link_epoch_, gate.resume_clock(), clock);
+    spdlog::warn(
+        "replica {}'s pipeline restarted (link epoch {}): resuming at clock {} (was at {})",
+        replica_, link_epoch_, gate.resume_clock(), clock);
     actions_->ResumeAt(gate.resume_clock());
     RETURN_IF_ERROR(actions_->Relink(gate.cluster(), link_epoch_));
     return true;
@@ -78,8 +79,8 @@ absl::Status WorkerMemberLoop::BatchShare(int* share_of, int* share) const {
     if (replicas.empty() || replicas.back() != w / stages_) replicas.push_back(w / stages_);
   }
   *share_of = static_cast<int>(replicas.size());
-  *share = static_cast<int>(std::find(replicas.begin(), replicas.end(), replica_) -
-                            replicas.begin());
+  *share =
+      static_cast<int>(std::find(replicas.begin(), replicas.end(), replica_) - replicas.begin());
   if (*share == *share_of) return absl::FailedPreconditionError("this worker is not live");
   return absl::OkStatus();
 }

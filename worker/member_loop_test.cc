@@ -33,9 +33,11 @@ class FakeLoop : public LoopActions {
   }
   void SetPushContext(const PushContext& c) override {
     std::vector<std::string> at_once;
-    for (const auto& [clock, yes] : c.at_once) at_once.push_back(absl::StrCat(clock, yes ? "+" : "-"));
-    calls.push_back(absl::StrCat("context ckpt ", c.checkpoint_clock, " [",
-                                 absl::StrJoin(at_once, ","), "]"));
+    for (const auto& [clock, yes] : c.at_once) {
+      at_once.push_back(absl::StrCat(clock, yes ? "+" : "-"));
+    }
+    calls.push_back(
+        absl::StrCat("context ckpt ", c.checkpoint_clock, " [", absl::StrJoin(at_once, ","), "]"));
   }
 };
 
@@ -69,7 +71,7 @@ TEST(WorkerMemberLoopTest, TheFirstAnswerConnectsAndARollbackResumesWithNewClien
   EXPECT_TRUE(*member.Adopt(Answer(1, 5, 2), 7, true));
   EXPECT_EQ(member.generation(), 1);
   EXPECT_EQ(loop.calls, (CallLog{"connect 2 servers", "context ckpt 0 []",  //
-                                 "context ckpt 0 []",                      //
+                                 "context ckpt 0 []",                       //
                                  "resume 5", "connect 2 servers", "context ckpt 0 []"}))
       << absl::StrJoin(loop.calls, "\n");
 }
@@ -175,7 +177,8 @@ TEST(WorkerWatchTest, ARestartInterruptsTheLinksAndAnAbortStopsOnce) {
   EXPECT_FALSE(watch.Step(news));
   news.job_state = ABORTED;
   EXPECT_TRUE(watch.Step(news));
-  EXPECT_TRUE(watch.Step(news));  // stopped already: nothing more
+  // Stopped already: nothing more.
+  EXPECT_TRUE(watch.Step(news));
   EXPECT_EQ(runtime.calls, (CallLog{"interrupt 0", "interrupt 2",  //
                                     "stop", "cancel the worker stopped"}));
 }

@@ -21,8 +21,8 @@ absl::StatusOr<ProgressNews> Progress::AfterClock(int64_t clock, int64_t total, 
       spdlog::info(
           "clock {}/{} epoch {} loss {:.4f} samples/s {:.0f} (per clock: gate {:.1f} ms, "
           "pull {:.1f} ms, compute {:.1f} ms, push {:.1f} ms)",
-          clock + 1, total, data_->Epoch(clock), w.mean_loss, w.samples_per_s,
-          w.split.gate_ms(), w.split.pull_ms(), w.split.compute_ms(), w.split.push_ms());
+          clock + 1, total, data_->Epoch(clock), w.mean_loss, w.samples_per_s, w.split.gate_ms(),
+          w.split.pull_ms(), w.split.compute_ms(), w.split.push_ms());
     }
     news.window = w;
   }

@@ -119,8 +119,9 @@ absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
   const int stages = std::max(1, job.pipeline_stages());
   const int s = StageOf(options_.worker_id, stages);
   const Stage stage = stages == 1 ? WholeModel(job.model()) : (*PlanStages(job.model(), stages))[s];
-  if (options_.device_memory_budget <= 0) {
-    return MakeStageModel(job.model(), stage, backend_, options_.recompute);
+  const TrainingOptions& training = options_.training;
+  if (training.device_memory_budget <= 0) {
+    return MakeStageModel(job.model(), stage, backend_, training.recompute);
   }
   if (job.model().kind() != GPT) {
     return absl::InvalidArgumentError("--device_memory_budget is for GPT models (this job's is an MLP)");
@@ -133,19 +134,19 @@ absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
   const int slots = stages == 1 ? 1 : job.pipeline_schedule() == GPIPE ? m : std::min(m, stages - s);
   ASSIGN_OR_RETURN(const GptMemoryPlan plan,
                    PlanGptMemory(job.model(), stage, seqs, slots, kEvalSeqs,
-                                 options_.device_memory_budget, /*may_split=*/stages == 1));
+                                 training.device_memory_budget, /*may_split=*/stages == 1));
   spdlog::info("{}", plan.Describe());
   *split = plan.split;
   eval_seqs_ = plan.eval_seqs;
   backend_->SetMemoryLimit(plan.budget);
-  return MakeStageModel(job.model(), stage, backend_, options_.recompute, &plan);
+  return MakeStageModel(job.model(), stage, backend_, training.recompute, &plan);
 }
 
 void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
   pipeline_ = stage;
   lo->stages = options_.job.pipeline_stages();
   lo->replica = stage->replica();
-  lo->overlap = false;  // a stage pushes once its micro-batches are done
+  lo->training.overlap = false;  // a stage pushes once its micro-batches are done
   lo->stage_step = [stage](int64_t clock, const Batch& batch, ParamBuffers* grads) {
     return stage->Step(clock, batch, grads);
   };
@@ -155,19 +156,19 @@ void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
 }
 
 // Layers' gradients pushed during the backward, and the prefetch, when
-// the job allows them (see TrainerOptions::overlap).
+// the job allows them (see TrainingOptions::overlap).
 static bool OverlapFor(const TrainerOptions& options) {
   const JobSpec& job = options.job;
-  const char* no_overlap = job.micro_batches() > 1 ? "micro_batches above 1"
-                           : options.loss_scaling  ? "fp16 loss scaling"
-                           : job.optimizer().clip_norm() > 0 && job.consistency() != BSP
-                               ? "clipping by the push's norm under SSP/ASP"
-                               : nullptr;
-  if (options.overlap && no_overlap != nullptr) {
+  const bool clips = job.optimizer().clip_norm() > 0 && job.consistency() != BSP;
+  const char* no_overlap = job.micro_batches() > 1         ? "micro_batches above 1"
+                           : options.training.loss_scaling ? "fp16 loss scaling"
+                           : clips ? "clipping by the push's norm under SSP/ASP"
+                                   : nullptr;
+  if (options.training.overlap && no_overlap != nullptr) {
     spdlog::info("--overlap is off for this job: a step needs its whole gradient first ({})",
                  no_overlap);
   }
-  return options.overlap && no_overlap == nullptr;
+  return options.training.overlap && no_overlap == nullptr;
 }
 
 void Trainer::InterruptLinks(int64_t link_epoch) {
@@ -202,12 +203,10 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   lo.rank = rank;
   lo.start_clock = options_.start_clock;
   lo.generation = options_.generation;
-  lo.overlap = OverlapFor(options_) && split == 1;
+  lo.training = options_.training;
+  lo.training.overlap = OverlapFor(options_) && split == 1;
   // The memory plan's smaller micro-batches, their gradients added up.
   lo.job.set_micro_batches(job.micro_batches() * split);
-  lo.loss_scaling = options_.loss_scaling;
-  lo.eval_each_epoch = options_.eval_each_epoch;
-  lo.debug_slowdown_ms = options_.debug_slowdown_ms;
   lo.replica = rank;
   std::optional<StageWorker> stage;
   if (job.pipeline_stages() > 1) {
@@ -293,8 +292,8 @@ absl::Status Trainer::Finish(const Model& model, const ClockLoop& loop, double a
     spdlog::info("this worker pushed {} bytes and pulled {} bytes of {} in training", m.bytes_out,
                  m.bytes_in, DTypeName(options_.ps.wire_dtype));
   }
-  if (options_.weights_out.empty()) return absl::OkStatus();
-  return WriteWeights(options_.weights_out, total, model, model.weights());
+  if (options_.training.weights_out.empty()) return absl::OkStatus();
+  return WriteWeights(options_.training.weights_out, total, model, model.weights());
 }
 
 NodeStatus Trainer::Status() const {

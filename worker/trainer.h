@@ -21,30 +21,16 @@
 #include "worker/ps_client.h"
 #include "worker/stage_link.h"
 #include "worker/stage_worker.h"
+#include "worker/training_options.h"
 
 namespace pstrain {
 
 struct TrainerOptions {
   int worker_id = 0;
   JobSpec job;  // complete and valid
-  // Sleeps this long in every iteration (tests of the consistency models).
-  int debug_slowdown_ms = 0;
-  // Writes the final weights as a binary pstrain.TensorSet here.
-  std::string weights_out;
-  // Evaluates on the test set at each epoch's end (worker 0 only).
-  bool eval_each_epoch = true;
-  // A GPT recomputes its blocks' activations in the backward (--recompute).
-  bool recompute = false;
-  // --device_memory_budget (bytes, 0: none): a GPT is windowed under it.
-  int64_t device_memory_budget = 0;
-  // fp16 compute (--compute_dtype=fp16): dynamic loss scaling.
-  bool loss_scaling = false;
-  // Push each layer's gradients as soon as the backward has them, and under
-  // SSP/ASP pull the next clock's weights while this one computes
-  // (--overlap). Used when nothing needs the whole gradient first: no
-  // accumulation, no fp16 loss scaling, no clipping by the push's norm
-  // (SSP/ASP).
-  bool overlap = false;
+  // From the command line, settled by the runtime; the clock loop's, but
+  // for an overlap the job or the memory plan rules out.
+  TrainingOptions training;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
   // The cluster's generation and the clock to start at (from registration: past

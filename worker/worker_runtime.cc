@@ -47,7 +47,7 @@ absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, D
     return bad("--wire_dtype=", c.wire_dtype, ": expected fp32, bf16 or fp16");
   }
   if (c.channels_per_server < 1) return bad("--channels_per_server must be >= 1");
-  if (c.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
+  if (c.training.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
   return absl::OkStatus();
 }
 
@@ -168,18 +168,17 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   TrainerOptions topts;
   topts.worker_id = reg.id();
   topts.job = job;
-  topts.debug_slowdown_ms = config.debug_slowdown_ms;
-  topts.weights_out = config.weights_out;
-  topts.recompute = config.recompute == "block";
-  topts.device_memory_budget = config.device_memory_budget;
+  topts.training = config.training;
+  topts.training.recompute = config.recompute == "block";
   // auto: on for a GPU; on the CPU under SSP and ASP, where the prefetch
   // takes the pull off the clock (bench/train_bench: the MLP's clocks as
   // fast as alone with it, 0.6-0.67 of that without); off under BSP, where
   // it made no difference we could tell from the noise.
-  topts.overlap = config.overlap == "on" ||
-                  (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
-  topts.loss_scaling = config.compute_dtype == "fp16";
-  if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
+  topts.training.overlap =
+      config.overlap == "on" ||
+      (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
+  topts.training.loss_scaling = config.compute_dtype == "fp16";
+  if (topts.training.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
         "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of "
         "non-finite gradients, which this job turns off (optimizer.allow_nonfinite)");
