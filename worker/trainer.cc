@@ -181,33 +181,40 @@ void Trainer::CancelLinks(const absl::Status& why) {
   if (links_ != nullptr) links_->Cancel(why);
 }
 
-absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
+void Trainer::NoteCorpus() {
   const JobSpec& job = options_.job;
-  const int rank = options_.worker_id;
-  int split = 1;
-  ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, MakeWorkerModel(&split));
-  if (job.data().dataset() == TEXT) {
-    const double entropy = UnigramEntropy(data_.train_text + data_.validation_text);
-    if (rank == 0) {
-      spdlog::info(
-          "corpus {}: {} training and {} validation bytes; unigram entropy {:.4f} nats/byte",
-          job.data().path(), data_.train_text.size(), data_.validation_text.size(), entropy);
-    }
-    absl::MutexLock lock(&mu_);
-    unigram_entropy_ = entropy;
+  const double entropy = UnigramEntropy(data_.train_text + data_.validation_text);
+  if (options_.worker_id == 0) {
+    spdlog::info("corpus {}: {} training and {} validation bytes; unigram entropy {:.4f} nats/byte",
+                 job.data().path(), data_.train_text.size(), data_.validation_text.size(), entropy);
   }
-  ASSIGN_OR_RETURN(const Partition partition,
-                   Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers()));
+  absl::MutexLock lock(&mu_);
+  unigram_entropy_ = entropy;
+}
+
+ClockLoopOptions Trainer::LoopOptions(int split) const {
   ClockLoopOptions lo;
-  lo.job = job;
-  lo.rank = rank;
+  lo.job = options_.job;
+  lo.rank = options_.worker_id;
   lo.start_clock = options_.start_clock;
   lo.generation = options_.generation;
   lo.training = options_.training;
   lo.training.overlap = OverlapFor(options_) && split == 1;
   // The memory plan's smaller micro-batches, their gradients added up.
-  lo.job.set_micro_batches(job.micro_batches() * split);
-  lo.replica = rank;
+  lo.job.set_micro_batches(options_.job.micro_batches() * split);
+  lo.replica = options_.worker_id;
+  return lo;
+}
+
+absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
+  const JobSpec& job = options_.job;
+  const int rank = options_.worker_id;
+  int split = 1;
+  ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, MakeWorkerModel(&split));
+  if (job.data().dataset() == TEXT) NoteCorpus();
+  ASSIGN_OR_RETURN(const Partition partition,
+                   Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers()));
+  ClockLoopOptions lo = LoopOptions(split);
   std::optional<StageWorker> stage;
   if (job.pipeline_stages() > 1) {
     stage.emplace(job, rank, options_.ps.wire_dtype, model.get(), options_.stage_link);

@@ -75,6 +75,11 @@ class Trainer : private DataSource {
   // device memory budget, windowed as the plan (logged) says.
   // *split: each micro-batch run as that many (the plan's; 1 without one).
   absl::StatusOr<std::unique_ptr<Model>> MakeWorkerModel(int* split);
+  // GPT: the corpus' unigram entropy (logged by worker 0, in Status).
+  void NoteCorpus();
+  // The clock loop's options: the job's micro-batches run as `split` each
+  // (the memory plan's), overlap where the job allows it.
+  ClockLoopOptions LoopOptions(int split) const;
   // Pipeline stages: the clock loop computes through *stage.
   void UsePipeline(StageWorker* stage, ClockLoopOptions* lo);
   // One evaluation batch: the model's, or through the pipeline.
