@@ -16,7 +16,7 @@
 // gate answer of a newer link epoch, sends the loop to the clock the
 // replica restarts at, on new links.
 //
-// With overlap (TrainerOptions::overlap, when the job allows it) the
+// With overlap (TrainingOptions::overlap, when the job allows it) the
 // gradients are pushed layer by layer as the backward makes them, and
 // under SSP and ASP the next clock's weights are pulled while this clock
 // computes (worker/weight_prefetch.h); otherwise the whole gradient is
@@ -41,10 +41,17 @@
 #include "common/job_spec.h"
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
+#include "worker/data_source.h"
+#include "worker/gradient_accumulator.h"
+#include "worker/loop_stats.h"
+#include "worker/member_loop.h"
 #include "worker/models/loss_scaler.h"
 #include "worker/models/model.h"
 #include "worker/param_client.h"
+#include "worker/progress.h"
+#include "worker/read_plan.h"
 #include "worker/stage_runner.h"
+#include "worker/training_options.h"
 #include "worker/weight_prefetch.h"
 
 namespace pstrain {
@@ -69,19 +76,6 @@ class GateClient {
   virtual bool remote() const { return true; }
 };
 
-// The training data and the evaluation, as the loop sees them.
-class DataSource {
- public:
-  virtual ~DataSource() = default;
-  // Share `share` of `share_of` of clock `clock`'s global batch.
-  virtual void NextBatch(int64_t clock, int share_of, int share, Batch* batch) = 0;
-  // The accuracy of the model's current weights on the test (or
-  // validation) data.
-  virtual absl::StatusOr<double> Evaluate(Model& model) = 0;
-  // The pass over the data that clock `clock` is in.
-  virtual int64_t Epoch(int64_t clock) const = 0;
-};
-
 // The parameter client for the servers of `cluster` in `generation`;
 // `fp32`: pulls of fp32 master weights whatever the wire dtype (the final
 // read); `abandon` is asked before each retry (true ends the call).
@@ -93,10 +87,9 @@ struct ClockLoopOptions {
   int rank = 0;
   int64_t start_clock = 0;
   int64_t generation = 0;
-  bool overlap = false;         // push by layers (and prefetch under SSP/ASP)
-  bool loss_scaling = false;    // fp16: dynamic loss scaling
-  bool eval_each_epoch = true;  // rank 0 evaluates at each epoch's end
-  int debug_slowdown_ms = 0;
+  // overlap: push by layers (and prefetch under SSP/ASP); loss scaling;
+  // the evaluation at each epoch's end; the slowdown (training_options.h).
+  TrainingOptions training;
   // Pipeline stages: this worker's replica (the data are split among the
   // live replicas; without stages every worker is its own replica) and the
   // stage's compute of a clock (worker/stage_runner.h), which writes the
@@ -141,12 +134,16 @@ struct ClockMetrics {
   int64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;
 };
 
-class ClockLoop {
+// The loop's parts: WorkerMemberLoop takes the gate's answers (rollback,
+// restart, drain, live workers), ReadPlan says where a clock's weights come
+// from, GradientAccumulator sums micro-batches, LoopStats counts and
+// Progress reports; the class keeps gate -> pull -> compute -> push.
+class ClockLoop : private LoopActions {
  public:
   // Everything must outlive the loop; `backend` is the model's.
   ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFactory params, DataSource* data,
             Model* model, kernels::Backend* backend);
-  ~ClockLoop();
+  ~ClockLoop() override;
 
   // Trains every clock from the start clock; then the final read and the
   // evaluation, whose accuracy it returns. CANCELLED once `stop` is set.
@@ -158,10 +155,12 @@ class ClockLoop {
   // Gate and pull of clock_; false when the clock must start over (the
   // cluster rolled back, or a failed pull was followed by a rollback).
   absl::StatusOr<bool> GateAndPull();
+  // Reads clock_'s weights from `source` (a pull sent with the gate is
+  // `ticket`; a prefetch is of `pull_clock`) and notes them in the cache.
+  absl::Status Read(WeightSource source, std::optional<ParamTicket> ticket, int64_t pull_clock);
+  ParamTicket Pull();
   // The step and its push; false when the clock must start over.
   absl::StatusOr<bool> ComputeAndPush();
-  // The clock's global batch split among the live workers: this rank's rows.
-  absl::Status NextBatch();
   // One clock's forward and backward; in micro_batches micro-batches whose
   // mean gradient goes to accumulated_ when that is above 1.
   absl::StatusOr<StepResult> Step();
@@ -176,16 +175,11 @@ class ClockLoop {
   // The last clock's report, then the final read of every update; false
   // when the cluster rolled back meanwhile.
   absl::StatusOr<bool> FinalRead();
-  // Takes a gate answer; true when it says the cluster rolled back (the
-  // loop resumes at its clock).
+  // Takes a gate answer (WorkerMemberLoop::Adopt); true when it sent the
+  // loop elsewhere.
   absl::StatusOr<bool> Adopt(const AdvanceClockResponse& gate);
-  // SSP's cache: whether the weights at hand hold what a read for `clock`
-  // must (every live worker's updates of iterations < clock - s), and
-  // noting what a read's weights hold (ParamClient::Pull's `applied`).
-  bool CacheServes(int64_t clock) const;
-  void Cache(const std::vector<int64_t>& applied);
   // Takes the answer of a gate call left pending (SSP, ASP: see
-  // GateAndPull); true when it sent the loop elsewhere (Adopt).
+  // ReadPlan::AwaitsGate); true when it sent the loop elsewhere.
   absl::StatusOr<bool> TakePendingGate();
   // After a failed pull or push: did the cluster roll back? If not, the
   // failure stands.
@@ -193,26 +187,22 @@ class ClockLoop {
   // After a pipeline stage's clock failed on its links: its replica's
   // pipeline restarts (or the cluster rolled back) and the loop resumes
   // where the scheduler says. If neither, the failure stands.
-  absl::Status Relink(const absl::Status& failure);
+  absl::Status RelinkAfter(const absl::Status& failure);
   absl::StatusOr<AdvanceClockResponse> CallGate(int64_t clock, bool relink = false);
   std::future<absl::StatusOr<AdvanceClockResponse>> CallGateAsync(int64_t clock);
   AdvanceClockRequest GateRequest(int64_t clock, bool relink);
-  // Clients of the servers of `cluster` for the current generation.
-  absl::Status Connect(const ClusterView& cluster);
   // Metrics, progress lines and the epoch's evaluation after clock_.
   absl::Status AfterClock(const StepResult& step);
-  // Adds the clock's split to the run's.
-  void CountRun();
-  int64_t Calls() const;
-  int64_t Bytes() const;
-  // What pushes carry besides gradients: the checkpoint asked for and
-  // whether a BSP job's clock is applied at once (psctl set-consistency).
-  PushContext CurrentPushContext() const;
+  Traffic TrafficSoFar() const { return stats_.Total(params_.get()); }
+
+  // LoopActions (WorkerMemberLoop's):
+  void ResumeAt(int64_t clock) override;
+  // Clients of the servers of `cluster` for the current generation.
+  absl::Status Connect(const ClusterView& cluster) override;
+  absl::Status Relink(const ClusterView& cluster, int64_t link_epoch) override;
+  void SetPushContext(const PushContext& context) override;
 
   const ClockLoopOptions options_;
-  int64_t total_;  // the job's clocks; fewer once it drains (psctl drain)
-  int64_t checkpoint_asked_ = 0;  // AdvanceClockResponse.checkpoint_clock
-  ConsistencySchedule schedule_;  // the job's, with the scheduler's changes
   GateClient* const gate_;
   const ParamClientFactory make_params_;
   DataSource* const data_;
@@ -221,50 +211,25 @@ class ClockLoop {
   const std::atomic<bool>* stop_ = nullptr;
   // Set when the loop ends: pulls in flight give up at their next retry.
   std::atomic<bool> leaving_{false};
-  std::atomic<int64_t> generation_;
-  int64_t link_epoch_ = 0;  // pipeline stages: the replica's links'
+  WorkerMemberLoop member_;  // generation, link epoch, live workers, the job's end
+  ReadPlan reads_;           // after member_: it reads its schedule
+  LoopStats stats_;
+  Progress progress_;  // after stats_
 
   int64_t clock_;
-  std::vector<int> live_;  // the live workers, from the last gate
-  ClusterView cluster_;    // the servers, from the last gate
+  ClusterView cluster_;  // the servers, from the last gate
   Batch batch_;
-  ParamBuffers accumulated_;  // micro_batches > 1
+  GradientAccumulator accumulated_;
   LossScaler scaler_;
   std::vector<ParamTicket> push_tickets_;        // this clock's pushes
   std::vector<ParamTicket> older_push_tickets_;  // the last clock's
-  // The last read's applied iterations per worker, and the least of them
-  // over the live workers (-1: nothing read in this generation).
+  // The last read's applied iterations per worker (ParamClient::Pull).
   std::vector<int64_t> read_applied_;
-  int64_t cache_fresh_ = -1;
   // SSP, ASP: the gate call of the clock under way, answered while it runs.
   std::future<absl::StatusOr<AdvanceClockResponse>> pending_gate_;
   std::optional<WeightPrefetch> prefetch_;
   std::unique_ptr<ParamClient> params_;  // after prefetch_: it ends first
   std::unique_ptr<ParamClient> final_params_;
-
-  // The window of clocks the progress line reports on.
-  absl::Time window_start_;
-  int64_t window_clocks_ = 0;
-  double window_loss_ = 0;
-  // Where clocks' time went: this clock's, the window's, and the run's
-  // (from the end of the first clock this loop ran, when the cluster was
-  // complete; evaluations left out).
-  struct Split {
-    absl::Duration gate, pull, compute, push;
-    void Add(const Split& o) {
-      gate += o.gate, pull += o.pull, compute += o.compute, push += o.push;
-    }
-  };
-  // A split over n clocks, with `calls` and `bytes` in them, per clock.
-  static ClockSplit PerClock(const Split& split, int64_t calls, int64_t bytes, double n);
-  Split clock_split_, window_split_, run_split_;
-  std::optional<absl::Time> run_start_;
-  absl::Duration run_evaluating_;
-  int64_t run_clocks_ = 0, run_calls_ = 0, run_bytes_ = 0;  // Calls() and Bytes() at run_start_
-  // Calls (the gate's and the servers') and payload bytes so far: the
-  // gate calls, and what clients since replaced (rollbacks) had counted.
-  int64_t gates_ = 0, calls_retired_ = 0, bytes_retired_ = 0;
-  int64_t window_calls_ = 0, window_bytes_ = 0;  // Calls() and Bytes() at the window's start
 
   mutable absl::Mutex mu_;
   ClockMetrics metrics_ ABSL_GUARDED_BY(mu_);

@@ -52,7 +52,7 @@ class ClockLoopTest : public ::testing::Test {
                                  std::function<absl::Status(const std::string&)> fail = nullptr) {
     ClockLoopOptions o;
     o.job = TinyJob(consistency, steps);
-    o.overlap = overlap;
+    o.training.overlap = overlap;
     model_ = MakeModel(o.job.model(), backend_.get());
     gate_ = std::make_unique<FakeGate>(&log_, 1, 1);
     if (script_) gate_->script = script_;

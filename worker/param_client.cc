@@ -8,22 +8,27 @@ AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partit
                              const PsClientOptions& options) {
   for (Lane* lane : {&pulls_, &pushes_}) {
     lane->client = std::make_unique<PsClient>(cluster, partition, worker_id, options);
-    lane->thread = std::thread([this, lane] { Loop(lane); });
   }
 }
 
 AsyncPsClient::~AsyncPsClient() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  for (Lane* lane : {&pulls_, &pushes_}) lane->thread.join();
+  // Both lanes at once: neither starts another operation while the other
+  // finishes its own.
+  for (Lane* lane : {&pulls_, &pushes_}) lane->queue.Stop();
 }
 
 ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
-  absl::MutexLock lock(&mu_);
-  const ParamTicket ticket = ++next_ticket_;
-  lane.queue.emplace_back(ticket, std::move(op));
+  ParamTicket ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    ticket = ++next_ticket_;
+  }
+  PsClient* client = lane.client.get();
+  lane.queue.Run([this, ticket, client, op = std::move(op)] {
+    const absl::Status st = op(*client);
+    absl::MutexLock lock(&mu_);
+    done_[ticket] = st;
+  });
   return ticket;
 }
 
@@ -50,24 +55,6 @@ absl::Status AsyncPsClient::Wait(ParamTicket ticket) {
   const absl::Status st = done_[ticket];
   done_.erase(ticket);
   return st;
-}
-
-void AsyncPsClient::Loop(Lane* lane) {
-  while (true) {
-    std::pair<ParamTicket, Operation> op;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this, lane]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !lane->queue.empty(); };
-      mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
-      op = std::move(lane->queue.front());
-      lane->queue.pop_front();
-    }
-    const absl::Status st = op.second(*lane->client);
-    absl::MutexLock lock(&mu_);
-    done_[op.first] = st;
-  }
 }
 
 int64_t AsyncPsClient::bytes_in() const {

@@ -8,16 +8,15 @@
 #define PSTRAIN_WORKER_PARAM_CLIENT_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/ps_client.h"
+#include "worker/serial_queue.h"
 
 namespace pstrain {
 
@@ -74,19 +73,17 @@ class AsyncPsClient : public ParamClient {
 
  private:
   using Operation = std::function<absl::Status(PsClient&)>;
+  // One PsClient and the queue that runs its operations in order.
   struct Lane {
     std::unique_ptr<PsClient> client;
-    std::deque<std::pair<ParamTicket, Operation>> queue;
-    std::thread thread;
+    SerialQueue queue;
   };
   ParamTicket Queue(Lane& lane, Operation op);
-  void Loop(Lane* lane);
 
   absl::Mutex mu_;
-  Lane pulls_, pushes_;
   std::map<ParamTicket, absl::Status> done_ ABSL_GUARDED_BY(mu_);
   ParamTicket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Lane pulls_, pushes_;  // last: their threads end before done_ goes
 };
 
 }  // namespace pstrain

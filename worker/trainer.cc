@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <future>
 #include <fstream>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
@@ -23,6 +20,7 @@
 #include "worker/models/model.h"
 #include "worker/param_client.h"
 #include "worker/ps_client.h"
+#include "worker/scheduler_gate.h"
 #include "worker/standalone.h"
 
 namespace pstrain {
@@ -47,56 +45,6 @@ absl::Status WriteWeights(const std::string& path, int64_t clock, const Model& m
   }
   return absl::OkStatus();
 }
-
-// The scheduler client as the clock loop's gate; asynchronous calls go
-// one after another on a thread of its own (not a thread per call).
-class SchedulerGate : public GateClient {
- public:
-  explicit SchedulerGate(SchedulerClient* client)
-      : client_(client), thread_([this] { Loop(); }) {}
-  ~SchedulerGate() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-  absl::StatusOr<AdvanceClockResponse> AdvanceClock(const AdvanceClockRequest& req) override {
-    return client_->AdvanceClock(req);
-  }
-  std::future<absl::StatusOr<AdvanceClockResponse>> AdvanceClockAsync(
-      AdvanceClockRequest req) override {
-    absl::MutexLock lock(&mu_);
-    calls_.emplace_back(std::move(req), std::promise<absl::StatusOr<AdvanceClockResponse>>());
-    return calls_.back().second.get_future();
-  }
-  int64_t generation() const override { return client_->generation(); }
-
- private:
-  using Call = std::pair<AdvanceClockRequest, std::promise<absl::StatusOr<AdvanceClockResponse>>>;
-  void Loop() {
-    while (true) {
-      Call call;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || !calls_.empty();
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (stop_) return;  // calls still queued have no one waiting
-        call = std::move(calls_.front());
-        calls_.pop_front();
-      }
-      call.second.set_value(client_->AdvanceClock(call.first));
-    }
-  }
-
-  SchedulerClient* const client_;
-  absl::Mutex mu_;
-  std::deque<Call> calls_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: it starts once the rest is made
-};
 
 }  // namespace
 
@@ -171,8 +119,9 @@ absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
   const int stages = std::max(1, job.pipeline_stages());
   const int s = StageOf(options_.worker_id, stages);
   const Stage stage = stages == 1 ? WholeModel(job.model()) : (*PlanStages(job.model(), stages))[s];
-  if (options_.device_memory_budget <= 0) {
-    return MakeStageModel(job.model(), stage, backend_, options_.recompute);
+  const TrainingOptions& training = options_.training;
+  if (training.device_memory_budget <= 0) {
+    return MakeStageModel(job.model(), stage, backend_, training.recompute);
   }
   if (job.model().kind() != GPT) {
     return absl::InvalidArgumentError("--device_memory_budget is for GPT models (this job's is an MLP)");
@@ -185,19 +134,19 @@ absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
   const int slots = stages == 1 ? 1 : job.pipeline_schedule() == GPIPE ? m : std::min(m, stages - s);
   ASSIGN_OR_RETURN(const GptMemoryPlan plan,
                    PlanGptMemory(job.model(), stage, seqs, slots, kEvalSeqs,
-                                 options_.device_memory_budget, /*may_split=*/stages == 1));
+                                 training.device_memory_budget, /*may_split=*/stages == 1));
   spdlog::info("{}", plan.Describe());
   *split = plan.split;
   eval_seqs_ = plan.eval_seqs;
   backend_->SetMemoryLimit(plan.budget);
-  return MakeStageModel(job.model(), stage, backend_, options_.recompute, &plan);
+  return MakeStageModel(job.model(), stage, backend_, training.recompute, &plan);
 }
 
 void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
   pipeline_ = stage;
   lo->stages = options_.job.pipeline_stages();
   lo->replica = stage->replica();
-  lo->overlap = false;  // a stage pushes once its micro-batches are done
+  lo->training.overlap = false;  // a stage pushes once its micro-batches are done
   lo->stage_step = [stage](int64_t clock, const Batch& batch, ParamBuffers* grads) {
     return stage->Step(clock, batch, grads);
   };
@@ -207,33 +156,54 @@ void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
 }
 
 // Layers' gradients pushed during the backward, and the prefetch, when
-// the job allows them (see TrainerOptions::overlap).
+// the job allows them (see TrainingOptions::overlap).
 static bool OverlapFor(const TrainerOptions& options) {
   const JobSpec& job = options.job;
-  const char* no_overlap = job.micro_batches() > 1 ? "micro_batches above 1"
-                           : options.loss_scaling  ? "fp16 loss scaling"
-                           : job.optimizer().clip_norm() > 0 && job.consistency() != BSP
-                               ? "clipping by the push's norm under SSP/ASP"
-                               : nullptr;
-  if (options.overlap && no_overlap != nullptr) {
+  const bool clips = job.optimizer().clip_norm() > 0 && job.consistency() != BSP;
+  const char* no_overlap = job.micro_batches() > 1         ? "micro_batches above 1"
+                           : options.training.loss_scaling ? "fp16 loss scaling"
+                           : clips ? "clipping by the push's norm under SSP/ASP"
+                                   : nullptr;
+  if (options.training.overlap && no_overlap != nullptr) {
     spdlog::info("--overlap is off for this job: a step needs its whole gradient first ({})",
                  no_overlap);
   }
-  return options.overlap && no_overlap == nullptr;
+  return options.training.overlap && no_overlap == nullptr;
 }
 
-std::thread Trainer::WatchLinks(StageWorker* stage, const std::atomic<bool>& stop,
-                                const std::atomic<bool>& ran) const {
-  return std::thread([this, stage, &stop, &ran] {
-    for (; !ran; absl::SleepFor(absl::Milliseconds(50))) {
-      if (!stop) {
-        stage->Interrupt(scheduler_->link_epoch());
-        continue;
-      }
-      stage->Cancel(absl::CancelledError("the worker stopped"));
-      return;
-    }
-  });
+void Trainer::InterruptLinks(int64_t link_epoch) {
+  absl::MutexLock lock(&links_mu_);
+  if (links_ != nullptr) links_->Interrupt(link_epoch);
+}
+
+void Trainer::CancelLinks(const absl::Status& why) {
+  absl::MutexLock lock(&links_mu_);
+  if (links_ != nullptr) links_->Cancel(why);
+}
+
+void Trainer::NoteCorpus() {
+  const JobSpec& job = options_.job;
+  const double entropy = UnigramEntropy(data_.train_text + data_.validation_text);
+  if (options_.worker_id == 0) {
+    spdlog::info("corpus {}: {} training and {} validation bytes; unigram entropy {:.4f} nats/byte",
+                 job.data().path(), data_.train_text.size(), data_.validation_text.size(), entropy);
+  }
+  absl::MutexLock lock(&mu_);
+  unigram_entropy_ = entropy;
+}
+
+ClockLoopOptions Trainer::LoopOptions(int split) const {
+  ClockLoopOptions lo;
+  lo.job = options_.job;
+  lo.rank = options_.worker_id;
+  lo.start_clock = options_.start_clock;
+  lo.generation = options_.generation;
+  lo.training = options_.training;
+  lo.training.overlap = OverlapFor(options_) && split == 1;
+  // The memory plan's smaller micro-batches, their gradients added up.
+  lo.job.set_micro_batches(options_.job.micro_batches() * split);
+  lo.replica = options_.worker_id;
+  return lo;
 }
 
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
@@ -241,30 +211,10 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const int rank = options_.worker_id;
   int split = 1;
   ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, MakeWorkerModel(&split));
-  if (job.data().dataset() == TEXT) {
-    const double entropy = UnigramEntropy(data_.train_text + data_.validation_text);
-    if (rank == 0) {
-      spdlog::info(
-          "corpus {}: {} training and {} validation bytes; unigram entropy {:.4f} nats/byte",
-          job.data().path(), data_.train_text.size(), data_.validation_text.size(), entropy);
-    }
-    absl::MutexLock lock(&mu_);
-    unigram_entropy_ = entropy;
-  }
+  if (job.data().dataset() == TEXT) NoteCorpus();
   ASSIGN_OR_RETURN(const Partition partition,
                    Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers()));
-  ClockLoopOptions lo;
-  lo.job = job;
-  lo.rank = rank;
-  lo.start_clock = options_.start_clock;
-  lo.generation = options_.generation;
-  lo.overlap = OverlapFor(options_) && split == 1;
-  // The memory plan's smaller micro-batches, their gradients added up.
-  lo.job.set_micro_batches(job.micro_batches() * split);
-  lo.loss_scaling = options_.loss_scaling;
-  lo.eval_each_epoch = options_.eval_each_epoch;
-  lo.debug_slowdown_ms = options_.debug_slowdown_ms;
-  lo.replica = rank;
+  ClockLoopOptions lo = LoopOptions(split);
   std::optional<StageWorker> stage;
   if (job.pipeline_stages() > 1) {
     stage.emplace(job, rank, options_.ps.wire_dtype, model.get(), options_.stage_link);
@@ -295,15 +245,18 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     absl::MutexLock lock(&mu_);
     loop_ = &loop;
   }
-  std::atomic<bool> ran{false};
-  std::thread canceller;
-  if (stage.has_value()) canceller = WatchLinks(&*stage, stop, ran);
+  if (stage.has_value()) {
+    absl::MutexLock lock(&links_mu_);
+    links_ = &*stage;
+  }
   // A failed allocation while training is an error like any other here,
-  // where `loop_` and the link watcher are still to be cleared and joined.
+  // where `loop_` and `links_` are still to be cleared.
   const absl::StatusOr<double> acc =
       OutOfMemoryAsError("while training", [&] { return loop.Run(stop); });
-  ran = true;
-  if (canceller.joinable()) canceller.join();
+  {
+    absl::MutexLock lock(&links_mu_);
+    links_ = nullptr;
+  }
   {
     absl::MutexLock lock(&mu_);
     last_ = loop.metrics();
@@ -346,8 +299,8 @@ absl::Status Trainer::Finish(const Model& model, const ClockLoop& loop, double a
     spdlog::info("this worker pushed {} bytes and pulled {} bytes of {} in training", m.bytes_out,
                  m.bytes_in, DTypeName(options_.ps.wire_dtype));
   }
-  if (options_.weights_out.empty()) return absl::OkStatus();
-  return WriteWeights(options_.weights_out, total, model, model.weights());
+  if (options_.training.weights_out.empty()) return absl::OkStatus();
+  return WriteWeights(options_.training.weights_out, total, model, model.weights());
 }
 
 NodeStatus Trainer::Status() const {

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -22,30 +21,16 @@
 #include "worker/ps_client.h"
 #include "worker/stage_link.h"
 #include "worker/stage_worker.h"
+#include "worker/training_options.h"
 
 namespace pstrain {
 
 struct TrainerOptions {
   int worker_id = 0;
   JobSpec job;  // complete and valid
-  // Sleeps this long in every iteration (tests of the consistency models).
-  int debug_slowdown_ms = 0;
-  // Writes the final weights as a binary pstrain.TensorSet here.
-  std::string weights_out;
-  // Evaluates on the test set at each epoch's end (worker 0 only).
-  bool eval_each_epoch = true;
-  // A GPT recomputes its blocks' activations in the backward (--recompute).
-  bool recompute = false;
-  // --device_memory_budget (bytes, 0: none): a GPT is windowed under it.
-  int64_t device_memory_budget = 0;
-  // fp16 compute (--compute_dtype=fp16): dynamic loss scaling.
-  bool loss_scaling = false;
-  // Push each layer's gradients as soon as the backward has them, and under
-  // SSP/ASP pull the next clock's weights while this one computes
-  // (--overlap). Used when nothing needs the whole gradient first: no
-  // accumulation, no fp16 loss scaling, no clipping by the push's norm
-  // (SSP/ASP).
-  bool overlap = false;
+  // From the command line, settled by the runtime; the clock loop's, but
+  // for an overlap the job or the memory plan rules out.
+  TrainingOptions training;
   // How gradients and weights travel (wire dtype, connections).
   PsClientOptions ps;
   // The cluster's generation and the clock to start at (from registration: past
@@ -74,6 +59,14 @@ class Trainer : private DataSource {
   // This worker's status (clock, loss, throughput, bytes, accuracy).
   NodeStatus Status() const;
 
+  // While Run runs a pipeline stage, its waits on its links end unless it
+  // links in `link_epoch` already (its replica's pipeline restarts), or end
+  // with `why` (StageWorker::Interrupt, Cancel); otherwise nothing. A stage
+  // blocked on a neighbour sees no gate: the runtime's WorkerWatch
+  // (worker/member_loop.h) calls these from its own thread. Thread-safe.
+  void InterruptLinks(int64_t link_epoch);
+  void CancelLinks(const absl::Status& why);
+
  private:
   void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override;
   absl::StatusOr<double> Evaluate(Model& model) override;
@@ -82,13 +75,13 @@ class Trainer : private DataSource {
   // device memory budget, windowed as the plan (logged) says.
   // *split: each micro-batch run as that many (the plan's; 1 without one).
   absl::StatusOr<std::unique_ptr<Model>> MakeWorkerModel(int* split);
+  // GPT: the corpus' unigram entropy (logged by worker 0, in Status).
+  void NoteCorpus();
+  // The clock loop's options: the job's micro-batches run as `split` each
+  // (the memory plan's), overlap where the job allows it.
+  ClockLoopOptions LoopOptions(int split) const;
   // Pipeline stages: the clock loop computes through *stage.
   void UsePipeline(StageWorker* stage, ClockLoopOptions* lo);
-  // A stage blocked on a neighbour sees no gate: until `ran`, a thread ends
-  // the waits on its links when its replica's pipeline restarts (heartbeats
-  // tell) and closes them once `stop` (the worker stops, or the job ended).
-  std::thread WatchLinks(StageWorker* stage, const std::atomic<bool>& stop,
-                         const std::atomic<bool>& ran) const;
   // One evaluation batch: the model's, or through the pipeline.
   absl::StatusOr<StepResult> EvaluateBatch(Model& model, int64_t tag, const Batch& batch);
   // The final lines of the log and the --weights_out file.
@@ -108,6 +101,9 @@ class Trainer : private DataSource {
   ClockMetrics last_ ABSL_GUARDED_BY(mu_);                // once it ended
   double validation_loss_ ABSL_GUARDED_BY(mu_) = -1;
   double unigram_entropy_ ABSL_GUARDED_BY(mu_) = 0;
+  // Apart from mu_: a stage's calls may wait on its Connect, Status must not.
+  absl::Mutex links_mu_;
+  StageWorker* links_ ABSL_GUARDED_BY(links_mu_) = nullptr;  // while Run runs a stage
 };
 
 }  // namespace pstrain

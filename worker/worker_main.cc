@@ -73,12 +73,12 @@ int main(int argc, char** argv) {
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
   config.overlap = absl::GetFlag(FLAGS_overlap);
   config.recompute = absl::GetFlag(FLAGS_recompute);
-  config.device_memory_budget = budget.value_or(0);
+  config.training.device_memory_budget = budget.value_or(0);
   config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   config.channels_per_server = static_cast<int>(absl::GetFlag(FLAGS_channels_per_server));
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
-  config.weights_out = absl::GetFlag(FLAGS_weights_out);
-  config.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));
+  config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
+  config.training.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));
   config.standalone = absl::GetFlag(FLAGS_standalone);
   config.job_file = absl::GetFlag(FLAGS_job);
   config.status_file = absl::GetFlag(FLAGS_status_file);

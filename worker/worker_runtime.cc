@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "common/status_macros.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
+#include "worker/member_loop.h"
 #include "worker/stage_link.h"
 #include "worker/standalone.h"
 #include "worker/trainer.h"
@@ -45,7 +47,7 @@ absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, D
     return bad("--wire_dtype=", c.wire_dtype, ": expected fp32, bf16 or fp16");
   }
   if (c.channels_per_server < 1) return bad("--channels_per_server must be >= 1");
-  if (c.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
+  if (c.training.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
   return absl::OkStatus();
 }
 
@@ -61,6 +63,33 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> OpenBackend(const WorkerConfig
   }
   spdlog::info("computing on {} in {}", note, c.compute_dtype);
   return backend;
+}
+
+// The runtime as WorkerWatch acts on it: `stop` ends the training, the
+// links are the trainer's running stage's.
+class RuntimeActions : public WatchActions {
+ public:
+  RuntimeActions(std::atomic<bool>* stop, Trainer* trainer) : stop_(stop), trainer_(trainer) {}
+  void Stop() override { *stop_ = true; }
+  void InterruptLinks(int64_t link_epoch) override { trainer_->InterruptLinks(link_epoch); }
+  void CancelLinks(const absl::Status& why) override { trainer_->CancelLinks(why); }
+
+ private:
+  std::atomic<bool>* const stop_;
+  Trainer* const trainer_;
+};
+
+// A thread that polls `news` every 50 ms through a WorkerWatch until `stop`
+// (set by the watch itself, or by the caller once training ended). All
+// outlive the thread (the caller joins it).
+std::thread Watch(std::atomic<bool>* stop, Trainer* trainer, std::function<WorkerNews()> news) {
+  return std::thread([stop, trainer, news = std::move(news)] {
+    RuntimeActions actions(stop, trainer);
+    WorkerWatch watch(&actions);
+    for (; !*stop; absl::SleepFor(absl::Milliseconds(50))) {
+      if (watch.Step(news())) return;
+    }
+  });
 }
 
 // What the trainer is told, from the command line, the registration and
@@ -139,18 +168,17 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   TrainerOptions topts;
   topts.worker_id = reg.id();
   topts.job = job;
-  topts.debug_slowdown_ms = config.debug_slowdown_ms;
-  topts.weights_out = config.weights_out;
-  topts.recompute = config.recompute == "block";
-  topts.device_memory_budget = config.device_memory_budget;
+  topts.training = config.training;
+  topts.training.recompute = config.recompute == "block";
   // auto: on for a GPU; on the CPU under SSP and ASP, where the prefetch
   // takes the pull off the clock (bench/train_bench: the MLP's clocks as
   // fast as alone with it, 0.6-0.67 of that without); off under BSP, where
   // it made no difference we could tell from the noise.
-  topts.overlap = config.overlap == "on" ||
-                  (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
-  topts.loss_scaling = config.compute_dtype == "fp16";
-  if (topts.loss_scaling && job.optimizer().allow_nonfinite()) {
+  topts.training.overlap =
+      config.overlap == "on" ||
+      (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
+  topts.training.loss_scaling = config.compute_dtype == "fp16";
+  if (topts.training.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
         "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of "
         "non-finite gradients, which this job turns off (optimizer.allow_nonfinite)");
@@ -200,23 +228,22 @@ int WorkerMember::Run(const RegisterResponse& reg) {
 int WorkerMember::Train() {
   std::atomic<bool> stop{false};
   MemberDaemon* daemon;
-  {
-    absl::MutexLock lock(&mu_);
-    daemon = daemon_;
-  }
-  // Stops on a signal, or once the scheduler says the job was aborted (a
-  // worker waiting on a pipeline neighbour would not hear it at the gate).
-  std::thread watcher([&stop, daemon] {
-    while (!stop) {
-      if (ShutdownRequested() || daemon->client().job_state() == ABORTED) stop = true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  });
   Trainer* trainer;
   {
     absl::MutexLock lock(&mu_);
+    daemon = daemon_;
     trainer = trainer_.get();
   }
+  // Stops on a signal, or once the scheduler says the job was aborted (a
+  // worker waiting on a pipeline neighbour would not hear it at the gate);
+  // a stage's links follow its replica's restarts (worker/member_loop.h).
+  std::thread watcher = Watch(&stop, trainer, [daemon] {
+    WorkerNews news;
+    news.shutdown = ShutdownRequested();
+    news.job_state = daemon->client().job_state();
+    news.link_epoch = daemon->client().link_epoch();
+    return news;
+  });
   // (Trainer::Run turns a failed allocation in the clock loop into an
   // error itself; this catches one while it builds the model.)
   const absl::StatusOr<double> acc =
@@ -259,10 +286,11 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
   spdlog::info("standalone: the servers' store and optimizer in this process, no scheduler");
   Trainer trainer(*topts, /*scheduler=*/nullptr, backend, *std::move(data));
   std::atomic<bool> stop{false};
-  std::thread watcher([&stop] {
-    for (; !stop; absl::SleepFor(absl::Milliseconds(50))) {
-      if (ShutdownRequested()) stop = true;
-    }
+  std::thread watcher = Watch(&stop, &trainer, [] {
+    WorkerNews news;
+    news.shutdown = ShutdownRequested();
+    news.job_state = RUNNING_JOB;  // no scheduler to abort it
+    return news;
   });
   const absl::StatusOr<double> acc =
       OutOfMemoryAsError("building the model", [&] { return trainer.Run(stop); });

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/member_daemon.h"
+#include "worker/training_options.h"
 
 namespace pstrain {
 
@@ -18,12 +19,14 @@ struct WorkerConfig {
   std::string compute_dtype = "fp32";  // fp32, bf16 or fp16
   std::string overlap = "auto";        // auto, on or off
   std::string recompute = "none";      // none or block
-  int64_t device_memory_budget = 0;    // bytes; 0: none (worker/models/gpt_model.h)
   std::string wire_dtype;              // "": the job's
   int channels_per_server = 2;
-  std::string data_dir;     // "": the job's data.path
-  std::string weights_out;  // "": none
-  int debug_slowdown_ms = 0;
+  std::string data_dir;  // "": the job's data.path
+  // The trainer's and the clock loop's options: main fills what the
+  // command line says as is (the slowdown, the weights file, the device
+  // memory budget); the runtime settles overlap, loss scaling and
+  // recompute from the strings above, the job and the device.
+  TrainingOptions training;
   // --standalone: train `job_file` alone, the servers' store in this
   // process (worker/standalone.h); the final Status as JSON to status_file.
   bool standalone = false;
