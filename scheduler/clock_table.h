@@ -6,9 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <vector>
-
 #include "absl/status/status.h"
+#include "proto/cluster.pb.h"
 
 namespace pstrain {
 
@@ -27,6 +26,11 @@ class ClockTable {
   // write, which the workers may have passed since, so each worker's next
   // Advance may move its clock up by any amount (once).
   void Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed);
+  // The same from the durable part (SchedulerState.clocks). INVALID_ARGUMENT
+  // (and nothing changed) when it is not one entry per worker or a clock is
+  // outside [0, max_clock].
+  absl::Status Restore(const ClockTableState& state, int64_t max_clock);
+  ClockTableState Snapshot() const;
   // After a Restore: `worker` said (in a heartbeat) it finished `clock`
   // iterations, which its gate reports may take a while to say (they lag
   // the heartbeats by a clock or more). Moves it up to `clock` once; its
