@@ -8,17 +8,20 @@
 //   WAITING --all members registered--> RUNNING_JOB --all workers FINISHED--> DONE
 //   any state --a member reports FAILED, or dies where the job cannot go on--> ABORTED
 //
-// It dispatches each event to the parts that own a concern, each a plain
-// class with its own test, and keeps only the job's state and the gate:
+// It keeps the job's state (WAITING .. DONE) and dispatches each event to
+// the parts that own a concern, each a plain class with its own test:
 //
 //   membership.h         who is in the job, each member's state and report
-//   clock_table.h        the workers' clocks and the staleness bound
-//   held_calls.h         the gate and norm calls held, and their answers
-//   failure_policy.h     what a member's death, failure or replacement does
+//   failure_policy.h     what a member's death, failure, replacement or
+//                        return does (shrink, abort, wait, roll back)
+//   gate.h               the gate and the BSP norm rounds: which held call
+//                        goes when, and what it is told
+//     clock_table.h      the workers' clocks and the staleness bound
+//     held_calls.h       the calls held and their answers
+//     norm_rounds.h      BSP clipping's norm rounds
 //   rollbacks.h          generations, rollbacks to a checkpoint, the manifest
 //   pipeline_restarts.h  pipeline replicas' link epochs and restarts
 //   operator_control.h   psctl checkpoint, drain and set-consistency
-//   norm_rounds.h        BSP clipping's norm rounds
 //
 // Each part owns its slice of the durable state (SchedulerState in
 // proto/cluster.proto): Snapshot assembles it from theirs, TakeOver hands
@@ -42,9 +45,9 @@
 #include "proto/tensor.pb.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/failure_policy.h"
+#include "scheduler/gate.h"
 #include "scheduler/held_calls.h"
 #include "scheduler/membership.h"
-#include "scheduler/norm_rounds.h"
 #include "scheduler/operator_control.h"
 #include "scheduler/pipeline_restarts.h"
 #include "scheduler/rollbacks.h"
@@ -83,11 +86,11 @@ class JobCoordinator {
   // Ends the job ABORTED (the scheduler was interrupted).
   void Abort(const std::string& message, absl::Time now);
   // A held call that went away (cancelled): no Release for it.
-  void Forget(Ticket ticket) { held_.Forget(ticket); }
+  void Forget(Ticket ticket) { gate_.Forget(ticket); }
 
   // ---- Decisions.
   // Held calls answered since the last call, oldest first.
-  std::vector<Release> TakeReleases() { return held_.TakeReleases(); }
+  std::vector<Release> TakeReleases() { return gate_.TakeReleases(); }
   // A manifest to write (the newest clock every chunk server has written a
   // checkpoint of), at most one at a time until ManifestWritten.
   std::optional<int64_t> TakeManifestToWrite() { return rollbacks_.TakeManifestToWrite(members_); }
@@ -126,63 +129,43 @@ class JobCoordinator {
   ClusterStatus Status(absl::Time now) const;
 
  private:
-  bool Ended() const { return state_ == DONE || state_ == ABORTED; }
-  bool Running() const { return state_ == RUNNING_JOB; }
+  bool Ended() const { return phase_.Ended(); }
+  bool Running() const { return phase_.Running(); }
   // Carries out what FailurePolicy decided.
   void Enact(const Decision& d, absl::Time now);
   // A DEAD member heard from again: held calls may go, its replica restart.
   void Revived(const MemberRecord& m, absl::Time now);
   HeartbeatResponse HeartbeatAnswer(MemberRecord& m) const;
-  void AddReportedNorm(const NodeStatus& server);
-  void CatchUpClock(const NodeStatus& worker);
-  bool GateOpen(int64_t clock) const;
-  void FillGate(int worker, int64_t clock, AdvanceClockResponse* resp);
-  absl::Status GateOfOlderGeneration(const AdvanceClockRequest& req, Ticket ticket, absl::Time now,
-                                     AdvanceClockResponse* resp, bool* parked);
-  // A gate call that is part of a pipeline restart (its links broke, or its
-  // link epoch is behind): answered, held, or refused. False: an ordinary
-  // gate call.
-  absl::StatusOr<bool> GateOfRestart(const AdvanceClockRequest& req, Ticket ticket, absl::Time now,
-                                     AdvanceClockResponse* resp, bool* parked);
-  // Answers the held calls that may now go, or must fail (the job ended).
-  void WakeHeld();
-  std::optional<Release> AnswerHeld(const HeldCall& h);
   void BeginRollback(const std::string& reason, absl::Time now);
   void MaybeEndRollback(absl::Time now);
-  // Every stage of the restarting replica live and at the gate: back to
-  // its slowest clock, and its held gate calls answered.
-  void MaybeEndRestart(int replica, absl::Time now);
   std::function<bool(int)> AtGate() const;
   // Every live worker FINISHED: DONE.
   void MaybeDone(absl::Time now);
   void EndJob(JobState state, const std::string& message, absl::Time now);
-  void Trace(const char* event, int worker, int64_t clock);
   void AddWaits(NodeStatus* me) const;
 
   const JobSpec job_;
   const SchedulerPolicy policy_;
-  const std::function<void(const TraceEvent&)> trace_;
   const absl::Time start_;
   const google::protobuf::RepeatedPtrField<PipelineStage> stages_;  // the job's plan
   std::string address_;
 
   // The job's own state.
-  JobState state_ = WAITING;
-  std::string message_;
+  JobPhase phase_;
   absl::Time ended_at_ = absl::InfiniteFuture();
   int64_t start_clock_;  // the policy's, or the state's taken over
   int64_t takeovers_ = 0;
   absl::Time taken_over_;
 
-  // Its parts (the header comment says which is what).
+  // Its parts (the header comment says which is what); the gate and the
+  // failure policy act on the others.
   Membership members_;
   ClockTable clocks_;
-  NormRounds norms_;
-  HeldCalls held_;
   Rollbacks rollbacks_;
   PipelineRestarts pipelines_;
   OperatorControl control_;
-  FailurePolicy failures_;  // acts on members_ and clocks_
+  Gate gate_;
+  FailurePolicy failures_;
 };
 
 }  // namespace pstrain
