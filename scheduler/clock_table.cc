@@ -27,7 +27,8 @@ absl::Status ClockTable::Restore(const ClockTableState& state, int64_t max_clock
   }
   for (int64_t c : state.clocks()) {
     if (c < 0 || c > max_clock) {
-      return absl::InvalidArgumentError(absl::StrCat("worker clock ", c, " out of range for the job"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker clock ", c, " out of range for the job"));
     }
   }
   Restore(std::vector<int64_t>(state.clocks().begin(), state.clocks().end()),

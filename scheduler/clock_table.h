@@ -68,7 +68,7 @@ class ClockTable {
  private:
   std::vector<int64_t> clocks_;
   std::vector<bool> removed_;
-  std::vector<bool> may_jump_;  // Restore: the next Advance may move up by more than one
+  std::vector<bool> may_jump_;   // Restore: the next Advance may move up by more than one
   std::vector<bool> caught_up_;  // CatchUp: reports at or below the clock are no-ops
   int64_t staleness_;
 };

@@ -20,8 +20,8 @@ const char* WorkerFailureName(WorkerFailure f) {
   return f == WorkerFailure::kShrink ? "shrink" : f == WorkerFailure::kAbort ? "abort" : "wait";
 }
 
-FailurePolicy::FailurePolicy(const JobSpec& job, const SchedulerPolicy& policy,
-                             Membership* members, ClockTable* clocks)
+FailurePolicy::FailurePolicy(const JobSpec& job, const SchedulerPolicy& policy, Membership* members,
+                             ClockTable* clocks)
     : policy_(policy),
       checkpoints_(job.checkpoint_every() > 0),
       stages_(std::max(1, job.pipeline_stages())),
@@ -102,7 +102,8 @@ Decision FailurePolicy::TakeReplicaOut(int worker, const std::string& why, JobSt
   }
   int live = 0;
   for (int w = 0; w < clocks_->num_workers(); w += stages_) live += !clocks_->removed(w);
-  if (live == 0) return Make(Decision::kAbort, absl::StrCat("every replica is out; the last: ", why));
+  if (live == 0)
+    return Make(Decision::kAbort, absl::StrCat("every replica is out; the last: ", why));
   spdlog::warn("replica {} is out ({}); going on with {} replicas", replica, why, live);
   return Make(Decision::kGoOn, "");
 }
@@ -203,11 +204,13 @@ void FailurePolicy::LeaveOut(int worker) {
 absl::Status FailurePolicy::Restore(const FailureState& state) {
   for (int w : state.dead_workers()) {
     if (w < 0 || w >= num_workers_) {
-      return absl::InvalidArgumentError(absl::StrCat("dead worker ", w, " out of range for the job"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dead worker ", w, " out of range for the job"));
     }
   }
   if (state.deaths() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("count ", state.deaths(), " out of range for the job"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("count ", state.deaths(), " out of range for the job"));
   }
   state_ = state;
   return absl::OkStatus();

@@ -126,8 +126,7 @@ class FailurePolicy {
   // Under kShrink with stages, `worker`'s replica leaves the job; kNone
   // when that is not the policy.
   Decision TakeReplicaOut(int worker, const std::string& why, JobState job, absl::Time now);
-  Decision WorkerDied(const MemberRecord& m, const std::string& why, JobState job,
-                      absl::Time now);
+  Decision WorkerDied(const MemberRecord& m, const std::string& why, JobState job, absl::Time now);
 
   const SchedulerPolicy policy_;
   const bool checkpoints_;

@@ -84,7 +84,8 @@ TEST_F(FailurePolicyTest, UnderShrinkTheJobGoesOnWithoutADeadWorker) {
   // The last one: nobody left to go on with.
   const Decision last = Dies(WORKER, 0);
   EXPECT_EQ(last.kind, Decision::kAbort);
-  EXPECT_EQ(last.why, "worker 0 at w0 declared dead: no heartbeat for 6s (--heartbeat_timeout_ms=5000)");
+  EXPECT_EQ(last.why,
+            "worker 0 at w0 declared dead: no heartbeat for 6s (--heartbeat_timeout_ms=5000)");
 }
 
 TEST_F(FailurePolicyTest, UnderAbortADeadWorkerEndsTheJob) {

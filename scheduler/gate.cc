@@ -81,9 +81,9 @@ absl::Status Gate::ReduceNorm(const ReduceNormRequest& req, Ticket ticket, absl:
   if (phase_->Ended()) return absl::AbortedError(absl::StrCat("job ended: ", phase_->message));
   const int64_t generation = rollbacks_->generation();
   if (req.generation() != generation || rollbacks_->rolling_back()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a norm of generation ", req.generation(), "; the cluster is in generation ", generation,
-        rollbacks_->rolling_back() ? ", restoring" : ""));
+    return absl::FailedPreconditionError(
+        absl::StrCat("a norm of generation ", req.generation(), "; the cluster is in generation ",
+                     generation, rollbacks_->rolling_back() ? ", restoring" : ""));
   }
   RETURN_IF_ERROR(norms_.Add(req.server_id(), req.clock(), req.sum_squares()));
   if (std::optional<double> total = norms_.Total(req.clock())) {

@@ -33,8 +33,8 @@ class GateTest : public ::testing::Test {
         rollbacks_(job_, {0, 1}, &catalog_, 0),
         control_(job_),
         pipelines_(2, 1),
-        gate_(&phase_, {true, true}, TotalClocks(job_), &clocks_, &members_, &rollbacks_,
-              &control_, &pipelines_, [this](const TraceEvent& e) {
+        gate_(&phase_, {true, true}, TotalClocks(job_), &clocks_, &members_, &rollbacks_, &control_,
+              &pipelines_, [this](const TraceEvent& e) {
                 log_.push_back(e.event() + std::to_string(e.worker()) + ":" +
                                std::to_string(e.clock()));
               }) {
@@ -98,8 +98,8 @@ TEST_F(GateTest, UnderBspAWorkerWaitsForTheSlowestAndIsToldTheCluster) {
   ASSERT_EQ(released.size(), 1u);
   EXPECT_EQ(released[0].ticket, waiting);
   EXPECT_EQ(released[0].gate.slowest_clock(), 1);
-  EXPECT_EQ(log_, std::vector<std::string>({"start0:0", "clock0:1", "clock1:1", "start0:1",
-                                            "start1:1"}));
+  EXPECT_EQ(log_,
+            std::vector<std::string>({"start0:0", "clock0:1", "clock1:1", "start0:1", "start1:1"}));
 }
 
 TEST_F(GateTest, TheJobsEndFailsEveryHeldCall) {

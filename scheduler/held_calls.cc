@@ -11,9 +11,9 @@ absl::Status HeldCalls::Hold(const HeldCall& call) {
   int held = 0;
   for (const HeldCall& h : held_) held += h.gate == call.gate && h.member == call.member;
   if (held >= kMaxPerMember) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        call.gate ? "worker " : "server ", call.member, " already has ", held,
-        call.gate ? " gate calls waiting" : " norm calls waiting"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(call.gate ? "worker " : "server ", call.member, " already has ", held,
+                     call.gate ? " gate calls waiting" : " norm calls waiting"));
   }
   held_.push_back(call);
   return absl::OkStatus();

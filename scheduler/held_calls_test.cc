@@ -31,7 +31,7 @@ TEST(HeldCallsTest, AMemberHasRoomForAFewCallsOfEachKind) {
   EXPECT_EQ(full.message(), "worker 0 already has 8 gate calls waiting");
   EXPECT_TRUE(held.Hold(Gate(101, 1, 5)).ok());  // another worker
   EXPECT_TRUE(held.Hold(Norm(102, 0, 5)).ok());  // server 0's norm
-  held.Forget(3);  // a cancelled call makes room
+  held.Forget(3);                                // a cancelled call makes room
   EXPECT_TRUE(held.Hold(Gate(103, 0, 5)).ok());
 }
 

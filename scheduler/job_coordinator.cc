@@ -90,12 +90,11 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
                                                           absl::Time now) {
   if (Ended()) return absl::FailedPreconditionError("the job has already ended");
   // Without a rank, a dead member's place once every id is taken.
-  ASSIGN_OR_RETURN(const int slot,
-                   members_.SlotFor(req.role(),
-                                    req.has_rank() ? std::optional<int>(req.rank()) : std::nullopt,
-                                    [this](const MemberRecord& m) {
-                                      return m.role == SERVER || !clocks_.removed(m.id);
-                                    }));
+  ASSIGN_OR_RETURN(
+      const int slot,
+      members_.SlotFor(
+          req.role(), req.has_rank() ? std::optional<int>(req.rank()) : std::nullopt,
+          [this](const MemberRecord& m) { return m.role == SERVER || !clocks_.removed(m.id); }));
   absl::StatusOr<int> id = slot;
   if (slot >= 0) {
     absl::StatusOr<Decision> d =
@@ -205,7 +204,8 @@ void JobCoordinator::Enact(const Decision& d, absl::Time now) {
 
 void JobCoordinator::Revived(const MemberRecord& m, absl::Time now) {
   gate_.Wake();
-  if (m.role == WORKER && pipelines_.pipelined()) gate_.MaybeEndRestart(pipelines_.ReplicaOf(m.id), now);
+  if (m.role == WORKER && pipelines_.pipelined())
+    gate_.MaybeEndRestart(pipelines_.ReplicaOf(m.id), now);
 }
 
 void JobCoordinator::MaybeDone(absl::Time now) {
@@ -260,8 +260,7 @@ void JobCoordinator::MaybeEndRollback(absl::Time now) {
   if (Running() && rollbacks_.MaybeEnd(members_, now)) gate_.Wake();
 }
 
-void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status,
-                                     absl::Time now) {
+void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status, absl::Time now) {
   if (rollbacks_.ManifestWritten(clock, status) && control_.draining()) MaybeDone(now);
 }
 

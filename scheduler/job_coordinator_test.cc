@@ -463,7 +463,6 @@ TEST_F(JobCoordinatorTest, TheGateTracesClocksAndStartsInOrder) {
   EXPECT_EQ(Released().size(), 1u);
 }
 
-
 // ---- Taking over from a state file.
 
 TEST_F(JobCoordinatorTest, ATakenOverJobGoesOnWithItsMembersAndClocks) {

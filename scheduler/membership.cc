@@ -113,9 +113,8 @@ absl::StatusOr<int> Membership::SlotFor(
           absl::StrCat("rank ", *rank, " outside [0, ", expected, ")"));
     }
     if (*rank > registered) {
-      return absl::FailedPreconditionError(absl::StrCat(RoleName(role),
-                                                        " ids are handed out in order: ",
-                                                        registered, " is next, not ", *rank));
+      return absl::FailedPreconditionError(absl::StrCat(
+          RoleName(role), " ids are handed out in order: ", registered, " is next, not ", *rank));
     }
     return *rank < registered ? *rank : -1;
   }
@@ -170,8 +169,8 @@ absl::Status Membership::Replace(Role role, int id, const std::string& address,
   }
   if (BadAddress(address)) return absl::InvalidArgumentError("register: bad address");
   if (const MemberRecord* other = Holder(address, role, id); other != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat(address, " is already registered as ",
-                                                 RoleName(other->role), " ", other->id));
+    return absl::AlreadyExistsError(
+        absl::StrCat(address, " is already registered as ", RoleName(other->role), " ", other->id));
   }
   m->address = address;
   m->incarnation = incarnation;
@@ -233,8 +232,8 @@ absl::Status Membership::Restore(const MembershipState& state, absl::Time now) {
   if (state.servers_size() > num_servers_ || state.workers_size() > num_workers_) {
     return absl::InvalidArgumentError("the state holds more members than the job");
   }
-  for (const auto& [list, role] : {std::make_pair(&state.servers(), SERVER),
-                                   std::make_pair(&state.workers(), WORKER)}) {
+  for (const auto& [list, role] :
+       {std::make_pair(&state.servers(), SERVER), std::make_pair(&state.workers(), WORKER)}) {
     for (int i = 0; i < list->size(); ++i) {
       if ((*list)[i].id() != i || (*list)[i].role() != role) {
         return absl::InvalidArgumentError("members out of order");

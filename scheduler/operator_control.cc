@@ -64,7 +64,8 @@ absl::StatusOr<int64_t> OperatorControl::ChangeConsistency(const ControlRequest&
         "a job started under SSP or ASP cannot go to BSP: its servers keep no round sums "
         "(start it under BSP to switch freely)");
   }
-  if (job_.pipeline_stages() > 1 || (job_.consistency() == BSP && job_.optimizer().clip_norm() > 0)) {
+  if (job_.pipeline_stages() > 1 ||
+      (job_.consistency() == BSP && job_.optimizer().clip_norm() > 0)) {
     return absl::FailedPreconditionError(
         "pipelined jobs and BSP jobs with clip_norm keep the consistency they started with");
   }

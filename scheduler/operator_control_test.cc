@@ -66,8 +66,8 @@ TEST(OperatorControlTest, TheConsistencyChangesFromAClockNoWorkerHasStarted) {
   EXPECT_EQ(control.schedule().StalenessAt(12), 0);
   EXPECT_EQ(control.schedule().StalenessAt(13), 3);
   // One at a time, and back to BSP (a job started under BSP keeps round sums).
-  EXPECT_TRUE(absl::IsFailedPrecondition(
-      control.Ask(Ask(SET_CONSISTENCY, ASP), 10, kNow).status()));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(control.Ask(Ask(SET_CONSISTENCY, ASP), 10, kNow).status()));
   EXPECT_EQ(control.Ask(Ask(SET_CONSISTENCY, BSP), 11, kNow).value(), 14);
   ASSERT_EQ(control.Snapshot().consistency_changes_size(), 2);
   EXPECT_EQ(control.Snapshot().consistency_changes(1).unix_ms(), absl::ToUnixMillis(kNow));

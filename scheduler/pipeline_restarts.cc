@@ -31,18 +31,19 @@ void PipelineRestarts::Begin(int replica, const std::string& why, absl::Time now
       replica, why, links.link_epoch());
 }
 
-std::vector<std::string> PipelineRestarts::Pending(
-    int replica, const Membership& members, const std::function<bool(int)>& at_gate) const {
+std::vector<std::string> PipelineRestarts::Pending(int replica, const Membership& members,
+                                                   const std::function<bool(int)>& at_gate) const {
   std::vector<std::string> pending;
   for (int w = first_worker(replica); w < first_worker(replica) + stages_; ++w) {
     const MemberRecord* m = members.Get(WORKER, w);
     if (m == nullptr) {
       pending.push_back(absl::StrCat("worker ", w, " to register"));
     } else if (m->state == DEAD) {
-      pending.push_back(absl::StrCat("worker ", w, " to come back or a replacement (ps_worker --rank=",
-                                     w, ")"));
+      pending.push_back(
+          absl::StrCat("worker ", w, " to come back or a replacement (ps_worker --rank=", w, ")"));
     } else if (!at_gate(w)) {
-      pending.push_back(absl::StrCat("worker ", w, " (stage ", StageOf(w, stages_), ") at the gate"));
+      pending.push_back(
+          absl::StrCat("worker ", w, " (stage ", StageOf(w, stages_), ") at the gate"));
     }
   }
   return pending;
@@ -80,8 +81,8 @@ std::optional<int> PipelineRestarts::Overdue(absl::Time now, absl::Duration time
   return std::nullopt;
 }
 
-void PipelineRestarts::AddWaits(const Membership& members,
-                                const std::function<bool(int)>& at_gate, NodeStatus* out) const {
+void PipelineRestarts::AddWaits(const Membership& members, const std::function<bool(int)>& at_gate,
+                                NodeStatus* out) const {
   for (int r = 0; r < state_.replicas_size(); ++r) {
     if (!restarting(r)) continue;
     Wait* w = out->add_waits();

@@ -71,7 +71,8 @@ TEST_F(PipelineRestartsTest, ARestartPastTheTimeoutIsOverdue) {
   EXPECT_FALSE(restarts_.Overdue(now_ + absl::Seconds(60), absl::Seconds(60)).has_value());
   EXPECT_EQ(restarts_.Overdue(now_ + absl::Seconds(61), absl::Seconds(60)), 1);
   NodeStatus me;
-  restarts_.AddWaits(members_, [](int) { return false; }, &me);
+  restarts_.AddWaits(
+      members_, [](int) { return false; }, &me);
   ASSERT_EQ(me.waits_size(), 1);
   EXPECT_EQ(me.waits(0).what(),
             "replica 1's pipeline restart (link epoch 1): waiting for worker 2 (stage 0) at the "

@@ -9,8 +9,8 @@
 
 namespace pstrain {
 
-Rollbacks::Rollbacks(const JobSpec& job, std::vector<int> chunk_servers,
-                     CheckpointCatalog* catalog, int64_t start_clock)
+Rollbacks::Rollbacks(const JobSpec& job, std::vector<int> chunk_servers, CheckpointCatalog* catalog,
+                     int64_t start_clock)
     : checkpoint_every_(job.checkpoint_every()),
       checkpoint_dir_(job.checkpoint_dir()),
       chunk_servers_(std::move(chunk_servers)),

@@ -142,7 +142,8 @@ SchedulerState FilledState(const JobSpec& job) {
   RepeatFirst(s.mutable_members(), "workers", job.num_workers());
   for (SchedulerMember& m : *s.mutable_members()->mutable_servers()) m.set_role(SERVER);
   for (SchedulerMember& m : *s.mutable_members()->mutable_workers()) m.set_role(WORKER);
-  for (auto* list : {s.mutable_members()->mutable_servers(), s.mutable_members()->mutable_workers()}) {
+  for (auto* list :
+       {s.mutable_members()->mutable_servers(), s.mutable_members()->mutable_workers()}) {
     for (int i = 0; i < list->size(); ++i) list->Mutable(i)->set_id(i);
   }
   RepeatFirst(s.mutable_clocks(), "clocks", job.num_workers());
