@@ -36,6 +36,10 @@ absl::Status ClockTable::Restore(const ClockTableState& state, int64_t max_clock
   return absl::OkStatus();
 }
 
+void ClockTable::AddStatus(ClusterStatus* out) const {
+  for (int w = 0; w < num_workers(); ++w) out->add_worker_clocks(removed_[w] ? -1 : clocks_[w]);
+}
+
 ClockTableState ClockTable::Snapshot() const {
   ClockTableState out;
   for (int w = 0; w < num_workers(); ++w) {

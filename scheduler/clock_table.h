@@ -31,6 +31,8 @@ class ClockTable {
   // outside [0, max_clock].
   absl::Status Restore(const ClockTableState& state, int64_t max_clock);
   ClockTableState Snapshot() const;
+  // Its part of the cluster's status: each worker's clock (-1: removed).
+  void AddStatus(ClusterStatus* out) const;
   // After a Restore: `worker` said (in a heartbeat) it finished `clock`
   // iterations, which its gate reports may take a while to say (they lag
   // the heartbeats by a clock or more). Moves it up to `clock` once; its

@@ -115,6 +115,9 @@ class FailurePolicy {
   }
   int64_t deaths() const { return state_.deaths(); }
 
+  // Its part of the cluster's status: the deaths.
+  void AddStatus(ClusterStatus* out) const { out->set_deaths(deaths()); }
+
   // The durable part (SchedulerState.failures).
   const FailureState& Snapshot() const { return state_; }
   // INVALID_ARGUMENT (and nothing changed) for a worker outside the job or

@@ -351,15 +351,13 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   ClusterStatus out;
   out.set_job_state(phase_.state);
   out.set_message(phase_.message);
-  const ConsistencySchedule& schedule = control_.schedule();
-  out.set_consistency(schedule.Latest().consistency());
-  out.set_staleness(schedule.Latest().staleness());
-  for (const ConsistencyChange& c : schedule.changes()) *out.add_consistency_changes() = c;
-  out.set_total_clocks(control_.total_clocks());
   out.set_start_clock(start_clock_);
+  *out.mutable_job() = job_;
   *out.mutable_stages() = stages_;
   out.set_pipeline_schedule(job_.pipeline_schedule());
   out.set_micro_batches(job_.micro_batches());
+  out.set_scheduler_takeovers(takeovers_);
+  out.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
   NodeStatus* me = out.mutable_scheduler();
   me->set_role(SCHEDULER);
   me->set_address(address_);
@@ -367,21 +365,14 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   me->set_uptime_s(absl::ToDoubleSeconds(now - start_));
   me->set_clock(clocks_.SlowestClock());
   me->set_test_accuracy(-1);
-  out.set_generation(rollbacks_.generation());
-  out.set_deaths(failures_.deaths());
-  out.set_checkpoint_asked(control_.checkpoint_asked());
-  out.set_draining(control_.draining());
-  out.set_manifest_clock(rollbacks_.manifest_clock());
-  for (int w = 0; w < clocks_.num_workers(); ++w) {
-    out.add_worker_clocks(clocks_.removed(w) ? -1 : clocks_.clock(w));
-  }
-  *out.mutable_job() = job_;
-  *out.mutable_rollbacks() = rollbacks_.history();
-  *out.mutable_pipeline_restarts() = pipelines_.restarts();
-  out.set_scheduler_takeovers(takeovers_);
-  out.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
   AddWaits(me);
-  members_.ForEach([&out](const MemberRecord& m) { *out.add_members() = m.Shown(); });
+  // The parts', from the same managers as the snapshot.
+  control_.AddStatus(&out);
+  rollbacks_.AddStatus(&out);
+  failures_.AddStatus(&out);
+  pipelines_.AddStatus(&out);
+  clocks_.AddStatus(&out);
+  members_.AddStatus(&out);
   return out;
 }
 

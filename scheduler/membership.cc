@@ -221,6 +221,10 @@ ClusterView Membership::View() const {
   return view;
 }
 
+void Membership::AddStatus(ClusterStatus* out) const {
+  ForEach([out](const MemberRecord& m) { *out->add_members() = m.Shown(); });
+}
+
 MembershipState Membership::Snapshot() const {
   MembershipState out;
   for (const MemberRecord& m : servers_) *out.add_servers() = ToState(m);

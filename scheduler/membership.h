@@ -89,6 +89,9 @@ class Membership {
   bool Complete() const;
   ClusterView View() const;
 
+  // Its part of the cluster's status: every member as Shown.
+  void AddStatus(ClusterStatus* out) const;
+
   // The durable part (SchedulerState.members).
   MembershipState Snapshot() const;
   // Takes `state` over: each member gets a heartbeat timeout from `now` to

@@ -89,6 +89,15 @@ absl::StatusOr<int64_t> OperatorControl::ChangeConsistency(const ControlRequest&
   return clock;
 }
 
+void OperatorControl::AddStatus(ClusterStatus* out) const {
+  out->set_consistency(schedule_.Latest().consistency());
+  out->set_staleness(schedule_.Latest().staleness());
+  *out->mutable_consistency_changes() = state_.consistency_changes();
+  out->set_total_clocks(total_clocks());
+  out->set_checkpoint_asked(checkpoint_asked());
+  out->set_draining(draining());
+}
+
 absl::Status OperatorControl::Restore(const ControlState& state, int64_t max_clock) {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(what, " out of range for the job"));

@@ -42,6 +42,10 @@ class OperatorControl {
   // action, a bad mode or bound.
   absl::StatusOr<int64_t> Ask(const ControlRequest& req, int64_t fastest, absl::Time now);
 
+  // Its part of the cluster's status: the consistency and its changes,
+  // the clocks, the checkpoint asked for, draining.
+  void AddStatus(ClusterStatus* out) const;
+
   // The durable part (SchedulerState.control).
   const ControlState& Snapshot() const { return state_; }
   // INVALID_ARGUMENT (and nothing changed) when the clocks are outside

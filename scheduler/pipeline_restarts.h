@@ -60,6 +60,9 @@ class PipelineRestarts {
     return state_.restarts();
   }
 
+  // Its part of the cluster's status: the restarts.
+  void AddStatus(ClusterStatus* out) const { *out->mutable_pipeline_restarts() = restarts(); }
+
   // The durable part (SchedulerState.pipelines).
   const PipelineRestartState& Snapshot() const { return state_; }
   // INVALID_ARGUMENT (and nothing changed) when it is not one entry per

@@ -106,6 +106,12 @@ void Rollbacks::AddWait(const Membership& members, NodeStatus* out) const {
   w->set_since_unix_ms(state_.history().rbegin()->begun_unix_ms());
 }
 
+void Rollbacks::AddStatus(ClusterStatus* out) const {
+  out->set_generation(generation());
+  *out->mutable_rollbacks() = history();
+  out->set_manifest_clock(manifest_clock());
+}
+
 absl::Status Rollbacks::Restore(const RollbackState& state, int64_t max_clock) {
   for (int64_t c : {state.restore_clock(), state.manifest_clock()}) {
     if (c < 0 || c > max_clock) {

@@ -72,6 +72,10 @@ class Rollbacks {
   // While rolling back: what it waits for.
   void AddWait(const Membership& members, NodeStatus* out) const;
 
+  // Its part of the cluster's status: the generation, the rollbacks, the
+  // manifest's clock.
+  void AddStatus(ClusterStatus* out) const;
+
   // The durable part (SchedulerState.rollbacks).
   const RollbackState& Snapshot() const { return state_; }
   // INVALID_ARGUMENT (and nothing changed) when a clock is outside
