@@ -21,6 +21,34 @@ void ClockTable::Restore(const std::vector<int64_t>& clocks, const std::vector<b
   }
 }
 
+absl::Status ClockTable::Restore(const ClockTableState& state, int64_t max_clock) {
+  if (state.clocks_size() != num_workers() || state.removed_size() != num_workers()) {
+    return absl::InvalidArgumentError("the clock table does not fit the job's workers");
+  }
+  for (int64_t c : state.clocks()) {
+    if (c < 0 || c > max_clock) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker clock ", c, " out of range for the job"));
+    }
+  }
+  Restore(std::vector<int64_t>(state.clocks().begin(), state.clocks().end()),
+          std::vector<bool>(state.removed().begin(), state.removed().end()));
+  return absl::OkStatus();
+}
+
+void ClockTable::AddStatus(ClusterStatus* out) const {
+  for (int w = 0; w < num_workers(); ++w) out->add_worker_clocks(removed_[w] ? -1 : clocks_[w]);
+}
+
+ClockTableState ClockTable::Snapshot() const {
+  ClockTableState out;
+  for (int w = 0; w < num_workers(); ++w) {
+    out.add_clocks(clocks_[w]);
+    out.add_removed(removed_[w]);
+  }
+  return out;
+}
+
 absl::Status ClockTable::Advance(int worker, int64_t clock) {
   if (worker < 0 || worker >= num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker));

@@ -6,9 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <vector>
-
 #include "absl/status/status.h"
+#include "proto/cluster.pb.h"
 
 namespace pstrain {
 
@@ -27,6 +26,13 @@ class ClockTable {
   // write, which the workers may have passed since, so each worker's next
   // Advance may move its clock up by any amount (once).
   void Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed);
+  // The same from the durable part (SchedulerState.clocks). INVALID_ARGUMENT
+  // (and nothing changed) when it is not one entry per worker or a clock is
+  // outside [0, max_clock].
+  absl::Status Restore(const ClockTableState& state, int64_t max_clock);
+  ClockTableState Snapshot() const;
+  // Its part of the cluster's status: each worker's clock (-1: removed).
+  void AddStatus(ClusterStatus* out) const;
   // After a Restore: `worker` said (in a heartbeat) it finished `clock`
   // iterations, which its gate reports may take a while to say (they lag
   // the heartbeats by a clock or more). Moves it up to `clock` once; its
@@ -64,7 +70,7 @@ class ClockTable {
  private:
   std::vector<int64_t> clocks_;
   std::vector<bool> removed_;
-  std::vector<bool> may_jump_;  // Restore: the next Advance may move up by more than one
+  std::vector<bool> may_jump_;   // Restore: the next Advance may move up by more than one
   std::vector<bool> caught_up_;  // CatchUp: reports at or below the clock are no-ops
   int64_t staleness_;
 };

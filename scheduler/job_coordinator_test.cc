@@ -463,7 +463,6 @@ TEST_F(JobCoordinatorTest, TheGateTracesClocksAndStartsInOrder) {
   EXPECT_EQ(Released().size(), 1u);
 }
 
-
 // ---- Taking over from a state file.
 
 TEST_F(JobCoordinatorTest, ATakenOverJobGoesOnWithItsMembersAndClocks) {
@@ -475,7 +474,7 @@ TEST_F(JobCoordinatorTest, ATakenOverJobGoesOnWithItsMembersAndClocks) {
     ASSERT_TRUE(Gate(1, c, &parked).ok());
   }
   const SchedulerState state = coordinator_->Snapshot();
-  EXPECT_EQ(state.worker_clocks(0), 3);
+  EXPECT_EQ(state.clocks().clocks(0), 3);
   // Meanwhile both workers went on to clock 6 (the old scheduler answered).
   now_ += absl::Seconds(30);
   Start(TwoByTwo(), {});
@@ -536,7 +535,7 @@ TEST_F(JobCoordinatorTest, AFinishedWorkersClockIsItsLastEvenIfItsLastReportsWer
   Start(TwoByTwo(), {});
   JoinAll();
   const SchedulerState state = coordinator_->Snapshot();  // both at clock 0
-  const int64_t total = state.total_clocks();
+  const int64_t total = state.control().total_clocks();
   Start(TwoByTwo(), {});
   ASSERT_TRUE(coordinator_->TakeOver(state, now_).ok());
   bool parked = false;
@@ -561,7 +560,7 @@ TEST_F(JobCoordinatorTest, AStateOfAnotherShapeIsRefused) {
   Start(TwoByTwo(), {});
   JoinAll();
   SchedulerState state = coordinator_->Snapshot();
-  state.add_worker_clocks(0);  // three workers' clocks for a job of two
+  state.mutable_clocks()->add_clocks(0);  // three workers' clocks for a job of two
   Start(TwoByTwo(), {});
   EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->TakeOver(state, now_)));
 }
@@ -570,16 +569,16 @@ TEST_F(JobCoordinatorTest, AStateWithValuesOutOfRangeIsRefused) {
   Start(TwoByTwo(), {});
   JoinAll();
   const SchedulerState good = coordinator_->Snapshot();
-  const int64_t total = good.total_clocks();
+  const int64_t total = good.control().total_clocks();
   ASSERT_GT(total, 0);
   std::vector<std::function<void(SchedulerState*)>> damage = {
-      [](SchedulerState* s) { s->set_worker_clocks(0, -5); },
-      [&](SchedulerState* s) { s->set_worker_clocks(1, total + 1); },
-      [&](SchedulerState* s) { s->set_total_clocks(total + 1); },
-      [](SchedulerState* s) { s->set_total_clocks(-1); },
-      [](SchedulerState* s) { s->set_generation(-1); },
-      [&](SchedulerState* s) { s->set_restore_clock(total + 1); },
-      [](SchedulerState* s) { s->add_dead_workers(7); },
+      [](SchedulerState* s) { s->mutable_clocks()->set_clocks(0, -5); },
+      [&](SchedulerState* s) { s->mutable_clocks()->set_clocks(1, total + 1); },
+      [&](SchedulerState* s) { s->mutable_control()->set_total_clocks(total + 1); },
+      [](SchedulerState* s) { s->mutable_control()->set_total_clocks(-1); },
+      [](SchedulerState* s) { s->mutable_rollbacks()->set_generation(-1); },
+      [&](SchedulerState* s) { s->mutable_rollbacks()->set_restore_clock(total + 1); },
+      [](SchedulerState* s) { s->mutable_failures()->add_dead_workers(7); },
   };
   for (size_t i = 0; i < damage.size(); ++i) {
     SchedulerState state = good;

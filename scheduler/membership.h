@@ -1,12 +1,17 @@
-// Who is in the job: ids handed out at registration, and each member's last
-// reported status. Knows nothing of gRPC.
+// Who is in the job: ids handed out at registration, each member's state
+// (the scheduler's verdict) and last report, and when it was last heard
+// from. Knows nothing of gRPC; decides nothing about a member's loss
+// (scheduler/failure_policy.h does).
 #ifndef PSTRAIN_SCHEDULER_MEMBERSHIP_H_
 #define PSTRAIN_SCHEDULER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/cluster.pb.h"
@@ -16,14 +21,23 @@ namespace pstrain {
 // "server" or "worker", for messages.
 const char* RoleName(Role role);
 
+// FINISHED, FAILED or DEAD: a member that left the job (or was left out).
+bool Gone(MemberState state);
+
 struct MemberRecord {
   Role role = ROLE_UNSPECIFIED;
   int id = 0;
   std::string address;
   uint64_t incarnation = 0;
-  NodeStatus status;         // as last reported
-  absl::Time last_seen;      // registration or last heartbeat
-  bool saw_job_end = false;  // was told the job ended
+  MemberState state = REGISTERED;  // the scheduler's verdict
+  NodeStatus status;               // its last report (SchedulerMember.status)
+  absl::Time last_seen;            // registration or last heartbeat
+  bool saw_job_end = false;        // was told the job ended
+
+  // The report with the verdict: what the cluster's Status shows.
+  NodeStatus Shown() const;
+  // Marks it `state` (DEAD, or a replica's worker taken out) at `now`.
+  void Declare(MemberState state, const std::string& why, absl::Time now);
 };
 
 // Not thread-safe; the scheduler guards it.
@@ -39,9 +53,20 @@ class Membership {
   absl::StatusOr<int> Register(Role role, const std::string& address, uint64_t incarnation,
                                absl::Time now);
 
+  // The slot a registration of `role` takes: `rank` (if given) when it is a
+  // registered id, -1 when it is the next new one; without a rank, once
+  // every id of the role is taken, the first DEAD member for which
+  // `vacant` says yes. INVALID_ARGUMENT for a rank outside the job;
+  // FAILED_PRECONDITION for a rank past the next id.
+  absl::StatusOr<int> SlotFor(Role role, std::optional<int> rank,
+                              const std::function<bool(const MemberRecord&)>& vacant) const;
+
   // The registered member (role, id) of this incarnation, or
   // FAILED_PRECONDITION / NOT_FOUND with a message for an unknown sender.
   absl::StatusOr<MemberRecord*> Find(Role role, int id, uint64_t incarnation);
+  // The registered member (role, id), or null.
+  MemberRecord* Get(Role role, int id);
+  const MemberRecord* Get(Role role, int id) const;
 
   // Gives the registered member (role, id) to another process: a
   // replacement of a failed one. INVALID_ARGUMENT for an unregistered id or
@@ -49,14 +74,39 @@ class Membership {
   absl::Status Replace(Role role, int id, const std::string& address, uint64_t incarnation,
                        absl::Time now);
 
+  // Every registered member: servers by id, then workers by id.
+  void ForEach(const std::function<void(MemberRecord&)>& fn);
+  void ForEach(const std::function<void(const MemberRecord&)>& fn) const;
+  // Whether `pred` holds for every registered member of `role`.
+  bool All(Role role, const std::function<bool(const MemberRecord&)>& pred) const;
+  // Registered members of `role` for which `pred` holds.
+  int Count(Role role, const std::function<bool(const MemberRecord&)>& pred) const;
+  int registered(Role role) const { return static_cast<int>(List(role).size()); }
+
+  // This process did not run for `gap`: nobody's silence then counts.
+  void Paused(absl::Duration gap, absl::Time now);
+
   bool Complete() const;
   ClusterView View() const;
-  std::vector<MemberRecord>& servers() { return servers_; }
-  std::vector<MemberRecord>& workers() { return workers_; }
-  const std::vector<MemberRecord>& servers() const { return servers_; }
-  const std::vector<MemberRecord>& workers() const { return workers_; }
+
+  // Its part of the cluster's status: every member as Shown.
+  void AddStatus(ClusterStatus* out) const;
+
+  // The durable part (SchedulerState.members).
+  MembershipState Snapshot() const;
+  // Takes `state` over: each member gets a heartbeat timeout from `now` to
+  // be heard again. INVALID_ARGUMENT (and nothing changed) when it holds
+  // more members than the job, ids out of order or roles mixed up.
+  absl::Status Restore(const MembershipState& state, absl::Time now);
 
  private:
+  std::vector<MemberRecord>& List(Role role) { return role == SERVER ? servers_ : workers_; }
+  const std::vector<MemberRecord>& List(Role role) const {
+    return role == SERVER ? servers_ : workers_;
+  }
+  // The member that holds `address`, other than (role, id); null if none.
+  const MemberRecord* Holder(const std::string& address, Role role, int id) const;
+
   const int num_servers_;
   const int num_workers_;
   std::vector<MemberRecord> servers_;

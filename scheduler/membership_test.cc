@@ -50,7 +50,7 @@ TEST(MembershipTest, ReplaceGivesAnIdToAnotherProcess) {
   EXPECT_TRUE(m.Find(SERVER, 1, 12).ok());
   EXPECT_EQ(m.Find(SERVER, 1, 11).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(m.View().servers(1).address(), "c:1");
-  EXPECT_EQ(m.servers()[1].status.state(), REGISTERED);
+  EXPECT_EQ(m.Get(SERVER, 1)->state, REGISTERED);
   EXPECT_EQ(m.Replace(SERVER, 1, "a:1", 13, absl::Now()).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(m.Replace(SERVER, 2, "d:1", 13, absl::Now()).code(),
             absl::StatusCode::kInvalidArgument);

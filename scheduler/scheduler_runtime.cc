@@ -140,8 +140,8 @@ absl::StatusOr<std::optional<SchedulerState>> ReadTakeover(const SchedulerConfig
   if (!state.has_value() || state->job().checkpoint_dir().empty()) return state;
   ASSIGN_OR_RETURN(const std::optional<Manifest> manifest,
                    ReadManifest(state->job().checkpoint_dir()));
-  if (manifest.has_value() && manifest->clock > state->manifest_clock()) {
-    state->set_manifest_clock(manifest->clock);
+  if (manifest.has_value() && manifest->clock > state->rollbacks().manifest_clock()) {
+    state->mutable_rollbacks()->set_manifest_clock(manifest->clock);
   }
   return state;
 }
