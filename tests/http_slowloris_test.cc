@@ -170,7 +170,7 @@ TEST(HttpSlowlorisTest, ThePortAnswersDuringAndRightAfterTheAttack) {
   }
   Cluster cluster("slowloris");
   ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 32\nsteps: 1000000\n");  // outlasts the test
+  options.job_text = SmallJob("batch_size: 32\nclocks: 1000000\n");  // outlasts the test
   options.scheduler_flags = {"--metrics_port=0"};
   options.worker_flags = {{"--debug_slowdown_ms=20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();

@@ -130,7 +130,7 @@ void Check(const std::string& who, const Outcome& o, int64_t rss_before, int64_t
 class MalformedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    job_text_ = SmallJob("batch_size: 16\nsteps: 1000\n");
+    job_text_ = SmallJob("batch_size: 16\nclocks: 1000\n");
     ClusterOptions options;
     options.job_text = job_text_;
     options.servers = 1;

@@ -27,7 +27,7 @@ class OperateTest : public ::testing::Test {
   void SetUp() override {
     ClusterOptions options;
     // Long enough to outlast every test (the cluster is killed after each).
-    options.job_text = SmallJob("batch_size: 32\nsteps: 4000\n");
+    options.job_text = SmallJob("batch_size: 32\nclocks: 4000\n");
     options.servers = 2;
     options.workers = 2;
     options.scheduler_flags = {"--metrics_port=0", "--run_dir=" + cluster_.dir() + "/run"};

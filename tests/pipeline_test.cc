@@ -34,7 +34,7 @@ std::string Mlp() {
     data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 synthetic_test_size: 256 }
     optimizer { type: SGD learning_rate: 0.1 }
     batch_size: 32
-    steps: 30
+    clocks: 30
     seed: 9
     chunk_bytes: 1024
   )pb";
@@ -51,7 +51,7 @@ std::string Gpt() {
     data { dataset: TEXT path: "/usr/share/games/fortunes" }
     optimizer { type: ADAM learning_rate: 0.003 }
     batch_size: 8
-    steps: 12
+    clocks: 12
     seed: 3
   )pb";
 }
@@ -161,7 +161,7 @@ TEST(PipelineTest, GptStagesTrainAsOneWorker) { ExpectPipelinesTrainAsOneWorker(
 // 2 replicas x 2 stages of the MLP, slowed so that a kill lands mid-job.
 ClusterOptions TwoByTwoStages(const std::string& policy) {
   ClusterOptions options;
-  options.job_text = absl::StrCat(absl::StrReplaceAll(Mlp(), {{"steps: 30", "steps: 400"}}),
+  options.job_text = absl::StrCat(absl::StrReplaceAll(Mlp(), {{"clocks: 30", "clocks: 400"}}),
                                   "\nnum_workers: 4\npipeline_stages: 2\n");
   options.servers = 1;
   options.workers = 4;

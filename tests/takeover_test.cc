@@ -27,7 +27,7 @@ namespace testing {
 namespace {
 
 std::string Job(bool clip, bool ssp = false) {
-  std::string job = SixteenClassJob("steps: 300\nseed: 5\nchunk_bytes: 512\n");
+  std::string job = SixteenClassJob("clocks: 300\nseed: 5\nchunk_bytes: 512\n");
   if (ssp) job = absl::StrReplaceAll(job, {{"consistency: BSP", "consistency: SSP staleness: 2"}});
   if (clip) {
     job = absl::StrReplaceAll(job, {{"learning_rate: 0.01 }", "learning_rate: 0.01 clip_norm: 0.5 }"}});
