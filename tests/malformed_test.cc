@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -139,14 +140,13 @@ class MalformedTest : public ::testing::Test {
     options.scheduler_flags = {"--num_workers=2"};
     ASSERT_TRUE(cluster_.Start(options).ok()) << cluster_.Logs();
     // Until the server and worker registered and serve.
-    for (int i = 0; i < 500; ++i) {
-      absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster_.scheduler_address());
-      if (st.ok() && st->members_size() == 2) {
-        status_ = *st;
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    WaitForStatus(
+        cluster_.scheduler_address(),
+        [&](const ClusterStatus& st) {
+          if (st.members_size() == 2) status_ = st;
+          return st.members_size() == 2;
+        },
+        absl::Seconds(10));
     ASSERT_EQ(status_.members_size(), 2) << cluster_.Logs();
     absl::StatusOr<JobSpec> job = ParseJobSpecText(job_text_, "job");
     ASSERT_TRUE(job.ok());
