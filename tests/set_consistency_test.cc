@@ -36,16 +36,16 @@ ClusterOptions Options() {
 // while polling until the slowest worker reaches `until`.
 int64_t SpreadUntil(const std::string& scheduler, int64_t until) {
   int64_t widest = 0;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-    if (!st.ok() || st->worker_clocks_size() == 0) continue;
-    const auto [lo, hi] =
-        std::minmax_element(st->worker_clocks().begin(), st->worker_clocks().end());
-    widest = std::max(widest, *hi - *lo);
-    if (*lo >= until) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  WaitForStatus(
+      scheduler,
+      [&](const ClusterStatus& st) {
+        if (st.worker_clocks_size() == 0) return false;
+        const auto [lo, hi] =
+            std::minmax_element(st.worker_clocks().begin(), st.worker_clocks().end());
+        widest = std::max(widest, *hi - *lo);
+        return *lo >= until;
+      },
+      absl::Seconds(60), absl::Milliseconds(5));
   return widest;
 }
 
