@@ -106,7 +106,7 @@ TEST(GptTrainingTest, InconsistentShapesAndUnknownLayersAreRefusedBeforeTraining
   EXPECT_EQ(RunScheduler(GptJob("context: 1", "clocks: 10\n"), &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "gpt.context must be in [2, 8192]")) << out;
   EXPECT_EQ(RunScheduler(GptJob("layers: 1"), &out), 2);
-  EXPECT_TRUE(absl::StrContains(out, "a TEXT job needs steps")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "a TEXT job needs clocks")) << out;
   EXPECT_EQ(RunScheduler("model { kind: GPT layers { type: DENSE units: 4 } }\nclocks: 10\n", &out),
             2);
   EXPECT_TRUE(absl::StrContains(out, "a GPT is described by model.gpt")) << out;
