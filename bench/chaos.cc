@@ -26,11 +26,11 @@ int main(int argc, char** argv) {
   o.slowdown_ms = absl::GetFlag(FLAGS_slowdown_ms);
   // A clock costs the sleep plus ~5 ms here; about a third of the run goes
   // to recoveries.
-  o.steps = static_cast<int64_t>(absl::GetFlag(FLAGS_minutes) * 60e3 / (o.slowdown_ms + 5) * 0.65);
+  o.clocks = static_cast<int64_t>(absl::GetFlag(FLAGS_minutes) * 60e3 / (o.slowdown_ms + 5) * 0.65);
   o.dir = absl::GetFlag(FLAGS_dir).empty() ? pstrain::testing::NewTempDir("pstrain-chaos")
                                            : absl::GetFlag(FLAGS_dir);
   std::fprintf(stderr, "chaos: seed %u, %lld clocks, logs in %s\n", o.seed,
-               static_cast<long long>(o.steps), o.dir.c_str());
+               static_cast<long long>(o.clocks), o.dir.c_str());
   absl::StatusOr<pstrain::testing::ChaosReport> r = pstrain::testing::RunChaos(o);
   if (!r.ok()) {
     std::fprintf(stderr, "chaos: %s\n", std::string(r.status().message()).c_str());

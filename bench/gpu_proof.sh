@@ -93,7 +93,7 @@ fi
 if has train; then
   say "train_bench gpt_fortunes_gpu"
   (cd "$B/bin" && timeout 500 bench/train_bench --job="$B/jobs/gpt_fortunes_gpu.pbtxt" \
-    --steps=100 --rounds="$ROUNDS" --worker_flags="--device=cuda --data_dir=$B/data/fortunes")
+    --clocks=100 --rounds="$ROUNDS" --worker_flags="--device=cuda --data_dir=$B/data/fortunes")
 fi
 
 # Local clusters: the scheduler and servers on this machine's cores, workers
@@ -101,15 +101,15 @@ fi
 CLUSTERS=(
   "cluster|small-bsp|gpt_fortunes||--device=cuda --overlap=on|"
   "cluster|gpu-bsp|gpt_fortunes_gpu||--device=cuda --overlap=on|"
-  "cluster|gpu-ssp1|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=200"
-  "cluster|gpu-ssp1-b64|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --steps=100 --batch_size=64"
-  "cluster|gpu-bsp-2w|gpt_fortunes_gpu|--workers=2|--device=cuda --overlap=on|--batch_size=32 --steps=200"
-  "window|gpu-200|gpt_fortunes_gpu||--device=cuda|--steps=200"
-  "window|gpu-200-budget|gpt_fortunes_gpu||--device=cuda --device_memory_budget=400000000|--steps=200"
+  "cluster|gpu-ssp1|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --clocks=200"
+  "cluster|gpu-ssp1-b64|gpt_fortunes_gpu||--device=cuda --overlap=on|--consistency=ssp --staleness=1 --clocks=100 --batch_size=64"
+  "cluster|gpu-bsp-2w|gpt_fortunes_gpu|--workers=2|--device=cuda --overlap=on|--batch_size=32 --clocks=200"
+  "window|gpu-200|gpt_fortunes_gpu||--device=cuda|--clocks=200"
+  "window|gpu-200-budget|gpt_fortunes_gpu||--device=cuda --device_memory_budget=400000000|--clocks=200"
   "pipeline|small-2w|gpt_fortunes||--device=cuda|"
   "pipeline|small-pipe|gpt_fortunes_pipeline||--device=cuda|"
-  "pipeline|gpu-2w-200|gpt_fortunes_gpu||--device=cuda|--num_workers=2 --batch_size=32 --steps=200"
-  "pipeline|gpu-pipe-200|gpt_fortunes_gpu||--device=cuda|--num_workers=2 --pipeline_stages=2 --micro_batches=4 --batch_size=32 --steps=200"
+  "pipeline|gpu-2w-200|gpt_fortunes_gpu||--device=cuda|--num_workers=2 --batch_size=32 --clocks=200"
+  "pipeline|gpu-pipe-200|gpt_fortunes_gpu||--device=cuda|--num_workers=2 --pipeline_stages=2 --micro_batches=4 --batch_size=32 --clocks=200"
 )
 if has cluster && has bench; then
   say "worker_bench batch 64 (for the batch-64 clusters)"

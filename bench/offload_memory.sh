@@ -9,7 +9,7 @@
 # compared with its. Prints one JSON line per run.
 #
 #   bench/offload_memory.sh [--units=4096] [--budget_mb=80] [--slack_mb=64]
-#       [--steps=30] [--workers=1] [--runs=3] [--chunk_bytes=1048576]
+#       [--clocks=30] [--workers=1] [--runs=3] [--chunk_bytes=1048576]
 #       [--bin=bazel-bin] [--dir=/var/tmp] [--no_cgroup]
 #
 # The default is issue 24's figure: a 784-4096-4096-10 MLP (20.0M
@@ -20,7 +20,7 @@ set -euo pipefail
 UNITS=4096
 BUDGET_MB=80
 SLACK_MB=64
-STEPS=30
+CLOCKS=30
 WORKERS=1
 RUNS=3
 CHUNK=1048576
@@ -34,7 +34,7 @@ for a in "$@"; do
     --units=*) UNITS="${a#*=}" ;;
     --budget_mb=*) BUDGET_MB="${a#*=}" ;;
     --slack_mb=*) SLACK_MB="${a#*=}" ;;
-    --steps=*) STEPS="${a#*=}" ;;
+    --clocks=*) CLOCKS="${a#*=}" ;;
     --workers=*) WORKERS="${a#*=}" ;;
     --runs=*) RUNS="${a#*=}" ;;
     --chunk_bytes=*) CHUNK="${a#*=}" ;;
@@ -72,7 +72,7 @@ data { dataset: FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }
 optimizer { type: ADAM learning_rate: 0.0001 }
 consistency: BSP
 batch_size: 64
-steps: $STEPS
+clocks: $CLOCKS
 seed: 7
 chunk_bytes: $CHUNK
 num_servers: 1

@@ -81,7 +81,7 @@ JobSpec FourBlocks() {
   gpt->set_heads(4);
   gpt->set_width(64);
   gpt->set_context(32);
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   return job;
 }

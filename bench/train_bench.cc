@@ -17,7 +17,7 @@
 // bytes).
 //
 //   bazel run -c opt //bench:train_bench -- [--model=mlp|gpt | --job=FILE]
-//       [--rounds=3] [--steps=N] [--worker_flags="--overlap=on ..."]
+//       [--rounds=3] [--clocks=N] [--worker_flags="--overlap=on ..."]
 //       [--only=alone,bsp_1x1,ssp1_1x1,bsp_2x2]
 #include <algorithm>
 #include <cstdio>
@@ -42,7 +42,7 @@ ABSL_FLAG(std::string, model, "mlp",
 ABSL_FLAG(std::string, job, "",
           "a job spec to run instead of --model's (its servers and workers set per run)");
 ABSL_FLAG(int, rounds, 3, "rounds of the four configurations");
-ABSL_FLAG(int64_t, steps, 0, "clocks per run (0: 1000 for the MLP, 100 for the GPT)");
+ABSL_FLAG(int64_t, clocks, 0, "clocks per run (0: 1000 for the MLP, 100 for the GPT)");
 ABSL_FLAG(std::string, worker_flags, "", "flags for every worker, standalone included");
 ABSL_FLAG(std::string, only, "", "run only these configurations (comma-separated names)");
 
@@ -138,11 +138,11 @@ absl::StatusOr<JobSpec> BenchJob() {
     path = gpt ? "deploy/jobs/gpt_fortunes.pbtxt" : "deploy/jobs/mlp_fashion_mnist.pbtxt";
   }
   ASSIGN_OR_RETURN(JobSpec job, LoadJobSpec(path));
-  int64_t steps = absl::GetFlag(FLAGS_steps);
-  if (steps <= 0) steps = gpt ? 100 : 1000;
+  int64_t clocks = absl::GetFlag(FLAGS_clocks);
+  if (clocks <= 0) clocks = gpt ? 100 : 1000;
   job.set_epochs(0);
-  job.set_steps(steps);
-  job.set_log_every(static_cast<int>(std::max<int64_t>(1, steps / 5)));
+  job.set_clocks(clocks);
+  job.set_log_every(static_cast<int>(std::max<int64_t>(1, clocks / 5)));
   ApplyJobDefaults(&job);
   RETURN_IF_ERROR(ValidateJobSpec(job));
   return job;
@@ -224,9 +224,9 @@ int Main() {
     out.push_back(entry + "}");
   }
   std::printf(
-      "{\n  \"bench\": \"train_bench\",\n  \"job\": \"%s\",\n  \"steps\": %lld,\n"
+      "{\n  \"bench\": \"train_bench\",\n  \"job\": \"%s\",\n  \"clocks\": %lld,\n"
       "  \"batch_size\": %d,\n  \"rounds\": %d,\n  \"worker_flags\": \"%s\",\n  \"runs\": {\n%s\n  }\n}\n",
-      job->name().c_str(), static_cast<long long>(job->steps()), job->batch_size(),
+      job->name().c_str(), static_cast<long long>(job->clocks()), job->batch_size(),
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_worker_flags).c_str(),
       absl::StrJoin(out, ",\n").c_str());
   return 0;

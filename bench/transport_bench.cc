@@ -208,7 +208,7 @@ std::string JobText(int64_t floats) {
       "optimizer { type: SGD learning_rate: 1e-9 }\n"
       "consistency: ASP\n"
       "batch_size: 64\n"
-      "steps: 100000000\n"
+      "clocks: 100000000\n"
       "chunk_bytes: ",
       absl::GetFlag(FLAGS_chunk_bytes), "\n");
 }

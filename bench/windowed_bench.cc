@@ -54,7 +54,7 @@ ModelSpec Spec() {
   g->set_width(absl::GetFlag(FLAGS_width));
   g->set_heads(absl::GetFlag(FLAGS_heads));
   g->set_context(absl::GetFlag(FLAGS_context));
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   return job.model();
 }

@@ -139,7 +139,7 @@ absl::StatusOr<JobSpec> BenchJob() {
   gpt->set_width(absl::GetFlag(FLAGS_width));
   gpt->set_heads(absl::GetFlag(FLAGS_heads));
   gpt->set_context(absl::GetFlag(FLAGS_context));
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   if (const absl::Status st = ValidateJobSpec(job); !st.ok()) return st;
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_batch) < 1) {

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
+#include "common/enum_names.h"
 #include "common/simd.h"
 
 namespace pstrain {
@@ -43,28 +45,13 @@ bool AllFiniteLoop(const float* __restrict v, int64_t n) {
 
 int DTypeSize(DType dtype) { return dtype == FP32 ? 4 : 2; }
 
-std::string DTypeName(DType dtype) {
-  switch (dtype) {
-    case FP32:
-      return "fp32";
-    case BF16:
-      return "bf16";
-    case FP16:
-      return "fp16";
-    default:
-      return "unknown";
-  }
-}
+std::string DTypeName(DType dtype) { return EnumWord(dtype); }
 
 bool ParseDType(const std::string& name, DType* dtype) {
-  if (name == "fp32")
-    *dtype = FP32;
-  else if (name == "bf16")
-    *dtype = BF16;
-  else if (name == "fp16")
-    *dtype = FP16;
-  else
-    return false;
+  // Lower case only, as before ("FP16" is refused).
+  const std::optional<DType> parsed = ParseEnumWord<DType>(name);
+  if (!parsed.has_value() || EnumWord(*parsed) != name) return false;
+  *dtype = *parsed;
   return true;
 }
 

@@ -13,7 +13,7 @@ namespace pstrain {
 
 // Bytes per element on the wire.
 int DTypeSize(DType dtype);
-std::string DTypeName(DType dtype);  // "fp32", "bf16", "fp16"
+std::string DTypeName(DType dtype);  // "fp32", "bf16", "fp16" (common/enum_names.h)
 // Parses "fp32", "bf16" or "fp16"; false for anything else.
 bool ParseDType(const std::string& name, DType* dtype);
 

@@ -24,6 +24,22 @@ std::set<std::string>& Given() {
   return *given;
 }
 
+// Flags renamed (issue 25: clock counts say clocks): the old name is an
+// unknown flag, and the refusal names the new one where this binary has it.
+constexpr struct {
+  absl::string_view old_name;
+  absl::string_view new_name;
+} kRenamedFlags[] = {{"steps", "clocks"}};
+
+std::string RenamedHint(absl::string_view name) {
+  for (const auto& r : kRenamedFlags) {
+    if (name == r.old_name && absl::FindCommandLineFlag(r.new_name) != nullptr) {
+      return absl::StrCat(" (it is now --", r.new_name, ")");
+    }
+  }
+  return "";
+}
+
 [[noreturn]] void Refuse(const std::string& message) {
   std::fprintf(stderr, "%s: %s (see --helpfull)\n", Program().c_str(), message.c_str());
   std::exit(2);
@@ -49,7 +65,9 @@ void CheckFlagArgument(absl::string_view arg, const char* next, bool* uses_next)
       return;
     }
   }
-  if (flag == nullptr || flag->IsRetired()) Refuse(absl::StrCat("unknown flag --", name));
+  if (flag == nullptr || flag->IsRetired()) {
+    Refuse(absl::StrCat("unknown flag --", name, RenamedHint(name)));
+  }
   Given().insert(std::string(name));
   std::string value;
   if (eq != absl::string_view::npos) {
@@ -92,6 +110,13 @@ std::vector<char*> ParseFlagsOrExit(int argc, char** argv) {
 }
 
 bool FlagGiven(absl::string_view name) { return Given().count(std::string(name)) > 0; }
+
+std::optional<std::string> GivenFlagText(absl::string_view name) {
+  if (!FlagGiven(name)) return std::nullopt;
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr) return std::nullopt;
+  return flag->CurrentValue();
+}
 
 absl::Status CheckFlagRanges(std::initializer_list<FlagRange> ranges) {
   for (const FlagRange& r : ranges) {

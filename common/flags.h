@@ -1,8 +1,9 @@
 // Strict command lines for every binary: an unknown flag, a value that does
 // not parse and a value outside its allowed range all end the process with
-// exit code 2 and one line naming the flag (Abseil's own parser exits 1),
-// and a flag given with any value -- its default's included -- is told
-// apart from a flag not given.
+// exit code 2 and one line naming the flag (Abseil's own parser exits 1;
+// a flag that was renamed is named with its new name too), and a flag
+// given with any value -- its default's included -- is told apart from a
+// flag not given.
 #ifndef PSTRAIN_COMMON_FLAGS_H_
 #define PSTRAIN_COMMON_FLAGS_H_
 
@@ -33,6 +34,10 @@ std::optional<T> GivenFlag(const absl::Flag<T>& flag) {
   if (!FlagGiven(absl::GetFlagReflectionHandle(flag).Name())) return std::nullopt;
   return absl::GetFlag(flag);
 }
+
+// The value of --name as text (absl's CurrentValue) when it was given, else
+// nullopt: for a table of flags known by name (scheduler/spec_overrides.h).
+std::optional<std::string> GivenFlagText(absl::string_view name);
 
 // An integer flag's allowed values, [min, max].
 struct FlagRange {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_sizes.h"
 #include "common/params.h"
@@ -19,6 +20,26 @@ constexpr int64_t kFashionMnistTrain = 60000;
 constexpr int kFashionMnistDim = 784;
 constexpr char kTextDir[] = "/usr/share/games/fortunes";
 
+// Fields renamed (issue 25: the spec's clock counts say clocks, a step
+// being one optimizer update): a job file with an old name is refused
+// naming the new one.
+constexpr struct {
+  absl::string_view old_name;
+  absl::string_view new_name;
+} kRenamedFields[] = {
+    {"steps", "clocks"}, {"warmup_steps", "warmup_clocks"}, {"decay_steps", "decay_clocks"}};
+
+// The parser's message, or what to write instead when it is about a
+// renamed field.
+std::string Explained(const std::string& message) {
+  for (const auto& r : kRenamedFields) {
+    if (absl::StrContains(message, absl::StrCat("has no field named \"", r.old_name, "\""))) {
+      return absl::StrCat("field \"", r.old_name, "\" is now \"", r.new_name, "\"");
+    }
+  }
+  return message;
+}
+
 // Keeps the first parse error with its position.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
@@ -26,7 +47,7 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   void AddError(int line, int column, const std::string& message) override {
     if (error_.empty()) {
       // The parser counts from 0; editors count from 1.
-      error_ = absl::StrCat(file_, ":", line + 1, ":", column + 1, ": ", message);
+      error_ = absl::StrCat(file_, ":", line + 1, ":", column + 1, ": ", Explained(message));
     }
   }
   const std::string& error() const { return error_; }
@@ -133,8 +154,8 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
     case CONSTANT:
       break;
     case WARMUP_COSINE:
-      if (sched.warmup_steps() < 0 || sched.decay_steps() < 0) {
-        return bad("schedule.warmup_steps and decay_steps must be >= 0");
+      if (sched.warmup_clocks() < 0 || sched.decay_clocks() < 0) {
+        return bad("schedule.warmup_clocks and decay_clocks must be >= 0");
       }
       if (!(sched.min_lr() >= 0 && sched.min_lr() <= opt.learning_rate())) {
         return bad("schedule.min_lr must be in [0, learning_rate]");
@@ -176,7 +197,7 @@ absl::Status ValidateGpt(const JobSpec& job) {
   if (gpt.context() < 2 || gpt.context() > 8192) {
     return bad("gpt.context must be in [2, 8192], got ", gpt.context());
   }
-  if (job.steps() < 1) return bad("a TEXT job needs steps (its data has no epochs)");
+  if (job.clocks() < 1) return bad("a TEXT job needs clocks (its data has no epochs)");
   const double f = job.data().validation_fraction();
   if (!(f > 0 && f < 1)) return bad("data.validation_fraction must be in (0, 1), got ", f);
   return absl::OkStatus();
@@ -369,8 +390,8 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (job.consistency() == BSP && job.staleness() != 0) {
     return bad("staleness must be 0 under BSP (use consistency: SSP)");
   }
-  if (job.epochs() < 0 || job.steps() < 0) return bad("epochs and steps must be >= 0");
-  if (job.steps() == 0 && job.epochs() < 1) return bad("epochs must be >= 1 when steps is 0");
+  if (job.epochs() < 0 || job.clocks() < 0) return bad("epochs and clocks must be >= 0");
+  if (job.clocks() == 0 && job.epochs() < 1) return bad("epochs must be >= 1 when clocks is 0");
   if (job.log_every() < 1) return bad("log_every must be >= 1, got ", job.log_every());
   if (job.chunk_bytes() < 4 || job.chunk_bytes() % 4 != 0 || job.chunk_bytes() > (64 << 20)) {
     return bad("chunk_bytes must be a multiple of 4 in [4, 64 MiB], got ", job.chunk_bytes());
@@ -402,7 +423,7 @@ int64_t TrainSetSize(const JobSpec& job) {
     case SYNTHETIC:
       return job.data().synthetic_train_size();
     case TEXT:  // windows drawn at random: as many as the job uses
-      return SaturatingMul(std::max<int64_t>(1, job.steps()), std::max(1, job.batch_size()));
+      return SaturatingMul(std::max<int64_t>(1, job.clocks()), std::max(1, job.batch_size()));
     default:
       return kFashionMnistTrain;
   }
@@ -413,7 +434,7 @@ int64_t ClocksPerEpoch(const JobSpec& job) {
 }
 
 int64_t TotalClocks(const JobSpec& job) {
-  if (job.steps() > 0) return job.steps();
+  if (job.clocks() > 0) return job.clocks();
   return static_cast<int64_t>(job.epochs()) * ClocksPerEpoch(job);
 }
 

@@ -12,7 +12,8 @@
 namespace pstrain {
 
 // Parses a text-format JobSpec. Errors name the file, line and column:
-// "job.pbtxt:3:7: Expected integer, got: foo".
+// "job.pbtxt:3:7: Expected integer, got: foo"; a field renamed since is
+// named with its new name: "job.pbtxt:5:1: field "steps" is now "clocks"".
 absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& text,
                                          const std::string& file_name);
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
@@ -29,7 +30,7 @@ absl::Status ValidateJobSpec(const JobSpec& job);
 int64_t TrainSetSize(const JobSpec& job);
 // Clocks per epoch (the last partial batch of an epoch is dropped).
 int64_t ClocksPerEpoch(const JobSpec& job);
-// Total clocks of the job: `steps` if set, else epochs * ClocksPerEpoch.
+// Total clocks of the job: `clocks` if set, else epochs * ClocksPerEpoch.
 int64_t TotalClocks(const JobSpec& job);
 // The bound s of the gate and the read guarantee; -1 means unbounded (ASP).
 int64_t EffectiveStaleness(const JobSpec& job);

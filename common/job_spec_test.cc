@@ -35,6 +35,32 @@ TEST(JobSpecTest, ParseErrorNamesFileLineAndColumn) {
   EXPECT_TRUE(absl::StartsWith(job.status().message(), "j.pbtxt:3:13:")) << job.status();
 }
 
+// The clock counts were called steps before issue 25: an old job file is
+// refused naming the new field, wherever the old one stands.
+TEST(JobSpecTest, AFieldRenamedIsRefusedNamingItsNewName) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"name: \"a\"\nsteps: 10\n", "j.pbtxt:2:6: field \"steps\" is now \"clocks\""},
+      {"optimizer { schedule { type: WARMUP_COSINE warmup_steps: 5 } }",
+       "j.pbtxt:1:56: field \"warmup_steps\" is now \"warmup_clocks\""},
+      {"optimizer { schedule {\n decay_steps: 5 } }",
+       "j.pbtxt:2:13: field \"decay_steps\" is now \"decay_clocks\""},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<JobSpec> job = ParseJobSpecText(c.text, "j.pbtxt");
+    ASSERT_FALSE(job.ok()) << c.text;
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(job.status().message()), c.message);
+  }
+  // Any other unknown field keeps the parser's own words.
+  absl::StatusOr<JobSpec> other = ParseJobSpecText("stepz: 10", "j.pbtxt");
+  EXPECT_TRUE(absl::StrContains(other.status().message(), "no field named \"stepz\""))
+      << other.status();
+}
+
 TEST(JobSpecTest, MissingFileIsNotFound) {
   absl::StatusOr<JobSpec> job = LoadJobSpec("/nonexistent.pbtxt");
   EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
@@ -71,14 +97,14 @@ TEST(JobSpecTest, ValidationNamesTheProblem) {
   // A 4-byte chunk of a GPT of 10M parameters: millions of chunks.
   const std::string many = message(
       "model { kind: GPT gpt { layers: 3 heads: 4 width: 528 context: 64 } }\n"
-      "data { dataset: TEXT path: \"/x\" }\nsteps: 10\nchunk_bytes: 4");
+      "data { dataset: TEXT path: \"/x\" }\nclocks: 10\nchunk_bytes: 4");
   EXPECT_TRUE(absl::StrContains(many, "raise chunk_bytes")) << many;
 }
 
 TEST(JobSpecTest, SizesNoWorkerCanAllocateAreRefusedNamingTheField) {
   auto check = [](const std::string& text) { return ValidateJobSpec(Complete(text)); };
   const std::string gpt =
-      "model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\nsteps: 10\n";
+      "model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\nclocks: 10\n";
   const std::string synthetic =
       "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
       "data { dataset: SYNTHETIC synthetic_classes: 4 ";
@@ -103,7 +129,7 @@ TEST(JobSpecTest, SizesNoWorkerCanAllocateAreRefusedNamingTheField) {
   EXPECT_TRUE(check(gpt + "batch_size: 200000").ok());
   EXPECT_TRUE(check(synthetic + "synthetic_train_size: 10000000 }\nbatch_size: 100000").ok());
   EXPECT_TRUE(check("model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\n"
-                    "batch_size: 1000\nsteps: 9223372036854775807")
+                    "batch_size: 1000\nclocks: 9223372036854775807")
                   .ok());
   EXPECT_EQ(SaturatingMul(int64_t{1} << 62, 4), std::numeric_limits<int64_t>::max());
   EXPECT_EQ(SaturatingAdd(std::numeric_limits<int64_t>::max(), 1),
@@ -115,7 +141,7 @@ TEST(JobSpecTest, ClocksAndReadGuarantee) {
   JobSpec job = Complete("batch_size: 100 epochs: 3");
   EXPECT_EQ(ClocksPerEpoch(job), 600);
   EXPECT_EQ(TotalClocks(job), 1800);
-  job.set_steps(7);
+  job.set_clocks(7);
   EXPECT_EQ(TotalClocks(job), 7);
 
   EXPECT_EQ(MinClockForRead(job, 5), 5);  // BSP: everything before c
@@ -191,7 +217,7 @@ TEST(JobSpecTest, PipelineSettingsAreChecked) {
 
 // A GPT job with `gpt` inside its model spec and `data` inside its data spec.
 std::string Gpt(const std::string& gpt, const std::string& data = "") {
-  return "model { kind: GPT gpt { " + gpt + " } } data { dataset: TEXT " + data + " } steps: 10";
+  return "model { kind: GPT gpt { " + gpt + " } } data { dataset: TEXT " + data + " } clocks: 10";
 }
 std::string Synthetic(const std::string& data) {
   return "data { dataset: SYNTHETIC " + data + " }";

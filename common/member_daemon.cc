@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "common/daemon.h"
 #include "common/flags.h"
+#include "common/listen.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -64,16 +65,12 @@ absl::StatusOr<std::unique_ptr<MemberDaemon>> MemberDaemon::Start(
   if (config.scheduler.empty()) {
     return fail(absl::InvalidArgumentError("--scheduler=HOST:PORT is required"));
   }
-  std::string bound;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      StartServer(config.listen, services, &bound, config.server);
-  if (!server.ok()) return fail(server.status());
-  const std::string address = AdvertisedAddress(bound);
-  spdlog::info("listening on {}", address);
-  if (!config.port_file.empty()) {
-    if (absl::Status st = WritePortFile(config.port_file, address); !st.ok()) return fail(st);
-  }
-  std::unique_ptr<MemberDaemon> daemon(new MemberDaemon(config, std::move(*server), address));
+  absl::StatusOr<Listening> listening =
+      ListenAndAnnounce(config.listen, config.port_file, services, config.server);
+  if (!listening.ok()) return fail(listening.status());
+  spdlog::info("listening on {}", listening->address);
+  std::unique_ptr<MemberDaemon> daemon(
+      new MemberDaemon(config, std::move(listening->server), listening->address));
   if (config.metrics_port.has_value()) {
     if (absl::Status st = daemon->ServeMetrics(*config.metrics_port); !st.ok()) return fail(st);
   }
@@ -82,19 +79,19 @@ absl::StatusOr<std::unique_ptr<MemberDaemon>> MemberDaemon::Start(
 }
 
 absl::Status MemberDaemon::ServeMetrics(int port) {
-  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
-      HostOf(config_.listen), port, {{"/metrics", [this] {
-                                        PrometheusText out;
-                                        WriteDaemonMetrics(CurrentStatus(), ProcessLatencies(), &out);
-                                        return HttpResponse{200, kPrometheusContentType, out.text()};
-                                      }}});
-  if (!http.ok()) {
-    return absl::Status(http.status().code(),
-                        absl::StrCat("--metrics_port=", port, ": ", http.status().message()));
-  }
+  const HttpStart start = [this](const std::string& host, int on) {
+    return HttpServer::Start(host, on, {{"/metrics", [this] {
+                                           PrometheusText out;
+                                           WriteDaemonMetrics(CurrentStatus(), ProcessLatencies(),
+                                                              &out);
+                                           return HttpResponse{200, kPrometheusContentType,
+                                                               out.text()};
+                                         }}});
+  };
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      ServeMetricsPort(config_.listen, port, start, &metrics_address_);
+  if (!http.ok()) return http.status();
   metrics_ = std::move(*http);
-  metrics_address_ = AdvertisedAddress(absl::StrCat(HostForAddress(HostOf(config_.listen)), ":",
-                                                    metrics_->port()));
   spdlog::info("metrics on http://{}/metrics", metrics_address_);
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/enum_names.h"
 
 namespace pstrain {
 namespace {
@@ -37,18 +38,6 @@ std::string Number(double v) {
   return std::strtod(shorter.c_str(), nullptr) == v ? shorter : absl::StrFormat("%.17g", v);
 }
 
-const char* RoleLabel(Role r) {
-  switch (r) {
-    case SCHEDULER:
-      return "scheduler";
-    case SERVER:
-      return "server";
-    case WORKER:
-      return "worker";
-    default:
-      return "unknown";
-  }
-}
 
 }  // namespace
 
@@ -120,7 +109,7 @@ void PrometheusText::Histogram(const std::string& name, const std::string& help,
 }
 
 PrometheusText::Labels DaemonLabels(const NodeStatus& status) {
-  PrometheusText::Labels labels = {{"role", RoleLabel(status.role())}};
+  PrometheusText::Labels labels = {{"role", EnumWord(status.role())}};
   if (status.role() != SCHEDULER) labels.emplace_back("id", absl::StrCat(status.id()));
   return labels;
 }

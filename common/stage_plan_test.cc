@@ -57,7 +57,7 @@ TEST(StagePlanTest, TheDefaultMlpSplitsAtItsDenseLayersByCompute) {
 
 TEST(StagePlanTest, AGptSplitsAtBlocksWithEmbeddingsFirstAndTheHeadLast) {
   const ModelSpec model =
-      Completed("model { kind: GPT gpt { layers: 4 width: 128 heads: 4 context: 64 } } steps: 1");
+      Completed("model { kind: GPT gpt { layers: 4 width: 128 heads: 4 context: 64 } } clocks: 1");
   ASSERT_EQ(ModelUnits(model).size(), 4u);
   absl::StatusOr<std::vector<Stage>> two = PlanStages(model, 2);
   ASSERT_TRUE(two.ok()) << two.status();

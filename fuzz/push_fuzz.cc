@@ -31,7 +31,7 @@ struct Server {
     job.set_consistency(BSP);
     job.set_num_workers(2);
     job.set_batch_size(8);
-    job.set_steps(100);
+    job.set_clocks(100);
     job.set_chunk_bytes(16);
     ApplyJobDefaults(&job);
     const Partition partition =

@@ -31,7 +31,7 @@ JobSpec TwoByTwo(int64_t checkpoint_every = 0) {
   job.set_num_servers(2);
   job.set_num_workers(2);
   job.set_batch_size(8);
-  job.set_steps(100);
+  job.set_clocks(100);
   job.set_chunk_bytes(256);  // both servers hold chunks of the small MLP
   if (checkpoint_every > 0) {
     job.set_checkpoint_every(checkpoint_every);

@@ -31,14 +31,15 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(std::string, run_dir, "",
           "append the job's curves (clock, time, loss, accuracy, samples/s, per-worker clocks) "
           "to RUN_DIR/curves.jsonl, one JSON object a line (psctl plot draws them)");
-// Overrides of the job spec: given (with any value), they replace the spec's.
+// Overrides of the job spec: given (with any value), they replace the spec's
+// (each flag's field and allowed values: scheduler/spec_overrides.cc).
 ABSL_FLAG(std::string, consistency, "", "override: bsp, ssp or asp");
 ABSL_FLAG(int64_t, staleness, 0, "override: SSP's staleness bound s (>= 0)");
 ABSL_FLAG(int64_t, num_servers, 1, "override: servers the job waits for (1..4096)");
 ABSL_FLAG(int64_t, num_workers, 1, "override: workers the job waits for (1..65536)");
 ABSL_FLAG(int64_t, batch_size, 1, "override: global batch size of one clock (>= 1)");
 ABSL_FLAG(int64_t, epochs, 1, "override: epochs (>= 0)");
-ABSL_FLAG(int64_t, steps, 0, "override: total clocks (0 = use epochs)");
+ABSL_FLAG(int64_t, clocks, 0, "override: total clocks (0 = use epochs)");
 ABSL_FLAG(int64_t, seed, 0, "override: seed of the weights' init and the data order (>= 0)");
 ABSL_FLAG(std::string, data_dir, "", "override: data.path");
 ABSL_FLAG(std::string, checkpoint_dir, "",
@@ -80,21 +81,11 @@ int main(int argc, char** argv) {
   c.state_dir = absl::GetFlag(FLAGS_state_dir);
   pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty("state_dir", GivenFlag(FLAGS_state_dir),
                                                     "a directory"));
-  pstrain::SpecOverrides& o = c.overrides;
-  o.consistency = GivenFlag(FLAGS_consistency);
-  o.staleness = GivenFlag(FLAGS_staleness);
-  o.num_servers = GivenFlag(FLAGS_num_servers);
-  o.num_workers = GivenFlag(FLAGS_num_workers);
-  o.batch_size = GivenFlag(FLAGS_batch_size);
-  o.epochs = GivenFlag(FLAGS_epochs);
-  o.steps = GivenFlag(FLAGS_steps);
-  o.seed = GivenFlag(FLAGS_seed);
-  o.data_dir = GivenFlag(FLAGS_data_dir);
-  o.checkpoint_dir = GivenFlag(FLAGS_checkpoint_dir);
-  o.checkpoint_every = GivenFlag(FLAGS_checkpoint_every);
-  o.pipeline_stages = GivenFlag(FLAGS_pipeline_stages);
-  o.micro_batches = GivenFlag(FLAGS_micro_batches);
-  o.pipeline_schedule = GivenFlag(FLAGS_pipeline_schedule);
+  for (const pstrain::SpecOverrideFlag& f : pstrain::SpecOverrideFlags()) {
+    if (const std::optional<std::string> value = pstrain::GivenFlagText(f.flag)) {
+      c.overrides[f.flag] = *value;
+    }
+  }
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
       {"replacement_timeout_ms", absl::GetFlag(FLAGS_replacement_timeout_ms), 1, kIntMax},
@@ -103,7 +94,7 @@ int main(int argc, char** argv) {
       {"end_grace_ms", absl::GetFlag(FLAGS_end_grace_ms), 0, kIntMax},
       {"metrics_port", c.metrics_port, 0, 65535},
   }));
-  pstrain::ExitOnBadFlag(pstrain::CheckOverrides(o));
+  pstrain::ExitOnBadFlag(pstrain::CheckOverrides(c.overrides));
   c.replacement_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_replacement_timeout_ms));
   c.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   c.on_worker_failure = absl::GetFlag(FLAGS_on_worker_failure);

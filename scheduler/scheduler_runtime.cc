@@ -1,17 +1,16 @@
 #include "scheduler/scheduler_runtime.h"
 
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <optional>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_names.h"
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "google/protobuf/text_format.h"
 #include "common/job_spec.h"
+#include "common/listen.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -28,54 +27,6 @@
 #include "google/protobuf/util/message_differencer.h"
 
 namespace pstrain {
-
-absl::Status CheckOverrides(const SpecOverrides& o) {
-  constexpr int64_t kInt = std::numeric_limits<int32_t>::max();
-  RETURN_IF_ERROR(CheckFlagRanges({
-      {"staleness", o.staleness, 0, kInt},
-      {"num_servers", o.num_servers, 1, 4096},
-      {"num_workers", o.num_workers, 1, 65536},
-      {"batch_size", o.batch_size, 1, kInt},
-      {"epochs", o.epochs, 0, kInt},
-      {"steps", o.steps, 0},
-      {"seed", o.seed, 0},
-      {"checkpoint_every", o.checkpoint_every, 0},
-      {"pipeline_stages", o.pipeline_stages, 1, 1024},
-      {"micro_batches", o.micro_batches, 1, 65536},
-  }));
-  RETURN_IF_ERROR(CheckFlagNotEmpty("data_dir", o.data_dir, "a directory"));
-  RETURN_IF_ERROR(CheckFlagNotEmpty("checkpoint_dir", o.checkpoint_dir, "a directory"));
-  std::optional<std::string> consistency, schedule;
-  if (o.consistency) consistency = absl::AsciiStrToLower(*o.consistency);
-  if (o.pipeline_schedule) schedule = absl::AsciiStrToLower(*o.pipeline_schedule);
-  RETURN_IF_ERROR(CheckFlagChoice("consistency", consistency, {"bsp", "ssp", "asp"}));
-  return CheckFlagChoice("pipeline_schedule", schedule, {"gpipe", "1f1b"});
-}
-
-absl::Status ApplyOverrides(const SpecOverrides& o, JobSpec* job) {
-  RETURN_IF_ERROR(CheckOverrides(o));
-  if (o.consistency) {
-    const std::string c = absl::AsciiStrToLower(*o.consistency);
-    job->set_consistency(c == "bsp" ? BSP : c == "ssp" ? SSP : ASP);
-  }
-  if (o.pipeline_schedule) {
-    job->set_pipeline_schedule(absl::AsciiStrToLower(*o.pipeline_schedule) == "gpipe" ? GPIPE
-                                                                                      : ONE_F_ONE_B);
-  }
-  if (o.staleness) job->set_staleness(static_cast<int32_t>(*o.staleness));
-  if (o.num_servers) job->set_num_servers(static_cast<int32_t>(*o.num_servers));
-  if (o.num_workers) job->set_num_workers(static_cast<int32_t>(*o.num_workers));
-  if (o.batch_size) job->set_batch_size(static_cast<int32_t>(*o.batch_size));
-  if (o.epochs) job->set_epochs(static_cast<int32_t>(*o.epochs));
-  if (o.steps) job->set_steps(*o.steps);
-  if (o.seed) job->set_seed(*o.seed);
-  if (o.data_dir) job->mutable_data()->set_path(*o.data_dir);
-  if (o.checkpoint_dir) job->set_checkpoint_dir(*o.checkpoint_dir);
-  if (o.checkpoint_every) job->set_checkpoint_every(*o.checkpoint_every);
-  if (o.pipeline_stages) job->set_pipeline_stages(static_cast<int32_t>(*o.pipeline_stages));
-  if (o.micro_batches) job->set_micro_batches(static_cast<int32_t>(*o.micro_batches));
-  return absl::OkStatus();
-}
 
 namespace {
 
@@ -146,19 +97,13 @@ absl::StatusOr<std::optional<SchedulerState>> ReadTakeover(const SchedulerConfig
   return state;
 }
 
-bool HasOverrides(const SpecOverrides& o) {
-  return o.consistency || o.staleness || o.num_servers || o.num_workers || o.batch_size ||
-         o.epochs || o.steps || o.seed || o.data_dir || o.checkpoint_dir || o.checkpoint_every ||
-         o.pipeline_stages || o.micro_batches || o.pipeline_schedule;
-}
-
 // The job: the one taken over (which --job, if given, must equal), else
 // --job with the overrides.
 absl::StatusOr<JobSpec> JobFor(const SchedulerConfig& config,
                                const std::optional<SchedulerState>& takeover) {
   if (!takeover.has_value()) return LoadJob(config);
   if (config.job_file.empty()) {
-    if (HasOverrides(config.overrides)) {
+    if (!config.overrides.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "overrides of the job spec without --job: ", SchedulerStatePath(config.state_dir),
           " holds the job taken over; give its --job and overrides, or none"));
@@ -198,18 +143,17 @@ absl::Status WriteCheckpointJob(const JobSpec& job) {
 // Starts serving and writes the port file; the advertised address.
 absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerService* service,
                                    std::unique_ptr<grpc::Server>* server) {
-  std::string bound;
   ServerOptions options;
   options.max_receive_bytes = kMaxControlMessageBytes;
   options.max_streams_per_client = 64;
   // Requests in flight: the scheduler's are small (at most 4 MiB each).
   options.quota = std::make_shared<grpc::ResourceQuota>("ps_scheduler requests");
   options.quota->Resize(32 << 20);
-  ASSIGN_OR_RETURN(*server, StartServer(config.listen, {service}, &bound, options));
-  const std::string address = AdvertisedAddress(bound);
-  service->SetAddress(address);
-  if (!config.port_file.empty()) RETURN_IF_ERROR(WritePortFile(config.port_file, address));
-  return address;
+  ASSIGN_OR_RETURN(Listening listening,
+                   ListenAndAnnounce(config.listen, config.port_file, {service}, options));
+  *server = std::move(listening.server);
+  service->SetAddress(listening.address);
+  return listening.address;
 }
 
 // Watches the members until every one has heard of the job's end (or the
@@ -284,23 +228,22 @@ absl::StatusOr<std::unique_ptr<HttpServer>> ServeHttp(const SchedulerConfig& con
                                                       SchedulerService* service,
                                                       RunHistory* history) {
   if (!config.metrics_port.has_value()) return std::unique_ptr<HttpServer>();
-  absl::StatusOr<std::unique_ptr<HttpServer>> http =
-      ServeSchedulerHttp(HostOf(config.listen), *config.metrics_port, service, history);
-  if (!http.ok()) {
-    return absl::Status(http.status().code(), absl::StrCat("--metrics_port=", *config.metrics_port,
-                                                           ": ", http.status().message()));
-  }
-  const std::string at =
-      AdvertisedAddress(absl::StrCat(HostForAddress(HostOf(config.listen)), ":", (*http)->port()));
+  std::string at;
+  ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http,
+                   ServeMetricsPort(
+                       config.listen, *config.metrics_port,
+                       [&](const std::string& host, int port) {
+                         return ServeSchedulerHttp(host, port, service, history);
+                       },
+                       &at));
   service->SetMetricsAddress(at);
   spdlog::info("dashboard on http://{}/, metrics on http://{}/metrics", at, at);
   return http;
 }
 
 void LogJob(const std::string& address, const JobSpec& job) {
-  const char* mode = job.consistency() == BSP ? "BSP" : job.consistency() == SSP ? "SSP" : "ASP";
   spdlog::info("listening on {}; job '{}': {} (staleness {}), {} servers, {} workers, {} clocks",
-               address, job.name(), mode, job.staleness(), job.num_servers(), job.num_workers(),
+               address, job.name(), Consistency_Name(job.consistency()), job.staleness(), job.num_servers(), job.num_workers(),
                TotalClocks(job));
   if (job.pipeline_stages() > 1) {
     spdlog::info("pipeline: {} replicas of {} stages, {} micro-batches, {}: {}",

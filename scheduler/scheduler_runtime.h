@@ -12,34 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/job.pb.h"
+#include "scheduler/spec_overrides.h"
 
 namespace pstrain {
-
-// Overrides of the job spec: a field given on the command line (with any
-// value) replaces the spec's; nullopt keeps it.
-struct SpecOverrides {
-  std::optional<std::string> consistency;  // bsp, ssp or asp
-  std::optional<int64_t> staleness;
-  std::optional<int64_t> num_servers;
-  std::optional<int64_t> num_workers;
-  std::optional<int64_t> batch_size;
-  std::optional<int64_t> epochs;
-  std::optional<int64_t> steps;
-  std::optional<int64_t> seed;
-  std::optional<std::string> data_dir;
-  std::optional<std::string> checkpoint_dir;
-  std::optional<int64_t> checkpoint_every;
-  std::optional<int64_t> pipeline_stages;
-  std::optional<int64_t> micro_batches;
-  std::optional<std::string> pipeline_schedule;  // gpipe or 1f1b
-};
-
-// The flags' allowed values: INVALID_ARGUMENT naming the first flag out of
-// its range (the spec's own checks follow in ValidateJobSpec).
-absl::Status CheckOverrides(const SpecOverrides& overrides);
-
-// Sets the overridden fields of *job; INVALID_ARGUMENT for a bad value.
-absl::Status ApplyOverrides(const SpecOverrides& overrides, JobSpec* job);
 
 struct SchedulerConfig {
   std::string job_file;
@@ -52,7 +27,7 @@ struct SchedulerConfig {
   // The job's state, kept so that a scheduler started again on it takes the
   // job over (scheduler/state_file.h); empty: not kept.
   std::string state_dir;
-  SpecOverrides overrides;
+  SpecOverrides overrides;  // scheduler/spec_overrides.h
   absl::Duration replacement_timeout = absl::Minutes(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   std::string on_worker_failure = "shrink";     // shrink, abort or wait

@@ -22,7 +22,7 @@ class Schedule {
  private:
   const LrSchedule spec_;
   const float lr_;
-  const int64_t decay_steps_;
+  const int64_t decay_clocks_;
 };
 
 }  // namespace pstrain

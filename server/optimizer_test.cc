@@ -29,7 +29,7 @@ OptimizerSpec Spec(OptimizerType type) {
   opt->set_learning_rate(0.05f);
   opt->set_weight_decay(static_cast<float>(kWd));
   opt->mutable_schedule()->set_type(WARMUP_COSINE);
-  opt->mutable_schedule()->set_warmup_steps(4);
+  opt->mutable_schedule()->set_warmup_clocks(4);
   ApplyJobDefaults(&job);
   return job.optimizer();
 }
@@ -271,7 +271,7 @@ TEST(ScheduleTest, Formulas) {
   OptimizerSpec* opt = job.mutable_optimizer();
   opt->set_learning_rate(1.0f);
   opt->mutable_schedule()->set_type(WARMUP_COSINE);
-  opt->mutable_schedule()->set_warmup_steps(10);
+  opt->mutable_schedule()->set_warmup_clocks(10);
   opt->mutable_schedule()->set_min_lr(0.1f);
   ApplyJobDefaults(&job);
   const Schedule cosine(job.optimizer(), 110);  // decays over the 100 clocks after warm-up

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -24,7 +25,7 @@ constexpr double kAllowedS = kTimeoutMs / 1000.0 + 2.0;
 ClusterOptions Options(int workers) {
   ClusterOptions options;
   // Long enough that nothing finishes by itself during the test.
-  options.job_text = SixteenClassJob("steps: 100000\nseed: 7\nchunk_bytes: 1024");
+  options.job_text = SixteenClassJob("clocks: 100000\nseed: 7\nchunk_bytes: 1024");
   options.servers = 2;
   options.workers = workers;
   const std::string window = absl::StrCat("--scheduler_timeout_ms=", kTimeoutMs);
@@ -36,16 +37,10 @@ ClusterOptions Options(int workers) {
 
 // Waits until every worker has trained `clocks` clocks.
 bool Training(const Cluster& cluster, int workers, int64_t clocks = 10) {
-  for (absl::Time until = absl::Now() + absl::Seconds(60); absl::Now() < until;) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    int at = 0;
-    if (st.ok()) {
-      for (const NodeStatus& m : st->members()) at += m.role() == WORKER && m.clock() >= clocks;
-    }
-    if (at == workers) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
+  return WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) { return WorkersAt(st, clocks) == workers; }, absl::Seconds(60),
+      absl::Milliseconds(50));
 }
 
 struct Exited {

@@ -36,7 +36,7 @@ TEST(BadInputTest, MissingJobFileNamesTheFile) {
 
 TEST(BadInputTest, GarbledJobFileNamesFileAndLine) {
   const std::string path = NewTempDir("garbled") + "/job.pbtxt";
-  WriteFile(path, "name: \"x\"\nbatch_size: 32\nsteps: many\n");
+  WriteFile(path, "name: \"x\"\nbatch_size: 32\nclocks: many\n");
   std::string out;
   EXPECT_EQ(RunScheduler(path, &out), 2);
   EXPECT_TRUE(absl::StrContains(out, path + ":3:")) << out;
@@ -61,11 +61,11 @@ TEST(BadInputTest, SizesNoWorkerCanAllocateAreExitTwoNamingTheField) {
   const std::string path = NewTempDir("sizes") + "/job.pbtxt";
   const std::string gpt =
       "model { kind: GPT gpt { layers: 1 heads: 2 width: 32 context: 16 } }\n"
-      "data { dataset: TEXT }\nsteps: 5\n";
+      "data { dataset: TEXT }\nclocks: 5\n";
   const std::string mlp =
       "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
       "data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 "
-      "synthetic_train_size: 2000000000 }\nsteps: 5\n";
+      "synthetic_train_size: 2000000000 }\nclocks: 5\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {gpt + "batch_size: 2000000000", "batch_size (2000000000)"},
       {mlp + "batch_size: 32", "synthetic_train_size (2000000000)"},
@@ -88,7 +88,7 @@ TEST(BadInputTest, AnAllocationThatFailsIsOutOfMemoryNotASignal) {
   options.job_text =
       "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
       "data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 "
-      "synthetic_train_size: 200000000 }\nbatch_size: 32\nsteps: 5\n";
+      "synthetic_train_size: 200000000 }\nbatch_size: 32\nclocks: 5\n";
   options.worker_prefix = {{"/usr/bin/prlimit", "--as=4000000000", "--"}};
   options.worker_flags = {{"--device=cpu"}};  // a CUDA context wants more address space
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
@@ -106,7 +106,7 @@ TEST(BadInputTest, AnAllocationThatFailsIsOutOfMemoryNotASignal) {
 TEST(BadInputTest, MissingDataPathFailsTheJobCleanly) {
   Cluster cluster("nodata");
   ClusterOptions options;
-  options.job_text = "data { dataset: FASHION_MNIST path: \"/nonexistent/fashion\" }\nsteps: 10\n";
+  options.job_text = "data { dataset: FASHION_MNIST path: \"/nonexistent/fashion\" }\nclocks: 10\n";
   options.servers = 1;
   options.workers = 1;
   ASSERT_TRUE(cluster.Start(options).ok());
@@ -133,7 +133,7 @@ TEST(BadInputTest, UnreachableSchedulerRetriesThenExits) {
   // A port nobody listens on: bind one, learn it, close it.
   Cluster probe("probe");
   ClusterOptions options;
-  options.job_text = SmallJob("steps: 1");
+  options.job_text = SmallJob("clocks: 1");
   ASSERT_TRUE(probe.Start(options).ok());
   const std::string address = probe.scheduler_address();
   ASSERT_TRUE(probe.WaitAll(absl::Seconds(60)).ok()) << probe.Logs();
@@ -158,7 +158,7 @@ class LiveClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ClusterOptions options;
-    options.job_text = SmallJob("batch_size: 16\nsteps: 5\nnum_servers: 1\n");
+    options.job_text = SmallJob("batch_size: 16\nclocks: 5\nnum_servers: 1\n");
     options.servers = 1;
     options.workers = 1;
     cluster_ = std::make_unique<Cluster>("live");

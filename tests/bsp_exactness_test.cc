@@ -52,7 +52,7 @@ class BspExactnessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BspExactnessTest, TwoWorkersOfBatchBEqualOneWorkerOfBatchTwoB) {
   const std::string opt = GetParam();
-  const std::string job = absl::StrCat("consistency: BSP\nbatch_size: 64\nsteps: 20\n", opt);
+  const std::string job = absl::StrCat("consistency: BSP\nbatch_size: 64\nclocks: 20\n", opt);
   const std::vector<float> one = Train("bsp1", 1, job);
   const std::vector<float> two = Train("bsp2", 2, job);
   ASSERT_EQ(one.size(), two.size());
@@ -62,7 +62,7 @@ TEST_P(BspExactnessTest, TwoWorkersOfBatchBEqualOneWorkerOfBatchTwoB) {
   EXPECT_LE(rel, 1e-5);
 
   // The check has teeth: ASP (each push applied alone) lands elsewhere.
-  const std::string asp = absl::StrCat("consistency: ASP\nbatch_size: 64\nsteps: 20\n", opt);
+  const std::string asp = absl::StrCat("consistency: ASP\nbatch_size: 64\nclocks: 20\n", opt);
   const std::vector<float> asp_two = Train("asp2", 2, asp);
   const double asp_rel = RelativeDifference(asp_two, one);
   std::printf("%s: relative difference ASP 2 workers vs 1 worker: %.3g\n", opt.c_str(), asp_rel);
@@ -74,7 +74,7 @@ TEST_P(BspExactnessTest, TwoWorkersOfBatchBEqualOneWorkerOfBatchTwoB) {
 // equal 1 worker on 1 server. Clipping per server (or per push) would not.
 TEST(BspClippingTest, GlobalNormAcrossServers) {
   const std::string job =
-      "consistency: BSP\nbatch_size: 64\nsteps: 20\n"
+      "consistency: BSP\nbatch_size: 64\nclocks: 20\n"
       "optimizer { type: SGD learning_rate: 0.5 clip_norm: 0.05 }";
   const std::vector<float> one = Train("clip1", 1, job, /*servers=*/1);
   const std::vector<float> two = Train("clip2", 2, job, /*servers=*/3);
@@ -83,7 +83,7 @@ TEST(BspClippingTest, GlobalNormAcrossServers) {
   EXPECT_LE(rel, 1e-5);
   // The clip is active: without it the weights land elsewhere.
   const std::vector<float> unclipped = Train("noclip", 1,
-                                             "consistency: BSP\nbatch_size: 64\nsteps: 20\n"
+                                             "consistency: BSP\nbatch_size: 64\nclocks: 20\n"
                                              "optimizer { type: SGD learning_rate: 0.5 }",
                                              1);
   const double clip_effect = RelativeDifference(unclipped, one);
@@ -95,7 +95,7 @@ TEST(BspClippingTest, GlobalNormAcrossServers) {
 // k*b (only the float summation order differs).
 TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
   const std::string job =
-      "consistency: BSP\nbatch_size: 64\nsteps: 20\noptimizer { type: SGD learning_rate: 0.5 }\n";
+      "consistency: BSP\nbatch_size: 64\nclocks: 20\noptimizer { type: SGD learning_rate: 0.5 }\n";
   const std::vector<float> one = Train("accum1", 1, job);
   const std::vector<float> four = Train("accum4", 1, job + "micro_batches: 4\n");
   const std::vector<float> two_by_two = Train("accum2x2", 2, job + "micro_batches: 2\n");
@@ -116,7 +116,7 @@ TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
 // thread of their own) make the same BSP step as one push after it.
 TEST(OverlapTest, LayerPushesDuringTheBackwardGiveTheSameWeights) {
   const std::string job =
-      "consistency: BSP\nbatch_size: 64\nsteps: 20\noptimizer { type: ADAM learning_rate: 0.01 }\n";
+      "consistency: BSP\nbatch_size: 64\nclocks: 20\noptimizer { type: ADAM learning_rate: 0.01 }\n";
   const std::vector<float> one = Train("overlap1", 1, job, 2, {"--overlap=off"});
   const std::vector<float> two = Train("overlap2", 2, job, 2, {"--overlap=on"});
   const double rel = RelativeDifference(two, one);
@@ -131,7 +131,7 @@ TEST(OverlapTest, LayerPushesDuringTheBackwardGiveTheSameWeights) {
 TEST(StandaloneTest, AloneEqualsOneWorkerOnOneServer) {
   for (const std::string opt : {"optimizer { type: ADAM learning_rate: 0.01 }",
                                 "optimizer { type: SGD learning_rate: 0.5 clip_norm: 0.05 }"}) {
-    const std::string job = absl::StrCat("consistency: BSP\nbatch_size: 64\nsteps: 20\n", opt);
+    const std::string job = absl::StrCat("consistency: BSP\nbatch_size: 64\nclocks: 20\n", opt);
     const std::vector<float> cluster = Train("alone_ref", 1, job, /*servers=*/1);
     const std::string dir = NewTempDir("alone");
     WriteFile(dir + "/job.pbtxt", SmallJob(job));
@@ -162,7 +162,7 @@ TEST(StandaloneTest, AloneEqualsOneWorkerOnOneServer) {
   // A pipelined job cannot run alone: exit 2 before training.
   const std::string dir = NewTempDir("alone_pipeline");
   WriteFile(dir + "/job.pbtxt",
-            SmallJob("batch_size: 64\nsteps: 2\nnum_workers: 2\npipeline_stages: 2"));
+            SmallJob("batch_size: 64\nclocks: 2\nnum_workers: 2\npipeline_stages: 2"));
   std::string log;
   const absl::StatusOr<int> code =
       RunCommand({BinaryPath("worker/ps_worker"), "--standalone", "--job=" + dir + "/job.pbtxt"},

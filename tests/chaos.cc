@@ -27,7 +27,7 @@ std::string BinDir() {
 }
 
 std::string ChaosJob(const ChaosOptions& o) {
-  return SixteenClassJob(absl::StrCat("steps: ", o.steps, "\nseed: ", o.seed,
+  return SixteenClassJob(absl::StrCat("clocks: ", o.clocks, "\nseed: ", o.seed,
                                       "\nchunk_bytes: 512\n"));
 }
 
@@ -97,7 +97,7 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   return absl::StrCat(
-      "{\"seed\": ", o.seed, ", \"steps\": ", o.steps, ", \"servers\": ", o.servers,
+      "{\"seed\": ", o.seed, ", \"clocks\": ", o.clocks, ", \"servers\": ", o.servers,
       ", \"workers\": ", o.workers, ", \"faults\": ", r.faults.size(), ", \"recovered\": ",
       recovered, ", \"restarts\": ", r.restarts, ", \"median_recovery_s\": ", median,
       ", \"worst_recovery_s\": ", worst, ", \"undisturbed_s\": ", r.undisturbed_s,
@@ -155,7 +155,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   while (cluster->running() && !cluster->Wait(absl::ZeroDuration()).ok()) {
     absl::SleepFor(absl::Milliseconds(50));
     const int64_t clock = SlowestClock(logs);
-    if (absl::Now() < next || clock < 20 || clock > o.steps - o.quiet_tail) continue;
+    if (absl::Now() < next || clock < 20 || clock > o.clocks - o.quiet_tail) continue;
     const auto& [kind, role] = kinds[report.faults.size() % kinds.size()];
     Fault f;
     f.kind = kind;

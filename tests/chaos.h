@@ -21,7 +21,7 @@ namespace testing {
 
 struct ChaosOptions {
   uint32_t seed = 1;
-  int64_t steps = 2000;         // the job's clocks
+  int64_t clocks = 2000;        // the job's clocks
   int servers = 2;
   int workers = 2;
   int slowdown_ms = 15;         // each worker's --debug_slowdown_ms (a clock's length)

@@ -21,7 +21,7 @@ TEST(ChaosTest, FaultsOfEveryKindAndTheWeightsEndBitIdentical) {
   ChaosOptions o;
   o.seed = std::random_device{}();
   if (const char* env = std::getenv("PSTRAIN_CHAOS_SEED")) (void)absl::SimpleAtoi(env, &o.seed);
-  o.steps = 3000;
+  o.clocks = 3000;
   o.dir = NewTempDir("chaos");
   std::printf("chaos seed %u\n", o.seed);
   absl::StatusOr<ChaosReport> r = RunChaos(o);

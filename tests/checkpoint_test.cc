@@ -125,7 +125,7 @@ TEST(CheckpointTest, ServersWriteSafetensorsThatAnyReaderLoads) {
   Cluster cluster("ckpt");
   const std::string dir = cluster.dir() + "/checkpoints";
   ClusterOptions options;
-  options.job_text = SmallJob("consistency: BSP\nbatch_size: 32\nsteps: 20\n");
+  options.job_text = SmallJob("consistency: BSP\nbatch_size: 32\nclocks: 20\n");
   options.servers = 2;
   options.workers = 1;
   options.scheduler_flags = {"--checkpoint_dir=" + dir, "--checkpoint_every=5"};

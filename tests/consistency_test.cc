@@ -19,7 +19,7 @@ namespace testing {
 namespace {
 
 constexpr int kWorkers = 2;
-constexpr int kSteps = 40;
+constexpr int kClocks = 40;
 constexpr int kSspStaleness = 3;
 
 struct Mode {
@@ -34,7 +34,7 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
   const Mode& mode = GetParam();
   Cluster cluster(mode.name);
   ClusterOptions options;
-  options.job_text = SmallJob(absl::StrCat(mode.spec, "\nbatch_size: 32\nsteps: ", kSteps,
+  options.job_text = SmallJob(absl::StrCat(mode.spec, "\nbatch_size: 32\nclocks: ", kClocks,
                                            "\noptimizer { type: SGD learning_rate: 0.05 }"));
   options.servers = 2;
   options.workers = kWorkers;
@@ -71,8 +71,8 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
       max_lead = std::max(max_lead, e.clock() - slowest);
     }
   }
-  EXPECT_EQ(starts, kWorkers * kSteps);
-  for (int64_t c : clocks) EXPECT_EQ(c, kSteps);
+  EXPECT_EQ(starts, kWorkers * kClocks);
+  for (int64_t c : clocks) EXPECT_EQ(c, kClocks);
   std::printf("%s: the fast worker started at most %lld iterations ahead of the slow one\n",
               mode.name.c_str(), static_cast<long long>(max_lead));
   if (mode.staleness >= 0) {
@@ -102,7 +102,7 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
         a[e.worker()] = e.clock() + 1;
       } else if (e.event() == "pull") {
         ++pulls;
-        if (e.clock() >= kSteps) continue;  // the final read of everything
+        if (e.clock() >= kClocks) continue;  // the final read of everything
         if (e.worker() == 0 && e.clock() > 0 && a[0] < e.clock()) ++prefetched;
         const int64_t required =
             mode.staleness < 0 ? 0 : std::max<int64_t>(0, e.clock() - mode.staleness);
@@ -116,10 +116,10 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
       }
     }
     for (const auto& [chunk, a] : applied) {
-      for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(a[w], kSteps) << "chunk " << chunk;
+      for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(a[w], kClocks) << "chunk " << chunk;
     }
   }
-  EXPECT_GT(pulls, kWorkers * kSteps);
+  EXPECT_GT(pulls, kWorkers * kClocks);
   std::printf("%s: %d of worker 0's chunk reads came before its previous push was applied\n",
               mode.name.c_str(), prefetched);
 }

@@ -13,6 +13,7 @@
 #include "proto/cluster.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -55,23 +56,16 @@ std::string Psctl(const std::vector<std::string>& args, int* code) {
   return output;
 }
 
-// Waits until every worker of the cluster has trained `clocks` clocks.
+// Waits until `workers` workers of the cluster have trained `clocks` clocks.
 bool WaitForClock(const std::string& scheduler, int64_t clocks, int workers = 2) {
-  const absl::Time until = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < until) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-    int at = 0;
-    if (st.ok()) {
-      for (const NodeStatus& m : st->members()) at += m.role() == WORKER && m.clock() >= clocks;
-    }
-    if (at == workers) return true;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return false;
+  return WaitForStatus(
+      scheduler,
+      [&](const ClusterStatus& st) { return WorkersAt(st, clocks) == workers; }, absl::Seconds(60),
+      absl::Milliseconds(100));
 }
 
 TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
-  const std::string job = SmallJob("batch_size: 32\nsteps: 300\n");
+  const std::string job = SmallJob("batch_size: 32\nclocks: 300\n");
   Cluster first("drain");
   const std::string dir = first.dir() + "/checkpoints";
   ClusterOptions options;
@@ -158,7 +152,7 @@ TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
 TEST(DrainTest, WithoutCheckpointsDrainIsRefusedAndStopEndsTheJob) {
   Cluster cluster("stop");
   ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 32\nsteps: 300\n");
+  options.job_text = SmallJob("batch_size: 32\nclocks: 300\n");
   options.worker_flags = {{"--debug_slowdown_ms=10"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   ASSERT_TRUE(WaitForClock(cluster.scheduler_address(), 3, 1)) << cluster.Logs();

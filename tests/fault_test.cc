@@ -10,6 +10,7 @@
 #include "proto/cluster.grpc.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -17,7 +18,7 @@ namespace {
 
 ClusterOptions BspOptions() {
   ClusterOptions options;
-  options.job_text = SixteenClassJob("steps: 300\nseed: 7\nchunk_bytes: 1024");
+  options.job_text = SixteenClassJob("clocks: 300\nseed: 7\nchunk_bytes: 1024");
   options.servers = 1;
   options.workers = 2;
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};
@@ -25,13 +26,8 @@ ClusterOptions BspOptions() {
   return options;
 }
 
-// A worker's clock (-1 if not found).
-int64_t WorkerClock(const ClusterStatus& st, int id) {
-  for (const NodeStatus& m : st.members()) {
-    if (m.role() == WORKER && m.id() == id) return m.clock();
-  }
-  return -1;
-}
+// Training is well under way: worker 0 has trained 50 clocks.
+bool UnderWay(const ClusterStatus& st) { return WorkerClock(st, 0) >= 50; }
 
 // Worker `id` as the scheduler's final Status reports it.
 NodeStatus FinalWorker(const Cluster& cluster, int id) {
@@ -57,15 +53,10 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   Cluster cluster("shrink");
   ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
   // Wait until training is well under way; learn which rank the survivor has.
-  int survivor = -1;
-  for (int i = 0; i < 400 && survivor < 0; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && WorkerClock(*st, 0) >= 50) {
-      // Process 1 is killed; the survivor is process 0's rank.
-      survivor = cluster.MemberId(WORKER, 0);
-    }
-    absl::SleepFor(absl::Milliseconds(25));
-  }
+  ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(10)))
+      << cluster.Logs();
+  // Process 1 is killed; the survivor is process 0's rank.
+  const int survivor = cluster.MemberId(WORKER, 0);
   ASSERT_GE(survivor, 0) << cluster.Logs();
   const absl::Time killed = absl::Now();
   cluster.workers()[1].Kill(SIGKILL);
@@ -78,14 +69,11 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   }
   ASSERT_GE(blocked_at, 0);
   absl::Duration resumed = absl::InfiniteDuration();
-  for (int i = 0; i < 400; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && WorkerClock(*st, survivor) > blocked_at + 1) {
-      resumed = absl::Now() - killed;
-      break;
-    }
-    if (!st.ok()) break;
-    absl::SleepFor(absl::Milliseconds(20));
+  if (WaitForStatus(
+          cluster.scheduler_address(),
+          [&](const ClusterStatus& st) { return WorkerClock(st, survivor) > blocked_at + 1; },
+          absl::Seconds(8))) {
+    resumed = absl::Now() - killed;
   }
   std::printf("the survivor went on %.2f s after the kill (heartbeat timeout 1.5 s)\n",
               absl::ToDoubleSeconds(resumed));
@@ -115,28 +103,22 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
   ClusterOptions options = BspOptions();
   options.scheduler_flags.push_back("--on_worker_failure=wait");
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  int victim = -1;  // the rank of process 1
-  for (int i = 0; i < 400 && victim < 0; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && WorkerClock(*st, 0) >= 50) {
-      victim = cluster.MemberId(WORKER, 1);
-    }
-    absl::SleepFor(absl::Milliseconds(25));
-  }
+  ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(10)))
+      << cluster.Logs();
+  const int victim = cluster.MemberId(WORKER, 1);  // the rank of process 1
   ASSERT_GE(victim, 0) << cluster.Logs();
   cluster.workers()[1].Kill(SIGKILL);
   // Declared dead; the gate holds the survivor meanwhile (BSP).
   int64_t held_at = -1;
-  for (int i = 0; i < 200 && held_at < 0; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (!st.ok()) continue;
-    for (const NodeStatus& m : st->members()) {
-      if (m.role() == WORKER && m.id() == victim && m.state() == DEAD) {
-        held_at = WorkerClock(*st, 1 - victim);
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        if (MemberOf(st, WORKER, victim).state() != DEAD) return false;
+        held_at = WorkerClock(st, 1 - victim);
+        return true;
+      },
+      absl::Seconds(4)))
+      << cluster.Logs();
   ASSERT_GE(held_at, 0) << cluster.Logs();
   absl::SleepFor(absl::Milliseconds(500));
   absl::StatusOr<ClusterStatus> later = SchedulerStatus(cluster.scheduler_address());
@@ -165,7 +147,7 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
 TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   Cluster cluster("kill");
   ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 16\nsteps: 2000\n");
+  options.job_text = SmallJob("batch_size: 16\nclocks: 2000\n");
   options.servers = 1;
   options.workers = 2;
   // --linger_ms: the scheduler answers Status for a while after the abort.
@@ -174,43 +156,38 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   // Let training begin.
-  bool training = false;
-  for (int i = 0; i < 300 && !training; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok()) {
-      for (const NodeStatus& m : st->members()) training |= m.role() == WORKER && m.clock() >= 5;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  const bool training = WaitForStatus(
+      cluster.scheduler_address(), [](const ClusterStatus& st) { return WorkersAt(st, 5) > 0; },
+      absl::Seconds(15), absl::Milliseconds(50));
   ASSERT_TRUE(training) << cluster.Logs();
   const absl::Time killed = absl::Now();
   cluster.workers()[1].Kill(SIGKILL);
   // Until it is declared dead, the other worker waits at the gate, and the
   // scheduler's Status says so.
-  bool gate_wait_seen = false;
-  for (int i = 0; i < 40 && !gate_wait_seen; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok()) {
-      for (const Wait& w : st->scheduler().waits()) {
-        gate_wait_seen |=
-            absl::StrContains(w.what(), "at the gate of clock") && w.since_unix_ms() > 0;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(25));
-  }
+  const bool gate_wait_seen = WaitForStatus(
+      cluster.scheduler_address(),
+      [](const ClusterStatus& st) {
+        for (const Wait& w : st.scheduler().waits()) {
+          if (absl::StrContains(w.what(), "at the gate of clock") && w.since_unix_ms() > 0) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(1), absl::Milliseconds(25));
   EXPECT_TRUE(gate_wait_seen);
 
   // Declared dead after the timeout, with when and why.
   NodeStatus dead;
-  for (int i = 0; i < 200 && dead.state() != DEAD; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok()) {
-      for (const NodeStatus& m : st->members()) {
-        if (m.state() == DEAD) dead = m;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        for (const NodeStatus& m : st.members()) {
+          if (m.state() == DEAD) dead = m;
+        }
+        return dead.state() == DEAD;
+      },
+      absl::Seconds(10), absl::Milliseconds(50));
   const absl::Duration after = absl::Now() - killed;
   ASSERT_EQ(dead.state(), DEAD) << cluster.Logs();
   EXPECT_EQ(dead.role(), WORKER);

@@ -25,7 +25,7 @@ struct BadFlag {
 TEST(FlagsTest, EveryInvalidValueIsExitTwoNamingTheFlag) {
   const std::string dir = NewTempDir("flags");
   const std::string job = dir + "/job.pbtxt";
-  WriteFile(job, SmallJob("batch_size: 16\nsteps: 10\n"));
+  WriteFile(job, SmallJob("batch_size: 16\nclocks: 10\n"));
   const std::string sched = "--scheduler=127.0.0.1:1";
   const std::vector<BadFlag> cases = {
       // ps_scheduler: overrides that used to mean "not set", and others.
@@ -34,7 +34,8 @@ TEST(FlagsTest, EveryInvalidValueIsExitTwoNamingTheFlag) {
       {"scheduler/ps_scheduler", {"--num_workers=0", "--job=" + job}},
       {"scheduler/ps_scheduler", {"--num_servers=-1", "--job=" + job}},
       {"scheduler/ps_scheduler", {"--epochs=-1", "--job=" + job}},
-      {"scheduler/ps_scheduler", {"--steps=-1", "--job=" + job}},
+      {"scheduler/ps_scheduler", {"--clocks=-1", "--job=" + job}},
+      {"scheduler/ps_scheduler", {"--steps=10", "--job=" + job}},  // now --clocks
       {"scheduler/ps_scheduler", {"--seed=-1", "--job=" + job}},
       {"scheduler/ps_scheduler", {"--checkpoint_every=-1", "--job=" + job}},
       {"scheduler/ps_scheduler", {"--pipeline_stages=0", "--job=" + job}},
@@ -96,7 +97,7 @@ TEST(FlagsTest, EveryInvalidValueIsExitTwoNamingTheFlag) {
 // exit 2 naming the field, not a worker killed by std::bad_alloc.
 TEST(FlagsTest, AnOverrideOfAnImpossibleSizeIsExitTwoNamingTheField) {
   const std::string job = NewTempDir("sizes") + "/job.pbtxt";
-  WriteFile(job, "model { kind: GPT }\ndata { dataset: TEXT }\nsteps: 5\n");
+  WriteFile(job, "model { kind: GPT }\ndata { dataset: TEXT }\nclocks: 5\n");
   std::string out;
   absl::StatusOr<int> code =
       RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + job, "--listen=127.0.0.1:0",
@@ -107,22 +108,42 @@ TEST(FlagsTest, AnOverrideOfAnImpossibleSizeIsExitTwoNamingTheField) {
   EXPECT_TRUE(absl::StrContains(out, "batch_size (2000000000)")) << out;
 }
 
+// The spec's clock counts were called steps before issue 25: the old flag
+// and an old job file are exit 2 naming the new names.
+TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
+  const std::string dir = NewTempDir("renamed");
+  const std::string job = dir + "/job.pbtxt";
+  WriteFile(job, SmallJob("batch_size: 16\nclocks: 10\n"));
+  std::string out;
+  absl::StatusOr<int> code = RunCommand(
+      {BinaryPath("scheduler/ps_scheduler"), "--job=" + job, "--steps=10"}, &out,
+      absl::Seconds(20), "renamed");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_TRUE(absl::StrContains(out, "unknown flag --steps (it is now --clocks)")) << out;
+  const std::string old = dir + "/old.pbtxt";
+  WriteFile(old, SmallJob("batch_size: 16\nsteps: 10\n"));
+  code = RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + old,
+                     "--listen=127.0.0.1:0"},
+                    &out, absl::Seconds(20), "renamed");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_TRUE(absl::StrContains(out, "old.pbtxt:")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "field \"steps\" is now \"clocks\"")) << out;
+}
+
 TEST(FlagsTest, AnOverrideGivenReplacesTheSpecAndOneNotGivenKeepsIt) {
   JobSpec job;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
       "consistency: SSP staleness: 3 seed: 7 num_workers: 4 checkpoint_every: 10", &job));
-  SpecOverrides given;
-  given.staleness = 0;  // -1 meant "not set" before, 0 was a value
-  given.seed = 0;
-  given.checkpoint_every = 0;
+  // -1 meant "not set" before, 0 was a value.
+  const SpecOverrides given = {{"staleness", "0"}, {"seed", "0"}, {"checkpoint_every", "0"}};
   ASSERT_TRUE(ApplyOverrides(given, &job).ok());
   EXPECT_EQ(job.staleness(), 0);
   EXPECT_EQ(job.seed(), 0u);
   EXPECT_EQ(job.checkpoint_every(), 0);
   EXPECT_EQ(job.num_workers(), 4);  // not given: kept
-  SpecOverrides bad;
-  bad.num_workers = 0;
-  const absl::Status st = ApplyOverrides(bad, &job);
+  const absl::Status st = ApplyOverrides({{"num_workers", "0"}}, &job);
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "--num_workers")) << st;
 }

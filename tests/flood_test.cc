@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -102,34 +103,23 @@ FloodResult Flood(const std::string& address, const std::string& noise, uint32_t
   return out;
 }
 
-int64_t WorkerClock(const std::string& scheduler) {
-  absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-  if (!st.ok()) return -1;
-  for (const NodeStatus& m : st->members()) {
-    if (m.role() == WORKER) return m.clock();
-  }
-  return -1;
-}
-
 TEST(FloodTest, FloodsAreRefusedAndLeaveTheServersMemoryBounded) {
   int floods = 10;
   if (const char* env = std::getenv("PSTRAIN_FLOODS")) (void)absl::SimpleAtoi(env, &floods);
   Cluster cluster("flood");
   ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 16\nsteps: 10000000\n");
+  options.job_text = SmallJob("batch_size: 16\nclocks: 10000000\n");
   options.worker_flags = {{"--debug_slowdown_ms=5"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  std::string server;
-  for (int i = 0; i < 200 && server.empty(); ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    for (int k = 0; st.ok() && k < st->members_size(); ++k) {
-      if (st->members(k).role() == SERVER && WorkerClock(cluster.scheduler_address()) >= 20) {
-        server = st->members(k).address();
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_FALSE(server.empty()) << cluster.Logs();
+  std::string server;  // once the worker has trained 20 clocks
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        server = MemberOf(st, SERVER, 0).address();
+        return SlowestClock(st) >= 20 && !server.empty();
+      },
+      absl::Seconds(20), absl::Milliseconds(100)))
+      << cluster.Logs();
   std::string noise(2 * kMaxBytes, '\0');
   std::mt19937 rng(1);
   for (size_t i = kMaxBytes; i < noise.size(); ++i) noise[i] = static_cast<char>(rng());
@@ -137,14 +127,14 @@ TEST(FloodTest, FloodsAreRefusedAndLeaveTheServersMemoryBounded) {
   const int64_t before = RssAnon(pid);
   ASSERT_GT(before, 0);
   std::printf("before: RssAnon %.1f MiB, worker clock %lld\n", before / 1048576.0,
-              static_cast<long long>(WorkerClock(cluster.scheduler_address())));
+              static_cast<long long>(SlowestWorkerClock(cluster.scheduler_address())));
   int64_t after = before;
   for (int f = 0; f < floods; ++f) {
-    const int64_t clock = WorkerClock(cluster.scheduler_address());
+    const int64_t clock = SlowestWorkerClock(cluster.scheduler_address());
     const FloodResult r = Flood(server, noise, f + 1);
     absl::SleepFor(absl::Seconds(2));  // training goes on; freed memory is given back
     after = RssAnon(pid);
-    const int64_t moved = WorkerClock(cluster.scheduler_address()) - clock;
+    const int64_t moved = SlowestWorkerClock(cluster.scheduler_address()) - clock;
     std::string codes;
     for (const auto& [code, n] : r.codes) absl::StrAppend(&codes, " code ", code, ": ", n, ";");
     std::printf("flood %d: %.1f s,%s RssAnon %.1f MiB, worker +%lld clocks\n", f + 1, r.seconds,

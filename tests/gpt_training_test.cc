@@ -30,8 +30,8 @@ TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
   options.job_text = GptJob(
       "layers: 2 heads: 4 width: 64 context: 32",
       "optimizer { type: ADAMW learning_rate: 0.005 weight_decay: 0.01 "
-      "schedule { type: WARMUP_COSINE warmup_steps: 50 min_lr: 0.0005 } }\n"
-      "batch_size: 16\nsteps: 1200\nseed: 7\nnum_servers: 1\nnum_workers: 2\nlog_every: 200\n");
+      "schedule { type: WARMUP_COSINE warmup_clocks: 50 min_lr: 0.0005 } }\n"
+      "batch_size: 16\nclocks: 1200\nseed: 7\nnum_servers: 1\nnum_workers: 2\nlog_every: 200\n");
   options.servers = 1;
   options.workers = 2;
   // Each block's gradients pushed while the backward goes on.
@@ -59,8 +59,8 @@ TEST(GptTrainingTest, Bf16ComputeTrains) {
   options.job_text = GptJob(
       "layers: 2 heads: 4 width: 64 context: 32",
       "optimizer { type: ADAMW learning_rate: 0.005 weight_decay: 0.01 "
-      "schedule { type: WARMUP_COSINE warmup_steps: 50 min_lr: 0.0005 } }\n"
-      "batch_size: 16\nsteps: 600\nseed: 7\nnum_servers: 1\nnum_workers: 1\nlog_every: 200\n");
+      "schedule { type: WARMUP_COSINE warmup_clocks: 50 min_lr: 0.0005 } }\n"
+      "batch_size: 16\nclocks: 600\nseed: 7\nnum_servers: 1\nnum_workers: 1\nlog_every: 200\n");
   options.servers = 1;
   options.workers = 1;
   options.worker_flags = {{"--compute_dtype=bf16"}};
@@ -101,20 +101,20 @@ int RunScheduler(const std::string& job_text, std::string* output) {
 
 TEST(GptTrainingTest, InconsistentShapesAndUnknownLayersAreRefusedBeforeTraining) {
   std::string out;
-  EXPECT_EQ(RunScheduler(GptJob("heads: 4 width: 130", "steps: 10\n"), &out), 2);
+  EXPECT_EQ(RunScheduler(GptJob("heads: 4 width: 130", "clocks: 10\n"), &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "gpt.width (130) must be a multiple of gpt.heads (4)")) << out;
-  EXPECT_EQ(RunScheduler(GptJob("context: 1", "steps: 10\n"), &out), 2);
+  EXPECT_EQ(RunScheduler(GptJob("context: 1", "clocks: 10\n"), &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "gpt.context must be in [2, 8192]")) << out;
   EXPECT_EQ(RunScheduler(GptJob("layers: 1"), &out), 2);
-  EXPECT_TRUE(absl::StrContains(out, "a TEXT job needs steps")) << out;
-  EXPECT_EQ(RunScheduler("model { kind: GPT layers { type: DENSE units: 4 } }\nsteps: 10\n", &out),
+  EXPECT_TRUE(absl::StrContains(out, "a TEXT job needs clocks")) << out;
+  EXPECT_EQ(RunScheduler("model { kind: GPT layers { type: DENSE units: 4 } }\nclocks: 10\n", &out),
             2);
   EXPECT_TRUE(absl::StrContains(out, "a GPT is described by model.gpt")) << out;
   // An unknown layer type, by name or by number.
-  EXPECT_EQ(RunScheduler("model { layers { type: CONV units: 4 } }\nsteps: 10\n", &out), 2);
+  EXPECT_EQ(RunScheduler("model { layers { type: CONV units: 4 } }\nclocks: 10\n", &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "Unknown enumeration value of \"CONV\"")) << out;
   EXPECT_EQ(RunScheduler("model { layers { type: 9 units: 4 } layers { type: SOFTMAX_XENT } }\n"
-                         "steps: 10\n",
+                         "clocks: 10\n",
                          &out),
             2);
   EXPECT_TRUE(absl::StrContains(out, "layer 0: unknown layer type")) << out;
@@ -125,7 +125,7 @@ TEST(GptTrainingTest, MissingCorpusFailsTheJobCleanly) {
   ClusterOptions options;
   options.job_text =
       "model { kind: GPT gpt { layers: 1 width: 8 heads: 2 context: 8 } }\n"
-      "data { dataset: TEXT path: \"/nonexistent/corpus\" }\nsteps: 10\n";
+      "data { dataset: TEXT path: \"/nonexistent/corpus\" }\nclocks: 10\n";
   options.servers = 1;
   options.workers = 1;
   ASSERT_TRUE(cluster.Start(options).ok());

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -153,15 +154,15 @@ int PortOf(const std::string& address) {
 
 // The scheduler's metrics address once it serves one and a worker trains.
 std::string MetricsAddress(const std::string& scheduler) {
-  for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
-       absl::SleepFor(absl::Milliseconds(200))) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-    if (st.ok() && !st->scheduler().metrics_address().empty() &&
-        SlowestWorkerClock(scheduler) >= 1) {
-      return st->scheduler().metrics_address();
-    }
-  }
-  return "";
+  std::string address;
+  WaitForStatus(
+      scheduler,
+      [&](const ClusterStatus& st) {
+        if (SlowestClock(st) >= 1) address = st.scheduler().metrics_address();
+        return !address.empty();
+      },
+      absl::Seconds(30), absl::Milliseconds(200));
+  return address;
 }
 
 TEST(HttpSlowlorisTest, ThePortAnswersDuringAndRightAfterTheAttack) {
@@ -170,7 +171,7 @@ TEST(HttpSlowlorisTest, ThePortAnswersDuringAndRightAfterTheAttack) {
   }
   Cluster cluster("slowloris");
   ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 32\nsteps: 1000000\n");  // outlasts the test
+  options.job_text = SmallJob("batch_size: 32\nclocks: 1000000\n");  // outlasts the test
   options.scheduler_flags = {"--metrics_port=0"};
   options.worker_flags = {{"--debug_slowdown_ms=20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();

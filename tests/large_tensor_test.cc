@@ -29,7 +29,7 @@ std::string Job(int64_t in) {
                       "optimizer { type: SGD learning_rate: 1 }\n"
                       "consistency: ASP\n"
                       "batch_size: 64\n"
-                      "steps: 1000\n"
+                      "clocks: 1000\n"
                       "seed: 11\n");
 }
 

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -130,7 +131,7 @@ void Check(const std::string& who, const Outcome& o, int64_t rss_before, int64_t
 class MalformedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    job_text_ = SmallJob("batch_size: 16\nsteps: 1000\n");
+    job_text_ = SmallJob("batch_size: 16\nclocks: 1000\n");
     ClusterOptions options;
     options.job_text = job_text_;
     options.servers = 1;
@@ -139,14 +140,13 @@ class MalformedTest : public ::testing::Test {
     options.scheduler_flags = {"--num_workers=2"};
     ASSERT_TRUE(cluster_.Start(options).ok()) << cluster_.Logs();
     // Until the server and worker registered and serve.
-    for (int i = 0; i < 500; ++i) {
-      absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster_.scheduler_address());
-      if (st.ok() && st->members_size() == 2) {
-        status_ = *st;
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    WaitForStatus(
+        cluster_.scheduler_address(),
+        [&](const ClusterStatus& st) {
+          if (st.members_size() == 2) status_ = st;
+          return st.members_size() == 2;
+        },
+        absl::Seconds(10));
     ASSERT_EQ(status_.members_size(), 2) << cluster_.Logs();
     absl::StatusOr<JobSpec> job = ParseJobSpecText(job_text_, "job");
     ASSERT_TRUE(job.ok());

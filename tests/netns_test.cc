@@ -97,9 +97,9 @@ Member Worker(const std::string& scheduler, int id) {
 }
 
 // Runs the job with worker process 1 in a namespace cut off for 10 s after
-// clock 50, under `policy`; `steps` long enough for the job to outlast the
+// clock 50, under `policy`; `clocks` long enough for the job to outlast the
 // cut.
-void CutOffAWorker(const std::string& policy, int index, int steps) {
+void CutOffAWorker(const std::string& policy, int index, int clocks) {
   if (const std::string why = Netns::Unavailable(); !why.empty()) {
     std::printf("skipped: %s\n", why.c_str());
     GTEST_SKIP() << why;
@@ -111,7 +111,7 @@ void CutOffAWorker(const std::string& policy, int index, int steps) {
   }
   Cluster cluster("netns_" + policy);
   ClusterOptions options;
-  options.job_text = SixteenClassJob(absl::StrCat("steps: ", steps, "\nseed: 5"));
+  options.job_text = SixteenClassJob(absl::StrCat("clocks: ", clocks, "\nseed: 5"));
   options.servers = 1;
   options.workers = 2;
   options.host = ns.host_ip();

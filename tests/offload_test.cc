@@ -182,7 +182,7 @@ std::string LargeMlpJob() {
     optimizer { type: ADAM learning_rate: 0.0001 }
     consistency: BSP
     batch_size: 32
-    steps: 8
+    clocks: 8
     seed: 11
     num_servers: 1
     num_workers: 1
@@ -289,8 +289,9 @@ TEST(OffloadTest, AnOffloadedServerIsCheckpointedAndRestored) {
 // The GPT job (deploy/jobs/gpt_fortunes.pbtxt) shortened to 30 clocks.
 std::string GptJob() {
   std::string job = ReadFile("deploy/jobs/gpt_fortunes.pbtxt");
-  const size_t at = job.find("steps: 600");
-  if (at != std::string::npos) job.replace(at, 10, "steps: 30");
+  const std::string full = "clocks: 600";
+  const size_t at = job.find(full);
+  if (at != std::string::npos) job.replace(at, full.size(), "clocks: 30");
   return job;
 }
 

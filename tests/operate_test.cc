@@ -12,6 +12,7 @@
 #include "tests/cluster.h"
 #include "tests/prometheus_parser.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -27,7 +28,7 @@ class OperateTest : public ::testing::Test {
   void SetUp() override {
     ClusterOptions options;
     // Long enough to outlast every test (the cluster is killed after each).
-    options.job_text = SmallJob("batch_size: 32\nsteps: 4000\n");
+    options.job_text = SmallJob("batch_size: 32\nclocks: 4000\n");
     options.servers = 2;
     options.workers = 2;
     options.scheduler_flags = {"--metrics_port=0", "--run_dir=" + cluster_.dir() + "/run"};
@@ -35,16 +36,14 @@ class OperateTest : public ::testing::Test {
     options.worker_flags = {{"--metrics_port=0", "--debug_slowdown_ms=20"},
                             {"--metrics_port=0", "--debug_slowdown_ms=20"}};
     ASSERT_TRUE(cluster_.Start(options).ok()) << cluster_.Logs();
-    const absl::Time until = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < until) {
-      absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster_.scheduler_address());
-      if (st.ok() && Ready(*st)) {
-        status_ = *st;
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-    FAIL() << "the cluster did not start training\n" << cluster_.Logs();
+    const bool ready = WaitForStatus(
+        cluster_.scheduler_address(),
+        [&](const ClusterStatus& st) {
+          status_ = st;
+          return Ready(st);
+        },
+        absl::Seconds(30), absl::Milliseconds(200));
+    ASSERT_TRUE(ready) << "the cluster did not start training\n" << cluster_.Logs();
   }
 
   static bool Ready(const ClusterStatus& st) {

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -34,7 +35,7 @@ std::string Mlp() {
     data { dataset: SYNTHETIC synthetic_dim: 32 synthetic_classes: 4 synthetic_test_size: 256 }
     optimizer { type: SGD learning_rate: 0.1 }
     batch_size: 32
-    steps: 30
+    clocks: 30
     seed: 9
     chunk_bytes: 1024
   )pb";
@@ -51,7 +52,7 @@ std::string Gpt() {
     data { dataset: TEXT path: "/usr/share/games/fortunes" }
     optimizer { type: ADAM learning_rate: 0.003 }
     batch_size: 8
-    steps: 12
+    clocks: 12
     seed: 3
   )pb";
 }
@@ -161,7 +162,7 @@ TEST(PipelineTest, GptStagesTrainAsOneWorker) { ExpectPipelinesTrainAsOneWorker(
 // 2 replicas x 2 stages of the MLP, slowed so that a kill lands mid-job.
 ClusterOptions TwoByTwoStages(const std::string& policy) {
   ClusterOptions options;
-  options.job_text = absl::StrCat(absl::StrReplaceAll(Mlp(), {{"steps: 30", "steps: 400"}}),
+  options.job_text = absl::StrCat(absl::StrReplaceAll(Mlp(), {{"clocks: 30", "clocks: 400"}}),
                                   "\nnum_workers: 4\npipeline_stages: 2\n");
   options.servers = 1;
   options.workers = 4;
@@ -174,18 +175,14 @@ ClusterOptions TwoByTwoStages(const std::string& policy) {
 // Waits until every worker passed clock 20, then sends `signal` to worker
 // process `process`; its worker id.
 int KilledWhenUnderWay(Cluster& cluster, int signal = SIGKILL, int process = 1) {
-  for (int i = 0; i < 500; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    bool going = st.ok() && st->members_size() == 5;
-    for (int w = 0; going && w < 4; ++w) going = MemberOf(*st, WORKER, w).clock() >= 20;
-    if (going) {
-      const int id = cluster.MemberId(WORKER, process);
-      cluster.workers()[process].Kill(signal);
-      return id;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return -1;
+  const bool going = WaitForStatus(
+      cluster.scheduler_address(),
+      [](const ClusterStatus& st) { return st.members_size() == 5 && WorkersAt(st, 20) == 4; },
+      absl::Seconds(10));
+  if (!going) return -1;
+  const int id = cluster.MemberId(WORKER, process);
+  cluster.workers()[process].Kill(signal);
+  return id;
 }
 
 TEST(PipelineTest, UnderShrinkAKilledStageWorkerTakesItsReplicaOutAndTheOtherFinishes) {
@@ -327,11 +324,12 @@ TEST(PipelineTest, ARollbackRestoresThePipelineAndEndsAsUndisturbed) {
   options.scheduler_flags.push_back("--checkpoint_dir=" + cluster.dir() + "/ckpt");
   options.scheduler_flags.push_back("--checkpoint_every=25");
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  for (int i = 0; i < 1000; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && st->members_size() == 5 && MemberOf(*st, WORKER, 0).clock() >= 60) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitForStatus(
+      cluster.scheduler_address(),
+      [](const ClusterStatus& st) {
+        return st.members_size() == 5 && MemberOf(st, WORKER, 0).clock() >= 60;
+      },
+      absl::Seconds(20));
   cluster.servers()[0].Kill(SIGKILL);
   ASSERT_TRUE(cluster.AddServer({"--rank=0"}).ok());
   const ClusterStatus st = ExpectEveryWorkerFinished(cluster);

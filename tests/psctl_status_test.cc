@@ -30,7 +30,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   Cluster cluster("psctl");
   ClusterOptions options;
   // Slow enough to be seen running: 200 clocks at >= 20 ms each.
-  options.job_text = SmallJob("batch_size: 32\nsteps: 200\n");
+  options.job_text = SmallJob("batch_size: 32\nclocks: 200\n");
   options.servers = 2;
   options.workers = 2;
   options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};

@@ -4,6 +4,7 @@
 // cluster rolls back to the newest complete checkpoint set consistently.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "proto/tensor.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
@@ -28,7 +30,7 @@ namespace {
 // enough for both servers to hold several.
 const std::string& Job() {
   static const std::string* job =
-      new std::string(SixteenClassJob("steps: 300\nseed: 11\nchunk_bytes: 512"));
+      new std::string(SixteenClassJob("clocks: 300\nseed: 11\nchunk_bytes: 512"));
   return *job;
 }
 
@@ -46,22 +48,25 @@ ClusterOptions Options(const std::string& checkpoint_dir, int workers) {
   return options;
 }
 
-int64_t MinWorkerClock(const ClusterStatus& st) {
-  int64_t min = INT64_MAX;
-  for (const NodeStatus& m : st.members()) {
-    if (m.role() == WORKER) min = std::min(min, m.clock());
-  }
-  return min == INT64_MAX ? -1 : min;
+// The cluster's first rollback once the servers have restored it (within
+// 30 s; an empty one, done_unix_ms 0, if not).
+Rollback FirstRollback(Cluster& cluster) {
+  Rollback rollback;
+  WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        if (st.rollbacks_size() > 0) rollback = st.rollbacks(0);
+        return rollback.done_unix_ms() != 0;
+      },
+      absl::Seconds(30));
+  return rollback;
 }
 
 // Waits until every worker of the cluster has finished `clock` clocks.
 bool WaitForClock(Cluster& cluster, int64_t clock) {
-  for (int i = 0; i < 2000; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && MinWorkerClock(*st) >= clock) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return false;
+  return WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) { return SlowestClock(st) >= clock; }, absl::Seconds(40));
 }
 
 // Worker 0's final test accuracy as the scheduler's final Status reports it
@@ -111,25 +116,19 @@ void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker
   if (with_rank) {
     ASSERT_TRUE(cluster.AddServer({"--rank=1"}).ok());
   } else {
-    bool dead = false;
-    for (int i = 0; i < 500 && !dead; ++i) {
-      absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-      if (!st.ok()) continue;
-      for (const NodeStatus& m : st->members()) {
-        dead = dead || (m.role() == SERVER && m.state() == DEAD);
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    const bool dead = WaitForStatus(
+        cluster.scheduler_address(),
+        [](const ClusterStatus& st) {
+          return std::any_of(st.members().begin(), st.members().end(), [](const NodeStatus& m) {
+            return m.role() == SERVER && m.state() == DEAD;
+          });
+        },
+        absl::Seconds(10));
     ASSERT_TRUE(dead) << cluster.Logs();
     ASSERT_TRUE(cluster.AddServer({}).ok());
   }
   // The rollback as the scheduler reports it, once the servers restored it.
-  Rollback rollback;
-  for (int i = 0; i < 1500 && rollback.done_unix_ms() == 0; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && st->rollbacks_size() > 0) rollback = st->rollbacks(0);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  const Rollback rollback = FirstRollback(cluster);
   std::printf("rolled back from clock %lld to %lld in %lld ms: %s\n",
               static_cast<long long>(rollback.from_clock()),
               static_cast<long long>(rollback.to_clock()),
@@ -188,12 +187,7 @@ void KillServerZeroUnder(const std::string& from, const std::string& to, const s
   ASSERT_GE(victim, 0) << cluster.Logs();
   cluster.servers()[victim].Kill(SIGKILL);
   ASSERT_TRUE(cluster.AddServer({"--rank=0"}).ok());
-  Rollback rollback;
-  for (int i = 0; i < 1500 && rollback.done_unix_ms() == 0; ++i) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (st.ok() && st->rollbacks_size() > 0) rollback = st->rollbacks(0);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  const Rollback rollback = FirstRollback(cluster);
   std::printf("%s: rolled back from clock %lld to %lld\n", name.c_str(),
               static_cast<long long>(rollback.from_clock()),
               static_cast<long long>(rollback.to_clock()));

@@ -176,7 +176,7 @@ ClusterOptions PipelinedJob(const std::string& flag) {
     data { dataset: SYNTHETIC synthetic_dim: 16 synthetic_classes: 4 synthetic_test_size: 64 }
     optimizer { type: SGD learning_rate: 0.1 }
     batch_size: 16
-    steps: 400
+    clocks: 400
     num_workers: 4
     pipeline_stages: 2
     chunk_bytes: 1024
@@ -275,7 +275,7 @@ TEST(SecurityTest, WithTlsAPlaintextCallFailsAndTheJobRunsOverTls) {
                                         "--tls_key=" + certs + "/node.key",
                                         "--tls_ca=" + certs + "/ca.pem"};
   ClusterOptions options;
-  options.job_text = SmallJob("batch_size: 16\nsteps: 40\n");
+  options.job_text = SmallJob("batch_size: 16\nclocks: 40\n");
   options.servers = 1;
   options.workers = 1;
   options.scheduler_flags = tls;

@@ -13,17 +13,18 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
 namespace {
 
 constexpr int kWorkers = 2;
-constexpr int kSteps = 500;
+constexpr int kClocks = 500;
 
 ClusterOptions Options() {
   ClusterOptions options;
-  options.job_text = SixteenClassJob(absl::StrCat("steps: ", kSteps, "\nseed: 11\n"));
+  options.job_text = SixteenClassJob(absl::StrCat("clocks: ", kClocks, "\nseed: 11\n"));
   options.servers = 2;
   options.workers = kWorkers;
   options.trace = true;
@@ -35,26 +36,23 @@ ClusterOptions Options() {
 // while polling until the slowest worker reaches `until`.
 int64_t SpreadUntil(const std::string& scheduler, int64_t until) {
   int64_t widest = 0;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
-    if (!st.ok() || st->worker_clocks_size() == 0) continue;
-    const auto [lo, hi] =
-        std::minmax_element(st->worker_clocks().begin(), st->worker_clocks().end());
-    widest = std::max(widest, *hi - *lo);
-    if (*lo >= until) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  WaitForStatus(
+      scheduler,
+      [&](const ClusterStatus& st) {
+        if (st.worker_clocks_size() == 0) return false;
+        const auto [lo, hi] =
+            std::minmax_element(st.worker_clocks().begin(), st.worker_clocks().end());
+        widest = std::max(widest, *hi - *lo);
+        return *lo >= until;
+      },
+      absl::Seconds(60), absl::Milliseconds(5));
   return widest;
 }
 
 bool WaitForSlowest(const std::string& scheduler, int64_t clock) {
-  const absl::Time until = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < until) {
-    if (SlowestWorkerClock(scheduler) >= clock) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
+  return WaitForStatus(
+      scheduler, [&](const ClusterStatus& st) { return SlowestClock(st) >= clock; },
+      absl::Seconds(60), absl::Milliseconds(50));
 }
 
 // psctl set-consistency; the clock it takes effect at (-1 on failure).
@@ -142,7 +140,7 @@ TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound
       if (e.event() == "apply") {
         ASSERT_EQ(e.clock(), a[e.worker()]) << "applied once each, in order";
         a[e.worker()] = e.clock() + 1;
-      } else if (e.event() == "pull" && e.clock() < kSteps) {
+      } else if (e.event() == "pull" && e.clock() < kClocks) {
         const int64_t required = std::max<int64_t>(0, e.clock() - bound(e.clock()));
         ASSERT_EQ(e.min_clock(), required) << "read for iteration " << e.clock();
         for (int w = 0; w < kWorkers; ++w) ASSERT_GE(a[w], required);
@@ -150,7 +148,7 @@ TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound
     }
     ASSERT_FALSE(applied.empty());
     for (const auto& [chunk, a] : applied) {
-      for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(a[w], kSteps) << "chunk " << chunk;
+      for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(a[w], kClocks) << "chunk " << chunk;
     }
   }
 
@@ -163,7 +161,7 @@ TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound
 TEST(SetConsistencyTest, BadRequestsAreRefused) {
   Cluster cluster("refused");
   ClusterOptions options = Options();
-  options.job_text = SixteenClassJob("steps: 2000\nseed: 11\n");
+  options.job_text = SixteenClassJob("clocks: 2000\nseed: 11\n");
   options.scheduler_flags = {"--consistency=ssp", "--staleness=2"};
   options.trace = false;
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();

@@ -21,13 +21,14 @@
 #include "proto/tensor.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
+#include "tests/wait.h"
 
 namespace pstrain {
 namespace testing {
 namespace {
 
 std::string Job(bool clip, bool ssp = false) {
-  std::string job = SixteenClassJob("steps: 300\nseed: 5\nchunk_bytes: 512\n");
+  std::string job = SixteenClassJob("clocks: 300\nseed: 5\nchunk_bytes: 512\n");
   if (ssp) job = absl::StrReplaceAll(job, {{"consistency: BSP", "consistency: SSP staleness: 2"}});
   if (clip) {
     job = absl::StrReplaceAll(job, {{"learning_rate: 0.01 }", "learning_rate: 0.01 clip_norm: 0.5 }"}});
@@ -66,6 +67,15 @@ absl::StatusOr<ClusterStatus> EveryMemberExitsZero(Cluster& cluster) {
 
 class TakeoverTest : public ::testing::TestWithParam<bool> {};
 
+// Whether the slowest worker of `cluster` reaches `clock` within 60 s with
+// the scheduler still running then.
+bool ReachesClock(Cluster& cluster, int64_t clock) {
+  return WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) { return SlowestClock(st) >= clock; }, absl::Seconds(60),
+      absl::Milliseconds(5)) && cluster.scheduler().running();
+}
+
 TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) {
   const bool clip = GetParam();
   Cluster calm(clip ? "calm_clip" : "calm");
@@ -79,10 +89,7 @@ TEST_P(TakeoverTest, AKilledSchedulerStartedAgainTakesTheJobOverBitIdentically) 
     Cluster cluster(absl::StrCat(clip ? "takeover_clip" : "takeover", round));
     ASSERT_TRUE(cluster.Start(Options(cluster.dir(), clip)).ok()) << cluster.Logs();
     const int64_t at = 20 + rng() % 200;
-    while (SlowestWorkerClock(cluster.scheduler_address()) < at) {
-      ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
-      absl::SleepFor(absl::Milliseconds(10));
-    }
+    ASSERT_TRUE(ReachesClock(cluster, at)) << "stuck before clock " << at << cluster.Logs();
     // SIGKILL, then SIGTERM: an interrupted scheduler with a state dir
     // keeps the job (exit 1) instead of aborting it.
     const int signal = round == 0 ? SIGKILL : SIGTERM;
@@ -120,10 +127,7 @@ TEST(SspTakeoverTest, AKilledSchedulerStartedAgainFinishesTheJob) {
     Cluster cluster(absl::StrCat("takeover_ssp", round));
     ASSERT_TRUE(cluster.Start(Options(cluster.dir(), false, /*ssp=*/true)).ok()) << cluster.Logs();
     const int64_t at = round == 0 ? 100 + rng() % 150 : 290 + rng() % 8;
-    while (SlowestWorkerClock(cluster.scheduler_address()) < at) {
-      ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
-      absl::SleepFor(absl::Milliseconds(5));
-    }
+    ASSERT_TRUE(ReachesClock(cluster, at)) << "stuck before clock " << at << cluster.Logs();
     cluster.scheduler().Kill(SIGKILL);
     (void)cluster.scheduler().Wait(absl::Seconds(10));
     absl::SleepFor(absl::Milliseconds(1500));
@@ -161,12 +165,7 @@ TEST_P(RollingRestartTest, TenSigtermsSpreadOverTheJobLoseNothing) {
   constexpr int kRestarts = 10;
   for (int i = 0; i < kRestarts; ++i) {
     const int64_t at = 15 + i * 27 + rng() % 10;  // 15..267 of 300
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (SlowestWorkerClock(cluster.scheduler_address()) < at) {
-      ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
-      ASSERT_LT(absl::Now(), give_up) << "stuck before clock " << at << cluster.Logs();
-      absl::SleepFor(absl::Milliseconds(5));
-    }
+    ASSERT_TRUE(ReachesClock(cluster, at)) << "stuck before clock " << at << cluster.Logs();
     cluster.scheduler().Kill(SIGTERM);
     ASSERT_EQ(cluster.scheduler().Wait(absl::Seconds(10)).value_or(-1), 1)
         << "restart " << i << cluster.Logs();
@@ -207,10 +206,7 @@ bool NamesPid(const std::string& out, pid_t pid) {
 TEST(OneSchedulerAJobTest, ASecondSchedulerOnTheSamePortOrStateDirIsExitTwoNamingTheHolder) {
   Cluster cluster("one_scheduler");
   ASSERT_TRUE(cluster.Start(Options(cluster.dir(), false)).ok()) << cluster.Logs();
-  while (SlowestWorkerClock(cluster.scheduler_address()) < 20) {
-    ASSERT_TRUE(cluster.scheduler().running()) << cluster.Logs();
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  ASSERT_TRUE(ReachesClock(cluster, 20)) << cluster.Logs();
   const std::string state = cluster.dir() + "/state";
   const std::string address = cluster.scheduler_address();
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -239,9 +235,7 @@ TEST(TakeoverRefusalTest, AnotherJobOnTheStateDirIsExitTwo) {
   Cluster cluster("takeover_refusal");
   ClusterOptions options = Options(cluster.dir(), false);
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  while (SlowestWorkerClock(cluster.scheduler_address()) < 5) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(ReachesClock(cluster, 5)) << cluster.Logs();
   cluster.scheduler().Kill(SIGKILL);
   (void)cluster.scheduler().Wait(absl::Seconds(10));
   const std::string other = cluster.dir() + "/other.pbtxt";

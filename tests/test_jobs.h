@@ -36,7 +36,7 @@ inline std::string SmallJob(const std::string& extra) {
 
 // 16 overlapping classes in 8 features, harder than SmallJob's data so that
 // an accuracy comparison has room to fail; a 32-16 MLP under Adam and BSP,
-// batch 32. `extra` adds the steps, the seed and anything else.
+// batch 32. `extra` adds the clocks, the seed and anything else.
 inline std::string SixteenClassJob(const std::string& extra) {
   return absl::StrCat(R"pb(
                         model {

@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_names.h"
+#include "common/enum_names.h"
 #include "common/flags.h"
 #include "common/job_spec.h"
 #include "common/rpc.h"
@@ -64,49 +65,11 @@ ABSL_FLAG(std::optional<int>, staleness, std::nullopt, "set-consistency --mode=s
 namespace pstrain {
 namespace {
 
-std::string RoleName(Role r) {
-  switch (r) {
-    case SCHEDULER:
-      return "scheduler";
-    case SERVER:
-      return "server";
-    case WORKER:
-      return "worker";
-    default:
-      return "?";
-  }
-}
-
-std::string StateName(MemberState s) {
-  switch (s) {
-    case REGISTERED:
-      return "registered";
-    case RUNNING:
-      return "running";
-    case FINISHED:
-      return "finished";
-    case FAILED:
-      return "failed";
-    case DEAD:
-      return "dead";
-    default:
-      return "?";
-  }
-}
-
-std::string JobStateName(JobState s) {
-  switch (s) {
-    case WAITING:
-      return "waiting for members";
-    case RUNNING_JOB:
-      return "running";
-    case DONE:
-      return "done";
-    case ABORTED:
-      return "aborted";
-    default:
-      return "?";
-  }
+// The job's state in a sentence's words (the others are their enum words).
+std::string JobStateText(JobState s) {
+  if (s == WAITING) return "waiting for members";
+  if (s == RUNNING_JOB) return "running";
+  return EnumWord(s, "?");
 }
 
 std::string Bytes(int64_t b) {
@@ -122,10 +85,10 @@ void PrintTable(const std::vector<NodeStatus>& rows) {
   for (const NodeStatus& n : rows) {
     const bool worker = n.role() == WORKER;
     std::printf(
-        "%-9s %3s %-21s %3s %3s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", RoleName(n.role()).c_str(),
+        "%-9s %3s %-21s %3s %3s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", EnumWord(n.role(), "?").c_str(),
         n.role() == SCHEDULER ? "-" : absl::StrCat(n.id()).c_str(), n.address().c_str(),
         worker ? absl::StrCat(n.replica()).c_str() : "-",
-        worker ? absl::StrCat(n.stage()).c_str() : "-", StateName(n.state()).c_str(),
+        worker ? absl::StrCat(n.stage()).c_str() : "-", EnumWord(n.state(), "?").c_str(),
         static_cast<long long>(n.clock()),
         worker ? absl::StrFormat("%.0f", n.samples_per_s()).c_str() : "-",
         worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
@@ -216,8 +179,8 @@ int StatusOfCluster(const std::string& address) {
 }
 
 void PrintCluster(const ClusterStatus& st) {
-  const char* mode = st.consistency() == BSP ? "BSP" : st.consistency() == SSP ? "SSP" : "ASP";
-  std::printf("job: %s, %s (staleness %d), %lld clocks", JobStateName(st.job_state()).c_str(), mode,
+  std::printf("job: %s, %s (staleness %d), %lld clocks", JobStateText(st.job_state()).c_str(),
+              Consistency_Name(st.consistency()).c_str(),
               st.staleness(), static_cast<long long>(st.total_clocks()));
   if (!st.message().empty()) std::printf(": %s", st.message().c_str());
   std::printf("\n");
@@ -392,20 +355,19 @@ int SetConsistency(const std::string& address) {
   const std::optional<int> staleness = absl::GetFlag(FLAGS_staleness);
   ControlRequest req;
   req.set_action(SET_CONSISTENCY);
-  if (mode == "bsp") req.set_consistency(BSP);
-  if (mode == "ssp") req.set_consistency(SSP);
-  if (mode == "asp") req.set_consistency(ASP);
-  if (req.consistency() == CONSISTENCY_UNSPECIFIED) {
+  const std::optional<Consistency> consistency = ParseEnumWord<Consistency>(mode);
+  if (!consistency.has_value()) {
     std::fprintf(stderr, "psctl set-consistency: --mode=%s: expected bsp, ssp or asp\n",
                  mode.c_str());
     return 2;
   }
-  if ((mode == "ssp") != staleness.has_value() || (staleness.has_value() && *staleness < 0)) {
+  if ((*consistency == SSP) != staleness.has_value() || (staleness.has_value() && *staleness < 0)) {
     std::fprintf(stderr,
                  "psctl set-consistency: --staleness=N (N >= 0) goes with --mode=ssp, and only "
                  "with it\n");
     return 2;
   }
+  req.set_consistency(*consistency);
   req.set_staleness(staleness.value_or(0));
   auto stub = Scheduler::NewStub(MakeChannel(address));
   auto ctx = ContextWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));

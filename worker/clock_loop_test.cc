@@ -39,7 +39,7 @@ JobSpec TinyJob(const std::string& consistency, int64_t steps) {
                         consistency,
                     "t")
                     .value();
-  job.set_steps(steps);
+  job.set_clocks(steps);
   ApplyJobDefaults(&job);
   EXPECT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
   return job;

@@ -111,7 +111,7 @@ ModelSpec TinyGpt() {
   gpt->set_heads(2);
   gpt->set_width(8);
   gpt->set_context(4);
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   return job.model();
 }

@@ -79,7 +79,7 @@ TEST(GptModelTest, GradientsMatchFiniteDifferences) {
   gpt->set_heads(2);
   gpt->set_width(8);
   gpt->set_context(5);
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
   auto backend = kernels::MakeCpuBackend(1);
@@ -141,7 +141,7 @@ TEST(GptModelTest, RecomputationGivesTheSameGradientsInLessMemory) {
   gpt->set_heads(2);
   gpt->set_width(16);
   gpt->set_context(24);
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
   Batch batch;

@@ -28,7 +28,7 @@ inline JobSpec TinyGpt(int layers) {
   gpt->set_heads(2);
   gpt->set_width(8);
   gpt->set_context(5);
-  job.set_steps(1);
+  job.set_clocks(1);
   ApplyJobDefaults(&job);
   return job;
 }
