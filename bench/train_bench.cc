@@ -73,11 +73,11 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-absl::StatusOr<Run> FromWorkers(const JobSpec& job, const std::vector<NodeStatus>& workers) {
+absl::StatusOr<Run> FromWorkers(const JobSpec& job, const std::vector<MemberStatus>& workers) {
   Run run;
   double slowest = 0;
   int64_t clocks = 0;
-  for (const NodeStatus& w : workers) {
+  for (const MemberStatus& w : workers) {
     if (w.state() != FINISHED || w.clocks_trained() <= 0) {
       return absl::InternalError(absl::StrCat("worker ", w.id(), " did not finish: ", w.message()));
     }
@@ -101,7 +101,7 @@ absl::StatusOr<Run> RunAlone(const JobSpec& job, const std::vector<std::string>&
   argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
   ASSIGN_OR_RETURN(Process p, Process::Start(argv, dir + "/worker.log"));
   ASSIGN_OR_RETURN(const int code, p.Wait(absl::Minutes(10)));
-  NodeStatus st;
+  MemberStatus st;
   if (code != 0 ||
       !google::protobuf::util::JsonStringToMessage(testing::ReadFile(dir + "/status.json"), &st)
            .ok()) {
@@ -123,7 +123,7 @@ absl::StatusOr<Run> RunCluster(const JobSpec& job, const Config& c,
   ASSIGN_OR_RETURN(const int code, cluster.WaitAll(absl::Minutes(10)));
   ASSIGN_OR_RETURN(const ClusterStatus st, cluster.FinalStatus());
   if (code != 0) return absl::InternalError(absl::StrCat("scheduler exit ", code, cluster.Logs()));
-  std::vector<NodeStatus> workers;
+  std::vector<MemberStatus> workers;
   for (int w = 0; w < c.workers; ++w) workers.push_back(testing::MemberOf(st, WORKER, w));
   return FromWorkers(job, workers);
 }

@@ -96,13 +96,13 @@ absl::Status MemberDaemon::ServeMetrics(int port) {
   return absl::OkStatus();
 }
 
-NodeStatus MemberDaemon::CurrentStatus() {
-  std::function<NodeStatus()> status;
+MemberStatus MemberDaemon::CurrentStatus() {
+  std::function<MemberStatus()> status;
   {
     absl::MutexLock lock(&status_mu_);
     status = status_;
   }
-  NodeStatus s;
+  MemberStatus s;
   if (status) {
     s = status();
   } else {
@@ -138,7 +138,7 @@ absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code) {
   return reg;
 }
 
-void MemberDaemon::StartHeartbeats(std::function<NodeStatus()> status) {
+void MemberDaemon::StartHeartbeats(std::function<MemberStatus()> status) {
   {
     absl::MutexLock lock(&status_mu_);
     status_ = std::move(status);
@@ -146,7 +146,7 @@ void MemberDaemon::StartHeartbeats(std::function<NodeStatus()> status) {
   client_->StartHeartbeats([this] { return CurrentStatus(); });
 }
 
-void MemberDaemon::ReportFinal(NodeStatus status, MemberState state, const std::string& message) {
+void MemberDaemon::ReportFinal(MemberStatus status, MemberState state, const std::string& message) {
   status.set_state(state);
   status.set_message(message);
   (void)client_->ReportFinal(status);

@@ -59,12 +59,12 @@ class MemberDaemon {
   // and sets *exit_code (3) when it cannot.
   absl::StatusOr<RegisterResponse> Register(int* exit_code);
   // Heartbeats with `status` from now on; /metrics reports it too.
-  void StartHeartbeats(std::function<NodeStatus()> status);
+  void StartHeartbeats(std::function<MemberStatus()> status);
   // Where /metrics is served ("" without --metrics_port).
   const std::string& metrics_address() const { return metrics_address_; }
   // The member's end, told to the scheduler (state FINISHED or FAILED,
   // with `message`).
-  void ReportFinal(NodeStatus status, MemberState state, const std::string& message);
+  void ReportFinal(MemberStatus status, MemberState state, const std::string& message);
   // Ends the gRPC server; calls still running after `grace` are cancelled.
   void Shutdown(absl::Duration grace);
 
@@ -72,7 +72,7 @@ class MemberDaemon {
   MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> server, std::string address);
   absl::Status ServeMetrics(int port);
   // The status as heartbeats and /metrics report it.
-  NodeStatus CurrentStatus();
+  MemberStatus CurrentStatus();
 
   const MemberConfig config_;
   std::unique_ptr<grpc::Server> server_;
@@ -80,7 +80,7 @@ class MemberDaemon {
   std::unique_ptr<SchedulerClient> client_;
   bool shut_down_ = false;
   absl::Mutex status_mu_;
-  std::function<NodeStatus()> status_ ABSL_GUARDED_BY(status_mu_);
+  std::function<MemberStatus()> status_ ABSL_GUARDED_BY(status_mu_);
   std::unique_ptr<HttpServer> metrics_;
   std::string metrics_address_;
 };

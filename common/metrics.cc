@@ -108,13 +108,13 @@ void PrometheusText::Histogram(const std::string& name, const std::string& help,
   Sample(name + "_count", labels, static_cast<double>(cumulative));
 }
 
-PrometheusText::Labels DaemonLabels(const NodeStatus& status) {
+PrometheusText::Labels DaemonLabels(const MemberStatus& status) {
   PrometheusText::Labels labels = {{"role", EnumWord(status.role())}};
   if (status.role() != SCHEDULER) labels.emplace_back("id", absl::StrCat(status.id()));
   return labels;
 }
 
-void WriteDaemonMetrics(const NodeStatus& s, const Latencies& latencies, PrometheusText* out) {
+void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, PrometheusText* out) {
   const PrometheusText::Labels l = DaemonLabels(s);
   out->Gauge("pstrain_up", "1 while the daemon answers", l, 1);
   out->Gauge("pstrain_uptime_seconds", "seconds since the daemon started", l, s.uptime_s());
@@ -197,7 +197,7 @@ void WriteClusterMetrics(const ClusterStatus& st, PrometheusText* out) {
     fastest = std::max(fastest, c);
   }
   int live_servers = 0, live_workers = 0;
-  for (const NodeStatus& m : st.members()) {
+  for (const MemberStatus& m : st.members()) {
     const bool live = m.state() == REGISTERED || m.state() == RUNNING;
     if (m.role() == SERVER) live_servers += live;
     if (m.role() == WORKER) live_workers += live;

@@ -1,6 +1,6 @@
 // Prometheus metrics of a daemon (served on /metrics, common/http_server.h).
 //
-// Counters and gauges are read from the daemon's own NodeStatus at scrape
+// Counters and gauges are read from the daemon's own MemberStatus at scrape
 // time (the numbers psctl status shows, under Prometheus names); latency
 // histograms are observed where the work happens, in the process-wide
 // Latencies(). Names follow Prometheus' conventions: pstrain_ prefix,
@@ -72,10 +72,10 @@ class PrometheusText {
 };
 
 // The labels of a daemon: role and id (no id for the scheduler).
-PrometheusText::Labels DaemonLabels(const NodeStatus& status);
+PrometheusText::Labels DaemonLabels(const MemberStatus& status);
 
-// A daemon's counters and gauges from its NodeStatus, and its latencies.
-void WriteDaemonMetrics(const NodeStatus& status, const Latencies& latencies,
+// A daemon's counters and gauges from its MemberStatus, and its latencies.
+void WriteDaemonMetrics(const MemberStatus& status, const Latencies& latencies,
                         PrometheusText* out);
 
 // The scheduler's view of the whole job, from its ClusterStatus.

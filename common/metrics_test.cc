@@ -19,8 +19,8 @@
 namespace pstrain {
 namespace {
 
-NodeStatus Worker() {
-  NodeStatus s;
+MemberStatus Worker() {
+  MemberStatus s;
   s.set_role(WORKER);
   s.set_id(3);
   s.set_clock(17);
@@ -64,7 +64,7 @@ TEST(MetricsTest, ClusterMetricsCountLiveMembersAndTheClockSpread) {
   st.set_deaths(2);
   st.add_rollbacks();
   for (int i = 0; i < 3; ++i) {
-    NodeStatus* w = st.add_members();
+    MemberStatus* w = st.add_members();
     w->set_role(WORKER);
     w->set_id(i);
     w->set_state(i == 2 ? DEAD : RUNNING);

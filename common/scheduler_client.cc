@@ -30,7 +30,7 @@ void SchedulerClient::StopHeartbeats() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
-absl::Status SchedulerClient::ReportFinal(const NodeStatus& status) {
+absl::Status SchedulerClient::ReportFinal(const MemberStatus& status) {
   StopHeartbeats();
   bool once;
   {
@@ -91,7 +91,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
                                              attempts, " attempts): ", last.message()));
 }
 
-absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& status) {
+absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus& status) {
   HeartbeatRequest req;
   *req.mutable_status() = status;
   req.set_incarnation(incarnation_);
@@ -108,15 +108,15 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const NodeStatus& s
   generation_ = resp.generation();
   restore_clock_ = resp.restore_clock();
   manifest_clock_ = resp.manifest_clock();
-  link_epoch_ = resp.link_epoch();
+  link_generation_ = resp.link_generation();
   return resp;
 }
 
-void SchedulerClient::StartHeartbeats(std::function<NodeStatus()> status_fn) {
+void SchedulerClient::StartHeartbeats(std::function<MemberStatus()> status_fn) {
   heartbeat_thread_ = std::thread([this, fn = std::move(status_fn)] { HeartbeatLoop(fn); });
 }
 
-void SchedulerClient::HeartbeatLoop(std::function<NodeStatus()> status_fn) {
+void SchedulerClient::HeartbeatLoop(std::function<MemberStatus()> status_fn) {
   absl::Time last_ok = absl::Now();
   while (true) {
     {
@@ -158,9 +158,9 @@ JobState SchedulerClient::WaitForJobEnd(std::string* message) {
   return job_state_;
 }
 
-int64_t SchedulerClient::link_epoch() const {
+int64_t SchedulerClient::link_generation() const {
   absl::MutexLock lock(&mu_);
-  return link_epoch_;
+  return link_generation_;
 }
 
 int64_t SchedulerClient::generation(int64_t* restore_clock) const {

@@ -44,17 +44,17 @@ class SchedulerClient {
   absl::StatusOr<RegisterResponse> Register();
 
   // Starts heartbeats every interval carrying status_fn(). Call after Register.
-  void StartHeartbeats(std::function<NodeStatus()> status_fn);
+  void StartHeartbeats(std::function<MemberStatus()> status_fn);
   // Stops the heartbeat thread (waits for a heartbeat in flight). Idempotent.
   void StopHeartbeats();
   // Reports a member's last state (FINISHED or FAILED): stops the heartbeat
   // thread first, so that no older RUNNING heartbeat can arrive after it,
   // then sends `status` until the scheduler takes it, retrying with backoff
   // for up to scheduler_timeout.
-  absl::Status ReportFinal(const NodeStatus& status);
+  absl::Status ReportFinal(const MemberStatus& status);
   // Sends one heartbeat now (a final FINISHED or FAILED report) and returns
   // the job's state as the scheduler sees it.
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const NodeStatus& status);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const MemberStatus& status);
   // Blocks until heartbeats report the job DONE or ABORTED (or the scheduler
   // is lost, which counts as ABORTED); returns the state, sets *message.
   JobState WaitForJobEnd(std::string* message);
@@ -67,8 +67,8 @@ class SchedulerClient {
   int64_t generation(int64_t* restore_clock = nullptr) const;
   // The clock of the newest complete checkpoint set, as of the last heartbeat.
   int64_t manifest_clock() const;
-  // A pipeline stage's replica's link epoch, as of the last heartbeat.
-  int64_t link_epoch() const;
+  // A pipeline stage's replica's link generation, as of the last heartbeat.
+  int64_t link_generation() const;
 
   // The gate: reports that `worker` finished `clock` iterations in cluster
   // generation `generation` and waits until it may start iteration `clock`. Waits
@@ -78,7 +78,7 @@ class SchedulerClient {
   absl::StatusOr<AdvanceClockResponse> AdvanceClock(int worker, int64_t clock,
                                                     int64_t generation = 0);
   // The same with every field of the request (pipeline stages: the link
-  // epoch, a relink); the incarnation is filled in.
+  // link generation, a relink); the incarnation is filled in.
   absl::StatusOr<AdvanceClockResponse> AdvanceClock(AdvanceClockRequest req);
 
   // BSP clipping: reports this server's sum of squares of round `clock`'s
@@ -90,7 +90,7 @@ class SchedulerClient {
   uint64_t incarnation() const { return incarnation_; }
 
  private:
-  void HeartbeatLoop(std::function<NodeStatus()> status_fn);
+  void HeartbeatLoop(std::function<MemberStatus()> status_fn);
   // The retry policy of a call the scheduler holds until something happens.
   RetryPolicy WaitingCallPolicy(std::function<void()> still_waiting) const;
 
@@ -105,7 +105,7 @@ class SchedulerClient {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t link_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t link_generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;

@@ -1,4 +1,4 @@
-// A Status message (ClusterStatus, NodeStatus) as the JSON that
+// A Status message (ClusterStatus, MemberStatus) as the JSON that
 // `psctl status --json` prints and `ps_scheduler --status_file` writes:
 // indented, every field present, the .proto's field names.
 #ifndef PSTRAIN_COMMON_STATUS_JSON_H_

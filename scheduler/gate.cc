@@ -65,7 +65,7 @@ absl::StatusOr<bool> Gate::AskOfRestart(const AdvanceClockRequest& req, Ticket t
   if (!pipelines_->pipelined()) return false;
   const int worker = req.worker_id();
   const int replica = pipelines_->ReplicaOf(worker);
-  if (!req.relink() && req.link_epoch() >= pipelines_->link_epoch(replica)) return false;
+  if (!req.relink() && req.link_generation() >= pipelines_->link_generation(replica)) return false;
   if (!pipelines_->restarting(replica)) {  // the restart it is behind has ended
     Fill(worker, clocks_->clock(worker), resp);
     return true;
@@ -116,7 +116,7 @@ void Gate::Fill(int worker, int64_t clock, AdvanceClockResponse* resp) {
     *resp->add_consistency_changes() = c;
   }
   if (pipelines_->pipelined()) {
-    resp->set_link_epoch(pipelines_->link_epoch(pipelines_->ReplicaOf(worker)));
+    resp->set_link_generation(pipelines_->link_generation(pipelines_->ReplicaOf(worker)));
   }
   if (clock < control_->total_clocks()) Trace("start", worker, clock);
 }
@@ -181,7 +181,7 @@ void Gate::RolledBack(int64_t clock) {
 
 void Gate::TakenOver() { norms_.Reset(rollbacks_->restore_clock()); }
 
-void Gate::AddReportedNorm(const NodeStatus& st) {
+void Gate::AddReportedNorm(const MemberStatus& st) {
   if (!st.has_last_norm_clock() || st.last_norm_generation() != rollbacks_->generation() ||
       rollbacks_->rolling_back() || !phase_->Running()) {
     return;
@@ -194,7 +194,7 @@ void Gate::AddReportedNorm(const NodeStatus& st) {
 
 // (The gate only bounds staleness; the servers' read guarantee holds
 // whatever the table says.)
-void Gate::CatchUpClock(const NodeStatus& st) {
+void Gate::CatchUpClock(const MemberStatus& st) {
   const int w = st.id();
   if (w < 0 || w >= clocks_->num_workers() || !clocks_->may_jump(w) || clocks_->removed(w) ||
       st.generation() != rollbacks_->generation() || rollbacks_->rolling_back() ||

@@ -81,20 +81,20 @@ class Gate {
   // From a heartbeat: a server's last norm (the round a scheduler that took
   // the job over never heard of from it completes); a worker's clock (which
   // its next gate report may be long in coming; once after a takeover).
-  void AddReportedNorm(const NodeStatus& server);
-  void CatchUpClock(const NodeStatus& worker);
+  void AddReportedNorm(const MemberStatus& server);
+  void CatchUpClock(const MemberStatus& worker);
 
   void Forget(Ticket ticket) { held_.Forget(ticket); }
   std::vector<Release> TakeReleases() { return held_.TakeReleases(); }
   // Whether `worker` is held at the gate (of the current generation).
   bool AtGate(int worker) const { return held_.AtGate(worker); }
-  void AddWaits(NodeStatus* out) const { held_.AddWaits(clocks_->SlowestClock(), out); }
+  void AddWaits(MemberStatus* out) const { held_.AddWaits(clocks_->SlowestClock(), out); }
 
  private:
   bool Open(int64_t clock) const;
   void Fill(int worker, int64_t clock, AdvanceClockResponse* resp);
   std::optional<Release> Answer(const HeldCall& h);
-  // A gate call of a pipeline replica whose link epoch is behind, or whose
+  // A gate call of a pipeline replica whose link generation is behind, or whose
   // restart is under way: answered or held. False: an ordinary gate call.
   absl::StatusOr<bool> AskOfRestart(const AdvanceClockRequest& req, Ticket ticket, absl::Time now,
                                     AdvanceClockResponse* resp, bool* parked);

@@ -46,7 +46,7 @@ bool HeldCalls::AtGate(int worker) const {
   });
 }
 
-void HeldCalls::AddWaits(int64_t slowest_clock, NodeStatus* out) const {
+void HeldCalls::AddWaits(int64_t slowest_clock, MemberStatus* out) const {
   for (bool gates : {false, true}) {
     for (const HeldCall& h : held_) {
       if (h.gate != gates) continue;

@@ -60,7 +60,7 @@ class HeldCalls {
   bool AtGate(int worker) const;
   // One Wait per held call: norm calls first, then gate calls;
   // `slowest_clock` is the gate's slowest worker.
-  void AddWaits(int64_t slowest_clock, NodeStatus* out) const;
+  void AddWaits(int64_t slowest_clock, MemberStatus* out) const;
 
  private:
   std::vector<HeldCall> held_;  // oldest first

@@ -78,7 +78,7 @@ TEST(HeldCallsTest, WaitsListNormsThenGates) {
   HeldCalls held;
   ASSERT_TRUE(held.Hold(Gate(1, 0, 3)).ok());
   ASSERT_TRUE(held.Hold(Norm(2, 1, 2)).ok());
-  NodeStatus me;
+  MemberStatus me;
   held.AddWaits(/*slowest_clock=*/2, &me);
   ASSERT_EQ(me.waits_size(), 2);
   EXPECT_EQ(me.waits(0).what(),

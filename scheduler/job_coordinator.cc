@@ -127,7 +127,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
 
 absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatRequest& req,
                                                             absl::Time now) {
-  const NodeStatus& st = req.status();
+  const MemberStatus& st = req.status();
   ASSIGN_OR_RETURN(MemberRecord * member, members_.Find(st.role(), st.id(), req.incarnation()));
   if (failures_.MaybeRevive(*member, phase_.state, now)) Revived(*member, now);
   // A member's last state sticks: a heartbeat overtaken by its final report
@@ -160,7 +160,7 @@ HeartbeatResponse JobCoordinator::HeartbeatAnswer(MemberRecord& m) const {
   resp.set_restore_clock(rollbacks_.restore_clock());
   resp.set_manifest_clock(rollbacks_.manifest_clock());
   if (pipelines_.pipelined() && m.role == WORKER) {
-    resp.set_link_epoch(pipelines_.link_epoch(pipelines_.ReplicaOf(m.id)));
+    resp.set_link_generation(pipelines_.link_generation(pipelines_.ReplicaOf(m.id)));
   }
   if (Ended()) m.saw_job_end = true;
   return resp;
@@ -326,7 +326,8 @@ absl::Status JobCoordinator::AdvanceClock(const AdvanceClockRequest& req, Ticket
   // under way and it is not behind one).
   if (pipelines_.pipelined() && req.relink()) {
     const int replica = pipelines_.ReplicaOf(w);
-    if (req.link_epoch() >= pipelines_.link_epoch(replica) && !pipelines_.restarting(replica)) {
+    if (req.link_generation() >= pipelines_.link_generation(replica) &&
+        !pipelines_.restarting(replica)) {
       ASSIGN_OR_RETURN(const Decision d, failures_.LinksBroke(w, replica));
       Enact(d, now);
     }
@@ -358,7 +359,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   out.set_micro_batches(job_.micro_batches());
   out.set_scheduler_takeovers(takeovers_);
   out.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
-  NodeStatus* me = out.mutable_scheduler();
+  MemberStatus* me = out.mutable_scheduler();
   me->set_role(SCHEDULER);
   me->set_address(address_);
   me->set_state(phase_.state == DONE ? FINISHED : phase_.state == ABORTED ? FAILED : RUNNING);
@@ -378,7 +379,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
 
 // What the scheduler waits on: a rollback, pipeline restarts, then held
 // norms, then held gates.
-void JobCoordinator::AddWaits(NodeStatus* me) const {
+void JobCoordinator::AddWaits(MemberStatus* me) const {
   rollbacks_.AddWait(members_, me);
   pipelines_.AddWaits(members_, AtGate(), me);
   gate_.AddWaits(me);

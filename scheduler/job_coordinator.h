@@ -20,7 +20,7 @@
 //     held_calls.h       the calls held and their answers
 //     norm_rounds.h      BSP clipping's norm rounds
 //   rollbacks.h          generations, rollbacks to a checkpoint, the manifest
-//   pipeline_restarts.h  pipeline replicas' link epochs and restarts
+//   pipeline_restarts.h  pipeline replicas' link generations and restarts
 //   operator_control.h   psctl checkpoint, drain and set-consistency
 //
 // Each part owns its slice of the durable state (SchedulerState in
@@ -142,7 +142,7 @@ class JobCoordinator {
   // Every live worker FINISHED: DONE.
   void MaybeDone(absl::Time now);
   void EndJob(JobState state, const std::string& message, absl::Time now);
-  void AddWaits(NodeStatus* me) const;
+  void AddWaits(MemberStatus* me) const;
 
   const JobSpec job_;
   const SchedulerPolicy policy_;

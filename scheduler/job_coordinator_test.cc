@@ -84,15 +84,15 @@ class JobCoordinatorTest : public ::testing::Test {
     last_response_.Clear();
     return coordinator_->AdvanceClock(req, ++ticket_, now_, &last_response_, parked);
   }
-  // A pipeline stage's gate call in link epoch `epoch`; `relink`: its
+  // A pipeline stage's gate call in link generation `link_generation`; `relink`: its
   // links broke.
-  absl::Status StageGate(int worker, int64_t clock, int64_t epoch, bool relink, bool* parked,
-                         uint64_t incarnation = 1) {
+  absl::Status StageGate(int worker, int64_t clock, int64_t link_generation, bool relink,
+                         bool* parked, uint64_t incarnation = 1) {
     AdvanceClockRequest req;
     req.set_worker_id(worker);
     req.set_clock(clock);
     req.set_incarnation(incarnation);
-    req.set_link_epoch(epoch);
+    req.set_link_generation(link_generation);
     req.set_relink(relink);
     last_response_.Clear();
     return coordinator_->AdvanceClock(req, ++ticket_, now_, &last_response_, parked);
@@ -113,7 +113,7 @@ class JobCoordinatorTest : public ::testing::Test {
   }
 
   // Every member as the Status reports it now.
-  std::vector<NodeStatus> Members() {
+  std::vector<MemberStatus> Members() {
     const ClusterStatus st = coordinator_->Status(now_);
     return {st.members().begin(), st.members().end()};
   }
@@ -133,7 +133,7 @@ TEST_F(JobCoordinatorTest, ASilentMemberDiesOnlyPastTheTimeout) {
   now_ += absl::Seconds(5);  // exactly the timeout: still alive
   coordinator_->Tick(now_);
   ClusterStatus st = coordinator_->Status(now_);
-  for (const NodeStatus& m : st.members()) EXPECT_NE(m.state(), DEAD);
+  for (const MemberStatus& m : st.members()) EXPECT_NE(m.state(), DEAD);
   ASSERT_TRUE(Beat(SERVER, 0).ok());
   ASSERT_TRUE(Beat(SERVER, 1).ok());
   ASSERT_TRUE(Beat(WORKER, 0).ok());
@@ -252,7 +252,7 @@ JobSpec TwoReplicasOfTwoStages() {
 
 // Under wait, worker 1 (stage 1 of replica 0) dies in clock 0 while worker
 // 0 (stage 0) finished it: the replica restarts clock 0 once a replacement
-// and worker 0 are at the gate, in link epoch 1; replica 1 is untouched.
+// and worker 0 are at the gate, in link generation 1; replica 1 is untouched.
 TEST_F(JobCoordinatorTest, UnderWaitAReplicaRestartsAtItsSlowestClockOnceEveryStageIsBack) {
   const JobSpec job = TwoReplicasOfTwoStages();
   ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
@@ -263,7 +263,7 @@ TEST_F(JobCoordinatorTest, UnderWaitAReplicaRestartsAtItsSlowestClockOnceEverySt
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Join(WORKER, "w" + std::to_string(i)).ok());
   bool parked = false;
   for (int w = 0; w < 4; ++w) ASSERT_TRUE(StageGate(w, 0, 0, false, &parked).ok());
-  EXPECT_EQ(last_response_.link_epoch(), 0);
+  EXPECT_EQ(last_response_.link_generation(), 0);
   for (int w : {0, 2, 3}) {
     ASSERT_TRUE(StageGate(w, 1, 0, false, &parked).ok());
     ASSERT_TRUE(parked);  // BSP: worker 1 is at clock 0
@@ -273,15 +273,15 @@ TEST_F(JobCoordinatorTest, UnderWaitAReplicaRestartsAtItsSlowestClockOnceEverySt
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
   for (int w : {0, 2, 3}) ASSERT_TRUE(Beat(WORKER, w).ok());
   coordinator_->Tick(now_);  // worker 1 declared dead: replica 0 restarts
-  EXPECT_EQ(Beat(WORKER, 0)->link_epoch(), 1);
-  EXPECT_EQ(Beat(WORKER, 2)->link_epoch(), 0);
+  EXPECT_EQ(Beat(WORKER, 0)->link_generation(), 1);
+  EXPECT_EQ(Beat(WORKER, 2)->link_generation(), 0);
   EXPECT_TRUE(Released().empty());
   ClusterStatus st = coordinator_->Status(now_);
   ASSERT_EQ(st.pipeline_restarts_size(), 1);
   EXPECT_EQ(st.pipeline_restarts(0).replica(), 0);
   EXPECT_EQ(st.pipeline_restarts(0).done_unix_ms(), 0);
   // The replacement takes rank 1 at its clock, 0, and comes to the gate in
-  // no epoch yet: now every stage of replica 0 is there.
+  // no link generation yet: now every stage of replica 0 is there.
   const absl::StatusOr<RegisterResponse> joined = Join(WORKER, "w1b", /*incarnation=*/2, 1);
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ(joined->start_clock(), 0);
@@ -289,14 +289,14 @@ TEST_F(JobCoordinatorTest, UnderWaitAReplicaRestartsAtItsSlowestClockOnceEverySt
   const std::map<Ticket, absl::Status> r = Released();
   ASSERT_EQ(r.size(), 2u);  // workers 0 and 1
   for (const Release& rel : released_) {
-    EXPECT_EQ(rel.gate.link_epoch(), 1);
+    EXPECT_EQ(rel.gate.link_generation(), 1);
     EXPECT_EQ(rel.gate.resume_clock(), 0);  // worker 0 goes back a clock
   }
   EXPECT_EQ(r.count(worker0), 1u);
   st = coordinator_->Status(now_);
   EXPECT_EQ(st.pipeline_restarts(0).clock(), 0);
   EXPECT_NE(st.pipeline_restarts(0).done_unix_ms(), 0);
-  // Both redo clock 0 in epoch 1; then the BSP gate of clock 1 opens for all.
+  // Both redo clock 0 in link generation 1; then the BSP gate of clock 1 opens for all.
   ASSERT_TRUE(StageGate(0, 0, 1, false, &parked).ok());
   EXPECT_FALSE(parked);
   ASSERT_TRUE(StageGate(1, 0, 1, false, &parked, 2).ok());
@@ -325,12 +325,12 @@ TEST_F(JobCoordinatorTest, ABrokenLinkRestartsTheReplicaOnlyUnderWait) {
   for (int w = 0; w < 4; ++w) ASSERT_TRUE(StageGate(w, 0, 0, false, &parked).ok());
   ASSERT_TRUE(StageGate(3, 0, 0, true, &parked).ok());
   ASSERT_TRUE(parked);
-  EXPECT_EQ(Beat(WORKER, 2)->link_epoch(), 1);
+  EXPECT_EQ(Beat(WORKER, 2)->link_generation(), 1);
   // A second broken link of the same restart begins no other.
   ASSERT_TRUE(StageGate(2, 0, 0, true, &parked).ok());
   const std::map<Ticket, absl::Status> r = Released();
   ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(released_.back().gate.link_epoch(), 1);
+  EXPECT_EQ(released_.back().gate.link_generation(), 1);
   EXPECT_EQ(coordinator_->Status(now_).pipeline_restarts_size(), 1);
   // A stage that never comes back to the gate ends the job after the
   // replacement timeout, naming it.
@@ -496,7 +496,7 @@ TEST_F(JobCoordinatorTest, ATakenOverJobGoesOnWithItsMembersAndClocks) {
   EXPECT_FALSE(Gate(0, 9, &parked).ok());  // a jump only once
   // Nobody was declared dead over the 30 s the scheduler was away.
   coordinator_->Tick(now_);
-  for (const NodeStatus& m : Members()) EXPECT_NE(m.state(), DEAD);
+  for (const MemberStatus& m : Members()) EXPECT_NE(m.state(), DEAD);
   EXPECT_EQ(coordinator_->Status(now_).scheduler_takeovers(), 1);
 }
 
@@ -628,10 +628,10 @@ TEST_F(JobCoordinatorTest, TimeTheSchedulerDidNotRunDoesNotCountAgainstMembers) 
   now_ += absl::Seconds(20);  // stopped for 20 s (heartbeats waited)
   coordinator_->Paused(absl::Seconds(20), now_);
   coordinator_->Tick(now_);
-  for (const NodeStatus& m : Members()) EXPECT_NE(m.state(), DEAD);
+  for (const MemberStatus& m : Members()) EXPECT_NE(m.state(), DEAD);
   now_ += absl::Seconds(6);  // then really silent past the timeout
   coordinator_->Tick(now_);
-  for (const NodeStatus& m : Members()) EXPECT_EQ(m.state(), DEAD);
+  for (const MemberStatus& m : Members()) EXPECT_EQ(m.state(), DEAD);
 }
 
 }  // namespace

@@ -10,8 +10,8 @@ namespace {
 bool BadAddress(const std::string& address) { return address.empty() || address.size() > 512; }
 
 // A fresh member's report: nothing heard yet.
-NodeStatus NewStatus(Role role, int id, const std::string& address) {
-  NodeStatus status;
+MemberStatus NewStatus(Role role, int id, const std::string& address) {
+  MemberStatus status;
   status.set_role(role);
   status.set_id(id);
   status.set_address(address);
@@ -51,8 +51,8 @@ const char* RoleName(Role role) { return role == SERVER ? "server" : "worker"; }
 
 bool Gone(MemberState s) { return s == FINISHED || s == FAILED || s == DEAD; }
 
-NodeStatus MemberRecord::Shown() const {
-  NodeStatus out = status;
+MemberStatus MemberRecord::Shown() const {
+  MemberStatus out = status;
   out.set_state(state);
   return out;
 }

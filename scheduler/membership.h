@@ -30,12 +30,12 @@ struct MemberRecord {
   std::string address;
   uint64_t incarnation = 0;
   MemberState state = REGISTERED;  // the scheduler's verdict
-  NodeStatus status;               // its last report (SchedulerMember.status)
+  MemberStatus status;             // its last report (SchedulerMember.status)
   absl::Time last_seen;            // registration or last heartbeat
   bool saw_job_end = false;        // was told the job ended
 
   // The report with the verdict: what the cluster's Status shows.
-  NodeStatus Shown() const;
+  MemberStatus Shown() const;
   // Marks it `state` (DEAD, or a replica's worker taken out) at `now`.
   void Declare(MemberState state, const std::string& why, absl::Time now);
 };

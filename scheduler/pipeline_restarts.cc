@@ -17,18 +17,18 @@ int PipelineRestarts::ReplicaOf(int worker) const { return pstrain::ReplicaOf(wo
 void PipelineRestarts::Begin(int replica, const std::string& why, absl::Time now) {
   ReplicaLinks& links = *state_.mutable_replicas(replica);
   if (links.restarting()) return;
-  links.set_link_epoch(links.link_epoch() + 1);
+  links.set_link_generation(links.link_generation() + 1);
   links.set_restarting(true);
   links.set_since_unix_ms(absl::ToUnixMillis(now));
   PipelineRestart* r = state_.add_restarts();
   r->set_replica(replica);
-  r->set_link_epoch(links.link_epoch());
+  r->set_link_generation(links.link_generation());
   r->set_reason(why);
   r->set_begun_unix_ms(absl::ToUnixMillis(now));
   spdlog::warn(
       "replica {}'s pipeline restarts ({}): its stages go back to its slowest clock and link anew "
-      "(link epoch {})",
-      replica, why, links.link_epoch());
+      "(link generation {})",
+      replica, why, links.link_generation());
 }
 
 std::vector<std::string> PipelineRestarts::Pending(int replica, const Membership& members,
@@ -53,17 +53,17 @@ void PipelineRestarts::End(int replica, int64_t clock, absl::Time now) {
   ReplicaLinks& links = *state_.mutable_replicas(replica);
   links.set_restarting(false);
   for (PipelineRestart& r : *state_.mutable_restarts()) {
-    if (r.replica() != replica || r.link_epoch() != links.link_epoch()) continue;
+    if (r.replica() != replica || r.link_generation() != links.link_generation()) continue;
     r.set_clock(clock);
     r.set_done_unix_ms(absl::ToUnixMillis(now));
   }
-  spdlog::warn("replica {} restarts clock {} on links of epoch {}", replica, clock,
-               links.link_epoch());
+  spdlog::warn("replica {} restarts clock {} on links of link generation {}", replica, clock,
+               links.link_generation());
 }
 
 void PipelineRestarts::RolledBack(int64_t clock, absl::Time now) {
   for (ReplicaLinks& links : *state_.mutable_replicas()) {
-    links.set_link_epoch(links.link_epoch() + 1);
+    links.set_link_generation(links.link_generation() + 1);
     links.set_restarting(false);
   }
   for (PipelineRestart& r : *state_.mutable_restarts()) {
@@ -82,12 +82,13 @@ std::optional<int> PipelineRestarts::Overdue(absl::Time now, absl::Duration time
 }
 
 void PipelineRestarts::AddWaits(const Membership& members, const std::function<bool(int)>& at_gate,
-                                NodeStatus* out) const {
+                                MemberStatus* out) const {
   for (int r = 0; r < state_.replicas_size(); ++r) {
     if (!restarting(r)) continue;
     Wait* w = out->add_waits();
-    w->set_what(absl::StrCat("replica ", r, "'s pipeline restart (link epoch ", link_epoch(r),
-                             "): waiting for ", absl::StrJoin(Pending(r, members, at_gate), ", ")));
+    w->set_what(absl::StrCat("replica ", r, "'s pipeline restart (link generation ",
+                             link_generation(r), "): waiting for ",
+                             absl::StrJoin(Pending(r, members, at_gate), ", ")));
     w->set_since_unix_ms(state_.replicas(r).since_unix_ms());
   }
 }
@@ -97,9 +98,9 @@ absl::Status PipelineRestarts::Restore(const PipelineRestartState& state) {
     return absl::InvalidArgumentError("the state does not fit the job's pipeline replicas");
   }
   for (const ReplicaLinks& links : state.replicas()) {
-    if (links.link_epoch() < 0) {
+    if (links.link_generation() < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("link epoch ", links.link_epoch(), " out of range for the job"));
+          absl::StrCat("link generation ", links.link_generation(), " out of range for the job"));
     }
   }
   state_ = state;

@@ -1,10 +1,10 @@
 // Pipeline replicas' links (--on_worker_failure=wait with pipeline stages):
-// every replica has a link epoch. A stage that died, was replaced, or whose
-// links broke starts a restart of its replica: the epoch moves up, and the
+// every replica has a link generation. A stage that died, was replaced, or whose
+// links broke starts a restart of its replica: the link generation moves up, and the
 // replica's gate calls are held until every one of its stages is live and
 // at the gate; then they all go back to the replica's slowest clock and
-// link anew in the new epoch. A rollback moves every replica's epoch up.
-// This class keeps the epochs and the restarts; JobCoordinator holds the
+// link anew in the new link generation. A rollback moves every replica's link generation up.
+// This class keeps the link generations and the restarts; JobCoordinator holds the
 // calls and moves the clocks. No I/O but logs.
 //
 // Not thread-safe: the coordinator's owner guards it.
@@ -34,10 +34,10 @@ class PipelineRestarts {
   int ReplicaOf(int worker) const;
   // Workers [first_worker, first_worker + stages) make up `replica`.
   int first_worker(int replica) const { return replica * stages_; }
-  int64_t link_epoch(int replica) const { return state_.replicas(replica).link_epoch(); }
+  int64_t link_generation(int replica) const { return state_.replicas(replica).link_generation(); }
   bool restarting(int replica) const { return state_.replicas(replica).restarting(); }
 
-  // Starts a restart of `replica` for `why` (its link epoch moves up),
+  // Starts a restart of `replica` for `why` (its link generation moves up),
   // unless one is under way.
   void Begin(int replica, const std::string& why, absl::Time now);
   // The stages of `replica` that its restart still waits for: registered,
@@ -54,7 +54,7 @@ class PipelineRestarts {
 
   // One Wait per restart under way.
   void AddWaits(const Membership& members, const std::function<bool(int worker)>& at_gate,
-                NodeStatus* out) const;
+                MemberStatus* out) const;
   // Every restart so far, oldest first (ClusterStatus.pipeline_restarts).
   const google::protobuf::RepeatedPtrField<PipelineRestart>& restarts() const {
     return state_.restarts();
@@ -66,7 +66,7 @@ class PipelineRestarts {
   // The durable part (SchedulerState.pipelines).
   const PipelineRestartState& Snapshot() const { return state_; }
   // INVALID_ARGUMENT (and nothing changed) when it is not one entry per
-  // replica or an epoch is negative.
+  // replica or an link generation is negative.
   absl::Status Restore(const PipelineRestartState& state);
 
  private:

@@ -1,4 +1,4 @@
-// PipelineRestarts: link epochs, a restart's life, rollbacks, timeouts.
+// PipelineRestarts: link generations, a restart's life, rollbacks, timeouts.
 #include "scheduler/pipeline_restarts.h"
 
 #include "gtest/gtest.h"
@@ -29,8 +29,8 @@ TEST_F(PipelineRestartsTest, ARestartMovesTheEpochOnceAndWaitsForEveryStage) {
   EXPECT_EQ(restarts_.ReplicaOf(3), 1);
   restarts_.Begin(1, "worker 3 declared dead", now_);
   restarts_.Begin(1, "worker 2's pipeline links broke", now_);  // under way: no second
-  EXPECT_EQ(restarts_.link_epoch(1), 1);
-  EXPECT_EQ(restarts_.link_epoch(0), 0);
+  EXPECT_EQ(restarts_.link_generation(1), 1);
+  EXPECT_EQ(restarts_.link_generation(0), 0);
   EXPECT_TRUE(restarts_.restarting(1));
   ASSERT_EQ(restarts_.restarts().size(), 1);
   EXPECT_EQ(restarts_.restarts()[0].reason(), "worker 3 declared dead");
@@ -59,8 +59,8 @@ TEST_F(PipelineRestartsTest, AnUnregisteredStageIsPending) {
 TEST_F(PipelineRestartsTest, ARollbackRelinksEveryReplicaAndEndsTheRestartUnderWay) {
   restarts_.Begin(0, "worker 0 declared dead", now_);
   restarts_.RolledBack(/*clock=*/10, now_);
-  EXPECT_EQ(restarts_.link_epoch(0), 2);
-  EXPECT_EQ(restarts_.link_epoch(1), 1);
+  EXPECT_EQ(restarts_.link_generation(0), 2);
+  EXPECT_EQ(restarts_.link_generation(1), 1);
   EXPECT_FALSE(restarts_.restarting(0));
   EXPECT_EQ(restarts_.restarts()[0].clock(), 10);
   EXPECT_NE(restarts_.restarts()[0].done_unix_ms(), 0);
@@ -70,26 +70,27 @@ TEST_F(PipelineRestartsTest, ARestartPastTheTimeoutIsOverdue) {
   restarts_.Begin(1, "links broke", now_);
   EXPECT_FALSE(restarts_.Overdue(now_ + absl::Seconds(60), absl::Seconds(60)).has_value());
   EXPECT_EQ(restarts_.Overdue(now_ + absl::Seconds(61), absl::Seconds(60)), 1);
-  NodeStatus me;
+  MemberStatus me;
   restarts_.AddWaits(
       members_, [](int) { return false; }, &me);
   ASSERT_EQ(me.waits_size(), 1);
-  EXPECT_EQ(me.waits(0).what(),
-            "replica 1's pipeline restart (link epoch 1): waiting for worker 2 (stage 0) at the "
-            "gate, worker 3 (stage 1) at the gate");
+  EXPECT_EQ(
+      me.waits(0).what(),
+      "replica 1's pipeline restart (link generation 1): waiting for worker 2 (stage 0) at the "
+      "gate, worker 3 (stage 1) at the gate");
 }
 
 TEST_F(PipelineRestartsTest, RestoreTakesOnlyAStateOfThisShape) {
   PipelineRestartState state = restarts_.Snapshot();
-  state.mutable_replicas(0)->set_link_epoch(4);
+  state.mutable_replicas(0)->set_link_generation(4);
   ASSERT_TRUE(restarts_.Restore(state).ok());
-  EXPECT_EQ(restarts_.link_epoch(0), 4);
+  EXPECT_EQ(restarts_.link_generation(0), 4);
   state.add_replicas();
   EXPECT_TRUE(absl::IsInvalidArgument(restarts_.Restore(state)));
   state.mutable_replicas()->RemoveLast();
-  state.mutable_replicas(1)->set_link_epoch(-1);
+  state.mutable_replicas(1)->set_link_generation(-1);
   EXPECT_TRUE(absl::IsInvalidArgument(restarts_.Restore(state)));
-  EXPECT_EQ(restarts_.link_epoch(0), 4);  // unchanged
+  EXPECT_EQ(restarts_.link_generation(0), 4);  // unchanged
   EXPECT_FALSE(PipelineRestarts(4, 1).pipelined());
   EXPECT_EQ(PipelineRestarts(4, 1).Snapshot().replicas_size(), 0);
 }

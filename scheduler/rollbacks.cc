@@ -87,7 +87,7 @@ bool Rollbacks::ManifestWritten(int64_t clock, const absl::Status& status) {
   return true;
 }
 
-void Rollbacks::AddWait(const Membership& members, NodeStatus* out) const {
+void Rollbacks::AddWait(const Membership& members, MemberStatus* out) const {
   if (!rolling_back()) return;
   std::vector<std::string> pending;
   members.ForEach([&](const MemberRecord& m) {

@@ -70,7 +70,7 @@ class Rollbacks {
   bool ManifestWritten(int64_t clock, const absl::Status& status);
 
   // While rolling back: what it waits for.
-  void AddWait(const Membership& members, NodeStatus* out) const;
+  void AddWait(const Membership& members, MemberStatus* out) const;
 
   // Its part of the cluster's status: the generation, the rollbacks, the
   // manifest's clock.

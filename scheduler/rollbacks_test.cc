@@ -57,7 +57,7 @@ TEST_F(RollbacksTest, ARollbackGoesToTheNewestCompleteSetAndEndsWhenEveryServerR
   EXPECT_TRUE(rollbacks.rolling_back());
   ASSERT_EQ(rollbacks.history().size(), 1);
   EXPECT_EQ(rollbacks.history()[0].from_clock(), 27);
-  NodeStatus me;
+  MemberStatus me;
   Report(0, 1);
   members_.Get(SERVER, 1)->state = DEAD;
   rollbacks.AddWait(members_, &me);

@@ -36,7 +36,7 @@ RunPoint RunHistory::PointOf(const ClusterStatus& status, int64_t unix_ms) {
   p.set_validation_loss(-1);
   double loss = 0;
   int live = 0;
-  for (const NodeStatus& m : status.members()) {
+  for (const MemberStatus& m : status.members()) {
     if (m.role() != WORKER) continue;
     const bool dead = m.state() == DEAD || m.state() == FAILED;
     p.add_worker_clocks(dead ? -1 : m.clock());

@@ -12,7 +12,7 @@ ClusterStatus At(int64_t clock, double loss) {
   ClusterStatus st;
   st.mutable_scheduler()->set_clock(clock);
   for (int i = 0; i < 2; ++i) {
-    NodeStatus* w = st.add_members();
+    MemberStatus* w = st.add_members();
     w->set_role(WORKER);
     w->set_id(i);
     w->set_state(RUNNING);

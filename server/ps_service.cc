@@ -436,8 +436,8 @@ std::string PsService::ParkedWhat(const ChunkStore* s, const Call& call) const {
                       pull.min_clock(), lagging.empty() ? "" : ": behind: ", lagging);
 }
 
-NodeStatus PsService::GetStatus() const {
-  NodeStatus st;
+MemberStatus PsService::GetStatus() const {
+  MemberStatus st;
   std::shared_ptr<ChunkStore> s;
   {
     absl::MutexLock lock(&mu_);

@@ -57,7 +57,7 @@ class PsService final : public PsServiceBase {
   // asked for after it.
   void StopServing();
 
-  NodeStatus GetStatus() const;
+  MemberStatus GetStatus() const;
   // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far.
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // Answers the parked pulls whose guarantee now holds (after the store

@@ -137,8 +137,8 @@ class Server {
   int Finish(JobState end, const std::string& message);
   // The Status heartbeats carry: the service's, with the last BSP norm this
   // server reported (a scheduler that took the job over completes its round).
-  NodeStatus HeartbeatStatus() {
-    NodeStatus st = service_->GetStatus();
+  MemberStatus HeartbeatStatus() {
+    MemberStatus st = service_->GetStatus();
     absl::MutexLock lock(&norm_mu_);
     st.MergeFrom(last_norm_);
     return st;
@@ -156,7 +156,7 @@ class Server {
   std::shared_ptr<ChunkStore> store_;
   std::unique_ptr<CheckpointWriter> checkpoint_;
   absl::Mutex norm_mu_;
-  NodeStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
+  MemberStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
@@ -306,7 +306,7 @@ int Server::Finish(JobState end, const std::string& message) {
     spdlog::error("job aborted: {}", message);
     return 1;
   }
-  const NodeStatus st = service_->GetStatus();
+  const MemberStatus st = service_->GetStatus();
   spdlog::info("job done; {} pushes, {} pulls served; {} bytes in, {} bytes out", st.pushes(),
                st.pulls(), st.bytes_in(), st.bytes_out());
   return 0;

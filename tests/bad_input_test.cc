@@ -123,7 +123,7 @@ TEST(BadInputTest, MissingDataPathFailsTheJobCleanly) {
   absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
   ASSERT_TRUE(final_status.ok()) << final_status.status();
   EXPECT_EQ(final_status->job_state(), ABORTED);
-  const NodeStatus w = MemberOf(*final_status, WORKER, 0);
+  const MemberStatus w = MemberOf(*final_status, WORKER, 0);
   EXPECT_EQ(w.state(), FAILED);
   EXPECT_TRUE(absl::StrContains(w.message(), "/nonexistent/fashion/train-images-idx3-ubyte.gz"))
       << w.message();
@@ -318,7 +318,7 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   ASSERT_TRUE(server->Pull(ctx.get(), pull, &after).ok());
   EXPECT_EQ(after.chunks(0).data(), before.chunks(0).data());
   StatusRequest status_req;
-  NodeStatus server_status;
+  MemberStatus server_status;
   ctx = ContextWithTimeout(absl::Seconds(10));
   ASSERT_TRUE(server->Status(ctx.get(), status_req, &server_status).ok());
   EXPECT_EQ(server_status.nonfinite_skipped(), 2);
@@ -360,7 +360,7 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   absl::SleepFor(absl::Milliseconds(300));
   // Status shows what the server waits on, and since when.
   {
-    NodeStatus waiting;
+    MemberStatus waiting;
     auto sctx = ContextWithTimeout(absl::Seconds(10));
     ASSERT_TRUE(server->Status(sctx.get(), StatusRequest(), &waiting).ok());
     ASSERT_EQ(waiting.waits_size(), 1) << waiting.DebugString();

@@ -150,7 +150,7 @@ TEST(StandaloneTest, AloneEqualsOneWorkerOnOneServer) {
     ASSERT_EQ(alone.size(), cluster.size()) << log;
     EXPECT_EQ(alone, cluster) << opt;
     // Its Status counts the clocks after the first, and no calls.
-    NodeStatus st;
+    MemberStatus st;
     ASSERT_TRUE(
         google::protobuf::util::JsonStringToMessage(ReadFile(dir + "/status.json"), &st).ok());
     EXPECT_EQ(st.state(), FINISHED);

@@ -236,7 +236,7 @@ int Cluster::MemberId(Role role, int process) const {
   if (address.empty()) return -1;
   absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler_address_);
   if (!st.ok()) return -1;
-  for (const NodeStatus& m : st->members()) {
+  for (const MemberStatus& m : st->members()) {
     if (m.role() == role && m.address() == address) return m.id();
   }
   return -1;
@@ -288,18 +288,18 @@ double MaxMagnitude(const TensorSet& set) {
   return most;
 }
 
-NodeStatus MemberOf(const ClusterStatus& status, Role role, int id) {
-  for (const NodeStatus& m : status.members()) {
+MemberStatus MemberOf(const ClusterStatus& status, Role role, int id) {
+  for (const MemberStatus& m : status.members()) {
     if (m.role() == role && m.id() == id) return m;
   }
-  return NodeStatus();
+  return MemberStatus();
 }
 
 int64_t SlowestWorkerClock(const std::string& scheduler) {
   absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
   if (!st.ok()) return -1;
   int64_t slowest = INT64_MAX;
-  for (const NodeStatus& m : st->members()) {
+  for (const MemberStatus& m : st->members()) {
     if (m.role() == WORKER) slowest = std::min(slowest, m.clock());
   }
   return slowest == INT64_MAX ? -1 : slowest;
@@ -353,7 +353,7 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 }
 
 void InProcessWorker::Finish() {
-  NodeStatus done;
+  MemberStatus done;
   done.set_role(WORKER);
   done.set_id(rank);
   done.set_state(FINISHED);
@@ -374,7 +374,7 @@ absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_addres
   // Alive in the scheduler's eyes for as long as the caller works.
   const int rank = w.rank;
   w.client->StartHeartbeats([rank] {
-    NodeStatus st;
+    MemberStatus st;
     st.set_role(WORKER);
     st.set_id(rank);
     st.set_state(RUNNING);

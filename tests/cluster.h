@@ -150,8 +150,8 @@ double MaxDifference(const TensorSet& a, const TensorSet& b);
 // The largest |weight| of the set.
 double MaxMagnitude(const TensorSet& set);
 
-// Member `id` of `role` in `status` (an empty NodeStatus if it lists none).
-NodeStatus MemberOf(const ClusterStatus& status, Role role, int id);
+// Member `id` of `role` in `status` (an empty MemberStatus if it lists none).
+MemberStatus MemberOf(const ClusterStatus& status, Role role, int id);
 
 struct InProcessWorker {
   std::unique_ptr<SchedulerClient> client;

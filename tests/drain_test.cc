@@ -104,7 +104,7 @@ TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
   EXPECT_EQ(end->job_state(), DONE) << end->message();
   EXPECT_EQ(end->manifest_clock(), clock);
   EXPECT_TRUE(end->draining());
-  for (const NodeStatus& w : end->members()) {
+  for (const MemberStatus& w : end->members()) {
     if (w.role() == WORKER) {
       EXPECT_EQ(w.clock(), clock) << "worker " << w.id();
     }
@@ -142,7 +142,7 @@ TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->start_clock(), clock);
   EXPECT_EQ(end->job_state(), DONE);
-  for (const NodeStatus& w : end->members()) {
+  for (const MemberStatus& w : end->members()) {
     if (w.role() == WORKER) {
       EXPECT_EQ(w.clock(), 300) << "worker " << w.id();
     }

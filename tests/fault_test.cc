@@ -30,9 +30,9 @@ ClusterOptions BspOptions() {
 bool UnderWay(const ClusterStatus& st) { return WorkerClock(st, 0) >= 50; }
 
 // Worker `id` as the scheduler's final Status reports it.
-NodeStatus FinalWorker(const Cluster& cluster, int id) {
+MemberStatus FinalWorker(const Cluster& cluster, int id) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
-  return st.ok() ? MemberOf(*st, WORKER, id) : NodeStatus();
+  return st.ok() ? MemberOf(*st, WORKER, id) : MemberStatus();
 }
 
 // The final test accuracy of the BSP job undisturbed (run once).
@@ -42,7 +42,7 @@ double UndisturbedAccuracy() {
     if (!cluster.Start(BspOptions()).ok() || cluster.WaitAll(absl::Seconds(120)).value_or(1) != 0) {
       return -1.0;
     }
-    const NodeStatus w = FinalWorker(cluster, 0);
+    const MemberStatus w = FinalWorker(cluster, 0);
     return w.state() == FINISHED ? w.test_accuracy() : -1.0;
   }();
   return accuracy;
@@ -86,7 +86,7 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
   ASSERT_TRUE(final_status.ok()) << final_status.status();
   EXPECT_EQ(final_status->job_state(), DONE);
-  const NodeStatus alive = MemberOf(*final_status, WORKER, survivor);
+  const MemberStatus alive = MemberOf(*final_status, WORKER, survivor);
   EXPECT_EQ(alive.state(), FINISHED);
   EXPECT_EQ(alive.clock(), final_status->total_clocks());
   EXPECT_EQ(MemberOf(*final_status, WORKER, 1 - survivor).state(), DEAD);
@@ -131,7 +131,7 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
   EXPECT_EQ(*cluster.workers()[2].Wait(absl::ZeroDuration()), 0) << cluster.Logs();
   // The replacement finished the rank's clocks from where the dead one
   // stopped: under BSP one behind the held survivor's.
-  const NodeStatus replacement = FinalWorker(cluster, victim);
+  const MemberStatus replacement = FinalWorker(cluster, victim);
   EXPECT_EQ(replacement.state(), FINISHED);
   EXPECT_GE(replacement.start_clock(), held_at - 1);
   EXPECT_LE(replacement.start_clock(), held_at);
@@ -178,11 +178,11 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   EXPECT_TRUE(gate_wait_seen);
 
   // Declared dead after the timeout, with when and why.
-  NodeStatus dead;
+  MemberStatus dead;
   WaitForStatus(
       cluster.scheduler_address(),
       [&](const ClusterStatus& st) {
-        for (const NodeStatus& m : st.members()) {
+        for (const MemberStatus& m : st.members()) {
           if (m.state() == DEAD) dead = m;
         }
         return dead.state() == DEAD;

@@ -19,9 +19,9 @@ std::string GptJob(const std::string& gpt, const std::string& rest = "") {
 }
 
 // Worker 0 as the scheduler's final Status reports it.
-NodeStatus FinalWorker0(const Cluster& cluster) {
+MemberStatus FinalWorker0(const Cluster& cluster) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
-  return st.ok() ? MemberOf(*st, WORKER, 0) : NodeStatus();
+  return st.ok() ? MemberOf(*st, WORKER, 0) : MemberStatus();
 }
 
 TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
@@ -40,7 +40,7 @@ TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   ASSERT_EQ(*code, 0) << cluster.Logs();
-  const NodeStatus w = FinalWorker0(cluster);
+  const MemberStatus w = FinalWorker0(cluster);
   EXPECT_EQ(w.state(), FINISHED);
   const double loss = w.validation_loss();
   const double entropy = w.unigram_entropy();
@@ -68,7 +68,7 @@ TEST(GptTrainingTest, Bf16ComputeTrains) {
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(240));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   ASSERT_EQ(*code, 0) << cluster.Logs();
-  const NodeStatus w = FinalWorker0(cluster);
+  const MemberStatus w = FinalWorker0(cluster);
   EXPECT_EQ(w.state(), FINISHED);
   EXPECT_EQ(w.compute_dtype(), "bf16");
   const double loss = w.validation_loss();
@@ -136,7 +136,7 @@ TEST(GptTrainingTest, MissingCorpusFailsTheJobCleanly) {
   absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
   ASSERT_TRUE(final_status.ok()) << final_status.status();
   EXPECT_EQ(final_status->job_state(), ABORTED);
-  const NodeStatus w = MemberOf(*final_status, WORKER, 0);
+  const MemberStatus w = MemberOf(*final_status, WORKER, 0);
   EXPECT_EQ(w.state(), FAILED);
   EXPECT_TRUE(absl::StrContains(w.message(), "/nonexistent/corpus")) << w.message();
 }

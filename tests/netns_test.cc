@@ -90,7 +90,7 @@ struct Member {
 Member Worker(const std::string& scheduler, int id) {
   absl::StatusOr<ClusterStatus> st = SchedulerStatus(scheduler);
   if (!st.ok()) return {};
-  for (const NodeStatus& m : st->members()) {
+  for (const MemberStatus& m : st->members()) {
     if (m.role() == WORKER && m.id() == id) return {m.state(), m.clock()};
   }
   return {};

@@ -139,7 +139,7 @@ TEST(OffloadTest, OffloadedServersTrainTheQuickStartModelBitIdentically) {
   EXPECT_EQ(memory.weights.SerializeAsString(), offloaded.weights.SerializeAsString());
   // Status while it ran: at most the budget resident, and the disk used.
   int servers = 0;
-  for (const NodeStatus& m : offloaded.status.members()) {
+  for (const MemberStatus& m : offloaded.status.members()) {
     if (m.role() != SERVER) continue;
     ++servers;
     EXPECT_LE(m.offload_resident_bytes(), kBudget);
@@ -240,7 +240,7 @@ TEST(OffloadTest, AnOffloadedServerTrainsInsideItsBudgetPlusAFixedOverhead) {
   EXPECT_EQ(limit->OomKills(), 0);
   ASSERT_GT(memory.weights.tensors_size(), 0);
   EXPECT_EQ(memory.weights.SerializeAsString(), offloaded.weights.SerializeAsString());
-  const NodeStatus server = MemberOf(offloaded.status, SERVER, 0);
+  const MemberStatus server = MemberOf(offloaded.status, SERVER, 0);
   EXPECT_GE(server.offload_disk_bytes(), 4 * kLargeBudget);  // the state is >= 4x the budget
   EXPECT_LE(server.offload_resident_bytes(), kLargeBudget);
   EXPECT_GT(memory.peak_rss_anon, 4 * kLargeBudget);
@@ -311,7 +311,7 @@ Trained TrainGpt(const std::string& name, const std::vector<std::string>& flags)
   run.weights = ReadWeights(cluster.worker_weights(0));
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
   if (st.ok()) run.status = *st;
-  for (const NodeStatus& m : run.status.members()) {
+  for (const MemberStatus& m : run.status.members()) {
     if (m.role() == WORKER) run.peak_rss_anon = std::max(run.peak_rss_anon, m.peak_device_bytes());
   }
   return run;
@@ -382,7 +382,7 @@ void ExpectServerFails(const std::string& name, const std::string& dir, const st
   EXPECT_EQ(st->job_state(), ABORTED);
   EXPECT_NE(st->message().find(what), std::string::npos) << st->message();
   bool failed = false;
-  for (const NodeStatus& m : st->members()) failed |= m.role() == SERVER && m.state() == FAILED;
+  for (const MemberStatus& m : st->members()) failed |= m.role() == SERVER && m.state() == FAILED;
   EXPECT_TRUE(failed);
 }
 

@@ -49,7 +49,7 @@ class OperateTest : public ::testing::Test {
   static bool Ready(const ClusterStatus& st) {
     if (st.job_state() != RUNNING_JOB || st.scheduler().metrics_address().empty()) return false;
     int ready = 0;
-    for (const NodeStatus& m : st.members()) {
+    for (const MemberStatus& m : st.members()) {
       ready += !m.metrics_address().empty() && (m.role() == SERVER || m.clock() >= 3);
     }
     return ready == 4;
@@ -58,7 +58,7 @@ class OperateTest : public ::testing::Test {
   // Every daemon's metrics address, scheduler first.
   std::vector<std::string> MetricsAddresses() const {
     std::vector<std::string> out = {status_.scheduler().metrics_address()};
-    for (const NodeStatus& m : status_.members()) out.push_back(m.metrics_address());
+    for (const MemberStatus& m : status_.members()) out.push_back(m.metrics_address());
     return out;
   }
 
@@ -97,7 +97,7 @@ TEST_F(OperateTest, EveryDaemonsMetricsParseAndMoveBetweenScrapes) {
                 *PromValue(first[0], "pstrain_clock", {{"role", "scheduler"}}));
       continue;
     }
-    const NodeStatus& m = status_.members(static_cast<int>(i) - 1);
+    const MemberStatus& m = status_.members(static_cast<int>(i) - 1);
     const std::string role = m.role() == SERVER ? "server" : "worker";
     const std::map<std::string, std::string> me = {{"role", role}, {"id", absl::StrCat(m.id())}};
     for (const char* counter : {"pstrain_pushes_total", "pstrain_pulls_total",

@@ -127,7 +127,7 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
     EXPECT_LE(diff, 1e-4) << c.stages << " stages, " << c.workers << " workers";
     ASSERT_EQ(piped.status.stages_size(), c.stages);
     for (int w = 0; w < c.workers; ++w) {
-      const NodeStatus m = MemberOf(piped.status, WORKER, w);
+      const MemberStatus m = MemberOf(piped.status, WORKER, w);
       EXPECT_EQ(m.state(), FINISHED) << w;
       EXPECT_EQ(m.stage(), w % c.stages);
       EXPECT_EQ(m.replica(), w / c.stages);
@@ -198,7 +198,7 @@ TEST(PipelineTest, UnderShrinkAKilledStageWorkerTakesItsReplicaOutAndTheOtherFin
   EXPECT_EQ(st->job_state(), DONE);
   const int out = killed / 2;
   for (int w = 0; w < 4; ++w) {
-    const NodeStatus m = MemberOf(*st, WORKER, w);
+    const MemberStatus m = MemberOf(*st, WORKER, w);
     if (w / 2 == out) {
       EXPECT_EQ(m.state(), DEAD) << w;
     } else {

@@ -47,7 +47,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
     ASSERT_TRUE(s.ok()) << s.status() << cluster.Logs();
     st = *s;
     int ticking = 0;
-    for (const NodeStatus& m : st.members()) {
+    for (const MemberStatus& m : st.members()) {
       ticking += m.role() == WORKER && m.clock() > 0 && m.loss() > 0;
     }
     running = st.job_state() == RUNNING_JOB && ticking == 2;
@@ -61,7 +61,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   ASSERT_EQ(st.members_size(), 4) << raw;
   std::set<std::pair<int, int>> seen;
   std::set<std::string> addresses;
-  for (const NodeStatus& m : st.members()) {
+  for (const MemberStatus& m : st.members()) {
     seen.insert({m.role(), m.id()});
     addresses.insert(m.address());
     EXPECT_TRUE(absl::StartsWith(m.address(), "127.0.0.1:")) << m.address();
@@ -87,7 +87,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   EXPECT_TRUE(absl::StrContains(table, "worker")) << table;
   EXPECT_TRUE(absl::StrContains(table, "server")) << table;
   std::string server_address;
-  for (const NodeStatus& m : st.members()) {
+  for (const MemberStatus& m : st.members()) {
     if (m.role() == SERVER && m.id() == 1) server_address = m.address();
   }
   std::string one;
@@ -97,7 +97,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
                 .value_or(-1),
             0)
       << one;
-  NodeStatus server;
+  MemberStatus server;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(one, &server).ok()) << one;
   EXPECT_EQ(server.role(), SERVER);
   EXPECT_EQ(server.id(), 1);
@@ -113,7 +113,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   const absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
   ASSERT_TRUE(final_status.ok()) << final_status.status();
   for (int w = 0; w < 2; ++w) {
-    const NodeStatus n = MemberOf(*final_status, WORKER, w);
+    const MemberStatus n = MemberOf(*final_status, WORKER, w);
     EXPECT_EQ(n.clocks_trained(), 199);
     // --debug_slowdown_ms sleeps 20 ms in every step.
     EXPECT_GE(n.run_split().compute_ms(), 20);

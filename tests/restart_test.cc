@@ -74,7 +74,7 @@ bool WaitForClock(Cluster& cluster, int64_t clock) {
 double FinalAccuracy(const Cluster& cluster) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
   if (!st.ok()) return -1;
-  const NodeStatus w = MemberOf(*st, WORKER, 0);
+  const MemberStatus w = MemberOf(*st, WORKER, 0);
   return w.state() == FINISHED ? w.test_accuracy() : -1;
 }
 
@@ -119,7 +119,7 @@ void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker
     const bool dead = WaitForStatus(
         cluster.scheduler_address(),
         [](const ClusterStatus& st) {
-          return std::any_of(st.members().begin(), st.members().end(), [](const NodeStatus& m) {
+          return std::any_of(st.members().begin(), st.members().end(), [](const MemberStatus& m) {
             return m.role() == SERVER && m.state() == DEAD;
           });
         },

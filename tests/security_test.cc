@@ -31,22 +31,22 @@ namespace {
 constexpr char kToken[] = "s3cret-token-for-tests";
 
 // Adds `bearer` as the call's authorization (unless empty) and metadata
-// a stage link's neighbour sends (the epoch of its link).
-void AddMetadata(grpc::ClientContext* ctx, const std::string& bearer, int link_epoch) {
+// a stage link's neighbour sends (the link generation of its link).
+void AddMetadata(grpc::ClientContext* ctx, const std::string& bearer, int link_generation) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (!bearer.empty()) ctx->AddMetadata("authorization", bearer);
-  ctx->AddMetadata("pstrain-link-epoch", absl::StrCat(link_epoch));
+  ctx->AddMetadata("pstrain-link-generation", absl::StrCat(link_generation));
 }
 
 // A raw unary call of `method` ("/pstrain.Scheduler/Status") with an empty
 // request.
-grpc::Status Call(const std::string& address, const std::string& method,
-                  const std::string& bearer, int link_epoch = 0) {
+grpc::Status Call(const std::string& address, const std::string& method, const std::string& bearer,
+                  int link_generation = 0) {
   grpc::GenericStub stub(MakeChannel(address));
   grpc::Slice empty("");
   grpc::ByteBuffer request(&empty, 1), reply;
   grpc::ClientContext ctx;
-  AddMetadata(&ctx, bearer, link_epoch);
+  AddMetadata(&ctx, bearer, link_generation);
   absl::Notification done;
   grpc::Status status;
   stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
@@ -59,11 +59,11 @@ grpc::Status Call(const std::string& address, const std::string& method,
 
 // A raw streaming call of `method`: one empty message each way at most.
 grpc::Status StreamCall(const std::string& address, const std::string& method,
-                        const std::string& bearer, int link_epoch) {
+                        const std::string& bearer, int link_generation) {
   grpc::GenericStub stub(MakeChannel(address));
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
-  AddMetadata(&ctx, bearer, link_epoch);
+  AddMetadata(&ctx, bearer, link_generation);
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(&ctx, method, &cq);
   void* tag;
   bool ok;
@@ -118,7 +118,7 @@ using Servers = std::map<std::string, std::vector<std::string>>;
 
 Servers ServersOf(const ClusterStatus& st) {
   Servers out = {{Scheduler::service_full_name(), {st.scheduler().address()}}};
-  for (const NodeStatus& m : st.members()) {
+  for (const MemberStatus& m : st.members()) {
     if (m.role() == SERVER) out[ParameterServer::service_full_name()].push_back(m.address());
     if (m.role() != WORKER) continue;
     out[Worker::service_full_name()].push_back(m.address());
@@ -146,8 +146,8 @@ int CallEveryMethodWithoutTheToken(const Servers& servers) {
         for (const std::string& wrong :
              {std::string(), std::string("Bearer nope"), absl::StrCat("Bearer ", kToken, "x"),
               std::string(kToken)}) {
-          for (int epoch = 0; epoch < (stream ? 3 : 1); ++epoch) {
-            const grpc::Status st = stream ? StreamCall(address, method, wrong, epoch)
+          for (int generation = 0; generation < (stream ? 3 : 1); ++generation) {
+            const grpc::Status st = stream ? StreamCall(address, method, wrong, generation)
                                            : Call(address, method, wrong);
             EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED)
                 << method << " at " << address << " with \"" << wrong
@@ -206,7 +206,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
     if (!st.ok() || st->members_size() != 5 || st->scheduler().metrics_address().empty()) {
       return false;
     }
-    for (const NodeStatus& m : st->members()) {
+    for (const MemberStatus& m : st->members()) {
       if (m.role() == SERVER && m.metrics_address().empty()) return false;
       if (m.role() == WORKER && m.clock() < 1) return false;
     }
@@ -219,7 +219,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   // /metrics, the dashboard and its data refuse HTTP requests without the
   // token (401), and answer with it, in a header or as ?token=.
   std::vector<std::string> http = {status.scheduler().metrics_address()};
-  for (const NodeStatus& m : status.members()) {
+  for (const MemberStatus& m : status.members()) {
     if (m.role() == SERVER) http.push_back(m.metrics_address());
   }
   for (const std::string& address : http) {
@@ -235,7 +235,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   }
 
   // Every method of every service in proto/, on every member serving it:
-  // 4 wrong tokens each, 3 link epochs for a stream.
+  // 4 wrong tokens each, 3 link generations for a stream.
   const Servers servers = ServersOf(status);
   const int calls = CallEveryMethodWithoutTheToken(servers);
   EXPECT_EQ(calls, 4 * (6 + 3 + 4 * 1 + 4 * 3));  // scheduler, server, workers, stage links
@@ -256,7 +256,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   ASSERT_TRUE(final_status.ok()) << final_status.status();
   EXPECT_EQ(final_status->job_state(), DONE);
   for (int w = 0; w < 4; ++w) {
-    const NodeStatus m = MemberOf(*final_status, WORKER, w);
+    const MemberStatus m = MemberOf(*final_status, WORKER, w);
     EXPECT_EQ(m.state(), FINISHED) << "worker " << w << cluster.Logs();
     EXPECT_EQ(m.clock(), 400) << "worker " << w;
   }

@@ -21,14 +21,14 @@ bool WaitForStatus(const std::string& scheduler,
 
 int64_t SlowestClock(const ClusterStatus& status) {
   int64_t slowest = INT64_MAX;
-  for (const NodeStatus& m : status.members()) {
+  for (const MemberStatus& m : status.members()) {
     if (m.role() == WORKER) slowest = std::min(slowest, m.clock());
   }
   return slowest == INT64_MAX ? -1 : slowest;
 }
 
 int64_t WorkerClock(const ClusterStatus& status, int id) {
-  for (const NodeStatus& m : status.members()) {
+  for (const MemberStatus& m : status.members()) {
     if (m.role() == WORKER && m.id() == id) return m.clock();
   }
   return -1;
@@ -36,7 +36,7 @@ int64_t WorkerClock(const ClusterStatus& status, int id) {
 
 int WorkersAt(const ClusterStatus& status, int64_t clock) {
   int at = 0;
-  for (const NodeStatus& m : status.members()) at += m.role() == WORKER && m.clock() >= clock;
+  for (const MemberStatus& m : status.members()) at += m.role() == WORKER && m.clock() >= clock;
   return at;
 }
 

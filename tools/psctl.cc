@@ -79,10 +79,10 @@ std::string Bytes(int64_t b) {
   return absl::StrCat(b);
 }
 
-void PrintTable(const std::vector<NodeStatus>& rows) {
+void PrintTable(const std::vector<MemberStatus>& rows) {
   std::printf("%-9s %3s %-21s %3s %3s %-10s %7s %9s %8s %8s %8s %8s %7s\n", "ROLE", "ID", "ADDRESS",
               "REP", "STG", "STATE", "CLOCK", "SAMPLES/S", "LOSS", "ACCURACY", "IN", "OUT", "RSS");
-  for (const NodeStatus& n : rows) {
+  for (const MemberStatus& n : rows) {
     const bool worker = n.role() == WORKER;
     std::printf(
         "%-9s %3s %-21s %3s %3s %-10s %7lld %9s %8s %8s %8s %8s %7s\n", EnumWord(n.role(), "?").c_str(),
@@ -207,13 +207,13 @@ void PrintCluster(const ClusterStatus& st) {
         r.done_unix_ms() > 0 ? absl::StrCat("back to clock ", r.clock(), " in ",
                                             r.done_unix_ms() - r.begun_unix_ms(), " ms")
                              : std::string("waiting for its stages");
-    std::printf("pipeline restart of replica %d (link epoch %lld): %s; %s\n", r.replica(),
-                static_cast<long long>(r.link_epoch()), r.reason().c_str(), done.c_str());
+    std::printf("pipeline restart of replica %d (link generation %lld): %s; %s\n", r.replica(),
+                static_cast<long long>(r.link_generation()), r.reason().c_str(), done.c_str());
   }
-  std::vector<NodeStatus> rows = {st.scheduler()};
+  std::vector<MemberStatus> rows = {st.scheduler()};
   rows.insert(rows.end(), st.members().begin(), st.members().end());
   PrintTable(rows);
-  for (const NodeStatus& m : st.members()) {
+  for (const MemberStatus& m : st.members()) {
     if (m.role() != SERVER || m.offload_disk_bytes() == 0) continue;
     std::printf(
         "server %d offloaded: %s of %s in memory; read %s (%.0f MB/s), wrote %s (%.0f MB/s)\n",
@@ -237,7 +237,7 @@ void PrintCluster(const ClusterStatus& st) {
 }
 
 int StatusOfDaemon(const std::string& address, const std::string& role) {
-  NodeStatus st;
+  MemberStatus st;
   auto ctx = ContextWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   grpc::Status rpc;
   if (role == "server") {

@@ -82,12 +82,12 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || member_.generation() > generation ||
            gate_->generation() > generation;
   });
-  return options_.on_cluster ? options_.on_cluster(cluster, member_.link_epoch())
+  return options_.on_cluster ? options_.on_cluster(cluster, member_.link_generation())
                              : absl::OkStatus();
 }
 
-absl::Status ClockLoop::Relink(const ClusterView& cluster, int64_t link_epoch) {
-  return options_.on_cluster(cluster, link_epoch);
+absl::Status ClockLoop::Relink(const ClusterView& cluster, int64_t link_generation) {
+  return options_.on_cluster(cluster, link_generation);
 }
 
 void ClockLoop::ResumeAt(int64_t clock) {
@@ -113,7 +113,7 @@ AdvanceClockRequest ClockLoop::GateRequest(int64_t clock, bool relink) {
   req.set_worker_id(options_.rank);
   req.set_clock(clock);
   req.set_generation(member_.generation());
-  req.set_link_epoch(member_.link_epoch());
+  req.set_link_generation(member_.link_generation());
   req.set_relink(relink);
   return req;
 }

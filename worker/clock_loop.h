@@ -13,7 +13,7 @@
 //
 // A pipeline stage whose clock fails on its links asks the gate to restart
 // its replica's pipeline (--on_worker_failure=wait); the answer, like any
-// gate answer of a newer link epoch, sends the loop to the clock the
+// gate answer of a newer link generation, sends the loop to the clock the
 // replica restarts at, on new links.
 //
 // With overlap (TrainingOptions::overlap, when the job allows it) the
@@ -100,9 +100,9 @@ struct ClockLoopOptions {
   std::function<absl::StatusOr<StageClock>(int64_t clock, const Batch& batch, ParamBuffers* grads)>
       stage_step;
   // Called with every cluster view the loop connects to and its replica's
-  // link epoch (a stage links to its neighbours there), and again when the
+  // link generation (a stage links to its neighbours there), and again when the
   // replica's pipeline restarted.
-  std::function<absl::Status(const ClusterView& cluster, int64_t link_epoch)> on_cluster;
+  std::function<absl::Status(const ClusterView& cluster, int64_t link_generation)> on_cluster;
 };
 
 // What the loop has done, for Status.
@@ -199,7 +199,7 @@ class ClockLoop : private LoopActions {
   void ResumeAt(int64_t clock) override;
   // Clients of the servers of `cluster` for the current generation.
   absl::Status Connect(const ClusterView& cluster) override;
-  absl::Status Relink(const ClusterView& cluster, int64_t link_epoch) override;
+  absl::Status Relink(const ClusterView& cluster, int64_t link_generation) override;
   void SetPushContext(const PushContext& context) override;
 
   const ClockLoopOptions options_;
@@ -211,7 +211,7 @@ class ClockLoop : private LoopActions {
   const std::atomic<bool>* stop_ = nullptr;
   // Set when the loop ends: pulls in flight give up at their next retry.
   std::atomic<bool> leaving_{false};
-  WorkerMemberLoop member_;  // generation, link epoch, live workers, the job's end
+  WorkerMemberLoop member_;  // generation, link generation, live workers, the job's end
   ReadPlan reads_;           // after member_: it reads its schedule
   LoopStats stats_;
   Progress progress_;  // after stats_

@@ -29,8 +29,8 @@ absl::StatusOr<bool> WorkerMemberLoop::Adopt(const AdvanceClockResponse& gate, i
   schedule_.Set({gate.consistency_changes().begin(), gate.consistency_changes().end()});
   const bool rolled_back = gate.generation() != generation_;
   const bool restarted =
-      !rolled_back && connected && stages_ > 1 && gate.link_epoch() != link_epoch_;
-  link_epoch_ = gate.link_epoch();
+      !rolled_back && connected && stages_ > 1 && gate.link_generation() != link_generation_;
+  link_generation_ = gate.link_generation();
   if (rolled_back) {
     spdlog::warn("the cluster rolled back (generation {}): resuming at clock {} (was at {})",
                  gate.generation(), gate.resume_clock(), clock);
@@ -39,10 +39,10 @@ absl::StatusOr<bool> WorkerMemberLoop::Adopt(const AdvanceClockResponse& gate, i
   }
   if (restarted) {
     spdlog::warn(
-        "replica {}'s pipeline restarted (link epoch {}): resuming at clock {} (was at {})",
-        replica_, link_epoch_, gate.resume_clock(), clock);
+        "replica {}'s pipeline restarted (link generation {}): resuming at clock {} (was at {})",
+        replica_, link_generation_, gate.resume_clock(), clock);
     actions_->ResumeAt(gate.resume_clock());
-    RETURN_IF_ERROR(actions_->Relink(gate.cluster(), link_epoch_));
+    RETURN_IF_ERROR(actions_->Relink(gate.cluster(), link_generation_));
     return true;
   }
   if (rolled_back || !connected) {
@@ -101,7 +101,7 @@ bool WorkerWatch::Step(const WorkerNews& news) {
     actions_->CancelLinks(absl::CancelledError("the worker stopped"));
     return true;
   }
-  actions_->InterruptLinks(news.link_epoch);
+  actions_->InterruptLinks(news.link_generation);
   return false;
 }
 

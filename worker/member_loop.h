@@ -7,7 +7,7 @@
 // job's end moved earlier (psctl drain), the checkpoint asked for, the
 // consistency changes, a rollback (a newer generation: the loop resumes at
 // the checkpoint's clock with clients of the new generation's servers) and
-// a pipeline restart (a stage's newer link epoch: it resumes where its
+// a pipeline restart (a stage's newer link generation: it resumes where its
 // replica restarts, on new links). It acts through LoopActions.
 //
 // WorkerWatch takes what a worker hears between gate answers (heartbeats'
@@ -40,8 +40,8 @@ class LoopActions {
   // Clients of the servers of `cluster` for the current generation (the
   // first answer, and after a rollback); a stage links to its neighbours.
   virtual absl::Status Connect(const ClusterView& cluster) = 0;
-  // A stage's replica restarted its pipeline: new links in `link_epoch`.
-  virtual absl::Status Relink(const ClusterView& cluster, int64_t link_epoch) = 0;
+  // A stage's replica restarted its pipeline: new links in `link_generation`.
+  virtual absl::Status Relink(const ClusterView& cluster, int64_t link_generation) = 0;
   // What pushes carry from now on besides gradients.
   virtual void SetPushContext(const PushContext& context) = 0;
 };
@@ -71,7 +71,7 @@ class WorkerMemberLoop {
   static bool MayRelink(const absl::Status& failure);
 
   int64_t generation() const { return generation_; }
-  int64_t link_epoch() const { return link_epoch_; }
+  int64_t link_generation() const { return link_generation_; }
   // The job's clocks: fewer once it drains.
   int64_t total() const { return total_; }
   const ConsistencySchedule& schedule() const { return schedule_; }
@@ -84,7 +84,7 @@ class WorkerMemberLoop {
   const int replica_, stages_;
   LoopActions* const actions_;
   std::atomic<int64_t> generation_;
-  int64_t link_epoch_ = 0;  // pipeline stages: the replica's links'
+  int64_t link_generation_ = 0;  // pipeline stages: the replica's links'
   int64_t total_;
   int64_t checkpoint_asked_ = 0;  // AdvanceClockResponse.checkpoint_clock
   ConsistencySchedule schedule_;  // the job's, with the scheduler's changes
@@ -95,7 +95,7 @@ class WorkerMemberLoop {
 struct WorkerNews {
   bool shutdown = false;  // the process was told to stop (a signal)
   JobState job_state = WAITING;
-  int64_t link_epoch = 0;  // its replica's, as heartbeats tell it
+  int64_t link_generation = 0;  // its replica's, as heartbeats tell it
 };
 
 // The runtime, as WorkerWatch sees it.
@@ -104,8 +104,8 @@ class WatchActions {
   virtual ~WatchActions() = default;
   // Training ends (CANCELLED).
   virtual void Stop() = 0;
-  // A stage's waits on its links end unless it links in `link_epoch`.
-  virtual void InterruptLinks(int64_t link_epoch) = 0;
+  // A stage's waits on its links end unless it links in `link_generation`.
+  virtual void InterruptLinks(int64_t link_generation) = 0;
   // A stage's waits on its links end with `why`.
   virtual void CancelLinks(const absl::Status& why) = 0;
 };

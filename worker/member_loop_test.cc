@@ -1,7 +1,7 @@
 // The worker's reactions to the scheduler's news against fake actions: the
 // expected call log is the assertion. Gate answers (WorkerMemberLoop): the
 // first answer connects, a newer generation resumes at its clock with new
-// clients, a stage's newer link epoch relinks, a drain moves the end, the
+// clients, a stage's newer link generation relinks, a drain moves the end, the
 // push context follows the answers, the batch is split among the live
 // replicas. Heartbeats' news (WorkerWatch): a restart interrupts a stage's
 // links, a signal or the job's abort stops the worker once.
@@ -27,8 +27,8 @@ class FakeLoop : public LoopActions {
     calls.push_back(absl::StrCat("connect ", cluster.servers_size(), " servers"));
     return absl::OkStatus();
   }
-  absl::Status Relink(const ClusterView&, int64_t link_epoch) override {
-    calls.push_back(absl::StrCat("relink ", link_epoch));
+  absl::Status Relink(const ClusterView&, int64_t link_generation) override {
+    calls.push_back(absl::StrCat("relink ", link_generation));
     return absl::OkStatus();
   }
   void SetPushContext(const PushContext& c) override {
@@ -76,21 +76,21 @@ TEST(WorkerMemberLoopTest, TheFirstAnswerConnectsAndARollbackResumesWithNewClien
       << absl::StrJoin(loop.calls, "\n");
 }
 
-TEST(WorkerMemberLoopTest, AStagesNewerLinkEpochRelinksWhereItsReplicaRestarts) {
+TEST(WorkerMemberLoopTest, AStagesNewerLinkGenerationRelinksWhereItsReplicaRestarts) {
   const JobSpec job = Job(4);
   FakeLoop loop;
   WorkerMemberLoop member(job, /*replica=*/1, /*stages=*/2, 0, &loop);
   AdvanceClockResponse first = Answer(0, 0, 4);
-  first.set_link_epoch(3);  // linked in epoch 3 from the start: no restart
+  first.set_link_generation(3);  // linked in link generation 3 from the start: no restart
   EXPECT_FALSE(*member.Adopt(first, 0, /*connected=*/false));
   AdvanceClockResponse restart = Answer(0, 12, 4);
-  restart.set_link_epoch(4);
+  restart.set_link_generation(4);
   EXPECT_TRUE(*member.Adopt(restart, 15, true));
-  EXPECT_EQ(member.link_epoch(), 4);
+  EXPECT_EQ(member.link_generation(), 4);
   EXPECT_EQ(loop.calls, (CallLog{"connect 2 servers", "context ckpt 0 []",  //
                                  "resume 12", "relink 4"}))
       << absl::StrJoin(loop.calls, "\n");
-  // Without stages a link epoch means nothing.
+  // Without stages a link generation means nothing.
   FakeLoop alone_loop;
   WorkerMemberLoop alone(Job(2), 0, 1, 0, &alone_loop);
   ASSERT_TRUE(alone.Adopt(Answer(0, 0, 2), 0, false).ok());
@@ -159,8 +159,8 @@ class FakeRuntime : public WatchActions {
  public:
   CallLog calls;
   void Stop() override { calls.push_back("stop"); }
-  void InterruptLinks(int64_t link_epoch) override {
-    calls.push_back(absl::StrCat("interrupt ", link_epoch));
+  void InterruptLinks(int64_t link_generation) override {
+    calls.push_back(absl::StrCat("interrupt ", link_generation));
   }
   void CancelLinks(const absl::Status& why) override {
     calls.push_back(absl::StrCat("cancel ", why.message()));
@@ -173,7 +173,7 @@ TEST(WorkerWatchTest, ARestartInterruptsTheLinksAndAnAbortStopsOnce) {
   WorkerNews news;
   news.job_state = RUNNING_JOB;
   EXPECT_FALSE(watch.Step(news));
-  news.link_epoch = 2;  // the replica's pipeline restarts
+  news.link_generation = 2;  // the replica's pipeline restarts
   EXPECT_FALSE(watch.Step(news));
   news.job_state = ABORTED;
   EXPECT_TRUE(watch.Step(news));

@@ -13,7 +13,7 @@ absl::Status StreamChannel::Send(StageTensor tensor) {
   StageMessage m;
   m.set_replica(me_.replica);
   m.set_stage(me_.stage);
-  m.set_epoch(epoch());
+  m.set_link_generation(link_generation());
   m.set_clock(tensor.clock);
   m.set_micro(tensor.micro);
   m.set_dtype(me_.wire_dtype);
@@ -41,9 +41,10 @@ absl::StatusOr<StageTensor> StreamChannel::Receive() {
                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !inbox_.empty() || !closed_.ok(); };
   mu_.Await(absl::Condition(&ready));
   if (inbox_.empty()) return closed_;
-  if (inbox_.front().epoch > epoch_) {
-    return absl::AbortedError(absl::StrCat(peer_, " restarted in link epoch ",
-                                           inbox_.front().epoch, "; this stage is in ", epoch_));
+  if (inbox_.front().link_generation > link_generation_) {
+    return absl::AbortedError(absl::StrCat(peer_, " restarted in link generation ",
+                                           inbox_.front().link_generation, "; this stage is in ",
+                                           link_generation_));
   }
   StageTensor t = std::move(inbox_.front().tensor);
   inbox_.pop_front();
@@ -51,29 +52,29 @@ absl::StatusOr<StageTensor> StreamChannel::Receive() {
 }
 
 int StreamChannel::Attach(std::function<bool(const StageMessage&)> write,
-                          std::function<void()> cancel, int64_t epoch) {
+                          std::function<void()> cancel, int64_t link_generation) {
   absl::MutexLock write_lock(&write_mu_);
   write_ = std::move(write);
   absl::MutexLock lock(&mu_);
   attached_ = true;
-  stream_epoch_ = epoch;
+  stream_generation_ = link_generation;
   cancel_ = std::move(cancel);
   closed_ = absl::OkStatus();
   return ++token_;
 }
 
-void StreamChannel::Reset(int64_t epoch) {
+void StreamChannel::Reset(int64_t link_generation) {
   {
     // A Send blocked in an older stream holds write_mu_: end that first.
     absl::MutexLock lock(&mu_);
-    if ((!attached_ || stream_epoch_ < epoch) && cancel_) cancel_();
+    if ((!attached_ || stream_generation_ < link_generation) && cancel_) cancel_();
   }
   absl::MutexLock write_lock(&write_mu_);
   absl::MutexLock lock(&mu_);
-  epoch_ = epoch;
-  while (!inbox_.empty() && inbox_.front().epoch < epoch) inbox_.pop_front();
+  link_generation_ = link_generation;
+  while (!inbox_.empty() && inbox_.front().link_generation < link_generation) inbox_.pop_front();
   closed_ = absl::OkStatus();
-  if (attached_ && stream_epoch_ >= epoch) return;
+  if (attached_ && stream_generation_ >= link_generation) return;
   // The older stream ends (its peer restarts too) and its end is no
   // longer this link's.
   if (cancel_) cancel_();
@@ -83,9 +84,9 @@ void StreamChannel::Reset(int64_t epoch) {
   ++token_;
 }
 
-int64_t StreamChannel::epoch() const {
+int64_t StreamChannel::link_generation() const {
   absl::MutexLock lock(&mu_);
-  return epoch_;
+  return link_generation_;
 }
 
 absl::Status StreamChannel::Deliver(const StageMessage& m, int peer_replica, int peer_stage) {
@@ -97,7 +98,7 @@ absl::Status StreamChannel::Deliver(const StageMessage& m, int peer_replica, int
       m.data().size() != static_cast<size_t>(m.floats()) * DTypeSize(m.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("a malformed tensor from ", peer_));
   }
-  if (m.epoch() < epoch()) return absl::OkStatus();  // of a link that restarted
+  if (m.link_generation() < link_generation()) return absl::OkStatus();  // of a link that restarted
   StageTensor t{m.clock(), m.micro(), std::vector<float>(m.floats())};
   DecodeFloats(m.dtype(), m.data().data(), m.floats(), t.values.data());
   absl::MutexLock lock(&mu_);
@@ -105,11 +106,13 @@ absl::Status StreamChannel::Deliver(const StageMessage& m, int peer_replica, int
     return static_cast<int>(inbox_.size()) < me_.inbox || !closed_.ok();
   };
   mu_.Await(absl::Condition(&room));
-  // A closed link still keeps a newer epoch's tensors (its peer restarted
+  // A closed link still keeps a newer link generation's tensors (its peer restarted
   // first) for Reset, while there is room.
-  const bool newer = m.epoch() > epoch_ && static_cast<int>(inbox_.size()) < me_.inbox;
+  const bool newer =
+      m.link_generation() > link_generation_ && static_cast<int>(inbox_.size()) < me_.inbox;
   if (!closed_.ok() && !newer) return closed_;
-  if (m.epoch() >= epoch_) inbox_.push_back(Received{m.epoch(), std::move(t)});
+  if (m.link_generation() >= link_generation_)
+    inbox_.push_back(Received{m.link_generation(), std::move(t)});
   return absl::OkStatus();
 }
 
@@ -126,14 +129,14 @@ void StreamChannel::Close(absl::Status why) {
   {
     // A Send blocked in the stream holds write_mu_: end that first.
     absl::MutexLock lock(&mu_);
-    if ((!attached_ || stream_epoch_ <= epoch_) && cancel_) cancel_();
+    if ((!attached_ || stream_generation_ <= link_generation_) && cancel_) cancel_();
   }
   absl::MutexLock write_lock(&write_mu_);
   absl::MutexLock lock(&mu_);
-  // What is of this epoch goes; a stream and tensors of a newer one (the
+  // What is of this link generation goes; a stream and tensors of a newer one (the
   // peer restarted first) stay for Reset.
-  while (!inbox_.empty() && inbox_.front().epoch <= epoch_) inbox_.pop_front();
-  if (!attached_ || stream_epoch_ <= epoch_) {
+  while (!inbox_.empty() && inbox_.front().link_generation <= link_generation_) inbox_.pop_front();
+  if (!attached_ || stream_generation_ <= link_generation_) {
     if (cancel_) cancel_();
     cancel_ = nullptr;
     write_ = nullptr;
@@ -148,16 +151,17 @@ std::string StageName(int stage, int replica) {
   return absl::StrCat("stage ", stage, " of replica ", replica);
 }
 
-constexpr char kLinkEpochKey[] = "pstrain-link-epoch";
+constexpr char kLinkGenerationKey[] = "pstrain-link-generation";
 
-int64_t LinkEpochOf(const grpc::ServerContext& ctx) {
-  const auto it = ctx.client_metadata().find(kLinkEpochKey);
-  int64_t epoch = 0;
+int64_t LinkGenerationOf(const grpc::ServerContext& ctx) {
+  const auto it = ctx.client_metadata().find(kLinkGenerationKey);
+  int64_t link_generation = 0;
   if (it == ctx.client_metadata().end() ||
-      !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &epoch)) {
+      !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()),
+                        &link_generation)) {
     return -1;
   }
-  return epoch;
+  return link_generation;
 }
 
 }  // namespace
@@ -186,15 +190,15 @@ grpc::Status StageLinkService::Exchange(
     before = before_.get();
     me = me_;
   }
-  const int64_t epoch = LinkEpochOf(*ctx);
-  if (epoch < before->epoch()) {
+  const int64_t link_generation = LinkGenerationOf(*ctx);
+  if (link_generation < before->link_generation()) {
     return grpc::Status(grpc::StatusCode::ABORTED,
-                        absl::StrCat("a link of epoch ", epoch, "; this stage is in epoch ",
-                                     before->epoch(), " (its pipeline restarted)"));
+                        absl::StrCat("a link of link generation ", link_generation,
+                                     "; this stage is in link generation ",
+                                     before->link_generation(), " (its pipeline restarted)"));
   }
-  const int token =
-      before->Attach([stream](const StageMessage& m) { return stream->Write(m); },
-                     [ctx] { ctx->TryCancel(); }, epoch);
+  const int token = before->Attach([stream](const StageMessage& m) { return stream->Write(m); },
+                                   [ctx] { ctx->TryCancel(); }, link_generation);
   StageMessage m;
   absl::Status st;
   while (st.ok() && stream->Read(&m)) st = before->Deliver(m, me.replica, me.stage - 1);
@@ -210,10 +214,10 @@ StageLinkClient::StageLinkClient(StageEndpoint me, const std::string& address)
     : me_(me),
       after_(me, absl::StrCat(StageName(me.stage + 1, me.replica), " at ", address)),
       stub_(StageLink::NewStub(MakeBulkChannel(address))) {
-  ctx_.AddMetadata(kLinkEpochKey, absl::StrCat(me.epoch));
+  ctx_.AddMetadata(kLinkGenerationKey, absl::StrCat(me.link_generation));
   stream_ = stub_->Exchange(&ctx_);
   token_ = after_.Attach([this](const StageMessage& m) { return stream_->Write(m); },
-                         [this] { ctx_.TryCancel(); }, me.epoch);
+                         [this] { ctx_.TryCancel(); }, me.link_generation);
   reader_ = std::thread([this] {
     StageMessage m;
     absl::Status st;

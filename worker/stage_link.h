@@ -4,10 +4,10 @@
 // (StageLinkService); each direction in order, with bounded inboxes, so a
 // fast sender waits (gRPC flow control) instead of filling memory.
 //
-// Link epochs: when a replica's pipeline restarts (a stage was replaced,
-// or the cluster rolled back) its stages link anew in a newer epoch. A
-// stream and every tensor carry the epoch they were made in; a channel
-// drops what is older than its own epoch, and a tensor of a newer one ends
+// Link generations: when a replica's pipeline restarts (a stage was replaced,
+// or the cluster rolled back) its stages link anew in a newer link generation. A
+// stream and every tensor carry the link generation they were made in; a channel
+// drops what is older than its own link generation, and a tensor of a newer one ends
 // the wait of a stage still in the older (it has to restart too).
 #ifndef PSTRAIN_WORKER_STAGE_LINK_H_
 #define PSTRAIN_WORKER_STAGE_LINK_H_
@@ -32,7 +32,7 @@ namespace pstrain {
 struct StageEndpoint {
   int replica = 0;
   int stage = 0;
-  int64_t epoch = 0;  // the link epoch
+  int64_t link_generation = 0;  // the link generation
   DType wire_dtype = FP32;
   // Tensors received and not yet taken, at most: no fewer than the
   // micro-batches of a clock (a stage takes them only in its schedule's order).
@@ -50,30 +50,30 @@ class StreamChannel : public StageChannel {
  public:
   // `peer` names the other end in errors ("stage 0 of replica 1").
   StreamChannel(StageEndpoint me, std::string peer)
-      : me_(me), peer_(std::move(peer)), epoch_(me.epoch) {}
+      : me_(me), peer_(std::move(peer)), link_generation_(me.link_generation) {}
 
   absl::Status Send(StageTensor tensor) override;
   absl::StatusOr<StageTensor> Receive() override;
   int64_t bytes_sent() const override { return sent_.load(); }
 
-  // A stream of link epoch `epoch` writes through `write`, until Detach
+  // A stream of link generation `link generation` writes through `write`, until Detach
   // with the token returned (a newer stream takes over from an older one);
   // `cancel` ends it (see Reset and Close).
   int Attach(std::function<bool(const StageMessage&)> write, std::function<void()> cancel,
-             int64_t epoch);
+             int64_t link_generation);
   // A message from the stream: waits while the inbox is full; an error for
-  // a message that is not the peer's; one of an older epoch is dropped.
+  // a message that is not the peer's; one of an older link generation is dropped.
   absl::Status Deliver(const StageMessage& message, int peer_replica, int peer_stage);
   // Stream `token` ended: unless a newer one is attached, Send and (once the
   // inbox is empty) Receive fail with `why`.
   void Detach(int token, absl::Status why);
   // Ends the waits of Send and Receive now: `why` is their status until
-  // Reset, and the stream attached ends (unless it is of a newer epoch).
+  // Reset, and the stream attached ends (unless it is of a newer link generation).
   void Close(absl::Status why);
-  // The link starts over in `epoch`: what is older is dropped (a stream of
-  // an older epoch is ended) and Receive waits for the peer's stream.
-  void Reset(int64_t epoch);
-  int64_t epoch() const;
+  // The link starts over in `link generation`: what is older is dropped (a stream of
+  // an older link generation is ended) and Receive waits for the peer's stream.
+  void Reset(int64_t link_generation);
+  int64_t link_generation() const;
 
  private:
   const StageEndpoint me_;
@@ -82,14 +82,14 @@ class StreamChannel : public StageChannel {
   absl::Mutex write_mu_;
   std::function<bool(const StageMessage&)> write_ ABSL_GUARDED_BY(write_mu_);
   mutable absl::Mutex mu_;
-  int64_t epoch_ ABSL_GUARDED_BY(mu_);
+  int64_t link_generation_ ABSL_GUARDED_BY(mu_);
   struct Received {
-    int64_t epoch;
+    int64_t link_generation;
     StageTensor tensor;
   };
   std::deque<Received> inbox_ ABSL_GUARDED_BY(mu_);
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t stream_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // of the stream attached
+  int64_t stream_generation_ ABSL_GUARDED_BY(mu_) = 0;  // of the stream attached
   std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
   int token_ ABSL_GUARDED_BY(mu_) = 0;        // of the stream attached last
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once detached

@@ -108,7 +108,7 @@ TEST(StageLinkTest, ANeighbourThatGoesAwayOrNeverComesIsAnError) {
   served.server->Shutdown();
 }
 
-// A pipeline restart: the stage after resets its link to a newer epoch.
+// A pipeline restart: the stage after resets its link to a newer link generation.
 TEST(StageLinkTest, ALinkStartsOverInANewerEpochAndDropsWhatIsOlder) {
   StageEndpoint after{0, 1, 0, FP32};
   after.connect_timeout = absl::Seconds(10);
@@ -122,24 +122,24 @@ TEST(StageLinkTest, ALinkStartsOverInANewerEpochAndDropsWhatIsOlder) {
   before->Reset(1);
   // The older stream was ended: its stage learns it.
   EXPECT_FALSE(old_link->after()->Receive().ok());
-  // A stream of the older epoch is refused.
+  // A stream of the older link generation is refused.
   auto stale = std::make_unique<StageLinkClient>(StageEndpoint{0, 0, 0, FP32}, served.address);
   absl::StatusOr<StageTensor> t = stale->after()->Receive();
   EXPECT_EQ(t.status().code(), absl::StatusCode::kAborted) << t.status();
-  // The new epoch's stream: only its tensors arrive (the old one was dropped).
+  // The new link generation's stream: only its tensors arrive (the old one was dropped).
   auto link = std::make_unique<StageLinkClient>(StageEndpoint{0, 0, 1, FP32}, served.address);
   ASSERT_TRUE(link->after()->Send(StageTensor{3, 0, {7.0f}}).ok());
   t = before->Receive();
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->clock, 3);
   EXPECT_EQ(t->values, std::vector<float>{7.0f});
-  // A tensor of a newer epoch than the stage's ends its wait; once it
-  // resets to that epoch, it takes it.
+  // A tensor of a newer link generation than the stage's ends its wait; once it
+  // resets to that link generation, it takes it.
   auto newer = std::make_unique<StageLinkClient>(StageEndpoint{0, 0, 2, FP32}, served.address);
   ASSERT_TRUE(newer->after()->Send(StageTensor{3, 0, {9.0f}}).ok());
   t = before->Receive();
   EXPECT_EQ(t.status().code(), absl::StatusCode::kAborted) << t.status();
-  // Closing the link of the older epoch (its stage restarts) keeps the
+  // Closing the link of the older link generation (its stage restarts) keeps the
   // newer stream and what it sends.
   before->Close(absl::AbortedError("restarting"));
   ASSERT_TRUE(newer->after()->Send(StageTensor{3, 1, {10.0f}}).ok());

@@ -24,12 +24,12 @@ StageWorker::StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Mo
   if (stage_ > 0) service_->Configure(endpoint_);
 }
 
-absl::Status StageWorker::Connect(const ClusterView& cluster, int64_t epoch) {
+absl::Status StageWorker::Connect(const ClusterView& cluster, int64_t link_generation) {
   StreamChannel* after = nullptr;
   absl::MutexLock lock(&mu_);
-  const bool restarted = epoch != endpoint_.epoch;
-  endpoint_.epoch = epoch;
-  if (stage_ > 0 && restarted) service_->before()->Reset(epoch);
+  const bool restarted = link_generation != endpoint_.link_generation;
+  endpoint_.link_generation = link_generation;
+  if (stage_ > 0 && restarted) service_->before()->Reset(link_generation);
   if (!last()) {
     const int next = worker_id_ + 1;
     if (next >= cluster.workers_size()) {
@@ -54,11 +54,11 @@ void StageWorker::Cancel(absl::Status why) {
   CloseLinks(why);
 }
 
-void StageWorker::Interrupt(int64_t epoch) {
+void StageWorker::Interrupt(int64_t link_generation) {
   absl::MutexLock lock(&mu_);
-  if (epoch <= endpoint_.epoch) return;
-  CloseLinks(absl::AbortedError(
-      absl::StrCat("replica ", replica_, "'s pipeline restarts (link epoch ", epoch, ")")));
+  if (link_generation <= endpoint_.link_generation) return;
+  CloseLinks(absl::AbortedError(absl::StrCat(
+      "replica ", replica_, "'s pipeline restarts (link generation ", link_generation, ")")));
 }
 
 void StageWorker::CloseLinks(const absl::Status& why) {

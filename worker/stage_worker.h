@@ -3,7 +3,7 @@
 // stream the stage before opened to this worker's StageLinkService, and
 // the stream this worker opens to the stage after, made again when the
 // cluster view names another address for it or the replica's pipeline
-// restarted (a newer link epoch: both links start over).
+// restarted (a newer link generation: both links start over).
 #ifndef PSTRAIN_WORKER_STAGE_WORKER_H_
 #define PSTRAIN_WORKER_STAGE_WORKER_H_
 
@@ -28,18 +28,18 @@ class StageWorker {
   StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Model* model,
               StageLinkService* service);
 
-  // Links to the stage after as `cluster` names it, in link epoch `epoch`
+  // Links to the stage after as `cluster` names it, in link generation `link generation`
   // (on every cluster view).
-  absl::Status Connect(const ClusterView& cluster, int64_t epoch);
+  absl::Status Connect(const ClusterView& cluster, int64_t link_generation);
   // A failed clock ends both links (the neighbours stop waiting on them).
   absl::StatusOr<StageClock> Step(int64_t clock, const Batch& batch, ParamBuffers* grads);
   absl::StatusOr<StepResult> Evaluate(int64_t tag, const Batch& batch);
   // Ends any wait for a neighbour with `why` (the worker stops: a neighbour
   // that hangs without its link breaking must not hang this one). Thread-safe.
   void Cancel(absl::Status why);
-  // The replica's pipeline restarts in link epoch `epoch`: unless this
+  // The replica's pipeline restarts in link generation `link generation`: unless this
   // worker links in it already, the waits on its links end. Thread-safe.
-  void Interrupt(int64_t epoch);
+  void Interrupt(int64_t link_generation);
 
   int replica() const { return replica_; }
   bool last() const { return stage_ + 1 == stages_; }

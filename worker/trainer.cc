@@ -150,8 +150,8 @@ void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
   lo->stage_step = [stage](int64_t clock, const Batch& batch, ParamBuffers* grads) {
     return stage->Step(clock, batch, grads);
   };
-  lo->on_cluster = [stage](const ClusterView& cluster, int64_t link_epoch) {
-    return stage->Connect(cluster, link_epoch);
+  lo->on_cluster = [stage](const ClusterView& cluster, int64_t link_generation) {
+    return stage->Connect(cluster, link_generation);
   };
 }
 
@@ -171,9 +171,9 @@ static bool OverlapFor(const TrainerOptions& options) {
   return options.training.overlap && no_overlap == nullptr;
 }
 
-void Trainer::InterruptLinks(int64_t link_epoch) {
+void Trainer::InterruptLinks(int64_t link_generation) {
   absl::MutexLock lock(&links_mu_);
-  if (links_ != nullptr) links_->Interrupt(link_epoch);
+  if (links_ != nullptr) links_->Interrupt(link_generation);
 }
 
 void Trainer::CancelLinks(const absl::Status& why) {
@@ -303,8 +303,8 @@ absl::Status Trainer::Finish(const Model& model, const ClockLoop& loop, double a
   return WriteWeights(options_.training.weights_out, total, model, model.weights());
 }
 
-NodeStatus Trainer::Status() const {
-  NodeStatus st;
+MemberStatus Trainer::Status() const {
+  MemberStatus st;
   st.set_role(WORKER);
   st.set_id(options_.worker_id);
   st.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_));

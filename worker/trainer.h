@@ -57,14 +57,14 @@ class Trainer : private DataSource {
   absl::StatusOr<double> Run(const std::atomic<bool>& stop);
 
   // This worker's status (clock, loss, throughput, bytes, accuracy).
-  NodeStatus Status() const;
+  MemberStatus Status() const;
 
   // While Run runs a pipeline stage, its waits on its links end unless it
-  // links in `link_epoch` already (its replica's pipeline restarts), or end
+  // links in `link_generation` already (its replica's pipeline restarts), or end
   // with `why` (StageWorker::Interrupt, Cancel); otherwise nothing. A stage
   // blocked on a neighbour sees no gate: the runtime's WorkerWatch
   // (worker/member_loop.h) calls these from its own thread. Thread-safe.
-  void InterruptLinks(int64_t link_epoch);
+  void InterruptLinks(int64_t link_generation);
   void CancelLinks(const absl::Status& why);
 
  private:

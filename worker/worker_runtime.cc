@@ -71,7 +71,9 @@ class RuntimeActions : public WatchActions {
  public:
   RuntimeActions(std::atomic<bool>* stop, Trainer* trainer) : stop_(stop), trainer_(trainer) {}
   void Stop() override { *stop_ = true; }
-  void InterruptLinks(int64_t link_epoch) override { trainer_->InterruptLinks(link_epoch); }
+  void InterruptLinks(int64_t link_generation) override {
+    trainer_->InterruptLinks(link_generation);
+  }
   void CancelLinks(const absl::Status& why) override { trainer_->CancelLinks(why); }
 
  private:
@@ -112,7 +114,7 @@ class WorkerMember {
   }
 
   // Its status for heartbeats and the Status service.
-  NodeStatus Status();
+  MemberStatus Status();
   int Run(const RegisterResponse& reg);
 
  private:
@@ -133,9 +135,9 @@ class WorkerMember {
   std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(mu_);
 };
 
-NodeStatus WorkerMember::Status() {
+MemberStatus WorkerMember::Status() {
   absl::MutexLock lock(&mu_);
-  NodeStatus st;
+  MemberStatus st;
   if (trainer_ != nullptr) st = trainer_->Status();
   st.set_role(WORKER);
   st.set_id(id_);
@@ -146,7 +148,7 @@ NodeStatus WorkerMember::Status() {
 }
 
 void WorkerMember::Report(MemberState state, const std::string& message, double accuracy) {
-  NodeStatus st = Status();
+  MemberStatus st = Status();
   if (accuracy >= 0) st.set_test_accuracy(accuracy);
   MemberDaemon* daemon;
   {
@@ -241,7 +243,7 @@ int WorkerMember::Train() {
     WorkerNews news;
     news.shutdown = ShutdownRequested();
     news.job_state = daemon->client().job_state();
-    news.link_epoch = daemon->client().link_epoch();
+    news.link_generation = daemon->client().link_generation();
     return news;
   });
   // (Trainer::Run turns a failed allocation in the clock loop into an
@@ -296,7 +298,7 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
       OutOfMemoryAsError("building the model", [&] { return trainer.Run(stop); });
   stop = true;
   watcher.join();
-  NodeStatus st = trainer.Status();
+  MemberStatus st = trainer.Status();
   st.set_state(acc.ok() ? FINISHED : FAILED);
   if (!acc.ok()) {
     st.set_message(std::string(acc.status().message()));

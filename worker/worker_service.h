@@ -15,14 +15,14 @@ namespace pstrain {
 class WorkerService final : public Worker::WithRawCallbackMethod_Status<Worker::Service> {
  public:
   // `status_fn` is called from gRPC threads; it must be thread-safe.
-  explicit WorkerService(std::function<NodeStatus()> status_fn)
+  explicit WorkerService(std::function<MemberStatus()> status_fn)
       : status_fn_(std::move(status_fn)) {}
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
 
  private:
-  std::function<NodeStatus()> status_fn_;
+  std::function<MemberStatus()> status_fn_;
 };
 
 }  // namespace pstrain
