@@ -248,7 +248,7 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     std::exit(1);
   }
   const JobSpec& job = worker->job;
-  const int rank = worker->rank;
+  const int id = worker->id;
   const std::vector<ParamInfo> params = ModelParams(job.model());
   const Partition partition = Partition::Make(params, job.chunk_bytes(), 1).value();
   std::vector<std::vector<float>> grads, weights;
@@ -266,7 +266,7 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     popts.wire_dtype = dtype;
     popts.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
     popts.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-    PsClient ps(worker->cluster, &partition, rank, popts);
+    PsClient ps(worker->cluster, &partition, id, popts);
     auto push = [&] {
       const absl::Status st = ps.Push(clock++, 64, grads);
       if (!st.ok()) std::fprintf(stderr, "push: %s\n", std::string(st.message()).c_str());

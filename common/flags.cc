@@ -29,7 +29,7 @@ std::set<std::string>& Given() {
 constexpr struct {
   absl::string_view old_name;
   absl::string_view new_name;
-} kRenamedFlags[] = {{"steps", "clocks"}};
+} kRenamedFlags[] = {{"steps", "clocks"}, {"rank", "id"}};
 
 std::string RenamedHint(absl::string_view name) {
   for (const auto& r : kRenamedFlags) {

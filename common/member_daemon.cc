@@ -22,7 +22,7 @@ ABSL_FLAG(int64_t, heartbeat_interval_ms, 500, "milliseconds between heartbeats 
 ABSL_FLAG(int64_t, scheduler_timeout_ms, 30000,
           "how long a member keeps retrying a scheduler it lost (heartbeats, the gate) before "
           "it exits (1); a restarted scheduler has this long to be back (100..86400000)");
-ABSL_FLAG(int64_t, rank, 0,
+ABSL_FLAG(int64_t, id, 0,
           "take over this id from a failed member of the same role (a server: its checkpoint "
           "is loaded and the cluster rolls back to it; a worker: under "
           "--on_worker_failure=wait); not given: the next free id, or a dead member's");
@@ -38,19 +38,19 @@ MemberConfig MemberConfigFromFlags(Role role) {
   c.scheduler = absl::GetFlag(FLAGS_scheduler);
   c.listen = absl::GetFlag(FLAGS_listen);
   c.port_file = absl::GetFlag(FLAGS_port_file);
-  const std::optional<int64_t> rank = GivenFlag(FLAGS_rank);
+  const std::optional<int64_t> id = GivenFlag(FLAGS_id);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   ExitOnBadFlag(CheckFlagRanges({
       {"connect_timeout_s", absl::GetFlag(FLAGS_connect_timeout_s), 1, 86400},
       {"heartbeat_interval_ms", absl::GetFlag(FLAGS_heartbeat_interval_ms), 10, 60000},
       {"scheduler_timeout_ms", absl::GetFlag(FLAGS_scheduler_timeout_ms), 100, 86400000},
-      {"rank", rank, 0, 65535},
+      {"id", id, 0, 65535},
       {"metrics_port", c.metrics_port, 0, 65535},
   }));
   c.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   c.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   c.scheduler_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_scheduler_timeout_ms));
-  c.rank = rank.has_value() ? static_cast<int>(*rank) : -1;
+  c.id = id.has_value() ? static_cast<int>(*id) : -1;
   return c;
 }
 
@@ -123,7 +123,7 @@ MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> se
   options.connect_timeout = config_.connect_timeout;
   options.heartbeat_interval = config_.heartbeat_interval;
   options.scheduler_timeout = config_.scheduler_timeout;
-  options.rank = config_.rank;
+  options.id = config_.id;
   client_ = std::make_unique<SchedulerClient>(options);
 }
 

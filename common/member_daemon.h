@@ -4,7 +4,7 @@
 // parses its own flags, starts a MemberDaemon and puts its logic between
 // Register and Finish.
 //
-// Exit codes (README): 2 for a bad command line or a failed start (listen,
+// Exit codes (docs/running.md): 2 for a bad command line or a failed start (listen,
 // port file), 3 when the scheduler cannot be reached or refuses us.
 #ifndef PSTRAIN_COMMON_MEMBER_DAEMON_H_
 #define PSTRAIN_COMMON_MEMBER_DAEMON_H_
@@ -35,7 +35,7 @@ struct MemberConfig {
   absl::Duration connect_timeout;     // --connect_timeout_s
   absl::Duration heartbeat_interval;  // --heartbeat_interval_ms
   absl::Duration scheduler_timeout = absl::Seconds(30);  // --scheduler_timeout_ms
-  int rank = -1;                      // --rank
+  int id = -1;                         // --id
   std::optional<int> metrics_port;    // --metrics_port: serve /metrics (0: the OS picks)
   ServerOptions server;               // the gRPC server's limits and queues
 };

@@ -55,7 +55,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
   req.set_role(options_.role);
   req.set_address(options_.address);
   req.set_incarnation(incarnation_);
-  if (options_.rank >= 0) req.set_rank(options_.rank);
+  if (options_.id >= 0) req.set_id(options_.id);
   auto unreachable = [](const absl::Status& st) {
     return IsTransient(st) || absl::IsDeadlineExceeded(st);
   };

@@ -21,8 +21,8 @@ struct SchedulerClientOptions {
   std::string scheduler;  // HOST:PORT
   Role role = ROLE_UNSPECIFIED;
   std::string address;  // this member's own service
-  // A member taking over the id of a failed one (--rank); -1: any.
-  int rank = -1;
+  // A member taking over the id of a failed one (--id); -1: any.
+  int id = -1;
   // How long Register keeps retrying an unreachable scheduler.
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration heartbeat_interval = absl::Milliseconds(500);

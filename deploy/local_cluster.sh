@@ -15,7 +15,7 @@
 # DIR/worker<i>.weights.
 # --supervise: a daemon that dies of a signal (SIGKILL, SIGSEGV, ...) is
 # started again, as systemd's Restart=on-abnormal or a Kubernetes pod would
-# be: a server or worker with --rank of the id it had, the scheduler on the
+# be: a server or worker with --id of the id it had, the scheduler on the
 # same port and its --state_dir (LOGS/scheduler-state unless given), so it
 # takes the job over. An exit with a code (0 done, 1 aborted, 2 bad input,
 # 3 refused) is not restarted. Unless the flags after -- or the job say
@@ -150,7 +150,7 @@ restart_flags() {
       local role=${1%%[0-9]*}
       local id
       id=$(grep -m1 -o "\[$role [0-9]*\]" "$LOGS/$1.log" | tr -dc 0-9 || true)
-      [ -z "$id" ] || echo "--rank=$id" ;;
+      [ -z "$id" ] || echo "--id=$id" ;;
   esac
 }
 
@@ -187,7 +187,7 @@ for i in $(seq 0 $((WORKERS - 1))); do
 done
 echo "local_cluster: scheduler at $SCHED, $SERVERS servers, $WORKERS workers$([ "$SUPERVISE" -eq 0 ] || echo ", supervised"); logs in $LOGS" >&2
 
-# Show worker 0's progress (ranks are handed out in order of registration,
+# Show worker 0's progress (ids are handed out in order of registration,
 # so find the log that says "worker 0").
 (
   for _ in $(seq 1 600); do

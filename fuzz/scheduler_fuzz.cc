@@ -23,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!req.ParseFromString(body)) return 0;
       absl::StatusOr<int> id =
           members->Register(req.role(), req.address(), req.incarnation(), absl::Now());
-      if (id.ok() && req.has_rank()) {
-        (void)members->Replace(req.role(), req.rank(), req.address() + "r", req.incarnation(),
+      if (id.ok() && req.has_id()) {
+        (void)members->Replace(req.role(), req.id(), req.address() + "r", req.incarnation(),
                                absl::Now());
       }
       break;

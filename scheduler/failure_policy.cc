@@ -62,7 +62,7 @@ Decision FailurePolicy::WorkerDied(const MemberRecord& m, const std::string& why
                                    absl::Time now) {
   const std::string reason = absl::StrCat("worker ", m.id, " declared dead: ", why);
   if (job == RUNNING_JOB && KeepsPlace(WORKER)) {
-    spdlog::warn("waiting for worker {} to come back or be replaced (ps_worker --rank={})", m.id,
+    spdlog::warn("waiting for worker {} to come back or be replaced (ps_worker --id={})", m.id,
                  m.id);
     if (!Pipelined()) return Decision{};
     return Make(Decision::kRestartReplica, reason, ReplicaOf(m.id, stages_));
@@ -184,7 +184,7 @@ Decision FailurePolicy::CheckTimeouts(JobState job, const PipelineRestarts& pipe
     out = Make(Decision::kAbort,
                absl::StrCat(RoleName(m.role), " ", m.id,
                             " died and neither came back nor was replaced within ", within,
-                            " (start one with ps_", RoleName(m.role), " --rank=", m.id, ")"));
+                            " (start one with ps_", RoleName(m.role), " --id=", m.id, ")"));
   });
   if (out.kind != Decision::kNone) return out;
   if (std::optional<int> r = pipelines.Overdue(now, policy_.replacement_timeout)) {

@@ -8,7 +8,7 @@
 //   a worker under kShrink          -> the job goes on without it (with
 //                                      stages: without its whole replica)
 //   a worker under kWait            -> its place is kept until it comes back
-//                                      or a replacement takes its rank (with
+//                                      or a replacement takes its id (with
 //                                      stages: its replica restarts)
 //   a worker under kAbort, or FAILED -> the job ends ABORTED (with stages
 //                                      under kShrink: its replica is out)
@@ -42,7 +42,7 @@ namespace pstrain {
 enum class WorkerFailure {
   kShrink,  // go on without a dead worker (the others split its share)
   kAbort,   // end the job
-  kWait,    // hold the gate until it comes back or a replacement takes its rank
+  kWait,    // hold the gate until it comes back or a replacement takes its id
 };
 
 struct SchedulerPolicy {

@@ -107,7 +107,7 @@ TEST_F(FailurePolicyTest, UnderWaitADeadWorkerKeepsItsPlaceUntilTheTimeout) {
   EXPECT_EQ(d.kind, Decision::kAbort);
   EXPECT_EQ(d.why,
             "worker 1 died and neither came back nor was replaced within 1m (start one with "
-            "ps_worker --rank=1)");
+            "ps_worker --id=1)");
 }
 
 TEST_F(FailurePolicyTest, UnderWaitADeadWorkerComesBack) {

@@ -89,11 +89,11 @@ bool JobCoordinator::MembersToldOfEnd(absl::Time now, absl::Duration grace) cons
 absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
                                                           absl::Time now) {
   if (Ended()) return absl::FailedPreconditionError("the job has already ended");
-  // Without a rank, a dead member's place once every id is taken.
+  // Without an id, a dead member's place once every id is taken.
   ASSIGN_OR_RETURN(
       const int slot,
       members_.SlotFor(
-          req.role(), req.has_rank() ? std::optional<int>(req.rank()) : std::nullopt,
+          req.role(), req.has_id() ? std::optional<int>(req.id()) : std::nullopt,
           [this](const MemberRecord& m) { return m.role == SERVER || !clocks_.removed(m.id); }));
   absl::StatusOr<int> id = slot;
   if (slot >= 0) {

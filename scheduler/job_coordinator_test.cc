@@ -50,12 +50,12 @@ class JobCoordinatorTest : public ::testing::Test {
         job, policy, &catalog_, [this](const TraceEvent& e) { trace_.push_back(e); }, now_);
   }
   absl::StatusOr<RegisterResponse> Join(Role role, const std::string& address,
-                                        uint64_t incarnation = 1, int rank = -1) {
+                                        uint64_t incarnation = 1, int id = -1) {
     RegisterRequest req;
     req.set_role(role);
     req.set_address(address);
     req.set_incarnation(incarnation);
-    if (rank >= 0) req.set_rank(rank);
+    if (id >= 0) req.set_id(id);
     return coordinator_->Register(req, now_);
   }
   void JoinAll() {
@@ -210,7 +210,7 @@ TEST_F(JobCoordinatorTest, UnderShrinkADeadStageWorkerTakesItsReplicaOut) {
   EXPECT_EQ(coordinator_->state(), ABORTED);
 }
 
-TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheRank) {
+TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheId) {
   SchedulerPolicy policy;
   policy.on_worker_failure = WorkerFailure::kWait;
   Start(TwoByTwo(), policy);
@@ -231,7 +231,7 @@ TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheRank) {
   coordinator_->Tick(now_);  // worker 1 dies; its place is kept
   EXPECT_TRUE(Released().empty());
   EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
-  // A replacement with --rank=1 takes over at worker 1's clock.
+  // A replacement with --id=1 takes over at worker 1's clock.
   const absl::StatusOr<RegisterResponse> joined = Join(WORKER, "w1b", /*incarnation=*/2, 1);
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ(joined->id(), 1);
@@ -280,7 +280,7 @@ TEST_F(JobCoordinatorTest, UnderWaitAReplicaRestartsAtItsSlowestClockOnceEverySt
   ASSERT_EQ(st.pipeline_restarts_size(), 1);
   EXPECT_EQ(st.pipeline_restarts(0).replica(), 0);
   EXPECT_EQ(st.pipeline_restarts(0).done_unix_ms(), 0);
-  // The replacement takes rank 1 at its clock, 0, and comes to the gate in
+  // The replacement takes id 1 at its clock, 0, and comes to the gate in
   // no link generation yet: now every stage of replica 0 is there.
   const absl::StatusOr<RegisterResponse> joined = Join(WORKER, "w1b", /*incarnation=*/2, 1);
   ASSERT_TRUE(joined.ok()) << joined.status();

@@ -98,25 +98,25 @@ absl::StatusOr<int> Membership::Register(Role role, const std::string& address,
 }
 
 absl::StatusOr<int> Membership::SlotFor(
-    Role role, std::optional<int> rank,
+    Role role, std::optional<int> id,
     const std::function<bool(const MemberRecord&)>& vacant) const {
   if (role != SERVER && role != WORKER) {
-    if (rank.has_value()) return absl::InvalidArgumentError("bad role");
+    if (id.has_value()) return absl::InvalidArgumentError("bad role");
     return -1;  // Register refuses it
   }
   const std::vector<MemberRecord>& list = List(role);
   const int expected = role == SERVER ? num_servers_ : num_workers_;
   const int registered = static_cast<int>(list.size());
-  if (rank.has_value()) {
-    if (*rank < 0 || *rank >= expected) {
+  if (id.has_value()) {
+    if (*id < 0 || *id >= expected) {
       return absl::InvalidArgumentError(
-          absl::StrCat("rank ", *rank, " outside [0, ", expected, ")"));
+          absl::StrCat("id ", *id, " outside [0, ", expected, ")"));
     }
-    if (*rank > registered) {
+    if (*id > registered) {
       return absl::FailedPreconditionError(absl::StrCat(
-          RoleName(role), " ids are handed out in order: ", registered, " is next, not ", *rank));
+          RoleName(role), " ids are handed out in order: ", registered, " is next, not ", *id));
     }
-    return *rank < registered ? *rank : -1;
+    return *id < registered ? *id : -1;
   }
   if (registered < expected) return -1;
   for (const MemberRecord& m : list) {

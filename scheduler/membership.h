@@ -53,12 +53,12 @@ class Membership {
   absl::StatusOr<int> Register(Role role, const std::string& address, uint64_t incarnation,
                                absl::Time now);
 
-  // The slot a registration of `role` takes: `rank` (if given) when it is a
-  // registered id, -1 when it is the next new one; without a rank, once
+  // The slot a registration of `role` takes: `id` (if given) when it is a
+  // registered id, -1 when it is the next new one; without an id, once
   // every id of the role is taken, the first DEAD member for which
-  // `vacant` says yes. INVALID_ARGUMENT for a rank outside the job;
-  // FAILED_PRECONDITION for a rank past the next id.
-  absl::StatusOr<int> SlotFor(Role role, std::optional<int> rank,
+  // `vacant` says yes. INVALID_ARGUMENT for an id outside the job;
+  // FAILED_PRECONDITION for an id past the next id.
+  absl::StatusOr<int> SlotFor(Role role, std::optional<int> id,
                               const std::function<bool(const MemberRecord&)>& vacant) const;
 
   // The registered member (role, id) of this incarnation, or

@@ -40,7 +40,7 @@ std::vector<std::string> PipelineRestarts::Pending(int replica, const Membership
       pending.push_back(absl::StrCat("worker ", w, " to register"));
     } else if (m->state == DEAD) {
       pending.push_back(
-          absl::StrCat("worker ", w, " to come back or a replacement (ps_worker --rank=", w, ")"));
+          absl::StrCat("worker ", w, " to come back or a replacement (ps_worker --id=", w, ")"));
     } else if (!at_gate(w)) {
       pending.push_back(
           absl::StrCat("worker ", w, " (stage ", StageOf(w, stages_), ") at the gate"));

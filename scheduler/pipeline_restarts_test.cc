@@ -37,7 +37,7 @@ TEST_F(PipelineRestartsTest, ARestartMovesTheEpochOnceAndWaitsForEveryStage) {
   members_.Get(WORKER, 3)->state = DEAD;
   at_gate_[2] = true;
   EXPECT_EQ(Pending(1), std::vector<std::string>(
-                            {"worker 3 to come back or a replacement (ps_worker --rank=3)"}));
+                            {"worker 3 to come back or a replacement (ps_worker --id=3)"}));
   members_.Get(WORKER, 3)->state = RUNNING;
   EXPECT_EQ(Pending(1), std::vector<std::string>({"worker 3 (stage 1) at the gate"}));
   at_gate_[3] = true;

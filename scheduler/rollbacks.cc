@@ -94,7 +94,7 @@ void Rollbacks::AddWait(const Membership& members, MemberStatus* out) const {
     if (m.role != SERVER) return;
     if (m.state == DEAD) {
       pending.push_back(
-          absl::StrCat("a replacement of server ", m.id, " (ps_server --rank=", m.id, ")"));
+          absl::StrCat("a replacement of server ", m.id, " (ps_server --id=", m.id, ")"));
     } else if (m.status.generation() != generation()) {
       pending.push_back(absl::StrCat("server ", m.id, " to restore it"));
     }

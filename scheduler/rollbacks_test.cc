@@ -63,7 +63,7 @@ TEST_F(RollbacksTest, ARollbackGoesToTheNewestCompleteSetAndEndsWhenEveryServerR
   rollbacks.AddWait(members_, &me);
   EXPECT_EQ(me.waits(0).what(),
             "rolling back to the checkpoint of clock 20 (generation 1): waiting for a "
-            "replacement of server 1 (ps_server --rank=1)");
+            "replacement of server 1 (ps_server --id=1)");
   EXPECT_FALSE(rollbacks.MaybeEnd(members_, now_));
   members_.Get(SERVER, 1)->state = RUNNING;
   EXPECT_FALSE(rollbacks.MaybeEnd(members_, now_));  // still at generation 0

@@ -52,7 +52,7 @@ ABSL_FLAG(int64_t, micro_batches, 1, "override: micro-batches of a worker's or r
 ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
 ABSL_FLAG(int, replacement_timeout_ms, 60000,
           "end the job when a dead server (of a job with checkpoints) or a dead worker (under "
-          "--on_worker_failure=wait) has neither come back nor been replaced (--rank=ID) this "
+          "--on_worker_failure=wait) has neither come back nor been replaced (--id=ID) this "
           "long");
 ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
           "declare a member dead after this long without a heartbeat (members send one every "
@@ -60,7 +60,7 @@ ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
 ABSL_FLAG(std::string, on_worker_failure, "shrink",
           "shrink: go on without a dead worker (the others split its share of each batch); "
           "abort: end the job; wait: hold the gate until it comes back or a replacement "
-          "(ps_worker --rank=ID) takes its place");
+          "(ps_worker --id=ID) takes its place");
 ABSL_FLAG(int, linger_ms, 0,
           "after the job ends, keep answering Status this long (to see who failed and why)");
 ABSL_FLAG(int, end_grace_ms, 5000,

@@ -1,7 +1,7 @@
 // ps_server: holds the chunks of the model the partition gives it.
 //
 //   ps_server --scheduler=HOST:PORT [--listen=HOST:PORT] [--port_file=F]
-//             [--rank=ID] [--server_threads=N] [--rpc_threads=N] [--trace_file=F]
+//             [--id=ID] [--server_threads=N] [--rpc_threads=N] [--trace_file=F]
 //             [--offload_dir=DIR --memory_budget=BYTES]
 #include <cstdint>
 #include <optional>
@@ -13,7 +13,7 @@
 #include "common/flags.h"
 #include "server/server_runtime.h"
 
-// The member flags (--scheduler, --listen, --port_file, --rank,
+// The member flags (--scheduler, --listen, --port_file, --id,
 // --connect_timeout_s, --heartbeat_interval_ms) are common/member_daemon's.
 ABSL_FLAG(std::string, trace_file, "", "write every apply and pull as JSON lines here");
 ABSL_FLAG(int64_t, server_threads, static_cast<int>(std::thread::hardware_concurrency()),

@@ -355,7 +355,7 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 void InProcessWorker::Finish() {
   MemberStatus done;
   done.set_role(WORKER);
-  done.set_id(rank);
+  done.set_id(id);
   done.set_state(FINISHED);
   (void)client->ReportFinal(done);
 }
@@ -370,17 +370,17 @@ absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_addres
   absl::StatusOr<RegisterResponse> reg = w.client->Register();
   if (!reg.ok()) return reg.status();
   w.job = reg->job();
-  w.rank = reg->id();
+  w.id = reg->id();
   // Alive in the scheduler's eyes for as long as the caller works.
-  const int rank = w.rank;
-  w.client->StartHeartbeats([rank] {
+  const int id = w.id;
+  w.client->StartHeartbeats([id] {
     MemberStatus st;
     st.set_role(WORKER);
-    st.set_id(rank);
+    st.set_id(id);
     st.set_state(RUNNING);
     return st;
   });
-  absl::StatusOr<AdvanceClockResponse> gate = w.client->AdvanceClock(w.rank, 0);
+  absl::StatusOr<AdvanceClockResponse> gate = w.client->AdvanceClock(w.id, 0);
   if (!gate.ok()) return gate.status();
   w.cluster = gate->cluster();
   return w;

@@ -60,7 +60,7 @@ struct ClusterOptions {
   int workers = 1;
   std::vector<std::string> scheduler_flags;
   std::vector<std::string> server_flags;
-  // Flags of the i-th worker process launched (not its rank).
+  // Flags of the i-th worker process launched (not its id).
   std::vector<std::vector<std::string>> worker_flags;
   bool trace = false;              // --trace_file for the scheduler and every server
   std::string host = "127.0.0.1";  // where the daemons listen
@@ -156,7 +156,7 @@ MemberStatus MemberOf(const ClusterStatus& status, Role role, int id);
 struct InProcessWorker {
   std::unique_ptr<SchedulerClient> client;
   JobSpec job;  // complete, from the scheduler
-  int rank = 0;
+  int id = 0;
   ClusterView cluster;
   // Reports FINISHED; once every worker has, the job ends and the daemons exit.
   void Finish();

@@ -52,10 +52,10 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   const double undisturbed = UndisturbedAccuracy();
   Cluster cluster("shrink");
   ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
-  // Wait until training is well under way; learn which rank the survivor has.
+  // Wait until training is well under way; learn which id the survivor has.
   ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(10)))
       << cluster.Logs();
-  // Process 1 is killed; the survivor is process 0's rank.
+  // Process 1 is killed; the survivor is process 0's id.
   const int survivor = cluster.MemberId(WORKER, 0);
   ASSERT_GE(survivor, 0) << cluster.Logs();
   const absl::Time killed = absl::Now();
@@ -96,7 +96,7 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   EXPECT_NEAR(accuracy, undisturbed, 0.01);
 }
 
-TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
+TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersId) {
   const double undisturbed = UndisturbedAccuracy();
   ASSERT_GT(undisturbed, 0);
   Cluster cluster("wait");
@@ -105,7 +105,7 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(10)))
       << cluster.Logs();
-  const int victim = cluster.MemberId(WORKER, 1);  // the rank of process 1
+  const int victim = cluster.MemberId(WORKER, 1);  // the id of process 1
   ASSERT_GE(victim, 0) << cluster.Logs();
   cluster.workers()[1].Kill(SIGKILL);
   // Declared dead; the gate holds the survivor meanwhile (BSP).
@@ -124,12 +124,12 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
   absl::StatusOr<ClusterStatus> later = SchedulerStatus(cluster.scheduler_address());
   ASSERT_TRUE(later.ok());
   EXPECT_EQ(WorkerClock(*later, 1 - victim), held_at) << "the gate did not hold";
-  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--rank=", victim)}).ok());
+  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--id=", victim)}).ok());
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   EXPECT_EQ(*code, 0) << cluster.Logs();
   EXPECT_EQ(*cluster.workers()[2].Wait(absl::ZeroDuration()), 0) << cluster.Logs();
-  // The replacement finished the rank's clocks from where the dead one
+  // The replacement finished the id's clocks from where the dead one
   // stopped: under BSP one behind the held survivor's.
   const MemberStatus replacement = FinalWorker(cluster, victim);
   EXPECT_EQ(replacement.state(), FINISHED);
@@ -137,7 +137,7 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersRank) {
   EXPECT_LE(replacement.start_clock(), held_at);
   const double accuracy = replacement.test_accuracy();
   std::printf(
-      "the replacement took rank %d at clock %lld (the survivor held at %lld); final "
+      "the replacement took id %d at clock %lld (the survivor held at %lld); final "
       "test accuracy %.4f, undisturbed %.4f\n",
       victim, static_cast<long long>(replacement.start_clock()), static_cast<long long>(held_at),
       accuracy, undisturbed);

@@ -54,8 +54,8 @@ TEST(FlagsTest, EveryInvalidValueIsExitTwoNamingTheFlag) {
       {"scheduler/ps_scheduler", {"--no_such_flag=1", "--job=" + job}},
       {"scheduler/ps_scheduler", {"--on_worker_failure=retry", "--job=" + job}},
       // ps_server
-      {"server/ps_server", {"--rank=-1", sched}},
-      {"server/ps_server", {"--rank=x", sched}},
+      {"server/ps_server", {"--id=-1", sched}},
+      {"server/ps_server", {"--id=x", sched}},
       {"server/ps_server", {"--server_threads=0", sched}},
       {"server/ps_server", {"--rpc_threads=100", sched}},
       {"server/ps_server", {"--memory_budget=100", sched}},
@@ -108,8 +108,9 @@ TEST(FlagsTest, AnOverrideOfAnImpossibleSizeIsExitTwoNamingTheField) {
   EXPECT_TRUE(absl::StrContains(out, "batch_size (2000000000)")) << out;
 }
 
-// The spec's clock counts were called steps before issue 25: the old flag
-// and an old job file are exit 2 naming the new names.
+// The spec's clock counts were called steps before issue 25, and a member's
+// id was set with --rank: the old flags and an old job file are exit 2
+// naming the new names.
 TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
   const std::string dir = NewTempDir("renamed");
   const std::string job = dir + "/job.pbtxt";
@@ -121,6 +122,12 @@ TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 2) << out;
   EXPECT_TRUE(absl::StrContains(out, "unknown flag --steps (it is now --clocks)")) << out;
+  // A member's number within its role is its id: --rank became --id.
+  code = RunCommand({BinaryPath("server/ps_server"), "--scheduler=127.0.0.1:1", "--rank=1"}, &out,
+                    absl::Seconds(20), "renamed");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_TRUE(absl::StrContains(out, "unknown flag --rank (it is now --id)")) << out;
   const std::string old = dir + "/old.pbtxt";
   WriteFile(old, SmallJob("batch_size: 16\nsteps: 10\n"));
   code = RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + old,

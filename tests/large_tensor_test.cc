@@ -83,7 +83,7 @@ void RoundTrip(int64_t in, int servers, const std::vector<DType>& dtypes, int64_
     };
     PsClientOptions popts;
     popts.wire_dtype = dtype;
-    PsClient ps(worker->cluster, &partition, worker->rank, popts);
+    PsClient ps(worker->cluster, &partition, worker->id, popts);
     ASSERT_TRUE(ps.Pull(clock, 0, &w0).ok());
     ASSERT_TRUE(ps.Push(clock, 64, grads).ok());
     ++clock;

@@ -242,7 +242,7 @@ TEST_F(MalformedTest, TheSchedulerRefusesEveryMalformedRequest) {
       case 2:  // no address, or an absurd one
         return {"/pstrain.Scheduler/Register",
                 Field(1, 3) + (rng() % 2 == 0 ? "" : Bytes(2, std::string(600, 'x')))};
-      case 3:  // a rank past the job's
+      case 3:  // an id past the job's
         return {"/pstrain.Scheduler/Register",
                 Field(1, 2) + Bytes(2, "h:2") + Field(4, 5 + rng() % 100)};
       case 4:  // a heartbeat from a stranger

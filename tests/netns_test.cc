@@ -122,7 +122,7 @@ void CutOffAWorker(const std::string& policy, int index, int clocks) {
   options.worker_host = {ns.host_ip(), ns.ns_ip()};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   const std::string& scheduler = cluster.scheduler_address();
-  int cut = -1;  // the rank of the worker in the namespace
+  int cut = -1;  // the id of the worker in the namespace
   for (int i = 0; i < 1000 && cut < 0; ++i) {
     if (Worker(scheduler, 0).clock >= 50 && Worker(scheduler, 1).clock >= 50) {
       cut = cluster.MemberId(WORKER, 1);

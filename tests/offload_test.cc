@@ -274,7 +274,7 @@ TEST(OffloadTest, AnOffloadedServerIsCheckpointedAndRestored) {
   ASSERT_GE(victim, 0);
   cluster.servers()[victim].Kill(SIGKILL);
   std::vector<std::string> replacement = offload;
-  replacement.push_back("--rank=1");
+  replacement.push_back("--id=1");
   ASSERT_TRUE(cluster.AddServer(replacement).ok());
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
   ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();

@@ -263,7 +263,7 @@ ClusterStatus ExpectEveryWorkerFinished(Cluster& cluster) {
   return *st;
 }
 
-// Under wait a replacement started with a killed stage worker's rank takes
+// Under wait a replacement started with a killed stage worker's id takes
 // its (replica, stage): the replica's stages go back to its slowest clock
 // on new links and the job finishes. The restarted clock may see one stage's
 // weights one update newer, so the weights are close to, not equal to, the
@@ -275,7 +275,7 @@ TEST(PipelineTest, UnderWaitAReplacementTakesAKilledStageWorkersPlace) {
   ASSERT_TRUE(cluster.Start(TwoByTwoStages("wait")).ok()) << cluster.Logs();
   const int killed = KilledWhenUnderWay(cluster);
   ASSERT_GE(killed, 0) << cluster.Logs();
-  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--rank=", killed), "--debug_slowdown_ms=10"}).ok());
+  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--id=", killed), "--debug_slowdown_ms=10"}).ok());
   const ClusterStatus st = ExpectEveryWorkerFinished(cluster);
   ASSERT_GE(st.pipeline_restarts_size(), 1) << cluster.Logs();
   const PipelineRestart& restart = st.pipeline_restarts(0);
@@ -300,7 +300,7 @@ TEST(PipelineTest, UnderWaitAHungStageWorkersReplacementFreesItsNeighbour) {
   const int stopped = KilledWhenUnderWay(cluster, SIGSTOP, 0);
   ASSERT_GE(stopped, 0) << cluster.Logs();
   ASSERT_TRUE(
-      cluster.AddWorker({absl::StrCat("--rank=", stopped), "--debug_slowdown_ms=10"}).ok());
+      cluster.AddWorker({absl::StrCat("--id=", stopped), "--debug_slowdown_ms=10"}).ok());
   // The stopped process is no member any more; it goes once the job is done.
   for (int i = 0; i < 3000; ++i) {
     absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
@@ -331,7 +331,7 @@ TEST(PipelineTest, ARollbackRestoresThePipelineAndEndsAsUndisturbed) {
       },
       absl::Seconds(20));
   cluster.servers()[0].Kill(SIGKILL);
-  ASSERT_TRUE(cluster.AddServer({"--rank=0"}).ok());
+  ASSERT_TRUE(cluster.AddServer({"--id=0"}).ok());
   const ClusterStatus st = ExpectEveryWorkerFinished(cluster);
   ASSERT_EQ(st.rollbacks_size(), 1) << cluster.Logs();
   EXPECT_GT(st.rollbacks(0).to_clock(), 0);

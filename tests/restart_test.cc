@@ -1,5 +1,5 @@
 // Server failure and whole-job restart from checkpoints: a server killed with
-// SIGKILL and started again with its rank, and a whole job killed and
+// SIGKILL and started again with its id, and a whole job killed and
 // started again on the same checkpoint directory, both finish the job; the
 // cluster rolls back to the newest complete checkpoint set consistently.
 #include <signal.h>
@@ -98,8 +98,8 @@ const Undisturbed& Calm(int workers) {
   return out;
 }
 
-// Kills server 1 after clock 95 and starts another server: with --rank=1 at
-// once, or without a rank once the scheduler declared the first one dead.
+// Kills server 1 after clock 95 and starts another server: with --id=1 at
+// once, or without an id once the scheduler declared the first one dead.
 void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker_flags) {
   const Undisturbed& calm = Calm(2);
   ASSERT_GT(calm.accuracy, 0);
@@ -114,7 +114,7 @@ void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker
   ASSERT_GE(victim, 0) << cluster.Logs();
   cluster.servers()[victim].Kill(SIGKILL);
   if (with_rank) {
-    ASSERT_TRUE(cluster.AddServer({"--rank=1"}).ok());
+    ASSERT_TRUE(cluster.AddServer({"--id=1"}).ok());
   } else {
     const bool dead = WaitForStatus(
         cluster.scheduler_address(),
@@ -162,7 +162,7 @@ void KillAndReplaceServer(bool with_rank, const std::vector<std::string>& worker
       << rollback.reason();
 }
 
-TEST(RestartTest, AServerKilledAndStartedAgainWithItsRankLosesAtMostCheckpointEveryClocks) {
+TEST(RestartTest, AServerKilledAndStartedAgainWithItsIdLosesAtMostCheckpointEveryClocks) {
   KillAndReplaceServer(/*with_rank=*/true, {});
 }
 
@@ -186,7 +186,7 @@ void KillServerZeroUnder(const std::string& from, const std::string& to, const s
   const int victim = cluster.ServerProcess(0);
   ASSERT_GE(victim, 0) << cluster.Logs();
   cluster.servers()[victim].Kill(SIGKILL);
-  ASSERT_TRUE(cluster.AddServer({"--rank=0"}).ok());
+  ASSERT_TRUE(cluster.AddServer({"--id=0"}).ok());
   const Rollback rollback = FirstRollback(cluster);
   std::printf("%s: rolled back from clock %lld to %lld\n", name.c_str(),
               static_cast<long long>(rollback.from_clock()),

@@ -37,7 +37,7 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
       reads_(&member_.schedule(), options_.training.overlap, std::max(1, options_.stages)),
       stats_(absl::Now()),
       // The loss is known to worker 0, or the last stage of replica 0.
-      progress_(options_.job, options_.rank == std::max(1, options_.stages) - 1,
+      progress_(options_.job, options_.worker_id == std::max(1, options_.stages) - 1,
                 options_.replica == 0 && options_.training.eval_each_epoch, data_, &stats_),
       clock_(options_.start_clock) {
   // Under SSP and ASP the next clock's weights come while this one computes.
@@ -110,7 +110,7 @@ std::future<absl::StatusOr<AdvanceClockResponse>> ClockLoop::CallGateAsync(int64
 AdvanceClockRequest ClockLoop::GateRequest(int64_t clock, bool relink) {
   if (gate_->remote()) stats_.CountGateCall();
   AdvanceClockRequest req;
-  req.set_worker_id(options_.rank);
+  req.set_worker_id(options_.worker_id);
   req.set_clock(clock);
   req.set_generation(member_.generation());
   req.set_link_generation(member_.link_generation());

@@ -1,7 +1,7 @@
 // A worker's clock loop over interfaces. For each clock c:
 //
 //   gate (the scheduler) + pull (read guarantee min_clock = c - s)
-//     -> forward/backward on this rank's share of the global batch
+//     -> forward/backward on this worker's share of the global batch
 //     -> push tagged c
 //
 // then the final read of every update and the evaluation. The gate, the
@@ -84,7 +84,7 @@ using ParamClientFactory = std::function<std::unique_ptr<ParamClient>(
 
 struct ClockLoopOptions {
   JobSpec job;  // complete and valid
-  int rank = 0;
+  int worker_id = 0;
   int64_t start_clock = 0;
   int64_t generation = 0;
   // overlap: push by layers (and prefetch under SSP/ASP); loss scaling;

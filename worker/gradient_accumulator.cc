@@ -23,7 +23,7 @@ absl::StatusOr<StepResult> GradientAccumulator::Train(Model& model, const Batch&
   StepResult total;
   double loss = 0;
   for (int m = 0; m < k; ++m) {
-    const auto [begin, end] = RankSlice(batch.rows, k, m);
+    const auto [begin, end] = EvenSlice(batch.rows, k, m);
     if (begin == end) continue;
     ASSIGN_OR_RETURN(const StepResult r, model.TrainStep(SliceBatch(batch, begin, end)));
     const float share = static_cast<float>(end - begin) / static_cast<float>(batch.rows);

@@ -22,7 +22,7 @@ class GradientAccumulator {
   // Adds `grads` (one micro-batch's mean gradient, parameter by parameter)
   // weighted by `share` (its share of the batch's rows).
   void Add(const ParamBuffers& grads, float share);
-  // Trains `batch` as `k` micro-batches (RankSlice of its rows) through
+  // Trains `batch` as `k` micro-batches (EvenSlice of its rows) through
   // `model`: the sum becomes the batch's mean gradient, each micro-batch's
   // weighted by its rows; returns the batch's mean loss and its counts.
   absl::StatusOr<StepResult> Train(Model& model, const Batch& batch, int k);

@@ -110,7 +110,7 @@ absl::StatusOr<StageClock> StageRunner::RunClock(int64_t clock, const Batch& bat
   const int64_t down = after_ != nullptr ? after_->bytes_sent() : 0;
   const int64_t up = before_ != nullptr ? before_->bytes_sent() : 0;
   for (const PipeStep& step : StageSchedule(schedule_, stage_, stages_, micro_batches)) {
-    const auto [begin, end] = RankSlice(batch.rows, micro_batches, step.micro);
+    const auto [begin, end] = EvenSlice(batch.rows, micro_batches, step.micro);
     const float share = static_cast<float>(end - begin) / static_cast<float>(batch.rows);
     if (step.op == PipeStep::kForward) {
       RETURN_IF_ERROR(Forward(clock, SliceBatch(batch, begin, end), step.micro, &stats));

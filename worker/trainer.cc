@@ -195,7 +195,7 @@ void Trainer::NoteCorpus() {
 ClockLoopOptions Trainer::LoopOptions(int split) const {
   ClockLoopOptions lo;
   lo.job = options_.job;
-  lo.rank = options_.worker_id;
+  lo.worker_id = options_.worker_id;
   lo.start_clock = options_.start_clock;
   lo.generation = options_.generation;
   lo.training = options_.training;
@@ -208,7 +208,7 @@ ClockLoopOptions Trainer::LoopOptions(int split) const {
 
 absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   const JobSpec& job = options_.job;
-  const int rank = options_.worker_id;
+  const int worker_id = options_.worker_id;
   int split = 1;
   ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, MakeWorkerModel(&split));
   if (job.data().dataset() == TEXT) NoteCorpus();
@@ -217,7 +217,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   ClockLoopOptions lo = LoopOptions(split);
   std::optional<StageWorker> stage;
   if (job.pipeline_stages() > 1) {
-    stage.emplace(job, rank, options_.ps.wire_dtype, model.get(), options_.stage_link);
+    stage.emplace(job, worker_id, options_.ps.wire_dtype, model.get(), options_.stage_link);
     UsePipeline(&*stage, &lo);
   }
   // Standalone (no scheduler): the servers' store in this process.
@@ -238,7 +238,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     if (fp32) o.wire_dtype = FP32;
     o.first_param = model->stage().first_param;
     o.end_param = model->stage().end_param;
-    return std::make_unique<AsyncPsClient>(cluster, &partition, rank, o);
+    return std::make_unique<AsyncPsClient>(cluster, &partition, worker_id, o);
   };
   ClockLoop loop(lo, gate.get(), make_params, this, model.get(), backend_);
   {

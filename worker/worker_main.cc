@@ -1,4 +1,4 @@
-// ps_worker: trains its rank's share of every clock's global batch.
+// ps_worker: trains its id's share of every clock's global batch.
 //
 //   ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] [--device=auto|cpu|cuda[:N]]
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "common/flags.h"
 #include "worker/worker_runtime.h"
 
-// The member flags (--scheduler, --listen, --port_file, --rank,
+// The member flags (--scheduler, --listen, --port_file, --id,
 // --connect_timeout_s, --heartbeat_interval_ms) are common/member_daemon's.
 ABSL_FLAG(std::string, compute_dtype, "fp32",
           "fp32, bf16 or fp16: what the matrix products take as inputs (fp32 accumulation; "

@@ -19,11 +19,11 @@ TEST(DatasetTest, EpochOrderIsAPermutationFixedBySeedAndEpoch) {
   EXPECT_NE(a, EpochOrder(2, 0, 1000));
 }
 
-TEST(DatasetTest, RankSlicesSplitTheBatchEvenlyInOrder) {
+TEST(DatasetTest, EvenSlicesSplitTheBatchEvenlyInOrder) {
   for (int workers = 1; workers <= 7; ++workers) {
     int next = 0;
     for (int r = 0; r < workers; ++r) {
-      const auto [begin, end] = RankSlice(100, workers, r);
+      const auto [begin, end] = EvenSlice(100, workers, r);
       EXPECT_EQ(begin, next);
       EXPECT_GE(end - begin, 100 / workers);
       EXPECT_LE(end - begin, 100 / workers + 1);
@@ -94,9 +94,9 @@ TEST(TextDataTest, BatchesDoNotDependOnTheNumberOfWorkers) {
   TextBatch(text, context, 42, 3, batch, 1, 0, &whole);
   ASSERT_EQ(whole.rows, batch);
   std::vector<int32_t> tokens, labels;
-  for (int rank = 0; rank < 4; ++rank) {
+  for (int slot = 0; slot < 4; ++slot) {
     Batch part;
-    TextBatch(text, context, 42, 3, batch, 4, rank, &part);
+    TextBatch(text, context, 42, 3, batch, 4, slot, &part);
     tokens.insert(tokens.end(), part.tokens.begin(), part.tokens.end());
     labels.insert(labels.end(), part.labels.begin(), part.labels.end());
   }
