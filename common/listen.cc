@@ -7,15 +7,16 @@
 
 namespace pstrain {
 
-absl::StatusOr<Listening> ListenAndAnnounce(const std::string& listen,
-                                            const std::string& port_file,
-                                            const std::vector<grpc::Service*>& services,
-                                            const ServerOptions& options) {
-  std::string bound;
+absl::StatusOr<Listening> ListenAndAnnounce(
+    const std::string& listen, const std::string& port_file,
+    const std::vector<grpc::Service*>& services, const ServerOptions& options,
+    const std::function<void(const std::string& address)>& bound) {
+  std::string bound_to;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      StartServer(listen, services, &bound, options);
+      StartServer(listen, services, &bound_to, options);
   if (!server.ok()) return server.status();
-  Listening out{std::move(*server), AdvertisedAddress(bound)};
+  Listening out{std::move(*server), AdvertisedAddress(bound_to)};
+  if (bound) bound(out.address);
   if (!port_file.empty()) {
     if (const absl::Status st = WritePortFile(port_file, out.address); !st.ok()) return st;
   }

@@ -23,10 +23,12 @@ struct Listening {
 
 // Starts `services` on `listen` ("HOST:PORT", port 0 lets the OS choose)
 // and writes the advertised address to `port_file` unless it is empty.
-absl::StatusOr<Listening> ListenAndAnnounce(const std::string& listen,
-                                            const std::string& port_file,
-                                            const std::vector<grpc::Service*>& services,
-                                            const ServerOptions& options);
+// `bound` (may be empty) is told the address first, so that whoever reads
+// the port file finds a daemon that knows its own address.
+absl::StatusOr<Listening> ListenAndAnnounce(
+    const std::string& listen, const std::string& port_file,
+    const std::vector<grpc::Service*>& services, const ServerOptions& options,
+    const std::function<void(const std::string& address)>& bound = nullptr);
 
 // Starts an HTTP server on (host, port).
 using HttpStart =

@@ -15,7 +15,7 @@ JobSpec Job(int workers, int stages, int64_t checkpoint_every) {
   job.set_num_workers(workers);
   job.set_pipeline_stages(stages);
   job.set_batch_size(8);
-  job.set_steps(100);
+  job.set_clocks(100);
   if (checkpoint_every > 0) {
     job.set_checkpoint_every(checkpoint_every);
     job.set_checkpoint_dir("/ckpt");

@@ -19,7 +19,7 @@ JobSpec TwoByTwo() {
   job.set_num_servers(2);
   job.set_num_workers(2);
   job.set_batch_size(8);
-  job.set_steps(100);
+  job.set_clocks(100);
   ApplyJobDefaults(&job);
   return job;
 }

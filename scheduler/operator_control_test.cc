@@ -14,7 +14,7 @@ JobSpec Job(Consistency consistency, int64_t checkpoint_every) {
   job.set_num_servers(1);
   job.set_num_workers(2);
   job.set_batch_size(8);
-  job.set_steps(100);
+  job.set_clocks(100);
   job.set_consistency(consistency);
   if (consistency == SSP) job.set_staleness(2);
   if (checkpoint_every > 0) {

@@ -24,7 +24,7 @@ class PipelineRestartsTest : public ::testing::Test {
   bool at_gate_[4] = {false, false, false, false};
 };
 
-TEST_F(PipelineRestartsTest, ARestartMovesTheEpochOnceAndWaitsForEveryStage) {
+TEST_F(PipelineRestartsTest, ARestartMovesTheLinkGenerationOnceAndWaitsForEveryStage) {
   ASSERT_TRUE(restarts_.pipelined());
   EXPECT_EQ(restarts_.ReplicaOf(3), 1);
   restarts_.Begin(1, "worker 3 declared dead", now_);

@@ -150,9 +150,11 @@ absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerServi
   options.quota = std::make_shared<grpc::ResourceQuota>("ps_scheduler requests");
   options.quota->Resize(32 << 20);
   ASSIGN_OR_RETURN(Listening listening,
-                   ListenAndAnnounce(config.listen, config.port_file, {service}, options));
+                   ListenAndAnnounce(config.listen, config.port_file, {service}, options,
+                                     [service](const std::string& address) {
+                                       service->SetAddress(address);
+                                     }));
   *server = std::move(listening.server);
-  service->SetAddress(listening.address);
   return listening.address;
 }
 

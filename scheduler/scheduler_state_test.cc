@@ -41,7 +41,7 @@ JobSpec PipelinedJob() {
   job.set_num_workers(4);
   job.set_pipeline_stages(2);
   job.set_batch_size(8);
-  job.set_steps(100);
+  job.set_clocks(100);
   job.set_chunk_bytes(256);
   job.set_checkpoint_every(10);
   job.set_checkpoint_dir("/ckpt");

@@ -8,42 +8,14 @@
 
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
+#include "server/store_testing.h"
 
 namespace pstrain {
 namespace {
 
-JobSpec SmallJob(Consistency mode, int workers, float clip_norm = 0) {
-  JobSpec job;
-  job.mutable_data()->set_dataset(SYNTHETIC);
-  job.mutable_data()->set_synthetic_dim(4);
-  job.mutable_data()->set_synthetic_classes(2);
-  LayerSpec* dense = job.mutable_model()->add_layers();
-  dense->set_type(DENSE);
-  dense->set_units(2);
-  job.mutable_model()->add_layers()->set_type(SOFTMAX_XENT);
-  job.mutable_optimizer()->set_type(SGD);
-  job.mutable_optimizer()->set_learning_rate(0.5f);
-  job.mutable_optimizer()->set_clip_norm(clip_norm);
-  job.set_consistency(mode);
-  if (mode == SSP) job.set_staleness(1);
-  job.set_num_workers(workers);
-  job.set_batch_size(8);
-  job.set_seed(3);
-  ApplyJobDefaults(&job);
-  EXPECT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
-  return job;
-}
-
-std::vector<float> ReadChunk(const ChunkStore& s, int32_t chunk) {
-  std::vector<float> out(s.ChunkNumel(chunk));
-  std::vector<int64_t> applied;
-  EXPECT_TRUE(s.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied).ok());
-  return out;
-}
-
 struct Fixture {
   explicit Fixture(Consistency mode, int workers = 2, int servers = 1, float clip_norm = 0)
-      : job(SmallJob(mode, workers, clip_norm)),
+      : job(SmallDenseJob(mode, workers, clip_norm)),
         partition(Partition::Make(ModelParams(job.model()), job.chunk_bytes(), servers).value()),
         store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr) {}
   JobSpec job;
@@ -56,7 +28,7 @@ struct Fixture {
 // no more than the budget is ever resident.
 TEST(ChunkStoreTest, AnOffloadedStoreTrainsBitIdenticallyWithinItsBudget) {
   for (Consistency mode : {BSP, ASP}) {
-    JobSpec job = SmallJob(mode, 2);
+    JobSpec job = SmallDenseJob(mode, 2);
     LayerSpec* wide = job.mutable_model()->mutable_layers(0);
     wide->set_units(64);
     job.mutable_optimizer()->set_type(ADAM);
@@ -137,7 +109,7 @@ TEST(ChunkStoreTest, BspRoundsCloseOverTheLiveWorkersAfterOneDies) {
 // round closes once its own stage's workers pushed; other stages' workers
 // may not push it.
 TEST(ChunkStoreTest, UnderPipelineStagesEachChunkWaitsForItsOwnStageOnly) {
-  JobSpec job = SmallJob(BSP, 4);
+  JobSpec job = SmallDenseJob(BSP, 4);
   LayerSpec* relu = job.mutable_model()->mutable_layers()->Add();
   *relu = job.model().layers(1);  // SOFTMAX_XENT moves to the end
   job.mutable_model()->mutable_layers(1)->set_type(DENSE);
@@ -283,7 +255,7 @@ void PushAll(ChunkStore& s, int64_t clock, float g, int64_t generation = 0) {
 }
 
 TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
-  JobSpec job = SmallJob(BSP, 1);
+  JobSpec job = SmallDenseJob(BSP, 1);
   job.mutable_optimizer()->set_type(ADAM);  // optimizer state that must come back
   ApplyJobDefaults(&job);
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/restore";

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
+#include "server/store_testing.h"
 #include "server/chunk_store.h"
 
 namespace pstrain {
@@ -117,39 +118,9 @@ TEST(GlobalClippingTest, AStoreErrorIsTheRoundsError) {
   EXPECT_TRUE(f.store.calls.empty());
 }
 
-// A job of one dense layer (chunk 0: its 8 weights, chunk 1: its 2
-// biases) under BSP with 2 workers, SGD with learning rate 0.5.
-JobSpec SmallJob(float clip_norm) {
-  JobSpec job;
-  job.mutable_data()->set_dataset(SYNTHETIC);
-  job.mutable_data()->set_synthetic_dim(4);
-  job.mutable_data()->set_synthetic_classes(2);
-  LayerSpec* dense = job.mutable_model()->add_layers();
-  dense->set_type(DENSE);
-  dense->set_units(2);
-  job.mutable_model()->add_layers()->set_type(SOFTMAX_XENT);
-  job.mutable_optimizer()->set_type(SGD);
-  job.mutable_optimizer()->set_learning_rate(0.5f);
-  job.mutable_optimizer()->set_clip_norm(clip_norm);
-  job.set_consistency(BSP);
-  job.set_num_workers(2);
-  job.set_batch_size(8);
-  job.set_seed(3);
-  ApplyJobDefaults(&job);
-  EXPECT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
-  return job;
-}
-
-std::vector<float> ReadChunk(const ChunkStore& s, int32_t chunk) {
-  std::vector<float> out(s.ChunkNumel(chunk));
-  std::vector<int64_t> applied;
-  EXPECT_TRUE(s.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied).ok());
-  return out;
-}
-
 struct StoreFixture {
   explicit StoreFixture(float clip_norm)
-      : job(SmallJob(clip_norm)),
+      : job(SmallDenseJob(BSP, 2, clip_norm)),
         partition(Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value()),
         store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr) {}
   // Worker `w`'s push of `clock`: gradient 1 everywhere, 4 samples.

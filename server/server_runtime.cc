@@ -178,7 +178,7 @@ int Server::Run(const RegisterResponse& reg) {
   } else if (checkpoint_ != nullptr) {
     checkpoint_->Rollback(0);  // files of an earlier job that left no manifest
   }
-  service_->SetStore(store_, TotalClocks(job_));
+  // Clipping listens to the store before any push can close a round.
   clipping_ = GlobalClipping::Start(
       store_.get(), job_.optimizer().clip_norm(),
       [this](int64_t generation, int64_t clock, double sum_squares) {
@@ -191,6 +191,7 @@ int Server::Run(const RegisterResponse& reg) {
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
+  service_->SetStore(store_, TotalClocks(job_));
   std::string message;
   const absl::StatusOr<JobState> end = Serve(&message);
   if (!end.ok()) return Fail(end.status());

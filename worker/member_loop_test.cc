@@ -45,7 +45,7 @@ JobSpec Job(int workers, Consistency consistency = BSP) {
   JobSpec job;
   job.set_num_servers(2);
   job.set_num_workers(workers);
-  job.set_steps(100);
+  job.set_clocks(100);
   job.set_consistency(consistency);
   return job;
 }

@@ -109,7 +109,7 @@ TEST(StageLinkTest, ANeighbourThatGoesAwayOrNeverComesIsAnError) {
 }
 
 // A pipeline restart: the stage after resets its link to a newer link generation.
-TEST(StageLinkTest, ALinkStartsOverInANewerEpochAndDropsWhatIsOlder) {
+TEST(StageLinkTest, ALinkStartsOverInANewerLinkGenerationAndDropsWhatIsOlder) {
   StageEndpoint after{0, 1, 0, FP32};
   after.connect_timeout = absl::Seconds(10);
   Served served = Serve(after);
