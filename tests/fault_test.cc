@@ -53,7 +53,7 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   Cluster cluster("shrink");
   ASSERT_TRUE(cluster.Start(BspOptions()).ok()) << cluster.Logs();
   // Wait until training is well under way; learn which id the survivor has.
-  ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(10)))
+  ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(60)))
       << cluster.Logs();
   // Process 1 is killed; the survivor is process 0's id.
   const int survivor = cluster.MemberId(WORKER, 0);
@@ -103,7 +103,7 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersId) {
   ClusterOptions options = BspOptions();
   options.scheduler_flags.push_back("--on_worker_failure=wait");
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(10)))
+  ASSERT_TRUE(WaitForStatus(cluster.scheduler_address(), UnderWay, absl::Seconds(60)))
       << cluster.Logs();
   const int victim = cluster.MemberId(WORKER, 1);  // the id of process 1
   ASSERT_GE(victim, 0) << cluster.Logs();
@@ -158,7 +158,7 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   // Let training begin.
   const bool training = WaitForStatus(
       cluster.scheduler_address(), [](const ClusterStatus& st) { return WorkersAt(st, 5) > 0; },
-      absl::Seconds(15), absl::Milliseconds(50));
+      absl::Seconds(60), absl::Milliseconds(50));
   ASSERT_TRUE(training) << cluster.Logs();
   const absl::Time killed = absl::Now();
   cluster.workers()[1].Kill(SIGKILL);

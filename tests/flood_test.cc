@@ -118,7 +118,7 @@ TEST(FloodTest, FloodsAreRefusedAndLeaveTheServersMemoryBounded) {
         server = MemberOf(st, SERVER, 0).address();
         return SlowestClock(st) >= 20 && !server.empty();
       },
-      absl::Seconds(20), absl::Milliseconds(100)))
+      absl::Seconds(60), absl::Milliseconds(100)))
       << cluster.Logs();
   std::string noise(2 * kMaxBytes, '\0');
   std::mt19937 rng(1);

@@ -146,7 +146,7 @@ class MalformedTest : public ::testing::Test {
           if (st.members_size() == 2) status_ = st;
           return st.members_size() == 2;
         },
-        absl::Seconds(10));
+        absl::Seconds(30));
     ASSERT_EQ(status_.members_size(), 2) << cluster_.Logs();
     absl::StatusOr<JobSpec> job = ParseJobSpecText(job_text_, "job");
     ASSERT_TRUE(job.ok());

@@ -178,7 +178,7 @@ int KilledWhenUnderWay(Cluster& cluster, int signal = SIGKILL, int process = 1) 
   const bool going = WaitForStatus(
       cluster.scheduler_address(),
       [](const ClusterStatus& st) { return st.members_size() == 5 && WorkersAt(st, 20) == 4; },
-      absl::Seconds(10));
+      absl::Seconds(60));
   if (!going) return -1;
   const int id = cluster.MemberId(WORKER, process);
   cluster.workers()[process].Kill(signal);

@@ -66,7 +66,7 @@ Rollback FirstRollback(Cluster& cluster) {
 bool WaitForClock(Cluster& cluster, int64_t clock) {
   return WaitForStatus(
       cluster.scheduler_address(),
-      [&](const ClusterStatus& st) { return SlowestClock(st) >= clock; }, absl::Seconds(40));
+      [&](const ClusterStatus& st) { return SlowestClock(st) >= clock; }, absl::Seconds(120));
 }
 
 // Worker 0's final test accuracy as the scheduler's final Status reports it
