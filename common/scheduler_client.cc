@@ -1,5 +1,7 @@
 #include "common/scheduler_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/process_stats.h"
@@ -32,15 +34,20 @@ void SchedulerClient::StopHeartbeats() {
 
 absl::Status SchedulerClient::ReportFinal(const MemberStatus& status) {
   StopHeartbeats();
-  bool once;
+  // Retried for what is left of the members' window since the scheduler
+  // last answered (a scheduler taking the job over answers within it); a
+  // scheduler already lost, or a job known to have ended (the scheduler may
+  // be gone by now), gets one attempt.
+  absl::Duration window;
   {
     absl::MutexLock lock(&mu_);
-    once = lost_scheduler_ || Ended(job_state_);
+    const bool once = lost_scheduler_ || Ended(job_state_);
+    window = once ? absl::ZeroDuration()
+                  : std::max(absl::ZeroDuration(),
+                             last_heard_ + options_.scheduler_timeout - absl::Now());
   }
-  // A scheduler already lost, or a job known to have ended (the scheduler
-  // may be gone by now), gets one attempt.
   RetryPolicy policy;
-  policy.window = once ? absl::ZeroDuration() : options_.scheduler_timeout;
+  policy.window = window;
   policy.classify = [](const absl::Status&) { return RetryAction::kRetry; };
   const absl::Status st = Retry(policy, [&] { return Heartbeat(status).status(); });
   if (!st.ok()) {
@@ -79,7 +86,11 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
         RETURN_IF_ERROR(FromGrpc(stub_->Register(ctx.get(), req, &r)));
         return r;
       });
-  if (resp.ok()) return resp;
+  if (resp.ok()) {
+    absl::MutexLock lock(&mu_);
+    last_heard_ = absl::Now();
+    return resp;
+  }
   const absl::Status& last = resp.status();
   if (!unreachable(last)) {
     return absl::Status(last.code(), absl::StrCat("scheduler at ", options_.scheduler,
@@ -100,6 +111,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
   const absl::Status st = FromGrpc(stub_->Heartbeat(ctx.get(), req, &resp));
   if (!st.ok()) return st;
   absl::MutexLock lock(&mu_);
+  last_heard_ = absl::Now();
   if (!Ended(job_state_)) {
     job_state_ = resp.job_state();
     job_message_ = resp.message();
@@ -113,11 +125,14 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
 }
 
 void SchedulerClient::StartHeartbeats(std::function<MemberStatus()> status_fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_heard_ = absl::Now();
+  }
   heartbeat_thread_ = std::thread([this, fn = std::move(status_fn)] { HeartbeatLoop(fn); });
 }
 
 void SchedulerClient::HeartbeatLoop(std::function<MemberStatus()> status_fn) {
-  absl::Time last_ok = absl::Now();
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -126,10 +141,7 @@ void SchedulerClient::HeartbeatLoop(std::function<MemberStatus()> status_fn) {
       if (stopping_ || Ended(job_state_)) return;
     }
     const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status_fn());
-    if (resp.ok()) {
-      last_ok = absl::Now();
-      continue;
-    }
+    if (resp.ok()) continue;
     // Another process registered in this one's place (or the scheduler
     // forgot it): nothing this one does counts any more.
     if (absl::IsFailedPrecondition(resp.status()) || absl::IsNotFound(resp.status())) {
@@ -139,8 +151,8 @@ void SchedulerClient::HeartbeatLoop(std::function<MemberStatus()> status_fn) {
           absl::StrCat("the scheduler no longer knows this process: ", resp.status().message());
       return;
     }
-    if (absl::Now() - last_ok > options_.scheduler_timeout) {
-      absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
+    if (absl::Now() - last_heard_ > options_.scheduler_timeout) {
       job_state_ = ABORTED;
       lost_scheduler_ = true;
       job_message_ =

@@ -108,6 +108,9 @@ class SchedulerClient {
   int64_t link_generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
+  // When the scheduler last answered (a registration or a heartbeat): the
+  // members' window counts from here.
+  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::Now();
   std::thread heartbeat_thread_;
 };
 

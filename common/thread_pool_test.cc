@@ -1,6 +1,9 @@
 #include "common/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -32,10 +35,15 @@ TEST(ThreadPoolTest, UsesSeveralThreads) {
   ThreadPool pool(3);
   std::mutex mu;
   std::vector<std::thread::id> ids;
+  std::condition_variable all_started;
+  // Each range waits (up to 30 s) until all three have started, so no
+  // thread can run two of them, however late the pool's threads wake on a
+  // loaded machine.
   pool.ParallelFor(3, 1, [&](int64_t, int64_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
     ids.push_back(std::this_thread::get_id());
+    all_started.notify_all();
+    all_started.wait_for(lock, std::chrono::seconds(30), [&] { return ids.size() == 3; });
   });
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_NE(ids[0], ids[1]);
