@@ -23,6 +23,7 @@ int64_t DataBytes(const JobSpec& job) {
       return SaturatingAdd(SaturatingMul(examples, row), SaturatingMul(8, TrainSetSize(job)));
     }
     case TEXT:  // the corpus: its size is the file's
+    case EXTERNAL_DATA:  // the workers' own (a script's)
       return 0;
     default:
       return kFashionMnistExamples * (kFashionMnistDim + 1) * 4 + TrainSetSize(job) * 8;
@@ -34,6 +35,7 @@ int64_t DataBytes(const JobSpec& job) {
 // --device_memory_budget).
 int64_t RowElements(const JobSpec& job) {
   const ModelSpec& model = job.model();
+  if (model.kind() == EXTERNAL) return 1;  // the script's batches are its own
   if (model.kind() == GPT) return std::max(1, model.gpt().context());
   int64_t widest = std::max(1, model.input_dim());
   for (const LayerSpec& layer : model.layers()) widest = std::max<int64_t>(widest, layer.units());
@@ -43,6 +45,7 @@ int64_t RowElements(const JobSpec& job) {
 // Host bytes per batch row: an MLP's features, label and index; a GPT's
 // tokens and next tokens.
 int64_t RowBytes(const JobSpec& job) {
+  if (job.model().kind() == EXTERNAL) return 0;
   if (job.model().kind() == GPT) return SaturatingMul(8, std::max(1, job.model().gpt().context()));
   return SaturatingAdd(SaturatingMul(4, SaturatingAdd(job.model().input_dim(), 1)), 8);
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/external_model.h"
 #include "common/job_sizes.h"
 #include "common/params.h"
 #include "common/stage_plan.h"
@@ -209,9 +210,15 @@ void ApplyJobDefaults(JobSpec* job) {
   DataSpec* data = job->mutable_data();
   ModelSpec* model = job->mutable_model();
   if (data->dataset() == DATASET_UNSPECIFIED) {
-    data->set_dataset(model->kind() == GPT ? TEXT : FASHION_MNIST);
+    data->set_dataset(model->kind() == GPT        ? TEXT
+                      : model->kind() == EXTERNAL ? EXTERNAL_DATA
+                                                  : FASHION_MNIST);
   }
-  if (model->kind() == MODEL_KIND_UNSPECIFIED) model->set_kind(data->dataset() == TEXT ? GPT : MLP);
+  if (model->kind() == MODEL_KIND_UNSPECIFIED) {
+    model->set_kind(data->dataset() == TEXT            ? GPT
+                    : data->dataset() == EXTERNAL_DATA ? EXTERNAL
+                                                       : MLP);
+  }
   if (data->dataset() == FASHION_MNIST && data->path().empty()) {
     data->set_path(kFashionMnistDir);
   }
@@ -327,6 +334,36 @@ absl::Status ValidateMlp(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// An EXTERNAL model (common/external_model.h): the workers' own, with
+// their own data; its parameters, once declared, valid.
+absl::Status ValidateExternal(const JobSpec& job) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
+  };
+  const ModelSpec& model = job.model();
+  if (model.kind() != EXTERNAL) return bad("data.dataset EXTERNAL_DATA needs model.kind: EXTERNAL");
+  if (job.data().dataset() != EXTERNAL_DATA) {
+    return bad("model.kind EXTERNAL reads the workers' own data: data.dataset must be EXTERNAL_DATA");
+  }
+  if (model.layers_size() > 0 || model.has_gpt() || model.has_input_dim()) {
+    return bad("model.kind EXTERNAL is the workers' own model: no layers, gpt or input_dim");
+  }
+  if (job.data().train_size() < 0) return bad("data.train_size must be >= 0");
+  if (job.clocks() == 0 && job.data().train_size() == 0) {
+    return bad("an EXTERNAL model needs clocks, or data.train_size for its epochs");
+  }
+  if (job.pipeline_stages() != 1 || job.micro_batches() != 1) {
+    return bad("an EXTERNAL model runs as one stage of one micro-batch (pipeline_stages and "
+               "micro_batches 1): its script does its own");
+  }
+  if (!model.params().empty()) {
+    if (const absl::Status st = ValidateParamSpecs(model.params()); !st.ok()) {
+      return bad(st.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Stages, replicas, their shares of the batch and its micro-batches.
 absl::Status ValidateReplicas(const JobSpec& job) {
   auto bad = [](auto&&... parts) {
@@ -376,7 +413,8 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
        job.data().synthetic_dim() < 1 || job.data().synthetic_classes() < 2)) {
     return bad("synthetic data needs positive sizes and at least 2 classes");
   }
-  if (job.batch_size() > TrainSetSize(job)) {
+  const bool size_known = job.data().dataset() != EXTERNAL_DATA || job.data().train_size() > 0;
+  if (size_known && job.batch_size() > TrainSetSize(job)) {
     return bad("batch_size (", job.batch_size(), ") exceeds the training set (", TrainSetSize(job),
                ")");
   }
@@ -399,7 +437,11 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (const absl::Status st = ValidateOptimizer(job.optimizer()); !st.ok()) return st;
   if (!DType_IsValid(job.wire_dtype())) return bad("wire_dtype ", job.wire_dtype(), " is unknown");
   const bool gpt = job.model().kind() == GPT || job.data().dataset() == TEXT;
-  if (const absl::Status st = gpt ? ValidateGpt(job) : ValidateMlp(job); !st.ok()) return st;
+  const bool external = job.model().kind() == EXTERNAL || job.data().dataset() == EXTERNAL_DATA;
+  const absl::Status model_ok = external ? ValidateExternal(job)
+                                : gpt     ? ValidateGpt(job)
+                                          : ValidateMlp(job);
+  if (!model_ok.ok()) return model_ok;
   // Every chunk is a server's unit of storage, locking and transfer: a
   // chunk_bytes that cuts the model into millions of them is a mistake.
   constexpr int64_t kMaxChunks = int64_t{1} << 20;
@@ -422,6 +464,8 @@ int64_t TrainSetSize(const JobSpec& job) {
   switch (job.data().dataset()) {
     case SYNTHETIC:
       return job.data().synthetic_train_size();
+    case EXTERNAL_DATA:  // the workers' own: the first worker's count (0 before)
+      return job.data().train_size();
     case TEXT:  // windows drawn at random: as many as the job uses
       return SaturatingMul(std::max<int64_t>(1, job.clocks()), std::max(1, job.batch_size()));
     default:

@@ -69,10 +69,29 @@ std::vector<ParamInfo> GptParams(const GptSpec& gpt) {
   return params;
 }
 
+// An EXTERNAL model's declared parameters. Their initial values are the
+// workers' own (the first worker's seed the servers), not a function of the
+// spec: kZeros stands until then.
+std::vector<ParamInfo> ExternalParams(const ModelSpec& model) {
+  std::vector<ParamInfo> params;
+  params.reserve(model.params_size());
+  for (const ParamSpec& spec : model.params()) {
+    ParamInfo p;
+    p.name = spec.name();
+    p.shape.assign(spec.shape().begin(), spec.shape().end());
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= d;
+    p.init = Init::kZeros;
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
 }  // namespace
 
 std::vector<ParamInfo> ModelParams(const ModelSpec& model) {
   if (model.kind() == GPT) return GptParams(model.gpt());
+  if (model.kind() == EXTERNAL) return ExternalParams(model);
   std::vector<ParamInfo> params;
   int64_t width = model.input_dim();
   for (const LayerSpec& layer : model.layers()) {

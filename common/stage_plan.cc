@@ -68,9 +68,20 @@ void MlpLayers(const ModelSpec& model, int u0, int u1, Stage* stage) {
   }
 }
 
+// An EXTERNAL model: one unit of every parameter (it is not cut into
+// stages); its compute is the worker's business.
+std::vector<ModelUnit> ExternalUnits(const ModelSpec& model) {
+  ModelUnit u;
+  u.name = "model";
+  u.first_param = 0;
+  u.end_param = model.params_size();
+  return {u};
+}
+
 }  // namespace
 
 std::vector<ModelUnit> ModelUnits(const ModelSpec& model) {
+  if (model.kind() == EXTERNAL) return ExternalUnits(model);
   return model.kind() == GPT ? GptUnits(model.gpt()) : MlpUnits(model);
 }
 

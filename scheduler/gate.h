@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,10 @@ class Gate {
   Gate(const JobPhase* phase, std::vector<bool> reporters, int64_t total_clocks, ClockTable* clocks,
        const Membership* members, const Rollbacks* rollbacks, const OperatorControl* control,
        PipelineRestarts* pipelines, std::function<void(const TraceEvent&)> trace);
+
+  // The servers that report norms once an EXTERNAL model is declared
+  // (NormRounds::SetReporters); before the job runs.
+  void SetReporters(std::vector<bool> reporters) { norms_.SetReporters(std::move(reporters)); }
 
   // Worker `worker` finished `clock` iterations (ClockTable::Advance's
   // errors); true when its clock moved (held calls were woken).

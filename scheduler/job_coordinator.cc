@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/external_model.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -89,6 +90,17 @@ bool JobCoordinator::MembersToldOfEnd(absl::Time now, absl::Duration grace) cons
 absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
                                                           absl::Time now) {
   if (Ended()) return absl::FailedPreconditionError("the job has already ended");
+  if (req.role() == WORKER) {
+    // A worker of an EXTERNAL model declares it: the first one's becomes
+    // the job's, the others must match (common/external_model.h).
+    absl::StatusOr<JobSpec> joined = JoinExternalModel(job_, req.params(), req.train_size());
+    if (!joined.ok()) {
+      spdlog::warn("refused worker registration from {}: {}", req.address(),
+                   joined.status().message());
+      return joined.status();
+    }
+    job_ = *std::move(joined);
+  }
   // Without an id, a dead member's place once every id is taken.
   ASSIGN_OR_RETURN(
       const int slot,
@@ -118,6 +130,11 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   spdlog::info("{} {} registered from {}", RoleName(req.role()), *id, req.address());
   if (phase_.state == WAITING && members_.Complete()) {
     phase_.state = RUNNING_JOB;
+    if (job_.model().kind() == EXTERNAL) {
+      // Its chunks are placed now that a worker declared it.
+      gate_.SetReporters(ServersWithChunks(job_));
+      rollbacks_.SetChunkServers(ChunkServers(job_));
+    }
     spdlog::info("all {} servers and {} workers registered; training {} clocks", job_.num_servers(),
                  job_.num_workers(), control_.total_clocks());
     gate_.Wake();

@@ -144,7 +144,9 @@ class JobCoordinator {
   void EndJob(JobState state, const std::string& message, absl::Time now);
   void AddWaits(MemberStatus* me) const;
 
-  const JobSpec job_;
+  // The job as the members receive it: an EXTERNAL model's parameters
+  // are the first worker's (Register).
+  JobSpec job_;
   const SchedulerPolicy policy_;
   const absl::Time start_;
   const google::protobuf::RepeatedPtrField<PipelineStage> stages_;  // the job's plan

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -632,6 +633,68 @@ TEST_F(JobCoordinatorTest, TimeTheSchedulerDidNotRunDoesNotCountAgainstMembers) 
   now_ += absl::Seconds(6);  // then really silent past the timeout
   coordinator_->Tick(now_);
   for (const MemberStatus& m : Members()) EXPECT_EQ(m.state(), DEAD);
+}
+
+// An EXTERNAL model: the first worker's parameters become the job's, which
+// every later member receives and the durable state holds; a worker that
+// declares another list is refused and takes no id.
+TEST_F(JobCoordinatorTest, TheFirstWorkerDeclaresAnExternalModel) {
+  JobSpec job;
+  job.mutable_model()->set_kind(EXTERNAL);
+  job.set_num_servers(2);
+  job.set_num_workers(2);
+  job.set_clocks(10);
+  job.set_batch_size(8);
+  job.set_chunk_bytes(64);
+  ApplyJobDefaults(&job);
+  ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  Start(job, SchedulerPolicy());
+  auto declare = [](RegisterRequest* req, int64_t rows) {
+    for (auto [name, n] : {std::pair<const char*, int64_t>{"fc.weight", rows}, {"fc.bias", 10}}) {
+      ParamSpec* p = req->add_params();
+      p->set_name(name);
+      p->add_shape(n);
+    }
+    req->set_train_size(1000);
+  };
+  absl::StatusOr<RegisterResponse> server = Join(SERVER, "s0");
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(server->job().model().params_size(), 0);  // not declared yet
+  const std::string key_before = coordinator_->DurableKey();
+
+  RegisterRequest first;
+  first.set_role(WORKER);
+  first.set_address("w0");
+  first.set_incarnation(1);
+  declare(&first, 40);
+  absl::StatusOr<RegisterResponse> w0 = coordinator_->Register(first, now_);
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  EXPECT_EQ(w0->job().model().params_size(), 2);
+  EXPECT_EQ(w0->job().data().train_size(), 1000);
+  EXPECT_NE(coordinator_->DurableKey(), key_before);
+  EXPECT_EQ(coordinator_->Snapshot().job().model().params(0).name(), "fc.weight");
+
+  RegisterRequest other = first;
+  other.set_address("w1");
+  other.set_incarnation(2);
+  other.clear_params();
+  declare(&other, 41);
+  const absl::StatusOr<RegisterResponse> refused = coordinator_->Register(other, now_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  RegisterRequest builtin = other;
+  builtin.clear_params();  // ps_worker
+  EXPECT_TRUE(absl::IsFailedPrecondition(coordinator_->Register(builtin, now_).status()));
+
+  RegisterRequest same = first;
+  same.set_address("w1");
+  same.set_incarnation(3);
+  absl::StatusOr<RegisterResponse> w1 = coordinator_->Register(same, now_);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  EXPECT_EQ(w1->id(), 1);  // the refused ones took no id
+  absl::StatusOr<RegisterResponse> s1 = Join(SERVER, "s1");
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->job().model().params_size(), 2);
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
 }
 
 }  // namespace

@@ -13,6 +13,11 @@ constexpr int64_t kKeptRounds = 4;
 
 }  // namespace
 
+void NormRounds::SetReporters(std::vector<bool> reporters) {
+  reporters_ = std::move(reporters);
+  num_reporters_ = static_cast<int>(std::count(reporters_.begin(), reporters_.end(), true));
+}
+
 NormRounds::NormRounds(std::vector<bool> reporters, int64_t total_clocks)
     : reporters_(std::move(reporters)),
       num_reporters_(static_cast<int>(std::count(reporters_.begin(), reporters_.end(), true))),

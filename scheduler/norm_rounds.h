@@ -27,6 +27,9 @@ class NormRounds {
   // added in server order, so every run (and a scheduler that took the job
   // over) gets the same bits.
   std::optional<double> Total(int64_t clock) const;
+  // The reporters once an EXTERNAL model is declared (its chunks are
+  // placed then); before the first round.
+  void SetReporters(std::vector<bool> reporters);
   // Forgets every round (the cluster rolled back to `clock`; rounds from
   // there on are reported again).
   void Reset(int64_t clock);
@@ -37,8 +40,8 @@ class NormRounds {
     std::vector<double> parts;  // by server: summed in server order, whatever the arrival order
     int count = 0;
   };
-  const std::vector<bool> reporters_;
-  const int num_reporters_;
+  std::vector<bool> reporters_;
+  int num_reporters_;
   const int64_t total_clocks_;
   std::map<int64_t, Round> rounds_;
   int64_t forgotten_before_ = 0;  // rounds below this are dropped

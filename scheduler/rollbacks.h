@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,6 +51,9 @@ class Rollbacks {
   bool rolling_back() const { return state_.rolling_back(); }
   int64_t manifest_clock() const { return state_.manifest_clock(); }
   const std::vector<int>& chunk_servers() const { return chunk_servers_; }
+  // The servers that hold chunks once an EXTERNAL model is declared (its
+  // chunks are placed then); before the job runs.
+  void SetChunkServers(std::vector<int> servers) { chunk_servers_ = std::move(servers); }
   const google::protobuf::RepeatedPtrField<Rollback>& history() const { return state_.history(); }
 
   // Starts the next generation for `reason`; `from`: the furthest worker's
@@ -86,7 +90,7 @@ class Rollbacks {
  private:
   const int64_t checkpoint_every_;
   const std::string checkpoint_dir_;
-  const std::vector<int> chunk_servers_;
+  std::vector<int> chunk_servers_;
   CheckpointCatalog* const catalog_;
   RollbackState state_;
   bool manifest_in_flight_ = false;

@@ -9,6 +9,7 @@
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "google/protobuf/text_format.h"
+#include "common/external_model.h"
 #include "common/job_spec.h"
 #include "common/listen.h"
 #include "common/logging.h"
@@ -115,7 +116,9 @@ absl::StatusOr<JobSpec> JobFor(const SchedulerConfig& config,
     }
     return takeover->job();
   }
-  ASSIGN_OR_RETURN(const JobSpec job, LoadJob(config));
+  // (An EXTERNAL model's parameters are the workers': --job may leave them out.)
+  ASSIGN_OR_RETURN(JobSpec job, LoadJob(config));
+  job = WithDeclaredModel(std::move(job), takeover->job());
   if (!google::protobuf::util::MessageDifferencer::Equals(job, takeover->job())) {
     return absl::InvalidArgumentError(absl::StrCat(
         SchedulerStatePath(config.state_dir), " holds another job ('", takeover->job().name(),

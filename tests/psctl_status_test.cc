@@ -37,7 +37,8 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   ASSERT_TRUE(cluster.Start(options).ok());
 
   // Poll until both workers report a clock > 0 and, through a heartbeat
-  // (every 500 ms), their first loss.
+  // (every 500 ms), their first loss and pushed bytes (a push is counted
+  // once the servers acknowledged it, which may be a clock after the loss).
   ClusterStatus st;
   std::string raw;
   const absl::Time until = absl::Now() + absl::Seconds(30);
@@ -48,7 +49,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
     st = *s;
     int ticking = 0;
     for (const MemberStatus& m : st.members()) {
-      ticking += m.role() == WORKER && m.clock() > 0 && m.loss() > 0;
+      ticking += m.role() == WORKER && m.clock() > 0 && m.loss() > 0 && m.bytes_out() > 0;
     }
     running = st.job_state() == RUNNING_JOB && ticking == 2;
     if (!running) absl::SleepFor(absl::Milliseconds(200));

@@ -1,0 +1,58 @@
+// An EXTERNAL model (job.proto): the workers' own, a PyTorch script's
+// through pstrain.torch. Its parameters are not derived from the spec but
+// declared by the workers when they register: the first worker's list
+// becomes the job's model (unless the job file fixed one), and every other
+// worker must declare the same list. These are the checks, with no I/O;
+// the scheduler's coordinator applies them at registration.
+#ifndef PSTRAIN_COMMON_EXTERNAL_MODEL_H_
+#define PSTRAIN_COMMON_EXTERNAL_MODEL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/repeated_ptr_field.h"
+#include "proto/job.pb.h"
+
+namespace pstrain {
+
+using ParamSpecs = google::protobuf::RepeatedPtrField<ParamSpec>;
+
+// Limits of a declared parameter list.
+inline constexpr int kMaxExternalParams = 1 << 16;
+inline constexpr int kMaxParamNameBytes = 256;
+inline constexpr int kMaxParamRank = 8;
+inline constexpr int64_t kMaxParamElements = int64_t{1} << 40;
+
+// INVALID_ARGUMENT naming the first bad parameter: an empty, over-long or
+// repeated name, no or too many dimensions, a dimension < 1, more than
+// kMaxParamElements elements, an unknown
+// dtype, more than kMaxExternalParams parameters, or none.
+absl::Status ValidateParamSpecs(const ParamSpecs& params);
+
+// OK when `offered` is `model`, parameter by parameter (name, shape, dtype,
+// order); otherwise FAILED_PRECONDITION naming the first that differs, e.g.
+// "parameter 3 of 6 (fc1.weight): shape [256, 784] here, [128, 784] in the
+// job's model".
+absl::Status MatchParamSpecs(const ParamSpecs& model, const ParamSpecs& offered);
+
+// The job once a worker declaring `params` and a training set of
+// `train_size` examples (0: not said) joined it. An EXTERNAL model without
+// parameters takes `params` (validated, and the job validated again with
+// them: sizes, chunk counts); one with parameters must match them. A job
+// without data.train_size takes the worker's; one with it refuses another
+// (FAILED_PRECONDITION). A job of another model kind refuses a worker that
+// declares parameters, and an EXTERNAL one a worker that declares none
+// (FAILED_PRECONDITION: a built-in model's worker, ps_worker).
+absl::StatusOr<JobSpec> JoinExternalModel(JobSpec job, const ParamSpecs& params,
+                                          int64_t train_size);
+
+// `job` with what workers declared in `joined` (the same job, as the
+// scheduler kept it): the model's parameters and the training set's size,
+// where `job` leaves them out. A restarted scheduler compares its --job
+// with the job of its state file through this.
+JobSpec WithDeclaredModel(JobSpec job, const JobSpec& joined);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_EXTERNAL_MODEL_H_
