@@ -204,6 +204,28 @@ absl::Status ValidateGpt(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// Layers without a name get their type's and index's (dense0, relu1, ...).
+void NameLayers(ModelSpec* model) {
+  for (int i = 0; i < model->layers_size(); ++i) {
+    LayerSpec* layer = model->mutable_layers(i);
+    if (!layer->name().empty()) continue;
+    switch (layer->type()) {
+      case DENSE:
+        layer->set_name(absl::StrCat("dense", i));
+        break;
+      case RELU:
+        layer->set_name(absl::StrCat("relu", i));
+        break;
+      case SOFTMAX_XENT:
+        layer->set_name(absl::StrCat("xent", i));
+        break;
+      default:
+        layer->set_name(absl::StrCat("layer", i));
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 void ApplyJobDefaults(JobSpec* job) {
@@ -256,24 +278,7 @@ void ApplyJobDefaults(JobSpec* job) {
     out->set_units(classes);
     model->add_layers()->set_type(SOFTMAX_XENT);
   }
-  for (int i = 0; i < model->layers_size(); ++i) {
-    LayerSpec* layer = model->mutable_layers(i);
-    if (!layer->name().empty()) continue;
-    switch (layer->type()) {
-      case DENSE:
-        layer->set_name(absl::StrCat("dense", i));
-        break;
-      case RELU:
-        layer->set_name(absl::StrCat("relu", i));
-        break;
-      case SOFTMAX_XENT:
-        layer->set_name(absl::StrCat("xent", i));
-        break;
-      default:
-        layer->set_name(absl::StrCat("layer", i));
-        break;
-    }
-  }
+  NameLayers(model);
   ApplyOptimizerDefaults(job->mutable_optimizer());
   if (job->consistency() == CONSISTENCY_UNSPECIFIED) job->set_consistency(BSP);
   if (!job->has_batch_size()) job->set_batch_size(64);
