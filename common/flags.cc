@@ -111,6 +111,22 @@ std::vector<char*> ParseFlagsOrExit(int argc, char** argv) {
 
 bool FlagGiven(absl::string_view name) { return Given().count(std::string(name)) > 0; }
 
+absl::Status GiveFlag(absl::string_view name, absl::string_view value) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr || flag->IsRetired()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, RenamedHint(name)));
+  }
+  if (value.empty() && !flag->IsOfType<std::string>()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "= needs a value"));
+  }
+  std::string error;
+  if (!flag->ParseFrom(value, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": ", error));
+  }
+  Given().insert(std::string(name));
+  return absl::OkStatus();
+}
+
 std::optional<std::string> GivenFlagText(absl::string_view name) {
   if (!FlagGiven(name)) return std::nullopt;
   const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);

@@ -27,6 +27,11 @@ std::vector<char*> ParseFlagsOrExit(int argc, char** argv);
 
 // Whether --name was on the command line (after ParseFlagsOrExit).
 bool FlagGiven(absl::string_view name);
+// Sets --name=value as the command line would (and marks it given):
+// INVALID_ARGUMENT naming the flag for an unknown one or a bad value. For
+// a library in another program's process (worker/external), which has no
+// command line.
+absl::Status GiveFlag(absl::string_view name, absl::string_view value);
 
 // The flag's value when it was given, else nullopt.
 template <typename T>

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/security.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
@@ -33,6 +34,12 @@ ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
 namespace pstrain {
 
 MemberConfig MemberConfigFromFlags(Role role) {
+  absl::StatusOr<MemberConfig> c = CheckedMemberConfigFromFlags(role);
+  ExitOnBadFlag(c.status());
+  return *std::move(c);
+}
+
+absl::StatusOr<MemberConfig> CheckedMemberConfigFromFlags(Role role) {
   MemberConfig c;
   c.role = role;
   c.scheduler = absl::GetFlag(FLAGS_scheduler);
@@ -40,7 +47,7 @@ MemberConfig MemberConfigFromFlags(Role role) {
   c.port_file = absl::GetFlag(FLAGS_port_file);
   const std::optional<int64_t> id = GivenFlag(FLAGS_id);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  ExitOnBadFlag(CheckFlagRanges({
+  RETURN_IF_ERROR(CheckFlagRanges({
       {"connect_timeout_s", absl::GetFlag(FLAGS_connect_timeout_s), 1, 86400},
       {"heartbeat_interval_ms", absl::GetFlag(FLAGS_heartbeat_interval_ms), 10, 60000},
       {"scheduler_timeout_ms", absl::GetFlag(FLAGS_scheduler_timeout_ms), 100, 86400000},
@@ -127,8 +134,9 @@ MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> se
   client_ = std::make_unique<SchedulerClient>(options);
 }
 
-absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code) {
-  absl::StatusOr<RegisterResponse> reg = client_->Register();
+absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code,
+                                                        RegisterRequest declared) {
+  absl::StatusOr<RegisterResponse> reg = client_->Register(std::move(declared));
   if (!reg.ok()) {
     spdlog::error("{}", reg.status().message());
     *exit_code = 3;

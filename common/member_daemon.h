@@ -43,6 +43,9 @@ struct MemberConfig {
 // The member flags of a process of `role`; a value out of range is exit 2
 // naming the flag (common/flags.h).
 MemberConfig MemberConfigFromFlags(Role role);
+// The same, INVALID_ARGUMENT naming the flag instead of an exit (a library
+// in another program's process: worker/external).
+absl::StatusOr<MemberConfig> CheckedMemberConfigFromFlags(Role role);
 
 class MemberDaemon {
  public:
@@ -56,8 +59,9 @@ class MemberDaemon {
   SchedulerClient& client() { return *client_; }
 
   // Registers with the scheduler (retrying for --connect_timeout_s); logs
-  // and sets *exit_code (3) when it cannot.
-  absl::StatusOr<RegisterResponse> Register(int* exit_code);
+  // and sets *exit_code (3) when it cannot. `declared`: an EXTERNAL
+  // model's worker's declaration (SchedulerClient::Register).
+  absl::StatusOr<RegisterResponse> Register(int* exit_code, RegisterRequest declared = {});
   // Heartbeats with `status` from now on; /metrics reports it too.
   void StartHeartbeats(std::function<MemberStatus()> status);
   // Where /metrics is served ("" without --metrics_port).

@@ -157,6 +157,12 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
   }
   histogram("pstrain_gate_wait_duration_seconds", "a worker's wait for the gate to open",
             latencies.gate_wait);
+  PrometheusText::Labels with_frontend = l;
+  with_frontend.emplace_back("frontend", s.frontend().empty() ? "builtin" : s.frontend());
+  out->Gauge("pstrain_worker_info",
+             "1; frontend: what computes the worker's gradients (builtin: ps_worker's own "
+             "models; pytorch: a PyTorch script)",
+             with_frontend, 1);
   out->Gauge("pstrain_loss", "the last training loss", l, s.loss());
   if (s.test_accuracy() >= 0) {
     out->Gauge("pstrain_test_accuracy", "the last evaluation's accuracy", l, s.test_accuracy());

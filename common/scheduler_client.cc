@@ -57,8 +57,8 @@ absl::Status SchedulerClient::ReportFinal(const MemberStatus& status) {
   return st;
 }
 
-absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
-  RegisterRequest req;
+absl::StatusOr<RegisterResponse> SchedulerClient::Register(RegisterRequest declared) {
+  RegisterRequest req = std::move(declared);
   req.set_role(options_.role);
   req.set_address(options_.address);
   req.set_incarnation(incarnation_);
@@ -100,6 +100,13 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register() {
                                              " after ",
                                              absl::FormatDuration(options_.connect_timeout), " (",
                                              attempts, " attempts): ", last.message()));
+}
+
+absl::StatusOr<JobSpec> SchedulerClient::CurrentJob() {
+  ClusterStatus resp;
+  auto ctx = ContextWithTimeout(absl::Seconds(5));
+  RETURN_IF_ERROR(FromGrpc(stub_->Status(ctx.get(), StatusRequest(), &resp)));
+  return resp.job();
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus& status) {

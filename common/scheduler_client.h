@@ -41,7 +41,13 @@ class SchedulerClient {
   // Registers, retrying with exponential backoff while the scheduler is
   // unreachable. UNAVAILABLE naming the address after connect_timeout; the
   // scheduler's own error (ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...) at once.
-  absl::StatusOr<RegisterResponse> Register();
+  // A worker of an EXTERNAL model declares it in `declared` (its params
+  // and train_size; the other fields are filled in).
+  absl::StatusOr<RegisterResponse> Register(RegisterRequest declared = {});
+  // The job as the scheduler holds it now (its Status' job): a server of an
+  // EXTERNAL model waits for the first worker to declare it. One call, no
+  // retries.
+  absl::StatusOr<JobSpec> CurrentJob();
 
   // Starts heartbeats every interval carrying status_fn(). Call after Register.
   void StartHeartbeats(std::function<MemberStatus()> status_fn);

@@ -181,6 +181,7 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_generation(header.generation);
   fields.set_checkpoint_clock(header.checkpoint_clock);
   fields.set_apply_at_once(header.apply_at_once);
+  fields.set_seed(header.seed);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
@@ -207,7 +208,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
     if (!r.ReadVarint(&tag)) return Malformed("push: bad tag");
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     bool ok = true;
-    if (type == kVarint && ((field >= 1 && field <= 4) || (field >= 7 && field <= 9))) {
+    if (type == kVarint && ((field >= 1 && field <= 4) || (field >= 7 && field <= 10))) {
       ok = r.ReadVarint(&v);
       if (field == 1) h->worker_id = static_cast<int32_t>(v);
       if (field == 2) h->clock = static_cast<int64_t>(v);
@@ -216,6 +217,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       if (field == 7) h->generation = static_cast<int64_t>(v);
       if (field == 8) h->checkpoint_clock = static_cast<int64_t>(v);
       if (field == 9) h->apply_at_once = v != 0;
+      if (field == 10) h->seed = v != 0;
     } else if (field == 5 && type == kLen) {
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);

@@ -67,6 +67,7 @@ struct PushHeader {
   int64_t generation = 0;
   int64_t checkpoint_clock = 0;
   bool apply_at_once = false;
+  bool seed = false;  // PushRequest.seed
 };
 
 // One chunk of a push: `numel` fp32 values at `values`.

@@ -7,8 +7,13 @@
 #   deploy/local_cluster.sh --job=FILE [--bin=DIR] [--logs=DIR] [--servers=N]
 #                           [--workers=N] [--worker_flags="FLAGS"]
 #                           [--server_flags="FLAGS"] [--weights=DIR]
+#                           [--torch=SCRIPT [--torch_args="ARGS"]]
 #                           [--supervise] [-- extra ps_scheduler flags]
 #
+# --torch=SCRIPT: the workers are a PyTorch script using pstrain.torch
+# (python/pstrain), run by $PSTRAIN_PYTHON (default: /usr/bin/python3 when it
+# imports torch, else python3) with --torch_args; --worker_flags then go to
+# pstrain.torch.init() (PSTRAIN_FLAGS). The job's model is EXTERNAL.
 # --worker_flags, --server_flags: given to every worker or server (split at
 # spaces), e.g. --worker_flags="--device=cuda --overlap=on".
 # --weights=DIR: worker process i writes its final weights to
@@ -34,6 +39,8 @@ WORKER_FLAGS=""
 SERVER_FLAGS=""
 WEIGHTS=""
 SUPERVISE=0
+TORCH=""
+TORCH_ARGS=""
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +53,8 @@ while [ $# -gt 0 ]; do
     --server_flags=*) SERVER_FLAGS="${1#*=}" ;;
     --weights=*) WEIGHTS="${1#*=}" ;;
     --supervise) SUPERVISE=1 ;;
+    --torch=*) TORCH="${1#*=}" ;;
+    --torch_args=*) TORCH_ARGS="${1#*=}" ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "local_cluster: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -53,6 +62,10 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$JOB" ] || { echo "local_cluster: --job=FILE is required" >&2; exit 2; }
 [ -f "$JOB" ] || { echo "local_cluster: $JOB: no such job file" >&2; exit 2; }
+if [ -n "$TORCH" ]; then
+  [ -f "$TORCH" ] || { echo "local_cluster: --torch=$TORCH: no such script" >&2; exit 2; }
+  [ "$SUPERVISE" -eq 0 ] || { echo "local_cluster: --supervise is for ps_worker workers, not --torch" >&2; exit 2; }
+fi
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${BIN:-$ROOT/bazel-bin}"
 LOGS="${LOGS:-$(mktemp -d /tmp/pstrain-logs.XXXXXX)}"
@@ -176,8 +189,24 @@ for i in $(seq 0 $((SERVERS - 1))); do
     $SERVER_FLAGS &
   PIDS+=("$!")
 done
+if [ -n "$TORCH" ]; then
+  PY="${PSTRAIN_PYTHON:-}"
+  if [ -z "$PY" ]; then
+    PY=python3
+    if /usr/bin/python3 -c "import torch" 2>/dev/null; then PY=/usr/bin/python3; fi
+  fi
+  export PSTRAIN_SCHEDULER="$SCHED" PSTRAIN_FLAGS="$WORKER_FLAGS"
+  export PSTRAIN_LIB="$BIN/worker/external/libpstrain_torch.so"
+  export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
 for i in $(seq 0 $((WORKERS - 1))); do
   : >"$LOGS/worker$i.log"
+  if [ -n "$TORCH" ]; then
+    # shellcheck disable=SC2086  # TORCH_ARGS is a list of arguments
+    run_daemon "worker$i" "$PY" "$TORCH" $TORCH_ARGS &
+    PIDS+=("$!")
+    continue
+  fi
   out=()
   [ -z "$WEIGHTS" ] || out=("--weights_out=$WEIGHTS/worker$i.weights")
   # shellcheck disable=SC2086  # WORKER_FLAGS is a list of flags

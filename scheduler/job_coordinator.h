@@ -65,6 +65,9 @@ class JobCoordinator {
   void SetAddress(const std::string& address) { address_ = address; }
   // The servers that hold chunks (and write checkpoints).
   const std::vector<int>& chunk_servers() const { return rollbacks_.chunk_servers(); }
+  // The job as the members receive it (an EXTERNAL model's parameters once
+  // the first worker declared them).
+  const JobSpec& job() const { return job_; }
 
   // ---- Events. An error status is the call's answer.
   absl::StatusOr<RegisterResponse> Register(const RegisterRequest& req, absl::Time now);

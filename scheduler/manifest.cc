@@ -14,6 +14,7 @@
 #include "common/checkpoint_names.h"
 #include "common/daemon.h"
 #include "google/protobuf/struct.pb.h"
+#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace pstrain {
@@ -96,6 +97,19 @@ int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& server
     if (*it <= at_most) return *it;
   }
   return 0;
+}
+
+absl::Status WriteCheckpointJob(const JobSpec& job) {
+  if (job.checkpoint_dir().empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(job.checkpoint_dir(), error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_dir ", job.checkpoint_dir(), ": ", error.message()));
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(job, &text);
+  return WriteFileAtomically(CheckpointJobPath(job.checkpoint_dir()), text);
 }
 
 }  // namespace pstrain

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/job.pb.h"
 
 namespace pstrain {
 
@@ -30,6 +31,11 @@ absl::StatusOr<std::optional<Manifest>> ReadManifest(const std::string& dir);
 // Names the files of `clock` of `servers` (ids) in a job of `num_servers`.
 absl::Status WriteManifest(const std::string& dir, int64_t clock, int num_servers,
                            const std::vector<int>& servers);
+
+// Writes the job into its checkpoint directory (DIR/job.pbtxt), so that
+// the checkpoints say what they are of (psctl export reads it); again once
+// the first worker declared an EXTERNAL model, for its parameters' names.
+absl::Status WriteCheckpointJob(const JobSpec& job);
 
 // The newest clock <= `at_most` of which every server of `servers` has a
 // complete file in `dir`; 0 when none.

@@ -128,21 +128,6 @@ absl::StatusOr<JobSpec> JobFor(const SchedulerConfig& config,
   return job;
 }
 
-// Writes the job into its checkpoint directory (DIR/job.pbtxt), so that the
-// checkpoints say what they are of (psctl export reads it).
-absl::Status WriteCheckpointJob(const JobSpec& job) {
-  if (job.checkpoint_dir().empty()) return absl::OkStatus();
-  std::error_code error;
-  std::filesystem::create_directories(job.checkpoint_dir(), error);
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint_dir ", job.checkpoint_dir(), ": ", error.message()));
-  }
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(job, &text);
-  return WriteFileAtomically(CheckpointJobPath(job.checkpoint_dir()), text);
-}
-
 // Starts serving and writes the port file; the advertised address.
 absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerService* service,
                                    std::unique_ptr<grpc::Server>* server) {

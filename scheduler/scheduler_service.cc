@@ -208,11 +208,24 @@ void SchedulerService::WriteDueManifest() {
 grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* ctx,
                                                      const RegisterRequest* req,
                                                      RegisterResponse* resp) {
-  absl::MutexLock lock(&mu_);
-  ForgetCancelled();
-  absl::StatusOr<RegisterResponse> r = coordinator_.Register(*req, absl::Now());
-  if (r.ok()) *resp = std::move(*r);
-  Deliver();
+  std::optional<JobSpec> declared;  // the job, when this worker declared its model
+  absl::StatusOr<RegisterResponse> r;
+  {
+    absl::MutexLock lock(&mu_);
+    ForgetCancelled();
+    const bool undeclared = coordinator_.job().model().kind() == EXTERNAL &&
+                            coordinator_.job().model().params_size() == 0;
+    r = coordinator_.Register(*req, absl::Now());
+    if (r.ok()) *resp = std::move(*r);
+    if (undeclared && coordinator_.job().model().params_size() > 0) declared = coordinator_.job();
+    Deliver();
+  }
+  // The checkpoints' job file names the declared parameters (psctl export).
+  if (declared.has_value()) {
+    if (const absl::Status st = WriteCheckpointJob(*declared); !st.ok()) {
+      spdlog::error("{}", std::string(st.message()));
+    }
+  }
   return FinishNow(ctx, ToGrpc(r.status()));
 }
 

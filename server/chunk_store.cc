@@ -98,6 +98,8 @@ absl::Status ChunkStore::Initialize(Chunk& c) {
   std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
   slab.MarkWritten();
   c.steps = 0;
+  // An EXTERNAL model's weights come from a worker (Seed).
+  c.seeded = job_.model().kind() != EXTERNAL;
   return absl::OkStatus();
 }
 
@@ -152,6 +154,7 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
       std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
       slab.MarkWritten();
       c.steps = *steps;
+      c.seeded = true;
     }
     c.clocks.Restore(clock);
     c.round_samples = 0;
@@ -228,8 +231,40 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
   return absl::OkStatus();
 }
 
+absl::Status ChunkStore::Seed(const PushRequest& push,
+                              const std::function<absl::Span<const float>(size_t)>& values) {
+  RETURN_IF_ERROR(CheckGeneration(push.generation));
+  if (push.wire_dtype != DTypeName(FP32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a seed of initial weights must be fp32, not ", push.wire_dtype));
+  }
+  if (push.worker < 0 || push.worker >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", push.worker));
+  }
+  for (const PushRequest::Part& part : push.parts) {
+    const Chunk* c = Find(part.chunk);
+    if (c == nullptr || part.values != c->layout.weights) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "seed: chunk ", part.chunk, c == nullptr ? " is not this server's" : " has another size"));
+    }
+  }
+  for (size_t i = 0; i < push.parts.size(); ++i) {
+    Chunk& c = *Find(push.parts[i].chunk);
+    absl::MutexLock lock(&c.mu);
+    RETURN_IF_ERROR(CheckChunkGeneration(c, push.generation));
+    if (c.seeded) continue;  // the first seed wins; a retry or a later seeder is ignored
+    ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+    const absl::Span<const float> v = values(i);
+    std::copy(v.begin(), v.end(), slab.weights());
+    slab.MarkWritten();
+    c.seeded = true;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ChunkStore::Push(const PushRequest& push,
                               const std::function<absl::Span<const float>(size_t)>& grad) {
+  if (push.seed) return Seed(push, grad);
   RETURN_IF_ERROR(CheckPush(push));
   for (size_t i = 0; i < push.parts.size(); ++i) {
     RETURN_IF_ERROR(ApplyPart(push, push.parts[i].chunk, grad(i)));
@@ -441,13 +476,14 @@ bool ChunkStore::Readable(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return false;
   absl::MutexLock lock(&c->mu);
-  return c->clocks.MinApplied() >= min_clock;
+  return c->seeded && c->clocks.MinApplied() >= min_clock;
 }
 
 std::string ChunkStore::Lagging(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return "";
   absl::MutexLock lock(&c->mu);
+  if (!c->seeded) return "the model's initial weights (a seed from worker 0)";
   return c->clocks.Lagging(min_clock, bsp_);
 }
 

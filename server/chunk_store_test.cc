@@ -319,3 +319,53 @@ TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// An EXTERNAL model's chunks hold no weights until a worker seeds them: no
+// read guarantee holds before; the first seed is kept, a later one (a
+// retry, or another worker's) is ignored; a seed not in fp32 is refused.
+TEST(ChunkStoreTest, AnExternalModelsChunksWaitForTheirSeed) {
+  JobSpec job;
+  ParamSpec* p = job.mutable_model()->add_params();
+  p->set_name("fc.weight");
+  p->add_shape(3);
+  p->add_shape(4);
+  job.mutable_model()->set_kind(EXTERNAL);
+  job.mutable_data()->set_dataset(EXTERNAL_DATA);
+  job.mutable_data()->set_train_size(100);
+  job.set_batch_size(10);
+  job.set_num_workers(2);
+  job.set_num_servers(1);
+  ApplyJobDefaults(&job);
+  ASSERT_TRUE(ValidateJobSpec(job).ok()) << ValidateJobSpec(job);
+  const Partition partition =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
+  ChunkStore store(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr);
+  ASSERT_EQ(store.chunk_ids().size(), 1u);
+  const int32_t chunk = store.chunk_ids()[0];
+  EXPECT_FALSE(store.Readable(chunk, 0));
+
+  auto seed = [&](int worker, float value, const std::string& dtype) {
+    ChunkStore::PushRequest push;
+    push.seed = true;
+    push.worker = worker;
+    push.wire_dtype = dtype;
+    push.parts.push_back({chunk, 12, 48});
+    const std::vector<float> values(12, value);
+    return store.Push(push, [&](size_t) { return absl::MakeConstSpan(values); });
+  };
+  EXPECT_EQ(seed(0, 1.0f, "bf16").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store.Readable(chunk, 0));
+  ASSERT_TRUE(seed(0, 2.5f, "fp32").ok());
+  EXPECT_TRUE(store.Readable(chunk, 0));
+  ASSERT_TRUE(seed(1, -7.0f, "fp32").ok());
+  EXPECT_EQ(ReadChunk(store, chunk), std::vector<float>(12, 2.5f));
+  // A rollback to clock 0 without a checkpoint waits for a seed again.
+  ASSERT_TRUE(store.Restore(1, 0, nullptr).ok());
+  EXPECT_FALSE(store.Readable(chunk, 0));
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -60,6 +60,7 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   push.generation = h.generation;
   push.checkpoint_clock = h.checkpoint_clock;
   push.apply_at_once = h.apply_at_once;
+  push.seed = h.seed;
   push.wire_dtype = DTypeName(h.dtype);
   int64_t bytes = 0;
   for (const PayloadRef& c : chunks) {

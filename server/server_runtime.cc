@@ -126,6 +126,9 @@ class Server {
   int Run(const RegisterResponse& reg);
 
  private:
+  // An EXTERNAL model is declared by the first worker that registers: its
+  // parameters join the job then (the servers poll the scheduler's job).
+  absl::Status AwaitDeclaredModel();
   // The chunk store of this server's share of the job, with checkpoints.
   absl::Status Build();
   // Bounds the requests and replies in flight: an offloaded server's by
@@ -169,6 +172,7 @@ int Server::Run(const RegisterResponse& reg) {
   // Heartbeats from now on: making a large store may take longer than the
   // scheduler's heartbeat timeout.
   daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
+  if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
   if (const absl::Status st = Build(); !st.ok()) return Fail(st);
   StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
   if (reg.generation() > 0 || reg.start_clock() > 0) {
@@ -196,6 +200,27 @@ int Server::Run(const RegisterResponse& reg) {
   const absl::StatusOr<JobState> end = Serve(&message);
   if (!end.ok()) return Fail(end.status());
   return Finish(*end, message);
+}
+
+absl::Status Server::AwaitDeclaredModel() {
+  if (job_.model().kind() != EXTERNAL || job_.model().params_size() > 0) return absl::OkStatus();
+  spdlog::info("the job's model is EXTERNAL: waiting for the first worker to declare it");
+  for (int polls = 0; !ShutdownRequested(); ++polls) {
+    std::string message;
+    const JobState state = daemon_->client().job_state(&message);
+    if (state == DONE || state == ABORTED) {
+      return absl::AbortedError(absl::StrCat("the job ended before a worker declared its model: ",
+                                             message));
+    }
+    // (A scheduler being restarted answers again within the members' window.)
+    absl::StatusOr<JobSpec> job = daemon_->client().CurrentJob();
+    if (job.ok() && job->model().params_size() > 0) {
+      job_ = *std::move(job);
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(polls < 50 ? 100 : 500));
+  }
+  return absl::CancelledError("interrupted");
 }
 
 absl::Status Server::Build() {

@@ -94,6 +94,9 @@ void PrintTable(const std::vector<MemberStatus>& rows) {
         worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
         worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str() : "-",
         Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(), Bytes(n.rss_bytes()).c_str());
+    if (worker && !n.frontend().empty()) {
+      std::printf("          frontend: %s (the model is the script's)\n", n.frontend().c_str());
+    }
     if (worker && n.clock() > 0) {
       std::printf(
           "          per clock: gate %.1f ms, pull %.1f ms, compute %.1f ms, push %.1f ms, %.1f "

@@ -25,6 +25,36 @@ float GlobalNorm(const ParamBuffers& grads) {
 
 }  // namespace
 
+void SetLoopStatus(const ClockMetrics& m, MemberStatus* st) {
+  st->set_clock(m.clock);
+  st->set_loss(m.loss);
+  st->set_samples_per_s(m.samples_per_s);
+  st->set_test_accuracy(m.test_accuracy);
+  st->set_peak_device_bytes(m.peak_device_bytes);
+  st->set_loss_scale(m.loss_scale);
+  st->set_gate_ms(m.window.gate_ms());
+  st->set_pull_ms(m.window.pull_ms());
+  st->set_compute_ms(m.window.compute_ms());
+  st->set_push_ms(m.window.push_ms());
+  st->set_rpcs_per_clock(m.window.rpcs());
+  st->set_bytes_per_clock(m.window.bytes());
+  st->set_train_s(m.train_s);
+  st->set_clocks_trained(m.clocks_trained);
+  *st->mutable_run_split() = m.run;
+  st->set_skipped_steps(m.skipped_steps);
+  st->set_bytes_in(m.bytes_in);
+  st->set_bytes_out(m.bytes_out);
+  st->set_pushes(m.pushes);
+  st->set_pulls(m.pulls);
+  st->set_generation(m.generation);
+  st->set_bubble(m.bubble);
+  st->set_activations_in_flight(m.max_in_flight);
+  st->set_activation_wait_ms(m.activation_wait_ms);
+  st->set_gradient_wait_ms(m.gradient_wait_ms);
+  st->set_activation_bytes_sent(m.activation_bytes_sent);
+  st->set_gradient_bytes_sent(m.gradient_bytes_sent);
+}
+
 ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFactory params,
                      DataSource* data, Model* model, kernels::Backend* backend)
     : options_(std::move(options)),
@@ -82,6 +112,9 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || member_.generation() > generation ||
            gate_->generation() > generation;
   });
+  if (const ParamBuffers* initial = options_.seed && clock_ == 0 ? options_.seed() : nullptr) {
+    RETURN_IF_ERROR(params_->Wait(params_->Seed(initial)));
+  }
   return options_.on_cluster ? options_.on_cluster(cluster, member_.link_generation())
                              : absl::OkStatus();
 }

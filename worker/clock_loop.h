@@ -103,6 +103,11 @@ struct ClockLoopOptions {
   // link generation (a stage links to its neighbours there), and again when the
   // replica's pipeline restarted.
   std::function<absl::Status(const ClusterView& cluster, int64_t link_generation)> on_cluster;
+  // An EXTERNAL model (worker/external): the initial weights this worker
+  // can seed the servers with, or null when it has none. Asked for
+  // whenever the loop connects at clock 0 (the start, or a rollback to it);
+  // the servers keep the first seed and hold pulls until they have it.
+  std::function<const ParamBuffers*()> seed;
 };
 
 // What the loop has done, for Status.
@@ -133,6 +138,10 @@ struct ClockMetrics {
   double activation_wait_ms = 0, gradient_wait_ms = 0;
   int64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;
 };
+
+// The loop's figures into a worker's Status (clock, loss, throughput,
+// where the time went, bytes, pipeline waits).
+void SetLoopStatus(const ClockMetrics& m, MemberStatus* st);
 
 // The loop's parts: WorkerMemberLoop takes the gate's answers (rollback,
 // restart, drain, live workers), ReadPlan says where a clock's weights come

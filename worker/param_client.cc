@@ -47,6 +47,10 @@ ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffe
   });
 }
 
+ParamTicket AsyncPsClient::Seed(const ParamBuffers* weights) {
+  return Queue(pushes_, [weights](PsClient& client) { return client.Seed(*weights); });
+}
+
 absl::Status AsyncPsClient::Wait(ParamTicket ticket) {
   absl::MutexLock lock(&mu_);
   auto landed = [this, ticket]()

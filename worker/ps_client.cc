@@ -327,9 +327,7 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
   bytes_in_ += state.bytes;
 }
 
-int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
-                               const std::vector<std::vector<float>>& grads, float grad_norm,
-                               std::vector<Call>* calls, const std::vector<int>* params) {
+PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
   PushHeader header;
   header.worker_id = worker_id_;
   header.clock = clock;
@@ -337,13 +335,17 @@ int64_t PsClient::AddPushCalls(int64_t clock, int num_samples,
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
   header.generation = options_.generation;
-  {
-    absl::MutexLock lock(&context_mu_);
-    header.checkpoint_clock = context_.checkpoint_clock;
-    for (const auto& [from, at_once] : context_.at_once) {
-      if (from <= clock) header.apply_at_once = at_once;
-    }
+  absl::MutexLock lock(&context_mu_);
+  header.checkpoint_clock = context_.checkpoint_clock;
+  for (const auto& [from, at_once] : context_.at_once) {
+    if (from <= clock) header.apply_at_once = at_once;
   }
+  return header;
+}
+
+int64_t PsClient::AddPushCalls(const PushHeader& header,
+                               const std::vector<std::vector<float>>& grads,
+                               std::vector<Call>* calls, const std::vector<int>* params) {
   int64_t bytes = 0;
   std::vector<bool> wanted;
   if (params != nullptr) {
@@ -392,7 +394,7 @@ absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
 absl::Status PsClient::Push(int64_t clock, int num_samples,
                             const std::vector<std::vector<float>>& grads, float grad_norm) {
   std::vector<Call> calls;
-  const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls);
+  const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();
@@ -402,7 +404,8 @@ absl::Status PsClient::PushParams(int64_t clock, int num_samples,
                                   const std::vector<std::vector<float>>& grads, float grad_norm,
                                   const std::vector<int>& params) {
   std::vector<Call> calls;
-  const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls, &params);
+  const int64_t bytes =
+      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();
@@ -414,12 +417,24 @@ absl::Status PsClient::PushPull(int64_t clock, int num_samples,
                                 std::vector<std::vector<float>>* weights,
                                 std::vector<int64_t>* applied) {
   std::vector<Call> calls;
-  const int64_t bytes = AddPushCalls(clock, num_samples, grads, grad_norm, &calls);
+  const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls);
   PullState state;
   AddPullCalls(pull_clock, min_clock, weights, &state, &calls);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   FinishPull(state, applied);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Seed(const std::vector<std::vector<float>>& weights) {
+  PushHeader header = Header(/*clock=*/0, /*num_samples=*/1, /*grad_norm=*/0);
+  header.seed = true;
+  header.dtype = FP32;  // the initial weights exactly
+  header.apply_at_once = false;
+  std::vector<Call> calls;
+  const int64_t bytes = AddPushCalls(header, weights, &calls);
+  RETURN_IF_ERROR(RunCalls(calls));
+  bytes_out_ += bytes;
   return absl::OkStatus();
 }
 

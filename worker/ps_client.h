@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/partition.h"
+#include "common/tensor_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
@@ -85,6 +86,11 @@ class PsClient {
                           const std::vector<std::vector<float>>& grads, float grad_norm,
                           const std::vector<int>& params);
 
+  // An EXTERNAL model's initial weights (fp32, one buffer per parameter)
+  // to every server (PushRequest.seed): a chunk takes the first seed it
+  // gets.
+  absl::Status Seed(const std::vector<std::vector<float>>& weights);
+
   // Push and Pull at once: the pull is sent with the push, not after its
   // acknowledgement, and the server answers it once its read guarantee
   // holds (min_clock = clock + 1 reads this very push). One round trip
@@ -140,9 +146,10 @@ class PsClient {
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
   // Returns the payload bytes of the push; with `params`, of those
   // parameters' chunks only.
-  int64_t AddPushCalls(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
-                       float grad_norm, std::vector<Call>* calls,
-                       const std::vector<int>* params = nullptr);
+  int64_t AddPushCalls(const PushHeader& header, const std::vector<std::vector<float>>& grads,
+                       std::vector<Call>* calls, const std::vector<int>* params = nullptr);
+  // A push's header: iteration `clock`, the push context's fields.
+  PushHeader Header(int64_t clock, int num_samples, float grad_norm);
   // Chunk batches of one server, about max_request_bytes of payload each.
   std::vector<std::vector<int32_t>> Pack(const std::vector<int32_t>& chunks) const;
 

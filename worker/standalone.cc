@@ -54,22 +54,13 @@ class StandaloneParamClient : public ParamClient {
     push.clock = clock;
     push.num_samples = num_samples;
     push.grad_norm = norm;
-    std::vector<const float*> values;
-    auto add = [&](const ChunkInfo& c) {
-      push.parts.push_back({c.id, c.numel, c.numel * 4});
-      values.push_back((*grads)[c.param].data() + c.offset);
-      bytes_out_ += c.numel * 4;
-    };
-    if (params.empty()) {
-      for (const ChunkInfo& c : server_->partition_.chunks()) add(c);
-    } else {
-      for (int p : params) {
-        for (int32_t id : server_->partition_.ParamChunks(p)) add(server_->partition_.chunks()[id]);
-      }
-    }
-    return Done(server_->store_->Push(push, [&](size_t i) {
-      return absl::Span<const float>(values[i], push.parts[i].values);
-    }));
+    return Done(Send(push, *grads, params));
+  }
+
+  ParamTicket Seed(const ParamBuffers* weights) override {
+    ChunkStore::PushRequest push;
+    push.seed = true;
+    return Done(Send(push, *weights, {}));
   }
 
   absl::Status Wait(ParamTicket ticket) override {
@@ -84,6 +75,28 @@ class StandaloneParamClient : public ParamClient {
   int64_t rpcs() const override { return 0; }
 
  private:
+  // `push` with the chunks of `params` (every parameter when empty) from
+  // `values`.
+  absl::Status Send(ChunkStore::PushRequest push, const ParamBuffers& values,
+                    const std::vector<int>& params) {
+    std::vector<const float*> data;
+    auto add = [&](const ChunkInfo& c) {
+      push.parts.push_back({c.id, c.numel, c.numel * 4});
+      data.push_back(values[c.param].data() + c.offset);
+      bytes_out_ += c.numel * 4;
+    };
+    if (params.empty()) {
+      for (const ChunkInfo& c : server_->partition_.chunks()) add(c);
+    } else {
+      for (int p : params) {
+        for (int32_t id : server_->partition_.ParamChunks(p)) add(server_->partition_.chunks()[id]);
+      }
+    }
+    return server_->store_->Push(push, [&](size_t i) {
+      return absl::Span<const float>(data[i], push.parts[i].values);
+    });
+  }
+
   ParamTicket Done(absl::Status st) {
     done_[++next_] = std::move(st);
     return next_;

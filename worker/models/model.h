@@ -143,6 +143,11 @@ class Model {
   // Reports the queued downloads that have landed, oldest first, up to the
   // first still under way (or, with `wait`, all of them).
   void ReportLanded(bool wait);
+  // Reports the gradients of `params` ready in grads() (a model without a
+  // device: worker/external).
+  void ReportGrads(const std::vector<int>& params) {
+    if (grads_ready_) grads_ready_(params);
+  }
 
   kernels::Backend* backend_;
   const Stage stage_;

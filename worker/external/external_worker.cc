@@ -1,0 +1,301 @@
+#include "worker/external/external_worker.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/dtype.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "common/process_stats.h"
+#include "common/stage_plan.h"
+#include "common/status_macros.h"
+#include "worker/data/dataset.h"
+#include "worker/device.h"
+#include "worker/param_client.h"
+#include "worker/scheduler_gate.h"
+
+namespace pstrain {
+
+// The clock's examples: this worker's share of the global batch in the
+// job's data order, as indices into the caller's data set.
+class ExternalData : public DataSource {
+ public:
+  explicit ExternalData(const JobSpec& job)
+      : sampler_(job.seed(), TrainSetSize(job), job.batch_size(), ClocksPerEpoch(job)) {}
+
+  void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override {
+    clock_ = clock;
+    indices_ = sampler_.Indices(clock, share_of, share);
+    batch->rows = static_cast<int>(indices_.size());
+  }
+  // The caller evaluates its model itself (and reports the accuracy).
+  absl::StatusOr<double> Evaluate(Model&) override { return -1.0; }
+  int64_t Epoch(int64_t clock) const override { return sampler_.Epoch(clock); }
+
+  int64_t clock() const { return clock_; }
+  const std::vector<int64_t>& indices() const { return indices_; }
+
+ private:
+  BatchSampler sampler_;
+  int64_t clock_ = 0;
+  std::vector<int64_t> indices_;
+};
+
+// The model as the clock loop sees it: its weights and gradients are host
+// buffers the caller reads and writes; a step is the caller's, through the
+// exchange. No device arrays (windowed: allocated on demand, never here).
+class HandedModel : public Model {
+ public:
+  HandedModel(const ModelSpec& spec, kernels::Backend* backend, const ExternalData* data,
+              StepExchange* exchange, ParamBuffers* initial)
+      : Model(spec, WholeModel(spec), backend, /*windowed=*/true),
+        data_(data),
+        exchange_(exchange),
+        initial_(initial) {}
+
+  absl::StatusOr<StepResult> Forward(int, const Batch&, const std::vector<float>*,
+                                     std::vector<float>*, bool train) override {
+    if (!train) return absl::UnimplementedError("the caller evaluates its model itself");
+    // The weights of clock 0, for a seed after a rollback to it.
+    if (data_->clock() == 0 && initial_->empty()) *initial_ = weights();
+    for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
+    std::vector<bool> sent(params().size(), false);
+    ASSIGN_OR_RETURN(const StepResult result,
+                     exchange_->Step(data_->clock(), data_->indices(),
+                                     [this, &sent](const std::vector<int>& ready) {
+                                       for (int p : ready) sent[p] = true;
+                                       ReportGrads(ready);
+                                     }));
+    std::vector<int> rest;
+    for (size_t p = 0; p < sent.size(); ++p) {
+      if (!sent[p]) rest.push_back(static_cast<int>(p));
+    }
+    if (!rest.empty()) ReportGrads(rest);
+    return result;
+  }
+  absl::Status Backward(int, const std::vector<float>*, std::vector<float>*) override {
+    return absl::OkStatus();  // (the caller's step computed the gradients)
+  }
+
+ private:
+  const ExternalData* const data_;
+  StepExchange* const exchange_;
+  ParamBuffers* const initial_;
+};
+
+namespace {
+
+absl::Status CheckOptions(const ExternalWorkerOptions& o, DType* wire) {
+  if (o.overlap != "auto" && o.overlap != "on" && o.overlap != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--overlap=", o.overlap,
+                                                   ": expected auto, on or off"));
+  }
+  if (!o.wire_dtype.empty() && !ParseDType(o.wire_dtype, wire)) {
+    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", o.wire_dtype,
+                                                   ": expected fp32, bf16 or fp16"));
+  }
+  if (o.channels_per_server < 1 || o.channels_per_server > 64) {
+    return absl::InvalidArgumentError("--channels_per_server must be in [1, 64]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ExternalWorker::ExternalWorker(ExternalWorkerOptions options)
+    : options_(std::move(options)), start_(absl::Now()) {}
+
+absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
+    ExternalWorkerOptions options) {
+  DType wire = FP32;
+  RETURN_IF_ERROR(CheckOptions(options, &wire));
+  options.member.role = WORKER;
+  auto w = absl::WrapUnique(new ExternalWorker(std::move(options)));
+  std::string note;
+  ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 1, &note));
+  ExternalWorker* self = w.get();
+  w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
+  int code = 0;
+  ASSIGN_OR_RETURN(w->daemon_, MemberDaemon::Start(w->options_.member, {w->service_.get()}, &code));
+  absl::MutexLock lock(&w->mu_);
+  w->identity_.set_role(WORKER);
+  w->identity_.set_id(-1);
+  w->identity_.set_frontend(w->options_.frontend);
+  w->identity_.set_compute_dtype("fp32");
+  w->identity_.set_address(w->daemon_->address());
+  return w;
+}
+
+ExternalWorker::~ExternalWorker() {
+  if (!finished_) Finish(false, -1, "the worker was closed before it finished");
+  if (daemon_ != nullptr) daemon_->Shutdown(absl::Seconds(1));
+}
+
+absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int64_t train_size) {
+  if (id_ >= 0) return absl::FailedPreconditionError("this worker has registered already");
+  RegisterRequest declared;
+  for (const ParamSpec& p : params) *declared.add_params() = p;
+  declared.set_train_size(train_size);
+  int code = 0;
+  ASSIGN_OR_RETURN(const RegisterResponse reg, daemon_->Register(&code, std::move(declared)));
+  job_ = reg.job();
+  generation_ = reg.generation();
+  start_clock_ = reg.start_clock();
+  DType wire = FP32;
+  if (!options_.wire_dtype.empty()) (void)ParseDType(options_.wire_dtype, &wire);
+  ps_.wire_dtype = options_.wire_dtype.empty() ? job_.wire_dtype() : wire;
+  ps_.channels_per_server = options_.channels_per_server;
+  // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
+  // pull off the clock), off under BSP; never with clipping by the push's
+  // norm, which needs the whole gradient first.
+  const bool clips = job_.optimizer().clip_norm() > 0 && job_.consistency() != BSP;
+  overlap_ = !clips && (options_.overlap == "on" ||
+                        (options_.overlap == "auto" && EffectiveStaleness(job_) != 0));
+  id_ = reg.id();
+  {
+    absl::MutexLock lock(&mu_);
+    identity_.set_id(id_);
+    identity_.set_replica(id_);
+    identity_.set_wire_dtype(DTypeName(ps_.wire_dtype));
+    identity_.set_start_clock(start_clock_);
+  }
+  daemon_->StartHeartbeats([this] { return Status(); });
+  spdlog::info("registered as worker {} of {}: {} parameters declared, {} training examples",
+               id_, job_.num_workers(), params.size(), train_size);
+  return absl::OkStatus();
+}
+
+absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
+  if (id_ < 0) return absl::FailedPreconditionError("register before starting");
+  if (exchange_ != nullptr) return absl::FailedPreconditionError("the loop runs already");
+  const std::vector<ParamInfo> params = ModelParams(job_.model());
+  if (initial.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(initial.size(), " initial tensors for ",
+                                                   params.size(), " parameters"));
+  }
+  ASSIGN_OR_RETURN(Partition partition,
+                   Partition::Make(params, job_.chunk_bytes(), job_.num_servers()));
+  partition_.emplace(std::move(partition));
+  if (id_ == 0) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (initial[i] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("no initial values for ", params[i].name));
+      }
+      initial_.emplace_back(initial[i], initial[i] + params[i].numel);
+    }
+  }
+  exchange_ = std::make_unique<StepExchange>(static_cast<int>(params.size()));
+  data_ = std::make_unique<ExternalData>(job_);
+  model_ = std::make_unique<HandedModel>(job_.model(), backend_.get(), data_.get(),
+                                         exchange_.get(), &initial_);
+  loop_thread_ = std::thread([this] { RunLoop(); });
+  return absl::OkStatus();
+}
+
+ClockLoopOptions ExternalWorker::LoopOptions() const {
+  ClockLoopOptions lo;
+  lo.job = job_;
+  lo.worker_id = id_;
+  lo.replica = id_;
+  lo.start_clock = start_clock_;
+  lo.generation = generation_;
+  lo.training.overlap = overlap_;
+  lo.training.eval_each_epoch = false;  // the caller's to do
+  lo.seed = [this]() -> const ParamBuffers* { return initial_.empty() ? nullptr : &initial_; };
+  return lo;
+}
+
+void ExternalWorker::RunLoop() {
+  SchedulerGate gate(&daemon_->client());
+  auto make_params = [this](const ClusterView& cluster, int64_t generation, bool fp32,
+                            std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
+    PsClientOptions o = ps_;
+    o.generation = generation;
+    o.abandon = std::move(abandon);
+    if (fp32) o.wire_dtype = FP32;
+    return std::make_unique<AsyncPsClient>(cluster, &*partition_, id_, o);
+  };
+  ClockLoop loop(LoopOptions(), &gate, make_params, data_.get(), model_.get(), backend_.get());
+  {
+    absl::MutexLock lock(&mu_);
+    loop_ = &loop;
+  }
+  const absl::StatusOr<double> ran =
+      OutOfMemoryAsError("while training", [&] { return loop.Run(stop_); });
+  {
+    absl::MutexLock lock(&mu_);
+    last_ = loop.metrics();
+    loop_ = nullptr;
+    loop_done_ = ran.ok();
+  }
+  if (!ran.ok() && !stop_) spdlog::error("training stopped: {}", ran.status().message());
+  exchange_->End(ran.status());
+}
+
+absl::StatusOr<std::optional<StepExchange::Offer>> ExternalWorker::Next(absl::Duration timeout) {
+  if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
+  return exchange_->Await(timeout);
+}
+
+float* ExternalWorker::weights(int i) {
+  if (model_ == nullptr || i < 0 || i >= static_cast<int>(model_->weights().size())) {
+    return nullptr;
+  }
+  return model_->weights()[i].data();
+}
+
+float* ExternalWorker::grads(int i) {
+  if (model_ == nullptr || i < 0 || i >= static_cast<int>(model_->grads().size())) return nullptr;
+  return model_->mutable_grads()[i].data();
+}
+
+absl::Status ExternalWorker::GradsReady(int param) {
+  if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
+  return exchange_->GradsReady(param);
+}
+
+absl::Status ExternalWorker::StepDone(const StepResult& result) {
+  if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
+  return exchange_->Done(result);
+}
+
+void ExternalWorker::Finish(bool ok, double accuracy, const std::string& message) {
+  if (finished_) return;
+  finished_ = true;
+  bool done;
+  {
+    absl::MutexLock lock(&mu_);
+    done = loop_done_;
+  }
+  std::string why = message;
+  if (ok && !done && id_ >= 0) {
+    ok = false;
+    why = "the script ended before the job's clocks were done";
+  }
+  // The loop ends at its next step or retry; a gate call it waits in is
+  // answered once the scheduler knows this worker is gone.
+  stop_ = true;
+  if (exchange_ != nullptr) exchange_->Close(absl::CancelledError(why));
+  if (id_ >= 0) {
+    MemberStatus st = Status();
+    if (accuracy >= 0) st.set_test_accuracy(accuracy);
+    daemon_->ReportFinal(st, ok ? FINISHED : FAILED, why);
+  }
+  if (loop_thread_.joinable()) loop_thread_.join();
+}
+
+MemberStatus ExternalWorker::Status() {
+  absl::MutexLock lock(&mu_);
+  MemberStatus st = identity_;
+  st.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_));
+  st.set_rss_bytes(ResidentBytes());
+  SetLoopStatus(loop_ != nullptr ? loop_->metrics() : last_, &st);
+  st.set_state(RUNNING);
+  return st;
+}
+
+}  // namespace pstrain

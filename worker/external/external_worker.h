@@ -1,0 +1,119 @@
+// A worker whose model lives outside pstrain -- a PyTorch script, through
+// the C ABI of pstrain_c.h -- running the same machinery as ps_worker: the
+// member daemon (Status service, heartbeats, the final report), the clock
+// loop (worker/clock_loop.h) with the scheduler's gate and the asynchronous
+// parameter client, on a thread of its own. The model's part is a stand-in
+// whose step is handed to the caller through a StepExchange: the caller
+// gets each clock's example indices with its weights in place, writes the
+// gradients into the model's buffers and says when each is complete.
+//
+// The caller declares the model at registration (common/external_model.h):
+// the first worker's parameter list is the job's. Worker 0's initial
+// values seed the servers (PushRequest.seed); every worker keeps the
+// weights of clock 0, so any of them can seed again after a rollback to it.
+#ifndef PSTRAIN_WORKER_EXTERNAL_EXTERNAL_WORKER_H_
+#define PSTRAIN_WORKER_EXTERNAL_EXTERNAL_WORKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/member_daemon.h"
+#include "common/partition.h"
+#include "kernels/backend.h"
+#include "proto/cluster.pb.h"
+#include "worker/clock_loop.h"
+#include "worker/external/step_exchange.h"
+#include "worker/ps_client.h"
+#include "worker/worker_service.h"
+
+namespace pstrain {
+
+struct ExternalWorkerOptions {
+  MemberConfig member;
+  std::string overlap = "auto";  // auto, on or off, as ps_worker's --overlap
+  std::string wire_dtype;        // "": the job's
+  int channels_per_server = 2;
+  std::string frontend = "pytorch";  // what drives the worker, for Status
+};
+
+class HandedModel;
+class ExternalData;
+
+// Open, Register, Start, then Next / GradsReady / StepDone from one thread
+// until Next says the job is done, then Finish. Status from any thread.
+class ExternalWorker {
+ public:
+  // Starts the worker's gRPC service; INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<ExternalWorker>> Open(ExternalWorkerOptions options);
+  // Stops the loop, reports FAILED unless Finish was called, ends the daemon.
+  ~ExternalWorker();
+
+  // Declares the model (`params`, in order; `train_size` examples) and
+  // registers: the scheduler's refusal as its status (FAILED_PRECONDITION
+  // for a model that differs from the job's, naming the parameter).
+  absl::Status Register(const std::vector<ParamSpec>& params, int64_t train_size);
+  const JobSpec& job() const { return job_; }
+  int id() const { return id_; }
+  int64_t start_clock() const { return start_clock_; }
+
+  // Starts the clock loop; `initial` holds each parameter's initial values
+  // (worker 0's seed the servers).
+  absl::Status Start(const std::vector<const float*>& initial);
+  // The next step (StepExchange::Await): nullopt once the job's clocks are
+  // done and the final weights are in weights().
+  absl::StatusOr<std::optional<StepExchange::Offer>> Next(absl::Duration timeout);
+  // Parameter i's host buffers (null before Start or for a bad index).
+  float* weights(int i);
+  float* grads(int i);
+  absl::Status GradsReady(int param);
+  absl::Status StepDone(const StepResult& result);
+
+  // Reports the end: FINISHED when `ok` and every clock was done (with the
+  // test accuracy when >= 0), else FAILED with `message`. Once.
+  void Finish(bool ok, double accuracy, const std::string& message);
+  MemberStatus Status();
+
+ private:
+  explicit ExternalWorker(ExternalWorkerOptions options);
+  void RunLoop();
+  ClockLoopOptions LoopOptions() const;
+
+  const ExternalWorkerOptions options_;
+  const absl::Time start_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<MemberDaemon> daemon_;
+  std::unique_ptr<kernels::Backend> backend_;
+  JobSpec job_;
+  int id_ = -1;
+  int64_t generation_ = 0, start_clock_ = 0;
+  PsClientOptions ps_;
+  bool overlap_ = false;
+  std::optional<Partition> partition_;
+  std::unique_ptr<StepExchange> exchange_;
+  std::unique_ptr<ExternalData> data_;
+  std::unique_ptr<HandedModel> model_;
+  ParamBuffers initial_;  // the loop thread's once it runs
+  std::atomic<bool> stop_{false};
+  std::thread loop_thread_;
+  bool finished_ = false;
+
+  absl::Mutex mu_;
+  const ClockLoop* loop_ ABSL_GUARDED_BY(mu_) = nullptr;  // while it runs
+  ClockMetrics last_ ABSL_GUARDED_BY(mu_);                // once it ended
+  bool loop_done_ ABSL_GUARDED_BY(mu_) = false;           // every clock and the final read
+  // Status' fields that do not come from the loop (role, id, address,
+  // frontend, wire dtype, start clock).
+  MemberStatus identity_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_EXTERNAL_EXTERNAL_WORKER_H_

@@ -1,0 +1,252 @@
+// The C ABI of pstrain_c.h over ExternalWorker: flags in, statuses out as
+// codes and messages; no exception and no abort crosses it.
+#include "worker/external/pstrain_c.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "common/job_spec.h"
+#include "worker/data/dataset.h"
+#include "worker/external/external_worker.h"
+
+ABSL_FLAG(std::string, overlap, "auto",
+          "on, off or auto (on under SSP/ASP, off under BSP): push each parameter's gradient "
+          "as soon as the script's backward has it, and under SSP/ASP pull the next clock's "
+          "weights while this one computes");
+ABSL_FLAG(std::string, wire_dtype, "",
+          "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's)");
+ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
+ABSL_FLAG(std::string, frontend, "pytorch", "what drives this worker, as Status shows it");
+
+struct pst_worker {
+  std::unique_ptr<pstrain::ExternalWorker> worker;
+};
+
+namespace {
+
+// Writes `st`'s message to err; returns its code.
+int Fail(const absl::Status& st, char* err, int err_len) {
+  if (err != nullptr && err_len > 0) {
+    const std::string message(st.message());
+    const size_t n = std::min(message.size(), static_cast<size_t>(err_len - 1));
+    std::memcpy(err, message.data(), n);
+    err[n] = '\0';
+  }
+  return st.ok() ? 0 : static_cast<int>(st.code());
+}
+
+// Runs `f` (returning a Status), turning exceptions into INTERNAL or
+// RESOURCE_EXHAUSTED: nothing is thrown into the caller's runtime.
+template <typename F>
+int Guarded(char* err, int err_len, F&& f) {
+  try {
+    return Fail(f(), err, err_len);
+  } catch (const std::bad_alloc&) {
+    return Fail(absl::ResourceExhaustedError("out of memory"), err, err_len);
+  } catch (const std::exception& e) {
+    return Fail(absl::InternalError(e.what()), err, err_len);
+  }
+}
+
+absl::Status NoWorker() { return absl::InvalidArgumentError("no worker (null handle)"); }
+
+}  // namespace
+
+extern "C" {
+
+int pst_abi_version(void) { return PST_ABI_VERSION; }
+
+int pst_set_flag(const char* name, const char* value, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (name == nullptr || value == nullptr) return absl::InvalidArgumentError("null flag");
+    return pstrain::GiveFlag(name, value);
+  });
+}
+
+int pst_open(pst_worker** out, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("null output");
+    *out = nullptr;
+    absl::StatusOr<pstrain::MemberConfig> member =
+        pstrain::CheckedMemberConfigFromFlags(pstrain::WORKER);
+    if (!member.ok()) return member.status();
+    pstrain::ExternalWorkerOptions options;
+    options.member = *std::move(member);
+    options.overlap = absl::GetFlag(FLAGS_overlap);
+    options.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
+    const int64_t channels = absl::GetFlag(FLAGS_channels_per_server);
+    options.channels_per_server = static_cast<int>(std::clamp<int64_t>(channels, 0, 65));
+    options.frontend = absl::GetFlag(FLAGS_frontend);
+    absl::StatusOr<std::unique_ptr<pstrain::ExternalWorker>> worker =
+        pstrain::ExternalWorker::Open(std::move(options));
+    if (!worker.ok()) return worker.status();
+    *out = new pst_worker{*std::move(worker)};
+    return absl::OkStatus();
+  });
+}
+
+int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
+                 const int64_t* dims, const int* dtypes, int64_t train_size, char* err,
+                 int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    if (n < 1 || names == nullptr || ndims == nullptr || dims == nullptr || dtypes == nullptr) {
+      return absl::InvalidArgumentError("declare at least one parameter");
+    }
+    if (train_size < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the training set has ", train_size, " examples"));
+    }
+    std::vector<pstrain::ParamSpec> params(n);
+    const int64_t* dim = dims;
+    for (int i = 0; i < n; ++i) {
+      if (names[i] == nullptr || ndims[i] < 0 || ndims[i] > 16) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", i, ": bad name or rank"));
+      }
+      params[i].set_name(names[i]);
+      for (int d = 0; d < ndims[i]; ++d) params[i].add_shape(*dim++);
+      if (dtypes[i] != PST_FP32) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter ", names[i], ": only float32 parameters are trained"));
+      }
+      params[i].set_dtype(pstrain::FP32);
+    }
+    return w->worker->Register(params, train_size);
+  });
+}
+
+int pst_job(pst_worker* w, pst_job_info* out) {
+  if (w == nullptr || out == nullptr || w->worker->id() < 0) {
+    return static_cast<int>(absl::StatusCode::kFailedPrecondition);
+  }
+  const pstrain::JobSpec& job = w->worker->job();
+  *out = pst_job_info{};
+  out->worker_id = w->worker->id();
+  out->num_workers = job.num_workers();
+  out->num_servers = job.num_servers();
+  out->batch_size = job.batch_size();
+  out->total_clocks = pstrain::TotalClocks(job);
+  out->start_clock = w->worker->start_clock();
+  out->clocks_per_epoch = pstrain::ClocksPerEpoch(job);
+  out->seed = job.seed();
+  out->consistency = job.consistency();
+  out->staleness = job.staleness();
+  return 0;
+}
+
+int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    if (initial == nullptr) return absl::InvalidArgumentError("no initial values");
+    const int n = w->worker->job().model().params_size();
+    return w->worker->Start(std::vector<const float*>(initial, initial + n));
+  });
+}
+
+int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* indices,
+             int max_rows, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    if (clock == nullptr || rows == nullptr || (indices == nullptr && max_rows > 0)) {
+      return absl::InvalidArgumentError("null output");
+    }
+    absl::StatusOr<std::optional<pstrain::StepExchange::Offer>> next =
+        w->worker->Next(absl::Milliseconds(std::max(0, timeout_ms)));
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) {
+      *clock = -1;
+      *rows = 0;
+      return absl::OkStatus();
+    }
+    const pstrain::StepExchange::Offer& offer = **next;
+    *clock = offer.clock;
+    *rows = static_cast<int>(offer.indices.size());
+    const size_t n = std::min(offer.indices.size(), static_cast<size_t>(std::max(0, max_rows)));
+    std::copy(offer.indices.begin(), offer.indices.begin() + n, indices);
+    return absl::OkStatus();
+  });
+}
+
+float* pst_weights(pst_worker* w, int param) {
+  return w == nullptr ? nullptr : w->worker->weights(param);
+}
+
+float* pst_grads(pst_worker* w, int param) {
+  return w == nullptr ? nullptr : w->worker->grads(param);
+}
+
+int pst_grads_ready(pst_worker* w, int param, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->GradsReady(param);
+  });
+}
+
+int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
+                  int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    pstrain::StepResult result;
+    result.loss = static_cast<float>(loss);
+    result.correct = correct;
+    result.predicted = predicted;
+    return w->worker->StepDone(result);
+  });
+}
+
+int pst_finish(pst_worker* w, int ok, double accuracy, const char* message) {
+  return Guarded(nullptr, 0, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    w->worker->Finish(ok != 0, accuracy, message == nullptr ? "" : message);
+    return absl::OkStatus();
+  });
+}
+
+int pst_status(pst_worker* w, char* buf, int buf_len) {
+  if (w == nullptr || buf == nullptr) return -1;
+  try {
+    const std::string bytes = w->worker->Status().SerializeAsString();
+    if (static_cast<int64_t>(bytes.size()) > buf_len) return -1;
+    std::memcpy(buf, bytes.data(), bytes.size());
+    return static_cast<int>(bytes.size());
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+void pst_close(pst_worker* w) {
+  try {
+    delete w;
+  } catch (const std::exception&) {
+  }
+}
+
+int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size,
+                      int64_t clocks_per_epoch, int64_t clock, int share_of, int share,
+                      int64_t* out, int max_rows) {
+  if (train_size < 1 || batch_size < 1 || clocks_per_epoch < 1 || clock < 0 || share_of < 1 ||
+      share < 0 || share >= share_of || batch_size > INT32_MAX || out == nullptr ||
+      clocks_per_epoch * batch_size > train_size) {
+    return -1;
+  }
+  try {
+    pstrain::BatchSampler sampler(seed, train_size, static_cast<int>(batch_size),
+                                  clocks_per_epoch);
+    const std::vector<int64_t> indices = sampler.Indices(clock, share_of, share);
+    const size_t n = std::min(indices.size(), static_cast<size_t>(std::max(0, max_rows)));
+    std::copy(indices.begin(), indices.begin() + n, out);
+    return static_cast<int>(indices.size());
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // extern "C"

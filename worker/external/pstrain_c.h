@@ -1,0 +1,155 @@
+/* The C ABI of a worker whose model lives outside pstrain (a PyTorch
+ * script, python/pstrain/torch.py): the worker's machinery -- the scheduler
+ * client, heartbeats, the Status service, the clock loop with its
+ * asynchronous parameter client, retries, generations, rollback resync, the
+ * SSP read cache and prefetch -- runs in this library on threads of its own;
+ * the caller only computes each clock's gradients.
+ *
+ * Plain C types only (raw pointers and sizes), so that any language's FFI
+ * loads it (Python's ctypes, any CPython >= 3.9). Every call that can fail
+ * returns 0 or an absl::StatusCode number (3 INVALID_ARGUMENT, 9
+ * FAILED_PRECONDITION, 14 UNAVAILABLE, 16 UNAUTHENTICATED, ...) and writes a
+ * message naming the cause to `err` (NUL-terminated, at most err_len bytes).
+ * None of them aborts the process.
+ *
+ * Life of a worker:
+ *
+ *   pst_set_flag(...)*        the flags ps_worker takes: scheduler, listen,
+ *                             token_file, tls_*, connect_timeout_s,
+ *                             heartbeat_interval_ms, scheduler_timeout_ms,
+ *                             id, metrics_port, overlap, wire_dtype,
+ *                             channels_per_server
+ *   pst_open                  starts the worker's gRPC service (Status)
+ *   pst_register              declares the model, joins the job
+ *   pst_job                   what the job says (batch, clocks, id, ...)
+ *   pst_start                 starts the clock loop (worker 0's initial
+ *                             values seed the servers)
+ *   loop: pst_next            the next clock's step: this worker's example
+ *                             indices; pst_weights() holds its weights
+ *         (compute; gradients into pst_grads(); pst_grads_ready per
+ *          parameter as the backward makes them)
+ *         pst_step_done
+ *   until pst_next says the job's clocks are done (the final weights in
+ *   pst_weights)
+ *   pst_finish                reports FINISHED or FAILED to the scheduler
+ *   pst_close
+ *
+ * pst_next, pst_grads_ready and pst_step_done come from one thread at a
+ * time (the training loop's); pst_status from any.
+ */
+#ifndef PSTRAIN_WORKER_EXTERNAL_PSTRAIN_C_H_
+#define PSTRAIN_WORKER_EXTERNAL_PSTRAIN_C_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pst_worker pst_worker;
+
+/* The ABI's version: a loader checks it. */
+#define PST_ABI_VERSION 1
+int pst_abi_version(void);
+
+/* Sets one flag, as "--name=value" would on ps_worker's command line.
+ * INVALID_ARGUMENT for an unknown flag or a bad value. */
+int pst_set_flag(const char* name, const char* value, char* err, int err_len);
+
+/* Starts a worker from the flags set so far: its gRPC service listens
+ * (--listen), nothing is sent to the scheduler yet. */
+int pst_open(pst_worker** out, char* err, int err_len);
+
+/* Parameter dtypes of pst_register (only FP32 is trained; others are
+ * refused with INVALID_ARGUMENT naming the parameter). */
+#define PST_FP32 1
+
+/* Declares the model's trainable parameters in order -- names[i], dims
+ * ndims[i] taken in turn from `dims`, dtypes[i] -- and the training set's
+ * size, and registers with the scheduler (retrying an unreachable one for
+ * --connect_timeout_s: UNAVAILABLE after it). The first worker's list is
+ * the job's model; a worker whose list differs is refused
+ * (FAILED_PRECONDITION naming the first parameter that differs). */
+int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
+                 const int64_t* dims, const int* dtypes, int64_t train_size, char* err,
+                 int err_len);
+
+/* The job, after pst_register. */
+typedef struct pst_job_info {
+  int32_t worker_id;
+  int32_t num_workers;
+  int32_t num_servers;
+  int64_t batch_size;      /* the global batch of a clock */
+  int64_t total_clocks;    /* clocks of the whole job */
+  int64_t start_clock;     /* where this worker starts (past 0: a resumed job) */
+  int64_t clocks_per_epoch;
+  uint64_t seed;
+  int32_t consistency;     /* 0 BSP, 1 SSP, 2 ASP (proto Consistency) */
+  int32_t staleness;
+} pst_job_info;
+int pst_job(pst_worker* w, pst_job_info* out);
+
+/* Starts the clock loop. `initial[i]` holds parameter i's initial values
+ * (numel floats; copied before the call returns): worker 0's seed the
+ * servers; the others' are not used (they read worker 0's). */
+int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len);
+
+/* Waits up to timeout_ms for the loop to need a step.
+ *   0 and *clock >= 0: clock *clock's step: *rows example indices of this
+ *     worker's share of the global batch in indices[0..*rows) (at most
+ *     max_rows are written; the share never exceeds the job's batch_size);
+ *     pst_weights(w, i) holds the clock's weights, pst_grads(w, i) the
+ *     buffers (zeroed) its gradients go to.
+ *   0 and *clock == -1: the job's clocks are done; pst_weights holds the
+ *     final weights (the servers' fp32 master weights).
+ *   4 (DEADLINE_EXCEEDED): no step yet; call again.
+ *   another code: the loop failed (the job was aborted, a server could
+ *     not be reached, ...): err says why. */
+int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* indices,
+             int max_rows, char* err, int err_len);
+
+/* Parameter i's host buffers: weights and gradient (numel floats each).
+ * Valid from pst_next until pst_step_done (or, once done, until
+ * pst_close); the addresses may change from one clock to the next. */
+float* pst_weights(pst_worker* w, int param);
+float* pst_grads(pst_worker* w, int param);
+
+/* During a step: parameter i's gradient is complete in pst_grads(w, i) and
+ * may leave for the servers now (each parameter at most once a step; the
+ * rest leave at pst_step_done). */
+int pst_grads_ready(pst_worker* w, int param, char* err, int err_len);
+
+/* Ends the step: every gradient is in pst_grads. loss: the step's mean
+ * loss; correct/predicted: predictions that were right / made (0/0: none
+ * counted). They go to Status. */
+int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
+                  int err_len);
+
+/* Reports the worker's end to the scheduler: FINISHED (ok != 0, with the
+ * test accuracy if >= 0) or FAILED with `message`, and stops the loop if it
+ * still runs. */
+int pst_finish(pst_worker* w, int ok, double accuracy, const char* message);
+
+/* This worker's Status (a serialized pstrain.MemberStatus) into buf;
+ * returns its size, or -1 if buf_len is too small. */
+int pst_status(pst_worker* w, char* buf, int buf_len);
+
+/* Example indices of share `share` of `share_of` of clock `clock`'s global
+ * batch in the job's data order (the order every worker follows; share 0
+ * of 1 is the whole global batch): at most max_rows written to out; returns
+ * the share's size, or -1 for bad arguments (clocks_per_epoch * batch_size
+ * must fit in train_size). Needs no worker: a script training alone uses
+ * it to see the cluster's batches. */
+int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size,
+                      int64_t clocks_per_epoch, int64_t clock, int share_of, int share,
+                      int64_t* out, int max_rows);
+
+/* Stops everything and frees the worker (pst_finish first, or the
+ * scheduler sees the worker die). */
+void pst_close(pst_worker* w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PSTRAIN_WORKER_EXTERNAL_PSTRAIN_C_H_ */

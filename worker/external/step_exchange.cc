@@ -1,0 +1,99 @@
+#include "worker/external/step_exchange.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+absl::StatusOr<StepResult> StepExchange::Step(
+    int64_t clock, std::vector<int64_t> indices,
+    const std::function<void(const std::vector<int>&)>& ready) {
+  absl::MutexLock lock(&mu_);
+  if (closed_.has_value()) return absl::CancelledError(closed_->message());
+  offer_ = Offer{clock, std::move(indices)};
+  reported_.assign(num_params_, false);
+  ready_.clear();
+  phase_ = Phase::kOffered;
+  auto news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !ready_.empty() || phase_ == Phase::kDone || closed_.has_value();
+  };
+  while (true) {
+    mu_.Await(absl::Condition(&news));
+    if (closed_.has_value()) {
+      phase_ = Phase::kIdle;
+      return absl::CancelledError(closed_->message());
+    }
+    // The events in the order they came, handed over outside the lock: a
+    // push may take a while to queue.
+    std::vector<int> params(ready_.begin(), ready_.end());
+    ready_.clear();
+    if (!params.empty()) {
+      mu_.Unlock();
+      ready(params);
+      mu_.Lock();
+      continue;  // (the step may have ended meanwhile: the events go first)
+    }
+    phase_ = Phase::kIdle;
+    return result_;
+  }
+}
+
+void StepExchange::End(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  ended_ = status;
+}
+
+absl::StatusOr<std::optional<StepExchange::Offer>> StepExchange::Await(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (phase_ == Phase::kTaken) {
+    return absl::FailedPreconditionError("the last step is not done yet (step() was not called)");
+  }
+  auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return phase_ == Phase::kOffered || ended_.has_value();
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout)) {
+    return absl::DeadlineExceededError("no step yet");
+  }
+  if (phase_ == Phase::kOffered) {
+    phase_ = Phase::kTaken;
+    return std::optional<Offer>(offer_);
+  }
+  if (!ended_->ok()) return *ended_;
+  return std::optional<Offer>();
+}
+
+absl::Status StepExchange::GradsReady(int param) {
+  absl::MutexLock lock(&mu_);
+  if (phase_ != Phase::kTaken) {
+    return absl::FailedPreconditionError("a gradient was reported outside a step");
+  }
+  if (param < 0 || param >= num_params_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter ", param, " outside [0, ", num_params_, ")"));
+  }
+  if (reported_[param]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter ", param,
+        "'s gradient was reported twice in one step (backward() twice? its first gradient has "
+        "left for the servers; turn overlap off to accumulate)"));
+  }
+  reported_[param] = true;
+  ready_.push_back(param);
+  return absl::OkStatus();
+}
+
+absl::Status StepExchange::Done(const StepResult& result) {
+  absl::MutexLock lock(&mu_);
+  if (phase_ != Phase::kTaken) return absl::FailedPreconditionError("no step is under way");
+  result_ = result;
+  phase_ = Phase::kDone;
+  return absl::OkStatus();
+}
+
+void StepExchange::Close(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (!closed_.has_value()) closed_ = why;
+}
+
+}  // namespace pstrain
