@@ -237,6 +237,12 @@ kill "$TAIL_PID" 2>/dev/null || true
 if [ $code -eq 0 ]; then
   # (|| true: a job of the other kind has no such line.)
   acc=$(grep -ho "final test accuracy [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}' || true)
+  if [ -z "$acc" ] && [ -s "$LOGS/status.json" ]; then
+    # (A torch script reports its accuracy to the scheduler: pst.finish.)
+    acc=$(python3 -c 'import json, sys
+m = [w for w in json.load(open(sys.argv[1]))["members"] if w.get("role") == "WORKER" and w.get("test_accuracy", -1) >= 0]
+print("%.4f" % m[0]["test_accuracy"] if m else "")' "$LOGS/status.json" 2>/dev/null || true)
+  fi
   val=$(grep -ho "final validation loss [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}' || true)
   if [ -n "$val" ]; then
     ent=$(grep -ho "unigram entropy [0-9.]*" "$LOGS"/worker*.log | tail -n1 | awk '{print $3}' || true)

@@ -28,6 +28,7 @@ PACKAGES=(
   libclang-rt-14-dev
   chromium
   python3-yaml
+  python3-torch
   gnuplot-nox
 )
 

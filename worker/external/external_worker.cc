@@ -116,7 +116,9 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   options.member.role = WORKER;
   auto w = absl::WrapUnique(new ExternalWorker(std::move(options)));
   std::string note;
-  ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 1, &note));
+  // (0 threads: the OpenBLAS the script's PyTorch may share keeps its own
+  // setting; this backend computes nothing.)
+  ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 0, &note));
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;
@@ -193,7 +195,39 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
   model_ = std::make_unique<HandedModel>(job_.model(), backend_.get(), data_.get(),
                                          exchange_.get(), &initial_);
   loop_thread_ = std::thread([this] { RunLoop(); });
+  watch_thread_ = std::thread([this] { Watch(); });
   return absl::OkStatus();
+}
+
+namespace {
+
+// What the watch does to the loop: stops it (an external model has no
+// pipeline links).
+class StopLoop : public WatchActions {
+ public:
+  explicit StopLoop(std::atomic<bool>* stop) : stop_(stop) {}
+  void Stop() override { *stop_ = true; }
+  void InterruptLinks(int64_t) override {}
+  void CancelLinks(const absl::Status&) override {}
+
+ private:
+  std::atomic<bool>* const stop_;
+};
+
+}  // namespace
+
+void ExternalWorker::Watch() {
+  StopLoop actions(&stop_);
+  WorkerWatch watch(&actions);
+  for (; !loop_over_; absl::SleepFor(absl::Milliseconds(50))) {
+    WorkerNews news;
+    news.job_state = daemon_->client().job_state();
+    if (watch.Step(news)) {
+      // The step the caller may be computing ends the loop too.
+      exchange_->Close(absl::AbortedError("the job was aborted"));
+      return;
+    }
+  }
 }
 
 ClockLoopOptions ExternalWorker::LoopOptions() const {
@@ -224,15 +258,22 @@ void ExternalWorker::RunLoop() {
     absl::MutexLock lock(&mu_);
     loop_ = &loop;
   }
-  const absl::StatusOr<double> ran =
+  absl::StatusOr<double> ran =
       OutOfMemoryAsError("while training", [&] { return loop.Run(stop_); });
+  loop_over_ = true;
+  std::string message;
+  if (!ran.ok() && daemon_->client().job_state(&message) == ABORTED) {
+    ran = absl::AbortedError(absl::StrCat("the job was aborted: ", message));
+  }
   {
     absl::MutexLock lock(&mu_);
     last_ = loop.metrics();
     loop_ = nullptr;
     loop_done_ = ran.ok();
   }
-  if (!ran.ok() && !stop_) spdlog::error("training stopped: {}", ran.status().message());
+  if (!ran.ok() && !absl::IsCancelled(ran.status())) {
+    spdlog::error("training stopped: {}", ran.status().message());
+  }
   exchange_->End(ran.status());
 }
 
@@ -286,6 +327,7 @@ void ExternalWorker::Finish(bool ok, double accuracy, const std::string& message
     daemon_->ReportFinal(st, ok ? FINISHED : FAILED, why);
   }
   if (loop_thread_.joinable()) loop_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
 }
 
 MemberStatus ExternalWorker::Status() {

@@ -31,6 +31,7 @@
 #include "proto/cluster.pb.h"
 #include "worker/clock_loop.h"
 #include "worker/external/step_exchange.h"
+#include "worker/member_loop.h"
 #include "worker/ps_client.h"
 #include "worker/worker_service.h"
 
@@ -84,6 +85,10 @@ class ExternalWorker {
  private:
   explicit ExternalWorker(ExternalWorkerOptions options);
   void RunLoop();
+  // Stops the loop once the scheduler says the job was aborted (its calls
+  // to a dead server would otherwise retry out their window): the loop's
+  // end is then that abort. Polls until the loop ends.
+  void Watch();
   ClockLoopOptions LoopOptions() const;
 
   const ExternalWorkerOptions options_;
@@ -102,7 +107,8 @@ class ExternalWorker {
   std::unique_ptr<HandedModel> model_;
   ParamBuffers initial_;  // the loop thread's once it runs
   std::atomic<bool> stop_{false};
-  std::thread loop_thread_;
+  std::atomic<bool> loop_over_{false};
+  std::thread loop_thread_, watch_thread_;
   bool finished_ = false;
 
   absl::Mutex mu_;

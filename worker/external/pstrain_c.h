@@ -15,7 +15,7 @@
  * Life of a worker:
  *
  *   pst_set_flag(...)*        the flags ps_worker takes: scheduler, listen,
- *                             token_file, tls_*, connect_timeout_s,
+ *                             port_file, auth_token_file, tls_*, connect_timeout_s,
  *                             heartbeat_interval_ms, scheduler_timeout_ms,
  *                             id, metrics_port, overlap, wire_dtype,
  *                             channels_per_server

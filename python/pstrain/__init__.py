@@ -1,0 +1,5 @@
+"""pstrain's Python front end.
+
+`pstrain.torch` makes a PyTorch training script a pstrain worker: the servers
+hold the weights and the optimizer, the scheduler gates the clocks.
+"""

@@ -1,0 +1,174 @@
+"""ctypes binding of libpstrain_torch.so, the C ABI of worker/external/pstrain_c.h.
+
+Finds and loads the library, declares every function's signature, and turns
+the ABI's nonzero return codes (absl::StatusCode numbers) into exceptions.
+Imports nothing but the standard library.
+"""
+
+import ctypes
+import os
+import pathlib
+
+ABI_VERSION = 1
+PST_FP32 = 1
+LIBRARY = "libpstrain_torch.so"
+BUILD_COMMAND = "bazel build //worker/external:libpstrain_torch.so"
+
+# absl::StatusCode numbers the ABI returns.
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+FAILED_PRECONDITION = 9
+ABORTED = 10
+UNAVAILABLE = 14
+UNAUTHENTICATED = 16
+
+_ERR_LEN = 4096
+
+
+class PstrainError(RuntimeError):
+    """A pstrain call failed; `code` is its absl::StatusCode number."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+class SchedulerUnavailable(PstrainError, ConnectionError):
+    """The scheduler (or a server) could not be reached (UNAVAILABLE)."""
+
+
+class Unauthenticated(PstrainError, PermissionError):
+    """The cluster refused this worker's credentials (UNAUTHENTICATED)."""
+
+
+class ModelMismatch(PstrainError, ValueError):
+    """This worker's parameters differ from the job's model."""
+
+
+class InvalidArgument(PstrainError, ValueError):
+    """A flag, a value or an argument was refused (INVALID_ARGUMENT)."""
+
+
+class JobAborted(PstrainError):
+    """The job was aborted (ABORTED)."""
+
+
+class LibraryNotFound(ImportError):
+    """libpstrain_torch.so is not where pstrain looks for it."""
+
+
+_ERRORS = {
+    INVALID_ARGUMENT: InvalidArgument,
+    ABORTED: JobAborted,
+    UNAVAILABLE: SchedulerUnavailable,
+    UNAUTHENTICATED: Unauthenticated,
+}
+
+
+class JobInfo(ctypes.Structure):
+    """pst_job_info: what the job says, after registration."""
+
+    _fields_ = [
+        ("worker_id", ctypes.c_int32),
+        ("num_workers", ctypes.c_int32),
+        ("num_servers", ctypes.c_int32),
+        ("batch_size", ctypes.c_int64),
+        ("total_clocks", ctypes.c_int64),
+        ("start_clock", ctypes.c_int64),
+        ("clocks_per_epoch", ctypes.c_int64),
+        ("seed", ctypes.c_uint64),
+        ("consistency", ctypes.c_int32),
+        ("staleness", ctypes.c_int32),
+    ]
+
+
+_p = ctypes.c_void_p
+_i = ctypes.c_int
+_i64 = ctypes.c_int64
+_str = ctypes.c_char_p
+_err = [ctypes.c_char_p, ctypes.c_int]
+
+# name: (restype, argtypes), as declared in pstrain_c.h.
+_SIGNATURES = {
+    "pst_abi_version": (_i, []),
+    "pst_set_flag": (_i, [_str, _str] + _err),
+    "pst_open": (_i, [ctypes.POINTER(_p)] + _err),
+    "pst_register": (_i, [_p, _i, ctypes.POINTER(_str), ctypes.POINTER(_i),
+                          ctypes.POINTER(_i64), ctypes.POINTER(_i), _i64] + _err),
+    "pst_job": (_i, [_p, ctypes.POINTER(JobInfo)]),
+    "pst_start": (_i, [_p, ctypes.POINTER(_p)] + _err),
+    "pst_next": (_i, [_p, _i, ctypes.POINTER(_i64), ctypes.POINTER(_i),
+                      ctypes.POINTER(_i64), _i] + _err),
+    "pst_weights": (_p, [_p, _i]),
+    "pst_grads": (_p, [_p, _i]),
+    "pst_grads_ready": (_i, [_p, _i] + _err),
+    "pst_step_done": (_i, [_p, ctypes.c_double, _i64, _i64] + _err),
+    "pst_finish": (_i, [_p, _i, ctypes.c_double, _str]),
+    "pst_status": (_i, [_p, _str, _i]),
+    "pst_close": (None, [_p]),
+    "pst_batch_indices": (_i, [ctypes.c_uint64, _i64, _i64, _i64, _i64, _i, _i,
+                               ctypes.POINTER(_i64), _i]),
+}
+
+_lib = None
+
+
+def candidates():
+    """The paths tried, in order: $PSTRAIN_LIB alone if set, else beside the
+    package, else the repository's bazel-bin."""
+    if os.environ.get("PSTRAIN_LIB"):
+        return [pathlib.Path(os.environ["PSTRAIN_LIB"])]
+    package = pathlib.Path(__file__).resolve().parent
+    repo = package.parent.parent
+    return [package / LIBRARY, repo / "bazel-bin" / "worker" / "external" / LIBRARY]
+
+
+def lib():
+    """The loaded library (loaded once); LibraryNotFound if absent, ImportError
+    if it cannot be loaded or speaks another ABI version."""
+    global _lib
+    if _lib is None:
+        _lib = _load()
+    return _lib
+
+
+def _load():
+    tried = candidates()
+    path = next((p for p in tried if p.is_file()), None)
+    if path is None:
+        raise LibraryNotFound(
+            "pstrain: %s not found; tried %s. Build it with `%s` or set PSTRAIN_LIB "
+            "to its path." % (LIBRARY, ", ".join(map(str, tried)), BUILD_COMMAND))
+    try:
+        cdll = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise ImportError("pstrain: cannot load %s: %s" % (path, e)) from e
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            fn = getattr(cdll, name)
+        except AttributeError:
+            raise ImportError("pstrain: %s has no %s (an older build? rebuild with `%s`)"
+                              % (path, name, BUILD_COMMAND)) from None
+        fn.restype, fn.argtypes = restype, argtypes
+    version = cdll.pst_abi_version()
+    if version != ABI_VERSION:
+        raise ImportError("pstrain: %s speaks ABI version %d; this package needs %d"
+                          % (path, version, ABI_VERSION))
+    return cdll
+
+
+def call(name, *args, errors=None):
+    """Calls `name` with `args` and an error buffer appended; raises the
+    exception of its return code (`errors` maps codes to classes first)."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = getattr(lib(), name)(*args, err, _ERR_LEN)
+    check(code, err.value.decode("utf-8", "replace"), name, errors)
+    return code
+
+
+def check(code, message, name, errors=None):
+    """Raises the exception of a nonzero return code of `name`."""
+    if code == 0:
+        return
+    cls = (errors or {}).get(code) or _ERRORS.get(code, PstrainError)
+    raise cls(message or "%s failed with status code %d" % (name, code), code)

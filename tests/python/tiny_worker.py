@@ -1,0 +1,138 @@
+"""A tiny pstrain.torch worker for the failure and bad-input tests: a
+2-layer MLP (16 -> 32 -> 4) on a synthetic set made from a fixed torch seed,
+so that it trains in milliseconds a clock.
+
+    PSTRAIN_SCHEDULER=127.0.0.1:PORT python3 tests/python/tiny_worker.py \
+        --result_json=out.json [--sleep_ms=20] [--model=mlp|bias_mismatch|double]
+
+It writes --result_json at the end, whether it trained or failed:
+{"ok": bool, "exception": class name or null, "bases": [...], "message":
+str, "seconds": float, "steps": int, "rank": int or null}. An exception is
+raised again after that (exit 1, the worker reported FAILED); a clean run
+ends with pst.finish() and exit 0.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.data
+
+# pstrain from this repository (or the test's runfiles), unless installed.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(_HERE, "..", "..", "python"))
+
+import pstrain.torch as pst  # noqa: E402
+
+INPUTS, HIDDEN, CLASSES = 16, 32, 4
+TRAIN_SIZE = 2048
+DATA_SEED = 1234
+
+
+class Tiny(nn.Module):
+    """fc1.weight [32, 16], fc1.bias [32], fc2.weight [4, 32], fc2.bias [4];
+    bias_shape replaces fc1.bias's shape (the 2nd parameter; [1] still
+    broadcasts in the forward)."""
+
+    def __init__(self, bias_shape=None):
+        super().__init__()
+        self.fc1 = nn.Linear(INPUTS, HIDDEN)
+        if bias_shape is not None:
+            self.fc1.bias = nn.Parameter(torch.zeros(bias_shape))
+        self.fc2 = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def synthetic_set():
+    """TRAIN_SIZE points in 16 dimensions, labelled by a fixed random linear
+    map's argmax: the same set in every process."""
+    g = torch.Generator().manual_seed(DATA_SEED)
+    x = torch.randn(TRAIN_SIZE, INPUTS, generator=g)
+    w = torch.randn(INPUTS, CLASSES, generator=g)
+    return torch.utils.data.TensorDataset(x, (x @ w).argmax(1))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scheduler", help="HOST:PORT (default: $PSTRAIN_SCHEDULER)")
+    p.add_argument("--init_flags", default="{}",
+                   help="a JSON object of keyword arguments for pst.init()")
+    p.add_argument("--model", default="mlp", choices=["mlp", "bias_mismatch", "double"],
+                   help="bias_mismatch: fc1.bias of shape [1]; double: model.double()")
+    p.add_argument("--no_backward", action="store_true",
+                   help="call opt.step() without loss.backward()")
+    p.add_argument("--sleep_ms", type=float, default=0, help="sleep this long each step")
+    p.add_argument("--raise_at_clock", type=int, default=-1,
+                   help="raise RuntimeError at this step")
+    p.add_argument("--torch_seed", type=int, default=0)
+    p.add_argument("--result_json", help="write what happened here")
+    p.add_argument("--rank_file", help="write pst.get_rank() here at the first step")
+    p.add_argument("--weights_out", help="torch.save(model.state_dict()) here at the end")
+    return p.parse_args()
+
+
+def train(args, result):
+    torch.set_num_threads(1)
+    pst.init(scheduler=args.scheduler, **json.loads(args.init_flags))
+    torch.manual_seed(args.torch_seed)
+    model = Tiny(bias_shape=[1] if args.model == "bias_mismatch" else None)
+    if args.model == "double":
+        model = model.double()
+    opt = pst.Optimizer(model)
+    data = synthetic_set()
+    for x, y in pst.batches(data):
+        if result["rank"] is None:
+            result["rank"] = pst.get_rank()
+            if args.rank_file:
+                with open(args.rank_file + ".tmp", "w") as f:
+                    f.write("%d\n" % result["rank"])
+                os.replace(args.rank_file + ".tmp", args.rank_file)
+        if result["steps"] == args.raise_at_clock:
+            raise RuntimeError("tiny_worker: --raise_at_clock=%d" % args.raise_at_clock)
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        if not args.no_backward:
+            loss.backward()
+        opt.step(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        result["steps"] += 1
+        if args.sleep_ms > 0:
+            time.sleep(args.sleep_ms / 1000)
+    with torch.no_grad():
+        x, y = data.tensors
+        accuracy = float((model(x).argmax(1) == y).float().mean())
+    pst.finish(accuracy)
+    result["accuracy"] = accuracy
+    if args.weights_out:
+        torch.save(model.state_dict(), args.weights_out)
+
+
+def main():
+    args = parse_args()
+    result = {"ok": False, "exception": None, "bases": [], "message": "", "steps": 0,
+              "rank": None}
+    start = time.monotonic()
+    try:
+        train(args, result)
+        result["ok"] = True
+    except BaseException as e:
+        result["exception"] = type(e).__name__
+        result["bases"] = [c.__name__ for c in type(e).__mro__]
+        result["message"] = str(e)
+        raise
+    finally:
+        result["seconds"] = time.monotonic() - start
+        if args.result_json:
+            with open(args.result_json + ".tmp", "w") as f:
+                json.dump(result, f)
+            os.replace(args.result_json + ".tmp", args.result_json)
+
+
+if __name__ == "__main__":
+    main()
