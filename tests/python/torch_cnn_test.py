@@ -6,6 +6,9 @@ process does on the same global batches:
   each clock's gradient over the workers' two shares and stepping with the
   servers' Adam arithmetic (server_adam.py): the same sums in the same
   order, so the same bits, whatever the chaos of training;
+- `psctl export` of the job's last checkpoint loads into the script's model
+  with load_state_dict(strict=True): the real parameter names, the final
+  weights;
 - test accuracy within 1 point of one process running torch.optim.Adam
   (example --alone). Its weights cannot be held to 1e-4: Adam's update
   divides by sqrt(v) + 1e-8, so last-bit differences of near-zero
@@ -19,7 +22,9 @@ Under Bazel its data are the daemons and the library; by hand
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 from local_cluster import LocalCluster, binary, python_with_torch, runfile
@@ -74,7 +79,11 @@ class TorchCnnTest(unittest.TestCase):
     def test_two_workers_train_like_one_process(self):
         import torch
 
-        with LocalCluster(JOB, servers=2, workers=len(WORKERS), name="torch_cnn") as cluster:
+        checkpoints = tempfile.mkdtemp(prefix="torch_cnn_checkpoints-",
+                                       dir=os.environ.get("TEST_TMPDIR"))
+        flags = ["--checkpoint_dir=" + checkpoints, "--checkpoint_every=%d" % CLOCKS]
+        with LocalCluster(JOB, servers=2, workers=len(WORKERS), name="torch_cnn",
+                          scheduler_flags=flags) as cluster:
             script = [sys.executable, SCRIPT, "--threads=1", "--torch_seed=%d" % TORCH_SEED]
             for name in WORKERS:
                 cluster.start(name, script + ["--weights_out=%s/%s.pt" % (cluster.dir, name)],
@@ -99,6 +108,8 @@ class TorchCnnTest(unittest.TestCase):
                 error = float((final[0][name] - w).abs().max() / w.abs().max())
                 self.assertLessEqual(error, TOLERANCE, name)
 
+            self.check_export(checkpoints, cluster.dir / "export.safetensors", final[0])
+
             result = cluster.dir / "alone.json"
             cluster.start("alone", script + [
                 "--alone", "--clocks=%d" % CLOCKS, "--batch_size=%d" % BATCH_SIZE,
@@ -109,6 +120,21 @@ class TorchCnnTest(unittest.TestCase):
                 alone = json.load(f)["test_accuracy"]
             for m in workers:
                 self.assertAlmostEqual(m["test_accuracy"], alone, delta=ACCURACY_POINTS)
+
+    def check_export(self, checkpoints, out, final):
+        import torch
+
+        import cnn_fashion_mnist
+        from pstrain.checkpoint import load_safetensors
+
+        export = subprocess.run([str(binary("tools/psctl")), "export",
+                                 "--checkpoint_dir=" + checkpoints, "--out=%s" % out],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertEqual(export.returncode, 0, export.stdout)
+        model = cnn_fashion_mnist.Net()
+        model.load_state_dict(load_safetensors(out), strict=True)
+        for name, w in model.state_dict().items():
+            self.assertTrue(torch.equal(w, final[name]), name)
 
 
 def main():
