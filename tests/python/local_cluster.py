@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository, run by hand
 
@@ -175,3 +176,16 @@ class LocalCluster:
 
 def _exit_code(returncode):
     return 128 - returncode if returncode < 0 else returncode
+
+
+def main(test):
+    """unittest.main() under a python3 that imports torch: re-runs the
+    calling script under one if this interpreter does not (`test` names it
+    in the message when there is none)."""
+    python = python_with_torch()
+    if python is None:
+        sys.exit("%s: no python3 that imports torch (install Debian's python3-torch or set "
+                 "PSTRAIN_PYTHON)" % test)
+    if python != sys.executable:
+        os.execv(python, [python] + sys.argv)
+    unittest.main(module="__main__")

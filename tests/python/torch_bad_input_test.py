@@ -38,7 +38,8 @@ import unittest
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 
-from local_cluster import binary, python_with_torch  # noqa: E402
+import local_cluster  # noqa: E402
+from local_cluster import binary  # noqa: E402
 
 os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
 
@@ -222,15 +223,5 @@ class BadInputTest(unittest.TestCase):
                 self.assertIn(next(iter(flags)), result["message"])
 
 
-def main():
-    python = python_with_torch()
-    if python is None:
-        sys.exit("torch_bad_input_test: no python3 that imports torch (install Debian's "
-                 "python3-torch or set PSTRAIN_PYTHON)")
-    if python != sys.executable:
-        os.execv(python, [python] + sys.argv)
-    unittest.main()
-
-
 if __name__ == "__main__":
-    main()
+    local_cluster.main("torch_bad_input_test")

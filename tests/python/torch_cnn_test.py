@@ -27,7 +27,8 @@ import sys
 import tempfile
 import unittest
 
-from local_cluster import LocalCluster, binary, python_with_torch, runfile
+import local_cluster
+from local_cluster import LocalCluster, binary, runfile
 
 # One BLAS thread in every process (torch's own threads are the example's
 # --threads=1): the same arithmetic then gives the same bits everywhere.
@@ -137,15 +138,5 @@ class TorchCnnTest(unittest.TestCase):
             self.assertTrue(torch.equal(w, final[name]), name)
 
 
-def main():
-    python = python_with_torch()
-    if python is None:
-        sys.exit("torch_cnn_test: no python3 that imports torch (install Debian's "
-                 "python3-torch or set PSTRAIN_PYTHON)")
-    if python != sys.executable:
-        os.execv(python, [python] + sys.argv)
-    unittest.main()
-
-
 if __name__ == "__main__":
-    main()
+    local_cluster.main("torch_cnn_test")
