@@ -233,6 +233,11 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
 
 absl::Status ChunkStore::Seed(const PushRequest& push,
                               const std::function<absl::Span<const float>(size_t)>& values) {
+  if (job_.model().kind() != EXTERNAL) {
+    return absl::InvalidArgumentError(
+        "a seed of initial weights is for an EXTERNAL model; this job's initialises its own");
+  }
+  if (push.parts.empty()) return absl::InvalidArgumentError("seed: no chunks");
   RETURN_IF_ERROR(CheckGeneration(push.generation));
   if (push.wire_dtype != DTypeName(FP32)) {
     return absl::InvalidArgumentError(

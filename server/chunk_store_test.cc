@@ -357,6 +357,10 @@ TEST(ChunkStoreTest, AnExternalModelsChunksWaitForTheirSeed) {
     return store.Push(push, [&](size_t) { return absl::MakeConstSpan(values); });
   };
   EXPECT_EQ(seed(0, 1.0f, "bf16").code(), absl::StatusCode::kInvalidArgument);
+  ChunkStore::PushRequest empty;
+  empty.seed = true;
+  EXPECT_EQ(store.Push(empty, [](size_t) { return absl::Span<const float>(); }).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(store.Readable(chunk, 0));
   ASSERT_TRUE(seed(0, 2.5f, "fp32").ok());
   EXPECT_TRUE(store.Readable(chunk, 0));
@@ -365,6 +369,21 @@ TEST(ChunkStoreTest, AnExternalModelsChunksWaitForTheirSeed) {
   // A rollback to clock 0 without a checkpoint waits for a seed again.
   ASSERT_TRUE(store.Restore(1, 0, nullptr).ok());
   EXPECT_FALSE(store.Readable(chunk, 0));
+}
+
+// A built-in model's servers initialise its weights: a seed is refused.
+TEST(ChunkStoreTest, ABuiltInModelRefusesSeeds) {
+  Fixture f(BSP);
+  const int32_t chunk = f.store.chunk_ids()[0];
+  const std::vector<float> before = ReadChunk(f.store, chunk);
+  ChunkStore::PushRequest push;
+  push.seed = true;
+  push.parts.push_back({chunk, static_cast<int64_t>(before.size()),
+                        static_cast<int64_t>(before.size() * 4)});
+  const std::vector<float> values(before.size(), 3.0f);
+  EXPECT_EQ(f.store.Push(push, [&](size_t) { return absl::MakeConstSpan(values); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadChunk(f.store, chunk), before);
 }
 
 }  // namespace
