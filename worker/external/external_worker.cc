@@ -119,6 +119,8 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   // (0 threads: the OpenBLAS the script's PyTorch may share keeps its own
   // setting; this backend computes nothing.)
   ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 0, &note));
+  w->ps_.wire_dtype = wire;  // (the job's instead, at registration, unless given)
+  w->ps_.channels_per_server = w->options_.channels_per_server;
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;
@@ -147,10 +149,7 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   job_ = reg.job();
   generation_ = reg.generation();
   start_clock_ = reg.start_clock();
-  DType wire = FP32;
-  if (!options_.wire_dtype.empty()) (void)ParseDType(options_.wire_dtype, &wire);
-  ps_.wire_dtype = options_.wire_dtype.empty() ? job_.wire_dtype() : wire;
-  ps_.channels_per_server = options_.channels_per_server;
+  if (options_.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
   // pull off the clock), off under BSP; never with clipping by the push's
   // norm, which needs the whole gradient first.
