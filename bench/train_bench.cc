@@ -18,6 +18,7 @@
 //
 //   bazel run -c opt //bench:train_bench -- [--model=mlp|gpt | --job=FILE]
 //       [--rounds=3] [--clocks=N] [--worker_flags="--overlap=on ..."]
+//       [--server_flags="--rpc_threads=2 ..."]
 //       [--only=alone,bsp_1x1,ssp1_1x1,bsp_2x2]
 #include <algorithm>
 #include <cstdio>
@@ -44,6 +45,7 @@ ABSL_FLAG(std::string, job, "",
 ABSL_FLAG(int, rounds, 3, "rounds of the four configurations");
 ABSL_FLAG(int64_t, clocks, 0, "clocks per run (0: 1000 for the MLP, 100 for the GPT)");
 ABSL_FLAG(std::string, worker_flags, "", "flags for every worker, standalone included");
+ABSL_FLAG(std::string, server_flags, "", "flags for every server");
 ABSL_FLAG(std::string, only, "", "run only these configurations (comma-separated names)");
 
 namespace pstrain {
@@ -119,6 +121,7 @@ absl::StatusOr<Run> RunCluster(const JobSpec& job, const Config& c,
   o.workers = c.workers;
   o.scheduler_flags = c.scheduler_flags;
   o.worker_flags.assign(c.workers, worker_flags);
+  o.server_flags = absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ' ', absl::SkipEmpty());
   RETURN_IF_ERROR(cluster.Start(o));
   ASSIGN_OR_RETURN(const int code, cluster.WaitAll(absl::Minutes(10)));
   ASSIGN_OR_RETURN(const ClusterStatus st, cluster.FinalStatus());

@@ -182,10 +182,15 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_checkpoint_clock(header.checkpoint_clock);
   fields.set_apply_at_once(header.apply_at_once);
   fields.set_seed(header.seed);
+  fields.set_shm_segment(header.shm_segment);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
   for (const PushChunk& c : chunks) {
+    if (header.shm_segment != 0) {
+      slices.emplace_back(ChunkPrefix(5, c.chunk, 0));
+      continue;
+    }
     const uint64_t payload = static_cast<uint64_t>(c.numel) * DTypeSize(header.dtype);
     slices.emplace_back(ChunkPrefix(5, c.chunk, payload));
     if (header.dtype == FP32) {
@@ -208,7 +213,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
     if (!r.ReadVarint(&tag)) return Malformed("push: bad tag");
     const uint32_t field = static_cast<uint32_t>(tag >> 3), type = tag & 7;
     bool ok = true;
-    if (type == kVarint && ((field >= 1 && field <= 4) || (field >= 7 && field <= 10))) {
+    if (type == kVarint && ((field >= 1 && field <= 4) || (field >= 7 && field <= 11))) {
       ok = r.ReadVarint(&v);
       if (field == 1) h->worker_id = static_cast<int32_t>(v);
       if (field == 2) h->clock = static_cast<int64_t>(v);
@@ -218,6 +223,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       if (field == 8) h->checkpoint_clock = static_cast<int64_t>(v);
       if (field == 9) h->apply_at_once = v != 0;
       if (field == 10) h->seed = v != 0;
+      if (field == 11) h->shm_segment = v;
     } else if (field == 5 && type == kLen) {
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);

@@ -68,6 +68,9 @@ struct PushHeader {
   int64_t checkpoint_clock = 0;
   bool apply_at_once = false;
   bool seed = false;  // PushRequest.seed
+  // PushRequest.shm_segment: non-zero, the payloads are in that segment and
+  // EncodePush writes only the chunk ids.
+  uint64_t shm_segment = 0;
 };
 
 // One chunk of a push: `numel` fp32 values at `values`.

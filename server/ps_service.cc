@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 #include "common/process_stats.h"
 #include "common/rpc.h"
+#include "common/shm.h"
 #include "common/tensor_wire.h"
 
 namespace pstrain {
@@ -22,7 +23,11 @@ grpc::Status Invalid(const std::string& message) {
 }  // namespace
 
 void PsService::SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks) {
+  std::vector<std::pair<int32_t, int64_t>> chunks;
+  for (int32_t id : store->chunk_ids()) chunks.push_back({id, store->ChunkNumel(id)});
   absl::MutexLock lock(&mu_);
+  // Read only by callers that got store_ from store() (under mu_), after this.
+  shm_layout_ = ShmLayout::Make(std::move(chunks));
   store_ = std::move(store);
   total_clocks_ = total_clocks;
   state_ = RUNNING;
@@ -38,6 +43,44 @@ void PsService::SetState(MemberState state, const std::string& message) {
   absl::MutexLock lock(&mu_);
   state_ = state;
   message_ = message;
+}
+
+void PsService::SetShm(std::unique_ptr<ShmRegistry> shm) {
+  shm_ = std::move(shm);
+  boot_id_ = BootId();
+}
+
+grpc::Status PsService::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const {
+  *segment = shm_ == nullptr ? nullptr : shm_->Find(id);
+  if (*segment == nullptr) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no shared-memory segment ", id, " here"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::OpenShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) {
+  OpenShmRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("open_shm: the request is not an OpenShmRequest");
+  if (shm_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "shared memory is turned off on this server (--shm=off)");
+  }
+  if (req.boot_id() != boot_id_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the server runs on another host: no shared memory");
+  }
+  if (store() == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready");
+  }
+  absl::StatusOr<std::string> ticket = shm_->Issue(shm_layout_.segment_bytes());
+  if (!ticket.ok()) return ToGrpc(ticket.status());
+  OpenShmResponse response;
+  response.set_socket_name(shm_->socket_name());
+  response.set_ticket(*ticket);
+  response.set_segment_bytes(shm_layout_.segment_bytes());
+  *resp = SerializeSmall(response);
+  return grpc::Status::OK;
 }
 
 std::shared_ptr<ChunkStore> PsService::store() const {
@@ -62,6 +105,19 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   push.apply_at_once = h.apply_at_once;
   push.seed = h.seed;
   push.wire_dtype = DTypeName(h.dtype);
+  std::shared_ptr<ShmSegment> segment;  // held until the push is applied
+  if (h.shm_segment != 0) {
+    if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
+    for (PayloadRef& c : chunks) {
+      if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
+        return Invalid(absl::StrCat("push: chunk ", c.chunk,
+                                    c.bytes != 0 ? " has a payload in a shared-memory push"
+                                                 : " is not this server's"));
+      }
+      c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
+      c.bytes = static_cast<size_t>(shm_layout_.SlotBytes(c.chunk) / 4 * width);
+    }
+  }
   int64_t bytes = 0;
   for (const PayloadRef& c : chunks) {
     if (c.bytes % width != 0) {
@@ -80,6 +136,13 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   const absl::Status st = store.Push(push, [&](size_t i) {
     const PayloadRef& c = chunks[i];
     const int64_t numel = push.parts[i].values;
+    if (segment != nullptr) {  // in place: the slot is 64-byte aligned
+      const char* slot = segment->data() + c.offset;
+      if (h.dtype == FP32) return absl::MakeConstSpan(reinterpret_cast<const float*>(slot), numel);
+      grad.resize(numel);
+      DecodeFloats(h.dtype, slot, numel, grad.data());
+      return absl::MakeConstSpan(grad.data(), numel);
+    }
     // fp32 lying whole and aligned in one received slice is used in place.
     const char* in_place = h.dtype == FP32 ? reader.Contiguous(c.offset, c.bytes) : nullptr;
     if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
@@ -98,6 +161,7 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   });
   if (!st.ok()) return ToGrpc(st);
   bytes_in_ += bytes;
+  if (segment != nullptr) shm_bytes_ += bytes;
   ++pushes_;
   return grpc::Status::OK;
 }
@@ -112,6 +176,10 @@ bool PsService::Readable(const ChunkStore& store, const PullRequest& req) const 
 grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req,
                                  grpc::ByteBuffer* resp) {
   const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
+  std::shared_ptr<ShmSegment> segment;  // the payloads go there instead
+  if (req.shm_segment() != 0) {
+    if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
+  }
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -120,10 +188,15 @@ grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req
   }
   std::vector<int64_t> applied, min_applied;
   absl::Status read;
+  const std::vector<int64_t> in_message =
+      segment == nullptr ? payload_bytes : std::vector<int64_t>(ids.size(), 0);
   *resp = EncodePullResponse(
-      ids, payload_bytes,
+      ids, in_message,
       [&](size_t i, char* dst) {
         if (!read.ok()) return;
+        if (segment != nullptr) {
+          dst = segment->data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
+        }
         read = store.Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
                           &applied);
         if (min_applied.empty()) {
@@ -140,6 +213,7 @@ grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req
     return ToGrpc(absl::UnavailableError(absl::StrCat("pull: ", read.message())));
   }
   bytes_out_ += bytes;
+  if (segment != nullptr) shm_bytes_ += bytes;
   ++pulls_;
   return grpc::Status::OK;
 }
@@ -196,7 +270,7 @@ grpc::Status PsService::CheckPull(const ChunkStore& s, const grpc::ByteBuffer& r
 // tag answers.
 class PsService::Call {
  public:
-  enum Method { kPush, kPull, kStatus };
+  enum Method { kPush, kPull, kStatus, kOpenShm };
   enum Event { kAccepted, kFinished, kDone };
   struct Tag {
     Call* call;
@@ -255,6 +329,9 @@ void PsService::Accept(int method, grpc::ServerCompletionQueue* cq) {
     case Call::kStatus:
       RequestStatus(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case Call::kOpenShm:
+      RequestOpenShm(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -272,6 +349,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
     Accept(Call::kPull, cq);
   }
   Accept(Call::kStatus, cq);
+  Accept(Call::kOpenShm, cq);
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) {
@@ -320,6 +398,10 @@ void PsService::Handle(Call* call) {
     }
     call->reply = SerializeSmall(GetStatus());
     answer(grpc::Status::OK);
+    return;
+  }
+  if (call->method == Call::kOpenShm) {
+    answer(OpenShm(call->request, &call->reply));
     return;
   }
   if (s == nullptr) {
@@ -456,6 +538,8 @@ MemberStatus PsService::GetStatus() const {
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
   st.set_requests_refused(refused());
+  st.set_shm_bytes(shm_bytes_);
+  st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());
   st.set_rss_bytes(ResidentBytes());
   if (s != nullptr && s->NumParams() > 0) {
     st.set_params(s->NumParams());

@@ -21,11 +21,13 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/byte_budget.h"
 #include "server/chunk_store.h"
+#include "server/shm_registry.h"
 
 namespace pstrain {
 
-using PsServiceBase = ParameterServer::WithRawMethod_Push<ParameterServer::WithRawMethod_Pull<
-    ParameterServer::WithRawMethod_Status<ParameterServer::Service>>>;
+using PsServiceBase = ParameterServer::WithRawMethod_Push<
+    ParameterServer::WithRawMethod_Pull<ParameterServer::WithRawMethod_Status<
+        ParameterServer::WithRawMethod_OpenShm<ParameterServer::Service>>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -35,6 +37,9 @@ class PsService final : public PsServiceBase {
   // UNAVAILABLE. Call once.
   void SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks);
   void SetIdentity(int id, const std::string& address);
+  // Gives workers on this host shared memory (OpenShm); without it OpenShm
+  // is refused and every payload moves in the messages. Before Serve.
+  void SetShm(std::unique_ptr<ShmRegistry> shm);
   // Marks the job's end in Status (state FINISHED or FAILED).
   void SetState(MemberState state, const std::string& message);
   // Answers every parked pull with `status` (shutdown, or a rollback).
@@ -72,6 +77,8 @@ class PsService final : public PsServiceBase {
                          PullRequest* req) const;
   // The reply to a pull whose guarantee holds.
   grpc::Status FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
+  // The answer to OpenShm.
+  grpc::Status OpenShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp);
 
  private:
   class Call;
@@ -80,6 +87,11 @@ class PsService final : public PsServiceBase {
   void Handle(Call* call);
 
   std::shared_ptr<ChunkStore> store() const;
+  // A request's segment (PushRequest/PullRequest.shm_segment) and where its
+  // chunks lie in it; NOT_FOUND when this server holds no such segment (it
+  // restarted, or the worker's connection closed): the worker then sends
+  // the payloads in messages.
+  grpc::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
   bool Readable(const ChunkStore& store, const PullRequest& req) const;
   // Counts the reply to `call`'s pull (readable) against the reply limit;
   // false when it must wait for room.
@@ -97,6 +109,10 @@ class PsService final : public PsServiceBase {
   int id_ ABSL_GUARDED_BY(mu_) = -1;
   std::string address_ ABSL_GUARDED_BY(mu_);
   MemberState state_ ABSL_GUARDED_BY(mu_) = REGISTERED;
+  // Set once by SetStore: where the store's chunks lie in a segment.
+  ShmLayout shm_layout_;
+  std::unique_ptr<ShmRegistry> shm_;  // set before serving
+  std::string boot_id_;
   std::string message_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<int64_t> refused_{0};
@@ -108,7 +124,7 @@ class PsService final : public PsServiceBase {
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;
 
-  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, pushes_{0}, pulls_{0};
+  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, pushes_{0}, pulls_{0}, shm_bytes_{0};
 };
 
 }  // namespace pstrain

@@ -23,6 +23,10 @@ ABSL_FLAG(int64_t, rpc_threads, 1,
           "reads, applies and answers its calls; concurrent pushes of different chunks run "
           "in parallel over them; 1..64)");
 
+ABSL_FLAG(bool, shm, true,
+          "give workers on this host shared memory for their pushes and pulls (anonymous "
+          "segments passed over an abstract Unix socket to workers that asked over their "
+          "authenticated gRPC connection); --noshm: payloads always in gRPC messages");
 ABSL_FLAG(std::string, offload_dir, "",
           "keep the chunks' weights and optimizer state in a file in this directory, with at "
           "most --memory_budget bytes of them in memory (empty: all in memory)");
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
   config.server_threads = static_cast<int>(absl::GetFlag(FLAGS_server_threads));
   config.rpc_threads = static_cast<int>(absl::GetFlag(FLAGS_rpc_threads));
   config.offload_dir = absl::GetFlag(FLAGS_offload_dir);
+  config.shm = absl::GetFlag(FLAGS_shm);
   config.memory_budget = absl::GetFlag(FLAGS_memory_budget);
   if (config.offload_dir.empty() != !budget.has_value()) {
     pstrain::ExitOnBadFlag(absl::InvalidArgumentError(

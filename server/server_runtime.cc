@@ -355,6 +355,14 @@ int RunServer(const ServerConfig& config) {
     return 2;
   }
   PsService service;
+  if (config.shm) {
+    absl::StatusOr<std::unique_ptr<ShmRegistry>> shm = ShmRegistry::Start();
+    if (shm.ok()) {
+      service.SetShm(std::move(*shm));
+    } else {
+      spdlog::warn("no shared memory for workers on this host: {}", shm.status().message());
+    }
+  }
   MemoryGiveBack give_back([&service] { return service.refused(); });
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
   MemberConfig member = config.member;

@@ -21,6 +21,7 @@ struct ServerConfig {
   // --offload_dir and --memory_budget: the chunks' state in a file there;
   // the budget shared among the state in memory (server/chunk_memory.h) and
   // the requests and replies in flight (server/memory_plan.h).
+  bool shm = true;  // --shm: workers on this host may attach shared memory
   std::string offload_dir;
   int64_t memory_budget = 0;
 };

@@ -44,6 +44,8 @@ void SetLoopStatus(const ClockMetrics& m, MemberStatus* st) {
   st->set_skipped_steps(m.skipped_steps);
   st->set_bytes_in(m.bytes_in);
   st->set_bytes_out(m.bytes_out);
+  st->set_shm_bytes(m.shm_bytes);
+  st->set_shm_segments(m.shm_segments);
   st->set_pushes(m.pushes);
   st->set_pulls(m.pulls);
   st->set_generation(m.generation);
@@ -351,6 +353,8 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     metrics_.skipped_steps = scaler_.overflows();
     metrics_.bytes_in = params_->bytes_in();
     metrics_.bytes_out = params_->bytes_out();
+    metrics_.shm_bytes = params_->shm_bytes();
+    metrics_.shm_segments = params_->shm_segments();
     ++metrics_.pushes;
   }
   ASSIGN_OR_RETURN(const ProgressNews news,

@@ -69,6 +69,14 @@ int64_t AsyncPsClient::bytes_out() const {
   return pulls_.client->bytes_out() + pushes_.client->bytes_out();
 }
 
+int64_t AsyncPsClient::shm_bytes() const {
+  return pulls_.client->shm_bytes() + pushes_.client->shm_bytes();
+}
+
+int AsyncPsClient::shm_segments() const {
+  return pulls_.client->shm_segments() + pushes_.client->shm_segments();
+}
+
 int64_t AsyncPsClient::rpcs() const { return pulls_.client->rpcs() + pushes_.client->rpcs(); }
 
 void AsyncPsClient::SetPushContext(PushContext context) {

@@ -48,6 +48,10 @@ class ParamClient {
   virtual int64_t bytes_out() const = 0;
   // Calls issued to the servers so far.
   virtual int64_t rpcs() const = 0;
+  // Payload bytes that moved through shared memory (a share of the bytes
+  // in and out), and the segments attached now (worker/shm_link.h).
+  virtual int64_t shm_bytes() const { return 0; }
+  virtual int shm_segments() const { return 0; }
   // What pushes carry from now on besides their gradients (see PushContext).
   virtual void SetPushContext(PushContext context) {}
 };
@@ -73,6 +77,8 @@ class AsyncPsClient : public ParamClient {
   int64_t bytes_in() const override;
   int64_t bytes_out() const override;
   int64_t rpcs() const override;
+  int64_t shm_bytes() const override;
+  int shm_segments() const override;
   void SetPushContext(PushContext context) override;
 
  private:

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
 #include "proto/ps.pb.h"
+#include "worker/shm_link.h"
 
 namespace pstrain {
 namespace {
@@ -27,6 +28,8 @@ constexpr absl::Duration kPushAttempt = absl::Seconds(30);
 constexpr std::chrono::milliseconds kAbandonPoll(100);
 const char kPushMethod[] = "/pstrain.ParameterServer/Push";
 const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
+// Attempts to attach a server's shared memory in one client's life.
+constexpr int kShmTries = 3;
 
 }  // namespace
 
@@ -35,9 +38,15 @@ struct PsClient::Call {
   bool is_pull = false;
   int server = 0;
   int channel = 0;
+  // Builds the request for the path its server takes: through the shared
+  // memory `link` (a push writes its payloads there), or with the payloads
+  // in the message (null).
+  std::function<grpc::ByteBuffer(ShmLink* link)> encode;
   grpc::ByteBuffer request;
-  // Checks and consumes a reply (on the calling thread).
-  std::function<absl::Status(const grpc::ByteBuffer&)> finish;
+  bool encoded = false;
+  ShmLink* link = nullptr;  // what `request` was encoded for
+  // Checks and consumes a reply (on the calling thread); `link` as above.
+  std::function<absl::Status(const grpc::ByteBuffer&, const ShmLink* link)> finish;
   bool done = false;
 };
 
@@ -46,6 +55,7 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     : partition_(partition), worker_id_(worker_id), options_(options) {
   const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
+    addresses_.push_back(s.address());
     push_window_.push_back(0);  // one push at a time until the server says
     stubs_.emplace_back();
     for (int c = 0; c < channels; ++c) {
@@ -58,7 +68,50 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
       if (Trains(partition_->chunks()[id].param)) mine.push_back(id);
     }
     batches_.push_back(Pack(mine));
+    std::vector<std::pair<int32_t, int64_t>> layout;
+    for (int32_t id : partition_->ServerChunks(s)) {
+      layout.push_back({id, partition_->chunks()[id].numel});
+    }
+    shm_layouts_.push_back(ShmLayout::Make(std::move(layout)));
+    shm_.emplace_back();
+    shm_tries_.push_back(options_.shm ? 0 : kShmTries);
   }
+}
+
+PsClient::~PsClient() = default;
+
+ShmLink* PsClient::Link(int s) {
+  if (shm_[s] != nullptr || shm_tries_[s] >= kShmTries) return shm_[s].get();
+  ++shm_tries_[s];
+  absl::StatusOr<std::unique_ptr<ShmLink>> link =
+      ShmLink::Open(addresses_[s], worker_id_, shm_layouts_[s]);
+  if (!link.ok()) {
+    // Another host, or shared memory turned off: for good. Anything else
+    // (not ready yet) is asked again later.
+    if (absl::IsFailedPrecondition(link.status())) shm_tries_[s] = kShmTries;
+    spdlog::info("server {}: payloads in the messages ({})", s, link.status().message());
+    return nullptr;
+  }
+  spdlog::info("server {}: payloads through shared memory (segment of {} bytes)", s,
+               shm_layouts_[s].segment_bytes());
+  shm_[s] = std::move(*link);
+  ++shm_segments_;
+  return shm_[s].get();
+}
+
+void PsClient::LoseLink(int s, ShmLink* link) {
+  if (link == nullptr || shm_[s].get() != link) return;
+  spdlog::warn("server {} lost its shared-memory segment: payloads in the messages", s);
+  lost_shm_.push_back(std::move(shm_[s]));
+  --shm_segments_;
+}
+
+void PsClient::Prepare(Call& call) {
+  ShmLink* link = Link(call.server);
+  if (call.encoded && call.link == link) return;
+  call.request = call.encode(link);
+  call.link = link;
+  call.encoded = true;
 }
 
 std::vector<std::vector<int32_t>> PsClient::Pack(const std::vector<int32_t>& chunks) const {
@@ -175,7 +228,14 @@ void PsClient::Complete(Flight& f, int i) {
                                       : std::numeric_limits<int64_t>::max();
     }
   }
-  f.results[i] = f.statuses[i].ok() ? call.finish(f.replies[i]) : FromGrpc(f.statuses[i]);
+  if (f.statuses[i].error_code() == grpc::StatusCode::NOT_FOUND && call.link != nullptr) {
+    // The server does not know the segment: ask again with the payloads.
+    LoseLink(call.server, call.link);
+    f.results[i] = absl::UnavailableError(f.statuses[i].error_message());
+    return;
+  }
+  f.results[i] = f.statuses[i].ok() ? call.finish(f.replies[i], call.link)
+                                    : FromGrpc(f.statuses[i]);
 }
 
 absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting) {
@@ -186,6 +246,7 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   // The calls complete on a queue this thread drains itself: no gRPC
   // thread takes the replies, so no hand-off between threads per call.
   Flight f(calls, stubs_.size());
+  for (int i : todo) Prepare(calls[i]);
   for (int i : todo) {
     if (Admit(f, i)) {
       Launch(f, i, next_channel);
@@ -258,7 +319,6 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
                             std::vector<std::vector<float>>* weights, PullState* state,
                             std::vector<Call>* calls) {
   const DType dtype = options_.wire_dtype;
-  const int width = DTypeSize(dtype);
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     for (const std::vector<int32_t>& batch : batches_[s]) {
       PullRequest req;
@@ -271,47 +331,71 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       Call call;
       call.is_pull = true;
       call.server = s;
-      call.request = SerializeSmall(req);
+      call.encode = [req](ShmLink* link) mutable {
+        req.set_shm_segment(link == nullptr ? 0 : link->id());
+        return SerializeSmall(req);
+      };
       state->applied.emplace_back();
       const size_t index = state->applied.size() - 1;
-      call.finish = [this, s, &batch, weights, state, index, dtype,
-                     width](const grpc::ByteBuffer& reply) -> absl::Status {
-        SliceReader reader(reply);
-        std::vector<PayloadRef> refs;
-        RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index]));
-        if (refs.size() != batch.size()) {
-          return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
-                                                  " chunks, asked for ", batch.size()));
-        }
-        thread_local std::vector<char> staging;
-        for (size_t k = 0; k < refs.size(); ++k) {
-          const PayloadRef& ref = refs[k];
-          if (ref.chunk != batch[k]) {
-            return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
-                                                    " where ", batch[k], " was asked for"));
-          }
-          const ChunkInfo& info = partition_->chunks()[ref.chunk];
-          if (ref.bytes != static_cast<size_t>(info.numel) * width) {
-            return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
-                                                    " has ", ref.bytes, " bytes, expected ",
-                                                    info.numel * width));
-          }
-          float* dst = (*weights)[info.param - options_.first_param].data() + info.offset;
-          reader.Seek(ref.offset);
-          if (dtype == FP32) {
-            reader.Copy(ref.bytes, reinterpret_cast<char*>(dst));
-          } else {
-            staging.resize(ref.bytes);
-            reader.Copy(ref.bytes, staging.data());
-            DecodeFloats(dtype, staging.data(), info.numel, dst);
-          }
-          state->bytes += static_cast<int64_t>(ref.bytes);
-        }
-        return absl::OkStatus();
+      call.finish = [this, s, &batch, weights, state, index](const grpc::ByteBuffer& reply,
+                                                             const ShmLink* link) {
+        return TakePullReply(s, batch, reply, link, weights, &state->applied[index],
+                             &state->bytes);
       };
       calls->push_back(std::move(call));
     }
   }
+}
+
+absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
+                                     const grpc::ByteBuffer& reply, const ShmLink* link,
+                                     std::vector<std::vector<float>>* weights,
+                                     std::vector<int64_t>* applied, std::atomic<int64_t>* bytes) {
+  const DType dtype = options_.wire_dtype;
+  const int width = DTypeSize(dtype);
+  SliceReader reader(reply);
+  std::vector<PayloadRef> refs;
+  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, applied));
+  if (refs.size() != batch.size()) {
+    return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
+                                            " chunks, asked for ", batch.size()));
+  }
+  thread_local std::vector<char> staging;
+  for (size_t k = 0; k < refs.size(); ++k) {
+    const PayloadRef& ref = refs[k];
+    if (ref.chunk != batch[k]) {
+      return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
+                                              " where ", batch[k], " was asked for"));
+    }
+    const ChunkInfo& info = partition_->chunks()[ref.chunk];
+    const size_t expected = link != nullptr ? 0 : static_cast<size_t>(info.numel) * width;
+    if (ref.bytes != expected) {
+      return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
+                                              " has ", ref.bytes, " bytes, expected ", expected));
+    }
+    const size_t payload = static_cast<size_t>(info.numel) * width;
+    float* dst = (*weights)[info.param - options_.first_param].data() + info.offset;
+    const char* src = nullptr;
+    if (link != nullptr) {
+      src = link->PullSlot(ref.chunk);
+    } else if (dtype != FP32) {
+      staging.resize(payload);
+      reader.Seek(ref.offset);
+      reader.Copy(payload, staging.data());
+      src = staging.data();
+    }
+    if (src == nullptr) {  // fp32 in the message
+      reader.Seek(ref.offset);
+      reader.Copy(payload, reinterpret_cast<char*>(dst));
+    } else if (dtype == FP32) {
+      std::memcpy(dst, src, payload);
+    } else {
+      DecodeFloats(dtype, src, info.numel, dst);
+    }
+    *bytes += static_cast<int64_t>(payload);
+    if (link != nullptr) shm_bytes_ += static_cast<int64_t>(payload);
+  }
+  return absl::OkStatus();
 }
 
 void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied) {
@@ -325,6 +409,21 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
     }
   }
   bytes_in_ += state.bytes;
+}
+
+int64_t PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
+                             const ShmLink& link) {
+  int64_t bytes = 0;
+  for (const PushChunk& c : chunks) {
+    char* slot = link.PushSlot(c.chunk);
+    if (dtype == FP32) {
+      std::memcpy(slot, c.values, c.numel * sizeof(float));
+    } else {
+      EncodeFloats(dtype, c.values, c.numel, slot);
+    }
+    bytes += c.numel * DTypeSize(dtype);
+  }
+  return bytes;
 }
 
 PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
@@ -372,8 +471,13 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       }
       Call call;
       call.server = s;
-      call.request = EncodePush(header, chunks);
-      call.finish = [](const grpc::ByteBuffer&) { return absl::OkStatus(); };
+      call.encode = [this, h = PushHeader(header), chunks = std::move(chunks)](
+                        ShmLink* link) mutable {
+        h.shm_segment = link == nullptr ? 0 : link->id();
+        if (link != nullptr) shm_bytes_ += WriteToShm(h.dtype, chunks, *link);
+        return EncodePush(h, chunks);
+      };
+      call.finish = [](const grpc::ByteBuffer&, const ShmLink*) { return absl::OkStatus(); };
       calls->push_back(std::move(call));
     }
   }

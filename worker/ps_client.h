@@ -20,12 +20,15 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/partition.h"
+#include "common/shm.h"
 #include "common/tensor_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
+
+class ShmLink;
 
 // What a worker's pushes carry besides their gradients, from the
 // scheduler's gate answers.
@@ -56,6 +59,10 @@ struct PsClientOptions {
   // cover those only, and buffer i holds parameter first_param + i.
   int first_param = 0;
   int end_param = -1;
+  // Move payloads through shared memory with the servers on this host
+  // that grant it (worker/shm_link.h); the others, and any server whose
+  // segment goes missing, get them in the messages.
+  bool shm = true;
 };
 
 // Thread-compatible: one Push or Pull at a time.
@@ -64,6 +71,7 @@ class PsClient {
   // `partition` must outlive the client.
   PsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
            PsClientOptions options = {});
+  ~PsClient();
 
   // Reads every parameter for iteration `clock` under the read guarantee
   // `min_clock` into `weights` (one buffer per parameter, already sized).
@@ -106,6 +114,10 @@ class PsClient {
   int64_t bytes_out() const { return bytes_out_; }
   // Calls issued to servers so far (retries included).
   int64_t rpcs() const { return rpcs_; }
+  // Payload bytes that moved through shared memory (a share of bytes_in +
+  // bytes_out), and the servers attached through it now.
+  int64_t shm_bytes() const { return shm_bytes_; }
+  int shm_segments() const { return shm_segments_; }
   DType wire_dtype() const { return options_.wire_dtype; }
 
  private:
@@ -121,8 +133,6 @@ class PsClient {
     std::vector<std::vector<int64_t>> applied;  // per call
     std::atomic<int64_t> bytes{0};
   };
-  // Runs every call in parallel, retrying retryable failures with backoff
-  // within the retry window.
   // Runs the calls, retrying the failed ones (common/retry.h).
   absl::Status RunCalls(std::vector<Call>& calls);
   // One attempt at the calls not yet done; *only_waiting says whether its
@@ -132,6 +142,15 @@ class PsClient {
   // Whether call i may start now (a pull always; a push within its server's
   // window, or alone); counts it if so.
   bool Admit(Flight& flight, int i) const;
+  // Encodes a call for the path its server takes now (shared memory or
+  // the message), unless it already is.
+  void Prepare(Call& call);
+  // The shared memory with server `s`, attaching it on first use; null:
+  // the messages carry the payloads.
+  ShmLink* Link(int s);
+  // Server `s` no longer knows the segment of `link` (it restarted): the
+  // next calls carry their payloads until a new segment is attached.
+  void LoseLink(int s, ShmLink* link);
   void Launch(Flight& flight, int i, int* next_channel);
   void LaunchHeld(Flight& flight, int* next_channel);
   // Takes call i's reply (and a push's window from it).
@@ -144,6 +163,15 @@ class PsClient {
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
+  // Checks a pull reply from server `s` for `batch` and copies its payloads
+  // (from the message, or from `link`'s pull region) into *weights.
+  absl::Status TakePullReply(int s, const std::vector<int32_t>& batch,
+                             const grpc::ByteBuffer& reply, const ShmLink* link,
+                             std::vector<std::vector<float>>* weights,
+                             std::vector<int64_t>* applied, std::atomic<int64_t>* bytes);
+  // Writes a push's payloads into `link`'s push region; their bytes.
+  static int64_t WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
+                            const ShmLink& link);
   // Returns the payload bytes of the push; with `params`, of those
   // parameters' chunks only.
   int64_t AddPushCalls(const PushHeader& header, const std::vector<std::vector<float>>& grads,
@@ -163,7 +191,17 @@ class PsClient {
   // [server]: bytes of pushes that may be under way at once, as the
   // server's last push response said (see PushResponse.window_bytes).
   std::vector<int64_t> push_window_;
-  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0};
+  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0}, shm_bytes_{0};
+  // [server]: its address, where its chunks lie in a segment, the segment
+  // attached (or null), and the attempts to attach one so far.
+  std::vector<std::string> addresses_;
+  std::vector<ShmLayout> shm_layouts_;
+  std::vector<std::unique_ptr<ShmLink>> shm_;
+  std::vector<int> shm_tries_;
+  // Segments a server lost, kept mapped until this client ends (calls may
+  // still hold them); at most kShmTries per server.
+  std::vector<std::unique_ptr<ShmLink>> lost_shm_;
+  std::atomic<int> shm_segments_{0};
 };
 
 }  // namespace pstrain

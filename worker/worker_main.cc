@@ -39,6 +39,10 @@ ABSL_FLAG(int64_t, debug_slowdown_ms, 0,
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
 ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
+ABSL_FLAG(bool, shm, true,
+          "move pushes and pulls through shared memory with the servers on this host that "
+          "grant it (the others, and every server on another host or network namespace, "
+          "get them in gRPC messages); --noshm: always in the messages");
 ABSL_FLAG(bool, standalone, false,
           "train --job alone: the servers' store and optimizer in this process, no scheduler "
           "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   config.training.device_memory_budget = budget.value_or(0);
   config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   config.channels_per_server = static_cast<int>(absl::GetFlag(FLAGS_channels_per_server));
+  config.shm = absl::GetFlag(FLAGS_shm);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
   config.training.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));

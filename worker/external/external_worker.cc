@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 0, &note));
   w->ps_.wire_dtype = wire;  // (the job's instead, at registration, unless given)
   w->ps_.channels_per_server = w->options_.channels_per_server;
+  w->ps_.shm = w->options_.shm;
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;

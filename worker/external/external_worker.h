@@ -42,6 +42,7 @@ struct ExternalWorkerOptions {
   std::string overlap = "auto";  // auto, on or off, as ps_worker's --overlap
   std::string wire_dtype;        // "": the job's
   int channels_per_server = 2;
+  bool shm = true;  // --shm (PsClientOptions::shm)
   std::string frontend = "pytorch";  // what drives the worker, for Status
 };
 

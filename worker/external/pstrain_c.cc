@@ -24,6 +24,10 @@ ABSL_FLAG(std::string, overlap, "auto",
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's)");
 ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
+ABSL_FLAG(bool, shm, true,
+          "move pushes and pulls through shared memory with the servers on this host that "
+          "grant it (the others, and every server on another host or network namespace, "
+          "get them in gRPC messages); --noshm: always in the messages");
 ABSL_FLAG(std::string, frontend, "pytorch", "what drives this worker, as Status shows it");
 
 struct pst_worker {
@@ -84,6 +88,7 @@ int pst_open(pst_worker** out, char* err, int err_len) {
     options.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
     const int64_t channels = absl::GetFlag(FLAGS_channels_per_server);
     options.channels_per_server = static_cast<int>(std::clamp<int64_t>(channels, 0, 65));
+    options.shm = absl::GetFlag(FLAGS_shm);
     options.frontend = absl::GetFlag(FLAGS_frontend);
     absl::StatusOr<std::unique_ptr<pstrain::ExternalWorker>> worker =
         pstrain::ExternalWorker::Open(std::move(options));

@@ -18,7 +18,7 @@
  *                             port_file, auth_token_file, tls_*, connect_timeout_s,
  *                             heartbeat_interval_ms, scheduler_timeout_ms,
  *                             id, metrics_port, overlap, wire_dtype,
- *                             channels_per_server
+ *                             channels_per_server, shm
  *   pst_open                  starts the worker's gRPC service (Status)
  *   pst_register              declares the model, joins the job
  *   pst_job                   what the job says (batch, clocks, id, ...)

@@ -1,0 +1,205 @@
+#include "server/shm_registry.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace pstrain {
+namespace {
+
+constexpr size_t kTicketBytes = 16;
+// How long a connection may take to present its ticket.
+constexpr absl::Duration kTicketWait = absl::Seconds(5);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShmRegistry>> ShmRegistry::Start(Options options) {
+  const std::string name =
+      absl::StrCat("pstrain-ps-", getpid(), "-", absl::BytesToHexString(RandomBytes(8)));
+  absl::StatusOr<int> listen_fd = ListenAbstract(name);
+  if (!listen_fd.ok()) return listen_fd.status();
+  const int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    close(*listen_fd);
+    return absl::UnavailableError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<ShmRegistry>(new ShmRegistry(options, name, *listen_fd, wake));
+}
+
+ShmRegistry::ShmRegistry(Options options, std::string name, int listen_fd, int wake_fd)
+    : options_(options), name_(std::move(name)), listen_fd_(listen_fd), wake_fd_(wake_fd) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ShmRegistry::~ShmRegistry() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  thread_.join();
+  for (const Conn& c : conns_) close(c.fd);
+  close(listen_fd_);
+  close(wake_fd_);
+}
+
+absl::StatusOr<std::string> ShmRegistry::Issue(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    if (it->second.expires < now) {
+      tickets_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  if (static_cast<int>(tickets_.size() + segments_.size()) >= options_.max_segments) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("shared memory: ", segments_.size(), " segments attached and ",
+                     tickets_.size(), " promised here, the most this server gives out"));
+  }
+  std::string ticket = RandomBytes(kTicketBytes);
+  tickets_[ticket] = {bytes, now + options_.ticket_life};
+  return ticket;
+}
+
+std::shared_ptr<ShmSegment> ShmRegistry::Find(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(id);
+  return it == segments_.end() ? nullptr : it->second;
+}
+
+int ShmRegistry::attached() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(segments_.size());
+}
+
+void ShmRegistry::Loop() {
+  std::vector<pollfd> fds;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+    }
+    fds.assign({{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    for (const Conn& c : conns_) fds.push_back({c.fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) {
+      spdlog::error("shared memory: poll: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents != 0) AcceptAll();
+    // The connections polled are the first fds.size() - 2 of conns_ (the
+    // new ones come after them).
+    std::vector<Conn> kept;
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = conns_[i];
+      const short events = i + 2 < fds.size() ? fds[i + 2].revents : 0;
+      bool keep = true;
+      if (events != 0) {
+        // An attached worker only ever closes its end: anything else ends
+        // the segment too.
+        keep = c.segment == 0 && Grant(c);
+      }
+      if (keep) {
+        kept.push_back(c);
+        continue;
+      }
+      close(c.fd);
+      if (c.segment != 0) {
+        absl::MutexLock lock(&mu_);
+        segments_.erase(c.segment);
+      }
+    }
+    conns_ = std::move(kept);
+    Expire(absl::Now());
+  }
+}
+
+void ShmRegistry::AcceptAll() {
+  while (true) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    conns_.push_back({fd, 0, absl::Now() + kTicketWait});
+  }
+}
+
+bool ShmRegistry::Grant(Conn& conn) {
+  char ticket[kTicketBytes];
+  const ssize_t peeked = recv(conn.fd, ticket, sizeof(ticket), MSG_PEEK | MSG_DONTWAIT);
+  if (peeked > 0 && peeked < static_cast<ssize_t>(sizeof(ticket))) return true;  // more to come
+  if (peeked <= 0 || recv(conn.fd, ticket, sizeof(ticket), MSG_DONTWAIT) != peeked) return false;
+  ShmGrant grant;
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  const bool same_user = getsockopt(conn.fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 &&
+                         (peer.uid == geteuid() || peer.uid == 0);
+  std::unique_ptr<ShmSegment> segment;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tickets_.find(std::string(ticket, sizeof(ticket)));
+    if (it != tickets_.end() && it->second.expires >= absl::Now() && same_user) {
+      grant.bytes = it->second.bytes;
+    }
+    if (it != tickets_.end()) tickets_.erase(it);  // once, used or not
+  }
+  if (grant.bytes > 0) {
+    absl::StatusOr<std::unique_ptr<ShmSegment>> made = ShmSegment::Create(grant.bytes);
+    if (made.ok()) {
+      segment = std::move(*made);
+    } else {
+      spdlog::warn("shared memory: {}", made.status().message());
+    }
+  }
+  if (segment == nullptr) {
+    spdlog::warn("shared memory: refused a connection (pid {}, uid {}): {}", peer.pid, peer.uid,
+                 same_user ? "no valid ticket" : "another user");
+    (void)SendWithFd(conn.fd, &grant, sizeof(grant), -1);  // id 0: refused
+    return false;
+  }
+  do {
+    std::memcpy(&grant.id, RandomBytes(sizeof(grant.id)).data(), sizeof(grant.id));
+  } while (grant.id == 0);
+  const int fd = segment->fd();
+  {
+    absl::MutexLock lock(&mu_);
+    segments_[grant.id] = std::move(segment);
+  }
+  if (!SendWithFd(conn.fd, &grant, sizeof(grant), fd).ok()) {
+    absl::MutexLock lock(&mu_);
+    segments_.erase(grant.id);
+    return false;
+  }
+  conn.segment = grant.id;
+  return true;
+}
+
+void ShmRegistry::Expire(absl::Time now) {
+  std::vector<Conn> kept;
+  for (const Conn& c : conns_) {
+    if (c.segment == 0 && c.deadline < now) {
+      close(c.fd);
+    } else {
+      kept.push_back(c);
+    }
+  }
+  conns_ = std::move(kept);
+  absl::MutexLock lock(&mu_);
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    if (it->second.expires < now) {
+      tickets_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,82 @@
+// The server's side of the shared-memory data plane (common/shm.h).
+//
+// A worker on this host asks the server, over its authenticated gRPC
+// connection (ParameterServer.OpenShm), for a one-time ticket; it presents
+// the ticket on the server's abstract Unix socket and receives a new
+// segment's descriptor (SCM_RIGHTS). A process that did not pass the gRPC
+// checks has no ticket and gets nothing; a peer of another user is refused
+// too. The segment lives while that socket connection stays open, so a
+// worker that exits or is killed takes its segments with it, and the
+// segments are never more than max_segments. No gRPC in here: the service
+// (server/ps_service.h) hands out the tickets and looks segments up.
+#ifndef PSTRAIN_SERVER_SHM_REGISTRY_H_
+#define PSTRAIN_SERVER_SHM_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/shm.h"
+
+namespace pstrain {
+
+class ShmRegistry {
+ public:
+  struct Options {
+    int max_segments = 64;                           // attached and promised at once
+    absl::Duration ticket_life = absl::Seconds(10);  // a ticket unused this long expires
+  };
+  // Listens on a fresh abstract socket and serves it on a thread of its own.
+  static absl::StatusOr<std::unique_ptr<ShmRegistry>> Start(Options options);
+  static absl::StatusOr<std::unique_ptr<ShmRegistry>> Start() { return Start(Options()); }
+  // Stops the thread, closes every connection and drops the segments (the
+  // ones in use stay mapped until their users let go).
+  ~ShmRegistry();
+
+  // The abstract socket's name (without the leading NUL).
+  const std::string& socket_name() const { return name_; }
+  // A ticket (16 random bytes) for one segment of `bytes`;
+  // RESOURCE_EXHAUSTED when max_segments are attached or promised.
+  absl::StatusOr<std::string> Issue(int64_t bytes);
+  // The attached segment `id`, or null (never granted, or its worker's
+  // connection closed).
+  std::shared_ptr<ShmSegment> Find(uint64_t id) const;
+  int attached() const;
+
+ private:
+  struct Ticket {
+    int64_t bytes;
+    absl::Time expires;
+  };
+  struct Conn {
+    int fd;
+    uint64_t segment = 0;  // 0: waiting for its ticket
+    absl::Time deadline;   // for the ticket
+  };
+  ShmRegistry(Options options, std::string name, int listen_fd, int wake_fd);
+  void Loop();
+  void AcceptAll();
+  // Reads a waiting connection's ticket and answers it; false: close it.
+  bool Grant(Conn& conn);
+  // Drops expired tickets and connections that waited too long.
+  void Expire(absl::Time now);
+
+  const Options options_;
+  const std::string name_;
+  const int listen_fd_, wake_fd_;
+  std::vector<Conn> conns_;  // the thread's own
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmSegment>> segments_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_SHM_REGISTRY_H_

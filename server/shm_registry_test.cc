@@ -1,0 +1,115 @@
+#include "server/shm_registry.h"
+
+#include <unistd.h>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+// A worker's side of the exchange: presents `ticket`, returns the grant
+// and its descriptor (kept open in *sock while the segment should live).
+ShmGrant Present(const ShmRegistry& registry, const std::string& ticket, int* sock, int* fd) {
+  absl::StatusOr<int> conn = ConnectAbstract(registry.socket_name(), absl::Seconds(5));
+  EXPECT_TRUE(conn.ok()) << conn.status();
+  *sock = *conn;
+  ShmGrant grant;
+  EXPECT_TRUE(SendWithFd(*sock, ticket.data(), ticket.size(), -1).ok());
+  const absl::Status st = RecvWithFd(*sock, &grant, sizeof(grant), fd);
+  if (!st.ok()) grant.id = 0;
+  return grant;
+}
+
+bool WaitFor(const std::function<bool()>& what) {
+  for (int i = 0; i < 500; ++i) {
+    if (what()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+TEST(ShmRegistryTest, AValidTicketGetsASegmentThatLivesWithTheConnection) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  absl::StatusOr<std::string> ticket = (*registry)->Issue(8192);
+  ASSERT_TRUE(ticket.ok());
+  int sock = -1, fd = -1;
+  const ShmGrant grant = Present(**registry, *ticket, &sock, &fd);
+  ASSERT_NE(grant.id, 0u);
+  EXPECT_EQ(grant.bytes, 8192);
+  absl::StatusOr<std::unique_ptr<ShmSegment>> mine = ShmSegment::Adopt(fd, 8192);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  std::shared_ptr<ShmSegment> theirs = (*registry)->Find(grant.id);
+  ASSERT_NE(theirs, nullptr);
+  (*mine)->data()[100] = 7;
+  EXPECT_EQ(theirs->data()[100], 7);  // one memory
+  EXPECT_EQ((*registry)->attached(), 1);
+  close(sock);  // the worker exits (or is killed)
+  EXPECT_TRUE(WaitFor([&] { return (*registry)->Find(grant.id) == nullptr; }));
+  EXPECT_EQ((*registry)->attached(), 0);
+}
+
+TEST(ShmRegistryTest, NoTicketNoSegment) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok());
+  int sock = -1, fd = -1;
+  const ShmGrant grant = Present(**registry, std::string(16, 'x'), &sock, &fd);
+  EXPECT_EQ(grant.id, 0u);
+  EXPECT_LT(fd, 0);
+  close(sock);
+  EXPECT_EQ((*registry)->attached(), 0);
+}
+
+TEST(ShmRegistryTest, ATicketIsGoodOnce) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok());
+  absl::StatusOr<std::string> ticket = (*registry)->Issue(4096);
+  ASSERT_TRUE(ticket.ok());
+  int sock1 = -1, fd1 = -1, sock2 = -1, fd2 = -1;
+  EXPECT_NE(Present(**registry, *ticket, &sock1, &fd1).id, 0u);
+  EXPECT_EQ(Present(**registry, *ticket, &sock2, &fd2).id, 0u);
+  EXPECT_LT(fd2, 0);
+  close(fd1);
+  close(sock1);
+  close(sock2);
+}
+
+TEST(ShmRegistryTest, AnExpiredTicketIsRefused) {
+  ShmRegistry::Options options;
+  options.ticket_life = absl::Milliseconds(50);
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start(options);
+  ASSERT_TRUE(registry.ok());
+  absl::StatusOr<std::string> ticket = (*registry)->Issue(4096);
+  ASSERT_TRUE(ticket.ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  int sock = -1, fd = -1;
+  EXPECT_EQ(Present(**registry, *ticket, &sock, &fd).id, 0u);
+  close(sock);
+}
+
+TEST(ShmRegistryTest, BoundedSegments) {
+  ShmRegistry::Options options;
+  options.max_segments = 2;
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start(options);
+  ASSERT_TRUE(registry.ok());
+  ASSERT_TRUE((*registry)->Issue(4096).ok());
+  ASSERT_TRUE((*registry)->Issue(4096).ok());
+  EXPECT_EQ((*registry)->Issue(4096).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ShmRegistryTest, AConnectionThatSaysNothingIsClosed) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok());
+  absl::StatusOr<int> conn = ConnectAbstract((*registry)->socket_name(), absl::Seconds(10));
+  ASSERT_TRUE(conn.ok());
+  ShmGrant grant;
+  int fd = -1;
+  // Closed by the registry after its wait for a ticket (5 s), not kept.
+  EXPECT_EQ(RecvWithFd(*conn, &grant, sizeof(grant), &fd).code(),
+            absl::StatusCode::kUnavailable);
+  close(*conn);
+}
+
+}  // namespace
+}  // namespace pstrain

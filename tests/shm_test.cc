@@ -1,0 +1,223 @@
+// The shared-memory data plane between workers and servers on one host
+// (common/shm.h): real daemons on loopback. The payloads move through the
+// segments and the weights come out bit for bit as with gRPC messages; the
+// path turns off by a flag on either side; kill -9 of any daemon leaves no
+// file behind and the server drops a killed worker's segments; a server
+// refuses what does not fit its segments with the right status. (Every
+// other multi-process test runs over shared memory too, since it is on by
+// default: the recoveries of fault_test, restart_test and chaos_test.)
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "common/shm.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/cluster.h"
+#include "tests/test_jobs.h"
+#include "tests/wait.h"
+
+namespace pstrain {
+namespace testing {
+namespace {
+
+ClusterOptions Options(int clocks, int slowdown_ms = 0) {
+  ClusterOptions options;
+  options.job_text = SixteenClassJob(absl::StrCat("clocks: ", clocks, "\nseed: 7\nchunk_bytes: 1024"));
+  options.servers = 2;
+  options.workers = 2;
+  options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};
+  options.worker_flags.assign(2, {absl::StrCat("--debug_slowdown_ms=", slowdown_ms)});
+  return options;
+}
+
+struct Outcome {
+  TensorSet weights;
+  MemberStatus worker, server;
+};
+
+// Runs `options` to the end; worker 0's weights, worker 0 and server 0 as
+// the final Status has them.
+Outcome RunToEnd(const std::string& name, const ClusterOptions& options) {
+  Cluster cluster(name);
+  Outcome out;
+  EXPECT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  EXPECT_TRUE(code.ok() && *code == 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
+  EXPECT_TRUE(st.ok()) << cluster.Logs();
+  if (!st.ok()) return out;
+  out.weights = ReadWeights(cluster.worker_weights(0));
+  out.worker = MemberOf(*st, WORKER, 0);
+  out.server = MemberOf(*st, SERVER, 0);
+  return out;
+}
+
+TEST(ShmTest, PayloadsMoveThroughSharedMemoryAndTheWeightsMatchTheMessages) {
+  const Outcome shm = RunToEnd("shm_on", Options(60));
+  ClusterOptions off = Options(60);
+  for (auto& flags : off.worker_flags) flags.push_back("--noshm");
+  const Outcome messages = RunToEnd("shm_off", off);
+  ASSERT_GT(shm.weights.tensors_size(), 0);
+  EXPECT_EQ(MaxDifference(shm.weights, messages.weights), 0.0);
+  // Every payload of the servers went through the segments.
+  EXPECT_GT(shm.server.shm_bytes(), 0);
+  EXPECT_EQ(shm.server.shm_bytes(), shm.server.bytes_in() + shm.server.bytes_out());
+  EXPECT_GT(shm.worker.shm_bytes(), 0);
+  EXPECT_EQ(messages.worker.shm_bytes(), 0);
+  EXPECT_EQ(messages.server.shm_bytes(), 0);
+  EXPECT_GT(messages.server.bytes_in(), 0);
+}
+
+TEST(ShmTest, AServerWithSharedMemoryOffGetsThePayloadsInMessages) {
+  ClusterOptions options = Options(30);
+  options.server_flags = {"--noshm"};
+  const Outcome out = RunToEnd("shm_server_off", options);
+  EXPECT_EQ(out.worker.state(), FINISHED);
+  EXPECT_EQ(out.worker.shm_bytes(), 0);
+  EXPECT_EQ(out.server.shm_bytes(), 0);
+  EXPECT_GT(out.server.bytes_in(), 0);
+}
+
+// Entries of a folder (empty if it cannot be read).
+std::set<std::string> Entries(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code error;
+  for (const auto& e : std::filesystem::directory_iterator(dir, error)) out.insert(e.path());
+  return out;
+}
+
+MemberStatus ServerStatus(const std::string& address) {
+  auto stub = ParameterServer::NewStub(MakeChannel(address));
+  MemberStatus st;
+  (void)stub->Status(ContextWithTimeout(absl::Seconds(5)).get(), StatusRequest(), &st);
+  return st;
+}
+
+TEST(ShmTest, KillNineOfEveryDaemonLeavesNothingBehind) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::vector<std::string> dirs = {"/dev/shm", tmp != nullptr ? tmp : "/tmp"};
+  std::vector<std::set<std::string>> before;
+  for (const std::string& d : dirs) before.push_back(Entries(d));
+  Cluster cluster("shm_kill");
+  ASSERT_TRUE(cluster.Start(Options(100000, 5)).ok()) << cluster.Logs();
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [](const ClusterStatus& st) { return SlowestClock(st) >= 20; }, absl::Seconds(60)))
+      << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+  ASSERT_TRUE(st.ok());
+  const std::string server = MemberOf(*st, SERVER, 0).address();
+  // Each worker attached a segment for its pushes and one for its pulls.
+  const MemberStatus attached = ServerStatus(server);
+  EXPECT_EQ(attached.shm_segments(), 4) << cluster.Logs();
+  EXPECT_GT(attached.shm_bytes(), 0);
+  // A killed worker's segments go with it.
+  cluster.workers()[1].Kill(SIGKILL);
+  bool dropped = false;
+  for (int i = 0; i < 250 && !dropped; ++i) {
+    dropped = ServerStatus(server).shm_segments() == 2;
+    if (!dropped) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(dropped) << ServerStatus(server).DebugString();
+  cluster.workers()[0].Kill(SIGKILL);
+  for (Process& s : cluster.servers()) s.Kill(SIGKILL);
+  cluster.scheduler().Kill(SIGKILL);
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    for (const std::string& e : Entries(dirs[i])) {
+      // The cluster's own folder (logs, port files) is the test's.
+      if (before[i].count(e) == 0 && e != cluster.dir()) ADD_FAILURE() << "left behind: " << e;
+    }
+  }
+}
+
+TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
+  Cluster cluster("shm_refusals");
+  ASSERT_TRUE(cluster.Start(Options(100000, 5)).ok()) << cluster.Logs();
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [](const ClusterStatus& st) { return SlowestClock(st) >= 5; }, absl::Seconds(60)))
+      << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+  ASSERT_TRUE(st.ok());
+  auto stub = ParameterServer::NewStub(MakeChannel(MemberOf(*st, SERVER, 0).address()));
+  // From another host (another boot id): no segment.
+  OpenShmRequest open;
+  open.set_boot_id("another-host");
+  OpenShmResponse granted;
+  EXPECT_EQ(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted)
+                .error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // A ticket someone made up: refused on the socket, no descriptor.
+  open.set_boot_id(BootId());
+  ASSERT_TRUE(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted).ok());
+  absl::StatusOr<int> sock = ConnectAbstract(granted.socket_name(), absl::Seconds(5));
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  const std::string forged(16, 'x');
+  ASSERT_TRUE(SendWithFd(*sock, forged.data(), forged.size(), -1).ok());
+  ShmGrant grant;
+  int fd = -1;
+  const absl::Status answer = RecvWithFd(*sock, &grant, sizeof(grant), &fd);
+  EXPECT_TRUE(!answer.ok() || grant.id == 0);
+  EXPECT_LT(fd, 0);
+  close(*sock);
+  // With a real ticket, a segment; a push naming it must still fit it: a
+  // payload in the message as well, or a chunk the server does not hold, is
+  // INVALID_ARGUMENT.
+  ASSERT_TRUE(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted).ok());
+  sock = ConnectAbstract(granted.socket_name(), absl::Seconds(5));
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  ASSERT_TRUE(SendWithFd(*sock, granted.ticket().data(), granted.ticket().size(), -1).ok());
+  ASSERT_TRUE(RecvWithFd(*sock, &grant, sizeof(grant), &fd).ok());
+  ASSERT_NE(grant.id, 0u);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(ShmSegment::Adopt(fd, granted.segment_bytes()).ok());
+  for (const bool payload : {true, false}) {
+    PushRequest push;
+    push.set_num_samples(1);
+    push.set_shm_segment(grant.id);
+    ChunkData* chunk = push.add_chunks();
+    chunk->set_chunk(payload ? 0 : 1 << 30);
+    if (payload) chunk->set_data(std::string(16, '\0'));
+    PushResponse pushed;
+    EXPECT_EQ(stub->Push(ContextWithTimeout(absl::Seconds(5)).get(), push, &pushed).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << (payload ? "a payload in the message too" : "a chunk not of this server");
+  }
+  close(*sock);
+  // A push naming a segment the server never granted (or no longer holds):
+  // NOT_FOUND, and a worker then sends its payloads in the message.
+  PushRequest push;
+  push.set_worker_id(0);
+  push.set_clock(0);
+  push.set_num_samples(1);
+  push.set_shm_segment(12345);
+  push.add_chunks()->set_chunk(0);
+  PushResponse pushed;
+  EXPECT_EQ(stub->Push(ContextWithTimeout(absl::Seconds(5)).get(), push, &pushed).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  PullRequest pull;
+  pull.set_worker_id(0);
+  pull.set_clock(0);
+  pull.add_chunks(0);
+  pull.set_shm_segment(12345);
+  PullResponse pulled;
+  EXPECT_EQ(stub->Pull(ContextWithTimeout(absl::Seconds(5)).get(), pull, &pulled).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // The cluster trains on, unharmed.
+  const int64_t now = SlowestClock(*SchedulerStatus(cluster.scheduler_address()));
+  EXPECT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [now](const ClusterStatus& st) { return SlowestClock(st) >= now + 5; }, absl::Seconds(60)))
+      << cluster.Logs();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pstrain

@@ -1,0 +1,57 @@
+#include "worker/shm_link.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "common/status_macros.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace pstrain {
+namespace {
+
+constexpr absl::Duration kOpenTimeout = absl::Seconds(5);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& address, int worker_id,
+                                                       ShmLayout layout) {
+  OpenShmRequest request;
+  request.set_worker_id(worker_id);
+  request.set_boot_id(BootId());
+  OpenShmResponse response;
+  std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(address));
+  RETURN_IF_ERROR(
+      FromGrpc(stub->OpenShm(ContextWithTimeout(kOpenTimeout).get(), request, &response)));
+  if (response.segment_bytes() != layout.segment_bytes()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory: the server offers a segment of ", response.segment_bytes(),
+                     " bytes, the layout here needs ", layout.segment_bytes()));
+  }
+  ASSIGN_OR_RETURN(const int sock, ConnectAbstract(response.socket_name(), kOpenTimeout));
+  ShmGrant grant;
+  int fd = -1;
+  absl::Status st = SendWithFd(sock, response.ticket().data(), response.ticket().size(), -1);
+  if (st.ok()) st = RecvWithFd(sock, &grant, sizeof(grant), &fd);
+  if (st.ok() && (grant.id == 0 || fd < 0)) {
+    st = absl::UnavailableError("shared memory: the server refused the ticket");
+  }
+  if (st.ok() && grant.bytes != layout.segment_bytes()) {
+    st = absl::FailedPreconditionError(absl::StrCat(
+        "shared memory: granted ", grant.bytes, " bytes, asked for ", layout.segment_bytes()));
+  }
+  absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
+      st.ok() ? ShmSegment::Adopt(fd, layout.segment_bytes())
+              : absl::StatusOr<std::unique_ptr<ShmSegment>>(st);
+  if (!st.ok() && fd >= 0) close(fd);
+  if (!segment.ok()) {
+    close(sock);
+    return segment.status();
+  }
+  return std::unique_ptr<ShmLink>(
+      new ShmLink(sock, grant.id, std::move(*segment), std::move(layout)));
+}
+
+ShmLink::~ShmLink() { close(sock_); }
+
+}  // namespace pstrain

@@ -1,0 +1,54 @@
+// A worker's shared memory with one parameter server on its host
+// (common/shm.h, server/shm_registry.h): the segment the server granted,
+// mapped here, and the socket connection that keeps it alive at the
+// server. Pushes write gradients into their chunks' slots of the push
+// region and name the segment; pulls ask the server to write the weights
+// into the pull region's slots and read them from there once.
+#ifndef PSTRAIN_WORKER_SHM_LINK_H_
+#define PSTRAIN_WORKER_SHM_LINK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/shm.h"
+
+namespace pstrain {
+
+class ShmLink {
+ public:
+  // Asks the server at `address` (OpenShm, over an authenticated channel)
+  // for a segment laid out as `layout` and attaches it. FAILED_PRECONDITION:
+  // the server is on another host, turned shared memory off, or sent a
+  // descriptor that is not a pstrain segment of the agreed size; UNAVAILABLE:
+  // its socket cannot be reached (another network namespace) or it refused
+  // the ticket. Any error: the payloads go in the messages instead.
+  static absl::StatusOr<std::unique_ptr<ShmLink>> Open(const std::string& address, int worker_id,
+                                                       ShmLayout layout);
+  // Closes the connection: the server drops its side of the segment.
+  ~ShmLink();
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  uint64_t id() const { return id_; }
+  const ShmLayout& layout() const { return layout_; }
+  // A chunk's slot in the push region (gradients) and in the pull region
+  // (weights); only for chunks of the layout.
+  char* PushSlot(int32_t chunk) const { return segment_->data() + layout_.Offset(chunk); }
+  const char* PullSlot(int32_t chunk) const {
+    return segment_->data() + layout_.region_bytes() + layout_.Offset(chunk);
+  }
+
+ private:
+  ShmLink(int sock, uint64_t id, std::unique_ptr<ShmSegment> segment, ShmLayout layout)
+      : sock_(sock), id_(id), segment_(std::move(segment)), layout_(std::move(layout)) {}
+  const int sock_;
+  const uint64_t id_;
+  const std::unique_ptr<ShmSegment> segment_;
+  const ShmLayout layout_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_SHM_LINK_H_
