@@ -1,9 +1,12 @@
 // Push and pull throughput of one worker against one server on loopback, for
 // 1, 4, 16 and 64 MiB tensors in fp32 and bf16, next to two references the
 // same binary measures in the same run: a plain TCP stream between two
-// processes (the ceiling here) and a default-settings gRPC unary call on one
-// channel. The server is the real ps_server (with ps_scheduler), the worker
-// side is this process on PsClient. Prints one JSON object.
+// processes (the ceiling of the gRPC path) and a default-settings gRPC unary
+// call on one channel. Then the shared-memory path (worker/shm_link.h) in
+// fp32 against its own ceiling: a memcpy of the same bytes in and out (the
+// push's copy into the segment and the pull's copy out of it). The server is
+// the real ps_server (with ps_scheduler), the worker side is this process on
+// PsClient. Prints one JSON object.
 //
 //   bazel run -c opt //bench:transport_bench -- [--sizes_mib=1,4,16,64]
 //
@@ -221,6 +224,7 @@ struct PstrainResult {
   // both sides alike.
   double paired_ratio = 0;
   double paired_ratio_one_trip = 0;
+  std::pair<double, double> paired_range;  // of paired_ratio's pairs
 };
 
 constexpr int kPairs = 9;
@@ -228,7 +232,7 @@ constexpr int kPairs = 9;
 // Starts ps_scheduler and ps_server for a tensor of `floats`, joins as the
 // only worker, measures each wire dtype, and ends the job.
 std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DType>& dtypes,
-                                          const std::function<bool()>& tcp_echo) {
+                                          bool shm, const std::function<bool()>& ceiling) {
   testing::Cluster cluster("transport_bench");
   testing::ClusterOptions options;
   options.job_text = JobText(floats);
@@ -266,6 +270,7 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     popts.wire_dtype = dtype;
     popts.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
     popts.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+    popts.shm = shm;
     PsClient ps(worker->cluster, &partition, id, popts);
     auto push = [&] {
       const absl::Status st = ps.Push(clock++, 64, grads);
@@ -290,15 +295,20 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     r.push_pull_one_trip = Throughput(bytes, one_trip);
     std::vector<double> ratios, ratios_one_trip;
     for (int i = 0; i < kPairs; ++i) {
-      double tcp = Throughput(bytes, tcp_echo, 0.2);
-      ratios.push_back(Throughput(bytes, [&] { return push() && pull(); }, 0.2) / tcp);
-      tcp = Throughput(bytes, tcp_echo, 0.2);
-      ratios_one_trip.push_back(Throughput(bytes, one_trip, 0.2) / tcp);
+      double top = Throughput(bytes, ceiling, 0.2);
+      ratios.push_back(Throughput(bytes, [&] { return push() && pull(); }, 0.2) / top);
+      top = Throughput(bytes, ceiling, 0.2);
+      ratios_one_trip.push_back(Throughput(bytes, one_trip, 0.2) / top);
     }
     std::sort(ratios.begin(), ratios.end());
     std::sort(ratios_one_trip.begin(), ratios_one_trip.end());
     r.paired_ratio = ratios[kPairs / 2];
     r.paired_ratio_one_trip = ratios_one_trip[kPairs / 2];
+    r.paired_range = {ratios.front(), ratios.back()};
+    if (shm && ps.shm_segments() == 0) {
+      std::fprintf(stderr, "transport_bench: the server granted no shared memory\n");
+      std::exit(1);
+    }
     results.push_back(r);
   }
   worker->Finish();
@@ -350,7 +360,7 @@ int Run(const char* argv0) {
       absl::GetFlag(FLAGS_channels_per_server),
       static_cast<long long>(absl::GetFlag(FLAGS_max_request_bytes)),
       static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes)));
-  bool pass = true, pass_one_trip = true;
+  bool pass = true, pass_one_trip = true, pass_shm = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
     auto tcp_op = [&](uint64_t mode) {
@@ -394,7 +404,20 @@ int Run(const char* argv0) {
       return WriteAll(tcp, reinterpret_cast<const char*>(&h), sizeof(h)) &&
              WriteAll(tcp, buf.data(), ps_bytes) && ReadAll(tcp, buf.data(), ps_bytes);
     };
-    const std::vector<PstrainResult> ps = MeasurePstrain(n / 4, {FP32, BF16}, echo_ps_size);
+    const std::vector<PstrainResult> ps =
+        MeasurePstrain(n / 4, {FP32, BF16}, /*shm=*/false, echo_ps_size);
+    // The shared-memory path's ceiling: the same bytes copied in (the
+    // push's write into the segment) and out (the pull's read from it).
+    std::vector<char> a(ps_bytes, 'a'), b(ps_bytes), c(ps_bytes);
+    auto copy_in_out = [&] {
+      std::memcpy(b.data(), a.data(), ps_bytes);
+      std::memcpy(c.data(), b.data(), ps_bytes);
+      asm volatile("" : : "r"(c.data()) : "memory");  // the copies stay
+      return true;
+    };
+    const double memcpy_in_out = Throughput(ps_bytes, copy_in_out);
+    const PstrainResult shm = MeasurePstrain(n / 4, {FP32}, /*shm=*/true, copy_in_out)[0];
+    if (n <= (16 << 20)) pass_shm = pass_shm && shm.paired_ratio >= 0.7;
     const double fraction = ps[0].paired_ratio;
     const double fraction_one_trip = ps[0].paired_ratio_one_trip;
     if (n <= (16 << 20)) {
@@ -413,7 +436,12 @@ int Run(const char* argv0) {
         "\"push_pull_one_trip_fp32_over_tcp_echo_paired_median\": %s, "
         "\"push_pull_fp32_over_tcp_echo\": %s, "
         "\"tcp_push_then_pull_over_tcp_echo\": %s, "
-        "\"grpc_default_over_tcp_echo\": %s}%s\n",
+        "\"grpc_default_over_tcp_echo\": %s,\n"
+        "     \"memcpy_in_out\": %s, \"pstrain_shm_fp32\": {\"push\": %s, \"pull\": %s, "
+        "\"push_pull\": %s, \"push_pull_one_trip\": %s},\n"
+        "     \"push_pull_shm_over_memcpy_paired_median\": %s, "
+        "\"push_pull_shm_over_memcpy_paired_range\": [%s, %s], "
+        "\"push_pull_one_trip_shm_over_memcpy_paired_median\": %s}%s\n",
         static_cast<long long>(n >> 20), J(tcp_push).c_str(), J(tcp_pull).c_str(),
         J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(), J(grpc_push_pull).c_str(),
         J(ps[0].push).c_str(), J(ps[0].pull).c_str(), J(ps[0].push_pull).c_str(),
@@ -421,7 +449,10 @@ int Run(const char* argv0) {
         J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(), J(fraction).c_str(),
         J(fraction_one_trip).c_str(), J(ps[0].push_pull / tcp_echo).c_str(),
         J(tcp_push_then_pull / tcp_echo).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
-        i + 1 < sizes.size() ? "," : "");
+        J(memcpy_in_out).c_str(), J(shm.push).c_str(), J(shm.pull).c_str(),
+        J(shm.push_pull).c_str(), J(shm.push_pull_one_trip).c_str(), J(shm.paired_ratio).c_str(),
+        J(shm.paired_range.first).c_str(), J(shm.paired_range.second).c_str(),
+        J(shm.paired_ratio_one_trip).c_str(), i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }
   const TcpHeader quit{3, 0};
@@ -429,8 +460,9 @@ int Run(const char* argv0) {
   std::printf(
       "  ],\n  \"unit\": \"GB/s of the tensor's fp32 bytes, counted once per operation\",\n"
       "  \"goal_push_pull_1_4_16_mib_at_least_half_of_tcp\": %s,\n"
-      "  \"goal_push_pull_one_trip_1_4_16_mib_at_least_half_of_tcp\": %s\n}\n",
-      pass ? "true" : "false", pass_one_trip ? "true" : "false");
+      "  \"goal_push_pull_one_trip_1_4_16_mib_at_least_half_of_tcp\": %s,\n"
+      "  \"goal_shm_push_pull_1_4_16_mib_at_least_0_7_of_memcpy\": %s\n}\n",
+      pass ? "true" : "false", pass_one_trip ? "true" : "false", pass_shm ? "true" : "false");
   return 0;
 }
 

@@ -26,7 +26,8 @@ ABSL_FLAG(int64_t, rpc_threads, 1,
 ABSL_FLAG(bool, shm, true,
           "give workers on this host shared memory for their pushes and pulls (anonymous "
           "segments passed over an abstract Unix socket to workers that asked over their "
-          "authenticated gRPC connection); --noshm: payloads always in gRPC messages");
+          "authenticated gRPC connection); --noshm: payloads always in gRPC messages. Off "
+          "with --offload_dir (segments would lie outside --memory_budget)");
 ABSL_FLAG(std::string, offload_dir, "",
           "keep the chunks' weights and optimizer state in a file in this directory, with at "
           "most --memory_budget bytes of them in memory (empty: all in memory)");

@@ -355,7 +355,9 @@ int RunServer(const ServerConfig& config) {
     return 2;
   }
   PsService service;
-  if (config.shm) {
+  // An offloaded server keeps its payloads in messages: its budget bounds
+  // the requests and replies in flight, and segments would lie outside it.
+  if (config.shm && config.offload_dir.empty()) {
     absl::StatusOr<std::unique_ptr<ShmRegistry>> shm = ShmRegistry::Start();
     if (shm.ok()) {
       service.SetShm(std::move(*shm));

@@ -214,8 +214,13 @@ absl::Status Cluster::AddWorker(const std::vector<std::string>& flags) {
 absl::Status Cluster::AddServer(const std::vector<std::string>& flags) {
   const int i = static_cast<int>(servers_.size());
   std::vector<std::string> a = options_.server_prefix;
+  if (i < static_cast<int>(options_.server_each_prefix.size())) {
+    a.insert(a.end(), options_.server_each_prefix[i].begin(), options_.server_each_prefix[i].end());
+  }
+  const std::string host =
+      i < static_cast<int>(options_.server_host.size()) ? options_.server_host[i] : options_.host;
   a.insert(a.end(), {BinaryPath("server/ps_server"), "--scheduler=" + scheduler_address_,
-                     "--listen=" + options_.host + ":0", "--heartbeat_interval_ms=200",
+                     "--listen=" + host + ":0", "--heartbeat_interval_ms=200",
                      "--port_file=" + port_file(SERVER, i)});
   if (options_.trace) a.push_back("--trace_file=" + server_trace(i));
   a.insert(a.end(), options_.server_flags.begin(), options_.server_flags.end());

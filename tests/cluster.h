@@ -71,6 +71,10 @@ struct ClusterOptions {
   // What every server's command line starts with (e.g. a memory limit's
   // prefix, tests/memory_limit.h).
   std::vector<std::string> server_prefix;
+  // Per server process, after server_prefix (e.g. `ip netns exec NS`), and
+  // the host it listens on (default: `host`).
+  std::vector<std::vector<std::string>> server_each_prefix;
+  std::vector<std::string> server_host;
 };
 
 class Cluster {

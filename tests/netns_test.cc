@@ -3,7 +3,9 @@
 // and, 10 s later, up again. Under --on_worker_failure=wait the job holds
 // the gate and the worker rejoins; under shrink the other worker takes over
 // its share and the cut-off worker, declared dead, is told so when it is
-// back. Needs root and `ip netns`; without them it skips, saying why.
+// back. Needs root and `ip netns`; without them it skips, saying why. The
+// worker in the namespace cannot reach the servers' shared memory (abstract
+// Unix sockets belong to a network namespace) and trains over gRPC.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,74 +15,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
+#include "tests/netns.h"
 #include "tests/test_jobs.h"
 
 namespace pstrain {
 namespace testing {
 namespace {
-
-const char kIp[] = "/usr/sbin/ip";
-
-// A network namespace with a veth pair to the host: host end `host_ip`,
-// namespace end `ns_ip` (a /30 of its own). Removed on destruction.
-class Netns {
- public:
-  // Why it cannot be made here, or an empty string.
-  static std::string Unavailable() {
-    if (geteuid() != 0) return "not root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN)";
-    if (access(kIp, X_OK) != 0) return absl::StrCat(kIp, " not found (Debian's iproute2)");
-    return "";
-  }
-
-  explicit Netns(int index) {
-    const int id = static_cast<int>(getpid() % 100) * 2 + index;
-    name_ = absl::StrCat("pstrain", getpid(), "-", index);
-    host_if_ = absl::StrCat("pvh", getpid() % 100000, index);
-    ns_if_ = absl::StrCat("pvn", getpid() % 100000, index);
-    host_ip_ = absl::StrCat("10.213.", id, ".1");
-    ns_ip_ = absl::StrCat("10.213.", id, ".2");
-    for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
-             {kIp, "netns", "add", name_},
-             {kIp, "link", "add", host_if_, "type", "veth", "peer", "name", ns_if_},
-             {kIp, "link", "set", ns_if_, "netns", name_},
-             {kIp, "addr", "add", host_ip_ + "/30", "dev", host_if_},
-             {kIp, "link", "set", host_if_, "up"},
-             {kIp, "netns", "exec", name_, kIp, "addr", "add", ns_ip_ + "/30", "dev", ns_if_},
-             {kIp, "netns", "exec", name_, kIp, "link", "set", ns_if_, "up"},
-             {kIp, "netns", "exec", name_, kIp, "link", "set", "lo", "up"}}) {
-      std::string out;
-      absl::StatusOr<int> code = RunCommand(argv, &out, absl::Seconds(10), "ip");
-      if (!code.ok() || *code != 0) {
-        error_ = absl::StrCat(absl::StrJoin(argv, " "), ": ", out);
-        return;
-      }
-    }
-  }
-  ~Netns() {
-    std::string out;
-    (void)RunCommand({kIp, "link", "del", host_if_}, &out, absl::Seconds(10), "ip");
-    (void)RunCommand({kIp, "netns", "del", name_}, &out, absl::Seconds(10), "ip");
-  }
-  // Sets the host end of the pair down (the namespace is cut off) or up.
-  bool SetLink(bool up) {
-    std::string out;
-    absl::StatusOr<int> code = RunCommand({kIp, "link", "set", host_if_, up ? "up" : "down"}, &out,
-                                          absl::Seconds(10), "ip");
-    return code.ok() && *code == 0;
-  }
-
-  const std::string& error() const { return error_; }
-  const std::string& name() const { return name_; }
-  const std::string& host_ip() const { return host_ip_; }
-  const std::string& ns_ip() const { return ns_ip_; }
-
- private:
-  std::string name_, host_if_, ns_if_, host_ip_, ns_ip_, error_;
-};
 
 struct Member {
   MemberState state = MEMBER_STATE_UNSPECIFIED;
@@ -163,7 +106,13 @@ void CutOffAWorker(const std::string& policy, int index, int clocks) {
     // then the cut-off worker rejoined and finished the job.
     EXPECT_EQ(other_at_4s, other_at_6s);
     EXPECT_EQ(cut_code, 0) << cluster.Logs();
-    EXPECT_EQ(MemberOf(*final_status, WORKER, cut).state(), FINISHED);
+    const MemberStatus cut_worker = MemberOf(*final_status, WORKER, cut);
+    EXPECT_EQ(cut_worker.state(), FINISHED);
+    // Shared memory only within one network namespace: the worker on the
+    // host used it, the one in its own namespace fell back to the messages.
+    EXPECT_GT(MemberOf(*final_status, WORKER, other).shm_bytes(), 0);
+    EXPECT_EQ(cut_worker.shm_bytes(), 0);
+    EXPECT_GT(cut_worker.bytes_in(), 0);
   } else {
     // The other worker went on alone; the cut-off one, back while the job
     // still ran, learned it had been declared dead.
