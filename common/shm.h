@@ -10,6 +10,7 @@
 #ifndef PSTRAIN_COMMON_SHM_H_
 #define PSTRAIN_COMMON_SHM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,6 +62,10 @@ class ShmSegment {
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // The server's: the newest pull attempt it wrote into the pull region
+  // (PullRequest.shm_sequence).
+  std::atomic<uint64_t> newest_pull{0};
 
   char* data() const { return data_; }
   int64_t size() const { return size_; }

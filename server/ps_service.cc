@@ -136,11 +136,17 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   const absl::Status st = store.Push(push, [&](size_t i) {
     const PayloadRef& c = chunks[i];
     const int64_t numel = push.parts[i].values;
-    if (segment != nullptr) {  // in place: the slot is 64-byte aligned
+    if (segment != nullptr) {
+      // Copied once out of the slot: the worker can write it at any time,
+      // and the store reads a part more than once (the finiteness check,
+      // then the update).
       const char* slot = segment->data() + c.offset;
-      if (h.dtype == FP32) return absl::MakeConstSpan(reinterpret_cast<const float*>(slot), numel);
       grad.resize(numel);
-      DecodeFloats(h.dtype, slot, numel, grad.data());
+      if (h.dtype == FP32) {
+        std::memcpy(grad.data(), slot, numel * sizeof(float));
+      } else {
+        DecodeFloats(h.dtype, slot, numel, grad.data());
+      }
       return absl::MakeConstSpan(grad.data(), numel);
     }
     // fp32 lying whole and aligned in one received slice is used in place.
@@ -179,6 +185,14 @@ grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req
   std::shared_ptr<ShmSegment> segment;  // the payloads go there instead
   if (req.shm_segment() != 0) {
     if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
+    // Only the newest attempt writes (its worker no longer reads an older one's answer).
+    uint64_t newest = segment->newest_pull.load();
+    do {
+      if (req.shm_sequence() < newest) {
+        return grpc::Status(grpc::StatusCode::ABORTED,
+                            "pull: a newer pull of this worker's was answered");
+      }
+    } while (!segment->newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
   }
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;

@@ -90,13 +90,16 @@ void ShmRegistry::Loop() {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
     }
-    fds.assign({{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    const bool accepting = absl::Now() >= accept_paused_until_;
+    fds.assign({{wake_fd_, POLLIN, 0}, {accepting ? listen_fd_ : -1, POLLIN, 0}});
     for (const Conn& c : conns_) fds.push_back({c.fd, POLLIN, 0});
     if (poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) {
       spdlog::error("shared memory: poll: {}", std::strerror(errno));
       return;
     }
-    if (fds[1].revents != 0) AcceptAll();
+    if (fds[1].revents != 0 && !AcceptAll()) {
+      accept_paused_until_ = absl::Now() + absl::Milliseconds(100);
+    }
     // The connections polled are the first fds.size() - 2 of conns_ (the
     // new ones come after them).
     std::vector<Conn> kept;
@@ -124,31 +127,39 @@ void ShmRegistry::Loop() {
   }
 }
 
-void ShmRegistry::AcceptAll() {
+bool ShmRegistry::AcceptAll() {
   while (true) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    conns_.push_back({fd, 0, absl::Now() + kTicketWait});
+    if (fd < 0) return errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM;
+    ucred peer{};
+    socklen_t len = sizeof(peer);
+    const bool same_user = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 &&
+                           (peer.uid == geteuid() || peer.uid == 0);
+    int waiting = 0;
+    for (const Conn& c : conns_) waiting += c.segment == 0;
+    if (!same_user || waiting >= 2 * options_.max_segments) {
+      spdlog::warn("shared memory: refused a connection from pid {} (uid {}): {}", peer.pid,
+                   peer.uid, same_user ? "too many waiting for their tickets" : "another user");
+      close(fd);
+      continue;
+    }
+    conns_.push_back({fd, 0, absl::Now() + kTicketWait, ""});
   }
 }
 
 bool ShmRegistry::Grant(Conn& conn) {
-  char ticket[kTicketBytes];
-  const ssize_t peeked = recv(conn.fd, ticket, sizeof(ticket), MSG_PEEK | MSG_DONTWAIT);
-  if (peeked > 0 && peeked < static_cast<ssize_t>(sizeof(ticket))) return true;  // more to come
-  if (peeked <= 0 || recv(conn.fd, ticket, sizeof(ticket), MSG_DONTWAIT) != peeked) return false;
+  char buf[kTicketBytes];
+  const ssize_t got = recv(conn.fd, buf, kTicketBytes - conn.ticket.size(), MSG_DONTWAIT);
+  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (got <= 0) return false;  // closed before its ticket
+  conn.ticket.append(buf, static_cast<size_t>(got));
+  if (conn.ticket.size() < kTicketBytes) return true;  // more to come
   ShmGrant grant;
-  ucred peer{};
-  socklen_t len = sizeof(peer);
-  const bool same_user = getsockopt(conn.fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 &&
-                         (peer.uid == geteuid() || peer.uid == 0);
   std::unique_ptr<ShmSegment> segment;
   {
     absl::MutexLock lock(&mu_);
-    auto it = tickets_.find(std::string(ticket, sizeof(ticket)));
-    if (it != tickets_.end() && it->second.expires >= absl::Now() && same_user) {
-      grant.bytes = it->second.bytes;
-    }
+    auto it = tickets_.find(conn.ticket);
+    if (it != tickets_.end() && it->second.expires >= absl::Now()) grant.bytes = it->second.bytes;
     if (it != tickets_.end()) tickets_.erase(it);  // once, used or not
   }
   if (grant.bytes > 0) {
@@ -160,8 +171,7 @@ bool ShmRegistry::Grant(Conn& conn) {
     }
   }
   if (segment == nullptr) {
-    spdlog::warn("shared memory: refused a connection (pid {}, uid {}): {}", peer.pid, peer.uid,
-                 same_user ? "no valid ticket" : "another user");
+    spdlog::warn("shared memory: refused a connection: no valid ticket");
     (void)SendWithFd(conn.fd, &grant, sizeof(grant), -1);  // id 0: refused
     return false;
   }

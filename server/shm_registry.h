@@ -57,10 +57,14 @@ class ShmRegistry {
     int fd;
     uint64_t segment = 0;  // 0: waiting for its ticket
     absl::Time deadline;   // for the ticket
+    std::string ticket;    // its bytes so far
   };
   ShmRegistry(Options options, std::string name, int listen_fd, int wake_fd);
   void Loop();
-  void AcceptAll();
+  // Accepts the waiting connections of this host's user (and root), up to
+  // 2 x max_segments waiting for their tickets; false when out of
+  // descriptors (the caller pauses accepting).
+  bool AcceptAll();
   // Reads a waiting connection's ticket and answers it; false: close it.
   bool Grant(Conn& conn);
   // Drops expired tickets and connections that waited too long.
@@ -70,6 +74,7 @@ class ShmRegistry {
   const std::string name_;
   const int listen_fd_, wake_fd_;
   std::vector<Conn> conns_;  // the thread's own
+  absl::Time accept_paused_until_;  // the thread's own: out of descriptors
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShmSegment>> segments_ ABSL_GUARDED_BY(mu_);

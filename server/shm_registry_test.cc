@@ -1,6 +1,9 @@
 #include "server/shm_registry.h"
 
+#include <poll.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -86,6 +89,47 @@ TEST(ShmRegistryTest, AnExpiredTicketIsRefused) {
   int sock = -1, fd = -1;
   EXPECT_EQ(Present(**registry, *ticket, &sock, &fd).id, 0u);
   close(sock);
+}
+
+TEST(ShmRegistryTest, ATicketInPiecesIsGranted) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok());
+  absl::StatusOr<std::string> ticket = (*registry)->Issue(4096);
+  ASSERT_TRUE(ticket.ok());
+  absl::StatusOr<int> conn = ConnectAbstract((*registry)->socket_name(), absl::Seconds(5));
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(SendWithFd(*conn, ticket->data(), 5, -1).ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(SendWithFd(*conn, ticket->data() + 5, ticket->size() - 5, -1).ok());
+  ShmGrant grant;
+  int fd = -1;
+  ASSERT_TRUE(RecvWithFd(*conn, &grant, sizeof(grant), &fd).ok());
+  EXPECT_NE(grant.id, 0u);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  close(*conn);
+}
+
+TEST(ShmRegistryTest, ConnectionsWaitingForTicketsAreBounded) {
+  ShmRegistry::Options options;
+  options.max_segments = 2;  // at most 4 waiting
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start(options);
+  ASSERT_TRUE(registry.ok());
+  std::vector<int> conns;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<int> conn = ConnectAbstract((*registry)->socket_name(), absl::Seconds(5));
+    ASSERT_TRUE(conn.ok());
+    conns.push_back(*conn);
+  }
+  // The ones past the bound are closed at once (the others wait 5 s).
+  absl::SleepFor(absl::Seconds(1));
+  int closed = 0;
+  for (int conn : conns) {
+    pollfd p{conn, POLLIN, 0};
+    closed += poll(&p, 1, 0) == 1;
+  }
+  EXPECT_EQ(closed, 4);
+  for (int conn : conns) close(conn);
 }
 
 TEST(ShmRegistryTest, BoundedSegments) {

@@ -107,10 +107,15 @@ Trained Train(const std::string& name, ClusterOptions options) {
   });
   // The servers' Status while they run (the last one before the job ended).
   absl::StatusOr<ClusterStatus> last;
+  int unanswered = 0;  // in a row
   for (int i = 0; i < 3000; ++i) {
     absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-    if (!st.ok() || st->job_state() == DONE || st->job_state() == ABORTED) break;
-    last = st;
+    // (An answer that did not come, under load, is asked again: breaking
+    // at the first kept a Status from long before the end.)
+    if (st.ok() && (st->job_state() == DONE || st->job_state() == ABORTED)) break;
+    unanswered = st.ok() ? 0 : unanswered + 1;
+    if (unanswered > 100) break;  // the scheduler is gone
+    if (st.ok()) last = st;
     absl::SleepFor(absl::Milliseconds(50));
   }
   run.code = cluster.WaitAll(absl::Seconds(180)).value_or(-1);

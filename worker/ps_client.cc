@@ -28,8 +28,9 @@ constexpr absl::Duration kPushAttempt = absl::Seconds(30);
 constexpr std::chrono::milliseconds kAbandonPoll(100);
 const char kPushMethod[] = "/pstrain.ParameterServer/Push";
 const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
-// Attempts to attach a server's shared memory in one client's life.
-constexpr int kShmTries = 3;
+// Attempts to attach a server's shared memory in one client's life (at
+// most one per attempt of calls).
+constexpr int kShmTries = 10;
 
 }  // namespace
 
@@ -75,19 +76,23 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     shm_layouts_.push_back(ShmLayout::Make(std::move(layout)));
     shm_.emplace_back();
     shm_tries_.push_back(options_.shm ? 0 : kShmTries);
+    shm_asked_in_.push_back(0);
   }
 }
 
 PsClient::~PsClient() = default;
 
 ShmLink* PsClient::Link(int s) {
-  if (shm_[s] != nullptr || shm_tries_[s] >= kShmTries) return shm_[s].get();
+  if (shm_[s] != nullptr || shm_tries_[s] >= kShmTries || shm_asked_in_[s] == attempts_) {
+    return shm_[s].get();
+  }
   ++shm_tries_[s];
+  shm_asked_in_[s] = attempts_;
   absl::StatusOr<std::unique_ptr<ShmLink>> link =
       ShmLink::Open(addresses_[s], worker_id_, shm_layouts_[s]);
   if (!link.ok()) {
-    // Another host, or shared memory turned off: for good. Anything else
-    // (not ready yet) is asked again later.
+    // Another host or network namespace, or shared memory turned off: for
+    // good. Anything else (not ready yet) is asked again in a later attempt.
     if (absl::IsFailedPrecondition(link.status())) shm_tries_[s] = kShmTries;
     spdlog::info("server {}: payloads in the messages ({})", s, link.status().message());
     return nullptr;
@@ -108,7 +113,8 @@ void PsClient::LoseLink(int s, ShmLink* link) {
 
 void PsClient::Prepare(Call& call) {
   ShmLink* link = Link(call.server);
-  if (call.encoded && call.link == link) return;
+  // A pull through shared memory names its attempt (PullRequest.shm_sequence).
+  if (call.encoded && call.link == link && !(call.is_pull && link != nullptr)) return;
   call.request = call.encode(link);
   call.link = link;
   call.encoded = true;
@@ -153,7 +159,10 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
       spdlog::warn("retrying: {}", st.message());
     }
   };
-  return Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting); });
+  const absl::Status st =
+      Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting); });
+  lost_shm_.clear();  // no call holds them any more
+  return st;
 }
 
 // One attempt's calls under way: started, completed, and the pushes held
@@ -246,6 +255,7 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   // The calls complete on a queue this thread drains itself: no gRPC
   // thread takes the replies, so no hand-off between threads per call.
   Flight f(calls, stubs_.size());
+  ++attempts_;
   for (int i : todo) Prepare(calls[i]);
   for (int i : todo) {
     if (Admit(f, i)) {
@@ -331,8 +341,9 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       Call call;
       call.is_pull = true;
       call.server = s;
-      call.encode = [req](ShmLink* link) mutable {
+      call.encode = [this, req](ShmLink* link) mutable {
         req.set_shm_segment(link == nullptr ? 0 : link->id());
+        req.set_shm_sequence(link == nullptr ? 0 : attempts_);
         return SerializeSmall(req);
       };
       state->applied.emplace_back();
@@ -411,9 +422,8 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
   bytes_in_ += state.bytes;
 }
 
-int64_t PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
-                             const ShmLink& link) {
-  int64_t bytes = 0;
+void PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
+                          const ShmLink& link) {
   for (const PushChunk& c : chunks) {
     char* slot = link.PushSlot(c.chunk);
     if (dtype == FP32) {
@@ -421,9 +431,7 @@ int64_t PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
     } else {
       EncodeFloats(dtype, c.values, c.numel, slot);
     }
-    bytes += c.numel * DTypeSize(dtype);
   }
-  return bytes;
 }
 
 PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
@@ -463,21 +471,26 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
     }
     for (const std::vector<int32_t>& batch : params != nullptr ? subset : batches_[s]) {
       std::vector<PushChunk> chunks;
+      int64_t call_bytes = 0;
       for (int32_t id : batch) {
         const ChunkInfo& info = partition_->chunks()[id];
         chunks.push_back(
             {id, grads[info.param - options_.first_param].data() + info.offset, info.numel});
-        bytes += info.numel * DTypeSize(header.dtype);
+        call_bytes += info.numel * DTypeSize(header.dtype);
       }
+      bytes += call_bytes;
       Call call;
       call.server = s;
       call.encode = [this, h = PushHeader(header), chunks = std::move(chunks)](
                         ShmLink* link) mutable {
         h.shm_segment = link == nullptr ? 0 : link->id();
-        if (link != nullptr) shm_bytes_ += WriteToShm(h.dtype, chunks, *link);
+        if (link != nullptr) WriteToShm(h.dtype, chunks, *link);
         return EncodePush(h, chunks);
       };
-      call.finish = [](const grpc::ByteBuffer&, const ShmLink*) { return absl::OkStatus(); };
+      call.finish = [this, call_bytes](const grpc::ByteBuffer&, const ShmLink* link) {
+        if (link != nullptr) shm_bytes_ += call_bytes;
+        return absl::OkStatus();
+      };
       calls->push_back(std::move(call));
     }
   }

@@ -169,9 +169,8 @@ class PsClient {
                              const grpc::ByteBuffer& reply, const ShmLink* link,
                              std::vector<std::vector<float>>* weights,
                              std::vector<int64_t>* applied, std::atomic<int64_t>* bytes);
-  // Writes a push's payloads into `link`'s push region; their bytes.
-  static int64_t WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
-                            const ShmLink& link);
+  // Writes a push's payloads into `link`'s push region.
+  static void WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link);
   // Returns the payload bytes of the push; with `params`, of those
   // parameters' chunks only.
   int64_t AddPushCalls(const PushHeader& header, const std::vector<std::vector<float>>& grads,
@@ -198,10 +197,14 @@ class PsClient {
   std::vector<ShmLayout> shm_layouts_;
   std::vector<std::unique_ptr<ShmLink>> shm_;
   std::vector<int> shm_tries_;
-  // Segments a server lost, kept mapped until this client ends (calls may
-  // still hold them); at most kShmTries per server.
+  // Segments a server lost, kept mapped until the calls that may hold them
+  // are done (the end of RunCalls).
   std::vector<std::unique_ptr<ShmLink>> lost_shm_;
   std::atomic<int> shm_segments_{0};
+  // Attempts made so far (PullRequest.shm_sequence), and the attempt in
+  // which each server's segment was last asked for.
+  uint64_t attempts_ = 0;
+  std::vector<uint64_t> shm_asked_in_;
 };
 
 }  // namespace pstrain

@@ -28,7 +28,14 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& addres
         absl::StrCat("shared memory: the server offers a segment of ", response.segment_bytes(),
                      " bytes, the layout here needs ", layout.segment_bytes()));
   }
-  ASSIGN_OR_RETURN(const int sock, ConnectAbstract(response.socket_name(), kOpenTimeout));
+  absl::StatusOr<int> connected = ConnectAbstract(response.socket_name(), kOpenTimeout);
+  if (!connected.ok()) {
+    // Its socket is not in this network namespace: no shared memory with it.
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory: ", connected.status().message(),
+                     " (the server is in another network namespace?)"));
+  }
+  const int sock = *connected;
   ShmGrant grant;
   int fd = -1;
   absl::Status st = SendWithFd(sock, response.ticket().data(), response.ticket().size(), -1);
