@@ -31,17 +31,6 @@ namespace {
 constexpr int kTimeoutMs = 4000;  // the scheduler's heartbeat timeout, the members' window
 constexpr double kSlackS = 3.5;   // on an idle machine
 
-// The 1-minute load average per core (1 when it cannot be read).
-double LoadPerCore() {
-  double load = 0;
-  std::FILE* f = std::fopen("/proc/loadavg", "r");
-  if (f == nullptr) return 1;
-  const bool read = std::fscanf(f, "%lf", &load) == 1;
-  std::fclose(f);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return read ? load / cores : 1;
-}
-
 // The window + the slack, scaled by the load (at least 1x).
 double Allowed() { return kTimeoutMs / 1000.0 + kSlackS * std::max(1.0, LoadPerCore()); }
 

@@ -1,6 +1,8 @@
 #include "tests/wait.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "tests/cluster.h"
@@ -38,6 +40,16 @@ int WorkersAt(const ClusterStatus& status, int64_t clock) {
   int at = 0;
   for (const MemberStatus& m : status.members()) at += m.role() == WORKER && m.clock() >= clock;
   return at;
+}
+
+double LoadPerCore() {
+  double load = 0;
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return 1;
+  const bool read = std::fscanf(f, "%lf", &load) == 1;
+  std::fclose(f);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return read ? load / cores : 1;
 }
 
 }  // namespace testing

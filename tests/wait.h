@@ -28,6 +28,11 @@ int64_t WorkerClock(const ClusterStatus& status, int id);
 // How many workers `status` lists at clock `clock` or later.
 int WorkersAt(const ClusterStatus& status, int64_t clock);
 
+// The 1-minute load average per core (/proc/loadavg; 1 when it cannot be
+// read). A bound on how fast daemons react scales by max(1, this): every
+// reaction waits for a core.
+double LoadPerCore();
+
 }  // namespace testing
 }  // namespace pstrain
 
