@@ -75,12 +75,14 @@ absl::StatusOr<std::string> ShmRegistry::Issue(int64_t bytes) {
 std::shared_ptr<ShmSegment> ShmRegistry::Find(uint64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = segments_.find(id);
-  return it == segments_.end() ? nullptr : it->second;
+  return it == segments_.end() ? nullptr : it->second.segment;
 }
 
 int ShmRegistry::attached() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(segments_.size());
+  int open = 0;
+  for (const auto& [id, a] : segments_) open += a.drop_at == absl::InfiniteFuture();
+  return open;
 }
 
 void ShmRegistry::Loop() {
@@ -119,7 +121,8 @@ void ShmRegistry::Loop() {
       close(c.fd);
       if (c.segment != 0) {
         absl::MutexLock lock(&mu_);
-        segments_.erase(c.segment);
+        auto it = segments_.find(c.segment);
+        if (it != segments_.end()) it->second.drop_at = absl::Now() + options_.grace;
       }
     }
     conns_ = std::move(kept);
@@ -181,7 +184,7 @@ bool ShmRegistry::Grant(Conn& conn) {
   const int fd = segment->fd();
   {
     absl::MutexLock lock(&mu_);
-    segments_[grant.id] = std::move(segment);
+    segments_[grant.id] = {std::move(segment), absl::InfiniteFuture()};
   }
   if (!SendWithFd(conn.fd, &grant, sizeof(grant), fd).ok()) {
     absl::MutexLock lock(&mu_);
@@ -203,6 +206,13 @@ void ShmRegistry::Expire(absl::Time now) {
   }
   conns_ = std::move(kept);
   absl::MutexLock lock(&mu_);
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    if (it->second.drop_at < now) {
+      segments_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = tickets_.begin(); it != tickets_.end();) {
     if (it->second.expires < now) {
       tickets_.erase(it++);

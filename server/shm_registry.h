@@ -5,9 +5,11 @@
 // the ticket on the server's abstract Unix socket and receives a new
 // segment's descriptor (SCM_RIGHTS). A process that did not pass the gRPC
 // checks has no ticket and gets nothing; a peer of another user is refused
-// too. The segment lives while that socket connection stays open, so a
-// worker that exits or is killed takes its segments with it, and the
-// segments are never more than max_segments. No gRPC in here: the service
+// too. The segment lives while that socket connection stays open and a
+// grace of seconds after (a push its worker sent just before it was killed
+// is still applied, as one in a gRPC message would be): a worker that exits
+// or is killed takes its segments with it, and the segments are never more
+// than max_segments. No gRPC in here: the service
 // (server/ps_service.h) hands out the tickets and looks segments up.
 #ifndef PSTRAIN_SERVER_SHM_REGISTRY_H_
 #define PSTRAIN_SERVER_SHM_REGISTRY_H_
@@ -30,6 +32,7 @@ class ShmRegistry {
   struct Options {
     int max_segments = 64;                           // attached and promised at once
     absl::Duration ticket_life = absl::Seconds(10);  // a ticket unused this long expires
+    absl::Duration grace = absl::Seconds(5);         // a segment outlives its connection
   };
   // Listens on a fresh abstract socket and serves it on a thread of its own.
   static absl::StatusOr<std::unique_ptr<ShmRegistry>> Start(Options options);
@@ -44,8 +47,9 @@ class ShmRegistry {
   // RESOURCE_EXHAUSTED when max_segments are attached or promised.
   absl::StatusOr<std::string> Issue(int64_t bytes);
   // The attached segment `id`, or null (never granted, or its worker's
-  // connection closed).
+  // connection closed more than the grace ago).
   std::shared_ptr<ShmSegment> Find(uint64_t id) const;
+  // Segments whose workers' connections are open.
   int attached() const;
 
  private:
@@ -77,7 +81,13 @@ class ShmRegistry {
   absl::Time accept_paused_until_;  // the thread's own: out of descriptors
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmSegment>> segments_ ABSL_GUARDED_BY(mu_);
+  struct Attached {
+    std::shared_ptr<ShmSegment> segment;
+    // When its worker's connection closed, plus the grace: requests the
+    // worker sent before it died still find the segment until then.
+    absl::Time drop_at = absl::InfiniteFuture();
+  };
+  absl::flat_hash_map<uint64_t, Attached> segments_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

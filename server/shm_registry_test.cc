@@ -33,7 +33,9 @@ bool WaitFor(const std::function<bool()>& what) {
 }
 
 TEST(ShmRegistryTest, AValidTicketGetsASegmentThatLivesWithTheConnection) {
-  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ShmRegistry::Options options;
+  options.grace = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start(options);
   ASSERT_TRUE(registry.ok()) << registry.status();
   absl::StatusOr<std::string> ticket = (*registry)->Issue(8192);
   ASSERT_TRUE(ticket.ok());
@@ -49,8 +51,12 @@ TEST(ShmRegistryTest, AValidTicketGetsASegmentThatLivesWithTheConnection) {
   EXPECT_EQ(theirs->data()[100], 7);  // one memory
   EXPECT_EQ((*registry)->attached(), 1);
   close(sock);  // the worker exits (or is killed)
+  EXPECT_TRUE(WaitFor([&] { return (*registry)->attached() == 0; }));
+  // A request it sent before it died still finds the segment for the grace.
+  const absl::Time closed = absl::Now();
+  EXPECT_NE((*registry)->Find(grant.id), nullptr);
   EXPECT_TRUE(WaitFor([&] { return (*registry)->Find(grant.id) == nullptr; }));
-  EXPECT_EQ((*registry)->attached(), 0);
+  EXPECT_GE(absl::Now() - closed, absl::Milliseconds(500));
 }
 
 TEST(ShmRegistryTest, NoTicketNoSegment) {
