@@ -59,7 +59,7 @@ grpc::Status PsService::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segmen
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::OpenShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) {
+grpc::Status PsService::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) {
   OpenShmRequest req;
   if (!ParseSmall(raw, &req)) return Invalid("open_shm: the request is not an OpenShmRequest");
   if (shm_ == nullptr) {
@@ -415,7 +415,7 @@ void PsService::Handle(Call* call) {
     return;
   }
   if (call->method == Call::kOpenShm) {
-    answer(OpenShm(call->request, &call->reply));
+    answer(GrantShm(call->request, &call->reply));
     return;
   }
   if (s == nullptr) {

@@ -78,7 +78,7 @@ class PsService final : public PsServiceBase {
   // The reply to a pull whose guarantee holds.
   grpc::Status FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm.
-  grpc::Status OpenShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp);
+  grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp);
 
  private:
   class Call;
