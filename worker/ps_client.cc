@@ -481,7 +481,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       bytes += call_bytes;
       Call call;
       call.server = s;
-      call.encode = [this, h = PushHeader(header), chunks = std::move(chunks)](
+      call.encode = [h = PushHeader(header), chunks = std::move(chunks)](
                         ShmLink* link) mutable {
         h.shm_segment = link == nullptr ? 0 : link->id();
         if (link != nullptr) WriteToShm(h.dtype, chunks, *link);
