@@ -110,6 +110,32 @@ MemberStatus ServerStatus(const std::string& address) {
   return st;
 }
 
+// Starts a long slowed job and waits until every worker reached `clock`;
+// server 0's address ("" on failure, with the test failed).
+std::string StartAndReach(Cluster& cluster, int64_t clock) {
+  if (!cluster.Start(Options(100000, 5)).ok() ||
+      !WaitForStatus(
+          cluster.scheduler_address(),
+          [clock](const ClusterStatus& st) { return SlowestClock(st) >= clock; },
+          absl::Seconds(60))) {
+    ADD_FAILURE() << cluster.Logs();
+    return "";
+  }
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+  return st.ok() ? MemberOf(*st, SERVER, 0).address() : "";
+}
+
+// Server `address`'s Status once it has `segments` attached (or the last
+// one after 30 s).
+MemberStatus WaitForSegments(const std::string& address, int segments) {
+  MemberStatus st = ServerStatus(address);
+  for (int i = 0; i < 1500 && st.shm_segments() != segments; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    st = ServerStatus(address);
+  }
+  return st;
+}
+
 TEST(ShmTest, KillNineOfEveryDaemonLeavesNothingBehind) {
   // Where a segment with a name would show: the daemons' temporary folder
   // (the test's own, which they inherit), and /dev/shm and /tmp, where
@@ -122,30 +148,16 @@ TEST(ShmTest, KillNineOfEveryDaemonLeavesNothingBehind) {
   std::vector<std::set<std::string>> before;
   for (const std::string& d : dirs) before.push_back(Entries(d));
   Cluster cluster("shm_kill");
-  ASSERT_TRUE(cluster.Start(Options(100000, 5)).ok()) << cluster.Logs();
-  ASSERT_TRUE(WaitForStatus(
-      cluster.scheduler_address(),
-      [](const ClusterStatus& st) { return SlowestClock(st) >= 20; }, absl::Seconds(60)))
-      << cluster.Logs();
-  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-  ASSERT_TRUE(st.ok());
-  const std::string server = MemberOf(*st, SERVER, 0).address();
+  const std::string server = StartAndReach(cluster, 20);
+  ASSERT_FALSE(server.empty());
   // Each worker attaches a segment for its pushes and one for its pulls.
-  MemberStatus attached;
-  for (int i = 0; i < 1500 && attached.shm_segments() != 4; ++i) {
-    attached = ServerStatus(server);
-    if (attached.shm_segments() != 4) absl::SleepFor(absl::Milliseconds(20));
-  }
+  const MemberStatus attached = WaitForSegments(server, 4);
   EXPECT_EQ(attached.shm_segments(), 4) << cluster.Logs();
   EXPECT_GT(attached.shm_bytes(), 0);
   // A killed worker's segments go with it.
   cluster.workers()[1].Kill(SIGKILL);
-  bool dropped = false;
-  for (int i = 0; i < 1500 && !dropped; ++i) {
-    dropped = ServerStatus(server).shm_segments() == 2;
-    if (!dropped) absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_TRUE(dropped) << ServerStatus(server).DebugString();
+  const MemberStatus after = WaitForSegments(server, 2);
+  EXPECT_EQ(after.shm_segments(), 2) << after.DebugString();
   cluster.workers()[0].Kill(SIGKILL);
   for (Process& s : cluster.servers()) s.Kill(SIGKILL);
   cluster.scheduler().Kill(SIGKILL);
@@ -163,14 +175,9 @@ TEST(ShmTest, KillNineOfEveryDaemonLeavesNothingBehind) {
 
 TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
   Cluster cluster("shm_refusals");
-  ASSERT_TRUE(cluster.Start(Options(100000, 5)).ok()) << cluster.Logs();
-  ASSERT_TRUE(WaitForStatus(
-      cluster.scheduler_address(),
-      [](const ClusterStatus& st) { return SlowestClock(st) >= 5; }, absl::Seconds(60)))
-      << cluster.Logs();
-  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
-  ASSERT_TRUE(st.ok());
-  auto stub = ParameterServer::NewStub(MakeChannel(MemberOf(*st, SERVER, 0).address()));
+  const std::string server = StartAndReach(cluster, 5);
+  ASSERT_FALSE(server.empty());
+  auto stub = ParameterServer::NewStub(MakeChannel(server));
   // From another host (another boot id): no segment.
   OpenShmRequest open;
   open.set_boot_id("another-host");
