@@ -8,6 +8,7 @@ namespace pstrain {
 
 ClockTable::ClockTable(int num_workers, int64_t staleness)
     : clocks_(num_workers, 0),
+      pushed_(num_workers, 0),
       removed_(num_workers, false),
       may_jump_(num_workers, false),
       caught_up_(num_workers, false),
@@ -16,21 +17,28 @@ ClockTable::ClockTable(int num_workers, int64_t staleness)
 void ClockTable::Restore(const std::vector<int64_t>& clocks, const std::vector<bool>& removed) {
   for (int w = 0; w < num_workers(); ++w) {
     if (w < static_cast<int>(clocks.size())) clocks_[w] = clocks[w];
+    pushed_[w] = std::min(pushed_[w], clocks_[w]);
     if (w < static_cast<int>(removed.size())) removed_[w] = removed[w];
     may_jump_[w] = true;
   }
 }
 
 absl::Status ClockTable::Restore(const ClockTableState& state, int64_t max_clock) {
-  if (state.clocks_size() != num_workers() || state.removed_size() != num_workers()) {
+  if (state.clocks_size() != num_workers() || state.removed_size() != num_workers() ||
+      (state.pushed_size() != 0 && state.pushed_size() != num_workers())) {
     return absl::InvalidArgumentError("the clock table does not fit the job's workers");
   }
-  for (int64_t c : state.clocks()) {
-    if (c < 0 || c > max_clock) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker clock ", c, " out of range for the job"));
+  for (const auto* column : {&state.clocks(), &state.pushed()}) {
+    for (int64_t c : *column) {
+      if (c < 0 || c > max_clock) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("worker clock ", c, " out of range for the job"));
+      }
     }
   }
+  // An older file without pushed clocks: every worker's clock (as before).
+  pushed_.assign(state.pushed().begin(), state.pushed().end());
+  if (pushed_.empty()) pushed_.assign(state.clocks().begin(), state.clocks().end());
   Restore(std::vector<int64_t>(state.clocks().begin(), state.clocks().end()),
           std::vector<bool>(state.removed().begin(), state.removed().end()));
   return absl::OkStatus();
@@ -45,6 +53,7 @@ ClockTableState ClockTable::Snapshot() const {
   for (int w = 0; w < num_workers(); ++w) {
     out.add_clocks(clocks_[w]);
     out.add_removed(removed_[w]);
+    out.add_pushed(pushed_[w]);
   }
   return out;
 }
@@ -70,6 +79,17 @@ absl::Status ClockTable::Advance(int worker, int64_t clock) {
   return absl::OkStatus();
 }
 
+void ClockTable::NotePushed(int worker, int64_t pushed) {
+  if (worker < 0 || worker >= num_workers()) return;
+  pushed_[worker] = std::max(pushed_[worker], std::min(pushed, clocks_[worker]));
+}
+
+int64_t ClockTable::RestartPoint(int worker) {
+  if (worker < 0 || worker >= num_workers()) return 0;
+  Rewind(worker, pushed_[worker]);
+  return clocks_[worker];
+}
+
 bool ClockTable::MayStart(int64_t clock, int64_t staleness) const {
   if (staleness < 0) return true;
   return SlowestClock() >= clock - staleness;
@@ -81,6 +101,7 @@ void ClockTable::Remove(int worker) {
 
 void ClockTable::Reset(int64_t clock) {
   std::fill(clocks_.begin(), clocks_.end(), clock);
+  std::fill(pushed_.begin(), pushed_.end(), clock);
   std::fill(may_jump_.begin(), may_jump_.end(), false);
   std::fill(caught_up_.begin(), caught_up_.end(), false);
 }
@@ -88,6 +109,7 @@ void ClockTable::Reset(int64_t clock) {
 void ClockTable::Rewind(int worker, int64_t clock) {
   if (worker < 0 || worker >= num_workers()) return;
   clocks_[worker] = std::min(clocks_[worker], clock);
+  pushed_[worker] = std::min(pushed_[worker], clocks_[worker]);
   may_jump_[worker] = false;
   caught_up_[worker] = false;
 }
@@ -103,7 +125,9 @@ bool ClockTable::CatchUp(int worker, int64_t clock) {
 }
 
 void ClockTable::Finish(int worker, int64_t clock) {
-  if (worker < 0 || worker >= num_workers() || clock <= clocks_[worker]) return;
+  if (worker < 0 || worker >= num_workers() || clock < clocks_[worker]) return;
+  pushed_[worker] = clock;  // its final read waited for every push
+  if (clock == clocks_[worker]) return;
   clocks_[worker] = clock;
   may_jump_[worker] = false;
 }

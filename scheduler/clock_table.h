@@ -47,6 +47,17 @@ class ClockTable {
   // Some live worker's clock is not known yet since a Restore.
   bool Resyncing() const;
 
+  // `worker` knows its pushes of its first `pushed` iterations acknowledged
+  // by every server (AdvanceClockRequest.pushed_clock). Kept as the most
+  // it said, never above its clock.
+  void NotePushed(int worker, int64_t pushed);
+  // Where a replacement of `worker` (or the worker itself, restarted)
+  // starts: the iterations whose pushes are known to have landed. A
+  // push the worker made later may have died with it; the replacement
+  // repeats it (a server takes a repeat of a push it has as a duplicate).
+  // Rewinds the worker's clock there.
+  int64_t RestartPoint(int worker);
+
   // The gate: may a worker start iteration `clock`? True when every worker
   // not removed has finished at least clock - s iterations (always under ASP).
   bool MayStart(int64_t clock) const { return MayStart(clock, staleness_); }
@@ -69,6 +80,7 @@ class ClockTable {
 
  private:
   std::vector<int64_t> clocks_;
+  std::vector<int64_t> pushed_;  // NotePushed; at most clocks_
   std::vector<bool> removed_;
   std::vector<bool> may_jump_;   // Restore: the next Advance may move up by more than one
   std::vector<bool> caught_up_;  // CatchUp: reports at or below the clock are no-ops

@@ -97,4 +97,32 @@ TEST(ClockTableTest, ARestoredTableJumpsOnceOrCatchesUpFromAHeartbeat) {
   EXPECT_FALSE(t.Advance(1, 8).ok());  // and then strict again
 }
 
+TEST(ClockTableTest, AReplacementStartsWhereThePushesWereKnownToLand) {
+  ClockTable t(2, 0);
+  t.Reset(4);  // a job resumed at clock 4: what it has is in the checkpoint
+  EXPECT_EQ(t.RestartPoint(0), 4);
+  for (int64_t c = 5; c <= 7; ++c) ASSERT_TRUE(t.Advance(0, c).ok());
+  t.NotePushed(0, 6);
+  t.NotePushed(0, 5);  // never back
+  t.NotePushed(1, 9);  // never above the worker's clock
+  EXPECT_EQ(t.RestartPoint(0), 6);
+  EXPECT_EQ(t.clock(0), 6);
+  EXPECT_EQ(t.RestartPoint(1), 4);
+  EXPECT_TRUE(t.Advance(0, 7).ok());  // it repeats clock 6
+
+  // The durable part keeps them; an older file without them keeps the clocks.
+  t.NotePushed(0, 7);
+  ClockTable restored(2, 0);
+  ASSERT_TRUE(restored.Restore(t.Snapshot(), 100).ok());
+  EXPECT_EQ(restored.RestartPoint(0), 7);
+  ClockTableState old = t.Snapshot();
+  old.clear_pushed();
+  ClockTable from_old(2, 0);
+  ASSERT_TRUE(from_old.Restore(old, 100).ok());
+  EXPECT_EQ(from_old.RestartPoint(0), 7);
+  ClockTableState bad = t.Snapshot();
+  bad.add_pushed(1);
+  EXPECT_FALSE(from_old.Restore(bad, 100).ok());
+}
+
 }  // namespace pstrain

@@ -124,8 +124,10 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   resp.set_id(*id);
   *resp.mutable_job() = job_;
   resp.set_generation(rollbacks_.generation());
-  // A worker starts at its clock in the table: the job's start, or a dead
-  // worker's clock for its replacement.
+  // A worker starts at its clock in the table: the job's start, or for a
+  // replacement (or the worker restarted) the iterations its predecessor
+  // knew pushed -- a push after them may have died with it.
+  if (req.role() == WORKER && slot >= 0) clocks_.RestartPoint(*id);
   resp.set_start_clock(req.role() == WORKER ? clocks_.clock(*id) : rollbacks_.restore_clock());
   spdlog::info("{} {} registered from {}", RoleName(req.role()), *id, req.address());
   if (phase_.state == WAITING && members_.Complete()) {
@@ -334,6 +336,7 @@ absl::Status JobCoordinator::AdvanceClock(const AdvanceClockRequest& req, Ticket
     return gate_.AskOfOlderGeneration(req, ticket, now, resp, parked);
   }
   ASSIGN_OR_RETURN(const bool moved, gate_.Advance(w, req.clock()));
+  clocks_.NotePushed(w, req.pushed_clock());
   if (moved) {
     m->status.set_clock(req.clock());
     if (m->state == REGISTERED) m->state = RUNNING;

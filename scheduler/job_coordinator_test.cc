@@ -74,14 +74,16 @@ class JobCoordinatorTest : public ::testing::Test {
     req.mutable_status()->set_generation(generation);
     return coordinator_->Heartbeat(req, now_);
   }
-  // A gate call: its answer, or parked (ticket returned in *ticket).
+  // A gate call: its answer, or parked (ticket returned in *ticket);
+  // `pushed`: the iterations whose pushes the worker knows landed.
   absl::Status Gate(int worker, int64_t clock, bool* parked, int64_t generation = 0,
-                    uint64_t incarnation = 1) {
+                    uint64_t incarnation = 1, int64_t pushed = 0) {
     AdvanceClockRequest req;
     req.set_worker_id(worker);
     req.set_clock(clock);
     req.set_generation(generation);
     req.set_incarnation(incarnation);
+    req.set_pushed_clock(pushed);
     last_response_.Clear();
     return coordinator_->AdvanceClock(req, ++ticket_, now_, &last_response_, parked);
   }
@@ -217,8 +219,9 @@ TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheId) {
   Start(TwoByTwo(), policy);
   JoinAll();
   bool parked = false;
-  ASSERT_TRUE(Gate(1, 1, &parked).ok());  // worker 1 finished clock 0 ...
-  ASSERT_TRUE(parked);                    // ... and waits for worker 0
+  // Worker 1 finished clock 0, its push acknowledged, ...
+  ASSERT_TRUE(Gate(1, 1, &parked, 0, 1, /*pushed=*/1).ok());
+  ASSERT_TRUE(parked);  // ... and waits for worker 0
   const Ticket first = ticket_;
   ASSERT_TRUE(Gate(0, 1, &parked).ok());
   ASSERT_FALSE(parked);
@@ -242,6 +245,41 @@ TEST_F(JobCoordinatorTest, WaitHoldsTheGateAndAReplacementTakesTheId) {
   ASSERT_EQ(r.count(waiting), 1u);
   EXPECT_TRUE(r.at(waiting).ok());
   EXPECT_EQ(released_.back().gate.live_workers_size(), 2);
+}
+
+// A worker reports a clock while its push of the clock before is still on
+// its way (the gate call and the push go out together): if it dies then,
+// its replacement starts where its pushes were known to have landed, and
+// the table goes back there, so that the push is made again.
+TEST_F(JobCoordinatorTest, AReplacementRepeatsTheClocksWhosePushesWereNotKnownToLand) {
+  SchedulerPolicy policy;
+  policy.on_worker_failure = WorkerFailure::kWait;
+  Start(TwoByTwo(), policy);
+  JoinAll();
+  bool parked = false;
+  for (int64_t clock = 1; clock <= 3; ++clock) {
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(Gate(w, clock, &parked, 0, 1, clock - 2).ok());
+  }
+  ASSERT_TRUE(Gate(0, 4, &parked, 0, 1, 2).ok());
+  ASSERT_TRUE(parked);
+  const Ticket waiting = ticket_;
+  EXPECT_EQ(Released().count(waiting), 0u);
+  // Worker 1 said it finished 3 clocks, the pushes of the first 1 known.
+  now_ += absl::Seconds(6);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
+  ASSERT_TRUE(Beat(WORKER, 0).ok());
+  coordinator_->Tick(now_);  // worker 1 dies; its place is kept
+  const absl::StatusOr<RegisterResponse> joined = Join(WORKER, "w1b", /*incarnation=*/2, 1);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->start_clock(), 1);
+  EXPECT_EQ(coordinator_->Status(now_).worker_clocks(1), 1);
+  // It goes through clocks 1 and 2 again; worker 0's gate opens at 4.
+  for (int64_t clock = 2; clock <= 3; ++clock) {
+    ASSERT_TRUE(Gate(1, clock, &parked, 0, 2, clock - 1).ok()) << clock;
+    EXPECT_TRUE(Released().empty());
+  }
+  ASSERT_TRUE(Gate(1, 4, &parked, 0, 2, 3).ok());
+  EXPECT_EQ(Released().count(waiting), 1u);
 }
 
 JobSpec TwoReplicasOfTwoStages() {

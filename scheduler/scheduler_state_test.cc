@@ -148,6 +148,7 @@ SchedulerState FilledState(const JobSpec& job) {
   }
   RepeatFirst(s.mutable_clocks(), "clocks", job.num_workers());
   RepeatFirst(s.mutable_clocks(), "removed", job.num_workers());
+  RepeatFirst(s.mutable_clocks(), "pushed", job.num_workers());
   RepeatFirst(s.mutable_pipelines(), "replicas", job.num_workers() / job.pipeline_stages());
   return s;
 }

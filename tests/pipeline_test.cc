@@ -286,7 +286,10 @@ TEST(PipelineTest, UnderWaitAReplacementTakesAKilledStageWorkersPlace) {
   const PipelineRestart& restart = st.pipeline_restarts(0);
   EXPECT_EQ(restart.replica(), killed / 2);
   EXPECT_GT(restart.done_unix_ms(), 0);
-  EXPECT_GE(restart.clock(), 20);
+  // Every stage had finished 20 clocks; the replacement starts where the
+  // killed one's pushes were known to have landed (docs/failures.md), one
+  // or two clocks back.
+  EXPECT_GE(restart.clock(), 18);
   // The replacement's weights file (process 4) stands for the killed one's.
   TensorSet weights = MergedWeights(cluster, 5);
   const double relative = MaxDifference(weights, calm) / MaxMagnitude(calm);

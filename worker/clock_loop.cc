@@ -71,7 +71,8 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
       // The loss is known to worker 0, or the last stage of replica 0.
       progress_(options_.job, options_.worker_id == std::max(1, options_.stages) - 1,
                 options_.replica == 0 && options_.training.eval_each_epoch, data_, &stats_),
-      clock_(options_.start_clock) {
+      clock_(options_.start_clock),
+      pushed_through_(options_.start_clock) {
   // Under SSP and ASP the next clock's weights come while this one computes.
   if (options_.training.overlap && EffectiveStaleness(options_.job) != 0) {
     prefetch_.emplace(model_->params(), backend_);
@@ -127,6 +128,7 @@ absl::Status ClockLoop::Relink(const ClusterView& cluster, int64_t link_generati
 
 void ClockLoop::ResumeAt(int64_t clock) {
   clock_ = clock;
+  pushed_through_ = clock;  // the restored state holds the pushes before it
   absl::MutexLock lock(&mu_);
   metrics_.generation = member_.generation();
   metrics_.clock = clock_;  // heartbeats say where it is now (a scheduler may catch up from it)
@@ -150,6 +152,7 @@ AdvanceClockRequest ClockLoop::GateRequest(int64_t clock, bool relink) {
   req.set_generation(member_.generation());
   req.set_link_generation(member_.link_generation());
   req.set_relink(relink);
+  req.set_pushed_clock(std::min(pushed_through_, clock));
   return req;
 }
 
@@ -201,7 +204,8 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   // step writes the gradient set they read (Model::FlipGrads). The last
   // clock's go on (a pull of BSP's waits for them at the servers).
   std::future<absl::StatusOr<AdvanceClockResponse>> answer = CallGateAsync(clock_);
-  absl::Status pushed = AwaitPushes(&older_push_tickets_);
+  absl::Status pushed = AwaitPushes(&older_push_tickets_);  // the clock before last's
+  if (pushed.ok()) pushed_through_ = std::max(pushed_through_, clock_ - 1);
   older_push_tickets_ = std::move(push_tickets_);
   push_tickets_.clear();
   const absl::Time pushed_at = absl::Now();
@@ -263,6 +267,11 @@ absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> tic
     absl::MutexLock lock(&mu_);
     ++metrics_.pulls;
   }
+  // The weights read hold this worker's pushes of the iterations below
+  // its applied clock (under BSP: every iteration before this one).
+  if (options_.worker_id < static_cast<int>(read_applied_.size())) {
+    pushed_through_ = std::max(pushed_through_, read_applied_[options_.worker_id]);
+  }
   reads_.Note(read_applied_, member_.live());
   return absl::OkStatus();
 }
@@ -314,6 +323,7 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
       RETURN_IF_ERROR(Resync(pushed));
       return false;
     }
+    pushed_through_ = std::max(pushed_through_, clock_);
   } else {
     model_->FlipGrads();
   }
@@ -383,6 +393,7 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
     RETURN_IF_ERROR(Resync(pushed));
     return false;
   }
+  pushed_through_ = clock_;
   if (prefetch_) prefetch_->Drop(params_.get());
   const int64_t generation = member_.generation();
   final_params_ = make_params_(cluster_, generation, /*fp32=*/true, [this, generation] {

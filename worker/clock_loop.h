@@ -228,6 +228,9 @@ class ClockLoop : private LoopActions {
   Progress progress_;  // after stats_
 
   int64_t clock_;
+  // The iterations whose pushes every server acknowledged (told to the
+  // gate: a replacement of this worker starts there).
+  int64_t pushed_through_;
   ClusterView cluster_;  // the servers, from the last gate
   Batch batch_;
   GradientAccumulator accumulated_;

@@ -5,7 +5,8 @@
 namespace pstrain {
 
 AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
-                             const PsClientOptions& options) {
+                             const PsClientOptions& options)
+    : hold_push_(options.debug_hold_push) {
   for (Lane* lane : {&pulls_, &pushes_}) {
     lane->client = std::make_unique<PsClient>(cluster, partition, worker_id, options);
   }
@@ -42,6 +43,7 @@ ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* 
 ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffers* grads,
                                 float norm, std::vector<int> params) {
   return Queue(pushes_, [=, params = std::move(params)](PsClient& client) {
+    if (clock == hold_push_) absl::SleepFor(kHoldPush);
     return params.empty() ? client.Push(clock, num_samples, *grads, norm)
                           : client.PushParams(clock, num_samples, *grads, norm, params);
   });

@@ -93,6 +93,7 @@ class AsyncPsClient : public ParamClient {
   absl::Mutex mu_;
   std::map<ParamTicket, absl::Status> done_ ABSL_GUARDED_BY(mu_);
   ParamTicket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  const int64_t hold_push_;  // PsClientOptions::debug_hold_push
   Lane pulls_, pushes_;  // last: their threads end before done_ goes
 };
 

@@ -63,7 +63,13 @@ struct PsClientOptions {
   // that grant it (worker/shm_link.h); the others, and any server whose
   // segment goes missing, get them in the messages.
   bool shm = true;
+  // Tests (ps_worker --debug_hold_push): the push of this iteration waits
+  // kHoldPush before it goes, so that a worker killed meanwhile never
+  // sends it; -1: none. AsyncPsClient's.
+  int64_t debug_hold_push = -1;
 };
+
+inline constexpr absl::Duration kHoldPush = absl::Seconds(30);
 
 // Thread-compatible: one Push or Pull at a time.
 class PsClient {

@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job'
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
 ABSL_FLAG(int64_t, debug_slowdown_ms, 0,
           "sleep this long every iteration (consistency tests; 0..60000)");
+ABSL_FLAG(int64_t, debug_hold_push, -1,
+          "tests: the push of this iteration waits 30 s before it goes, so that a worker "
+          "killed meanwhile never sends it (-1: none)");
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
 ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
       {"compute_threads", absl::GetFlag(FLAGS_compute_threads), 0, 1024},
       {"debug_slowdown_ms", absl::GetFlag(FLAGS_debug_slowdown_ms), 0, 60000},
+      {"debug_hold_push", absl::GetFlag(FLAGS_debug_hold_push), -1},
       {"channels_per_server", absl::GetFlag(FLAGS_channels_per_server), 1, 64},
       {"device_memory_budget", budget, 1},
   }));
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
   config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   config.channels_per_server = static_cast<int>(absl::GetFlag(FLAGS_channels_per_server));
   config.shm = absl::GetFlag(FLAGS_shm);
+  config.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
   config.training.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));

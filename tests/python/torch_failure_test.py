@@ -171,12 +171,13 @@ class TorchFailureTest(unittest.TestCase):
             self.assertEqual(final["job_state"], "DONE", final.get("message"))
             self.assertFinished(final, 0)
             self.assertFinished(final, 1)
-            # The replacement started where the dead worker stopped (under
-            # BSP at most one behind the held survivor), not at 0.
+            # The replacement started where the dead worker's pushes were
+            # known to have landed (under BSP one or two clocks behind the
+            # held survivor: docs/failures.md), not at 0.
             start = int(member(final, "WORKER", 1).get("start_clock", 0))
-            self.assertGreaterEqual(start, held_at - 1)
+            self.assertGreaterEqual(start, held_at - 2)
             self.assertLessEqual(start, held_at)
-            self.assertGreaterEqual(start, FAULT_AT - 1)
+            self.assertGreaterEqual(start, FAULT_AT - 2)
             for name in (by_rank[0], "replacement"):
                 self.assertTrainedToTheEnd(cluster, name)
             self.assertEqual(cluster.result("replacement")["steps"], CLOCKS - start)
