@@ -196,7 +196,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   std::optional<ParamTicket> ticket;
   if (source == WeightSource::kPullWithGate) ticket = Pull();
   const int64_t pull_clock = clock_;
-  const bool awaits_gate = reads_.AwaitsGate(clock_, connected);
+  const bool awaits_gate = reads_.AwaitsGate(connected);
   ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
   if (moved) return false;
   const absl::Time taken_at = absl::Now();
@@ -224,6 +224,14 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   if (const absl::Status read = Read(source, ticket, pull_clock); !read.ok()) {
     RETURN_IF_ERROR(Resync(read));
     return false;
+  }
+  // A gate answer already here is taken now, so that the step computes the
+  // share the live workers it names give this one (a worker declared dead
+  // is known to the scheduler before the servers close its BSP round).
+  if (pending_gate_.valid() &&
+      pending_gate_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
+    if (moved || clock_ >= member_.total()) return false;
   }
   const absl::Duration gate = (taken_at - t0) + (gated_at - pushed_at);
   const absl::Duration pushing = pushed_at - taken_at, pulling = absl::Now() - gated_at;

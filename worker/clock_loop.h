@@ -1,8 +1,13 @@
 // A worker's clock loop over interfaces. For each clock c:
 //
-//   gate (the scheduler) + pull (read guarantee min_clock = c - s)
+//   gate call (the scheduler) + pull (read guarantee min_clock = c - s)
 //     -> forward/backward on this worker's share of the global batch
 //     -> push tagged c
+//
+// The pull's read guarantee is what holds a clock back (under BSP the
+// servers answer it once every live worker's push of c - 1 is applied);
+// the gate's answer is taken at the next clock's start (ReadPlan::
+// AwaitsGate), except by pipeline stages and a loop not yet connected.
 //
 // then the final read of every update and the evaluation. The gate, the
 // parameter client and the data come through interfaces: the daemon's are
@@ -22,7 +27,8 @@
 // computes (worker/weight_prefetch.h); otherwise the whole gradient is
 // pushed after the step. With overlap the pull goes out together with the
 // gate call (the servers hold it until its read guarantee holds); without,
-// after the gate opened.
+// once the pushes of the clock before last are acknowledged (and the gate
+// opened, when the clock awaits it).
 #ifndef PSTRAIN_WORKER_CLOCK_LOOP_H_
 #define PSTRAIN_WORKER_CLOCK_LOOP_H_
 

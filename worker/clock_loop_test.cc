@@ -114,11 +114,13 @@ TEST_F(ClockLoopTest, BspWithOverlapPullsWithTheGateAndPushesByLayer) {
                            "gate 2 g0", "g0 fp32 pull 2 min 2"}));
 }
 
-TEST_F(ClockLoopTest, UnderSspAClockDoesNotWaitForItsGateAndSeesARollbackOneClockLate) {
-  // Clock 2's gate answers generation 1, back to clock 1. Under SSP the
-  // clock went on without the answer (its pushes carry generation 0, which
-  // the restored servers refuse); clock 3 takes it first and the loop
-  // resumes at clock 1 with generation-1 clients.
+TEST_F(ClockLoopTest, AClockDoesNotWaitForItsGateButTakesAnAnswerThatCameWithItsPull) {
+  // Clock 2's gate answers generation 1, back to clock 1. The clock does
+  // not wait for the answer, but this one is there once its pull returned:
+  // the loop resumes at clock 1 with generation-1 clients before it
+  // computes. (An answer that comes later is taken at the next clock's
+  // start; the pushes made meanwhile carry generation 0, which the
+  // restored servers refuse.)
   script_ = [](int64_t clock, AdvanceClockResponse* r) {
     if (clock == 2 && r->generation() == 0) {
       r->set_generation(1);
@@ -130,7 +132,7 @@ TEST_F(ClockLoopTest, UnderSspAClockDoesNotWaitForItsGateAndSeesARollbackOneCloc
   // asks; the rollback empties the cache.)
   EXPECT_EQ(log_, (CallLog{"gate 0 g0", "g0 pull 0 min 0", "g0 push 0 all",  //
                            "gate 1 g0", "g0 push 1 all",                     //
-                           "gate 2 g0", "g0 pull 2 min 1", "g0 push 2 all",  //
+                           "gate 2 g0", "g0 pull 2 min 1",                   //
                            "gate 1 g1", "g1 pull 1 min 0", "g1 push 1 all",  //
                            "gate 2 g1", "g1 push 2 all",                     //
                            "gate 3 g1", "g1 fp32 pull 3 min 3"}))
@@ -157,7 +159,9 @@ TEST_F(ClockLoopTest, ARollbackAtTheGateResumesAtItsClockWithNewClients) {
   };
   ASSERT_TRUE(RunLoop("consistency: BSP", 4, /*overlap=*/false).ok());
   const CallLog tail(log_.begin() + 9, log_.end());
-  EXPECT_EQ(tail, (CallLog{"gate 3 g0",  // answered: generation 1, back to clock 1
+  // Clock 3's pull went out with its gate call; its answer, generation 1,
+  // back to clock 1, is taken before the step.
+  EXPECT_EQ(tail, (CallLog{"gate 3 g0", "g0 pull 3 min 3",  //
                            "gate 1 g1", "g1 pull 1 min 1", "g1 push 1 all",  //
                            "gate 2 g1", "g1 pull 2 min 2", "g1 push 2 all",  //
                            "gate 3 g1", "g1 pull 3 min 3", "g1 push 3 all",  //

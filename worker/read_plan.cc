@@ -11,8 +11,8 @@ WeightSource ReadPlan::Source(int64_t clock, bool connected, bool prefetched) co
   return overlap_ ? WeightSource::kPullWithGate : WeightSource::kPullAfterGate;
 }
 
-bool ReadPlan::AwaitsGate(int64_t clock, bool connected) const {
-  return schedule_->StalenessAt(clock) == 0 || stages_ > 1 || !connected;
+bool ReadPlan::AwaitsGate(bool connected) const {
+  return stages_ > 1 || !connected;
 }
 
 bool ReadPlan::CacheServes(int64_t clock) const {

@@ -21,7 +21,7 @@ enum class WeightSource {
   kCache,          // the weights at hand: no read
   kPrefetch,       // pulled while the clock before computed
   kPullWithGate,   // pulled while the gate call goes on, awaited after it
-  kPullAfterGate,  // pulled once the gate opened
+  kPullAfterGate,  // pulled after the gate call (once it opened, when awaited)
 };
 
 // Not thread-safe: the loop's thread.
@@ -37,13 +37,15 @@ class ReadPlan {
   // the servers or not yet (no clients, no cache), with a prefetch of
   // `clock` at hand or not.
   WeightSource Source(int64_t clock, bool connected, bool prefetched) const;
-  // Whether iteration `clock` waits for its gate's answer before it
-  // computes. Under SSP and ASP it does not -- its pulls' read guarantee
-  // bounds the staleness -- and the answer is taken at the next clock's
-  // start (a rollback or a new set of live workers is then seen one clock
-  // late). BSP (whose batch split must be the gate's), pipeline stages and
-  // a loop not yet connected wait.
-  bool AwaitsGate(int64_t clock, bool connected) const;
+  // Whether a clock waits for its gate's answer before it computes. It
+  // does not under any consistency: its pull's read guarantee is what
+  // holds it back (under BSP the servers answer it once every live
+  // worker's push of the clock before is applied, as in ps-lite), and the
+  // answer is taken at the next clock's start, so a rollback, a new set of
+  // live workers, a drain or a checkpoint asked for are seen one clock
+  // late. Pipeline stages (whose neighbours' links the gate manages) and a
+  // loop not yet connected wait.
+  bool AwaitsGate(bool connected) const;
   // Whether to prefetch iteration `next` (< the job's end) while this
   // clock computes: unless the cache will serve it.
   bool Prefetches(int64_t next) const { return !CacheServes(next); }

@@ -61,22 +61,14 @@ TEST(ReadPlanTest, APrefetchWinsAndOverlapPullsWithTheGate) {
   EXPECT_EQ(plan.Source(0, /*connected=*/false, false), WeightSource::kPullAfterGate);
 }
 
-TEST(ReadPlanTest, OnlySspAndAspOfAConnectedWorkerWithoutStagesGoOnWithoutTheGate) {
+TEST(ReadPlanTest, AConnectedWorkerWithoutStagesGoesOnWithoutTheGateUnderEveryConsistency) {
   const ConsistencySchedule bsp(Job(BSP)), ssp(Job(SSP, 1)), asp(Job(ASP));
-  EXPECT_TRUE(ReadPlan(&bsp, false, 1).AwaitsGate(3, /*connected=*/true));
-  EXPECT_FALSE(ReadPlan(&ssp, false, 1).AwaitsGate(3, true));
-  EXPECT_FALSE(ReadPlan(&asp, false, 1).AwaitsGate(3, true));
-  EXPECT_TRUE(ReadPlan(&ssp, false, 1).AwaitsGate(3, /*connected=*/false));
-  EXPECT_TRUE(ReadPlan(&ssp, false, /*stages=*/2).AwaitsGate(3, true));
-  // psctl set-consistency: from clock 5 the job runs under BSP.
-  ConsistencySchedule changed(Job(SSP, 1));
-  ConsistencyChange change;
-  change.set_clock(5);
-  change.set_consistency(BSP);
-  changed.Set({change});
-  ReadPlan plan(&changed, false, 1);
-  EXPECT_FALSE(plan.AwaitsGate(4, true));
-  EXPECT_TRUE(plan.AwaitsGate(5, true));
+  EXPECT_FALSE(ReadPlan(&bsp, false, 1).AwaitsGate(/*connected=*/true));
+  EXPECT_FALSE(ReadPlan(&ssp, false, 1).AwaitsGate(true));
+  EXPECT_FALSE(ReadPlan(&asp, false, 1).AwaitsGate(true));
+  EXPECT_TRUE(ReadPlan(&bsp, false, 1).AwaitsGate(/*connected=*/false));
+  EXPECT_TRUE(ReadPlan(&bsp, false, /*stages=*/2).AwaitsGate(true));
+  EXPECT_TRUE(ReadPlan(&ssp, false, /*stages=*/2).AwaitsGate(true));
 }
 
 }  // namespace
