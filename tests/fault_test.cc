@@ -50,6 +50,18 @@ double UndisturbedAccuracy() {
   return accuracy;
 }
 
+// Starts a replacement with the dead worker's id and waits for the job to
+// end: every process exits 0; the replacement's final Status.
+MemberStatus ReplaceAndFinish(Cluster& cluster, int victim) {
+  EXPECT_TRUE(cluster.AddWorker({absl::StrCat("--id=", victim)}).ok());
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  EXPECT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  if (!code.ok()) return MemberStatus();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  EXPECT_EQ(*cluster.workers().back().Wait(absl::ZeroDuration()), 0) << cluster.Logs();
+  return FinalWorker(cluster, victim);
+}
+
 TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   const double undisturbed = UndisturbedAccuracy();
   Cluster cluster("shrink");
@@ -130,16 +142,11 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersId) {
   absl::StatusOr<ClusterStatus> later = SchedulerStatus(cluster.scheduler_address());
   ASSERT_TRUE(later.ok());
   EXPECT_EQ(WorkerClock(*later, 1 - victim), held_at) << "the gate did not hold";
-  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--id=", victim)}).ok());
-  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
-  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
-  EXPECT_EQ(*code, 0) << cluster.Logs();
-  EXPECT_EQ(*cluster.workers()[2].Wait(absl::ZeroDuration()), 0) << cluster.Logs();
+  const MemberStatus replacement = ReplaceAndFinish(cluster, victim);
   // The replacement finished the id's clocks from where the dead one's
   // pushes were known to have landed: under BSP the dead one was one clock
   // behind the held survivor, and its gate report went out with the push of
   // the clock before, so the replacement starts one or two behind.
-  const MemberStatus replacement = FinalWorker(cluster, victim);
   EXPECT_EQ(replacement.state(), FINISHED);
   EXPECT_GE(replacement.start_clock(), held_at - 2);
   EXPECT_LE(replacement.start_clock(), held_at);
@@ -166,7 +173,7 @@ TEST(FaultTest, UnderWaitAReplacementMakesThePushItsPredecessorNeverSent) {
   options.scheduler_flags.push_back("--on_worker_failure=wait");
   options.worker_flags[1].push_back(absl::StrCat("--debug_hold_push=", kHeld));
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  // Process 1 reported clock kHeld finished: its push is held.
+  // Process 1 reported clock kHeld finished, its push of kHeld held back.
   int victim = -1;
   ASSERT_TRUE(WaitForStatus(
       cluster.scheduler_address(),
@@ -182,14 +189,9 @@ TEST(FaultTest, UnderWaitAReplacementMakesThePushItsPredecessorNeverSent) {
       [&](const ClusterStatus& st) { return MemberOf(st, WORKER, victim).state() == DEAD; },
       absl::Seconds(4 + LoadPerCore())))
       << cluster.Logs();
-  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--id=", victim)}).ok());
-  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
-  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
-  EXPECT_EQ(*code, 0) << cluster.Logs();
-  EXPECT_EQ(*cluster.workers()[2].Wait(absl::ZeroDuration()), 0) << cluster.Logs();
+  const MemberStatus replacement = ReplaceAndFinish(cluster, victim);
   // It went through the held clock again, and BSP ended where it would have
   // without the kill.
-  const MemberStatus replacement = FinalWorker(cluster, victim);
   EXPECT_EQ(replacement.state(), FINISHED);
   EXPECT_EQ(replacement.start_clock(), kHeld);
   std::printf("the replacement started at clock %lld (the push of %lld was never sent); "
