@@ -128,7 +128,10 @@ absl::Status ClockLoop::Relink(const ClusterView& cluster, int64_t link_generati
 
 void ClockLoop::ResumeAt(int64_t clock) {
   clock_ = clock;
-  pushed_through_ = clock;  // the restored state holds the pushes before it
+  // A rollback's servers hold every push before `clock`; a pipeline
+  // restart's hold what they held (the pushes of the clock before may still
+  // be on their way): never more than what was known, never past `clock`.
+  pushed_through_ = std::min(pushed_through_, clock);
   absl::MutexLock lock(&mu_);
   metrics_.generation = member_.generation();
   metrics_.clock = clock_;  // heartbeats say where it is now (a scheduler may catch up from it)
