@@ -88,6 +88,19 @@ std::shared_ptr<ChunkStore> PsService::store() const {
   return store_;
 }
 
+grpc::Status PsService::PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const {
+  for (PayloadRef& c : *chunks) {
+    if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
+      return Invalid(absl::StrCat("push: chunk ", c.chunk,
+                                  c.bytes != 0 ? " has a payload in a shared-memory push"
+                                               : " is not this server's"));
+    }
+    c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
+    c.bytes = static_cast<size_t>(shm_layout_.SlotBytes(c.chunk) / 4 * width);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   SliceReader reader(req);
   PushHeader h;
@@ -108,15 +121,7 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (h.shm_segment != 0) {
     if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
-    for (PayloadRef& c : chunks) {
-      if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
-        return Invalid(absl::StrCat("push: chunk ", c.chunk,
-                                    c.bytes != 0 ? " has a payload in a shared-memory push"
-                                                 : " is not this server's"));
-      }
-      c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
-      c.bytes = static_cast<size_t>(shm_layout_.SlotBytes(c.chunk) / 4 * width);
-    }
+    if (const grpc::Status st = PlaceInSlots(width, &chunks); !st.ok()) return st;
   }
   int64_t bytes = 0;
   for (const PayloadRef& c : chunks) {

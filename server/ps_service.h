@@ -18,6 +18,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/tensor_wire.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/byte_budget.h"
 #include "server/chunk_store.h"
@@ -92,6 +93,10 @@ class PsService final : public PsServiceBase {
   // restarted, or the worker's connection closed): the worker then sends
   // the payloads in messages.
   grpc::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
+  // A shared-memory push's chunks (empty payloads in the message): each
+  // pointed at its push slot, `width` bytes a value; INVALID_ARGUMENT for a
+  // payload in the message or a chunk this server does not hold.
+  grpc::Status PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const;
   bool Readable(const ChunkStore& store, const PullRequest& req) const;
   // Counts the reply to `call`'s pull (readable) against the reply limit;
   // false when it must wait for room.
