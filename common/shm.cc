@@ -181,6 +181,60 @@ absl::Status RecvWithFd(int sock, void* data, size_t n, int* fd) {
   return absl::OkStatus();
 }
 
+std::string EncodeFrame(int32_t code, uint64_t seq, std::string_view message,
+                        std::string_view body) {
+  ShmFrameHeader h;
+  h.bytes = static_cast<uint32_t>(sizeof(h) + message.size() + body.size());
+  h.code = code;
+  h.seq = seq;
+  h.message_bytes = static_cast<uint32_t>(message.size());
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
+  frame.append(message);
+  frame.append(body);
+  return frame;
+}
+
+absl::Status FrameReader::Fill(int sock) {
+  char buf[16 << 10];
+  while (true) {
+    const ssize_t r = recv(sock, buf, sizeof(buf), MSG_DONTWAIT);
+    if (r > 0) {
+      buffer_.append(buf, static_cast<size_t>(r));
+      if (r < static_cast<ssize_t>(sizeof(buf))) return absl::OkStatus();
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return absl::OkStatus();
+    return r == 0 ? absl::UnavailableError("the shared-memory socket was closed")
+                  : Errno("reading a shared-memory socket");
+  }
+}
+
+absl::StatusOr<bool> FrameReader::Next(ShmFrame* frame) {
+  const size_t have = buffer_.size() - start_;
+  if (have < sizeof(ShmFrameHeader)) return false;
+  ShmFrameHeader h;
+  std::memcpy(&h, buffer_.data() + start_, sizeof(h));
+  if (h.bytes < sizeof(h) || h.bytes > kMaxShmFrame || h.message_bytes > h.bytes - sizeof(h)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: a frame of ", h.bytes, " bytes with a message of ", h.message_bytes));
+  }
+  if (have < h.bytes) return false;
+  const char* p = buffer_.data() + start_ + sizeof(h);
+  frame->header = h;
+  frame->message.assign(p, h.message_bytes);
+  frame->body.assign(p + h.message_bytes, h.bytes - sizeof(h) - h.message_bytes);
+  start_ += h.bytes;
+  if (start_ == buffer_.size()) {
+    buffer_.clear();
+    start_ = 0;
+  } else if (start_ > (64 << 10)) {
+    buffer_.erase(0, start_);
+    start_ = 0;
+  }
+  return true;
+}
+
 std::string BootId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,52 @@ class ShmSegment {
 struct ShmGrant {
   uint64_t id = 0;
   int64_t bytes = 0;
+};
+
+// The doorbell: once a segment is granted, its socket carries small frames
+// instead of gRPC messages for the co-located worker's pushes and pulls
+// (their payloads lie in the segment). A frame is this header, then
+// `message_bytes` of an error message (replies only), then the body: a
+// request's PushRequest / PullRequest bytes as gRPC would carry them, a
+// reply's response bytes. A reply echoes its request's `seq`.
+struct ShmFrameHeader {
+  uint32_t bytes = 0;          // the whole frame's, this header included
+  int32_t code = 0;            // a request's method (kShmPush, kShmPull); a reply's status code
+  uint64_t seq = 0;            // the request's, unique per worker
+  uint32_t message_bytes = 0;  // a reply's error message
+  uint32_t reserved = 0;
+};
+inline constexpr int32_t kShmPush = 1;
+inline constexpr int32_t kShmPull = 2;
+// Frames are small (the payloads are in the segment): a larger one is a
+// peer gone wrong, and its connection is closed.
+inline constexpr size_t kMaxShmFrame = 1 << 20;
+
+struct ShmFrame {
+  ShmFrameHeader header;
+  std::string message;
+  std::string body;
+};
+
+// The frame's bytes, ready to send in one write.
+std::string EncodeFrame(int32_t code, uint64_t seq, std::string_view message,
+                        std::string_view body);
+
+// Whole frames out of a stream socket's bytes, as they arrive.
+class FrameReader {
+ public:
+  // Reads what `sock` has now without blocking. UNAVAILABLE: the peer
+  // closed the connection (or it failed).
+  absl::Status Fill(int sock);
+  // Appends bytes read elsewhere (tests).
+  void Append(std::string_view bytes) { buffer_.append(bytes); }
+  // Takes the next whole frame into *frame: false when none is whole yet.
+  // INVALID_ARGUMENT: the bytes are not frames (the caller closes).
+  absl::StatusOr<bool> Next(ShmFrame* frame);
+
+ private:
+  std::string buffer_;
+  size_t start_ = 0;  // of the first frame not taken
 };
 
 // An abstract-namespace Unix stream socket listening on `name` (no file;

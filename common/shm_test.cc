@@ -93,5 +93,44 @@ TEST(ShmSocketTest, AnotherNameIsNotThere) {
   EXPECT_FALSE(ConnectAbstract("pstrain-shm-test-nobody-listens", absl::Seconds(1)).ok());
 }
 
+TEST(FrameReaderTest, TakesWholeFramesHoweverTheBytesArrive) {
+  const std::string a = EncodeFrame(kShmPush, 7, "", "push body");
+  const std::string b = EncodeFrame(3, 8, "an error", "");
+  const std::string both = a + b;
+  FrameReader reader;
+  ShmFrame frame;
+  // One byte at a time: nothing until a frame is whole.
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    reader.Append(both.substr(i, 1));
+    EXPECT_FALSE(*reader.Next(&frame));
+  }
+  reader.Append(both.substr(a.size() - 1));  // the rest of a, all of b
+  ASSERT_TRUE(*reader.Next(&frame));
+  EXPECT_EQ(frame.header.code, kShmPush);
+  EXPECT_EQ(frame.header.seq, 7u);
+  EXPECT_EQ(frame.message, "");
+  EXPECT_EQ(frame.body, "push body");
+  ASSERT_TRUE(*reader.Next(&frame));
+  EXPECT_EQ(frame.header.code, 3);
+  EXPECT_EQ(frame.header.seq, 8u);
+  EXPECT_EQ(frame.message, "an error");
+  EXPECT_EQ(frame.body, "");
+  EXPECT_FALSE(*reader.Next(&frame));
+}
+
+TEST(FrameReaderTest, RefusesBytesThatAreNotFrames) {
+  ShmFrameHeader h;
+  for (const auto& [bytes, message] :
+       {std::pair<uint32_t, uint32_t>{4, 0}, {kMaxShmFrame + 1, 0}, {64, 60}}) {
+    h.bytes = bytes;  // too short for its header, too large, a message past the end
+    h.message_bytes = message;
+    FrameReader reader;
+    reader.Append(std::string(reinterpret_cast<const char*>(&h), sizeof(h)));
+    ShmFrame frame;
+    EXPECT_EQ(reader.Next(&frame).status().code(), absl::StatusCode::kInvalidArgument)
+        << bytes << " " << message;
+  }
+}
+
 }  // namespace
 }  // namespace pstrain

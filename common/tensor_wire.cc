@@ -293,10 +293,20 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
   return absl::OkStatus();
 }
 
-bool ParseSmall(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
+std::string FlattenSmall(const grpc::ByteBuffer& buffer) {
   SliceReader r(buffer);
   std::string bytes(r.size(), '\0');
-  return r.Copy(bytes.size(), bytes.data()) && message->ParseFromString(bytes);
+  r.Copy(bytes.size(), bytes.data());
+  return bytes;
+}
+
+grpc::ByteBuffer BufferOf(std::string bytes) {
+  grpc::Slice s(std::move(bytes));
+  return grpc::ByteBuffer(&s, 1);
+}
+
+bool ParseSmall(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
+  return message->ParseFromString(FlattenSmall(buffer));
 }
 
 grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& message) {

@@ -106,6 +106,10 @@ absl::Status DecodePullResponse(SliceReader& reader, std::vector<PayloadRef>* ch
 // Parses any small message from a ByteBuffer (copies it).
 bool ParseSmall(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message);
 grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& message);
+// A small buffer's bytes in one string, and back (the shared-memory
+// doorbell's frames carry requests and replies as bytes: common/shm.h).
+std::string FlattenSmall(const grpc::ByteBuffer& buffer);
+grpc::ByteBuffer BufferOf(std::string bytes);
 
 }  // namespace pstrain
 

@@ -45,9 +45,14 @@ void PsService::SetState(MemberState state, const std::string& message) {
   message_ = message;
 }
 
+PsService::~PsService() { shm_.reset(); }
+
 void PsService::SetShm(std::unique_ptr<ShmRegistry> shm) {
   shm_ = std::move(shm);
   boot_id_ = BootId();
+  shm_->SetHandler([this](std::shared_ptr<ShmBell> bell, ShmFrame frame) {
+    Ring(std::move(bell), std::move(frame));
+  });
 }
 
 grpc::Status PsService::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const {
@@ -101,7 +106,8 @@ grpc::Status PsService::PlaceInSlots(int width, std::vector<PayloadRef>* chunks)
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
+grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req,
+                               uint64_t bell_segment) {
   SliceReader reader(req);
   PushHeader h;
   std::vector<PayloadRef> chunks;
@@ -119,6 +125,9 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req) {
   push.seed = h.seed;
   push.wire_dtype = DTypeName(h.dtype);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
+  if (bell_segment != 0 && h.shm_segment != bell_segment) {
+    return Invalid("push: a frame on a segment's socket names another segment");
+  }
   if (h.shm_segment != 0) {
     if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
     if (const grpc::Status st = PlaceInSlots(width, &chunks); !st.ok()) return st;
@@ -297,6 +306,9 @@ class PsService::Call {
   };
 
   explicit Call(Method m) : method(m), raw_responder(&ctx) {}
+  // A push or pull that came as a frame (PsService::Ring).
+  Call(Method m, std::shared_ptr<ShmBell> b, uint64_t s)
+      : method(m), bell(std::move(b)), seq(s), raw_responder(&ctx) {}
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
@@ -308,9 +320,15 @@ class PsService::Call {
   // Sends the reply with `status`. Only after
   // winning Claim().
   void Answer(const grpc::Status& status) {
-    Ref();  // for the finished tag
     if (method == kPush) ProcessLatencies().push.Observe(absl::Now() - accepted_at);
     if (method == kPull) ProcessLatencies().pull.Observe(absl::Now() - accepted_at);
+    if (bell != nullptr) {  // no finished tag: the frame is out
+      std::string body;
+      if (status.ok()) body = FlattenSmall(reply);
+      bell->Reply(seq, status.error_code(), status.error_message(), body);
+      return;
+    }
+    Ref();  // for the finished tag
     if (status.ok()) {
       raw_responder.Finish(reply, status, &finished);
     } else {
@@ -319,6 +337,8 @@ class PsService::Call {
   }
 
   const Method method;
+  const std::shared_ptr<ShmBell> bell;  // a frame's connection; null: a gRPC call
+  const uint64_t seq = 0;               // a frame's
   int64_t reply_bytes = 0;  // counted against the reply limit until sent
   grpc::ServerContext ctx;
   grpc::ByteBuffer request, reply;  // every method is raw
@@ -428,7 +448,8 @@ void PsService::Handle(Call* call) {
     return;
   }
   if (call->method == Call::kPush) {
-    const grpc::Status st = DoPush(*s, call->request);
+    const grpc::Status st =
+        DoPush(*s, call->request, call->bell == nullptr ? 0 : call->bell->segment());
     call->request.Clear();
     if (st.ok()) WakePulls();
     PushResponse response;
@@ -437,13 +458,17 @@ void PsService::Handle(Call* call) {
     answer(st);
     return;
   }
-  const grpc::Status st = CheckPull(*s, call->request, &call->pull);
+  grpc::Status st = CheckPull(*s, call->request, &call->pull);
   call->request.Clear();
+  if (st.ok() && call->bell != nullptr && call->pull.shm_segment() != call->bell->segment()) {
+    st = Invalid("pull: a frame on a segment's socket names another segment");
+  }
   if (!st.ok()) {
     answer(st);
     return;
   }
   absl::MutexLock lock(&parked_mu_);
+  if (call->bell != nullptr) DropOlderPulls(*call);
   // Checked under parked_mu_: a restore cancels the parked pulls after it
   // changed the generation, so no pull of an older generation stays parked.
   if (const absl::Status generation = s->CheckGeneration(call->pull.generation());
@@ -471,6 +496,30 @@ void PsService::Handle(Call* call) {
   parked_.push_back(call);  // keeps the handling reference
 }
 
+void PsService::Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame) {
+  const ShmFrameHeader& h = frame.header;
+  if (h.code != kShmPush && h.code != kShmPull) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    bell->Reply(h.seq, grpc::StatusCode::INVALID_ARGUMENT,
+                absl::StrCat("shared memory: a frame of unknown method ", h.code), "");
+    return;
+  }
+  ++shm_rings_;
+  auto* call = new Call(h.code == kShmPush ? Call::kPush : Call::kPull, std::move(bell), h.seq);
+  call->accepted_at = absl::Now();
+  call->request = BufferOf(std::move(frame.body));
+  Handle(call);
+}
+
+void PsService::DropOlderPulls(const Call& call) {
+  for (Call* p : parked_) {
+    if (p->bell == call.bell && p->pull.shm_sequence() < call.pull.shm_sequence() && p->Claim()) {
+      p->Answer(grpc::Status(grpc::StatusCode::ABORTED,
+                             "pull: a newer attempt of this worker's came"));
+    }
+  }
+}
+
 void PsService::WakePulls() {
   std::shared_ptr<ChunkStore> s = store();
   if (s == nullptr) return;
@@ -495,6 +544,8 @@ void PsService::WakePulls() {
 }
 
 bool PsService::TakeReplyRoom(const ChunkStore& store, Call* call) {
+  // A shared-memory pull's payloads go into its segment, not the reply.
+  if (call->pull.shm_segment() != 0) return true;
   int64_t bytes = 0;
   for (int32_t chunk : call->pull.chunks()) {
     bytes += store.ChunkNumel(chunk) * DTypeSize(call->pull.dtype());
@@ -558,6 +609,7 @@ MemberStatus PsService::GetStatus() const {
   st.set_pulls(pulls_);
   st.set_requests_refused(refused());
   st.set_shm_bytes(shm_bytes_);
+  st.set_shm_rings(shm_rings_);
   st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());
   st.set_rss_bytes(ResidentBytes());
   if (s != nullptr && s->NumParams() > 0) {

@@ -33,13 +33,18 @@ using PsServiceBase = ParameterServer::WithRawMethod_Push<
 class PsService final : public PsServiceBase {
  public:
   PsService() : start_(absl::Now()) {}
+  // Stops the shared-memory registry's thread first: it calls into the
+  // service.
+  ~PsService() override;
 
   // Makes the service answer pushes and pulls; until then they get
   // UNAVAILABLE. Call once.
   void SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks);
   void SetIdentity(int id, const std::string& address);
   // Gives workers on this host shared memory (OpenShm); without it OpenShm
-  // is refused and every payload moves in the messages. Before Serve.
+  // is refused and every payload moves in the messages. Their pushes and
+  // pulls may then also come as frames on the segment's socket (Ring)
+  // instead of gRPC calls. Before Serve.
   void SetShm(std::unique_ptr<ShmRegistry> shm);
   // Marks the job's end in Status (state FINISHED or FAILED).
   void SetState(MemberState state, const std::string& message);
@@ -72,7 +77,9 @@ class PsService final : public PsServiceBase {
 
   // The request handling below the gRPC glue (public for the fuzz targets):
   // validates a push and hands it to the store, whole or not at all.
-  grpc::Status DoPush(ChunkStore& store, const grpc::ByteBuffer& req);
+  // `bell_segment`: the segment of the connection a frame came on (0: a
+  // gRPC call), the only one the push may name.
+  grpc::Status DoPush(ChunkStore& store, const grpc::ByteBuffer& req, uint64_t bell_segment = 0);
   // Parses and validates a pull into *req.
   grpc::Status CheckPull(const ChunkStore& store, const grpc::ByteBuffer& raw,
                          PullRequest* req) const;
@@ -86,6 +93,13 @@ class PsService final : public PsServiceBase {
   // Asks for the next call of `method` on `cq` (unless stopping).
   void Accept(int method, grpc::ServerCompletionQueue* cq);
   void Handle(Call* call);
+  // A push or pull that came as a frame on a segment's socket: handled like
+  // a call, answered through `bell`.
+  void Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame);
+  // A newer pull came on `call`'s connection: its worker no longer waits
+  // for the parked pulls of its older attempts (no cancellation comes on a
+  // socket, as gRPC's would). Under parked_mu_.
+  void DropOlderPulls(const Call& call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(parked_mu_);
 
   std::shared_ptr<ChunkStore> store() const;
   // A request's segment (PushRequest/PullRequest.shm_segment) and where its
@@ -129,7 +143,8 @@ class PsService final : public PsServiceBase {
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;
 
-  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, pushes_{0}, pulls_{0}, shm_bytes_{0};
+  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, pushes_{0}, pulls_{0}, shm_bytes_{0},
+      shm_rings_{0};
 };
 
 }  // namespace pstrain

@@ -47,7 +47,13 @@ ShmRegistry::~ShmRegistry() {
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   thread_.join();
-  for (const Conn& c : conns_) close(c.fd);
+  for (const Conn& c : conns_) {
+    if (c.bell != nullptr) {
+      c.bell->Close();
+    } else {
+      close(c.fd);
+    }
+  }
   close(listen_fd_);
   close(wake_fd_);
 }
@@ -105,20 +111,21 @@ void ShmRegistry::Loop() {
     // The connections polled are the first fds.size() - 2 of conns_ (the
     // new ones come after them).
     std::vector<Conn> kept;
+    std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>> frames;  // read this round
     for (size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       const short events = i + 2 < fds.size() ? fds[i + 2].revents : 0;
       bool keep = true;
-      if (events != 0) {
-        // An attached worker only ever closes its end: anything else ends
-        // the segment too.
-        keep = c.segment == 0 && Grant(c);
-      }
+      if (events != 0) keep = c.segment == 0 ? Grant(c) : Ring(c, &frames);
       if (keep) {
         kept.push_back(c);
         continue;
       }
-      close(c.fd);
+      if (c.bell != nullptr) {
+        c.bell->Close();  // closes c.fd
+      } else {
+        close(c.fd);
+      }
       if (c.segment != 0) {
         absl::MutexLock lock(&mu_);
         auto it = segments_.find(c.segment);
@@ -126,8 +133,18 @@ void ShmRegistry::Loop() {
       }
     }
     conns_ = std::move(kept);
+    Dispatch(std::move(frames));
     Expire(absl::Now());
   }
+}
+
+void ShmRegistry::Dispatch(std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>> frames) {
+  Handler handler;
+  {
+    absl::MutexLock lock(&mu_);
+    handler = handler_;
+  }
+  for (auto& [bell, frame] : frames) handler(std::move(bell), std::move(frame));
 }
 
 bool ShmRegistry::AcceptAll() {
@@ -192,7 +209,56 @@ bool ShmRegistry::Grant(Conn& conn) {
     return false;
   }
   conn.segment = grant.id;
+  conn.bell = std::make_shared<ShmBell>(conn.fd, grant.id);
+  conn.frames = std::make_shared<FrameReader>();
   return true;
+}
+
+bool ShmRegistry::Ring(Conn& conn,
+                       std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>>* frames) {
+  const absl::Status filled = conn.frames->Fill(conn.fd);
+  bool served;
+  {
+    absl::MutexLock lock(&mu_);
+    served = handler_ != nullptr;
+  }
+  while (true) {
+    ShmFrame frame;
+    const absl::StatusOr<bool> next = conn.frames->Next(&frame);
+    if (!next.ok() || (*next && !served)) {
+      spdlog::warn("shared memory: closed segment {}'s connection: {}", conn.segment,
+                   next.ok() ? "a frame before the server serves them" : next.status().message());
+      return false;
+    }
+    if (!*next) break;
+    frames->push_back({conn.bell, std::move(frame)});
+  }
+  return filled.ok();
+}
+
+void ShmRegistry::SetHandler(Handler handler) {
+  absl::MutexLock lock(&mu_);
+  handler_ = std::move(handler);
+}
+
+void ShmBell::Reply(uint64_t seq, int32_t code, std::string_view message, std::string_view body) {
+  const std::string frame = EncodeFrame(code, seq, message, body);
+  absl::MutexLock lock(&mu_);
+  if (fd_ < 0) return;
+  const ssize_t sent = send(fd_, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent != static_cast<ssize_t>(frame.size())) {
+    // A partial frame cannot be finished later without blocking: end the
+    // connection (the registry's poll sees it and closes it).
+    spdlog::warn("shared memory: segment {}'s worker reads no answers: connection shut",
+                 segment_);
+    shutdown(fd_, SHUT_RDWR);
+  }
+}
+
+void ShmBell::Close() {
+  absl::MutexLock lock(&mu_);
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 void ShmRegistry::Expire(absl::Time now) {

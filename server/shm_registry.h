@@ -10,14 +10,22 @@
 // is still applied, as one in a gRPC message would be): a worker that exits
 // or is killed takes its segments with it, and the segments are never more
 // than max_segments. No gRPC in here: the service
-// (server/ps_service.h) hands out the tickets and looks segments up.
+// (server/ps_service.h) hands out the tickets, looks segments up, and
+// answers the doorbell frames (common/shm.h) the connections carry once
+// attached: the registry's thread reads them and hands each to the
+// service's handler, which answers through the connection's ShmBell from
+// any thread.
 #ifndef PSTRAIN_SERVER_SHM_REGISTRY_H_
 #define PSTRAIN_SERVER_SHM_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -27,8 +35,31 @@
 
 namespace pstrain {
 
+// An attached worker's connection, for the answers to its frames: any
+// thread may reply; a no-op once the connection closed.
+class ShmBell {
+ public:
+  ShmBell(int fd, uint64_t segment) : fd_(fd), segment_(segment) {}
+  // The segment granted on this connection: the only one its frames may name.
+  uint64_t segment() const { return segment_; }
+  // Sends a reply frame without blocking. A worker that stopped reading its
+  // answers (no room left) loses the connection, and with it the segment.
+  void Reply(uint64_t seq, int32_t code, std::string_view message, std::string_view body);
+  // The registry's, when it closes the connection.
+  void Close();
+
+ private:
+  absl::Mutex mu_;
+  int fd_ ABSL_GUARDED_BY(mu_);  // -1 once closed
+  const uint64_t segment_;
+};
+
 class ShmRegistry {
  public:
+  // Takes an attached connection's request frame (on the registry's
+  // thread); answers it through `bell`, now or later.
+  using Handler = std::function<void(std::shared_ptr<ShmBell> bell, ShmFrame frame)>;
+
   struct Options {
     int max_segments = 64;                           // attached and promised at once
     absl::Duration ticket_life = absl::Seconds(10);  // a ticket unused this long expires
@@ -51,6 +82,9 @@ class ShmRegistry {
   std::shared_ptr<ShmSegment> Find(uint64_t id) const;
   // Segments whose workers' connections are open.
   int attached() const;
+  // Who answers the frames; until set, an attached connection that sends
+  // one is closed.
+  void SetHandler(Handler handler);
 
  private:
   struct Ticket {
@@ -62,6 +96,9 @@ class ShmRegistry {
     uint64_t segment = 0;  // 0: waiting for its ticket
     absl::Time deadline;   // for the ticket
     std::string ticket;    // its bytes so far
+    // Once attached: its answers' way back, and its frames so far.
+    std::shared_ptr<ShmBell> bell;
+    std::shared_ptr<FrameReader> frames;
   };
   ShmRegistry(Options options, std::string name, int listen_fd, int wake_fd);
   void Loop();
@@ -71,6 +108,11 @@ class ShmRegistry {
   bool AcceptAll();
   // Reads a waiting connection's ticket and answers it; false: close it.
   bool Grant(Conn& conn);
+  // Reads an attached connection's whole frames into *frames; false: close
+  // it (closed by the worker, or not frames).
+  bool Ring(Conn& conn, std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>>* frames);
+  // Hands a round's frames to the handler, in the order they came.
+  void Dispatch(std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>> frames);
   // Drops expired tickets and connections that waited too long.
   void Expire(absl::Time now);
 
@@ -89,6 +131,7 @@ class ShmRegistry {
   };
   absl::flat_hash_map<uint64_t, Attached> segments_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Handler handler_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -1,6 +1,7 @@
 #include "server/shm_registry.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <vector>
@@ -159,6 +160,61 @@ TEST(ShmRegistryTest, AConnectionThatSaysNothingIsClosed) {
   EXPECT_EQ(RecvWithFd(*conn, &grant, sizeof(grant), &fd).code(),
             absl::StatusCode::kUnavailable);
   close(*conn);
+}
+
+// Reads the next frame from `sock` through `reader` (5 s at most); false:
+// closed, or no frame.
+bool ReadFrame(int sock, FrameReader& reader, ShmFrame* frame) {
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<bool> next = reader.Next(frame);
+    if (!next.ok()) return false;
+    if (*next) return true;
+    pollfd p{sock, POLLIN, 0};
+    poll(&p, 1, 10);
+    if (!reader.Fill(sock).ok()) return false;
+  }
+  return false;
+}
+
+TEST(ShmRegistryTest, AnAttachedConnectionsFramesReachTheHandlerAndItsAnswersComeBack) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok());
+  std::vector<int32_t> methods;  // the handler's, on the registry's thread
+  absl::Mutex mu;
+  (*registry)->SetHandler([&](std::shared_ptr<ShmBell> bell, ShmFrame frame) {
+    absl::MutexLock lock(&mu);
+    methods.push_back(frame.header.code);
+    bell->Reply(frame.header.seq, 0, "", "answer to " + frame.body);
+  });
+  absl::StatusOr<std::string> ticket = (*registry)->Issue(4096);
+  ASSERT_TRUE(ticket.ok());
+  int sock = -1, fd = -1;
+  const ShmGrant grant = Present(**registry, *ticket, &sock, &fd);
+  ASSERT_NE(grant.id, 0u);
+  close(fd);
+  // A push and a pull in one write: handed over in order.
+  const std::string two = EncodeFrame(kShmPush, 1, "", "push") + EncodeFrame(kShmPull, 2, "", "pull");
+  ASSERT_EQ(send(sock, two.data(), two.size(), MSG_NOSIGNAL), static_cast<ssize_t>(two.size()));
+  FrameReader reader;
+  ShmFrame first, second;
+  ASSERT_TRUE(ReadFrame(sock, reader, &first));
+  ASSERT_TRUE(ReadFrame(sock, reader, &second));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(methods, (std::vector<int32_t>{kShmPush, kShmPull}));
+  }
+  EXPECT_EQ(first.header.seq, 1u);
+  EXPECT_EQ(first.body, "answer to push");
+  EXPECT_EQ(second.header.seq, 2u);
+  EXPECT_EQ(second.body, "answer to pull");
+  // Bytes that are not frames end the connection (and the segment's life).
+  ShmFrameHeader bad;
+  bad.bytes = kMaxShmFrame + 1;
+  ASSERT_EQ(send(sock, &bad, sizeof(bad), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bad)));
+  ShmFrame none;
+  EXPECT_FALSE(ReadFrame(sock, reader, &none));
+  EXPECT_TRUE(WaitFor([&] { return (*registry)->attached() == 0; }));
+  close(sock);
 }
 
 }  // namespace

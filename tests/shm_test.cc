@@ -7,12 +7,15 @@
 // other multi-process test runs over shared memory too, since it is on by
 // default: the recoveries of fault_test, restart_test and chaos_test.)
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -77,6 +80,20 @@ void SameWeightsBothWays(const std::string& wire_dtype) {
   EXPECT_EQ(messages.worker.shm_bytes(), 0);
   EXPECT_EQ(messages.server.shm_bytes(), 0);
   EXPECT_GT(messages.server.bytes_in(), 0);
+  // The requests went as frames on the segments' sockets (the doorbell),
+  // none without shared memory.
+  EXPECT_GT(shm.worker.shm_rings(), 0);
+  EXPECT_GT(shm.server.shm_rings(), 0);
+  EXPECT_EQ(messages.worker.shm_rings(), 0);
+  EXPECT_EQ(messages.server.shm_rings(), 0);
+  if (wire_dtype != "fp32") return;
+  // The payloads in shared memory, the requests in gRPC calls: the same too.
+  ClusterOptions calls = on;
+  for (auto& flags : calls.worker_flags) flags.push_back("--noshm_doorbell");
+  const Outcome grpc_calls = RunToEnd("shm_grpc_calls", calls);
+  EXPECT_EQ(MaxDifference(shm.weights, grpc_calls.weights), 0.0);
+  EXPECT_GT(grpc_calls.server.shm_bytes(), 0);
+  EXPECT_EQ(grpc_calls.server.shm_rings(), 0);
 }
 
 TEST(ShmTest, PayloadsMoveThroughSharedMemoryAndTheWeightsMatchTheMessages) {
@@ -243,6 +260,47 @@ TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
     EXPECT_EQ(stub->Push(ContextWithTimeout(absl::Seconds(5)).get(), push, &pushed).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT)
         << (payload ? "a payload in the message too" : "a chunk not of this server");
+  }
+  // The same socket as a doorbell: a frame of no known method, and a push
+  // or pull naming another segment than its connection's, are refused with
+  // INVALID_ARGUMENT (answered under their seq); a pull of its own goes.
+  {
+    PullRequest own;
+    own.add_chunks(mine);
+    own.set_shm_segment(grant.id);
+    own.set_shm_sequence(7);
+    PullRequest other = own;
+    other.set_shm_segment(grant.id + 1);
+    PushRequest push;
+    push.set_num_samples(1);
+    push.set_shm_segment(grant.id + 1);
+    push.add_chunks()->set_chunk(mine);
+    const std::vector<std::tuple<int32_t, std::string, grpc::StatusCode>> frames = {
+        {99, "", grpc::StatusCode::INVALID_ARGUMENT},
+        {kShmPush, push.SerializeAsString(), grpc::StatusCode::INVALID_ARGUMENT},
+        {kShmPull, other.SerializeAsString(), grpc::StatusCode::INVALID_ARGUMENT},
+        {kShmPull, own.SerializeAsString(), grpc::StatusCode::OK}};
+    FrameReader reader;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto& [method, body, code] = frames[i];
+      const std::string frame = EncodeFrame(method, 100 + i, "", body);
+      ASSERT_EQ(send(*sock, frame.data(), frame.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(frame.size()));
+      ShmFrame answer;
+      bool got = false;
+      for (int tries = 0; tries < 500 && !got; ++tries) {
+        absl::StatusOr<bool> next = reader.Next(&answer);
+        ASSERT_TRUE(next.ok()) << next.status();
+        got = *next;
+        if (!got) {
+          absl::SleepFor(absl::Milliseconds(10));
+          ASSERT_TRUE(reader.Fill(*sock).ok());
+        }
+      }
+      ASSERT_TRUE(got) << "frame " << i;
+      EXPECT_EQ(answer.header.seq, 100 + i);
+      EXPECT_EQ(answer.header.code, code) << "frame " << i << ": " << answer.message;
+    }
   }
   close(*sock);
   // A push naming a segment the server never granted (or no longer holds):

@@ -46,6 +46,7 @@ void SetLoopStatus(const ClockMetrics& m, MemberStatus* st) {
   st->set_bytes_out(m.bytes_out);
   st->set_shm_bytes(m.shm_bytes);
   st->set_shm_segments(m.shm_segments);
+  st->set_shm_rings(m.shm_rings);
   st->set_pushes(m.pushes);
   st->set_pulls(m.pulls);
   st->set_generation(m.generation);
@@ -376,6 +377,7 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     metrics_.bytes_out = params_->bytes_out();
     metrics_.shm_bytes = params_->shm_bytes();
     metrics_.shm_segments = params_->shm_segments();
+    metrics_.shm_rings = params_->shm_rings();
     ++metrics_.pushes;
   }
   ASSIGN_OR_RETURN(const ProgressNews news,

@@ -134,6 +134,7 @@ struct ClockMetrics {
   int64_t bytes_in = 0, bytes_out = 0;
   int64_t shm_bytes = 0;  // of this generation's parameter client
   int shm_segments = 0;
+  int64_t shm_rings = 0;
   int64_t pushes = 0, pulls = 0;  // clocks pushed; pulls made (not reads the cache served)
   int64_t peak_device_bytes = 0;
   // Pipeline stages, per clock over the last window: the share of the

@@ -79,6 +79,10 @@ int AsyncPsClient::shm_segments() const {
   return pulls_.client->shm_segments() + pushes_.client->shm_segments();
 }
 
+int64_t AsyncPsClient::shm_rings() const {
+  return pulls_.client->shm_rings() + pushes_.client->shm_rings();
+}
+
 int64_t AsyncPsClient::rpcs() const { return pulls_.client->rpcs() + pushes_.client->rpcs(); }
 
 void AsyncPsClient::SetPushContext(PushContext context) {

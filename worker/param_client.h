@@ -52,6 +52,8 @@ class ParamClient {
   // in and out), and the segments attached now (worker/shm_link.h).
   virtual int64_t shm_bytes() const { return 0; }
   virtual int shm_segments() const { return 0; }
+  // Calls that went as frames on a segment's socket (a share of rpcs()).
+  virtual int64_t shm_rings() const { return 0; }
   // What pushes carry from now on besides their gradients (see PushContext).
   virtual void SetPushContext(PushContext context) {}
 };
@@ -79,6 +81,7 @@ class AsyncPsClient : public ParamClient {
   int64_t rpcs() const override;
   int64_t shm_bytes() const override;
   int shm_segments() const override;
+  int64_t shm_rings() const override;
   void SetPushContext(PushContext context) override;
 
  private:

@@ -1,5 +1,7 @@
 #include "worker/ps_client.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -178,6 +180,11 @@ struct PsClient::Flight {
   std::deque<int> held;             // pushes waiting for room, in order
   grpc::CompletionQueue cq;
   int running = 0;
+  // The calls go as frames on their segments' sockets, not gRPC calls.
+  bool bell = false;
+  std::vector<uint64_t> seq;         // a frame's
+  std::vector<absl::Time> deadline;  // a frame's attempt ends
+  std::vector<char> live;            // a frame sent and not yet answered
   explicit Flight(std::vector<Call>& c, size_t servers)
       : calls(c),
         results(c.size()),
@@ -185,7 +192,10 @@ struct PsClient::Flight {
         replies(c.size()),
         contexts(c.size()),
         readers(c.size()),
-        push_bytes(servers, 0) {}
+        push_bytes(servers, 0),
+        seq(c.size(), 0),
+        deadline(c.size()),
+        live(c.size(), 0) {}
 };
 
 bool PsClient::Admit(Flight& f, int i) const {
@@ -200,6 +210,10 @@ bool PsClient::Admit(Flight& f, int i) const {
 }
 
 void PsClient::Launch(Flight& f, int i, int* next_channel) {
+  if (f.bell) {
+    Ring(f, i);
+    return;
+  }
   Call& call = f.calls[i];
   std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
   call.channel = (*next_channel)++ % static_cast<int>(channels.size());
@@ -211,6 +225,89 @@ void PsClient::Launch(Flight& f, int i, int* next_channel) {
                        reinterpret_cast<void*>(static_cast<intptr_t>(i)));
   ++f.running;
   ++rpcs_;
+}
+
+void PsClient::Ring(Flight& f, int i) {
+  Call& call = f.calls[i];
+  f.seq[i] = ++next_seq_;
+  f.deadline[i] = absl::Now() + (call.is_pull ? kPullAttempt : kPushAttempt);
+  f.live[i] = 1;
+  ++f.running;
+  ++rpcs_;
+  ++shm_rings_;
+  const absl::Status st =
+      call.link->Ring(call.is_pull ? kShmPull : kShmPush, f.seq[i], FlattenSmall(call.request));
+  if (!st.ok()) {  // ended by AwaitRings at once
+    f.statuses[i] = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(st.message()));
+    f.deadline[i] = absl::InfinitePast();
+  }
+}
+
+void PsClient::EndRings(Flight& f, const ShmLink* link, const grpc::Status& status) {
+  for (int i = 0; i < static_cast<int>(f.calls.size()); ++i) {
+    if (!f.live[i] || (link != nullptr && f.calls[i].link != link)) continue;
+    f.statuses[i] = status;
+    Complete(f, i);
+  }
+}
+
+void PsClient::AwaitRings(Flight& f, int* next_channel) {
+  std::vector<ShmLink*> links;
+  for (const Call& call : f.calls) {
+    if (call.link != nullptr && std::find(links.begin(), links.end(), call.link) == links.end()) {
+      links.push_back(call.link);
+    }
+  }
+  absl::Time abandon_check = absl::Now() + absl::FromChrono(kAbandonPoll);
+  while (f.running > 0) {
+    const absl::Time now = absl::Now();
+    absl::Time wake = abandon_check;
+    for (size_t i = 0; i < f.calls.size(); ++i) {
+      if (f.live[i]) wake = std::min(wake, f.deadline[i]);
+    }
+    std::vector<pollfd> fds;
+    for (const ShmLink* link : links) fds.push_back({link->fd(), POLLIN, 0});
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - now) + 1);
+    if (wake > now) poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(ms, 1000)));
+    for (size_t k = 0; k < links.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      const absl::Status st = links[k]->TakeReplies([&](const ShmFrame& frame) {
+        for (int i = 0; i < static_cast<int>(f.calls.size()); ++i) {
+          if (!f.live[i] || f.seq[i] != frame.header.seq) continue;
+          f.statuses[i] =
+              frame.header.code == 0
+                  ? grpc::Status::OK
+                  : grpc::Status(static_cast<grpc::StatusCode>(frame.header.code), frame.message);
+          f.replies[i] = BufferOf(frame.body);
+          Complete(f, i);
+        }
+      });
+      if (!st.ok()) {  // the server went, or dropped the segment
+        EndRings(f, links[k], grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(st.message())));
+        for (const Call& call : f.calls) {
+          if (call.link == links[k]) LoseLink(call.server, links[k]);
+        }
+        links.erase(links.begin() + static_cast<std::ptrdiff_t>(k));
+        break;  // fds no longer matches links
+      }
+    }
+    for (int i = 0; i < static_cast<int>(f.calls.size()); ++i) {
+      if (!f.live[i] || f.deadline[i] > absl::Now()) continue;
+      if (f.statuses[i].ok()) {
+        f.statuses[i] = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer in time");
+      }
+      Complete(f, i);
+    }
+    if (absl::Now() >= abandon_check) {
+      abandon_check = absl::Now() + absl::FromChrono(kAbandonPoll);
+      if (options_.abandon && options_.abandon()) {
+        for (int i : f.held) f.results[i] = absl::AbortedError("given up before it was sent");
+        f.held.clear();
+        EndRings(f, nullptr, grpc::Status(grpc::StatusCode::ABORTED, "given up"));
+      }
+    }
+    LaunchHeld(f, next_channel);
+  }
 }
 
 // Starts the held pushes that fit now, in order.
@@ -228,6 +325,7 @@ void PsClient::LaunchHeld(Flight& f, int* next_channel) {
 void PsClient::Complete(Flight& f, int i) {
   Call& call = f.calls[i];
   --f.running;
+  f.live[i] = 0;
   if (!call.is_pull) {
     f.push_bytes[call.server] -= static_cast<int64_t>(call.request.Length());
     PushResponse response;
@@ -257,6 +355,8 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   Flight f(calls, stubs_.size());
   ++attempts_;
   for (int i : todo) Prepare(calls[i]);
+  f.bell = options_.shm_doorbell &&
+           std::all_of(todo.begin(), todo.end(), [&](int i) { return calls[i].link != nullptr; });
   for (int i : todo) {
     if (Admit(f, i)) {
       Launch(f, i, next_channel);
@@ -264,6 +364,7 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
       f.held.push_back(i);
     }
   }
+  if (f.bell) AwaitRings(f, next_channel);
   // Waits in slices, so that calls the caller gave up on (the job ended,
   // the cluster rolls back) are cancelled at once instead of running out
   // their deadline against a server that may never answer.

@@ -63,6 +63,10 @@ struct PsClientOptions {
   // that grant it (worker/shm_link.h); the others, and any server whose
   // segment goes missing, get them in the messages.
   bool shm = true;
+  // With shm: an attempt whose calls all go to servers attached through
+  // shared memory sends them as frames on the segments' sockets (the
+  // doorbell, common/shm.h) instead of gRPC calls.
+  bool shm_doorbell = true;
   // Tests (ps_worker --debug_hold_push): the push of this iteration waits
   // kHoldPush before it goes, so that a worker killed meanwhile never
   // sends it; -1: none. AsyncPsClient's.
@@ -124,6 +128,8 @@ class PsClient {
   // bytes_out), and the servers attached through it now.
   int64_t shm_bytes() const { return shm_bytes_; }
   int shm_segments() const { return shm_segments_; }
+  // Calls that went as frames on a segment's socket (a share of rpcs()).
+  int64_t shm_rings() const { return shm_rings_; }
   DType wire_dtype() const { return options_.wire_dtype; }
 
  private:
@@ -158,6 +164,13 @@ class PsClient {
   // next calls carry their payloads until a new segment is attached.
   void LoseLink(int s, ShmLink* link);
   void Launch(Flight& flight, int i, int* next_channel);
+  // Launch of a call that goes as a frame (flight.bell).
+  void Ring(Flight& flight, int i);
+  // Waits for an attempt's frames' answers (and launches the held pushes
+  // as room frees); the gRPC calls' counterpart is the completion queue.
+  void AwaitRings(Flight& flight, int* next_channel);
+  // Ends the frames still under way on `link` (null: all) with `status`.
+  void EndRings(Flight& flight, const ShmLink* link, const grpc::Status& status);
   void LaunchHeld(Flight& flight, int* next_channel);
   // Takes call i's reply (and a push's window from it).
   void Complete(Flight& flight, int i);
@@ -196,7 +209,8 @@ class PsClient {
   // [server]: bytes of pushes that may be under way at once, as the
   // server's last push response said (see PushResponse.window_bytes).
   std::vector<int64_t> push_window_;
-  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0}, shm_bytes_{0};
+  std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0}, shm_bytes_{0}, shm_rings_{0};
+  uint64_t next_seq_ = 0;  // the last frame's (ShmFrameHeader.seq)
   // [server]: its address, where its chunks lie in a segment, the segment
   // attached (or null), and the attempts to attach one so far.
   std::vector<std::string> addresses_;

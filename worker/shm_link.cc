@@ -1,6 +1,10 @@
 #include "worker/shm_link.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
@@ -60,5 +64,32 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& addres
 }
 
 ShmLink::~ShmLink() { close(sock_); }
+
+absl::Status ShmLink::Ring(int32_t method, uint64_t seq, std::string_view request) {
+  const std::string frame = EncodeFrame(method, seq, "", request);
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    const ssize_t n = send(sock_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(
+          absl::StrCat("shared memory: sending a request: ", std::strerror(errno)));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmLink::TakeReplies(const std::function<void(const ShmFrame&)>& take) {
+  const absl::Status filled = frames_.Fill(sock_);
+  ShmFrame frame;
+  while (true) {
+    const absl::StatusOr<bool> next = frames_.Next(&frame);
+    if (!next.ok()) return next.status();
+    if (!*next) break;
+    take(frame);
+  }
+  return filled;
+}
 
 }  // namespace pstrain

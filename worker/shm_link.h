@@ -3,13 +3,17 @@
 // mapped here, and the socket connection that keeps it alive at the
 // server. Pushes write gradients into their chunks' slots of the push
 // region and name the segment; pulls ask the server to write the weights
-// into the pull region's slots and read them from there once.
+// into the pull region's slots and read them from there once. The requests
+// themselves may go as frames on the socket (the doorbell, common/shm.h)
+// instead of gRPC calls.
 #ifndef PSTRAIN_WORKER_SHM_LINK_H_
 #define PSTRAIN_WORKER_SHM_LINK_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/shm.h"
@@ -40,6 +44,16 @@ class ShmLink {
     return segment_->data() + layout_.region_bytes() + layout_.Offset(chunk);
   }
 
+  // The doorbell. Sends a request frame (kShmPush or kShmPull, the
+  // request's bytes); UNAVAILABLE when the socket failed.
+  absl::Status Ring(int32_t method, uint64_t seq, std::string_view request);
+  // The socket, to wait on (readable: answers came).
+  int fd() const { return sock_; }
+  // Reads the answers that came and hands each whole one to `take`.
+  // UNAVAILABLE: the server closed the connection (it exited, or dropped
+  // the segment); INVALID_ARGUMENT: it sent something other than frames.
+  absl::Status TakeReplies(const std::function<void(const ShmFrame&)>& take);
+
  private:
   ShmLink(int sock, uint64_t id, std::unique_ptr<ShmSegment> segment, ShmLayout layout)
       : sock_(sock), id_(id), segment_(std::move(segment)), layout_(std::move(layout)) {}
@@ -47,6 +61,7 @@ class ShmLink {
   const uint64_t id_;
   const std::unique_ptr<ShmSegment> segment_;
   const ShmLayout layout_;
+  FrameReader frames_;
 };
 
 }  // namespace pstrain

@@ -46,6 +46,10 @@ ABSL_FLAG(bool, shm, true,
           "move pushes and pulls through shared memory with the servers on this host that "
           "grant it (the others, and every server on another host or network namespace, "
           "get them in gRPC messages); --noshm: always in the messages");
+ABSL_FLAG(bool, shm_doorbell, true,
+          "with --shm: send the pushes and pulls to servers attached through shared memory "
+          "as frames on the segment's Unix socket instead of gRPC calls (--noshm_doorbell: "
+          "gRPC calls, the payloads still in shared memory)");
 ABSL_FLAG(bool, standalone, false,
           "train --job alone: the servers' store and optimizer in this process, no scheduler "
           "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
@@ -85,6 +89,7 @@ int main(int argc, char** argv) {
   config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   config.channels_per_server = static_cast<int>(absl::GetFlag(FLAGS_channels_per_server));
   config.shm = absl::GetFlag(FLAGS_shm);
+  config.shm_doorbell = absl::GetFlag(FLAGS_shm_doorbell);
   config.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);

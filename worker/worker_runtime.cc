@@ -188,6 +188,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.ps.wire_dtype = config.wire_dtype.empty() ? job.wire_dtype() : wire;
   topts.ps.channels_per_server = config.channels_per_server;
   topts.ps.shm = config.shm;
+  topts.ps.shm_doorbell = config.shm_doorbell;
   topts.ps.debug_hold_push = config.debug_hold_push;
   topts.generation = reg.generation();
   topts.start_clock = reg.start_clock();

@@ -22,6 +22,7 @@ struct WorkerConfig {
   std::string wire_dtype;              // "": the job's
   int channels_per_server = 2;
   bool shm = true;  // --shm (PsClientOptions::shm)
+  bool shm_doorbell = true;  // --shm_doorbell (PsClientOptions::shm_doorbell)
   int64_t debug_hold_push = -1;  // --debug_hold_push (PsClientOptions)
   std::string data_dir;  // "": the job's data.path
   // The trainer's and the clock loop's options: main fills what the

@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   w->ps_.wire_dtype = wire;  // (the job's instead, at registration, unless given)
   w->ps_.channels_per_server = w->options_.channels_per_server;
   w->ps_.shm = w->options_.shm;
+  w->ps_.shm_doorbell = w->options_.shm_doorbell;
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;

@@ -43,6 +43,7 @@ struct ExternalWorkerOptions {
   std::string wire_dtype;        // "": the job's
   int channels_per_server = 2;
   bool shm = true;  // --shm (PsClientOptions::shm)
+  bool shm_doorbell = true;  // --shm_doorbell (PsClientOptions::shm_doorbell)
   std::string frontend = "pytorch";  // what drives the worker, for Status
 };
 

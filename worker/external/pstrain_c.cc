@@ -28,6 +28,10 @@ ABSL_FLAG(bool, shm, true,
           "move pushes and pulls through shared memory with the servers on this host that "
           "grant it (the others, and every server on another host or network namespace, "
           "get them in gRPC messages); --noshm: always in the messages");
+ABSL_FLAG(bool, shm_doorbell, true,
+          "with --shm: send the pushes and pulls to servers attached through shared memory "
+          "as frames on the segment's Unix socket instead of gRPC calls (--noshm_doorbell: "
+          "gRPC calls, the payloads still in shared memory)");
 ABSL_FLAG(std::string, frontend, "pytorch", "what drives this worker, as Status shows it");
 
 struct pst_worker {
@@ -88,7 +92,8 @@ int pst_open(pst_worker** out, char* err, int err_len) {
     options.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
     const int64_t channels = absl::GetFlag(FLAGS_channels_per_server);
     options.channels_per_server = static_cast<int>(std::clamp<int64_t>(channels, 0, 65));
-    options.shm = absl::GetFlag(FLAGS_shm);
+      options.shm = absl::GetFlag(FLAGS_shm);
+    options.shm_doorbell = absl::GetFlag(FLAGS_shm_doorbell);
     options.frontend = absl::GetFlag(FLAGS_frontend);
     absl::StatusOr<std::unique_ptr<pstrain::ExternalWorker>> worker =
         pstrain::ExternalWorker::Open(std::move(options));
