@@ -196,7 +196,9 @@ std::string EncodeFrame(int32_t code, uint64_t seq, std::string_view message,
 
 absl::Status FrameReader::Fill(int sock) {
   char buf[16 << 10];
-  while (true) {
+  // At most one whole largest frame buffered: a peer that writes without
+  // end is read in bounded rounds (the rest stays in the socket).
+  while (buffer_.size() - start_ < kMaxShmFrame + sizeof(ShmFrameHeader)) {
     const ssize_t r = recv(sock, buf, sizeof(buf), MSG_DONTWAIT);
     if (r > 0) {
       buffer_.append(buf, static_cast<size_t>(r));
@@ -208,6 +210,7 @@ absl::Status FrameReader::Fill(int sock) {
     return r == 0 ? absl::UnavailableError("the shared-memory socket was closed")
                   : Errno("reading a shared-memory socket");
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> FrameReader::Next(ShmFrame* frame) {

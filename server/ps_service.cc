@@ -375,8 +375,12 @@ void PsService::Accept(int method, grpc::ServerCompletionQueue* cq) {
 }
 
 void PsService::StopServing() {
-  absl::MutexLock lock(&accept_mu_);
-  stopping_ = true;
+  {
+    absl::MutexLock lock(&accept_mu_);
+    stopping_ = true;
+  }
+  // No frame after this either: the store may go once the calls are done.
+  if (shm_ != nullptr) shm_->Stop();
 }
 
 void PsService::Serve(grpc::ServerCompletionQueue* cq) {
@@ -485,7 +489,8 @@ void PsService::Handle(Call* call) {
   const int64_t limit = static_cast<int64_t>(s->chunk_ids().size()) + 64;
   int64_t mine = 0;
   for (const Call* p : parked_)
-    mine += !p->claimed() && p->pull.worker_id() == call->pull.worker_id();
+    mine += !p->claimed() && !(p->bell != nullptr && p->bell->closed()) &&
+            p->pull.worker_id() == call->pull.worker_id();
   if (mine >= limit) {
     answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrCat("pull: worker ", call->pull.worker_id(), " already has ", mine,
@@ -526,6 +531,7 @@ void PsService::WakePulls() {
   absl::MutexLock lock(&parked_mu_);
   for (auto it = parked_.begin(); it != parked_.end();) {
     Call* call = *it;
+    if (call->bell != nullptr && call->bell->closed()) call->Claim();  // its worker left
     if (call->claimed()) {  // cancelled while parked
       it = parked_.erase(it);
       call->Unref();
@@ -634,7 +640,7 @@ MemberStatus PsService::GetStatus() const {
   {
     absl::MutexLock lock(&parked_mu_);
     for (const Call* call : parked_) {
-      if (call->claimed()) continue;
+      if (call->claimed() || (call->bell != nullptr && call->bell->closed())) continue;
       Wait* w = st.add_waits();
       w->set_what(ParkedWhat(s.get(), *call));
       w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));

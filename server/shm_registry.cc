@@ -39,14 +39,18 @@ ShmRegistry::ShmRegistry(Options options, std::string name, int listen_fd, int w
   thread_ = std::thread([this] { Loop(); });
 }
 
-ShmRegistry::~ShmRegistry() {
+void ShmRegistry::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+ShmRegistry::~ShmRegistry() {
+  Stop();
   for (const Conn& c : conns_) {
     if (c.bell != nullptr) {
       c.bell->Close();

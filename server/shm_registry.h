@@ -47,9 +47,14 @@ class ShmBell {
   void Reply(uint64_t seq, int32_t code, std::string_view message, std::string_view body);
   // The registry's, when it closes the connection.
   void Close();
+  // Whether the connection closed: its worker waits for no answer.
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return fd_ < 0;
+  }
 
  private:
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_);  // -1 once closed
   const uint64_t segment_;
 };
@@ -71,6 +76,9 @@ class ShmRegistry {
   // Stops the thread, closes every connection and drops the segments (the
   // ones in use stay mapped until their users let go).
   ~ShmRegistry();
+  // Stops the thread: no frame is handed over after it returns (the
+  // service's shutdown; the connections stay open until destruction).
+  void Stop();
 
   // The abstract socket's name (without the leading NUL).
   const std::string& socket_name() const { return name_; }

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -214,6 +215,29 @@ TEST(ShmRegistryTest, AnAttachedConnectionsFramesReachTheHandlerAndItsAnswersCom
   ShmFrame none;
   EXPECT_FALSE(ReadFrame(sock, reader, &none));
   EXPECT_TRUE(WaitFor([&] { return (*registry)->attached() == 0; }));
+  close(sock);
+}
+
+TEST(ShmRegistryTest, NoFrameIsHandedOverAfterStop) {
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start();
+  ASSERT_TRUE(registry.ok());
+  std::atomic<int> handled{0};
+  (*registry)->SetHandler([&](std::shared_ptr<ShmBell> bell, ShmFrame frame) {
+    ++handled;
+    bell->Reply(frame.header.seq, 0, "", "");
+  });
+  absl::StatusOr<std::string> ticket = (*registry)->Issue(4096);
+  ASSERT_TRUE(ticket.ok());
+  int sock = -1, fd = -1;
+  ASSERT_NE(Present(**registry, *ticket, &sock, &fd).id, 0u);
+  close(fd);
+  const std::string frame = EncodeFrame(kShmPull, 1, "", "");
+  ASSERT_EQ(send(sock, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  EXPECT_TRUE(WaitFor([&] { return handled.load() == 1; }));
+  (*registry)->Stop();  // the server shuts down: its store may go
+  ASSERT_EQ(send(sock, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(handled.load(), 1);
   close(sock);
 }
 

@@ -237,9 +237,10 @@ void PsClient::Ring(Flight& f, int i) {
   ++shm_rings_;
   const absl::Status st =
       call.link->Ring(call.is_pull ? kShmPull : kShmPush, f.seq[i], FlattenSmall(call.request));
-  if (!st.ok()) {  // ended by AwaitRings at once
+  if (!st.ok()) {  // ended by AwaitRings at once; the next attempt goes by gRPC
     f.statuses[i] = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(st.message()));
     f.deadline[i] = absl::InfinitePast();
+    LoseLink(call.server, call.link);
   }
 }
 
