@@ -30,6 +30,8 @@ constexpr absl::Duration kPushAttempt = absl::Seconds(30);
 constexpr std::chrono::milliseconds kAbandonPoll(100);
 const char kPushMethod[] = "/pstrain.ParameterServer/Push";
 const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
+// Frames under way at once in one attempt (a few dozen bytes each answer).
+constexpr int kMaxRingsUnderWay = 64;
 // Attempts to attach a server's shared memory in one client's life (at
 // most one per attempt of calls).
 constexpr int kShmTries = 10;
@@ -200,6 +202,10 @@ struct PsClient::Flight {
 
 bool PsClient::Admit(Flight& f, int i) const {
   const Call& call = f.calls[i];
+  // Frames under way are bounded: their answers wait in the socket until
+  // this thread reads them, and a server drops a connection whose answer
+  // does not fit (a tensor of gigabytes is thousands of calls).
+  if (f.bell && f.running >= kMaxRingsUnderWay) return false;
   if (call.is_pull) return true;
   const int64_t bytes = static_cast<int64_t>(call.request.Length());
   int64_t& under_way = f.push_bytes[call.server];

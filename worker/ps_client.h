@@ -151,8 +151,9 @@ class PsClient {
   // only failures were pulls that waited out their deadline.
   absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting);
   struct Flight;
-  // Whether call i may start now (a pull always; a push within its server's
-  // window, or alone); counts it if so.
+  // Whether call i may start now (within the frames allowed under way: a
+  // pull always; a push within its server's window, or alone); counts it
+  // if so.
   bool Admit(Flight& flight, int i) const;
   // Encodes a call for the path its server takes now (shared memory or
   // the message), unless it already is.
