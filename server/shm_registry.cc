@@ -115,12 +115,11 @@ void ShmRegistry::Loop() {
     // The connections polled are the first fds.size() - 2 of conns_ (the
     // new ones come after them).
     std::vector<Conn> kept;
-    std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>> frames;  // read this round
     for (size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       const short events = i + 2 < fds.size() ? fds[i + 2].revents : 0;
       bool keep = true;
-      if (events != 0) keep = c.segment == 0 ? Grant(c) : Ring(c, &frames);
+      if (events != 0) keep = c.segment == 0 ? Grant(c) : Ring(c);
       if (keep) {
         kept.push_back(c);
         continue;
@@ -137,18 +136,8 @@ void ShmRegistry::Loop() {
       }
     }
     conns_ = std::move(kept);
-    Dispatch(std::move(frames));
     Expire(absl::Now());
   }
-}
-
-void ShmRegistry::Dispatch(std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>> frames) {
-  Handler handler;
-  {
-    absl::MutexLock lock(&mu_);
-    handler = handler_;
-  }
-  for (auto& [bell, frame] : frames) handler(std::move(bell), std::move(frame));
 }
 
 bool ShmRegistry::AcceptAll() {
@@ -218,24 +207,23 @@ bool ShmRegistry::Grant(Conn& conn) {
   return true;
 }
 
-bool ShmRegistry::Ring(Conn& conn,
-                       std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>>* frames) {
+bool ShmRegistry::Ring(Conn& conn) {
   const absl::Status filled = conn.frames->Fill(conn.fd);
-  bool served;
+  Handler handler;
   {
     absl::MutexLock lock(&mu_);
-    served = handler_ != nullptr;
+    handler = handler_;
   }
   while (true) {
     ShmFrame frame;
     const absl::StatusOr<bool> next = conn.frames->Next(&frame);
-    if (!next.ok() || (*next && !served)) {
+    if (!next.ok() || (*next && handler == nullptr)) {
       spdlog::warn("shared memory: closed segment {}'s connection: {}", conn.segment,
                    next.ok() ? "a frame before the server serves them" : next.status().message());
       return false;
     }
     if (!*next) break;
-    frames->push_back({conn.bell, std::move(frame)});
+    handler(conn.bell, std::move(frame));
   }
   return filled.ok();
 }

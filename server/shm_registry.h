@@ -116,11 +116,9 @@ class ShmRegistry {
   bool AcceptAll();
   // Reads a waiting connection's ticket and answers it; false: close it.
   bool Grant(Conn& conn);
-  // Reads an attached connection's whole frames into *frames; false: close
-  // it (closed by the worker, or not frames).
-  bool Ring(Conn& conn, std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>>* frames);
-  // Hands a round's frames to the handler, in the order they came.
-  void Dispatch(std::vector<std::pair<std::shared_ptr<ShmBell>, ShmFrame>> frames);
+  // Reads an attached connection's whole frames and hands each to the
+  // handler, in order; false: close it (closed by the worker, or not frames).
+  bool Ring(Conn& conn);
   // Drops expired tickets and connections that waited too long.
   void Expire(absl::Time now);
 
