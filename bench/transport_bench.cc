@@ -49,6 +49,8 @@ ABSL_FLAG(double, min_seconds, 0.6, "time each measurement at least this long");
 ABSL_FLAG(int, channels_per_server, 2, "PsClient connections to the server");
 ABSL_FLAG(int64_t, max_request_bytes, 1 << 20, "PsClient's largest call");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "the job's chunk_bytes (the servers' unit of storage)");
+ABSL_FLAG(bool, only_shm, false,
+          "measure only the shared-memory path against memcpy (for profiling it)");
 
 namespace pstrain {
 namespace {
@@ -363,6 +365,35 @@ int Run(const char* argv0) {
   bool pass = true, pass_one_trip = true, pass_shm = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
+    // The echo of the pstrain tensor's exact size (its weight and bias).
+    const int64_t ps_bytes = (n / 4 + 512) * 4;
+    // The shared-memory path's ceiling: the same bytes copied in (the
+    // push's write into the segment) and out (the pull's read from it).
+    std::vector<char> a(ps_bytes, 'a'), b(ps_bytes), c(ps_bytes);
+    auto copy_in_out = [&] {
+      std::memcpy(b.data(), a.data(), ps_bytes);
+      std::memcpy(c.data(), b.data(), ps_bytes);
+      asm volatile("" : : "r"(c.data()) : "memory");  // the copies stay
+      return true;
+    };
+    const double memcpy_in_out = Throughput(ps_bytes, copy_in_out);
+    const PstrainResult shm = MeasurePstrain(n / 4, {FP32}, /*shm=*/true, copy_in_out)[0];
+    if (n <= (16 << 20)) pass_shm = pass_shm && shm.paired_ratio >= 0.7;
+    if (absl::GetFlag(FLAGS_only_shm)) {
+      std::printf(
+          "    {\"mib\": %lld, \"memcpy_in_out\": %s, \"pstrain_shm_fp32\": {\"push\": %s, "
+          "\"pull\": %s, \"push_pull\": %s, \"push_pull_one_trip\": %s},\n"
+          "     \"push_pull_shm_over_memcpy_paired_median\": %s, "
+          "\"push_pull_shm_over_memcpy_paired_range\": [%s, %s], "
+          "\"push_pull_one_trip_shm_over_memcpy_paired_median\": %s}%s\n",
+          static_cast<long long>(n >> 20), J(memcpy_in_out).c_str(), J(shm.push).c_str(),
+          J(shm.pull).c_str(), J(shm.push_pull).c_str(), J(shm.push_pull_one_trip).c_str(),
+          J(shm.paired_ratio).c_str(), J(shm.paired_range.first).c_str(),
+          J(shm.paired_range.second).c_str(), J(shm.paired_ratio_one_trip).c_str(),
+          i + 1 < sizes.size() ? "," : "");
+      std::fflush(stdout);
+      continue;
+    }
     auto tcp_op = [&](uint64_t mode) {
       return [&, mode] {
         const TcpHeader h{mode, static_cast<uint64_t>(n)};
@@ -397,8 +428,6 @@ int Run(const char* argv0) {
     const double grpc_pull = Throughput(n, grpc_op(1));
     const double grpc_push_pull = Throughput(n, grpc_op(2));
 
-    // The echo of the pstrain tensor's exact size (its weight and bias).
-    const int64_t ps_bytes = (n / 4 + 512) * 4;
     auto echo_ps_size = [&] {
       const TcpHeader h{2, static_cast<uint64_t>(ps_bytes)};
       return WriteAll(tcp, reinterpret_cast<const char*>(&h), sizeof(h)) &&
@@ -406,18 +435,6 @@ int Run(const char* argv0) {
     };
     const std::vector<PstrainResult> ps =
         MeasurePstrain(n / 4, {FP32, BF16}, /*shm=*/false, echo_ps_size);
-    // The shared-memory path's ceiling: the same bytes copied in (the
-    // push's write into the segment) and out (the pull's read from it).
-    std::vector<char> a(ps_bytes, 'a'), b(ps_bytes), c(ps_bytes);
-    auto copy_in_out = [&] {
-      std::memcpy(b.data(), a.data(), ps_bytes);
-      std::memcpy(c.data(), b.data(), ps_bytes);
-      asm volatile("" : : "r"(c.data()) : "memory");  // the copies stay
-      return true;
-    };
-    const double memcpy_in_out = Throughput(ps_bytes, copy_in_out);
-    const PstrainResult shm = MeasurePstrain(n / 4, {FP32}, /*shm=*/true, copy_in_out)[0];
-    if (n <= (16 << 20)) pass_shm = pass_shm && shm.paired_ratio >= 0.7;
     const double fraction = ps[0].paired_ratio;
     const double fraction_one_trip = ps[0].paired_ratio_one_trip;
     if (n <= (16 << 20)) {

@@ -23,10 +23,24 @@ void Scale(const float* x, int64_t n, float a, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a * x[i];
 }
 
-// y += a * x
+// A BSP round's sum, one push at a time, in one pass over y: y = base +
+// a * x with base 0 for the round's first push (y holds the last round's
+// mean then) and y after, and for the push that closes the round times
+// `mean` (1 / the round's samples). The same float operations in the same
+// order as zeroing y, y += a * x and y *= mean would do, so the result is
+// the same to the bit (0.0f + keeps a -0 product +0, as 0 + it was).
 PSTRAIN_SIMD_CLONES
-void AddScaled(const float* __restrict x, int64_t n, float a, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+void Accumulate(const float* __restrict x, int64_t n, float a, bool first, bool close, float mean,
+                float* __restrict y) {
+  if (first && close) {
+    for (int64_t i = 0; i < n; ++i) y[i] = mean * (0.0f + a * x[i]);
+  } else if (first) {
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.0f + a * x[i];
+  } else if (close) {
+    for (int64_t i = 0; i < n; ++i) y[i] = mean * (y[i] + a * x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  }
 }
 
 }  // namespace
@@ -347,18 +361,24 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   }
   // BSP: the gate keeps every worker within one round, so `clock` is the
   // round being collected.
-  if (acceptable) {
-    AddScaled(grad.data(), n, static_cast<float>(num_samples), slab.grad());
-    c.round_samples += num_samples;
-  }
   c.clocks.Pushed(worker);
-  if (c.clocks.RoundComplete()) CloseRound(c, slab);
+  const bool closes = c.clocks.RoundComplete();
+  if (acceptable) {
+    const int64_t samples = c.round_samples + num_samples;
+    Accumulate(grad.data(), n, static_cast<float>(num_samples), c.round_samples == 0, closes,
+               1.0f / static_cast<float>(samples), slab.grad());
+    c.round_samples = samples;
+  }
+  if (closes) CloseRound(c, slab, /*averaged=*/acceptable);
   return absl::OkStatus();
 }
 
-void ChunkStore::CloseRound(Chunk& c, const Slab& slab) {
+void ChunkStore::CloseRound(Chunk& c, const Slab& slab, bool averaged) {
   const int64_t n = c.layout.grad;
-  if (c.round_samples > 0) {
+  if (c.round_samples == 0) {
+    // Every push skipped: nothing is applied, and a held round's norm reads zeros.
+    std::fill(slab.grad(), slab.grad() + n, 0.0f);
+  } else if (!averaged) {
     Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples), slab.grad());
     slab.MarkWritten();
   }
@@ -378,7 +398,7 @@ void ChunkStore::RemoveWorker(int worker) {
     if (!c->clocks.Remove(worker)) continue;
     if (!bsp_ || c->round_closed || !c->clocks.RoundComplete()) continue;
     absl::StatusOr<Slab> slab = Pin(*c);
-    if (slab.ok()) CloseRound(*c, *slab);  // else the server fails (health())
+    if (slab.ok()) CloseRound(*c, *slab, /*averaged=*/false);  // else the server fails (health())
   }
 }
 
@@ -389,7 +409,7 @@ void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
     if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
     Apply(c, slab, clock, slab.grad());
   }
-  std::fill(slab.grad(), slab.grad() + n, 0.0f);
+  // The sum is not zeroed: the next round's first push overwrites it (Accumulate).
   slab.MarkWritten();
   c.round_samples = 0;
   c.round_closed = false;

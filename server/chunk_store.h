@@ -191,7 +191,9 @@ class ChunkStore : public HeldRounds {
   absl::StatusOr<Slab> Pin(const Chunk& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // BSP: turns the round's sum into its mean and applies it (or, with
   // global clipping, holds it and tells the listener).
-  void CloseRound(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // `averaged`: the push that closed the round already divided the sum by
+  // the round's samples.
+  void CloseRound(Chunk& c, const Slab& slab, bool averaged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Writes `c` to the checkpoint when its applied clock calls for it.
   void MaybeCheckpoint(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 

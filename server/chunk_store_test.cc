@@ -215,6 +215,28 @@ TEST(ChunkStoreTest, NonFinitePushesAreSkippedAndCounted) {
   EXPECT_EQ(f.store.NonfiniteSkipped(), 3);
 }
 
+// The round's sum is not zeroed between rounds: the first push taken in a
+// round (here after a skipped one) starts it afresh, and a round the
+// removal of a worker closes still takes the mean.
+TEST(ChunkStoreTest, EachBspRoundSumsOnlyItsOwnPushes) {
+  Fixture f(BSP);
+  std::vector<float> w = ReadChunk(f.store, 0);
+  std::vector<float> bad(8, 1.0f);
+  bad[2] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(f.store.Push(0, 0, 4, 0, std::vector<float>(8, 2.0f)).ok());
+  ASSERT_TRUE(f.store.Push(1, 0, 4, 0, std::vector<float>(8, 4.0f)).ok());
+  for (int i = 0; i < 8; ++i) w[i] -= 0.5f * 3.0f;
+  EXPECT_EQ(ReadChunk(f.store, 0), w);
+  ASSERT_TRUE(f.store.Push(0, 1, 4, 0, bad).ok());
+  ASSERT_TRUE(f.store.Push(1, 1, 2, 0, std::vector<float>(8, 1.0f)).ok());
+  for (int i = 0; i < 8; ++i) w[i] -= 0.5f * 1.0f;
+  EXPECT_EQ(ReadChunk(f.store, 0), w);
+  ASSERT_TRUE(f.store.Push(0, 2, 1, 0, std::vector<float>(8, 8.0f)).ok());
+  f.store.RemoveWorker(1);
+  for (int i = 0; i < 8; ++i) w[i] -= 0.5f * 8.0f;
+  EXPECT_EQ(ReadChunk(f.store, 0), w);
+}
+
 // SSP/ASP clip each push by the norm its worker reports for the whole push.
 TEST(ChunkStoreTest, AspClipsByThePushNorm) {
   Fixture f(ASP, 1, 1, /*clip_norm=*/1.0f);
