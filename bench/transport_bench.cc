@@ -8,7 +8,7 @@
 // the real ps_server (with ps_scheduler), the worker side is this process on
 // PsClient. Prints one JSON object.
 //
-//   bazel run -c opt //bench:transport_bench -- [--sizes_mib=1,4,16,64]
+//   bazel run -c opt //bench:transport_bench -- [--sizes_mib=1,4,16,64] [--only_shm]
 //
 // Throughput counts the tensor's fp32 bytes once per operation: a push+pull
 // round trip of 16 MiB counts 16 MiB, and so does the TCP echo it is
@@ -324,6 +324,51 @@ std::string J(double v) {
   return buf;
 }
 
+// The shared-memory path for an n-byte tensor, and its ceiling: a memcpy
+// of the same bytes in (the push's write into the segment) and out (the
+// pull's read from it). Returns {memcpy GB/s, the path's figures}.
+std::pair<double, PstrainResult> MeasureShm(int64_t n) {
+  const int64_t ps_bytes = (n / 4 + 512) * 4;  // the tensor's weight and bias
+  std::vector<char> a(ps_bytes, 'a'), b(ps_bytes), c(ps_bytes);
+  auto copy_in_out = [&] {
+    std::memcpy(b.data(), a.data(), ps_bytes);
+    std::memcpy(c.data(), b.data(), ps_bytes);
+    asm volatile("" : : "r"(c.data()) : "memory");  // the copies stay
+    return true;
+  };
+  const double memcpy_in_out = Throughput(ps_bytes, copy_in_out);
+  return {memcpy_in_out, MeasurePstrain(n / 4, {FP32}, /*shm=*/true, copy_in_out)[0]};
+}
+
+// --only_shm: the shared-memory path alone, no TCP or gRPC references.
+int RunShmOnly(const std::vector<int64_t>& sizes) {
+  TuneMallocForBulkTraffic();
+  std::printf("{\n  \"bench\": \"transport_bench\",\n  \"only_shm\": true,\n  \"sizes\": [\n");
+  bool pass = true;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    const auto [memcpy_in_out, shm] = MeasureShm(n);
+    if (n <= (16 << 20)) pass = pass && shm.paired_ratio >= 0.7;
+    std::printf(
+        "    {\"mib\": %lld, \"memcpy_in_out\": %s, \"pstrain_shm_fp32\": {\"push\": %s, "
+        "\"pull\": %s, \"push_pull\": %s, \"push_pull_one_trip\": %s},\n"
+        "     \"push_pull_shm_over_memcpy_paired_median\": %s, "
+        "\"push_pull_shm_over_memcpy_paired_range\": [%s, %s], "
+        "\"push_pull_one_trip_shm_over_memcpy_paired_median\": %s}%s\n",
+        static_cast<long long>(n >> 20), J(memcpy_in_out).c_str(), J(shm.push).c_str(),
+        J(shm.pull).c_str(), J(shm.push_pull).c_str(), J(shm.push_pull_one_trip).c_str(),
+        J(shm.paired_ratio).c_str(), J(shm.paired_range.first).c_str(),
+        J(shm.paired_range.second).c_str(), J(shm.paired_ratio_one_trip).c_str(),
+        i + 1 < sizes.size() ? "," : "");
+    std::fflush(stdout);
+  }
+  std::printf(
+      "  ],\n  \"unit\": \"GB/s of the tensor's fp32 bytes, counted once per operation\",\n"
+      "  \"goal_shm_push_pull_1_4_16_mib_at_least_0_7_of_memcpy\": %s\n}\n",
+      pass ? "true" : "false");
+  return 0;
+}
+
 int Run(const char* argv0) {
   std::vector<int64_t> sizes;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
@@ -339,6 +384,7 @@ int Run(const char* argv0) {
     setenv("TEST_SRCDIR", absl::StrCat(argv0, ".runfiles").c_str(), 1);
     setenv("TEST_WORKSPACE", "pstrain", 1);
   }
+  if (absl::GetFlag(FLAGS_only_shm)) return RunShmOnly(sizes);
   // Room for the largest tensor and the pstrain job's bias beside it.
   const size_t max_bytes =
       static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end())) + (64 << 10);
@@ -365,35 +411,6 @@ int Run(const char* argv0) {
   bool pass = true, pass_one_trip = true, pass_shm = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
-    // The echo of the pstrain tensor's exact size (its weight and bias).
-    const int64_t ps_bytes = (n / 4 + 512) * 4;
-    // The shared-memory path's ceiling: the same bytes copied in (the
-    // push's write into the segment) and out (the pull's read from it).
-    std::vector<char> a(ps_bytes, 'a'), b(ps_bytes), c(ps_bytes);
-    auto copy_in_out = [&] {
-      std::memcpy(b.data(), a.data(), ps_bytes);
-      std::memcpy(c.data(), b.data(), ps_bytes);
-      asm volatile("" : : "r"(c.data()) : "memory");  // the copies stay
-      return true;
-    };
-    const double memcpy_in_out = Throughput(ps_bytes, copy_in_out);
-    const PstrainResult shm = MeasurePstrain(n / 4, {FP32}, /*shm=*/true, copy_in_out)[0];
-    if (n <= (16 << 20)) pass_shm = pass_shm && shm.paired_ratio >= 0.7;
-    if (absl::GetFlag(FLAGS_only_shm)) {
-      std::printf(
-          "    {\"mib\": %lld, \"memcpy_in_out\": %s, \"pstrain_shm_fp32\": {\"push\": %s, "
-          "\"pull\": %s, \"push_pull\": %s, \"push_pull_one_trip\": %s},\n"
-          "     \"push_pull_shm_over_memcpy_paired_median\": %s, "
-          "\"push_pull_shm_over_memcpy_paired_range\": [%s, %s], "
-          "\"push_pull_one_trip_shm_over_memcpy_paired_median\": %s}%s\n",
-          static_cast<long long>(n >> 20), J(memcpy_in_out).c_str(), J(shm.push).c_str(),
-          J(shm.pull).c_str(), J(shm.push_pull).c_str(), J(shm.push_pull_one_trip).c_str(),
-          J(shm.paired_ratio).c_str(), J(shm.paired_range.first).c_str(),
-          J(shm.paired_range.second).c_str(), J(shm.paired_ratio_one_trip).c_str(),
-          i + 1 < sizes.size() ? "," : "");
-      std::fflush(stdout);
-      continue;
-    }
     auto tcp_op = [&](uint64_t mode) {
       return [&, mode] {
         const TcpHeader h{mode, static_cast<uint64_t>(n)};
@@ -428,6 +445,8 @@ int Run(const char* argv0) {
     const double grpc_pull = Throughput(n, grpc_op(1));
     const double grpc_push_pull = Throughput(n, grpc_op(2));
 
+    // The echo of the pstrain tensor's exact size (its weight and bias).
+    const int64_t ps_bytes = (n / 4 + 512) * 4;
     auto echo_ps_size = [&] {
       const TcpHeader h{2, static_cast<uint64_t>(ps_bytes)};
       return WriteAll(tcp, reinterpret_cast<const char*>(&h), sizeof(h)) &&
@@ -435,6 +454,8 @@ int Run(const char* argv0) {
     };
     const std::vector<PstrainResult> ps =
         MeasurePstrain(n / 4, {FP32, BF16}, /*shm=*/false, echo_ps_size);
+    const auto [memcpy_in_out, shm] = MeasureShm(n);
+    if (n <= (16 << 20)) pass_shm = pass_shm && shm.paired_ratio >= 0.7;
     const double fraction = ps[0].paired_ratio;
     const double fraction_one_trip = ps[0].paired_ratio_one_trip;
     if (n <= (16 << 20)) {

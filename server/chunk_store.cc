@@ -27,8 +27,9 @@ void Scale(const float* x, int64_t n, float a, float* out) {
 // a * x with base 0 for the round's first push (y holds the last round's
 // mean then) and y after, and for the push that closes the round times
 // `mean` (1 / the round's samples). The same float operations in the same
-// order as zeroing y, y += a * x and y *= mean would do, so the result is
-// the same to the bit (0.0f + keeps a -0 product +0, as 0 + it was).
+// order as zeroing y (a pass of its own), y += a * x and y *= mean (another)
+// would do, so the result is the same to the bit, contracted to an FMA or
+// not (the base is a +0.0f, as the zeroed y was).
 PSTRAIN_SIMD_CLONES
 void Accumulate(const float* __restrict x, int64_t n, float a, bool first, bool close, float mean,
                 float* __restrict y) {
@@ -376,8 +377,10 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
 void ChunkStore::CloseRound(Chunk& c, const Slab& slab, bool averaged) {
   const int64_t n = c.layout.grad;
   if (c.round_samples == 0) {
-    // Every push skipped: nothing is applied, and a held round's norm reads zeros.
+    // Every push skipped: nothing is applied, and a held round's norm reads
+    // zeros (written: an offloaded slab may be read back before that).
     std::fill(slab.grad(), slab.grad() + n, 0.0f);
+    slab.MarkWritten();
   } else if (!averaged) {
     Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples), slab.grad());
     slab.MarkWritten();

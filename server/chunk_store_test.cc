@@ -231,8 +231,8 @@ TEST(ChunkStoreTest, EachBspRoundSumsOnlyItsOwnPushes) {
   ASSERT_TRUE(f.store.Push(1, 1, 2, 0, std::vector<float>(8, 1.0f)).ok());
   for (int i = 0; i < 8; ++i) w[i] -= 0.5f * 1.0f;
   EXPECT_EQ(ReadChunk(f.store, 0), w);
-  ASSERT_TRUE(f.store.Push(0, 2, 1, 0, std::vector<float>(8, 8.0f)).ok());
-  f.store.RemoveWorker(1);
+  ASSERT_TRUE(f.store.Push(0, 2, 4, 0, std::vector<float>(8, 8.0f)).ok());
+  f.store.RemoveWorker(1);  // the sum 4 * 8 over 4 samples
   for (int i = 0; i < 8; ++i) w[i] -= 0.5f * 8.0f;
   EXPECT_EQ(ReadChunk(f.store, 0), w);
 }
