@@ -17,10 +17,11 @@ ABSL_FLAG(std::string, compute_dtype, "fp32",
           "fp32, bf16 or fp16: what the matrix products take as inputs (fp32 accumulation; "
           "the servers keep fp32 master weights); fp16 adds dynamic loss scaling");
 ABSL_FLAG(std::string, overlap, "auto",
-          "on, off or auto (the same as on): push each layer's gradients while the backward "
-          "goes on, and send the next clock's pull with its gate call (under SSP/ASP: while "
-          "this clock computes), when the job needs no whole-gradient step first "
-          "(micro_batches 1, no fp16 loss scaling or SSP/ASP clipping)");
+          "on, off or auto (on for a CUDA device; on the CPU on under SSP/ASP and off under "
+          "BSP): push each layer's gradients while the backward goes on, and under SSP/ASP "
+          "pull the next clock's weights while this one computes, when the job needs no "
+          "whole-gradient step first (micro_batches 1, no fp16 loss scaling or SSP/ASP "
+          "clipping)");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
           "of keeping them (less memory)");

@@ -96,7 +96,8 @@ std::thread Watch(std::atomic<bool>* stop, Trainer* trainer, std::function<Worke
 
 // What the trainer is told, from the command line, the registration and
 // the job.
-absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config, DType wire,
+absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
+                                                 const std::string& device, DType wire,
                                                  StageLinkService* stage_link,
                                                  const RegisterResponse& reg, const JobSpec& job);
 
@@ -159,10 +160,11 @@ void WorkerMember::Report(MemberState state, const std::string& message, double 
 
 absl::StatusOr<TrainerOptions> WorkerMember::Options(const RegisterResponse& reg,
                                                      const JobSpec& job) const {
-  return TrainerOptionsFor(config_, wire_, stage_link_, reg, job);
+  return TrainerOptionsFor(config_, backend_->name(), wire_, stage_link_, reg, job);
 }
 
-absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config, DType wire,
+absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
+                                                 const std::string& device, DType wire,
                                                  StageLinkService* stage_link,
                                                  const RegisterResponse& reg, const JobSpec& job) {
   TrainerOptions topts;
@@ -170,11 +172,13 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config, DTy
   topts.job = job;
   topts.training = config.training;
   topts.training.recompute = config.recompute == "block";
-  // auto: on. Under SSP and ASP the prefetch takes the pull off the clock;
-  // under BSP the server updates the last layers while the backward goes on
-  // (the same weights; bench/train_bench: a gain within the noise for the
-  // MLP, none for the GPT).
-  topts.training.overlap = config.overlap != "off";
+  // auto: on for a GPU; on the CPU under SSP and ASP, where the prefetch
+  // takes the pull off the clock (bench/train_bench: the MLP's clocks as
+  // fast as alone with it, 0.6-0.67 of that without); off under BSP, where
+  // it made no difference we could tell from the noise.
+  topts.training.overlap =
+      config.overlap == "on" ||
+      (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
   topts.training.loss_scaling = config.compute_dtype == "fp16";
   if (topts.training.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
@@ -279,7 +283,7 @@ int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType w
   }
   RegisterResponse reg;
   absl::StatusOr<TrainerOptions> topts =
-      TrainerOptionsFor(config, wire, nullptr, reg, *job);
+      TrainerOptionsFor(config, backend->name(), wire, nullptr, reg, *job);
   if (!topts.ok()) {
     spdlog::error("{}", topts.status().message());
     return 2;

@@ -152,10 +152,9 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   generation_ = reg.generation();
   start_clock_ = reg.start_clock();
   if (options_.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
-  // auto: on under SSP and ASP (the prefetch takes the pull off the clock),
-  // off under BSP, where bench/torch_bench measured pushing at step() faster
-  // for PyTorch's models (ps_worker's own models differ: on there); never
-  // with clipping by the push's norm, which needs the whole gradient first.
+  // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
+  // pull off the clock), off under BSP; never with clipping by the push's
+  // norm, which needs the whole gradient first.
   const bool clips = job_.optimizer().clip_norm() > 0 && job_.consistency() != BSP;
   overlap_ = !clips && (options_.overlap == "on" ||
                         (options_.overlap == "auto" && EffectiveStaleness(job_) != 0));

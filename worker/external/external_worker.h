@@ -39,7 +39,7 @@ namespace pstrain {
 
 struct ExternalWorkerOptions {
   MemberConfig member;
-  std::string overlap = "auto";  // auto (on under SSP/ASP, off under BSP), on or off
+  std::string overlap = "auto";  // auto, on or off, as ps_worker's --overlap
   std::string wire_dtype;        // "": the job's
   int channels_per_server = 2;
   bool shm = true;  // --shm (PsClientOptions::shm)
