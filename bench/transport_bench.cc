@@ -324,6 +324,53 @@ std::string J(double v) {
   return buf;
 }
 
+// The references of one size: a bare TCP stream (push, pull, echo) and a
+// default-settings gRPC unary call, in GB/s.
+struct References {
+  double tcp_push = 0, tcp_pull = 0, tcp_echo = 0;
+  // What a push followed by a pull (two exchanges, not one) reaches over
+  // bare sockets: the ceiling of any two-call push+pull on this machine.
+  double tcp_push_then_pull = 0;
+  double grpc_push = 0, grpc_pull = 0, grpc_push_pull = 0;
+};
+
+References MeasureReferences(int64_t n, int tcp, std::vector<char>* buf,
+                             bench::Echo::Stub* stub) {
+  auto tcp_op = [&](uint64_t mode) {
+    return [&, mode] {
+      const TcpHeader h{mode, static_cast<uint64_t>(n)};
+      if (!WriteAll(tcp, reinterpret_cast<const char*>(&h), sizeof(h))) return false;
+      if (mode == 0) return WriteAll(tcp, buf->data(), n) && ReadAll(tcp, buf->data(), 1);
+      if (mode == 1) return ReadAll(tcp, buf->data(), n);
+      return WriteAll(tcp, buf->data(), n) && ReadAll(tcp, buf->data(), n);
+    };
+  };
+  References r;
+  r.tcp_push = Throughput(n, tcp_op(0));
+  r.tcp_pull = Throughput(n, tcp_op(1));
+  r.tcp_echo = Throughput(n, tcp_op(2));
+  r.tcp_push_then_pull = 1.0 / (1.0 / r.tcp_push + 1.0 / r.tcp_pull);
+
+  bench::Blob data_blob, size_blob;
+  data_blob.set_data(std::string(n, 'd'));
+  size_blob.set_size(n);
+  auto grpc_op = [&](int which) {
+    return [&, which] {
+      grpc::ClientContext ctx;
+      bench::Blob resp;
+      grpc::Status st = which == 0   ? stub->Push(&ctx, data_blob, &resp)
+                        : which == 1 ? stub->Pull(&ctx, size_blob, &resp)
+                                     : stub->PushPull(&ctx, data_blob, &resp);
+      if (!st.ok()) std::fprintf(stderr, "grpc: %s\n", st.error_message().c_str());
+      return st.ok();
+    };
+  };
+  r.grpc_push = Throughput(n, grpc_op(0));
+  r.grpc_pull = Throughput(n, grpc_op(1));
+  r.grpc_push_pull = Throughput(n, grpc_op(2));
+  return r;
+}
+
 // The shared-memory path for an n-byte tensor, and its ceiling: a memcpy
 // of the same bytes in (the push's write into the segment) and out (the
 // pull's read from it). Returns {memcpy GB/s, the path's figures}.
@@ -340,6 +387,18 @@ std::pair<double, PstrainResult> MeasureShm(int64_t n) {
   return {memcpy_in_out, MeasurePstrain(n / 4, {FP32}, /*shm=*/true, copy_in_out)[0]};
 }
 
+// The shared-memory path's JSON fields (of one size's object).
+std::string ShmJson(double memcpy_in_out, const PstrainResult& shm) {
+  return absl::StrCat(
+      "\"memcpy_in_out\": ", J(memcpy_in_out), ", \"pstrain_shm_fp32\": {\"push\": ", J(shm.push),
+      ", \"pull\": ", J(shm.pull), ", \"push_pull\": ", J(shm.push_pull),
+      ", \"push_pull_one_trip\": ", J(shm.push_pull_one_trip),
+      "},\n     \"push_pull_shm_over_memcpy_paired_median\": ", J(shm.paired_ratio),
+      ", \"push_pull_shm_over_memcpy_paired_range\": [", J(shm.paired_range.first), ", ",
+      J(shm.paired_range.second), "], \"push_pull_one_trip_shm_over_memcpy_paired_median\": ",
+      J(shm.paired_ratio_one_trip));
+}
+
 // --only_shm: the shared-memory path alone, no TCP or gRPC references.
 int RunShmOnly(const std::vector<int64_t>& sizes) {
   TuneMallocForBulkTraffic();
@@ -349,17 +408,8 @@ int RunShmOnly(const std::vector<int64_t>& sizes) {
     const int64_t n = sizes[i];
     const auto [memcpy_in_out, shm] = MeasureShm(n);
     if (n <= (16 << 20)) pass = pass && shm.paired_ratio >= 0.7;
-    std::printf(
-        "    {\"mib\": %lld, \"memcpy_in_out\": %s, \"pstrain_shm_fp32\": {\"push\": %s, "
-        "\"pull\": %s, \"push_pull\": %s, \"push_pull_one_trip\": %s},\n"
-        "     \"push_pull_shm_over_memcpy_paired_median\": %s, "
-        "\"push_pull_shm_over_memcpy_paired_range\": [%s, %s], "
-        "\"push_pull_one_trip_shm_over_memcpy_paired_median\": %s}%s\n",
-        static_cast<long long>(n >> 20), J(memcpy_in_out).c_str(), J(shm.push).c_str(),
-        J(shm.pull).c_str(), J(shm.push_pull).c_str(), J(shm.push_pull_one_trip).c_str(),
-        J(shm.paired_ratio).c_str(), J(shm.paired_range.first).c_str(),
-        J(shm.paired_range.second).c_str(), J(shm.paired_ratio_one_trip).c_str(),
-        i + 1 < sizes.size() ? "," : "");
+    std::printf("    {\"mib\": %lld, %s}%s\n", static_cast<long long>(n >> 20),
+                ShmJson(memcpy_in_out, shm).c_str(), i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }
   std::printf(
@@ -369,15 +419,22 @@ int RunShmOnly(const std::vector<int64_t>& sizes) {
   return 0;
 }
 
-int Run(const char* argv0) {
+// --sizes_mib in bytes; empty for a bad entry.
+std::vector<int64_t> ParseSizes() {
   std::vector<int64_t> sizes;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
     int64_t m;
-    if (!absl::SimpleAtoi(part, &m) || m < 1 || m > 4096) {
-      std::fprintf(stderr, "transport_bench: bad --sizes_mib entry\n");
-      return 2;
-    }
+    if (!absl::SimpleAtoi(part, &m) || m < 1 || m > 4096) return {};
     sizes.push_back(m << 20);
+  }
+  return sizes;
+}
+
+int Run(const char* argv0) {
+  const std::vector<int64_t> sizes = ParseSizes();
+  if (sizes.empty()) {
+    std::fprintf(stderr, "transport_bench: bad --sizes_mib entry\n");
+    return 2;
   }
   // The daemons are in this binary's runfiles (bazel run, or bazel-bin/...).
   if (std::getenv("TEST_SRCDIR") == nullptr) {
@@ -411,39 +468,7 @@ int Run(const char* argv0) {
   bool pass = true, pass_one_trip = true, pass_shm = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
-    auto tcp_op = [&](uint64_t mode) {
-      return [&, mode] {
-        const TcpHeader h{mode, static_cast<uint64_t>(n)};
-        if (!WriteAll(tcp, reinterpret_cast<const char*>(&h), sizeof(h))) return false;
-        if (mode == 0) return WriteAll(tcp, buf.data(), n) && ReadAll(tcp, buf.data(), 1);
-        if (mode == 1) return ReadAll(tcp, buf.data(), n);
-        return WriteAll(tcp, buf.data(), n) && ReadAll(tcp, buf.data(), n);
-      };
-    };
-    const double tcp_push = Throughput(n, tcp_op(0));
-    const double tcp_pull = Throughput(n, tcp_op(1));
-    const double tcp_echo = Throughput(n, tcp_op(2));
-    // What a push followed by a pull (two exchanges, not one) reaches over
-    // bare sockets: the ceiling of any two-call push+pull on this machine.
-    const double tcp_push_then_pull = 1.0 / (1.0 / tcp_push + 1.0 / tcp_pull);
-
-    bench::Blob data_blob, size_blob;
-    data_blob.set_data(std::string(n, 'd'));
-    size_blob.set_size(n);
-    auto grpc_op = [&](int which) {
-      return [&, which] {
-        grpc::ClientContext ctx;
-        bench::Blob resp;
-        grpc::Status st = which == 0   ? stub->Push(&ctx, data_blob, &resp)
-                          : which == 1 ? stub->Pull(&ctx, size_blob, &resp)
-                                       : stub->PushPull(&ctx, data_blob, &resp);
-        if (!st.ok()) std::fprintf(stderr, "grpc: %s\n", st.error_message().c_str());
-        return st.ok();
-      };
-    };
-    const double grpc_push = Throughput(n, grpc_op(0));
-    const double grpc_pull = Throughput(n, grpc_op(1));
-    const double grpc_push_pull = Throughput(n, grpc_op(2));
+    const References r = MeasureReferences(n, tcp, &buf, stub.get());
 
     // The echo of the pstrain tensor's exact size (its weight and bias).
     const int64_t ps_bytes = (n / 4 + 512) * 4;
@@ -475,22 +500,16 @@ int Run(const char* argv0) {
         "\"push_pull_fp32_over_tcp_echo\": %s, "
         "\"tcp_push_then_pull_over_tcp_echo\": %s, "
         "\"grpc_default_over_tcp_echo\": %s,\n"
-        "     \"memcpy_in_out\": %s, \"pstrain_shm_fp32\": {\"push\": %s, \"pull\": %s, "
-        "\"push_pull\": %s, \"push_pull_one_trip\": %s},\n"
-        "     \"push_pull_shm_over_memcpy_paired_median\": %s, "
-        "\"push_pull_shm_over_memcpy_paired_range\": [%s, %s], "
-        "\"push_pull_one_trip_shm_over_memcpy_paired_median\": %s}%s\n",
-        static_cast<long long>(n >> 20), J(tcp_push).c_str(), J(tcp_pull).c_str(),
-        J(tcp_echo).c_str(), J(grpc_push).c_str(), J(grpc_pull).c_str(), J(grpc_push_pull).c_str(),
+        "     %s}%s\n",
+        static_cast<long long>(n >> 20), J(r.tcp_push).c_str(), J(r.tcp_pull).c_str(),
+        J(r.tcp_echo).c_str(), J(r.grpc_push).c_str(), J(r.grpc_pull).c_str(),
+        J(r.grpc_push_pull).c_str(),
         J(ps[0].push).c_str(), J(ps[0].pull).c_str(), J(ps[0].push_pull).c_str(),
         J(ps[0].push_pull_one_trip).c_str(), J(ps[1].push).c_str(), J(ps[1].pull).c_str(),
         J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(), J(fraction).c_str(),
-        J(fraction_one_trip).c_str(), J(ps[0].push_pull / tcp_echo).c_str(),
-        J(tcp_push_then_pull / tcp_echo).c_str(), J(grpc_push_pull / tcp_echo).c_str(),
-        J(memcpy_in_out).c_str(), J(shm.push).c_str(), J(shm.pull).c_str(),
-        J(shm.push_pull).c_str(), J(shm.push_pull_one_trip).c_str(), J(shm.paired_ratio).c_str(),
-        J(shm.paired_range.first).c_str(), J(shm.paired_range.second).c_str(),
-        J(shm.paired_ratio_one_trip).c_str(), i + 1 < sizes.size() ? "," : "");
+        J(fraction_one_trip).c_str(), J(ps[0].push_pull / r.tcp_echo).c_str(),
+        J(r.tcp_push_then_pull / r.tcp_echo).c_str(), J(r.grpc_push_pull / r.tcp_echo).c_str(),
+        ShmJson(memcpy_in_out, shm).c_str(), i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }
   const TcpHeader quit{3, 0};

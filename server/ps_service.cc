@@ -316,6 +316,8 @@ class PsService::Call {
   }
   bool Claim() { return !claimed_.exchange(true); }
   bool claimed() const { return claimed_.load(); }
+  // A frame whose connection closed: its worker waits for no answer.
+  bool abandoned() const { return bell != nullptr && bell->closed(); }
 
   // Sends the reply with `status`. Only after
   // winning Claim().
@@ -489,8 +491,7 @@ void PsService::Handle(Call* call) {
   const int64_t limit = static_cast<int64_t>(s->chunk_ids().size()) + 64;
   int64_t mine = 0;
   for (const Call* p : parked_)
-    mine += !p->claimed() && !(p->bell != nullptr && p->bell->closed()) &&
-            p->pull.worker_id() == call->pull.worker_id();
+    mine += !p->claimed() && !p->abandoned() && p->pull.worker_id() == call->pull.worker_id();
   if (mine >= limit) {
     answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrCat("pull: worker ", call->pull.worker_id(), " already has ", mine,
@@ -531,7 +532,7 @@ void PsService::WakePulls() {
   absl::MutexLock lock(&parked_mu_);
   for (auto it = parked_.begin(); it != parked_.end();) {
     Call* call = *it;
-    if (call->bell != nullptr && call->bell->closed()) call->Claim();  // its worker left
+    if (call->abandoned()) call->Claim();  // its worker left
     if (call->claimed()) {  // cancelled while parked
       it = parked_.erase(it);
       call->Unref();
@@ -640,7 +641,7 @@ MemberStatus PsService::GetStatus() const {
   {
     absl::MutexLock lock(&parked_mu_);
     for (const Call* call : parked_) {
-      if (call->claimed() || (call->bell != nullptr && call->bell->closed())) continue;
+      if (call->claimed() || call->abandoned()) continue;
       Wait* w = st.add_waits();
       w->set_what(ParkedWhat(s.get(), *call));
       w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));
