@@ -3,6 +3,7 @@
 // a message instead of waiting forever.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -37,18 +38,28 @@ MemberStatus FinalWorker(const Cluster& cluster, int id) {
   return st.ok() ? MemberOf(*st, WORKER, id) : MemberStatus();
 }
 
-// The final test accuracy of the BSP job undisturbed (run once).
-double UndisturbedAccuracy() {
-  static double accuracy = [] {
+// The BSP job undisturbed (run once): its final test accuracy (-1 if it
+// failed) and process 0's final weights.
+struct UndisturbedRun {
+  double accuracy = -1;
+  TensorSet weights;
+};
+const UndisturbedRun& Undisturbed() {
+  static const UndisturbedRun* run = [] {
+    auto* r = new UndisturbedRun;
     Cluster cluster("undisturbed");
     if (!cluster.Start(BspOptions()).ok() || cluster.WaitAll(absl::Seconds(120)).value_or(1) != 0) {
-      return -1.0;
+      return r;
     }
     const MemberStatus w = FinalWorker(cluster, 0);
-    return w.state() == FINISHED ? w.test_accuracy() : -1.0;
+    if (w.state() != FINISHED) return r;
+    r->accuracy = w.test_accuracy();
+    r->weights = ReadWeights(cluster.worker_weights(0));
+    return r;
   }();
-  return accuracy;
+  return *run;
 }
+double UndisturbedAccuracy() { return Undisturbed().accuracy; }
 
 // Starts a replacement with the dead worker's id and waits for the job to
 // end: every process exits 0; the replacement's final Status.
@@ -199,6 +210,57 @@ TEST(FaultTest, UnderWaitAReplacementMakesThePushItsPredecessorNeverSent) {
               static_cast<long long>(replacement.start_clock()), static_cast<long long>(kHeld),
               replacement.test_accuracy(), undisturbed);
   EXPECT_DOUBLE_EQ(replacement.test_accuracy(), undisturbed);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), Undisturbed().weights), 0);
+}
+
+// Pushing layer by layer (--overlap=on), a worker killed in the middle of
+// a clock's pushes leaves the clock pushed for its last layers and not for
+// its first (here that push is held): under BSP the last layers' chunks
+// closed the round and applied it. The replacement goes through the clock
+// again from the weights it pulls -- the last layers already updated -- so
+// the first layer's repeated gradient is not the lost one. The job ends
+// with every process's exit 0, near the undisturbed run but not
+// bit-identical to it (docs/failures.md: the same as a whole-gradient push
+// that reached one server and not another).
+TEST(FaultTest, PushingByLayersAReplacementRedoesAHalfPushedClockFromNewerWeights) {
+  const UndisturbedRun& undisturbed = Undisturbed();
+  ASSERT_GT(undisturbed.accuracy, 0);
+  constexpr int64_t kHeld = 60;
+  Cluster cluster("halfpushed");
+  ClusterOptions options = BspOptions();
+  options.scheduler_flags.push_back("--on_worker_failure=wait");
+  for (std::vector<std::string>& flags : options.worker_flags) flags.push_back("--overlap=on");
+  options.worker_flags[1].push_back(absl::StrCat("--debug_hold_push=", kHeld));
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  int victim = -1;
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        victim = cluster.MemberId(WORKER, 1);
+        return victim >= 0 && WorkerClock(st, victim) == kHeld + 1;
+      },
+      absl::Seconds(60)))
+      << cluster.Logs();
+  // The last layers' pushes went on the push lane before the held one:
+  // give them time to land.
+  absl::SleepFor(absl::Seconds(1));
+  cluster.workers()[1].Kill(SIGKILL);
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) { return MemberOf(st, WORKER, victim).state() == DEAD; },
+      absl::Seconds(4 + LoadPerCore())))
+      << cluster.Logs();
+  const MemberStatus replacement = ReplaceAndFinish(cluster, victim);
+  EXPECT_EQ(replacement.state(), FINISHED);
+  EXPECT_EQ(replacement.start_clock(), kHeld);
+  const double difference =
+      MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed.weights);
+  std::printf("the replacement started at clock %lld; final test accuracy %.4f, undisturbed "
+              "%.4f; max |w - undisturbed w| %.3g of max |w| %.3g\n",
+              static_cast<long long>(replacement.start_clock()), replacement.test_accuracy(),
+              undisturbed.accuracy, difference, MaxMagnitude(undisturbed.weights));
+  EXPECT_GT(difference, 0) << "the first layer's lost gradient was made again exactly";
+  EXPECT_NEAR(replacement.test_accuracy(), undisturbed.accuracy, 0.01);
 }
 
 TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {

@@ -1,5 +1,6 @@
 #include "worker/param_client.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace pstrain {
@@ -43,7 +44,11 @@ ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* 
 ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffers* grads,
                                 float norm, std::vector<int> params) {
   return Queue(pushes_, [=, params = std::move(params)](PsClient& client) {
-    if (clock == hold_push_) absl::SleepFor(kHoldPush);
+    // Layer by layer, the push held is the one with parameter 0: the
+    // backward's last, after the others have gone.
+    const bool holds_first =
+        params.empty() || std::find(params.begin(), params.end(), 0) != params.end();
+    if (clock == hold_push_ && holds_first) absl::SleepFor(kHoldPush);
     return params.empty() ? client.Push(clock, num_samples, *grads, norm)
                           : client.PushParams(clock, num_samples, *grads, norm, params);
   });

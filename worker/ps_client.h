@@ -69,7 +69,8 @@ struct PsClientOptions {
   bool shm_doorbell = true;
   // Tests (ps_worker --debug_hold_push): the push of this iteration waits
   // kHoldPush before it goes, so that a worker killed meanwhile never
-  // sends it; -1: none. AsyncPsClient's.
+  // sends it -- pushing layer by layer, the push of the first layer's
+  // parameters only, the others go; -1: none. AsyncPsClient's.
   int64_t debug_hold_push = -1;
 };
 

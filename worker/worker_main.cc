@@ -38,7 +38,8 @@ ABSL_FLAG(int64_t, debug_slowdown_ms, 0,
           "sleep this long every iteration (consistency tests; 0..60000)");
 ABSL_FLAG(int64_t, debug_hold_push, -1,
           "tests: the push of this iteration waits 30 s before it goes, so that a worker "
-          "killed meanwhile never sends it (-1: none)");
+          "killed meanwhile never sends it; with --overlap, only the first layer's push "
+          "(-1: none)");
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
 ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
