@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPT of worker/models/gpt_model.cc in PyTorch eager: forward + backward of one
 training step (no optimizer; pstrain's runs on the servers), timed on the
-same GPU as bench/worker_bench, same shapes, same dtype. Prints JSON.
+same device as bench/worker_bench (a GPU, or the CPU with --device=cpu
+--threads=N), same shapes, same dtype. Prints JSON.
 
 The model is pstrain's: byte tokens (vocabulary 256), learned token and
 position embeddings, pre-norm blocks (LayerNorm eps 1e-5, q|k|v in one
@@ -17,7 +18,11 @@ bf16: fp32 weights under torch.autocast(bfloat16), which rounds every
 matrix product's inputs to bf16 (pstrain's --compute_dtype=bf16 rounds the
 dense products' inputs). attention "manual" materialises the scores and the
 softmax as pstrain does; "sdpa" is F.scaled_dot_product_attention (fused,
-flash or memory-efficient kernels), PyTorch's fastest path.
+flash or memory-efficient kernels), PyTorch's fastest path (PyTorch 2.0 and
+later; an older one, like Debian 12's 1.13, measures "manual" only).
+
+  python3 bench/torch_gpt_step.py --device=cpu --threads=1 --layers=2 \
+      --width=128 --heads=4 --context=64 --batch=16 --dtypes=fp32
 """
 import argparse
 import json
@@ -76,14 +81,19 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.float().view(-1, 256), targets.view(-1))
 
 
+def synchronize(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def measure(args, dtype, attention):
     torch.manual_seed(1)
-    dev = torch.device("cuda")
+    dev = torch.device(args.device)
     model = Gpt(args.layers, args.width, args.heads, args.context, attention).to(dev)
     tokens = torch.randint(0, 256, (args.batch, args.context), device=dev)
     targets = torch.randint(0, 256, (args.batch, args.context), device=dev)
-    ctx = (torch.autocast("cuda", dtype=torch.bfloat16) if dtype == "bf16"
-           else torch.autocast("cuda", enabled=False))
+    ctx = (torch.autocast(dev.type, dtype=torch.bfloat16) if dtype == "bf16"
+           else torch.autocast(dev.type, enabled=False))
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -94,22 +104,24 @@ def measure(args, dtype, attention):
 
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    synchronize(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times = []
     loss = None
     for _ in range(args.steps):
         t0 = time.perf_counter()
         loss = step()
-        torch.cuda.synchronize()
+        synchronize(dev)
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else None
     return {
         "dtype": dtype, "attention": attention,
         "step_ms": round(med * 1e3, 3),
         "step_ms_min": round(min(times) * 1e3, 3), "step_ms_max": round(max(times) * 1e3, 3),
         "tokens_per_s": round(args.batch * args.context / med),
-        "peak_device_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
+        "peak_device_mib": None if peak is None else round(peak / 2**20, 1),
         "loss": round(loss.item(), 4),
     }
 
@@ -124,13 +136,25 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--attention", default="manual,sdpa")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads (torch.set_num_threads; 0: PyTorch's default)")
     args = p.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    runs = [measure(args, d, a) for d in args.dtypes.split(",") for a in args.attention.split(",")]
+    attentions = args.attention.split(",")
+    if "sdpa" in attentions and not hasattr(F, "scaled_dot_product_attention"):
+        if attentions == ["sdpa"]:
+            p.error(f"--attention=sdpa needs PyTorch 2.0 or later (this is {torch.__version__})")
+        attentions.remove("sdpa")
+    runs = [measure(args, d, a) for d in args.dtypes.split(",") for a in attentions]
+    dev = torch.device(args.device)
     print(json.dumps({
         "bench": "torch_gpt_step", "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
         "model": {"layers": args.layers, "width": args.width, "heads": args.heads,
                   "context": args.context, "batch": args.batch,
                   "tokens_per_step": args.batch * args.context},

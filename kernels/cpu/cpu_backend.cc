@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/cpu_loops.h"
 
 namespace pstrain {
 namespace kernels {
 namespace {
-
-const float kGeluC = std::sqrt(2.0f / 3.14159265358979f);
 
 class CpuBackend : public Backend {
  public:
@@ -91,26 +90,17 @@ class CpuBackend : public Backend {
   }
 
   void AddBias(int rows, int cols, const float* bias, float* y) override {
-    for (int r = 0; r < rows; ++r) {
-      float* row = y + static_cast<int64_t>(r) * cols;
-      for (int j = 0; j < cols; ++j) row[j] += bias[j];
-    }
+    cpu::AddBias(rows, cols, bias, y);
   }
 
   void BiasGrad(int rows, int cols, const float* dy, float* db) override {
-    std::fill(db, db + cols, 0.0f);
-    for (int r = 0; r < rows; ++r) {
-      const float* row = dy + static_cast<int64_t>(r) * cols;
-      for (int j = 0; j < cols; ++j) db[j] += row[j];
-    }
+    cpu::SumRows(rows, cols, dy, db);
   }
 
-  void ReluForward(int64_t n, const float* x, float* y) override {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-  }
+  void ReluForward(int64_t n, const float* x, float* y) override { cpu::Relu(n, x, y); }
 
   void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    cpu::ReluBackward(n, y, dy, dx);
   }
 
   float SoftmaxXent(int rows, int classes, const float* logits, const int32_t* labels,
@@ -140,12 +130,10 @@ class CpuBackend : public Backend {
     return static_cast<float>(loss / rows);
   }
 
-  void Scale(int64_t n, float alpha, float* x) override {
-    for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
-  }
+  void Scale(int64_t n, float alpha, float* x) override { cpu::Scale(n, alpha, x); }
 
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+    cpu::Axpy(n, alpha, x, y);
   }
 
   void Embedding(int rows, int dim, const int32_t* ids, const float* table, float* out,
@@ -217,21 +205,10 @@ class CpuBackend : public Backend {
     }
   }
 
-  void Gelu(int64_t n, const float* x, float* y) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const float u = kGeluC * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-      y[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
-    }
-  }
+  void Gelu(int64_t n, const float* x, float* y) override { cpu::Gelu(n, x, y); }
 
   void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float t = std::tanh(kGeluC * (v + 0.044715f * v * v * v));
-      const float grad =
-          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-      dx[i] = dy[i] * grad;
-    }
+    cpu::GeluBackward(n, x, dy, dx);
   }
 
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
