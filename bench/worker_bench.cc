@@ -16,11 +16,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "common/params.h"
 #include "common/status_macros.h"
 #include "kernels/device_array.h"
+#include "kernels/op_timer.h"
 #include "worker/device.h"
 #include "worker/models/gpt_model.h"
 
@@ -34,6 +36,9 @@ ABSL_FLAG(int, steps, 10, "timed rounds (after 2 warm-up steps); medians are quo
 ABSL_FLAG(std::string, dtypes, "fp32,bf16", "compute dtypes to measure");
 ABSL_FLAG(bool, recompute, false, "recompute each block's activations in the backward");
 ABSL_FLAG(int, compute_threads, 0, "CPU backend: BLAS threads (0: its default)");
+ABSL_FLAG(bool, per_op, true,
+          "after the timed rounds, --steps more steps with each backend op timed (on CUDA "
+          "each op is waited for): per_op_ms, where a step's time goes");
 
 namespace pstrain {
 namespace {
@@ -184,6 +189,40 @@ struct StepWork {
   int64_t tokens = 0;
 };
 
+// `steps` steps as a worker makes them (weights up, gradients down) with
+// every op timed: a JSON object of ms per step and calls per step by op,
+// the ops' sum, and the step's time outside them.
+absl::StatusOr<std::string> PerOp(kernels::OpTimer* timer, GptModel* model, const Batch& batch,
+                                  int steps) {
+  model->set_host_sync(true);
+  timer->Reset();
+  timer->set_on(true);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const absl::StatusOr<StepResult> r = model->TrainStep(batch);
+    if (!r.ok()) {
+      timer->set_on(false);
+      return r.status();
+    }
+  }
+  const double step_ms = Seconds(t0) * 1e3 / steps;
+  timer->set_on(false);
+  std::vector<std::pair<std::string, kernels::OpTime>> ops(timer->times().begin(),
+                                                           timer->times().end());
+  std::sort(ops.begin(), ops.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string json = "{";
+  double sum_ms = 0;
+  for (const auto& [name, t] : ops) {
+    const double ms = t.seconds * 1e3 / steps;
+    sum_ms += ms;
+    json += absl::StrFormat("\"%s\": [%.3f, %lld], ", name, ms,
+                            static_cast<long long>(t.calls / steps));
+  }
+  return json + absl::StrFormat("\"ops_ms\": %.3f, \"outside_ops_ms\": %.3f}", sum_ms,
+                                step_ms - sum_ms);
+}
+
 // One dtype's run on a fresh device (its peak memory is this dtype's
 // alone): a JSON object, or a skipped one; false on an error.
 bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, const StepWork& work,
@@ -198,7 +237,8 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
     std::fprintf(stderr, "worker_bench: %s\n", std::string(backend.status().message()).c_str());
     return false;
   }
-  kernels::Backend* b = backend->get();
+  kernels::OpTimer timer(backend->get());  // off until PerOp
+  kernels::Backend* b = &timer;
   std::string why;
   if ((name != "fp32" && name != "bf16" && name != "fp16") || !b->SetPrecision(precision, &why)) {
     std::printf("    {\"dtype\": \"%s\", \"skipped\": \"%s\"}%s\n", name.c_str(),
@@ -217,6 +257,16 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
     std::fprintf(stderr, "worker_bench: %s\n", std::string(t.status().message()).c_str());
     return false;
   }
+  std::string per_op = "null";
+  if (absl::GetFlag(FLAGS_per_op)) {
+    const absl::StatusOr<std::string> ops =
+        PerOp(&timer, &model, batch, absl::GetFlag(FLAGS_steps));
+    if (!ops.ok()) {
+      std::fprintf(stderr, "worker_bench: %s\n", std::string(ops.status().message()).c_str());
+      return false;
+    }
+    per_op = *ops;
+  }
   const double step_s = Median(t->step_s), full_s = Median(t->full_step_s);
   const double gemm_s = Median(t->gemm_s), n = static_cast<double>(work.tokens);
   std::printf(
@@ -226,12 +276,13 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
       "\"loss\": %.4f, \"peak_device_mib\": %.1f, \"pinned_host_mib\": %.1f,\n"
       "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
       "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
-      "\"dense_gemm_share_of_step_paired_median\": %.3f}%s\n",
+      "\"dense_gemm_share_of_step_paired_median\": %.3f,\n"
+      "     \"per_op_ms\": %s}%s\n",
       name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
       full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0, t->pinned_bytes / 1048576.0,
       (work.dense_flops + work.attention_flops) / step_s / 1e12, work.dense_flops / step_s / 1e12,
       work.dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
-      last ? "" : ",");
+      per_op.c_str(), last ? "" : ",");
   std::fflush(stdout);
   return true;
 }
@@ -281,7 +332,9 @@ int Run() {
       "device alone (step_ms: forward + backward, the loss read back), a step with the "
       "worker's host copies (weights uploaded, gradients downloaded) and the step's dense "
       "products alone through the backend's Gemm (cuBLAS or OpenBLAS); step_matmul_tflops "
-      "counts the step's matrix products over the whole step\"\n}\n");
+      "counts the step's matrix products over the whole step; per_op_ms: op -> [ms, calls] "
+      "per step over --steps more steps with the host copies, each op timed (and waited "
+      "for), outside_ops_ms the rest of the step\"\n}\n");
   return 0;
 }
 

@@ -108,22 +108,22 @@ class CpuBackend : public Backend {
     double loss = 0.0;
     int right = 0;
     const float inv_rows = 1.0f / static_cast<float>(rows);
+    if (dlogits == nullptr) exps_.resize(classes);
     for (int r = 0; r < rows; ++r) {
       const float* z = logits + static_cast<int64_t>(r) * classes;
       const int label = labels[r];
-      const int argmax = static_cast<int>(std::max_element(z, z + classes) - z);
-      const float zmax = z[argmax];
-      double sum = 0.0;
-      for (int j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
-      const double log_sum = std::log(sum);
-      loss += log_sum - static_cast<double>(z[label] - zmax);
+      const float zmax = cpu::Max(classes, z);
+      // The first largest logit (std::max_element's choice).
+      const int argmax = static_cast<int>(std::find(z, z + classes, zmax) - z);
+      // e^(z - zmax) into the gradient's row (or scratch), then scaled.
+      float* e = dlogits != nullptr ? dlogits + static_cast<int64_t>(r) * classes : exps_.data();
+      const float sum = cpu::ExpSum(classes, z, zmax, e);
+      loss += std::log(static_cast<double>(sum)) - static_cast<double>(z[label] - zmax);
       if (argmax == label) ++right;
       if (dlogits != nullptr) {
-        float* d = dlogits + static_cast<int64_t>(r) * classes;
-        for (int j = 0; j < classes; ++j) {
-          const float p = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax) - log_sum));
-          d[j] = (p - (j == label ? 1.0f : 0.0f)) * inv_rows;
-        }
+        // (softmax - onehot) / rows
+        cpu::Scale(classes, inv_rows / sum, e);
+        e[label] -= inv_rows;
       }
     }
     if (correct != nullptr) *correct = right;
@@ -160,49 +160,13 @@ class CpuBackend : public Backend {
 
   void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
                  float* y, float* mean, float* rstd) override {
-    for (int r = 0; r < rows; ++r) {
-      const float* xr = x + static_cast<int64_t>(r) * dim;
-      float* yr = y + static_cast<int64_t>(r) * dim;
-      float m = 0.0f;
-      for (int j = 0; j < dim; ++j) m += xr[j];
-      m /= static_cast<float>(dim);
-      float v = 0.0f;
-      for (int j = 0; j < dim; ++j) v += (xr[j] - m) * (xr[j] - m);
-      v /= static_cast<float>(dim);
-      const float s = 1.0f / std::sqrt(v + 1e-5f);
-      for (int j = 0; j < dim; ++j) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
-      mean[r] = m;
-      rstd[r] = s;
-    }
+    cpu::LayerNorm(rows, dim, x, gamma, beta, y, mean, rstd);
   }
 
   void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
-    std::fill(dgamma, dgamma + dim, 0.0f);
-    std::fill(dbeta, dbeta + dim, 0.0f);
-    for (int r = 0; r < rows; ++r) {
-      const float* xr = x + static_cast<int64_t>(r) * dim;
-      const float* dyr = dy + static_cast<int64_t>(r) * dim;
-      float* dxr = dx + static_cast<int64_t>(r) * dim;
-      // With xhat = (x - mean) * rstd and g = dy * gamma:
-      // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
-      float mean_g = 0.0f, mean_gx = 0.0f;
-      for (int j = 0; j < dim; ++j) {
-        const float xhat = (xr[j] - mean[r]) * rstd[r];
-        const float g = dyr[j] * gamma[j];
-        mean_g += g;
-        mean_gx += g * xhat;
-        dgamma[j] += dyr[j] * xhat;
-        dbeta[j] += dyr[j];
-      }
-      mean_g /= static_cast<float>(dim);
-      mean_gx /= static_cast<float>(dim);
-      for (int j = 0; j < dim; ++j) {
-        const float xhat = (xr[j] - mean[r]) * rstd[r];
-        dxr[j] = rstd[r] * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
-      }
-    }
+    cpu::LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
   }
 
   void Gelu(int64_t n, const float* x, float* y) override { cpu::Gelu(n, x, y); }
@@ -227,13 +191,8 @@ class CpuBackend : public Backend {
                     w3, 0.0f, a, seq);
         for (int t = 0; t < seq; ++t) {
           float* row = a + static_cast<int64_t>(t) * seq;
-          const float m = *std::max_element(row, row + t + 1);
-          float sum = 0.0f;
-          for (int j = 0; j <= t; ++j) {
-            row[j] = std::exp(row[j] - m);
-            sum += row[j];
-          }
-          for (int j = 0; j <= t; ++j) row[j] /= sum;
+          const float sum = cpu::ExpSum(t + 1, row, cpu::Max(t + 1, row), row);
+          cpu::Scale(t + 1, 1.0f / sum, row);
           std::fill(row + t + 1, row + seq, 0.0f);
         }
         float* o = out + static_cast<int64_t>(b) * seq * c + h * head_dim;
@@ -270,11 +229,8 @@ class CpuBackend : public Backend {
                     w3, 0.0f, ds.data(), seq);
         // Through the softmax: ds = a * (da - sum_j a da), zero above the diagonal.
         for (int t = 0; t < seq; ++t) {
-          const float* ar = a + static_cast<int64_t>(t) * seq;
           float* dr = ds.data() + static_cast<int64_t>(t) * seq;
-          float dot = 0.0f;
-          for (int j = 0; j <= t; ++j) dot += ar[j] * dr[j];
-          for (int j = 0; j <= t; ++j) dr[j] = ar[j] * (dr[j] - dot);
+          cpu::SoftmaxBackward(t + 1, a + static_cast<int64_t>(t) * seq, dr);
           std::fill(dr + t + 1, dr + seq, 0.0f);
         }
         // dq = scale * ds k; dk = scale * ds^T q
@@ -303,6 +259,7 @@ class CpuBackend : public Backend {
   const bool reference_;
   Precision precision_ = Precision::kFp32;
   std::vector<float> round_a_, round_b_;
+  std::vector<float> exps_;  // SoftmaxXent's row without a gradient to write
   int64_t fences_ = 0;
   std::unordered_map<void*, size_t> sizes_;
   int64_t held_ = 0, peak_ = 0, limit_ = 0;

@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_loops.h"
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #include "common/simd.h"
@@ -26,7 +27,10 @@ void ReluInPlace(int64_t n, float* __restrict x) {
 PSTRAIN_SIMD_CLONES
 void ReluBackwardInto(int64_t n, const float* __restrict y, const float* __restrict dy,
                       float* __restrict dx) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = dy[i];  // loaded either way: a select, not a branch
+    dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
 }
 
 PSTRAIN_SIMD_CLONES
@@ -108,6 +112,77 @@ void GeluBackwardInPlace(int64_t n, const float* __restrict x, float* __restrict
 }
 
 PSTRAIN_SIMD_CLONES
+float MaxLoop(int n, const float* __restrict x) {
+  float m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// e^x for x <= 0, clamped at -87.
+inline float ExpNonPositive(float x) { return Exp(x < -87.0f ? -87.0f : x); }
+
+PSTRAIN_SIMD_CLONES
+float ExpSumLoop(int n, const float* x, float shift, float* e) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) {
+    e[j] = ExpNonPositive(x[j] - shift);
+    sum += e[j];
+  }
+  return sum;
+}
+
+PSTRAIN_SIMD_CLONES
+void SoftmaxBackwardLoop(int n, const float* __restrict a, float* __restrict d) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int j = 0; j < n; ++j) dot += a[j] * d[j];
+  for (int j = 0; j < n; ++j) d[j] = a[j] * (d[j] - dot);
+}
+
+PSTRAIN_SIMD_CLONES
+void LayerNormRow(int dim, const float* __restrict x, const float* __restrict gamma,
+                  const float* __restrict beta, float* __restrict y, float* mean, float* rstd) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < dim; ++j) sum += x[j];
+  const float m = sum / static_cast<float>(dim);
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int j = 0; j < dim; ++j) squares += (x[j] - m) * (x[j] - m);
+  const float s = 1.0f / std::sqrt(squares / static_cast<float>(dim) + 1e-5f);
+  for (int j = 0; j < dim; ++j) y[j] = (x[j] - m) * s * gamma[j] + beta[j];
+  *mean = m;
+  *rstd = s;
+}
+
+// With xhat = (x - mean) * rstd and g = dy * gamma:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+PSTRAIN_SIMD_CLONES
+void LayerNormBackwardRow(int dim, const float* __restrict x, const float* __restrict gamma,
+                          float mean, float rstd, const float* __restrict dy,
+                          float* __restrict dx, float* __restrict dgamma,
+                          float* __restrict dbeta) {
+  float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+  for (int j = 0; j < dim; ++j) {
+    const float xhat = (x[j] - mean) * rstd;
+    const float g = dy[j] * gamma[j];
+    sum_g += g;
+    sum_gx += g * xhat;
+    dgamma[j] += dy[j] * xhat;
+    dbeta[j] += dy[j];
+  }
+  const float mean_g = sum_g / static_cast<float>(dim);
+  const float mean_gx = sum_gx / static_cast<float>(dim);
+  for (int j = 0; j < dim; ++j) {
+    const float xhat = (x[j] - mean) * rstd;
+    dx[j] = rstd * (dy[j] * gamma[j] - mean_g - xhat * mean_gx);
+  }
+}
+
+PSTRAIN_SIMD_CLONES
 void AddRow(int cols, const float* __restrict row, float* __restrict y) {
   for (int j = 0; j < cols; ++j) y[j] += row[j];
 }
@@ -163,6 +238,30 @@ void AddBias(int rows, int cols, const float* bias, float* y) {
 void SumRows(int rows, int cols, const float* dy, float* db) {
   for (int j = 0; j < cols; ++j) db[j] = 0.0f;
   for (int r = 0; r < rows; ++r) AddRow(cols, dy + static_cast<int64_t>(r) * cols, db);
+}
+
+float Max(int n, const float* x) { return MaxLoop(n, x); }
+
+float ExpSum(int n, const float* x, float shift, float* e) { return ExpSumLoop(n, x, shift, e); }
+
+void SoftmaxBackward(int n, const float* a, float* d) { SoftmaxBackwardLoop(n, a, d); }
+
+void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
+               float* mean, float* rstd) {
+  for (int r = 0; r < rows; ++r) {
+    const int64_t at = static_cast<int64_t>(r) * dim;
+    LayerNormRow(dim, x + at, gamma, beta, y + at, mean + r, rstd + r);
+  }
+}
+
+void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                       const float* rstd, const float* dy, float* dx, float* dgamma,
+                       float* dbeta) {
+  for (int j = 0; j < dim; ++j) dgamma[j] = dbeta[j] = 0.0f;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t at = static_cast<int64_t>(r) * dim;
+    LayerNormBackwardRow(dim, x + at, gamma, mean[r], rstd[r], dy + at, dx + at, dgamma, dbeta);
+  }
 }
 
 void Scale(int64_t n, float alpha, float* x) { ScaleLoop(n, alpha, x); }

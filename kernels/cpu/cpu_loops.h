@@ -1,8 +1,10 @@
 // The CPU backend's element-wise loops, compiled twice (AVX2 and baseline,
 // picked at run time: common/simd.h) and written so both clones vectorise:
-// no branch per element, no reordering of a sum (each output adds its terms
-// in the same order as the plain loop), so the results are the same bits
-// on every CPU.
+// no branch per element. The element-wise ones add nothing up in another
+// order than the plain loop would (the same bits as it, on every CPU); the
+// row reductions (Max, ExpSum, SoftmaxBackward's dot product, LayerNorm's
+// sums) add in vector lanes first, the same way in both clones of one
+// build, so their bits may differ from a plain loop's in the last place.
 #ifndef PSTRAIN_KERNELS_CPU_CPU_LOOPS_H_
 #define PSTRAIN_KERNELS_CPU_CPU_LOOPS_H_
 
@@ -26,6 +28,25 @@ void SumRows(int rows, int cols, const float* dy, float* db);
 void Gelu(int64_t n, const float* x, float* y);  // y may be x
 // dx = dy * GELU'(x); dx may be dy.
 void GeluBackward(int64_t n, const float* x, const float* dy, float* dx);
+// The largest of x[0..n) (n >= 1).
+float Max(int n, const float* x);
+// e[j] = e^(x[j] - shift) for j < n, x[j] <= shift (differences below -87
+// give e^-87 ~ 1.6e-38 instead of less), and returns their sum (summed in
+// vector lanes, then across them); e may be x.
+float ExpSum(int n, const float* x, float shift, float* e);
+// The softmax's backward along a row of probabilities a: d = a * (d - a.d),
+// the dot product summed in vector lanes.
+void SoftmaxBackward(int n, const float* a, float* d);
+// y = (x - mean) / sqrt(var + 1e-5) * gamma + beta per row of x [rows,
+// dim]; each row's mean and 1/sqrt(var + 1e-5) go to mean and rstd. The
+// row sums are summed in vector lanes, then across them.
+void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
+               float* mean, float* rstd);
+// Its backward: dx (written), dgamma and dbeta (written; summed over rows in
+// row order).
+void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                       const float* rstd, const float* dy, float* dx, float* dgamma,
+                       float* dbeta);
 // x *= alpha.
 void Scale(int64_t n, float alpha, float* x);
 // y += alpha * x (rounded after the product: no fused multiply-add).

@@ -3,6 +3,7 @@
 // the stated error for GELU (an exp of its own).
 #include "kernels/cpu/cpu_loops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -119,6 +120,85 @@ TEST(CpuLoopsTest, GeluAndItsGradientWithinTheStatedErrorEverywhere) {
     ASSERT_TRUE(SameBits(d_in_place[i], dx[i])) << i;
   }
   std::printf("worst error over the bound: GELU %.3f, its gradient %.3f\n", worst, worst_grad);
+}
+
+TEST(CpuLoopsTest, ExpSumIsExpWithinAFewUlpsAndMaxIsExact) {
+  std::vector<float> x;
+  for (int i = 0; i <= 90000; ++i) x.push_back(-i * 1e-3f);  // [-90, 0]
+  const int n = static_cast<int>(x.size());
+  EXPECT_EQ(Max(n, x.data()), 0.0f);
+  std::vector<float> shifted = Random(1003, 7, 50.0f);
+  shifted[517] = 60.0f;
+  EXPECT_EQ(Max(1003, shifted.data()), 60.0f);
+  std::vector<float> e(n), in_place = x;
+  const float sum = ExpSum(n, x.data(), 0.0f, e.data());
+  const float sum_in_place = ExpSum(n, in_place.data(), 0.0f, in_place.data());
+  double want_sum = 0, worst_ulps = 0;
+  for (int i = 0; i < n; ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    want_sum += std::max(want, std::exp(-87.0));
+    if (x[i] < -87.0f) {
+      EXPECT_NEAR(e[i], std::exp(-87.0), 1e-44) << x[i];  // the clamp
+      continue;
+    }
+    const double ulps = std::abs(e[i] - want) / (want * std::numeric_limits<float>::epsilon());
+    worst_ulps = std::max(worst_ulps, ulps);
+    ASSERT_LE(ulps, 4.0) << "e^" << x[i] << " = " << e[i] << ", not " << want;
+    ASSERT_TRUE(SameBits(in_place[i], e[i])) << i;
+  }
+  EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);  // 90,001 terms added in float
+  EXPECT_EQ(sum, sum_in_place);
+  std::printf("worst exp error %.2f ulp\n", worst_ulps);
+}
+
+TEST(CpuLoopsTest, SoftmaxBackwardAndLayerNormMatchTheirDefinitions) {
+  const int dim = 77;
+  std::vector<float> a = Random(dim, 8, 1.0f), d = Random(dim, 9, 1.0f);
+  for (float& v : a) v = std::abs(v);
+  const std::vector<float> d0 = d;
+  SoftmaxBackward(dim, a.data(), d.data());
+  double dot = 0;
+  for (int j = 0; j < dim; ++j) dot += static_cast<double>(a[j]) * d0[j];
+  for (int j = 0; j < dim; ++j) EXPECT_NEAR(d[j], a[j] * (d0[j] - dot), 1e-6) << j;
+
+  const int rows = 3;
+  const std::vector<float> x = Random(rows * dim, 10, 3.0f), gamma = Random(dim, 11, 1.0f),
+                           beta = Random(dim, 12, 1.0f), dy = Random(rows * dim, 13, 1.0f);
+  std::vector<float> y(rows * dim), mean(rows), rstd(rows), dx(rows * dim), dgamma(dim, 9.0f),
+      dbeta(dim, 9.0f);
+  LayerNorm(rows, dim, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data());
+  LayerNormBackward(rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
+                    dx.data(), dgamma.data(), dbeta.data());
+  std::vector<double> want_dgamma(dim, 0), want_dbeta(dim, 0);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * dim;
+    double m = 0, v = 0;
+    for (int j = 0; j < dim; ++j) m += xr[j];
+    m /= dim;
+    for (int j = 0; j < dim; ++j) v += (xr[j] - m) * (xr[j] - m);
+    v /= dim;
+    const double s = 1 / std::sqrt(v + 1e-5);
+    EXPECT_NEAR(mean[r], m, 1e-6);
+    EXPECT_NEAR(rstd[r], s, 1e-6 * s);
+    double mean_g = 0, mean_gx = 0;
+    for (int j = 0; j < dim; ++j) {
+      const double xhat = (xr[j] - m) * s, g = dy[r * dim + j] * gamma[j];
+      EXPECT_NEAR(y[r * dim + j], xhat * gamma[j] + beta[j], 1e-5);
+      mean_g += g / dim;
+      mean_gx += g * xhat / dim;
+      want_dgamma[j] += dy[r * dim + j] * xhat;
+      want_dbeta[j] += dy[r * dim + j];
+    }
+    for (int j = 0; j < dim; ++j) {
+      const double xhat = (xr[j] - m) * s;
+      const double want = s * (dy[r * dim + j] * gamma[j] - mean_g - xhat * mean_gx);
+      EXPECT_NEAR(dx[r * dim + j], want, 1e-5 * (1 + std::abs(want))) << r << "," << j;
+    }
+  }
+  for (int j = 0; j < dim; ++j) {
+    EXPECT_NEAR(dgamma[j], want_dgamma[j], 1e-5) << j;
+    EXPECT_NEAR(dbeta[j], want_dbeta[j], 1e-5) << j;
+  }
 }
 
 }  // namespace
