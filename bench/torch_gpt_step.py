@@ -138,7 +138,9 @@ def main():
     p.add_argument("--attention", default="manual,sdpa")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     p.add_argument("--threads", type=int, default=0,
-                   help="CPU threads (torch.set_num_threads; 0: PyTorch's default)")
+                   help="CPU threads (torch.set_num_threads; 0: PyTorch's default). OpenBLAS, "
+                   "which runs the matrix products, takes its own from OPENBLAS_NUM_THREADS "
+                   "(default: one a core)")
     args = p.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)

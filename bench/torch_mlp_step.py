@@ -26,7 +26,9 @@ def flat(dataset):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch.set_num_threads; OpenBLAS, which runs the matrix products, "
+                   "takes its own from OPENBLAS_NUM_THREADS (default: one a core)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--data_dir", default=fashion_mnist.DEFAULT_DIR)

@@ -35,7 +35,9 @@ ABSL_FLAG(int, batch, 16, "sequences per step");
 ABSL_FLAG(int, steps, 10, "timed rounds (after 2 warm-up steps); medians are quoted");
 ABSL_FLAG(std::string, dtypes, "fp32,bf16", "compute dtypes to measure");
 ABSL_FLAG(bool, recompute, false, "recompute each block's activations in the backward");
-ABSL_FLAG(int, compute_threads, 0, "CPU backend: BLAS threads (0: its default)");
+ABSL_FLAG(int, compute_threads, 0,
+          "CPU backend: threads for the step, as ps_worker's (0: one, OpenBLAS's default "
+          "threads for the products)");
 ABSL_FLAG(bool, per_op, true,
           "after the timed rounds, --steps more steps with each backend op timed (on CUDA "
           "each op is waited for): per_op_ms, where a step's time goes");

@@ -31,7 +31,9 @@ ABSL_FLAG(int64_t, device_memory_budget, 1,
           "bytes of device memory the model may hold at once (a GPT's weights go through it "
           "a window of layers at a time; activations beyond it are recomputed); 0: no budget");
 ABSL_FLAG(int64_t, compute_threads, 1,
-          "OpenBLAS threads of the CPU backend (0: OpenBLAS default; 0..1024)");
+          "CPU backend: threads for the step -- matrix products, element-wise ops, rows and "
+          "attention heads split over them (0: one, with OpenBLAS's default threads for the "
+          "products; 0..1024)");
 ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job's data.path");
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
 ABSL_FLAG(int64_t, debug_slowdown_ms, 0,

@@ -6,20 +6,37 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "common/half.h"
+#include "common/thread_pool.h"
 #include "kernels/cpu/cpu_loops.h"
 
 namespace pstrain {
 namespace kernels {
 namespace {
 
+// Element-wise work below this many elements a thread runs on the caller.
+constexpr int64_t kGrain = 16384;
+
+// Scratch of the thread running an op's part (Operand's rounded copies,
+// the attention's per-head buffers): each part needs its own.
+std::vector<float>& Scratch(int i) {
+  thread_local std::vector<float> scratch[3];
+  return scratch[i];
+}
+
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(bool reference) : reference_(reference) {}
+  // `threads` > 1: the matrix products, element-wise ops, rows and
+  // attention heads split over that many threads.
+  CpuBackend(bool reference, int threads)
+      : reference_(reference),
+        pool_(threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr) {}
   const char* name() const override { return "cpu"; }
 
   void* Alloc(int64_t bytes) override {
@@ -84,56 +101,77 @@ class CpuBackend : public Backend {
     // In 16-bit precision: the products of rounded inputs, accumulated in fp32.
     a = Operand(a, static_cast<size_t>(m) * k, &round_a_);
     b = Operand(b, static_cast<size_t>(k) * n, &round_b_);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
-                trans_b ? k : n, beta, c, n);
+    const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    // The rows of c (or its columns, when it is wider than tall) over the
+    // threads, a quarter million multiply-adds a part at least; OpenBLAS
+    // runs each part on its caller's thread (see MakeCpuBackend). A part's
+    // products may round in another order than the whole's (OpenBLAS tiles
+    // each call its own way): the last bits depend on the threads.
+    const bool by_rows = m >= n;
+    const int64_t work = static_cast<int64_t>(k) * (by_rows ? n : m);
+    const int64_t grain = (int64_t{1} << 18) / std::max<int64_t>(work, 1) + 1;
+    Split(by_rows ? m : n, grain, [&](int64_t begin, int64_t end) {
+      const int part = static_cast<int>(end - begin);
+      if (by_rows) {
+        cblas_sgemm(CblasRowMajor, ta, tb, part, n, k, alpha, trans_a ? a + begin : a + begin * lda,
+                    lda, b, ldb, beta, c + begin * n, n);
+      } else {
+        cblas_sgemm(CblasRowMajor, ta, tb, m, part, k, alpha, a, lda,
+                    trans_b ? b + begin * ldb : b + begin, ldb, beta, c + begin, n);
+      }
+    });
   }
 
   void AddBias(int rows, int cols, const float* bias, float* y) override {
-    cpu::AddBias(rows, cols, bias, y);
+    Split(rows, kGrain / cols + 1, [&](int64_t begin, int64_t end) {
+      cpu::AddBias(static_cast<int>(end - begin), cols, bias, y + begin * cols);
+    });
   }
 
+  // Split by columns: each column's sum keeps the row order.
   void BiasGrad(int rows, int cols, const float* dy, float* db) override {
-    cpu::SumRows(rows, cols, dy, db);
+    Split(cols, kGrain / std::max(rows, 1) + 64, [&](int64_t begin, int64_t end) {
+      cpu::SumRows(rows, static_cast<int>(end - begin), cols, dy + begin, db + begin);
+    });
   }
 
-  void ReluForward(int64_t n, const float* x, float* y) override { cpu::Relu(n, x, y); }
+  void ReluForward(int64_t n, const float* x, float* y) override {
+    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::Relu(e - b, x + b, y + b); });
+  }
 
   void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
-    cpu::ReluBackward(n, y, dy, dx);
+    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::ReluBackward(e - b, y + b, dy + b, dx + b); });
   }
 
   float SoftmaxXent(int rows, int classes, const float* logits, const int32_t* labels,
                     float* dlogits, int* correct) override {
-    double loss = 0.0;
-    int right = 0;
-    const float inv_rows = 1.0f / static_cast<float>(rows);
-    if (dlogits == nullptr) exps_.resize(classes);
-    for (int r = 0; r < rows; ++r) {
-      const float* z = logits + static_cast<int64_t>(r) * classes;
-      const int label = labels[r];
-      const float zmax = cpu::Max(classes, z);
-      // The first largest logit (std::max_element's choice).
-      const int argmax = static_cast<int>(std::find(z, z + classes, zmax) - z);
-      // e^(z - zmax) into the gradient's row (or scratch), then scaled.
-      float* e = dlogits != nullptr ? dlogits + static_cast<int64_t>(r) * classes : exps_.data();
-      const float sum = cpu::ExpSum(classes, z, zmax, e);
-      loss += std::log(static_cast<double>(sum)) - static_cast<double>(z[label] - zmax);
-      if (argmax == label) ++right;
-      if (dlogits != nullptr) {
-        // (softmax - onehot) / rows
-        cpu::Scale(classes, inv_rows / sum, e);
-        e[label] -= inv_rows;
+    row_loss_.resize(rows);
+    row_right_.resize(rows);
+    Split(rows, kGrain / classes + 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        SoftmaxXentRow(rows, classes, logits + r * classes, labels[r],
+                       dlogits != nullptr ? dlogits + r * classes : nullptr, &row_loss_[r],
+                       &row_right_[r]);
       }
+    });
+    double loss = 0.0;  // added up in row order, however the rows were split
+    int right = 0;
+    for (int r = 0; r < rows; ++r) {
+      loss += row_loss_[r];
+      right += row_right_[r];
     }
     if (correct != nullptr) *correct = right;
     return static_cast<float>(loss / rows);
   }
 
-  void Scale(int64_t n, float alpha, float* x) override { cpu::Scale(n, alpha, x); }
+  void Scale(int64_t n, float alpha, float* x) override {
+    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::Scale(e - b, alpha, x + b); });
+  }
 
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    cpu::Axpy(n, alpha, x, y);
+    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::Axpy(e - b, alpha, x + b, y + b); });
   }
 
   void Embedding(int rows, int dim, const int32_t* ids, const float* table, float* out,
@@ -160,90 +198,151 @@ class CpuBackend : public Backend {
 
   void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
                  float* y, float* mean, float* rstd) override {
-    cpu::LayerNorm(rows, dim, x, gamma, beta, y, mean, rstd);
+    Split(rows, kGrain / dim + 1, [&](int64_t begin, int64_t end) {
+      const int64_t at = begin * dim;
+      cpu::LayerNorm(static_cast<int>(end - begin), dim, x + at, gamma, beta, y + at,
+                     mean + begin, rstd + begin);
+    });
   }
 
   void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
-    cpu::LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    Split(rows, kGrain / dim + 1, [&](int64_t begin, int64_t end) {
+      const int64_t at = begin * dim;
+      cpu::LayerNormBackwardRows(static_cast<int>(end - begin), dim, x + at, gamma, mean + begin,
+                                 rstd + begin, dy + at, dx + at);
+    });
+    Split(dim, kGrain / std::max(rows, 1) + 64, [&](int64_t begin, int64_t end) {
+      cpu::LayerNormParamGrads(rows, dim, static_cast<int>(begin), static_cast<int>(end), x,
+                               mean, rstd, dy, dgamma, dbeta);
+    });
   }
 
-  void Gelu(int64_t n, const float* x, float* y) override { cpu::Gelu(n, x, y); }
+  void Gelu(int64_t n, const float* x, float* y) override {
+    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::Gelu(e - b, x + b, y + b); });
+  }
 
   void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
-    cpu::GeluBackward(n, x, dy, dx);
+    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::GeluBackward(e - b, x + b, dy + b, dx + b); });
   }
 
+  // The heads split over threads; each head's products run on OpenBLAS.
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
                  float* out) override {
-    const int c = heads * head_dim, w3 = 3 * c;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const int64_t w3 = 3 * heads * head_dim;
     qkv = Operand(qkv, static_cast<size_t>(batch) * seq * w3, &round_a_);
-    for (int b = 0; b < batch; ++b) {
-      for (int h = 0; h < heads; ++h) {
-        const float* q = qkv + static_cast<int64_t>(b) * seq * w3 + h * head_dim;
-        const float* k = q + c;
-        const float* v = q + 2 * c;
-        float* a = att + (static_cast<int64_t>(b) * heads + h) * seq * seq;
-        // a = scale * q k^T, then a causal softmax per row.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, scale, q, w3, k,
-                    w3, 0.0f, a, seq);
-        for (int t = 0; t < seq; ++t) {
-          float* row = a + static_cast<int64_t>(t) * seq;
-          const float sum = cpu::ExpSum(t + 1, row, cpu::Max(t + 1, row), row);
-          cpu::Scale(t + 1, 1.0f / sum, row);
-          std::fill(row + t + 1, row + seq, 0.0f);
-        }
-        float* o = out + static_cast<int64_t>(b) * seq * c + h * head_dim;
-        const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &round_b_);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in,
-                    seq, v, w3, 0.0f, o, c);
+    Split(static_cast<int64_t>(batch) * heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t bh = begin; bh < end; ++bh) {
+        AttentionHead(seq, heads, head_dim, qkv, bh / heads, bh % heads,
+                      att + bh * seq * seq, out);
       }
-    }
+    });
   }
 
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
                          const float* att, const float* dout, float* dqkv) override {
-    const int c = heads * head_dim, w3 = 3 * c;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    std::vector<float> ds(static_cast<size_t>(seq) * seq), rounded_qkv, rounded_dout;
-    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * w3, &rounded_qkv);
+    const int64_t c = heads * head_dim;
+    std::vector<float> rounded_qkv, rounded_dout;
+    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * 3 * c, &rounded_qkv);
     dout = Operand(dout, static_cast<size_t>(batch) * seq * c, &rounded_dout);
-    for (int b = 0; b < batch; ++b) {
-      for (int h = 0; h < heads; ++h) {
-        const int64_t base = static_cast<int64_t>(b) * seq * w3 + h * head_dim;
-        const float* q = qkv + base;
-        const float* k = q + c;
-        const float* v = q + 2 * c;
-        float* dq = dqkv + base;
-        float* dk = dq + c;
-        float* dv = dq + 2 * c;
-        const float* a = att + (static_cast<int64_t>(b) * heads + h) * seq * seq;
-        const float* d_o = dout + static_cast<int64_t>(b) * seq * c + h * head_dim;
-        // dv = a^T do; da = do v^T
-        const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &round_a_);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in, seq,
-                    d_o, c, 0.0f, dv, w3);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, 1.0f, d_o, c, v,
-                    w3, 0.0f, ds.data(), seq);
-        // Through the softmax: ds = a * (da - sum_j a da), zero above the diagonal.
-        for (int t = 0; t < seq; ++t) {
-          float* dr = ds.data() + static_cast<int64_t>(t) * seq;
-          cpu::SoftmaxBackward(t + 1, a + static_cast<int64_t>(t) * seq, dr);
-          std::fill(dr + t + 1, dr + seq, 0.0f);
-        }
-        // dq = scale * ds k; dk = scale * ds^T q
-        const float* ds_in = Operand(ds.data(), ds.size(), &round_b_);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in,
-                    seq, k, w3, 0.0f, dq, w3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in,
-                    seq, q, w3, 0.0f, dk, w3);
+    Split(static_cast<int64_t>(batch) * heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t bh = begin; bh < end; ++bh) {
+        AttentionBackwardHead(seq, heads, head_dim, qkv, att + bh * seq * seq, dout,
+                              bh / heads, bh % heads, dqkv);
       }
-    }
+    });
   }
 
  private:
+  // fn over [0, n) in parts of at least `grain` on the pool's threads, or
+  // whole on this one.
+  void Split(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) {
+    if (pool_ != nullptr) {
+      pool_->ParallelFor(n, grain, fn);
+    } else if (n > 0) {
+      fn(0, n);
+    }
+  }
+
+  // One row of SoftmaxXent: its loss, whether its arg-max is the label,
+  // and (if d is not null) its gradient.
+  static void SoftmaxXentRow(int rows, int classes, const float* z, int label, float* d,
+                             double* loss, int* right) {
+    const float zmax = cpu::Max(classes, z);
+    // The first largest logit (std::max_element's choice).
+    *right = std::find(z, z + classes, zmax) - z == label;
+    // e^(z - zmax) into the gradient's row (or scratch), then scaled.
+    float* e = d;
+    if (e == nullptr) {
+      Scratch(0).resize(classes);
+      e = Scratch(0).data();
+    }
+    const float sum = cpu::ExpSum(classes, z, zmax, e);
+    *loss = std::log(static_cast<double>(sum)) - static_cast<double>(z[label] - zmax);
+    if (d != nullptr) {
+      const float inv_rows = 1.0f / static_cast<float>(rows);
+      cpu::Scale(classes, inv_rows / sum, d);  // (softmax - onehot) / rows
+      d[label] -= inv_rows;
+    }
+  }
+
+  // Head h of sequence b: a = softmax(scale q k^T) (causal), out = a v.
+  void AttentionHead(int seq, int heads, int head_dim, const float* qkv, int64_t b, int h,
+                     float* a, float* out) const {
+    const int c = heads * head_dim, w3 = 3 * c;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const float* q = qkv + b * seq * w3 + h * head_dim;
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, scale, q, w3, k, w3,
+                0.0f, a, seq);
+    for (int t = 0; t < seq; ++t) {
+      float* row = a + static_cast<int64_t>(t) * seq;
+      const float sum = cpu::ExpSum(t + 1, row, cpu::Max(t + 1, row), row);
+      cpu::Scale(t + 1, 1.0f / sum, row);
+      std::fill(row + t + 1, row + seq, 0.0f);
+    }
+    const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &Scratch(0));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in, seq, v,
+                w3, 0.0f, out + b * seq * c + h * head_dim, c);
+  }
+
+  // The gradient of head h of sequence b into its columns of dqkv.
+  void AttentionBackwardHead(int seq, int heads, int head_dim, const float* qkv, const float* a,
+                             const float* dout, int64_t b, int h, float* dqkv) const {
+    const int c = heads * head_dim, w3 = 3 * c;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const int64_t base = b * seq * w3 + h * head_dim;
+    const float* q = qkv + base;
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    float* dq = dqkv + base;
+    float* dk = dq + c;
+    float* dv = dq + 2 * c;
+    const float* d_o = dout + b * seq * c + h * head_dim;
+    std::vector<float>& ds = Scratch(2);
+    ds.resize(static_cast<size_t>(seq) * seq);
+    // dv = a^T do; da = do v^T
+    const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &Scratch(0));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in, seq, d_o,
+                c, 0.0f, dv, w3);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, 1.0f, d_o, c, v, w3,
+                0.0f, ds.data(), seq);
+    // Through the softmax: ds = a * (da - sum_j a da), zero above the diagonal.
+    for (int t = 0; t < seq; ++t) {
+      float* dr = ds.data() + static_cast<int64_t>(t) * seq;
+      cpu::SoftmaxBackward(t + 1, a + static_cast<int64_t>(t) * seq, dr);
+      std::fill(dr + t + 1, dr + seq, 0.0f);
+    }
+    // dq = scale * ds k; dk = scale * ds^T q
+    const float* ds_in = Operand(ds.data(), ds.size(), &Scratch(1));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in, seq,
+                k, w3, 0.0f, dq, w3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in, seq, q,
+                w3, 0.0f, dk, w3);
+  }
+
   // x [n] as a matrix product's input: itself in fp32, else rounded to the
   // precision's 16 bits (and back: fp32 holds every product of two exactly).
   const float* Operand(const float* x, size_t n, std::vector<float>* rounded) const {
@@ -259,7 +358,9 @@ class CpuBackend : public Backend {
   const bool reference_;
   Precision precision_ = Precision::kFp32;
   std::vector<float> round_a_, round_b_;
-  std::vector<float> exps_;  // SoftmaxXent's row without a gradient to write
+  std::vector<double> row_loss_;  // SoftmaxXent's, a row each
+  std::vector<int> row_right_;
+  std::unique_ptr<ThreadPool> pool_;  // null: one thread
   int64_t fences_ = 0;
   std::unordered_map<void*, size_t> sizes_;
   int64_t held_ = 0, peak_ = 0, limit_ = 0;
@@ -269,12 +370,15 @@ class CpuBackend : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads) {
-  if (threads > 0) openblas_set_num_threads(threads);
-  return std::make_unique<CpuBackend>(/*reference=*/false);
+  // With threads of its own the backend splits the products itself: OpenBLAS's
+  // threads spin for a while after each product, and on a machine with as
+  // many cores as threads they took the cores the element-wise parts needed.
+  if (threads > 0) openblas_set_num_threads(1);
+  return std::make_unique<CpuBackend>(/*reference=*/false, threads);
 }
 
 std::unique_ptr<Backend> MakeCpuReferenceBackend() {
-  return std::make_unique<CpuBackend>(/*reference=*/true);
+  return std::make_unique<CpuBackend>(/*reference=*/true, /*threads=*/1);
 }
 
 }  // namespace kernels

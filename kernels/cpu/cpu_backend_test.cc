@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -111,6 +112,97 @@ TEST(CpuBackendTest, SoftmaxXent) {
   EXPECT_EQ(correct, want_correct);
   ExpectClose(d, want_d, 1e-5);
   EXPECT_EQ(b->SoftmaxXent(rows, classes, z.data(), labels.data(), nullptr, nullptr), loss);
+}
+
+// Every op on one thread and on three: the parts split rows, columns or
+// heads, never a sum, so the bits are the same -- but for the matrix
+// products, whose parts OpenBLAS tiles (and rounds) its own way.
+TEST(CpuBackendTest, SplittingOverThreadsChangesNoBits) {
+  std::mt19937 rng(4);
+  const int batch = 3, seq = 40, heads = 2, head_dim = 8, rows = batch * seq;
+  const int dim = heads * head_dim, big = 70000;  // above a part's grain
+  const std::vector<float> qkv = Random(rows * 3 * dim, rng), dout = Random(rows * dim, rng);
+  const std::vector<float> x = Random(big, rng), dy = Random(big, rng);
+  const std::vector<float> gamma = Random(dim, rng), beta = Random(dim, rng);
+  std::vector<int32_t> labels(rows);
+  for (int32_t& l : labels) l = static_cast<int32_t>(rng() % dim);
+  struct Out {
+    std::vector<std::vector<float>> gemms;
+    std::vector<float> att, out, dqkv, gelu, dgelu, relu, drelu, ln, dln, dgamma, dbeta, bias,
+        dbias, dlogits;
+    float loss = 0;
+    int correct = 0;
+  };
+  auto run = [&](int threads) {
+    auto b = MakeCpuBackend(threads);
+    Out o;
+    // Tall (split by rows) and wide (by columns), every transposition.
+    for (const auto& [m, n] : {std::pair{300, 40}, std::pair{40, 300}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const int k = 70;
+          std::vector<float> c(m * n, 0.5f);
+          b->Gemm(ta, tb, m, n, k, 1.5f, x.data(), dy.data(), 0.25f, c.data());
+          o.gemms.push_back(c);
+        }
+      }
+    }
+    o.att.resize(batch * heads * seq * seq);
+    o.out.resize(rows * dim);
+    o.dqkv.resize(qkv.size());
+    b->Attention(batch, seq, heads, head_dim, qkv.data(), o.att.data(), o.out.data());
+    b->AttentionBackward(batch, seq, heads, head_dim, qkv.data(), o.att.data(), dout.data(),
+                         o.dqkv.data());
+    o.gelu.resize(big);
+    o.dgelu.resize(big);
+    o.relu.resize(big);
+    o.drelu.resize(big);
+    b->Gelu(big, x.data(), o.gelu.data());
+    b->GeluBackward(big, x.data(), dy.data(), o.dgelu.data());
+    b->ReluForward(big, x.data(), o.relu.data());
+    b->ReluBackward(big, o.relu.data(), dy.data(), o.drelu.data());
+    const int ln_rows = big / dim;
+    std::vector<float> mean(ln_rows), rstd(ln_rows);
+    o.ln.resize(ln_rows * dim);
+    o.dln.resize(ln_rows * dim);
+    o.dgamma.resize(dim);
+    o.dbeta.resize(dim);
+    b->LayerNorm(ln_rows, dim, x.data(), gamma.data(), beta.data(), o.ln.data(), mean.data(),
+                 rstd.data());
+    b->LayerNormBackward(ln_rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(),
+                         dy.data(), o.dln.data(), o.dgamma.data(), o.dbeta.data());
+    o.bias = std::vector<float>(x.begin(), x.begin() + ln_rows * dim);
+    b->AddBias(ln_rows, dim, beta.data(), o.bias.data());
+    o.dbias.resize(dim);
+    b->BiasGrad(ln_rows, dim, dy.data(), o.dbias.data());
+    o.dlogits.resize(rows * dim);
+    o.loss = b->SoftmaxXent(rows, dim, o.out.data(), labels.data(), o.dlogits.data(), &o.correct);
+    EXPECT_EQ(b->error(), "");
+    return o;
+  };
+  const Out one = run(1), three = run(3);
+  for (size_t g = 0; g < one.gemms.size(); ++g) {
+    for (size_t i = 0; i < one.gemms[g].size(); ++i) {
+      ASSERT_NEAR(one.gemms[g][i], three.gemms[g][i], 2e-5)  // 70 terms of up to 1.5
+          << "product " << g << " at " << i;
+    }
+  }
+  EXPECT_EQ(one.att, three.att);
+  EXPECT_EQ(one.out, three.out);
+  EXPECT_EQ(one.dqkv, three.dqkv);
+  EXPECT_EQ(one.gelu, three.gelu);
+  EXPECT_EQ(one.dgelu, three.dgelu);
+  EXPECT_EQ(one.relu, three.relu);
+  EXPECT_EQ(one.drelu, three.drelu);
+  EXPECT_EQ(one.ln, three.ln);
+  EXPECT_EQ(one.dln, three.dln);
+  EXPECT_EQ(one.dgamma, three.dgamma);
+  EXPECT_EQ(one.dbeta, three.dbeta);
+  EXPECT_EQ(one.bias, three.bias);
+  EXPECT_EQ(one.dbias, three.dbias);
+  EXPECT_EQ(one.dlogits, three.dlogits);
+  EXPECT_EQ(one.loss, three.loss);
+  EXPECT_EQ(one.correct, three.correct);
 }
 
 }  // namespace

@@ -162,23 +162,30 @@ void LayerNormRow(int dim, const float* __restrict x, const float* __restrict ga
 PSTRAIN_SIMD_CLONES
 void LayerNormBackwardRow(int dim, const float* __restrict x, const float* __restrict gamma,
                           float mean, float rstd, const float* __restrict dy,
-                          float* __restrict dx, float* __restrict dgamma,
-                          float* __restrict dbeta) {
+                          float* __restrict dx) {
   float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
   for (int j = 0; j < dim; ++j) {
-    const float xhat = (x[j] - mean) * rstd;
     const float g = dy[j] * gamma[j];
     sum_g += g;
-    sum_gx += g * xhat;
-    dgamma[j] += dy[j] * xhat;
-    dbeta[j] += dy[j];
+    sum_gx += g * ((x[j] - mean) * rstd);
   }
   const float mean_g = sum_g / static_cast<float>(dim);
   const float mean_gx = sum_gx / static_cast<float>(dim);
   for (int j = 0; j < dim; ++j) {
     const float xhat = (x[j] - mean) * rstd;
     dx[j] = rstd * (dy[j] * gamma[j] - mean_g - xhat * mean_gx);
+  }
+}
+
+// dgamma += dy * xhat and dbeta += dy along one row's columns.
+PSTRAIN_SIMD_CLONES
+void AddParamGradsRow(int n, const float* __restrict x, float mean, float rstd,
+                      const float* __restrict dy, float* __restrict dgamma,
+                      float* __restrict dbeta) {
+  for (int j = 0; j < n; ++j) {
+    dgamma[j] += dy[j] * ((x[j] - mean) * rstd);
+    dbeta[j] += dy[j];
   }
 }
 
@@ -235,9 +242,9 @@ void AddBias(int rows, int cols, const float* bias, float* y) {
   for (int r = 0; r < rows; ++r) AddRow(cols, bias, y + static_cast<int64_t>(r) * cols);
 }
 
-void SumRows(int rows, int cols, const float* dy, float* db) {
+void SumRows(int rows, int cols, int64_t stride, const float* dy, float* db) {
   for (int j = 0; j < cols; ++j) db[j] = 0.0f;
-  for (int r = 0; r < rows; ++r) AddRow(cols, dy + static_cast<int64_t>(r) * cols, db);
+  for (int r = 0; r < rows; ++r) AddRow(cols, dy + r * stride, db);
 }
 
 float Max(int n, const float* x) { return MaxLoop(n, x); }
@@ -254,13 +261,21 @@ void LayerNorm(int rows, int dim, const float* x, const float* gamma, const floa
   }
 }
 
-void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
-                       const float* rstd, const float* dy, float* dx, float* dgamma,
-                       float* dbeta) {
-  for (int j = 0; j < dim; ++j) dgamma[j] = dbeta[j] = 0.0f;
+void LayerNormBackwardRows(int rows, int dim, const float* x, const float* gamma,
+                           const float* mean, const float* rstd, const float* dy, float* dx) {
   for (int r = 0; r < rows; ++r) {
     const int64_t at = static_cast<int64_t>(r) * dim;
-    LayerNormBackwardRow(dim, x + at, gamma, mean[r], rstd[r], dy + at, dx + at, dgamma, dbeta);
+    LayerNormBackwardRow(dim, x + at, gamma, mean[r], rstd[r], dy + at, dx + at);
+  }
+}
+
+void LayerNormParamGrads(int rows, int dim, int begin, int end, const float* x, const float* mean,
+                         const float* rstd, const float* dy, float* dgamma, float* dbeta) {
+  for (int j = begin; j < end; ++j) dgamma[j] = dbeta[j] = 0.0f;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t at = static_cast<int64_t>(r) * dim + begin;
+    AddParamGradsRow(end - begin, x + at, mean[r], rstd[r], dy + at, dgamma + begin,
+                     dbeta + begin);
   }
 }
 

@@ -20,8 +20,9 @@ void Relu(int64_t n, const float* x, float* y);
 void ReluBackward(int64_t n, const float* y, const float* dy, float* dx);
 // y[r, j] += bias[j].
 void AddBias(int rows, int cols, const float* bias, float* y);
-// db[j] = dy[0, j] + dy[1, j] + ... (in row order).
-void SumRows(int rows, int cols, const float* dy, float* db);
+// db[j] = dy[0, j] + dy[1, j] + ... (in row order) for j < cols, rows
+// `stride` floats apart.
+void SumRows(int rows, int cols, int64_t stride, const float* dy, float* db);
 // GELU, tanh form, as x * sigmoid(2u) (= x/2 (1 + tanh u), u = sqrt(2/pi)
 // (x + 0.044715 x^3)), with an exp of a few ulp's error: within 1e-6 of
 // the definition absolutely and 2e-6 relatively (cpu_loops_test).
@@ -42,11 +43,13 @@ void SoftmaxBackward(int n, const float* a, float* d);
 // row sums are summed in vector lanes, then across them.
 void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
                float* mean, float* rstd);
-// Its backward: dx (written), dgamma and dbeta (written; summed over rows in
-// row order).
-void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
-                       const float* rstd, const float* dy, float* dx, float* dgamma,
-                       float* dbeta);
+// Its backward, in two parts that split over threads without changing a
+// sum: dx of rows [0, rows) (written); and dgamma and dbeta of columns
+// [begin, end) (written; summed over the rows in row order).
+void LayerNormBackwardRows(int rows, int dim, const float* x, const float* gamma,
+                           const float* mean, const float* rstd, const float* dy, float* dx);
+void LayerNormParamGrads(int rows, int dim, int begin, int end, const float* x, const float* mean,
+                         const float* rstd, const float* dy, float* dgamma, float* dbeta);
 // x *= alpha.
 void Scale(int64_t n, float alpha, float* x);
 // y += alpha * x (rounded after the product: no fused multiply-add).

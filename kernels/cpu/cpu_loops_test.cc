@@ -62,7 +62,7 @@ TEST(CpuLoopsTest, BiasSumsAndAxpyAddInThePlainLoopsOrder) {
   const int rows = 13, cols = 37;
   const std::vector<float> dy = Random(rows * cols, 3, 5.0f), bias = Random(cols, 4, 1.0f);
   std::vector<float> db(cols, 7.0f), y = dy;
-  SumRows(rows, cols, dy.data(), db.data());
+  SumRows(rows, cols, cols, dy.data(), db.data());
   AddBias(rows, cols, bias.data(), y.data());
   for (int j = 0; j < cols; ++j) {
     float want = 0.0f;
@@ -167,8 +167,13 @@ TEST(CpuLoopsTest, SoftmaxBackwardAndLayerNormMatchTheirDefinitions) {
   std::vector<float> y(rows * dim), mean(rows), rstd(rows), dx(rows * dim), dgamma(dim, 9.0f),
       dbeta(dim, 9.0f);
   LayerNorm(rows, dim, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data());
-  LayerNormBackward(rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
-                    dx.data(), dgamma.data(), dbeta.data());
+  LayerNormBackwardRows(rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
+                        dx.data());
+  // Two column ranges, as two threads would take them.
+  LayerNormParamGrads(rows, dim, 0, 40, x.data(), mean.data(), rstd.data(), dy.data(),
+                      dgamma.data(), dbeta.data());
+  LayerNormParamGrads(rows, dim, 40, dim, x.data(), mean.data(), rstd.data(), dy.data(),
+                      dgamma.data(), dbeta.data());
   std::vector<double> want_dgamma(dim, 0), want_dbeta(dim, 0);
   for (int r = 0; r < rows; ++r) {
     const float* xr = x.data() + r * dim;
