@@ -1,10 +1,11 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace pstrain {
 
-ThreadPool::ThreadPool(int parallelism) {
+ThreadPool::ThreadPool(int parallelism, absl::Duration spin) : spin_(spin) {
   for (int i = 1; i < parallelism; ++i) threads_.emplace_back([this] { HelperLoop(); });
 }
 
@@ -26,6 +27,13 @@ void ThreadPool::RunParts() {
   }
 }
 
+template <typename Done>
+void ThreadPool::SpinUntil(Done done) const {
+  if (spin_ <= absl::ZeroDuration()) return;
+  const absl::Time until = absl::Now() + spin_;
+  while (!done() && absl::Now() < until) std::this_thread::yield();
+}
+
 void ThreadPool::HelperLoop() {
   struct Wake {
     ThreadPool* pool;
@@ -37,6 +45,7 @@ void ThreadPool::HelperLoop() {
     return w->pool->stop_ || w->pool->generation_ != w->seen;
   };
   while (true) {
+    SpinUntil([&] { return posted_.load(std::memory_order_acquire) != wake.seen; });
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(ready, &wake));
@@ -46,6 +55,7 @@ void ThreadPool::HelperLoop() {
     RunParts();
     absl::MutexLock lock(&mu_);
     --busy_helpers_;
+    running_.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -65,9 +75,12 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
     parts_ = parts;
     next_part_.store(0, std::memory_order_relaxed);
     busy_helpers_ = static_cast<int>(threads_.size());
+    running_.store(busy_helpers_, std::memory_order_relaxed);
     ++generation_;
+    posted_.store(generation_, std::memory_order_release);
   }
   RunParts();
+  SpinUntil([this] { return running_.load(std::memory_order_acquire) == 0; });
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(

@@ -10,6 +10,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace pstrain {
 
@@ -17,8 +18,11 @@ namespace pstrain {
 class ThreadPool {
  public:
   // `parallelism` ways in all: the calling thread and parallelism - 1 helpers.
-  // parallelism <= 1 runs every loop on the caller.
-  explicit ThreadPool(int parallelism);
+  // parallelism <= 1 runs every loop on the caller. With `spin`, a helper
+  // that finished a loop, and a caller waiting for the helpers, yield in a
+  // loop for that long before they sleep: loops that come back to back (a
+  // worker's step, CPU backend) then cost no wake-up each.
+  explicit ThreadPool(int parallelism, absl::Duration spin = absl::ZeroDuration());
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -32,6 +36,9 @@ class ThreadPool {
   int parallelism() const { return static_cast<int>(threads_.size()) + 1; }
 
  private:
+  // Yields until done() or spin_ has passed.
+  template <typename Done>
+  void SpinUntil(Done done) const;
   void HelperLoop();
   // Runs parts of the current loop until none is left.
   void RunParts();
@@ -46,7 +53,11 @@ class ThreadPool {
   int64_t n_ = 0;
   int64_t parts_ = 0;
   std::atomic<int64_t> next_part_{0};
-  std::vector<std::thread> threads_;
+  // generation_ and busy_helpers_, readable without mu_ for the spins.
+  std::atomic<int64_t> posted_{0};
+  std::atomic<int> running_{0};
+  const absl::Duration spin_;
+  std::vector<std::thread> threads_;  // last: they start running at once
 };
 
 }  // namespace pstrain

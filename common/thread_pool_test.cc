@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -65,6 +66,25 @@ TEST(ThreadPoolTest, ConcurrentCallers) {
   }
   for (auto& t : callers) t.join();
   EXPECT_EQ(sum.load(), 4 * 200 * 1000);
+}
+
+// With a spin, loops back to back (as a worker's step runs them), from
+// several callers at once, and loops after a pause longer than the spin
+// (the helpers asleep again) cover their ranges once, and the pool ends.
+TEST(ThreadPoolTest, SpinningHelpersMissNoLoop) {
+  ThreadPool pool(3, absl::Microseconds(100));
+  std::atomic<int64_t> sum{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 300; ++rep) {
+        pool.ParallelFor(999, 10, [&](int64_t b, int64_t e) { sum += e - b; });
+        if (rep % 100 == 0) absl::SleepFor(absl::Milliseconds(2));
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(sum.load(), 3 * 300 * 999);
 }
 
 TEST(ThreadPoolTest, SingleThreadRunsInline) {
