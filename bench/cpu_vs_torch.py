@@ -20,6 +20,7 @@ Run with an interpreter that has torch (Debian's python3-torch: /usr/bin/python3
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -44,12 +45,19 @@ def torch_configs(threads):
     return sorted({(threads, threads), (threads, 1), (1, threads)}, reverse=True)
 
 
+def run(argv, env=None):
+    """Runs argv; its stdout. A failure raises, with the end of its stderr."""
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError("%s exited %d:\n%s" % (" ".join(argv), done.returncode,
+                                                   done.stderr[-2000:]))
+    return done.stdout
+
+
 def run_json(argv, env=None):
     """Runs argv; the JSON object its stdout ends with (lines before it may be logs)."""
-    out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True, env=env).stdout
-    start = out.index("{")
-    return json.loads(out[start:])
+    out = run(argv, env)
+    return json.loads(out[out.index("{"):])
 
 
 def gpt_shape(text):
@@ -106,15 +114,22 @@ def mlp_pair(args, threads, config, job, pstrain_first):
     """(pstrain's samples/s, PyTorch's samples/s), run in the given order."""
     status = job + ".status.json"
     def pstrain():
-        subprocess.run([args.ps_worker, "--standalone", "--job=" + job,
-                        "--compute_threads=%d" % threads, "--status_file=" + status],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run([args.ps_worker, "--standalone", "--job=" + job, "--compute_threads=%d" % threads,
+             "--status_file=" + status])
         with open(status) as f:
-            return json.load(f)["samples_per_s"]
+            st = json.load(f)
+        # Over all the training clocks, evaluations left out (as PyTorch's is).
+        return int(st["clocks_trained"]) * batch_size(job) / st["train_s"]  # int64: a JSON string
     runs = {"pstrain": pstrain, "torch": lambda: mlp_torch(args, config)}
     order = ["pstrain", "torch"] if pstrain_first else ["torch", "pstrain"]
     rate = {name: runs[name]() for name in order}
     return rate["pstrain"], rate["torch"]
+
+
+def batch_size(job):
+    """The job file's batch_size."""
+    with open(job) as f:
+        return int(re.search(r"^batch_size:\s*(\d+)", f.read(), re.M).group(1))
 
 
 def config_json(config):

@@ -38,7 +38,7 @@ ABSL_FLAG(bool, recompute, false, "recompute each block's activations in the bac
 ABSL_FLAG(int, compute_threads, 0,
           "CPU backend: threads for the step, as ps_worker's (0: one, OpenBLAS's default "
           "threads for the products)");
-ABSL_FLAG(bool, per_op, true,
+ABSL_FLAG(bool, per_op, false,
           "after the timed rounds, --steps more steps with each backend op timed (on CUDA "
           "each op is waited for): per_op_ms, where a step's time goes");
 

@@ -1,6 +1,7 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 namespace pstrain {
@@ -30,8 +31,9 @@ void ThreadPool::RunParts() {
 template <typename Done>
 void ThreadPool::SpinUntil(Done done) const {
   if (spin_ <= absl::ZeroDuration()) return;
-  const absl::Time until = absl::Now() + spin_;
-  while (!done() && absl::Now() < until) std::this_thread::yield();
+  using Clock = std::chrono::steady_clock;  // not the wall clock: it may jump
+  const Clock::time_point until = Clock::now() + absl::ToChronoNanoseconds(spin_);
+  while (!done() && Clock::now() < until) std::this_thread::yield();
 }
 
 void ThreadPool::HelperLoop() {

@@ -1,5 +1,6 @@
 // A fixed pool of threads that splits one loop at a time into contiguous
-// ranges. Used by the servers' update loops (--server_threads).
+// ranges. Used by the servers' update loops (--server_threads) and the CPU
+// backend's ops (ps_worker --compute_threads).
 #ifndef PSTRAIN_COMMON_THREAD_POOL_H_
 #define PSTRAIN_COMMON_THREAD_POOL_H_
 

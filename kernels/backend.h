@@ -69,6 +69,9 @@ class Backend {
   // fp32). False, with *why, when the device cannot compute in `precision`.
   virtual bool SetPrecision(Precision precision, std::string* why) = 0;
 
+  // An op's output arrays are distinct from its inputs unless it says one
+  // may alias.
+
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(a) is [m,k] (a is
   // stored [k,m] when trans_a) and op(b) is [k,n] (b stored [n,k] when trans_b).
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

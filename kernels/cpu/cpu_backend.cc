@@ -129,7 +129,7 @@ class CpuBackend : public Backend {
   }
 
   void AddBias(int rows, int cols, const float* bias, float* y) override {
-    Split(rows, kGrain / cols + 1, [&](int64_t begin, int64_t end) {
+    Split(rows, kGrain / std::max(cols, 1) + 1, [&](int64_t begin, int64_t end) {
       cpu::AddBias(static_cast<int>(end - begin), cols, bias, y + begin * cols);
     });
   }
@@ -153,7 +153,7 @@ class CpuBackend : public Backend {
                     float* dlogits, int* correct) override {
     row_loss_.resize(rows);
     row_right_.resize(rows);
-    Split(rows, kGrain / classes + 1, [&](int64_t begin, int64_t end) {
+    Split(rows, kGrain / std::max(classes, 1) + 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         SoftmaxXentRow(rows, classes, logits + r * classes, labels[r],
                        dlogits != nullptr ? dlogits + r * classes : nullptr, &row_loss_[r],
@@ -202,7 +202,7 @@ class CpuBackend : public Backend {
 
   void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
                  float* y, float* mean, float* rstd) override {
-    Split(rows, kGrain / dim + 1, [&](int64_t begin, int64_t end) {
+    Split(rows, kGrain / std::max(dim, 1) + 1, [&](int64_t begin, int64_t end) {
       const int64_t at = begin * dim;
       cpu::LayerNorm(static_cast<int>(end - begin), dim, x + at, gamma, beta, y + at,
                      mean + begin, rstd + begin);
@@ -212,7 +212,7 @@ class CpuBackend : public Backend {
   void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
-    Split(rows, kGrain / dim + 1, [&](int64_t begin, int64_t end) {
+    Split(rows, kGrain / std::max(dim, 1) + 1, [&](int64_t begin, int64_t end) {
       const int64_t at = begin * dim;
       cpu::LayerNormBackwardRows(static_cast<int>(end - begin), dim, x + at, gamma, mean + begin,
                                  rstd + begin, dy + at, dx + at);

@@ -11,9 +11,10 @@ namespace pstrain {
 namespace kernels {
 
 // `threads` > 1: the backend splits its work (matrix products included) over
-// that many threads of its own, OpenBLAS being held to one (process-wide);
-// 1: all on the caller's thread; 0: one thread of the backend's, OpenBLAS's
-// default of one a core for the products.
+// that many threads, the caller's and threads - 1 of its own, OpenBLAS
+// being held to one (process-wide); 1: all on the caller's thread; 0: the
+// caller's thread, with OpenBLAS's default of one thread a core for the
+// products.
 std::unique_ptr<Backend> MakeCpuBackend(int threads);
 
 // The same backend as the reference other devices' ops are tested against:

@@ -50,9 +50,9 @@ inline float Exp(float x) {
   // the vectoriser would not run it under a select).
   const float shifted = x * 1.44269504088896341f + 12582912.0f;
   const float fn = shifted - 12582912.0f;
-  int32_t n;
+  uint32_t n;  // unsigned: a NaN's garbage bits wrap instead of overflowing
   std::memcpy(&n, &shifted, sizeof(n));
-  n -= 0x4B400000;  // the bits of 1.5 * 2^23
+  n -= 0x4B400000u;  // the bits of 1.5 * 2^23
   const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -61,7 +61,7 @@ inline float Exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float er = p * (r * r) + r + 1.0f;
-  const int32_t bits = (n + 127) << 23;
+  const uint32_t bits = (n + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return er * scale;
@@ -82,14 +82,18 @@ inline float GeluSigmoid(float x) {
   return 1.0f / (1.0f + Exp(-2.0f * u));
 }
 
+// x * sigmoid(2u); below -10 the product of a huge x and the clamped
+// sigmoid's ~1e-38 would not be ~0, so it is -0 there.
+inline float GeluOf(float x) { return x < -10.0f ? -0.0f : x * GeluSigmoid(x); }
+
 PSTRAIN_SIMD_CLONES
 void GeluInto(int64_t n, const float* __restrict x, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * GeluSigmoid(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
 }
 
 PSTRAIN_SIMD_CLONES
 void GeluInPlace(int64_t n, float* __restrict x) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * GeluSigmoid(x[i]);
+  for (int64_t i = 0; i < n; ++i) x[i] = GeluOf(x[i]);
 }
 
 // GELU'(x) = s + 2 x s (1 - s) c (1 + 3 * 0.044715 x^2), s = sigmoid(2u):

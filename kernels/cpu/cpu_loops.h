@@ -2,9 +2,10 @@
 // picked at run time: common/simd.h) and written so both clones vectorise:
 // no branch per element. The element-wise ones add nothing up in another
 // order than the plain loop would (the same bits as it, on every CPU); the
-// row reductions (Max, ExpSum, SoftmaxBackward's dot product, LayerNorm's
-// sums) add in vector lanes first, the same way in both clones of one
-// build, so their bits may differ from a plain loop's in the last place.
+// row reductions (ExpSum, SoftmaxBackward's dot product, LayerNorm's sums)
+// add in vector lanes first, 8 in the AVX2 clone and 4 in the baseline one,
+// so their last bits depend on the clone the CPU runs. The arrays a
+// function takes are distinct unless it says an output may be an input.
 #ifndef PSTRAIN_KERNELS_CPU_CPU_LOOPS_H_
 #define PSTRAIN_KERNELS_CPU_CPU_LOOPS_H_
 
