@@ -11,31 +11,23 @@ namespace kernels {
 namespace cpu {
 namespace {
 
-// The clones. Separate in-place forms: with `__restrict` on two pointers
-// that are one array the compiler may assume what is not true, and
-// without it, it keeps a scalar fallback for overlapping arrays.
+// The clones. An output that may be an input has no `__restrict`; `omp
+// simd` tells the vectoriser the iterations are independent (each reads
+// its own elements before it writes them), so it needs no fallback for
+// overlapping arrays.
 PSTRAIN_SIMD_CLONES
-void ReluInto(int64_t n, const float* __restrict x, float* __restrict y) {
+void ReluLoop(int64_t n, const float* x, float* y) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 PSTRAIN_SIMD_CLONES
-void ReluInPlace(int64_t n, float* __restrict x) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
-
-PSTRAIN_SIMD_CLONES
-void ReluBackwardInto(int64_t n, const float* __restrict y, const float* __restrict dy,
-                      float* __restrict dx) {
+void ReluBackwardLoop(int64_t n, const float* __restrict y, const float* dy, float* dx) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float g = dy[i];  // loaded either way: a select, not a branch
     dx[i] = y[i] > 0.0f ? g : 0.0f;
   }
-}
-
-PSTRAIN_SIMD_CLONES
-void ReluBackwardInPlace(int64_t n, const float* __restrict y, float* __restrict d) {
-  for (int64_t i = 0; i < n; ++i) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
@@ -87,13 +79,9 @@ inline float GeluSigmoid(float x) {
 inline float GeluOf(float x) { return x < -10.0f ? -0.0f : x * GeluSigmoid(x); }
 
 PSTRAIN_SIMD_CLONES
-void GeluInto(int64_t n, const float* __restrict x, float* __restrict y) {
+void GeluLoop(int64_t n, const float* x, float* y) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
-}
-
-PSTRAIN_SIMD_CLONES
-void GeluInPlace(int64_t n, float* __restrict x) {
-  for (int64_t i = 0; i < n; ++i) x[i] = GeluOf(x[i]);
 }
 
 // GELU'(x) = s + 2 x s (1 - s) c (1 + 3 * 0.044715 x^2), s = sigmoid(2u):
@@ -105,14 +93,9 @@ inline float GeluGrad(float x) {
 }
 
 PSTRAIN_SIMD_CLONES
-void GeluBackwardInto(int64_t n, const float* __restrict x, const float* __restrict dy,
-                      float* __restrict dx) {
+void GeluBackwardLoop(int64_t n, const float* __restrict x, const float* dy, float* dx) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * GeluGrad(x[i]);
-}
-
-PSTRAIN_SIMD_CLONES
-void GeluBackwardInPlace(int64_t n, const float* __restrict x, float* __restrict d) {
-  for (int64_t i = 0; i < n; ++i) d[i] = d[i] * GeluGrad(x[i]);
 }
 
 PSTRAIN_SIMD_CLONES
@@ -210,36 +193,16 @@ void AxpyLoop(int64_t n, float alpha, const float* __restrict x, float* __restri
 
 }  // namespace
 
-void Relu(int64_t n, const float* x, float* y) {
-  if (x == y) {
-    ReluInPlace(n, y);
-  } else {
-    ReluInto(n, x, y);
-  }
-}
+void Relu(int64_t n, const float* x, float* y) { ReluLoop(n, x, y); }
 
 void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) {
-  if (dy == dx) {
-    ReluBackwardInPlace(n, y, dx);
-  } else {
-    ReluBackwardInto(n, y, dy, dx);
-  }
+  ReluBackwardLoop(n, y, dy, dx);
 }
 
-void Gelu(int64_t n, const float* x, float* y) {
-  if (x == y) {
-    GeluInPlace(n, y);
-  } else {
-    GeluInto(n, x, y);
-  }
-}
+void Gelu(int64_t n, const float* x, float* y) { GeluLoop(n, x, y); }
 
 void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) {
-  if (dy == dx) {
-    GeluBackwardInPlace(n, x, dx);
-  } else {
-    GeluBackwardInto(n, x, dy, dx);
-  }
+  GeluBackwardLoop(n, x, dy, dx);
 }
 
 void AddBias(int rows, int cols, const float* bias, float* y) {
