@@ -1,0 +1,101 @@
+// One embedding table's rows on one server: rows keyed by 64-bit ids,
+// created on first touch from the table's initializer, each with its own
+// optimizer state, updated lazily -- a push moves only the rows it touches
+// (torch.optim.SparseAdam's and sparse Adagrad's semantics, so a job can be
+// checked against a PyTorch process with nn.EmbeddingBag(sparse=True)).
+// The logic only: no gRPC, no files. Not yet declared in the job spec or
+// served by the daemons (the first step of sparse tables; DESIGN.md).
+#ifndef PSTRAIN_SERVER_SPARSE_TABLE_H_
+#define PSTRAIN_SERVER_SPARSE_TABLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace pstrain {
+
+// A row's optimizer, with PyTorch's names, defaults and formulas for sparse
+// gradients (t: the table's update count, this one included; g a row's
+// gradient, summed over the batch's uses of the row):
+//   SGD:      w -= lr * g
+//   ADAGRAD:  s += g^2;  w -= lr / (1 + (t - 1) * lr_decay) * g / (sqrt(s) + eps)
+//   ADAM:     m += (g - m)(1 - beta1);  v += (g^2 - v)(1 - beta2);
+//             w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)
+// (torch.optim.SparseAdam: t counts the table's updates, rows touched or
+// not, while m and v move only for touched rows).
+struct RowOptimizer {
+  enum class Type { kSgd, kAdagrad, kAdam };
+  Type type = Type::kSgd;
+  // Doubles, as Python's: each is rounded to float where PyTorch rounds it.
+  double lr = 0.01;
+  double eps = 1e-8;  // Adam's default; Adagrad's is 1e-10
+  double beta1 = 0.9, beta2 = 0.999;
+  double lr_decay = 0;
+  double initial_accumulator = 0;  // Adagrad's s at creation
+  // Floats of state a row of `width` keeps beside its weights.
+  int StateFloats(int width) const;
+  // The state a new row starts with (StateFloats(width) floats).
+  void InitState(int width, float* state) const;
+  // One update of a row at table update t >= 1.
+  void Update(int64_t t, int width, const float* g, float* w, float* state) const;
+};
+
+struct TableConfig {
+  std::string name;
+  int width = 0;          // floats a row
+  float init_scale = 0;   // rows start uniform in [-init_scale, init_scale]
+  uint64_t seed = 0;      // with the name and the id, fixes a row's start
+  RowOptimizer optimizer;
+};
+
+// Not thread-safe: one caller at a time (a server locks each table).
+class SparseTable {
+ public:
+  explicit SparseTable(TableConfig config);
+
+  const TableConfig& config() const { return config_; }
+  int width() const { return config_.width; }
+  int64_t num_rows() const { return static_cast<int64_t>(index_.size()); }
+  // Updates applied so far (Push calls that succeeded).
+  int64_t updates() const { return updates_; }
+
+  // Writes the rows of `ids` to out (ids.size() x width floats, in order;
+  // an id may repeat), creating the missing ones.
+  void Pull(absl::Span<const uint64_t> ids, float* out);
+  // One update of the table: `ids` distinct (CoalesceRows), `grads`
+  // ids.size() x width floats. Refused, nothing applied: INVALID_ARGUMENT for
+  // a wrong size or a repeated id, FAILED_PRECONDITION for an id no pull
+  // created.
+  absl::Status Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads);
+  // The weights of `id`'s row (width floats), or null when it has none.
+  const float* Row(uint64_t id) const;
+
+ private:
+  // Creates `id`'s row (weights from the initializer, fresh state); its index.
+  int64_t Create(uint64_t id);
+  float* Weights(int64_t row) { return rows_.data() + row * stride_; }
+
+  const TableConfig config_;
+  const uint64_t name_hash_;
+  const int64_t stride_;  // floats a row: weights, then state
+  absl::flat_hash_map<uint64_t, int64_t> index_;
+  std::vector<float> rows_;
+  int64_t updates_ = 0;
+};
+
+// The server of `servers` that holds row `id` (a mixing hash of the id, so
+// consecutive ids spread).
+int ServerOfRow(uint64_t id, int servers);
+
+// The distinct ids of `ids` in first-seen order, and for each the sum of its
+// rows of `grads` (ids.size() x width floats, added in order).
+void CoalesceRows(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int width,
+                  std::vector<uint64_t>* distinct, std::vector<float>* summed);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_SPARSE_TABLE_H_

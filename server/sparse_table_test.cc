@@ -1,0 +1,156 @@
+// SparseTable: rows made on first touch the same way whatever the order,
+// pushes refused whole on bad input, and the row optimizers against
+// PyTorch's sparse formulas (written out in double here).
+#include "server/sparse_table.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+TableConfig Config(RowOptimizer::Type type, int width = 4) {
+  TableConfig c;
+  c.name = "words";
+  c.width = width;
+  c.init_scale = 0.5f;
+  c.seed = 7;
+  c.optimizer.type = type;
+  c.optimizer.lr = 0.1;
+  return c;
+}
+
+std::vector<float> PullRows(SparseTable& t, const std::vector<uint64_t>& ids) {
+  std::vector<float> out(ids.size() * t.width());
+  t.Pull(ids, out.data());
+  return out;
+}
+
+TEST(SparseTableTest, RowsAreMadeOnFirstTouchTheSameWhateverTheOrder) {
+  SparseTable a(Config(RowOptimizer::Type::kSgd)), b(Config(RowOptimizer::Type::kSgd));
+  const std::vector<uint64_t> ids = {3, 1ull << 63, 3, 42, 0};
+  const std::vector<float> rows = PullRows(a, ids);
+  EXPECT_EQ(a.num_rows(), 4);  // 3 repeats
+  // b makes them in another order, and more besides: the same rows.
+  PullRows(b, {0, 99, 42, 1ull << 63, 3});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* row = b.Row(ids[i]);
+    ASSERT_NE(row, nullptr);
+    for (int j = 0; j < a.width(); ++j) {
+      EXPECT_EQ(rows[i * a.width() + j], row[j]) << ids[i];
+      EXPECT_LE(std::abs(row[j]), 0.5f);
+    }
+  }
+  // Rows differ from each other and from another table's or seed's.
+  EXPECT_NE(rows[0], rows[3 * a.width()]);  // ids 3 and 42
+  TableConfig other = Config(RowOptimizer::Type::kSgd);
+  other.name = "tags";
+  SparseTable c(other);
+  EXPECT_NE(PullRows(c, {3})[0], rows[0]);
+  EXPECT_EQ(a.Row(12345), nullptr);
+}
+
+TEST(SparseTableTest, BadPushesAreRefusedWholeAndNothingMoves) {
+  SparseTable t(Config(RowOptimizer::Type::kAdam));
+  const std::vector<float> before = PullRows(t, {1, 2});
+  const std::vector<float> g(8, 1.0f);
+  // A row never pulled, even beside good ones.
+  absl::Status st = t.Push(std::vector<uint64_t>{1, 77}, g);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  // A repeated id, and the wrong number of floats.
+  EXPECT_EQ(t.Push(std::vector<uint64_t>{1, 1}, g).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Push(std::vector<uint64_t>{1, 2}, std::vector<float>(7)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.updates(), 0);
+  EXPECT_EQ(PullRows(t, {1, 2}), before);
+  EXPECT_EQ(t.num_rows(), 2);  // the refused push made no row
+  EXPECT_TRUE(t.Push(std::vector<uint64_t>{2, 1}, g).ok());
+  EXPECT_EQ(t.updates(), 1);
+}
+
+// torch.optim.SparseAdam, lazily: row 1 is touched at updates 1 and 3, row
+// 2 only at update 2; bias correction counts the table's updates.
+TEST(SparseTableTest, AdamIsPyTorchsSparseAdam) {
+  TableConfig c = Config(RowOptimizer::Type::kAdam, 3);
+  SparseTable t(c);
+  PullRows(t, {1, 2});
+  struct Row {
+    std::vector<double> w, m, v;
+  };
+  Row ref[3];
+  for (uint64_t id : {1, 2}) {
+    const float* w = t.Row(id);
+    ref[id] = {{w[0], w[1], w[2]}, {0, 0, 0}, {0, 0, 0}};
+  }
+  const std::vector<std::pair<uint64_t, std::vector<float>>> pushes = {
+      {1, {0.5f, -2.0f, 1e-3f}}, {2, {3.0f, 0.0f, -0.25f}}, {1, {-1.0f, 0.75f, 4.0f}}};
+  for (size_t u = 0; u < pushes.size(); ++u) {
+    const auto& [id, g] = pushes[u];
+    ASSERT_TRUE(t.Push(std::vector<uint64_t>{id}, g).ok());
+    const double step = u + 1.0;
+    const double size = c.optimizer.lr * std::sqrt(1 - std::pow(c.optimizer.beta2, step)) /
+                        (1 - std::pow(c.optimizer.beta1, step));
+    Row& r = ref[id];
+    for (int j = 0; j < 3; ++j) {
+      r.m[j] += (g[j] - r.m[j]) * (1 - c.optimizer.beta1);
+      r.v[j] += (double{g[j]} * g[j] - r.v[j]) * (1 - c.optimizer.beta2);
+      r.w[j] -= size * r.m[j] / (std::sqrt(r.v[j]) + c.optimizer.eps);
+    }
+  }
+  for (uint64_t id : {1, 2}) {
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_NEAR(t.Row(id)[j], ref[id].w[j], 1e-6 * (1 + std::abs(ref[id].w[j])))
+          << id << "," << j;
+    }
+  }
+}
+
+TEST(SparseTableTest, AdagradAndSgdArePyTorchs) {
+  TableConfig c = Config(RowOptimizer::Type::kAdagrad, 2);
+  c.optimizer.eps = 1e-10;
+  c.optimizer.lr_decay = 0.01;
+  c.optimizer.initial_accumulator = 0.1;
+  SparseTable adagrad(c);
+  SparseTable sgd(Config(RowOptimizer::Type::kSgd, 2));
+  PullRows(adagrad, {5});
+  PullRows(sgd, {5});
+  std::vector<double> w = {adagrad.Row(5)[0], adagrad.Row(5)[1]}, s = {0.1, 0.1};
+  std::vector<double> plain = {sgd.Row(5)[0], sgd.Row(5)[1]};
+  const std::vector<std::vector<float>> grads = {{1.0f, -0.5f}, {0.25f, 2.0f}};
+  for (size_t u = 0; u < grads.size(); ++u) {
+    ASSERT_TRUE(adagrad.Push(std::vector<uint64_t>{5}, grads[u]).ok());
+    ASSERT_TRUE(sgd.Push(std::vector<uint64_t>{5}, grads[u]).ok());
+    const double clr = c.optimizer.lr / (1 + u * c.optimizer.lr_decay);
+    for (int j = 0; j < 2; ++j) {
+      s[j] += double{grads[u][j]} * grads[u][j];
+      w[j] -= clr * grads[u][j] / (std::sqrt(s[j]) + 1e-10);
+      plain[j] -= 0.1 * grads[u][j];
+    }
+  }
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_NEAR(adagrad.Row(5)[j], w[j], 1e-6 * (1 + std::abs(w[j])));
+    EXPECT_NEAR(sgd.Row(5)[j], plain[j], 1e-6 * (1 + std::abs(plain[j])));
+  }
+}
+
+TEST(SparseTableTest, CoalesceSumsRepeatsInFirstSeenOrder) {
+  std::vector<uint64_t> ids;
+  std::vector<float> summed;
+  CoalesceRows(std::vector<uint64_t>{9, 4, 9, 9},
+               std::vector<float>{1, 2, 10, 20, 100, 200, 1000, 2000}, 2, &ids, &summed);
+  EXPECT_EQ(ids, (std::vector<uint64_t>{9, 4}));
+  EXPECT_EQ(summed, (std::vector<float>{1101, 2202, 10, 20}));
+}
+
+TEST(SparseTableTest, ServerOfRowSpreadsConsecutiveIds) {
+  int count[3] = {0, 0, 0};
+  for (uint64_t id = 0; id < 90000; ++id) ++count[ServerOfRow(id, 3)];
+  for (int c : count) EXPECT_NEAR(c, 30000, 1500);
+  EXPECT_EQ(ServerOfRow(12345, 1), 0);
+}
+
+}  // namespace
+}  // namespace pstrain
