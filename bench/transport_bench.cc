@@ -231,6 +231,49 @@ struct PstrainResult {
 
 constexpr int kPairs = 9;
 
+// One client's (one wire dtype's) rates of push, pull, push+pull and the
+// one-trip push+pull of `bytes`, and kPairs pairs of push+pull against
+// `ceiling`; *clock counts the iterations pushed so far.
+PstrainResult MeasureClient(PsClient& ps, int64_t bytes, const std::function<bool()>& ceiling,
+                            const std::vector<std::vector<float>>& grads,
+                            std::vector<std::vector<float>>* weights, int64_t* clock_in) {
+  int64_t& clock = *clock_in;
+  auto push = [&] {
+    const absl::Status st = ps.Push(clock++, 64, grads);
+    if (!st.ok()) std::fprintf(stderr, "push: %s\n", std::string(st.message()).c_str());
+    return st.ok();
+  };
+  auto pull = [&] {
+    const absl::Status st = ps.Pull(clock, 0, weights);
+    if (!st.ok()) std::fprintf(stderr, "pull: %s\n", std::string(st.message()).c_str());
+    return st.ok();
+  };
+  PstrainResult r;
+  r.push = Throughput(bytes, push);
+  r.pull = Throughput(bytes, pull);
+  r.push_pull = Throughput(bytes, [&] { return push() && pull(); });
+  auto one_trip = [&] {
+    const absl::Status st = ps.PushPull(clock, 64, grads, 0, clock + 1, clock + 1, weights);
+    ++clock;
+    if (!st.ok()) std::fprintf(stderr, "push_pull: %s\n", std::string(st.message()).c_str());
+    return st.ok();
+  };
+  r.push_pull_one_trip = Throughput(bytes, one_trip);
+  std::vector<double> ratios, ratios_one_trip;
+  for (int i = 0; i < kPairs; ++i) {
+    double top = Throughput(bytes, ceiling, 0.2);
+    ratios.push_back(Throughput(bytes, [&] { return push() && pull(); }, 0.2) / top);
+    top = Throughput(bytes, ceiling, 0.2);
+    ratios_one_trip.push_back(Throughput(bytes, one_trip, 0.2) / top);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  std::sort(ratios_one_trip.begin(), ratios_one_trip.end());
+  r.paired_ratio = ratios[kPairs / 2];
+  r.paired_ratio_one_trip = ratios_one_trip[kPairs / 2];
+  r.paired_range = {ratios.front(), ratios.back()};
+  return r;
+}
+
 // Starts ps_scheduler and ps_server for a tensor of `floats`, joins as the
 // only worker, measures each wire dtype, and ends the job.
 std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DType>& dtypes,
@@ -274,39 +317,7 @@ std::vector<PstrainResult> MeasurePstrain(int64_t floats, const std::vector<DTyp
     popts.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
     popts.shm = shm;
     PsClient ps(worker->cluster, &partition, id, popts);
-    auto push = [&] {
-      const absl::Status st = ps.Push(clock++, 64, grads);
-      if (!st.ok()) std::fprintf(stderr, "push: %s\n", std::string(st.message()).c_str());
-      return st.ok();
-    };
-    auto pull = [&] {
-      const absl::Status st = ps.Pull(clock, 0, &weights);
-      if (!st.ok()) std::fprintf(stderr, "pull: %s\n", std::string(st.message()).c_str());
-      return st.ok();
-    };
-    PstrainResult r;
-    r.push = Throughput(bytes, push);
-    r.pull = Throughput(bytes, pull);
-    r.push_pull = Throughput(bytes, [&] { return push() && pull(); });
-    auto one_trip = [&] {
-      const absl::Status st = ps.PushPull(clock, 64, grads, 0, clock + 1, clock + 1, &weights);
-      ++clock;
-      if (!st.ok()) std::fprintf(stderr, "push_pull: %s\n", std::string(st.message()).c_str());
-      return st.ok();
-    };
-    r.push_pull_one_trip = Throughput(bytes, one_trip);
-    std::vector<double> ratios, ratios_one_trip;
-    for (int i = 0; i < kPairs; ++i) {
-      double top = Throughput(bytes, ceiling, 0.2);
-      ratios.push_back(Throughput(bytes, [&] { return push() && pull(); }, 0.2) / top);
-      top = Throughput(bytes, ceiling, 0.2);
-      ratios_one_trip.push_back(Throughput(bytes, one_trip, 0.2) / top);
-    }
-    std::sort(ratios.begin(), ratios.end());
-    std::sort(ratios_one_trip.begin(), ratios_one_trip.end());
-    r.paired_ratio = ratios[kPairs / 2];
-    r.paired_ratio_one_trip = ratios_one_trip[kPairs / 2];
-    r.paired_range = {ratios.front(), ratios.back()};
+    const PstrainResult r = MeasureClient(ps, bytes, ceiling, grads, &weights, &clock);
     if (shm && ps.shm_segments() == 0) {
       std::fprintf(stderr, "transport_bench: the server granted no shared memory\n");
       std::exit(1);
@@ -399,6 +410,30 @@ std::string ShmJson(double memcpy_in_out, const PstrainResult& shm) {
       J(shm.paired_ratio_one_trip));
 }
 
+// One size's JSON object (without the comma after it): the references,
+// pstrain's fp32 and bf16 rates (ps[0], ps[1]) and ratios, and `shm_json`.
+std::string SizeJson(int64_t n, const References& r, const std::vector<PstrainResult>& ps,
+                     const std::string& shm_json) {
+  auto rates = [](const PstrainResult& p) {
+    return absl::StrCat("{\"push\": ", J(p.push), ", \"pull\": ", J(p.pull),
+                        ", \"push_pull\": ", J(p.push_pull), ", \"push_pull_one_trip\": ",
+                        J(p.push_pull_one_trip), "}");
+  };
+  return absl::StrCat(
+      "    {\"mib\": ", n >> 20, ",\n     \"tcp\": {\"push\": ", J(r.tcp_push),
+      ", \"pull\": ", J(r.tcp_pull), ", \"echo\": ", J(r.tcp_echo),
+      "},\n     \"grpc_default\": {\"push\": ", J(r.grpc_push), ", \"pull\": ", J(r.grpc_pull),
+      ", \"push_pull\": ", J(r.grpc_push_pull), "},\n     \"pstrain_fp32\": ", rates(ps[0]),
+      ",\n     \"pstrain_bf16\": ", rates(ps[1]),
+      ",\n     \"push_pull_fp32_over_tcp_echo_paired_median\": ", J(ps[0].paired_ratio),
+      ", \"push_pull_one_trip_fp32_over_tcp_echo_paired_median\": ",
+      J(ps[0].paired_ratio_one_trip),
+      ", \"push_pull_fp32_over_tcp_echo\": ", J(ps[0].push_pull / r.tcp_echo),
+      ", \"tcp_push_then_pull_over_tcp_echo\": ", J(r.tcp_push_then_pull / r.tcp_echo),
+      ", \"grpc_default_over_tcp_echo\": ", J(r.grpc_push_pull / r.tcp_echo), ",\n     ",
+      shm_json, "}");
+}
+
 // --only_shm: the shared-memory path alone, no TCP or gRPC references.
 int RunShmOnly(const std::vector<int64_t>& sizes) {
   TuneMallocForBulkTraffic();
@@ -487,29 +522,8 @@ int Run(const char* argv0) {
       pass = pass && fraction >= 0.5;  // the paired median
       pass_one_trip = pass_one_trip && fraction_one_trip >= 0.5;
     }
-    std::printf(
-        "    {\"mib\": %lld,\n"
-        "     \"tcp\": {\"push\": %s, \"pull\": %s, \"echo\": %s},\n"
-        "     \"grpc_default\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s},\n"
-        "     \"pstrain_fp32\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s, "
-        "\"push_pull_one_trip\": %s},\n"
-        "     \"pstrain_bf16\": {\"push\": %s, \"pull\": %s, \"push_pull\": %s, "
-        "\"push_pull_one_trip\": %s},\n"
-        "     \"push_pull_fp32_over_tcp_echo_paired_median\": %s, "
-        "\"push_pull_one_trip_fp32_over_tcp_echo_paired_median\": %s, "
-        "\"push_pull_fp32_over_tcp_echo\": %s, "
-        "\"tcp_push_then_pull_over_tcp_echo\": %s, "
-        "\"grpc_default_over_tcp_echo\": %s,\n"
-        "     %s}%s\n",
-        static_cast<long long>(n >> 20), J(r.tcp_push).c_str(), J(r.tcp_pull).c_str(),
-        J(r.tcp_echo).c_str(), J(r.grpc_push).c_str(), J(r.grpc_pull).c_str(),
-        J(r.grpc_push_pull).c_str(),
-        J(ps[0].push).c_str(), J(ps[0].pull).c_str(), J(ps[0].push_pull).c_str(),
-        J(ps[0].push_pull_one_trip).c_str(), J(ps[1].push).c_str(), J(ps[1].pull).c_str(),
-        J(ps[1].push_pull).c_str(), J(ps[1].push_pull_one_trip).c_str(), J(fraction).c_str(),
-        J(fraction_one_trip).c_str(), J(ps[0].push_pull / r.tcp_echo).c_str(),
-        J(r.tcp_push_then_pull / r.tcp_echo).c_str(), J(r.grpc_push_pull / r.tcp_echo).c_str(),
-        ShmJson(memcpy_in_out, shm).c_str(), i + 1 < sizes.size() ? "," : "");
+    std::printf("%s%s\n", SizeJson(n, r, ps, ShmJson(memcpy_in_out, shm)).c_str(),
+                i + 1 < sizes.size() ? "," : "");
     std::fflush(stdout);
   }
   const TcpHeader quit{3, 0};

@@ -73,6 +73,47 @@ MemberStatus ReplaceAndFinish(Cluster& cluster, int victim) {
   return FinalWorker(cluster, victim);
 }
 
+// The clock whose push the held-push tests hold back.
+constexpr int64_t kHeld = 60;
+
+// Starts the BSP job under --on_worker_failure=wait with process 1's push of
+// kHeld held back (--debug_hold_push; `flags` go to both workers), SIGKILLs
+// process 1 `settle` after it reported kHeld finished, waits until it is
+// declared dead, then replaces it and waits for the end (ReplaceAndFinish):
+// the replacement's final Status, or an empty one after a failed EXPECT.
+MemberStatus KillTheHolderAndReplaceIt(Cluster& cluster, const std::vector<std::string>& flags,
+                                       absl::Duration settle) {
+  ClusterOptions options = BspOptions();
+  options.scheduler_flags.push_back("--on_worker_failure=wait");
+  for (std::vector<std::string>& f : options.worker_flags) {
+    f.insert(f.end(), flags.begin(), flags.end());
+  }
+  options.worker_flags[1].push_back(absl::StrCat("--debug_hold_push=", kHeld));
+  const absl::Status started = cluster.Start(options);
+  EXPECT_TRUE(started.ok()) << started << cluster.Logs();
+  if (!started.ok()) return MemberStatus();
+  // Process 1 reported clock kHeld finished, its push of kHeld held back.
+  int victim = -1;
+  const bool held = WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        victim = cluster.MemberId(WORKER, 1);
+        return victim >= 0 && WorkerClock(st, victim) == kHeld + 1;
+      },
+      absl::Seconds(60));
+  EXPECT_TRUE(held) << cluster.Logs();
+  if (!held) return MemberStatus();
+  absl::SleepFor(settle);
+  cluster.workers()[1].Kill(SIGKILL);
+  const bool dead = WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) { return MemberOf(st, WORKER, victim).state() == DEAD; },
+      absl::Seconds(4 + LoadPerCore()));
+  EXPECT_TRUE(dead) << cluster.Logs();
+  if (!dead) return MemberStatus();
+  return ReplaceAndFinish(cluster, victim);
+}
+
 TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   const double undisturbed = UndisturbedAccuracy();
   Cluster cluster("shrink");
@@ -178,29 +219,8 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersId) {
 TEST(FaultTest, UnderWaitAReplacementMakesThePushItsPredecessorNeverSent) {
   const double undisturbed = UndisturbedAccuracy();
   ASSERT_GT(undisturbed, 0);
-  constexpr int64_t kHeld = 60;
   Cluster cluster("unsent");
-  ClusterOptions options = BspOptions();
-  options.scheduler_flags.push_back("--on_worker_failure=wait");
-  options.worker_flags[1].push_back(absl::StrCat("--debug_hold_push=", kHeld));
-  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  // Process 1 reported clock kHeld finished, its push of kHeld held back.
-  int victim = -1;
-  ASSERT_TRUE(WaitForStatus(
-      cluster.scheduler_address(),
-      [&](const ClusterStatus& st) {
-        victim = cluster.MemberId(WORKER, 1);
-        return victim >= 0 && WorkerClock(st, victim) == kHeld + 1;
-      },
-      absl::Seconds(60)))
-      << cluster.Logs();
-  cluster.workers()[1].Kill(SIGKILL);
-  ASSERT_TRUE(WaitForStatus(
-      cluster.scheduler_address(),
-      [&](const ClusterStatus& st) { return MemberOf(st, WORKER, victim).state() == DEAD; },
-      absl::Seconds(4 + LoadPerCore())))
-      << cluster.Logs();
-  const MemberStatus replacement = ReplaceAndFinish(cluster, victim);
+  const MemberStatus replacement = KillTheHolderAndReplaceIt(cluster, {}, absl::ZeroDuration());
   // It went through the held clock again, and BSP ended where it would have
   // without the kill.
   EXPECT_EQ(replacement.state(), FINISHED);
@@ -225,32 +245,11 @@ TEST(FaultTest, UnderWaitAReplacementMakesThePushItsPredecessorNeverSent) {
 TEST(FaultTest, PushingByLayersAReplacementRedoesAHalfPushedClockFromNewerWeights) {
   const UndisturbedRun& undisturbed = Undisturbed();
   ASSERT_GT(undisturbed.accuracy, 0);
-  constexpr int64_t kHeld = 60;
   Cluster cluster("halfpushed");
-  ClusterOptions options = BspOptions();
-  options.scheduler_flags.push_back("--on_worker_failure=wait");
-  for (std::vector<std::string>& flags : options.worker_flags) flags.push_back("--overlap=on");
-  options.worker_flags[1].push_back(absl::StrCat("--debug_hold_push=", kHeld));
-  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  int victim = -1;
-  ASSERT_TRUE(WaitForStatus(
-      cluster.scheduler_address(),
-      [&](const ClusterStatus& st) {
-        victim = cluster.MemberId(WORKER, 1);
-        return victim >= 0 && WorkerClock(st, victim) == kHeld + 1;
-      },
-      absl::Seconds(60)))
-      << cluster.Logs();
   // The last layers' pushes went on the push lane before the held one:
-  // give them time to land.
-  absl::SleepFor(absl::Seconds(1));
-  cluster.workers()[1].Kill(SIGKILL);
-  ASSERT_TRUE(WaitForStatus(
-      cluster.scheduler_address(),
-      [&](const ClusterStatus& st) { return MemberOf(st, WORKER, victim).state() == DEAD; },
-      absl::Seconds(4 + LoadPerCore())))
-      << cluster.Logs();
-  const MemberStatus replacement = ReplaceAndFinish(cluster, victim);
+  // a second for them to land before the kill.
+  const MemberStatus replacement =
+      KillTheHolderAndReplaceIt(cluster, {"--overlap=on"}, absl::Seconds(1));
   EXPECT_EQ(replacement.state(), FINISHED);
   EXPECT_EQ(replacement.start_clock(), kHeld);
   const double difference =
