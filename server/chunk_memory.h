@@ -106,6 +106,7 @@ class ChunkMemory {
   // The first I/O error (the store cannot go on), or OK.
   absl::Status health() const;
   ChunkMemoryStats stats() const;
+  bool offloaded() const { return offloaded_; }
 
  private:
   enum class Where { kFile, kLoading, kResident, kWriting };

@@ -17,6 +17,23 @@
 namespace pstrain {
 namespace {
 
+// The sum of x[i]² in double, in kLanes partial sums (which vectorise), the
+// same bits in either clone: a float's square is exact in double, so
+// contracting to an FMA changes nothing.
+PSTRAIN_SIMD_CLONES
+double SumSquares(const float* x, int64_t n) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  double sum = 0;
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
 // out = a * x (out may be x)
 PSTRAIN_SIMD_CLONES
 void Scale(const float* x, int64_t n, float a, float* out) {
@@ -456,27 +473,56 @@ void ChunkStore::SetRoundListener(Listener* listener) {
   listener_ = listener;
 }
 
+void ChunkStore::ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const {
+  auto range = [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) fn(static_cast<size_t>(k), *Find(chunk_ids_[k]));
+  };
+  const auto n = static_cast<int64_t>(chunk_ids_.size());
+  if (pool_ == nullptr || memory_ == nullptr || memory_->offloaded()) {
+    range(0, n);
+  } else {
+    pool_->ParallelFor(n, 1, range);
+  }
+}
+
 absl::StatusOr<HeldRound> ChunkStore::SumHeldSquares() const {
+  const size_t n = chunk_ids_.size();
+  std::vector<double> sums(n, 0.0);
+  std::vector<int64_t> clocks(n, 0);
+  std::vector<absl::Status> errors(n);
+  ForEachChunk([&](size_t k, Chunk& c) {
+    absl::MutexLock lock(&c.mu);
+    clocks[k] = c.clocks.MinApplied();
+    absl::StatusOr<Slab> slab = Pin(c);
+    if (!slab.ok()) {
+      errors[k] = slab.status();
+      return;
+    }
+    sums[k] = SumSquares(slab->grad(), c.layout.grad);
+  });
   HeldRound round;
   round.generation = generation_;
-  for (const auto& [id, c] : chunks_) {
-    absl::MutexLock lock(&c->mu);
-    round.clock = c->clocks.MinApplied();
-    ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
-    for (int64_t i = 0; i < c->layout.grad; ++i) {
-      round.sum_squares += static_cast<double>(slab.grad()[i]) * slab.grad()[i];
-    }
+  for (size_t k = 0; k < n; ++k) {  // in chunk order: the same sum whatever the threads
+    RETURN_IF_ERROR(errors[k]);
+    round.clock = clocks[k];
+    round.sum_squares += sums[k];
   }
   return round;
 }
 
 absl::Status ChunkStore::ApplyHeldRounds(int64_t generation, float scale) {
-  for (const auto& [id, c] : chunks_) {
-    absl::MutexLock lock(&c->mu);
-    if (c->generation != generation) continue;  // restored meanwhile
-    ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
-    ApplyRound(*c, slab, scale);
-  }
+  std::vector<absl::Status> errors(chunk_ids_.size());
+  ForEachChunk([&](size_t k, Chunk& c) {
+    absl::MutexLock lock(&c.mu);
+    if (c.generation != generation) return;  // restored meanwhile
+    absl::StatusOr<Slab> slab = Pin(c);
+    if (!slab.ok()) {
+      errors[k] = slab.status();
+      return;
+    }
+    ApplyRound(c, *slab, scale);
+  });
+  for (const absl::Status& st : errors) RETURN_IF_ERROR(st);
   return absl::OkStatus();
 }
 

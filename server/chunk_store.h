@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -211,6 +212,11 @@ class ChunkStore : public HeldRounds {
   // False (and counted, logged once per chunk) when `grad` may not be applied.
   bool Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // fn(k, chunk) for each of this server's chunks, k its index in chunk_ids_:
+  // over the pool's threads, each chunk on one of them, or in order on the
+  // caller when the slabs are offloaded (one pin per thread, read ahead in
+  // order) or there is no pool.
+  void ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const;
   void TraceApply(int worker, int64_t clock, int32_t chunk) const;
   // BSP: applies the closed round's mean (the slab's grad) scaled by `scale` (no
   // step when no push of the round was finite) and opens the next round.

@@ -1,11 +1,13 @@
 #include "server/global_clipping.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "server/store_testing.h"
 #include "server/chunk_store.h"
@@ -198,6 +200,48 @@ TEST(GlobalClippingTest, AStoreRestoreDropsItsHeldRounds) {
   EXPECT_EQ(round->generation, 1);
   EXPECT_EQ(round->clock, 0);
   EXPECT_EQ(round->sum_squares, 10.0);
+}
+
+// The held rounds of a store whose chunks are summed and applied over a
+// pool of threads: the same sums of squares and the same weights, to the
+// bit, as in order on the caller, for Adam over several clipped rounds.
+TEST(GlobalClippingTest, ChunksOverThreadsGiveTheSameBitsAsInOrder) {
+  JobSpec job = SmallDenseJob(BSP, 2, /*clip_norm=*/0.5f);
+  job.mutable_model()->mutable_layers(0)->set_units(300);
+  job.mutable_optimizer()->set_type(ADAM);
+  job.mutable_optimizer()->set_learning_rate(0.01f);
+  job.set_chunk_bytes(256);  // 64 values a chunk: 20 chunks
+  const Partition partition =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
+  ThreadPool pool(4);
+  ChunkStore in_order(job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr,
+                      nullptr);
+  ChunkStore threaded(job, partition, 0, MakeOptimizer(job.optimizer()).value(), &pool, nullptr);
+  ASSERT_GE(threaded.chunk_ids().size(), 16u);
+  for (int64_t clock = 0; clock < 5; ++clock) {
+    for (int w = 0; w < 2; ++w) {
+      for (int32_t chunk : threaded.chunk_ids()) {
+        std::vector<float> g(threaded.ChunkNumel(chunk));
+        for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(clock * 7.0f + w + chunk * 3.0f + i);
+        ASSERT_TRUE(in_order.Push(w, clock, 4, chunk, g).ok());
+        ASSERT_TRUE(threaded.Push(w, clock, 4, chunk, g).ok());
+      }
+    }
+    const absl::StatusOr<HeldRound> a = in_order.SumHeldSquares(), b = threaded.SumHeldSquares();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_GT(a->sum_squares, 1.0);
+    EXPECT_EQ(a->sum_squares, b->sum_squares);
+    EXPECT_EQ(b->clock, clock);
+    const float scale = static_cast<float>(0.5 / std::sqrt(a->sum_squares));
+    ASSERT_TRUE(in_order.ApplyHeldRounds(0, scale).ok());
+    ASSERT_TRUE(threaded.ApplyHeldRounds(0, scale).ok());
+  }
+  for (int32_t chunk : threaded.chunk_ids()) {
+    const std::vector<float> a = ReadChunk(in_order, chunk), b = ReadChunk(threaded, chunk);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << chunk;
+    EXPECT_TRUE(threaded.Readable(chunk, 5)) << chunk;
+  }
 }
 
 }  // namespace
