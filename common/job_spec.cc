@@ -1,9 +1,12 @@
 #include "common/job_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/external_model.h"
@@ -280,6 +283,10 @@ void ApplyJobDefaults(JobSpec* job) {
   }
   NameLayers(model);
   ApplyOptimizerDefaults(job->mutable_optimizer());
+  for (TableSpec& table : *job->mutable_tables()) {
+    if (!table.has_init_scale() && table.width() > 0) table.set_init_scale(1.0f / table.width());
+    ApplyOptimizerDefaults(table.mutable_optimizer());
+  }
   if (job->consistency() == CONSISTENCY_UNSPECIFIED) job->set_consistency(BSP);
   if (!job->has_batch_size()) job->set_batch_size(64);
   if (!job->has_epochs()) job->set_epochs(1);
@@ -370,6 +377,41 @@ absl::Status ValidateExternal(const JobSpec& job) {
 }
 
 // Stages, replicas, their shares of the batch and its micro-batches.
+// The tables: names, widths, and optimizers that have a row-wise form.
+absl::Status ValidateTables(const JobSpec& job) {
+  absl::flat_hash_set<std::string> names;
+  for (const TableSpec& t : job.tables()) {
+    auto bad = [&t](auto&&... parts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec: table '", t.name(), "': ", parts...));
+    };
+    if (t.name().empty() || t.name().size() > 64 ||
+        t.name().find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                   "0123456789_.-") != std::string::npos) {
+      return bad("a name is 1 to 64 of [A-Za-z0-9_.-]");
+    }
+    if (!names.insert(t.name()).second) return bad("declared twice");
+    if (t.width() < 1 || t.width() > 65536) {
+      return bad("width must be in [1, 65536], got ", t.width());
+    }
+    if (!(t.init_scale() >= 0 && std::isfinite(t.init_scale()))) {
+      return bad("init_scale must be finite and >= 0");
+    }
+    const OptimizerSpec& opt = t.optimizer();
+    if (opt.type() != SGD && opt.type() != ADAGRAD && opt.type() != ADAM) {
+      return bad("optimizer.type must be SGD, ADAGRAD or ADAM, got ",
+                 OptimizerType_Name(opt.type()));
+    }
+    if (opt.weight_decay() != 0 || opt.clip_norm() != 0 || opt.schedule().type() != CONSTANT) {
+      return bad("a table's optimizer takes no weight_decay, clip_norm or schedule");
+    }
+    if (const absl::Status st = ValidateOptimizer(opt); !st.ok()) {
+      return bad(st.message().substr(std::string_view("job spec: ").size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateReplicas(const JobSpec& job) {
   auto bad = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
@@ -462,6 +504,7 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
                " are allowed (raise chunk_bytes)");
   }
   if (const absl::Status st = ValidateReplicas(job); !st.ok()) return st;
+  if (const absl::Status st = ValidateTables(job); !st.ok()) return st;
   return ValidateJobSizes(job);
 }
 

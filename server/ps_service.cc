@@ -33,6 +33,11 @@ void PsService::SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks
   state_ = RUNNING;
 }
 
+void PsService::SetTables(std::shared_ptr<SparseTables> tables) {
+  absl::MutexLock lock(&mu_);
+  tables_ = std::move(tables);
+}
+
 void PsService::SetIdentity(int id, const std::string& address) {
   absl::MutexLock lock(&mu_);
   id_ = id;
@@ -246,6 +251,42 @@ grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req
   return grpc::Status::OK;
 }
 
+grpc::Status PsService::DoPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
+                                   grpc::ByteBuffer* resp) {
+  PullRowsRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("pull rows: malformed request");
+  if (!DType_IsValid(req.dtype())) return Invalid("pull rows: unknown dtype");
+  std::vector<float> rows;
+  const absl::Status st = tables.Pull(req.worker_id(), req.table(), req.ids(), &rows);
+  if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
+  PullRowsResponse reply;
+  std::string* bytes = reply.mutable_rows();
+  bytes->resize(rows.size() * DTypeSize(req.dtype()));
+  EncodeFloats(req.dtype(), rows.data(), static_cast<int64_t>(rows.size()), bytes->data());
+  bytes_out_ += static_cast<int64_t>(bytes->size());
+  *resp = SerializeSmall(reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::DoPushRows(SparseTables& tables, const grpc::ByteBuffer& raw,
+                                   grpc::ByteBuffer* resp) {
+  PushRowsRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("push rows: malformed request");
+  if (!DType_IsValid(req.dtype())) return Invalid("push rows: unknown dtype");
+  const size_t width = DTypeSize(req.dtype());
+  if (req.grads().size() % width != 0) {
+    return Invalid(absl::StrCat("push rows: ", req.grads().size(), " bytes of gradients are not ",
+                                "whole values of ", width, " bytes"));
+  }
+  std::vector<float> grads(req.grads().size() / width);
+  DecodeFloats(req.dtype(), req.grads().data(), static_cast<int64_t>(grads.size()), grads.data());
+  const absl::Status st = tables.Push(req.worker_id(), req.table(), req.ids(), grads);
+  if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("push rows: ", st.message())));
+  bytes_in_ += static_cast<int64_t>(req.grads().size());
+  *resp = SerializeSmall(PushRowsResponse());
+  return grpc::Status::OK;
+}
+
 grpc::Status PsService::CheckPull(const ChunkStore& s, const grpc::ByteBuffer& raw,
                                   PullRequest* req) const {
   int64_t total_clocks;
@@ -298,7 +339,7 @@ grpc::Status PsService::CheckPull(const ChunkStore& s, const grpc::ByteBuffer& r
 // tag answers.
 class PsService::Call {
  public:
-  enum Method { kPush, kPull, kStatus, kOpenShm };
+  enum Method { kPush, kPull, kStatus, kOpenShm, kPullRows, kPushRows };
   enum Event { kAccepted, kFinished, kDone };
   struct Tag {
     Call* call;
@@ -373,6 +414,12 @@ void PsService::Accept(int method, grpc::ServerCompletionQueue* cq) {
     case Call::kOpenShm:
       RequestOpenShm(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case Call::kPullRows:
+      RequestPullRows(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
+    case Call::kPushRows:
+      RequestPushRows(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -392,6 +439,8 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   for (int i = 0; i < kAhead; ++i) {
     Accept(Call::kPush, cq);
     Accept(Call::kPull, cq);
+    Accept(Call::kPullRows, cq);
+    Accept(Call::kPushRows, cq);
   }
   Accept(Call::kStatus, cq);
   Accept(Call::kOpenShm, cq);
@@ -447,6 +496,21 @@ void PsService::Handle(Call* call) {
   }
   if (call->method == Call::kOpenShm) {
     answer(GrantShm(call->request, &call->reply));
+    return;
+  }
+  if (call->method == Call::kPullRows || call->method == Call::kPushRows) {
+    std::shared_ptr<SparseTables> tables;
+    {
+      absl::MutexLock lock(&mu_);
+      tables = tables_;
+    }
+    grpc::Status st(grpc::StatusCode::UNAVAILABLE, "server not ready");
+    if (tables != nullptr) {
+      st = call->method == Call::kPullRows ? DoPullRows(*tables, call->request, &call->reply)
+                                           : DoPushRows(*tables, call->request, &call->reply);
+    }
+    call->request.Clear();
+    answer(st);
     return;
   }
   if (s == nullptr) {
@@ -615,6 +679,15 @@ MemberStatus PsService::GetStatus() const {
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
   st.set_requests_refused(refused());
+  std::shared_ptr<SparseTables> tables;
+  {
+    absl::MutexLock lock(&mu_);
+    tables = tables_;
+  }
+  if (tables != nullptr) {
+    for (TableStatus& t : tables->Status()) *st.add_tables() = std::move(t);
+    st.set_row_requests_refused(tables->refused());
+  }
   st.set_shm_bytes(shm_bytes_);
   st.set_shm_rings(shm_rings_);
   st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());

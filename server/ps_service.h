@@ -23,12 +23,14 @@
 #include "server/byte_budget.h"
 #include "server/chunk_store.h"
 #include "server/shm_registry.h"
+#include "server/sparse_tables.h"
 
 namespace pstrain {
 
 using PsServiceBase = ParameterServer::WithRawMethod_Push<
     ParameterServer::WithRawMethod_Pull<ParameterServer::WithRawMethod_Status<
-        ParameterServer::WithRawMethod_OpenShm<ParameterServer::Service>>>>;
+        ParameterServer::WithRawMethod_OpenShm<ParameterServer::WithRawMethod_PullRows<
+            ParameterServer::WithRawMethod_PushRows<ParameterServer::Service>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -40,6 +42,8 @@ class PsService final : public PsServiceBase {
   // Makes the service answer pushes and pulls; until then they get
   // UNAVAILABLE. Call once.
   void SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks);
+  // Makes it answer PullRows and PushRows from `tables`. Before SetStore.
+  void SetTables(std::shared_ptr<SparseTables> tables);
   void SetIdentity(int id, const std::string& address);
   // Gives workers on this host shared memory (OpenShm); without it OpenShm
   // is refused and every payload moves in the messages. Their pushes and
@@ -87,6 +91,11 @@ class PsService final : public PsServiceBase {
   grpc::Status FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm.
   grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp);
+  // The answers to PullRows and PushRows.
+  grpc::Status DoPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
+                          grpc::ByteBuffer* resp);
+  grpc::Status DoPushRows(SparseTables& tables, const grpc::ByteBuffer& raw,
+                          grpc::ByteBuffer* resp);
 
  private:
   class Call;
@@ -124,6 +133,7 @@ class PsService final : public PsServiceBase {
   const absl::Time start_;
   mutable absl::Mutex mu_;
   std::shared_ptr<ChunkStore> store_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<SparseTables> tables_ ABSL_GUARDED_BY(mu_);
   int64_t total_clocks_ ABSL_GUARDED_BY(mu_) = 0;
   int id_ ABSL_GUARDED_BY(mu_) = -1;
   std::string address_ ABSL_GUARDED_BY(mu_);

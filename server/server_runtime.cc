@@ -195,6 +195,7 @@ int Server::Run(const RegisterResponse& reg) {
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
+  service_->SetTables(std::make_shared<SparseTables>(job_, id_, job_.num_servers()));
   service_->SetStore(store_, TotalClocks(job_));
   std::string message;
   const absl::StatusOr<JobState> end = Serve(&message);

@@ -3,8 +3,8 @@
 // optimizer state, updated lazily -- a push moves only the rows it touches
 // (torch.optim.SparseAdam's and sparse Adagrad's semantics, so a job can be
 // checked against a PyTorch process with nn.EmbeddingBag(sparse=True)).
-// The logic only: no gRPC, no files. Not yet declared in the job spec or
-// served by the daemons (the first step of sparse tables; DESIGN.md).
+// The logic only: no gRPC, no files. A server's tables are
+// server/sparse_tables.h; the job spec declares them (JobSpec.tables).
 #ifndef PSTRAIN_SERVER_SPARSE_TABLE_H_
 #define PSTRAIN_SERVER_SPARSE_TABLE_H_
 

@@ -131,7 +131,9 @@ void Check(const std::string& who, const Outcome& o, int64_t rss_before, int64_t
 class MalformedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    job_text_ = SmallJob("batch_size: 16\nclocks: 1000\n");
+    job_text_ = SmallJob(
+        "batch_size: 16\nclocks: 1000\n"
+        "tables { name: \"words\" width: 4 num_ids: 1000 optimizer { type: SGD } }\n");
     ClusterOptions options;
     options.job_text = job_text_;
     options.servers = 1;
@@ -187,6 +189,14 @@ TEST_F(MalformedTest, TheServerRefusesEveryMalformedPushAndPull) {
   const std::string address = status_.members(0).address();
   const char kPush[] = "/pstrain.ParameterServer/Push";
   const char kPull[] = "/pstrain.ParameterServer/Pull";
+  const char kPullRows[] = "/pstrain.ParameterServer/PullRows";
+  const char kPushRows[] = "/pstrain.ParameterServer/PushRows";
+  // Row requests (PullRowsRequest, PushRowsRequest): worker, table, ids (packed fixed64).
+  auto rows = [&](int worker, const std::string& table, std::vector<uint64_t> ids) {
+    std::string packed;
+    for (uint64_t id : ids) packed.append(reinterpret_cast<const char*>(&id), 8);
+    return Field(1, worker) + Bytes(2, table) + Bytes(3, packed);
+  };
   auto chunk_data = [&](int chunk, size_t bytes, std::mt19937_64& rng) {
     std::string data(bytes, '\0');
     for (char& c : data) c = static_cast<char>(rng() % 64);  // small finite floats
@@ -198,7 +208,7 @@ TEST_F(MalformedTest, TheServerRefusesEveryMalformedPushAndPull) {
   Attack("server", address, cluster_.servers()[0].pid(), [&](std::mt19937_64& rng) -> Call {
     const int c = static_cast<int>(rng() % chunks);
     const size_t bytes = partition.chunks()[c].numel * 4;
-    switch (rng() % 12) {
+    switch (rng() % 16) {
       case 0:
         return {kPush, Garbage(rng)};
       case 1:  // wrong size
@@ -221,8 +231,18 @@ TEST_F(MalformedTest, TheServerRefusesEveryMalformedPushAndPull) {
         return {kPull, Field(3, 1001 + rng() % 1000000) + Bytes(5, Varint(c))};
       case 10:  // a chunk named twice
         return {kPull, Bytes(5, Varint(c) + Varint(c))};
-      default:  // an unknown worker
+      case 11:  // an unknown worker
         return {kPull, Field(1, 2 + rng() % 100) + Bytes(5, Varint(c))};
+      case 12:
+        return {rng() % 2 == 0 ? kPullRows : kPushRows, Garbage(rng)};
+      case 13:  // a table the job does not declare, or an unknown worker
+        return {kPullRows, rng() % 2 == 0 ? rows(0, "nouns", {rng() % 1000})
+                                          : rows(2 + rng() % 100, "words", {rng() % 1000})};
+      case 14:  // ids beyond num_ids
+        return {kPullRows, rows(0, "words", {rng() % 1000, 1000 + rng() % 1000000})};
+      default:  // a push to rows never pulled (nothing pulls here), or of the wrong width
+        return {kPushRows, rows(0, "words", {rng() % 1000}) +
+                               Bytes(5, std::string(4 * (rng() % 2 == 0 ? 4 : 3), '\0'))};
     }
   });
 }

@@ -1,0 +1,96 @@
+// A server's part of the job's sparse tables (JobSpec.tables): for each, a
+// SparseTable (server/sparse_table.h) of the rows whose ids hash to this
+// server, the checks a pull or push by id must pass, and the counters Status
+// reports. Pushes are applied as they come (each one update of its rows, as
+// under ASP); rounds per table (BSP, SSP) are not built yet. Knows nothing of
+// gRPC: server/ps_service.cc is the glue.
+#ifndef PSTRAIN_SERVER_SPARSE_TABLES_H_
+#define PSTRAIN_SERVER_SPARSE_TABLES_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/cluster.pb.h"
+#include "proto/job.pb.h"
+#include "server/sparse_table.h"
+
+namespace pstrain {
+
+// The most bytes of rows one pull may ask for, or one push carry (the
+// reply or request is built whole in memory).
+inline constexpr int64_t kMaxRowBytesPerRequest = int64_t{64} << 20;
+
+// A table's row optimizer from the job's (validated) TableSpec.
+RowOptimizer RowOptimizerOf(const OptimizerSpec& spec);
+
+// Thread-safe: each table has its own lock.
+class SparseTables {
+ public:
+  // Server `server` of `servers` of `job` (validated, defaults applied).
+  SparseTables(const JobSpec& job, int server, int servers);
+
+  // The table's row width; NOT_FOUND when the job declares no such table.
+  absl::StatusOr<int> Width(absl::string_view table) const;
+  // Worker `worker`'s pull of the rows of `ids` (ids.size() x width floats
+  // into *out, in order; an id may repeat), making the missing ones.
+  // Refused, nothing made: NOT_FOUND (no such table), OUT_OF_RANGE (an id at
+  // or beyond num_ids), INVALID_ARGUMENT (a worker the job does not have,
+  // an id of another server, more than kMaxRowBytesPerRequest).
+  absl::Status Pull(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
+                    std::vector<float>* out);
+  // One update of the rows of `ids` (distinct) by `grads` (ids.size() x
+  // width floats). Refused, nothing applied: those of Pull, and
+  // INVALID_ARGUMENT for a wrong size or a repeated id, FAILED_PRECONDITION
+  // for a row no pull made.
+  absl::Status Push(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
+                    absl::Span<const float> grads);
+
+  // Per table, in the job's order.
+  std::vector<TableStatus> Status() const;
+  // Requests refused, those naming no table included.
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  bool empty() const { return tables_.empty(); }
+
+ private:
+  struct Table {
+    Table(TableConfig config, uint64_t num_ids)
+        : num_ids(num_ids), width(config.width), rows(std::move(config)) {}
+    const uint64_t num_ids;  // 0: any id
+    const int width;
+    mutable absl::Mutex mu;
+    SparseTable rows ABSL_GUARDED_BY(mu);
+    int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
+    int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
+    int64_t refused ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  // The table named `name` for `worker`'s request, or NOT_FOUND or
+  // INVALID_ARGUMENT (an unknown worker), counted.
+  absl::StatusOr<Table*> Find(int worker, absl::string_view name);
+  // OUT_OF_RANGE or INVALID_ARGUMENT for the first id this server may not
+  // serve from `table`.
+  absl::Status CheckIds(const Table& table, absl::Span<const uint64_t> ids) const;
+  // Counts a refusal of `table`'s request and returns `st`.
+  absl::Status Refuse(Table& table, absl::Status st);
+
+  const int server_;
+  const int servers_;
+  const int workers_;
+  std::vector<std::string> order_;  // the job's
+  std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_;
+  std::atomic<int64_t> refused_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_SPARSE_TABLES_H_

@@ -1,0 +1,60 @@
+// A worker's pulls and pushes of sparse table rows (JobSpec.tables) by id:
+// the ids are spread over the servers by ServerOfRow (server/sparse_table.h),
+// each server is asked once per call for its ids (deduplicated), and the
+// rows come back in the caller's order. A push sums the gradients of a
+// repeated id first (CoalesceRows) and sends each server its rows. The calls
+// are gRPC calls to one server after another.
+#ifndef PSTRAIN_WORKER_ROW_CLIENT_H_
+#define PSTRAIN_WORKER_ROW_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/job.pb.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace pstrain {
+
+// Thread-compatible.
+class RowClient {
+ public:
+  // The servers' addresses in the order of their ids, `job`'s tables.
+  RowClient(const JobSpec& job, const std::vector<std::string>& servers, int worker_id,
+            absl::Duration timeout = absl::Seconds(30));
+
+  // The rows of `ids` of `table` (ids.size() x width floats into *rows, in
+  // order; an id may repeat), made on their servers if new. NOT_FOUND for
+  // a table the job does not declare; a server's refusal as it gave it.
+  absl::Status Pull(const std::string& table, absl::Span<const uint64_t> ids,
+                    std::vector<float>* rows);
+  // One update of `table`: `grads` holds ids.size() x width floats, one row
+  // per entry of `ids` (a repeated id's rows are summed). Each server
+  // applies its part whole or refuses it.
+  absl::Status Push(const std::string& table, int64_t clock, absl::Span<const uint64_t> ids,
+                    absl::Span<const float> grads);
+
+  // Rows moved so far (each server's distinct rows per call).
+  int64_t rows_pulled() const { return rows_pulled_; }
+  int64_t rows_pushed() const { return rows_pushed_; }
+
+ private:
+  // `table`'s width, or NOT_FOUND.
+  absl::StatusOr<int> Width(const std::string& table) const;
+
+  const int worker_id_;
+  const absl::Duration timeout_;
+  std::map<std::string, int> widths_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  int64_t rows_pulled_ = 0, rows_pushed_ = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_ROW_CLIENT_H_
