@@ -11,10 +11,15 @@
 // (updates per second); the offloaded store's peak anonymous memory
 // (RssAnon) above the process's before it, against the budget; and whether
 // the two stores end with bit-identical weights. Prints one JSON object.
+// The store's file and the ceiling's are both read and written with
+// O_DIRECT (--direct, the default), so both measure the device and not the
+// page cache (with --nodirect both go through the page cache, which on a
+// machine with memory to spare is memory bandwidth).
 //
 //   bazel run -c opt //bench:offload_bench -- [--state_mb=2048]
-//       [--budget_mb=512] [--rounds=3] [--dir=/var/tmp]
+//       [--budget_mb=512] [--rounds=3] [--dir=/var/tmp] [--nodirect]
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +46,9 @@ ABSL_FLAG(int64_t, state_mb, 2048, "the server's chunk state (weights + Adam mom
 ABSL_FLAG(int64_t, budget_mb, 512, "--memory_budget of the offloaded store, MB");
 ABSL_FLAG(int, rounds, 3, "interleaved rounds (ceiling, offloaded clock, in-memory clock)");
 ABSL_FLAG(std::string, dir, "/var/tmp", "the offload directory (and the ceiling's file)");
+ABSL_FLAG(bool, direct, true,
+          "O_DIRECT for the store's file and the ceiling's (the device); --nodirect: both "
+          "through the page cache");
 
 namespace pstrain {
 namespace {
@@ -100,23 +108,31 @@ void PushAll(ChunkStore& store, int64_t clock, const std::vector<float>& g) {
 }
 
 // The disk's sequential write then read of a file of the state's size, in
-// slab-sized transfers through the page cache, as the offload file is used:
-// made and written once (as the store's file is allocated at its start),
-// then rewritten and read back in place each round.
+// slab-sized transfers, as the offload file is used (with O_DIRECT, the
+// device's; without, the page cache's): made and written once (as the
+// store's file is allocated at its start), then rewritten and read back in
+// place each round.
 class DiskCeiling {
  public:
-  DiskCeiling(const std::string& dir, int64_t bytes, int64_t block)
-      : path_(dir + "/offload_bench.ceiling"), bytes_(bytes), buf_(block, 1) {
-    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd_ < 0 || posix_fallocate(fd_, 0, bytes) != 0) {
+  DiskCeiling(const std::string& dir, int64_t bytes, int64_t block, bool direct)
+      : path_(dir + "/offload_bench.ceiling"), bytes_(bytes), block_(block) {
+    // Page-aligned, as O_DIRECT needs (the store's slabs are mappings too).
+    void* p = mmap(nullptr, static_cast<size_t>(block), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0),
+               0600);
+    if (p == MAP_FAILED || fd_ < 0 || posix_fallocate(fd_, 0, bytes) != 0) {
       std::perror(path_.c_str());
       std::exit(1);
     }
+    buf_ = static_cast<char*>(p);
+    std::memset(buf_, 1, static_cast<size_t>(block));
     Pass(/*write=*/true);
   }
   ~DiskCeiling() {
     close(fd_);
     unlink(path_.c_str());
+    munmap(buf_, static_cast<size_t>(block_));
   }
   // Seconds to write the file and read it back.
   double Time() {
@@ -128,16 +144,19 @@ class DiskCeiling {
 
  private:
   void Pass(bool write) {
-    const int64_t block = static_cast<int64_t>(buf_.size());
-    for (int64_t off = 0; off < bytes_; off += block) {
-      const int64_t n = std::min(block, bytes_ - off);
-      const ssize_t done = write ? pwrite(fd_, buf_.data(), n, off) : pread(fd_, buf_.data(), n, off);
-      if (done != n) std::exit(1);
+    for (int64_t off = 0; off < bytes_; off += block_) {
+      const int64_t n = std::min(block_, bytes_ - off);
+      const ssize_t done = write ? pwrite(fd_, buf_, n, off) : pread(fd_, buf_, n, off);
+      if (done != n) {
+        std::perror("offload_bench: the ceiling's file");
+        std::exit(1);
+      }
     }
   }
   const std::string path_;
   const int64_t bytes_;
-  std::vector<char> buf_;
+  const int64_t block_;
+  char* buf_ = nullptr;
   int fd_ = -1;
 };
 
@@ -171,7 +190,8 @@ std::unique_ptr<ChunkStore> OffloadedStore(const JobSpec& job, const Partition& 
   auto store = std::make_unique<ChunkStore>(job, partition, 0,
                                             MakeOptimizer(job.optimizer()).value(), nullptr,
                                             nullptr, OffloadOptions{absl::GetFlag(FLAGS_dir),
-                                                                    budget, 0});
+                                                                    budget, 0,
+                                                                    absl::GetFlag(FLAGS_direct)});
   if (store->health().ok()) {
     for (int64_t c = 0; c < 2; ++c) PushAll(*store, c, g);
   }
@@ -190,7 +210,7 @@ struct Rounds {
 Rounds Measure(ChunkStore& offloaded, ChunkStore& memory, int64_t state,
                const std::vector<float>& g) {
   const int64_t slab = static_cast<int64_t>(16 << 20) * 3;  // a chunk's slab
-  DiskCeiling ceiling(absl::GetFlag(FLAGS_dir), state, slab);
+  DiskCeiling ceiling(absl::GetFlag(FLAGS_dir), state, slab, absl::GetFlag(FLAGS_direct));
   Rounds out;
   const ChunkMemoryStats before = offloaded.memory_stats();
   const int rounds = absl::GetFlag(FLAGS_rounds);
@@ -213,11 +233,12 @@ Rounds Measure(ChunkStore& offloaded, ChunkStore& memory, int64_t state,
   return out;
 }
 
-void Print(int64_t params, int64_t state, int64_t budget, size_t chunks, const Rounds& m,
-           int64_t rss_above, bool identical) {
+void Print(int64_t params, int64_t state, int64_t budget, size_t chunks, bool direct,
+           const Rounds& m, int64_t rss_above, bool identical) {
   std::printf(
       "{\n  \"bench\": \"offload_bench\",\n  \"params\": %lld,\n  \"state_bytes\": %lld,\n"
       "  \"budget_bytes\": %lld,\n  \"chunks\": %zu,\n  \"rounds\": %zu,\n"
+      "  \"o_direct\": %s,\n"
       "  \"disk_read_write_gb_per_s\": %.3f,\n  \"offloaded_clock_s\": %.3f,\n"
       "  \"in_memory_clock_s\": %.3f,\n  \"offloaded_updates_per_s\": %.4g,\n"
       "  \"in_memory_updates_per_s\": %.4g,\n  \"bytes_moved_per_clock\": %.4g,\n"
@@ -225,7 +246,7 @@ void Print(int64_t params, int64_t state, int64_t budget, size_t chunks, const R
       "  \"offloaded_vs_in_memory\": %.3f,\n  \"goal_vs_ceiling\": 0.7,\n  \"goal_pass\": %s,\n"
       "  \"rss_anon_above_start_bytes\": %lld,\n  \"bit_identical\": %s\n}\n",
       static_cast<long long>(params), static_cast<long long>(state),
-      static_cast<long long>(budget), chunks, m.offload_s.size(),
+      static_cast<long long>(budget), chunks, m.offload_s.size(), direct ? "true" : "false",
       2.0 * state / Median(m.ceiling_s) / 1e9, Median(m.offload_s), Median(m.memory_s),
       params / Median(m.offload_s), params / Median(m.memory_s), m.moved, Median(m.vs_ceiling),
       *std::min_element(m.vs_ceiling.begin(), m.vs_ceiling.end()),
@@ -255,7 +276,8 @@ int Main() {
   for (int64_t c = 0; c < 2; ++c) PushAll(memory, c, g);
   const Rounds m = Measure(*offloaded, memory, state, g);
   const bool identical = SameWeights(*offloaded, memory);
-  Print(params, state, budget, offloaded->chunk_ids().size(), m, rss_above, identical);
+  Print(params, state, budget, offloaded->chunk_ids().size(), offloaded->memory_stats().direct,
+        m, rss_above, identical);
   return identical ? 0 : 1;
 }
 

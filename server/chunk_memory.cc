@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -122,7 +123,15 @@ absl::StatusOr<std::unique_ptr<ChunkMemory>> ChunkMemory::Make(const std::vector
 absl::Status ChunkMemory::CreateFile() {
   path_ = absl::StrCat(options_.dir, "/server", options_.server_id, ".slabs");
   const std::string tmp = path_ + ".tmp";
-  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+  int fd = options_.direct ? open(tmp.c_str(), flags | O_DIRECT, 0600) : -1;
+  direct_ = fd >= 0;
+  if (fd < 0 && options_.direct && errno == EINVAL) {
+    spdlog::warn("--offload_dir {}: no O_DIRECT on this file system; the slabs go through the "
+                 "page cache",
+                 options_.dir);
+  }
+  if (fd < 0) fd = open(tmp.c_str(), flags, 0600);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("--offload_dir: cannot create ", tmp));
   // The whole size now: a disk too small fails here, not mid-job.
   const int err = file_bytes_ > 0 ? posix_fallocate(fd, 0, file_bytes_) : 0;
@@ -241,7 +250,7 @@ absl::Status ChunkMemory::MakeRoom(int64_t bytes, bool wait) {
     }
     if (v->dirty) {
       v->where = Where::kWriting;
-      const int64_t n = v->layout.floats() * static_cast<int64_t>(sizeof(float));
+      const int64_t n = IoBytes(*v);
       const absl::Time t0 = absl::Now();
       mu_.Unlock();
       const absl::Status st =
@@ -273,7 +282,7 @@ absl::Status ChunkMemory::Load(Entry& e) {
   absl::Status st = data == nullptr ? ErrnoStatus(errno, "cannot allocate a chunk's slab")
                                     : absl::OkStatus();
   if (st.ok() && e.on_disk) {
-    const int64_t n = e.layout.floats() * static_cast<int64_t>(sizeof(float));
+    const int64_t n = IoBytes(e);
     const absl::Time t0 = absl::Now();
     mu_.Unlock();
     st = PreadAll(fd_, reinterpret_cast<char*>(data), n, e.offset, path_);
@@ -348,10 +357,17 @@ absl::Status ChunkMemory::health() const {
   return health_;
 }
 
+int64_t ChunkMemory::IoBytes(const Entry& e) const {
+  // O_DIRECT moves whole pages between page-aligned memory (the slab's
+  // mapping) and page-aligned file offsets; the slab's pages are its own.
+  return direct_ ? e.bytes : e.layout.floats() * static_cast<int64_t>(sizeof(float));
+}
+
 ChunkMemoryStats ChunkMemory::stats() const {
   absl::MutexLock lock(&mu_);
   ChunkMemoryStats s = io_;
   s.offloaded = offloaded_;
+  s.direct = direct_;
   s.resident_bytes = resident_;
   s.disk_bytes = offloaded_ ? file_bytes_ : 0;
   return s;

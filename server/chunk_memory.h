@@ -52,11 +52,17 @@ struct OffloadOptions {
   std::string dir;     // empty: in memory
   int64_t budget = 0;  // bytes of slabs resident at once
   int server_id = 0;
+  // The slab file opened with O_DIRECT: reads and writes go to the device,
+  // not through the page cache (whose memory would lie outside the budget).
+  // Where the file system refuses it (tmpfs), the file is used through the
+  // page cache instead (ChunkMemoryStats.direct says which).
+  bool direct = true;
 };
 
 // Measured by ChunkMemory, for Status.
 struct ChunkMemoryStats {
   bool offloaded = false;
+  bool direct = false;         // the slab file is read and written with O_DIRECT
   int64_t resident_bytes = 0;  // slabs in memory now
   int64_t disk_bytes = 0;      // the slab file's size
   int64_t read_bytes = 0, write_bytes = 0;
@@ -134,6 +140,8 @@ class ChunkMemory {
   Entry* Victim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads entry `e` (reserved, kLoading) from the file, releasing mu_.
   absl::Status Load(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes a read or write of `e`'s slab moves.
+  int64_t IoBytes(const Entry& e) const;
   // A mapping of `bytes` for a slab (all zeros if `zeroed`): a spare one of
   // that size, or a new one once spares are unmapped to keep within the
   // budget (null: none).
@@ -144,6 +152,7 @@ class ChunkMemory {
   const bool offloaded_;
   std::string path_;
   int fd_ = -1;
+  bool direct_ = false;  // fd_ has O_DIRECT: whole pages move
   int64_t file_bytes_ = 0;
   std::vector<Entry> entries_;
   std::unordered_map<int32_t, int> index_;

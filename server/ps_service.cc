@@ -704,6 +704,7 @@ MemberStatus PsService::GetStatus() const {
     if (m.offloaded) {
       st.set_offload_resident_bytes(m.resident_bytes);
       st.set_offload_disk_bytes(m.disk_bytes);
+      st.set_offload_direct(m.direct);
       st.set_offload_read_bytes(m.read_bytes);
       st.set_offload_write_bytes(m.write_bytes);
       st.set_offload_read_mb_per_s(m.read_s > 0 ? m.read_bytes / m.read_s / 1e6 : 0);

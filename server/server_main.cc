@@ -2,7 +2,7 @@
 //
 //   ps_server --scheduler=HOST:PORT [--listen=HOST:PORT] [--port_file=F]
 //             [--id=ID] [--server_threads=N] [--rpc_threads=N] [--trace_file=F]
-//             [--offload_dir=DIR --memory_budget=BYTES]
+//             [--offload_dir=DIR --memory_budget=BYTES [--nooffload_direct]]
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,6 +31,10 @@ ABSL_FLAG(bool, shm, true,
 ABSL_FLAG(std::string, offload_dir, "",
           "keep the chunks' weights and optimizer state in a file in this directory, with at "
           "most --memory_budget bytes of them in memory (empty: all in memory)");
+ABSL_FLAG(bool, offload_direct, true,
+          "with --offload_dir: read and write the file with O_DIRECT, to and from the device "
+          "rather than through the page cache (where the file system refuses it, as tmpfs "
+          "does, the page cache is used; Status says which)");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "with --offload_dir: bytes of memory for the chunk state held at once (3/4) and the "
           "push requests and pull replies in flight (1/8 each), so that the process holds this "
@@ -53,6 +57,7 @@ int main(int argc, char** argv) {
   config.server_threads = static_cast<int>(absl::GetFlag(FLAGS_server_threads));
   config.rpc_threads = static_cast<int>(absl::GetFlag(FLAGS_rpc_threads));
   config.offload_dir = absl::GetFlag(FLAGS_offload_dir);
+  config.offload_direct = absl::GetFlag(FLAGS_offload_direct);
   config.shm = absl::GetFlag(FLAGS_shm);
   config.memory_budget = absl::GetFlag(FLAGS_memory_budget);
   if (config.offload_dir.empty() != !budget.has_value()) {

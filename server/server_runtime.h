@@ -24,6 +24,7 @@ struct ServerConfig {
   bool shm = true;  // --shm: workers on this host may attach shared memory
   std::string offload_dir;
   int64_t memory_budget = 0;
+  bool offload_direct = true;  // O_DIRECT for the file, where it can be had
 };
 
 // Runs the server to the job's end; returns the process's exit code (0 the
