@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 #include "server/sparse_table.h"
 
 namespace pstrain {
@@ -16,6 +17,34 @@ RowClient::RowClient(const JobSpec& job, const std::vector<std::string>& servers
   for (const std::string& address : servers) {
     stubs_.push_back(ParameterServer::NewStub(MakeBulkChannel(address)));
   }
+}
+
+template <typename Request, typename Reply>
+absl::Status RowClient::CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
+                                AsyncCall<Request, Reply> call) {
+  grpc::CompletionQueue cq;
+  const size_t n = requests.size();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
+  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Reply>>> readers(n);
+  std::vector<grpc::Status> statuses(n);
+  int running = 0;
+  for (size_t s = 0; s < n; ++s) {
+    if (requests[s].ids_size() == 0) continue;
+    contexts[s] = ContextWithTimeout(timeout_);
+    readers[s] = (stubs_[s].get()->*call)(contexts[s].get(), requests[s], &cq);
+    readers[s]->Finish(&(*replies)[s], &statuses[s], reinterpret_cast<void*>(s));
+    ++running;
+  }
+  void* tag = nullptr;
+  bool ok = false;
+  for (; running > 0 && cq.Next(&tag, &ok); --running) {
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (readers[s] == nullptr || statuses[s].ok()) continue;
+    return absl::Status(FromGrpc(statuses[s]).code(),
+                        absl::StrCat("server ", s, ": ", statuses[s].error_message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> RowClient::Width(const std::string& table) const {
@@ -46,16 +75,15 @@ absl::Status RowClient::Pull(const std::string& table, absl::Span<const uint64_t
     where[i] = it->second;
   }
   std::vector<PullRowsResponse> replies(servers);
+  for (PullRowsRequest& req : requests) {
+    req.set_worker_id(worker_id_);
+    req.set_table(table);
+    req.set_dtype(FP32);
+  }
+  RETURN_IF_ERROR(CallAll(
+      requests, &replies, &ParameterServer::Stub::AsyncPullRows));
   for (int s = 0; s < servers; ++s) {
     if (requests[s].ids_size() == 0) continue;
-    requests[s].set_worker_id(worker_id_);
-    requests[s].set_table(table);
-    requests[s].set_dtype(FP32);
-    const grpc::Status st =
-        stubs_[s]->PullRows(ContextWithTimeout(timeout_).get(), requests[s], &replies[s]);
-    if (!st.ok()) {
-      return absl::Status(FromGrpc(st).code(), absl::StrCat("server ", s, ": ", st.error_message()));
-    }
     const size_t expected = static_cast<size_t>(requests[s].ids_size()) * *width * sizeof(float);
     if (replies[s].rows().size() != expected) {
       return absl::DataLossError(absl::StrCat("server ", s, " sent ", replies[s].rows().size(),
@@ -93,20 +121,16 @@ absl::Status RowClient::Push(const std::string& table, int64_t clock,
     req.mutable_grads()->append(reinterpret_cast<const char*>(summed.data() + k * *width),
                                 row_bytes);
   }
-  for (int s = 0; s < servers; ++s) {
-    if (requests[s].ids_size() == 0) continue;
-    requests[s].set_worker_id(worker_id_);
-    requests[s].set_table(table);
-    requests[s].set_dtype(FP32);
-    requests[s].set_clock(clock);
-    PushRowsResponse reply;
-    const grpc::Status st =
-        stubs_[s]->PushRows(ContextWithTimeout(timeout_).get(), requests[s], &reply);
-    if (!st.ok()) {
-      return absl::Status(FromGrpc(st).code(), absl::StrCat("server ", s, ": ", st.error_message()));
-    }
-    rows_pushed_ += requests[s].ids_size();
+  for (PushRowsRequest& req : requests) {
+    req.set_worker_id(worker_id_);
+    req.set_table(table);
+    req.set_dtype(FP32);
+    req.set_clock(clock);
   }
+  std::vector<PushRowsResponse> replies(servers);
+  RETURN_IF_ERROR(CallAll(
+      requests, &replies, &ParameterServer::Stub::AsyncPushRows));
+  for (const PushRowsRequest& req : requests) rows_pushed_ += req.ids_size();
   return absl::OkStatus();
 }
 

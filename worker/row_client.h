@@ -3,7 +3,7 @@
 // each server is asked once per call for its ids (deduplicated), and the
 // rows come back in the caller's order. A push sums the gradients of a
 // repeated id first (CoalesceRows) and sends each server its rows. The calls
-// are gRPC calls to one server after another.
+// go to every server at once.
 #ifndef PSTRAIN_WORKER_ROW_CLIENT_H_
 #define PSTRAIN_WORKER_ROW_CLIENT_H_
 
@@ -47,6 +47,14 @@ class RowClient {
  private:
   // `table`'s width, or NOT_FOUND.
   absl::StatusOr<int> Width(const std::string& table) const;
+  template <typename Request, typename Reply>
+  using AsyncCall = std::unique_ptr<grpc::ClientAsyncResponseReader<Reply>> (
+      ParameterServer::Stub::*)(grpc::ClientContext*, const Request&, grpc::CompletionQueue*);
+  // Sends requests[s] (those with ids) to server s, all at once, and waits
+  // for every reply; the first server's error, named, if any.
+  template <typename Request, typename Reply>
+  absl::Status CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
+                       AsyncCall<Request, Reply> call);
 
   const int worker_id_;
   const absl::Duration timeout_;
