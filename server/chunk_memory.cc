@@ -123,15 +123,7 @@ absl::StatusOr<std::unique_ptr<ChunkMemory>> ChunkMemory::Make(const std::vector
 absl::Status ChunkMemory::CreateFile() {
   path_ = absl::StrCat(options_.dir, "/server", options_.server_id, ".slabs");
   const std::string tmp = path_ + ".tmp";
-  const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
-  int fd = options_.direct ? open(tmp.c_str(), flags | O_DIRECT, 0600) : -1;
-  direct_ = fd >= 0;
-  if (fd < 0 && options_.direct && errno == EINVAL) {
-    spdlog::warn("--offload_dir {}: no O_DIRECT on this file system; the slabs go through the "
-                 "page cache",
-                 options_.dir);
-  }
-  if (fd < 0) fd = open(tmp.c_str(), flags, 0600);
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("--offload_dir: cannot create ", tmp));
   // The whole size now: a disk too small fails here, not mid-job.
   const int err = file_bytes_ > 0 ? posix_fallocate(fd, 0, file_bytes_) : 0;
@@ -143,7 +135,26 @@ absl::Status ChunkMemory::CreateFile() {
                                          " bytes of chunk state in ", tmp));
   }
   fd_ = fd;
+  if (options_.direct) direct_ = TryDirect();
   return absl::OkStatus();
+}
+
+bool ChunkMemory::TryDirect() {
+  // After the allocation (which may write through the descriptor): a page
+  // written and read back with O_DIRECT, else the page cache.
+  const int flags = fcntl(fd_, F_GETFL);
+  float* page = file_bytes_ >= kPage ? MapZeroed(kPage) : nullptr;
+  const bool direct =
+      page != nullptr && flags >= 0 && fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0 &&
+      pwrite(fd_, page, kPage, 0) == kPage && pread(fd_, page, kPage, 0) == kPage;
+  if (page != nullptr) munmap(page, kPage);
+  if (!direct) {
+    if (flags >= 0) (void)fcntl(fd_, F_SETFL, flags);
+    spdlog::warn("--offload_dir {}: O_DIRECT does not work there; the slab file goes through "
+                 "the page cache",
+                 options_.dir);
+  }
+  return direct;
 }
 
 ChunkMemory::~ChunkMemory() {

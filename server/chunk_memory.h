@@ -52,10 +52,12 @@ struct OffloadOptions {
   std::string dir;     // empty: in memory
   int64_t budget = 0;  // bytes of slabs resident at once
   int server_id = 0;
-  // The slab file opened with O_DIRECT: reads and writes go to the device,
+  // The slab file read and written with O_DIRECT: to and from the device,
   // not through the page cache (whose memory would lie outside the budget).
-  // Where the file system refuses it (tmpfs), the file is used through the
-  // page cache instead (ChunkMemoryStats.direct says which).
+  // Where a page cannot be written and read back that way, the file is used
+  // through the page cache instead (ChunkMemoryStats.direct says which; on
+  // tmpfs, which accepts O_DIRECT since Linux 6.6, the file is memory either
+  // way).
   bool direct = true;
 };
 
@@ -140,6 +142,9 @@ class ChunkMemory {
   Entry* Victim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads entry `e` (reserved, kLoading) from the file, releasing mu_.
   absl::Status Load(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Turns O_DIRECT on for the slab file when a page written and read back
+  // with it works; false (and the page cache) otherwise.
+  bool TryDirect();
   // Bytes a read or write of `e`'s slab moves.
   int64_t IoBytes(const Entry& e) const;
   // A mapping of `bytes` for a slab (all zeros if `zeroed`): a spare one of

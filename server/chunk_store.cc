@@ -88,6 +88,7 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
     auto c = std::make_unique<Chunk>(std::move(plan));
     slabs.push_back(c->layout);
     num_params_ += c->layout.weights;
+    largest_chunk_ = std::max(largest_chunk_, c->layout.weights);
     bytes_held_ += (c->layout.weights + c->layout.state + c->layout.grad) *
                    static_cast<int64_t>(sizeof(float));
     const int32_t id = c->id;
@@ -478,7 +479,9 @@ void ChunkStore::ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const 
     for (int64_t k = begin; k < end; ++k) fn(static_cast<size_t>(k), *Find(chunk_ids_[k]));
   };
   const auto n = static_cast<int64_t>(chunk_ids_.size());
-  if (pool_ == nullptr || memory_ == nullptr || memory_->offloaded()) {
+  // A chunk large enough to be split by its own update keeps the pool for that.
+  const bool split_inside = largest_chunk_ >= 2 * kMinUpdateGrain;
+  if (pool_ == nullptr || memory_ == nullptr || memory_->offloaded() || split_inside) {
     range(0, n);
   } else {
     pool_->ParallelFor(n, 1, range);

@@ -215,7 +215,8 @@ class ChunkStore : public HeldRounds {
   // fn(k, chunk) for each of this server's chunks, k its index in chunk_ids_:
   // over the pool's threads, each chunk on one of them, or in order on the
   // caller when the slabs are offloaded (one pin per thread, read ahead in
-  // order) or there is no pool.
+  // order), a chunk is large enough for its update to be split over the
+  // pool (ElementwiseOptimizer), or there is no pool.
   void ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const;
   void TraceApply(int worker, int64_t clock, int32_t chunk) const;
   // BSP: applies the closed round's mean (the slab's grad) scaled by `scale` (no
@@ -242,6 +243,7 @@ class ChunkStore : public HeldRounds {
   std::unique_ptr<ChunkMemory> memory_;  // null when it could not be made
   absl::Status memory_error_;            // why
   int64_t num_params_ = 0;
+  int64_t largest_chunk_ = 0;  // elements
   int64_t bytes_held_ = 0;
   std::atomic<int64_t> nonfinite_skipped_{0};
   std::atomic<int64_t> generation_{0};

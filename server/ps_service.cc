@@ -254,8 +254,10 @@ grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req
 grpc::Status PsService::DoPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
                                    grpc::ByteBuffer* resp) {
   PullRowsRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("pull rows: malformed request");
-  if (!DType_IsValid(req.dtype())) return Invalid("pull rows: unknown dtype");
+  if (!ParseSmall(raw, &req) || !DType_IsValid(req.dtype())) {
+    tables.CountRefused();
+    return Invalid("pull rows: malformed request (or an unknown dtype)");
+  }
   std::vector<float> rows;
   const absl::Status st = tables.Pull(req.worker_id(), req.table(), req.ids(), &rows);
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
@@ -271,10 +273,18 @@ grpc::Status PsService::DoPullRows(SparseTables& tables, const grpc::ByteBuffer&
 grpc::Status PsService::DoPushRows(SparseTables& tables, const grpc::ByteBuffer& raw,
                                    grpc::ByteBuffer* resp) {
   PushRowsRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("push rows: malformed request");
-  if (!DType_IsValid(req.dtype())) return Invalid("push rows: unknown dtype");
+  if (!ParseSmall(raw, &req) || !DType_IsValid(req.dtype())) {
+    tables.CountRefused();
+    return Invalid("push rows: malformed request (or an unknown dtype)");
+  }
   const size_t width = DTypeSize(req.dtype());
+  if (req.grads().size() / width * sizeof(float) > static_cast<size_t>(kMaxRowBytesPerRequest)) {
+    tables.CountRefused();
+    return Invalid(absl::StrCat("push rows: ", req.grads().size() / width,
+                                " gradient values are over ", kMaxRowBytesPerRequest, " bytes"));
+  }
   if (req.grads().size() % width != 0) {
+    tables.CountRefused();
     return Invalid(absl::StrCat("push rows: ", req.grads().size(), " bytes of gradients are not ",
                                 "whole values of ", width, " bytes"));
   }
@@ -510,7 +520,9 @@ void PsService::Handle(Call* call) {
                                            : DoPushRows(*tables, call->request, &call->reply);
     }
     call->request.Clear();
-    answer(st);
+    // Counted by the tables (row_requests_refused), not with the chunks'.
+    if (call->Claim()) call->Answer(st);
+    call->Unref();
     return;
   }
   if (s == nullptr) {

@@ -33,8 +33,8 @@ ABSL_FLAG(std::string, offload_dir, "",
           "most --memory_budget bytes of them in memory (empty: all in memory)");
 ABSL_FLAG(bool, offload_direct, true,
           "with --offload_dir: read and write the file with O_DIRECT, to and from the device "
-          "rather than through the page cache (where the file system refuses it, as tmpfs "
-          "does, the page cache is used; Status says which)");
+          "rather than through the page cache (where a page cannot be written and read back "
+          "that way, the page cache is used; Status says which)");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "with --offload_dir: bytes of memory for the chunk state held at once (3/4) and the "
           "push requests and pull replies in flight (1/8 each), so that the process holds this "

@@ -89,11 +89,12 @@ absl::Status SparseTables::Pull(int worker, absl::string_view name,
   if (!found.ok()) return found.status();
   Table& table = **found;
   const int width = table.width;
-  const int64_t bytes = static_cast<int64_t>(ids.size()) * width * 4;
+  const int64_t bytes = static_cast<int64_t>(ids.size()) * (width + table.state_floats) * 4;
   if (bytes > kMaxRowBytesPerRequest) {
-    return Refuse(table, absl::InvalidArgumentError(
-                             absl::StrCat("a pull of ", ids.size(), " rows of ", width,
-                                          " floats is over ", kMaxRowBytesPerRequest, " bytes")));
+    return Refuse(table, absl::InvalidArgumentError(absl::StrCat(
+                             "a pull of ", ids.size(), " rows of ", width, " floats (and ",
+                             table.state_floats, " of state) is over ", kMaxRowBytesPerRequest,
+                             " bytes")));
   }
   if (absl::Status st = CheckIds(table, ids); !st.ok()) return Refuse(table, std::move(st));
   out->resize(ids.size() * static_cast<size_t>(width));

@@ -26,8 +26,10 @@
 
 namespace pstrain {
 
-// The most bytes of rows one pull may ask for, or one push carry (the
-// reply or request is built whole in memory).
+// The most bytes one pull may ask for or one push carry (the reply or
+// request is built whole in memory), counting for a pull the rows' optimizer
+// state too, which the rows it makes hold. The tables as a whole have no
+// bound yet: their rows sit outside --memory_budget.
 inline constexpr int64_t kMaxRowBytesPerRequest = int64_t{64} << 20;
 
 // A table's row optimizer from the job's (validated) TableSpec.
@@ -59,14 +61,20 @@ class SparseTables {
   std::vector<TableStatus> Status() const;
   // Requests refused, those naming no table included.
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  // Counts a request refused before it reached a table (malformed).
+  void CountRefused() { refused_.fetch_add(1, std::memory_order_relaxed); }
   bool empty() const { return tables_.empty(); }
 
  private:
   struct Table {
     Table(TableConfig config, uint64_t num_ids)
-        : num_ids(num_ids), width(config.width), rows(std::move(config)) {}
+        : num_ids(num_ids),
+          width(config.width),
+          state_floats(config.optimizer.StateFloats(config.width)),
+          rows(std::move(config)) {}
     const uint64_t num_ids;  // 0: any id
     const int width;
+    const int state_floats;  // a row's optimizer state
     mutable absl::Mutex mu;
     SparseTable rows ABSL_GUARDED_BY(mu);
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;

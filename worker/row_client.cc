@@ -21,7 +21,7 @@ RowClient::RowClient(const JobSpec& job, const std::vector<std::string>& servers
 
 template <typename Request, typename Reply>
 absl::Status RowClient::CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
-                                AsyncCall<Request, Reply> call) {
+                                AsyncCall<Request, Reply> call, bool empty_too) {
   grpc::CompletionQueue cq;
   const size_t n = requests.size();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
@@ -29,7 +29,7 @@ absl::Status RowClient::CallAll(const std::vector<Request>& requests, std::vecto
   std::vector<grpc::Status> statuses(n);
   int running = 0;
   for (size_t s = 0; s < n; ++s) {
-    if (requests[s].ids_size() == 0) continue;
+    if (requests[s].ids_size() == 0 && !empty_too) continue;
     contexts[s] = ContextWithTimeout(timeout_);
     readers[s] = (stubs_[s].get()->*call)(contexts[s].get(), requests[s], &cq);
     readers[s]->Finish(&(*replies)[s], &statuses[s], reinterpret_cast<void*>(s));
@@ -80,8 +80,8 @@ absl::Status RowClient::Pull(const std::string& table, absl::Span<const uint64_t
     req.set_table(table);
     req.set_dtype(FP32);
   }
-  RETURN_IF_ERROR(CallAll(
-      requests, &replies, &ParameterServer::Stub::AsyncPullRows));
+  RETURN_IF_ERROR(CallAll(requests, &replies, &ParameterServer::Stub::AsyncPullRows,
+                          /*empty_too=*/false));
   for (int s = 0; s < servers; ++s) {
     if (requests[s].ids_size() == 0) continue;
     const size_t expected = static_cast<size_t>(requests[s].ids_size()) * *width * sizeof(float);
@@ -127,9 +127,11 @@ absl::Status RowClient::Push(const std::string& table, int64_t clock,
     req.set_dtype(FP32);
     req.set_clock(clock);
   }
+  // Every server takes the push, those with none of its rows too: the
+  // table's update count (SparseAdam's t) is the same on each.
   std::vector<PushRowsResponse> replies(servers);
-  RETURN_IF_ERROR(CallAll(
-      requests, &replies, &ParameterServer::Stub::AsyncPushRows));
+  RETURN_IF_ERROR(CallAll(requests, &replies, &ParameterServer::Stub::AsyncPushRows,
+                          /*empty_too=*/true));
   for (const PushRowsRequest& req : requests) rows_pushed_ += req.ids_size();
   return absl::OkStatus();
 }

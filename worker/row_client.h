@@ -35,8 +35,10 @@ class RowClient {
   absl::Status Pull(const std::string& table, absl::Span<const uint64_t> ids,
                     std::vector<float>* rows);
   // One update of `table`: `grads` holds ids.size() x width floats, one row
-  // per entry of `ids` (a repeated id's rows are summed). Each server
-  // applies its part whole or refuses it.
+  // per entry of `ids` (a repeated id's rows are summed). Every server takes
+  // it (counting the update, as SparseAdam's step does, with or without
+  // rows of its own) and applies its part whole or refuses it; when one
+  // refuses, the others' parts stand (they are not rolled back).
   absl::Status Push(const std::string& table, int64_t clock, absl::Span<const uint64_t> ids,
                     absl::Span<const float> grads);
 
@@ -50,11 +52,12 @@ class RowClient {
   template <typename Request, typename Reply>
   using AsyncCall = std::unique_ptr<grpc::ClientAsyncResponseReader<Reply>> (
       ParameterServer::Stub::*)(grpc::ClientContext*, const Request&, grpc::CompletionQueue*);
-  // Sends requests[s] (those with ids) to server s, all at once, and waits
-  // for every reply; the first server's error, named, if any.
+  // Sends requests[s] to server s (those without ids only if `empty_too`),
+  // all at once, and waits for every reply; the first server's error,
+  // named, if any.
   template <typename Request, typename Reply>
   absl::Status CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
-                       AsyncCall<Request, Reply> call);
+                       AsyncCall<Request, Reply> call, bool empty_too);
 
   const int worker_id_;
   const absl::Duration timeout_;
