@@ -114,6 +114,52 @@ PrometheusText::Labels DaemonLabels(const MemberStatus& status) {
   return labels;
 }
 
+namespace {
+
+// A server's part of each sparse table, labelled by the table's name (one
+// family after another: a family's samples must not interleave).
+void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
+  if (s.tables_size() == 0) return;
+  const PrometheusText::Labels l = DaemonLabels(s);
+  out->Counter("pstrain_row_requests_refused_total",
+               "sparse table pulls and pushes refused (nothing made or applied)", l,
+               s.row_requests_refused());
+  struct Field {
+    const char* name;
+    const char* help;
+    bool counter;
+    int64_t (TableStatus::*value)() const;
+  };
+  const Field fields[] = {
+      {"pstrain_table_rows", "rows of a sparse table this server holds", false,
+       &TableStatus::rows},
+      {"pstrain_table_bytes", "bytes of those rows' weights and optimizer state", false,
+       &TableStatus::bytes},
+      {"pstrain_table_rows_pulled_total", "rows sent in pulls' replies", true,
+       &TableStatus::rows_pulled},
+      {"pstrain_table_rows_pushed_total", "rows updated by pushes", true,
+       &TableStatus::rows_pushed},
+      {"pstrain_table_updates_total", "pushes applied to the table", true,
+       &TableStatus::updates},
+      {"pstrain_table_refused_total", "pulls and pushes of the table refused", true,
+       &TableStatus::refused},
+  };
+  for (const Field& f : fields) {
+    for (const TableStatus& t : s.tables()) {
+      PrometheusText::Labels lt = l;
+      lt.emplace_back("table", t.name());
+      const double v = static_cast<double>((t.*f.value)());
+      if (f.counter) {
+        out->Counter(f.name, f.help, lt, v);
+      } else {
+        out->Gauge(f.name, f.help, lt, v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, PrometheusText* out) {
   const PrometheusText::Labels l = DaemonLabels(s);
   out->Gauge("pstrain_up", "1 while the daemon answers", l, 1);
@@ -153,6 +199,7 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
                s.checkpoint_clock());
     histogram("pstrain_optimizer_update_duration_seconds", "one chunk's optimizer update",
               latencies.optimizer_update);
+    WriteTableMetrics(s, out);
     return;
   }
   histogram("pstrain_gate_wait_duration_seconds", "a worker's wait for the gate to open",

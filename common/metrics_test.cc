@@ -56,6 +56,29 @@ TEST(MetricsTest, EveryLineParsesAndValuesAreTheStatusFields) {
   EXPECT_NEAR(*PromValue(*families, "pstrain_push_duration_seconds_sum", {}), 100.00305, 1e-9);
 }
 
+TEST(MetricsTest, AServersTablesAreLabelledByName) {
+  MemberStatus s;
+  s.set_role(SERVER);
+  s.set_id(1);
+  s.set_row_requests_refused(5);
+  for (const char* name : {"words", "tags"}) {
+    TableStatus* t = s.add_tables();
+    t->set_name(name);
+    t->set_rows(name[0] == 'w' ? 1000 : 7);
+    t->set_bytes(64000);
+    t->set_updates(12);
+  }
+  PrometheusText out;
+  WriteDaemonMetrics(s, Latencies(), &out);
+  auto families = ParsePrometheusText(out.text());
+  ASSERT_TRUE(families.ok()) << families.status() << "\n" << out.text();
+  EXPECT_EQ(*PromValue(*families, "pstrain_table_rows", {{"table", "words"}, {"id", "1"}}), 1000);
+  EXPECT_EQ(*PromValue(*families, "pstrain_table_rows", {{"table", "tags"}}), 7);
+  EXPECT_EQ(families->at("pstrain_table_updates_total").type, "counter");
+  EXPECT_EQ(*PromValue(*families, "pstrain_table_updates_total", {{"table", "tags"}}), 12);
+  EXPECT_EQ(*PromValue(*families, "pstrain_row_requests_refused_total", {}), 5);
+}
+
 TEST(MetricsTest, ClusterMetricsCountLiveMembersAndTheClockSpread) {
   ClusterStatus st;
   st.set_job_state(RUNNING_JOB);
