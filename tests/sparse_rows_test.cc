@@ -128,6 +128,17 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
     held += st.tables(0).rows();
   }
   EXPECT_EQ(held, reference.num_rows());
+  // The scheduler's Status (psctl status) carries each server's tables too.
+  EXPECT_TRUE(WaitForStatus(
+      cluster_.scheduler_address(),
+      [](const ClusterStatus& st) {
+        for (int id = 0; id < 2; ++id) {
+          const MemberStatus m = MemberOf(st, SERVER, id);
+          if (m.tables_size() != 1 || m.tables(0).updates() != 4) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30)));
 }
 
 TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {

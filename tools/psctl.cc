@@ -217,7 +217,16 @@ void PrintCluster(const ClusterStatus& st) {
   rows.insert(rows.end(), st.members().begin(), st.members().end());
   PrintTable(rows);
   for (const MemberStatus& m : st.members()) {
-    if (m.role() != SERVER || m.offload_disk_bytes() == 0) continue;
+    if (m.role() != SERVER) continue;
+    for (const TableStatus& t : m.tables()) {
+      std::printf("server %d table %s: %lld rows (%s), %lld pulled, %lld pushed, %lld updates, "
+                  "%lld refused\n",
+                  m.id(), t.name().c_str(), static_cast<long long>(t.rows()),
+                  Bytes(t.bytes()).c_str(), static_cast<long long>(t.rows_pulled()),
+                  static_cast<long long>(t.rows_pushed()), static_cast<long long>(t.updates()),
+                  static_cast<long long>(t.refused()));
+    }
+    if (m.offload_disk_bytes() == 0) continue;
     std::printf(
         "server %d offloaded: %s of %s in memory; read %s (%.0f MB/s), wrote %s (%.0f MB/s)\n",
         m.id(), Bytes(m.offload_resident_bytes()).c_str(), Bytes(m.offload_disk_bytes()).c_str(),
