@@ -9,8 +9,9 @@
 // (through the servers / in process) and its range, and the rows made.
 // Prints one JSON object.
 //
-//   bazel build -c opt //bench:sparse_bench && TEST_SRCDIR=$PWD/bazel-bin/bench/sparse_bench.runfiles \
-//     TEST_WORKSPACE=pstrain bazel-bin/bench/sparse_bench [--rounds=7] [--ids=4096] [--width=64]
+//   bazel build -c opt //bench:sparse_bench
+//   TEST_SRCDIR=$PWD/bazel-bin/bench/sparse_bench.runfiles TEST_WORKSPACE=pstrain
+//     bazel-bin/bench/sparse_bench [--rounds=7] [--ids=4096] [--width=64] [--servers=1,2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -66,7 +66,9 @@ TEST(ChunkStoreTest, AnOffloadedStoreTrainsBitIdenticallyWithinItsBudget) {
     }
     const ChunkMemoryStats st = offloaded.memory_stats();
     EXPECT_TRUE(st.offloaded);
-    if (!direct) EXPECT_FALSE(st.direct);
+    if (!direct) {
+      EXPECT_FALSE(st.direct);
+    }
     std::printf("offloaded to %s, O_DIRECT %s\n", dir, st.direct ? "on" : "off");
     EXPECT_GT(st.read_bytes, 0);
     EXPECT_GT(st.write_bytes, 0);
