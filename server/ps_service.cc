@@ -484,49 +484,37 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   }
 }
 
+void PsService::Conclude(Call* call, const grpc::Status& st) {
+  if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (call->Claim()) call->Answer(st);
+  call->Unref();
+}
+
 void PsService::Handle(Call* call) {
   std::shared_ptr<ChunkStore> s = store();
-  auto answer = [this, call](const grpc::Status& st) {
-    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      refused_.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (call->Claim()) call->Answer(st);
-    call->Unref();
-  };
   if (call->method == Call::kStatus) {
     StatusRequest request;
     if (!ParseSmall(call->request, &request)) {
-      answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "status: the request is not a StatusRequest"));
+      Conclude(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  "status: the request is not a StatusRequest"));
       return;
     }
     call->reply = SerializeSmall(GetStatus());
-    answer(grpc::Status::OK);
+    Conclude(call, grpc::Status::OK);
     return;
   }
   if (call->method == Call::kOpenShm) {
-    answer(GrantShm(call->request, &call->reply));
+    Conclude(call, GrantShm(call->request, &call->reply));
     return;
   }
   if (call->method == Call::kPullRows || call->method == Call::kPushRows) {
-    std::shared_ptr<SparseTables> tables;
-    {
-      absl::MutexLock lock(&mu_);
-      tables = tables_;
-    }
-    grpc::Status st(grpc::StatusCode::UNAVAILABLE, "server not ready");
-    if (tables != nullptr) {
-      st = call->method == Call::kPullRows ? DoPullRows(*tables, call->request, &call->reply)
-                                           : DoPushRows(*tables, call->request, &call->reply);
-    }
-    call->request.Clear();
-    // Counted by the tables (row_requests_refused), not with the chunks'.
-    if (call->Claim()) call->Answer(st);
-    call->Unref();
+    HandleRows(call);
     return;
   }
   if (s == nullptr) {
-    answer(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
+    Conclude(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
     return;
   }
   if (call->method == Call::kPush) {
@@ -537,41 +525,62 @@ void PsService::Handle(Call* call) {
     PushResponse response;
     response.set_window_bytes(push_window_.load(std::memory_order_relaxed));
     call->reply = SerializeSmall(response);
-    answer(st);
+    Conclude(call, st);
     return;
   }
-  grpc::Status st = CheckPull(*s, call->request, &call->pull);
+  HandlePull(*s, call);
+}
+
+void PsService::HandleRows(Call* call) {
+  std::shared_ptr<SparseTables> tables;
+  {
+    absl::MutexLock lock(&mu_);
+    tables = tables_;
+  }
+  grpc::Status st(grpc::StatusCode::UNAVAILABLE, "server not ready");
+  if (tables != nullptr) {
+    st = call->method == Call::kPullRows ? DoPullRows(*tables, call->request, &call->reply)
+                                         : DoPushRows(*tables, call->request, &call->reply);
+  }
+  call->request.Clear();
+  // Counted by the tables (row_requests_refused), not with the chunks'.
+  if (call->Claim()) call->Answer(st);
+  call->Unref();
+}
+
+void PsService::HandlePull(ChunkStore& s, Call* call) {
+  grpc::Status st = CheckPull(s, call->request, &call->pull);
   call->request.Clear();
   if (st.ok() && call->bell != nullptr && call->pull.shm_segment() != call->bell->segment()) {
     st = Invalid("pull: a frame on a segment's socket names another segment");
   }
   if (!st.ok()) {
-    answer(st);
+    Conclude(call, st);
     return;
   }
   absl::MutexLock lock(&parked_mu_);
   if (call->bell != nullptr) DropOlderPulls(*call);
   // Checked under parked_mu_: a restore cancels the parked pulls after it
   // changed the generation, so no pull of an older generation stays parked.
-  if (const absl::Status generation = s->CheckGeneration(call->pull.generation());
+  if (const absl::Status generation = s.CheckGeneration(call->pull.generation());
       !generation.ok()) {
-    answer(ToGrpc(generation));
+    Conclude(call, ToGrpc(generation));
     return;
   }
-  if (Readable(*s, call->pull) && TakeReplyRoom(*s, call)) {
-    answer(FillPull(*s, call->pull, &call->reply));
+  if (Readable(s, call->pull) && TakeReplyRoom(s, call)) {
+    Conclude(call, FillPull(s, call->pull, &call->reply));
     return;
   }
   // A worker's pulls name each chunk once: more parked than its chunks (and
   // some retries) is a client gone wrong, and would only grow.
-  const int64_t limit = static_cast<int64_t>(s->chunk_ids().size()) + 64;
+  const int64_t limit = static_cast<int64_t>(s.chunk_ids().size()) + 64;
   int64_t mine = 0;
   for (const Call* p : parked_)
     mine += !p->claimed() && !p->abandoned() && p->pull.worker_id() == call->pull.worker_id();
   if (mine >= limit) {
-    answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("pull: worker ", call->pull.worker_id(), " already has ", mine,
-                                     " pulls waiting here")));
+    Conclude(call, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                absl::StrCat("pull: worker ", call->pull.worker_id(),
+                                             " already has ", mine, " pulls waiting here")));
     return;
   }
   call->parked_at = absl::Now();

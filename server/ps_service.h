@@ -102,6 +102,13 @@ class PsService final : public PsServiceBase {
   // Asks for the next call of `method` on `cq` (unless stopping).
   void Accept(int method, grpc::ServerCompletionQueue* cq);
   void Handle(Call* call);
+  // Sends `st` (and the reply, if OK) unless the call ended meanwhile, drops
+  // the handling reference; counts an INVALID_ARGUMENT among requests_refused.
+  void Conclude(Call* call, const grpc::Status& st);
+  // Handle's parts: a PullRows or PushRows; a pull of chunks (answered, or
+  // parked until its read guarantee holds).
+  void HandleRows(Call* call);
+  void HandlePull(ChunkStore& store, Call* call);
   // A push or pull that came as a frame on a segment's socket: handled like
   // a call, answered through `bell`.
   void Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame);
