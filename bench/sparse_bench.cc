@@ -114,6 +114,7 @@ absl::StatusOr<Measured> Measure(int servers) {
   // In process: every server's part of the table, each id to its own.
   std::vector<std::unique_ptr<SparseTables>> local;
   for (int s = 0; s < servers; ++s) local.push_back(std::make_unique<SparseTables>(*job, s, servers));
+  int64_t local_clock = 0, served_clock = 0;  // each side's iterations (one push each)
   auto local_pull = [&](const std::vector<uint64_t>& ids, std::vector<float>* rows) {
     std::vector<std::vector<uint64_t>> mine(servers);
     for (uint64_t id : ids) mine[ServerOfRow(id, servers)].push_back(id);
@@ -133,14 +134,17 @@ absl::StatusOr<Measured> Measure(int servers) {
       mine[s].push_back(ids[i]);
       part[s].insert(part[s].end(), grads.begin() + i * width, grads.begin() + (i + 1) * width);
     }
-    for (int s = 0; s < servers; ++s) RETURN_IF_ERROR(local[s]->Push(0, "emb", mine[s], part[s]));
+    for (int s = 0; s < servers; ++s) {
+      RETURN_IF_ERROR(local[s]->Push(0, "emb", local_clock, 1, mine[s], part[s]));
+    }
+    ++local_clock;
     return absl::OkStatus();
   };
   auto served_pull = [&](const std::vector<uint64_t>& ids, std::vector<float>* rows) {
-    return client.Pull("emb", ids, rows);
+    return client.Pull("emb", served_clock, ids, rows);
   };
   auto served_push = [&](const std::vector<uint64_t>& ids, const std::vector<float>& grads) {
-    return client.Push("emb", 0, ids, grads);
+    return client.Push("emb", served_clock++, 1, ids, grads);
   };
   // Each batch: n distinct ids of a pool of 8n, so that after the first
   // rounds most rows exist (a pull makes the others).

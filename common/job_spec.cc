@@ -288,6 +288,9 @@ void ApplyJobDefaults(JobSpec* job) {
     ApplyOptimizerDefaults(table.mutable_optimizer());
   }
   if (job->consistency() == CONSISTENCY_UNSPECIFIED) job->set_consistency(BSP);
+  if (job->tables_size() > 0 && job->table_consistency() == CONSISTENCY_UNSPECIFIED) {
+    job->set_table_consistency(job->consistency());
+  }
   if (!job->has_batch_size()) job->set_batch_size(64);
   if (!job->has_epochs()) job->set_epochs(1);
   if (!job->has_chunk_bytes()) job->set_chunk_bytes(1 << 20);
@@ -379,6 +382,15 @@ absl::Status ValidateExternal(const JobSpec& job) {
 // Stages, replicas, their shares of the batch and its micro-batches.
 // The tables: names, widths, and optimizers that have a row-wise form.
 absl::Status ValidateTables(const JobSpec& job) {
+  if (!Consistency_IsValid(job.table_consistency())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec: table_consistency ", job.table_consistency(), " is unknown (BSP, SSP or ASP)"));
+  }
+  if (job.tables_size() > 0 && job.pipeline_stages() > 1) {
+    return absl::InvalidArgumentError(
+        "job spec: sparse tables with pipeline_stages > 1 are not supported yet (every worker "
+        "takes part in a table's rounds)");
+  }
   absl::flat_hash_set<std::string> names;
   for (const TableSpec& t : job.tables()) {
     auto bad = [&t](auto&&... parts) {
@@ -472,7 +484,7 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (job.checkpoint_every() > 0 && job.checkpoint_dir().empty()) {
     return bad("checkpoint_every needs a checkpoint_dir");
   }
-  if (job.consistency() == BSP && job.staleness() != 0) {
+  if (job.consistency() == BSP && job.staleness() != 0 && job.table_consistency() != SSP) {
     return bad("staleness must be 0 under BSP (use consistency: SSP)");
   }
   if (job.epochs() < 0 || job.clocks() < 0) return bad("epochs and clocks must be >= 0");
@@ -545,6 +557,23 @@ int64_t MinClockForRead(const JobSpec& job, int64_t clock) {
   const int64_t s = EffectiveStaleness(job);
   if (s < 0) return 0;
   return std::max<int64_t>(0, clock - s);
+}
+
+Consistency TableConsistency(const JobSpec& job) {
+  const Consistency c = job.table_consistency();
+  if (c != CONSISTENCY_UNSPECIFIED) return c;
+  return job.consistency() == CONSISTENCY_UNSPECIFIED ? BSP : job.consistency();
+}
+
+int64_t TableMinClockForRead(const JobSpec& job, int64_t clock) {
+  switch (TableConsistency(job)) {
+    case ASP:
+      return 0;
+    case SSP:
+      return std::max<int64_t>(0, clock - job.staleness());
+    default:
+      return std::max<int64_t>(0, clock);
+  }
 }
 
 ConsistencySchedule::ConsistencySchedule(const JobSpec& job) {

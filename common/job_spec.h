@@ -37,6 +37,11 @@ int64_t EffectiveStaleness(const JobSpec& job);
 // The read guarantee for iteration `clock`: updates of iterations < this value
 // must be applied before the read (0 when nothing is required).
 int64_t MinClockForRead(const JobSpec& job, int64_t clock);
+// The sparse tables' consistency (JobSpec.table_consistency, else the
+// job's), fixed for the job, and the read guarantee of a pull of rows for
+// iteration `clock` under it.
+Consistency TableConsistency(const JobSpec& job);
+int64_t TableMinClockForRead(const JobSpec& job, int64_t clock);
 
 // The consistency of each iteration of a running job: the spec's, then each
 // change (psctl set-consistency) from its clock on.

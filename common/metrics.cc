@@ -143,6 +143,10 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
        &TableStatus::updates},
       {"pstrain_table_refused_total", "pulls and pushes of the table refused", true,
        &TableStatus::refused},
+      {"pstrain_table_clock", "iterations applied to the table from every live worker", false,
+       &TableStatus::clock},
+      {"pstrain_table_pulls_waiting", "pulls parked until their read guarantee holds", false,
+       &TableStatus::pulls_waiting},
   };
   for (const Field& f : fields) {
     for (const TableStatus& t : s.tables()) {

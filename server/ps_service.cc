@@ -251,13 +251,17 @@ grpc::Status PsService::FillPull(const ChunkStore& store, const PullRequest& req
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::DoPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
-                                   grpc::ByteBuffer* resp) {
-  PullRowsRequest req;
-  if (!ParseSmall(raw, &req) || !DType_IsValid(req.dtype())) {
+grpc::Status PsService::CheckPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
+                                      PullRowsRequest* req) const {
+  if (!ParseSmall(raw, req) || !DType_IsValid(req->dtype())) {
     tables.CountRefused();
     return Invalid("pull rows: malformed request (or an unknown dtype)");
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::FillPullRows(SparseTables& tables, const PullRowsRequest& req,
+                                     grpc::ByteBuffer* resp) {
   std::vector<float> rows;
   const absl::Status st = tables.Pull(req.worker_id(), req.table(), req.ids(), &rows);
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
@@ -290,7 +294,8 @@ grpc::Status PsService::DoPushRows(SparseTables& tables, const grpc::ByteBuffer&
   }
   std::vector<float> grads(req.grads().size() / width);
   DecodeFloats(req.dtype(), req.grads().data(), static_cast<int64_t>(grads.size()), grads.data());
-  const absl::Status st = tables.Push(req.worker_id(), req.table(), req.ids(), grads);
+  const absl::Status st = tables.Push(req.worker_id(), req.table(), req.clock(),
+                                      req.num_samples(), req.ids(), grads);
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("push rows: ", st.message())));
   bytes_in_ += static_cast<int64_t>(req.grads().size());
   *resp = SerializeSmall(PushRowsResponse());
@@ -396,6 +401,7 @@ class PsService::Call {
   grpc::ServerContext ctx;
   grpc::ByteBuffer request, reply;  // every method is raw
   PullRequest pull;                 // a pull's parsed request
+  PullRowsRequest rows;             // a PullRows's parsed request
   absl::Time parked_at;             // a parked pull's
   absl::Time accepted_at;           // when gRPC handed the call over
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;
@@ -537,15 +543,73 @@ void PsService::HandleRows(Call* call) {
     absl::MutexLock lock(&mu_);
     tables = tables_;
   }
-  grpc::Status st(grpc::StatusCode::UNAVAILABLE, "server not ready");
-  if (tables != nullptr) {
-    st = call->method == Call::kPullRows ? DoPullRows(*tables, call->request, &call->reply)
-                                         : DoPushRows(*tables, call->request, &call->reply);
+  // Refusals are counted by the tables (row_requests_refused), not with the
+  // chunks'.
+  auto answer = [call](const grpc::Status& st) {
+    if (call->Claim()) call->Answer(st);
+    call->Unref();
+  };
+  if (tables == nullptr) {
+    call->request.Clear();
+    answer(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
+    return;
   }
+  if (call->method == Call::kPushRows) {
+    const grpc::Status st = DoPushRows(*tables, call->request, &call->reply);
+    call->request.Clear();
+    answer(st);
+    if (st.ok()) WakeRowPulls(*tables);
+    return;
+  }
+  const grpc::Status st = CheckPullRows(*tables, call->request, &call->rows);
   call->request.Clear();
-  // Counted by the tables (row_requests_refused), not with the chunks'.
-  if (call->Claim()) call->Answer(st);
-  call->Unref();
+  if (!st.ok()) {
+    answer(st);
+    return;
+  }
+  {
+    // Decided under parked_mu_, which a push's WakeRowPulls takes after its
+    // round closed: a pull is never parked past the update it waits for.
+    absl::MutexLock lock(&parked_mu_);
+    if (!tables->Readable(call->rows.table(), call->rows.min_clock())) {
+      // A worker pulls each table once at a time: more is a client gone wrong.
+      int64_t mine = 0;
+      for (const Call* p : parked_rows_) {
+        mine += !p->claimed() && p->rows.worker_id() == call->rows.worker_id();
+      }
+      if (mine >= tables->size() + 16) {
+        tables->CountRefused();
+        answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("pull rows: worker ", call->rows.worker_id(),
+                                         " already has ", mine, " pulls waiting here")));
+        return;
+      }
+      call->parked_at = absl::Now();
+      parked_rows_.push_back(call);  // keeps the handling reference
+      return;
+    }
+  }
+  answer(FillPullRows(*tables, call->rows, &call->reply));
+}
+
+void PsService::WakeRowPulls(SparseTables& tables) {
+  std::vector<Call*> ready;
+  {
+    absl::MutexLock lock(&parked_mu_);
+    for (auto it = parked_rows_.begin(); it != parked_rows_.end();) {
+      Call* call = *it;
+      if (call->claimed() || tables.Readable(call->rows.table(), call->rows.min_clock())) {
+        ready.push_back(call);
+        it = parked_rows_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Call* call : ready) {
+    if (call->Claim()) call->Answer(FillPullRows(tables, call->rows, &call->reply));
+    call->Unref();
+  }
 }
 
 void PsService::HandlePull(ChunkStore& s, Call* call) {
@@ -612,6 +676,12 @@ void PsService::DropOlderPulls(const Call& call) {
 }
 
 void PsService::WakePulls() {
+  std::shared_ptr<SparseTables> tables;
+  {
+    absl::MutexLock lock(&mu_);
+    tables = tables_;
+  }
+  if (tables != nullptr) WakeRowPulls(*tables);
   std::shared_ptr<ChunkStore> s = store();
   if (s == nullptr) return;
   absl::MutexLock lock(&parked_mu_);
@@ -662,6 +732,11 @@ void PsService::CancelParked(const grpc::Status& status) {
     call->Unref();
   }
   parked_.clear();
+  for (Call* call : parked_rows_) {
+    if (call->Claim()) call->Answer(status);
+    call->Unref();
+  }
+  parked_rows_.clear();
 }
 
 std::string PsService::ParkedWhat(const ChunkStore* s, const Call& call) const {
@@ -708,6 +783,19 @@ MemberStatus PsService::GetStatus() const {
   if (tables != nullptr) {
     for (TableStatus& t : tables->Status()) *st.add_tables() = std::move(t);
     st.set_row_requests_refused(tables->refused());
+    absl::MutexLock lock(&parked_mu_);
+    for (const Call* call : parked_rows_) {
+      if (call->claimed()) continue;
+      for (TableStatus& t : *st.mutable_tables()) {
+        if (t.name() == call->rows.table()) t.set_pulls_waiting(t.pulls_waiting() + 1);
+      }
+      Wait* w = st.add_waits();
+      w->set_what(absl::StrCat("pull by worker ", call->rows.worker_id(), " of ",
+                               call->rows.ids_size(), " rows of table '", call->rows.table(),
+                               "', waiting for every worker's pushes before clock ",
+                               call->rows.min_clock()));
+      w->set_since_unix_ms(absl::ToUnixMillis(call->parked_at));
+    }
   }
   st.set_shm_bytes(shm_bytes_);
   st.set_shm_rings(shm_rings_);

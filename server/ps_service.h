@@ -75,8 +75,9 @@ class PsService final : public PsServiceBase {
   MemberStatus GetStatus() const;
   // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far.
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
-  // Answers the parked pulls whose guarantee now holds (after the store
-  // applied updates on its own, e.g. a globally clipped BSP round).
+  // Answers the parked pulls (of chunks and of rows) whose guarantee now
+  // holds (after the store applied updates on its own, e.g. a globally
+  // clipped BSP round, or a dead worker was left out).
   void WakePulls();
 
   // The request handling below the gRPC glue (public for the fuzz targets):
@@ -91,9 +92,13 @@ class PsService final : public PsServiceBase {
   grpc::Status FillPull(const ChunkStore& store, const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm.
   grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp);
-  // The answers to PullRows and PushRows.
-  grpc::Status DoPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
-                          grpc::ByteBuffer* resp);
+  // PullRows: parses the request into *req (INVALID_ARGUMENT, counted, when
+  // malformed), and the reply once its read guarantee holds.
+  grpc::Status CheckPullRows(SparseTables& tables, const grpc::ByteBuffer& raw,
+                             PullRowsRequest* req) const;
+  grpc::Status FillPullRows(SparseTables& tables, const PullRowsRequest& req,
+                            grpc::ByteBuffer* resp);
+  // The answer to PushRows.
   grpc::Status DoPushRows(SparseTables& tables, const grpc::ByteBuffer& raw,
                           grpc::ByteBuffer* resp);
 
@@ -108,6 +113,9 @@ class PsService final : public PsServiceBase {
   // Handle's parts: a PullRows or PushRows; a pull of chunks (answered, or
   // parked until its read guarantee holds).
   void HandleRows(Call* call);
+  // Answers the parked PullRows whose read guarantee now holds (and drops
+  // those cancelled meanwhile).
+  void WakeRowPulls(SparseTables& tables);
   void HandlePull(ChunkStore& store, Call* call);
   // A push or pull that came as a frame on a segment's socket: handled like
   // a call, answered through `bell`.
@@ -156,6 +164,7 @@ class PsService final : public PsServiceBase {
   std::atomic<int64_t> push_window_{0};
   mutable absl::Mutex parked_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<Call*> parked_ ABSL_GUARDED_BY(parked_mu_);  // each holds a reference
+  std::vector<Call*> parked_rows_ ABSL_GUARDED_BY(parked_mu_);  // PullRows, likewise
 
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;

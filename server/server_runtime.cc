@@ -60,12 +60,20 @@ class Serving {
 // The member loop's actions on the real store, service and files.
 class StoreActions : public ServerActions {
  public:
-  StoreActions(const JobSpec& job, int id, ChunkStore* store, PsService* service,
-               CheckpointWriter* checkpoint)
-      : job_(job), id_(id), store_(store), service_(service), checkpoint_(checkpoint) {}
+  StoreActions(const JobSpec& job, int id, ChunkStore* store, SparseTables* tables,
+               PsService* service, CheckpointWriter* checkpoint)
+      : job_(job),
+        id_(id),
+        store_(store),
+        tables_(tables),
+        service_(service),
+        checkpoint_(checkpoint) {}
 
   int64_t generation() const override { return store_->generation(); }
-  void RemoveWorker(int w) override { store_->RemoveWorker(w); }
+  void RemoveWorker(int w) override {
+    store_->RemoveWorker(w);
+    tables_->RemoveWorker(w);
+  }
   void WakePulls() override { service_->WakePulls(); }
   absl::Status Restore(int64_t generation, int64_t clock) override {
     std::optional<CheckpointFile> file;
@@ -76,6 +84,7 @@ class StoreActions : public ServerActions {
       file = std::move(*opened);
     }
     const absl::Status st = store_->Restore(generation, clock, file ? &*file : nullptr);
+    if (st.ok()) tables_->Restore(clock);  // clocks only: rows are not checkpointed yet
     if (st.ok()) {
       spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
     }
@@ -90,6 +99,7 @@ class StoreActions : public ServerActions {
   const JobSpec& job_;
   const int id_;
   ChunkStore* store_;
+  SparseTables* tables_;
   PsService* service_;
   CheckpointWriter* checkpoint_;
 };
@@ -163,6 +173,7 @@ class Server {
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
+  std::shared_ptr<SparseTables> tables_;  // set by Run
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -174,7 +185,8 @@ int Server::Run(const RegisterResponse& reg) {
   daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
   if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
   if (const absl::Status st = Build(); !st.ok()) return Fail(st);
-  StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
+  tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers());
+  StoreActions actions(job_, id_, store_.get(), tables_.get(), service_, checkpoint_.get());
   if (reg.generation() > 0 || reg.start_clock() > 0) {
     if (const absl::Status st = actions.Restore(reg.generation(), reg.start_clock()); !st.ok()) {
       return Fail(st);
@@ -195,7 +207,7 @@ int Server::Run(const RegisterResponse& reg) {
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
-  service_->SetTables(std::make_shared<SparseTables>(job_, id_, job_.num_servers()));
+  service_->SetTables(tables_);
   service_->SetStore(store_, TotalClocks(job_));
   std::string message;
   const absl::StatusOr<JobState> end = Serve(&message);
@@ -300,7 +312,7 @@ void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
 }
 
 absl::StatusOr<JobState> Server::Serve(std::string* message) {
-  StoreActions actions(job_, id_, store_.get(), service_, checkpoint_.get());
+  StoreActions actions(job_, id_, store_.get(), tables_.get(), service_, checkpoint_.get());
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
     RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails

@@ -94,14 +94,14 @@ void SparseTable::Pull(absl::Span<const uint64_t> ids, float* out) {
   }
 }
 
-absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
+absl::Status SparseTable::Check(absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                                std::vector<int64_t>* rows) const {
   if (grads.size() != ids.size() * static_cast<size_t>(config_.width)) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", config_.name, ": ", grads.size(), " gradient floats for ",
                      ids.size(), " rows of width ", config_.width));
   }
-  // Checked whole before anything is applied.
-  std::vector<int64_t> rows(ids.size());
+  rows->resize(ids.size());
   absl::flat_hash_set<uint64_t> seen;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!seen.insert(ids[i]).second) {
@@ -113,8 +113,20 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const 
       return absl::FailedPreconditionError(absl::StrCat(
           "table ", config_.name, ": a push for row ", ids[i], ", which no pull created"));
     }
-    rows[i] = it->second;
+    (*rows)[i] = it->second;
   }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::CheckPush(absl::Span<const uint64_t> ids,
+                                    absl::Span<const float> grads) const {
+  std::vector<int64_t> rows;
+  return Check(ids, grads, &rows);
+}
+
+absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
+  std::vector<int64_t> rows;  // checked whole before anything is applied
+  if (absl::Status st = Check(ids, grads, &rows); !st.ok()) return st;
   ++updates_;
   for (size_t i = 0; i < ids.size(); ++i) {
     float* w = Weights(rows[i]);

@@ -71,10 +71,15 @@ class SparseTable {
   // a wrong size or a repeated id, FAILED_PRECONDITION for an id no pull
   // created.
   absl::Status Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads);
+  // What Push would refuse, without applying anything.
+  absl::Status CheckPush(absl::Span<const uint64_t> ids, absl::Span<const float> grads) const;
   // The weights of `id`'s row (width floats), or null when it has none.
   const float* Row(uint64_t id) const;
 
  private:
+  // Push's checks; the index of each id's row into *rows.
+  absl::Status Check(absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                     std::vector<int64_t>* rows) const;
   // Creates `id`'s row (weights from the initializer, fresh state); its index.
   int64_t Create(uint64_t id);
   float* Weights(int64_t row) { return rows_.data() + row * stride_; }

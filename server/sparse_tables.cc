@@ -1,10 +1,28 @@
 #include "server/sparse_tables.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace pstrain {
+
+namespace {
+
+// Why `worker`'s push of `clock` is not its next one.
+absl::Status OutOfOrder(const ChunkClocks& clocks, int worker, int64_t clock) {
+  const int64_t applied = clocks.applied()[worker];
+  if (clocks.pushed(worker)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a push of clock ", clock, " while worker ", worker, "'s push of clock ",
+                     applied, " waits in the table's open round (pull first: BSP)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("a push of clock ", clock, " but worker ",
+                                                 worker, "'s next is ", applied));
+}
+
+}  // namespace
 
 RowOptimizer RowOptimizerOf(const OptimizerSpec& spec) {
   RowOptimizer opt;
@@ -27,7 +45,10 @@ RowOptimizer RowOptimizerOf(const OptimizerSpec& spec) {
 }
 
 SparseTables::SparseTables(const JobSpec& job, int server, int servers)
-    : server_(server), servers_(servers), workers_(job.num_workers()) {
+    : server_(server),
+      servers_(servers),
+      workers_(job.num_workers()),
+      consistency_(TableConsistency(job)) {
   for (const TableSpec& spec : job.tables()) {
     TableConfig config;
     config.name = spec.name();
@@ -36,7 +57,7 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers)
     config.seed = job.seed();
     config.optimizer = RowOptimizerOf(spec.optimizer());
     order_.push_back(spec.name());
-    tables_.emplace(spec.name(), std::make_unique<Table>(std::move(config), spec.num_ids()));
+    tables_.emplace(spec.name(), std::make_unique<Table>(std::move(config), spec.num_ids(), workers_));
   }
 }
 
@@ -104,31 +125,98 @@ absl::Status SparseTables::Pull(int worker, absl::string_view name,
   return absl::OkStatus();
 }
 
-absl::Status SparseTables::Push(int worker, absl::string_view name,
-                                absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
+bool SparseTables::Readable(absl::string_view name, int64_t min_clock) const {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) return true;
+  absl::MutexLock lock(&it->second->mu);
+  return it->second->clocks.MinApplied() >= min_clock;
+}
+
+absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t clock,
+                                int num_samples, absl::Span<const uint64_t> ids,
+                                absl::Span<const float> grads) {
   absl::StatusOr<Table*> found = Find(worker, name);
   if (!found.ok()) return found.status();
   Table& table = **found;
-  const int width = table.width;
   if (static_cast<int64_t>(grads.size()) * 4 > kMaxRowBytesPerRequest) {
     return Refuse(table, absl::InvalidArgumentError(absl::StrCat(
                              "a push of ", grads.size(), " floats is over ",
                              kMaxRowBytesPerRequest, " bytes")));
   }
-  if (grads.size() != ids.size() * static_cast<size_t>(width)) {
+  if (num_samples < 0) {
     return Refuse(table, absl::InvalidArgumentError(
-                             absl::StrCat("a push of ", ids.size(), " rows of width ", width,
-                                          " needs ", ids.size() * width, " floats, got ",
-                                          grads.size())));
+                             absl::StrCat("a push of ", num_samples, " samples")));
   }
   if (absl::Status st = CheckIds(table, ids); !st.ok()) return Refuse(table, std::move(st));
   absl::Status st;
   {
     absl::MutexLock lock(&table.mu);
-    st = table.rows.Push(ids, grads);
-    if (st.ok()) table.rows_pushed += static_cast<int64_t>(ids.size());
+    st = table.rows.CheckPush(ids, grads);
+    bool duplicate = false;
+    if (st.ok()) {
+      st = table.clocks.Classify(worker, clock, /*chunk=*/-1, /*at_once=*/false, &duplicate);
+      if (!st.ok()) st = OutOfOrder(table.clocks, worker, clock);
+    }
+    if (st.ok() && !duplicate) {
+      table.rows_pushed += static_cast<int64_t>(ids.size());
+      if (consistency_ == BSP) {
+        Collect(table, worker, num_samples, ids, grads);
+      } else {
+        st = table.rows.Push(ids, grads);  // checked above: cannot fail
+        table.clocks.Applied(worker, clock);
+      }
+    }
   }
   return st.ok() ? st : Refuse(table, std::move(st));
+}
+
+void SparseTables::Collect(Table& table, int worker, int num_samples,
+                           absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
+  Round& round = table.round;
+  const int width = table.width;
+  const int64_t samples = std::max(1, num_samples);
+  const float weight = static_cast<float>(samples);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* g = grads.data() + i * width;
+    auto [it, fresh] = round.index.try_emplace(ids[i], static_cast<int64_t>(round.ids.size()));
+    if (fresh) {
+      round.ids.push_back(ids[i]);
+      round.sum.insert(round.sum.end(), width, 0.0f);
+    }
+    float* sum = round.sum.data() + it->second * width;
+    for (int k = 0; k < width; ++k) sum[k] += weight * g[k];
+  }
+  round.samples += samples;
+  table.clocks.Pushed(worker);
+  if (table.clocks.RoundComplete()) CloseRound(table);
+}
+
+void SparseTables::CloseRound(Table& table) {
+  Round& round = table.round;
+  const float mean = 1.0f / static_cast<float>(std::max<int64_t>(1, round.samples));
+  for (float& v : round.sum) v *= mean;
+  // Every row of the round was checked when its push came, and no row is
+  // ever dropped: this cannot fail.
+  (void)table.rows.Push(round.ids, round.sum);
+  table.clocks.NextRound();
+  table.round = Round();
+}
+
+void SparseTables::RemoveWorker(int worker) {
+  if (worker < 0 || worker >= workers_) return;
+  for (auto& [name, table] : tables_) {
+    absl::MutexLock lock(&table->mu);
+    if (!table->clocks.Remove(worker)) continue;
+    if (consistency_ == BSP && table->clocks.RoundComplete()) CloseRound(*table);
+  }
+}
+
+void SparseTables::Restore(int64_t clock) {
+  for (auto& [name, table] : tables_) {
+    absl::MutexLock lock(&table->mu);
+    table->clocks.Restore(clock);
+    table->round = Round();
+  }
 }
 
 std::vector<TableStatus> SparseTables::Status() const {
@@ -146,6 +234,8 @@ std::vector<TableStatus> SparseTables::Status() const {
     st.set_rows_pushed(table.rows_pushed);
     st.set_updates(table.rows.updates());
     st.set_refused(table.refused);
+    st.set_consistency(consistency_);
+    st.set_clock(table.clocks.MinApplied());
   }
   return out;
 }

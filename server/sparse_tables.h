@@ -1,9 +1,14 @@
 // A server's part of the job's sparse tables (JobSpec.tables): for each, a
 // SparseTable (server/sparse_table.h) of the rows whose ids hash to this
 // server, the checks a pull or push by id must pass, and the counters Status
-// reports. Pushes are applied as they come (each one update of its rows, as
-// under ASP); rounds per table (BSP, SSP) are not built yet. Knows nothing of
-// gRPC: server/ps_service.cc is the glue.
+// reports, and each table's clocks (server/chunk_clocks.h, as a chunk's):
+// under the job's table consistency (JobSpec.table_consistency) a BSP
+// table collects a round -- every live worker's push of the clock, empty or
+// not, summed row by row weighted by the workers' samples -- and applies it
+// as one update when the last comes; SSP and ASP tables apply each push as
+// it comes. A pull's read guarantee (min_clock) is checked by Readable: the
+// service parks pulls until it holds. Knows nothing of gRPC:
+// server/ps_service.cc is the glue.
 #ifndef PSTRAIN_SERVER_SPARSE_TABLES_H_
 #define PSTRAIN_SERVER_SPARSE_TABLES_H_
 
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -22,6 +28,7 @@
 #include "absl/types/span.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "server/chunk_clocks.h"
 #include "server/sparse_table.h"
 
 namespace pstrain {
@@ -50,12 +57,26 @@ class SparseTables {
   // an id of another server, more than kMaxRowBytesPerRequest).
   absl::Status Pull(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
                     std::vector<float>* out);
-  // One update of the rows of `ids` (distinct) by `grads` (ids.size() x
-  // width floats). Refused, nothing applied: those of Pull, and
-  // INVALID_ARGUMENT for a wrong size or a repeated id, FAILED_PRECONDITION
-  // for a row no pull made.
-  absl::Status Push(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
-                    absl::Span<const float> grads);
+  // Whether `table`'s rows hold every live worker's pushes of the
+  // iterations before `min_clock` (a pull's read guarantee). True for a
+  // table the job does not declare: the pull is refused, not parked.
+  bool Readable(absl::string_view table, int64_t min_clock) const;
+  // Worker `worker`'s push of iteration `clock` to `table`: the gradients
+  // `grads` (ids.size() x width floats) of the rows of `ids` (distinct), of
+  // `num_samples` samples (0 counts as 1). Under BSP it joins the round and
+  // the last live worker's push applies the round's mean as one update;
+  // else it is one update at once. A repeat of a push already taken is OK
+  // and changes nothing. Refused, nothing applied: those of Pull, and
+  // INVALID_ARGUMENT for a wrong size, a repeated id or a clock out of the
+  // worker's order, FAILED_PRECONDITION for a row no pull made.
+  absl::Status Push(int worker, absl::string_view table, int64_t clock, int num_samples,
+                    absl::Span<const uint64_t> ids, absl::Span<const float> grads);
+  // The worker was declared dead: it is left out of every table's rounds
+  // (closing those it alone held open) and read guarantees.
+  void RemoveWorker(int worker);
+  // A rollback to `clock`: every table's clocks are there, its open round
+  // dropped. The rows are not rolled back (tables are not in checkpoints).
+  void Restore(int64_t clock);
 
   // Per table, in the job's order.
   std::vector<TableStatus> Status() const;
@@ -64,19 +85,32 @@ class SparseTables {
   // Counts a request refused before it reached a table (malformed).
   void CountRefused() { refused_.fetch_add(1, std::memory_order_relaxed); }
   bool empty() const { return tables_.empty(); }
+  int size() const { return static_cast<int>(tables_.size()); }
 
  private:
+  // A BSP table's round being collected: the sum over the pushes so far
+  // of each row's gradient times its worker's samples, rows in the order
+  // they first came.
+  struct Round {
+    absl::flat_hash_map<uint64_t, int64_t> index;  // id -> its row in `sum`
+    std::vector<uint64_t> ids;
+    std::vector<float> sum;
+    int64_t samples = 0;
+  };
   struct Table {
-    Table(TableConfig config, uint64_t num_ids)
+    Table(TableConfig config, uint64_t num_ids, int workers)
         : num_ids(num_ids),
           width(config.width),
           state_floats(config.optimizer.StateFloats(config.width)),
-          rows(std::move(config)) {}
+          rows(std::move(config)),
+          clocks(std::vector<bool>(workers, true)) {}
     const uint64_t num_ids;  // 0: any id
     const int width;
     const int state_floats;  // a row's optimizer state
     mutable absl::Mutex mu;
     SparseTable rows ABSL_GUARDED_BY(mu);
+    ChunkClocks clocks ABSL_GUARDED_BY(mu);  // every worker takes part
+    Round round ABSL_GUARDED_BY(mu);         // BSP only
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
     int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
@@ -90,10 +124,17 @@ class SparseTables {
   absl::Status CheckIds(const Table& table, absl::Span<const uint64_t> ids) const;
   // Counts a refusal of `table`'s request and returns `st`.
   absl::Status Refuse(Table& table, absl::Status st);
+  // BSP: adds a checked push to the round, and applies the round when it
+  // is complete.
+  void Collect(Table& table, int worker, int num_samples, absl::Span<const uint64_t> ids,
+               absl::Span<const float> grads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // BSP: applies the complete round as one update, opens the next.
+  void CloseRound(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
 
   const int server_;
   const int servers_;
   const int workers_;
+  const Consistency consistency_;  // the tables' (BSP, SSP or ASP)
   std::vector<std::string> order_;  // the job's
   std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_;
   std::atomic<int64_t> refused_{0};

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 
@@ -94,7 +95,7 @@ TEST(SparseTablesTest, PullsMakeRowsAndPushesMoveOnlyTheirOwn) {
 
   const std::vector<uint64_t> pushed = {ids[1], ids[3]};
   const std::vector<float> grads = {1, 2, 3, 4, -1, -2, -3, -4};
-  ASSERT_TRUE(server0.Push(0, "words", pushed, grads).ok());
+  ASSERT_TRUE(server0.Push(0, "words", /*clock=*/0, 1, pushed, grads).ok());
   ASSERT_TRUE(alone.Push(pushed, grads).ok());
   std::vector<float> after;
   ASSERT_TRUE(server0.Pull(0, "words", ids, &after).ok());
@@ -129,7 +130,7 @@ TEST(SparseTablesTest, BadRequestsAreRefusedWholeAndCounted) {
   EXPECT_EQ(server0.Pull(0, "nouns", {mine[0]}, &rows).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(server0.Pull(1, "words", {mine[0]}, &rows).code(),  // the job has worker 0 only
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server0.Push(0, "nouns", {mine[0]}, {1, 2, 3, 4}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(server0.Push(0, "nouns", 0, 1, {mine[0]}, {1, 2, 3, 4}).code(), absl::StatusCode::kNotFound);
   // Out of range: refused before any row is made, even with good ids before it.
   uint64_t far = 1000;
   while (ServerOfRow(far, 2) != 0) ++far;
@@ -137,11 +138,11 @@ TEST(SparseTablesTest, BadRequestsAreRefusedWholeAndCounted) {
   EXPECT_EQ(server0.Pull(0, "words", {mine[2], theirs[0]}, &rows).code(),
             absl::StatusCode::kInvalidArgument);
   // Pushes: a wrong width, a repeated id, a row never pulled.
-  EXPECT_EQ(server0.Push(0, "words", {mine[0]}, {1, 2, 3}).code(),
+  EXPECT_EQ(server0.Push(0, "words", 0, 1, {mine[0]}, {1, 2, 3}).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server0.Push(0, "words", {mine[0], mine[0]}, std::vector<float>(8, 1)).code(),
+  EXPECT_EQ(server0.Push(0, "words", 0, 1, {mine[0], mine[0]}, std::vector<float>(8, 1)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server0.Push(0, "words", {mine[0], mine[5]}, std::vector<float>(8, 1)).code(),
+  EXPECT_EQ(server0.Push(0, "words", 0, 1, {mine[0], mine[5]}, std::vector<float>(8, 1)).code(),
             absl::StatusCode::kFailedPrecondition);
   // A pull over the byte limit.
   std::vector<uint64_t> many(kMaxRowBytesPerRequest / 16 + 1, mine[0]);
@@ -154,6 +155,115 @@ TEST(SparseTablesTest, BadRequestsAreRefusedWholeAndCounted) {
   EXPECT_EQ(server0.refused(), 9);  // those naming "nouns" or worker 1 too
   ASSERT_TRUE(server0.Pull(0, "words", {mine[0], mine[1]}, &rows).ok());
   EXPECT_EQ(rows, before);
+}
+
+// A job of `workers` workers and one server with table "t" (width 2, SGD
+// with learning rate 1: a row moves by minus the round's gradient) under
+// `consistency` (the job's; the tables follow it unless `table_consistency`).
+JobSpec RoundsJob(int workers, const std::string& consistency,
+                  const std::string& table_consistency = "") {
+  absl::StatusOr<JobSpec> job = Job(absl::StrCat(
+      "num_workers: ", workers, "\nbatch_size: 12\nconsistency: ", consistency, "\n",
+      consistency == "SSP" ? "staleness: 1\n" : "",
+      table_consistency.empty() ? "" : absl::StrCat("table_consistency: ", table_consistency),
+      R"pb(
+        tables {
+          name: "t"
+          width: 2
+          optimizer { type: SGD learning_rate: 1 }
+        }
+      )pb"));
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+std::vector<float> Rows(SparseTables& tables, std::vector<uint64_t> ids) {
+  std::vector<float> rows;
+  EXPECT_TRUE(tables.Pull(0, "t", ids, &rows).ok());
+  return rows;
+}
+
+// BSP: a table's round closes when every live worker pushed the clock (an
+// empty push too) and applies the mean over the round's samples, once;
+// pulls of the next clock are readable only then.
+TEST(SparseTablesTest, BspRoundAppliesTheSamplesMeanOnceEveryLiveWorkerPushed) {
+  SparseTables tables(RoundsJob(3, "BSP"), 0, 1);
+  const std::vector<float> start = Rows(tables, {1, 2, 3});
+  EXPECT_TRUE(tables.Readable("t", 0));
+  // Worker 0: 2 samples, rows 1 and 2; worker 1: 1 sample, rows 2 and 3.
+  ASSERT_TRUE(tables.Push(0, "t", 0, 2, {1, 2}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(tables.Push(1, "t", 0, 1, {2, 3}, {5, 6, 7, 8}).ok());
+  EXPECT_FALSE(tables.Readable("t", 1));
+  EXPECT_EQ(Rows(tables, {1, 2, 3}), start);  // nothing applied yet
+  EXPECT_EQ(tables.Status()[0].updates(), 0);
+  // A repeat is a retry: taken once. A clock ahead is refused.
+  EXPECT_TRUE(tables.Push(0, "t", 0, 2, {1, 2}, {1, 2, 3, 4}).ok());
+  EXPECT_EQ(tables.Push(0, "t", 1, 2, {1}, {1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  // Worker 2's empty push (1 sample) closes the round: 4 samples.
+  ASSERT_TRUE(tables.Push(2, "t", 0, 1, {}, {}).ok());
+  EXPECT_TRUE(tables.Readable("t", 1));
+  EXPECT_FALSE(tables.Readable("t", 2));
+  const std::vector<float> after = Rows(tables, {1, 2, 3});
+  const float mean = 1.0f / 4;
+  const std::vector<float> sum = {2 * 1.0f, 2 * 2.0f, 2 * 3.0f + 5, 2 * 4.0f + 6, 7, 8};
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_FLOAT_EQ(after[i], start[i] - sum[i] * mean) << i;
+  }
+  TableStatus st = tables.Status()[0];
+  EXPECT_EQ(st.updates(), 1);
+  EXPECT_EQ(st.clock(), 1);
+  EXPECT_EQ(st.consistency(), BSP);
+  EXPECT_EQ(st.rows_pushed(), 4);
+  EXPECT_EQ(st.refused(), 1);
+
+  // Round 1: a dead worker is left out; the last one's removal closes it.
+  ASSERT_TRUE(tables.Push(0, "t", 1, 1, {1}, {4, 4}).ok());
+  EXPECT_EQ(tables.Push(0, "t", 2, 1, {1}, {4, 4}).code(),  // its push of 1 waits
+            absl::StatusCode::kInvalidArgument);
+  tables.RemoveWorker(1);
+  EXPECT_FALSE(tables.Readable("t", 2));
+  tables.RemoveWorker(2);
+  EXPECT_TRUE(tables.Readable("t", 2));
+  const std::vector<float> last = Rows(tables, {1});
+  EXPECT_FLOAT_EQ(last[0], after[0] - 4);
+  EXPECT_EQ(tables.Status()[0].updates(), 2);
+  // A rollback puts the clocks back (rows are not checkpointed yet).
+  tables.Restore(0);
+  EXPECT_EQ(tables.Status()[0].clock(), 0);
+  EXPECT_FALSE(tables.Readable("t", 1));
+}
+
+// SSP applies each push at once and reads wait for the slowest worker
+// within the bound; the hybrid runs BSP dense and ASP tables.
+TEST(SparseTablesTest, SspAppliesAtOnceAndTheHybridRunsTablesAsynchronously) {
+  const JobSpec ssp = RoundsJob(2, "SSP");
+  EXPECT_EQ(TableMinClockForRead(ssp, 5), 4);
+  SparseTables tables(ssp, 0, 1);
+  const std::vector<float> start = Rows(tables, {7});
+  ASSERT_TRUE(tables.Push(0, "t", 0, 3, {7}, {1, 1}).ok());
+  ASSERT_TRUE(tables.Push(0, "t", 1, 3, {7}, {1, 1}).ok());
+  EXPECT_EQ(Rows(tables, {7})[0], start[0] - 2);  // each at once, not averaged
+  EXPECT_FALSE(tables.Readable("t", 1));          // worker 1 has applied nothing
+  ASSERT_TRUE(tables.Push(1, "t", 0, 3, {}, {}).ok());
+  EXPECT_TRUE(tables.Readable("t", 1));
+  EXPECT_EQ(tables.Status()[0].updates(), 3);
+  EXPECT_EQ(tables.Status()[0].consistency(), SSP);
+
+  const JobSpec hybrid = RoundsJob(2, "BSP", "ASP");
+  EXPECT_EQ(TableMinClockForRead(hybrid, 5), 0);
+  EXPECT_EQ(TableMinClockForRead(RoundsJob(2, "BSP"), 5), 5);
+  SparseTables async(hybrid, 0, 1);
+  const std::vector<float> before = Rows(async, {7});
+  ASSERT_TRUE(async.Push(0, "t", 0, 3, {7}, {1, 1}).ok());
+  EXPECT_EQ(Rows(async, {7})[0], before[0] - 1);
+  EXPECT_EQ(async.Status()[0].consistency(), ASP);
+  // Tables take part in no pipeline yet.
+  EXPECT_FALSE(Job(R"pb(
+                 num_workers: 2
+                 pipeline_stages: 2
+                 tables { name: "t" width: 2 }
+               )pb")
+                   .ok());
 }
 
 }  // namespace

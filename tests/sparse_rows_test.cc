@@ -5,11 +5,15 @@
 // one in-process SparseTable makes and updates them, each server holds
 // only its ids, and every bad request is refused with its status, counted
 // in the server's Status, with nothing made or applied.
+#include <cmath>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/job_spec.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
@@ -52,13 +56,15 @@ MemberStatus ServerStatus(const std::string& address) {
 
 class SparseRowsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // The job with `workers` training workers (their dense MLP; the test
+  // pulls and pushes the table as those workers).
+  void StartJob(int workers) {
     job_text_ = SixteenClassJob(absl::StrCat("clocks: 100000\nseed: 11\n", kTable));
     ClusterOptions options;
     options.job_text = job_text_;
     options.servers = 2;
-    options.workers = 1;
-    options.worker_flags = {{"--debug_slowdown_ms=5"}};
+    options.workers = workers;
+    options.worker_flags.assign(workers, {"--debug_slowdown_ms=5"});
     ASSERT_TRUE(cluster_.Start(options).ok()) << cluster_.Logs();
     // Once the worker trains, both servers serve the job (and its tables).
     ASSERT_TRUE(WaitForStatus(
@@ -76,6 +82,7 @@ class SparseRowsTest : public ::testing::Test {
 };
 
 TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
+  ASSERT_NO_FATAL_FAILURE(StartJob(1));
   const JobSpec job = TheJob(job_text_);
   RowClient client(job, servers_, /*worker_id=*/0);
   SparseTable reference(TableConfig{"words", 8, job.tables(0).init_scale(), job.seed(),
@@ -85,7 +92,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
   for (uint64_t i = 0; i < 300; ++i) ids.push_back((i * i * 7919) % 100000);
   ids.push_back(ids[3]);
   std::vector<float> rows, expected(ids.size() * 8);
-  ASSERT_TRUE(client.Pull("words", ids, &rows).ok()) << cluster_.Logs();
+  ASSERT_TRUE(client.Pull("words", 0, ids, &rows).ok()) << cluster_.Logs();
   reference.Pull(ids, expected.data());
   ASSERT_EQ(rows.size(), expected.size());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
@@ -104,7 +111,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
     batch.push_back(batch[0]);
     std::vector<float> grads(batch.size() * 8);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(clock * 3.0f + i);
-    const absl::Status sent = client.Push("words", clock, batch, grads);
+    const absl::Status sent = client.Push("words", clock, 1, batch, grads);
     ASSERT_TRUE(sent.ok()) << sent;
     std::vector<uint64_t> distinct;
     std::vector<float> summed;
@@ -112,7 +119,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
     const absl::Status pushed = reference.Push(distinct, summed);
     ASSERT_TRUE(pushed.ok()) << pushed;
   }
-  ASSERT_TRUE(client.Pull("words", ids, &rows).ok());
+  ASSERT_TRUE(client.Pull("words", 4, ids, &rows).ok());
   reference.Pull(ids, expected.data());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 
@@ -142,6 +149,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
 }
 
 TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartJob(1));
   const JobSpec job = TheJob(job_text_);
   RowClient client(job, servers_, 0);
   // Two ids of server 0 (pulled), one not pulled, one of server 1.
@@ -150,7 +158,7 @@ TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
     (ServerOfRow(id, 2) == 0 ? mine : theirs).push_back(id);
   }
   std::vector<float> before;
-  ASSERT_TRUE(client.Pull("words", {mine[0], mine[1]}, &before).ok()) << cluster_.Logs();
+  ASSERT_TRUE(client.Pull("words", 0, {mine[0], mine[1]}, &before).ok()) << cluster_.Logs();
   auto stub = ParameterServer::NewStub(MakeChannel(servers_[0]));
   auto pull = [&](const std::string& table, std::vector<uint64_t> ids) {
     PullRowsRequest req;
@@ -193,10 +201,140 @@ TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
   EXPECT_EQ(st.tables(0).refused(), 5);
   EXPECT_EQ(st.row_requests_refused(), 8);  // those naming "nouns" or worker 5 too
   std::vector<float> after;
-  ASSERT_TRUE(client.Pull("words", {mine[0], mine[1]}, &after).ok());
+  ASSERT_TRUE(client.Pull("words", 0, {mine[0], mine[1]}, &after).ok());
   EXPECT_EQ(after, before);
   // The client refuses a table the job does not declare before any call.
-  EXPECT_EQ(client.Pull("nouns", {mine[0]}, &after).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client.Pull("nouns", 0, {mine[0]}, &after).code(), absl::StatusCode::kNotFound);
+}
+
+// Worker w's batch at clock c: ids drawn from a pool both workers share
+// (their rows overlap), one repeated; and its gradients.
+std::vector<uint64_t> Batch(int w, int c) {
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 60; ++i) ids.push_back(((c * 37 + w * 101 + i * 13) % 200) * 7919 % 100000);
+  ids.push_back(ids[0]);
+  return ids;
+}
+std::vector<float> Grads(int w, int c, size_t rows) {
+  std::vector<float> g(rows * 8);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(c * 3.0f + w * 7.0f + 0.1f * i);
+  return g;
+}
+constexpr int kSamples[2] = {3, 5};
+
+// One in-process table updated by BSP round c: each row by the mean over
+// both workers' samples of its gradients.
+void ReferenceRound(SparseTable& reference, int c) {
+  absl::flat_hash_map<uint64_t, size_t> index;
+  std::vector<uint64_t> ids;
+  std::vector<float> sum;
+  for (int w = 0; w < 2; ++w) {
+    const std::vector<uint64_t> batch = Batch(w, c);
+    std::vector<uint64_t> distinct;
+    std::vector<float> summed;
+    CoalesceRows(batch, Grads(w, c, batch.size()), 8, &distinct, &summed);
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      auto [it, fresh] = index.try_emplace(distinct[k], ids.size());
+      if (fresh) {
+        ids.push_back(distinct[k]);
+        sum.insert(sum.end(), 8, 0.0f);
+      }
+      for (int j = 0; j < 8; ++j) {
+        sum[it->second * 8 + j] += static_cast<float>(kSamples[w]) * summed[k * 8 + j];
+      }
+    }
+  }
+  for (float& v : sum) v *= 1.0f / (kSamples[0] + kSamples[1]);
+  std::vector<float> scratch(ids.size() * 8);
+  reference.Pull(ids, scratch.data());
+  ASSERT_TRUE(reference.Push(ids, sum).ok());
+}
+
+// BSP tables with two workers: each clock's pull waits until both workers'
+// pushes of the clock before are applied as one update (the mean over
+// their samples), so what each worker reads at clock c is bit for bit one
+// table after c such updates -- while the workers run at their own pace.
+TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
+  ASSERT_NO_FATAL_FAILURE(StartJob(2));
+  const JobSpec job = TheJob(job_text_);
+  ASSERT_EQ(TableConsistency(job), BSP);
+  constexpr int kClocks = 5;
+  // What worker w read at clock c, and how its calls ended.
+  std::vector<std::vector<float>> read[2];
+  absl::Status ended[2];
+  auto work = [&](int w) {
+    RowClient client(job, servers_, w);
+    for (int c = 0; c < kClocks; ++c) {
+      const std::vector<uint64_t> batch = Batch(w, c);
+      std::vector<float> rows;
+      absl::Status st = client.Pull("words", c, batch, &rows);
+      if (st.ok()) {
+        read[w].push_back(rows);
+        if (w == 1) absl::SleepFor(absl::Milliseconds(50));  // the slower worker
+        st = client.Push("words", c, kSamples[w], batch, Grads(w, c, batch.size()));
+      }
+      if (!st.ok()) {
+        ended[w] = st;
+        return;
+      }
+    }
+  };
+  std::thread w0(work, 0), w1(work, 1);
+  w0.join();
+  w1.join();
+  ASSERT_TRUE(ended[0].ok()) << ended[0] << cluster_.Logs();
+  ASSERT_TRUE(ended[1].ok()) << ended[1];
+
+  SparseTable reference(TableConfig{"words", 8, job.tables(0).init_scale(), job.seed(),
+                                    RowOptimizerOf(job.tables(0).optimizer())});
+  for (int c = 0; c < kClocks; ++c) {
+    for (int w = 0; w < 2; ++w) {
+      const std::vector<uint64_t> batch = Batch(w, c);
+      std::vector<float> expected(batch.size() * 8);
+      reference.Pull(batch, expected.data());
+      ASSERT_EQ(read[w][c].size(), expected.size());
+      EXPECT_EQ(std::memcmp(read[w][c].data(), expected.data(), expected.size() * 4), 0)
+          << "worker " << w << " at clock " << c;
+    }
+    ASSERT_NO_FATAL_FAILURE(ReferenceRound(reference, c));
+  }
+
+  // A pull waits, parked and shown in Status, for the worker behind.
+  RowClient ahead(job, servers_, 0), behind(job, servers_, 1);
+  const std::vector<uint64_t> batch = Batch(0, kClocks);
+  ASSERT_TRUE(ahead.Push("words", kClocks, kSamples[0], batch, Grads(0, kClocks, batch.size()))
+                  .ok());
+  std::vector<float> rows;
+  absl::Status pulled;
+  std::thread waiting([&] { pulled = ahead.Pull("words", kClocks + 1, batch, &rows); });
+  EXPECT_TRUE(WaitForStatus(
+      cluster_.scheduler_address(),
+      [](const ClusterStatus& st) {
+        for (int id = 0; id < 2; ++id) {
+          const MemberStatus m = MemberOf(st, SERVER, id);
+          if (m.tables_size() != 1 || m.tables(0).pulls_waiting() != 1) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30)));
+  for (int s = 0; s < 2; ++s) {
+    const MemberStatus st = ServerStatus(servers_[s]);
+    ASSERT_EQ(st.tables_size(), 1);
+    EXPECT_EQ(st.tables(0).clock(), kClocks);
+    EXPECT_EQ(st.tables(0).updates(), kClocks);
+    EXPECT_EQ(st.tables(0).consistency(), BSP);
+  }
+  const std::vector<uint64_t> other = Batch(1, kClocks);
+  ASSERT_TRUE(behind.Pull("words", kClocks, other, &rows).ok());
+  ASSERT_TRUE(
+      behind.Push("words", kClocks, kSamples[1], other, Grads(1, kClocks, other.size())).ok());
+  waiting.join();
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  ASSERT_NO_FATAL_FAILURE(ReferenceRound(reference, kClocks));
+  std::vector<float> expected(batch.size() * 8);
+  reference.Pull(batch, expected.data());
+  EXPECT_EQ(std::memcmp(rows.data(), expected.data(), expected.size() * 4), 0);
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(ServerStatus(servers_[s]).tables(0).clock(), kClocks + 1);
 }
 
 }  // namespace

@@ -219,12 +219,13 @@ void PrintCluster(const ClusterStatus& st) {
   for (const MemberStatus& m : st.members()) {
     if (m.role() != SERVER) continue;
     for (const TableStatus& t : m.tables()) {
-      std::printf("server %d table %s: %lld rows (%s), %lld pulled, %lld pushed, %lld updates, "
-                  "%lld refused\n",
-                  m.id(), t.name().c_str(), static_cast<long long>(t.rows()),
+      std::printf("server %d table %s (%s, clock %lld): %lld rows (%s), %lld pulled, %lld pushed, "
+                  "%lld updates, %lld refused, %lld pulls waiting\n",
+                  m.id(), t.name().c_str(), Consistency_Name(t.consistency()).c_str(),
+                  static_cast<long long>(t.clock()), static_cast<long long>(t.rows()),
                   Bytes(t.bytes()).c_str(), static_cast<long long>(t.rows_pulled()),
                   static_cast<long long>(t.rows_pushed()), static_cast<long long>(t.updates()),
-                  static_cast<long long>(t.refused()));
+                  static_cast<long long>(t.refused()), static_cast<long long>(t.pulls_waiting()));
     }
     if (m.offload_disk_bytes() == 0) continue;
     std::printf(

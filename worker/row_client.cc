@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
 #include "server/sparse_table.h"
@@ -12,7 +13,7 @@ namespace pstrain {
 
 RowClient::RowClient(const JobSpec& job, const std::vector<std::string>& servers,
                      int worker_id, absl::Duration timeout)
-    : worker_id_(worker_id), timeout_(timeout) {
+    : job_(job), worker_id_(worker_id), timeout_(timeout) {
   for (const TableSpec& t : job.tables()) widths_[t.name()] = t.width();
   for (const std::string& address : servers) {
     stubs_.push_back(ParameterServer::NewStub(MakeBulkChannel(address)));
@@ -55,8 +56,8 @@ absl::StatusOr<int> RowClient::Width(const std::string& table) const {
   return it->second;
 }
 
-absl::Status RowClient::Pull(const std::string& table, absl::Span<const uint64_t> ids,
-                             std::vector<float>* rows) {
+absl::Status RowClient::Pull(const std::string& table, int64_t clock,
+                             absl::Span<const uint64_t> ids, std::vector<float>* rows) {
   absl::StatusOr<int> width = Width(table);
   if (!width.ok()) return width.status();
   const int servers = static_cast<int>(stubs_.size());
@@ -75,13 +76,15 @@ absl::Status RowClient::Pull(const std::string& table, absl::Span<const uint64_t
     where[i] = it->second;
   }
   std::vector<PullRowsResponse> replies(servers);
+  const int64_t min_clock = TableMinClockForRead(job_, clock);
   for (PullRowsRequest& req : requests) {
     req.set_worker_id(worker_id_);
     req.set_table(table);
     req.set_dtype(FP32);
+    req.set_min_clock(min_clock);
   }
   RETURN_IF_ERROR(CallAll(requests, &replies, &ParameterServer::Stub::AsyncPullRows,
-                          /*empty_too=*/false));
+                          /*empty_too=*/min_clock > 0));
   for (int s = 0; s < servers; ++s) {
     if (requests[s].ids_size() == 0) continue;
     const size_t expected = static_cast<size_t>(requests[s].ids_size()) * *width * sizeof(float);
@@ -100,7 +103,7 @@ absl::Status RowClient::Pull(const std::string& table, absl::Span<const uint64_t
   return absl::OkStatus();
 }
 
-absl::Status RowClient::Push(const std::string& table, int64_t clock,
+absl::Status RowClient::Push(const std::string& table, int64_t clock, int num_samples,
                              absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
   absl::StatusOr<int> width = Width(table);
   if (!width.ok()) return width.status();
@@ -126,9 +129,11 @@ absl::Status RowClient::Push(const std::string& table, int64_t clock,
     req.set_table(table);
     req.set_dtype(FP32);
     req.set_clock(clock);
+    req.set_num_samples(num_samples);
   }
-  // Every server takes the push, those with none of its rows too: the
-  // table's update count (SparseAdam's t) is the same on each.
+  // Every server takes the push, those with none of its rows too: a BSP
+  // round waits for it, and the table's update count (SparseAdam's t) is
+  // the same on each.
   std::vector<PushRowsResponse> replies(servers);
   RETURN_IF_ERROR(CallAll(requests, &replies, &ParameterServer::Stub::AsyncPushRows,
                           /*empty_too=*/true));

@@ -3,7 +3,12 @@
 // each server is asked once per call for its ids (deduplicated), and the
 // rows come back in the caller's order. A push sums the gradients of a
 // repeated id first (CoalesceRows) and sends each server its rows. The calls
-// go to every server at once.
+// go to every server at once. Under the tables' consistency
+// (TableConsistency: BSP or SSP) a pull for iteration `clock` waits at the
+// servers until every live worker's pushes before its read guarantee are
+// applied, and goes to every server, those with none of its ids too: a
+// worker's next push then finds each server's round of the clock before
+// closed.
 #ifndef PSTRAIN_WORKER_ROW_CLIENT_H_
 #define PSTRAIN_WORKER_ROW_CLIENT_H_
 
@@ -29,18 +34,22 @@ class RowClient {
   RowClient(const JobSpec& job, const std::vector<std::string>& servers, int worker_id,
             absl::Duration timeout = absl::Seconds(30));
 
-  // The rows of `ids` of `table` (ids.size() x width floats into *rows, in
-  // order; an id may repeat), made on their servers if new. NOT_FOUND for
-  // a table the job does not declare; a server's refusal as it gave it.
-  absl::Status Pull(const std::string& table, absl::Span<const uint64_t> ids,
+  // The rows of `ids` of `table` for iteration `clock` (ids.size() x width
+  // floats into *rows, in order; an id may repeat), made on their servers
+  // if new. NOT_FOUND for a table the job does not declare; a server's
+  // refusal as it gave it.
+  absl::Status Pull(const std::string& table, int64_t clock, absl::Span<const uint64_t> ids,
                     std::vector<float>* rows);
-  // One update of `table`: `grads` holds ids.size() x width floats, one row
-  // per entry of `ids` (a repeated id's rows are summed). Every server takes
-  // it (counting the update, as SparseAdam's step does, with or without
-  // rows of its own) and applies its part whole or refuses it; when one
-  // refuses, the others' parts stand (they are not rolled back).
-  absl::Status Push(const std::string& table, int64_t clock, absl::Span<const uint64_t> ids,
-                    absl::Span<const float> grads);
+  // The worker's push of iteration `clock` to `table`, from `num_samples`
+  // samples: `grads` holds ids.size() x width floats, one row per entry of
+  // `ids` (a repeated id's rows are summed). Every server takes it, those
+  // with none of its rows too (a BSP round waits for every worker's push;
+  // SparseAdam's step counts every update) and applies its part whole or
+  // refuses it; when one refuses, the others' parts stand (they are not
+  // rolled back). One push per table and clock: a repeat is taken as a
+  // retry and changes nothing.
+  absl::Status Push(const std::string& table, int64_t clock, int num_samples,
+                    absl::Span<const uint64_t> ids, absl::Span<const float> grads);
 
   // Rows moved so far (each server's distinct rows per call).
   int64_t rows_pulled() const { return rows_pulled_; }
@@ -59,6 +68,7 @@ class RowClient {
   absl::Status CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
                        AsyncCall<Request, Reply> call, bool empty_too);
 
+  const JobSpec job_;
   const int worker_id_;
   const absl::Duration timeout_;
   std::map<std::string, int> widths_;
