@@ -561,8 +561,15 @@ void PsService::HandleRows(Call* call) {
     if (st.ok()) WakeRowPulls(*tables);
     return;
   }
-  const grpc::Status st = CheckPullRows(*tables, call->request, &call->rows);
+  grpc::Status st = CheckPullRows(*tables, call->request, &call->rows);
   call->request.Clear();
+  if (st.ok()) {
+    const PullRowsRequest& req = call->rows;
+    const absl::Status checked =
+        tables->CheckPull(req.worker_id(), req.table(), req.ids(), req.min_clock());
+    if (!checked.ok()) st = ToGrpc(absl::Status(checked.code(), absl::StrCat("pull rows: ",
+                                                                             checked.message())));
+  }
   if (!st.ok()) {
     answer(st);
     return;
@@ -572,10 +579,18 @@ void PsService::HandleRows(Call* call) {
     // round closed: a pull is never parked past the update it waits for.
     absl::MutexLock lock(&parked_mu_);
     if (!tables->Readable(call->rows.table(), call->rows.min_clock())) {
-      // A worker pulls each table once at a time: more is a client gone wrong.
+      // A worker pulls each table once at a time: more is a client gone
+      // wrong. (Those its clients cancelled go first.)
       int64_t mine = 0;
-      for (const Call* p : parked_rows_) {
-        mine += !p->claimed() && p->rows.worker_id() == call->rows.worker_id();
+      for (auto it = parked_rows_.begin(); it != parked_rows_.end();) {
+        Call* p = *it;
+        if (p->claimed()) {
+          it = parked_rows_.erase(it);
+          p->Unref();
+          continue;
+        }
+        mine += p->rows.worker_id() == call->rows.worker_id();
+        ++it;
       }
       if (mine >= tables->size() + 16) {
         tables->CountRefused();

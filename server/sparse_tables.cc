@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 
@@ -104,8 +105,27 @@ absl::Status SparseTables::Refuse(Table& table, absl::Status st) {
   return st;
 }
 
-absl::Status SparseTables::Pull(int worker, absl::string_view name,
-                                absl::Span<const uint64_t> ids, std::vector<float>* out) {
+absl::Status SparseTables::CheckPull(int worker, absl::string_view name,
+                                     absl::Span<const uint64_t> ids, int64_t min_clock) {
+  ASSIGN_OR_RETURN(Table * table, CheckedPull(worker, name, ids));
+  int64_t reachable;
+  {
+    absl::MutexLock lock(&table->mu);
+    // The furthest the worker's pushes so far can take the table: a pull
+    // waiting past it would wait for the worker itself.
+    reachable = table->clocks.applied()[worker] + (table->clocks.pushed(worker) ? 1 : 0);
+  }
+  if (min_clock > reachable) {
+    return Refuse(*table, absl::InvalidArgumentError(absl::StrCat(
+                              "a pull waiting for clock ", min_clock, " but worker ", worker,
+                              " has pushed this table up to clock ", reachable - 1,
+                              " (push each clock before pulling the next)")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SparseTables::Table*> SparseTables::CheckedPull(int worker, absl::string_view name,
+                                                               absl::Span<const uint64_t> ids) {
   absl::StatusOr<Table*> found = Find(worker, name);
   if (!found.ok()) return found.status();
   Table& table = **found;
@@ -118,7 +138,14 @@ absl::Status SparseTables::Pull(int worker, absl::string_view name,
                              " bytes")));
   }
   if (absl::Status st = CheckIds(table, ids); !st.ok()) return Refuse(table, std::move(st));
-  out->resize(ids.size() * static_cast<size_t>(width));
+  return &table;
+}
+
+absl::Status SparseTables::Pull(int worker, absl::string_view name,
+                                absl::Span<const uint64_t> ids, std::vector<float>* out) {
+  ASSIGN_OR_RETURN(Table * found, CheckedPull(worker, name, ids));
+  Table& table = *found;
+  out->resize(ids.size() * static_cast<size_t>(table.width));
   absl::MutexLock lock(&table.mu);
   table.rows.Pull(ids, out->data());
   table.rows_pulled += static_cast<int64_t>(ids.size());
@@ -152,6 +179,10 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
   {
     absl::MutexLock lock(&table.mu);
     st = table.rows.CheckPush(ids, grads);
+    if (st.ok() && !table.clocks.live(worker)) {
+      st = absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker, " was declared dead: its pushes are not taken"));
+    }
     bool duplicate = false;
     if (st.ok()) {
       st = table.clocks.Classify(worker, clock, /*chunk=*/-1, /*at_once=*/false, &duplicate);
@@ -174,7 +205,7 @@ void SparseTables::Collect(Table& table, int worker, int num_samples,
                            absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
   Round& round = table.round;
   const int width = table.width;
-  const int64_t samples = std::max(1, num_samples);
+  const int64_t samples = num_samples;  // an empty share weighs nothing
   const float weight = static_cast<float>(samples);
   for (size_t i = 0; i < ids.size(); ++i) {
     const float* g = grads.data() + i * width;
@@ -193,8 +224,12 @@ void SparseTables::Collect(Table& table, int worker, int num_samples,
 
 void SparseTables::CloseRound(Table& table) {
   Round& round = table.round;
-  const float mean = 1.0f / static_cast<float>(std::max<int64_t>(1, round.samples));
-  for (float& v : round.sum) v *= mean;
+  if (round.samples == 0) {  // no samples: the update moves no row (it counts)
+    round.ids.clear();
+    round.sum.clear();
+  }
+  const float samples = static_cast<float>(round.samples);
+  for (float& v : round.sum) v /= samples;
   // Every row of the round was checked when its push came, and no row is
   // ever dropped: this cannot fail.
   (void)table.rows.Push(round.ids, round.sum);

@@ -57,18 +57,25 @@ class SparseTables {
   // an id of another server, more than kMaxRowBytesPerRequest).
   absl::Status Pull(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
                     std::vector<float>* out);
+  // Pull's checks, before a pull waits for its read guarantee, and
+  // INVALID_ARGUMENT for a `min_clock` beyond what the worker's pushes so
+  // far can reach (it would wait for itself). Counted when refused.
+  absl::Status CheckPull(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
+                         int64_t min_clock);
   // Whether `table`'s rows hold every live worker's pushes of the
   // iterations before `min_clock` (a pull's read guarantee). True for a
   // table the job does not declare: the pull is refused, not parked.
   bool Readable(absl::string_view table, int64_t min_clock) const;
   // Worker `worker`'s push of iteration `clock` to `table`: the gradients
   // `grads` (ids.size() x width floats) of the rows of `ids` (distinct), of
-  // `num_samples` samples (0 counts as 1). Under BSP it joins the round and
-  // the last live worker's push applies the round's mean as one update;
+  // `num_samples` samples. Under BSP it joins the round and the last live
+  // worker's push applies the round's mean (each gradient weighted by its
+  // samples, the sum divided by the round's) as one update;
   // else it is one update at once. A repeat of a push already taken is OK
   // and changes nothing. Refused, nothing applied: those of Pull, and
   // INVALID_ARGUMENT for a wrong size, a repeated id or a clock out of the
-  // worker's order, FAILED_PRECONDITION for a row no pull made.
+  // worker's order, FAILED_PRECONDITION for a row no pull made or a worker
+  // declared dead.
   absl::Status Push(int worker, absl::string_view table, int64_t clock, int num_samples,
                     absl::Span<const uint64_t> ids, absl::Span<const float> grads);
   // The worker was declared dead: it is left out of every table's rounds
@@ -119,6 +126,9 @@ class SparseTables {
   // The table named `name` for `worker`'s request, or NOT_FOUND or
   // INVALID_ARGUMENT (an unknown worker), counted.
   absl::StatusOr<Table*> Find(int worker, absl::string_view name);
+  // The table of a pull that passes Pull's checks (refusals counted).
+  absl::StatusOr<Table*> CheckedPull(int worker, absl::string_view name,
+                                     absl::Span<const uint64_t> ids);
   // OUT_OF_RANGE or INVALID_ARGUMENT for the first id this server may not
   // serve from `table`.
   absl::Status CheckIds(const Table& table, absl::Span<const uint64_t> ids) const;

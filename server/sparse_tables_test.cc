@@ -220,8 +220,13 @@ TEST(SparseTablesTest, BspRoundAppliesTheSamplesMeanOnceEveryLiveWorkerPushed) {
   ASSERT_TRUE(tables.Push(0, "t", 1, 1, {1}, {4, 4}).ok());
   EXPECT_EQ(tables.Push(0, "t", 2, 1, {1}, {4, 4}).code(),  // its push of 1 waits
             absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(tables.CheckPull(0, "t", {1}, 2).ok());  // its push of 1 reaches it
+  EXPECT_EQ(tables.CheckPull(0, "t", {1}, 3).code(),    // would wait for itself
+            absl::StatusCode::kInvalidArgument);
   tables.RemoveWorker(1);
   EXPECT_FALSE(tables.Readable("t", 2));
+  // A worker declared dead: its pushes are refused, whatever their clock.
+  EXPECT_EQ(tables.Push(1, "t", 1, 1, {1}, {1, 1}).code(), absl::StatusCode::kFailedPrecondition);
   tables.RemoveWorker(2);
   EXPECT_TRUE(tables.Readable("t", 2));
   const std::vector<float> last = Rows(tables, {1});

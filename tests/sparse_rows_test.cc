@@ -244,7 +244,7 @@ void ReferenceRound(SparseTable& reference, int c) {
       }
     }
   }
-  for (float& v : sum) v *= 1.0f / (kSamples[0] + kSamples[1]);
+  for (float& v : sum) v /= static_cast<float>(kSamples[0] + kSamples[1]);
   std::vector<float> scratch(ids.size() * 8);
   reference.Pull(ids, scratch.data());
   ASSERT_TRUE(reference.Push(ids, sum).ok());
@@ -263,7 +263,7 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
   std::vector<std::vector<float>> read[2];
   absl::Status ended[2];
   auto work = [&](int w) {
-    RowClient client(job, servers_, w);
+    RowClient client(job, servers_, w, absl::Minutes(2));
     for (int c = 0; c < kClocks; ++c) {
       const std::vector<uint64_t> batch = Batch(w, c);
       std::vector<float> rows;
@@ -300,7 +300,7 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
   }
 
   // A pull waits, parked and shown in Status, for the worker behind.
-  RowClient ahead(job, servers_, 0), behind(job, servers_, 1);
+  RowClient ahead(job, servers_, 0, absl::Minutes(2)), behind(job, servers_, 1);
   const std::vector<uint64_t> batch = Batch(0, kClocks);
   ASSERT_TRUE(ahead.Push("words", kClocks, kSamples[0], batch, Grads(0, kClocks, batch.size()))
                   .ok());
