@@ -50,6 +50,9 @@ ABSL_FLAG(int64_t, pipeline_stages, 1,
           "override: pipeline stages the model is cut into (num_workers = replicas x stages)");
 ABSL_FLAG(int64_t, micro_batches, 1, "override: micro-batches of a worker's or replica's share");
 ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
+ABSL_FLAG(std::string, table_consistency, "",
+          "override: the sparse tables' bsp, ssp or asp (asp in a bsp job: PERSIA's hybrid, "
+          "asynchronous tables beside synchronous dense training)");
 ABSL_FLAG(int, replacement_timeout_ms, 60000,
           "end the job when a dead server (of a job with checkpoints) or a dead worker (under "
           "--on_worker_failure=wait) has neither come back nor been replaced (--id=ID) this "

@@ -115,6 +115,7 @@ const std::vector<SpecOverrideFlag>& SpecOverrideFlags() {
       {"checkpoint_dir", "checkpoint_dir"},
       {"consistency", "consistency"},
       {"pipeline_schedule", "pipeline_schedule"},
+      {"table_consistency", "table_consistency"},
   };
   return *flags;
 }

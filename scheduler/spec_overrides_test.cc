@@ -25,6 +25,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
       {"seed", "9"},               {"checkpoint_every", "7"}, {"pipeline_stages", "2"},
       {"micro_batches", "8"},      {"data_dir", "/data"},    {"checkpoint_dir", "/ckpt"},
       {"consistency", "SSP"},      {"pipeline_schedule", "gpipe"},
+      {"table_consistency", "asp"},
   };
   ASSERT_EQ(given.size(), SpecOverrideFlags().size()) << "a flag of the table is not tested";
   JobSpec job;
@@ -33,7 +34,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
             Spec("data { path: \"/data\" } consistency: SSP staleness: 2 batch_size: 64 "
                  "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
                  "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
-                 "pipeline_stages: 2 pipeline_schedule: GPIPE")
+                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP")
                 .DebugString());
 }
 

@@ -108,6 +108,9 @@ _SIGNATURES = {
     "pst_close": (None, [_p]),
     "pst_batch_indices": (_i, [ctypes.c_uint64, _i64, _i64, _i64, _i64, _i, _i,
                                ctypes.POINTER(_i64), _i]),
+    "pst_pull_rows": (_i, [_p, _str, _i64, _p, _i, _p] + _err),
+    "pst_push_rows": (_i, [_p, _str, _i64, _p, _i, _p] + _err),
+    "pst_initial_rows": (_i, [ctypes.c_uint64, _str, _i, ctypes.c_float, _i64, _p, _p]),
 }
 
 _lib = None

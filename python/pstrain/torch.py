@@ -31,6 +31,7 @@ import sys
 import traceback
 
 import torch
+import torch.nn.functional as F
 import torch.utils.data
 
 from . import _capi
@@ -39,7 +40,7 @@ from ._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch,
 
 __all__ = [
     "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches",
-    "finish", "batch_indices", "PstrainError", "SchedulerUnavailable", "Unauthenticated",
+    "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError", "SchedulerUnavailable", "Unauthenticated",
     "ModelMismatch", "InvalidArgument", "JobAborted", "LibraryNotFound", "UnsupportedDtype",
     "NoGradients",
 ]
@@ -189,6 +190,11 @@ class Optimizer:
         self._clock = None                   # the step under way
         self._hook_handles = [_after_accumulation(p, functools.partial(self._accumulated, i))
                               for i, p in enumerate(self.params)]
+        self.tables = [m for m in model.modules() if isinstance(m, SparseEmbeddingBag)]
+        names = [m.table for m in self.tables]
+        if len(set(names)) != len(names):
+            raise ValueError("pstrain.torch.Optimizer: two SparseEmbeddingBag modules name the "
+                             "same table (%s); share one module instead" % ", ".join(names))
         _optimizer = self
 
     def step(self, loss=None, correct=0, predicted=0):
@@ -202,6 +208,8 @@ class Optimizer:
         for i, p in enumerate(self.params):
             if p.grad is not None and not self._is_buffer(i):
                 self._buffers[i].copy_(p.grad)
+        for table in self.tables:
+            table._push()
         self._release()
         _capi.call("pst_step_done", _worker.handle,
                    float("nan") if loss is None else float(loss), int(correct), int(predicted))
@@ -223,6 +231,8 @@ class Optimizer:
             p.grad = self._buffers[i] if p.device.type == "cpu" else None
         self._passes = [0] * len(self.params)
         self._clock = clock
+        for table in self.tables:
+            table._pulled = []
 
     def _load_weights(self):
         with torch.no_grad():
@@ -281,6 +291,93 @@ def _host_tensor(address, param, what):
         raise PstrainError("pstrain gave no %s" % what)
     array = (ctypes.c_float * param.numel()).from_address(address)
     return torch.frombuffer(array, dtype=torch.float32).view(param.shape)
+
+
+class SparseEmbeddingBag(torch.nn.Module):
+    """torch.nn.EmbeddingBag whose rows live on the servers: the job's
+    sparse table `table` (JobSpec.tables), whose width is embedding_dim.
+
+    Each forward pulls the rows its input names (each distinct id once) for
+    the clock under way, waiting as the tables' consistency asks (BSP: until
+    every worker's pushes of the clocks before are applied); opt.step()
+    pushes their gradients and the servers update the rows with the table's
+    optimizer (PyTorch's sparse SGD, Adagrad or SparseAdam). Outside a step
+    (an evaluation once the clocks are done) forward reads the rows as the
+    job left them. input, offsets, mode ("sum", "mean" or "max") and
+    per_sample_weights are EmbeddingBag's; ids are int64 >= 0, below the
+    table's num_ids where it declares one. The module holds no Parameter:
+    the rows are never in the script's memory beyond a batch's.
+    """
+
+    def __init__(self, table, embedding_dim, mode="mean"):
+        super().__init__()
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError("SparseEmbeddingBag: mode must be 'sum', 'mean' or 'max', not %r"
+                             % (mode,))
+        if int(embedding_dim) < 1:
+            raise ValueError("SparseEmbeddingBag: embedding_dim must be >= 1, not %r"
+                             % (embedding_dim,))
+        self.table = str(table)
+        self.embedding_dim = int(embedding_dim)
+        self.mode = mode
+        self._pulled = []  # this step's (ids, rows) whose gradients opt.step() pushes
+
+    def extra_repr(self):
+        return "table=%r, embedding_dim=%d, mode=%r" % (self.table, self.embedding_dim,
+                                                       self.mode)
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        worker = _registered("SparseEmbeddingBag.forward")
+        if input.dtype not in (torch.int64, torch.int32):
+            raise TypeError("SparseEmbeddingBag: ids must be int64 or int32, not %s"
+                            % input.dtype)
+        flat = input.detach().reshape(-1).to(device="cpu", dtype=torch.int64)
+        if flat.numel() and int(flat.min()) < 0:
+            raise ValueError("SparseEmbeddingBag: id %d is negative" % int(flat.min()))
+        ids, inverse = torch.unique(flat, return_inverse=True)
+        ids = ids.contiguous()
+        rows = torch.empty(len(ids), self.embedding_dim, dtype=torch.float32)
+        _capi.call("pst_pull_rows", worker.handle, self.table.encode(), len(ids),
+                   ids.data_ptr(), self.embedding_dim, rows.data_ptr())
+        optimizer = worker.optimizer
+        if torch.is_grad_enabled() and optimizer is not None and optimizer._clock is not None:
+            rows.requires_grad_()
+            self._pulled.append((ids, rows))
+        weight = rows.to(input.device)
+        return F.embedding_bag(inverse.view(input.shape).to(input.device), weight, offsets,
+                               mode=self.mode, per_sample_weights=per_sample_weights)
+
+    def _push(self):
+        """Pushes this step's gradients of the rows pulled (a row pulled twice
+        is summed by the library); pst_step_done pushes an empty one if none."""
+        pulled = [(ids, rows.grad) for ids, rows in self._pulled if rows.grad is not None]
+        self._pulled = []
+        if not pulled:
+            return
+        ids = torch.cat([ids for ids, _ in pulled]).contiguous()
+        grads = torch.cat([g.to_dense() if g.is_sparse else g for _, g in pulled])
+        grads = grads.to(device="cpu", dtype=torch.float32).contiguous()
+        _capi.call("pst_push_rows", _worker.handle, self.table.encode(), len(ids),
+                   ids.data_ptr(), self.embedding_dim, grads.data_ptr())
+
+
+def initial_rows(ids, *, seed, table, embedding_dim, init_scale=None):
+    """The rows of `ids` (int64 >= 0) of a table as the servers make them
+    from the job's seed, the table's name and each id: a float32 tensor of
+    len(ids) x embedding_dim, uniform in [-init_scale, init_scale] (default
+    1 / embedding_dim, as the job spec's). Needs no worker: a script
+    training alone starts from the cluster's rows."""
+    ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+    if ids.numel() and int(ids.min()) < 0:
+        raise ValueError("initial_rows: id %d is negative" % int(ids.min()))
+    scale = 1.0 / embedding_dim if init_scale is None else float(init_scale)
+    out = torch.empty(len(ids), embedding_dim, dtype=torch.float32)
+    code = _capi.lib().pst_initial_rows(seed, str(table).encode(), embedding_dim, scale,
+                                        len(ids), ids.data_ptr(), out.data_ptr())
+    if code != 0:
+        raise ValueError("initial_rows: bad arguments (embedding_dim %r, init_scale %r)"
+                         % (embedding_dim, init_scale))
+    return out
 
 
 def batches(dataset, collate_fn=None):

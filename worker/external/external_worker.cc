@@ -248,6 +248,12 @@ void ExternalWorker::RunLoop() {
   SchedulerGate gate(&daemon_->client());
   auto make_params = [this](const ClusterView& cluster, int64_t generation, bool fp32,
                             std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
+    {
+      std::vector<std::string> servers;
+      for (const Member& m : cluster.servers()) servers.push_back(m.address());
+      absl::MutexLock lock(&servers_mu_);
+      servers_ = std::move(servers);
+    }
     PsClientOptions o = ps_;
     o.generation = generation;
     o.abandon = std::move(abandon);
@@ -280,7 +286,12 @@ void ExternalWorker::RunLoop() {
 
 absl::StatusOr<std::optional<StepExchange::Offer>> ExternalWorker::Next(absl::Duration timeout) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
-  return exchange_->Await(timeout);
+  absl::StatusOr<std::optional<StepExchange::Offer>> next = exchange_->Await(timeout);
+  if (next.ok() && next->has_value()) {
+    step_ = **next;
+    tables_pushed_.clear();
+  }
+  return next;
 }
 
 float* ExternalWorker::weights(int i) {
@@ -302,7 +313,61 @@ absl::Status ExternalWorker::GradsReady(int param) {
 
 absl::Status ExternalWorker::StepDone(const StepResult& result) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
-  return exchange_->Done(result);
+  if (step_.has_value()) {
+    for (const TableSpec& t : job_.tables()) {
+      if (tables_pushed_.count(t.name()) == 0) RETURN_IF_ERROR(PushRows(t.name(), t.width(), {}, {}));
+    }
+  }
+  RETURN_IF_ERROR(exchange_->Done(result));
+  if (step_.has_value()) next_clock_ = step_->clock + 1;
+  step_.reset();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int width) {
+  if (id_ < 0) return absl::FailedPreconditionError("register before pulling or pushing rows");
+  const TableSpec* spec = nullptr;
+  for (const TableSpec& t : job_.tables()) {
+    if (t.name() == table) spec = &t;
+  }
+  if (spec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("the job declares no table '", table, "'"));
+  }
+  if (spec->width() != width) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", table, "' has rows of width ",
+                                                   spec->width(), ", not ", width));
+  }
+  std::vector<std::string> servers;
+  {
+    absl::MutexLock lock(&servers_mu_);
+    servers = servers_;
+  }
+  if (servers.empty()) return absl::UnavailableError("the servers are not known yet");
+  if (rows_ == nullptr || servers != rows_servers_) {
+    rows_ = std::make_unique<RowClient>(job_, servers, id_, absl::Minutes(10));
+    rows_servers_ = servers;
+  }
+  return rows_.get();
+}
+
+absl::Status ExternalWorker::PullRows(const std::string& table, int width,
+                                      absl::Span<const uint64_t> ids, std::vector<float>* rows) {
+  ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
+  return client->Pull(table, step_.has_value() ? step_->clock : next_clock_, ids, rows);
+}
+
+absl::Status ExternalWorker::PushRows(const std::string& table, int width,
+                                      absl::Span<const uint64_t> ids,
+                                      absl::Span<const float> grads) {
+  ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
+  if (!step_.has_value()) {
+    return absl::FailedPreconditionError("rows are pushed during a step (after pst_next)");
+  }
+  if (!tables_pushed_.insert(table).second) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table '", table, "' was pushed already at clock ", step_->clock, " (once a step)"));
+  }
+  return client->Push(table, step_->clock, static_cast<int>(step_->indices.size()), ids, grads);
 }
 
 void ExternalWorker::Finish(bool ok, double accuracy, const std::string& message) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/member_daemon.h"
 #include "common/partition.h"
 #include "kernels/backend.h"
@@ -33,6 +35,7 @@
 #include "worker/external/step_exchange.h"
 #include "worker/member_loop.h"
 #include "worker/ps_client.h"
+#include "worker/row_client.h"
 #include "worker/worker_service.h"
 
 namespace pstrain {
@@ -77,7 +80,24 @@ class ExternalWorker {
   float* weights(int i);
   float* grads(int i);
   absl::Status GradsReady(int param);
+  // Ends the step; first pushes every sparse table this step did not push
+  // to (an empty push: a BSP round waits for every worker's).
   absl::Status StepDone(const StepResult& result);
+
+  // Sparse tables (JobSpec.tables), from the caller's thread. The rows of
+  // `ids` of `table` (ids.size() x width floats into *rows) for the step
+  // under way, or after the last step for the one after it (e.g. an
+  // evaluation once the clocks are done), waiting for the read guarantee
+  // of the tables' consistency. INVALID_ARGUMENT for a `width` other than
+  // the table's, NOT_FOUND for a table the job does not declare.
+  absl::Status PullRows(const std::string& table, int width, absl::Span<const uint64_t> ids,
+                        std::vector<float>* rows);
+  // During a step: the step's gradients of the rows of `ids` of `table`
+  // (ids.size() x width floats; a repeated id's summed), once per table
+  // and step, from the step's samples. FAILED_PRECONDITION outside a step
+  // or for a second push of the table in the step.
+  absl::Status PushRows(const std::string& table, int width, absl::Span<const uint64_t> ids,
+                        absl::Span<const float> grads);
 
   // Reports the end: FINISHED when `ok` and every clock was done (with the
   // test accuracy when >= 0), else FAILED with `message`. Once.
@@ -92,6 +112,9 @@ class ExternalWorker {
   // end is then that abort. Polls until the loop ends.
   void Watch();
   ClockLoopOptions LoopOptions() const;
+  // The client of the tables' rows (made again when the servers changed),
+  // after checking `table` and `width` against the job.
+  absl::StatusOr<RowClient*> Rows(const std::string& table, int width);
 
   const ExternalWorkerOptions options_;
   const absl::Time start_;
@@ -108,6 +131,16 @@ class ExternalWorker {
   std::unique_ptr<ExternalData> data_;
   std::unique_ptr<HandedModel> model_;
   ParamBuffers initial_;  // the loop thread's once it runs
+  // The caller's thread's: the step under way (from Next to StepDone), the
+  // clock a pull is for, the tables pushed this step, the servers' client.
+  std::optional<StepExchange::Offer> step_;
+  int64_t next_clock_ = 0;
+  std::set<std::string> tables_pushed_;
+  std::unique_ptr<RowClient> rows_;
+  std::vector<std::string> rows_servers_;  // the servers rows_ was made for
+  // The servers' addresses, as the loop's latest cluster view has them.
+  absl::Mutex servers_mu_;
+  std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
   std::atomic<bool> stop_{false};
   std::atomic<bool> loop_over_{false};
   std::thread loop_thread_, watch_thread_;

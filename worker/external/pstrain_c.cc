@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "server/sparse_table.h"
 #include "worker/data/dataset.h"
 #include "worker/external/external_worker.h"
 
@@ -210,6 +212,53 @@ int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted
     result.predicted = predicted;
     return w->worker->StepDone(result);
   });
+}
+
+int pst_pull_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
+                  float* out, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    if (table == nullptr || n < 0 || (n > 0 && (ids == nullptr || out == nullptr))) {
+      return absl::InvalidArgumentError("pst_pull_rows: a null table, ids or out, or n < 0");
+    }
+    std::vector<float> rows;
+    RETURN_IF_ERROR(w->worker->PullRows(table, width, absl::MakeConstSpan(ids, n), &rows));
+    std::copy(rows.begin(), rows.end(), out);
+    return absl::OkStatus();
+  });
+}
+
+int pst_push_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
+                  const float* grads, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    if (table == nullptr || n < 0 || width < 1 || (n > 0 && (ids == nullptr || grads == nullptr))) {
+      return absl::InvalidArgumentError(
+          "pst_push_rows: a null table, ids or grads, n < 0 or width < 1");
+    }
+    return w->worker->PushRows(table, width, absl::MakeConstSpan(ids, n),
+                               absl::MakeConstSpan(grads, n * width));
+  });
+}
+
+int pst_initial_rows(uint64_t seed, const char* table, int width, float init_scale, int64_t n,
+                     const uint64_t* ids, float* out) {
+  if (table == nullptr || width < 1 || n < 0 || !(init_scale >= 0) ||
+      (n > 0 && (ids == nullptr || out == nullptr))) {
+    return -1;
+  }
+  try {
+    pstrain::TableConfig config;
+    config.name = table;
+    config.width = width;
+    config.init_scale = init_scale;
+    config.seed = seed;
+    pstrain::SparseTable rows(std::move(config));
+    rows.Pull(absl::MakeConstSpan(ids, n), out);
+    return 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 int pst_finish(pst_worker* w, int ok, double accuracy, const char* message) {

@@ -125,6 +125,37 @@ int pst_grads_ready(pst_worker* w, int param, char* err, int err_len);
 int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
                   int err_len);
 
+/* Sparse tables (JobSpec.tables), from the training loop's thread.
+ *
+ * The rows of the n ids `ids` (may repeat) of table `table` into out
+ * (n x width floats, in order), made on their servers if new: during a
+ * step, for its clock; outside one, for the clock after the last step (an
+ * evaluation once pst_next said the clocks are done). Waits for the read
+ * guarantee of the tables' consistency (BSP: every worker's pushes of the
+ * clocks before). NOT_FOUND for a table the job does not declare;
+ * INVALID_ARGUMENT for a width other than the table's; a server's refusal
+ * (OUT_OF_RANGE for an id at or beyond the table's num_ids, ...). */
+int pst_pull_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
+                  float* out, char* err, int err_len);
+
+/* During a step: its gradients of the rows of the n ids `ids` of `table`
+ * (n x width floats in grads; a repeated id's rows are summed), of the
+ * step's samples, once per table and step. pst_step_done pushes the tables
+ * a step did not push to (with no rows: a BSP round waits for every
+ * worker's push). FAILED_PRECONDITION outside a step or for a second push
+ * of the table in the step, FAILED_PRECONDITION from a server for a row no
+ * pull made; the others as pst_pull_rows'. */
+int pst_push_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
+                  const float* grads, char* err, int err_len);
+
+/* The values a table's rows start with, as the servers make them: rows of
+ * `width` floats uniform in [-init_scale, init_scale] from the job's seed,
+ * the table's name and each id (n ids into out, n x width floats). Needs
+ * no worker: a script training alone starts from the cluster's rows. -1
+ * for bad arguments, else 0. */
+int pst_initial_rows(uint64_t seed, const char* table, int width, float init_scale, int64_t n,
+                     const uint64_t* ids, float* out);
+
 /* Reports the worker's end to the scheduler: FINISHED (ok != 0, with the
  * test accuracy if >= 0) or FAILED with `message`, and stops the loop if it
  * still runs. */
