@@ -341,9 +341,15 @@ class SparseEmbeddingBag(torch.nn.Module):
                    ids.data_ptr(), self.embedding_dim, rows.data_ptr())
         optimizer = worker.optimizer
         if torch.is_grad_enabled() and optimizer is not None and optimizer._clock is not None:
+            if not any(table is self for table in optimizer.tables):
+                raise RuntimeError("SparseEmbeddingBag('%s'): the module is not part of the "
+                                   "model given to pstrain.torch.Optimizer, so its gradients "
+                                   "would never be pushed" % self.table)
             rows.requires_grad_()
             self._pulled.append((ids, rows))
         weight = rows.to(input.device)
+        if offsets is not None:
+            offsets = offsets.to(torch.int64)  # the remapped ids are int64
         return F.embedding_bag(inverse.view(input.shape).to(input.device), weight, offsets,
                                mode=self.mode, per_sample_weights=per_sample_weights)
 
@@ -367,7 +373,7 @@ def initial_rows(ids, *, seed, table, embedding_dim, init_scale=None):
     len(ids) x embedding_dim, uniform in [-init_scale, init_scale] (default
     1 / embedding_dim, as the job spec's). Needs no worker: a script
     training alone starts from the cluster's rows."""
-    ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+    ids = torch.as_tensor(ids).to(device="cpu", dtype=torch.int64).reshape(-1).contiguous()
     if ids.numel() and int(ids.min()) < 0:
         raise ValueError("initial_rows: id %d is negative" % int(ids.min()))
     scale = 1.0 / embedding_dim if init_scale is None else float(init_scale)

@@ -9,7 +9,8 @@ batches:
   Adam arithmetic (server_adam.py), each clock's gradient summed over the
   workers' two shares;
 - the servers' Status: each table's clock at the job's end, every update
-  counted on both servers, no refusal;
+  counted on both servers, no refusal; a second table the script never
+  uses kept up by the empty pushes each step makes;
 - test accuracy within 1 point of the example run --alone (torch.optim.Adam
   and SparseAdam) under BSP, and no more than 1 point below it under the
   hybrid (--table_consistency=asp: asynchronous tables beside BSP dense
@@ -31,7 +32,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
 sys.path[:0] = [str(runfile("python")), str(runfile("examples/torch"))]
 
-JOB = runfile("examples/torch/fortune_topics.pbtxt")
+JOB = runfile("tests/python/jobs/fortune_external.pbtxt")  # the example's, and a table unused
 SCRIPT = runfile("examples/torch/fortune_topics.py")
 # What the job file says (the clocks are this test's), for the runs alone.
 CLOCKS, BATCH_SIZE, SEED, LR, DIM = 150, 64, 42, 0.01, 16
@@ -121,8 +122,12 @@ class TorchSparseTest(unittest.TestCase):
         servers = [m for m in status["members"] if m["role"] == "SERVER"]
         self.assertEqual(len(servers), 2)
         for m in servers:
-            (table,) = m["tables"]
+            table, unused = m["tables"]
             self.assertEqual(table["name"], "words")
+            # The unused table's rounds went on with the empty pushes.
+            self.assertEqual(unused["name"], "unused")
+            self.assertEqual(int(unused.get("rows", 0)), 0)
+            self.assertEqual(int(unused["clock"]), CLOCKS)
             self.assertEqual(table["consistency"], consistency)
             self.assertEqual(int(table.get("refused", 0)), 0)
             self.assertGreater(int(table["rows"]), 0)

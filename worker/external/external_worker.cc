@@ -151,6 +151,7 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   job_ = reg.job();
   generation_ = reg.generation();
   start_clock_ = reg.start_clock();
+  next_clock_ = start_clock_;
   if (options_.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
   // pull off the clock), off under BSP; never with clipping by the push's
@@ -315,7 +316,13 @@ absl::Status ExternalWorker::StepDone(const StepResult& result) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
   if (step_.has_value()) {
     for (const TableSpec& t : job_.tables()) {
-      if (tables_pushed_.count(t.name()) == 0) RETURN_IF_ERROR(PushRows(t.name(), t.width(), {}, {}));
+      if (tables_pushed_.count(t.name()) > 0) continue;
+      // The step's read guarantee first, as a pull of the table would have
+      // waited for it: under BSP a push of this clock is refused while the
+      // worker's push of the clock before still waits in an open round.
+      std::vector<float> none;
+      RETURN_IF_ERROR(PullRows(t.name(), t.width(), {}, &none));
+      RETURN_IF_ERROR(PushRows(t.name(), t.width(), {}, {}));
     }
   }
   RETURN_IF_ERROR(exchange_->Done(result));
@@ -363,11 +370,15 @@ absl::Status ExternalWorker::PushRows(const std::string& table, int width,
   if (!step_.has_value()) {
     return absl::FailedPreconditionError("rows are pushed during a step (after pst_next)");
   }
-  if (!tables_pushed_.insert(table).second) {
+  if (tables_pushed_.count(table) > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "table '", table, "' was pushed already at clock ", step_->clock, " (once a step)"));
   }
-  return client->Push(table, step_->clock, static_cast<int>(step_->indices.size()), ids, grads);
+  // Marked once taken: a push that failed may be tried again.
+  RETURN_IF_ERROR(
+      client->Push(table, step_->clock, static_cast<int>(step_->indices.size()), ids, grads));
+  tables_pushed_.insert(table);
+  return absl::OkStatus();
 }
 
 void ExternalWorker::Finish(bool ok, double accuracy, const std::string& message) {
