@@ -1,13 +1,17 @@
 // Rows of a sparse table pulled and pushed through real servers
 // (ParameterServer.PullRows/PushRows, worker/row_client.h), against the same
 // servers' table operations in process (server/sparse_tables.h, no RPC),
-// measured in the same run, interleaved round by round. A round: one batch
-// of --ids distinct 64-bit ids (rows of --width floats, drawn from a pool
-// of 8x as many random ids) pulled and its gradients pushed, through the
-// servers and in process. Reported per
-// server count: rows per second each way, the median of the paired ratios
-// (through the servers / in process) and its range, and the rows made.
-// Prints one JSON object.
+// and against the same table as a dense parameter (the pool's rows as one
+// tensor, pushed and pulled whole through worker/ps_client.h, as a worker
+// without sparse tables would each clock), measured in the same run,
+// interleaved round by round. A round: one batch of --ids distinct 64-bit
+// ids (rows of --width floats, drawn from a pool of 8x as many random ids)
+// pulled and its gradients pushed, through the servers and in process; and
+// one dense push and pull of the pool's rows. This process is the job's
+// only worker. Reported per server count: rows per second each way, the
+// median of the paired ratios (through the servers / in process; the dense
+// clock's time / the sparse clock's) and their ranges, bytes per clock
+// each way, and the rows made. Prints one JSON object.
 //
 //   bazel build -c opt //bench:sparse_bench
 //   TEST_SRCDIR=$PWD/bazel-bin/bench/sparse_bench.runfiles TEST_WORKSPACE=pstrain
@@ -26,12 +30,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/params.h"
+#include "common/partition.h"
 #include "common/status_macros.h"
 #include "proto/cluster.pb.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tables.h"
 #include "tests/cluster.h"
 #include "tests/wait.h"
+#include "worker/ps_client.h"
 #include "worker/row_client.h"
 
 ABSL_FLAG(int, rounds, 7, "interleaved rounds per server count");
@@ -55,23 +62,29 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-std::string JobText(int width) {
+// The job: the table "emb", and a dense layer holding as many floats as
+// the pool's rows (`pool` units of `width` inputs): the table as a dense
+// parameter. This process is the worker; nothing trains.
+std::string JobText(int width, int pool) {
   return absl::StrCat(R"pb(
     model {
-      layers { type: DENSE units: 16 }
+      layers { type: DENSE units: )pb",
+                      pool, R"pb( }
       layers { type: SOFTMAX_XENT }
     }
-    data { dataset: SYNTHETIC synthetic_dim: 8 synthetic_classes: 16 }
     consistency: ASP
     clocks: 100000000
     seed: 5
     tables { name: "emb" optimizer { type: ADAGRAD learning_rate: 0.1 } width: )pb",
-                      width, " }\n");
+                      width, " }\n", "data { dataset: SYNTHETIC synthetic_dim: ", width,
+                      " synthetic_classes: ", pool, " }\n");
 }
 
 struct Measured {
   int servers = 0;
   std::vector<double> served_rows_per_s, local_rows_per_s, ratio;
+  std::vector<double> dense_vs_sparse;  // a dense clock's time / a sparse clock's
+  int64_t dense_bytes = 0;              // of the dense parameter, each way
   int64_t rows_held = 0;  // every row made on the servers by the end
 };
 
@@ -81,8 +94,10 @@ double Batch(const std::vector<uint64_t>& ids, const std::vector<float>& grads, 
              Push push) {
   std::vector<float> rows;
   const Clock::time_point t0 = Clock::now();
-  if (!pull(ids, &rows).ok() || !push(ids, grads).ok()) {
-    std::fprintf(stderr, "sparse_bench: a batch failed\n");
+  absl::Status st = pull(ids, &rows);
+  if (st.ok()) st = push(ids, grads);
+  if (!st.ok()) {
+    std::fprintf(stderr, "sparse_bench: a batch failed: %s\n", std::string(st.message()).c_str());
     std::exit(1);
   }
   return Since(t0);
@@ -92,25 +107,43 @@ absl::StatusOr<Measured> Measure(int servers) {
   const int width = absl::GetFlag(FLAGS_width), n = absl::GetFlag(FLAGS_ids);
   Cluster cluster(absl::StrCat("sparse_bench_", servers));
   ClusterOptions o;
-  o.job_text = JobText(width);
+  const int pool_rows = 8 * n;
+  o.job_text = JobText(width, pool_rows);
   o.servers = servers;
-  o.workers = 1;  // slowed: the job runs while the bench uses its servers
-  o.worker_flags = {{"--debug_slowdown_ms=200"}};
+  o.workers = 0;  // this process is the worker
+  o.scheduler_flags = {"--num_workers=1"};
   if (absl::Status st = cluster.Start(o); !st.ok()) return st;
-  if (!testing::WaitForStatus(
-          cluster.scheduler_address(),
-          [](const ClusterStatus& st) { return testing::SlowestClock(st) >= 1; },
-          absl::Seconds(60))) {
-    return absl::DeadlineExceededError("the job did not start:\n" + cluster.Logs());
-  }
-  ASSIGN_OR_RETURN(const ClusterStatus st, testing::SchedulerStatus(cluster.scheduler_address()));
+  ASSIGN_OR_RETURN(testing::InProcessWorker worker,
+                   testing::JoinAsWorker(cluster.scheduler_address()));
   std::vector<std::string> addresses;
-  for (int id = 0; id < servers; ++id) addresses.push_back(testing::MemberOf(st, SERVER, id).address());
-  absl::StatusOr<JobSpec> job = ParseJobSpecText(o.job_text, "sparse_bench");
-  if (!job.ok()) return job.status();
-  ApplyJobDefaults(&*job);
-  job->set_num_servers(servers);
-  RowClient client(*job, addresses, 0);
+  for (const Member& s : worker.cluster.servers()) addresses.push_back(s.address());
+  JobSpec* job = &worker.job;
+  // The dense side: the table's pool of rows as one parameter, over gRPC
+  // (as the rows go).
+  const std::vector<ParamInfo> params = ModelParams(job->model());
+  ASSIGN_OR_RETURN(const Partition partition,
+                   Partition::Make(params, job->chunk_bytes(), servers));
+  std::vector<std::vector<float>> dense_grads, dense_weights;
+  for (const ParamInfo& p : params) {
+    dense_grads.emplace_back(p.numel, 1e-3f);
+    dense_weights.emplace_back(p.numel, 0.0f);
+  }
+  PsClientOptions popts;
+  popts.shm = false;
+  PsClient dense(worker.cluster, &partition, worker.id, popts);
+  int64_t dense_clock = 0;
+  // Once the servers answer a pull of chunks they serve the tables too.
+  RETURN_IF_ERROR(dense.Pull(0, 0, &dense_weights));
+  auto dense_clock_s = [&]() -> double {
+    const Clock::time_point t0 = Clock::now();
+    if (!dense.Push(dense_clock++, 1, dense_grads).ok() ||
+        !dense.Pull(dense_clock, 0, &dense_weights).ok()) {
+      std::fprintf(stderr, "sparse_bench: a dense clock failed\n");
+      std::exit(1);
+    }
+    return Since(t0);
+  };
+  RowClient client(*job, addresses, worker.id);
   // In process: every server's part of the table, each id to its own.
   std::vector<std::unique_ptr<SparseTables>> local;
   for (int s = 0; s < servers; ++s) local.push_back(std::make_unique<SparseTables>(*job, s, servers));
@@ -160,11 +193,16 @@ absl::StatusOr<Measured> Measure(int servers) {
     const std::vector<uint64_t> ids(pool.begin(), pool.begin() + n);
     const double served = Batch(ids, grads, served_pull, served_push);
     const double in_process = Batch(ids, grads, local_pull, local_push);
+    const double dense_s = dense_clock_s();
     if (r < 0) continue;
     m.served_rows_per_s.push_back(2.0 * n / served);
     m.local_rows_per_s.push_back(2.0 * n / in_process);
     m.ratio.push_back(in_process / served);
+    m.dense_vs_sparse.push_back(dense_s / served);
   }
+  for (const ParamInfo& p : params) m.dense_bytes += p.numel * 4;
+  worker.Finish();
+  (void)cluster.WaitAll(absl::Seconds(20));
   for (int s = 0; s < servers; ++s) {
     for (const TableStatus& t : local[s]->Status()) m.rows_held += t.rows();
   }
@@ -195,17 +233,24 @@ int Main() {
     std::printf(
         "    {\"servers\": %d, \"served_rows_per_s\": %.4g, \"in_process_rows_per_s\": %.4g, "
         "\"served_vs_in_process\": %.3f, \"served_vs_in_process_range\": [%.3f, %.3f], "
+        "\"dense_clock_vs_sparse\": %.3f, \"dense_clock_vs_sparse_range\": [%.3f, %.3f], "
+        "\"sparse_bytes_per_clock\": %lld, \"dense_bytes_per_clock\": %lld, "
         "\"rows_made\": %lld}%s\n",
         m.servers, Median(m.served_rows_per_s), Median(m.local_rows_per_s), Median(m.ratio),
         *std::min_element(m.ratio.begin(), m.ratio.end()),
-        *std::max_element(m.ratio.begin(), m.ratio.end()), static_cast<long long>(m.rows_held),
-        k + 1 < all.size() ? "," : "");
+        *std::max_element(m.ratio.begin(), m.ratio.end()), Median(m.dense_vs_sparse),
+        *std::min_element(m.dense_vs_sparse.begin(), m.dense_vs_sparse.end()),
+        *std::max_element(m.dense_vs_sparse.begin(), m.dense_vs_sparse.end()),
+        static_cast<long long>(2LL * n * width * 4), static_cast<long long>(2 * m.dense_bytes),
+        static_cast<long long>(m.rows_held), k + 1 < all.size() ? "," : "");
   }
   std::printf(
       "  ],\n  \"note\": \"rows per second each way (a pull and a push of every id count 2); "
       "served: through the servers over gRPC on loopback (worker/row_client.h), in process: "
       "the same servers' SparseTables called directly; ratios are medians of paired rounds; "
-      "the requests carry the ids and rows as protobuf fields (copied once each way)\"\n}\n");
+      "the requests carry the ids and rows as protobuf fields (copied once each way); dense: "
+      "the pool's rows as one dense parameter pushed and pulled whole each clock over gRPC "
+      "(shared memory off, as for rows); bytes per clock count both ways\"\n}\n");
   return 0;
 }
 
