@@ -406,6 +406,7 @@ absl::Status ValidateTables(const JobSpec& job) {
     if (t.width() < 1 || t.width() > 65536) {
       return bad("width must be in [1, 65536], got ", t.width());
     }
+    if (t.memory_budget_bytes() < 0) return bad("memory_budget_bytes must be >= 0");
     if (!(t.init_scale() >= 0 && std::isfinite(t.init_scale()))) {
       return bad("init_scale must be finite and >= 0");
     }

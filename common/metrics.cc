@@ -147,6 +147,14 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
        &TableStatus::clock},
       {"pstrain_table_pulls_waiting", "pulls parked until their read guarantee holds", false,
        &TableStatus::pulls_waiting},
+      {"pstrain_table_rows_resident", "rows of the table in memory", false,
+       &TableStatus::rows_resident},
+      {"pstrain_table_rows_on_disk", "rows of the table in its spill file", false,
+       &TableStatus::rows_on_disk},
+      {"pstrain_table_rows_spilled_total", "rows written to the spill file", true,
+       &TableStatus::rows_spilled},
+      {"pstrain_table_rows_loaded_total", "rows read back from the spill file", true,
+       &TableStatus::rows_loaded},
   };
   for (const Field& f : fields) {
     for (const TableStatus& t : s.tables()) {

@@ -35,6 +35,10 @@ ABSL_FLAG(bool, offload_direct, true,
           "with --offload_dir: read and write the file with O_DIRECT, to and from the device "
           "rather than through the page cache (where a page cannot be written and read back "
           "that way, the page cache is used; Status says which)");
+ABSL_FLAG(std::string, table_spill_dir, "",
+          "where sparse tables with a memory budget (TableSpec.memory_budget_bytes) keep the "
+          "rows they hold beyond it, a file per table removed as it is made (empty: $TMPDIR, "
+          "else /tmp)");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "with --offload_dir: bytes of memory for the chunk state held at once (3/4) and the "
           "push requests and pull replies in flight (1/8 each), so that the process holds this "
@@ -56,6 +60,9 @@ int main(int argc, char** argv) {
   config.trace_file = absl::GetFlag(FLAGS_trace_file);
   config.server_threads = static_cast<int>(absl::GetFlag(FLAGS_server_threads));
   config.rpc_threads = static_cast<int>(absl::GetFlag(FLAGS_rpc_threads));
+  pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty(
+      "table_spill_dir", pstrain::GivenFlag(FLAGS_table_spill_dir), "a directory"));
+  config.table_spill_dir = absl::GetFlag(FLAGS_table_spill_dir);
   config.offload_dir = absl::GetFlag(FLAGS_offload_dir);
   config.offload_direct = absl::GetFlag(FLAGS_offload_direct);
   config.shm = absl::GetFlag(FLAGS_shm);

@@ -185,7 +185,7 @@ int Server::Run(const RegisterResponse& reg) {
   daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
   if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
   if (const absl::Status st = Build(); !st.ok()) return Fail(st);
-  tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers());
+  tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir);
   StoreActions actions(job_, id_, store_.get(), tables_.get(), service_, checkpoint_.get());
   if (reg.generation() > 0 || reg.start_clock() > 0) {
     if (const absl::Status st = actions.Restore(reg.generation(), reg.start_clock()); !st.ok()) {

@@ -25,6 +25,7 @@ struct ServerConfig {
   std::string offload_dir;
   int64_t memory_budget = 0;
   bool offload_direct = true;  // O_DIRECT for the file, where it can be had
+  std::string table_spill_dir;  // sparse tables' rows beyond their budgets ("": $TMPDIR)
 };
 
 // Runs the server to the job's end; returns the process's exit code (0 the

@@ -1,11 +1,19 @@
 #include "server/sparse_table.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 
@@ -65,71 +73,171 @@ void RowOptimizer::Update(int64_t t, int width, const float* g, float* w, float*
   }
 }
 
+namespace {
+
+// Slots in memory for a table of rows of `stride` floats kept within
+// `bytes` (0: no bound).
+int64_t Capacity(int64_t bytes, int64_t stride) {
+  if (bytes <= 0) return INT64_MAX;
+  return std::max<int64_t>(1, bytes / (stride * 4));
+}
+
+// Reads or writes all of buf at `offset` of fd (retrying short transfers).
+absl::Status Transfer(bool write, int fd, float* buf, int64_t bytes, int64_t offset) {
+  char* p = reinterpret_cast<char*>(buf);
+  while (bytes > 0) {
+    const ssize_t n = write ? pwrite(fd, p, bytes, offset) : pread(fd, p, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(absl::StrCat("the table's spill file: ",
+                                              write ? "write" : "read", " failed: ",
+                                              n < 0 ? std::strerror(errno) : "end of file"));
+    }
+    p += n;
+    bytes -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 SparseTable::SparseTable(TableConfig config)
     : config_(std::move(config)),
       name_hash_(Fnv1a(config_.name)),
-      stride_(config_.width + config_.optimizer.StateFloats(config_.width)) {}
-
-int64_t SparseTable::Create(uint64_t id) {
-  const int64_t row = num_rows();
-  rows_.resize(rows_.size() + stride_);
-  float* w = Weights(row);
-  const uint64_t base = SplitMix64(SplitMix64(config_.seed ^ name_hash_) ^ id);
-  for (int j = 0; j < config_.width; ++j) {
-    // 24 random bits: a uniform float in [-1, 1), scaled.
-    const float u = static_cast<float>(SplitMix64(base + j) >> 40) * (1.0f / (1 << 23)) - 1.0f;
-    w[j] = u * config_.init_scale;
-  }
-  config_.optimizer.InitState(config_.width, w + config_.width);
-  index_.emplace(id, row);
-  return row;
+      stride_(config_.width + config_.optimizer.StateFloats(config_.width)),
+      capacity_(Capacity(config_.resident_bytes, stride_)) {
+  // Reserved, not touched: pages are resident once rows are written.
+  if (capacity_ != INT64_MAX) rows_.reserve(static_cast<size_t>(capacity_ * stride_));
 }
 
-void SparseTable::Pull(absl::Span<const uint64_t> ids, float* out) {
+SparseTable::~SparseTable() {
+  if (spill_fd_ >= 0) close(spill_fd_);
+}
+
+TableRows SparseTable::rows() const {
+  TableRows r;
+  r.resident = static_cast<int64_t>(slot_ids_.size());
+  r.on_disk = num_rows() - r.resident;
+  r.spilled = spilled_;
+  r.loaded = loaded_;
+  return r;
+}
+
+absl::Status SparseTable::OpenSpill() {
+  std::string dir = config_.spill_dir;
+  if (dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
+  std::string path = absl::StrCat(dir, "/pstrain-table-", config_.name, "-XXXXXX");
+  const int fd = mkstemp(path.data());
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot make the spill file of table '",
+                                            config_.name, "' in ", dir, ": ",
+                                            std::strerror(errno)));
+  }
+  unlink(path.c_str());  // the file lives as long as the descriptor
+  spill_fd_ = fd;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SparseTable::FreeSlot() {
+  const int64_t used = static_cast<int64_t>(slot_ids_.size());
+  if (used < capacity_) {
+    rows_.resize(rows_.size() + stride_);
+    slot_ids_.push_back(0);
+    touched_.push_back(false);
+    return used;
+  }
+  while (touched_[hand_]) {  // a second chance for rows touched since
+    touched_[hand_] = false;
+    hand_ = (hand_ + 1) % used;
+  }
+  const int64_t slot = hand_;
+  hand_ = (hand_ + 1) % used;
+  if (spill_fd_ < 0) RETURN_IF_ERROR(OpenSpill());
+  int64_t k;
+  if (!free_disk_.empty()) {
+    k = free_disk_.back();
+    free_disk_.pop_back();
+  } else {
+    k = disk_slots_++;
+  }
+  RETURN_IF_ERROR(Transfer(true, spill_fd_, Slot(slot), row_bytes(), k * row_bytes()));
+  index_[slot_ids_[slot]] = OnDisk(k);
+  ++spilled_;
+  return slot;
+}
+
+absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
+  auto it = index_.find(id);
+  if (it != index_.end() && it->second >= 0) {
+    touched_[it->second] = true;
+    return Slot(it->second);
+  }
+  ASSIGN_OR_RETURN(const int64_t slot, FreeSlot());
+  float* w = Slot(slot);
+  it = index_.find(id);  // FreeSlot may have changed the map
+  if (it != index_.end()) {  // on disk: read back
+    const int64_t k = OnDisk(it->second);
+    RETURN_IF_ERROR(Transfer(false, spill_fd_, w, row_bytes(), k * row_bytes()));
+    free_disk_.push_back(k);
+    ++loaded_;
+    it->second = slot;
+  } else {  // new: 24 random bits a value, a uniform float in [-1, 1), scaled
+    const uint64_t base = SplitMix64(SplitMix64(config_.seed ^ name_hash_) ^ id);
+    for (int j = 0; j < config_.width; ++j) {
+      const float u = static_cast<float>(SplitMix64(base + j) >> 40) * (1.0f / (1 << 23)) - 1.0f;
+      w[j] = u * config_.init_scale;
+    }
+    config_.optimizer.InitState(config_.width, w + config_.width);
+    index_.emplace(id, slot);
+  }
+  slot_ids_[slot] = id;
+  touched_[slot] = true;
+  return w;
+}
+
+absl::Status SparseTable::Pull(absl::Span<const uint64_t> ids, float* out) {
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = index_.find(ids[i]);
-    const int64_t row = it != index_.end() ? it->second : Create(ids[i]);
-    const float* w = Weights(row);
+    ASSIGN_OR_RETURN(const float* w, Resident(ids[i]));
     std::copy(w, w + config_.width, out + i * config_.width);
   }
+  return absl::OkStatus();
 }
 
-absl::Status SparseTable::Check(absl::Span<const uint64_t> ids, absl::Span<const float> grads,
-                                std::vector<int64_t>* rows) const {
+absl::Status SparseTable::Check(absl::Span<const uint64_t> ids,
+                                absl::Span<const float> grads) const {
   if (grads.size() != ids.size() * static_cast<size_t>(config_.width)) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", config_.name, ": ", grads.size(), " gradient floats for ",
                      ids.size(), " rows of width ", config_.width));
   }
-  rows->resize(ids.size());
   absl::flat_hash_set<uint64_t> seen;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!seen.insert(ids[i]).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("table ", config_.name, ": row ", ids[i], " pushed twice in one update"));
     }
-    auto it = index_.find(ids[i]);
-    if (it == index_.end()) {
+    if (!index_.contains(ids[i])) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table ", config_.name, ": a push for row ", ids[i], ", which no pull created"));
     }
-    (*rows)[i] = it->second;
   }
   return absl::OkStatus();
 }
 
 absl::Status SparseTable::CheckPush(absl::Span<const uint64_t> ids,
                                     absl::Span<const float> grads) const {
-  std::vector<int64_t> rows;
-  return Check(ids, grads, &rows);
+  return Check(ids, grads);
 }
 
 absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
-  std::vector<int64_t> rows;  // checked whole before anything is applied
-  if (absl::Status st = Check(ids, grads, &rows); !st.ok()) return st;
+  RETURN_IF_ERROR(Check(ids, grads));  // whole, before anything is applied
   ++updates_;
   for (size_t i = 0; i < ids.size(); ++i) {
-    float* w = Weights(rows[i]);
+    ASSIGN_OR_RETURN(float* w, Resident(ids[i]));
     config_.optimizer.Update(updates_, config_.width, grads.data() + i * config_.width, w,
                              w + config_.width);
   }
@@ -138,7 +246,8 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const 
 
 const float* SparseTable::Row(uint64_t id) const {
   auto it = index_.find(id);
-  return it == index_.end() ? nullptr : rows_.data() + it->second * stride_;
+  if (it == index_.end() || it->second < 0) return nullptr;
+  return rows_.data() + it->second * stride_;
 }
 
 int ServerOfRow(uint64_t id, int servers) {

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace pstrain {
@@ -50,6 +51,20 @@ struct TableConfig {
   float init_scale = 0;   // rows start uniform in [-init_scale, init_scale]
   uint64_t seed = 0;      // with the name and the id, fixes a row's start
   RowOptimizer optimizer;
+  // The most bytes of rows (weights and optimizer state) kept in memory; the
+  // others wait in a file in `spill_dir` (made at the first spill, removed
+  // at once: it goes with the process) and come back when touched. 0: no
+  // bound. At least one row is always kept.
+  int64_t resident_bytes = 0;
+  std::string spill_dir;  // empty: $TMPDIR, else /tmp
+};
+
+// Where a table's rows are, for Status.
+struct TableRows {
+  int64_t resident = 0;  // in memory
+  int64_t on_disk = 0;   // in the spill file
+  int64_t spilled = 0;   // row writes to the file so far
+  int64_t loaded = 0;    // row reads from it so far
 };
 
 // Not thread-safe: one caller at a time (a server locks each table).
@@ -57,38 +72,63 @@ class SparseTable {
  public:
   explicit SparseTable(TableConfig config);
 
+  ~SparseTable();
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
   const TableConfig& config() const { return config_; }
   int width() const { return config_.width; }
   int64_t num_rows() const { return static_cast<int64_t>(index_.size()); }
+  // Bytes a row takes (weights and optimizer state).
+  int64_t row_bytes() const { return stride_ * 4; }
+  TableRows rows() const;
   // Updates applied so far (Push calls that succeeded).
   int64_t updates() const { return updates_; }
 
   // Writes the rows of `ids` to out (ids.size() x width floats, in order;
-  // an id may repeat), creating the missing ones.
-  void Pull(absl::Span<const uint64_t> ids, float* out);
+  // an id may repeat), creating the missing ones. INTERNAL when the spill
+  // file cannot be written or read (what was done stays done).
+  absl::Status Pull(absl::Span<const uint64_t> ids, float* out);
   // One update of the table: `ids` distinct (CoalesceRows), `grads`
   // ids.size() x width floats. Refused, nothing applied: INVALID_ARGUMENT for
   // a wrong size or a repeated id, FAILED_PRECONDITION for an id no pull
-  // created.
+  // created; INTERNAL as Pull's (then some rows may be updated).
   absl::Status Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads);
   // What Push would refuse, without applying anything.
   absl::Status CheckPush(absl::Span<const uint64_t> ids, absl::Span<const float> grads) const;
-  // The weights of `id`'s row (width floats), or null when it has none.
+  // The weights of `id`'s row (width floats) when it is in memory, else
+  // null.
   const float* Row(uint64_t id) const;
 
  private:
-  // Push's checks; the index of each id's row into *rows.
-  absl::Status Check(absl::Span<const uint64_t> ids, absl::Span<const float> grads,
-                     std::vector<int64_t>* rows) const;
-  // Creates `id`'s row (weights from the initializer, fresh state); its index.
-  int64_t Create(uint64_t id);
-  float* Weights(int64_t row) { return rows_.data() + row * stride_; }
+  // index_'s value for a row in the spill file's slot k (a row in memory
+  // has its slot's number, >= 0).
+  static int64_t OnDisk(int64_t k) { return -1 - k; }
+  // Push's checks (sizes, repeats, every row made).
+  absl::Status Check(absl::Span<const uint64_t> ids, absl::Span<const float> grads) const;
+  // `id`'s row in memory (made, or read back from the file, first; another
+  // row may go to the file for it): its weights, then its state.
+  absl::StatusOr<float*> Resident(uint64_t id);
+  // A free slot in memory: a new one while under the bound, else one whose
+  // row goes to the file (the clock algorithm: a row touched since the hand
+  // last passed gets another round).
+  absl::StatusOr<int64_t> FreeSlot();
+  absl::Status OpenSpill();
+  float* Slot(int64_t slot) { return rows_.data() + slot * stride_; }
 
   const TableConfig config_;
   const uint64_t name_hash_;
-  const int64_t stride_;  // floats a row: weights, then state
-  absl::flat_hash_map<uint64_t, int64_t> index_;
-  std::vector<float> rows_;
+  const int64_t stride_;    // floats a row: weights, then state
+  const int64_t capacity_;  // slots in memory at most
+  absl::flat_hash_map<uint64_t, int64_t> index_;  // id -> slot, or OnDisk(k)
+  std::vector<float> rows_;                       // the slots in memory
+  std::vector<uint64_t> slot_ids_;                // each slot's row
+  std::vector<bool> touched_;                     // since the hand passed
+  int64_t hand_ = 0;
+  int spill_fd_ = -1;
+  std::vector<int64_t> free_disk_;  // slots of the file no row uses
+  int64_t disk_slots_ = 0;          // the file's size in rows
+  int64_t spilled_ = 0, loaded_ = 0;
   int64_t updates_ = 0;
 };
 

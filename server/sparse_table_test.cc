@@ -3,8 +3,12 @@
 // PyTorch's sparse formulas (written out in double here).
 #include "server/sparse_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -25,7 +29,7 @@ TableConfig Config(RowOptimizer::Type type, int width = 4) {
 
 std::vector<float> PullRows(SparseTable& t, const std::vector<uint64_t>& ids) {
   std::vector<float> out(ids.size() * t.width());
-  t.Pull(ids, out.data());
+  EXPECT_TRUE(t.Pull(ids, out.data()).ok());
   return out;
 }
 
@@ -150,6 +154,65 @@ TEST(SparseTableTest, ServerOfRowSpreadsConsecutiveIds) {
   for (uint64_t id = 0; id < 90000; ++id) ++count[ServerOfRow(id, 3)];
   for (int c : count) EXPECT_NEAR(c, 30000, 1500);
   EXPECT_EQ(ServerOfRow(12345, 1), 0);
+}
+
+// A table within a memory budget: at most the budget's rows in memory, the
+// others in the spill file, and every row -- weights and optimizer state --
+// exactly as a table without a bound makes and updates it.
+TEST(SparseTableTest, RowsBeyondTheBudgetWaitOnDiskAndComeBackBitForBit) {
+  TableConfig bounded_config = Config(RowOptimizer::Type::kAdam, 8);
+  const int64_t row_bytes = (8 + 16) * 4;
+  bounded_config.resident_bytes = 50 * row_bytes;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  bounded_config.spill_dir = tmp != nullptr ? tmp : "/tmp";
+  SparseTable bounded(bounded_config), unbounded(Config(RowOptimizer::Type::kAdam, 8));
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 40; ++round) {
+    // 40 distinct ids of a pool of 400: the touched ids grow to 8x the budget.
+    std::vector<uint64_t> ids;
+    while (ids.size() < 40) {
+      const uint64_t id = rng() % 400;
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    EXPECT_EQ(PullRows(bounded, ids), PullRows(unbounded, ids));
+    std::vector<float> grads(ids.size() * 8);
+    for (float& g : grads) g = std::normal_distribution<float>()(rng);
+    ASSERT_TRUE(bounded.Push(ids, grads).ok());
+    ASSERT_TRUE(unbounded.Push(ids, grads).ok());
+    ASSERT_LE(bounded.rows().resident, 50);
+  }
+  std::vector<uint64_t> all(400);
+  for (uint64_t id = 0; id < 400; ++id) all[id] = id;
+  const std::vector<float> a = PullRows(bounded, all), b = PullRows(unbounded, all);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  // The optimizer state too: one more update moves both the same.
+  const std::vector<float> g(all.size() * 8, 0.25f);
+  ASSERT_TRUE(bounded.Push(all, g).ok());
+  ASSERT_TRUE(unbounded.Push(all, g).ok());
+  const std::vector<float> a2 = PullRows(bounded, all), b2 = PullRows(unbounded, all);
+  EXPECT_EQ(std::memcmp(a2.data(), b2.data(), a2.size() * 4), 0);
+  const TableRows where = bounded.rows();
+  EXPECT_EQ(bounded.num_rows(), 400);
+  EXPECT_EQ(where.resident, 50);
+  EXPECT_EQ(where.on_disk, 350);
+  EXPECT_GT(where.spilled, 350);
+  EXPECT_GT(where.loaded, 0);
+  EXPECT_EQ(unbounded.rows().on_disk, 0);
+}
+
+// A spill file that cannot be made: the pull that needs it fails with
+// INTERNAL, naming the directory; the rows in memory stay.
+TEST(SparseTableTest, ASpillFileThatCannotBeMadeIsAnError) {
+  TableConfig config = Config(RowOptimizer::Type::kSgd);
+  config.resident_bytes = 2 * 4 * 4;
+  config.spill_dir = "/nonexistent/pstrain";
+  SparseTable t(config);
+  const std::vector<float> first = PullRows(t, {1, 2});
+  std::vector<float> out(4);
+  const absl::Status st = t.Pull({3}, out.data());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(st.message().find("/nonexistent/pstrain"), std::string::npos) << st;
+  EXPECT_EQ(PullRows(t, {1, 2}), first);
 }
 
 }  // namespace

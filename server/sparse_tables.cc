@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 
@@ -45,7 +46,8 @@ RowOptimizer RowOptimizerOf(const OptimizerSpec& spec) {
   return opt;
 }
 
-SparseTables::SparseTables(const JobSpec& job, int server, int servers)
+SparseTables::SparseTables(const JobSpec& job, int server, int servers,
+                           const std::string& spill_dir)
     : server_(server),
       servers_(servers),
       workers_(job.num_workers()),
@@ -57,6 +59,8 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers)
     config.init_scale = spec.init_scale();
     config.seed = job.seed();
     config.optimizer = RowOptimizerOf(spec.optimizer());
+    config.resident_bytes = spec.memory_budget_bytes();
+    config.spill_dir = spill_dir;
     order_.push_back(spec.name());
     tables_.emplace(spec.name(), std::make_unique<Table>(std::move(config), spec.num_ids(), workers_));
   }
@@ -147,7 +151,7 @@ absl::Status SparseTables::Pull(int worker, absl::string_view name,
   Table& table = *found;
   out->resize(ids.size() * static_cast<size_t>(table.width));
   absl::MutexLock lock(&table.mu);
-  table.rows.Pull(ids, out->data());
+  RETURN_IF_ERROR(table.rows.Pull(ids, out->data()));
   table.rows_pulled += static_cast<int64_t>(ids.size());
   return absl::OkStatus();
 }
@@ -193,7 +197,7 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
       if (consistency_ == BSP) {
         Collect(table, worker, num_samples, ids, grads);
       } else {
-        st = table.rows.Push(ids, grads);  // checked above: cannot fail
+        st = table.rows.Push(ids, grads);  // checked above: fails only on the spill file
         table.clocks.Applied(worker, clock);
       }
     }
@@ -231,8 +235,13 @@ void SparseTables::CloseRound(Table& table) {
   const float samples = static_cast<float>(round.samples);
   for (float& v : round.sum) v /= samples;
   // Every row of the round was checked when its push came, and no row is
-  // ever dropped: this cannot fail.
-  (void)table.rows.Push(round.ids, round.sum);
+  // ever dropped: only the spill file can fail it (the server goes on; the
+  // error is counted and logged).
+  if (absl::Status st = table.rows.Push(round.ids, round.sum); !st.ok()) {
+    ++table.refused;
+    spdlog::error("table {}: a round's update failed: {}", table.rows.config().name,
+                  std::string(st.message()));
+  }
   table.clocks.NextRound();
   table.round = Round();
 }
@@ -262,9 +271,15 @@ std::vector<TableStatus> SparseTables::Status() const {
     TableStatus& st = out.emplace_back();
     st.set_name(name);
     st.set_rows(table.rows.num_rows());
-    const int width = table.width;
-    st.set_bytes(table.rows.num_rows() *
-                 (width + table.rows.config().optimizer.StateFloats(width)) * 4);
+    const int64_t row_bytes = table.rows.row_bytes();
+    st.set_bytes(table.rows.num_rows() * row_bytes);
+    const TableRows where = table.rows.rows();
+    st.set_rows_resident(where.resident);
+    st.set_rows_on_disk(where.on_disk);
+    st.set_resident_bytes(where.resident * row_bytes);
+    st.set_disk_bytes(where.on_disk * row_bytes);
+    st.set_rows_spilled(where.spilled);
+    st.set_rows_loaded(where.loaded);
     st.set_rows_pulled(table.rows_pulled);
     st.set_rows_pushed(table.rows_pushed);
     st.set_updates(table.rows.updates());

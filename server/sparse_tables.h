@@ -35,8 +35,8 @@ namespace pstrain {
 
 // The most bytes one pull may ask for or one push carry (the reply or
 // request is built whole in memory), counting for a pull the rows' optimizer
-// state too, which the rows it makes hold. The tables as a whole have no
-// bound yet: their rows sit outside --memory_budget.
+// state too, which the rows it makes hold. A table's rows in memory are
+// bounded by its TableSpec.memory_budget_bytes (outside --memory_budget).
 inline constexpr int64_t kMaxRowBytesPerRequest = int64_t{64} << 20;
 
 // A table's row optimizer from the job's (validated) TableSpec.
@@ -45,8 +45,10 @@ RowOptimizer RowOptimizerOf(const OptimizerSpec& spec);
 // Thread-safe: each table has its own lock.
 class SparseTables {
  public:
-  // Server `server` of `servers` of `job` (validated, defaults applied).
-  SparseTables(const JobSpec& job, int server, int servers);
+  // Server `server` of `servers` of `job` (validated, defaults applied);
+  // tables with a memory budget spill their rows into files in `spill_dir`
+  // (empty: $TMPDIR, else /tmp).
+  SparseTables(const JobSpec& job, int server, int servers, const std::string& spill_dir = "");
 
   // The table's row width; NOT_FOUND when the job declares no such table.
   absl::StatusOr<int> Width(absl::string_view table) const;

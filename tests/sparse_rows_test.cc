@@ -6,6 +6,7 @@
 // only its ids, and every bad request is refused with its status, counted
 // in the server's Status, with nothing made or applied.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <string>
@@ -58,8 +59,8 @@ class SparseRowsTest : public ::testing::Test {
  protected:
   // The job with `workers` training workers (their dense MLP; the test
   // pulls and pushes the table as those workers).
-  void StartJob(int workers) {
-    job_text_ = SixteenClassJob(absl::StrCat("clocks: 100000\nseed: 11\n", kTable));
+  void StartJob(int workers, const char* tables = kTable) {
+    job_text_ = SixteenClassJob(absl::StrCat("clocks: 100000\nseed: 11\n", tables));
     ClusterOptions options;
     options.job_text = job_text_;
     options.servers = 2;
@@ -93,7 +94,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
   ids.push_back(ids[3]);
   std::vector<float> rows, expected(ids.size() * 8);
   ASSERT_TRUE(client.Pull("words", 0, ids, &rows).ok()) << cluster_.Logs();
-  reference.Pull(ids, expected.data());
+  ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
   ASSERT_EQ(rows.size(), expected.size());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 
@@ -120,7 +121,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
     ASSERT_TRUE(pushed.ok()) << pushed;
   }
   ASSERT_TRUE(client.Pull("words", 4, ids, &rows).ok());
-  reference.Pull(ids, expected.data());
+  ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 
   // Each server holds only its ids; together, every distinct id once.
@@ -246,7 +247,7 @@ void ReferenceRound(SparseTable& reference, int c) {
   }
   for (float& v : sum) v /= static_cast<float>(kSamples[0] + kSamples[1]);
   std::vector<float> scratch(ids.size() * 8);
-  reference.Pull(ids, scratch.data());
+  ASSERT_TRUE(reference.Pull(ids, scratch.data()).ok());
   ASSERT_TRUE(reference.Push(ids, sum).ok());
 }
 
@@ -291,7 +292,7 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
     for (int w = 0; w < 2; ++w) {
       const std::vector<uint64_t> batch = Batch(w, c);
       std::vector<float> expected(batch.size() * 8);
-      reference.Pull(batch, expected.data());
+      ASSERT_TRUE(reference.Pull(batch, expected.data()).ok());
       ASSERT_EQ(read[w][c].size(), expected.size());
       EXPECT_EQ(std::memcmp(read[w][c].data(), expected.data(), expected.size() * 4), 0)
           << "worker " << w << " at clock " << c;
@@ -332,9 +333,71 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
   ASSERT_TRUE(pulled.ok()) << pulled;
   ASSERT_NO_FATAL_FAILURE(ReferenceRound(reference, kClocks));
   std::vector<float> expected(batch.size() * 8);
-  reference.Pull(batch, expected.data());
+  ASSERT_TRUE(reference.Pull(batch, expected.data()).ok());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), expected.size() * 4), 0);
   for (int s = 0; s < 2; ++s) EXPECT_EQ(ServerStatus(servers_[s]).tables(0).clock(), kClocks + 1);
+}
+
+// A table with a memory budget of 8 MiB a server (width 64, Adam: 768
+// bytes a row, 10,922 rows) while the ids touched grow past 4x it: each
+// server keeps at most the budget in memory (Status; its resident memory
+// within the budget and 64 MiB of its start), the rest in its spill file,
+// and the rows that went there come back bit for bit as one table without
+// a bound makes and updates them.
+TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
+  constexpr int64_t kBudget = int64_t{8} << 20;
+  const std::string table = absl::StrCat(R"pb(
+    tables {
+      name: "words"
+      width: 64
+      optimizer { type: ADAM learning_rate: 0.05 }
+      memory_budget_bytes: )pb", kBudget, "\n}\n");
+  ASSERT_NO_FATAL_FAILURE(StartJob(1, table.c_str()));
+  const JobSpec job = TheJob(job_text_);
+  int64_t rss_before[2];
+  for (int s = 0; s < 2; ++s) rss_before[s] = ServerStatus(servers_[s]).rss_bytes();
+  RowClient client(job, servers_, 0, absl::Minutes(2));
+  TableConfig config{"words", 64, job.tables(0).init_scale(), job.seed(),
+                     RowOptimizerOf(job.tables(0).optimizer())};
+  SparseTable reference(config);
+  // 24 batches of 4096 new ids (98,304 rows, 75 MB with Adam's state: 4.5x
+  // the two servers' budgets), each pulled and updated.
+  std::vector<uint64_t> first;
+  for (int c = 0; c < 24; ++c) {
+    std::vector<uint64_t> ids(4096);
+    for (int i = 0; i < 4096; ++i) ids[i] = (static_cast<uint64_t>(c) << 32) + i * 7919;
+    if (c == 0) first = ids;
+    std::vector<float> rows;
+    ASSERT_TRUE(client.Pull("words", c, ids, &rows).ok()) << cluster_.Logs();
+    std::vector<float> grads(ids.size() * 64);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(c + 0.01f * i);
+    ASSERT_TRUE(client.Push("words", c, 1, ids, grads).ok());
+    std::vector<float> scratch(rows.size());
+    ASSERT_TRUE(reference.Pull(ids, scratch.data()).ok());
+    ASSERT_TRUE(reference.Push(ids, grads).ok());
+  }
+  int64_t on_disk = 0;
+  for (int s = 0; s < 2; ++s) {
+    const MemberStatus st = ServerStatus(servers_[s]);
+    ASSERT_EQ(st.tables_size(), 1);
+    const TableStatus& t = st.tables(0);
+    EXPECT_LE(t.resident_bytes(), kBudget) << "server " << s;
+    EXPECT_EQ(t.rows(), t.rows_resident() + t.rows_on_disk());
+    EXPECT_GT(t.rows_on_disk(), 0);
+    EXPECT_LE(st.rss_bytes(), rss_before[s] + kBudget + (int64_t{64} << 20))
+        << "server " << s << " started at " << rss_before[s];
+    on_disk += t.rows_on_disk();
+    std::fprintf(stderr, "server %d: %lld rows in memory (%lld bytes), %lld on disk; rss %lld -> %lld\n",
+                 s, static_cast<long long>(t.rows_resident()),
+                 static_cast<long long>(t.resident_bytes()), static_cast<long long>(t.rows_on_disk()),
+                 static_cast<long long>(rss_before[s]), static_cast<long long>(st.rss_bytes()));
+  }
+  EXPECT_EQ(on_disk, 98304 - 2 * 10922);  // each server holds its budget's rows
+  // The first batch's rows went to disk long ago: bit for bit.
+  std::vector<float> rows, expected(first.size() * 64);
+  ASSERT_TRUE(client.Pull("words", 24, first, &rows).ok());
+  ASSERT_TRUE(reference.Pull(first, expected.data()).ok());
+  EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 }
 
 }  // namespace

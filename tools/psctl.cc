@@ -226,6 +226,14 @@ void PrintCluster(const ClusterStatus& st) {
                   Bytes(t.bytes()).c_str(), static_cast<long long>(t.rows_pulled()),
                   static_cast<long long>(t.rows_pushed()), static_cast<long long>(t.updates()),
                   static_cast<long long>(t.refused()), static_cast<long long>(t.pulls_waiting()));
+      if (t.rows_on_disk() > 0 || t.rows_spilled() > 0) {
+        std::printf("server %d table %s: %lld rows in memory (%s), %lld on disk (%s); %lld "
+                    "spilled, %lld read back\n",
+                    m.id(), t.name().c_str(), static_cast<long long>(t.rows_resident()),
+                    Bytes(t.resident_bytes()).c_str(), static_cast<long long>(t.rows_on_disk()),
+                    Bytes(t.disk_bytes()).c_str(), static_cast<long long>(t.rows_spilled()),
+                    static_cast<long long>(t.rows_loaded()));
+      }
     }
     if (m.offload_disk_bytes() == 0) continue;
     std::printf(

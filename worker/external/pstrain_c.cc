@@ -254,8 +254,7 @@ int pst_initial_rows(uint64_t seed, const char* table, int width, float init_sca
     config.init_scale = init_scale;
     config.seed = seed;
     pstrain::SparseTable rows(std::move(config));
-    rows.Pull(absl::MakeConstSpan(ids, n), out);
-    return 0;
+    return rows.Pull(absl::MakeConstSpan(ids, n), out).ok() ? 0 : -1;
   } catch (const std::exception&) {
     return -1;
   }
