@@ -407,6 +407,12 @@ absl::Status ValidateTables(const JobSpec& job) {
       return bad("width must be in [1, 65536], got ", t.width());
     }
     if (t.memory_budget_bytes() < 0) return bad("memory_budget_bytes must be >= 0");
+    if (t.admit_after() < 0 || t.admit_after() > 255) {
+      return bad("admit_after must be in [0, 255], got ", t.admit_after());
+    }
+    if (t.expire_after_clocks() < 0) {
+      return bad("expire_after_clocks must be >= 0, got ", t.expire_after_clocks());
+    }
     if (!(t.init_scale() >= 0 && std::isfinite(t.init_scale()))) {
       return bad("init_scale must be finite and >= 0");
     }

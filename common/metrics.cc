@@ -155,6 +155,13 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
        &TableStatus::rows_spilled},
       {"pstrain_table_rows_loaded_total", "rows read back from the spill file", true,
        &TableStatus::rows_loaded},
+      {"pstrain_table_rows_created_total", "rows made (first touch or admission)", true,
+       &TableStatus::rows_created},
+      {"pstrain_table_rows_expired_total", "rows dropped untouched (expire_after_clocks)", true,
+       &TableStatus::rows_expired},
+      {"pstrain_table_rows_dropped_total",
+       "gradient rows dropped: ids not admitted yet, or expired under way", true,
+       &TableStatus::rows_dropped},
   };
   for (const Field& f : fields) {
     for (const TableStatus& t : s.tables()) {

@@ -102,6 +102,20 @@ absl::Status Transfer(bool write, int fd, float* buf, int64_t bytes, int64_t off
 
 }  // namespace
 
+int SeenCounts::Add(uint64_t id) {
+  size_t at[3];
+  uint8_t least = 255;
+  for (int i = 0; i < 3; ++i) {
+    at[i] = SplitMix64(id ^ (0x9e3779b97f4a7c15ULL * (i + 1))) % counts_.size();
+    least = std::min(least, counts_[at[i]]);
+  }
+  if (least == 255) return 255;
+  for (size_t a : at) {
+    if (counts_[a] == least) counts_[a] = least + 1;
+  }
+  return least + 1;
+}
+
 SparseTable::SparseTable(TableConfig config)
     : config_(std::move(config)),
       name_hash_(Fnv1a(config_.name)),
@@ -109,6 +123,7 @@ SparseTable::SparseTable(TableConfig config)
       capacity_(Capacity(config_.resident_bytes, stride_)) {
   // Reserved, not touched: pages are resident once rows are written.
   if (capacity_ != INT64_MAX) rows_.reserve(static_cast<size_t>(capacity_ * stride_));
+  if (config_.admit_after > 1) seen_ = std::make_unique<SeenCounts>(kSeenCounters);
 }
 
 SparseTable::~SparseTable() {
@@ -117,11 +132,39 @@ SparseTable::~SparseTable() {
 
 TableRows SparseTable::rows() const {
   TableRows r;
-  r.resident = static_cast<int64_t>(slot_ids_.size());
+  r.resident = static_cast<int64_t>(slot_ids_.size() - free_slots_.size());
   r.on_disk = num_rows() - r.resident;
   r.spilled = spilled_;
   r.loaded = loaded_;
+  r.created = created_;
+  r.expired = expired_;
+  r.dropped = dropped_;
   return r;
+}
+
+void SparseTable::Advance(int64_t clock) {
+  clock_ = clock;
+  if (config_.expire_after <= 0 || clock < next_sweep_) return;
+  next_sweep_ = clock + std::max<int64_t>(1, config_.expire_after / 4);
+  Expire();
+}
+
+void SparseTable::Expire() {
+  for (auto it = index_.begin(); it != index_.end();) {
+    if (clock_ - it->second.touched < config_.expire_after) {
+      ++it;
+      continue;
+    }
+    const int64_t where = it->second.where;
+    if (where >= 0) {
+      free_slots_.push_back(where);
+      touched_[where] = false;
+    } else {
+      free_disk_.push_back(OnDisk(where));  // OnDisk is its own inverse
+    }
+    ++expired_;
+    index_.erase(it++);
+  }
 }
 
 absl::Status SparseTable::OpenSpill() {
@@ -143,6 +186,11 @@ absl::Status SparseTable::OpenSpill() {
 }
 
 absl::StatusOr<int64_t> SparseTable::FreeSlot() {
+  if (!free_slots_.empty()) {
+    const int64_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
   const int64_t used = static_cast<int64_t>(slot_ids_.size());
   if (used < capacity_) {
     rows_.resize(rows_.size() + stride_);
@@ -165,26 +213,30 @@ absl::StatusOr<int64_t> SparseTable::FreeSlot() {
     k = disk_slots_++;
   }
   RETURN_IF_ERROR(Transfer(true, spill_fd_, Slot(slot), row_bytes(), k * row_bytes()));
-  index_[slot_ids_[slot]] = OnDisk(k);
+  index_.find(slot_ids_[slot])->second.where = OnDisk(k);
   ++spilled_;
   return slot;
 }
 
 absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
   auto it = index_.find(id);
-  if (it != index_.end() && it->second >= 0) {
-    touched_[it->second] = true;
-    return Slot(it->second);
+  if (it != index_.end() && it->second.where >= 0) {
+    touched_[it->second.where] = true;
+    it->second.touched = clock_;
+    return Slot(it->second.where);
   }
   ASSIGN_OR_RETURN(const int64_t slot, FreeSlot());
   float* w = Slot(slot);
   it = index_.find(id);  // FreeSlot may have changed the map
   if (it != index_.end()) {  // on disk: read back
-    const int64_t k = OnDisk(it->second);
-    RETURN_IF_ERROR(Transfer(false, spill_fd_, w, row_bytes(), k * row_bytes()));
+    const int64_t k = OnDisk(it->second.where);
+    if (absl::Status st = Transfer(false, spill_fd_, w, row_bytes(), k * row_bytes()); !st.ok()) {
+      free_slots_.push_back(slot);
+      return st;
+    }
     free_disk_.push_back(k);
     ++loaded_;
-    it->second = slot;
+    it->second = Entry{slot, clock_};
   } else {  // new: 24 random bits a value, a uniform float in [-1, 1), scaled
     const uint64_t base = SplitMix64(SplitMix64(config_.seed ^ name_hash_) ^ id);
     for (int j = 0; j < config_.width; ++j) {
@@ -192,7 +244,8 @@ absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
       w[j] = u * config_.init_scale;
     }
     config_.optimizer.InitState(config_.width, w + config_.width);
-    index_.emplace(id, slot);
+    index_.emplace(id, Entry{slot, clock_});
+    ++created_;
   }
   slot_ids_[slot] = id;
   touched_[slot] = true;
@@ -201,8 +254,13 @@ absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
 
 absl::Status SparseTable::Pull(absl::Span<const uint64_t> ids, float* out) {
   for (size_t i = 0; i < ids.size(); ++i) {
+    float* to = out + i * config_.width;
+    if (seen_ != nullptr && !index_.contains(ids[i])) {  // not admitted (yet)
+      std::fill(to, to + config_.width, 0.0f);
+      continue;
+    }
     ASSIGN_OR_RETURN(const float* w, Resident(ids[i]));
-    std::copy(w, w + config_.width, out + i * config_.width);
+    std::copy(w, w + config_.width, to);
   }
   return absl::OkStatus();
 }
@@ -220,7 +278,7 @@ absl::Status SparseTable::Check(absl::Span<const uint64_t> ids,
       return absl::InvalidArgumentError(
           absl::StrCat("table ", config_.name, ": row ", ids[i], " pushed twice in one update"));
     }
-    if (!index_.contains(ids[i])) {
+    if (!Lenient() && !index_.contains(ids[i])) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table ", config_.name, ": a push for row ", ids[i], ", which no pull created"));
     }
@@ -237,6 +295,13 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const 
   RETURN_IF_ERROR(Check(ids, grads));  // whole, before anything is applied
   ++updates_;
   for (size_t i = 0; i < ids.size(); ++i) {
+    // An id with no row (Lenient only): admitted by this sighting, or its
+    // gradient dropped (not admitted yet; expired under way).
+    if (!index_.contains(ids[i]) &&
+        (seen_ == nullptr || seen_->Add(ids[i]) < config_.admit_after)) {
+      ++dropped_;
+      continue;
+    }
     ASSIGN_OR_RETURN(float* w, Resident(ids[i]));
     config_.optimizer.Update(updates_, config_.width, grads.data() + i * config_.width, w,
                              w + config_.width);
@@ -246,8 +311,49 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const 
 
 const float* SparseTable::Row(uint64_t id) const {
   auto it = index_.find(id);
-  if (it == index_.end() || it->second < 0) return nullptr;
-  return rows_.data() + it->second * stride_;
+  if (it == index_.end() || it->second.where < 0) return nullptr;
+  return rows_.data() + it->second.where * stride_;
+}
+
+absl::Status SparseTable::ForEachRow(
+    const std::function<absl::Status(uint64_t id, const float* row)>& f) {
+  std::vector<float> scratch(static_cast<size_t>(stride_));
+  for (const auto& [id, entry] : index_) {
+    const float* row = entry.where >= 0 ? Slot(entry.where) : scratch.data();
+    if (entry.where < 0) {
+      RETURN_IF_ERROR(Transfer(false, spill_fd_, scratch.data(), row_bytes(),
+                               OnDisk(entry.where) * row_bytes()));
+    }
+    RETURN_IF_ERROR(f(id, row));
+  }
+  return absl::OkStatus();
+}
+
+void SparseTable::Reset(int64_t updates, int64_t clock) {
+  index_.clear();
+  free_slots_.clear();
+  for (int64_t s = static_cast<int64_t>(slot_ids_.size()) - 1; s >= 0; --s) {
+    free_slots_.push_back(s);
+    touched_[s] = false;
+  }
+  free_disk_.clear();
+  disk_slots_ = 0;
+  updates_ = updates;
+  clock_ = clock;
+  next_sweep_ = 0;
+}
+
+absl::Status SparseTable::Put(uint64_t id, const float* row) {
+  if (index_.contains(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", config_.name, ": row ", id, " given twice"));
+  }
+  ASSIGN_OR_RETURN(const int64_t slot, FreeSlot());
+  std::copy(row, row + stride_, Slot(slot));
+  index_.emplace(id, Entry{slot, clock_});
+  slot_ids_[slot] = id;
+  touched_[slot] = false;
+  return absl::OkStatus();
 }
 
 int ServerOfRow(uint64_t id, int servers) {

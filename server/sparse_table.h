@@ -9,6 +9,8 @@
 #define PSTRAIN_SERVER_SPARSE_TABLE_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,7 +59,34 @@ struct TableConfig {
   // bound. At least one row is always kept.
   int64_t resident_bytes = 0;
   std::string spill_dir;  // empty: $TMPDIR, else /tmp
+  // Admission: an id gets a row in the update that sees it for the
+  // admit_after-th time (counted in a SeenCounts of kSeenCounters); until
+  // then it pulls as zeros and its gradients are dropped. <= 1: every id at
+  // first touch.
+  int admit_after = 0;
+  // Expiry: a row not touched (pulled or pushed) for this many clocks
+  // (Advance) is dropped. 0: never.
+  int64_t expire_after = 0;
 };
+
+// Counts of sightings of ids in a fixed array of one-byte counters: a
+// counting Bloom filter with 3 hashes and conservative update (an id's
+// count is the least of its counters, and only the least are raised), so
+// a count is never below the true one and may be above it when ids
+// collide. Saturates at 255.
+class SeenCounts {
+ public:
+  explicit SeenCounts(int64_t counters) : counts_(static_cast<size_t>(counters), 0) {}
+  // One more sighting of `id`; its count after it.
+  int Add(uint64_t id);
+  int64_t bytes() const { return static_cast<int64_t>(counts_.size()); }
+
+ private:
+  std::vector<uint8_t> counts_;
+};
+
+// The counters of a table with admission (4 MiB).
+inline constexpr int64_t kSeenCounters = int64_t{4} << 20;
 
 // Where a table's rows are, for Status.
 struct TableRows {
@@ -65,6 +94,9 @@ struct TableRows {
   int64_t on_disk = 0;   // in the spill file
   int64_t spilled = 0;   // row writes to the file so far
   int64_t loaded = 0;    // row reads from it so far
+  int64_t created = 0;   // rows made (first touch or admission)
+  int64_t expired = 0;   // rows dropped by expiry
+  int64_t dropped = 0;   // gradient rows of ids with no row (not admitted, expired)
 };
 
 // Not thread-safe: one caller at a time (a server locks each table).
@@ -84,15 +116,24 @@ class SparseTable {
   TableRows rows() const;
   // Updates applied so far (Push calls that succeeded).
   int64_t updates() const { return updates_; }
+  int64_t clock() const { return clock_; }
+
+  // The table's clock is now `clock`: rows touched from now on are touched
+  // at it, and with expiry, rows untouched for expire_after clocks are
+  // dropped (looked for every max(1, expire_after / 4) clocks).
+  void Advance(int64_t clock);
 
   // Writes the rows of `ids` to out (ids.size() x width floats, in order;
-  // an id may repeat), creating the missing ones. INTERNAL when the spill
-  // file cannot be written or read (what was done stays done).
+  // an id may repeat), creating the missing ones (with admission, an id
+  // not admitted yet reads as zeros and makes nothing). INTERNAL when the
+  // spill file cannot be written or read (what was done stays done).
   absl::Status Pull(absl::Span<const uint64_t> ids, float* out);
   // One update of the table: `ids` distinct (CoalesceRows), `grads`
   // ids.size() x width floats. Refused, nothing applied: INVALID_ARGUMENT for
   // a wrong size or a repeated id, FAILED_PRECONDITION for an id no pull
-  // created; INTERNAL as Pull's (then some rows may be updated).
+  // created (with admission or expiry such an id is a sighting: admitted,
+  // its row is made and updated; else its gradient is dropped and
+  // counted); INTERNAL as Pull's (then some rows may be updated).
   absl::Status Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads);
   // What Push would refuse, without applying anything.
   absl::Status CheckPush(absl::Span<const uint64_t> ids, absl::Span<const float> grads) const;
@@ -100,19 +141,38 @@ class SparseTable {
   // null.
   const float* Row(uint64_t id) const;
 
+  // Calls f(id, row) for every row, row being its weights then its state
+  // (row_bytes()), in no set order; rows in the spill file are read back
+  // into a scratch buffer. Stops at f's first error.
+  absl::Status ForEachRow(
+      const std::function<absl::Status(uint64_t id, const float* row)>& f);
+  // Forgets every row and sets the update count and clock (a restore).
+  void Reset(int64_t updates, int64_t clock);
+  // Puts `id`'s row (weights then state, as ForEachRow gives it) in the
+  // table as it is: a restore. INVALID_ARGUMENT when the id has a row.
+  absl::Status Put(uint64_t id, const float* row);
+
  private:
-  // index_'s value for a row in the spill file's slot k (a row in memory
-  // has its slot's number, >= 0).
+  // Where a row is, and the clock it was last touched at.
+  struct Entry {
+    int64_t where;  // its slot in memory (>= 0), or OnDisk(k)
+    int64_t touched;
+  };
+  // Entry::where for a row in the spill file's slot k.
   static int64_t OnDisk(int64_t k) { return -1 - k; }
-  // Push's checks (sizes, repeats, every row made).
+  // Whether a push may name ids with no row (admission or expiry).
+  bool Lenient() const { return seen_ != nullptr || config_.expire_after > 0; }
+  // Push's checks (sizes, repeats, every row made unless Lenient).
   absl::Status Check(absl::Span<const uint64_t> ids, absl::Span<const float> grads) const;
   // `id`'s row in memory (made, or read back from the file, first; another
   // row may go to the file for it): its weights, then its state.
   absl::StatusOr<float*> Resident(uint64_t id);
-  // A free slot in memory: a new one while under the bound, else one whose
-  // row goes to the file (the clock algorithm: a row touched since the hand
-  // last passed gets another round).
+  // A free slot in memory: one a dropped row left, a new one while under
+  // the bound, else one whose row goes to the file (the clock algorithm: a
+  // row touched since the hand last passed gets another round).
   absl::StatusOr<int64_t> FreeSlot();
+  // Drops the rows untouched for expire_after clocks.
+  void Expire();
   absl::Status OpenSpill();
   float* Slot(int64_t slot) { return rows_.data() + slot * stride_; }
 
@@ -120,15 +180,18 @@ class SparseTable {
   const uint64_t name_hash_;
   const int64_t stride_;    // floats a row: weights, then state
   const int64_t capacity_;  // slots in memory at most
-  absl::flat_hash_map<uint64_t, int64_t> index_;  // id -> slot, or OnDisk(k)
-  std::vector<float> rows_;                       // the slots in memory
-  std::vector<uint64_t> slot_ids_;                // each slot's row
-  std::vector<bool> touched_;                     // since the hand passed
+  absl::flat_hash_map<uint64_t, Entry> index_;
+  std::vector<float> rows_;         // the slots in memory
+  std::vector<uint64_t> slot_ids_;  // each slot's row
+  std::vector<bool> touched_;       // since the hand passed
+  std::vector<int64_t> free_slots_;  // slots in memory no row uses
   int64_t hand_ = 0;
+  std::unique_ptr<SeenCounts> seen_;  // with admission
+  int64_t clock_ = 0, next_sweep_ = 0;
   int spill_fd_ = -1;
   std::vector<int64_t> free_disk_;  // slots of the file no row uses
   int64_t disk_slots_ = 0;          // the file's size in rows
-  int64_t spilled_ = 0, loaded_ = 0;
+  int64_t spilled_ = 0, loaded_ = 0, created_ = 0, expired_ = 0, dropped_ = 0;
   int64_t updates_ = 0;
 };
 

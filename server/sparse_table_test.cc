@@ -215,5 +215,95 @@ TEST(SparseTableTest, ASpillFileThatCannotBeMadeIsAnError) {
   EXPECT_EQ(PullRows(t, {1, 2}), first);
 }
 
+// Admission after 3 sightings: an id reads as zeros and its first two
+// updates are dropped; the third makes its row (the initializer's values,
+// as a table without admission makes it) and applies to it.
+TEST(SparseTableTest, AnIdGetsItsRowAtItsThirdUpdate) {
+  TableConfig config = Config(RowOptimizer::Type::kSgd);
+  config.admit_after = 3;
+  SparseTable t(config), plain(Config(RowOptimizer::Type::kSgd));
+  const std::vector<float> g = {1, 2, 3, 4};
+  for (int seen = 1; seen <= 2; ++seen) {
+    EXPECT_EQ(PullRows(t, {9}), std::vector<float>(4, 0.0f));
+    ASSERT_TRUE(t.Push({9}, g).ok()) << "a push of an id not admitted is a sighting";
+    EXPECT_EQ(t.num_rows(), 0);
+    EXPECT_EQ(t.rows().dropped, seen);
+  }
+  ASSERT_TRUE(t.Push({9}, g).ok());
+  EXPECT_EQ(t.num_rows(), 1);
+  EXPECT_EQ(t.rows().created, 1);
+  std::vector<float> expected = PullRows(plain, {9});
+  for (int j = 0; j < 4; ++j) expected[j] -= 0.1f * g[j];
+  EXPECT_EQ(PullRows(t, {9}), expected);
+  EXPECT_EQ(t.rows().dropped, 2);
+}
+
+// The counting filter never counts an id below its sightings, also when
+// far more ids than counters collide.
+TEST(SparseTableTest, SeenCountsNeverUndercount) {
+  SeenCounts counts(1024);
+  std::vector<int> truth(5000, 0);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t id = rng() % truth.size();
+    ++truth[id];
+    ASSERT_GE(counts.Add(id), std::min(truth[id], 255)) << id;
+  }
+}
+
+// Expiry after 4 clocks: a row untouched that long is dropped (its slot
+// reused), a push for it then is dropped and counted, and a pull makes it
+// anew from the initializer; rows touched stay.
+TEST(SparseTableTest, RowsUntouchedForTheirClocksExpire) {
+  TableConfig config = Config(RowOptimizer::Type::kAdagrad);
+  config.expire_after = 4;
+  SparseTable t(config);
+  const std::vector<float> fresh = PullRows(t, {1, 2});
+  ASSERT_TRUE(t.Push({1, 2}, std::vector<float>(8, 1.0f)).ok());
+  for (int64_t clock = 1; clock <= 3; ++clock) {
+    t.Advance(clock);
+    PullRows(t, {1});
+  }
+  EXPECT_EQ(t.num_rows(), 2);  // 2 was touched at 0: 3 clocks ago
+  t.Advance(4);
+  EXPECT_EQ(t.num_rows(), 1);
+  EXPECT_EQ(t.rows().expired, 1);
+  EXPECT_NE(t.Row(1), nullptr);
+  EXPECT_EQ(t.Row(2), nullptr);
+  ASSERT_TRUE(t.Push({2}, std::vector<float>(4, 1.0f)).ok());
+  EXPECT_EQ(t.rows().dropped, 1);
+  const std::vector<float> again = PullRows(t, {1, 2});
+  EXPECT_EQ(std::vector<float>(again.begin() + 4, again.end()),
+            std::vector<float>(fresh.begin() + 4, fresh.end()));
+  EXPECT_EQ(t.rows().created, 3);
+  EXPECT_EQ(t.rows().resident, 2);
+}
+
+// Every row read out with ForEachRow (in memory or on disk) and put into a
+// fresh table gives the same table: the same rows and the same updates.
+TEST(SparseTableTest, RowsPutBackMakeTheSameTable) {
+  TableConfig config = Config(RowOptimizer::Type::kAdam, 8);
+  config.resident_bytes = 10 * (8 + 16) * 4;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  config.spill_dir = tmp != nullptr ? tmp : "/tmp";
+  SparseTable t(config), copy(config);
+  std::vector<uint64_t> ids(30);
+  for (int i = 0; i < 30; ++i) ids[i] = 1000 + 17 * i;
+  PullRows(t, ids);
+  ASSERT_TRUE(t.Push(ids, std::vector<float>(30 * 8, 0.5f)).ok());
+  ASSERT_GT(t.rows().on_disk, 0);
+  PullRows(copy, {5, 6});  // rows the restore forgets
+  copy.Reset(t.updates(), 0);
+  ASSERT_TRUE(t.ForEachRow([&](uint64_t id, const float* row) { return copy.Put(id, row); }).ok());
+  EXPECT_EQ(copy.num_rows(), 30);
+  EXPECT_EQ(copy.Put(ids[0], std::vector<float>(24).data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<float> g(30 * 8, -0.25f);
+  ASSERT_TRUE(t.Push(ids, g).ok());
+  ASSERT_TRUE(copy.Push(ids, g).ok());
+  EXPECT_EQ(PullRows(t, ids), PullRows(copy, ids));
+  EXPECT_EQ(copy.Row(5), nullptr);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -61,6 +61,8 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     config.optimizer = RowOptimizerOf(spec.optimizer());
     config.resident_bytes = spec.memory_budget_bytes();
     config.spill_dir = spill_dir;
+    config.admit_after = spec.admit_after();
+    config.expire_after = spec.expire_after_clocks();
     order_.push_back(spec.name());
     tables_.emplace(spec.name(), std::make_unique<Table>(std::move(config), spec.num_ids(), workers_));
   }
@@ -199,6 +201,7 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
       } else {
         st = table.rows.Push(ids, grads);  // checked above: fails only on the spill file
         table.clocks.Applied(worker, clock);
+        table.rows.Advance(table.clocks.MinApplied());
       }
     }
   }
@@ -244,6 +247,7 @@ void SparseTables::CloseRound(Table& table) {
   }
   table.clocks.NextRound();
   table.round = Round();
+  table.rows.Advance(table.clocks.MinApplied());
 }
 
 void SparseTables::RemoveWorker(int worker) {
@@ -252,6 +256,7 @@ void SparseTables::RemoveWorker(int worker) {
     absl::MutexLock lock(&table->mu);
     if (!table->clocks.Remove(worker)) continue;
     if (consistency_ == BSP && table->clocks.RoundComplete()) CloseRound(*table);
+    table->rows.Advance(table->clocks.MinApplied());
   }
 }
 
@@ -260,6 +265,7 @@ void SparseTables::Restore(int64_t clock) {
     absl::MutexLock lock(&table->mu);
     table->clocks.Restore(clock);
     table->round = Round();
+    table->rows.Advance(clock);
   }
 }
 
@@ -280,6 +286,9 @@ std::vector<TableStatus> SparseTables::Status() const {
     st.set_disk_bytes(where.on_disk * row_bytes);
     st.set_rows_spilled(where.spilled);
     st.set_rows_loaded(where.loaded);
+    st.set_rows_created(where.created);
+    st.set_rows_expired(where.expired);
+    st.set_rows_dropped(where.dropped);
     st.set_rows_pulled(table.rows_pulled);
     st.set_rows_pushed(table.rows_pushed);
     st.set_updates(table.rows.updates());

@@ -68,6 +68,10 @@ TEST(SparseTablesTest, AJobsTablesTakeItsDefaultsAndAreChecked) {
            R"pb(tables { name: "a" width: 4 optimizer { type: SGD clip_norm: 1 } })pb",
            R"pb(tables { name: "a" width: 4 optimizer { type: SGD learning_rate: -1 } })pb",
            R"pb(tables { name: "a" width: 4 init_scale: -1 })pb",
+           R"pb(tables { name: "a" width: 4 memory_budget_bytes: -1 })pb",
+           R"pb(tables { name: "a" width: 4 admit_after: 256 })pb",
+           R"pb(tables { name: "a" width: 4 admit_after: -1 })pb",
+           R"pb(tables { name: "a" width: 4 expire_after_clocks: -5 })pb",
        }) {
     const absl::StatusOr<JobSpec> job = Job(bad);
     ASSERT_FALSE(job.ok()) << bad;

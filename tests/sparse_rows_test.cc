@@ -400,6 +400,63 @@ TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 }
 
+// Admission after 2 sightings and expiry after 3 clocks, through the real
+// servers under BSP: every pull reads bit for bit what one in-process
+// table with the same rules holds, and the servers' Status counts the rows
+// made, expired and the gradient rows dropped.
+TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
+  ASSERT_NO_FATAL_FAILURE(StartJob(1, R"pb(
+    tables {
+      name: "words"
+      width: 8
+      optimizer { type: ADAM learning_rate: 0.05 }
+      admit_after: 2
+      expire_after_clocks: 3
+    }
+  )pb"));
+  const JobSpec job = TheJob(job_text_);
+  RowClient client(job, servers_, 0, absl::Minutes(2));
+  TableConfig config{"words", 8, job.tables(0).init_scale(), job.seed(),
+                     RowOptimizerOf(job.tables(0).optimizer())};
+  config.admit_after = 2;
+  config.expire_after = 3;
+  SparseTable reference(config);
+  const uint64_t a = 17, b = 1234567, c = 99;
+  // Clock 0: a and b seen once (dropped); 1: a admitted; 2: a updated;
+  // 3-7: only c (admitted at 4) while a expires; 8: a pulls as zeros.
+  const std::vector<std::vector<uint64_t>> batches = {{a, b}, {a}, {a}, {c}, {c}, {c},
+                                                      {c},    {c}, {a, c}};
+  for (int clock = 0; clock < static_cast<int>(batches.size()); ++clock) {
+    const std::vector<uint64_t>& ids = batches[clock];
+    std::vector<float> rows, expected(ids.size() * 8);
+    ASSERT_TRUE(client.Pull("words", clock, ids, &rows).ok()) << cluster_.Logs();
+    ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
+    ASSERT_EQ(rows.size(), expected.size());
+    EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0) << "clock " << clock;
+    if (clock == 2) EXPECT_NE(rows[0], 0.0f) << "a has its row";
+    if (clock == 8) EXPECT_EQ(rows[0], 0.0f) << "a expired: not admitted again until an update";
+    std::vector<float> grads(ids.size() * 8);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::cos(clock + 0.1f * i);
+    ASSERT_TRUE(client.Push("words", clock, 1, ids, grads).ok());
+    ASSERT_TRUE(reference.Push(ids, grads).ok());
+    reference.Advance(clock + 1);
+  }
+  int64_t rows = 0, created = 0, expired = 0, dropped = 0;
+  for (int s = 0; s < 2; ++s) {
+    const TableStatus t = ServerStatus(servers_[s]).tables(0);
+    rows += t.rows();
+    created += t.rows_created();
+    expired += t.rows_expired();
+    dropped += t.rows_dropped();
+  }
+  EXPECT_EQ(rows, 2);     // c, and a again (admitted at once: seen before)
+  EXPECT_EQ(created, 3);  // a, c, a
+  EXPECT_EQ(expired, 1);  // a
+  EXPECT_EQ(dropped, 3);  // a and b at clock 0, c at 3
+  EXPECT_EQ(reference.rows().created, created);
+  EXPECT_EQ(reference.rows().dropped, dropped);
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace pstrain

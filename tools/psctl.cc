@@ -234,6 +234,13 @@ void PrintCluster(const ClusterStatus& st) {
                     Bytes(t.disk_bytes()).c_str(), static_cast<long long>(t.rows_spilled()),
                     static_cast<long long>(t.rows_loaded()));
       }
+      if (t.rows_expired() > 0 || t.rows_dropped() > 0) {
+        std::printf("server %d table %s: %lld rows made, %lld expired; %lld gradient rows "
+                    "dropped (not admitted or expired)\n",
+                    m.id(), t.name().c_str(), static_cast<long long>(t.rows_created()),
+                    static_cast<long long>(t.rows_expired()),
+                    static_cast<long long>(t.rows_dropped()));
+      }
     }
     if (m.offload_disk_bytes() == 0) continue;
     std::printf(
