@@ -12,9 +12,11 @@ std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock)
   return absl::StrCat(dir, "/server-", server_id, "-clock-", clock, ".safetensors");
 }
 
-std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
-  const std::string prefix = absl::StrCat("server-", server_id, "-clock-");
-  const std::string suffix = ".safetensors";
+namespace {
+
+// The clocks <c> of the files in `dir` named prefix<c>suffix, ascending.
+std::vector<int64_t> ClocksOf(const std::string& dir, const std::string& prefix,
+                              const std::string& suffix) {
   std::vector<int64_t> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -33,6 +35,24 @@ std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
+  return ClocksOf(dir, absl::StrCat("server-", server_id, "-clock-"), ".safetensors");
+}
+
+std::string TableCheckpointPath(const std::string& dir, int server_id, int64_t clock,
+                                const std::string& table) {
+  return absl::StrCat(dir, "/server-", server_id, "-clock-", clock, ".table-", table,
+                      ".safetensors");
+}
+
+std::vector<int64_t> TableCheckpointClocks(const std::string& dir, int server_id,
+                                           const std::string& table) {
+  return ClocksOf(dir, absl::StrCat("server-", server_id, "-clock-"),
+                  absl::StrCat(".table-", table, ".safetensors"));
 }
 
 std::string CheckpointJobPath(const std::string& dir) { return dir + "/job.pbtxt"; }

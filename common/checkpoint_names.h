@@ -12,6 +12,13 @@ namespace pstrain {
 
 // DIR/server-<id>-clock-<clock>.safetensors
 std::string CheckpointPath(const std::string& dir, int server_id, int64_t clock);
+// DIR/server-<id>-clock-<clock>.table-<table>.safetensors: server
+// `server_id`'s part of sparse table `table` (server/table_checkpoint.h).
+std::string TableCheckpointPath(const std::string& dir, int server_id, int64_t clock,
+                                const std::string& table);
+// The clocks of server `server_id`'s complete files of `table`, ascending.
+std::vector<int64_t> TableCheckpointClocks(const std::string& dir, int server_id,
+                                           const std::string& table);
 // DIR/job.pbtxt: the job the checkpoints are of, complete (its spec,
 // overrides and defaults), as the scheduler wrote it when the job started.
 std::string CheckpointJobPath(const std::string& dir);

@@ -222,9 +222,12 @@ absl::StatusOr<CheckpointFile::Tensor> ParseTensor(const std::string& path, cons
   }
   const auto& t = value.struct_value().fields();
   auto dtype = t.find("dtype"), shape = t.find("shape"), offsets = t.find("data_offsets");
-  if (dtype == t.end() || dtype->second.string_value() != "F32") {
-    return Bad(path, absl::StrCat("tensor ", name, " is not F32"));
+  if (dtype == t.end() ||
+      (dtype->second.string_value() != "F32" && dtype->second.string_value() != "I64")) {
+    return Bad(path, absl::StrCat("tensor ", name, " is not F32 or I64"));
   }
+  const bool ids = dtype->second.string_value() == "I64";
+  const int64_t size = ids ? 8 : 4;
   int64_t numel = 1, begin = 0, end = 0;
   if (shape == t.end() || shape->second.kind_case() != google::protobuf::Value::kListValue) {
     return Bad(path, absl::StrCat("tensor ", name, " has no shape"));
@@ -240,10 +243,10 @@ absl::StatusOr<CheckpointFile::Tensor> ParseTensor(const std::string& path, cons
       offsets->second.list_value().values_size() != 2 ||
       !WholeNumber(offsets->second.list_value().values(0), &begin) ||
       !WholeNumber(offsets->second.list_value().values(1), &end) || begin > end ||
-      end > data_bytes || end - begin != numel * 4) {
+      end > data_bytes || end - begin != numel * size) {
     return Bad(path, absl::StrCat("tensor ", name, " has bad data_offsets"));
   }
-  return CheckpointFile::Tensor{data_start + begin, numel};
+  return CheckpointFile::Tensor{data_start + begin, numel, ids};
 }
 
 absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
@@ -295,6 +298,9 @@ absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
   auto opt = m.fields().find("optimizer");
   if (opt != m.fields().end()) f.optimizer_ = opt->second.string_value();
   for (const auto& [key, value] : m.fields()) {
+    if (value.kind_case() == google::protobuf::Value::kStringValue) {
+      f.metadata_[key] = value.string_value();
+    }
     int64_t steps;
     if (key.rfind("steps/", 0) == 0 && MetadataNumber(m, key, &steps)) {
       f.steps_[key.substr(6)] = steps;
@@ -310,14 +316,52 @@ absl::StatusOr<int64_t> CheckpointFile::Steps(const std::string& name) const {
 }
 
 absl::Status CheckpointFile::Read(const std::string& name, float* out, int64_t n) const {
+  return ReadRaw(name, false, out, 0, n, false);
+}
+
+absl::Status CheckpointFile::ReadPart(const std::string& name, int64_t first, float* out,
+                                      int64_t n) const {
+  return ReadRaw(name, false, out, first, n, true);
+}
+
+absl::Status CheckpointFile::ReadIds(const std::string& name, uint64_t* out, int64_t n) const {
+  return ReadRaw(name, true, out, 0, n, false);
+}
+
+absl::StatusOr<int64_t> CheckpointFile::Count(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return Bad(path_, absl::StrCat("no tensor ", name));
-  if (it->second.floats != n) {
+  return it->second.floats;
+}
+
+absl::StatusOr<int64_t> CheckpointFile::Number(const std::string& key) const {
+  auto it = metadata_.find(key);
+  int64_t v;
+  if (it == metadata_.end() || !absl::SimpleAtoi(it->second, &v)) {
+    return Bad(path_, absl::StrCat("__metadata__ has no number ", key));
+  }
+  return v;
+}
+
+std::string CheckpointFile::Text(const std::string& key) const {
+  auto it = metadata_.find(key);
+  return it == metadata_.end() ? "" : it->second;
+}
+
+absl::Status CheckpointFile::ReadRaw(const std::string& name, bool dtype_ids, void* out,
+                                     int64_t first, int64_t n, bool part) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Bad(path_, absl::StrCat("no tensor ", name));
+  if (it->second.ids != dtype_ids) {
+    return Bad(path_, absl::StrCat("tensor ", name, " is not ", dtype_ids ? "I64" : "F32"));
+  }
+  if (part ? first < 0 || n < 0 || first > it->second.floats - n : it->second.floats != n) {
     return Bad(path_, absl::StrCat("tensor ", name, " has ", it->second.floats,
                                    " values; this job's has ", n));
   }
-  char* p = reinterpret_cast<char*>(out);
-  int64_t at = it->second.begin, left = n * 4;
+  const int64_t size = dtype_ids ? 8 : 4;
+  char* p = static_cast<char*>(out);
+  int64_t at = it->second.begin + first * size, left = n * size;
   while (left > 0) {
     const ssize_t got = pread(*fd_, p, static_cast<size_t>(left), at);
     if (got < 0 && errno == EINTR) continue;

@@ -82,8 +82,8 @@ class CheckpointWriter {
 };
 
 // A checkpoint file opened for reading, its header parsed and checked
-// (every tensor F32 with a byte range inside the file that matches its
-// shape). Any malformed file gives INVALID_ARGUMENT naming it.
+// (every tensor F32 or I64 with a byte range inside the file that matches
+// its shape). Any malformed file gives INVALID_ARGUMENT naming it.
 class CheckpointFile {
  public:
   static absl::StatusOr<CheckpointFile> Open(const std::string& path);
@@ -96,11 +96,23 @@ class CheckpointFile {
   absl::StatusOr<int64_t> Steps(const std::string& name) const;
   // Reads tensor `name`, which must hold exactly `n` floats, into `out`.
   absl::Status Read(const std::string& name, float* out, int64_t n) const;
+  // Reads I64 tensor `name`, which must hold exactly `n` values, into `out`
+  // (their bits: ids as uint64).
+  absl::Status ReadIds(const std::string& name, uint64_t* out, int64_t n) const;
+  // Reads values [first, first + n) of F32 tensor `name` into `out`.
+  absl::Status ReadPart(const std::string& name, int64_t first, float* out, int64_t n) const;
+  // The number of values tensor `name` holds.
+  absl::StatusOr<int64_t> Count(const std::string& name) const;
+  // A whole number of __metadata__ (a string of digits there).
+  absl::StatusOr<int64_t> Number(const std::string& key) const;
+  // A string of __metadata__ ("" when absent).
+  std::string Text(const std::string& key) const;
 
   // Where a tensor's data lies in the file.
   struct Tensor {
     int64_t begin = 0;  // byte offsets from the file's start
-    int64_t floats = 0;
+    int64_t floats = 0;  // values (floats or I64s)
+    bool ids = false;    // I64
   };
 
  private:
@@ -110,7 +122,12 @@ class CheckpointFile {
   int server_ = 0;
   std::string optimizer_;
   std::map<std::string, int64_t> steps_;
+  std::map<std::string, std::string> metadata_;
   std::map<std::string, Tensor> tensors_;
+  // Reads tensor `name` of n values of `dtype_ids` kind into out.
+  // (all of it unless `part`).
+  absl::Status ReadRaw(const std::string& name, bool dtype_ids, void* out, int64_t first,
+                       int64_t n, bool part) const;
 };
 
 }  // namespace pstrain

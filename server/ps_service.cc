@@ -126,6 +126,10 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req,
   push.grad_norm = h.grad_norm;
   push.generation = h.generation;
   push.checkpoint_clock = h.checkpoint_clock;
+  if (h.checkpoint_clock > 0) {
+    absl::MutexLock lock(&mu_);
+    if (tables_ != nullptr) tables_->AskCheckpoint(h.checkpoint_clock);
+  }
   push.apply_at_once = h.apply_at_once;
   push.seed = h.seed;
   push.wire_dtype = DTypeName(h.dtype);
@@ -823,7 +827,8 @@ MemberStatus PsService::GetStatus() const {
   }
   if (s != nullptr) {
     st.set_generation(s->generation());
-    st.set_checkpoint_clock(s->checkpoint_clock());
+    st.set_checkpoint_clock(tables != nullptr ? tables->CheckpointClock(s->checkpoint_clock())
+                                              : s->checkpoint_clock());
     const ChunkMemoryStats m = s->memory_stats();
     if (m.offloaded) {
       st.set_offload_resident_bytes(m.resident_bytes);

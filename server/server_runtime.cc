@@ -83,8 +83,8 @@ class StoreActions : public ServerActions {
       if (!opened.ok()) return opened.status();
       file = std::move(*opened);
     }
-    const absl::Status st = store_->Restore(generation, clock, file ? &*file : nullptr);
-    if (st.ok()) tables_->Restore(clock);  // clocks only: rows are not checkpointed yet
+    absl::Status st = store_->Restore(generation, clock, file ? &*file : nullptr);
+    if (st.ok()) st = tables_->Restore(clock);
     if (st.ok()) {
       spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
     }
@@ -93,6 +93,7 @@ class StoreActions : public ServerActions {
   void CancelParked(const absl::Status& why) override { service_->CancelParked(ToGrpc(why)); }
   void Prune(int64_t clock) override {
     if (checkpoint_ != nullptr) checkpoint_->Prune(clock);
+    tables_->Prune(clock);
   }
 
  private:
@@ -186,6 +187,9 @@ int Server::Run(const RegisterResponse& reg) {
   if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
   if (const absl::Status st = Build(); !st.ok()) return Fail(st);
   tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir);
+  if (job_.checkpoint_every() > 0) {
+    tables_->SetCheckpointing(job_.checkpoint_dir(), job_.checkpoint_every());
+  }
   StoreActions actions(job_, id_, store_.get(), tables_.get(), service_, checkpoint_.get());
   if (reg.generation() > 0 || reg.start_clock() > 0) {
     if (const absl::Status st = actions.Restore(reg.generation(), reg.start_clock()); !st.ok()) {

@@ -1,12 +1,16 @@
 #include "server/sparse_tables.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "common/checkpoint_names.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "server/table_checkpoint.h"
 
 namespace pstrain {
 
@@ -201,7 +205,7 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
       } else {
         st = table.rows.Push(ids, grads);  // checked above: fails only on the spill file
         table.clocks.Applied(worker, clock);
-        table.rows.Advance(table.clocks.MinApplied());
+        Advanced(table);
       }
     }
   }
@@ -247,7 +251,74 @@ void SparseTables::CloseRound(Table& table) {
   }
   table.clocks.NextRound();
   table.round = Round();
-  table.rows.Advance(table.clocks.MinApplied());
+  Advanced(table);
+}
+
+void SparseTables::Advanced(Table& table) {
+  const int64_t clock = table.clocks.MinApplied();
+  table.rows.Advance(clock);
+  if (checkpoint_every_ <= 0 || clock == 0 || table.checkpoints.count(clock) > 0) return;
+  if (clock % checkpoint_every_ != 0 && clock != table.checkpoint_asked) return;
+  const std::string& name = table.rows.config().name;
+  const absl::Status st = WriteTableCheckpoint(
+      TableCheckpointPath(checkpoint_dir_, server_, clock, name), server_, clock, table.rows);
+  if (st.ok()) {
+    table.checkpoints.insert(clock);
+  } else if (!checkpoint_error_logged_.exchange(true)) {
+    spdlog::error("table {}: checkpoint of clock {} failed (logged once): {}", name, clock,
+                  std::string(st.message()));
+  }
+}
+
+void SparseTables::SetCheckpointing(const std::string& dir, int64_t every) {
+  checkpoint_dir_ = dir;
+  checkpoint_every_ = every;
+}
+
+void SparseTables::AskCheckpoint(int64_t clock) {
+  if (clock <= asked_.load(std::memory_order_relaxed)) return;  // the usual case
+  asked_.store(clock, std::memory_order_relaxed);
+  for (auto& [name, table] : tables_) {
+    absl::MutexLock lock(&table->mu);
+    table->checkpoint_asked = std::max(table->checkpoint_asked, clock);
+  }
+}
+
+int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
+  if (tables_.empty() || checkpoint_every_ <= 0) return dense_clock;
+  std::set<int64_t> common;
+  bool first = true;
+  for (const auto& [name, table] : tables_) {
+    absl::MutexLock lock(&table->mu);
+    if (first) {
+      common = table->checkpoints;
+      first = false;
+      continue;
+    }
+    std::set<int64_t> both;
+    for (int64_t c : table->checkpoints) {
+      if (common.count(c) > 0) both.insert(c);
+    }
+    common = std::move(both);
+  }
+  for (auto it = common.rbegin(); it != common.rend(); ++it) {
+    if (*it <= dense_clock &&
+        std::filesystem::exists(CheckpointPath(checkpoint_dir_, server_, *it))) {
+      return *it;
+    }
+  }
+  return 0;
+}
+
+void SparseTables::Prune(int64_t clock) {
+  for (auto& [name, table] : tables_) {
+    absl::MutexLock lock(&table->mu);
+    for (int64_t c : TableCheckpointClocks(checkpoint_dir_, server_, name)) {
+      if (c >= clock) continue;
+      std::remove(TableCheckpointPath(checkpoint_dir_, server_, c, name).c_str());
+      table->checkpoints.erase(c);
+    }
+  }
 }
 
 void SparseTables::RemoveWorker(int worker) {
@@ -256,17 +327,30 @@ void SparseTables::RemoveWorker(int worker) {
     absl::MutexLock lock(&table->mu);
     if (!table->clocks.Remove(worker)) continue;
     if (consistency_ == BSP && table->clocks.RoundComplete()) CloseRound(*table);
-    table->rows.Advance(table->clocks.MinApplied());
+    Advanced(*table);
   }
 }
 
-void SparseTables::Restore(int64_t clock) {
+absl::Status SparseTables::Restore(int64_t clock) {
   for (auto& [name, table] : tables_) {
     absl::MutexLock lock(&table->mu);
     table->clocks.Restore(clock);
     table->round = Round();
+    if (clock > 0) {
+      RETURN_IF_ERROR(ReadTableCheckpoint(
+          TableCheckpointPath(checkpoint_dir_, server_, clock, name), &table->rows));
+    } else {
+      table->rows.Reset(0, 0);
+    }
     table->rows.Advance(clock);
+    table->checkpoints.clear();
+    if (clock > 0) table->checkpoints.insert(clock);
+    if (checkpoint_dir_.empty()) continue;
+    for (int64_t c : TableCheckpointClocks(checkpoint_dir_, server_, name)) {
+      if (c > clock) std::remove(TableCheckpointPath(checkpoint_dir_, server_, c, name).c_str());
+    }
   }
+  return absl::OkStatus();
 }
 
 std::vector<TableStatus> SparseTables::Status() const {

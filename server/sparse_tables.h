@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,9 +84,23 @@ class SparseTables {
   // The worker was declared dead: it is left out of every table's rounds
   // (closing those it alone held open) and read guarantees.
   void RemoveWorker(int worker);
+  // Checkpoints: each table writes its rows into `dir`
+  // (server/table_checkpoint.h) when its clock reaches a multiple of
+  // `every`, or a clock AskCheckpoint named. Call before the job starts.
+  void SetCheckpointing(const std::string& dir, int64_t every);
+  // A checkpoint of `clock` was asked for (psctl checkpoint).
+  void AskCheckpoint(int64_t clock);
+  // The newest clock at or below `dense_clock` (the chunks' newest
+  // checkpoint) whose files this server has for the chunks and every
+  // table: what the server reports complete. `dense_clock` without tables.
+  int64_t CheckpointClock(int64_t dense_clock) const;
   // A rollback to `clock`: every table's clocks are there, its open round
-  // dropped. The rows are not rolled back (tables are not in checkpoints).
-  void Restore(int64_t clock);
+  // dropped, and its rows those of its checkpoint of `clock` (0: no row);
+  // its files of later clocks are deleted. INVALID_ARGUMENT or NOT_FOUND
+  // when a table's file is malformed or missing.
+  absl::Status Restore(int64_t clock);
+  // Deletes the tables' files of clocks before `clock`.
+  void Prune(int64_t clock);
 
   // Per table, in the job's order.
   std::vector<TableStatus> Status() const;
@@ -120,6 +135,8 @@ class SparseTables {
     SparseTable rows ABSL_GUARDED_BY(mu);
     ChunkClocks clocks ABSL_GUARDED_BY(mu);  // every worker takes part
     Round round ABSL_GUARDED_BY(mu);         // BSP only
+    int64_t checkpoint_asked ABSL_GUARDED_BY(mu) = 0;
+    std::set<int64_t> checkpoints ABSL_GUARDED_BY(mu);  // clocks of its files
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
     int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
@@ -142,6 +159,8 @@ class SparseTables {
                absl::Span<const float> grads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // BSP: applies the complete round as one update, opens the next.
   void CloseRound(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // The table's clock moved: expiry, and its checkpoint when one is due.
+  void Advanced(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
 
   const int server_;
   const int servers_;
@@ -150,6 +169,10 @@ class SparseTables {
   std::vector<std::string> order_;  // the job's
   std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_;
   std::atomic<int64_t> refused_{0};
+  std::string checkpoint_dir_;
+  int64_t checkpoint_every_ = 0;  // 0: no checkpoints
+  std::atomic<int64_t> asked_{0};  // the newest AskCheckpoint
+  std::atomic<bool> checkpoint_error_logged_{false};
 };
 
 }  // namespace pstrain

@@ -1,0 +1,29 @@
+// A sparse table's part on one server in a checkpoint: one safetensors
+// file a table and clock (common/checkpoint_names.h's TableCheckpointPath)
+// holding "ids" (I64 [n]: the ids' bits, so ids of 2^63 and above read as
+// negative int64) and "rows" (F32 [n, width + state]: each row's weights,
+// then its optimizer state), in the same order; "__metadata__" holds the
+// clock, the server, the table's name, width and update count (the
+// optimizer's t). Written as PATH.tmp, fsynced and renamed.
+#ifndef PSTRAIN_SERVER_TABLE_CHECKPOINT_H_
+#define PSTRAIN_SERVER_TABLE_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/sparse_table.h"
+
+namespace pstrain {
+
+// Writes every row of `table` (in memory or spilled) as of `clock`.
+absl::Status WriteTableCheckpoint(const std::string& path, int server, int64_t clock,
+                                  SparseTable& table);
+// Replaces `table`'s rows, update count and clock with the file's.
+// INVALID_ARGUMENT (nothing changed) when the file is malformed or of
+// another table, width or optimizer; NOT_FOUND when it does not exist.
+absl::Status ReadTableCheckpoint(const std::string& path, SparseTable* table);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_TABLE_CHECKPOINT_H_
