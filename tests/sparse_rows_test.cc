@@ -6,6 +6,10 @@
 // only its ids, and every bad request is refused with its status, counted
 // in the server's Status, with nothing made or applied.
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -19,7 +23,11 @@
 #include "common/rpc.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
+#include "common/checkpoint_names.h"
+#include "scheduler/manifest.h"
 #include "server/sparse_table.h"
+#include "server/table_checkpoint.h"
+#include "tools/export.h"
 #include "server/sparse_tables.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
@@ -455,6 +463,76 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
   EXPECT_EQ(dropped, 3);  // a and b at clock 0, c at 3
   EXPECT_EQ(reference.rows().created, created);
   EXPECT_EQ(reference.rows().dropped, dropped);
+}
+
+// Checkpoints of a table through the real daemons: every 2 clocks, each
+// server writes its part; once both servers' parts and the chunks' files of
+// clock 4 are in, the scheduler's manifest names clock 4; each server's
+// file holds bit for bit the rows one in-process table holds after those
+// 4 updates, and
+// `psctl export`'s code writes every row of the table as "words.ids" and
+// "words.weight".
+TEST_F(SparseRowsTest, CheckpointsHoldEveryRowAndExportWritesThem) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sparse_checkpoints");
+  std::filesystem::remove_all(dir);
+  ASSERT_NO_FATAL_FAILURE(StartJob(
+      1, absl::StrCat("checkpoint_every: 2\ncheckpoint_dir: \"", dir, "\"\n", kTable).c_str()));
+  const JobSpec job = TheJob(job_text_);
+  RowClient client(job, servers_, 0, absl::Minutes(2));
+  TableConfig config{"words", 8, job.tables(0).init_scale(), job.seed(),
+                     RowOptimizerOf(job.tables(0).optimizer())};
+  SparseTable reference(config);
+  std::vector<uint64_t> touched;
+  for (int c = 0; c < 4; ++c) {
+    std::vector<uint64_t> ids;
+    for (uint64_t i = 0; i < 300; ++i) ids.push_back((c * 200 + i * 13) % 100000);
+    touched.insert(touched.end(), ids.begin(), ids.end());
+    std::vector<float> rows, scratch(ids.size() * 8);
+    ASSERT_TRUE(client.Pull("words", c, ids, &rows).ok()) << cluster_.Logs();
+    std::vector<float> grads(ids.size() * 8);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(0.3f * c + 0.01f * i);
+    ASSERT_TRUE(client.Push("words", c, 1, ids, grads).ok());
+    ASSERT_TRUE(reference.Pull(ids, scratch.data()).ok());
+    ASSERT_TRUE(reference.Push(ids, grads).ok());
+  }
+  absl::StatusOr<std::optional<Manifest>> manifest;
+  for (const absl::Time end = absl::Now() + absl::Seconds(60); absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(100))) {
+    manifest = ReadManifest(dir);
+    if (manifest.ok() && manifest->has_value() && (*manifest)->clock >= 4) break;
+  }
+  ASSERT_TRUE(manifest.ok() && manifest->has_value()) << cluster_.Logs();
+  ASSERT_EQ((*manifest)->clock, 4) << "the table reached clock 4, not beyond";
+  int64_t rows = 0;
+  for (int s = 0; s < 2; ++s) {
+    SparseTable part(config);
+    ASSERT_TRUE(ReadTableCheckpoint(TableCheckpointPath(dir, s, 4, "words"), &part).ok());
+    EXPECT_EQ(part.updates(), 4);
+    rows += part.num_rows();
+    for (uint64_t id : touched) {
+      if (ServerOfRow(id, 2) != s) continue;
+      std::vector<float> want(8);
+      ASSERT_TRUE(reference.Pull({id}, want.data()).ok());
+      ASSERT_NE(part.Row(id), nullptr) << id;
+      EXPECT_EQ(std::memcmp(part.Row(id), want.data(), 32), 0) << "row " << id;
+    }
+  }
+  EXPECT_EQ(rows, reference.num_rows());
+  const std::string out = dir + "/export.safetensors";
+  absl::StatusOr<JobSpec> ran = LoadJobSpec(CheckpointJobPath(dir));  // as psctl export
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  ApplyJobDefaults(&*ran);
+  const absl::StatusOr<int64_t> exported = ExportCheckpoint(dir, *ran, out);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(*exported, 4);
+  std::ifstream in(out, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(file.find(absl::StrCat("\"words.ids\":{\"dtype\":\"I64\",\"shape\":[", rows, "]")),
+            std::string::npos);
+  EXPECT_NE(file.find(absl::StrCat("\"words.weight\":{\"dtype\":\"F32\",\"shape\":[", rows,
+                                   ",8]")),
+            std::string::npos);
 }
 
 }  // namespace

@@ -8,8 +8,14 @@ little-endian data, offsets counted from its start.
     state = load_safetensors("model.safetensors")
     model.load_state_dict(state, strict=True)
 
-Only F32 tensors are read and written, in a little-endian machine's byte
-order; no third-party package is needed.
+F32 tensors are read and written, and I64 ones read (a sparse table's
+ids: `psctl export` writes table T as "T.ids" and "T.weight", the rows
+of those ids), in a little-endian machine's byte order; no third-party
+package is needed. A table's rows go into a `torch.nn.EmbeddingBag` by
+index:
+
+    with torch.no_grad():
+        bag.weight[state["words.ids"]] = state["words.weight"]
 """
 
 import ctypes
@@ -21,12 +27,14 @@ import torch
 
 __all__ = ["load_safetensors", "save_safetensors"]
 
+_DTYPES = {"F32": torch.float32, "I64": torch.int64}
 _HEADER_LIMIT = 100 << 20  # a header longer than this is taken for a corrupt file
 
 
 def load_safetensors(path):
-    """{name: float32 CPU tensor} of the safetensors file at path.
-    ValueError naming the cause if it is malformed or holds another dtype."""
+    """{name: CPU tensor} of the safetensors file at path: float32 for F32,
+    int64 for I64 (a sparse table's ids in a `psctl export`). ValueError
+    naming the cause if it is malformed or holds another dtype."""
     with open(path, "rb") as f:
         blob = f.read()
     if len(blob) < 8:
@@ -54,9 +62,11 @@ def load_safetensors(path):
 def _tensor(path, name, entry, data):
     if not isinstance(entry, dict):
         raise ValueError("%s: tensor '%s': its entry is not an object" % (path, name))
-    if entry.get("dtype") != "F32":
-        raise ValueError("%s: tensor '%s' is %s; only F32 is supported"
+    dtype = _DTYPES.get(entry.get("dtype"))
+    if dtype is None:
+        raise ValueError("%s: tensor '%s' is %s; only F32 and I64 are supported"
                          % (path, name, entry.get("dtype")))
+    size = 8 if dtype == torch.int64 else 4
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise ValueError("%s: tensor '%s': shape %r is not a list of sizes"
@@ -67,12 +77,13 @@ def _tensor(path, name, entry, data):
         raise ValueError("%s: tensor '%s': data_offsets %r are not within the %d data bytes"
                          % (path, name, offsets, len(data)))
     begin, end = offsets
-    if end - begin != 4 * math.prod(shape):
-        raise ValueError("%s: tensor '%s': %d bytes for shape %s (F32 needs %d)"
-                         % (path, name, end - begin, shape, 4 * math.prod(shape)))
+    if end - begin != size * math.prod(shape):
+        raise ValueError("%s: tensor '%s': %d bytes for shape %s (%s needs %d)"
+                         % (path, name, end - begin, shape, entry["dtype"],
+                            size * math.prod(shape)))
     if begin == end:
-        return torch.zeros(shape, dtype=torch.float32)
-    return torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32).reshape(shape)
+        return torch.zeros(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data[begin:end]), dtype=dtype).reshape(shape)
 
 
 def save_safetensors(state_dict, path, metadata=None):
