@@ -78,12 +78,20 @@ absl::Status WriteManifest(const std::string& dir, int64_t clock, int num_server
 }
 
 int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& servers,
-                          int64_t at_most) {
+                          int64_t at_most, const std::vector<std::string>& tables) {
   if (servers.empty()) return 0;
   std::set<int64_t> common;
   for (size_t i = 0; i < servers.size(); ++i) {
     const std::vector<int64_t> clocks = CheckpointClocks(dir, servers[i]);
     std::set<int64_t> mine(clocks.begin(), clocks.end());
+    for (const std::string& table : tables) {  // each table's file of the clock too
+      const std::vector<int64_t> have = TableCheckpointClocks(dir, servers[i], table);
+      std::set<int64_t> both;
+      for (int64_t c : have) {
+        if (mine.count(c) > 0) both.insert(c);
+      }
+      mine = std::move(both);
+    }
     if (i == 0) {
       common = mine;
     } else {

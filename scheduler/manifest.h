@@ -38,8 +38,10 @@ absl::Status WriteManifest(const std::string& dir, int64_t clock, int num_server
 absl::Status WriteCheckpointJob(const JobSpec& job);
 
 // The newest clock <= `at_most` of which every server of `servers` has a
-// complete file in `dir`; 0 when none.
-int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& servers, int64_t at_most);
+// complete file in `dir`, and a file of every table of `tables`; 0 when
+// none.
+int64_t NewestCompleteSet(const std::string& dir, const std::vector<int>& servers, int64_t at_most,
+                          const std::vector<std::string>& tables = {});
 
 }  // namespace pstrain
 

@@ -28,6 +28,15 @@ TEST(ManifestTest, NamesACompleteSetAndReadsBack) {
   EXPECT_EQ(NewestCompleteSet(dir, {0, 2}, 15), 10);
   EXPECT_EQ(NewestCompleteSet(dir, {0}, 100), 30);
   EXPECT_EQ(NewestCompleteSet(dir, {0, 1}, 100), 0);
+  // With a table, a set needs each server's file of the table too.
+  Touch(TableCheckpointPath(dir, 0, 10, "words"));
+  Touch(TableCheckpointPath(dir, 2, 10, "words"));
+  Touch(TableCheckpointPath(dir, 0, 20, "words"));
+  Touch(TableCheckpointPath(dir, 2, 20, "words") + ".tmp");  // not complete
+  EXPECT_EQ(NewestCompleteSet(dir, {0, 2}, 100, {"words"}), 10);
+  EXPECT_EQ(NewestCompleteSet(dir, {0}, 100, {"words"}), 20);
+  EXPECT_EQ(NewestCompleteSet(dir, {0}, 100, {"words", "tags"}), 0);
+  EXPECT_EQ(NewestCompleteSet(dir, {0, 2}, 100), 20) << "the table files are not chunks' files";
   ASSERT_TRUE(WriteManifest(dir, 20, 3, {0, 2}).ok());
   absl::StatusOr<std::optional<Manifest>> m = ReadManifest(dir);
   ASSERT_TRUE(m.ok() && m->has_value()) << m.status();

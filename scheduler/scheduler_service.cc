@@ -13,16 +13,22 @@ namespace {
 
 constexpr char kLeaving[] = "the scheduler is leaving; the one that takes the job over answers";
 
+std::vector<std::string> TableNames(const JobSpec& job) {
+  std::vector<std::string> names;
+  for (const TableSpec& t : job.tables()) names.push_back(t.name());
+  return names;
+}
+
 }  // namespace
 
 int64_t DirectoryCatalog::NewestCompleteSet(const std::vector<int>& servers, int64_t at_most) {
-  return pstrain::NewestCompleteSet(dir_, servers, at_most);
+  return pstrain::NewestCompleteSet(dir_, servers, at_most, tables_);
 }
 
 SchedulerService::SchedulerService(const JobSpec& job, TraceWriter* trace, SchedulerPolicy policy)
     : job_(job),
       trace_(trace),
-      catalog_(job.checkpoint_dir()),
+      catalog_(job.checkpoint_dir(), TableNames(job)),
       coordinator_(
           job, policy, &catalog_,
           [this](const TraceEvent& e) {

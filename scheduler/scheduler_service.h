@@ -19,14 +19,17 @@
 
 namespace pstrain {
 
-// The job's checkpoint directory (scheduler/manifest.h).
+// The job's checkpoint directory (scheduler/manifest.h): a set is
+// complete with every server's chunks' file and its file of every table.
 class DirectoryCatalog : public CheckpointCatalog {
  public:
-  explicit DirectoryCatalog(std::string dir) : dir_(std::move(dir)) {}
+  DirectoryCatalog(std::string dir, std::vector<std::string> tables)
+      : dir_(std::move(dir)), tables_(std::move(tables)) {}
   int64_t NewestCompleteSet(const std::vector<int>& servers, int64_t at_most) override;
 
  private:
   const std::string dir_;
+  const std::vector<std::string> tables_;
 };
 
 // Status is a raw method: bytes that are not a StatusRequest get

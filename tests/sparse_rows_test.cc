@@ -5,6 +5,7 @@
 // one in-process SparseTable makes and updates them, each server holds
 // only its ids, and every bad request is refused with its status, counted
 // in the server's Status, with nothing made or applied.
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -85,7 +86,51 @@ class SparseRowsTest : public ::testing::Test {
     for (int id = 0; id < 2; ++id) servers_.push_back(MemberOf(*st, SERVER, id).address());
   }
 
+  // The job of kTable checkpointing every 2 clocks into a fresh directory
+  // under TEST_TMPDIR (checkpoint_dir_).
+  void StartCheckpointingJob() {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    checkpoint_dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sparse_checkpoints");
+    std::filesystem::remove_all(checkpoint_dir_);
+    StartJob(1, absl::StrCat("checkpoint_every: 2\ncheckpoint_dir: \"", checkpoint_dir_, "\"\n",
+                             kTable)
+                    .c_str());
+  }
+
+  // The table trained for 4 clocks as worker 0 (300 ids a clock,
+  // overlapping) and beside it `reference`, until the scheduler's manifest
+  // names clock 4 (the table's clock: the manifest can go no further).
+  void TrainAndCheckpoint(SparseTable* reference, std::vector<uint64_t>* touched) {
+    RowClient client(TheJob(job_text_), servers_, 0, absl::Minutes(2));
+    for (int c = 0; c < 4; ++c) {
+      std::vector<uint64_t> ids;
+      for (uint64_t i = 0; i < 300; ++i) ids.push_back((c * 200 + i * 13) % 100000);
+      touched->insert(touched->end(), ids.begin(), ids.end());
+      std::vector<float> rows, scratch(ids.size() * 8);
+      ASSERT_TRUE(client.Pull("words", c, ids, &rows).ok()) << cluster_.Logs();
+      std::vector<float> grads(ids.size() * 8);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(0.3f * c + 0.01f * i);
+      ASSERT_TRUE(client.Push("words", c, 1, ids, grads).ok());
+      ASSERT_TRUE(reference->Pull(ids, scratch.data()).ok());
+      ASSERT_TRUE(reference->Push(ids, grads).ok());
+    }
+    absl::StatusOr<std::optional<Manifest>> manifest;
+    for (const absl::Time end = absl::Now() + absl::Seconds(60); absl::Now() < end;
+         absl::SleepFor(absl::Milliseconds(100))) {
+      manifest = ReadManifest(checkpoint_dir_);
+      if (manifest.ok() && manifest->has_value() && (*manifest)->clock >= 4) break;
+    }
+    ASSERT_TRUE(manifest.ok() && manifest->has_value()) << cluster_.Logs();
+    ASSERT_EQ((*manifest)->clock, 4) << "the table reached clock 4, not beyond";
+  }
+
+  static TableConfig ReferenceConfig(const JobSpec& job) {
+    return TableConfig{"words", 8, job.tables(0).init_scale(), job.seed(),
+                       RowOptimizerOf(job.tables(0).optimizer())};
+  }
+
   Cluster cluster_{"sparse_rows"};
+  std::string checkpoint_dir_;
   std::string job_text_;
   std::vector<std::string> servers_;  // by id
 };
@@ -473,37 +518,13 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
 // `psctl export`'s code writes every row of the table as "words.ids" and
 // "words.weight".
 TEST_F(SparseRowsTest, CheckpointsHoldEveryRowAndExportWritesThem) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sparse_checkpoints");
-  std::filesystem::remove_all(dir);
-  ASSERT_NO_FATAL_FAILURE(StartJob(
-      1, absl::StrCat("checkpoint_every: 2\ncheckpoint_dir: \"", dir, "\"\n", kTable).c_str()));
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointingJob());
   const JobSpec job = TheJob(job_text_);
-  RowClient client(job, servers_, 0, absl::Minutes(2));
-  TableConfig config{"words", 8, job.tables(0).init_scale(), job.seed(),
-                     RowOptimizerOf(job.tables(0).optimizer())};
+  const TableConfig config = ReferenceConfig(job);
   SparseTable reference(config);
   std::vector<uint64_t> touched;
-  for (int c = 0; c < 4; ++c) {
-    std::vector<uint64_t> ids;
-    for (uint64_t i = 0; i < 300; ++i) ids.push_back((c * 200 + i * 13) % 100000);
-    touched.insert(touched.end(), ids.begin(), ids.end());
-    std::vector<float> rows, scratch(ids.size() * 8);
-    ASSERT_TRUE(client.Pull("words", c, ids, &rows).ok()) << cluster_.Logs();
-    std::vector<float> grads(ids.size() * 8);
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(0.3f * c + 0.01f * i);
-    ASSERT_TRUE(client.Push("words", c, 1, ids, grads).ok());
-    ASSERT_TRUE(reference.Pull(ids, scratch.data()).ok());
-    ASSERT_TRUE(reference.Push(ids, grads).ok());
-  }
-  absl::StatusOr<std::optional<Manifest>> manifest;
-  for (const absl::Time end = absl::Now() + absl::Seconds(60); absl::Now() < end;
-       absl::SleepFor(absl::Milliseconds(100))) {
-    manifest = ReadManifest(dir);
-    if (manifest.ok() && manifest->has_value() && (*manifest)->clock >= 4) break;
-  }
-  ASSERT_TRUE(manifest.ok() && manifest->has_value()) << cluster_.Logs();
-  ASSERT_EQ((*manifest)->clock, 4) << "the table reached clock 4, not beyond";
+  ASSERT_NO_FATAL_FAILURE(TrainAndCheckpoint(&reference, &touched));
+  const std::string& dir = checkpoint_dir_;
   int64_t rows = 0;
   for (int s = 0; s < 2; ++s) {
     SparseTable part(config);
@@ -533,6 +554,53 @@ TEST_F(SparseRowsTest, CheckpointsHoldEveryRowAndExportWritesThem) {
   EXPECT_NE(file.find(absl::StrCat("\"words.weight\":{\"dtype\":\"F32\",\"shape\":[", rows,
                                    ",8]")),
             std::string::npos);
+}
+
+
+// A server killed with SIGKILL once a checkpoint of the table is complete
+// and replaced (--id=1): the cluster rolls back to that checkpoint, and
+// every row comes back from the two servers bit for bit as one in-process
+// table holds it after the checkpoint's 4 updates -- none lost, the
+// replacement's rows read from its file, the survivor's restored too.
+TEST_F(SparseRowsTest, AServerKilledLosesNoRowOfTheCompleteCheckpoint) {
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointingJob());
+  const JobSpec job = TheJob(job_text_);
+  SparseTable reference(ReferenceConfig(job));
+  std::vector<uint64_t> touched;
+  ASSERT_NO_FATAL_FAILURE(TrainAndCheckpoint(&reference, &touched));
+  const int victim = cluster_.ServerProcess(1);
+  ASSERT_GE(victim, 0) << cluster_.Logs();
+  cluster_.servers()[victim].Kill(SIGKILL);
+  ASSERT_TRUE(cluster_.AddServer({"--id=1"}).ok());
+  Rollback rollback;
+  ASSERT_TRUE(WaitForStatus(
+      cluster_.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        if (st.rollbacks_size() > 0) rollback = st.rollbacks(0);
+        return rollback.done_unix_ms() != 0;
+      },
+      absl::Seconds(60)))
+      << cluster_.Logs();
+  EXPECT_EQ(rollback.to_clock(), 4) << "the newest set with the table's files";
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster_.scheduler_address());
+  ASSERT_TRUE(st.ok());
+  const std::vector<std::string> now = {MemberOf(*st, SERVER, 0).address(),
+                                        MemberOf(*st, SERVER, 1).address()};
+  ASSERT_NE(now[1], servers_[1]) << "server 1 is the replacement";
+  RowClient client(job, now, 0, absl::Minutes(2));
+  std::vector<float> rows, expected(touched.size() * 8);
+  ASSERT_TRUE(client.Pull("words", 4, touched, &rows).ok()) << cluster_.Logs();
+  ASSERT_TRUE(reference.Pull(touched, expected.data()).ok());
+  ASSERT_EQ(rows.size(), expected.size());
+  EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
+  int64_t held = 0;
+  for (int s = 0; s < 2; ++s) {
+    const TableStatus t = ServerStatus(now[s]).tables(0);
+    held += t.rows();
+    EXPECT_EQ(t.updates(), 4) << "server " << s;
+    EXPECT_EQ(t.clock(), 4) << "server " << s;
+  }
+  EXPECT_EQ(held, reference.num_rows());
 }
 
 }  // namespace
