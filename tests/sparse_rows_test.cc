@@ -486,8 +486,12 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
     ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
     ASSERT_EQ(rows.size(), expected.size());
     EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0) << "clock " << clock;
-    if (clock == 2) EXPECT_NE(rows[0], 0.0f) << "a has its row";
-    if (clock == 8) EXPECT_EQ(rows[0], 0.0f) << "a expired: not admitted again until an update";
+    if (clock == 2) {
+      EXPECT_NE(rows[0], 0.0f) << "a has its row";
+    }
+    if (clock == 8) {
+      EXPECT_EQ(rows[0], 0.0f) << "a expired: not admitted again until an update";
+    }
     std::vector<float> grads(ids.size() * 8);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::cos(clock + 0.1f * i);
     ASSERT_TRUE(client.Push("words", clock, 1, ids, grads).ok());
