@@ -248,8 +248,8 @@ int Main() {
       "  ],\n  \"note\": \"rows per second each way (a pull and a push of every id count 2); "
       "served: through the servers over gRPC on loopback (worker/row_client.h), in process: "
       "the same servers' SparseTables called directly; ratios are medians of paired rounds; "
-      "the requests carry the ids and rows as protobuf fields (copied once each way); dense: "
-      "the pool's rows as one dense parameter pushed and pulled whole each clock over gRPC "
+      "the rows travel in slices of their own, never copied through protobuf strings "
+      "(common/row_wire.h); dense: the pool's rows as one dense parameter pushed and pulled whole each clock over gRPC "
       "(shared memory off, as for rows); bytes per clock count both ways\"\n}\n");
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 #include "common/process_stats.h"
 #include "common/rpc.h"
+#include "common/row_wire.h"
 #include "common/shm.h"
 #include "common/tensor_wire.h"
 
@@ -266,42 +267,73 @@ grpc::Status PsService::CheckPullRows(SparseTables& tables, const grpc::ByteBuff
 
 grpc::Status PsService::FillPullRows(SparseTables& tables, const PullRowsRequest& req,
                                      grpc::ByteBuffer* resp) {
-  std::vector<float> rows;
-  const absl::Status st = tables.Pull(req.worker_id(), req.table(), req.ids(), &rows);
+  // The rows go out in the slice they were pulled into (fp32), or encoded
+  // once into 16-bit values.
+  auto rows = std::make_unique<std::vector<float>>();
+  const absl::Status st = tables.Pull(req.worker_id(), req.table(), req.ids(), rows.get());
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
-  PullRowsResponse reply;
-  std::string* bytes = reply.mutable_rows();
-  bytes->resize(rows.size() * DTypeSize(req.dtype()));
-  EncodeFloats(req.dtype(), rows.data(), static_cast<int64_t>(rows.size()), bytes->data());
-  bytes_out_ += static_cast<int64_t>(bytes->size());
-  *resp = SerializeSmall(reply);
+  const int64_t values = static_cast<int64_t>(rows->size());
+  const int64_t wire = values * static_cast<int64_t>(DTypeSize(req.dtype()));
+  grpc::Slice payload;
+  if (req.dtype() == FP32) {
+    payload = SliceOf(std::move(rows));
+  } else {
+    payload = grpc::Slice(static_cast<size_t>(wire));
+    EncodeFloats(req.dtype(), rows->data(), values,
+                 reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin())));
+  }
+  bytes_out_ += wire;
+  *resp = WithPayload(PullRowsResponse(), PullRowsResponse::kRowsFieldNumber, std::move(payload));
   return grpc::Status::OK;
 }
 
 grpc::Status PsService::DoPushRows(SparseTables& tables, const grpc::ByteBuffer& raw,
                                    grpc::ByteBuffer* resp) {
+  // The gradients' bytes go straight into `grads` (their dtype may come
+  // after them on the wire: 16-bit values are decoded once it is known).
   PushRowsRequest req;
-  if (!ParseSmall(raw, &req) || !DType_IsValid(req.dtype())) {
+  std::vector<float> grads;
+  size_t wire = 0;
+  absl::Status read = ReadWithPayload(
+      raw, &req, PushRowsRequest::kGradsFieldNumber,
+      [&](size_t bytes, const ReadPayload& read_payload) -> absl::Status {
+        if (bytes > static_cast<size_t>(kMaxRowBytesPerRequest)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "push rows: ", bytes, " bytes of gradients are over ", kMaxRowBytesPerRequest));
+        }
+        wire = bytes;
+        grads.resize((bytes + 3) / 4);
+        if (!read_payload(grads.data(), bytes)) {
+          return absl::InvalidArgumentError("malformed message: the gradients are cut short");
+        }
+        return absl::OkStatus();
+      });
+  if (read.ok() && !DType_IsValid(req.dtype())) read = absl::InvalidArgumentError("unknown dtype");
+  if (!read.ok()) {
     tables.CountRefused();
-    return Invalid("push rows: malformed request (or an unknown dtype)");
+    return Invalid(absl::StrCat("push rows: malformed request: ", read.message()));
   }
   const size_t width = DTypeSize(req.dtype());
-  if (req.grads().size() / width * sizeof(float) > static_cast<size_t>(kMaxRowBytesPerRequest)) {
+  if (wire / width * sizeof(float) > static_cast<size_t>(kMaxRowBytesPerRequest)) {
     tables.CountRefused();
-    return Invalid(absl::StrCat("push rows: ", req.grads().size() / width,
-                                " gradient values are over ", kMaxRowBytesPerRequest, " bytes"));
+    return Invalid(absl::StrCat("push rows: ", wire / width, " gradient values are over ",
+                                kMaxRowBytesPerRequest, " bytes"));
   }
-  if (req.grads().size() % width != 0) {
+  if (wire % width != 0) {
     tables.CountRefused();
-    return Invalid(absl::StrCat("push rows: ", req.grads().size(), " bytes of gradients are not ",
+    return Invalid(absl::StrCat("push rows: ", wire, " bytes of gradients are not ",
                                 "whole values of ", width, " bytes"));
   }
-  std::vector<float> grads(req.grads().size() / width);
-  DecodeFloats(req.dtype(), req.grads().data(), static_cast<int64_t>(grads.size()), grads.data());
+  if (req.dtype() != FP32) {
+    std::vector<float> decoded(wire / width);
+    DecodeFloats(req.dtype(), reinterpret_cast<const char*>(grads.data()),
+                 static_cast<int64_t>(decoded.size()), decoded.data());
+    grads = std::move(decoded);
+  }
   const absl::Status st = tables.Push(req.worker_id(), req.table(), req.clock(),
                                       req.num_samples(), req.ids(), grads);
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("push rows: ", st.message())));
-  bytes_in_ += static_cast<int64_t>(req.grads().size());
+  bytes_in_ += static_cast<int64_t>(wire);
   *resp = SerializeSmall(PushRowsResponse());
   return grpc::Status::OK;
 }

@@ -5,34 +5,45 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/row_wire.h"
 #include "common/rpc.h"
+#include "common/tensor_wire.h"
+#include "proto/ps.pb.h"
 #include "common/status_macros.h"
 #include "server/sparse_table.h"
 
 namespace pstrain {
+
+namespace {
+
+constexpr char kPullRows[] = "/pstrain.ParameterServer/PullRows";
+constexpr char kPushRows[] = "/pstrain.ParameterServer/PushRows";
+
+}  // namespace
 
 RowClient::RowClient(const JobSpec& job, const std::vector<std::string>& servers,
                      int worker_id, absl::Duration timeout)
     : job_(job), worker_id_(worker_id), timeout_(timeout) {
   for (const TableSpec& t : job.tables()) widths_[t.name()] = t.width();
   for (const std::string& address : servers) {
-    stubs_.push_back(ParameterServer::NewStub(MakeBulkChannel(address)));
+    stubs_.push_back(std::make_unique<grpc::GenericStub>(MakeBulkChannel(address)));
   }
 }
 
-template <typename Request, typename Reply>
-absl::Status RowClient::CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
-                                AsyncCall<Request, Reply> call, bool empty_too) {
+absl::Status RowClient::CallAll(const char* method, const std::vector<grpc::ByteBuffer>& requests,
+                                const std::vector<bool>& sent,
+                                std::vector<grpc::ByteBuffer>* replies) {
   grpc::CompletionQueue cq;
   const size_t n = requests.size();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
-  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Reply>>> readers(n);
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers(n);
   std::vector<grpc::Status> statuses(n);
   int running = 0;
   for (size_t s = 0; s < n; ++s) {
-    if (requests[s].ids_size() == 0 && !empty_too) continue;
+    if (!sent[s]) continue;
     contexts[s] = ContextWithTimeout(timeout_);
-    readers[s] = (stubs_[s].get()->*call)(contexts[s].get(), requests[s], &cq);
+    readers[s] = stubs_[s]->PrepareUnaryCall(contexts[s].get(), method, requests[s], &cq);
+    readers[s]->StartCall();
     readers[s]->Finish(&(*replies)[s], &statuses[s], reinterpret_cast<void*>(s));
     ++running;
   }
@@ -61,44 +72,59 @@ absl::Status RowClient::Pull(const std::string& table, int64_t clock,
   absl::StatusOr<int> width = Width(table);
   if (!width.ok()) return width.status();
   const int servers = static_cast<int>(stubs_.size());
-  // Each server's distinct ids, and where each of the caller's ids is found:
-  // (server, row in that server's reply).
+  // Each server's distinct ids and where its reply's rows go (the first
+  // place each id has in `ids`); a repeated id is copied from its first.
   std::vector<PullRowsRequest> requests(servers);
-  std::vector<std::pair<int, int64_t>> where(ids.size());
-  absl::flat_hash_map<uint64_t, std::pair<int, int64_t>> seen;
+  std::vector<std::vector<size_t>> places(servers);
+  std::vector<size_t> first(ids.size());
+  absl::flat_hash_map<uint64_t, size_t> seen;
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto [it, fresh] = seen.try_emplace(ids[i]);
-    if (fresh) {
-      const int s = ServerOfRow(ids[i], servers);
-      it->second = {s, requests[s].ids_size()};
-      requests[s].add_ids(ids[i]);
-    }
-    where[i] = it->second;
+    auto [it, fresh] = seen.try_emplace(ids[i], i);
+    first[i] = it->second;
+    if (!fresh) continue;
+    const int s = ServerOfRow(ids[i], servers);
+    requests[s].add_ids(ids[i]);
+    places[s].push_back(i);
   }
-  std::vector<PullRowsResponse> replies(servers);
   const int64_t min_clock = TableMinClockForRead(job_, clock);
-  for (PullRowsRequest& req : requests) {
+  std::vector<grpc::ByteBuffer> wire(servers), replies(servers);
+  std::vector<bool> sent(servers);
+  for (int s = 0; s < servers; ++s) {
+    PullRowsRequest& req = requests[s];
     req.set_worker_id(worker_id_);
     req.set_table(table);
     req.set_dtype(FP32);
     req.set_min_clock(min_clock);
+    wire[s] = SerializeSmall(req);
+    sent[s] = req.ids_size() > 0 || min_clock > 0;
   }
-  RETURN_IF_ERROR(CallAll(requests, &replies, &ParameterServer::Stub::AsyncPullRows,
-                          /*empty_too=*/min_clock > 0));
-  for (int s = 0; s < servers; ++s) {
-    if (requests[s].ids_size() == 0) continue;
-    const size_t expected = static_cast<size_t>(requests[s].ids_size()) * *width * sizeof(float);
-    if (replies[s].rows().size() != expected) {
-      return absl::DataLossError(absl::StrCat("server ", s, " sent ", replies[s].rows().size(),
-                                              " bytes of rows, expected ", expected));
-    }
-    rows_pulled_ += requests[s].ids_size();
-  }
+  RETURN_IF_ERROR(CallAll(kPullRows, wire, sent, &replies));
   rows->resize(ids.size() * static_cast<size_t>(*width));
   const size_t row_bytes = static_cast<size_t>(*width) * sizeof(float);
+  for (int s = 0; s < servers; ++s) {
+    if (!sent[s]) continue;
+    PullRowsResponse head;
+    const absl::Status read = ReadWithPayload(
+        replies[s], &head, PullRowsResponse::kRowsFieldNumber,
+        [&](size_t bytes, const ReadPayload& read_payload) -> absl::Status {
+          if (bytes != places[s].size() * row_bytes) {
+            return absl::DataLossError(absl::StrCat("server ", s, " sent ", bytes,
+                                                    " bytes of rows, expected ",
+                                                    places[s].size() * row_bytes));
+          }
+          for (size_t i : places[s]) {
+            if (!read_payload(rows->data() + i * *width, row_bytes)) {
+              return absl::DataLossError(absl::StrCat("server ", s, "'s rows are cut short"));
+            }
+          }
+          return absl::OkStatus();
+        });
+    if (!read.ok()) return absl::DataLossError(read.message());
+    rows_pulled_ += requests[s].ids_size();
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
-    const auto [s, r] = where[i];
-    std::memcpy(rows->data() + i * *width, replies[s].rows().data() + r * row_bytes, row_bytes);
+    if (first[i] == i) continue;
+    std::memcpy(rows->data() + i * *width, rows->data() + first[i] * *width, row_bytes);
   }
   return absl::OkStatus();
 }
@@ -117,26 +143,29 @@ absl::Status RowClient::Push(const std::string& table, int64_t clock, int num_sa
   CoalesceRows(ids, grads, *width, &distinct, &summed);
   const int servers = static_cast<int>(stubs_.size());
   std::vector<PushRowsRequest> requests(servers);
-  const size_t row_bytes = static_cast<size_t>(*width) * sizeof(float);
+  std::vector<std::unique_ptr<std::vector<float>>> payloads(servers);
+  for (auto& p : payloads) p = std::make_unique<std::vector<float>>();
   for (size_t k = 0; k < distinct.size(); ++k) {
-    PushRowsRequest& req = requests[ServerOfRow(distinct[k], servers)];
-    req.add_ids(distinct[k]);
-    req.mutable_grads()->append(reinterpret_cast<const char*>(summed.data() + k * *width),
-                                row_bytes);
+    const int s = ServerOfRow(distinct[k], servers);
+    requests[s].add_ids(distinct[k]);
+    const float* row = summed.data() + k * *width;
+    payloads[s]->insert(payloads[s]->end(), row, row + *width);
   }
-  for (PushRowsRequest& req : requests) {
+  // Every server takes the push, those with none of its rows too: a BSP
+  // round waits for it, and the table's update count (SparseAdam's t) is
+  // the same on each.
+  std::vector<grpc::ByteBuffer> wire(servers), replies(servers);
+  for (int s = 0; s < servers; ++s) {
+    PushRowsRequest& req = requests[s];
     req.set_worker_id(worker_id_);
     req.set_table(table);
     req.set_dtype(FP32);
     req.set_clock(clock);
     req.set_num_samples(num_samples);
+    wire[s] = WithPayload(req, PushRowsRequest::kGradsFieldNumber,
+                          SliceOf(std::move(payloads[s])));
   }
-  // Every server takes the push, those with none of its rows too: a BSP
-  // round waits for it, and the table's update count (SparseAdam's t) is
-  // the same on each.
-  std::vector<PushRowsResponse> replies(servers);
-  RETURN_IF_ERROR(CallAll(requests, &replies, &ParameterServer::Stub::AsyncPushRows,
-                          /*empty_too=*/true));
+  RETURN_IF_ERROR(CallAll(kPushRows, wire, std::vector<bool>(servers, true), &replies));
   for (const PushRowsRequest& req : requests) rows_pushed_ += req.ids_size();
   return absl::OkStatus();
 }

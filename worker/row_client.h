@@ -3,7 +3,9 @@
 // each server is asked once per call for its ids (deduplicated), and the
 // rows come back in the caller's order. A push sums the gradients of a
 // repeated id first (CoalesceRows) and sends each server its rows. The calls
-// go to every server at once. Under the tables' consistency
+// go to every server at once, the rows and gradients in slices of their
+// own (common/row_wire.h: read into place, never copied into protobuf
+// strings). Under the tables' consistency
 // (TableConsistency: BSP or SSP) a pull for iteration `clock` waits at the
 // servers until every live worker's pushes before its read guarantee are
 // applied, and goes to every server, those with none of its ids too: a
@@ -23,7 +25,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/job.pb.h"
-#include "proto/ps.grpc.pb.h"
+#include <grpcpp/generic/generic_stub.h>
 
 namespace pstrain {
 
@@ -58,21 +60,17 @@ class RowClient {
  private:
   // `table`'s width, or NOT_FOUND.
   absl::StatusOr<int> Width(const std::string& table) const;
-  template <typename Request, typename Reply>
-  using AsyncCall = std::unique_ptr<grpc::ClientAsyncResponseReader<Reply>> (
-      ParameterServer::Stub::*)(grpc::ClientContext*, const Request&, grpc::CompletionQueue*);
-  // Sends requests[s] to server s (those without ids only if `empty_too`),
-  // all at once, and waits for every reply; the first server's error,
-  // named, if any.
-  template <typename Request, typename Reply>
-  absl::Status CallAll(const std::vector<Request>& requests, std::vector<Reply>* replies,
-                       AsyncCall<Request, Reply> call, bool empty_too);
+  // Sends requests[s] to server s's `method` (those without ids only if
+  // sent[s]), all at once, and waits for every reply into (*replies)[s];
+  // the first server's error, named, if any.
+  absl::Status CallAll(const char* method, const std::vector<grpc::ByteBuffer>& requests,
+                       const std::vector<bool>& sent, std::vector<grpc::ByteBuffer>* replies);
 
   const JobSpec job_;
   const int worker_id_;
   const absl::Duration timeout_;
   std::map<std::string, int> widths_;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   int64_t rows_pulled_ = 0, rows_pushed_ = 0;
 };
 
