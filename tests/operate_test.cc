@@ -28,7 +28,10 @@ class OperateTest : public ::testing::Test {
   void SetUp() override {
     ClusterOptions options;
     // Long enough to outlast every test (the cluster is killed after each).
-    options.job_text = SmallJob("batch_size: 32\nclocks: 4000\n");
+    // A sparse table too (no worker uses it): the dashboard draws its lines.
+    options.job_text = SmallJob(
+        "batch_size: 32\nclocks: 4000\ntables { name: \"words\" width: 8 memory_budget_bytes: "
+        "1048576 }\n");
     options.servers = 2;
     options.workers = 2;
     options.scheduler_flags = {"--metrics_port=0", "--run_dir=" + cluster_.dir() + "/run"};
@@ -145,6 +148,8 @@ TEST_F(OperateTest, TheDashboardDrawsTheMembersAndALossCurve) {
   EXPECT_EQ(Count(dom, "<tr[^>]*data-role=\"scheduler\""), 1) << dom;
   EXPECT_EQ(Count(dom, "<tr[^>]*data-role=\"server\""), 2) << dom;
   EXPECT_EQ(Count(dom, "<tr[^>]*data-role=\"worker\""), 2) << dom;
+  // The sparse tables' card: a line per server for table "words".
+  EXPECT_EQ(Count(dom, "<tr[^>]*data-table=\"words\""), 2) << dom;
   // The loss curve has points, not just a frame.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(dom, m, std::regex("id=\"loss\"[^>]*data-points=\"([0-9]+)\"")))
