@@ -4,14 +4,11 @@
 #include <vector>
 
 #include "common/tensor_wire.h"
+#include "fuzz/sliced.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;
-  std::vector<grpc::Slice> slices;
-  const size_t cut = size == 0 ? 0 : data[0] % (size + 1);
-  if (cut > 0) slices.emplace_back(data, cut);
-  if (cut < size) slices.emplace_back(data + cut, size - cut);
-  const grpc::ByteBuffer buf(slices.data(), slices.size());
+  const grpc::ByteBuffer buf = Sliced(data, size, size == 0 ? 0 : data[0] % (size + 1));
   SliceReader reader(buf);
   std::vector<PayloadRef> chunks;
   std::vector<int64_t> applied;

@@ -10,6 +10,7 @@
 #include "common/job_spec.h"
 #include "common/partition.h"
 #include "common/tensor_wire.h"
+#include "fuzz/sliced.h"
 #include "server/chunk_store.h"
 #include "server/ps_service.h"
 
@@ -44,13 +45,6 @@ struct Server {
   std::shared_ptr<ChunkStore> store;
   PsService service;
 };
-
-grpc::ByteBuffer Sliced(const uint8_t* data, size_t size, size_t cut) {
-  std::vector<grpc::Slice> slices;
-  if (cut > 0) slices.emplace_back(data, cut);
-  if (cut < size) slices.emplace_back(data + cut, size - cut);
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
 
 }  // namespace
 }  // namespace pstrain

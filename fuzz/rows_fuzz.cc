@@ -7,15 +7,12 @@
 #include <vector>
 
 #include "common/row_wire.h"
+#include "fuzz/sliced.h"
 #include "proto/ps.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;
-  std::vector<grpc::Slice> slices;
-  const size_t cut = size == 0 ? 0 : data[0] % (size + 1);
-  if (cut > 0) slices.emplace_back(data, cut);
-  if (cut < size) slices.emplace_back(data + cut, size - cut);
-  const grpc::ByteBuffer buf(slices.data(), slices.size());
+  const grpc::ByteBuffer buf = Sliced(data, size, size == 0 ? 0 : data[0] % (size + 1));
   PushRowsRequest head;
   size_t declared = 0, read = 0;
   const absl::Status st = ReadWithPayload(
