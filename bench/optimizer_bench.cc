@@ -36,8 +36,8 @@ ABSL_FLAG(int, pairs, 5, "interleaved (triad, update) pairs per optimizer and si
 namespace pstrain {
 namespace {
 
-const OptimizerType kTypes[] = {SGD,      MOMENTUM, NESTEROV, ADAGRAD,  RMSPROP,
-                                ADADELTA, ADAM,     ADAMW,    ADAFACTOR};
+const OptimizerType kTypes[] = {SGD,  MOMENTUM, NESTEROV, ADAGRAD,   RMSPROP,
+                                ADADELTA, ADAM, ADAMW,    ADAFACTOR, LION};
 
 // Bytes an update must move per parameter: the gradient read, the weight
 // and each state array read and written. Adafactor's factored state is
@@ -51,6 +51,7 @@ int CompulsoryBytes(OptimizerType type) {
     case NESTEROV:
     case ADAGRAD:
     case RMSPROP:
+    case LION:
       return 20;
     default:
       return 28;  // ADADELTA, ADAM, ADAMW

@@ -105,6 +105,9 @@ void ApplyOptimizerDefaults(OptimizerSpec* opt) {
       case ADADELTA:
         opt->set_learning_rate(1.0f);
         break;
+      case LION:  // its steps are sign-sized: a tenth of AdamW's lr (the paper's advice)
+        opt->set_learning_rate(1e-4f);
+        break;
       default:
         opt->set_learning_rate(0.01f);
         break;
@@ -112,7 +115,7 @@ void ApplyOptimizerDefaults(OptimizerSpec* opt) {
   }
   if ((type == MOMENTUM || type == NESTEROV) && !opt->has_momentum()) opt->set_momentum(0.9f);
   if (!opt->has_beta1()) opt->set_beta1(0.9f);
-  if (!opt->has_beta2()) opt->set_beta2(0.999f);
+  if (!opt->has_beta2()) opt->set_beta2(type == LION ? 0.99f : 0.999f);
   if (!opt->has_epsilon()) {
     switch (type) {
       case ADAGRAD:

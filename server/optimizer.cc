@@ -6,6 +6,7 @@
 #include "server/optimizers/adagrad.h"
 #include "server/optimizers/adam.h"
 #include "server/optimizers/adamw.h"
+#include "server/optimizers/lion.h"
 #include "server/optimizers/momentum.h"
 #include "server/optimizers/nesterov.h"
 #include "server/optimizers/rmsprop.h"
@@ -48,6 +49,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerSpec& s)
       return std::make_unique<AdamW>(s.beta1(), s.beta2(), s.epsilon(), wd);
     case ADAFACTOR:
       return std::make_unique<Adafactor>(s.decay_rate(), s.epsilon(), s.clip_threshold(), wd);
+    case LION:
+      return std::make_unique<Lion>(s.beta1(), s.beta2(), wd);
     default:
       return absl::InvalidArgumentError(absl::StrCat("optimizer: unknown type ", s.type()));
   }

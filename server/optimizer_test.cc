@@ -185,6 +185,35 @@ TEST(OptimizerTest, AdamW) {
              1e-6);
 }
 
+// Lion: one state array (4 bytes a parameter), the sign of the
+// interpolated momentum, decoupled weight decay; beta2 defaults to 0.99.
+TEST(OptimizerTest, Lion) {
+  EXPECT_FLOAT_EQ(Spec(LION).beta2(), 0.99f);
+  const auto [w, state] = RunSteps(Spec(LION), kShape);
+  EXPECT_EQ(state.size(), 6u + kArrayGap);  // one array, then a gap
+  auto sign = [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; };
+  ExpectNear(w,
+             Reference(1,
+                       [&](int, double lr, double g, double& w, auto& s) {
+                         w -= lr * (sign(0.9 * s[0] + 0.1 * g) + kWd * w);
+                         s[0] = 0.99 * s[0] + 0.01 * g;
+                       }),
+             1e-6);
+  // Element 0 by hand, g = 0.3t > 0 throughout: w -= lr * (1 + 0.1 w) three
+  // times: 0.5 -> 0.4868750 -> 0.4606578 -> 0.4214303.
+  EXPECT_NEAR(w[0], 0.4214303, 1e-6);
+  // The momentum after three steps: 0.01 * (0.3 * 0.99^2 + 0.6 * 0.99 + 0.9).
+  EXPECT_NEAR(state[0], 0.01 * (0.3 * 0.9801 + 0.6 * 0.99 + 0.9), 1e-7);
+  // A zero gradient on a zero momentum moves a weight only by its decay.
+  OptimizerSpec spec = Spec(LION);
+  auto lion = MakeOptimizer(spec).value();
+  std::vector<float> w1 = {2.0f}, m1(1 + kArrayGap, 0.0f), g1 = {0.0f};
+  UpdateContext ctx;
+  ctx.lr = 0.5f;
+  lion->Update(ctx, ChunkShape{1, 1}, w1.data(), m1.data(), g1.data(), nullptr);
+  EXPECT_FLOAT_EQ(w1[0], 2.0f - 0.5f * 0.1f * 2.0f);
+}
+
 // Adafactor on a vector: per-element second moments.
 TEST(OptimizerTest, AdafactorVector) {
   const ChunkShape vec{1, 6};
@@ -254,7 +283,7 @@ TEST(OptimizerTest, AdafactorMatrix) {
 TEST(OptimizerTest, ThreadsGiveTheSerialResult) {
   ThreadPool pool(3);
   for (OptimizerType type :
-       {SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADADELTA, ADAM, ADAMW, ADAFACTOR}) {
+       {SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADADELTA, ADAM, ADAMW, ADAFACTOR, LION}) {
     // Large enough to be split (kMinUpdateGrain elements a part).
     for (const ChunkShape shape : {ChunkShape{1, 3 << 20}, ChunkShape{3000, 1000}}) {
       const auto serial = RunSteps(Spec(type), shape);
