@@ -34,17 +34,21 @@ RunPoint RunHistory::PointOf(const ClusterStatus& status, int64_t unix_ms) {
   p.set_clock(status.scheduler().clock());
   p.set_test_accuracy(-1);
   p.set_validation_loss(-1);
+  p.set_samples_per_s(-1);
   double loss = 0;
-  int live = 0;
+  int reported = 0;  // live workers that have reported a loss
   for (const MemberStatus& m : status.members()) {
     if (m.role() != WORKER) continue;
     const bool dead = m.state() == DEAD || m.state() == FAILED;
     p.add_worker_clocks(dead ? -1 : m.clock());
-    if (dead) continue;
-    if (m.clock() == 0) continue;  // no loss yet
-    ++live;
-    loss += m.loss();
-    p.set_samples_per_s(std::max(p.samples_per_s(), m.samples_per_s()));
+    if (dead || m.clock() == 0) continue;  // no loss yet
+    // A worker's first heartbeats after its first clock may carry no loss
+    // (0) and no rate (0, until its first progress window): not points.
+    if (m.loss() > 0) {
+      ++reported;
+      loss += m.loss();
+    }
+    if (m.samples_per_s() > 0) p.set_samples_per_s(std::max(p.samples_per_s(), m.samples_per_s()));
     p.set_test_accuracy(std::max(p.test_accuracy(), m.test_accuracy()));
     if (m.unigram_entropy() > 0 && m.validation_loss() >= 0) {
       p.set_validation_loss(p.validation_loss() < 0
@@ -52,7 +56,7 @@ RunPoint RunHistory::PointOf(const ClusterStatus& status, int64_t unix_ms) {
                                 : std::min(p.validation_loss(), m.validation_loss()));
     }
   }
-  p.set_loss(live > 0 ? loss / live : 0);
+  p.set_loss(reported > 0 ? loss / reported : -1);
   return p;
 }
 

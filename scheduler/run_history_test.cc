@@ -40,6 +40,21 @@ TEST(RunHistoryTest, APointPerClockWithTheWorkersMeanLoss) {
   EXPECT_EQ(points[1].worker_clocks(1), 3);
 }
 
+// A worker past its first clock that has reported no loss (0) and no rate
+// (0, its first progress window not over) gives no loss and no rate (-1),
+// and does not count in the others' mean: the curves start at real points.
+TEST(RunHistoryTest, UnreportedLossesAndRatesAreNotPoints) {
+  ClusterStatus st = At(0, 2.0);
+  st.mutable_members(1)->set_loss(0);
+  st.mutable_members(1)->set_samples_per_s(0);
+  EXPECT_EQ(RunHistory::PointOf(st, 1).loss(), 2.0);  // worker 0's alone
+  st.mutable_members(0)->set_loss(0);
+  st.mutable_members(0)->set_samples_per_s(0);
+  const RunPoint none = RunHistory::PointOf(st, 1);
+  EXPECT_EQ(none.loss(), -1);
+  EXPECT_EQ(none.samples_per_s(), -1);
+}
+
 TEST(RunHistoryTest, MemoryIsBoundedTheFileKeepsEveryPoint) {
   const std::string dir = ::testing::TempDir() + "/run";
   auto h = RunHistory::Open(dir);

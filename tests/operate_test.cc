@@ -155,6 +155,14 @@ TEST_F(OperateTest, TheDashboardDrawsTheMembersAndALossCurve) {
   ASSERT_TRUE(std::regex_search(dom, m, std::regex("id=\"loss\"[^>]*data-points=\"([0-9]+)\"")))
       << dom;
   EXPECT_GE(std::stoi(m[1]), 2) << dom;
+  // Only measured points: the first loss and rate drawn are real ones, not
+  // the zeros a worker reports before its first loss and progress window.
+  for (const char* chart : {"loss", "throughput"}) {
+    ASSERT_TRUE(std::regex_search(
+        dom, m, std::regex(absl::StrCat("id=\"", chart, "\"[^>]*data-first=\"([-0-9.e+]+)\""))))
+        << chart << dom;
+    EXPECT_GT(std::stod(m[1]), 0) << chart;
+  }
   EXPECT_EQ(dom.find("HTTP 4"), std::string::npos) << dom;  // /api/status answered
 
   std::vector<std::string> shot = chromium;

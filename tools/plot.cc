@@ -24,11 +24,17 @@ std::string Panel(const std::string& title, const std::string& series) {
   return absl::StrCat("set title '", title, "'\nplot ", series, "\n");
 }
 
+// Which of a run's curves have measured points (-1: none yet).
+struct Measured {
+  bool loss = false, rate = false;
+  bool evaluated = false;  // an accuracy or validation loss
+  bool accuracy = false;   // an accuracy (else validation losses)
+};
+
 // The gnuplot script of the four panels, reading `data` (whitespace
 // columns: clock, loss, accuracy, samples/s, then each worker's clock).
-// `evaluated`: some point has an accuracy (or validation loss).
 std::string Script(const std::string& data, const std::string& out, bool svg, int workers,
-                   bool accuracy, bool evaluated) {
+                   const Measured& m) {
   const std::string file = absl::StrCat("'", data, "'");
   std::string clocks;
   for (int w = 0; w < workers; ++w) {
@@ -39,10 +45,11 @@ std::string Script(const std::string& data, const std::string& out, bool svg, in
       svg ? "set terminal svg size 1200,800 dynamic\n" : "set terminal png size 1200,800\n",
       "set output '", out, "'\nset multiplot layout 2,2 title 'pstrain run'\n",
       "set grid\nset xlabel 'clock'\nset key off\n",
-      Panel("training loss", file + " using 1:2 with lines lw 2"),
-      Panel(!evaluated ? "evaluation" : accuracy ? "test accuracy" : "validation loss",
-            evaluated ? file + " using 1:($3 >= 0 ? $3 : 1/0) with linespoints" : ""),
-      Panel("samples/s", file + " using 1:4 with lines"), "set key left top\n",
+      Panel("training loss", m.loss ? file + " using 1:($2 >= 0 ? $2 : 1/0) with lines lw 2" : ""),
+      Panel(!m.evaluated ? "evaluation" : m.accuracy ? "test accuracy" : "validation loss",
+            m.evaluated ? file + " using 1:($3 >= 0 ? $3 : 1/0) with linespoints" : ""),
+      Panel("samples/s", m.rate ? file + " using 1:($4 >= 0 ? $4 : 1/0) with lines" : ""),
+      "set key left top\n",
       Panel("worker clocks", clocks), "unset multiplot\n");
 }
 
@@ -90,24 +97,26 @@ int Plot(const std::string& run_dir, const std::string& out) {
     return 1;
   }
   int workers = 0;
-  bool accuracy = false, evaluated = false;
+  Measured m;
   for (const RunPoint& p : *points) {
     workers = std::max(workers, p.worker_clocks_size());
-    accuracy = accuracy || p.test_accuracy() >= 0;
-    evaluated = evaluated || p.test_accuracy() >= 0 || p.validation_loss() >= 0;
+    m.loss = m.loss || p.loss() >= 0;
+    m.rate = m.rate || p.samples_per_s() >= 0;
+    m.accuracy = m.accuracy || p.test_accuracy() >= 0;
+    m.evaluated = m.evaluated || p.test_accuracy() >= 0 || p.validation_loss() >= 0;
   }
   const std::string data = out + ".dat", script = out + ".gp";
   {
     std::ofstream d(data);
     for (const RunPoint& p : *points) {
       d << p.clock() << ' ' << p.loss() << ' '
-        << (accuracy ? p.test_accuracy() : p.validation_loss()) << ' ' << p.samples_per_s();
+        << (m.accuracy ? p.test_accuracy() : p.validation_loss()) << ' ' << p.samples_per_s();
       for (int w = 0; w < workers; ++w) {
         d << ' ' << (w < p.worker_clocks_size() ? p.worker_clocks(w) : -1);
       }
       d << '\n';
     }
-    std::ofstream(script) << Script(data, out, svg, workers, accuracy, evaluated);
+    std::ofstream(script) << Script(data, out, svg, workers, m);
   }
   const int code = RunGnuplot(script);
   std::remove(data.c_str());
