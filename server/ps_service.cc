@@ -127,9 +127,13 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req,
   push.grad_norm = h.grad_norm;
   push.generation = h.generation;
   push.checkpoint_clock = h.checkpoint_clock;
-  if (h.checkpoint_clock > 0) {
-    absl::MutexLock lock(&mu_);
-    if (tables_ != nullptr) tables_->AskCheckpoint(h.checkpoint_clock);
+  if (h.checkpoint_clock > 0) {  // the tables' checkpoints follow the chunks' asked clock
+    std::shared_ptr<SparseTables> tables;
+    {
+      absl::MutexLock lock(&mu_);
+      tables = tables_;
+    }
+    if (tables != nullptr) tables->AskCheckpoint(h.checkpoint_clock);
   }
   push.apply_at_once = h.apply_at_once;
   push.seed = h.seed;

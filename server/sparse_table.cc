@@ -121,8 +121,8 @@ SparseTable::SparseTable(TableConfig config)
       name_hash_(Fnv1a(config_.name)),
       stride_(config_.width + config_.optimizer.StateFloats(config_.width)),
       capacity_(Capacity(config_.resident_bytes, stride_)) {
-  // Reserved, not touched: pages are resident once rows are written.
-  if (capacity_ != INT64_MAX) rows_.reserve(static_cast<size_t>(capacity_ * stride_));
+  // rows_ grows with the rows (no reservation of the whole budget, which
+  // may be larger than the machine's memory).
   if (config_.admit_after > 1) seen_ = std::make_unique<SeenCounts>(kSeenCounters);
 }
 
@@ -151,7 +151,7 @@ void SparseTable::Advance(int64_t clock) {
 
 void SparseTable::Expire() {
   for (auto it = index_.begin(); it != index_.end();) {
-    if (clock_ - it->second.touched < config_.expire_after) {
+    if (clock_ - it->second.touched <= config_.expire_after) {
       ++it;
       continue;
     }
@@ -212,7 +212,11 @@ absl::StatusOr<int64_t> SparseTable::FreeSlot() {
   } else {
     k = disk_slots_++;
   }
-  RETURN_IF_ERROR(Transfer(true, spill_fd_, Slot(slot), row_bytes(), k * row_bytes()));
+  if (absl::Status st = Transfer(true, spill_fd_, Slot(slot), row_bytes(), k * row_bytes());
+      !st.ok()) {
+    free_disk_.push_back(k);  // the row stays in its slot
+    return st;
+  }
   index_.find(slot_ids_[slot])->second.where = OnDisk(k);
   ++spilled_;
   return slot;
@@ -316,7 +320,7 @@ const float* SparseTable::Row(uint64_t id) const {
 }
 
 absl::Status SparseTable::ForEachRow(
-    const std::function<absl::Status(uint64_t id, const float* row)>& f) {
+    const std::function<absl::Status(uint64_t id, const float* row, int64_t touched)>& f) {
   std::vector<float> scratch(static_cast<size_t>(stride_));
   for (const auto& [id, entry] : index_) {
     const float* row = entry.where >= 0 ? Slot(entry.where) : scratch.data();
@@ -324,7 +328,7 @@ absl::Status SparseTable::ForEachRow(
       RETURN_IF_ERROR(Transfer(false, spill_fd_, scratch.data(), row_bytes(),
                                OnDisk(entry.where) * row_bytes()));
     }
-    RETURN_IF_ERROR(f(id, row));
+    RETURN_IF_ERROR(f(id, row, entry.touched));
   }
   return absl::OkStatus();
 }
@@ -341,16 +345,17 @@ void SparseTable::Reset(int64_t updates, int64_t clock) {
   updates_ = updates;
   clock_ = clock;
   next_sweep_ = 0;
+  if (seen_ != nullptr) seen_ = std::make_unique<SeenCounts>(kSeenCounters);
 }
 
-absl::Status SparseTable::Put(uint64_t id, const float* row) {
+absl::Status SparseTable::Put(uint64_t id, const float* row, int64_t touched) {
   if (index_.contains(id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", config_.name, ": row ", id, " given twice"));
   }
   ASSIGN_OR_RETURN(const int64_t slot, FreeSlot());
   std::copy(row, row + stride_, Slot(slot));
-  index_.emplace(id, Entry{slot, clock_});
+  index_.emplace(id, Entry{slot, touched});
   slot_ids_[slot] = id;
   touched_[slot] = false;
   return absl::OkStatus();

@@ -64,8 +64,9 @@ struct TableConfig {
   // then it pulls as zeros and its gradients are dropped. <= 1: every id at
   // first touch.
   int admit_after = 0;
-  // Expiry: a row not touched (pulled or pushed) for this many clocks
-  // (Advance) is dropped. 0: never.
+  // Expiry: a row not touched (pulled or pushed) in this many clocks after
+  // the one it was last touched in is dropped (touched in clock c, it goes
+  // at Advance(c + expire_after + 1) at the earliest). 0: never.
   int64_t expire_after = 0;
 };
 
@@ -80,6 +81,9 @@ class SeenCounts {
   // One more sighting of `id`; its count after it.
   int Add(uint64_t id);
   int64_t bytes() const { return static_cast<int64_t>(counts_.size()); }
+  // The counters (bytes() of them), for checkpoints.
+  const uint8_t* data() const { return counts_.data(); }
+  uint8_t* mutable_data() { return counts_.data(); }
 
  private:
   std::vector<uint8_t> counts_;
@@ -141,16 +145,21 @@ class SparseTable {
   // null.
   const float* Row(uint64_t id) const;
 
-  // Calls f(id, row) for every row, row being its weights then its state
-  // (row_bytes()), in no set order; rows in the spill file are read back
-  // into a scratch buffer. Stops at f's first error.
+  // Calls f(id, row, touched) for every row, row being its weights then
+  // its state (row_bytes()), touched the clock it was last touched at, in
+  // no set order; rows in the spill file are read back into a scratch
+  // buffer. Stops at f's first error.
   absl::Status ForEachRow(
-      const std::function<absl::Status(uint64_t id, const float* row)>& f);
-  // Forgets every row and sets the update count and clock (a restore).
+      const std::function<absl::Status(uint64_t id, const float* row, int64_t touched)>& f);
+  // Forgets every row and every id's sightings, and sets the update count
+  // and clock (a restore).
   void Reset(int64_t updates, int64_t clock);
   // Puts `id`'s row (weights then state, as ForEachRow gives it) in the
-  // table as it is: a restore. INVALID_ARGUMENT when the id has a row.
-  absl::Status Put(uint64_t id, const float* row);
+  // table as it is, last touched at `touched`: a restore. INVALID_ARGUMENT
+  // when the id has a row.
+  absl::Status Put(uint64_t id, const float* row, int64_t touched);
+  // The admission counts; null without admission.
+  SeenCounts* seen() { return seen_.get(); }
 
  private:
   // Where a row is, and the clock it was last touched at.

@@ -251,21 +251,22 @@ TEST(SparseTableTest, SeenCountsNeverUndercount) {
   }
 }
 
-// Expiry after 4 clocks: a row untouched that long is dropped (its slot
-// reused), a push for it then is dropped and counted, and a pull makes it
-// anew from the initializer; rows touched stay.
+// Expiry after 4 clocks: a row untouched in the 4 clocks after the one it
+// was last touched in is dropped (its slot reused), a push for it then is
+// dropped and counted, and a pull makes it anew from the initializer; rows
+// touched stay. With expire_after 1, the rows of the clock just ended stay.
 TEST(SparseTableTest, RowsUntouchedForTheirClocksExpire) {
   TableConfig config = Config(RowOptimizer::Type::kAdagrad);
   config.expire_after = 4;
   SparseTable t(config);
   const std::vector<float> fresh = PullRows(t, {1, 2});
   ASSERT_TRUE(t.Push({1, 2}, std::vector<float>(8, 1.0f)).ok());
-  for (int64_t clock = 1; clock <= 3; ++clock) {
+  for (int64_t clock = 1; clock <= 4; ++clock) {
     t.Advance(clock);
     PullRows(t, {1});
   }
-  EXPECT_EQ(t.num_rows(), 2);  // 2 was touched at 0: 3 clocks ago
-  t.Advance(4);
+  EXPECT_EQ(t.num_rows(), 2);  // 2 was touched in clock 0, untouched in 1-3 (4 not over)
+  t.Advance(5);
   EXPECT_EQ(t.num_rows(), 1);
   EXPECT_EQ(t.rows().expired, 1);
   EXPECT_NE(t.Row(1), nullptr);
@@ -277,6 +278,14 @@ TEST(SparseTableTest, RowsUntouchedForTheirClocksExpire) {
             std::vector<float>(fresh.begin() + 4, fresh.end()));
   EXPECT_EQ(t.rows().created, 3);
   EXPECT_EQ(t.rows().resident, 2);
+  TableConfig one = Config(RowOptimizer::Type::kSgd);
+  one.expire_after = 1;
+  SparseTable quick(one);
+  PullRows(quick, {7});
+  quick.Advance(1);  // the clock 7 was touched in ends
+  EXPECT_EQ(quick.num_rows(), 1);
+  quick.Advance(2);  // clock 1 passed without it
+  EXPECT_EQ(quick.num_rows(), 0);
 }
 
 // Every row read out with ForEachRow (in memory or on disk) and put into a
@@ -294,9 +303,11 @@ TEST(SparseTableTest, RowsPutBackMakeTheSameTable) {
   ASSERT_GT(t.rows().on_disk, 0);
   PullRows(copy, {5, 6});  // rows the restore forgets
   copy.Reset(t.updates(), 0);
-  ASSERT_TRUE(t.ForEachRow([&](uint64_t id, const float* row) { return copy.Put(id, row); }).ok());
+  ASSERT_TRUE(t.ForEachRow([&](uint64_t id, const float* row, int64_t touched) {
+                 return copy.Put(id, row, touched);
+               }).ok());
   EXPECT_EQ(copy.num_rows(), 30);
-  EXPECT_EQ(copy.Put(ids[0], std::vector<float>(24).data()).code(),
+  EXPECT_EQ(copy.Put(ids[0], std::vector<float>(24).data(), 0).code(),
             absl::StatusCode::kInvalidArgument);
   const std::vector<float> g(30 * 8, -0.25f);
   ASSERT_TRUE(t.Push(ids, g).ok());

@@ -68,7 +68,10 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     config.admit_after = spec.admit_after();
     config.expire_after = spec.expire_after_clocks();
     order_.push_back(spec.name());
-    tables_.emplace(spec.name(), std::make_unique<Table>(std::move(config), spec.num_ids(), workers_));
+    auto table = std::make_unique<Table>(std::move(config), spec.num_ids(), workers_);
+    absl::MutexLock lock(&table->mu);
+    Publish(*table);
+    tables_.emplace(spec.name(), std::move(table));
   }
 }
 
@@ -112,6 +115,7 @@ absl::Status SparseTables::Refuse(Table& table, absl::Status st) {
   refused_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&table.mu);
   ++table.refused;
+  Publish(table);
   return st;
 }
 
@@ -157,9 +161,10 @@ absl::Status SparseTables::Pull(int worker, absl::string_view name,
   Table& table = *found;
   out->resize(ids.size() * static_cast<size_t>(table.width));
   absl::MutexLock lock(&table.mu);
-  RETURN_IF_ERROR(table.rows.Pull(ids, out->data()));
-  table.rows_pulled += static_cast<int64_t>(ids.size());
-  return absl::OkStatus();
+  const absl::Status st = table.rows.Pull(ids, out->data());
+  if (st.ok()) table.rows_pulled += static_cast<int64_t>(ids.size());
+  Publish(table);
+  return st;
 }
 
 bool SparseTables::Readable(absl::string_view name, int64_t min_clock) const {
@@ -208,6 +213,7 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
         Advanced(table);
       }
     }
+    Publish(table);
   }
   return st.ok() ? st : Refuse(table, std::move(st));
 }
@@ -257,12 +263,14 @@ void SparseTables::CloseRound(Table& table) {
 void SparseTables::Advanced(Table& table) {
   const int64_t clock = table.clocks.MinApplied();
   table.rows.Advance(clock);
-  if (checkpoint_every_ <= 0 || clock == 0 || table.checkpoints.count(clock) > 0) return;
-  if (clock % checkpoint_every_ != 0 && clock != table.checkpoint_asked) return;
+  if (checkpoint_every_ <= 0 || clock <= table.checkpoint_tried) return;
+  if (clock % checkpoint_every_ != 0 && clock != asked_.load(std::memory_order_relaxed)) return;
+  table.checkpoint_tried = clock;  // a failed write is not tried again at each push
   const std::string& name = table.rows.config().name;
   const absl::Status st = WriteTableCheckpoint(
       TableCheckpointPath(checkpoint_dir_, server_, clock, name), server_, clock, table.rows);
   if (st.ok()) {
+    absl::MutexLock lock(&table.status_mu);
     table.checkpoints.insert(clock);
   } else if (!checkpoint_error_logged_.exchange(true)) {
     spdlog::error("table {}: checkpoint of clock {} failed (logged once): {}", name, clock,
@@ -276,11 +284,9 @@ void SparseTables::SetCheckpointing(const std::string& dir, int64_t every) {
 }
 
 void SparseTables::AskCheckpoint(int64_t clock) {
-  if (clock <= asked_.load(std::memory_order_relaxed)) return;  // the usual case
-  asked_.store(clock, std::memory_order_relaxed);
-  for (auto& [name, table] : tables_) {
-    absl::MutexLock lock(&table->mu);
-    table->checkpoint_asked = std::max(table->checkpoint_asked, clock);
+  // Read when a table's clock moves (Advanced): no table's lock is taken.
+  int64_t asked = asked_.load(std::memory_order_relaxed);
+  while (clock > asked && !asked_.compare_exchange_weak(asked, clock)) {
   }
 }
 
@@ -289,7 +295,7 @@ int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
   std::set<int64_t> common;
   bool first = true;
   for (const auto& [name, table] : tables_) {
-    absl::MutexLock lock(&table->mu);
+    absl::MutexLock lock(&table->status_mu);
     if (first) {
       common = table->checkpoints;
       first = false;
@@ -312,7 +318,7 @@ int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
 
 void SparseTables::Prune(int64_t clock) {
   for (auto& [name, table] : tables_) {
-    absl::MutexLock lock(&table->mu);
+    absl::MutexLock lock(&table->status_mu);
     for (int64_t c : TableCheckpointClocks(checkpoint_dir_, server_, name)) {
       if (c >= clock) continue;
       std::remove(TableCheckpointPath(checkpoint_dir_, server_, c, name).c_str());
@@ -328,21 +334,27 @@ void SparseTables::RemoveWorker(int worker) {
     if (!table->clocks.Remove(worker)) continue;
     if (consistency_ == BSP && table->clocks.RoundComplete()) CloseRound(*table);
     Advanced(*table);
+    Publish(*table);
   }
 }
 
 absl::Status SparseTables::Restore(int64_t clock) {
+  asked_.store(0, std::memory_order_relaxed);  // the workers ask again after a rollback
   for (auto& [name, table] : tables_) {
     absl::MutexLock lock(&table->mu);
-    table->clocks.Restore(clock);
-    table->round = Round();
-    if (clock > 0) {
+    if (clock > 0) {  // the file first: a malformed one changes nothing
       RETURN_IF_ERROR(ReadTableCheckpoint(
-          TableCheckpointPath(checkpoint_dir_, server_, clock, name), &table->rows));
+          TableCheckpointPath(checkpoint_dir_, server_, clock, name), server_, clock,
+          &table->rows));
     } else {
       table->rows.Reset(0, 0);
     }
+    table->clocks.Restore(clock);
+    table->round = Round();
     table->rows.Advance(clock);
+    table->checkpoint_tried = clock;
+    Publish(*table);
+    absl::MutexLock status_lock(&table->status_mu);
     table->checkpoints.clear();
     if (clock > 0) table->checkpoints.insert(clock);
     if (checkpoint_dir_.empty()) continue;
@@ -353,32 +365,38 @@ absl::Status SparseTables::Restore(int64_t clock) {
   return absl::OkStatus();
 }
 
+void SparseTables::Publish(Table& table) const {
+  TableStatus st;
+  st.set_name(table.rows.config().name);
+  st.set_rows(table.rows.num_rows());
+  const int64_t row_bytes = table.rows.row_bytes();
+  st.set_bytes(table.rows.num_rows() * row_bytes);
+  const TableRows where = table.rows.rows();
+  st.set_rows_resident(where.resident);
+  st.set_rows_on_disk(where.on_disk);
+  st.set_resident_bytes(where.resident * row_bytes);
+  st.set_disk_bytes(where.on_disk * row_bytes);
+  st.set_rows_spilled(where.spilled);
+  st.set_rows_loaded(where.loaded);
+  st.set_rows_created(where.created);
+  st.set_rows_expired(where.expired);
+  st.set_rows_dropped(where.dropped);
+  st.set_rows_pulled(table.rows_pulled);
+  st.set_rows_pushed(table.rows_pushed);
+  st.set_updates(table.rows.updates());
+  st.set_refused(table.refused);
+  st.set_consistency(consistency_);
+  st.set_clock(table.clocks.MinApplied());
+  absl::MutexLock lock(&table.status_mu);
+  table.published = std::move(st);
+}
+
 std::vector<TableStatus> SparseTables::Status() const {
   std::vector<TableStatus> out;
   for (const std::string& name : order_) {
     const Table& table = *tables_.find(name)->second;
-    absl::MutexLock lock(&table.mu);
-    TableStatus& st = out.emplace_back();
-    st.set_name(name);
-    st.set_rows(table.rows.num_rows());
-    const int64_t row_bytes = table.rows.row_bytes();
-    st.set_bytes(table.rows.num_rows() * row_bytes);
-    const TableRows where = table.rows.rows();
-    st.set_rows_resident(where.resident);
-    st.set_rows_on_disk(where.on_disk);
-    st.set_resident_bytes(where.resident * row_bytes);
-    st.set_disk_bytes(where.on_disk * row_bytes);
-    st.set_rows_spilled(where.spilled);
-    st.set_rows_loaded(where.loaded);
-    st.set_rows_created(where.created);
-    st.set_rows_expired(where.expired);
-    st.set_rows_dropped(where.dropped);
-    st.set_rows_pulled(table.rows_pulled);
-    st.set_rows_pushed(table.rows_pushed);
-    st.set_updates(table.rows.updates());
-    st.set_refused(table.refused);
-    st.set_consistency(consistency_);
-    st.set_clock(table.clocks.MinApplied());
+    absl::MutexLock lock(&table.status_mu);
+    out.push_back(table.published);
   }
   return out;
 }

@@ -135,11 +135,17 @@ class SparseTables {
     SparseTable rows ABSL_GUARDED_BY(mu);
     ChunkClocks clocks ABSL_GUARDED_BY(mu);  // every worker takes part
     Round round ABSL_GUARDED_BY(mu);         // BSP only
-    int64_t checkpoint_asked ABSL_GUARDED_BY(mu) = 0;
-    std::set<int64_t> checkpoints ABSL_GUARDED_BY(mu);  // clocks of its files
+    int64_t checkpoint_tried ABSL_GUARDED_BY(mu) = 0;  // the newest clock written or tried
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
     int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
+    // What Status and CheckpointClock read, under a lock of its own, so
+    // that neither waits while `mu` is held for long (a checkpoint being
+    // written): the table's status as of its last change, and the clocks
+    // of its checkpoint files.
+    mutable absl::Mutex status_mu ABSL_ACQUIRED_AFTER(mu);
+    TableStatus published ABSL_GUARDED_BY(status_mu);
+    std::set<int64_t> checkpoints ABSL_GUARDED_BY(status_mu);
   };
 
   // The table named `name` for `worker`'s request, or NOT_FOUND or
@@ -161,6 +167,8 @@ class SparseTables {
   void CloseRound(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // The table's clock moved: expiry, and its checkpoint when one is due.
   void Advanced(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // Copies the table's status to what Status reads: after every change.
+  void Publish(Table& table) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
 
   const int server_;
   const int servers_;
@@ -171,7 +179,7 @@ class SparseTables {
   std::atomic<int64_t> refused_{0};
   std::string checkpoint_dir_;
   int64_t checkpoint_every_ = 0;  // 0: no checkpoints
-  std::atomic<int64_t> asked_{0};  // the newest AskCheckpoint
+  std::atomic<int64_t> asked_{0};  // the newest AskCheckpoint since a restore
   std::atomic<bool> checkpoint_error_logged_{false};
 };
 

@@ -1,10 +1,13 @@
 // A sparse table's part on one server in a checkpoint: one safetensors
 // file a table and clock (common/checkpoint_names.h's TableCheckpointPath)
 // holding "ids" (I64 [n]: the ids' bits, so ids of 2^63 and above read as
-// negative int64) and "rows" (F32 [n, width + state]: each row's weights,
-// then its optimizer state), in the same order; "__metadata__" holds the
-// clock, the server, the table's name, width and update count (the
-// optimizer's t). Written as PATH.tmp, fsynced and renamed.
+// negative int64), "rows" (F32 [n, width + state]: each row's weights,
+// then its optimizer state) and "touched" (I64 [n]: the clock each row was
+// last touched at, for expiry), in the same order, and with admission
+// "seen" (I64: the admission filter's one-byte counters, 8 to a value);
+// "__metadata__" holds the clock, the server, the table's name, width and
+// update count (the optimizer's t). Written as PATH.tmp, fsynced and
+// renamed.
 #ifndef PSTRAIN_SERVER_TABLE_CHECKPOINT_H_
 #define PSTRAIN_SERVER_TABLE_CHECKPOINT_H_
 
@@ -19,10 +22,14 @@ namespace pstrain {
 // Writes every row of `table` (in memory or spilled) as of `clock`.
 absl::Status WriteTableCheckpoint(const std::string& path, int server, int64_t clock,
                                   SparseTable& table);
-// Replaces `table`'s rows, update count and clock with the file's.
-// INVALID_ARGUMENT (nothing changed) when the file is malformed or of
-// another table, width or optimizer; NOT_FOUND when it does not exist.
-absl::Status ReadTableCheckpoint(const std::string& path, SparseTable* table);
+// Replaces `table`'s rows, their touched clocks, the admission counts, the
+// update count and the clock with those of the file, which must be server
+// `server`'s of `clock`. INVALID_ARGUMENT, nothing changed, when the file
+// is malformed, of another server, clock, table, width or optimizer, or
+// names an id twice; NOT_FOUND when it does not exist; INTERNAL when the
+// table's spill file fails (the table then holds part of the file).
+absl::Status ReadTableCheckpoint(const std::string& path, int server, int64_t clock,
+                                 SparseTable* table);
 
 }  // namespace pstrain
 

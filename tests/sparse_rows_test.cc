@@ -532,7 +532,7 @@ TEST_F(SparseRowsTest, CheckpointsHoldEveryRowAndExportWritesThem) {
   int64_t rows = 0;
   for (int s = 0; s < 2; ++s) {
     SparseTable part(config);
-    ASSERT_TRUE(ReadTableCheckpoint(TableCheckpointPath(dir, s, 4, "words"), &part).ok());
+    ASSERT_TRUE(ReadTableCheckpoint(TableCheckpointPath(dir, s, 4, "words"), s, 4, &part).ok());
     EXPECT_EQ(part.updates(), 4);
     rows += part.num_rows();
     for (uint64_t id : touched) {

@@ -68,6 +68,12 @@ absl::Status AddTable(const std::string& dir, const JobSpec& job, const TableSpe
                       int64_t clock, std::vector<Tensor>* out) {
   Tensor ids{spec.name() + ".ids"}, weight{spec.name() + ".weight"};
   ids.is_ids = true;
+  for (const Tensor& t : *out) {
+    if (t.name == ids.name || t.name == weight.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "' would be exported as ", t.name, ", which the model has"));
+    }
+  }
   const int64_t width = spec.width();
   for (int s = 0; s < job.num_servers(); ++s) {
     ASSIGN_OR_RETURN(const CheckpointFile f,
