@@ -325,6 +325,9 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   if (options_.training.debug_slowdown_ms > 0) {
     absl::SleepFor(absl::Milliseconds(options_.training.debug_slowdown_ms));
   }
+  const absl::Duration delay =
+      StragglerDelay(options_.training.straggler, options_.worker_id, clock_);
+  if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
   // The clock's global batch split among the live replicas: this one's rows.
   int share_of, share;
   RETURN_IF_ERROR(member_.BatchShare(&share_of, &share));

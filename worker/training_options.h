@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "worker/straggler.h"
+
 namespace pstrain {
 
 struct TrainingOptions {
@@ -25,6 +27,8 @@ struct TrainingOptions {
   bool eval_each_epoch = true;
   // Sleeps this long in every iteration (tests of the consistency models).
   int debug_slowdown_ms = 0;
+  // And this worker's injected straggler delay of the clock (--straggler).
+  StragglerSpec straggler;
   // A GPT recomputes its blocks' activations in the backward (--recompute).
   bool recompute = false;
   // --device_memory_budget (bytes, 0: none): a GPT is windowed under it.

@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "common/flags.h"
+#include "worker/straggler.h"
 #include "worker/worker_runtime.h"
 
 // The member flags (--scheduler, --listen, --port_file, --id,
@@ -38,6 +39,14 @@ ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job'
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
 ABSL_FLAG(int64_t, debug_slowdown_ms, 0,
           "sleep this long every iteration (consistency tests; 0..60000)");
+ABSL_FLAG(std::string, straggler, "none",
+          "an injected delay in every clock, to see how a consistency model copes with slow "
+          "workers: none, fixed:MS, uniform:LO:HI, pareto:SCALE:SHAPE (heavy-tailed, at least "
+          "SCALE ms), each optionally @SHARE (only that share of the clocks); drawn from "
+          "--straggler_seed, the worker's id and the clock, so a run repeats");
+ABSL_FLAG(std::string, straggler_workers, "",
+          "with --straggler: only these worker ids (e.g. 1,3) are slowed; empty: every worker");
+ABSL_FLAG(int64_t, straggler_seed, 1, "with --straggler: the delays' seed");
 ABSL_FLAG(int64_t, debug_hold_push, -1,
           "tests: the push of this iteration waits 30 s before it goes, so that a worker "
           "killed meanwhile never sends it; with --overlap, only the first layer's push "
@@ -97,6 +106,11 @@ int main(int argc, char** argv) {
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
   config.training.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));
+  absl::StatusOr<pstrain::StragglerSpec> straggler = pstrain::ParseStraggler(
+      absl::GetFlag(FLAGS_straggler), absl::GetFlag(FLAGS_straggler_workers),
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_straggler_seed)));
+  pstrain::ExitOnBadFlag(straggler.status());
+  config.training.straggler = *straggler;
   config.standalone = absl::GetFlag(FLAGS_standalone);
   config.job_file = absl::GetFlag(FLAGS_job);
   config.status_file = absl::GetFlag(FLAGS_status_file);
