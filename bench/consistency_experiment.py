@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Which consistency trains to a target loss soonest? BSP, SSP(s) and ASP
+on real local clusters under injected stragglers, each run's loss curve
+against wall-clock time and clocks, repeated over seeds.
+
+    bazel build //scheduler:ps_scheduler //server:ps_server //worker:ps_worker
+    bench/consistency_experiment.py [--quick] [--models=mlp,gpt] [--seeds=1,2,3]
+                                    [--out=DIR] [--plots=DIR]
+
+Each run is deploy/local_cluster.sh with 4 workers and 2 servers, the mode
+given to ps_scheduler (--consistency, --staleness), the condition to every
+worker (ps_worker --straggler, seeded by the run's seed), the job's curves
+written by the scheduler (--run_dir: curves.jsonl, a point each time the
+slowest clock moves). A run's time to the target is the first point whose
+loss, averaged over the last few points, is at or below the model's target,
+in seconds since the run's first point. Prints one JSON object (and writes
+it to OUT/consistency.json with every curve); with --plots, a PNG per model
+and condition (gnuplot): the median seed's loss against time, one line per
+mode. --quick: a smoke run of a few minutes (one model, one condition, two
+modes, one seed, fewer clocks), no timing claim.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+MODES = {  # name: (--consistency, --staleness)
+    "BSP": ("bsp", 0),
+    "SSP(1)": ("ssp", 1),
+    "SSP(3)": ("ssp", 3),
+    "SSP(10)": ("ssp", 10),
+    "ASP": ("asp", 0),
+}
+
+# name: ps_worker flags (the seed is the run's).
+CONDITIONS = {
+    "no stragglers": [],
+    # Every worker: 30 % of its clocks delayed, Pareto(5 ms, 1.5): median
+    # 7.9 ms, 1 % above 108 ms.
+    "heavy-tailed delays": ["--straggler=pareto:5:1.5@0.3"],
+    # Worker 3 is 15 ms slower every clock.
+    "one slow worker": ["--straggler=fixed:15", "--straggler_workers=3"],
+}
+
+MODELS = {  # name: (job file, clocks, quick clocks, target loss, smoothing points)
+    "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.55, 9),
+    "gpt": ("deploy/jobs/gpt_fortunes.pbtxt", 300, 60, 2.45, 5),
+}
+
+
+class ExperimentError(RuntimeError):
+    """A run that did not end well, with its logs' tail."""
+
+
+def run_one(model, condition, mode, seed, clocks, workdir, bin_dir):
+    """One local cluster run; its curve as [(seconds, clock, loss)]."""
+    job, _, _, _, _ = MODELS[model]
+    consistency, staleness = MODES[mode]
+    name = "%s-%s-%s-%d" % (model, condition, mode, seed)
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+    logs, run_dir = workdir / name / "logs", workdir / name / "run"
+    run_dir.mkdir(parents=True)
+    flags = CONDITIONS[condition] + ["--straggler_seed=%d" % seed]
+    cmd = [str(ROOT / "deploy/local_cluster.sh"), "--job=" + str(ROOT / job),
+           "--bin=" + str(bin_dir), "--servers=2", "--workers=4", "--logs=" + str(logs),
+           "--worker_flags=" + " ".join(flags), "--",
+           "--run_dir=" + str(run_dir), "--consistency=" + consistency,
+           "--staleness=%d" % staleness, "--seed=%d" % seed, "--clocks=%d" % clocks]
+    started = time.monotonic()
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=900, check=False)
+    if done.returncode != 0:
+        raise ExperimentError("%s: local_cluster.sh exited %d:\n%s"
+                              % (name, done.returncode, done.stdout[-3000:]))
+    points = [json.loads(line) for line in (run_dir / "curves.jsonl").read_text().splitlines()
+              if line.strip()]
+    t0 = int(points[0]["unix_ms"])
+    curve = [((int(p["unix_ms"]) - t0) / 1000.0, int(p.get("clock", 0)), float(p["loss"]))
+             for p in points if float(p.get("loss", -1)) >= 0]
+    return curve, time.monotonic() - started
+
+
+def smoothed(curve, k):
+    """Each point's loss averaged over it and the k - 1 before it."""
+    out = []
+    for i, (t, c, _) in enumerate(curve):
+        window = [loss for _, _, loss in curve[max(0, i - k + 1):i + 1]]
+        out.append((t, c, sum(window) / len(window)))
+    return out
+
+
+def time_to(curve, target):
+    """(seconds, clock) of the first smoothed point at or below target, or None."""
+    for t, c, loss in curve:
+        if loss <= target:
+            return t, c
+    return None
+
+
+def summary(values):
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def plot(path, model, condition, curves, target):
+    """A PNG of the median seed's smoothed loss against time, a line per mode."""
+    gnuplot = shutil.which("gnuplot")
+    if gnuplot is None:
+        raise ExperimentError("gnuplot not found (install gnuplot-nox)")
+    with tempfile.TemporaryDirectory() as tmp:
+        series = []
+        for i, (mode, curve) in enumerate(curves.items()):
+            data = pathlib.Path(tmp, "%d.dat" % i)
+            data.write_text("".join("%f %f\n" % (t, loss) for t, _, loss in curve))
+            series.append("'%s' using 1:2 with lines lw 2 title '%s'" % (data, mode))
+        script = pathlib.Path(tmp, "plot.gp")
+        script.write_text(
+            "set terminal png size 640,400\nset output '%s'\nset grid\n"
+            "set title '%s, %s (4 workers)'\nset xlabel 'seconds'\nset ylabel 'training loss'\n"
+            "set key top right\nplot %s, %f with lines dt 2 lc 'gray' title 'target'\n"
+            % (path, model.upper(), condition, ", ".join(series), target))
+        subprocess.run([gnuplot, str(script)], check=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
+    p.add_argument("--models", default="mlp,gpt")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--conditions", default=",".join(CONDITIONS))
+    p.add_argument("--out", default="", help="write consistency.json (every curve) here")
+    p.add_argument("--plots", default="", help="write a PNG per model and condition here")
+    p.add_argument("--bin", default=str(ROOT / "bazel-bin"),
+                   help="where the daemons are (scheduler/ps_scheduler, ...)")
+    args = p.parse_args()
+    models = args.models.split(",")
+    modes = args.modes.split(",")
+    conditions = args.conditions.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.quick:
+        models, modes, conditions, seeds = ["mlp"], ["BSP", "SSP(3)"], ["one slow worker"], [1]
+    for name, known in (("model", MODELS), ("mode", MODES), ("condition", CONDITIONS)):
+        for value in {"model": models, "mode": modes, "condition": conditions}[name]:
+            if value not in known:
+                p.error("unknown %s '%s' (one of: %s)" % (name, value, ", ".join(known)))
+    if not pathlib.Path(args.bin, "worker/ps_worker").exists():
+        p.error("build the daemons first: bazel build //scheduler:ps_scheduler "
+                "//server:ps_server //worker:ps_worker")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            stdout=subprocess.PIPE, text=True, check=False).stdout.strip()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="pstrain-consistency."))
+    runs, table = [], []
+    started = time.monotonic()
+    for model in models:
+        _, clocks, quick_clocks, target, k = MODELS[model]
+        clocks = quick_clocks if args.quick else clocks
+        for condition in conditions:
+            medians = {}
+            for mode in modes:
+                times, ran = [], []
+                for seed in seeds:
+                    curve, wall = run_one(model, condition, mode, seed, clocks, workdir, args.bin)
+                    smooth = smoothed(curve, k)
+                    reached = time_to(smooth, target)
+                    runs.append({"model": model, "condition": condition, "mode": mode,
+                                 "seed": seed, "clocks": clocks, "wall_s": round(wall, 2),
+                                 "seconds": curve[-1][0] if curve else None,
+                                 "time_to_target_s": reached[0] if reached else None,
+                                 "clock_at_target": reached[1] if reached else None,
+                                 "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
+                    ran.append((reached[0] if reached else float("inf"), smooth))
+                    if reached:
+                        times.append(reached[0])
+                    print("%s / %s / %s / seed %d: %s" % (
+                        model, condition, mode, seed,
+                        "target at %.2f s (clock %d)" % reached if reached else "target not reached"),
+                        file=sys.stderr)
+                ran.sort(key=lambda r: r[0])
+                medians[mode] = ran[len(ran) // 2][1]
+                table.append({"model": model, "condition": condition, "mode": mode,
+                              "target_loss": target, "time_to_target_s": summary(times),
+                              "reached": "%d of %d" % (len(times), len(seeds))})
+            if args.plots:
+                pathlib.Path(args.plots).mkdir(parents=True, exist_ok=True)
+                slug = "".join(c if c.isalnum() else "-" for c in condition)
+                plot(pathlib.Path(args.plots, "%s-%s.png" % (model, slug)), model, condition,
+                     medians, target)
+    result = {"bench": "consistency_experiment", "commit": commit, "workers": 4, "servers": 2,
+              "seeds": seeds, "conditions": {c: CONDITIONS[c] for c in conditions},
+              "targets": {m: MODELS[m][3] for m in models},
+              "minutes": round((time.monotonic() - started) / 60, 1), "table": table}
+    if args.out:
+        pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args.out, "consistency.json").write_text(
+            json.dumps(dict(result, runs=runs), indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ExperimentError as e:
+        sys.exit("consistency_experiment: %s" % e)
