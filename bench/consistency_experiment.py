@@ -52,8 +52,8 @@ CONDITIONS = {
 }
 
 MODELS = {  # name: (job file, clocks, quick clocks, target loss, smoothing points)
-    "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.55, 9),
-    "gpt": ("deploy/jobs/gpt_fortunes.pbtxt", 300, 60, 2.45, 5),
+    "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.45, 5),
+    "gpt": ("deploy/jobs/gpt_fortunes.pbtxt", 250, 60, 2.45, 5),
 }
 
 
