@@ -133,6 +133,39 @@ def plot(path, model, condition, curves, target):
         subprocess.run([gnuplot, str(script)], check=True)
 
 
+def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, runs, table):
+    """Every mode and seed of one model and condition: appends each run to
+    `runs` and each mode's row to `table`; the median seed's smoothed curve
+    per mode (for the plot)."""
+    target, k = MODELS[model][3], MODELS[model][4]
+    medians = {}
+    for mode in modes:
+        times, ran = [], []
+        for seed in seeds:
+            curve, wall = run_one(model, condition, mode, seed, clocks, workdir, bin_dir)
+            smooth = smoothed(curve, k)
+            reached = time_to(smooth, target)
+            runs.append({"model": model, "condition": condition, "mode": mode, "seed": seed,
+                         "clocks": clocks, "wall_s": round(wall, 2),
+                         "seconds": curve[-1][0] if curve else None,
+                         "time_to_target_s": reached[0] if reached else None,
+                         "clock_at_target": reached[1] if reached else None,
+                         "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
+            ran.append((reached[0] if reached else float("inf"), smooth))
+            if reached:
+                times.append(reached[0])
+            print("%s / %s / %s / seed %d: %s" % (
+                model, condition, mode, seed,
+                "target at %.2f s (clock %d)" % reached if reached else "target not reached"),
+                file=sys.stderr)
+        ran.sort(key=lambda r: r[0])
+        medians[mode] = ran[len(ran) // 2][1]
+        table.append({"model": model, "condition": condition, "mode": mode,
+                      "target_loss": target, "time_to_target_s": summary(times),
+                      "reached": "%d of %d" % (len(times), len(seeds))})
+    return medians
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
@@ -164,39 +197,15 @@ def main():
     runs, table = [], []
     started = time.monotonic()
     for model in models:
-        _, clocks, quick_clocks, target, k = MODELS[model]
-        clocks = quick_clocks if args.quick else clocks
+        clocks = MODELS[model][2] if args.quick else MODELS[model][1]
         for condition in conditions:
-            medians = {}
-            for mode in modes:
-                times, ran = [], []
-                for seed in seeds:
-                    curve, wall = run_one(model, condition, mode, seed, clocks, workdir, args.bin)
-                    smooth = smoothed(curve, k)
-                    reached = time_to(smooth, target)
-                    runs.append({"model": model, "condition": condition, "mode": mode,
-                                 "seed": seed, "clocks": clocks, "wall_s": round(wall, 2),
-                                 "seconds": curve[-1][0] if curve else None,
-                                 "time_to_target_s": reached[0] if reached else None,
-                                 "clock_at_target": reached[1] if reached else None,
-                                 "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
-                    ran.append((reached[0] if reached else float("inf"), smooth))
-                    if reached:
-                        times.append(reached[0])
-                    print("%s / %s / %s / seed %d: %s" % (
-                        model, condition, mode, seed,
-                        "target at %.2f s (clock %d)" % reached if reached else "target not reached"),
-                        file=sys.stderr)
-                ran.sort(key=lambda r: r[0])
-                medians[mode] = ran[len(ran) // 2][1]
-                table.append({"model": model, "condition": condition, "mode": mode,
-                              "target_loss": target, "time_to_target_s": summary(times),
-                              "reached": "%d of %d" % (len(times), len(seeds))})
+            medians = measure(model, condition, modes, seeds, clocks, workdir, args.bin, runs,
+                              table)
             if args.plots:
                 pathlib.Path(args.plots).mkdir(parents=True, exist_ok=True)
                 slug = "".join(c if c.isalnum() else "-" for c in condition)
                 plot(pathlib.Path(args.plots, "%s-%s.png" % (model, slug)), model, condition,
-                     medians, target)
+                     medians, MODELS[model][3])
     result = {"bench": "consistency_experiment", "commit": commit, "workers": 4, "servers": 2,
               "seeds": seeds, "conditions": {c: CONDITIONS[c] for c in conditions},
               "targets": {m: MODELS[m][3] for m in models},
