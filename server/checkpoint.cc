@@ -16,19 +16,18 @@
 #include "google/protobuf/util/json_util.h"
 
 namespace pstrain {
-namespace {
-
-absl::Status Errno(const std::string& what, const std::string& path) {
+absl::Status FileError(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-absl::Status WriteAt(int fd, const void* data, int64_t bytes, int64_t at, const std::string& path) {
+absl::Status WriteFileAt(int fd, const void* data, int64_t bytes, int64_t at,
+                         const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = pwrite(fd, p, static_cast<size_t>(bytes), at);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno("cannot write", path);
+      return FileError("cannot write", path);
     }
     p += n;
     at += n;
@@ -36,6 +35,8 @@ absl::Status WriteAt(int fd, const void* data, int64_t bytes, int64_t at, const 
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // `text` as a JSON string (the names hold no control characters).
 std::string Quote(const std::string& text) {
@@ -117,7 +118,7 @@ absl::Status CheckpointWriter::Write(int64_t clock, int32_t chunk, const float* 
       open.tmp = open.path + ".tmp";
       open.fd = ::open(open.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (open.fd < 0) {
-        const absl::Status st = Errno("cannot create", open.tmp);
+        const absl::Status st = FileError("cannot create", open.tmp);
         open_.erase(entry);
         return st;
       }
@@ -129,9 +130,9 @@ absl::Status CheckpointWriter::Write(int64_t clock, int32_t chunk, const float* 
     data_start = open.data_start;
   }
   const int64_t at = data_start + offsets_[it->second];
-  absl::Status st = WriteAt(fd, weights, c.weight_floats * 4, at, tmp);
+  absl::Status st = WriteFileAt(fd, weights, c.weight_floats * 4, at, tmp);
   if (st.ok() && c.state_floats > 0) {
-    st = WriteAt(fd, state, c.state_floats * 4, at + c.weight_floats * 4, tmp);
+    st = WriteFileAt(fd, state, c.state_floats * 4, at + c.weight_floats * 4, tmp);
   }
   absl::MutexLock lock(&mu_);
   Open& open = open_.at(clock);
@@ -149,12 +150,12 @@ absl::Status CheckpointWriter::Finish(int64_t clock, Open& open) {
   const uint64_t n = header.size();
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
-  absl::Status st = WriteAt(open.fd, length, 8, 0, open.tmp);
-  if (st.ok()) st = WriteAt(open.fd, header.data(), static_cast<int64_t>(n), 8, open.tmp);
-  if (st.ok() && fsync(open.fd) != 0) st = Errno("cannot fsync", open.tmp);
+  absl::Status st = WriteFileAt(open.fd, length, 8, 0, open.tmp);
+  if (st.ok()) st = WriteFileAt(open.fd, header.data(), static_cast<int64_t>(n), 8, open.tmp);
+  if (st.ok() && fsync(open.fd) != 0) st = FileError("cannot fsync", open.tmp);
   close(open.fd);
   if (st.ok() && std::rename(open.tmp.c_str(), open.path.c_str()) != 0) {
-    st = Errno("cannot rename", open.tmp);
+    st = FileError("cannot rename", open.tmp);
   }
   if (!st.ok()) {
     unlink(open.tmp.c_str());

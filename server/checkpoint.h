@@ -25,6 +25,13 @@
 
 namespace pstrain {
 
+// INTERNAL naming `path`, what failed and errno's reason.
+absl::Status FileError(const std::string& what, const std::string& path);
+// Writes all `bytes` of `data` at offset `at` of fd (retrying short writes
+// and EINTR); FileError on failure.
+absl::Status WriteFileAt(int fd, const void* data, int64_t bytes, int64_t at,
+                         const std::string& path);
+
 class CheckpointWriter {
  public:
   struct Chunk {

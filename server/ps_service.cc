@@ -99,6 +99,11 @@ std::shared_ptr<ChunkStore> PsService::store() const {
   return store_;
 }
 
+std::shared_ptr<SparseTables> PsService::tables() const {
+  absl::MutexLock lock(&mu_);
+  return tables_;
+}
+
 grpc::Status PsService::PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const {
   for (PayloadRef& c : *chunks) {
     if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
@@ -112,6 +117,25 @@ grpc::Status PsService::PlaceInSlots(int width, std::vector<PayloadRef>* chunks)
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The store's request of a decoded push header (its parts come after).
+ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
+  ChunkStore::PushRequest push;
+  push.worker = h.worker_id;
+  push.clock = h.clock;
+  push.num_samples = h.num_samples;
+  push.grad_norm = h.grad_norm;
+  push.generation = h.generation;
+  push.checkpoint_clock = h.checkpoint_clock;
+  push.apply_at_once = h.apply_at_once;
+  push.seed = h.seed;
+  push.wire_dtype = DTypeName(h.dtype);
+  return push;
+}
+
+}  // namespace
+
 grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req,
                                uint64_t bell_segment) {
   SliceReader reader(req);
@@ -120,24 +144,12 @@ grpc::Status PsService::DoPush(ChunkStore& store, const grpc::ByteBuffer& req,
   if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
   if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
   const int width = DTypeSize(h.dtype);
-  ChunkStore::PushRequest push;
-  push.worker = h.worker_id;
-  push.clock = h.clock;
-  push.num_samples = h.num_samples;
-  push.grad_norm = h.grad_norm;
-  push.generation = h.generation;
-  push.checkpoint_clock = h.checkpoint_clock;
+  ChunkStore::PushRequest push = PushRequestOf(h);
   if (h.checkpoint_clock > 0) {  // the tables' checkpoints follow the chunks' asked clock
-    std::shared_ptr<SparseTables> tables;
-    {
-      absl::MutexLock lock(&mu_);
-      tables = tables_;
+    if (const std::shared_ptr<SparseTables> t = tables(); t != nullptr) {
+      t->AskCheckpoint(h.checkpoint_clock);
     }
-    if (tables != nullptr) tables->AskCheckpoint(h.checkpoint_clock);
   }
-  push.apply_at_once = h.apply_at_once;
-  push.seed = h.seed;
-  push.wire_dtype = DTypeName(h.dtype);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (bell_segment != 0 && h.shm_segment != bell_segment) {
     return Invalid("push: a frame on a segment's socket names another segment");
@@ -578,11 +590,7 @@ void PsService::Handle(Call* call) {
 }
 
 void PsService::HandleRows(Call* call) {
-  std::shared_ptr<SparseTables> tables;
-  {
-    absl::MutexLock lock(&mu_);
-    tables = tables_;
-  }
+  const std::shared_ptr<SparseTables> tables = this->tables();
   // Refusals are counted by the tables (row_requests_refused), not with the
   // chunks'.
   auto answer = [call](const grpc::Status& st) {
@@ -731,11 +739,7 @@ void PsService::DropOlderPulls(const Call& call) {
 }
 
 void PsService::WakePulls() {
-  std::shared_ptr<SparseTables> tables;
-  {
-    absl::MutexLock lock(&mu_);
-    tables = tables_;
-  }
+  const std::shared_ptr<SparseTables> tables = this->tables();
   if (tables != nullptr) WakeRowPulls(*tables);
   std::shared_ptr<ChunkStore> s = store();
   if (s == nullptr) return;
@@ -830,11 +834,7 @@ MemberStatus PsService::GetStatus() const {
   st.set_pushes(pushes_);
   st.set_pulls(pulls_);
   st.set_requests_refused(refused());
-  std::shared_ptr<SparseTables> tables;
-  {
-    absl::MutexLock lock(&mu_);
-    tables = tables_;
-  }
+  const std::shared_ptr<SparseTables> tables = this->tables();
   if (tables != nullptr) {
     for (TableStatus& t : tables->Status()) *st.add_tables() = std::move(t);
     st.set_row_requests_refused(tables->refused());

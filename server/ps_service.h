@@ -126,6 +126,7 @@ class PsService final : public PsServiceBase {
   void DropOlderPulls(const Call& call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(parked_mu_);
 
   std::shared_ptr<ChunkStore> store() const;
+  std::shared_ptr<SparseTables> tables() const;
   // A request's segment (PushRequest/PullRequest.shm_segment) and where its
   // chunks lie in it; NOT_FOUND when this server holds no such segment (it
   // restarted, or the worker's connection closed): the worker then sends

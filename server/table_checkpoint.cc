@@ -19,24 +19,6 @@ namespace {
 
 constexpr int64_t kRowsAtOnce = 4096;  // rows a write or read moves
 
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteAt(int fd, const void* data, int64_t bytes, int64_t at,
-                     const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = pwrite(fd, p, static_cast<size_t>(bytes), at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Errno("cannot write", path);
-    p += n;
-    bytes -= n;
-    at += n;
-  }
-  return absl::OkStatus();
-}
-
 // The file's layout: ids, rows, touched clocks, the admission counts.
 struct Layout {
   int64_t n = 0, stride = 0, seen_bytes = 0;
@@ -80,7 +62,7 @@ absl::Status WriteRows(int fd, SparseTable& table, const Layout& at, int64_t dat
   std::vector<float> batch;
   int64_t rows_at = data + at.rows_at();
   auto flush = [&]() -> absl::Status {
-    RETURN_IF_ERROR(WriteAt(fd, batch.data(), static_cast<int64_t>(batch.size()) * 4, rows_at,
+    RETURN_IF_ERROR(WriteFileAt(fd, batch.data(), static_cast<int64_t>(batch.size()) * 4, rows_at,
                             path));
     rows_at += static_cast<int64_t>(batch.size()) * 4;
     batch.clear();
@@ -98,10 +80,10 @@ absl::Status WriteRows(int fd, SparseTable& table, const Layout& at, int64_t dat
   if (static_cast<int64_t>(ids.size()) != at.n) {
     return absl::InternalError(absl::StrCat(path, ": ", ids.size(), " rows for ", at.n));
   }
-  RETURN_IF_ERROR(WriteAt(fd, ids.data(), at.n * 8, data + at.ids_at(), path));
-  RETURN_IF_ERROR(WriteAt(fd, touched.data(), at.n * 8, data + at.touched_at(), path));
+  RETURN_IF_ERROR(WriteFileAt(fd, ids.data(), at.n * 8, data + at.ids_at(), path));
+  RETURN_IF_ERROR(WriteFileAt(fd, touched.data(), at.n * 8, data + at.touched_at(), path));
   if (at.seen_bytes == 0) return absl::OkStatus();
-  return WriteAt(fd, table.seen()->data(), at.seen_bytes, data + at.seen_at(), path);
+  return WriteFileAt(fd, table.seen()->data(), at.seen_bytes, data + at.seen_at(), path);
 }
 
 }  // namespace
@@ -115,15 +97,15 @@ absl::Status WriteTableCheckpoint(const std::string& path, int server, int64_t c
   const std::string header = Header(server, clock, table, at);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
+  if (fd < 0) return FileError("cannot create", tmp);
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  absl::Status st = WriteAt(fd, length, 8, 0, tmp);
-  if (st.ok()) st = WriteAt(fd, header.data(), static_cast<int64_t>(header.size()), 8, tmp);
+  absl::Status st = WriteFileAt(fd, length, 8, 0, tmp);
+  if (st.ok()) st = WriteFileAt(fd, header.data(), static_cast<int64_t>(header.size()), 8, tmp);
   if (st.ok()) st = WriteRows(fd, table, at, 8 + static_cast<int64_t>(header.size()), tmp);
-  if (st.ok() && fsync(fd) != 0) st = Errno("cannot fsync", tmp);
+  if (st.ok() && fsync(fd) != 0) st = FileError("cannot fsync", tmp);
   close(fd);
-  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = Errno("cannot rename", tmp);
+  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) st = FileError("cannot rename", tmp);
   if (!st.ok()) unlink(tmp.c_str());
   return st;
 }

@@ -181,6 +181,35 @@ int StatusOfCluster(const std::string& address) {
   return 0;
 }
 
+// A server's part of each sparse table: a line, and lines for its rows on
+// disk and its expired and dropped rows when it has any.
+void PrintServerTables(const MemberStatus& m) {
+  for (const TableStatus& t : m.tables()) {
+    std::printf("server %d table %s (%s, clock %lld): %lld rows (%s), %lld pulled, %lld pushed, "
+                "%lld updates, %lld refused, %lld pulls waiting\n",
+                m.id(), t.name().c_str(), Consistency_Name(t.consistency()).c_str(),
+                static_cast<long long>(t.clock()), static_cast<long long>(t.rows()),
+                Bytes(t.bytes()).c_str(), static_cast<long long>(t.rows_pulled()),
+                static_cast<long long>(t.rows_pushed()), static_cast<long long>(t.updates()),
+                static_cast<long long>(t.refused()), static_cast<long long>(t.pulls_waiting()));
+    if (t.rows_on_disk() > 0 || t.rows_spilled() > 0) {
+      std::printf("server %d table %s: %lld rows in memory (%s), %lld on disk (%s); %lld "
+                  "spilled, %lld read back\n",
+                  m.id(), t.name().c_str(), static_cast<long long>(t.rows_resident()),
+                  Bytes(t.resident_bytes()).c_str(), static_cast<long long>(t.rows_on_disk()),
+                  Bytes(t.disk_bytes()).c_str(), static_cast<long long>(t.rows_spilled()),
+                  static_cast<long long>(t.rows_loaded()));
+    }
+    if (t.rows_expired() > 0 || t.rows_dropped() > 0) {
+      std::printf("server %d table %s: %lld rows made, %lld expired; %lld gradient rows "
+                  "dropped (not admitted or expired)\n",
+                  m.id(), t.name().c_str(), static_cast<long long>(t.rows_created()),
+                  static_cast<long long>(t.rows_expired()),
+                  static_cast<long long>(t.rows_dropped()));
+    }
+  }
+}
+
 void PrintCluster(const ClusterStatus& st) {
   std::printf("job: %s, %s (staleness %d), %lld clocks", JobStateText(st.job_state()).c_str(),
               Consistency_Name(st.consistency()).c_str(),
@@ -218,30 +247,7 @@ void PrintCluster(const ClusterStatus& st) {
   PrintTable(rows);
   for (const MemberStatus& m : st.members()) {
     if (m.role() != SERVER) continue;
-    for (const TableStatus& t : m.tables()) {
-      std::printf("server %d table %s (%s, clock %lld): %lld rows (%s), %lld pulled, %lld pushed, "
-                  "%lld updates, %lld refused, %lld pulls waiting\n",
-                  m.id(), t.name().c_str(), Consistency_Name(t.consistency()).c_str(),
-                  static_cast<long long>(t.clock()), static_cast<long long>(t.rows()),
-                  Bytes(t.bytes()).c_str(), static_cast<long long>(t.rows_pulled()),
-                  static_cast<long long>(t.rows_pushed()), static_cast<long long>(t.updates()),
-                  static_cast<long long>(t.refused()), static_cast<long long>(t.pulls_waiting()));
-      if (t.rows_on_disk() > 0 || t.rows_spilled() > 0) {
-        std::printf("server %d table %s: %lld rows in memory (%s), %lld on disk (%s); %lld "
-                    "spilled, %lld read back\n",
-                    m.id(), t.name().c_str(), static_cast<long long>(t.rows_resident()),
-                    Bytes(t.resident_bytes()).c_str(), static_cast<long long>(t.rows_on_disk()),
-                    Bytes(t.disk_bytes()).c_str(), static_cast<long long>(t.rows_spilled()),
-                    static_cast<long long>(t.rows_loaded()));
-      }
-      if (t.rows_expired() > 0 || t.rows_dropped() > 0) {
-        std::printf("server %d table %s: %lld rows made, %lld expired; %lld gradient rows "
-                    "dropped (not admitted or expired)\n",
-                    m.id(), t.name().c_str(), static_cast<long long>(t.rows_created()),
-                    static_cast<long long>(t.rows_expired()),
-                    static_cast<long long>(t.rows_dropped()));
-      }
-    }
+    PrintServerTables(m);
     if (m.offload_disk_bytes() == 0) continue;
     std::printf(
         "server %d offloaded: %s of %s in memory; read %s (%.0f MB/s), wrote %s (%.0f MB/s)\n",
