@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Which consistency trains to a target loss soonest? BSP, SSP(s) and ASP
-on real local clusters under injected stragglers, each run's loss curve
-against wall-clock time and clocks, repeated over seeds.
+on real local clusters under injected stragglers and slow links, each run's
+loss curve against wall-clock time and clocks, repeated over seeds.
 
     bazel build //scheduler:ps_scheduler //server:ps_server //worker:ps_worker
     bench/consistency_experiment.py [--quick] [--models=mlp,gpt] [--seeds=1,2,3]
+                                    [--conditions=...] [--links="--rate=2000"]
                                     [--out=DIR] [--plots=DIR]
 
 Each run is deploy/local_cluster.sh with 4 workers and 2 servers, the mode
 given to ps_scheduler (--consistency, --staleness), the condition to every
-worker (ps_worker --straggler, seeded by the run's seed), the job's curves
+worker (ps_worker --straggler, seeded by the run's seed; for slow links,
+each worker in a network namespace behind a link shaped by deploy/netem.sh
+with --links, which needs root), the job's curves
 written by the scheduler (--run_dir: curves.jsonl, a point each time the
 slowest clock moves). A run's time to the target is the first point whose
 loss, averaged over the last few points, is at or below the model's target,
@@ -41,15 +44,21 @@ MODES = {  # name: (--consistency, --staleness)
     "ASP": ("asp", 0),
 }
 
-# name: ps_worker flags (the seed is the run's).
+# name: (ps_worker flags, the seed being the run's; local_cluster.sh
+# --worker_links, "" for none, LINKS for the --links option's).
 CONDITIONS = {
-    "no stragglers": [],
+    "no stragglers": ([], ""),
     # Every worker: 30 % of its clocks delayed, Pareto(5 ms, 1.5): median
     # 7.9 ms, 1 % above 108 ms.
-    "heavy-tailed delays": ["--straggler=pareto:5:1.5@0.3"],
+    "heavy-tailed delays": (["--straggler=pareto:5:1.5@0.3"], ""),
     # Worker 3 is 15 ms slower every clock.
-    "one slow worker": ["--straggler=fixed:15", "--straggler_workers=3"],
+    "one slow worker": (["--straggler=fixed:15", "--straggler_workers=3"], ""),
+    # Every worker behind a link of its own, shaped by deploy/netem.sh
+    # (needs root): by default 2 Gbit/s each way, so that an MLP clock's
+    # 1.07 MB push and pull take about 4.3 ms each, its compute's time.
+    "slow links": ([], "LINKS"),
 }
+LINKS = "--rate=2000"
 
 MODELS = {  # name: (job file, clocks, quick clocks, target loss, smoothing points)
     "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.45, 5),
@@ -61,18 +70,23 @@ class ExperimentError(RuntimeError):
     """A run that did not end well, with its logs' tail."""
 
 
-def run_one(model, condition, mode, seed, clocks, workdir, bin_dir):
-    """One local cluster run; its curve as [(seconds, clock, loss)]."""
+def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
+    """One local cluster run; its curve as [(seconds, clock, loss)]. `links`:
+    the slow links' netem.sh options."""
     job, _, _, _, _ = MODELS[model]
     consistency, staleness = MODES[mode]
     name = "%s-%s-%s-%d" % (model, condition, mode, seed)
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
     logs, run_dir = workdir / name / "logs", workdir / name / "run"
     run_dir.mkdir(parents=True)
-    flags = CONDITIONS[condition] + ["--straggler_seed=%d" % seed]
+    flags, shaped = CONDITIONS[condition]
+    flags = flags + ["--straggler_seed=%d" % seed]
     cmd = [str(ROOT / "deploy/local_cluster.sh"), "--job=" + str(ROOT / job),
            "--bin=" + str(bin_dir), "--servers=2", "--workers=4", "--logs=" + str(logs),
-           "--worker_flags=" + " ".join(flags), "--",
+           "--worker_flags=" + " ".join(flags)]
+    if shaped:
+        cmd.append("--worker_links=" + links)
+    cmd += ["--",
            "--run_dir=" + str(run_dir), "--consistency=" + consistency,
            "--staleness=%d" % staleness, "--seed=%d" % seed, "--clocks=%d" % clocks]
     started = time.monotonic()
@@ -133,7 +147,7 @@ def plot(path, model, condition, curves, target):
         subprocess.run([gnuplot, str(script)], check=True)
 
 
-def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, runs, table):
+def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, runs, table):
     """Every mode and seed of one model and condition: appends each run to
     `runs` and each mode's row to `table`; the median seed's smoothed curve
     per mode (for the plot)."""
@@ -142,7 +156,7 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, runs, tabl
     for mode in modes:
         times, ran = [], []
         for seed in seeds:
-            curve, wall = run_one(model, condition, mode, seed, clocks, workdir, bin_dir)
+            curve, wall = run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links)
             smooth = smoothed(curve, k)
             reached = time_to(smooth, target)
             runs.append({"model": model, "condition": condition, "mode": mode, "seed": seed,
@@ -166,28 +180,47 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, runs, tabl
     return medians
 
 
+def chosen(args, error):
+    """The models, modes, conditions and seeds to run, and the conditions
+    left out (with why); calls error() for an unknown name."""
+    if args.quick:
+        return ["mlp"], ["BSP", "SSP(3)"], ["one slow worker"], [1], {}
+    models, modes = args.models.split(","), args.modes.split(",")
+    conditions = args.conditions.split(",") if args.conditions else list(CONDITIONS)
+    for name, values, known in (("model", models, MODELS), ("mode", modes, MODES),
+                                ("condition", conditions, CONDITIONS)):
+        for value in values:
+            if value not in known:
+                error("unknown %s '%s' (one of: %s)" % (name, value, ", ".join(known)))
+    left_out = {}
+    if os.geteuid() != 0 and "slow links" in conditions:
+        if args.conditions:
+            error("'slow links' needs root (network namespaces and tc); "
+                  "leave it out of --conditions")
+        conditions.remove("slow links")
+        left_out["slow links"] = "needs root (network namespaces and tc)"
+        print("consistency_experiment: 'slow links' left out: not root", file=sys.stderr)
+    return models, modes, conditions, [int(s) for s in args.seeds.split(",")], left_out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
     p.add_argument("--models", default="mlp,gpt")
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--conditions", default=",".join(CONDITIONS))
+    p.add_argument("--conditions", default="",
+                   help="default: all four ('slow links' only as root)")
+    p.add_argument("--links", default=LINKS,
+                   help="the slow links' deploy/netem.sh options, e.g. "
+                        "'--rate=1000 --delay=2 --jitter=1' (delay, jitter and loss need "
+                        "a kernel with sch_netem)")
     p.add_argument("--out", default="", help="write consistency.json (every curve) here")
     p.add_argument("--plots", default="", help="write a PNG per model and condition here")
     p.add_argument("--bin", default=str(ROOT / "bazel-bin"),
                    help="where the daemons are (scheduler/ps_scheduler, ...)")
     args = p.parse_args()
-    models = args.models.split(",")
-    modes = args.modes.split(",")
-    conditions = args.conditions.split(",")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    if args.quick:
-        models, modes, conditions, seeds = ["mlp"], ["BSP", "SSP(3)"], ["one slow worker"], [1]
-    for name, known in (("model", MODELS), ("mode", MODES), ("condition", CONDITIONS)):
-        for value in {"model": models, "mode": modes, "condition": conditions}[name]:
-            if value not in known:
-                p.error("unknown %s '%s' (one of: %s)" % (name, value, ", ".join(known)))
+    models, modes, conditions, seeds, left_out = chosen(args, p.error)
     if not pathlib.Path(args.bin, "worker/ps_worker").exists():
         p.error("build the daemons first: bazel build //scheduler:ps_scheduler "
                 "//server:ps_server //worker:ps_worker")
@@ -199,15 +232,19 @@ def main():
     for model in models:
         clocks = MODELS[model][2] if args.quick else MODELS[model][1]
         for condition in conditions:
-            medians = measure(model, condition, modes, seeds, clocks, workdir, args.bin, runs,
-                              table)
+            medians = measure(model, condition, modes, seeds, clocks, workdir, args.bin,
+                              args.links, runs, table)
             if args.plots:
                 pathlib.Path(args.plots).mkdir(parents=True, exist_ok=True)
                 slug = "".join(c if c.isalnum() else "-" for c in condition)
                 plot(pathlib.Path(args.plots, "%s-%s.png" % (model, slug)), model, condition,
                      medians, MODELS[model][3])
     result = {"bench": "consistency_experiment", "commit": commit, "workers": 4, "servers": 2,
-              "seeds": seeds, "conditions": {c: CONDITIONS[c] for c in conditions},
+              "seeds": seeds,
+              "conditions": {c: {"worker_flags": CONDITIONS[c][0],
+                                 "worker_links": args.links if CONDITIONS[c][1] else ""}
+                             for c in conditions},
+              "left_out": left_out,
               "targets": {m: MODELS[m][3] for m in models},
               "minutes": round((time.monotonic() - started) / 60, 1), "table": table}
     if args.out:

@@ -8,7 +8,8 @@
 #                           [--workers=N] [--worker_flags="FLAGS"]
 #                           [--server_flags="FLAGS"] [--weights=DIR]
 #                           [--torch=SCRIPT [--torch_args="ARGS"]]
-#                           [--supervise] [-- extra ps_scheduler flags]
+#                           [--supervise] [--worker_links="LINK OPTIONS"]
+#                           [-- extra ps_scheduler flags]
 #
 # --torch=SCRIPT: the workers are a PyTorch script using pstrain.torch
 # (python/pstrain), run by $PSTRAIN_PYTHON (default: /usr/bin/python3 when it
@@ -18,6 +19,14 @@
 # spaces), e.g. --worker_flags="--device=cuda --overlap=on".
 # --weights=DIR: worker process i writes its final weights to
 # DIR/worker<i>.weights.
+# --worker_links="--rate=MBIT [--delay=MS] [--jitter=MS] [--loss=PCT]":
+# slow links. Each worker runs in a network namespace of its own behind a
+# link shaped by deploy/netem.sh with these options (tc: tbf for a rate
+# alone, netem where the kernel has it); the scheduler and the servers stay
+# on this host, listening on the host's end of worker 0's link, which every
+# namespace reaches through its own link. Payloads then move in gRPC
+# messages over the links (shared memory does not cross namespaces). Needs
+# root; the namespaces are removed when the cluster stops. Not with --torch.
 # --supervise: a daemon that dies of a signal (SIGKILL, SIGSEGV, ...) is
 # started again, as systemd's Restart=on-abnormal or a Kubernetes pod would
 # be: a server or worker with --id of the id it had, the scheduler on the
@@ -41,6 +50,7 @@ WEIGHTS=""
 SUPERVISE=0
 TORCH=""
 TORCH_ARGS=""
+WORKER_LINKS=""
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -55,6 +65,7 @@ while [ $# -gt 0 ]; do
     --supervise) SUPERVISE=1 ;;
     --torch=*) TORCH="${1#*=}" ;;
     --torch_args=*) TORCH_ARGS="${1#*=}" ;;
+    --worker_links=*) WORKER_LINKS="${1#*=}" ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "local_cluster: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -65,6 +76,11 @@ done
 if [ -n "$TORCH" ]; then
   [ -f "$TORCH" ] || { echo "local_cluster: --torch=$TORCH: no such script" >&2; exit 2; }
   [ "$SUPERVISE" -eq 0 ] || { echo "local_cluster: --supervise is for ps_worker workers, not --torch" >&2; exit 2; }
+  [ -z "$WORKER_LINKS" ] || { echo "local_cluster: --worker_links is for ps_worker workers, not --torch" >&2; exit 2; }
+fi
+if [ -n "$WORKER_LINKS" ] && [ "$(id -u)" -ne 0 ]; then
+  echo "local_cluster: --worker_links needs root (network namespaces, tc)" >&2
+  exit 2
 fi
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${BIN:-$ROOT/bazel-bin}"
@@ -103,6 +119,7 @@ if [ "$SUPERVISE" -eq 1 ]; then
 fi
 
 PIDS=()
+LINKS=()  # the namespace indexes of --worker_links, worker i's at i
 # Every pid to stop: the supervisors' and the daemons' (LOGS/*.pid).
 all_pids() {
   echo "${PIDS[@]}"
@@ -122,6 +139,7 @@ cleanup() {
   done
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  for n in "${LINKS[@]}"; do "$ROOT/deploy/netem.sh" down "$n" || true; done
 }
 trap cleanup EXIT
 trap 'echo "local_cluster: interrupted; stopping the cluster" >&2; exit 130' INT TERM HUP
@@ -167,10 +185,36 @@ restart_flags() {
   esac
 }
 
+# --worker_links: a shaped link per worker, on namespace indexes no other
+# run holds (netem.sh up exits 3 for one in use). Exits with netem.sh's code
+# when a link cannot be made.
+links_up() {
+  local n=$((10 + $$ % 90)) tries=0 code
+  : >"$LOGS/links.log"
+  while [ ${#LINKS[@]} -lt "$WORKERS" ]; do
+    [ $tries -lt 90 ] || { echo "local_cluster: no free namespace index for --worker_links" >&2; exit 1; }
+    code=0
+    # shellcheck disable=SC2086  # WORKER_LINKS is a list of options
+    "$ROOT/deploy/netem.sh" up "$n" $WORKER_LINKS >>"$LOGS/links.log" 2>&1 || code=$?
+    case $code in
+      0) LINKS+=("$n") ;;
+      3) ;;
+      *) echo "local_cluster: --worker_links=\"$WORKER_LINKS\": deploy/netem.sh up exited $code:" >&2
+         tail -n 3 "$LOGS/links.log" >&2; exit "$code" ;;
+    esac
+    n=$((10 + (n - 9) % 90)) tries=$((tries + 1))
+  done
+}
+LISTEN_HOST=127.0.0.1
+if [ -n "$WORKER_LINKS" ]; then
+  links_up
+  LISTEN_HOST="10.213.${LINKS[0]}.1"
+fi
+
 # A port file left by an earlier run in the same --logs folder must not be read.
 rm -f "$LOGS/scheduler.port" "$LOGS/status.json" "$LOGS"/*.pid "$LOGS/.stopping"
 : >"$LOGS/scheduler.log"
-run_daemon scheduler "$BIN/scheduler/ps_scheduler" --job="$JOB" --listen=127.0.0.1:0 \
+run_daemon scheduler "$BIN/scheduler/ps_scheduler" --job="$JOB" --listen="$LISTEN_HOST:0" \
   --port_file="$LOGS/scheduler.port" --status_file="$LOGS/status.json" \
   --num_servers="$SERVERS" --num_workers="$WORKERS" "${EXTRA[@]}" &
 SCHED_PID=$!
@@ -185,7 +229,7 @@ SCHED="$(cat "$LOGS/scheduler.port")"
 for i in $(seq 0 $((SERVERS - 1))); do
   : >"$LOGS/server$i.log"
   # shellcheck disable=SC2086  # SERVER_FLAGS is a list of flags
-  run_daemon "server$i" "$BIN/server/ps_server" --scheduler="$SCHED" --listen=127.0.0.1:0 \
+  run_daemon "server$i" "$BIN/server/ps_server" --scheduler="$SCHED" --listen="$LISTEN_HOST:0" \
     $SERVER_FLAGS &
   PIDS+=("$!")
 done
@@ -209,9 +253,15 @@ for i in $(seq 0 $((WORKERS - 1))); do
   fi
   out=()
   [ -z "$WEIGHTS" ] || out=("--weights_out=$WEIGHTS/worker$i.weights")
+  where=("--listen=127.0.0.1:0")
+  if [ -n "$WORKER_LINKS" ]; then
+    where=("--listen=10.213.${LINKS[$i]}.2:0")
+    where=("$ROOT/deploy/netem.sh" exec "${LINKS[$i]}" -- "$BIN/worker/ps_worker" "${where[@]}")
+  else
+    where=("$BIN/worker/ps_worker" "${where[@]}")
+  fi
   # shellcheck disable=SC2086  # WORKER_FLAGS is a list of flags
-  run_daemon "worker$i" "$BIN/worker/ps_worker" --scheduler="$SCHED" --listen=127.0.0.1:0 \
-    $WORKER_FLAGS "${out[@]}" &
+  run_daemon "worker$i" "${where[@]}" --scheduler="$SCHED" $WORKER_FLAGS "${out[@]}" &
   PIDS+=("$!")
 done
 echo "local_cluster: scheduler at $SCHED, $SERVERS servers, $WORKERS workers$([ "$SUPERVISE" -eq 0 ] || echo ", supervised"); logs in $LOGS" >&2

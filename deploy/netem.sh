@@ -15,7 +15,9 @@
 #   deploy/netem.sh forward on|off         the host's IPv4 forwarding
 #
 # Bad values (a negative delay or jitter, a loss outside 0..100 %, a rate
-# <= 0, an unknown option) exit 2 with the reason, before anything changes.
+# <= 0, an unknown option) exit 2 with the reason, before anything changes;
+# `up` of a namespace that exists already (another run's) exits 3; a kernel
+# without sch_netem asked for a delay, jitter or loss exits 1.
 set -euo pipefail
 
 usage() {
@@ -57,8 +59,14 @@ case "$cmd" in
     [ "$(id -u)" -eq 0 ] || die "needs root (ip netns, tc)"
     command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
     ns="pstrain-netem-$n" host_if="pnetem$n" ns_if="pnetem${n}n"
-    ip netns add "$ns"
-    ip link add "$host_if" type veth peer name "$ns_if"
+    if ! ip netns add "$ns" 2>/dev/null; then
+      echo "netem.sh: $ns exists already (in use by another run?)" >&2
+      exit 3
+    fi
+    if ! ip link add "$host_if" type veth peer name "$ns_if"; then
+      ip netns del "$ns" 2>/dev/null || true
+      exit 1
+    fi
     ip link set "$ns_if" netns "$ns"
     ip addr add "10.213.$n.1/30" dev "$host_if"
     ip link set "$host_if" up

@@ -19,13 +19,6 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-// The folder holding scheduler/, server/ and worker/ with the binaries.
-std::string BinDir() {
-  std::string path = BinaryPath("scheduler/ps_scheduler");
-  if (path[0] != '/') path = std::filesystem::current_path().string() + "/" + path;
-  return std::filesystem::path(path).parent_path().parent_path().string();
-}
-
 std::string ChaosJob(const ChaosOptions& o) {
   return SixteenClassJob(absl::StrCat("clocks: ", o.clocks, "\nseed: ", o.seed,
                                       "\nchunk_bytes: 512\n"));

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -31,6 +32,12 @@ std::string BinaryPath(const std::string& relative) {
   const char* workspace = std::getenv("TEST_WORKSPACE");
   if (srcdir == nullptr) return relative;
   return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "pstrain", "/", relative);
+}
+
+std::string BinDir() {
+  std::string path = BinaryPath("scheduler/ps_scheduler");
+  if (path[0] != '/') path = std::filesystem::current_path().string() + "/" + path;
+  return std::filesystem::path(path).parent_path().parent_path().string();
 }
 
 std::string NewTempDir(const std::string& name) {
@@ -254,13 +261,17 @@ int Cluster::ServerProcess(int id) const {
   return -1;
 }
 
-absl::StatusOr<ClusterStatus> Cluster::FinalStatus() const {
-  const std::string json = ReadFile(status_file());
+absl::StatusOr<ClusterStatus> ReadStatusFile(const std::string& path) {
+  const std::string json = ReadFile(path);
   ClusterStatus st;
   if (json.empty() || !google::protobuf::util::JsonStringToMessage(json, &st).ok()) {
-    return absl::NotFoundError(absl::StrCat("no status in ", status_file()));
+    return absl::NotFoundError(absl::StrCat("no status in ", path));
   }
   return st;
+}
+
+absl::StatusOr<ClusterStatus> Cluster::FinalStatus() const {
+  return ReadStatusFile(status_file());
 }
 
 TensorSet ReadWeights(const std::string& path) {

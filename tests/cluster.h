@@ -21,6 +21,9 @@ namespace testing {
 
 // Path of a built binary in the test's runfiles, e.g. "scheduler/ps_scheduler".
 std::string BinaryPath(const std::string& relative);
+// The folder holding scheduler/, server/ and worker/ with the daemons, as an
+// absolute path (local_cluster.sh --bin).
+std::string BinDir();
 // A fresh folder under TEST_TMPDIR.
 std::string NewTempDir(const std::string& name);
 std::string ReadFile(const std::string& path);
@@ -142,6 +145,8 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 // the scheduler expects): registered and past the gate of clock 0.
 // The scheduler's Status.
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address);
+// A ClusterStatus written as JSON (a scheduler's --status_file).
+absl::StatusOr<ClusterStatus> ReadStatusFile(const std::string& path);
 // The slowest worker's clock as the scheduler's Status shows it (members'
 // heartbeats); -1 without an answer.
 int64_t SlowestWorkerClock(const std::string& scheduler);
