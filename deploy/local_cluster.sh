@@ -253,15 +253,13 @@ for i in $(seq 0 $((WORKERS - 1))); do
   fi
   out=()
   [ -z "$WEIGHTS" ] || out=("--weights_out=$WEIGHTS/worker$i.weights")
-  where=("--listen=127.0.0.1:0")
-  if [ -n "$WORKER_LINKS" ]; then
-    where=("--listen=10.213.${LINKS[$i]}.2:0")
-    where=("$ROOT/deploy/netem.sh" exec "${LINKS[$i]}" -- "$BIN/worker/ps_worker" "${where[@]}")
-  else
-    where=("$BIN/worker/ps_worker" "${where[@]}")
+  worker=("$BIN/worker/ps_worker" --listen=127.0.0.1:0)
+  if [ -n "$WORKER_LINKS" ]; then  # in its namespace, on its end of its link
+    worker=("$ROOT/deploy/netem.sh" exec "${LINKS[$i]}" -- "$BIN/worker/ps_worker"
+            "--listen=10.213.${LINKS[$i]}.2:0")
   fi
   # shellcheck disable=SC2086  # WORKER_FLAGS is a list of flags
-  run_daemon "worker$i" "${where[@]}" --scheduler="$SCHED" $WORKER_FLAGS "${out[@]}" &
+  run_daemon "worker$i" "${worker[@]}" --scheduler="$SCHED" $WORKER_FLAGS "${out[@]}" &
   PIDS+=("$!")
 done
 echo "local_cluster: scheduler at $SCHED, $SERVERS servers, $WORKERS workers$([ "$SUPERVISE" -eq 0 ] || echo ", supervised"); logs in $LOGS" >&2
