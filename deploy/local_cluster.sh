@@ -26,7 +26,8 @@
 # on this host, listening on the host's end of worker 0's link, which every
 # namespace reaches through its own link. Payloads then move in gRPC
 # messages over the links (shared memory does not cross namespaces). Needs
-# root; the namespaces are removed when the cluster stops. Not with --torch.
+# root; the namespaces are removed when the cluster stops. PyTorch workers
+# (--torch) too.
 # --supervise: a daemon that dies of a signal (SIGKILL, SIGSEGV, ...) is
 # started again, as systemd's Restart=on-abnormal or a Kubernetes pod would
 # be: a server or worker with --id of the id it had, the scheduler on the
@@ -76,7 +77,6 @@ done
 if [ -n "$TORCH" ]; then
   [ -f "$TORCH" ] || { echo "local_cluster: --torch=$TORCH: no such script" >&2; exit 2; }
   [ "$SUPERVISE" -eq 0 ] || { echo "local_cluster: --supervise is for ps_worker workers, not --torch" >&2; exit 2; }
-  [ -z "$WORKER_LINKS" ] || { echo "local_cluster: --worker_links is for ps_worker workers, not --torch" >&2; exit 2; }
 fi
 if [ -n "$WORKER_LINKS" ] && [ "$(id -u)" -ne 0 ]; then
   echo "local_cluster: --worker_links needs root (network namespaces, tc)" >&2
@@ -245,19 +245,22 @@ if [ -n "$TORCH" ]; then
 fi
 for i in $(seq 0 $((WORKERS - 1))); do
   : >"$LOGS/worker$i.log"
+  # With --worker_links: in its namespace, on its end of its link.
+  inside=() listen=127.0.0.1:0
+  if [ -n "$WORKER_LINKS" ]; then
+    inside=("$ROOT/deploy/netem.sh" exec "${LINKS[$i]}" --)
+    listen="10.213.${LINKS[$i]}.2:0"
+  fi
   if [ -n "$TORCH" ]; then
     # shellcheck disable=SC2086  # TORCH_ARGS is a list of arguments
-    run_daemon "worker$i" "$PY" "$TORCH" $TORCH_ARGS &
+    PSTRAIN_FLAGS="--listen=$listen $WORKER_FLAGS" \
+      run_daemon "worker$i" "${inside[@]}" "$PY" "$TORCH" $TORCH_ARGS &
     PIDS+=("$!")
     continue
   fi
   out=()
   [ -z "$WEIGHTS" ] || out=("--weights_out=$WEIGHTS/worker$i.weights")
-  worker=("$BIN/worker/ps_worker" --listen=127.0.0.1:0)
-  if [ -n "$WORKER_LINKS" ]; then  # in its namespace, on its end of its link
-    worker=("$ROOT/deploy/netem.sh" exec "${LINKS[$i]}" -- "$BIN/worker/ps_worker"
-            "--listen=10.213.${LINKS[$i]}.2:0")
-  fi
+  worker=("${inside[@]}" "$BIN/worker/ps_worker" "--listen=$listen")
   # shellcheck disable=SC2086  # WORKER_FLAGS is a list of flags
   run_daemon "worker$i" "${worker[@]}" --scheduler="$SCHED" $WORKER_FLAGS "${out[@]}" &
   PIDS+=("$!")
