@@ -103,6 +103,57 @@ double Batch(const std::vector<uint64_t>& ids, const std::vector<float>& grads, 
   return Since(t0);
 }
 
+// Every server's part of the table "emb" in this process, each id to its
+// own server's: what the served table is measured against.
+class InProcessTables {
+ public:
+  InProcessTables(const JobSpec& job, int servers, int width)
+      : servers_(servers), width_(width) {
+    for (int s = 0; s < servers; ++s) parts_.push_back(std::make_unique<SparseTables>(job, s, servers));
+  }
+
+  absl::Status Pull(const std::vector<uint64_t>& ids, std::vector<float>* rows) {
+    std::vector<std::vector<uint64_t>> mine(servers_);
+    for (uint64_t id : ids) mine[ServerOfRow(id, servers_)].push_back(id);
+    std::vector<float> part;
+    rows->clear();
+    for (int s = 0; s < servers_; ++s) {
+      RETURN_IF_ERROR(parts_[s]->Pull(0, "emb", mine[s], &part));
+      rows->insert(rows->end(), part.begin(), part.end());
+    }
+    return absl::OkStatus();
+  }
+
+  // One iteration's push (a clock of its own).
+  absl::Status Push(const std::vector<uint64_t>& ids, const std::vector<float>& grads) {
+    std::vector<std::vector<uint64_t>> mine(servers_);
+    std::vector<std::vector<float>> part(servers_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int s = ServerOfRow(ids[i], servers_);
+      mine[s].push_back(ids[i]);
+      part[s].insert(part[s].end(), grads.begin() + i * width_, grads.begin() + (i + 1) * width_);
+    }
+    for (int s = 0; s < servers_; ++s) {
+      RETURN_IF_ERROR(parts_[s]->Push(0, "emb", clock_, 1, mine[s], part[s]));
+    }
+    ++clock_;
+    return absl::OkStatus();
+  }
+
+  int64_t RowsHeld() const {
+    int64_t rows = 0;
+    for (const auto& part : parts_) {
+      for (const TableStatus& t : part->Status()) rows += t.rows();
+    }
+    return rows;
+  }
+
+ private:
+  const int servers_, width_;
+  std::vector<std::unique_ptr<SparseTables>> parts_;
+  int64_t clock_ = 0;
+};
+
 absl::StatusOr<Measured> Measure(int servers) {
   const int width = absl::GetFlag(FLAGS_width), n = absl::GetFlag(FLAGS_ids);
   Cluster cluster(absl::StrCat("sparse_bench_", servers));
@@ -144,35 +195,8 @@ absl::StatusOr<Measured> Measure(int servers) {
     return Since(t0);
   };
   RowClient client(*job, addresses, worker.id);
-  // In process: every server's part of the table, each id to its own.
-  std::vector<std::unique_ptr<SparseTables>> local;
-  for (int s = 0; s < servers; ++s) local.push_back(std::make_unique<SparseTables>(*job, s, servers));
-  int64_t local_clock = 0, served_clock = 0;  // each side's iterations (one push each)
-  auto local_pull = [&](const std::vector<uint64_t>& ids, std::vector<float>* rows) {
-    std::vector<std::vector<uint64_t>> mine(servers);
-    for (uint64_t id : ids) mine[ServerOfRow(id, servers)].push_back(id);
-    std::vector<float> part;
-    rows->clear();
-    for (int s = 0; s < servers; ++s) {
-      RETURN_IF_ERROR(local[s]->Pull(0, "emb", mine[s], &part));
-      rows->insert(rows->end(), part.begin(), part.end());
-    }
-    return absl::OkStatus();
-  };
-  auto local_push = [&](const std::vector<uint64_t>& ids, const std::vector<float>& grads) {
-    std::vector<std::vector<uint64_t>> mine(servers);
-    std::vector<std::vector<float>> part(servers);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const int s = ServerOfRow(ids[i], servers);
-      mine[s].push_back(ids[i]);
-      part[s].insert(part[s].end(), grads.begin() + i * width, grads.begin() + (i + 1) * width);
-    }
-    for (int s = 0; s < servers; ++s) {
-      RETURN_IF_ERROR(local[s]->Push(0, "emb", local_clock, 1, mine[s], part[s]));
-    }
-    ++local_clock;
-    return absl::OkStatus();
-  };
+  InProcessTables local(*job, servers, width);
+  int64_t served_clock = 0;  // the served side's iterations (one push each)
   auto served_pull = [&](const std::vector<uint64_t>& ids, std::vector<float>* rows) {
     return client.Pull("emb", served_clock, ids, rows);
   };
@@ -192,7 +216,9 @@ absl::StatusOr<Measured> Measure(int servers) {
     std::shuffle(pool.begin(), pool.end(), rng);
     const std::vector<uint64_t> ids(pool.begin(), pool.begin() + n);
     const double served = Batch(ids, grads, served_pull, served_push);
-    const double in_process = Batch(ids, grads, local_pull, local_push);
+    const double in_process = Batch(
+        ids, grads, [&](const auto& i, auto* rows) { return local.Pull(i, rows); },
+        [&](const auto& i, const auto& g) { return local.Push(i, g); });
     const double dense_s = dense_clock_s();
     if (r < 0) continue;
     m.served_rows_per_s.push_back(2.0 * n / served);
@@ -203,9 +229,7 @@ absl::StatusOr<Measured> Measure(int servers) {
   for (const ParamInfo& p : params) m.dense_bytes += p.numel * 4;
   worker.Finish();
   (void)cluster.WaitAll(absl::Seconds(20));
-  for (int s = 0; s < servers; ++s) {
-    for (const TableStatus& t : local[s]->Status()) m.rows_held += t.rows();
-  }
+  m.rows_held = local.RowsHeld();
   return m;
 }
 
