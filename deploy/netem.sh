@@ -19,6 +19,9 @@
 # `up` of a namespace that exists already (another run's) exits 3; a kernel
 # without sch_netem asked for a delay, jitter or loss exits 1.
 set -euo pipefail
+# ip and tc live in /sbin on Debian 12, which a non-login PATH (Bazel's
+# tests, cron, sudo -E) may not name.
+PATH="$PATH:/usr/sbin:/sbin"
 
 usage() {
   sed -n '9,16p' "$0" | sed 's/^# \{0,1\}//' >&2

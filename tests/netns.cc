@@ -22,7 +22,20 @@ const char kForwarding[] = "/proc/sys/net/ipv4/ip_forward";
 
 std::string Netns::Unavailable() {
   if (geteuid() != 0) return "not root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN)";
-  if (access(kIp, X_OK) != 0) return absl::StrCat(kIp, " not found (Debian's iproute2)");
+  for (const char* tool : {kIp, kTc}) {
+    if (access(tool, X_OK) != 0) return absl::StrCat(tool, " not found (Debian's iproute2)");
+  }
+  // Root is not enough everywhere: in a chroot or a container without a
+  // mount namespace of its own, `ip netns add` cannot mount the
+  // namespace's file. Tried once, with a name of this process's.
+  const std::string probe = absl::StrCat("pstrain-probe-", getpid());
+  std::string out;
+  absl::StatusOr<int> code = RunCommand({kIp, "netns", "add", probe}, &out, absl::Seconds(10), "ip");
+  if (!code.ok() || *code != 0) {
+    return absl::StrCat("ip netns add fails here: ",
+                        code.ok() ? absl::StripAsciiWhitespace(out) : code.status().message());
+  }
+  (void)RunCommand({kIp, "netns", "del", probe}, &out, absl::Seconds(10), "ip");
   return "";
 }
 

@@ -51,7 +51,7 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
 fi
 # The documentation check: README.md within 400 lines, every docs/ file
 # linked from it, every relative link resolving. One more entry in the count.
-if python3 "$ROOT/tests/docs_check.py" "$ROOT"; then
+if /usr/bin/python3 "$ROOT/tests/docs_check.py" "$ROOT"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
