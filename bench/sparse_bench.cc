@@ -118,7 +118,7 @@ class InProcessTables {
     std::vector<float> part;
     rows->clear();
     for (int s = 0; s < servers_; ++s) {
-      RETURN_IF_ERROR(parts_[s]->Pull(0, "emb", mine[s], &part));
+      RETURN_IF_ERROR(parts_[s]->Pull(0, 0, "emb", mine[s], &part));
       rows->insert(rows->end(), part.begin(), part.end());
     }
     return absl::OkStatus();
@@ -134,7 +134,7 @@ class InProcessTables {
       part[s].insert(part[s].end(), grads.begin() + i * width_, grads.begin() + (i + 1) * width_);
     }
     for (int s = 0; s < servers_; ++s) {
-      RETURN_IF_ERROR(parts_[s]->Push(0, "emb", clock_, 1, mine[s], part[s]));
+      RETURN_IF_ERROR(parts_[s]->Push(0, 0, "emb", clock_, 1, mine[s], part[s]));
     }
     ++clock_;
     return absl::OkStatus();
@@ -194,14 +194,16 @@ absl::StatusOr<Measured> Measure(int servers) {
     }
     return Since(t0);
   };
-  RowClient client(*job, addresses, worker.id);
+  RowClient client(*job, [addresses] { return addresses; }, worker.id);
   InProcessTables local(*job, servers, width);
-  int64_t served_clock = 0;  // the served side's iterations (one push each)
+  RowCall served;  // the served side's iterations (one push each)
   auto served_pull = [&](const std::vector<uint64_t>& ids, std::vector<float>* rows) {
-    return client.Pull("emb", served_clock, ids, rows);
+    return client.Pull("emb", served, ids, rows);
   };
   auto served_push = [&](const std::vector<uint64_t>& ids, const std::vector<float>& grads) {
-    return client.Push("emb", served_clock++, 1, ids, grads);
+    const absl::Status st = client.Push("emb", served, 1, ids, grads);
+    ++served.clock;
+    return st;
   };
   // Each batch: n distinct ids of a pool of 8n, so that after the first
   // rounds most rows exist (a pull makes the others).

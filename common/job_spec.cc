@@ -427,6 +427,10 @@ absl::Status ValidateTables(const JobSpec& job) {
     if (opt.weight_decay() != 0 || opt.clip_norm() != 0 || opt.schedule().type() != CONSTANT) {
       return bad("a table's optimizer takes no weight_decay, clip_norm or schedule");
     }
+    if (opt.allow_nonfinite()) {
+      return bad("a table's optimizer takes no allow_nonfinite: the job's "
+                 "optimizer.allow_nonfinite covers the tables too (one rule for every gradient)");
+    }
     if (const absl::Status st = ValidateOptimizer(opt); !st.ok()) {
       return bad(st.message().substr(std::string_view("job spec: ").size()));
     }

@@ -82,7 +82,8 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       pool_(pool),
       trace_(trace),
       chunk_ids_(partition.ServerChunks(server_id)),
-      hold_rounds_(bsp_ && job.optimizer().clip_norm() > 0) {
+      hold_rounds_(bsp_ && job.optimizer().clip_norm() > 0),
+      nonfinite_(job.optimizer().allow_nonfinite()) {
   std::vector<SlabLayout> slabs;
   for (ChunkPlan& plan : PlanChunks(job, params_, partition, server_id, *optimizer_)) {
     auto c = std::make_unique<Chunk>(std::move(plan));
@@ -328,19 +329,6 @@ int64_t ChunkStore::ChunkNumel(int32_t chunk) const {
   return c == nullptr ? 0 : c->shape.numel();
 }
 
-bool ChunkStore::Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad) {
-  if (job_.optimizer().allow_nonfinite() || AllFinite(grad.data(), grad.size())) return true;
-  ++nonfinite_skipped_;
-  if (!c.nonfinite_logged) {
-    c.nonfinite_logged = true;
-    spdlog::warn(
-        "chunk {}: skipped a push with NaN or Inf from worker {} at clock {} "
-        "(logged once per chunk; the count is in Status)",
-        c.id, worker, clock);
-  }
-  return false;
-}
-
 absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
                                    absl::Span<const float> grad) {
   const int worker = push.worker, num_samples = push.num_samples;
@@ -358,7 +346,9 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   c.checkpoint_asked = std::max(c.checkpoint_asked, push.checkpoint_clock);
   const int64_t n = c.layout.weights;
-  const bool acceptable = Acceptable(c, worker, clock, grad);
+  const bool acceptable = nonfinite_.Admits(grad, worker, clock, [&] {
+    return absl::StrCat("chunk ", chunk, " (", c.name, ")");
+  });
   if (acceptable) slab.MarkWritten();
   if (!bsp_ || push.apply_at_once) {  // SSP and ASP (also in a BSP job that switched)
     if (acceptable) {

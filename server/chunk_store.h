@@ -34,6 +34,7 @@
 #include "server/held_rounds.h"
 #include "server/lr_schedule.h"
 #include "server/memory_plan.h"
+#include "server/nonfinite.h"
 #include "server/optimizer.h"
 
 namespace pstrain {
@@ -161,8 +162,9 @@ class ChunkStore : public HeldRounds {
   int64_t ChunkNumel(int32_t chunk) const;
   // Bytes of weights, optimizer state and BSP round sums held.
   int64_t BytesHeld() const { return bytes_held_; }
-  // Pushes not applied because they held a NaN or Inf.
-  int64_t NonfiniteSkipped() const { return nonfinite_skipped_; }
+  // Chunks' gradients not applied because they held a NaN or an Inf
+  // (server/nonfinite.h).
+  int64_t NonfiniteSkipped() const { return nonfinite_.skipped(); }
   const std::vector<int32_t>& chunk_ids() const { return chunk_ids_; }
   int num_workers() const { return num_workers_; }
 
@@ -176,7 +178,6 @@ class ChunkStore : public HeldRounds {
     // sum(num_samples * grad) is in the slab's grad.
     ChunkClocks clocks ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
-    bool nonfinite_logged ABSL_GUARDED_BY(mu) = false;
     // Held for global clipping: the round's mean waits in the slab's grad.
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
@@ -208,9 +209,6 @@ class ChunkStore : public HeldRounds {
   absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
   // One optimizer step of iteration `clock` with gradient `grad`.
   void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // False (and counted, logged once per chunk) when `grad` may not be applied.
-  bool Acceptable(Chunk& c, int worker, int64_t clock, absl::Span<const float> grad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // fn(k, chunk) for each of this server's chunks, k its index in chunk_ids_:
   // over the pool's threads, each chunk on one of them, or in order on the
@@ -245,7 +243,6 @@ class ChunkStore : public HeldRounds {
   int64_t num_params_ = 0;
   int64_t largest_chunk_ = 0;  // elements
   int64_t bytes_held_ = 0;
-  std::atomic<int64_t> nonfinite_skipped_{0};
   std::atomic<int64_t> generation_{0};
   std::atomic<int64_t> restore_clock_{0};  // the clock generation_ began at
 
@@ -254,6 +251,7 @@ class ChunkStore : public HeldRounds {
   std::atomic<bool> checkpoint_error_logged_{false};
 
   const bool hold_rounds_;  // BSP with clip_norm > 0
+  NonfiniteRule nonfinite_;
   // Taken inside a chunk's lock, and around every call to the listener, so
   // that none is under way once SetRoundListener returns.
   mutable absl::Mutex listener_mu_;

@@ -286,7 +286,8 @@ grpc::Status PsService::FillPullRows(SparseTables& tables, const PullRowsRequest
   // The rows go out in the slice they were pulled into (fp32), or encoded
   // once into 16-bit values.
   auto rows = std::make_unique<std::vector<float>>();
-  const absl::Status st = tables.Pull(req.worker_id(), req.table(), req.ids(), rows.get());
+  const absl::Status st =
+      tables.Pull(req.worker_id(), req.generation(), req.table(), req.ids(), rows.get());
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
   const int64_t values = static_cast<int64_t>(rows->size());
   const int64_t wire = values * static_cast<int64_t>(DTypeSize(req.dtype()));
@@ -346,7 +347,7 @@ grpc::Status PsService::DoPushRows(SparseTables& tables, const grpc::ByteBuffer&
                  static_cast<int64_t>(decoded.size()), decoded.data());
     grads = std::move(decoded);
   }
-  const absl::Status st = tables.Push(req.worker_id(), req.table(), req.clock(),
+  const absl::Status st = tables.Push(req.worker_id(), req.generation(), req.table(), req.clock(),
                                       req.num_samples(), req.ids(), grads);
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("push rows: ", st.message())));
   bytes_in_ += static_cast<int64_t>(wire);
@@ -614,7 +615,8 @@ void PsService::HandleRows(Call* call) {
   if (st.ok()) {
     const PullRowsRequest& req = call->rows;
     const absl::Status checked =
-        tables->CheckPull(req.worker_id(), req.table(), req.ids(), req.min_clock());
+        tables->CheckPull(req.worker_id(), req.generation(), req.table(), req.ids(),
+                          req.min_clock());
     if (!checked.ok()) st = ToGrpc(absl::Status(checked.code(), absl::StrCat("pull rows: ",
                                                                              checked.message())));
   }
@@ -626,7 +628,9 @@ void PsService::HandleRows(Call* call) {
     // Decided under parked_mu_, which a push's WakeRowPulls takes after its
     // round closed: a pull is never parked past the update it waits for.
     absl::MutexLock lock(&parked_mu_);
-    if (!tables->Readable(call->rows.table(), call->rows.min_clock())) {
+    // Checked under parked_mu_ too: a restore cancels the parked pulls after
+    // it changed the generation, so no pull of an older one stays parked.
+    if (!tables->Readable(call->rows.generation(), call->rows.table(), call->rows.min_clock())) {
       // A worker pulls each table once at a time: more is a client gone
       // wrong. (Those its clients cancelled go first.)
       int64_t mine = 0;
@@ -661,7 +665,8 @@ void PsService::WakeRowPulls(SparseTables& tables) {
     absl::MutexLock lock(&parked_mu_);
     for (auto it = parked_rows_.begin(); it != parked_rows_.end();) {
       Call* call = *it;
-      if (call->claimed() || tables.Readable(call->rows.table(), call->rows.min_clock())) {
+      const PullRowsRequest& req = call->rows;
+      if (call->claimed() || tables.Readable(req.generation(), req.table(), req.min_clock())) {
         ready.push_back(call);
         it = parked_rows_.erase(it);
       } else {
@@ -859,8 +864,9 @@ MemberStatus PsService::GetStatus() const {
   if (s != nullptr && s->NumParams() > 0) {
     st.set_params(s->NumParams());
     st.set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
-    st.set_nonfinite_skipped(s->NonfiniteSkipped());
   }
+  st.set_nonfinite_skipped((s == nullptr ? 0 : s->NonfiniteSkipped()) +
+                           (tables == nullptr ? 0 : tables->nonfinite_skipped()));
   if (s != nullptr) {
     st.set_generation(s->generation());
     st.set_checkpoint_clock(tables != nullptr ? tables->CheckpointClock(s->checkpoint_clock())

@@ -84,7 +84,7 @@ class StoreActions : public ServerActions {
       file = std::move(*opened);
     }
     absl::Status st = store_->Restore(generation, clock, file ? &*file : nullptr);
-    if (st.ok()) st = tables_->Restore(clock);
+    if (st.ok()) st = tables_->Restore(generation, clock);
     if (st.ok()) {
       spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
     }

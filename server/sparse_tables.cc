@@ -55,7 +55,8 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     : server_(server),
       servers_(servers),
       workers_(job.num_workers()),
-      consistency_(TableConsistency(job)) {
+      consistency_(TableConsistency(job)),
+      nonfinite_(job.optimizer().allow_nonfinite()) {
   for (const TableSpec& spec : job.tables()) {
     TableConfig config;
     config.name = spec.name();
@@ -97,6 +98,19 @@ absl::StatusOr<SparseTables::Table*> SparseTables::Find(int worker, absl::string
   return it->second.get();
 }
 
+absl::Status SparseTables::CheckGeneration(const Table& table, int64_t generation) {
+  if (generation == table.generation) return absl::OkStatus();
+  if (generation < table.generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the cluster rolled back to clock ", table.clocks.MinApplied(),
+                     " (generation ", table.generation, "); this request is of generation ",
+                     generation));
+  }
+  return absl::UnavailableError(absl::StrCat("table '", table.rows.config().name,
+                                             "' has not restored generation ", generation,
+                                             " yet"));
+}
+
 absl::Status SparseTables::CheckIds(const Table& table, absl::Span<const uint64_t> ids) const {
   for (uint64_t id : ids) {
     if (table.num_ids > 0 && id >= table.num_ids) {
@@ -119,12 +133,13 @@ absl::Status SparseTables::Refuse(Table& table, absl::Status st) {
   return st;
 }
 
-absl::Status SparseTables::CheckPull(int worker, absl::string_view name,
+absl::Status SparseTables::CheckPull(int worker, int64_t generation, absl::string_view name,
                                      absl::Span<const uint64_t> ids, int64_t min_clock) {
   ASSIGN_OR_RETURN(Table * table, CheckedPull(worker, name, ids));
   int64_t reachable;
   {
     absl::MutexLock lock(&table->mu);
+    RETURN_IF_ERROR(CheckGeneration(*table, generation));
     // The furthest the worker's pushes so far can take the table: a pull
     // waiting past it would wait for the worker itself.
     reachable = table->clocks.applied()[worker] + (table->clocks.pushed(worker) ? 1 : 0);
@@ -155,27 +170,29 @@ absl::StatusOr<SparseTables::Table*> SparseTables::CheckedPull(int worker, absl:
   return &table;
 }
 
-absl::Status SparseTables::Pull(int worker, absl::string_view name,
+absl::Status SparseTables::Pull(int worker, int64_t generation, absl::string_view name,
                                 absl::Span<const uint64_t> ids, std::vector<float>* out) {
   ASSIGN_OR_RETURN(Table * found, CheckedPull(worker, name, ids));
   Table& table = *found;
   out->resize(ids.size() * static_cast<size_t>(table.width));
   absl::MutexLock lock(&table.mu);
+  RETURN_IF_ERROR(CheckGeneration(table, generation));
   const absl::Status st = table.rows.Pull(ids, out->data());
   if (st.ok()) table.rows_pulled += static_cast<int64_t>(ids.size());
   Publish(table);
   return st;
 }
 
-bool SparseTables::Readable(absl::string_view name, int64_t min_clock) const {
+bool SparseTables::Readable(int64_t generation, absl::string_view name, int64_t min_clock) const {
   auto it = tables_.find(name);
   if (it == tables_.end()) return true;
-  absl::MutexLock lock(&it->second->mu);
-  return it->second->clocks.MinApplied() >= min_clock;
+  const Table& table = *it->second;
+  absl::MutexLock lock(&table.mu);
+  return table.generation != generation || table.clocks.MinApplied() >= min_clock;
 }
 
-absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t clock,
-                                int num_samples, absl::Span<const uint64_t> ids,
+absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_view name,
+                                int64_t clock, int num_samples, absl::Span<const uint64_t> ids,
                                 absl::Span<const float> grads) {
   absl::StatusOr<Table*> found = Find(worker, name);
   if (!found.ok()) return found.status();
@@ -193,6 +210,9 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
   absl::Status st;
   {
     absl::MutexLock lock(&table.mu);
+    // Another generation's push is refused, not counted (the worker's client
+    // resynchronises; nothing was wrong with it).
+    if (const absl::Status gen = CheckGeneration(table, generation); !gen.ok()) return gen;
     st = table.rows.CheckPush(ids, grads);
     if (st.ok() && !table.clocks.live(worker)) {
       st = absl::FailedPreconditionError(
@@ -204,11 +224,20 @@ absl::Status SparseTables::Push(int worker, absl::string_view name, int64_t cloc
       if (!st.ok()) st = OutOfOrder(table.clocks, worker, clock);
     }
     if (st.ok() && !duplicate) {
-      table.rows_pushed += static_cast<int64_t>(ids.size());
+      // The finiteness rule (server/nonfinite.h): a push with a NaN or an
+      // Inf is taken as one of no rows and no samples.
+      const bool admitted = nonfinite_.Admits(grads, worker, clock, [name] {
+        return absl::StrCat("table '", name, "'");
+      });
+      if (!admitted) ++table.nonfinite_skipped;
+      const absl::Span<const uint64_t> taken_ids = admitted ? ids : absl::Span<const uint64_t>();
+      const absl::Span<const float> taken = admitted ? grads : absl::Span<const float>();
+      table.rows_pushed += static_cast<int64_t>(taken_ids.size());
       if (consistency_ == BSP) {
-        Collect(table, worker, num_samples, ids, grads);
+        Collect(table, worker, admitted ? num_samples : 0, taken_ids, taken);
       } else {
-        st = table.rows.Push(ids, grads);  // checked above: fails only on the spill file
+        // Checked above: fails only on the spill file. A skipped push is no update.
+        if (admitted) st = table.rows.Push(ids, grads);
         table.clocks.Applied(worker, clock);
         Advanced(table);
       }
@@ -241,16 +270,14 @@ void SparseTables::Collect(Table& table, int worker, int num_samples,
 
 void SparseTables::CloseRound(Table& table) {
   Round& round = table.round;
-  if (round.samples == 0) {  // no samples: the update moves no row (it counts)
-    round.ids.clear();
-    round.sum.clear();
-  }
   const float samples = static_cast<float>(round.samples);
   for (float& v : round.sum) v /= samples;
   // Every row of the round was checked when its push came, and no row is
   // ever dropped: only the spill file can fail it (the server goes on; the
-  // error is counted and logged).
-  if (absl::Status st = table.rows.Push(round.ids, round.sum); !st.ok()) {
+  // error is counted and logged). A round of no samples -- every push in it
+  // skipped by the finiteness rule -- is no update (as a chunk's).
+  if (round.samples == 0) {
+  } else if (absl::Status st = table.rows.Push(round.ids, round.sum); !st.ok()) {
     ++table.refused;
     spdlog::error("table {}: a round's update failed: {}", table.rows.config().name,
                   std::string(st.message()));
@@ -338,7 +365,7 @@ void SparseTables::RemoveWorker(int worker) {
   }
 }
 
-absl::Status SparseTables::Restore(int64_t clock) {
+absl::Status SparseTables::Restore(int64_t generation, int64_t clock) {
   asked_.store(0, std::memory_order_relaxed);  // the workers ask again after a rollback
   for (auto& [name, table] : tables_) {
     absl::MutexLock lock(&table->mu);
@@ -353,6 +380,7 @@ absl::Status SparseTables::Restore(int64_t clock) {
     table->round = Round();
     table->rows.Advance(clock);
     table->checkpoint_tried = clock;
+    table->generation = generation;
     Publish(*table);
     absl::MutexLock status_lock(&table->status_mu);
     table->checkpoints.clear();
@@ -385,6 +413,7 @@ void SparseTables::Publish(Table& table) const {
   st.set_rows_pushed(table.rows_pushed);
   st.set_updates(table.rows.updates());
   st.set_refused(table.refused);
+  st.set_nonfinite_skipped(table.nonfinite_skipped);
   st.set_consistency(consistency_);
   st.set_clock(table.clocks.MinApplied());
   absl::MutexLock lock(&table.status_mu);

@@ -30,6 +30,7 @@
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
 #include "server/chunk_clocks.h"
+#include "server/nonfinite.h"
 #include "server/sparse_table.h"
 
 namespace pstrain {
@@ -53,22 +54,27 @@ class SparseTables {
 
   // The table's row width; NOT_FOUND when the job declares no such table.
   absl::StatusOr<int> Width(absl::string_view table) const;
-  // Worker `worker`'s pull of the rows of `ids` (ids.size() x width floats
-  // into *out, in order; an id may repeat), making the missing ones.
-  // Refused, nothing made: NOT_FOUND (no such table), OUT_OF_RANGE (an id at
-  // or beyond num_ids), INVALID_ARGUMENT (a worker the job does not have,
-  // an id of another server, more than kMaxRowBytesPerRequest).
-  absl::Status Pull(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
-                    std::vector<float>* out);
+  // Worker `worker`'s pull in cluster generation `generation` of the rows
+  // of `ids` (ids.size() x width floats into *out, in order; an id may
+  // repeat), making the missing ones. Refused, nothing made: NOT_FOUND (no
+  // such table), OUT_OF_RANGE (an id at or beyond num_ids),
+  // INVALID_ARGUMENT (a worker the job does not have, an id of another
+  // server, more than kMaxRowBytesPerRequest), FAILED_PRECONDITION (an
+  // older generation than the table's: the cluster rolled back),
+  // UNAVAILABLE (a newer one: not restored yet).
+  absl::Status Pull(int worker, int64_t generation, absl::string_view table,
+                    absl::Span<const uint64_t> ids, std::vector<float>* out);
   // Pull's checks, before a pull waits for its read guarantee, and
   // INVALID_ARGUMENT for a `min_clock` beyond what the worker's pushes so
   // far can reach (it would wait for itself). Counted when refused.
-  absl::Status CheckPull(int worker, absl::string_view table, absl::Span<const uint64_t> ids,
-                         int64_t min_clock);
-  // Whether `table`'s rows hold every live worker's pushes of the
-  // iterations before `min_clock` (a pull's read guarantee). True for a
-  // table the job does not declare: the pull is refused, not parked.
-  bool Readable(absl::string_view table, int64_t min_clock) const;
+  absl::Status CheckPull(int worker, int64_t generation, absl::string_view table,
+                         absl::Span<const uint64_t> ids, int64_t min_clock);
+  // Whether a pull of generation `generation` with the read guarantee
+  // `min_clock` may be answered now: `table`'s rows hold every live
+  // worker's pushes of the iterations before `min_clock`. True for a pull
+  // that would be refused (a table the job does not declare, another
+  // generation): it is answered, not parked.
+  bool Readable(int64_t generation, absl::string_view table, int64_t min_clock) const;
   // Worker `worker`'s push of iteration `clock` to `table`: the gradients
   // `grads` (ids.size() x width floats) of the rows of `ids` (distinct), of
   // `num_samples` samples. Under BSP it joins the round and the last live
@@ -79,8 +85,9 @@ class SparseTables {
   // INVALID_ARGUMENT for a wrong size, a repeated id or a clock out of the
   // worker's order, FAILED_PRECONDITION for a row no pull made or a worker
   // declared dead.
-  absl::Status Push(int worker, absl::string_view table, int64_t clock, int num_samples,
-                    absl::Span<const uint64_t> ids, absl::Span<const float> grads);
+  absl::Status Push(int worker, int64_t generation, absl::string_view table, int64_t clock,
+                    int num_samples, absl::Span<const uint64_t> ids,
+                    absl::Span<const float> grads);
   // The worker was declared dead: it is left out of every table's rounds
   // (closing those it alone held open) and read guarantees.
   void RemoveWorker(int worker);
@@ -94,16 +101,20 @@ class SparseTables {
   // checkpoint) whose files this server has for the chunks and every
   // table: what the server reports complete. `dense_clock` without tables.
   int64_t CheckpointClock(int64_t dense_clock) const;
-  // A rollback to `clock`: every table's clocks are there, its open round
-  // dropped, and its rows those of its checkpoint of `clock` (0: no row);
-  // its files of later clocks are deleted. INVALID_ARGUMENT or NOT_FOUND
-  // when a table's file is malformed or missing.
-  absl::Status Restore(int64_t clock);
+  // A rollback to `clock` in generation `generation`: every table's clocks
+  // are there, its open round dropped, and its rows those of its checkpoint
+  // of `clock` (0: no row); its files of later clocks are deleted; from
+  // then on it takes requests of `generation` only (each table as soon as
+  // it is restored, under its lock). INVALID_ARGUMENT or NOT_FOUND when a
+  // table's file is malformed or missing.
+  absl::Status Restore(int64_t generation, int64_t clock);
   // Deletes the tables' files of clocks before `clock`.
   void Prune(int64_t clock);
 
   // Per table, in the job's order.
   std::vector<TableStatus> Status() const;
+  // Pushes the finiteness rule skipped (server/nonfinite.h), every table's.
+  int64_t nonfinite_skipped() const { return nonfinite_.skipped(); }
   // Requests refused, those naming no table included.
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // Counts a request refused before it reached a table (malformed).
@@ -139,6 +150,8 @@ class SparseTables {
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
     int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
+    int64_t nonfinite_skipped ABSL_GUARDED_BY(mu) = 0;  // pushes the finiteness rule skipped
+    int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held (Restore)
     // What Status and CheckpointClock read, under a lock of its own, so
     // that neither waits while `mu` is held for long (a checkpoint being
     // written): the table's status as of its last change, and the clocks
@@ -154,6 +167,10 @@ class SparseTables {
   // The table of a pull that passes Pull's checks (refusals counted).
   absl::StatusOr<Table*> CheckedPull(int worker, absl::string_view name,
                                      absl::Span<const uint64_t> ids);
+  // FAILED_PRECONDITION (older: the cluster rolled back) or UNAVAILABLE
+  // (newer: not restored yet) unless `generation` is the table's.
+  static absl::Status CheckGeneration(const Table& table, int64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // OUT_OF_RANGE or INVALID_ARGUMENT for the first id this server may not
   // serve from `table`.
   absl::Status CheckIds(const Table& table, absl::Span<const uint64_t> ids) const;
@@ -177,6 +194,7 @@ class SparseTables {
   std::vector<std::string> order_;  // the job's
   std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_;
   std::atomic<int64_t> refused_{0};
+  NonfiniteRule nonfinite_;
   std::string checkpoint_dir_;
   int64_t checkpoint_every_ = 0;  // 0: no checkpoints
   std::atomic<int64_t> asked_{0};  // the newest AskCheckpoint since a restore

@@ -57,6 +57,24 @@ JobSpec TheJob(const std::string& text) {
   return *job;
 }
 
+// A row client of the servers at `servers` for worker `worker`: a pull
+// waits up to 2 minutes for its read guarantee; a server that cannot be
+// reached is retried for 30 s.
+RowClient Client(const JobSpec& job, std::vector<std::string> servers, int worker) {
+  RowClientOptions options;
+  options.call_timeout = absl::Minutes(2);
+  options.retry_window = absl::Seconds(30);
+  return RowClient(job, [servers] { return servers; }, worker, options);
+}
+
+// A row call of iteration `clock` in generation `generation`.
+RowCall At(int64_t clock, int64_t generation = 0) {
+  RowCall call;
+  call.clock = clock;
+  call.generation = generation;
+  return call;
+}
+
 MemberStatus ServerStatus(const std::string& address) {
   auto stub = ParameterServer::NewStub(MakeChannel(address));
   MemberStatus st;
@@ -101,16 +119,16 @@ class SparseRowsTest : public ::testing::Test {
   // overlapping) and beside it `reference`, until the scheduler's manifest
   // names clock 4 (the table's clock: the manifest can go no further).
   void TrainAndCheckpoint(SparseTable* reference, std::vector<uint64_t>* touched) {
-    RowClient client(TheJob(job_text_), servers_, 0, absl::Minutes(2));
+    RowClient client = Client(TheJob(job_text_), servers_, 0);
     for (int c = 0; c < 4; ++c) {
       std::vector<uint64_t> ids;
       for (uint64_t i = 0; i < 300; ++i) ids.push_back((c * 200 + i * 13) % 100000);
       touched->insert(touched->end(), ids.begin(), ids.end());
       std::vector<float> rows, scratch(ids.size() * 8);
-      ASSERT_TRUE(client.Pull("words", c, ids, &rows).ok()) << cluster_.Logs();
+      ASSERT_TRUE(client.Pull("words", At(c), ids, &rows).ok()) << cluster_.Logs();
       std::vector<float> grads(ids.size() * 8);
       for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(0.3f * c + 0.01f * i);
-      ASSERT_TRUE(client.Push("words", c, 1, ids, grads).ok());
+      ASSERT_TRUE(client.Push("words", At(c), 1, ids, grads).ok());
       ASSERT_TRUE(reference->Pull(ids, scratch.data()).ok());
       ASSERT_TRUE(reference->Push(ids, grads).ok());
     }
@@ -138,7 +156,7 @@ class SparseRowsTest : public ::testing::Test {
 TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
   ASSERT_NO_FATAL_FAILURE(StartJob(1));
   const JobSpec job = TheJob(job_text_);
-  RowClient client(job, servers_, /*worker_id=*/0);
+  RowClient client = Client(job, servers_, /*worker_id=*/0);
   SparseTable reference(TableConfig{"words", 8, job.tables(0).init_scale(), job.seed(),
                                     RowOptimizerOf(job.tables(0).optimizer())});
   // A batch's ids: repeats, neighbours and far ids.
@@ -146,7 +164,8 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
   for (uint64_t i = 0; i < 300; ++i) ids.push_back((i * i * 7919) % 100000);
   ids.push_back(ids[3]);
   std::vector<float> rows, expected(ids.size() * 8);
-  ASSERT_TRUE(client.Pull("words", 0, ids, &rows).ok()) << cluster_.Logs();
+  const absl::Status pulled = client.Pull("words", At(0), ids, &rows);
+  ASSERT_TRUE(pulled.ok()) << pulled << cluster_.Logs();
   ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
   ASSERT_EQ(rows.size(), expected.size());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
@@ -165,7 +184,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
     batch.push_back(batch[0]);
     std::vector<float> grads(batch.size() * 8);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(clock * 3.0f + i);
-    const absl::Status sent = client.Push("words", clock, 1, batch, grads);
+    const absl::Status sent = client.Push("words", At(clock), 1, batch, grads);
     ASSERT_TRUE(sent.ok()) << sent;
     std::vector<uint64_t> distinct;
     std::vector<float> summed;
@@ -173,7 +192,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
     const absl::Status pushed = reference.Push(distinct, summed);
     ASSERT_TRUE(pushed.ok()) << pushed;
   }
-  ASSERT_TRUE(client.Pull("words", 4, ids, &rows).ok());
+  ASSERT_TRUE(client.Pull("words", At(4), ids, &rows).ok());
   ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 
@@ -205,14 +224,14 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
 TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
   ASSERT_NO_FATAL_FAILURE(StartJob(1));
   const JobSpec job = TheJob(job_text_);
-  RowClient client(job, servers_, 0);
+  RowClient client = Client(job, servers_, 0);
   // Two ids of server 0 (pulled), one not pulled, one of server 1.
   std::vector<uint64_t> mine, theirs;
   for (uint64_t id = 0; mine.size() < 3 || theirs.empty(); ++id) {
     (ServerOfRow(id, 2) == 0 ? mine : theirs).push_back(id);
   }
   std::vector<float> before;
-  ASSERT_TRUE(client.Pull("words", 0, {mine[0], mine[1]}, &before).ok()) << cluster_.Logs();
+  ASSERT_TRUE(client.Pull("words", At(0), {mine[0], mine[1]}, &before).ok()) << cluster_.Logs();
   auto stub = ParameterServer::NewStub(MakeChannel(servers_[0]));
   auto pull = [&](const std::string& table, std::vector<uint64_t> ids) {
     PullRowsRequest req;
@@ -255,10 +274,10 @@ TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
   EXPECT_EQ(st.tables(0).refused(), 5);
   EXPECT_EQ(st.row_requests_refused(), 8);  // those naming "nouns" or worker 5 too
   std::vector<float> after;
-  ASSERT_TRUE(client.Pull("words", 0, {mine[0], mine[1]}, &after).ok());
+  ASSERT_TRUE(client.Pull("words", At(0), {mine[0], mine[1]}, &after).ok());
   EXPECT_EQ(after, before);
   // The client refuses a table the job does not declare before any call.
-  EXPECT_EQ(client.Pull("nouns", 0, {mine[0]}, &after).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client.Pull("nouns", At(0), {mine[0]}, &after).code(), absl::StatusCode::kNotFound);
 }
 
 // Worker w's batch at clock c: ids drawn from a pool both workers share
@@ -317,15 +336,15 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
   std::vector<std::vector<float>> read[2];
   absl::Status ended[2];
   auto work = [&](int w) {
-    RowClient client(job, servers_, w, absl::Minutes(2));
+    RowClient client = Client(job, servers_, w);
     for (int c = 0; c < kClocks; ++c) {
       const std::vector<uint64_t> batch = Batch(w, c);
       std::vector<float> rows;
-      absl::Status st = client.Pull("words", c, batch, &rows);
+      absl::Status st = client.Pull("words", At(c), batch, &rows);
       if (st.ok()) {
         read[w].push_back(rows);
         if (w == 1) absl::SleepFor(absl::Milliseconds(50));  // the slower worker
-        st = client.Push("words", c, kSamples[w], batch, Grads(w, c, batch.size()));
+        st = client.Push("words", At(c), kSamples[w], batch, Grads(w, c, batch.size()));
       }
       if (!st.ok()) {
         ended[w] = st;
@@ -354,13 +373,13 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
   }
 
   // A pull waits, parked and shown in Status, for the worker behind.
-  RowClient ahead(job, servers_, 0, absl::Minutes(2)), behind(job, servers_, 1);
+  RowClient ahead = Client(job, servers_, 0), behind = Client(job, servers_, 1);
   const std::vector<uint64_t> batch = Batch(0, kClocks);
-  ASSERT_TRUE(ahead.Push("words", kClocks, kSamples[0], batch, Grads(0, kClocks, batch.size()))
+  ASSERT_TRUE(ahead.Push("words", At(kClocks), kSamples[0], batch, Grads(0, kClocks, batch.size()))
                   .ok());
   std::vector<float> rows;
   absl::Status pulled;
-  std::thread waiting([&] { pulled = ahead.Pull("words", kClocks + 1, batch, &rows); });
+  std::thread waiting([&] { pulled = ahead.Pull("words", At(kClocks + 1), batch, &rows); });
   EXPECT_TRUE(WaitForStatus(
       cluster_.scheduler_address(),
       [](const ClusterStatus& st) {
@@ -379,9 +398,9 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
     EXPECT_EQ(st.tables(0).consistency(), BSP);
   }
   const std::vector<uint64_t> other = Batch(1, kClocks);
-  ASSERT_TRUE(behind.Pull("words", kClocks, other, &rows).ok());
+  ASSERT_TRUE(behind.Pull("words", At(kClocks), other, &rows).ok());
   ASSERT_TRUE(
-      behind.Push("words", kClocks, kSamples[1], other, Grads(1, kClocks, other.size())).ok());
+      behind.Push("words", At(kClocks), kSamples[1], other, Grads(1, kClocks, other.size())).ok());
   waiting.join();
   ASSERT_TRUE(pulled.ok()) << pulled;
   ASSERT_NO_FATAL_FAILURE(ReferenceRound(reference, kClocks));
@@ -409,7 +428,7 @@ TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
   const JobSpec job = TheJob(job_text_);
   int64_t rss_before[2];
   for (int s = 0; s < 2; ++s) rss_before[s] = ServerStatus(servers_[s]).rss_bytes();
-  RowClient client(job, servers_, 0, absl::Minutes(2));
+  RowClient client = Client(job, servers_, 0);
   TableConfig config{"words", 64, job.tables(0).init_scale(), job.seed(),
                      RowOptimizerOf(job.tables(0).optimizer())};
   SparseTable reference(config);
@@ -421,10 +440,10 @@ TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
     for (int i = 0; i < 4096; ++i) ids[i] = (static_cast<uint64_t>(c) << 32) + i * 7919;
     if (c == 0) first = ids;
     std::vector<float> rows;
-    ASSERT_TRUE(client.Pull("words", c, ids, &rows).ok()) << cluster_.Logs();
+    ASSERT_TRUE(client.Pull("words", At(c), ids, &rows).ok()) << cluster_.Logs();
     std::vector<float> grads(ids.size() * 64);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(c + 0.01f * i);
-    ASSERT_TRUE(client.Push("words", c, 1, ids, grads).ok());
+    ASSERT_TRUE(client.Push("words", At(c), 1, ids, grads).ok());
     std::vector<float> scratch(rows.size());
     ASSERT_TRUE(reference.Pull(ids, scratch.data()).ok());
     ASSERT_TRUE(reference.Push(ids, grads).ok());
@@ -448,7 +467,7 @@ TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
   EXPECT_EQ(on_disk, 98304 - 2 * 10922);  // each server holds its budget's rows
   // The first batch's rows went to disk long ago: bit for bit.
   std::vector<float> rows, expected(first.size() * 64);
-  ASSERT_TRUE(client.Pull("words", 24, first, &rows).ok());
+  ASSERT_TRUE(client.Pull("words", At(24), first, &rows).ok());
   ASSERT_TRUE(reference.Pull(first, expected.data()).ok());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
 }
@@ -468,7 +487,7 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
     }
   )pb"));
   const JobSpec job = TheJob(job_text_);
-  RowClient client(job, servers_, 0, absl::Minutes(2));
+  RowClient client = Client(job, servers_, 0);
   TableConfig config{"words", 8, job.tables(0).init_scale(), job.seed(),
                      RowOptimizerOf(job.tables(0).optimizer())};
   config.admit_after = 2;
@@ -482,7 +501,7 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
   for (int clock = 0; clock < static_cast<int>(batches.size()); ++clock) {
     const std::vector<uint64_t>& ids = batches[clock];
     std::vector<float> rows, expected(ids.size() * 8);
-    ASSERT_TRUE(client.Pull("words", clock, ids, &rows).ok()) << cluster_.Logs();
+    ASSERT_TRUE(client.Pull("words", At(clock), ids, &rows).ok()) << cluster_.Logs();
     ASSERT_TRUE(reference.Pull(ids, expected.data()).ok());
     ASSERT_EQ(rows.size(), expected.size());
     EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0) << "clock " << clock;
@@ -494,7 +513,7 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
     }
     std::vector<float> grads(ids.size() * 8);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::cos(clock + 0.1f * i);
-    ASSERT_TRUE(client.Push("words", clock, 1, ids, grads).ok());
+    ASSERT_TRUE(client.Push("words", At(clock), 1, ids, grads).ok());
     ASSERT_TRUE(reference.Push(ids, grads).ok());
     reference.Advance(clock + 1);
   }
@@ -591,9 +610,9 @@ TEST_F(SparseRowsTest, AServerKilledLosesNoRowOfTheCompleteCheckpoint) {
   const std::vector<std::string> now = {MemberOf(*st, SERVER, 0).address(),
                                         MemberOf(*st, SERVER, 1).address()};
   ASSERT_NE(now[1], servers_[1]) << "server 1 is the replacement";
-  RowClient client(job, now, 0, absl::Minutes(2));
+  RowClient client = Client(job, now, 0);
   std::vector<float> rows, expected(touched.size() * 8);
-  ASSERT_TRUE(client.Pull("words", 4, touched, &rows).ok()) << cluster_.Logs();
+  ASSERT_TRUE(client.Pull("words", At(4, st->generation()), touched, &rows).ok()) << cluster_.Logs();
   ASSERT_TRUE(reference.Pull(touched, expected.data()).ok());
   ASSERT_EQ(rows.size(), expected.size());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);

@@ -5,6 +5,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/retry.h"
 #include "common/row_wire.h"
 #include "common/rpc.h"
 #include "common/tensor_wire.h"
@@ -18,21 +20,40 @@ namespace {
 
 constexpr char kPullRows[] = "/pstrain.ParameterServer/PullRows";
 constexpr char kPushRows[] = "/pstrain.ParameterServer/PushRows";
+// How often calls under way ask whether they were abandoned.
+constexpr absl::Duration kAbandonPoll = absl::Milliseconds(100);
 
 }  // namespace
 
-RowClient::RowClient(const JobSpec& job, const std::vector<std::string>& servers,
-                     int worker_id, absl::Duration timeout)
-    : job_(job), worker_id_(worker_id), timeout_(timeout) {
+RowClient::RowClient(const JobSpec& job, std::function<std::vector<std::string>()> servers,
+                     int worker_id, RowClientOptions options)
+    : job_(job), worker_id_(worker_id), options_(options), servers_(std::move(servers)) {
   for (const TableSpec& t : job.tables()) widths_[t.name()] = t.width();
-  for (const std::string& address : servers) {
-    stubs_.push_back(std::make_unique<grpc::GenericStub>(MakeBulkChannel(address)));
+}
+
+void RowClient::Resolve() {
+  const std::vector<std::string> now = servers_();
+  if (stubs_.empty()) {  // the job's server count, once known
+    stubs_.resize(now.size());
+    addresses_.resize(now.size());
+  }
+  for (size_t s = 0; s < stubs_.size() && s < now.size(); ++s) {
+    if (stubs_[s] != nullptr && now[s] == addresses_[s]) continue;
+    addresses_[s] = now[s];
+    stubs_[s] = std::make_unique<grpc::GenericStub>(MakeBulkChannel(now[s]));
   }
 }
 
-absl::Status RowClient::CallAll(const char* method, const std::vector<grpc::ByteBuffer>& requests,
-                                const std::vector<bool>& sent,
-                                std::vector<grpc::ByteBuffer>* replies) {
+int RowClient::Servers() {
+  Resolve();
+  return static_cast<int>(stubs_.size());
+}
+
+absl::Status RowClient::Attempt(const char* method, const RowCall& call,
+                                const std::vector<grpc::ByteBuffer>& requests,
+                                std::vector<bool>* todo, std::vector<grpc::ByteBuffer>* replies,
+                                bool* waited) {
+  Resolve();
   grpc::CompletionQueue cq;
   const size_t n = requests.size();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
@@ -40,23 +61,81 @@ absl::Status RowClient::CallAll(const char* method, const std::vector<grpc::Byte
   std::vector<grpc::Status> statuses(n);
   int running = 0;
   for (size_t s = 0; s < n; ++s) {
-    if (!sent[s]) continue;
-    contexts[s] = ContextWithTimeout(timeout_);
+    if (!(*todo)[s]) continue;
+    if (stubs_[s] == nullptr) {
+      statuses[s] = grpc::Status(grpc::StatusCode::UNAVAILABLE, "its address is not known yet");
+      continue;
+    }
+    contexts[s] = ContextWithTimeout(options_.call_timeout);
     readers[s] = stubs_[s]->PrepareUnaryCall(contexts[s].get(), method, requests[s], &cq);
     readers[s]->StartCall();
     readers[s]->Finish(&(*replies)[s], &statuses[s], reinterpret_cast<void*>(s));
     ++running;
   }
-  void* tag = nullptr;
-  bool ok = false;
-  for (; running > 0 && cq.Next(&tag, &ok); --running) {
+  // The replies as they come; the caller may abandon the call meanwhile.
+  absl::Status abandoned;
+  while (running > 0) {
+    void* tag = nullptr;
+    bool ok = false;
+    const auto next = cq.AsyncNext(&tag, &ok, absl::ToChronoTime(absl::Now() + kAbandonPoll));
+    if (next == grpc::CompletionQueue::GOT_EVENT) {
+      --running;
+      continue;
+    }
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (abandoned.ok() && call.abandon) {
+      abandoned = call.abandon();
+      if (!abandoned.ok()) {
+        for (auto& ctx : contexts) {
+          if (ctx != nullptr) ctx->TryCancel();
+        }
+      }
+    }
   }
+  if (!abandoned.ok()) return abandoned;
+  // Done servers are not asked again; the attempt's status: the first
+  // failure that may not be retried, else the first that may.
+  absl::Status retryable, final;
+  *waited = true;
   for (size_t s = 0; s < n; ++s) {
-    if (readers[s] == nullptr || statuses[s].ok()) continue;
-    return absl::Status(FromGrpc(statuses[s]).code(),
-                        absl::StrCat("server ", s, ": ", statuses[s].error_message()));
+    if (!(*todo)[s]) continue;
+    if (statuses[s].ok()) {
+      (*todo)[s] = false;
+      continue;
+    }
+    const absl::Status st(FromGrpc(statuses[s]).code(),
+                          absl::StrCat("server ", s, " (", addresses_[s], "): ",
+                                       statuses[s].error_message()));
+    *waited = *waited && absl::IsDeadlineExceeded(st);
+    if (!IsRetryable(st)) {
+      if (final.ok()) final = st;
+    } else if (retryable.ok()) {
+      retryable = st;
+    }
   }
-  return absl::OkStatus();
+  return final.ok() ? retryable : final;
+}
+
+absl::Status RowClient::CallAll(const char* method, const RowCall& call,
+                                const std::vector<grpc::ByteBuffer>& requests,
+                                std::vector<bool> todo, std::vector<grpc::ByteBuffer>* replies) {
+  bool waited = false;
+  RetryPolicy policy;
+  policy.window = options_.retry_window;
+  // A pull that waited out its deadline still waits for slower workers: it
+  // is asked again at once, outside the window.
+  policy.classify = [&waited](const absl::Status& st) {
+    if (waited) return RetryAction::kRetryNow;
+    return IsRetryable(st) ? RetryAction::kRetry : RetryAction::kStop;
+  };
+  policy.abandon = call.abandon;
+  policy.on_retry = [this, &waited](const absl::Status& st, int attempts) {
+    ++retries_;
+    if (!waited && (attempts == 1 || attempts % 10 == 0)) {
+      spdlog::warn("rows: retrying (attempt {}): {}", attempts + 1, st.message());
+    }
+  };
+  return Retry(policy, [&] { return Attempt(method, call, requests, &todo, replies, &waited); });
 }
 
 absl::StatusOr<int> RowClient::Width(const std::string& table) const {
@@ -67,11 +146,12 @@ absl::StatusOr<int> RowClient::Width(const std::string& table) const {
   return it->second;
 }
 
-absl::Status RowClient::Pull(const std::string& table, int64_t clock,
+absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
                              absl::Span<const uint64_t> ids, std::vector<float>* rows) {
   absl::StatusOr<int> width = Width(table);
   if (!width.ok()) return width.status();
-  const int servers = static_cast<int>(stubs_.size());
+  const int servers = Servers();
+  if (servers == 0) return absl::UnavailableError("the servers' addresses are not known yet");
   // Each server's distinct ids and where its reply's rows go (the first
   // place each id has in `ids`); a repeated id is copied from its first.
   std::vector<PullRowsRequest> requests(servers);
@@ -86,7 +166,7 @@ absl::Status RowClient::Pull(const std::string& table, int64_t clock,
     requests[s].add_ids(ids[i]);
     places[s].push_back(i);
   }
-  const int64_t min_clock = TableMinClockForRead(job_, clock);
+  const int64_t min_clock = TableMinClockForRead(job_, call.clock);
   std::vector<grpc::ByteBuffer> wire(servers), replies(servers);
   std::vector<bool> sent(servers);
   for (int s = 0; s < servers; ++s) {
@@ -95,10 +175,11 @@ absl::Status RowClient::Pull(const std::string& table, int64_t clock,
     req.set_table(table);
     req.set_dtype(FP32);
     req.set_min_clock(min_clock);
+    req.set_generation(call.generation);
     wire[s] = SerializeSmall(req);
     sent[s] = req.ids_size() > 0 || min_clock > 0;
   }
-  RETURN_IF_ERROR(CallAll(kPullRows, wire, sent, &replies));
+  RETURN_IF_ERROR(CallAll(kPullRows, call, wire, sent, &replies));
   rows->resize(ids.size() * static_cast<size_t>(*width));
   const size_t row_bytes = static_cast<size_t>(*width) * sizeof(float);
   for (int s = 0; s < servers; ++s) {
@@ -129,7 +210,7 @@ absl::Status RowClient::Pull(const std::string& table, int64_t clock,
   return absl::OkStatus();
 }
 
-absl::Status RowClient::Push(const std::string& table, int64_t clock, int num_samples,
+absl::Status RowClient::Push(const std::string& table, const RowCall& call, int num_samples,
                              absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
   absl::StatusOr<int> width = Width(table);
   if (!width.ok()) return width.status();
@@ -141,7 +222,8 @@ absl::Status RowClient::Push(const std::string& table, int64_t clock, int num_sa
   std::vector<uint64_t> distinct;
   std::vector<float> summed;
   CoalesceRows(ids, grads, *width, &distinct, &summed);
-  const int servers = static_cast<int>(stubs_.size());
+  const int servers = Servers();
+  if (servers == 0) return absl::UnavailableError("the servers' addresses are not known yet");
   std::vector<PushRowsRequest> requests(servers);
   std::vector<std::unique_ptr<std::vector<float>>> payloads(servers);
   for (auto& p : payloads) p = std::make_unique<std::vector<float>>();
@@ -160,12 +242,13 @@ absl::Status RowClient::Push(const std::string& table, int64_t clock, int num_sa
     req.set_worker_id(worker_id_);
     req.set_table(table);
     req.set_dtype(FP32);
-    req.set_clock(clock);
+    req.set_clock(call.clock);
     req.set_num_samples(num_samples);
+    req.set_generation(call.generation);
     wire[s] = WithPayload(req, PushRowsRequest::kGradsFieldNumber,
                           SliceOf(std::move(payloads[s])));
   }
-  RETURN_IF_ERROR(CallAll(kPushRows, wire, std::vector<bool>(servers, true), &replies));
+  RETURN_IF_ERROR(CallAll(kPushRows, call, wire, std::vector<bool>(servers, true), &replies));
   for (const PushRowsRequest& req : requests) rows_pushed_ += req.ids_size();
   return absl::OkStatus();
 }

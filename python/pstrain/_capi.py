@@ -34,7 +34,13 @@ class PstrainError(RuntimeError):
 
 
 class SchedulerUnavailable(PstrainError, ConnectionError):
-    """The scheduler (or a server) could not be reached (UNAVAILABLE)."""
+    """The scheduler could not be reached (UNAVAILABLE)."""
+
+
+class ServerUnavailable(PstrainError, ConnectionError):
+    """A server could not be reached, within the retries, by a row pull or
+    push of a sparse table (UNAVAILABLE); the message names the server and
+    its address."""
 
 
 class Unauthenticated(PstrainError, PermissionError):

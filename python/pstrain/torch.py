@@ -36,11 +36,12 @@ import torch.utils.data
 
 from . import _capi
 from ._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch,
-                    PstrainError, SchedulerUnavailable, Unauthenticated)
+                    PstrainError, SchedulerUnavailable, ServerUnavailable, Unauthenticated)
 
 __all__ = [
     "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches",
-    "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError", "SchedulerUnavailable", "Unauthenticated",
+    "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError",
+    "SchedulerUnavailable", "ServerUnavailable", "Unauthenticated",
     "ModelMismatch", "InvalidArgument", "JobAborted", "LibraryNotFound", "UnsupportedDtype",
     "NoGradients",
 ]
@@ -293,6 +294,10 @@ def _host_tensor(address, param, what):
     return torch.frombuffer(array, dtype=torch.float32).view(param.shape)
 
 
+# A row pull or push talks to the servers only: UNAVAILABLE is a server's.
+_ROW_ERRORS = {_capi.UNAVAILABLE: ServerUnavailable}
+
+
 class SparseEmbeddingBag(torch.nn.Module):
     """torch.nn.EmbeddingBag whose rows live on the servers: the job's
     sparse table `table` (JobSpec.tables), whose width is embedding_dim.
@@ -338,7 +343,7 @@ class SparseEmbeddingBag(torch.nn.Module):
         ids = ids.contiguous()
         rows = torch.empty(len(ids), self.embedding_dim, dtype=torch.float32)
         _capi.call("pst_pull_rows", worker.handle, self.table.encode(), len(ids),
-                   ids.data_ptr(), self.embedding_dim, rows.data_ptr())
+                   ids.data_ptr(), self.embedding_dim, rows.data_ptr(), errors=_ROW_ERRORS)
         optimizer = worker.optimizer
         if torch.is_grad_enabled() and optimizer is not None and optimizer._clock is not None:
             if not any(table is self for table in optimizer.tables):
@@ -364,7 +369,7 @@ class SparseEmbeddingBag(torch.nn.Module):
         grads = torch.cat([g.to_dense() if g.is_sparse else g for _, g in pulled])
         grads = grads.to(device="cpu", dtype=torch.float32).contiguous()
         _capi.call("pst_push_rows", _worker.handle, self.table.encode(), len(ids),
-                   ids.data_ptr(), self.embedding_dim, grads.data_ptr())
+                   ids.data_ptr(), self.embedding_dim, grads.data_ptr(), errors=_ROW_ERRORS)
 
 
 def initial_rows(ids, *, seed, table, embedding_dim, init_scale=None):

@@ -32,55 +32,16 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
 sys.path[:0] = [str(runfile("python")), str(runfile("examples/torch"))]
 
+from fortune_reference import (BATCH_SIZE, LR, SEED, TORCH_SEED,  # noqa: E402
+                               relative_error, train_like_one_process)
+
 JOB = runfile("tests/python/jobs/fortune_external.pbtxt")  # the example's, and a table unused
 SCRIPT = runfile("examples/torch/fortune_topics.py")
-# What the job file says (the clocks are this test's), for the runs alone.
-CLOCKS, BATCH_SIZE, SEED, LR, DIM = 150, 64, 42, 0.01, 16
+CLOCKS = 150
 WORKERS = ["worker0", "worker1"]
-TORCH_SEED = 0
 TOLERANCE = 1e-5
 ACCURACY_POINTS = 0.01
 TIMEOUT_S = 600
-
-
-def train_like_one_process():
-    """The job's training in this process: each clock's gradient over the
-    workers' shares (each share's mean loss weighted by its size),
-    SparseAdam on an nn.EmbeddingBag(sparse=True), the servers' Adam on the
-    linear layer."""
-    import torch
-    import torch.nn.functional as F
-
-    import fortune_topics as ft
-    import pstrain.torch as pst
-    from server_adam import ServerAdam
-
-    torch.set_num_threads(1)
-    train, test = ft.FortuneTopics(train=True), ft.FortuneTopics(train=False)
-    vocab = ft.Vocabulary(train, test)
-    bag = vocab.embedding_bag(DIM, SEED)
-    torch.manual_seed(TORCH_SEED)
-    model = ft.FastText(bag, DIM, len(ft.CATEGORIES))
-    dense = ServerAdam(model.fc.parameters(), lr=LR)
-    sparse = torch.optim.SparseAdam(model.bag.parameters(), lr=LR)
-    for clock in range(CLOCKS):
-        dense.zero_grad()
-        sparse.zero_grad()
-        for share in range(len(WORKERS)):
-            indices = pst.batch_indices(clock, seed=SEED, train_size=len(train),
-                                        batch_size=BATCH_SIZE, share=share,
-                                        share_of=len(WORKERS))
-            ids, offsets, y = ft.collate([train[i] for i in indices])
-            loss = F.cross_entropy(model(vocab(ids), offsets), y)
-            (loss * len(indices) / BATCH_SIZE).backward()
-        dense.step()
-        sparse.step()
-    return {"fc.weight": model.fc.weight.detach(), "fc.bias": model.fc.bias.detach(),
-            "ids": vocab.ids, "rows": model.bag.weight.detach()}
-
-
-def relative_error(a, b):
-    return float((a - b).abs().max() / b.abs().max())
 
 
 class TorchSparseTest(unittest.TestCase):
@@ -142,7 +103,7 @@ class TorchSparseTest(unittest.TestCase):
 
         status, final = self.run_job("torch_sparse_bsp")
         self.check_servers(status, "BSP")
-        expected = train_like_one_process()
+        expected = train_like_one_process(CLOCKS, len(WORKERS))
         self.assertTrue(torch.equal(final["ids"], expected["ids"]))
         for key in ("rows", "fc.weight", "fc.bias"):
             error = relative_error(final[key], expected[key])

@@ -290,6 +290,12 @@ absl::StatusOr<std::optional<StepExchange::Offer>> ExternalWorker::Next(absl::Du
   absl::StatusOr<std::optional<StepExchange::Offer>> next = exchange_->Await(timeout);
   if (next.ok() && next->has_value()) {
     step_ = **next;
+    {
+      // The loop waits for this step: its generation is the step's.
+      absl::MutexLock lock(&mu_);
+      step_generation_ = loop_ != nullptr ? loop_->metrics().generation : generation_;
+    }
+    step_void_ = false;
     tables_pushed_.clear();
   }
   return next;
@@ -344,23 +350,61 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
     return absl::InvalidArgumentError(absl::StrCat("table '", table, "' has rows of width ",
                                                    spec->width(), ", not ", width));
   }
-  std::vector<std::string> servers;
-  {
-    absl::MutexLock lock(&servers_mu_);
-    servers = servers_;
-  }
-  if (servers.empty()) return absl::UnavailableError("the servers are not known yet");
-  if (rows_ == nullptr || servers != rows_servers_) {
-    rows_ = std::make_unique<RowClient>(job_, servers, id_, absl::Minutes(10));
-    rows_servers_ = servers;
+  if (rows_ == nullptr) {
+    // The servers as the loop's latest cluster view has them (a
+    // replacement's address once the loop reconnected after a rollback).
+    rows_ = std::make_unique<RowClient>(job_, [this] {
+      absl::MutexLock lock(&servers_mu_);
+      return servers_;
+    }, id_);
   }
   return rows_.get();
+}
+
+RowCall ExternalWorker::RowCallNow() {
+  RowCall call;
+  call.clock = step_.has_value() ? step_->clock : next_clock_;
+  call.generation = step_.has_value() ? step_generation_ : daemon_->client().generation();
+  call.abandon = [this, generation = call.generation]() -> absl::Status {
+    std::string message;
+    if (daemon_->client().job_state(&message) == ABORTED) {
+      return absl::AbortedError(absl::StrCat("the job was aborted: ", message));
+    }
+    if (daemon_->client().generation() > generation) {
+      return absl::AbortedError(absl::StrCat("the cluster rolled back past generation ",
+                                             generation));
+    }
+    return absl::OkStatus();
+  };
+  return call;
+}
+
+bool ExternalWorker::RolledBackSince(int64_t generation) {
+  if (daemon_->client().generation() > generation) return true;
+  const absl::StatusOr<HeartbeatResponse> now = daemon_->client().Heartbeat(Status());
+  return now.ok() && now->generation() > generation;
+}
+
+absl::Status ExternalWorker::VoidStepOr(const absl::Status& failure) {
+  if (!step_.has_value() || !RolledBackSince(step_generation_)) return failure;
+  if (!step_void_) {
+    spdlog::info("clock {}: the cluster rolled back past generation {}; the step is void ({})",
+                 step_->clock, step_generation_, failure.message());
+  }
+  step_void_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status ExternalWorker::PullRows(const std::string& table, int width,
                                       absl::Span<const uint64_t> ids, std::vector<float>* rows) {
   ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
-  return client->Pull(table, step_.has_value() ? step_->clock : next_clock_, ids, rows);
+  if (!step_void_) {
+    const absl::Status st = client->Pull(table, RowCallNow(), ids, rows);
+    if (st.ok()) return st;
+    RETURN_IF_ERROR(VoidStepOr(st));
+  }
+  rows->assign(ids.size() * static_cast<size_t>(width), 0.0f);  // computed on, thrown away
+  return absl::OkStatus();
 }
 
 absl::Status ExternalWorker::PushRows(const std::string& table, int width,
@@ -374,9 +418,13 @@ absl::Status ExternalWorker::PushRows(const std::string& table, int width,
     return absl::FailedPreconditionError(absl::StrCat(
         "table '", table, "' was pushed already at clock ", step_->clock, " (once a step)"));
   }
-  // Marked once taken: a push that failed may be tried again.
-  RETURN_IF_ERROR(
-      client->Push(table, step_->clock, static_cast<int>(step_->indices.size()), ids, grads));
+  // Marked once taken (or dropped with a void step): a push that failed
+  // may be tried again.
+  if (!step_void_) {
+    const absl::Status st = client->Push(table, RowCallNow(),
+                                         static_cast<int>(step_->indices.size()), ids, grads);
+    if (!st.ok()) RETURN_IF_ERROR(VoidStepOr(st));
+  }
   tables_pushed_.insert(table);
   return absl::OkStatus();
 }

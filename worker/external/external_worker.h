@@ -90,6 +90,14 @@ class ExternalWorker {
   // evaluation once the clocks are done), waiting for the read guarantee
   // of the tables' consistency. INVALID_ARGUMENT for a `width` other than
   // the table's, NOT_FOUND for a table the job does not declare.
+  //
+  // A server that cannot be reached is retried (worker/row_client.h) until
+  // the scheduler rolls the cluster back (it was declared dead) or the job
+  // ends (ABORTED). A step of a generation the cluster rolled back past is
+  // void -- the loop throws its dense gradients away and offers the clock
+  // again -- so its row calls change nothing and fail nothing: a pull gives
+  // zeros, a push is dropped. UNAVAILABLE names the server that could not
+  // be reached.
   absl::Status PullRows(const std::string& table, int width, absl::Span<const uint64_t> ids,
                         std::vector<float>* rows);
   // During a step: the step's gradients of the rows of `ids` of `table`
@@ -112,9 +120,22 @@ class ExternalWorker {
   // end is then that abort. Polls until the loop ends.
   void Watch();
   ClockLoopOptions LoopOptions() const;
-  // The client of the tables' rows (made again when the servers changed),
-  // after checking `table` and `width` against the job.
+  // The client of the tables' rows, after checking `table` and `width`
+  // against the job.
   absl::StatusOr<RowClient*> Rows(const std::string& table, int width);
+  // What a row call of the caller's is of: the step's clock and generation
+  // (after the last step: the next clock, the cluster's generation now),
+  // given up on once the cluster moved past that generation or the job
+  // was aborted.
+  RowCall RowCallNow();
+  // Whether the cluster rolled back past `generation`: as the heartbeats
+  // say, else as a heartbeat sent now does (a server refused a row request
+  // as of an older generation before the heartbeats told this worker).
+  bool RolledBackSince(int64_t generation);
+  // A row call of the step under way failed with `failure`: OK (and the
+  // step void from now on) when the cluster rolled back past the step,
+  // else `failure`.
+  absl::Status VoidStepOr(const absl::Status& failure);
 
   const ExternalWorkerOptions options_;
   const absl::Time start_;
@@ -131,13 +152,16 @@ class ExternalWorker {
   std::unique_ptr<ExternalData> data_;
   std::unique_ptr<HandedModel> model_;
   ParamBuffers initial_;  // the loop thread's once it runs
-  // The caller's thread's: the step under way (from Next to StepDone), the
-  // clock a pull is for, the tables pushed this step, the servers' client.
+  // The caller's thread's: the step under way (from Next to StepDone), its
+  // generation and whether it is void (the cluster rolled back past it),
+  // the clock a pull is for, the tables pushed this step, the servers'
+  // client.
   std::optional<StepExchange::Offer> step_;
+  int64_t step_generation_ = 0;
+  bool step_void_ = false;
   int64_t next_clock_ = 0;
   std::set<std::string> tables_pushed_;
   std::unique_ptr<RowClient> rows_;
-  std::vector<std::string> rows_servers_;  // the servers rows_ was made for
   // The servers' addresses, as the loop's latest cluster view has them.
   absl::Mutex servers_mu_;
   std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
