@@ -87,6 +87,15 @@ bool JobCoordinator::MembersToldOfEnd(absl::Time now, absl::Duration grace) cons
 
 // ---- Registration and heartbeats.
 
+void JobCoordinator::LogRefusal(const RegisterRequest& req, const absl::Status& why,
+                                absl::Time now) {
+  int64_t held_back = 0;
+  if (!refusals_log_.Allow(&held_back, now)) return;
+  spdlog::warn("refused {} registration from {}: {}{}", RoleName(req.role()), req.address(),
+               why.message(),
+               held_back > 0 ? absl::StrCat(" (", held_back, " such lines held back)") : "");
+}
+
 absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
                                                           absl::Time now) {
   if (Ended()) return absl::FailedPreconditionError("the job has already ended");
@@ -95,8 +104,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
     // the job's, the others must match (common/external_model.h).
     absl::StatusOr<JobSpec> joined = JoinExternalModel(job_, req.params(), req.train_size());
     if (!joined.ok()) {
-      spdlog::warn("refused worker registration from {}: {}", req.address(),
-                   joined.status().message());
+      LogRefusal(req, joined.status(), now);
       return joined.status();
     }
     job_ = *std::move(joined);
@@ -117,7 +125,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
     id = members_.Register(req.role(), req.address(), req.incarnation(), now);
   }
   if (!id.ok()) {
-    spdlog::warn("refused registration from {}: {}", req.address(), id.status().message());
+    LogRefusal(req, id.status(), now);
     return id.status();
   }
   RegisterResponse resp;

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/log_limit.h"
 #include "proto/cluster.pb.h"
 #include "proto/tensor.pb.h"
 #include "scheduler/clock_table.h"
@@ -132,6 +133,9 @@ class JobCoordinator {
   ClusterStatus Status(absl::Time now) const;
 
  private:
+  // Logs a refused registration: anyone who reaches the port can make
+  // them, so at most 5 lines a minute (common/log_limit.h).
+  void LogRefusal(const RegisterRequest& req, const absl::Status& why, absl::Time now);
   bool Ended() const { return phase_.Ended(); }
   bool Running() const { return phase_.Running(); }
   // Carries out what FailurePolicy decided.
@@ -158,6 +162,7 @@ class JobCoordinator {
   // The job's own state.
   JobPhase phase_;
   absl::Time ended_at_ = absl::InfiniteFuture();
+  LogLimit refusals_log_;
   int64_t start_clock_;  // the policy's, or the state's taken over
   int64_t takeovers_ = 0;
   absl::Time taken_over_;

@@ -860,6 +860,7 @@ MemberStatus PsService::GetStatus() const {
   st.set_shm_bytes(shm_bytes_);
   st.set_shm_rings(shm_rings_);
   st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());
+  st.set_shm_refused(shm_ == nullptr ? 0 : shm_->refused());
   st.set_rss_bytes(ResidentBytes());
   if (s != nullptr && s->NumParams() > 0) {
     st.set_params(s->NumParams());

@@ -16,8 +16,6 @@ namespace pstrain {
 namespace {
 
 constexpr size_t kTicketBytes = 16;
-// How long a connection may take to present its ticket.
-constexpr absl::Duration kTicketWait = absl::Seconds(5);
 
 }  // namespace
 
@@ -151,13 +149,21 @@ bool ShmRegistry::AcceptAll() {
     int waiting = 0;
     for (const Conn& c : conns_) waiting += c.segment == 0;
     if (!same_user || waiting >= 2 * options_.max_segments) {
-      spdlog::warn("shared memory: refused a connection from pid {} (uid {}): {}", peer.pid,
-                   peer.uid, same_user ? "too many waiting for their tickets" : "another user");
+      Refused(absl::StrCat("a connection from pid ", peer.pid, " (uid ", peer.uid, "): ",
+                           same_user ? "too many waiting for their tickets" : "another user"));
       close(fd);
       continue;
     }
-    conns_.push_back({fd, 0, absl::Now() + kTicketWait, ""});
+    conns_.push_back({fd, 0, absl::Now() + options_.ticket_wait, ""});
   }
+}
+
+void ShmRegistry::Refused(const std::string& why) {
+  const int64_t refused = refused_.fetch_add(1, std::memory_order_relaxed) + 1;
+  int64_t held_back = 0;
+  if (!refused_log_.Allow(&held_back)) return;
+  spdlog::warn("shared memory: refused {} ({} refused so far{})", why, refused,
+               held_back > 0 ? absl::StrCat("; ", held_back, " such lines held back") : "");
 }
 
 bool ShmRegistry::Grant(Conn& conn) {
@@ -184,7 +190,7 @@ bool ShmRegistry::Grant(Conn& conn) {
     }
   }
   if (segment == nullptr) {
-    spdlog::warn("shared memory: refused a connection: no valid ticket");
+    Refused("a connection: no valid ticket");
     (void)SendWithFd(conn.fd, &grant, sizeof(grant), -1);  // id 0: refused
     return false;
   }

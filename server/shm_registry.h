@@ -18,6 +18,7 @@
 #ifndef PSTRAIN_SERVER_SHM_REGISTRY_H_
 #define PSTRAIN_SERVER_SHM_REGISTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/log_limit.h"
 #include "common/shm.h"
 
 namespace pstrain {
@@ -69,6 +71,7 @@ class ShmRegistry {
     int max_segments = 64;                           // attached and promised at once
     absl::Duration ticket_life = absl::Seconds(10);  // a ticket unused this long expires
     absl::Duration grace = absl::Seconds(5);         // a segment outlives its connection
+    absl::Duration ticket_wait = absl::Seconds(5);   // a connection waits for its ticket
   };
   // Listens on a fresh abstract socket and serves it on a thread of its own.
   static absl::StatusOr<std::unique_ptr<ShmRegistry>> Start(Options options);
@@ -90,6 +93,9 @@ class ShmRegistry {
   std::shared_ptr<ShmSegment> Find(uint64_t id) const;
   // Segments whose workers' connections are open.
   int attached() const;
+  // Connections refused so far (another user's, too many waiting, no valid
+  // ticket): counted, and logged at most 5 lines a minute.
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // Who answers the frames; until set, an attached connection that sends
   // one is closed.
   void SetHandler(Handler handler);
@@ -121,12 +127,16 @@ class ShmRegistry {
   bool Ring(Conn& conn);
   // Drops expired tickets and connections that waited too long.
   void Expire(absl::Time now);
+  // Counts a refused connection and logs why (at most 5 lines a minute).
+  void Refused(const std::string& why);
 
   const Options options_;
   const std::string name_;
   const int listen_fd_, wake_fd_;
   std::vector<Conn> conns_;  // the thread's own
   absl::Time accept_paused_until_;  // the thread's own: out of descriptors
+  std::atomic<int64_t> refused_{0};
+  LogLimit refused_log_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
   struct Attached {

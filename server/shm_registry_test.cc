@@ -2,13 +2,18 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <sstream>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace pstrain {
 namespace {
@@ -138,6 +143,64 @@ TEST(ShmRegistryTest, ConnectionsWaitingForTicketsAreBounded) {
   }
   EXPECT_EQ(closed, 4);
   for (int conn : conns) close(conn);
+}
+
+// Every user of the host can connect to the abstract socket: 3,000
+// refused connects -- too many waiting, or (as root) another user's -- are
+// each counted, and add at most 5 log lines a minute.
+TEST(ShmRegistryTest, AFloodOfRefusedConnectsIsCountedAndLogsABoundedNumberOfLines) {
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(lines);
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  ShmRegistry::Options options;
+  options.max_segments = 1;  // 2 may wait for their tickets
+  options.ticket_wait = absl::Minutes(10);  // and do, however slow the flood
+  absl::StatusOr<std::unique_ptr<ShmRegistry>> registry = ShmRegistry::Start(options);
+  ASSERT_TRUE(registry.ok());
+  std::vector<int> waiting;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<int> conn = ConnectAbstract((*registry)->socket_name(), absl::Seconds(5));
+    ASSERT_TRUE(conn.ok());
+    waiting.push_back(*conn);
+  }
+  ASSERT_TRUE(WaitFor([&] { return (*registry)->refused() == 0; }));
+  const std::string name = (*registry)->socket_name();
+  auto flood = [&name](int n) {
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<int> conn = ConnectAbstract(name, absl::Seconds(5));
+      if (conn.ok()) close(*conn);
+    }
+  };
+  int flooded = 1500;
+  flood(flooded);
+  // And as another user (nobody), as a neighbour on the host would: where
+  // this process may become one (root outside a user namespace), else as
+  // this user again.
+  bool as_nobody = false;
+  if (geteuid() == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+      flood(1500);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    as_nobody = WEXITSTATUS(status) == 0;
+  }
+  if (!as_nobody) flood(1500);
+  flooded += 1500;
+  EXPECT_TRUE(WaitFor([&] { return (*registry)->refused() == flooded; }))
+      << (*registry)->refused();
+  registry->reset();
+  spdlog::set_default_logger(previous);
+  const std::string text = lines.str();
+  const int64_t logged = std::count(text.begin(), text.end(), '\n');
+  EXPECT_GE(logged, 1);
+  EXPECT_LE(logged, 5) << text;
+  for (int conn : waiting) close(conn);
 }
 
 TEST(ShmRegistryTest, BoundedSegments) {
