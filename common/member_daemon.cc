@@ -27,6 +27,10 @@ ABSL_FLAG(int64_t, id, 0,
           "take over this id from a failed member of the same role (a server: its checkpoint "
           "is loaded and the cluster rolls back to it; a worker: under "
           "--on_worker_failure=wait); not given: the next free id, or a dead member's");
+ABSL_FLAG(bool, replace_live, false,
+          "with --id: take that id even from a member that is live and answering (it is "
+          "evicted; for a server the cluster rolls back); without it such a registration is "
+          "refused, exit 3");
 ABSL_FLAG(std::optional<int>, metrics_port, std::nullopt,
           "serve Prometheus metrics on http://HOST:PORT/metrics, HOST being --listen's (0: the "
           "OS picks a port, shown in Status as metrics_address); not given: no metrics");
@@ -58,6 +62,10 @@ absl::StatusOr<MemberConfig> CheckedMemberConfigFromFlags(Role role) {
   c.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   c.scheduler_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_scheduler_timeout_ms));
   c.id = id.has_value() ? static_cast<int>(*id) : -1;
+  c.replace_live = absl::GetFlag(FLAGS_replace_live);
+  if (c.replace_live && c.id < 0) {
+    return absl::InvalidArgumentError("--replace_live takes the place of --id's member: give --id");
+  }
   return c;
 }
 
@@ -131,6 +139,7 @@ MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> se
   options.heartbeat_interval = config_.heartbeat_interval;
   options.scheduler_timeout = config_.scheduler_timeout;
   options.id = config_.id;
+  options.replace_live = config_.replace_live;
   client_ = std::make_unique<SchedulerClient>(options);
 }
 

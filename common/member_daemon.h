@@ -36,6 +36,7 @@ struct MemberConfig {
   absl::Duration heartbeat_interval;  // --heartbeat_interval_ms
   absl::Duration scheduler_timeout = absl::Seconds(30);  // --scheduler_timeout_ms
   int id = -1;                         // --id
+  bool replace_live = false;           // --replace_live
   std::optional<int> metrics_port;    // --metrics_port: serve /metrics (0: the OS picks)
   ServerOptions server;               // the gRPC server's limits and queues
 };

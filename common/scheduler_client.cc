@@ -63,6 +63,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(RegisterRequest decla
   req.set_address(options_.address);
   req.set_incarnation(incarnation_);
   if (options_.id >= 0) req.set_id(options_.id);
+  req.set_replace_live(options_.replace_live);
   auto unreachable = [](const absl::Status& st) {
     return IsTransient(st) || absl::IsDeadlineExceeded(st);
   };

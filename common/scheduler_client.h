@@ -21,8 +21,10 @@ struct SchedulerClientOptions {
   std::string scheduler;  // HOST:PORT
   Role role = ROLE_UNSPECIFIED;
   std::string address;  // this member's own service
-  // A member taking over the id of a failed one (--id); -1: any.
+  // A member taking over the id of a failed one (--id); -1: any. With
+  // replace_live, even from a member that still answers.
   int id = -1;
+  bool replace_live = false;
   // How long Register keeps retrying an unreachable scheduler.
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration heartbeat_interval = absl::Milliseconds(500);

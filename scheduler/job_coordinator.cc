@@ -78,11 +78,11 @@ JobState JobCoordinator::state(std::string* message) const {
   return phase_.state;
 }
 
-bool JobCoordinator::MembersToldOfEnd(absl::Time now, absl::Duration grace) const {
+bool JobCoordinator::MembersEnded(absl::Time now, absl::Duration grace) const {
   if (!Ended()) return false;
   if (now - ended_at_ > grace) return true;
-  auto told = [](const MemberRecord& m) { return m.saw_job_end || Gone(m.state); };
-  return members_.All(SERVER, told) && members_.All(WORKER, told);
+  auto ended = [](const MemberRecord& m) { return Gone(m.state); };
+  return members_.All(SERVER, ended) && members_.All(WORKER, ended);
 }
 
 // ---- Registration and heartbeats.
@@ -94,6 +94,25 @@ void JobCoordinator::LogRefusal(const RegisterRequest& req, const absl::Status& 
   spdlog::warn("refused {} registration from {}: {}{}", RoleName(req.role()), req.address(),
                why.message(),
                held_back > 0 ? absl::StrCat(" (", held_back, " such lines held back)") : "");
+}
+
+std::optional<std::string> JobCoordinator::LiveHolder(const RegisterRequest& req) const {
+  if (!req.has_id() || req.replace_live() || Ended()) return std::nullopt;
+  if (req.role() != SERVER && req.role() != WORKER) return std::nullopt;
+  const MemberRecord* m = members_.Get(req.role(), req.id());
+  if (m == nullptr || Gone(m->state)) return std::nullopt;
+  if (m->incarnation == req.incarnation() && m->address == req.address()) return std::nullopt;
+  return m->address;
+}
+
+absl::Status JobCoordinator::RefuseLive(const RegisterRequest& req, absl::Time now) {
+  const MemberRecord* m = members_.Get(req.role(), req.id());
+  const absl::Status st = absl::AlreadyExistsError(absl::StrCat(
+      RoleName(req.role()), " ", req.id(), " is live at ", m == nullptr ? "?" : m->address,
+      " (it answered just now): not replaced. Give another --id, or take its place anyway "
+      "with --replace_live"));
+  LogRefusal(req, st, now);
+  return st;
 }
 
 absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
@@ -178,7 +197,7 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
   return HeartbeatAnswer(*member);
 }
 
-HeartbeatResponse JobCoordinator::HeartbeatAnswer(MemberRecord& m) const {
+HeartbeatResponse JobCoordinator::HeartbeatAnswer(const MemberRecord& m) const {
   HeartbeatResponse resp;
   resp.set_job_state(phase_.state);
   resp.set_message(phase_.message);
@@ -189,7 +208,6 @@ HeartbeatResponse JobCoordinator::HeartbeatAnswer(MemberRecord& m) const {
   if (pipelines_.pipelined() && m.role == WORKER) {
     resp.set_link_generation(pipelines_.link_generation(pipelines_.ReplicaOf(m.id)));
   }
-  if (Ended()) m.saw_job_end = true;
   return resp;
 }
 

@@ -72,6 +72,16 @@ class JobCoordinator {
 
   // ---- Events. An error status is the call's answer.
   absl::StatusOr<RegisterResponse> Register(const RegisterRequest& req, absl::Time now);
+  // A registration that names the id of a member that may be live (not
+  // declared dead, not ended; not a retry of its own registration, not
+  // asked to replace_live): that member's address, which the service asks
+  // whether a process still answers there -- a member killed a moment ago
+  // has not been declared dead yet, and its replacement takes its place at
+  // once; one that answers keeps it (RefuseLive). nullopt: Register now.
+  std::optional<std::string> LiveHolder(const RegisterRequest& req) const;
+  // The refusal of `req`, whose id's member answered at its address:
+  // ALREADY_EXISTS naming it and --replace_live.
+  absl::Status RefuseLive(const RegisterRequest& req, absl::Time now);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req, absl::Time now);
   // The gate. The answer now (in *resp), or *parked and the answer later as
   // a Release of `ticket`.
@@ -125,9 +135,11 @@ class JobCoordinator {
   absl::Status TakeOver(const SchedulerState& state, absl::Time now);
 
   JobState state(std::string* message = nullptr) const;
-  // True once the job ended and every member has been told so (or `grace`
-  // passed since the end).
-  bool MembersToldOfEnd(absl::Time now, absl::Duration grace) const;
+  // True once the job ended and every member has told its last state --
+  // FINISHED or FAILED, in its final report -- or was declared DEAD (or
+  // `grace` passed since the end): what the final status shows is then
+  // each member's real end.
+  bool MembersEnded(absl::Time now, absl::Duration grace) const;
   // The cluster's status (the scheduler's own entry without its resident
   // memory, which the service adds).
   ClusterStatus Status(absl::Time now) const;
@@ -142,7 +154,7 @@ class JobCoordinator {
   void Enact(const Decision& d, absl::Time now);
   // A DEAD member heard from again: held calls may go, its replica restart.
   void Revived(const MemberRecord& m, absl::Time now);
-  HeartbeatResponse HeartbeatAnswer(MemberRecord& m) const;
+  HeartbeatResponse HeartbeatAnswer(const MemberRecord& m) const;
   void BeginRollback(const std::string& reason, absl::Time now);
   void MaybeEndRollback(absl::Time now);
   std::function<bool(int)> AtGate() const;

@@ -470,6 +470,40 @@ TEST_F(JobCoordinatorTest, RegisteringTwiceGivesTheSameIdAndOneTooManyIsRefused)
   EXPECT_EQ(coordinator_->state(), WAITING);  // the servers have not come
 }
 
+// A registration naming a member's id while that member may be live is
+// probed first (the service asks its address); asked to replace_live, or
+// for a dead member, or a retry of the member's own, it is not; the
+// refusal names the flag that takes the place anyway.
+TEST_F(JobCoordinatorTest, ARegistrationNamingALiveMembersIdIsProbedFirst) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  RegisterRequest req;
+  req.set_role(SERVER);
+  req.set_id(1);
+  req.set_address("s9");
+  req.set_incarnation(9);
+  EXPECT_EQ(coordinator_->LiveHolder(req), std::optional<std::string>("s1"));
+  const absl::Status refused = coordinator_->RefuseLive(req, now_);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(refused.message().find("--replace_live"), absl::string_view::npos) << refused;
+  req.set_replace_live(true);
+  EXPECT_EQ(coordinator_->LiveHolder(req), std::nullopt);
+  req.set_replace_live(false);
+  RegisterRequest retry = req;
+  retry.set_address("s1");
+  retry.set_incarnation(1);
+  EXPECT_EQ(coordinator_->LiveHolder(retry), std::nullopt);
+  RegisterRequest any = req;
+  any.clear_id();
+  EXPECT_EQ(coordinator_->LiveHolder(any), std::nullopt);
+  // Server 1 goes silent and is declared dead: its id is free to take.
+  now_ += absl::Seconds(6);
+  ASSERT_TRUE(Beat(SERVER, 0).ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(Beat(WORKER, w).ok());
+  coordinator_->Tick(now_);
+  EXPECT_EQ(coordinator_->LiveHolder(req), std::nullopt);
+}
+
 TEST_F(JobCoordinatorTest, TheJobIsDoneWhenEveryLiveWorkerFinished) {
   Start(TwoByTwo(), {});
   JoinAll();
@@ -480,9 +514,29 @@ TEST_F(JobCoordinatorTest, TheJobIsDoneWhenEveryLiveWorkerFinished) {
   EXPECT_EQ(coordinator_->Status(now_).members(2).state(), FINISHED);
   ASSERT_TRUE(Beat(WORKER, 1, FINISHED).ok());
   EXPECT_EQ(coordinator_->state(), DONE);
-  EXPECT_FALSE(coordinator_->MembersToldOfEnd(now_, absl::Seconds(5)));
+  // The end waits for every member's last state: a server that heard of
+  // the end but has not reported its own is not ended yet.
+  EXPECT_FALSE(coordinator_->MembersEnded(now_, absl::Seconds(5)));
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(Beat(SERVER, i).ok());
-  EXPECT_TRUE(coordinator_->MembersToldOfEnd(now_, absl::Seconds(5)));
+  EXPECT_FALSE(coordinator_->MembersEnded(now_, absl::Seconds(5)));
+  ASSERT_TRUE(Beat(SERVER, 0, FINISHED).ok());
+  ASSERT_TRUE(Beat(SERVER, 1, FAILED).ok());  // a failure after the end changes nothing
+  EXPECT_TRUE(coordinator_->MembersEnded(now_, absl::Seconds(5)));
+  EXPECT_EQ(coordinator_->state(), DONE);
+  const ClusterStatus st = coordinator_->Status(now_);
+  EXPECT_EQ(st.members(0).state(), FINISHED);
+  EXPECT_EQ(st.members(1).state(), FAILED);
+}
+
+// A member that never reports its end holds the final status for the
+// grace at most.
+TEST_F(JobCoordinatorTest, TheEndWaitsForLastStatesWithinTheGrace) {
+  Start(TwoByTwo(), {});
+  JoinAll();
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(Beat(WORKER, w, FINISHED).ok());
+  ASSERT_EQ(coordinator_->state(), DONE);
+  EXPECT_FALSE(coordinator_->MembersEnded(now_ + absl::Seconds(4), absl::Seconds(5)));
+  EXPECT_TRUE(coordinator_->MembersEnded(now_ + absl::Seconds(6), absl::Seconds(5)));
 }
 
 TEST_F(JobCoordinatorTest, TheGateTracesClocksAndStartsInOrder) {

@@ -28,7 +28,6 @@ SchedulerMember ToState(const MemberRecord& m) {
   out.set_incarnation(m.incarnation);
   out.set_state(m.state);
   *out.mutable_status() = m.status;
-  out.set_saw_job_end(m.saw_job_end);
   return out;
 }
 
@@ -40,7 +39,6 @@ MemberRecord FromState(const SchedulerMember& m, absl::Time now) {
   out.incarnation = m.incarnation();
   out.state = m.state();
   out.status = m.status();
-  out.saw_job_end = m.saw_job_end();
   out.last_seen = now;
   return out;
 }
@@ -175,7 +173,6 @@ absl::Status Membership::Replace(Role role, int id, const std::string& address,
   m->address = address;
   m->incarnation = incarnation;
   m->last_seen = now;
-  m->saw_job_end = false;
   m->state = REGISTERED;
   m->status = NewStatus(role, id, address);
   return absl::OkStatus();

@@ -32,7 +32,6 @@ struct MemberRecord {
   MemberState state = REGISTERED;  // the scheduler's verdict
   MemberStatus status;             // its last report (SchedulerMember.status)
   absl::Time last_seen;            // registration or last heartbeat
-  bool saw_job_end = false;        // was told the job ended
 
   // The report with the verdict: what the cluster's Status shows.
   MemberStatus Shown() const;

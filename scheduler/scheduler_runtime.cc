@@ -150,7 +150,7 @@ absl::StatusOr<std::string> Listen(const SchedulerConfig& config, SchedulerServi
 // process is told to stop), recording the job's curves; the job's end state.
 JobState Watch(const SchedulerConfig& config, SchedulerService* service, RunHistory* history) {
   absl::Time recorded, last = absl::Now();
-  while (!service->MembersToldOfEnd(config.end_grace)) {
+  while (!service->MembersEnded(config.end_grace)) {
     // The loop comes round every 50 ms: a gap of half the heartbeat timeout
     // means this process was stopped or starved, not that members were.
     const absl::Time now = absl::Now();
@@ -175,7 +175,7 @@ JobState Watch(const SchedulerConfig& config, SchedulerService* service, RunHist
       service->Abort("the scheduler was interrupted");
       // Give members a heartbeat or two to hear of it.
       const absl::Time until = absl::Now() + absl::Seconds(2);
-      while (!service->MembersToldOfEnd(absl::Seconds(2)) && absl::Now() < until) {
+      while (!service->MembersEnded(absl::Seconds(2)) && absl::Now() < until) {
         absl::SleepFor(absl::Milliseconds(50));
       }
       break;

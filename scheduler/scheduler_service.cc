@@ -117,9 +117,9 @@ JobState SchedulerService::job_state(std::string* message) const {
   return coordinator_.state(message);
 }
 
-bool SchedulerService::MembersToldOfEnd(absl::Duration grace) const {
+bool SchedulerService::MembersEnded(absl::Duration grace) const {
   absl::MutexLock lock(&mu_);
-  return coordinator_.MembersToldOfEnd(absl::Now(), grace);
+  return coordinator_.MembersEnded(absl::Now(), grace);
 }
 
 ClusterStatus SchedulerService::GetStatus() {
@@ -214,6 +214,29 @@ void SchedulerService::WriteDueManifest() {
 grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* ctx,
                                                      const RegisterRequest* req,
                                                      RegisterResponse* resp) {
+  std::optional<std::string> holder;
+  {
+    absl::MutexLock lock(&mu_);
+    ForgetCancelled();
+    holder = coordinator_.LiveHolder(*req);
+  }
+  if (!holder.has_value()) return FinishNow(ctx, ToGrpc(RegisterNow(*req, resp)));
+  // The id's member may be live: it keeps its place if it still answers.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  probe_.Probe(*holder, [this, req, resp, reactor](bool answered) {
+    absl::Status st;
+    if (answered) {
+      absl::MutexLock lock(&mu_);
+      st = coordinator_.RefuseLive(*req, absl::Now());
+    } else {
+      st = RegisterNow(*req, resp);
+    }
+    reactor->Finish(ToGrpc(st));
+  });
+  return reactor;
+}
+
+absl::Status SchedulerService::RegisterNow(const RegisterRequest& req, RegisterResponse* resp) {
   std::optional<JobSpec> declared;  // the job, when this worker declared its model
   absl::StatusOr<RegisterResponse> r;
   {
@@ -221,7 +244,7 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
     ForgetCancelled();
     const bool undeclared = coordinator_.job().model().kind() == EXTERNAL &&
                             coordinator_.job().model().params_size() == 0;
-    r = coordinator_.Register(*req, absl::Now());
+    r = coordinator_.Register(req, absl::Now());
     if (r.ok()) *resp = std::move(*r);
     if (undeclared && coordinator_.job().model().params_size() > 0) declared = coordinator_.job();
     Deliver();
@@ -232,7 +255,7 @@ grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext
       spdlog::error("{}", std::string(st.message()));
     }
   }
-  return FinishNow(ctx, ToGrpc(r.status()));
+  return r.status();
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* ctx,

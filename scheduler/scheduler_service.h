@@ -16,6 +16,7 @@
 #include "common/trace.h"
 #include "proto/cluster.grpc.pb.h"
 #include "scheduler/job_coordinator.h"
+#include "scheduler/member_probe.h"
 
 namespace pstrain {
 
@@ -66,9 +67,8 @@ class SchedulerService final : public SchedulerServiceBase {
   // The coordinator's Paused: this process did not run for `gap`.
   void Paused(absl::Duration gap);
   JobState job_state(std::string* message = nullptr) const;
-  // True once the job ended and every member has been told so (or
-  // `grace` passed since the end).
-  bool MembersToldOfEnd(absl::Duration grace) const;
+  // JobCoordinator::MembersEnded, now.
+  bool MembersEnded(absl::Duration grace) const;
   ClusterStatus GetStatus();
   // This process stops serving (the job goes on in the state dir): held
   // calls, and any held from now on, are answered UNAVAILABLE so their
@@ -112,6 +112,10 @@ class SchedulerService final : public SchedulerServiceBase {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the manifest the coordinator asks for (file I/O, without mu_).
   void WriteDueManifest() ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator's registration of `req` (its answer into *resp), and
+  // the checkpoints' job file once a worker declared the model.
+  absl::Status RegisterNow(const RegisterRequest& req, RegisterResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const JobSpec job_;
   TraceWriter* trace_;
@@ -130,6 +134,8 @@ class SchedulerService final : public SchedulerServiceBase {
   int64_t written_seq_ ABSL_GUARDED_BY(write_mu_) = 0;
   absl::Time written_at_ ABSL_GUARDED_BY(write_mu_);
   bool write_failed_ ABSL_GUARDED_BY(write_mu_) = false;
+  // Last: destroyed first, it waits for the probes whose answers use the rest.
+  MemberProbe probe_;
 };
 
 }  // namespace pstrain

@@ -343,8 +343,12 @@ int Server::Fail(const absl::Status& st) {
 int Server::Finish(JobState end, const std::string& message) {
   // It uses the scheduler client, which goes first.
   if (clipping_ != nullptr) clipping_->Stop();
-  service_->SetState(end == DONE ? FINISHED : FAILED, message);
+  const MemberState state = end == DONE ? FINISHED : FAILED;
+  service_->SetState(state, message);
   service_->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
+  // The scheduler waits for every member's last state before it writes
+  // the job's final status (--status_file).
+  daemon_->ReportFinal(service_->GetStatus(), state, message);
   serving_->Stop(absl::Seconds(2));
   if (end != DONE) {
     spdlog::error("job aborted: {}", message);

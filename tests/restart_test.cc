@@ -171,6 +171,36 @@ TEST(RestartTest, ADeadServerIsReplacedByTheNextServerToRegister) {
   KillAndReplaceServer(/*with_rank=*/false, {"--overlap=on"});
 }
 
+// A live server's id: a new ps_server --id=1 while server 1 answers at its
+// address (the operator meant another id) is refused -- exit 3, and the job
+// goes on untouched, no rollback -- while a server killed a moment ago,
+// not yet declared dead, is replaced at once (the tests above); with
+// --replace_live the new one takes the live one's place (a rollback) and
+// the job still ends DONE.
+TEST(RestartTest, ALiveServersIdIsRefusedUnlessReplaceLiveSaysToTakeIt) {
+  Cluster cluster("live_id");
+  ASSERT_TRUE(cluster.Start(Options(cluster.dir() + "/ckpt", 2)).ok()) << cluster.Logs();
+  ASSERT_TRUE(WaitForClock(cluster, 30)) << cluster.Logs();
+  const size_t refused = cluster.servers().size();
+  ASSERT_TRUE(cluster.AddServer({"--id=1"}).ok());
+  const absl::StatusOr<int> code = cluster.servers()[refused].Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << cluster.Logs();
+  EXPECT_EQ(*code, 3) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->generation(), 0);
+  EXPECT_EQ(st->rollbacks_size(), 0);
+  EXPECT_EQ(MemberOf(*st, SERVER, 1).state(), RUNNING);
+
+  ASSERT_TRUE(cluster.AddServer({"--id=1", "--replace_live"}).ok());
+  const Rollback rollback = FirstRollback(cluster);
+  ASSERT_GT(rollback.done_unix_ms(), 0) << cluster.Logs();
+  EXPECT_TRUE(absl::StrContains(rollback.reason(), "replaced by")) << rollback.reason();
+  const absl::StatusOr<int> end = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(end.ok()) << end.status() << cluster.Logs();
+  EXPECT_EQ(*end, 0) << cluster.Logs();
+}
+
 // Other paths through a rollback: SSP (no rounds; the gate lets workers
 // drift apart) and BSP with clipping by the global norm (the servers' norm
 // reduction of the old generation is refused). Server 0 is killed and replaced;

@@ -71,8 +71,14 @@ def undisturbed_weights():
             codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
             if codes != dict.fromkeys(codes, 0):
                 raise AssertionError("the undisturbed run failed: %s" % codes)
-            _undisturbed = weights(cluster, "worker0")
-    return _undisturbed
+            _undisturbed = (weights(cluster, "worker0"), cluster.final_status())
+    return _undisturbed[0]
+
+
+def undisturbed_final_status():
+    """The scheduler's --status_file of the undisturbed run."""
+    undisturbed_weights()
+    return _undisturbed[1]
 
 
 def weights(cluster, name):
@@ -130,6 +136,40 @@ class TorchFailureTest(unittest.TestCase):
             for key, w in expected.items():
                 self.assertTrue(torch.equal(got[key], w), "%s's %s: max |dw| %g" % (
                     name, key, float((got[key] - w).abs().max())))
+
+    def assertEndStates(self, final, expected):
+        """Every member's state in the final Status is `expected`:
+        {(role, id): state}, each of the job's four members."""
+        got = {(m["role"], int(m.get("id", 0))): m["state"] for m in final["members"]}
+        self.assertEqual(len(got), 4, final["members"])
+        self.assertEqual(got, expected, final["members"])
+
+    def test_the_final_status_holds_every_members_end_state(self):
+        # A DONE job: the scheduler waits for each member's last report
+        # before it writes --status_file, so the servers are FINISHED too.
+        final = undisturbed_final_status()
+        self.assertEqual(final["job_state"], "DONE")
+        self.assertEndStates(final, {("SERVER", 0): "FINISHED", ("SERVER", 1): "FINISHED",
+                                     ("WORKER", 0): "FINISHED", ("WORKER", 1): "FINISHED"})
+        # A script's exception aborts the job (--on_worker_failure=abort):
+        # its worker FAILED with the exception, the other worker's script
+        # raised JobAborted (FAILED), the servers saw the abort (FAILED,
+        # the job's reason); every process exits 1.
+        with Cluster(TINY_JOB, servers=2, workers=2, name="torch_end_states",
+                     scheduler_flags=COMMON_FLAGS + ["--on_worker_failure=abort"]) as cluster:
+            for name, flags in zip(WORKERS, [[], ["--raise_at_clock=%d" % FAULT_AT]]):
+                cluster.start_tiny(name, SLEEP_MS, *flags)
+            names = ["scheduler", "server0", "server1"] + WORKERS
+            self.assertEqual(cluster.wait(names, END_TIMEOUT_S), dict.fromkeys(names, 1))
+            final = cluster.final_status()
+        self.assertEqual(final["job_state"], "ABORTED")
+        states = {(m["role"], int(m.get("id", 0))): m for m in final["members"]}
+        self.assertEndStates(final, dict.fromkeys(states, "FAILED"))
+        messages = [states[("WORKER", w)].get("message", "") for w in range(2)]
+        self.assertEqual(sorted(m.split(":")[0].split(".")[-1] for m in messages),
+                         ["JobAborted", "RuntimeError"], messages)
+        for s in range(2):
+            self.assertIn(final["message"], states[("SERVER", s)].get("message", ""))
 
     def test_shrink_the_other_worker_takes_over_a_killed_ones_share(self):
         with Cluster(TINY_JOB, servers=2, workers=2, name="torch_shrink",
