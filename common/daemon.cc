@@ -89,15 +89,25 @@ bool ShutdownRequested() { return g_shutdown.load(); }
 namespace {
 
 std::terminate_handler g_previous_terminate = nullptr;
+// SetOutOfMemoryReport's; read once, by the first thread to fail.
+std::atomic<std::function<void()>*> g_out_of_memory_report{nullptr};
 
 [[noreturn]] void OnTerminate() {
   if (const std::exception_ptr e = std::current_exception()) {
     try {
       std::rethrow_exception(e);
     } catch (const std::bad_alloc&) {
-      // No allocation here: the heap may be what ran out.
+      // Nothing allocated before the line is out: the heap may be what ran out.
       static const char kMessage[] = "out of memory: an allocation failed; exiting\n";
       [[maybe_unused]] const ssize_t n = write(2, kMessage, sizeof(kMessage) - 1);
+      // The report may allocate (the failed request often was large); a
+      // second failure while it runs ends here, in the exchange.
+      if (std::function<void()>* report = g_out_of_memory_report.exchange(nullptr)) {
+        try {
+          (*report)();
+        } catch (...) {
+        }
+      }
       _exit(1);
     } catch (...) {
     }
@@ -107,6 +117,11 @@ std::terminate_handler g_previous_terminate = nullptr;
 }
 
 }  // namespace
+
+void SetOutOfMemoryReport(std::function<void()> report) {
+  delete g_out_of_memory_report.exchange(
+      report ? new std::function<void()>(std::move(report)) : nullptr);
+}
 
 void InstallOutOfMemoryExit() {
   std::terminate_handler previous = std::set_terminate(OnTerminate);

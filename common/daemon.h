@@ -41,6 +41,12 @@ bool ShutdownRequested();
 // instead of aborting (exit 134); other ones abort as before. The last
 // resort behind OutOfMemoryAsError.
 void InstallOutOfMemoryExit();
+// What the process does first when a failed allocation ends it (above): a
+// member tells the scheduler it failed, out of memory, so that the job's
+// reason says so instead of a missed heartbeat. Called at most once, on
+// the failing thread; best effort (it may fail to allocate too). A later
+// call replaces the report; an empty one removes it.
+void SetOutOfMemoryReport(std::function<void()> report);
 
 // Runs `f` (returning an absl::Status or StatusOr); a failed allocation in
 // it becomes RESOURCE_EXHAUSTED "out of memory <what>".

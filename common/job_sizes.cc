@@ -73,7 +73,46 @@ WorkerFootprint FootprintOf(const JobSpec& job) {
   return f;
 }
 
+int64_t TableFixedBytes(const TableSpec& table) {
+  return table.admit_after() >= 2 ? kAdmissionFilterBytes : 0;
+}
+
+namespace {
+
+absl::Status ValidateTableSizes(const JobSpec& job) {
+  if (job.tables_size() > kMaxTables) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec: tables (", job.tables_size(), ") are more than the ", kMaxTables,
+        " a job may declare (each costs every server its part, an admission filter too)"));
+  }
+  for (const TableSpec& t : job.tables()) {
+    auto bad = [&t](auto&&... parts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job spec: table '", t.name(), "': ", parts...));
+    };
+    if (t.num_ids() > kMaxNumIds) {
+      return bad("num_ids (", t.num_ids(), ") is beyond 2^63: ids are int64 >= 0 (0: any id)");
+    }
+    const int64_t budget = t.memory_budget_bytes();
+    if (budget > kMaxTableBudgetBytes) {
+      return bad("memory_budget_bytes (", budget, ") is beyond ", kMaxTableBudgetBytes,
+                 " bytes (1 TiB) a server");
+    }
+    const int64_t row = int64_t{4} * t.width() * (1 + kMaxRowStateFloatsPerWeight) +
+                        kRowBookkeepingBytes;
+    if (budget > 0 && budget < TableFixedBytes(t) + row) {
+      return bad("memory_budget_bytes (", budget, ") must hold the table's admission filter (",
+                 TableFixedBytes(t), " bytes) and one row with its state (", row,
+                 " bytes): the budget bounds all of the table's memory on a server");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateJobSizes(const JobSpec& job) {
+  if (const absl::Status st = ValidateTableSizes(job); !st.ok()) return st;
   auto bad = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", parts...));
   };

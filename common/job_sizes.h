@@ -22,6 +22,27 @@ inline constexpr int64_t kMaxWorkerHostBytes = int64_t{64} << 30;
 // Elements of one tensor of a worker's batch: the kernels count in int.
 inline constexpr int64_t kMaxBatchElements = (int64_t{1} << 31) - 1;
 
+// Sparse tables (JobSpec.tables). Every server holds a part of each: its
+// lock, its status and, with admission, its filter, whatever ids come.
+inline constexpr int kMaxTables = 256;
+// A table's admission counts (TableSpec.admit_after >= 2): one-byte
+// counters on every server, inside the table's memory_budget_bytes.
+inline constexpr int64_t kAdmissionFilterBytes = int64_t{4} << 20;
+// What a row in memory costs beside its floats (its id in the index, its
+// slot's id and mark), inside the budget too. A row on disk keeps its id
+// in the index (about 32 bytes), outside it.
+inline constexpr int64_t kRowBookkeepingBytes = 48;
+// The most floats of optimizer state a row keeps per weight (Adam's two).
+inline constexpr int kMaxRowStateFloatsPerWeight = 2;
+// The largest budget a table may declare per server: a guard against
+// typos, far above any machine's memory.
+inline constexpr int64_t kMaxTableBudgetBytes = int64_t{1} << 40;
+// Ids are PyTorch's int64 >= 0: num_ids is at most 2^63 (0: any id).
+inline constexpr uint64_t kMaxNumIds = uint64_t{1} << 63;
+
+// Bytes `table` holds on every server before any row: its admission filter.
+int64_t TableFixedBytes(const TableSpec& table);
+
 // a * b and a + b for a, b >= 0, INT64_MAX where the exact value is larger.
 int64_t SaturatingMul(int64_t a, int64_t b);
 int64_t SaturatingAdd(int64_t a, int64_t b);
@@ -37,7 +58,11 @@ struct WorkerFootprint {
 WorkerFootprint FootprintOf(const JobSpec& job);
 
 // INVALID_ARGUMENT naming the field when a worker's footprint passes
-// kMaxWorkerHostBytes or a batch tensor kMaxBatchElements.
+// kMaxWorkerHostBytes or a batch tensor kMaxBatchElements, or the tables
+// pass their limits: more than kMaxTables, a num_ids beyond kMaxNumIds, a
+// memory_budget_bytes beyond kMaxTableBudgetBytes or too small for the
+// table's fixed bytes and one row (with the most state any row optimizer
+// keeps).
 absl::Status ValidateJobSizes(const JobSpec& job);
 
 }  // namespace pstrain

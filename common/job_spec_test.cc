@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/job_sizes.h"
 #include "gtest/gtest.h"
 
@@ -135,6 +136,33 @@ TEST(JobSpecTest, SizesNoWorkerCanAllocateAreRefusedNamingTheField) {
   EXPECT_EQ(SaturatingAdd(std::numeric_limits<int64_t>::max(), 1),
             std::numeric_limits<int64_t>::max());
   EXPECT_EQ(SaturatingMul(3, 5), 15);
+}
+
+// The tables' limits (common/job_sizes.h), at them and just past them.
+TEST(JobSpecTest, TablesAreHeldToTheirLimits) {
+  auto tables = [](int n, const std::string& extra) {
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+      out += absl::StrCat("tables { name: \"t", i, "\" width: 64 ", extra, " }\n");
+    }
+    return out;
+  };
+  auto check = [](const std::string& text) { return ValidateJobSpec(Complete(text)); };
+  // 256 tables with admission, each budget its filter and a row: accepted.
+  const int64_t least = kAdmissionFilterBytes + 4 * 64 * 3 + kRowBookkeepingBytes;
+  EXPECT_TRUE(check(tables(kMaxTables, absl::StrCat("admit_after: 2 memory_budget_bytes: ", least)))
+                  .ok());
+  absl::Status st = check(tables(kMaxTables + 1, ""));
+  EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: tables (257)")) << st;
+  st = check(tables(1, absl::StrCat("admit_after: 2 memory_budget_bytes: ", least - 1)));
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "memory_budget_bytes")) << st;
+  EXPECT_TRUE(check(tables(1, "num_ids: 9223372036854775808")).ok());  // 2^63
+  st = check(tables(1, "num_ids: 9223372036854775809"));
+  EXPECT_TRUE(absl::StrContains(st.message(), "num_ids (9223372036854775809)")) << st;
+  EXPECT_TRUE(check(tables(1, "memory_budget_bytes: 1099511627776")).ok());  // 1 TiB
+  st = check(tables(1, "memory_budget_bytes: 1099511627777"));
+  EXPECT_TRUE(absl::StrContains(st.message(), "memory_budget_bytes (1099511627777)")) << st;
 }
 
 TEST(JobSpecTest, ClocksAndReadGuarantee) {

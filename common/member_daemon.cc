@@ -143,6 +143,8 @@ MemberDaemon::MemberDaemon(MemberConfig config, std::unique_ptr<grpc::Server> se
   client_ = std::make_unique<SchedulerClient>(options);
 }
 
+MemberDaemon::~MemberDaemon() { SetOutOfMemoryReport({}); }
+
 absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code,
                                                         RegisterRequest declared) {
   absl::StatusOr<RegisterResponse> reg = client_->Register(std::move(declared));
@@ -152,6 +154,17 @@ absl::StatusOr<RegisterResponse> MemberDaemon::Register(int* exit_code,
     return reg.status();
   }
   SetLogIdentity(config_.role == SERVER ? "server" : "worker", reg->id());
+  // Should an allocation fail anywhere in this process, the scheduler hears
+  // why (the job's reason then says so, not a missed heartbeat).
+  SetOutOfMemoryReport([this, id = reg->id()] {
+    MemberStatus st;
+    st.set_role(config_.role);
+    st.set_id(id);
+    st.set_address(address_);
+    st.set_state(FAILED);
+    st.set_message("out of memory: an allocation failed");
+    (void)client_->SendLastWords(st);
+  });
   return reg;
 }
 

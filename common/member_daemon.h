@@ -54,6 +54,8 @@ class MemberDaemon {
   // logs and returns the exit code (2) when it cannot.
   static absl::StatusOr<std::unique_ptr<MemberDaemon>> Start(
       const MemberConfig& config, const std::vector<grpc::Service*>& services, int* exit_code);
+  // Takes back the out-of-memory report Register set.
+  ~MemberDaemon();
 
   const std::string& address() const { return address_; }
   grpc::Server* server() { return server_.get(); }
@@ -61,7 +63,10 @@ class MemberDaemon {
 
   // Registers with the scheduler (retrying for --connect_timeout_s); logs
   // and sets *exit_code (3) when it cannot. `declared`: an EXTERNAL
-  // model's worker's declaration (SchedulerClient::Register).
+  // model's worker's declaration (SchedulerClient::Register). From then on
+  // a failed allocation that ends the process is reported to the
+  // scheduler as this member's failure, out of memory
+  // (SetOutOfMemoryReport).
   absl::StatusOr<RegisterResponse> Register(int* exit_code, RegisterRequest declared = {});
   // Heartbeats with `status` from now on; /metrics reports it too.
   void StartHeartbeats(std::function<MemberStatus()> status);

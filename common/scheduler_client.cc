@@ -110,6 +110,15 @@ absl::StatusOr<JobSpec> SchedulerClient::CurrentJob() {
   return resp.job();
 }
 
+absl::Status SchedulerClient::SendLastWords(const MemberStatus& status) const {
+  HeartbeatRequest req;
+  *req.mutable_status() = status;
+  req.set_incarnation(incarnation_);
+  HeartbeatResponse resp;
+  auto ctx = ContextWithTimeout(absl::Seconds(2));
+  return FromGrpc(stub_->Heartbeat(ctx.get(), req, &resp));
+}
+
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus& status) {
   HeartbeatRequest req;
   *req.mutable_status() = status;

@@ -63,6 +63,11 @@ class SchedulerClient {
   // Sends one heartbeat now (a final FINISHED or FAILED report) and returns
   // the job's state as the scheduler sees it.
   absl::StatusOr<HeartbeatResponse> Heartbeat(const MemberStatus& status);
+  // Sends one heartbeat of `status` and nothing else: no lock of this
+  // client's taken, nothing of its state changed, 2 s at most -- what a
+  // process failing for want of memory can still do (common/daemon.h's
+  // SetOutOfMemoryReport).
+  absl::Status SendLastWords(const MemberStatus& status) const;
   // Blocks until heartbeats report the job DONE or ABORTED (or the scheduler
   // is lost, which counts as ABORTED); returns the state, sets *message.
   JobState WaitForJobEnd(std::string* message);

@@ -185,8 +185,20 @@ int Server::Run(const RegisterResponse& reg) {
   // scheduler's heartbeat timeout.
   daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
   if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
-  if (const absl::Status st = Build(); !st.ok()) return Fail(st);
-  tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir);
+  // A store or tables larger than this process may hold: the job's reason
+  // says so (then any later failed allocation: SetOutOfMemoryReport).
+  if (const absl::Status st = OutOfMemoryAsError("making the store", [&] { return Build(); });
+      !st.ok()) {
+    return Fail(st);
+  }
+  if (const absl::Status st = OutOfMemoryAsError("making the sparse tables", [&] {
+        tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers(),
+                                                 config_.table_spill_dir);
+        return absl::OkStatus();
+      });
+      !st.ok()) {
+    return Fail(st);
+  }
   if (job_.checkpoint_every() > 0) {
     tables_->SetCheckpointing(job_.checkpoint_dir(), job_.checkpoint_every());
   }

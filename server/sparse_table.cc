@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/job_sizes.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -77,9 +78,13 @@ namespace {
 
 // Slots in memory for a table of rows of `stride` floats kept within
 // `bytes` (0: no bound).
-int64_t Capacity(int64_t bytes, int64_t stride) {
-  if (bytes <= 0) return INT64_MAX;
-  return std::max<int64_t>(1, bytes / (stride * 4));
+// Rows in memory at most within `config`'s budget (the filter's bytes
+// first), each `row_bytes` and its bookkeeping.
+int64_t Capacity(const TableConfig& config, int64_t row_bytes) {
+  if (config.resident_bytes <= 0) return INT64_MAX;
+  const int64_t filter = config.admit_after > 1 ? kAdmissionFilterBytes : 0;
+  return std::max<int64_t>(
+      1, (config.resident_bytes - filter) / (row_bytes + kRowBookkeepingBytes));
 }
 
 // Reads or writes all of buf at `offset` of fd (retrying short transfers).
@@ -120,10 +125,16 @@ SparseTable::SparseTable(TableConfig config)
     : config_(std::move(config)),
       name_hash_(Fnv1a(config_.name)),
       stride_(config_.width + config_.optimizer.StateFloats(config_.width)),
-      capacity_(Capacity(config_.resident_bytes, stride_)) {
+      capacity_(Capacity(config_, stride_ * 4)) {
   // rows_ grows with the rows (no reservation of the whole budget, which
   // may be larger than the machine's memory).
-  if (config_.admit_after > 1) seen_ = std::make_unique<SeenCounts>(kSeenCounters);
+  if (config_.admit_after > 1) seen_ = std::make_unique<SeenCounts>(kAdmissionFilterBytes);
+}
+
+int64_t SparseTable::memory_bytes() const {
+  const int64_t resident = static_cast<int64_t>(slot_ids_.size() - free_slots_.size());
+  return (seen_ == nullptr ? 0 : seen_->bytes()) +
+         resident * (row_bytes() + kRowBookkeepingBytes);
 }
 
 SparseTable::~SparseTable() {
@@ -345,7 +356,7 @@ void SparseTable::Reset(int64_t updates, int64_t clock) {
   updates_ = updates;
   clock_ = clock;
   next_sweep_ = 0;
-  if (seen_ != nullptr) seen_ = std::make_unique<SeenCounts>(kSeenCounters);
+  if (seen_ != nullptr) seen_ = std::make_unique<SeenCounts>(kAdmissionFilterBytes);
 }
 
 absl::Status SparseTable::Put(uint64_t id, const float* row, int64_t touched) {

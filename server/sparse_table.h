@@ -53,14 +53,17 @@ struct TableConfig {
   float init_scale = 0;   // rows start uniform in [-init_scale, init_scale]
   uint64_t seed = 0;      // with the name and the id, fixes a row's start
   RowOptimizer optimizer;
-  // The most bytes of rows (weights and optimizer state) kept in memory; the
-  // others wait in a file in `spill_dir` (made at the first spill, removed
-  // at once: it goes with the process) and come back when touched. 0: no
-  // bound. At least one row is always kept.
+  // The most bytes the table keeps in memory: its admission filter, and its
+  // rows in memory -- weights, optimizer state and kRowBookkeepingBytes
+  // each (common/job_sizes.h). The other rows wait in a file in `spill_dir`
+  // (made at the first spill, removed at once: it goes with the process)
+  // and come back when touched. 0: no bound. At least one row is always
+  // kept.
   int64_t resident_bytes = 0;
   std::string spill_dir;  // empty: $TMPDIR, else /tmp
   // Admission: an id gets a row in the update that sees it for the
-  // admit_after-th time (counted in a SeenCounts of kSeenCounters); until
+  // admit_after-th time (counted in a SeenCounts of kAdmissionFilterBytes
+  // counters, common/job_sizes.h); until
   // then it pulls as zeros and its gradients are dropped. <= 1: every id at
   // first touch.
   int admit_after = 0;
@@ -89,9 +92,6 @@ class SeenCounts {
   std::vector<uint8_t> counts_;
 };
 
-// The counters of a table with admission (4 MiB).
-inline constexpr int64_t kSeenCounters = int64_t{4} << 20;
-
 // Where a table's rows are, for Status.
 struct TableRows {
   int64_t resident = 0;  // in memory
@@ -117,6 +117,9 @@ class SparseTable {
   int64_t num_rows() const { return static_cast<int64_t>(index_.size()); }
   // Bytes a row takes (weights and optimizer state).
   int64_t row_bytes() const { return stride_ * 4; }
+  // Bytes the table holds in memory: its admission filter, and its rows in
+  // memory with their bookkeeping (what resident_bytes bounds).
+  int64_t memory_bytes() const;
   TableRows rows() const;
   // Updates applied so far (Push calls that succeeded).
   int64_t updates() const { return updates_; }

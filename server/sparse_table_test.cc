@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/job_sizes.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -161,7 +162,8 @@ TEST(SparseTableTest, ServerOfRowSpreadsConsecutiveIds) {
 // exactly as a table without a bound makes and updates it.
 TEST(SparseTableTest, RowsBeyondTheBudgetWaitOnDiskAndComeBackBitForBit) {
   TableConfig bounded_config = Config(RowOptimizer::Type::kAdam, 8);
-  const int64_t row_bytes = (8 + 16) * 4;
+  // A row in memory: its weights and state, and its bookkeeping.
+  const int64_t row_bytes = (8 + 16) * 4 + kRowBookkeepingBytes;
   bounded_config.resident_bytes = 50 * row_bytes;
   const char* tmp = std::getenv("TEST_TMPDIR");
   bounded_config.spill_dir = tmp != nullptr ? tmp : "/tmp";
@@ -198,13 +200,36 @@ TEST(SparseTableTest, RowsBeyondTheBudgetWaitOnDiskAndComeBackBitForBit) {
   EXPECT_GT(where.spilled, 350);
   EXPECT_GT(where.loaded, 0);
   EXPECT_EQ(unbounded.rows().on_disk, 0);
+  EXPECT_EQ(bounded.memory_bytes(), 50 * row_bytes);  // what the budget bounds
+}
+
+// A table with admission keeps its filter inside its budget: the rows in
+// memory are what the budget leaves beside it.
+TEST(SparseTableTest, TheAdmissionFilterIsInsideTheBudget) {
+  TableConfig config = Config(RowOptimizer::Type::kSgd, 4);
+  const int64_t row_bytes = 4 * 4 + kRowBookkeepingBytes;
+  config.resident_bytes = kAdmissionFilterBytes + 10 * row_bytes;
+  config.admit_after = 2;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  config.spill_dir = tmp != nullptr ? tmp : "/tmp";
+  SparseTable t(config);
+  std::vector<uint64_t> ids(100);
+  for (uint64_t id = 0; id < 100; ++id) ids[id] = id;
+  const std::vector<float> g(ids.size() * 4, 1.0f);
+  for (int i = 0; i < 2; ++i) {  // seen twice: admitted
+    (void)PullRows(t, ids);
+    ASSERT_TRUE(t.Push(ids, g).ok());
+  }
+  EXPECT_EQ(t.num_rows(), 100);
+  EXPECT_EQ(t.rows().resident, 10);
+  EXPECT_EQ(t.memory_bytes(), config.resident_bytes);
 }
 
 // A spill file that cannot be made: the pull that needs it fails with
 // INTERNAL, naming the directory; the rows in memory stay.
 TEST(SparseTableTest, ASpillFileThatCannotBeMadeIsAnError) {
   TableConfig config = Config(RowOptimizer::Type::kSgd);
-  config.resident_bytes = 2 * 4 * 4;
+  config.resident_bytes = 2 * (4 * 4 + kRowBookkeepingBytes);  // 2 rows of width 4
   config.spill_dir = "/nonexistent/pstrain";
   SparseTable t(config);
   const std::vector<float> first = PullRows(t, {1, 2});

@@ -402,7 +402,7 @@ void SparseTables::Publish(Table& table) const {
   const TableRows where = table.rows.rows();
   st.set_rows_resident(where.resident);
   st.set_rows_on_disk(where.on_disk);
-  st.set_resident_bytes(where.resident * row_bytes);
+  st.set_resident_bytes(table.rows.memory_bytes());
   st.set_disk_bytes(where.on_disk * row_bytes);
   st.set_rows_spilled(where.spilled);
   st.set_rows_loaded(where.loaded);

@@ -79,6 +79,33 @@ TEST(BadInputTest, SizesNoWorkerCanAllocateAreExitTwoNamingTheField) {
   }
 }
 
+// Sparse tables past their limits: more tables than a job may declare
+// (each costs every server its part: the 1,000 with admission made
+// a server allocate 4 GB), ids beyond int64, budgets that cannot hold the
+// table's admission filter and a row, or a typo's budget. Exit 2 naming
+// the field, before any server allocates anything.
+TEST(BadInputTest, TablesPastTheirLimitsAreExitTwoNamingTheField) {
+  const std::string path = NewTempDir("tables") + "/job.pbtxt";
+  auto table = [](int i, const std::string& extra) {
+    return absl::StrCat("tables { name: \"t", i, "\" width: 64 ", extra, " }\n");
+  };
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += table(i, "admit_after: 2");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {many, "tables (1000) are more than the 256"},
+      {table(0, "num_ids: 18446744073709551615"), "num_ids (18446744073709551615)"},
+      {table(0, "admit_after: 2 memory_budget_bytes: 1048576"), "memory_budget_bytes (1048576)"},
+      {table(0, "memory_budget_bytes: 100"), "memory_budget_bytes (100)"},
+      {table(0, "memory_budget_bytes: 2000000000000000"), "memory_budget_bytes (2000000000000000)"},
+  };
+  for (const auto& [tables, field] : cases) {
+    WriteFile(path, SmallJob("batch_size: 16\nclocks: 5\n" + tables));
+    std::string out;
+    EXPECT_EQ(RunScheduler(path, &out), 2) << field << "\n" << out.substr(0, 2000);
+    EXPECT_TRUE(absl::StrContains(out, field)) << field << "\n" << out.substr(0, 2000);
+  }
+}
+
 // A data set the spec allows (26 GB) that the worker cannot allocate (its
 // address space is held to 4 GB): exit 1, "out of memory", not a signal;
 // the job is aborted with the worker's reason.

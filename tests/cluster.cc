@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/cluster.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
 
 namespace pstrain {
 namespace testing {
@@ -327,6 +328,13 @@ absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address) {
   ClusterStatus st;
   const grpc::Status rpc = stub->Status(ctx.get(), StatusRequest(), &st);
   if (!rpc.ok()) return FromGrpc(rpc);
+  return st;
+}
+
+MemberStatus ServerStatus(const std::string& address) {
+  auto stub = ParameterServer::NewStub(MakeChannel(address));
+  MemberStatus st;
+  (void)stub->Status(ContextWithTimeout(absl::Seconds(5)).get(), StatusRequest(), &st);
   return st;
 }
 

@@ -145,6 +145,9 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, std::string
 // the scheduler expects): registered and past the gate of clock 0.
 // The scheduler's Status.
 absl::StatusOr<ClusterStatus> SchedulerStatus(const std::string& address);
+// A server's own Status (ParameterServer.Status); an empty one when it
+// does not answer within 5 s.
+MemberStatus ServerStatus(const std::string& address);
 // A ClusterStatus written as JSON (a scheduler's --status_file).
 absl::StatusOr<ClusterStatus> ReadStatusFile(const std::string& path);
 // The slowest worker's clock as the scheduler's Status shows it (members'

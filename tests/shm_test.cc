@@ -120,13 +120,6 @@ std::set<std::string> Entries(const std::string& dir) {
   return out;
 }
 
-MemberStatus ServerStatus(const std::string& address) {
-  auto stub = ParameterServer::NewStub(MakeChannel(address));
-  MemberStatus st;
-  (void)stub->Status(ContextWithTimeout(absl::Seconds(5)).get(), StatusRequest(), &st);
-  return st;
-}
-
 // Starts a long slowed job and waits until every worker reached `clock`;
 // server 0's address ("" on failure, with the test failed).
 std::string StartAndReach(Cluster& cluster, int64_t clock) {

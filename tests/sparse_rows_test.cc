@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_sizes.h"
 #include "common/job_spec.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
@@ -73,13 +74,6 @@ RowCall At(int64_t clock, int64_t generation = 0) {
   call.clock = clock;
   call.generation = generation;
   return call;
-}
-
-MemberStatus ServerStatus(const std::string& address) {
-  auto stub = ParameterServer::NewStub(MakeChannel(address));
-  MemberStatus st;
-  (void)stub->Status(ContextWithTimeout(absl::Seconds(5)).get(), StatusRequest(), &st);
-  return st;
 }
 
 class SparseRowsTest : public ::testing::Test {
@@ -411,7 +405,8 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
 }
 
 // A table with a memory budget of 8 MiB a server (width 64, Adam: 768
-// bytes a row, 10,922 rows) while the ids touched grow past 4x it: each
+// bytes a row and 48 of bookkeeping, 10,280 rows) while the ids touched
+// grow past 4x it: each
 // server keeps at most the budget in memory (Status; its resident memory
 // within the budget and 64 MiB of its start), the rest in its spill file,
 // and the rows that went there come back bit for bit as one table without
@@ -464,7 +459,9 @@ TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
                  static_cast<long long>(t.resident_bytes()), static_cast<long long>(t.rows_on_disk()),
                  static_cast<long long>(rss_before[s]), static_cast<long long>(st.rss_bytes()));
   }
-  EXPECT_EQ(on_disk, 98304 - 2 * 10922);  // each server holds its budget's rows
+  // Each server holds its budget's rows: 768 bytes and their bookkeeping each.
+  const int64_t per_server = kBudget / (768 + kRowBookkeepingBytes);
+  EXPECT_EQ(on_disk, 98304 - 2 * per_server);
   // The first batch's rows went to disk long ago: bit for bit.
   std::vector<float> rows, expected(first.size() * 64);
   ASSERT_TRUE(client.Pull("words", At(24), first, &rows).ok());
