@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -89,8 +90,10 @@ bool ShutdownRequested() { return g_shutdown.load(); }
 namespace {
 
 std::terminate_handler g_previous_terminate = nullptr;
-// SetOutOfMemoryReport's; read once, by the first thread to fail.
+// SetOutOfMemoryReport's; read once, by the first thread to fail, which
+// sets g_reporting while it runs it.
 std::atomic<std::function<void()>*> g_out_of_memory_report{nullptr};
+std::atomic<bool> g_reporting{false};
 
 [[noreturn]] void OnTerminate() {
   if (const std::exception_ptr e = std::current_exception()) {
@@ -101,8 +104,11 @@ std::atomic<std::function<void()>*> g_out_of_memory_report{nullptr};
       static const char kMessage[] = "out of memory: an allocation failed; exiting\n";
       [[maybe_unused]] const ssize_t n = write(2, kMessage, sizeof(kMessage) - 1);
       // The report may allocate (the failed request often was large); a
-      // second failure while it runs ends here, in the exchange.
+      // second failure while it runs ends here, in the exchange. Should it
+      // hang, SIGALRM ends the process within 3 s.
+      g_reporting = true;
       if (std::function<void()>* report = g_out_of_memory_report.exchange(nullptr)) {
+        alarm(3);
         try {
           (*report)();
         } catch (...) {
@@ -121,6 +127,8 @@ std::atomic<std::function<void()>*> g_out_of_memory_report{nullptr};
 void SetOutOfMemoryReport(std::function<void()> report) {
   delete g_out_of_memory_report.exchange(
       report ? new std::function<void()>(std::move(report)) : nullptr);
+  // A report under way uses what its setter owns: the process ends with it.
+  while (g_reporting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 void InstallOutOfMemoryExit() {

@@ -44,8 +44,9 @@ void InstallOutOfMemoryExit();
 // What the process does first when a failed allocation ends it (above): a
 // member tells the scheduler it failed, out of memory, so that the job's
 // reason says so instead of a missed heartbeat. Called at most once, on
-// the failing thread; best effort (it may fail to allocate too). A later
-// call replaces the report; an empty one removes it.
+// the failing thread; best effort (it may fail to allocate too; 3 s at
+// most). A later call replaces the report; an empty one removes it (and
+// waits, while a report runs, for the process to end).
 void SetOutOfMemoryReport(std::function<void()> report);
 
 // Runs `f` (returning an absl::Status or StatusOr); a failed allocation in

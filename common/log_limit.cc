@@ -4,7 +4,7 @@ namespace pstrain {
 
 bool LogLimit::Allow(int64_t* held_back, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  if (now - window_start_ >= period_) {
+  if (now - window_start_ >= period_ || now < window_start_) {  // (a clock set back too)
     window_start_ = now;
     in_window_ = 0;
   }

@@ -162,6 +162,9 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
       {"pstrain_table_rows_dropped_total",
        "gradient rows dropped: ids not admitted yet, or expired under way", true,
        &TableStatus::rows_dropped},
+      {"pstrain_table_nonfinite_skipped_total",
+       "pushes to the table taken but not applied for a NaN or Inf", true,
+       &TableStatus::nonfinite_skipped},
   };
   for (const Field& f : fields) {
     for (const TableStatus& t : s.tables()) {
@@ -211,8 +214,13 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
             "worker's call to answer",
             latencies.pull);
   if (s.role() == SERVER) {
-    out->Counter("pstrain_nonfinite_skipped_total", "pushes not applied for a NaN or Inf", l,
+    out->Counter("pstrain_nonfinite_skipped_total",
+                 "parts of pushes (chunks', tables') not applied for a NaN or Inf", l,
                  s.nonfinite_skipped());
+    out->Counter("pstrain_shm_refused_total",
+                 "connections to the shared-memory socket refused (another user's, too many "
+                 "waiting, no valid ticket)",
+                 l, s.shm_refused());
     out->Gauge("pstrain_parameters", "parameters this server holds", l, s.params());
     out->Gauge("pstrain_checkpoint_clock", "the newest checkpoint this server wrote", l,
                s.checkpoint_clock());

@@ -101,7 +101,9 @@ std::optional<std::string> JobCoordinator::LiveHolder(const RegisterRequest& req
   if (req.role() != SERVER && req.role() != WORKER) return std::nullopt;
   const MemberRecord* m = members_.Get(req.role(), req.id());
   if (m == nullptr || Gone(m->state)) return std::nullopt;
-  if (m->incarnation == req.incarnation() && m->address == req.address()) return std::nullopt;
+  // Its own retry; or a new process on the old one's address (a restart in
+  // place: no two processes listen on one port), so the old one is gone.
+  if (m->address == req.address()) return std::nullopt;
   return m->address;
 }
 

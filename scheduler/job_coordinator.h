@@ -73,8 +73,9 @@ class JobCoordinator {
   // ---- Events. An error status is the call's answer.
   absl::StatusOr<RegisterResponse> Register(const RegisterRequest& req, absl::Time now);
   // A registration that names the id of a member that may be live (not
-  // declared dead, not ended; not a retry of its own registration, not
-  // asked to replace_live): that member's address, which the service asks
+  // declared dead, not ended; not at that member's own address -- its
+  // retry, or a restart in place -- not asked to replace_live): that
+  // member's address, which the service asks
   // whether a process still answers there -- a member killed a moment ago
   // has not been declared dead yet, and its replacement takes its place at
   // once; one that answers keeps it (RefuseLive). nullopt: Register now.

@@ -493,6 +493,10 @@ TEST_F(JobCoordinatorTest, ARegistrationNamingALiveMembersIdIsProbedFirst) {
   retry.set_address("s1");
   retry.set_incarnation(1);
   EXPECT_EQ(coordinator_->LiveHolder(retry), std::nullopt);
+  // A new process on the old one's address (a restart in place, as systemd
+  // or a StatefulSet does it): the old one is gone, no probe.
+  retry.set_incarnation(2);
+  EXPECT_EQ(coordinator_->LiveHolder(retry), std::nullopt);
   RegisterRequest any = req;
   any.clear_id();
   EXPECT_EQ(coordinator_->LiveHolder(any), std::nullopt);

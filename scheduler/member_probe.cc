@@ -39,11 +39,14 @@ void MemberProbe::Probe(const std::string& address, std::function<void(bool answ
   }
   call->stub->UnaryCall(
       call->context.get(), kPing, grpc::StubOptions(), &call->request, &call->response,
-      [this, call, done = std::move(done)](grpc::Status st) {
+      [this, call, done = std::move(done)](grpc::Status st) mutable {
         const grpc::StatusCode code = st.error_code();
         done(code != grpc::StatusCode::UNAVAILABLE &&
              code != grpc::StatusCode::DEADLINE_EXCEEDED &&
              code != grpc::StatusCode::CANCELLED);
+        // Nothing of the probe's outlives the count: the destructor may go on.
+        done = nullptr;
+        call.reset();
         absl::MutexLock lock(&mu_);
         --in_flight_;
       });

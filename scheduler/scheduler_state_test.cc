@@ -91,13 +91,15 @@ void SetScalar(Message* m, const FieldDescriptor* f) {
 }
 
 // Every field of `m`, at every depth, set to a non-default value; one
-// element in each repeated field.
+// element in each repeated field. Deprecated fields stay unset: they are
+// kept only so that old state files still parse, never read or written.
 void Fill(Message* m, int depth = 0) {
   ASSERT_LT(depth, kMaxDepth) << m->GetDescriptor()->full_name() << " nests too deep";
   const Descriptor* d = m->GetDescriptor();
   const Reflection* r = m->GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
+    if (f->options().deprecated()) continue;
     if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
       SetScalar(m, f);
     } else {
@@ -274,6 +276,7 @@ void DeclaredLeaves(const Descriptor* d, int depth, std::set<const FieldDescript
   for (int i = 0; i < d->field_count() && depth < kMaxDepth; ++i) {
     const FieldDescriptor* f = d->field(i);
     if (f == SchedulerState::descriptor()->FindFieldByName("job")) continue;
+    if (f->options().deprecated()) continue;  // (Fill's)
     if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       DeclaredLeaves(f->message_type(), depth + 1, out);
     } else {

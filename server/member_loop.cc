@@ -25,9 +25,11 @@ absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Step(const ClusterNews
   // The cluster rolled back to a checkpoint (a server failed): load it.
   if (news.generation > actions_->generation()) {
     RETURN_IF_ERROR(actions_->Restore(news.generation, news.restore_clock));
-    actions_->CancelParked(absl::FailedPreconditionError(
-        absl::StrCat("the cluster rolled back to clock ", news.restore_clock, " (generation ",
-                     news.generation, ")")));
+    actions_->CancelParked(
+        absl::FailedPreconditionError(absl::StrCat("the cluster rolled back to clock ",
+                                                   news.restore_clock, " (generation ",
+                                                   news.generation, ")")),
+        news.generation);
   }
   if (news.manifest_clock > pruned_before_) {
     pruned_before_ = news.manifest_clock;

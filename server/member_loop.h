@@ -41,8 +41,9 @@ class ServerActions {
   // Loads the checkpoint of `clock` (0: the initial weights) as the state
   // of `generation`.
   virtual absl::Status Restore(int64_t generation, int64_t clock) = 0;
-  // Ends the parked calls (of an older generation) with `why`.
-  virtual void CancelParked(const absl::Status& why) = 0;
+  // Ends the parked calls of generations before `generation` with `why`
+  // (those of `generation` itself, parked since its restore, wait on).
+  virtual void CancelParked(const absl::Status& why, int64_t generation) = 0;
   // Deletes checkpoint files older than `clock` (none without checkpoints).
   virtual void Prune(int64_t clock) = 0;
 };

@@ -24,8 +24,8 @@ class FakeActions : public ServerActions {
     if (restore_result.ok()) held_generation = generation;
     return restore_result;
   }
-  void CancelParked(const absl::Status& why) override {
-    calls.push_back(absl::StrCat("cancel ", why.message()));
+  void CancelParked(const absl::Status& why, int64_t generation) override {
+    calls.push_back(absl::StrCat("cancel ", why.message(), " before ", generation));
   }
   void Prune(int64_t clock) override { calls.push_back(absl::StrCat("prune ", clock)); }
 };
@@ -53,7 +53,8 @@ TEST(ServerMemberLoopTest, ANewerGenerationRestoresItsCheckpointAndEndsOldCalls)
   ASSERT_EQ(*loop.Step(news), std::nullopt);
   EXPECT_EQ(actions.calls,
             (std::vector<std::string>{
-                "restore 1@90", "cancel the cluster rolled back to clock 90 (generation 1)"}));
+                "restore 1@90",
+                "cancel the cluster rolled back to clock 90 (generation 1) before 1"}));
   actions.calls.clear();
   ASSERT_EQ(*loop.Step(news), std::nullopt);  // restored already
   EXPECT_TRUE(actions.calls.empty());

@@ -789,18 +789,22 @@ bool PsService::GiveReplyRoom(Call* call) {
   return true;
 }
 
-void PsService::CancelParked(const grpc::Status& status) {
+void PsService::CancelParked(const grpc::Status& status, int64_t before) {
   absl::MutexLock lock(&parked_mu_);
-  for (Call* call : parked_) {
-    if (call->Claim()) call->Answer(status);
-    call->Unref();
-  }
-  parked_.clear();
-  for (Call* call : parked_rows_) {
-    if (call->Claim()) call->Answer(status);
-    call->Unref();
-  }
-  parked_rows_.clear();
+  auto cancel = [&](std::vector<Call*>* parked, auto generation) {
+    std::vector<Call*> kept;
+    for (Call* call : *parked) {
+      if (generation(*call) >= before && !call->claimed()) {
+        kept.push_back(call);
+        continue;
+      }
+      if (call->Claim()) call->Answer(status);
+      call->Unref();
+    }
+    *parked = std::move(kept);
+  };
+  cancel(&parked_, [](const Call& c) { return c.pull.generation(); });
+  cancel(&parked_rows_, [](const Call& c) { return c.rows.generation(); });
 }
 
 std::string PsService::ParkedWhat(const ChunkStore* s, const Call& call) const {

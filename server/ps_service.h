@@ -13,6 +13,8 @@
 #define PSTRAIN_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -52,8 +54,11 @@ class PsService final : public PsServiceBase {
   void SetShm(std::unique_ptr<ShmRegistry> shm);
   // Marks the job's end in Status (state FINISHED or FAILED).
   void SetState(MemberState state, const std::string& message);
-  // Answers every parked pull with `status` (shutdown, or a rollback).
-  void CancelParked(const grpc::Status& status);
+  // Answers the parked pulls of generations before `before` with `status`
+  // (all of them by default: shutdown; a rollback's restore: the older
+  // ones).
+  void CancelParked(const grpc::Status& status,
+                    int64_t before = std::numeric_limits<int64_t>::max());
   // Bytes of pull replies built and not yet sent, at most (an offloaded
   // server's share of its budget, server/memory_plan.h): a pull whose
   // guarantee holds waits parked until its reply fits (one reply alone

@@ -90,7 +90,9 @@ class StoreActions : public ServerActions {
     }
     return st;
   }
-  void CancelParked(const absl::Status& why) override { service_->CancelParked(ToGrpc(why)); }
+  void CancelParked(const absl::Status& why, int64_t generation) override {
+    service_->CancelParked(ToGrpc(why), generation);
+  }
   void Prune(int64_t clock) override {
     if (checkpoint_ != nullptr) checkpoint_->Prune(clock);
     tables_->Prune(clock);

@@ -125,16 +125,16 @@ SparseTable::SparseTable(TableConfig config)
     : config_(std::move(config)),
       name_hash_(Fnv1a(config_.name)),
       stride_(config_.width + config_.optimizer.StateFloats(config_.width)),
-      capacity_(Capacity(config_, stride_ * 4)) {
-  // rows_ grows with the rows (no reservation of the whole budget, which
-  // may be larger than the machine's memory).
+      capacity_(Capacity(config_, stride_ * 4)),
+      slots_per_block_(std::max<int64_t>(1, (int64_t{1} << 20) / (stride_ * 4))) {
+  // The blocks grow with the rows (no reservation of the whole budget,
+  // which may be larger than the machine's memory).
   if (config_.admit_after > 1) seen_ = std::make_unique<SeenCounts>(kAdmissionFilterBytes);
 }
 
 int64_t SparseTable::memory_bytes() const {
-  const int64_t resident = static_cast<int64_t>(slot_ids_.size() - free_slots_.size());
   return (seen_ == nullptr ? 0 : seen_->bytes()) +
-         resident * (row_bytes() + kRowBookkeepingBytes);
+         slots_allocated_ * (row_bytes() + kRowBookkeepingBytes);
 }
 
 SparseTable::~SparseTable() {
@@ -204,7 +204,11 @@ absl::StatusOr<int64_t> SparseTable::FreeSlot() {
   }
   const int64_t used = static_cast<int64_t>(slot_ids_.size());
   if (used < capacity_) {
-    rows_.resize(rows_.size() + stride_);
+    if (used == slots_allocated_) {  // a new block; the last one may be short of a whole
+      const int64_t slots = std::min(slots_per_block_, capacity_ - used);
+      blocks_.push_back(std::make_unique<float[]>(static_cast<size_t>(slots * stride_)));
+      slots_allocated_ += slots;
+    }
     slot_ids_.push_back(0);
     touched_.push_back(false);
     return used;
@@ -327,7 +331,7 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const 
 const float* SparseTable::Row(uint64_t id) const {
   auto it = index_.find(id);
   if (it == index_.end() || it->second.where < 0) return nullptr;
-  return rows_.data() + it->second.where * stride_;
+  return Slot(it->second.where);
 }
 
 absl::Status SparseTable::ForEachRow(
@@ -356,7 +360,7 @@ void SparseTable::Reset(int64_t updates, int64_t clock) {
   updates_ = updates;
   clock_ = clock;
   next_sweep_ = 0;
-  if (seen_ != nullptr) seen_ = std::make_unique<SeenCounts>(kAdmissionFilterBytes);
+  if (seen_ != nullptr) seen_->Clear();
 }
 
 absl::Status SparseTable::Put(uint64_t id, const float* row, int64_t touched) {

@@ -8,6 +8,7 @@
 #ifndef PSTRAIN_SERVER_SPARSE_TABLE_H_
 #define PSTRAIN_SERVER_SPARSE_TABLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -84,6 +85,8 @@ class SeenCounts {
   // One more sighting of `id`; its count after it.
   int Add(uint64_t id);
   int64_t bytes() const { return static_cast<int64_t>(counts_.size()); }
+  // Every count back to 0 (a restore), in place.
+  void Clear() { std::fill(counts_.begin(), counts_.end(), 0); }
   // The counters (bytes() of them), for checkpoints.
   const uint8_t* data() const { return counts_.data(); }
   uint8_t* mutable_data() { return counts_.data(); }
@@ -186,14 +189,25 @@ class SparseTable {
   // Drops the rows untouched for expire_after clocks.
   void Expire();
   absl::Status OpenSpill();
-  float* Slot(int64_t slot) { return rows_.data() + slot * stride_; }
+  float* Slot(int64_t slot) {
+    return blocks_[slot / slots_per_block_].get() + (slot % slots_per_block_) * stride_;
+  }
+  const float* Slot(int64_t slot) const {
+    return blocks_[slot / slots_per_block_].get() + (slot % slots_per_block_) * stride_;
+  }
 
   const TableConfig config_;
   const uint64_t name_hash_;
   const int64_t stride_;    // floats a row: weights, then state
   const int64_t capacity_;  // slots in memory at most
+  // The slots in memory, in blocks of slots_per_block_ (about 1 MiB, never
+  // past capacity_): a block is allocated when the slots before it are all
+  // used and never moved, so the rows' memory grows a block at a time,
+  // never copied, never past the budget.
+  const int64_t slots_per_block_;
+  std::vector<std::unique_ptr<float[]>> blocks_;
+  int64_t slots_allocated_ = 0;
   absl::flat_hash_map<uint64_t, Entry> index_;
-  std::vector<float> rows_;         // the slots in memory
   std::vector<uint64_t> slot_ids_;  // each slot's row
   std::vector<bool> touched_;       // since the hand passed
   std::vector<int64_t> free_slots_;  // slots in memory no row uses

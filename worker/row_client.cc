@@ -116,22 +116,23 @@ absl::Status RowClient::Attempt(const char* method, const RowCall& call,
   return final.ok() ? retryable : final;
 }
 
-absl::Status RowClient::CallAll(const char* method, const RowCall& call,
+absl::Status RowClient::CallAll(const char* method, const RowCall& call, bool parks,
                                 const std::vector<grpc::ByteBuffer>& requests,
                                 std::vector<bool> todo, std::vector<grpc::ByteBuffer>* replies) {
   bool waited = false;
   RetryPolicy policy;
   policy.window = options_.retry_window;
-  // A pull that waited out its deadline still waits for slower workers: it
-  // is asked again at once, outside the window.
-  policy.classify = [&waited](const absl::Status& st) {
-    if (waited) return RetryAction::kRetryNow;
+  // A pull that waited out its deadline for its read guarantee still waits
+  // for slower workers: it is asked again at once, outside the window.
+  // Anything else that runs out its deadline counts against the window.
+  policy.classify = [&waited, parks](const absl::Status& st) {
+    if (parks && waited) return RetryAction::kRetryNow;
     return IsRetryable(st) ? RetryAction::kRetry : RetryAction::kStop;
   };
   policy.abandon = call.abandon;
-  policy.on_retry = [this, &waited](const absl::Status& st, int attempts) {
+  policy.on_retry = [this, &waited, parks](const absl::Status& st, int attempts) {
     ++retries_;
-    if (!waited && (attempts == 1 || attempts % 10 == 0)) {
+    if (!(parks && waited) && (attempts == 1 || attempts % 10 == 0)) {
       spdlog::warn("rows: retrying (attempt {}): {}", attempts + 1, st.message());
     }
   };
@@ -179,7 +180,7 @@ absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
     wire[s] = SerializeSmall(req);
     sent[s] = req.ids_size() > 0 || min_clock > 0;
   }
-  RETURN_IF_ERROR(CallAll(kPullRows, call, wire, sent, &replies));
+  RETURN_IF_ERROR(CallAll(kPullRows, call, /*parks=*/min_clock > 0, wire, sent, &replies));
   rows->resize(ids.size() * static_cast<size_t>(*width));
   const size_t row_bytes = static_cast<size_t>(*width) * sizeof(float);
   for (int s = 0; s < servers; ++s) {
@@ -248,7 +249,8 @@ absl::Status RowClient::Push(const std::string& table, const RowCall& call, int 
     wire[s] = WithPayload(req, PushRowsRequest::kGradsFieldNumber,
                           SliceOf(std::move(payloads[s])));
   }
-  RETURN_IF_ERROR(CallAll(kPushRows, call, wire, std::vector<bool>(servers, true), &replies));
+  RETURN_IF_ERROR(
+      CallAll(kPushRows, call, /*parks=*/false, wire, std::vector<bool>(servers, true), &replies));
   for (const PushRowsRequest& req : requests) rows_pushed_ += req.ids_size();
   return absl::OkStatus();
 }

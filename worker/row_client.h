@@ -102,9 +102,10 @@ class RowClient {
   absl::StatusOr<int> Width(const std::string& table) const;
   // Sends requests[s] to server s's `method` for every s with todo[s], all
   // at once, retrying (common/retry.h) the servers that failed; each reply
-  // into (*replies)[s] as it comes, todo[s] cleared. The first server's
+  // into (*replies)[s] as it comes, todo[s] cleared. `parks`: a pull that
+  // may wait at the servers for its read guarantee. The first server's
   // error that stopped the retries, named.
-  absl::Status CallAll(const char* method, const RowCall& call,
+  absl::Status CallAll(const char* method, const RowCall& call, bool parks,
                        const std::vector<grpc::ByteBuffer>& requests, std::vector<bool> todo,
                        std::vector<grpc::ByteBuffer>* replies);
   // One attempt at the servers still to do; *waited says whether every

@@ -398,10 +398,17 @@ absl::Status ExternalWorker::VoidStepOr(const absl::Status& failure) {
 absl::Status ExternalWorker::PullRows(const std::string& table, int width,
                                       absl::Span<const uint64_t> ids, std::vector<float>* rows) {
   ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
-  if (!step_void_) {
-    const absl::Status st = client->Pull(table, RowCallNow(), ids, rows);
+  for (int tries = 1; !step_void_; ++tries) {
+    const RowCall call = RowCallNow();
+    const absl::Status st = client->Pull(table, call, ids, rows);
     if (st.ok()) return st;
-    RETURN_IF_ERROR(VoidStepOr(st));
+    if (step_.has_value()) {
+      RETURN_IF_ERROR(VoidStepOr(st));
+      break;
+    }
+    // After the last step (an evaluation), a pull of a generation the
+    // cluster rolled back past is asked again in the new one.
+    if (tries == 3 || !RolledBackSince(call.generation)) return st;
   }
   rows->assign(ids.size() * static_cast<size_t>(width), 0.0f);  // computed on, thrown away
   return absl::OkStatus();
