@@ -12,7 +12,7 @@
 #include "common/tensor_wire.h"
 #include "fuzz/sliced.h"
 #include "server/chunk_store.h"
-#include "server/ps_service.h"
+#include "server/chunk_requests.h"
 
 namespace pstrain {
 namespace {
@@ -39,11 +39,13 @@ struct Server {
         Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
     store = std::make_shared<ChunkStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
                                          nullptr, nullptr);
-    service.SetStore(store, TotalClocks(job));
+    requests = std::make_unique<ChunkRequests>(store, TotalClocks(job), nullptr, &counters,
+                                               nullptr);
   }
   JobSpec job;
   std::shared_ptr<ChunkStore> store;
-  PsService service;
+  RequestCounters counters;
+  std::unique_ptr<ChunkRequests> requests;
 };
 
 }  // namespace
@@ -59,13 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t body = size - 2;
   const grpc::ByteBuffer buf = Sliced(data + 2, body, body == 0 ? 0 : data[1] % (body + 1));
   if (push) {
-    (void)server->service.DoPush(*server->store, buf);
+    (void)server->requests->Push(buf);
     return 0;
   }
   PullRequest req;
-  if (!server->service.CheckPull(*server->store, buf, &req).ok()) return 0;
+  if (!server->requests->CheckPull(buf, &req).ok()) return 0;
   grpc::ByteBuffer reply;
-  server->service.FillPull(*server->store, req, &reply);
+  server->requests->FillPull(req, &reply);
   SliceReader reader(reply);
   std::vector<PayloadRef> chunks;
   std::vector<int64_t> applied;

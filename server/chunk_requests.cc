@@ -1,0 +1,276 @@
+#include "server/chunk_requests.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/rpc.h"
+
+namespace pstrain {
+namespace {
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// The shared-memory layout of `store`'s chunks.
+ShmLayout LayoutOf(const ChunkStore& store) {
+  std::vector<std::pair<int32_t, int64_t>> chunks;
+  for (int32_t id : store.chunk_ids()) chunks.push_back({id, store.ChunkNumel(id)});
+  return ShmLayout::Make(std::move(chunks));
+}
+
+// Bytes of a chunk's payload in a pull's reply of `dtype`.
+int64_t PayloadBytes(const ChunkStore& store, int32_t chunk, DType dtype) {
+  return store.ChunkNumel(chunk) * DTypeSize(dtype);
+}
+
+// The store's request of a decoded push header (its parts come after).
+ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
+  ChunkStore::PushRequest push;
+  push.worker = h.worker_id;
+  push.clock = h.clock;
+  push.num_samples = h.num_samples;
+  push.grad_norm = h.grad_norm;
+  push.generation = h.generation;
+  push.checkpoint_clock = h.checkpoint_clock;
+  push.apply_at_once = h.apply_at_once;
+  push.seed = h.seed;
+  push.wire_dtype = DTypeName(h.dtype);
+  return push;
+}
+
+}  // namespace
+
+ChunkRequests::ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_clocks,
+                             ShmRegistry* shm, RequestCounters* counters,
+                             std::function<void(int64_t)> on_checkpoint_asked)
+    : store_(std::move(store)),
+      total_clocks_(total_clocks),
+      shm_(shm),
+      counters_(counters),
+      shm_layout_(LayoutOf(*store_)),
+      boot_id_(BootId()),
+      on_checkpoint_asked_(std::move(on_checkpoint_asked)) {}
+
+grpc::Status ChunkRequests::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const {
+  *segment = shm_ == nullptr ? nullptr : shm_->Find(id);
+  if (*segment == nullptr) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no shared-memory segment ", id, " here"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ChunkRequests::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+  OpenShmRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("open_shm: the request is not an OpenShmRequest");
+  if (shm_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "shared memory is turned off on this server (--shm=off)");
+  }
+  if (req.boot_id() != boot_id_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the server runs on another host: no shared memory");
+  }
+  absl::StatusOr<std::string> ticket = shm_->Issue(shm_layout_.segment_bytes());
+  if (!ticket.ok()) return ToGrpc(ticket.status());
+  OpenShmResponse response;
+  response.set_socket_name(shm_->socket_name());
+  response.set_ticket(*ticket);
+  response.set_segment_bytes(shm_layout_.segment_bytes());
+  *resp = SerializeSmall(response);
+  return grpc::Status::OK;
+}
+
+grpc::Status ChunkRequests::PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const {
+  for (PayloadRef& c : *chunks) {
+    if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
+      return Invalid(absl::StrCat("push: chunk ", c.chunk,
+                                  c.bytes != 0 ? " has a payload in a shared-memory push"
+                                               : " is not this server's"));
+    }
+    c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
+    c.bytes = static_cast<size_t>(shm_layout_.SlotBytes(c.chunk) / 4 * width);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segment) {
+  SliceReader reader(req);
+  PushHeader h;
+  std::vector<PayloadRef> chunks;
+  if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
+  if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
+  const int width = DTypeSize(h.dtype);
+  ChunkStore::PushRequest push = PushRequestOf(h);
+  if (h.checkpoint_clock > 0 && on_checkpoint_asked_) on_checkpoint_asked_(h.checkpoint_clock);
+  std::shared_ptr<ShmSegment> segment;  // held until the push is applied
+  if (bell_segment != 0 && h.shm_segment != bell_segment) {
+    return Invalid("push: a frame on a segment's socket names another segment");
+  }
+  if (h.shm_segment != 0) {
+    if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
+    if (const grpc::Status st = PlaceInSlots(width, &chunks); !st.ok()) return st;
+  }
+  int64_t bytes = 0;
+  for (const PayloadRef& c : chunks) {
+    if (c.bytes % width != 0) {
+      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
+                                  DTypeName(h.dtype), " values"));
+    }
+    push.parts.push_back(
+        {c.chunk, static_cast<int64_t>(c.bytes / width), static_cast<int64_t>(c.bytes)});
+    bytes += static_cast<int64_t>(c.bytes);
+  }
+  // Per-thread buffers, grown once to the largest chunk.
+  thread_local std::vector<float> grad;
+  thread_local std::vector<char> staging;
+  // The store checks the whole request before it asks for any part's
+  // values, so nothing is decoded (or allocated) beyond a chunk's size.
+  const absl::Status st = store_->Push(push, [&](size_t i) {
+    const PayloadRef& c = chunks[i];
+    const int64_t numel = push.parts[i].values;
+    if (segment != nullptr) {
+      // Copied once out of the slot: the worker can write it at any time,
+      // and the store reads a part more than once (the finiteness check,
+      // then the update).
+      const char* slot = segment->data() + c.offset;
+      grad.resize(numel);
+      if (h.dtype == FP32) {
+        std::memcpy(grad.data(), slot, numel * sizeof(float));
+      } else {
+        DecodeFloats(h.dtype, slot, numel, grad.data());
+      }
+      return absl::MakeConstSpan(grad.data(), numel);
+    }
+    // fp32 lying whole and aligned in one received slice is used in place.
+    const char* in_place = h.dtype == FP32 ? reader.Contiguous(c.offset, c.bytes) : nullptr;
+    if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
+      return absl::MakeConstSpan(reinterpret_cast<const float*>(in_place), numel);
+    }
+    grad.resize(numel);
+    reader.Seek(c.offset);
+    if (h.dtype == FP32) {
+      reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
+    } else {
+      staging.resize(c.bytes);
+      reader.Copy(c.bytes, staging.data());
+      DecodeFloats(h.dtype, staging.data(), numel, grad.data());
+    }
+    return absl::MakeConstSpan(grad.data(), numel);
+  });
+  if (!st.ok()) return ToGrpc(st);
+  counters_->bytes_in += bytes;
+  if (segment != nullptr) counters_->shm_bytes += bytes;
+  ++counters_->pushes;
+  return grpc::Status::OK;
+}
+
+bool ChunkRequests::Readable(const PullRequest& req) const {
+  for (int32_t chunk : req.chunks()) {
+    if (!store_->Readable(chunk, req.min_clock())) return false;
+  }
+  return true;
+}
+
+int64_t ChunkRequests::ReplyBytes(const PullRequest& req) const {
+  // A shared-memory pull's payloads go into its segment, not the reply.
+  if (req.shm_segment() != 0) return 0;
+  int64_t bytes = 0;
+  for (int32_t chunk : req.chunks()) bytes += PayloadBytes(*store_, chunk, req.dtype());
+  return bytes;
+}
+
+grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* resp) {
+  const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
+  std::shared_ptr<ShmSegment> segment;  // the payloads go there instead
+  if (req.shm_segment() != 0) {
+    if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
+    // Only the newest attempt writes (its worker no longer reads an older one's answer).
+    uint64_t newest = segment->newest_pull.load();
+    do {
+      if (req.shm_sequence() < newest) {
+        return grpc::Status(grpc::StatusCode::ABORTED,
+                            "pull: a newer pull of this worker's was answered");
+      }
+    } while (!segment->newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
+  }
+  std::vector<int64_t> payload_bytes(ids.size());
+  int64_t bytes = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    payload_bytes[i] = PayloadBytes(*store_, ids[i], req.dtype());
+    bytes += payload_bytes[i];
+  }
+  std::vector<int64_t> applied, min_applied;
+  absl::Status read;
+  const std::vector<int64_t> in_message =
+      segment == nullptr ? payload_bytes : std::vector<int64_t>(ids.size(), 0);
+  *resp = EncodePullResponse(
+      ids, in_message,
+      [&](size_t i, char* dst) {
+        if (!read.ok()) return;
+        if (segment != nullptr) {
+          dst = segment->data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
+        }
+        read = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
+                          &applied);
+        if (min_applied.empty()) {
+          min_applied = applied;
+        } else {
+          for (size_t w = 0; w < applied.size(); ++w) {
+            min_applied[w] = std::min(min_applied[w], applied[w]);
+          }
+        }
+      },
+      min_applied);
+  if (!read.ok()) {  // the chunks' memory failed: the server is failing
+    resp->Clear();
+    return ToGrpc(absl::UnavailableError(absl::StrCat("pull: ", read.message())));
+  }
+  counters_->bytes_out += bytes;
+  if (segment != nullptr) counters_->shm_bytes += bytes;
+  ++counters_->pulls;
+  return grpc::Status::OK;
+}
+
+grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const {
+  const ChunkStore& s = *store_;
+  const int64_t total_clocks = total_clocks_;
+  // A pull names each of this server's chunks at most once: ~16 bytes each.
+  const size_t limit = 64 + 16 * s.chunk_ids().size();
+  if (raw.Length() > limit) {
+    return Invalid(absl::StrCat("pull: a request of ", raw.Length(), " bytes for a server of ",
+                                s.chunk_ids().size(), " chunks"));
+  }
+  if (!ParseSmall(raw, req)) return Invalid("pull: malformed request");
+  if (!DType_IsValid(req->dtype())) {
+    return Invalid(absl::StrCat("pull: unknown dtype ", req->dtype()));
+  }
+  if (req->chunks_size() == 0) return Invalid("pull: no chunks");
+  if (req->worker_id() < 0 || req->worker_id() >= s.num_workers()) {
+    return Invalid(absl::StrCat("pull: unknown worker ", req->worker_id()));
+  }
+  if (req->clock() < 0 || req->clock() > total_clocks) {
+    return Invalid(absl::StrCat("pull: clock ", req->clock(), " outside [0, ", total_clocks, "]"));
+  }
+  if (req->min_clock() < 0 || req->min_clock() > total_clocks) {
+    return Invalid(
+        absl::StrCat("pull: min_clock ", req->min_clock(), " outside [0, ", total_clocks, "]"));
+  }
+  for (int32_t chunk : req->chunks()) {
+    const absl::Status st = s.CheckChunk(chunk);
+    if (!st.ok()) return ToGrpc(st);
+  }
+  // Each chunk at most once, so that the reply is never larger than the
+  // server's weights.
+  std::vector<int32_t> ids(req->chunks().begin(), req->chunks().end());
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return Invalid("pull: a chunk is named twice");
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,88 @@
+// The chunks' requests at a server (ParameterServer.Push, Pull, OpenShm),
+// below the gRPC glue (server/ps_service.h) and above the store
+// (server/chunk_store.h): a push decoded from gRPC's slices or from a
+// worker's shared-memory segment, validated whole and handed to the store;
+// a pull checked, its read guarantee tested, its reply's bytes counted, and
+// the reply built in the message or in the
+// worker's segment; the segments granted. Accepting, parking and answering
+// calls, and the reply budget, are the service's.
+#ifndef PSTRAIN_SERVER_CHUNK_REQUESTS_H_
+#define PSTRAIN_SERVER_CHUNK_REQUESTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/shm.h"
+#include "common/tensor_wire.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/ps.pb.h"
+#include "server/chunk_store.h"
+#include "server/shm_registry.h"
+
+namespace pstrain {
+
+// Payload bytes a server moved, its requests, and those refused as
+// malformed: what its Status and metrics show. Both request families (the
+// chunks', the rows') count here.
+struct RequestCounters {
+  std::atomic<int64_t> bytes_in{0}, bytes_out{0}, pushes{0}, pulls{0}, shm_bytes{0},
+      shm_rings{0};
+};
+
+// Thread-safe, as the store is.
+class ChunkRequests {
+ public:
+  // `store`'s chunks for a job of `total_clocks` clocks; `shm`: this host's
+  // shared memory (null: none), `counters` the server's (both outlive the
+  // object). `on_checkpoint_asked(clock)`: a push named a checkpoint the
+  // scheduler asked for (PushRequest.checkpoint_clock > 0), which the
+  // server's tables follow too.
+  ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_clocks, ShmRegistry* shm,
+                RequestCounters* counters, std::function<void(int64_t)> on_checkpoint_asked);
+
+  ChunkStore& store() const { return *store_; }
+  const ShmLayout& shm_layout() const { return shm_layout_; }
+
+  // Validates a push and hands it to the store, whole or not at all.
+  // `bell_segment`: the segment of the connection a frame came on (0: a
+  // gRPC call), the only one the push may name.
+  grpc::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0);
+  // Parses and validates a pull into *req.
+  grpc::Status CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const;
+  // Whether the pull's read guarantee holds for every chunk it names.
+  bool Readable(const PullRequest& req) const;
+  // The bytes of the pull's reply in the message (0 when its payloads go
+  // into its segment): what the reply budget counts.
+  int64_t ReplyBytes(const PullRequest& req) const;
+  // The reply to a pull whose guarantee holds.
+  grpc::Status FillPull(const PullRequest& req, grpc::ByteBuffer* resp);
+  // The answer to OpenShm: a ticket for a segment of this server's layout.
+  grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+
+
+ private:
+  // A request's segment and where its chunks lie in it; NOT_FOUND when this
+  // server holds no such segment (it restarted, or the worker's connection
+  // closed): the worker then sends the payloads in messages.
+  grpc::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
+  // A shared-memory push's chunks (empty payloads in the message): each
+  // pointed at its push slot, `width` bytes a value; INVALID_ARGUMENT for a
+  // payload in the message or a chunk this server does not hold.
+  grpc::Status PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const;
+
+  const std::shared_ptr<ChunkStore> store_;
+  const int64_t total_clocks_;
+  ShmRegistry* const shm_;
+  RequestCounters* const counters_;
+  const ShmLayout shm_layout_;  // where the chunks lie in a segment
+  const std::string boot_id_;
+  const std::function<void(int64_t)> on_checkpoint_asked_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_CHUNK_REQUESTS_H_
