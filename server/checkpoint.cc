@@ -52,11 +52,12 @@ std::string Quote(const std::string& text) {
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string dir, int server_id, std::string optimizer,
-                                   std::vector<Chunk> chunks)
+                                   std::vector<Chunk> chunks, std::vector<std::string> tables)
     : dir_(std::move(dir)),
       server_id_(server_id),
       optimizer_(std::move(optimizer)),
-      chunks_(std::move(chunks)) {
+      chunks_(std::move(chunks)),
+      tables_(std::move(tables)) {
   for (size_t i = 0; i < chunks_.size(); ++i) {
     index_[chunks_[i].id] = i;
     offsets_.push_back(data_bytes_);
@@ -174,15 +175,22 @@ void CheckpointWriter::Rollback(int64_t clock) {
     }
     open_.clear();
   }
-  for (int64_t c : CheckpointClocks(dir_, server_id_)) {
-    if (c > clock) std::remove(CheckpointPath(dir_, server_id_, c).c_str());
-  }
+  Delete([clock](int64_t c) { return c > clock; });
   latest_ = clock;
 }
 
 void CheckpointWriter::Prune(int64_t clock) {
+  Delete([clock](int64_t c) { return c < clock; });
+}
+
+void CheckpointWriter::Delete(const std::function<bool(int64_t)>& drop) const {
   for (int64_t c : CheckpointClocks(dir_, server_id_)) {
-    if (c < clock) std::remove(CheckpointPath(dir_, server_id_, c).c_str());
+    if (drop(c)) std::remove(CheckpointPath(dir_, server_id_, c).c_str());
+  }
+  for (const std::string& table : tables_) {
+    for (int64_t c : TableCheckpointClocks(dir_, server_id_, table)) {
+      if (drop(c)) std::remove(TableCheckpointPath(dir_, server_id_, c, table).c_str());
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,8 +42,11 @@ class CheckpointWriter {
     int64_t state_floats = 0;
   };
 
+  // `tables`: the job's sparse tables, whose files of this server (written
+  // by server/table_checkpoint.h) Rollback and Prune delete with the
+  // chunks'.
   CheckpointWriter(std::string dir, int server_id, std::string optimizer,
-                   std::vector<Chunk> chunks);
+                   std::vector<Chunk> chunks, std::vector<std::string> tables = {});
   ~CheckpointWriter();
 
   // Chunk `chunk`'s weights, optimizer state and step count as of `clock`.
@@ -55,11 +59,12 @@ class CheckpointWriter {
   int64_t latest() const { return latest_; }
 
   // After a rollback to `clock`: files not yet complete are dropped, and
-  // this server's files of later clocks deleted (they hold a history that
-  // is being replayed). Call when no Write is under way.
+  // this server's files of later clocks deleted, its chunks' and its
+  // tables' (they hold a history that is being replayed). Call when no
+  // Write is under way.
   void Rollback(int64_t clock);
-  // Deletes this server's files of clocks before `clock` (a newer complete
-  // set exists).
+  // Deletes this server's files of clocks before `clock`, its chunks' and
+  // its tables' (a newer complete set exists).
   void Prune(int64_t clock);
 
  private:
@@ -77,7 +82,12 @@ class CheckpointWriter {
   const std::string dir_;
   const int server_id_;
   const std::string optimizer_;
+  // Deletes this server's files, chunks' and tables', of the clocks
+  // `drop(clock)` selects.
+  void Delete(const std::function<bool(int64_t)>& drop) const;
+
   std::vector<Chunk> chunks_;
+  const std::vector<std::string> tables_;
   std::map<int32_t, size_t> index_;  // chunk id -> position in chunks_
   std::vector<int64_t> offsets_;     // data offset of each chunk's weights
   int64_t data_bytes_ = 0;

@@ -34,7 +34,6 @@ ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
   push.num_samples = h.num_samples;
   push.grad_norm = h.grad_norm;
   push.generation = h.generation;
-  push.checkpoint_clock = h.checkpoint_clock;
   push.apply_at_once = h.apply_at_once;
   push.seed = h.seed;
   push.wire_dtype = DTypeName(h.dtype);

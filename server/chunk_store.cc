@@ -344,7 +344,6 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
-  c.checkpoint_asked = std::max(c.checkpoint_asked, push.checkpoint_clock);
   const int64_t n = c.layout.weights;
   const bool acceptable = nonfinite_.Admits(grad, worker, clock, [&] {
     return absl::StrCat("chunk ", chunk, " (", c.name, ")");
@@ -431,9 +430,9 @@ void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   MaybeCheckpoint(c, slab);
 }
 
-void ChunkStore::SetCheckpointing(CheckpointWriter* writer, int64_t every) {
+void ChunkStore::SetCheckpointing(CheckpointWriter* writer, const CheckpointSchedule* schedule) {
   checkpoint_ = writer;
-  checkpoint_every_ = every;
+  checkpoint_schedule_ = schedule;
 }
 
 std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
@@ -447,10 +446,9 @@ std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
 }
 
 void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
-  if (checkpoint_ == nullptr || checkpoint_every_ <= 0) return;
+  if (checkpoint_ == nullptr) return;
   const int64_t clock = c.clocks.MinApplied();
-  const bool due = clock % checkpoint_every_ == 0 || clock == c.checkpoint_asked;
-  if (clock == 0 || !due || clock <= c.checkpointed) return;
+  if (!checkpoint_schedule_->Due(clock, c.checkpointed)) return;
   c.checkpointed = clock;
   const absl::Status st =
       checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);

@@ -28,6 +28,7 @@
 #include "common/trace.h"
 #include "proto/job.pb.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
 #include "server/chunk_memory.h"
 #include "server/chunk_plan.h"
@@ -69,7 +70,6 @@ class ChunkStore : public HeldRounds {
     int num_samples = 0;
     float grad_norm = 0;
     int64_t generation = 0;
-    int64_t checkpoint_clock = 0;  // see PushRequest.checkpoint_clock (proto/ps.proto)
     bool apply_at_once = false;    // see PushRequest.apply_at_once
     bool seed = false;             // see PushRequest.seed: initial weights, not gradients
     std::string wire_dtype = "fp32";  // how the values came, for messages
@@ -142,10 +142,10 @@ class ChunkStore : public HeldRounds {
   absl::Status ApplyHeldRounds(int64_t generation, float scale) override;
 
   // Checkpoints: each chunk goes to `writer` (with its weights, optimizer
-  // state and step count, under its lock) whenever the iterations applied to
-  // it by every worker reach a multiple of `every`. Call before the first
-  // push; `writer` outlives the store.
-  void SetCheckpointing(CheckpointWriter* writer, int64_t every);
+  // state and step count, under its lock) whenever `schedule` says its
+  // clock -- the iterations applied to it by every worker -- is due. Call
+  // before the first push; both outlive the store.
+  void SetCheckpointing(CheckpointWriter* writer, const CheckpointSchedule* schedule);
   // The chunks as a checkpoint lays them out.
   std::vector<CheckpointWriter::Chunk> CheckpointLayout() const;
 
@@ -182,7 +182,6 @@ class ChunkStore : public HeldRounds {
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
     // A checkpoint asked for outside the schedule (the newest a push named).
-    int64_t checkpoint_asked ABSL_GUARDED_BY(mu) = 0;
     int64_t generation ABSL_GUARDED_BY(mu) = 0;    // of the state held
     // False while an EXTERNAL model's chunk waits for its initial weights.
     bool seeded ABSL_GUARDED_BY(mu) = true;
@@ -247,7 +246,7 @@ class ChunkStore : public HeldRounds {
   std::atomic<int64_t> restore_clock_{0};  // the clock generation_ began at
 
   CheckpointWriter* checkpoint_ = nullptr;
-  int64_t checkpoint_every_ = 0;
+  const CheckpointSchedule* checkpoint_schedule_ = nullptr;  // with checkpoint_
   std::atomic<bool> checkpoint_error_logged_{false};
 
   const bool hold_rounds_;  // BSP with clip_norm > 0

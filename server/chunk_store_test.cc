@@ -299,7 +299,8 @@ TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
   ASSERT_GE(live->chunk_ids().size(), 2u);
   const std::vector<float> initial = AllWeights(*live);
   CheckpointWriter writer(dir, 0, "ADAM", live->CheckpointLayout());
-  live->SetCheckpointing(&writer, 2);
+  const CheckpointSchedule every2(2);
+  live->SetCheckpointing(&writer, &every2);
   PushAll(*live, 0, 0.5f);
   PushAll(*live, 1, -0.25f);
   const std::vector<float> at2 = AllWeights(*live);

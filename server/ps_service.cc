@@ -58,23 +58,17 @@ PsService::PsService()
 
 PsService::~PsService() { shm_.reset(); }
 
-void PsService::SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks) {
-  // The tables' checkpoints follow the chunks' asked clock.
+void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks) {
+  Shard* const asked = shard.get();
   auto chunks = std::make_shared<ChunkRequests>(
-      std::move(store), total_clocks, shm_.get(), &counters_, [this](int64_t clock) {
-        if (const std::shared_ptr<RowRequests> r = rows(); r != nullptr) {
-          r->tables().AskCheckpoint(clock);
-        }
-      });
+      shard->store(), total_clocks, shm_.get(), &counters_,
+      [asked](int64_t clock) { asked->AskCheckpoint(clock); });
+  auto rows = std::make_shared<RowRequests>(shard->tables(), &counters_);
   absl::MutexLock lock(&mu_);
+  shard_ = std::move(shard);
   chunks_ = std::move(chunks);
-  state_ = RUNNING;
-}
-
-void PsService::SetTables(std::shared_ptr<SparseTables> tables) {
-  auto rows = std::make_shared<RowRequests>(std::move(tables), &counters_);
-  absl::MutexLock lock(&mu_);
   rows_ = std::move(rows);
+  state_ = RUNNING;
 }
 
 void PsService::SetIdentity(int id, const std::string& address) {
@@ -371,6 +365,7 @@ void PsService::CancelParked(const grpc::Status& status, int64_t before) {
 
 MemberStatus PsService::GetStatus() const {
   MemberStatus st;
+  std::shared_ptr<Shard> shard;
   std::shared_ptr<ChunkRequests> chunks;
   std::shared_ptr<RowRequests> rows;
   {
@@ -379,6 +374,7 @@ MemberStatus PsService::GetStatus() const {
     st.set_address(address_);
     st.set_state(state_);
     st.set_message(message_);
+    shard = shard_;
     chunks = chunks_;
     rows = rows_;
   }
@@ -405,13 +401,11 @@ MemberStatus PsService::GetStatus() const {
     st.set_params(s->NumParams());
     st.set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
   }
-  st.set_nonfinite_skipped((s == nullptr ? 0 : s->NonfiniteSkipped()) +
-                           (tables == nullptr ? 0 : tables->nonfinite_skipped()));
-  if (s != nullptr) {
-    st.set_generation(s->generation());
-    st.set_checkpoint_clock(tables != nullptr ? tables->CheckpointClock(s->checkpoint_clock())
-                                              : s->checkpoint_clock());
-    AddOffloadStatus(s->memory_stats(), &st);
+  if (shard != nullptr) {
+    st.set_nonfinite_skipped(shard->NonfiniteSkipped());
+    st.set_generation(shard->generation());
+    st.set_checkpoint_clock(shard->CheckpointClock());
+    AddOffloadStatus(shard->store()->memory_stats(), &st);
   }
   st.set_test_accuracy(-1);
   AddWaits(chunks.get(), &st);

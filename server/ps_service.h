@@ -30,6 +30,7 @@
 #include "server/parked_pulls.h"
 #include "server/ps_call.h"
 #include "server/row_requests.h"
+#include "server/shard.h"
 #include "server/shm_registry.h"
 
 namespace pstrain {
@@ -46,11 +47,10 @@ class PsService final : public PsServiceBase {
   // service.
   ~PsService() override;
 
-  // Makes the service answer pushes and pulls; until then they get
+  // Makes the service answer pushes and pulls, of chunks and rows, from
+  // `shard` (a job of `total_clocks` clocks); until then they get
   // UNAVAILABLE. Call once.
-  void SetStore(std::shared_ptr<ChunkStore> store, int64_t total_clocks);
-  // Makes it answer PullRows and PushRows from `tables`. Before SetStore.
-  void SetTables(std::shared_ptr<SparseTables> tables);
+  void SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks);
   void SetIdentity(int id, const std::string& address);
   // Gives workers on this host shared memory (OpenShm); without it OpenShm
   // is refused and every payload moves in the messages. Their pushes and
@@ -123,6 +123,7 @@ class PsService final : public PsServiceBase {
 
   const absl::Time start_;
   mutable absl::Mutex mu_;
+  std::shared_ptr<Shard> shard_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ChunkRequests> chunks_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RowRequests> rows_ ABSL_GUARDED_BY(mu_);
   int id_ ABSL_GUARDED_BY(mu_) = -1;

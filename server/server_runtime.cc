@@ -22,6 +22,7 @@
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
 #include "server/ps_service.h"
+#include "server/shard.h"
 
 namespace pstrain {
 namespace {
@@ -57,54 +58,25 @@ class Serving {
   bool stopped_ = false;
 };
 
-// The member loop's actions on the real store, service and files.
-class StoreActions : public ServerActions {
+// The member loop's actions on the server's shard and service.
+class ShardActions : public ServerActions {
  public:
-  StoreActions(const JobSpec& job, int id, ChunkStore* store, SparseTables* tables,
-               PsService* service, CheckpointWriter* checkpoint)
-      : job_(job),
-        id_(id),
-        store_(store),
-        tables_(tables),
-        service_(service),
-        checkpoint_(checkpoint) {}
+  ShardActions(Shard* shard, PsService* service) : shard_(shard), service_(service) {}
 
-  int64_t generation() const override { return store_->generation(); }
-  void RemoveWorker(int w) override {
-    store_->RemoveWorker(w);
-    tables_->RemoveWorker(w);
-  }
+  int64_t generation() const override { return shard_->generation(); }
+  void RemoveWorker(int w) override { shard_->RemoveWorker(w); }
   void WakePulls() override { service_->WakePulls(); }
   absl::Status Restore(int64_t generation, int64_t clock) override {
-    std::optional<CheckpointFile> file;
-    if (clock > 0) {
-      absl::StatusOr<CheckpointFile> opened =
-          CheckpointFile::Open(CheckpointPath(job_.checkpoint_dir(), id_, clock));
-      if (!opened.ok()) return opened.status();
-      file = std::move(*opened);
-    }
-    absl::Status st = store_->Restore(generation, clock, file ? &*file : nullptr);
-    if (st.ok()) st = tables_->Restore(generation, clock);
-    if (st.ok()) {
-      spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
-    }
-    return st;
+    return shard_->Restore(generation, clock);
   }
   void CancelParked(const absl::Status& why, int64_t generation) override {
     service_->CancelParked(ToGrpc(why), generation);
   }
-  void Prune(int64_t clock) override {
-    if (checkpoint_ != nullptr) checkpoint_->Prune(clock);
-    tables_->Prune(clock);
-  }
+  void Prune(int64_t clock) override { shard_->Prune(clock); }
 
  private:
-  const JobSpec& job_;
-  const int id_;
-  ChunkStore* store_;
-  SparseTables* tables_;
-  PsService* service_;
-  CheckpointWriter* checkpoint_;
+  Shard* const shard_;
+  PsService* const service_;
 };
 
 ClusterNews NewsFrom(const SchedulerClient& client) {
@@ -170,13 +142,12 @@ class Server {
   int id_ = -1;
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<ChunkStore> store_;
-  std::unique_ptr<CheckpointWriter> checkpoint_;
   absl::Mutex norm_mu_;
   MemberStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
-  std::shared_ptr<SparseTables> tables_;  // set by Run
+  std::shared_ptr<Shard> shard_;  // set by Run: the store and the tables
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -194,23 +165,21 @@ int Server::Run(const RegisterResponse& reg) {
     return Fail(st);
   }
   if (const absl::Status st = OutOfMemoryAsError("making the sparse tables", [&] {
-        tables_ = std::make_shared<SparseTables>(job_, id_, job_.num_servers(),
-                                                 config_.table_spill_dir);
+        shard_ = std::make_shared<Shard>(
+            job_, id_, store_,
+            std::make_shared<SparseTables>(job_, id_, job_.num_servers(),
+                                           config_.table_spill_dir));
         return absl::OkStatus();
       });
       !st.ok()) {
     return Fail(st);
   }
   if (job_.checkpoint_every() > 0) {
-    tables_->SetCheckpointing(job_.checkpoint_dir(), job_.checkpoint_every());
+    spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
+                 job_.checkpoint_dir());
   }
-  StoreActions actions(job_, id_, store_.get(), tables_.get(), service_, checkpoint_.get());
-  if (reg.generation() > 0 || reg.start_clock() > 0) {
-    if (const absl::Status st = actions.Restore(reg.generation(), reg.start_clock()); !st.ok()) {
-      return Fail(st);
-    }
-  } else if (checkpoint_ != nullptr) {
-    checkpoint_->Rollback(0);  // files of an earlier job that left no manifest
+  if (const absl::Status st = shard_->Restore(reg.generation(), reg.start_clock()); !st.ok()) {
+    return Fail(st);
   }
   // Clipping listens to the store before any push can close a round.
   clipping_ = GlobalClipping::Start(
@@ -225,8 +194,7 @@ int Server::Run(const RegisterResponse& reg) {
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
-  service_->SetTables(tables_);
-  service_->SetStore(store_, TotalClocks(job_));
+  service_->SetShard(shard_, TotalClocks(job_));
   std::string message;
   const absl::StatusOr<JobState> end = Serve(&message);
   if (!end.ok()) return Fail(end.status());
@@ -292,14 +260,6 @@ absl::Status Server::Build() {
       store_->chunk_ids().size(), store_->NumParams(),
       store_->NumParams() > 0 ? double(store_->BytesHeld()) / store_->NumParams() : 0.0,
       OptimizerType_Name(job_.optimizer().type()), pool_->parallelism(), SimdLevel());
-  if (job_.checkpoint_every() > 0) {
-    checkpoint_ = std::make_unique<CheckpointWriter>(job_.checkpoint_dir(), id_,
-                                                     OptimizerType_Name(job_.optimizer().type()),
-                                                     store_->CheckpointLayout());
-    store_->SetCheckpointing(checkpoint_.get(), job_.checkpoint_every());
-    spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
-                 job_.checkpoint_dir());
-  }
   return absl::OkStatus();
 }
 
@@ -330,7 +290,7 @@ void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
 }
 
 absl::StatusOr<JobState> Server::Serve(std::string* message) {
-  StoreActions actions(job_, id_, store_.get(), tables_.get(), service_, checkpoint_.get());
+  ShardActions actions(shard_.get(), service_);
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
     RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails

@@ -290,8 +290,7 @@ void SparseTables::CloseRound(Table& table) {
 void SparseTables::Advanced(Table& table) {
   const int64_t clock = table.clocks.MinApplied();
   table.rows.Advance(clock);
-  if (checkpoint_every_ <= 0 || clock <= table.checkpoint_tried) return;
-  if (clock % checkpoint_every_ != 0 && clock != asked_.load(std::memory_order_relaxed)) return;
+  if (schedule_ == nullptr || !schedule_->Due(clock, table.checkpoint_tried)) return;
   table.checkpoint_tried = clock;  // a failed write is not tried again at each push
   const std::string& name = table.rows.config().name;
   const absl::Status st = WriteTableCheckpoint(
@@ -305,20 +304,13 @@ void SparseTables::Advanced(Table& table) {
   }
 }
 
-void SparseTables::SetCheckpointing(const std::string& dir, int64_t every) {
+void SparseTables::SetCheckpointing(const std::string& dir, const CheckpointSchedule* schedule) {
   checkpoint_dir_ = dir;
-  checkpoint_every_ = every;
-}
-
-void SparseTables::AskCheckpoint(int64_t clock) {
-  // Read when a table's clock moves (Advanced): no table's lock is taken.
-  int64_t asked = asked_.load(std::memory_order_relaxed);
-  while (clock > asked && !asked_.compare_exchange_weak(asked, clock)) {
-  }
+  schedule_ = schedule;
 }
 
 int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
-  if (tables_.empty() || checkpoint_every_ <= 0) return dense_clock;
+  if (tables_.empty() || schedule_ == nullptr || !schedule_->enabled()) return dense_clock;
   std::set<int64_t> common;
   bool first = true;
   for (const auto& [name, table] : tables_) {
@@ -343,14 +335,10 @@ int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
   return 0;
 }
 
-void SparseTables::Prune(int64_t clock) {
+void SparseTables::ForgetCheckpointsBefore(int64_t clock) {
   for (auto& [name, table] : tables_) {
     absl::MutexLock lock(&table->status_mu);
-    for (int64_t c : TableCheckpointClocks(checkpoint_dir_, server_, name)) {
-      if (c >= clock) continue;
-      std::remove(TableCheckpointPath(checkpoint_dir_, server_, c, name).c_str());
-      table->checkpoints.erase(c);
-    }
+    table->checkpoints.erase(table->checkpoints.begin(), table->checkpoints.lower_bound(clock));
   }
 }
 
@@ -366,7 +354,6 @@ void SparseTables::RemoveWorker(int worker) {
 }
 
 absl::Status SparseTables::Restore(int64_t generation, int64_t clock) {
-  asked_.store(0, std::memory_order_relaxed);  // the workers ask again after a rollback
   for (auto& [name, table] : tables_) {
     absl::MutexLock lock(&table->mu);
     if (clock > 0) {  // the file first: a malformed one changes nothing
@@ -385,10 +372,6 @@ absl::Status SparseTables::Restore(int64_t generation, int64_t clock) {
     absl::MutexLock status_lock(&table->status_mu);
     table->checkpoints.clear();
     if (clock > 0) table->checkpoints.insert(clock);
-    if (checkpoint_dir_.empty()) continue;
-    for (int64_t c : TableCheckpointClocks(checkpoint_dir_, server_, name)) {
-      if (c > clock) std::remove(TableCheckpointPath(checkpoint_dir_, server_, c, name).c_str());
-    }
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
 #include "server/nonfinite.h"
 #include "server/sparse_table.h"
@@ -92,24 +93,25 @@ class SparseTables {
   // (closing those it alone held open) and read guarantees.
   void RemoveWorker(int worker);
   // Checkpoints: each table writes its rows into `dir`
-  // (server/table_checkpoint.h) when its clock reaches a multiple of
-  // `every`, or a clock AskCheckpoint named. Call before the job starts.
-  void SetCheckpointing(const std::string& dir, int64_t every);
-  // A checkpoint of `clock` was asked for (psctl checkpoint).
-  void AskCheckpoint(int64_t clock);
+  // (server/table_checkpoint.h) when `schedule` says its clock is due (the
+  // chunks' schedule: server/shard.h). Call before the job starts; the
+  // schedule outlives the tables. The files are deleted by the server's
+  // CheckpointWriter, with the chunks' (Rollback, Prune).
+  void SetCheckpointing(const std::string& dir, const CheckpointSchedule* schedule);
   // The newest clock at or below `dense_clock` (the chunks' newest
   // checkpoint) whose files this server has for the chunks and every
   // table: what the server reports complete. `dense_clock` without tables.
   int64_t CheckpointClock(int64_t dense_clock) const;
   // A rollback to `clock` in generation `generation`: every table's clocks
   // are there, its open round dropped, and its rows those of its checkpoint
-  // of `clock` (0: no row); its files of later clocks are deleted; from
-  // then on it takes requests of `generation` only (each table as soon as
-  // it is restored, under its lock). INVALID_ARGUMENT or NOT_FOUND when a
-  // table's file is malformed or missing.
+  // of `clock` (0: no row); from then on it takes requests of `generation`
+  // only (each table as soon as it is restored, under its lock).
+  // INVALID_ARGUMENT or NOT_FOUND when a table's file is malformed or
+  // missing.
   absl::Status Restore(int64_t generation, int64_t clock);
-  // Deletes the tables' files of clocks before `clock`.
-  void Prune(int64_t clock);
+  // The files of clocks before `clock` were deleted (a newer complete set
+  // exists): they no longer count in CheckpointClock.
+  void ForgetCheckpointsBefore(int64_t clock);
 
   // Per table, in the job's order.
   std::vector<TableStatus> Status() const;
@@ -196,8 +198,7 @@ class SparseTables {
   std::atomic<int64_t> refused_{0};
   NonfiniteRule nonfinite_;
   std::string checkpoint_dir_;
-  int64_t checkpoint_every_ = 0;  // 0: no checkpoints
-  std::atomic<int64_t> asked_{0};  // the newest AskCheckpoint since a restore
+  const CheckpointSchedule* schedule_ = nullptr;  // null: no checkpoints
   std::atomic<bool> checkpoint_error_logged_{false};
 };
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_names.h"
+#include "server/checkpoint.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 
@@ -347,8 +348,11 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   )pb");
   ASSERT_TRUE(job.ok()) << job.status();
   SparseTables tables(*job, 0, 1, dir), restored(*job, 0, 1, dir);
-  tables.SetCheckpointing(dir, 2);
-  restored.SetCheckpointing(dir, 2);
+  const CheckpointSchedule every2(2);
+  tables.SetCheckpointing(dir, &every2);
+  restored.SetCheckpointing(dir, &every2);
+  // Deletes the server's files, the tables' with the chunks' (server/shard.h).
+  CheckpointWriter files(dir, 0, "ADAM", {}, {"t"});
   auto step = [](SparseTables& t, int64_t clock) {
     std::vector<uint64_t> ids;
     for (uint64_t i = 0; i < 6; ++i) ids.push_back(clock * 3 + i);  // overlapping batches
@@ -372,6 +376,8 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   EXPECT_EQ(tables.CheckpointClock(3), 2);
 
   ASSERT_TRUE(restored.Restore(0, 2).ok());
+  EXPECT_TRUE(std::filesystem::exists(TableCheckpointPath(dir, 0, 4, "t")));  // the writer's
+  files.Rollback(2);
   EXPECT_FALSE(std::filesystem::exists(TableCheckpointPath(dir, 0, 4, "t")));
   const TableStatus back = restored.Status()[0];
   EXPECT_EQ(back.rows(), at2.rows());
@@ -389,9 +395,13 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   ASSERT_TRUE(restored.Pull(0, 0, "t", all, &b).ok());
   EXPECT_EQ(a, b);
   EXPECT_GT(restored.Status()[0].rows_on_disk(), 0);
-  restored.Prune(4);
+  std::ofstream(CheckpointPath(dir, 0, 4));  // (the rollback deleted the chunks' file too)
+  EXPECT_EQ(restored.CheckpointClock(4), 4);
+  files.Prune(4);
+  restored.ForgetCheckpointsBefore(4);
   EXPECT_FALSE(std::filesystem::exists(TableCheckpointPath(dir, 0, 2, "t")));
   EXPECT_TRUE(std::filesystem::exists(TableCheckpointPath(dir, 0, 4, "t")));
+  EXPECT_EQ(restored.CheckpointClock(3), 0);  // 2 is gone
   // A file of another table or width is refused, naming it.
   absl::StatusOr<JobSpec> wider = Job(R"pb(
     num_workers: 1
@@ -400,7 +410,7 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   )pb");
   ASSERT_TRUE(wider.ok());
   SparseTables other(*wider, 0, 1, dir);
-  other.SetCheckpointing(dir, 2);
+  other.SetCheckpointing(dir, &every2);
   const absl::Status refused = other.Restore(0, 4);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_EQ(other.Restore(0, 6).code(), absl::StatusCode::kNotFound);

@@ -1,0 +1,44 @@
+// When a part of a server's state -- a chunk, a table -- writes its
+// checkpoint: once its clock (every live worker's updates applied) reaches
+// a multiple of `every`, or the clock the scheduler asked for outside the
+// schedule (psctl checkpoint and drain, carried by the workers' pushes as
+// PushRequest.checkpoint_clock), once per clock. One rule for the chunks
+// and the tables (server/shard.h owns it). No I/O.
+#ifndef PSTRAIN_SERVER_CHECKPOINT_SCHEDULE_H_
+#define PSTRAIN_SERVER_CHECKPOINT_SCHEDULE_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace pstrain {
+
+// Thread-safe.
+class CheckpointSchedule {
+ public:
+  // `every` clocks (0: no checkpoints).
+  explicit CheckpointSchedule(int64_t every) : every_(every) {}
+
+  bool enabled() const { return every_ > 0; }
+  // A checkpoint of `clock` was asked for (the newest one counts).
+  void Ask(int64_t clock) {
+    int64_t asked = asked_.load(std::memory_order_relaxed);
+    while (clock > asked && !asked_.compare_exchange_weak(asked, clock)) {
+    }
+  }
+  // A rollback: what was asked is forgotten (the workers ask again).
+  void Forget() { asked_.store(0, std::memory_order_relaxed); }
+  // Whether a part now at `clock`, whose newest checkpoint written (or
+  // tried) is of `last`, writes one of `clock`.
+  bool Due(int64_t clock, int64_t last) const {
+    if (every_ <= 0 || clock <= 0 || clock <= last) return false;
+    return clock % every_ == 0 || clock == asked_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  const int64_t every_;
+  std::atomic<int64_t> asked_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_CHECKPOINT_SCHEDULE_H_

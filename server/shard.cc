@@ -1,0 +1,67 @@
+#include "server/shard.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/checkpoint_names.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+
+Shard::Shard(const JobSpec& job, int server_id, std::shared_ptr<ChunkStore> store,
+             std::shared_ptr<SparseTables> tables)
+    : job_(job),
+      server_id_(server_id),
+      store_(std::move(store)),
+      tables_(std::move(tables)),
+      schedule_(job.checkpoint_every()) {
+  if (!schedule_.enabled()) return;
+  std::vector<std::string> names;
+  for (const TableSpec& t : job.tables()) names.push_back(t.name());
+  checkpoint_ = std::make_unique<CheckpointWriter>(
+      job.checkpoint_dir(), server_id, OptimizerType_Name(job.optimizer().type()),
+      store_->CheckpointLayout(), std::move(names));
+  store_->SetCheckpointing(checkpoint_.get(), &schedule_);
+  tables_->SetCheckpointing(job.checkpoint_dir(), &schedule_);
+}
+
+absl::Status Shard::Restore(int64_t generation, int64_t clock) {
+  if (generation == 0 && clock == 0) {
+    if (checkpoint_ != nullptr) checkpoint_->Rollback(0);  // an earlier job's files
+    return absl::OkStatus();
+  }
+  std::optional<CheckpointFile> file;
+  if (clock > 0) {
+    ASSIGN_OR_RETURN(file,
+                     CheckpointFile::Open(CheckpointPath(job_.checkpoint_dir(), server_id_, clock)));
+  }
+  // The chunks delete the later files (the tables' too) once every chunk is
+  // of the new generation.
+  RETURN_IF_ERROR(store_->Restore(generation, clock, file ? &*file : nullptr));
+  RETURN_IF_ERROR(tables_->Restore(generation, clock));
+  schedule_.Forget();
+  spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
+  return absl::OkStatus();
+}
+
+void Shard::Prune(int64_t clock) {
+  if (checkpoint_ != nullptr) checkpoint_->Prune(clock);
+  tables_->ForgetCheckpointsBefore(clock);
+}
+
+void Shard::RemoveWorker(int worker) {
+  store_->RemoveWorker(worker);
+  tables_->RemoveWorker(worker);
+}
+
+int64_t Shard::CheckpointClock() const {
+  return tables_->CheckpointClock(store_->checkpoint_clock());
+}
+
+int64_t Shard::NonfiniteSkipped() const {
+  return store_->NonfiniteSkipped() + tables_->nonfinite_skipped();
+}
+
+}  // namespace pstrain

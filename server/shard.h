@@ -1,0 +1,71 @@
+// What one server holds of the job's parameters -- its chunks (ChunkStore)
+// and its part of every sparse table (SparseTables) -- as one thing: one
+// generation (the chunks', which every table follows as it is restored),
+// one checkpoint schedule (server/checkpoint_schedule.h) and one writer of
+// their files (server/checkpoint.h: written, deleted, reported complete
+// together), restored, pruned and rid of a dead worker together. The
+// member loop's actions (server/member_loop.h) and the service's Status
+// go through it; the request families use the store and the tables it
+// holds. No gRPC.
+#ifndef PSTRAIN_SERVER_SHARD_H_
+#define PSTRAIN_SERVER_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/job.pb.h"
+#include "server/checkpoint.h"
+#include "server/checkpoint_schedule.h"
+#include "server/chunk_store.h"
+#include "server/sparse_tables.h"
+
+namespace pstrain {
+
+// Thread-safe as its parts are; Restore, Prune and RemoveWorker come from
+// one thread (the server's member loop).
+class Shard {
+ public:
+  // Server `server_id`'s parts of `job` (complete, valid); with
+  // job.checkpoint_every() > 0 they write checkpoints into
+  // job.checkpoint_dir().
+  Shard(const JobSpec& job, int server_id, std::shared_ptr<ChunkStore> store,
+        std::shared_ptr<SparseTables> tables);
+
+  const std::shared_ptr<ChunkStore>& store() const { return store_; }
+  const std::shared_ptr<SparseTables>& tables() const { return tables_; }
+  int64_t generation() const { return store_->generation(); }
+
+  // The state of generation `generation` from the checkpoint of `clock` (0:
+  // the initial values): the chunks', then every table's; this server's
+  // files of later clocks deleted, what was asked forgotten. A server
+  // starting a job afresh (generation 0, clock 0) deletes the files an
+  // earlier job left without a manifest.
+  absl::Status Restore(int64_t generation, int64_t clock);
+  // Deletes this server's files of clocks before `clock` (a newer complete
+  // set is named by the manifest).
+  void Prune(int64_t clock);
+  // The worker was declared dead: left out of the chunks' and the tables'
+  // rounds and read guarantees.
+  void RemoveWorker(int worker);
+  // A checkpoint of `clock` was asked for outside the schedule.
+  void AskCheckpoint(int64_t clock) { schedule_.Ask(clock); }
+  // The newest clock whose files this server has for its chunks and every
+  // table: what it reports complete (0: none).
+  int64_t CheckpointClock() const;
+  // Gradients the finiteness rule skipped, the chunks' and the tables'.
+  int64_t NonfiniteSkipped() const;
+
+ private:
+  const JobSpec& job_;
+  const int server_id_;
+  const std::shared_ptr<ChunkStore> store_;
+  const std::shared_ptr<SparseTables> tables_;
+  CheckpointSchedule schedule_;
+  std::unique_ptr<CheckpointWriter> checkpoint_;  // null without checkpoints
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_SHARD_H_
