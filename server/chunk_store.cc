@@ -13,56 +13,9 @@
 #include "common/simd.h"
 #include "common/stage_plan.h"
 #include "common/status_macros.h"
+#include "server/round_sums.h"
 
 namespace pstrain {
-namespace {
-
-// The sum of x[i]² in double, in kLanes partial sums (which vectorise), the
-// same bits in either clone: a float's square is exact in double, so
-// contracting to an FMA changes nothing.
-PSTRAIN_SIMD_CLONES
-double SumSquares(const float* x, int64_t n) {
-  constexpr int kLanes = 8;
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[i + k]) * x[i + k];
-  }
-  double sum = 0;
-  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-  for (double lane : lanes) sum += lane;
-  return sum;
-}
-
-// out = a * x (out may be x)
-PSTRAIN_SIMD_CLONES
-void Scale(const float* x, int64_t n, float a, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a * x[i];
-}
-
-// A BSP round's sum, one push at a time, in one pass over y: y = base +
-// a * x with base 0 for the round's first push (y holds the last round's
-// mean then) and y after, and for the push that closes the round times
-// `mean` (1 / the round's samples). The same float operations in the same
-// order as zeroing y (a pass of its own), y += a * x and y *= mean (another)
-// would do, so the result is the same to the bit, contracted to an FMA or
-// not (the base is a +0.0f, as the zeroed y was).
-PSTRAIN_SIMD_CLONES
-void Accumulate(const float* __restrict x, int64_t n, float a, bool first, bool close, float mean,
-                float* __restrict y) {
-  if (first && close) {
-    for (int64_t i = 0; i < n; ++i) y[i] = mean * (0.0f + a * x[i]);
-  } else if (first) {
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.0f + a * x[i];
-  } else if (close) {
-    for (int64_t i = 0; i < n; ++i) y[i] = mean * (y[i] + a * x[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-  }
-}
-
-}  // namespace
-
 ServerMemoryNeeds ChunkStore::MemoryNeeds(const JobSpec& job, const Partition& partition,
                                           int server_id, const Optimizer& optimizer) {
   const std::vector<ParamInfo> params = ModelParams(job.model());
@@ -123,20 +76,6 @@ absl::StatusOr<ChunkStore::Slab> ChunkStore::Pin(const Chunk& c) const {
   return memory_->Pin(c.id);
 }
 
-absl::Status ChunkStore::Initialize(Chunk& c) {
-  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
-  const int64_t n = c.shape.numel();
-  float* w = slab.weights();
-  for (int64_t i = 0; i < n; ++i) w[i] = InitialValue(job_.seed(), *c.param, c.offset + i);
-  std::fill(slab.state(), slab.state() + c.layout.state, 0.0f);
-  std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
-  slab.MarkWritten();
-  c.steps = 0;
-  // An EXTERNAL model's weights come from a worker (Seed).
-  c.seeded = job_.model().kind() != EXTERNAL;
-  return absl::OkStatus();
-}
-
 absl::Status ChunkStore::CheckGeneration(int64_t generation) const {
   const int64_t mine = generation_;
   if (generation == mine) return absl::OkStatus();
@@ -153,56 +92,6 @@ absl::Status ChunkStore::CheckChunkGeneration(const Chunk& c, int64_t generation
   if (generation == c.generation) return absl::OkStatus();
   const absl::Status store = CheckGeneration(generation);
   return store.ok() ? absl::UnavailableError("chunk being restored") : store;
-}
-
-absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const CheckpointFile* file) {
-  if (file != nullptr) {
-    if (file->clock() != clock || file->server() != server_id_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint ", file->path(), " is of server ", file->server(), " at clock ",
-                       file->clock(), ", not of server ", server_id_, " at clock ", clock));
-    }
-    const std::string want = OptimizerType_Name(job_.optimizer().type());
-    if (file->optimizer() != want) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", file->path(), " holds ",
-                                                     file->optimizer(), " state; the job uses ",
-                                                     want));
-    }
-  }
-  generation_ = generation;
-  restore_clock_ = clock;
-  for (int32_t id : chunk_ids_) {
-    Chunk& c = *Find(id);
-    absl::MutexLock lock(&c.mu);
-    if (file == nullptr) {
-      RETURN_IF_ERROR(Initialize(c));
-    } else {
-      ASSIGN_OR_RETURN(const Slab slab, Pin(c));
-      absl::Status st = file->Read(c.name, slab.weights(), c.layout.weights);
-      if (st.ok() && c.layout.state > 0) {
-        st = file->Read(c.name + "/state", slab.state(), c.layout.state);
-      }
-      absl::StatusOr<int64_t> steps = file->Steps(c.name);
-      if (st.ok() && !steps.ok()) st = steps.status();
-      if (!st.ok()) return st;
-      std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
-      slab.MarkWritten();
-      c.steps = *steps;
-      c.seeded = true;
-    }
-    c.clocks.Restore(clock);
-    c.round_samples = 0;
-    c.round_closed = false;
-    c.checkpointed = clock;
-    c.generation = generation;
-  }
-  {
-    absl::MutexLock lock(&listener_mu_);
-    if (listener_ != nullptr) listener_->RoundsDropped();
-  }
-  // Every chunk is of the new generation: no write of the old one can start now.
-  if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
-  return absl::OkStatus();
 }
 
 int64_t ChunkStore::checkpoint_clock() const {
@@ -261,42 +150,6 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     bool duplicate = false;
     RETURN_IF_ERROR(
         c->clocks.Classify(push.worker, push.clock, part.chunk, push.apply_at_once, &duplicate));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ChunkStore::Seed(const PushRequest& push,
-                              const std::function<absl::Span<const float>(size_t)>& values) {
-  if (job_.model().kind() != EXTERNAL) {
-    return absl::InvalidArgumentError(
-        "a seed of initial weights is for an EXTERNAL model; this job's initialises its own");
-  }
-  if (push.parts.empty()) return absl::InvalidArgumentError("seed: no chunks");
-  RETURN_IF_ERROR(CheckGeneration(push.generation));
-  if (push.wire_dtype != DTypeName(FP32)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a seed of initial weights must be fp32, not ", push.wire_dtype));
-  }
-  if (push.worker < 0 || push.worker >= num_workers_) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", push.worker));
-  }
-  for (const PushRequest::Part& part : push.parts) {
-    const Chunk* c = Find(part.chunk);
-    if (c == nullptr || part.values != c->layout.weights) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "seed: chunk ", part.chunk, c == nullptr ? " is not this server's" : " has another size"));
-    }
-  }
-  for (size_t i = 0; i < push.parts.size(); ++i) {
-    Chunk& c = *Find(push.parts[i].chunk);
-    absl::MutexLock lock(&c.mu);
-    RETURN_IF_ERROR(CheckChunkGeneration(c, push.generation));
-    if (c.seeded) continue;  // the first seed wins; a retry or a later seeder is ignored
-    ASSIGN_OR_RETURN(const Slab slab, Pin(c));
-    const absl::Span<const float> v = values(i);
-    std::copy(v.begin(), v.end(), slab.weights());
-    slab.MarkWritten();
-    c.seeded = true;
   }
   return absl::OkStatus();
 }
@@ -381,87 +234,6 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   return absl::OkStatus();
 }
 
-void ChunkStore::CloseRound(Chunk& c, const Slab& slab, bool averaged) {
-  const int64_t n = c.layout.grad;
-  if (c.round_samples == 0) {
-    // Every push skipped: nothing is applied, and a held round's norm reads
-    // zeros (written: an offloaded slab may be read back before that).
-    std::fill(slab.grad(), slab.grad() + n, 0.0f);
-    slab.MarkWritten();
-  } else if (!averaged) {
-    Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples), slab.grad());
-    slab.MarkWritten();
-  }
-  if (!hold_rounds_) {
-    ApplyRound(c, slab, 1.0f);
-    return;
-  }
-  c.round_closed = true;
-  absl::MutexLock lock(&listener_mu_);
-  if (listener_ != nullptr) listener_->RoundHeld();
-}
-
-void ChunkStore::RemoveWorker(int worker) {
-  if (worker < 0 || worker >= num_workers_) return;
-  for (const auto& [id, c] : chunks_) {
-    absl::MutexLock lock(&c->mu);
-    if (!c->clocks.Remove(worker)) continue;
-    if (!bsp_ || c->round_closed || !c->clocks.RoundComplete()) continue;
-    absl::StatusOr<Slab> slab = Pin(*c);
-    if (slab.ok()) CloseRound(*c, *slab, /*averaged=*/false);  // else the server fails (health())
-  }
-}
-
-void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
-  const int64_t n = c.layout.grad;
-  const int64_t clock = c.clocks.MinApplied();  // every live worker is in this round
-  if (c.round_samples > 0) {            // else every push of the round was skipped
-    if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
-    Apply(c, slab, clock, slab.grad());
-  }
-  // The sum is not zeroed: the next round's first push overwrites it (Accumulate).
-  slab.MarkWritten();
-  c.round_samples = 0;
-  c.round_closed = false;
-  c.clocks.NextRound();
-  for (int w = 0; w < num_workers_; ++w) {
-    if (c.clocks.live(w)) TraceApply(w, c.clocks.applied()[w] - 1, c.id);
-  }
-  MaybeCheckpoint(c, slab);
-}
-
-void ChunkStore::SetCheckpointing(CheckpointWriter* writer, const CheckpointSchedule* schedule) {
-  checkpoint_ = writer;
-  checkpoint_schedule_ = schedule;
-}
-
-std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
-  std::vector<CheckpointWriter::Chunk> out;
-  for (int32_t id : chunk_ids_) {
-    const Chunk& c = *Find(id);
-    absl::MutexLock lock(&c.mu);
-    out.push_back({id, c.name, c.layout.weights, c.layout.state});
-  }
-  return out;
-}
-
-void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
-  if (checkpoint_ == nullptr) return;
-  const int64_t clock = c.clocks.MinApplied();
-  if (!checkpoint_schedule_->Due(clock, c.checkpointed)) return;
-  c.checkpointed = clock;
-  const absl::Status st =
-      checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
-  if (!st.ok() && !checkpoint_error_logged_.exchange(true)) {
-    spdlog::error("checkpoint of clock {} failed (logged once): {}", clock, st.message());
-  }
-}
-
-void ChunkStore::SetRoundListener(Listener* listener) {
-  absl::MutexLock lock(&listener_mu_);
-  listener_ = listener;
-}
-
 void ChunkStore::ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const {
   auto range = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) fn(static_cast<size_t>(k), *Find(chunk_ids_[k]));
@@ -474,47 +246,6 @@ void ChunkStore::ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const 
   } else {
     pool_->ParallelFor(n, 1, range);
   }
-}
-
-absl::StatusOr<HeldRound> ChunkStore::SumHeldSquares() const {
-  const size_t n = chunk_ids_.size();
-  std::vector<double> sums(n, 0.0);
-  std::vector<int64_t> clocks(n, 0);
-  std::vector<absl::Status> errors(n);
-  ForEachChunk([&](size_t k, Chunk& c) {
-    absl::MutexLock lock(&c.mu);
-    clocks[k] = c.clocks.MinApplied();
-    absl::StatusOr<Slab> slab = Pin(c);
-    if (!slab.ok()) {
-      errors[k] = slab.status();
-      return;
-    }
-    sums[k] = SumSquares(slab->grad(), c.layout.grad);
-  });
-  HeldRound round;
-  round.generation = generation_;
-  for (size_t k = 0; k < n; ++k) {  // in chunk order: the same sum whatever the threads
-    RETURN_IF_ERROR(errors[k]);
-    round.clock = clocks[k];
-    round.sum_squares += sums[k];
-  }
-  return round;
-}
-
-absl::Status ChunkStore::ApplyHeldRounds(int64_t generation, float scale) {
-  std::vector<absl::Status> errors(chunk_ids_.size());
-  ForEachChunk([&](size_t k, Chunk& c) {
-    absl::MutexLock lock(&c.mu);
-    if (c.generation != generation) return;  // restored meanwhile
-    absl::StatusOr<Slab> slab = Pin(c);
-    if (!slab.ok()) {
-      errors[k] = slab.status();
-      return;
-    }
-    ApplyRound(c, *slab, scale);
-  });
-  for (const absl::Status& st : errors) RETURN_IF_ERROR(st);
-  return absl::OkStatus();
 }
 
 void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad) {

@@ -1,0 +1,143 @@
+// ChunkStore's state as a whole: each chunk's initial values -- from the
+// job's seed, or an EXTERNAL model's worker's (InitialValues) -- a
+// restore from a checkpoint file, and the checkpoints it writes. See
+// server/chunk_store.h.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "common/status_macros.h"
+#include "server/chunk_store.h"
+
+namespace pstrain {
+
+absl::Status ChunkStore::Initialize(Chunk& c) {
+  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+  const int64_t n = c.shape.numel();
+  float* w = slab.weights();
+  for (int64_t i = 0; i < n; ++i) w[i] = InitialValue(job_.seed(), *c.param, c.offset + i);
+  std::fill(slab.state(), slab.state() + c.layout.state, 0.0f);
+  std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
+  slab.MarkWritten();
+  c.steps = 0;
+  // An EXTERNAL model's weights come from a worker (Seed).
+  c.seeded = job_.model().kind() != EXTERNAL;
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const CheckpointFile* file) {
+  if (file != nullptr) {
+    if (file->clock() != clock || file->server() != server_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", file->path(), " is of server ", file->server(), " at clock ",
+                       file->clock(), ", not of server ", server_id_, " at clock ", clock));
+    }
+    const std::string want = OptimizerType_Name(job_.optimizer().type());
+    if (file->optimizer() != want) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", file->path(), " holds ",
+                                                     file->optimizer(), " state; the job uses ",
+                                                     want));
+    }
+  }
+  generation_ = generation;
+  restore_clock_ = clock;
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (file == nullptr) {
+      RETURN_IF_ERROR(Initialize(c));
+    } else {
+      ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+      absl::Status st = file->Read(c.name, slab.weights(), c.layout.weights);
+      if (st.ok() && c.layout.state > 0) {
+        st = file->Read(c.name + "/state", slab.state(), c.layout.state);
+      }
+      absl::StatusOr<int64_t> steps = file->Steps(c.name);
+      if (st.ok() && !steps.ok()) st = steps.status();
+      if (!st.ok()) return st;
+      std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
+      slab.MarkWritten();
+      c.steps = *steps;
+      c.seeded = true;
+    }
+    c.clocks.Restore(clock);
+    c.round_samples = 0;
+    c.round_closed = false;
+    c.checkpointed = clock;
+    c.generation = generation;
+  }
+  {
+    absl::MutexLock lock(&listener_mu_);
+    if (listener_ != nullptr) listener_->RoundsDropped();
+  }
+  // Every chunk is of the new generation: no write of the old one can start now.
+  if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Seed(const PushRequest& push,
+                              const std::function<absl::Span<const float>(size_t)>& values) {
+  if (job_.model().kind() != EXTERNAL) {
+    return absl::InvalidArgumentError(
+        "a seed of initial weights is for an EXTERNAL model; this job's initialises its own");
+  }
+  if (push.parts.empty()) return absl::InvalidArgumentError("seed: no chunks");
+  RETURN_IF_ERROR(CheckGeneration(push.generation));
+  if (push.wire_dtype != DTypeName(FP32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a seed of initial weights must be fp32, not ", push.wire_dtype));
+  }
+  if (push.worker < 0 || push.worker >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", push.worker));
+  }
+  for (const PushRequest::Part& part : push.parts) {
+    const Chunk* c = Find(part.chunk);
+    if (c == nullptr || part.values != c->layout.weights) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "seed: chunk ", part.chunk, c == nullptr ? " is not this server's" : " has another size"));
+    }
+  }
+  for (size_t i = 0; i < push.parts.size(); ++i) {
+    Chunk& c = *Find(push.parts[i].chunk);
+    absl::MutexLock lock(&c.mu);
+    RETURN_IF_ERROR(CheckChunkGeneration(c, push.generation));
+    if (c.seeded) continue;  // the first seed wins; a retry or a later seeder is ignored
+    ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+    const absl::Span<const float> v = values(i);
+    std::copy(v.begin(), v.end(), slab.weights());
+    slab.MarkWritten();
+    c.seeded = true;
+  }
+  return absl::OkStatus();
+}
+
+void ChunkStore::SetCheckpointing(CheckpointWriter* writer, const CheckpointSchedule* schedule) {
+  checkpoint_ = writer;
+  checkpoint_schedule_ = schedule;
+}
+
+std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
+  std::vector<CheckpointWriter::Chunk> out;
+  for (int32_t id : chunk_ids_) {
+    const Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    out.push_back({id, c.name, c.layout.weights, c.layout.state});
+  }
+  return out;
+}
+
+void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
+  if (checkpoint_ == nullptr) return;
+  const int64_t clock = c.clocks.MinApplied();
+  if (!checkpoint_schedule_->Due(clock, c.checkpointed)) return;
+  c.checkpointed = clock;
+  const absl::Status st =
+      checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
+  if (!st.ok() && !checkpoint_error_logged_.exchange(true)) {
+    spdlog::error("checkpoint of clock {} failed (logged once): {}", clock, st.message());
+  }
+}
+
+}  // namespace pstrain
