@@ -22,45 +22,23 @@
 namespace pstrain {
 namespace {
 
-// A pull may wait for slower workers (the read guarantee); one attempt waits
-// this long before the client asks again.
-constexpr absl::Duration kPullAttempt = absl::Seconds(30);
-constexpr absl::Duration kPushAttempt = absl::Seconds(30);
-// How often calls under way ask whether they were abandoned.
-constexpr std::chrono::milliseconds kAbandonPoll(100);
-const char kPushMethod[] = "/pstrain.ParameterServer/Push";
-const char kPullMethod[] = "/pstrain.ParameterServer/Pull";
-// Frames under way at once in one attempt (a few dozen bytes each answer).
-constexpr int kMaxRingsUnderWay = 64;
-// Attempts to attach a server's shared memory in one client's life (at
-// most one per attempt of calls).
-constexpr int kShmTries = 10;
+// The servers' addresses, in the order of their ids.
+std::vector<std::string> AddressesOf(const ClusterView& cluster) {
+  std::vector<std::string> out;
+  for (const Member& s : cluster.servers()) out.push_back(s.address());
+  return out;
+}
 
 }  // namespace
 
-// One call: a batch of one server's chunks.
-struct PsClient::Call {
-  bool is_pull = false;
-  int server = 0;
-  int channel = 0;
-  // Builds the request for the path its server takes: through the shared
-  // memory `link` (a push writes its payloads there), or with the payloads
-  // in the message (null).
-  std::function<grpc::ByteBuffer(ShmLink* link)> encode;
-  grpc::ByteBuffer request;
-  bool encoded = false;
-  ShmLink* link = nullptr;  // what `request` was encoded for
-  // Checks and consumes a reply (on the calling thread); `link` as above.
-  std::function<absl::Status(const grpc::ByteBuffer&, const ShmLink* link)> finish;
-  bool done = false;
-};
-
 PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
                    PsClientOptions options)
-    : partition_(partition), worker_id_(worker_id), options_(options) {
+    : partition_(partition),
+      worker_id_(worker_id),
+      options_(options),
+      links_(AddressesOf(cluster), *partition, worker_id, options.shm) {
   const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
-    addresses_.push_back(s.address());
     push_window_.push_back(0);  // one push at a time until the server says
     stubs_.emplace_back();
     for (int c = 0; c < channels; ++c) {
@@ -73,50 +51,13 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
       if (Trains(partition_->chunks()[id].param)) mine.push_back(id);
     }
     batches_.push_back(Pack(mine));
-    std::vector<std::pair<int32_t, int64_t>> layout;
-    for (int32_t id : partition_->ServerChunks(s)) {
-      layout.push_back({id, partition_->chunks()[id].numel});
-    }
-    shm_layouts_.push_back(ShmLayout::Make(std::move(layout)));
-    shm_.emplace_back();
-    shm_tries_.push_back(options_.shm ? 0 : kShmTries);
-    shm_asked_in_.push_back(0);
   }
 }
 
 PsClient::~PsClient() = default;
 
-ShmLink* PsClient::Link(int s) {
-  if (shm_[s] != nullptr || shm_tries_[s] >= kShmTries || shm_asked_in_[s] == attempts_) {
-    return shm_[s].get();
-  }
-  ++shm_tries_[s];
-  shm_asked_in_[s] = attempts_;
-  absl::StatusOr<std::unique_ptr<ShmLink>> link =
-      ShmLink::Open(addresses_[s], worker_id_, shm_layouts_[s]);
-  if (!link.ok()) {
-    // Another host or network namespace, or shared memory turned off: for
-    // good. Anything else (not ready yet) is asked again in a later attempt.
-    if (absl::IsFailedPrecondition(link.status())) shm_tries_[s] = kShmTries;
-    spdlog::info("server {}: payloads in the messages ({})", s, link.status().message());
-    return nullptr;
-  }
-  spdlog::info("server {}: payloads through shared memory (segment of {} bytes)", s,
-               shm_layouts_[s].segment_bytes());
-  shm_[s] = std::move(*link);
-  ++shm_segments_;
-  return shm_[s].get();
-}
-
-void PsClient::LoseLink(int s, ShmLink* link) {
-  if (link == nullptr || shm_[s].get() != link) return;
-  spdlog::warn("server {} lost its shared-memory segment: payloads in the messages", s);
-  lost_shm_.push_back(std::move(shm_[s]));
-  --shm_segments_;
-}
-
 void PsClient::Prepare(Call& call) {
-  ShmLink* link = Link(call.server);
+  ShmLink* link = links_.For(call.server, attempts_);
   // A pull through shared memory names its attempt (PullRequest.shm_sequence).
   if (call.encoded && call.link == link && !(call.is_pull && link != nullptr)) return;
   call.request = call.encode(link);
@@ -165,191 +106,8 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   };
   const absl::Status st =
       Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting); });
-  lost_shm_.clear();  // no call holds them any more
+  links_.ReleaseLost();  // no call holds them any more
   return st;
-}
-
-// One attempt's calls under way: started, completed, and the pushes held
-// back by their server's window (PushResponse.window_bytes).
-struct PsClient::Flight {
-  std::vector<Call>& calls;
-  std::vector<absl::Status> results;
-  std::vector<grpc::Status> statuses;
-  std::vector<grpc::ByteBuffer> replies;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> readers;
-  std::vector<int64_t> push_bytes;  // per server, of the pushes under way
-  std::deque<int> held;             // pushes waiting for room, in order
-  grpc::CompletionQueue cq;
-  int running = 0;
-  // The calls go as frames on their segments' sockets, not gRPC calls.
-  bool bell = false;
-  std::vector<uint64_t> seq;         // a frame's
-  std::vector<absl::Time> deadline;  // a frame's attempt ends
-  std::vector<char> live;            // a frame sent and not yet answered
-  explicit Flight(std::vector<Call>& c, size_t servers)
-      : calls(c),
-        results(c.size()),
-        statuses(c.size()),
-        replies(c.size()),
-        contexts(c.size()),
-        readers(c.size()),
-        push_bytes(servers, 0),
-        seq(c.size(), 0),
-        deadline(c.size()),
-        live(c.size(), 0) {}
-};
-
-bool PsClient::Admit(Flight& f, int i) const {
-  const Call& call = f.calls[i];
-  // Frames under way are bounded: their answers wait in the socket until
-  // this thread reads them, and a server drops a connection whose answer
-  // does not fit (a tensor of gigabytes is thousands of calls).
-  if (f.bell && f.running >= kMaxRingsUnderWay) return false;
-  if (call.is_pull) return true;
-  const int64_t bytes = static_cast<int64_t>(call.request.Length());
-  int64_t& under_way = f.push_bytes[call.server];
-  // A push goes when it fits the window, or alone.
-  if (under_way > 0 && bytes > push_window_[call.server] - under_way) return false;
-  under_way += bytes;
-  return true;
-}
-
-void PsClient::Launch(Flight& f, int i, int* next_channel) {
-  if (f.bell) {
-    Ring(f, i);
-    return;
-  }
-  Call& call = f.calls[i];
-  std::vector<std::unique_ptr<grpc::GenericStub>>& channels = stubs_[call.server];
-  call.channel = (*next_channel)++ % static_cast<int>(channels.size());
-  f.contexts[i] = ContextWithTimeout(call.is_pull ? kPullAttempt : kPushAttempt);
-  f.readers[i] = channels[call.channel]->PrepareUnaryCall(
-      f.contexts[i].get(), call.is_pull ? kPullMethod : kPushMethod, call.request, &f.cq);
-  f.readers[i]->StartCall();
-  f.readers[i]->Finish(&f.replies[i], &f.statuses[i],
-                       reinterpret_cast<void*>(static_cast<intptr_t>(i)));
-  ++f.running;
-  ++rpcs_;
-}
-
-void PsClient::Ring(Flight& f, int i) {
-  Call& call = f.calls[i];
-  f.seq[i] = ++next_seq_;
-  f.deadline[i] = absl::Now() + (call.is_pull ? kPullAttempt : kPushAttempt);
-  f.live[i] = 1;
-  ++f.running;
-  ++rpcs_;
-  ++shm_rings_;
-  const absl::Status st =
-      call.link->Ring(call.is_pull ? kShmPull : kShmPush, f.seq[i], FlattenSmall(call.request));
-  if (!st.ok()) {  // ended by AwaitRings at once; the next attempt goes by gRPC
-    f.statuses[i] = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(st.message()));
-    f.deadline[i] = absl::InfinitePast();
-    LoseLink(call.server, call.link);
-  }
-}
-
-void PsClient::EndRings(Flight& f, const ShmLink* link, const grpc::Status& status) {
-  for (int i = 0; i < static_cast<int>(f.calls.size()); ++i) {
-    if (!f.live[i] || (link != nullptr && f.calls[i].link != link)) continue;
-    f.statuses[i] = status;
-    Complete(f, i);
-  }
-}
-
-void PsClient::AwaitRings(Flight& f, int* next_channel) {
-  std::vector<ShmLink*> links;
-  for (const Call& call : f.calls) {
-    if (call.link != nullptr && std::find(links.begin(), links.end(), call.link) == links.end()) {
-      links.push_back(call.link);
-    }
-  }
-  absl::Time abandon_check = absl::Now() + absl::FromChrono(kAbandonPoll);
-  while (f.running > 0) {
-    const absl::Time now = absl::Now();
-    absl::Time wake = abandon_check;
-    for (size_t i = 0; i < f.calls.size(); ++i) {
-      if (f.live[i]) wake = std::min(wake, f.deadline[i]);
-    }
-    std::vector<pollfd> fds;
-    for (const ShmLink* link : links) fds.push_back({link->fd(), POLLIN, 0});
-    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - now) + 1);
-    if (wake > now) poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(ms, 1000)));
-    for (size_t k = 0; k < links.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      const absl::Status st = links[k]->TakeReplies([&](const ShmFrame& frame) {
-        for (int i = 0; i < static_cast<int>(f.calls.size()); ++i) {
-          if (!f.live[i] || f.seq[i] != frame.header.seq) continue;
-          f.statuses[i] =
-              frame.header.code == 0
-                  ? grpc::Status::OK
-                  : grpc::Status(static_cast<grpc::StatusCode>(frame.header.code), frame.message);
-          f.replies[i] = BufferOf(frame.body);
-          Complete(f, i);
-        }
-      });
-      if (!st.ok()) {  // the server went, or dropped the segment
-        EndRings(f, links[k], grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(st.message())));
-        for (const Call& call : f.calls) {
-          if (call.link == links[k]) LoseLink(call.server, links[k]);
-        }
-        links.erase(links.begin() + static_cast<std::ptrdiff_t>(k));
-        break;  // fds no longer matches links
-      }
-    }
-    for (int i = 0; i < static_cast<int>(f.calls.size()); ++i) {
-      if (!f.live[i] || f.deadline[i] > absl::Now()) continue;
-      if (f.statuses[i].ok()) {
-        f.statuses[i] = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer in time");
-      }
-      Complete(f, i);
-    }
-    if (absl::Now() >= abandon_check) {
-      abandon_check = absl::Now() + absl::FromChrono(kAbandonPoll);
-      if (options_.abandon && options_.abandon()) {
-        for (int i : f.held) f.results[i] = absl::AbortedError("given up before it was sent");
-        f.held.clear();
-        EndRings(f, nullptr, grpc::Status(grpc::StatusCode::ABORTED, "given up"));
-      }
-    }
-    LaunchHeld(f, next_channel);
-  }
-}
-
-// Starts the held pushes that fit now, in order.
-void PsClient::LaunchHeld(Flight& f, int* next_channel) {
-  for (auto it = f.held.begin(); it != f.held.end();) {
-    if (Admit(f, *it)) {
-      Launch(f, *it, next_channel);
-      it = f.held.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void PsClient::Complete(Flight& f, int i) {
-  Call& call = f.calls[i];
-  --f.running;
-  f.live[i] = 0;
-  if (!call.is_pull) {
-    f.push_bytes[call.server] -= static_cast<int64_t>(call.request.Length());
-    PushResponse response;
-    if (f.statuses[i].ok() && ParseSmall(f.replies[i], &response)) {
-      push_window_[call.server] = response.window_bytes() > 0
-                                      ? response.window_bytes()
-                                      : std::numeric_limits<int64_t>::max();
-    }
-  }
-  if (f.statuses[i].error_code() == grpc::StatusCode::NOT_FOUND && call.link != nullptr) {
-    // The server does not know the segment: ask again with the payloads.
-    LoseLink(call.server, call.link);
-    f.results[i] = absl::UnavailableError(f.statuses[i].error_message());
-    return;
-  }
-  f.results[i] = f.statuses[i].ok() ? call.finish(f.replies[i], call.link)
-                                    : FromGrpc(f.statuses[i]);
 }
 
 absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting) {
@@ -357,51 +115,15 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
     if (!calls[i].done) todo.push_back(i);
   }
-  // The calls complete on a queue this thread drains itself: no gRPC
-  // thread takes the replies, so no hand-off between threads per call.
-  Flight f(calls, stubs_.size());
   ++attempts_;
   for (int i : todo) Prepare(calls[i]);
-  f.bell = options_.shm_doorbell &&
-           std::all_of(todo.begin(), todo.end(), [&](int i) { return calls[i].link != nullptr; });
-  for (int i : todo) {
-    if (Admit(f, i)) {
-      Launch(f, i, next_channel);
-    } else {
-      f.held.push_back(i);
-    }
-  }
-  if (f.bell) AwaitRings(f, next_channel);
-  // Waits in slices, so that calls the caller gave up on (the job ended,
-  // the cluster rolls back) are cancelled at once instead of running out
-  // their deadline against a server that may never answer.
-  bool cancelled = false;
-  while (f.running > 0) {
-    void* tag = nullptr;
-    bool ok = false;
-    const grpc::CompletionQueue::NextStatus next =
-        f.cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kAbandonPoll);
-    if (next == grpc::CompletionQueue::SHUTDOWN) break;
-    if (next == grpc::CompletionQueue::TIMEOUT) {
-      if (!cancelled && options_.abandon && options_.abandon()) {
-        cancelled = true;
-        for (int i : f.held) f.results[i] = absl::AbortedError("given up before it was sent");
-        f.held.clear();
-        for (int i : todo) {
-          if (f.contexts[i] != nullptr) f.contexts[i]->TryCancel();
-        }
-      }
-      continue;
-    }
-    Complete(f, static_cast<int>(reinterpret_cast<intptr_t>(tag)));
-    LaunchHeld(f, next_channel);
-  }
-  f.cq.Shutdown();
-  void* tag = nullptr;
-  bool ok = false;
-  while (f.cq.Next(&tag, &ok)) {
-  }
-  return Settle(calls, f.results, todo, only_waiting);
+  const bool bell =
+      options_.shm_doorbell &&
+      std::all_of(todo.begin(), todo.end(), [&](int i) { return calls[i].link != nullptr; });
+  FlightEnv env{&stubs_, &push_window_, &links_, &rpcs_, &shm_rings_, &next_seq_,
+                options_.abandon};
+  CallFlight flight(calls, std::move(env), bell);
+  return Settle(calls, flight.Run(todo, next_channel), todo, only_waiting);
 }
 
 absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,

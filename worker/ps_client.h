@@ -1,12 +1,11 @@
 // The worker's client of the parameter servers: scatters a push over the
 // servers that own each chunk and gathers a pull. Each server's chunks go in
 // calls of about max_request_bytes (so a tensor of any size moves, far
-// below gRPC's message limit), all calls in flight at once on the async API,
-// spread over several connections per server -- except that the pushes
-// under way at one server stay within the window its last push response
-// gave (an offloaded server's share of its budget; one push at a time until
-// a response says). The calling thread drains the calls' completion queue
-// itself (no gRPC thread hands replies over).
+// below gRPC's message limit), encoded for the path their server takes --
+// its shared memory (worker/shm_links.h) or the messages -- and an attempt
+// sends them all at once (worker/call_flight.h: gRPC calls or frames on the
+// segments' sockets, each server's pushes within its window); failed calls
+// are retried (common/retry.h).
 #ifndef PSTRAIN_WORKER_PS_CLIENT_H_
 #define PSTRAIN_WORKER_PS_CLIENT_H_
 
@@ -22,13 +21,13 @@
 #include "common/partition.h"
 #include "common/shm.h"
 #include "common/tensor_wire.h"
+#include "worker/call_flight.h"
+#include "worker/shm_links.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
-
-class ShmLink;
 
 // What a worker's pushes carry besides their gradients, from the
 // scheduler's gate answers.
@@ -128,13 +127,13 @@ class PsClient {
   // Payload bytes that moved through shared memory (a share of bytes_in +
   // bytes_out), and the servers attached through it now.
   int64_t shm_bytes() const { return shm_bytes_; }
-  int shm_segments() const { return shm_segments_; }
+  int shm_segments() const { return links_.attached(); }
   // Calls that went as frames on a segment's socket (a share of rpcs()).
   int64_t shm_rings() const { return shm_rings_; }
   DType wire_dtype() const { return options_.wire_dtype; }
 
  private:
-  struct Call;
+  using Call = ClientCall;
   absl::Mutex context_mu_;
   PushContext context_ ABSL_GUARDED_BY(context_mu_);
   // Whether this worker trains parameter `param` (see PsClientOptions).
@@ -151,31 +150,9 @@ class PsClient {
   // One attempt at the calls not yet done; *only_waiting says whether its
   // only failures were pulls that waited out their deadline.
   absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting);
-  struct Flight;
-  // Whether call i may start now (within the frames allowed under way: a
-  // pull always; a push within its server's window, or alone); counts it
-  // if so.
-  bool Admit(Flight& flight, int i) const;
   // Encodes a call for the path its server takes now (shared memory or
   // the message), unless it already is.
   void Prepare(Call& call);
-  // The shared memory with server `s`, attaching it on first use; null:
-  // the messages carry the payloads.
-  ShmLink* Link(int s);
-  // Server `s` no longer knows the segment of `link` (it restarted): the
-  // next calls carry their payloads until a new segment is attached.
-  void LoseLink(int s, ShmLink* link);
-  void Launch(Flight& flight, int i, int* next_channel);
-  // Launch of a call that goes as a frame (flight.bell).
-  void Ring(Flight& flight, int i);
-  // Waits for an attempt's frames' answers (and launches the held pushes
-  // as room frees); the gRPC calls' counterpart is the completion queue.
-  void AwaitRings(Flight& flight, int* next_channel);
-  // Ends the frames still under way on `link` (null: all) with `status`.
-  void EndRings(Flight& flight, const ShmLink* link, const grpc::Status& status);
-  void LaunchHeld(Flight& flight, int* next_channel);
-  // Takes call i's reply (and a push's window from it).
-  void Complete(Flight& flight, int i);
   // Marks the calls `todo` that succeeded done; the attempt's status: the
   // first call's that may not be retried, else the first retryable one's,
   // else that pulls still wait (*only_waiting).
@@ -213,20 +190,9 @@ class PsClient {
   std::vector<int64_t> push_window_;
   std::atomic<int64_t> bytes_in_{0}, bytes_out_{0}, rpcs_{0}, shm_bytes_{0}, shm_rings_{0};
   uint64_t next_seq_ = 0;  // the last frame's (ShmFrameHeader.seq)
-  // [server]: its address, where its chunks lie in a segment, the segment
-  // attached (or null), and the attempts to attach one so far.
-  std::vector<std::string> addresses_;
-  std::vector<ShmLayout> shm_layouts_;
-  std::vector<std::unique_ptr<ShmLink>> shm_;
-  std::vector<int> shm_tries_;
-  // Segments a server lost, kept mapped until the calls that may hold them
-  // are done (the end of RunCalls).
-  std::vector<std::unique_ptr<ShmLink>> lost_shm_;
-  std::atomic<int> shm_segments_{0};
-  // Attempts made so far (PullRequest.shm_sequence), and the attempt in
-  // which each server's segment was last asked for.
+  // Attempts made so far (PullRequest.shm_sequence).
   uint64_t attempts_ = 0;
-  std::vector<uint64_t> shm_asked_in_;
+  ShmLinks links_;  // the shared memory with the servers on this host
 };
 
 }  // namespace pstrain
