@@ -1,5 +1,5 @@
 /* The C ABI of a worker whose model lives outside pstrain (a PyTorch
- * script, python/pstrain/torch.py): the worker's machinery -- the scheduler
+ * script, python/pstrain/torch/): the worker's machinery -- the scheduler
  * client, heartbeats, the Status service, the clock loop with its
  * asynchronous parameter client, retries, generations, rollback resync, the
  * SSP read cache and prefetch -- runs in this library on threads of its own;
