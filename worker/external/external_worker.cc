@@ -87,32 +87,13 @@ class HandedModel : public Model {
   ParamBuffers* const initial_;
 };
 
-namespace {
-
-absl::Status CheckOptions(const ExternalWorkerOptions& o, DType* wire) {
-  if (o.overlap != "auto" && o.overlap != "on" && o.overlap != "off") {
-    return absl::InvalidArgumentError(absl::StrCat("--overlap=", o.overlap,
-                                                   ": expected auto, on or off"));
-  }
-  if (!o.wire_dtype.empty() && !ParseDType(o.wire_dtype, wire)) {
-    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", o.wire_dtype,
-                                                   ": expected fp32, bf16 or fp16"));
-  }
-  if (o.channels_per_server < 1 || o.channels_per_server > 64) {
-    return absl::InvalidArgumentError("--channels_per_server must be in [1, 64]");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 ExternalWorker::ExternalWorker(ExternalWorkerOptions options)
     : options_(std::move(options)), start_(absl::Now()) {}
 
 absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
     ExternalWorkerOptions options) {
   DType wire = FP32;
-  RETURN_IF_ERROR(CheckOptions(options, &wire));
+  RETURN_IF_ERROR(CheckWorkerFlags(options.flags, &wire));
   options.member.role = WORKER;
   auto w = absl::WrapUnique(new ExternalWorker(std::move(options)));
   std::string note;
@@ -120,9 +101,9 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   // setting; this backend computes nothing.)
   ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 0, &note));
   w->ps_.wire_dtype = wire;  // (the job's instead, at registration, unless given)
-  w->ps_.channels_per_server = w->options_.channels_per_server;
-  w->ps_.shm = w->options_.shm;
-  w->ps_.shm_doorbell = w->options_.shm_doorbell;
+  w->ps_.channels_per_server = static_cast<int>(w->options_.flags.channels_per_server);
+  w->ps_.shm = w->options_.flags.shm;
+  w->ps_.shm_doorbell = w->options_.flags.shm_doorbell;
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;
@@ -152,13 +133,13 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   generation_ = reg.generation();
   start_clock_ = reg.start_clock();
   next_clock_ = start_clock_;
-  if (options_.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
+  if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
   // pull off the clock), off under BSP; never with clipping by the push's
   // norm, which needs the whole gradient first.
   const bool clips = job_.optimizer().clip_norm() > 0 && job_.consistency() != BSP;
-  overlap_ = !clips && (options_.overlap == "on" ||
-                        (options_.overlap == "auto" && EffectiveStaleness(job_) != 0));
+  overlap_ = !clips && (options_.flags.overlap == "on" ||
+                        (options_.flags.overlap == "auto" && EffectiveStaleness(job_) != 0));
   id_ = reg.id();
   {
     absl::MutexLock lock(&mu_);

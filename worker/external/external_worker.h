@@ -36,17 +36,14 @@
 #include "worker/member_loop.h"
 #include "worker/ps_client.h"
 #include "worker/row_client.h"
+#include "worker/worker_flags.h"
 #include "worker/worker_service.h"
 
 namespace pstrain {
 
 struct ExternalWorkerOptions {
   MemberConfig member;
-  std::string overlap = "auto";  // auto, on or off, as ps_worker's --overlap
-  std::string wire_dtype;        // "": the job's
-  int channels_per_server = 2;
-  bool shm = true;  // --shm (PsClientOptions::shm)
-  bool shm_doorbell = true;  // --shm_doorbell (PsClientOptions::shm_doorbell)
+  WorkerFlags flags;  // ps_worker's --overlap, --wire_dtype, --channels_per_server, ...
   std::string frontend = "pytorch";  // what drives the worker, for Status
 };
 

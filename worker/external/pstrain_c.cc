@@ -18,22 +18,11 @@
 #include "server/sparse_table.h"
 #include "worker/data/dataset.h"
 #include "worker/external/external_worker.h"
+#include "worker/worker_flags.h"
 
-ABSL_FLAG(std::string, overlap, "auto",
-          "on, off or auto (on under SSP/ASP, off under BSP): push each parameter's gradient "
-          "as soon as the script's backward has it, and under SSP/ASP pull the next clock's "
-          "weights while this one computes");
-ABSL_FLAG(std::string, wire_dtype, "",
-          "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's)");
-ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
-ABSL_FLAG(bool, shm, true,
-          "move pushes and pulls through shared memory with the servers on this host that "
-          "grant it (the others, and every server on another host or network namespace, "
-          "get them in gRPC messages); --noshm: always in the messages");
-ABSL_FLAG(bool, shm_doorbell, true,
-          "with --shm: send the pushes and pulls to servers attached through shared memory "
-          "as frames on the segment's Unix socket instead of gRPC calls (--noshm_doorbell: "
-          "gRPC calls, the payloads still in shared memory)");
+// The flags ps_worker takes too (--overlap, --wire_dtype, --channels_per_server,
+// --shm, --shm_doorbell) are worker/worker_flags'; the member flags
+// common/member_daemon's.
 ABSL_FLAG(std::string, frontend, "pytorch", "what drives this worker, as Status shows it");
 
 struct pst_worker {
@@ -90,12 +79,7 @@ int pst_open(pst_worker** out, char* err, int err_len) {
     if (!member.ok()) return member.status();
     pstrain::ExternalWorkerOptions options;
     options.member = *std::move(member);
-    options.overlap = absl::GetFlag(FLAGS_overlap);
-    options.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
-    const int64_t channels = absl::GetFlag(FLAGS_channels_per_server);
-    options.channels_per_server = static_cast<int>(std::clamp<int64_t>(channels, 0, 65));
-      options.shm = absl::GetFlag(FLAGS_shm);
-    options.shm_doorbell = absl::GetFlag(FLAGS_shm_doorbell);
+    ASSIGN_OR_RETURN(options.flags, pstrain::WorkerFlagsFromFlags());
     options.frontend = absl::GetFlag(FLAGS_frontend);
     absl::StatusOr<std::unique_ptr<pstrain::ExternalWorker>> worker =
         pstrain::ExternalWorker::Open(std::move(options));
