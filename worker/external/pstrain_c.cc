@@ -154,7 +154,7 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
     if (clock == nullptr || rows == nullptr || (indices == nullptr && max_rows > 0)) {
       return absl::InvalidArgumentError("null output");
     }
-    absl::StatusOr<std::optional<pstrain::StepExchange::Offer>> next =
+    absl::StatusOr<std::optional<pstrain::ClockExchange::OfferedClock>> next =
         w->worker->Next(absl::Milliseconds(std::max(0, timeout_ms)));
     if (!next.ok()) return next.status();
     if (!next->has_value()) {
@@ -162,7 +162,7 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
       *rows = 0;
       return absl::OkStatus();
     }
-    const pstrain::StepExchange::Offer& offer = **next;
+    const pstrain::ClockExchange::OfferedClock& offer = **next;
     *clock = offer.clock;
     *rows = static_cast<int>(offer.indices.size());
     const size_t n = std::min(offer.indices.size(), static_cast<size_t>(std::max(0, max_rows)));
@@ -186,15 +186,15 @@ int pst_grads_ready(pst_worker* w, int param, char* err, int err_len) {
   });
 }
 
-int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
-                  int err_len) {
+int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
+                   int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();
     pstrain::StepResult result;
     result.loss = static_cast<float>(loss);
     result.correct = correct;
     result.predicted = predicted;
-    return w->worker->StepDone(result);
+    return w->worker->ClockDone(result);
   });
 }
 
@@ -271,18 +271,21 @@ void pst_close(pst_worker* w) {
   }
 }
 
-int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size,
-                      int64_t clocks_per_epoch, int64_t clock, int share_of, int share,
-                      int64_t* out, int max_rows) {
-  if (train_size < 1 || batch_size < 1 || clocks_per_epoch < 1 || clock < 0 || share_of < 1 ||
-      share < 0 || share >= share_of || batch_size > INT32_MAX || out == nullptr ||
-      clocks_per_epoch * batch_size > train_size) {
+int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int64_t clock,
+                      int share_of, int share, int64_t* out, int max_rows) {
+  if (train_size < 1 || batch_size < 1 || batch_size > train_size || batch_size > INT32_MAX ||
+      clock < 0 || share_of < 1 || share < 0 || share >= share_of || out == nullptr) {
     return -1;
   }
   try {
-    pstrain::BatchSampler sampler(seed, train_size, static_cast<int>(batch_size),
-                                  clocks_per_epoch);
-    const std::vector<int64_t> indices = sampler.Indices(clock, share_of, share);
+    // The job of a worker with this training set: its order is the workers'.
+    pstrain::JobSpec job;
+    job.set_seed(seed);
+    job.set_batch_size(static_cast<int32_t>(batch_size));
+    job.mutable_data()->set_dataset(pstrain::EXTERNAL_DATA);
+    job.mutable_data()->set_train_size(train_size);
+    const std::vector<int64_t> indices =
+        pstrain::ExternalDataOrder(job).Indices(clock, share_of, share);
     const size_t n = std::min(indices.size(), static_cast<size_t>(std::max(0, max_rows)));
     std::copy(indices.begin(), indices.begin() + n, out);
     return static_cast<int>(indices.size());

@@ -59,7 +59,7 @@ def batches(dataset, collate_fn=None):
     optimizer = worker.optimizer
     indices = (ctypes.c_int64 * worker.job.batch_size)()
     while not worker.done:
-        clock, rows = _next_step(worker, indices)
+        clock, rows = _next_clock(worker, indices)
         if clock < 0:
             optimizer._load_weights()
             worker.done = True
@@ -71,8 +71,8 @@ def batches(dataset, collate_fn=None):
                                "opt.step() for clock %d" % clock)
 
 
-def _next_step(worker, indices):
-    """Waits for the next step: (clock, rows of `indices`), clock -1 at the end."""
+def _next_clock(worker, indices):
+    """Waits for the next clock: (clock, rows of `indices`), clock -1 at the end."""
     clock, rows = ctypes.c_int64(), ctypes.c_int()
     err = ctypes.create_string_buffer(4096)
     code = _capi.DEADLINE_EXCEEDED
@@ -89,7 +89,8 @@ def _next_step(worker, indices):
 def batch_indices(clock, *, seed, train_size, batch_size, share=0, share_of=1):
     """The example indices of clock `clock`'s global batch, or of share
     `share` of `share_of` of it: the data order the workers follow, for a
-    single process trained on the same batches. Needs no worker.
+    single process trained on the same batches (the library's order, its
+    clocks per epoch included). Needs no worker.
 
     Args:
       clock: the clock (>= 0).
@@ -108,9 +109,8 @@ def batch_indices(clock, *, seed, train_size, batch_size, share=0, share_of=1):
     if batch_size < 1:
         raise ValueError("pstrain.torch.batch_indices: batch_size %d < 1" % batch_size)
     out = (ctypes.c_int64 * batch_size)()
-    rows = _capi.lib().pst_batch_indices(seed, train_size, batch_size,
-                                         max(1, train_size // batch_size), clock, share_of,
-                                         share, out, batch_size)
+    rows = _capi.lib().pst_batch_indices(seed, train_size, batch_size, clock, share_of, share,
+                                         out, batch_size)
     if rows < 0:
         raise ValueError("pstrain.torch.batch_indices: no batch for clock=%d seed=%d "
                          "train_size=%d batch_size=%d share %d of %d"

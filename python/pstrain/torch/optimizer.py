@@ -108,7 +108,7 @@ class Optimizer:
         for table in self.tables:
             table._push()
         self._release()
-        _capi.call("pst_step_done", _worker.current().handle,
+        _capi.call("pst_clock_done", _worker.current().handle,
                    float("nan") if loss is None else float(loss), int(correct), int(predicted))
 
     def zero_grad(self, set_to_none=False):

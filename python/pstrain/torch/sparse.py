@@ -96,7 +96,7 @@ class SparseEmbeddingBag(torch.nn.Module):
 
     def _push(self):
         """Pushes this clock's gradients of the rows pulled (a row pulled twice
-        is summed by the library); pst_step_done pushes an empty one if none."""
+        is summed by the library); pst_clock_done pushes an empty one if none."""
         pulled = [(ids, rows.grad) for ids, rows in self._pulled if rows.grad is not None]
         self._pulled = []
         if not pulled:
