@@ -10,19 +10,16 @@
 #include "absl/flags/usage.h"
 #include "common/flags.h"
 #include "worker/straggler.h"
+#include "worker/worker_flags.h"
 #include "worker/worker_runtime.h"
 
 // The member flags (--scheduler, --listen, --port_file, --id,
-// --connect_timeout_s, --heartbeat_interval_ms) are common/member_daemon's.
+// --connect_timeout_s, --heartbeat_interval_ms) are common/member_daemon's;
+// --overlap, --wire_dtype, --channels_per_server, --shm and --shm_doorbell
+// are worker/worker_flags' (the PyTorch worker takes them too).
 ABSL_FLAG(std::string, compute_dtype, "fp32",
           "fp32, bf16 or fp16: what the matrix products take as inputs (fp32 accumulation; "
           "the servers keep fp32 master weights); fp16 adds dynamic loss scaling");
-ABSL_FLAG(std::string, overlap, "auto",
-          "on, off or auto (on for a CUDA device; on the CPU on under SSP/ASP and off under "
-          "BSP): push each layer's gradients while the backward goes on, and under SSP/ASP "
-          "pull the next clock's weights while this one computes, when the job needs no "
-          "whole-gradient step first (micro_batches 1, no fp16 loss scaling or SSP/ASP "
-          "clipping)");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
           "of keeping them (less memory)");
@@ -51,17 +48,6 @@ ABSL_FLAG(int64_t, debug_hold_push, -1,
           "tests: the push of this iteration waits 30 s before it goes, so that a worker "
           "killed meanwhile never sends it; with --overlap, only the first layer's push "
           "(-1: none)");
-ABSL_FLAG(std::string, wire_dtype, "",
-          "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
-ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
-ABSL_FLAG(bool, shm, true,
-          "move pushes and pulls through shared memory with the servers on this host that "
-          "grant it (the others, and every server on another host or network namespace, "
-          "get them in gRPC messages); --noshm: always in the messages");
-ABSL_FLAG(bool, shm_doorbell, true,
-          "with --shm: send the pushes and pulls to servers attached through shared memory "
-          "as frames on the segment's Unix socket instead of gRPC calls (--noshm_doorbell: "
-          "gRPC calls, the payloads still in shared memory)");
 ABSL_FLAG(bool, standalone, false,
           "train --job alone: the servers' store and optimizer in this process, no scheduler "
           "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
@@ -81,27 +67,23 @@ int main(int argc, char** argv) {
       {"compute_threads", absl::GetFlag(FLAGS_compute_threads), 0, 1024},
       {"debug_slowdown_ms", absl::GetFlag(FLAGS_debug_slowdown_ms), 0, 60000},
       {"debug_hold_push", absl::GetFlag(FLAGS_debug_hold_push), -1},
-      {"channels_per_server", absl::GetFlag(FLAGS_channels_per_server), 1, 64},
       {"device_memory_budget", budget, 1},
   }));
   for (const auto& [name, value] :
        {std::pair{"data_dir", pstrain::GivenFlag(FLAGS_data_dir)},
         std::pair{"weights_out", pstrain::GivenFlag(FLAGS_weights_out)},
         std::pair{"job", pstrain::GivenFlag(FLAGS_job)},
-        std::pair{"status_file", pstrain::GivenFlag(FLAGS_status_file)},
-        std::pair{"wire_dtype", pstrain::GivenFlag(FLAGS_wire_dtype)}}) {
+        std::pair{"status_file", pstrain::GivenFlag(FLAGS_status_file)}}) {
     pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty(name, value, "a value"));
   }
+  absl::StatusOr<pstrain::WorkerFlags> worker_flags = pstrain::WorkerFlagsFromFlags();
+  pstrain::ExitOnBadFlag(worker_flags.status());
+  config.flags = *std::move(worker_flags);
   config.device = absl::GetFlag(FLAGS_device);
   config.compute_threads = static_cast<int>(absl::GetFlag(FLAGS_compute_threads));
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
-  config.overlap = absl::GetFlag(FLAGS_overlap);
   config.recompute = absl::GetFlag(FLAGS_recompute);
   config.training.device_memory_budget = budget.value_or(0);
-  config.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
-  config.channels_per_server = static_cast<int>(absl::GetFlag(FLAGS_channels_per_server));
-  config.shm = absl::GetFlag(FLAGS_shm);
-  config.shm_doorbell = absl::GetFlag(FLAGS_shm_doorbell);
   config.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);

@@ -28,9 +28,7 @@ namespace {
 // The command line's choices, checked before the worker joins.
 absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, DType* wire) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (c.overlap != "auto" && c.overlap != "on" && c.overlap != "off") {
-    return bad("--overlap=", c.overlap, ": expected auto, on or off");
-  }
+  RETURN_IF_ERROR(CheckWorkerFlags(c.flags, wire));
   if (c.recompute != "none" && c.recompute != "block") {
     return bad("--recompute=", c.recompute, ": expected none or block");
   }
@@ -43,10 +41,6 @@ absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, D
   } else {
     return bad("--compute_dtype=", c.compute_dtype, ": expected fp32, bf16 or fp16");
   }
-  if (!c.wire_dtype.empty() && !ParseDType(c.wire_dtype, wire)) {
-    return bad("--wire_dtype=", c.wire_dtype, ": expected fp32, bf16 or fp16");
-  }
-  if (c.channels_per_server < 1) return bad("--channels_per_server must be >= 1");
   if (c.training.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
   return absl::OkStatus();
 }
@@ -177,18 +171,18 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   // fast as alone with it, 0.6-0.67 of that without); off under BSP, where
   // it made no difference we could tell from the noise.
   topts.training.overlap =
-      config.overlap == "on" ||
-      (config.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
+      config.flags.overlap == "on" ||
+      (config.flags.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
   topts.training.loss_scaling = config.compute_dtype == "fp16";
   if (topts.training.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
         "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of "
         "non-finite gradients, which this job turns off (optimizer.allow_nonfinite)");
   }
-  topts.ps.wire_dtype = config.wire_dtype.empty() ? job.wire_dtype() : wire;
-  topts.ps.channels_per_server = config.channels_per_server;
-  topts.ps.shm = config.shm;
-  topts.ps.shm_doorbell = config.shm_doorbell;
+  topts.ps.wire_dtype = config.flags.wire_dtype.empty() ? job.wire_dtype() : wire;
+  topts.ps.channels_per_server = static_cast<int>(config.flags.channels_per_server);
+  topts.ps.shm = config.flags.shm;
+  topts.ps.shm_doorbell = config.flags.shm_doorbell;
   topts.ps.debug_hold_push = config.debug_hold_push;
   topts.generation = reg.generation();
   topts.start_clock = reg.start_clock();

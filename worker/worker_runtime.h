@@ -9,6 +9,7 @@
 
 #include "common/member_daemon.h"
 #include "worker/training_options.h"
+#include "worker/worker_flags.h"
 
 namespace pstrain {
 
@@ -17,12 +18,8 @@ struct WorkerConfig {
   std::string device = "auto";         // auto, cpu, cuda or cuda:N
   int compute_threads = 1;             // OpenBLAS threads of the CPU backend
   std::string compute_dtype = "fp32";  // fp32, bf16 or fp16
-  std::string overlap = "auto";        // auto, on or off
   std::string recompute = "none";      // none or block
-  std::string wire_dtype;              // "": the job's
-  int channels_per_server = 2;
-  bool shm = true;  // --shm (PsClientOptions::shm)
-  bool shm_doorbell = true;  // --shm_doorbell (PsClientOptions::shm_doorbell)
+  WorkerFlags flags;  // --overlap, --wire_dtype, --channels_per_server, --shm, ...
   int64_t debug_hold_push = -1;  // --debug_hold_push (PsClientOptions)
   std::string data_dir;  // "": the job's data.path
   // The trainer's and the clock loop's options: main fills what the

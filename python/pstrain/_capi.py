@@ -9,7 +9,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 LIBRARY = "libpstrain_torch.so"
 BUILD_COMMAND = "bazel build //worker/external:libpstrain_torch.so"
@@ -108,11 +108,11 @@ _SIGNATURES = {
     "pst_weights": (_p, [_p, _i]),
     "pst_grads": (_p, [_p, _i]),
     "pst_grads_ready": (_i, [_p, _i] + _err),
-    "pst_step_done": (_i, [_p, ctypes.c_double, _i64, _i64] + _err),
+    "pst_clock_done": (_i, [_p, ctypes.c_double, _i64, _i64] + _err),
     "pst_finish": (_i, [_p, _i, ctypes.c_double, _str]),
     "pst_status": (_i, [_p, _str, _i]),
     "pst_close": (None, [_p]),
-    "pst_batch_indices": (_i, [ctypes.c_uint64, _i64, _i64, _i64, _i64, _i, _i,
+    "pst_batch_indices": (_i, [ctypes.c_uint64, _i64, _i64, _i64, _i, _i,
                                ctypes.POINTER(_i64), _i]),
     "pst_pull_rows": (_i, [_p, _str, _i64, _p, _i, _p] + _err),
     "pst_push_rows": (_i, [_p, _str, _i64, _p, _i, _p] + _err),

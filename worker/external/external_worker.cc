@@ -20,12 +20,15 @@
 
 namespace pstrain {
 
+BatchSampler ExternalDataOrder(const JobSpec& job) {
+  return BatchSampler(job.seed(), TrainSetSize(job), job.batch_size(), ClocksPerEpoch(job));
+}
+
 // The clock's examples: this worker's share of the global batch in the
 // job's data order, as indices into the caller's data set.
 class ExternalData : public DataSource {
  public:
-  explicit ExternalData(const JobSpec& job)
-      : sampler_(job.seed(), TrainSetSize(job), job.batch_size(), ClocksPerEpoch(job)) {}
+  explicit ExternalData(const JobSpec& job) : sampler_(ExternalDataOrder(job)) {}
 
   void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override {
     clock_ = clock;
@@ -46,12 +49,12 @@ class ExternalData : public DataSource {
 };
 
 // The model as the clock loop sees it: its weights and gradients are host
-// buffers the caller reads and writes; a step is the caller's, through the
+// buffers the caller reads and writes; a clock's computation is the caller's, through the
 // exchange. No device arrays (windowed: allocated on demand, never here).
 class HandedModel : public Model {
  public:
   HandedModel(const ModelSpec& spec, kernels::Backend* backend, const ExternalData* data,
-              StepExchange* exchange, ParamBuffers* initial)
+              ClockExchange* exchange, ParamBuffers* initial)
       : Model(spec, WholeModel(spec), backend, /*windowed=*/true),
         data_(data),
         exchange_(exchange),
@@ -65,11 +68,11 @@ class HandedModel : public Model {
     for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
     std::vector<bool> sent(params().size(), false);
     ASSIGN_OR_RETURN(const StepResult result,
-                     exchange_->Step(data_->clock(), data_->indices(),
-                                     [this, &sent](const std::vector<int>& ready) {
-                                       for (int p : ready) sent[p] = true;
-                                       ReportGrads(ready);
-                                     }));
+                     exchange_->RunClock(data_->clock(), data_->indices(),
+                                         [this, &sent](const std::vector<int>& ready) {
+                                           for (int p : ready) sent[p] = true;
+                                           ReportGrads(ready);
+                                         }));
     std::vector<int> rest;
     for (size_t p = 0; p < sent.size(); ++p) {
       if (!sent[p]) rest.push_back(static_cast<int>(p));
@@ -78,33 +81,14 @@ class HandedModel : public Model {
     return result;
   }
   absl::Status Backward(int, const std::vector<float>*, std::vector<float>*) override {
-    return absl::OkStatus();  // (the caller's step computed the gradients)
+    return absl::OkStatus();  // (the caller computed the gradients)
   }
 
  private:
   const ExternalData* const data_;
-  StepExchange* const exchange_;
+  ClockExchange* const exchange_;
   ParamBuffers* const initial_;
 };
-
-namespace {
-
-absl::Status CheckOptions(const ExternalWorkerOptions& o, DType* wire) {
-  if (o.overlap != "auto" && o.overlap != "on" && o.overlap != "off") {
-    return absl::InvalidArgumentError(absl::StrCat("--overlap=", o.overlap,
-                                                   ": expected auto, on or off"));
-  }
-  if (!o.wire_dtype.empty() && !ParseDType(o.wire_dtype, wire)) {
-    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", o.wire_dtype,
-                                                   ": expected fp32, bf16 or fp16"));
-  }
-  if (o.channels_per_server < 1 || o.channels_per_server > 64) {
-    return absl::InvalidArgumentError("--channels_per_server must be in [1, 64]");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 ExternalWorker::ExternalWorker(ExternalWorkerOptions options)
     : options_(std::move(options)), start_(absl::Now()) {}
@@ -112,7 +96,7 @@ ExternalWorker::ExternalWorker(ExternalWorkerOptions options)
 absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
     ExternalWorkerOptions options) {
   DType wire = FP32;
-  RETURN_IF_ERROR(CheckOptions(options, &wire));
+  RETURN_IF_ERROR(CheckWorkerFlags(options.flags, &wire));
   options.member.role = WORKER;
   auto w = absl::WrapUnique(new ExternalWorker(std::move(options)));
   std::string note;
@@ -120,9 +104,9 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   // setting; this backend computes nothing.)
   ASSIGN_OR_RETURN(w->backend_, OpenDevice("cpu", 0, &note));
   w->ps_.wire_dtype = wire;  // (the job's instead, at registration, unless given)
-  w->ps_.channels_per_server = w->options_.channels_per_server;
-  w->ps_.shm = w->options_.shm;
-  w->ps_.shm_doorbell = w->options_.shm_doorbell;
+  w->ps_.channels_per_server = static_cast<int>(w->options_.flags.channels_per_server);
+  w->ps_.shm = w->options_.flags.shm;
+  w->ps_.shm_doorbell = w->options_.flags.shm_doorbell;
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;
@@ -152,13 +136,13 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   generation_ = reg.generation();
   start_clock_ = reg.start_clock();
   next_clock_ = start_clock_;
-  if (options_.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
+  if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
   // pull off the clock), off under BSP; never with clipping by the push's
   // norm, which needs the whole gradient first.
   const bool clips = job_.optimizer().clip_norm() > 0 && job_.consistency() != BSP;
-  overlap_ = !clips && (options_.overlap == "on" ||
-                        (options_.overlap == "auto" && EffectiveStaleness(job_) != 0));
+  overlap_ = !clips && (options_.flags.overlap == "on" ||
+                        (options_.flags.overlap == "auto" && EffectiveStaleness(job_) != 0));
   id_ = reg.id();
   {
     absl::MutexLock lock(&mu_);
@@ -192,7 +176,7 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
       initial_.emplace_back(initial[i], initial[i] + params[i].numel);
     }
   }
-  exchange_ = std::make_unique<StepExchange>(static_cast<int>(params.size()));
+  exchange_ = std::make_unique<ClockExchange>(static_cast<int>(params.size()));
   data_ = std::make_unique<ExternalData>(job_);
   model_ = std::make_unique<HandedModel>(job_.model(), backend_.get(), data_.get(),
                                          exchange_.get(), &initial_);
@@ -225,7 +209,7 @@ void ExternalWorker::Watch() {
     WorkerNews news;
     news.job_state = daemon_->client().job_state();
     if (watch.Step(news)) {
-      // The step the caller may be computing ends the loop too.
+      // The clock the caller may be computing ends the loop too.
       exchange_->Close(absl::AbortedError("the job was aborted"));
       return;
     }
@@ -285,17 +269,18 @@ void ExternalWorker::RunLoop() {
   exchange_->End(ran.status());
 }
 
-absl::StatusOr<std::optional<StepExchange::Offer>> ExternalWorker::Next(absl::Duration timeout) {
+absl::StatusOr<std::optional<ClockExchange::OfferedClock>> ExternalWorker::Next(
+    absl::Duration timeout) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
-  absl::StatusOr<std::optional<StepExchange::Offer>> next = exchange_->Await(timeout);
+  absl::StatusOr<std::optional<ClockExchange::OfferedClock>> next = exchange_->Await(timeout);
   if (next.ok() && next->has_value()) {
-    step_ = **next;
+    under_way_ = **next;
     {
-      // The loop waits for this step: its generation is the step's.
+      // The loop waits for this clock: its generation is the clock's.
       absl::MutexLock lock(&mu_);
-      step_generation_ = loop_ != nullptr ? loop_->metrics().generation : generation_;
+      under_way_generation_ = loop_ != nullptr ? loop_->metrics().generation : generation_;
     }
-    step_void_ = false;
+    under_way_void_ = false;
     tables_pushed_.clear();
   }
   return next;
@@ -318,12 +303,12 @@ absl::Status ExternalWorker::GradsReady(int param) {
   return exchange_->GradsReady(param);
 }
 
-absl::Status ExternalWorker::StepDone(const StepResult& result) {
+absl::Status ExternalWorker::ClockDone(const StepResult& result) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
-  if (step_.has_value()) {
+  if (under_way_.has_value()) {
     for (const TableSpec& t : job_.tables()) {
       if (tables_pushed_.count(t.name()) > 0) continue;
-      // The step's read guarantee first, as a pull of the table would have
+      // The clock's read guarantee first, as a pull of the table would have
       // waited for it: under BSP a push of this clock is refused while the
       // worker's push of the clock before still waits in an open round.
       std::vector<float> none;
@@ -331,9 +316,9 @@ absl::Status ExternalWorker::StepDone(const StepResult& result) {
       RETURN_IF_ERROR(PushRows(t.name(), t.width(), {}, {}));
     }
   }
-  RETURN_IF_ERROR(exchange_->Done(result));
-  if (step_.has_value()) next_clock_ = step_->clock + 1;
-  step_.reset();
+  RETURN_IF_ERROR(exchange_->ClockDone(result));
+  if (under_way_.has_value()) next_clock_ = under_way_->clock + 1;
+  under_way_.reset();
   return absl::OkStatus();
 }
 
@@ -363,8 +348,8 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
 
 RowCall ExternalWorker::RowCallNow() {
   RowCall call;
-  call.clock = step_.has_value() ? step_->clock : next_clock_;
-  call.generation = step_.has_value() ? step_generation_ : daemon_->client().generation();
+  call.clock = under_way_.has_value() ? under_way_->clock : next_clock_;
+  call.generation = under_way_.has_value() ? under_way_generation_ : daemon_->client().generation();
   call.abandon = [this, generation = call.generation]() -> absl::Status {
     std::string message;
     if (daemon_->client().job_state(&message) == ABORTED) {
@@ -385,28 +370,28 @@ bool ExternalWorker::RolledBackSince(int64_t generation) {
   return now.ok() && now->generation() > generation;
 }
 
-absl::Status ExternalWorker::VoidStepOr(const absl::Status& failure) {
-  if (!step_.has_value() || !RolledBackSince(step_generation_)) return failure;
-  if (!step_void_) {
-    spdlog::info("clock {}: the cluster rolled back past generation {}; the step is void ({})",
-                 step_->clock, step_generation_, failure.message());
+absl::Status ExternalWorker::VoidClockOr(const absl::Status& failure) {
+  if (!under_way_.has_value() || !RolledBackSince(under_way_generation_)) return failure;
+  if (!under_way_void_) {
+    spdlog::info("clock {}: the cluster rolled back past generation {}; the clock is void ({})",
+                 under_way_->clock, under_way_generation_, failure.message());
   }
-  step_void_ = true;
+  under_way_void_ = true;
   return absl::OkStatus();
 }
 
 absl::Status ExternalWorker::PullRows(const std::string& table, int width,
                                       absl::Span<const uint64_t> ids, std::vector<float>* rows) {
   ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
-  for (int tries = 1; !step_void_; ++tries) {
+  for (int tries = 1; !under_way_void_; ++tries) {
     const RowCall call = RowCallNow();
     const absl::Status st = client->Pull(table, call, ids, rows);
     if (st.ok()) return st;
-    if (step_.has_value()) {
-      RETURN_IF_ERROR(VoidStepOr(st));
+    if (under_way_.has_value()) {
+      RETURN_IF_ERROR(VoidClockOr(st));
       break;
     }
-    // After the last step (an evaluation), a pull of a generation the
+    // After the last clock (an evaluation), a pull of a generation the
     // cluster rolled back past is asked again in the new one.
     if (tries == 3 || !RolledBackSince(call.generation)) return st;
   }
@@ -418,19 +403,19 @@ absl::Status ExternalWorker::PushRows(const std::string& table, int width,
                                       absl::Span<const uint64_t> ids,
                                       absl::Span<const float> grads) {
   ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
-  if (!step_.has_value()) {
-    return absl::FailedPreconditionError("rows are pushed during a step (after pst_next)");
+  if (!under_way_.has_value()) {
+    return absl::FailedPreconditionError("rows are pushed during a clock (after pst_next)");
   }
   if (tables_pushed_.count(table) > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "table '", table, "' was pushed already at clock ", step_->clock, " (once a step)"));
+        "table '", table, "' was pushed already at clock ", under_way_->clock, " (once a clock)"));
   }
-  // Marked once taken (or dropped with a void step): a push that failed
+  // Marked once taken (or dropped with a void clock): a push that failed
   // may be tried again.
-  if (!step_void_) {
+  if (!under_way_void_) {
     const absl::Status st = client->Push(table, RowCallNow(),
-                                         static_cast<int>(step_->indices.size()), ids, grads);
-    if (!st.ok()) RETURN_IF_ERROR(VoidStepOr(st));
+                                         static_cast<int>(under_way_->indices.size()), ids, grads);
+    if (!st.ok()) RETURN_IF_ERROR(VoidClockOr(st));
   }
   tables_pushed_.insert(table);
   return absl::OkStatus();
@@ -449,7 +434,7 @@ void ExternalWorker::Finish(bool ok, double accuracy, const std::string& message
     ok = false;
     why = "the script ended before the job's clocks were done";
   }
-  // The loop ends at its next step or retry; a gate call it waits in is
+  // The loop ends at its next clock or retry; a gate call it waits in is
   // answered once the scheduler knows this worker is gone.
   stop_ = true;
   if (exchange_ != nullptr) exchange_->Close(absl::CancelledError(why));

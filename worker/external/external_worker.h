@@ -3,9 +3,10 @@
 // member daemon (Status service, heartbeats, the final report), the clock
 // loop (worker/clock_loop.h) with the scheduler's gate and the asynchronous
 // parameter client, on a thread of its own. The model's part is a stand-in
-// whose step is handed to the caller through a StepExchange: the caller
-// gets each clock's example indices with its weights in place, writes the
-// gradients into the model's buffers and says when each is complete.
+// whose computation of each clock is handed to the caller through a
+// ClockExchange: the caller gets each clock's example indices with its
+// weights in place, writes the gradients into the model's buffers and says
+// when each is complete.
 //
 // The caller declares the model at registration (common/external_model.h):
 // the first worker's parameter list is the job's. Worker 0's initial
@@ -32,28 +33,32 @@
 #include "kernels/backend.h"
 #include "proto/cluster.pb.h"
 #include "worker/clock_loop.h"
-#include "worker/external/step_exchange.h"
+#include "worker/data/dataset.h"
+#include "worker/external/clock_exchange.h"
 #include "worker/member_loop.h"
 #include "worker/ps_client.h"
 #include "worker/row_client.h"
+#include "worker/worker_flags.h"
 #include "worker/worker_service.h"
 
 namespace pstrain {
 
 struct ExternalWorkerOptions {
   MemberConfig member;
-  std::string overlap = "auto";  // auto, on or off, as ps_worker's --overlap
-  std::string wire_dtype;        // "": the job's
-  int channels_per_server = 2;
-  bool shm = true;  // --shm (PsClientOptions::shm)
-  bool shm_doorbell = true;  // --shm_doorbell (PsClientOptions::shm_doorbell)
+  WorkerFlags flags;  // ps_worker's --overlap, --wire_dtype, --channels_per_server, ...
   std::string frontend = "pytorch";  // what drives the worker, for Status
 };
 
 class HandedModel;
 class ExternalData;
 
-// Open, Register, Start, then Next / GradsReady / StepDone from one thread
+// The data order of a job whose examples are its workers' (EXTERNAL_DATA):
+// the examples of each clock's global batch, from the job's seed, its
+// training set's size (data.train_size), batch_size and clocks per epoch
+// (common/job_spec.h). The workers' (ExternalData) and pst_batch_indices'.
+BatchSampler ExternalDataOrder(const JobSpec& job);
+
+// Open, Register, Start, then Next / GradsReady / ClockDone from one thread
 // until Next says the job is done, then Finish. Status from any thread.
 class ExternalWorker {
  public:
@@ -73,37 +78,37 @@ class ExternalWorker {
   // Starts the clock loop; `initial` holds each parameter's initial values
   // (worker 0's seed the servers).
   absl::Status Start(const std::vector<const float*>& initial);
-  // The next step (StepExchange::Await): nullopt once the job's clocks are
-  // done and the final weights are in weights().
-  absl::StatusOr<std::optional<StepExchange::Offer>> Next(absl::Duration timeout);
+  // The next clock (ClockExchange::Await): nullopt once the job's clocks
+  // are done and the final weights are in weights().
+  absl::StatusOr<std::optional<ClockExchange::OfferedClock>> Next(absl::Duration timeout);
   // Parameter i's host buffers (null before Start or for a bad index).
   float* weights(int i);
   float* grads(int i);
   absl::Status GradsReady(int param);
-  // Ends the step; first pushes every sparse table this step did not push
-  // to (an empty push: a BSP round waits for every worker's).
-  absl::Status StepDone(const StepResult& result);
+  // Ends the clock; first pushes every sparse table this clock did not
+  // push to (an empty push: a BSP round waits for every worker's).
+  absl::Status ClockDone(const StepResult& result);
 
   // Sparse tables (JobSpec.tables), from the caller's thread. The rows of
-  // `ids` of `table` (ids.size() x width floats into *rows) for the step
-  // under way, or after the last step for the one after it (e.g. an
+  // `ids` of `table` (ids.size() x width floats into *rows) for the clock
+  // under way, or after the last clock for the one after it (e.g. an
   // evaluation once the clocks are done), waiting for the read guarantee
   // of the tables' consistency. INVALID_ARGUMENT for a `width` other than
   // the table's, NOT_FOUND for a table the job does not declare.
   //
   // A server that cannot be reached is retried (worker/row_client.h) until
   // the scheduler rolls the cluster back (it was declared dead) or the job
-  // ends (ABORTED). A step of a generation the cluster rolled back past is
+  // ends (ABORTED). A clock of a generation the cluster rolled back past is
   // void -- the loop throws its dense gradients away and offers the clock
   // again -- so its row calls change nothing and fail nothing: a pull gives
   // zeros, a push is dropped. UNAVAILABLE names the server that could not
   // be reached.
   absl::Status PullRows(const std::string& table, int width, absl::Span<const uint64_t> ids,
                         std::vector<float>* rows);
-  // During a step: the step's gradients of the rows of `ids` of `table`
+  // During a clock: the clock's gradients of the rows of `ids` of `table`
   // (ids.size() x width floats; a repeated id's summed), once per table
-  // and step, from the step's samples. FAILED_PRECONDITION outside a step
-  // or for a second push of the table in the step.
+  // and clock, from the clock's samples. FAILED_PRECONDITION outside a
+  // clock or for a second push of the table in the clock.
   absl::Status PushRows(const std::string& table, int width, absl::Span<const uint64_t> ids,
                         absl::Span<const float> grads);
 
@@ -123,8 +128,9 @@ class ExternalWorker {
   // The client of the tables' rows, after checking `table` and `width`
   // against the job.
   absl::StatusOr<RowClient*> Rows(const std::string& table, int width);
-  // What a row call of the caller's is of: the step's clock and generation
-  // (after the last step: the next clock, the cluster's generation now),
+  // What a row call of the caller's is of: the clock under way and its
+  // generation (after the last clock: the next clock, the cluster's
+  // generation now),
   // given up on once the cluster moved past that generation or the job
   // was aborted.
   RowCall RowCallNow();
@@ -132,10 +138,10 @@ class ExternalWorker {
   // say, else as a heartbeat sent now does (a server refused a row request
   // as of an older generation before the heartbeats told this worker).
   bool RolledBackSince(int64_t generation);
-  // A row call of the step under way failed with `failure`: OK (and the
-  // step void from now on) when the cluster rolled back past the step,
+  // A row call of the clock under way failed with `failure`: OK (and the
+  // clock void from now on) when the cluster rolled back past the clock,
   // else `failure`.
-  absl::Status VoidStepOr(const absl::Status& failure);
+  absl::Status VoidClockOr(const absl::Status& failure);
 
   const ExternalWorkerOptions options_;
   const absl::Time start_;
@@ -148,17 +154,17 @@ class ExternalWorker {
   PsClientOptions ps_;
   bool overlap_ = false;
   std::optional<Partition> partition_;
-  std::unique_ptr<StepExchange> exchange_;
+  std::unique_ptr<ClockExchange> exchange_;
   std::unique_ptr<ExternalData> data_;
   std::unique_ptr<HandedModel> model_;
   ParamBuffers initial_;  // the loop thread's once it runs
-  // The caller's thread's: the step under way (from Next to StepDone), its
-  // generation and whether it is void (the cluster rolled back past it),
-  // the clock a pull is for, the tables pushed this step, the servers'
-  // client.
-  std::optional<StepExchange::Offer> step_;
-  int64_t step_generation_ = 0;
-  bool step_void_ = false;
+  // The caller's thread's: the clock under way (from Next to ClockDone),
+  // its generation and whether it is void (the cluster rolled back past
+  // it), the clock a pull is for, the tables pushed this clock, the
+  // servers' client.
+  std::optional<ClockExchange::OfferedClock> under_way_;
+  int64_t under_way_generation_ = 0;
+  bool under_way_void_ = false;
   int64_t next_clock_ = 0;
   std::set<std::string> tables_pushed_;
   std::unique_ptr<RowClient> rows_;

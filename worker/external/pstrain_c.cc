@@ -18,22 +18,11 @@
 #include "server/sparse_table.h"
 #include "worker/data/dataset.h"
 #include "worker/external/external_worker.h"
+#include "worker/worker_flags.h"
 
-ABSL_FLAG(std::string, overlap, "auto",
-          "on, off or auto (on under SSP/ASP, off under BSP): push each parameter's gradient "
-          "as soon as the script's backward has it, and under SSP/ASP pull the next clock's "
-          "weights while this one computes");
-ABSL_FLAG(std::string, wire_dtype, "",
-          "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's)");
-ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");
-ABSL_FLAG(bool, shm, true,
-          "move pushes and pulls through shared memory with the servers on this host that "
-          "grant it (the others, and every server on another host or network namespace, "
-          "get them in gRPC messages); --noshm: always in the messages");
-ABSL_FLAG(bool, shm_doorbell, true,
-          "with --shm: send the pushes and pulls to servers attached through shared memory "
-          "as frames on the segment's Unix socket instead of gRPC calls (--noshm_doorbell: "
-          "gRPC calls, the payloads still in shared memory)");
+// The flags ps_worker takes too (--overlap, --wire_dtype, --channels_per_server,
+// --shm, --shm_doorbell) are worker/worker_flags'; the member flags
+// common/member_daemon's.
 ABSL_FLAG(std::string, frontend, "pytorch", "what drives this worker, as Status shows it");
 
 struct pst_worker {
@@ -90,12 +79,7 @@ int pst_open(pst_worker** out, char* err, int err_len) {
     if (!member.ok()) return member.status();
     pstrain::ExternalWorkerOptions options;
     options.member = *std::move(member);
-    options.overlap = absl::GetFlag(FLAGS_overlap);
-    options.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
-    const int64_t channels = absl::GetFlag(FLAGS_channels_per_server);
-    options.channels_per_server = static_cast<int>(std::clamp<int64_t>(channels, 0, 65));
-      options.shm = absl::GetFlag(FLAGS_shm);
-    options.shm_doorbell = absl::GetFlag(FLAGS_shm_doorbell);
+    ASSIGN_OR_RETURN(options.flags, pstrain::WorkerFlagsFromFlags());
     options.frontend = absl::GetFlag(FLAGS_frontend);
     absl::StatusOr<std::unique_ptr<pstrain::ExternalWorker>> worker =
         pstrain::ExternalWorker::Open(std::move(options));
@@ -170,7 +154,7 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
     if (clock == nullptr || rows == nullptr || (indices == nullptr && max_rows > 0)) {
       return absl::InvalidArgumentError("null output");
     }
-    absl::StatusOr<std::optional<pstrain::StepExchange::Offer>> next =
+    absl::StatusOr<std::optional<pstrain::ClockExchange::OfferedClock>> next =
         w->worker->Next(absl::Milliseconds(std::max(0, timeout_ms)));
     if (!next.ok()) return next.status();
     if (!next->has_value()) {
@@ -178,7 +162,7 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
       *rows = 0;
       return absl::OkStatus();
     }
-    const pstrain::StepExchange::Offer& offer = **next;
+    const pstrain::ClockExchange::OfferedClock& offer = **next;
     *clock = offer.clock;
     *rows = static_cast<int>(offer.indices.size());
     const size_t n = std::min(offer.indices.size(), static_cast<size_t>(std::max(0, max_rows)));
@@ -202,15 +186,15 @@ int pst_grads_ready(pst_worker* w, int param, char* err, int err_len) {
   });
 }
 
-int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
-                  int err_len) {
+int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
+                   int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();
     pstrain::StepResult result;
     result.loss = static_cast<float>(loss);
     result.correct = correct;
     result.predicted = predicted;
-    return w->worker->StepDone(result);
+    return w->worker->ClockDone(result);
   });
 }
 
@@ -287,18 +271,21 @@ void pst_close(pst_worker* w) {
   }
 }
 
-int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size,
-                      int64_t clocks_per_epoch, int64_t clock, int share_of, int share,
-                      int64_t* out, int max_rows) {
-  if (train_size < 1 || batch_size < 1 || clocks_per_epoch < 1 || clock < 0 || share_of < 1 ||
-      share < 0 || share >= share_of || batch_size > INT32_MAX || out == nullptr ||
-      clocks_per_epoch * batch_size > train_size) {
+int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int64_t clock,
+                      int share_of, int share, int64_t* out, int max_rows) {
+  if (train_size < 1 || batch_size < 1 || batch_size > train_size || batch_size > INT32_MAX ||
+      clock < 0 || share_of < 1 || share < 0 || share >= share_of || out == nullptr) {
     return -1;
   }
   try {
-    pstrain::BatchSampler sampler(seed, train_size, static_cast<int>(batch_size),
-                                  clocks_per_epoch);
-    const std::vector<int64_t> indices = sampler.Indices(clock, share_of, share);
+    // The job of a worker with this training set: its order is the workers'.
+    pstrain::JobSpec job;
+    job.set_seed(seed);
+    job.set_batch_size(static_cast<int32_t>(batch_size));
+    job.mutable_data()->set_dataset(pstrain::EXTERNAL_DATA);
+    job.mutable_data()->set_train_size(train_size);
+    const std::vector<int64_t> indices =
+        pstrain::ExternalDataOrder(job).Indices(clock, share_of, share);
     const size_t n = std::min(indices.size(), static_cast<size_t>(std::max(0, max_rows)));
     std::copy(indices.begin(), indices.begin() + n, out);
     return static_cast<int>(indices.size());

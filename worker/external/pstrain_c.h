@@ -1,5 +1,5 @@
 /* The C ABI of a worker whose model lives outside pstrain (a PyTorch
- * script, python/pstrain/torch.py): the worker's machinery -- the scheduler
+ * script, python/pstrain/torch/): the worker's machinery -- the scheduler
  * client, heartbeats, the Status service, the clock loop with its
  * asynchronous parameter client, retries, generations, rollback resync, the
  * SSP read cache and prefetch -- runs in this library on threads of its own;
@@ -18,23 +18,24 @@
  *                             port_file, auth_token_file, tls_*, connect_timeout_s,
  *                             heartbeat_interval_ms, scheduler_timeout_ms,
  *                             id, metrics_port, overlap, wire_dtype,
- *                             channels_per_server, shm
+ *                             channels_per_server, shm, shm_doorbell,
+ *                             frontend
  *   pst_open                  starts the worker's gRPC service (Status)
  *   pst_register              declares the model, joins the job
  *   pst_job                   what the job says (batch, clocks, id, ...)
  *   pst_start                 starts the clock loop (worker 0's initial
  *                             values seed the servers)
- *   loop: pst_next            the next clock's step: this worker's example
+ *   loop: pst_next            the next clock: this worker's example
  *                             indices; pst_weights() holds its weights
  *         (compute; gradients into pst_grads(); pst_grads_ready per
  *          parameter as the backward makes them)
- *         pst_step_done
+ *         pst_clock_done
  *   until pst_next says the job's clocks are done (the final weights in
  *   pst_weights)
  *   pst_finish                reports FINISHED or FAILED to the scheduler
  *   pst_close
  *
- * pst_next, pst_grads_ready and pst_step_done come from one thread at a
+ * pst_next, pst_grads_ready and pst_clock_done come from one thread at a
  * time (the training loop's); pst_status from any.
  */
 #ifndef PSTRAIN_WORKER_EXTERNAL_PSTRAIN_C_H_
@@ -48,8 +49,10 @@ extern "C" {
 
 typedef struct pst_worker pst_worker;
 
-/* The ABI's version: a loader checks it. */
-#define PST_ABI_VERSION 1
+/* The ABI's version: a loader checks it. 2: pst_step_done became
+ * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
+ * library's, from train_size and batch_size). */
+#define PST_ABI_VERSION 2
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -94,43 +97,43 @@ int pst_job(pst_worker* w, pst_job_info* out);
  * servers; the others' are not used (they read worker 0's). */
 int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len);
 
-/* Waits up to timeout_ms for the loop to need a step.
- *   0 and *clock >= 0: clock *clock's step: *rows example indices of this
+/* Waits up to timeout_ms for the loop to offer the next clock.
+ *   0 and *clock >= 0: clock *clock: *rows example indices of this
  *     worker's share of the global batch in indices[0..*rows) (at most
  *     max_rows are written; the share never exceeds the job's batch_size);
  *     pst_weights(w, i) holds the clock's weights, pst_grads(w, i) the
  *     buffers (zeroed) its gradients go to.
  *   0 and *clock == -1: the job's clocks are done; pst_weights holds the
  *     final weights (the servers' fp32 master weights).
- *   4 (DEADLINE_EXCEEDED): no step yet; call again.
+ *   4 (DEADLINE_EXCEEDED): no clock yet; call again.
  *   another code: the loop failed (the job was aborted, a server could
  *     not be reached, ...): err says why. */
 int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* indices,
              int max_rows, char* err, int err_len);
 
 /* Parameter i's host buffers: weights and gradient (numel floats each).
- * Valid from pst_next until pst_step_done (or, once done, until
+ * Valid from pst_next until pst_clock_done (or, once done, until
  * pst_close); the addresses may change from one clock to the next. */
 float* pst_weights(pst_worker* w, int param);
 float* pst_grads(pst_worker* w, int param);
 
-/* During a step: parameter i's gradient is complete in pst_grads(w, i) and
- * may leave for the servers now (each parameter at most once a step; the
- * rest leave at pst_step_done). */
+/* During a clock: parameter i's gradient is complete in pst_grads(w, i)
+ * and may leave for the servers now (each parameter at most once a clock;
+ * the rest leave at pst_clock_done). */
 int pst_grads_ready(pst_worker* w, int param, char* err, int err_len);
 
-/* Ends the step: every gradient is in pst_grads. loss: the step's mean
+/* Ends the clock: every gradient is in pst_grads. loss: the clock's mean
  * loss; correct/predicted: predictions that were right / made (0/0: none
  * counted). They go to Status. */
-int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
-                  int err_len);
+int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
+                   int err_len);
 
 /* Sparse tables (JobSpec.tables), from the training loop's thread.
  *
  * The rows of the n ids `ids` (may repeat) of table `table` into out
  * (n x width floats, in order), made on their servers if new: during a
- * step, for its clock; outside one, for the clock after the last step (an
- * evaluation once pst_next said the clocks are done). Waits for the read
+ * clock, for it; outside one, for the clock after the last (an evaluation
+ * once pst_next said the clocks are done). Waits for the read
  * guarantee of the tables' consistency (BSP: every worker's pushes of the
  * clocks before). NOT_FOUND for a table the job does not declare;
  * INVALID_ARGUMENT for a width other than the table's; a server's refusal
@@ -138,13 +141,13 @@ int pst_step_done(pst_worker* w, double loss, int64_t correct, int64_t predicted
 int pst_pull_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
                   float* out, char* err, int err_len);
 
-/* During a step: its gradients of the rows of the n ids `ids` of `table`
+/* During a clock: its gradients of the rows of the n ids `ids` of `table`
  * (n x width floats in grads; a repeated id's rows are summed), of the
- * step's samples, once per table and step. pst_step_done pushes the tables
- * a step did not push to (with no rows: a BSP round waits for every
- * worker's push). FAILED_PRECONDITION outside a step or for a second push
- * of the table in the step, FAILED_PRECONDITION from a server for a row no
- * pull made; the others as pst_pull_rows'. */
+ * clock's samples, once per table and clock. pst_clock_done pushes the
+ * tables a clock did not push to (with no rows: a BSP round waits for
+ * every worker's push). FAILED_PRECONDITION outside a clock or for a
+ * second push of the table in the clock, FAILED_PRECONDITION from a server
+ * for a row no pull made; the others as pst_pull_rows'. */
 int pst_push_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
                   const float* grads, char* err, int err_len);
 
@@ -166,14 +169,15 @@ int pst_finish(pst_worker* w, int ok, double accuracy, const char* message);
 int pst_status(pst_worker* w, char* buf, int buf_len);
 
 /* Example indices of share `share` of `share_of` of clock `clock`'s global
- * batch in the job's data order (the order every worker follows; share 0
- * of 1 is the whole global batch): at most max_rows written to out; returns
- * the share's size, or -1 for bad arguments (clocks_per_epoch * batch_size
- * must fit in train_size). Needs no worker: a script training alone uses
- * it to see the cluster's batches. */
-int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size,
-                      int64_t clocks_per_epoch, int64_t clock, int share_of, int share,
-                      int64_t* out, int max_rows);
+ * batch in the data order of a job of `seed`, `batch_size` and a training
+ * set of `train_size` examples -- the order every worker of that job
+ * follows, its clocks per epoch the library's (as pst_job_info's); share 0
+ * of 1 is the whole global batch: at most max_rows written to out; returns
+ * the share's size, or -1 for bad arguments (a batch_size beyond
+ * train_size). Needs no worker: a script training alone uses it to see the
+ * cluster's batches. */
+int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int64_t clock,
+                      int share_of, int share, int64_t* out, int max_rows);
 
 /* Stops everything and frees the worker (pst_finish first, or the
  * scheduler sees the worker die). */

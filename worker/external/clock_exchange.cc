@@ -1,4 +1,4 @@
-#include "worker/external/step_exchange.h"
+#include "worker/external/clock_exchange.h"
 
 #include <utility>
 
@@ -6,12 +6,12 @@
 
 namespace pstrain {
 
-absl::StatusOr<StepResult> StepExchange::Step(
+absl::StatusOr<StepResult> ClockExchange::RunClock(
     int64_t clock, std::vector<int64_t> indices,
     const std::function<void(const std::vector<int>&)>& ready) {
   absl::MutexLock lock(&mu_);
   if (closed_.has_value()) return absl::CancelledError(closed_->message());
-  offer_ = Offer{clock, std::move(indices)};
+  offer_ = OfferedClock{clock, std::move(indices)};
   reported_.assign(num_params_, false);
   ready_.clear();
   phase_ = Phase::kOffered;
@@ -32,41 +32,42 @@ absl::StatusOr<StepResult> StepExchange::Step(
       mu_.Unlock();
       ready(params);
       mu_.Lock();
-      continue;  // (the step may have ended meanwhile: the events go first)
+      continue;  // (the clock may have ended meanwhile: the events go first)
     }
     phase_ = Phase::kIdle;
     return result_;
   }
 }
 
-void StepExchange::End(const absl::Status& status) {
+void ClockExchange::End(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   ended_ = status;
 }
 
-absl::StatusOr<std::optional<StepExchange::Offer>> StepExchange::Await(absl::Duration timeout) {
+absl::StatusOr<std::optional<ClockExchange::OfferedClock>> ClockExchange::Await(
+    absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   if (phase_ == Phase::kTaken) {
-    return absl::FailedPreconditionError("the last step is not done yet (step() was not called)");
+    return absl::FailedPreconditionError("the last clock is not done yet (step() was not called)");
   }
   auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return phase_ == Phase::kOffered || ended_.has_value();
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout)) {
-    return absl::DeadlineExceededError("no step yet");
+    return absl::DeadlineExceededError("no clock yet");
   }
   if (phase_ == Phase::kOffered) {
     phase_ = Phase::kTaken;
-    return std::optional<Offer>(offer_);
+    return std::optional<OfferedClock>(offer_);
   }
   if (!ended_->ok()) return *ended_;
-  return std::optional<Offer>();
+  return std::optional<OfferedClock>();
 }
 
-absl::Status StepExchange::GradsReady(int param) {
+absl::Status ClockExchange::GradsReady(int param) {
   absl::MutexLock lock(&mu_);
   if (phase_ != Phase::kTaken) {
-    return absl::FailedPreconditionError("a gradient was reported outside a step");
+    return absl::FailedPreconditionError("a gradient was reported outside a clock");
   }
   if (param < 0 || param >= num_params_) {
     return absl::InvalidArgumentError(
@@ -75,7 +76,7 @@ absl::Status StepExchange::GradsReady(int param) {
   if (reported_[param]) {
     return absl::FailedPreconditionError(absl::StrCat(
         "parameter ", param,
-        "'s gradient was reported twice in one step (backward() twice? its first gradient has "
+        "'s gradient was reported twice in one clock (backward() twice? its first gradient has "
         "left for the servers; turn overlap off to accumulate)"));
   }
   reported_[param] = true;
@@ -83,15 +84,15 @@ absl::Status StepExchange::GradsReady(int param) {
   return absl::OkStatus();
 }
 
-absl::Status StepExchange::Done(const StepResult& result) {
+absl::Status ClockExchange::ClockDone(const StepResult& result) {
   absl::MutexLock lock(&mu_);
-  if (phase_ != Phase::kTaken) return absl::FailedPreconditionError("no step is under way");
+  if (phase_ != Phase::kTaken) return absl::FailedPreconditionError("no clock is under way");
   result_ = result;
   phase_ = Phase::kDone;
   return absl::OkStatus();
 }
 
-void StepExchange::Close(const absl::Status& why) {
+void ClockExchange::Close(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (!closed_.has_value()) closed_ = why;
 }

@@ -1,4 +1,4 @@
-#include "worker/external/step_exchange.h"
+#include "worker/external/clock_exchange.h"
 
 #include <thread>
 
@@ -9,19 +9,19 @@ namespace {
 
 constexpr absl::Duration kLong = absl::Seconds(30);
 
-TEST(StepExchangeTest, AStepGoesToTheCallerAndItsEventsComeBackOnTheLoopsThread) {
-  StepExchange exchange(3);
+TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThread) {
+  ClockExchange exchange(3);
   std::vector<std::vector<int>> ready;
   std::thread::id ready_on;
   absl::StatusOr<StepResult> result;
   std::thread loop([&] {
-    result = exchange.Step(7, {4, 9}, [&](const std::vector<int>& params) {
+    result = exchange.RunClock(7, {4, 9}, [&](const std::vector<int>& params) {
       ready.push_back(params);
       ready_on = std::this_thread::get_id();
     });
   });
   const std::thread::id loop_id = loop.get_id();
-  absl::StatusOr<std::optional<StepExchange::Offer>> offer = exchange.Await(kLong);
+  absl::StatusOr<std::optional<ClockExchange::OfferedClock>> offer = exchange.Await(kLong);
   ASSERT_TRUE(offer.ok()) << offer.status();
   ASSERT_TRUE(offer->has_value());
   EXPECT_EQ((*offer)->clock, 7);
@@ -32,7 +32,7 @@ TEST(StepExchangeTest, AStepGoesToTheCallerAndItsEventsComeBackOnTheLoopsThread)
   r.loss = 1.5f;
   r.correct = 1;
   r.predicted = 2;
-  EXPECT_TRUE(exchange.Done(r).ok());
+  EXPECT_TRUE(exchange.ClockDone(r).ok());
   loop.join();
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FLOAT_EQ(result->loss, 1.5f);
@@ -43,45 +43,45 @@ TEST(StepExchangeTest, AStepGoesToTheCallerAndItsEventsComeBackOnTheLoopsThread)
   EXPECT_EQ(ready_on, loop_id);
 }
 
-TEST(StepExchangeTest, OutOfStepCallsAndRepeatsAreRefused) {
-  StepExchange exchange(2);
+TEST(ClockExchangeTest, CallsOutsideAClockAndRepeatsAreRefused) {
+  ClockExchange exchange(2);
   EXPECT_EQ(exchange.GradsReady(0).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(exchange.Done(StepResult()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(exchange.ClockDone(StepResult()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(exchange.Await(absl::Milliseconds(10)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::thread loop([&] { (void)exchange.Step(0, {}, [](const std::vector<int>&) {}); });
+  std::thread loop([&] { (void)exchange.RunClock(0, {}, [](const std::vector<int>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   EXPECT_EQ(exchange.GradsReady(2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(exchange.GradsReady(1).ok());
   EXPECT_EQ(exchange.GradsReady(1).code(), absl::StatusCode::kFailedPrecondition);
-  // The step taken is not done: asking for the next one is an error.
+  // The clock taken is not done: asking for the next one is an error.
   EXPECT_EQ(exchange.Await(absl::Milliseconds(10)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(exchange.Done(StepResult()).ok());
+  EXPECT_TRUE(exchange.ClockDone(StepResult()).ok());
   loop.join();
 }
 
-TEST(StepExchangeTest, TheLoopsEndReachesTheCaller) {
-  StepExchange done(1);
+TEST(ClockExchangeTest, TheLoopsEndReachesTheCaller) {
+  ClockExchange done(1);
   done.End(absl::OkStatus());
-  absl::StatusOr<std::optional<StepExchange::Offer>> end = done.Await(kLong);
+  absl::StatusOr<std::optional<ClockExchange::OfferedClock>> end = done.Await(kLong);
   ASSERT_TRUE(end.ok());
   EXPECT_FALSE(end->has_value());
 
-  StepExchange failed(1);
+  ClockExchange failed(1);
   failed.End(absl::AbortedError("the job was aborted"));
   EXPECT_EQ(failed.Await(kLong).status().code(), absl::StatusCode::kAborted);
 }
 
-TEST(StepExchangeTest, CloseEndsAStepTheCallerLeft) {
-  StepExchange exchange(1);
+TEST(ClockExchangeTest, CloseEndsAClockTheCallerLeft) {
+  ClockExchange exchange(1);
   absl::StatusOr<StepResult> result;
-  std::thread loop([&] { result = exchange.Step(3, {1}, [](const std::vector<int>&) {}); });
+  std::thread loop([&] { result = exchange.RunClock(3, {1}, [](const std::vector<int>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   exchange.Close(absl::CancelledError("the script stopped"));
   loop.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(exchange.Step(4, {}, [](const std::vector<int>&) {}).status().code(),
+  EXPECT_EQ(exchange.RunClock(4, {}, [](const std::vector<int>&) {}).status().code(),
             absl::StatusCode::kCancelled);
 }
 

@@ -1,0 +1,51 @@
+"""A PyTorch training script as a pstrain worker.
+
+    import pstrain.torch as pst
+
+    pst.init()                               # scheduler from PSTRAIN_SCHEDULER
+    model = Net()
+    opt = pst.Optimizer(model)               # the servers run the job's optimizer
+    for x, y in pst.batches(train_set):      # this worker's share of each clock
+        loss = loss_fn(model(x), y)
+        loss.backward()                      # gradients go to the push buffers
+        opt.step(loss)                       # pushes them; the clock ends
+    pst.finish(accuracy=evaluate(model))     # the final weights are in the model
+
+The servers hold the weights and the optimizer's state; the job spec names
+the optimizer, the consistency (BSP, SSP, ASP), the global batch and the
+clocks. Before each batch is yielded the parameters hold that clock's
+weights, and each clock starts with zero gradients. Trainable float32
+parameters go to the servers; those with requires_grad=False stay local.
+
+The worker's machinery (scheduler client, heartbeats, parameter client,
+retries, rollback resync) is libpstrain_torch.so, loaded with ctypes; see
+pstrain._capi for where it is looked for.
+
+The package's rooms:
+
+    _worker.py    this process's worker: init, registration, rank, finish,
+                  the exit hooks
+    optimizer.py  pst.Optimizer: the gradients' way to the servers
+    data.py       pst.batches (the clock loop's side in Python) and
+                  pst.batch_indices (the job's data order)
+    sparse.py     pst.SparseEmbeddingBag and pst.initial_rows: sparse tables
+
+The exceptions: PstrainError and its subclasses are pstrain._capi's (a
+status code of the library's); NoGradients and UnsupportedDtype are the
+optimizer's.
+"""
+
+from .._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch,
+                     PstrainError, SchedulerUnavailable, ServerUnavailable, Unauthenticated)
+from ._worker import finish, get_rank, get_world_size, init, is_initialized
+from .data import batch_indices, batches
+from .optimizer import NoGradients, Optimizer, UnsupportedDtype
+from .sparse import SparseEmbeddingBag, initial_rows
+
+__all__ = [
+    "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches",
+    "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError",
+    "SchedulerUnavailable", "ServerUnavailable", "Unauthenticated",
+    "ModelMismatch", "InvalidArgument", "JobAborted", "LibraryNotFound", "UnsupportedDtype",
+    "NoGradients",
+]

@@ -1,0 +1,222 @@
+"""This process's worker: its flags, its library handle, its registration
+with the job, its rank, its end (finish, or the exit hooks' report).
+
+One worker a process. The state here is the process's: the handle from
+init() to finish() (or exit), the job once the first batches() registered,
+and the latest Optimizer made, which that registration declares.
+"""
+
+import atexit
+import ctypes
+import os
+import shlex
+import sys
+import traceback
+
+import torch
+
+from .. import _capi
+from .._capi import ModelMismatch
+
+
+class _Worker:
+    """This process's worker: the library's handle and how far its job got."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.job = None        # _capi.JobInfo once registered
+        self.optimizer = None  # the Optimizer registered with the job
+        self.done = False      # every clock done; the final weights loaded
+        self.failure = None    # the uncaught exception's text, for the report
+
+
+_current = None  # the _Worker from init() to finish() or exit
+_optimizer = None  # the latest Optimizer made: the one the first batches() registers
+
+
+def init(scheduler=None, **flags):
+    """Starts this process's worker (its gRPC service); nothing is sent to the
+    scheduler until the first batches().
+
+    Flags are ps_worker's: first those of $PSTRAIN_FLAGS ("--name=value"
+    words), then `scheduler` (else $PSTRAIN_SCHEDULER), then `flags`.
+
+    Args:
+      scheduler: the scheduler's "HOST:PORT".
+      **flags: ps_worker's flags by name (auth_token_file, tls_ca,
+        heartbeat_interval_ms, overlap, wire_dtype, channels_per_server,
+        shm, ...); a bool is given as true/false.
+
+    Raises:
+      RuntimeError: init() was called already.
+      ValueError: no scheduler, or a word of $PSTRAIN_FLAGS is not --name=value.
+      InvalidArgument: the library refused a flag (unknown, or a bad value).
+      LibraryNotFound: libpstrain_torch.so is not where pstrain looks.
+    """
+    global _current
+    if _current is not None:
+        raise RuntimeError("pstrain.torch.init() was called already")
+    settings = _env_flags()
+    scheduler = scheduler or os.environ.get("PSTRAIN_SCHEDULER")
+    if scheduler:
+        settings["scheduler"] = scheduler
+    settings.update((name, _flag_text(value)) for name, value in flags.items())
+    if not settings.get("scheduler"):
+        raise ValueError("pstrain.torch.init(): no scheduler; pass scheduler='HOST:PORT' "
+                         "or set PSTRAIN_SCHEDULER")
+    for name, value in settings.items():
+        _capi.call("pst_set_flag", name.encode(), value.encode())
+    handle = ctypes.c_void_p()
+    _capi.call("pst_open", ctypes.byref(handle))
+    _current = _Worker(handle)
+    _install_exit_hooks()
+
+
+def _env_flags():
+    flags = {}
+    for word in shlex.split(os.environ.get("PSTRAIN_FLAGS", "")):
+        name, sep, value = word.partition("=")
+        if not name.startswith("--") or not sep:
+            raise ValueError("PSTRAIN_FLAGS: %r is not --name=value" % word)
+        flags[name[2:]] = value
+    return flags
+
+
+def _flag_text(value):
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def current():
+    """This process's worker (a _Worker) from init() to finish() or exit, else None."""
+    return _current
+
+
+def is_initialized():
+    """Whether init() was called and finish() was not."""
+    return _current is not None
+
+
+def get_rank():
+    """This worker's id in the job.
+
+    Raises:
+      RuntimeError: before init(), or before the first batches() registered.
+    """
+    return registered("get_rank").job.worker_id
+
+
+def get_world_size():
+    """The job's number of workers.
+
+    Raises:
+      RuntimeError: before init(), or before the first batches() registered.
+    """
+    return registered("get_world_size").job.num_workers
+
+
+def initialized(what):
+    """The worker; RuntimeError naming pstrain.torch.`what` before init()."""
+    if _current is None:
+        raise RuntimeError("pstrain.torch.%s(): call pstrain.torch.init() first" % what)
+    return _current
+
+
+def registered(what):
+    """The registered worker; RuntimeError naming pstrain.torch.`what` before
+    init() or before the first batches()."""
+    worker = initialized(what)
+    if worker.job is None:
+        raise RuntimeError("pstrain.torch.%s(): the worker registers with the scheduler at "
+                           "the first pstrain.torch.batches()" % what)
+    return worker
+
+
+def has_registered():
+    """Whether a worker runs and has registered its model."""
+    return _current is not None and _current.job is not None
+
+
+def offer_optimizer(optimizer):
+    """Makes `optimizer` the one the first batches() registers (the latest
+    made wins)."""
+    global _optimizer
+    _optimizer = optimizer
+
+
+def register(worker, train_size):
+    """Declares the latest Optimizer's parameters and the training set's size
+    `train_size` to the job, reads the job and starts the clock loop (this
+    worker's values seed the servers if it is worker 0).
+
+    Raises:
+      RuntimeError: no Optimizer was made.
+      ModelMismatch: the job's model differs (the message names the parameter).
+      PstrainError: the scheduler refused or could not be reached (its subclass).
+    """
+    optimizer = _optimizer
+    if optimizer is None:
+        raise RuntimeError("pstrain.torch.batches(): make a pstrain.torch.Optimizer(model) "
+                           "first")
+    params, n = optimizer.params, len(optimizer.params)
+    names = (ctypes.c_char_p * n)(*[name.encode() for name in optimizer.names])
+    ndims = (ctypes.c_int * n)(*[p.dim() for p in params])
+    dims = [d for p in params for d in p.shape]
+    dtypes = (ctypes.c_int * n)(*[_capi.PST_FP32] * n)
+    _capi.call("pst_register", worker.handle, n, names, ndims,
+               (ctypes.c_int64 * len(dims))(*dims), dtypes, train_size,
+               errors={_capi.FAILED_PRECONDITION: ModelMismatch})
+    job = _capi.JobInfo()
+    _capi.check(_capi.lib().pst_job(worker.handle, ctypes.byref(job)), "", "pst_job")
+    initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
+    _capi.call("pst_start", worker.handle,
+               (ctypes.c_void_p * n)(*[t.data_ptr() for t in initial]))
+    worker.job, worker.optimizer = job, optimizer
+
+
+def finish(accuracy=None):
+    """Reports this worker FINISHED to the scheduler and stops it. Called at
+    exit otherwise: FINISHED if every clock was done, FAILED (with the
+    exception's text) if not.
+
+    Args:
+      accuracy: the model's test accuracy, for the worker's Status.
+
+    Raises:
+      RuntimeError: before init().
+      PstrainError: the report failed.
+    """
+    initialized("finish")
+    _close(True, -1.0 if accuracy is None else float(accuracy), "")
+
+
+def _close(ok, accuracy, message):
+    global _current
+    worker, _current = _current, None
+    if worker.optimizer is not None and worker.optimizer._clock is not None:
+        worker.optimizer._release()
+    code = _capi.lib().pst_finish(worker.handle, int(ok), accuracy, message.encode())
+    _capi.lib().pst_close(worker.handle)
+    _capi.check(code, "", "pst_finish")
+
+
+def _install_exit_hooks():
+    previous = sys.excepthook
+
+    def record(kind, value, tb):
+        if _current is not None:
+            _current.failure = "".join(traceback.format_exception_only(kind, value)).strip()
+        previous(kind, value, tb)
+
+    sys.excepthook = record
+    atexit.register(_at_exit)
+
+
+def _at_exit():
+    if _current is None:
+        return
+    if _current.failure:
+        _close(False, -1.0, _current.failure)
+    elif _current.done:
+        _close(True, -1.0, "")
+    else:
+        _close(False, -1.0, "the script ended before the job's clocks were done")

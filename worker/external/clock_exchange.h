@@ -1,0 +1,75 @@
+// The hand-off of each clock between the clock loop's thread, which offers
+// the clock and waits for it, and the caller's thread (a PyTorch script's,
+// through pstrain_c.h), which computes it: the example indices go one way;
+// gradients-ready events and the clock's end come back. Knows nothing of
+// gRPC or of the model.
+#ifndef PSTRAIN_WORKER_EXTERNAL_CLOCK_EXCHANGE_H_
+#define PSTRAIN_WORKER_EXTERNAL_CLOCK_EXCHANGE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/models/model.h"
+
+namespace pstrain {
+
+// Thread-safe.
+class ClockExchange {
+ public:
+  // A clock as the caller sees it.
+  struct OfferedClock {
+    int64_t clock = 0;
+    std::vector<int64_t> indices;  // this worker's examples
+  };
+
+  explicit ClockExchange(int num_params) : num_params_(num_params) {}
+
+  // The loop's side. Offers clock `clock` and waits until the caller ends
+  // it, calling `ready` on this thread with the parameters the caller says
+  // are ready, as it says so; returns the caller's result. CANCELLED once
+  // Close was called.
+  absl::StatusOr<StepResult> RunClock(int64_t clock, std::vector<int64_t> indices,
+                                      const std::function<void(const std::vector<int>&)>& ready);
+  // The loop ended with `status` (OK: every clock done, the final weights
+  // read).
+  void End(const absl::Status& status);
+
+  // The caller's side. Waits up to `timeout` for the next clock: the clock;
+  // nullopt once the loop ended well; DEADLINE_EXCEEDED when nothing came
+  // in time; the loop's error once it failed.
+  absl::StatusOr<std::optional<OfferedClock>> Await(absl::Duration timeout);
+  // During a clock: parameter `param`'s gradient is complete.
+  // FAILED_PRECONDITION outside a clock or for a parameter already reported
+  // this clock; INVALID_ARGUMENT for an unknown one.
+  absl::Status GradsReady(int param);
+  // Ends the clock taken by Await. FAILED_PRECONDITION outside a clock.
+  absl::Status ClockDone(const StepResult& result);
+
+  // Either side: the caller goes away; RunClock returns CANCELLED with
+  // `why` from now on.
+  void Close(const absl::Status& why);
+
+ private:
+  enum class Phase { kIdle, kOffered, kTaken, kDone };
+
+  const int num_params_;
+  absl::Mutex mu_;
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;
+  OfferedClock offer_ ABSL_GUARDED_BY(mu_);
+  std::deque<int> ready_ ABSL_GUARDED_BY(mu_);        // reported, not yet handed to the loop
+  std::vector<bool> reported_ ABSL_GUARDED_BY(mu_);   // this clock's
+  StepResult result_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);   // the loop's end
+  std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);  // the caller's
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_EXTERNAL_CLOCK_EXCHANGE_H_
