@@ -38,6 +38,14 @@ socklen_t AbstractAddress(const std::string& name, sockaddr_un* addr) {
 
 }  // namespace
 
+ShmLayout ShmLayout::OfServer(const Partition& partition, int server) {
+  std::vector<std::pair<int32_t, int64_t>> chunks;
+  for (int32_t id : partition.ServerChunks(server)) {
+    chunks.push_back({id, partition.chunks()[id].numel});
+  }
+  return Make(std::move(chunks));
+}
+
 ShmLayout ShmLayout::Make(std::vector<std::pair<int32_t, int64_t>> chunks) {
   std::sort(chunks.begin(), chunks.end());
   ShmLayout layout;

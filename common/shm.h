@@ -18,9 +18,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/partition.h"
 #include "absl/container/flat_hash_map.h"
+#include "common/partition.h"
 #include "absl/status/status.h"
+#include "common/partition.h"
 #include "absl/status/statusor.h"
+#include "common/partition.h"
 #include "absl/time/time.h"
 
 namespace pstrain {
@@ -35,6 +39,9 @@ class ShmLayout {
   ShmLayout() = default;
   // `chunks`: (chunk id, numel) of one server's chunks, in any order.
   static ShmLayout Make(std::vector<std::pair<int32_t, int64_t>> chunks);
+  // Server `server`'s segment of `partition`: every chunk it holds (the
+  // worker's and the server's one layout).
+  static ShmLayout OfServer(const Partition& partition, int server);
 
   int64_t region_bytes() const { return region_bytes_; }
   int64_t segment_bytes() const { return 2 * region_bytes_; }

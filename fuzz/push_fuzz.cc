@@ -39,8 +39,9 @@ struct Server {
         Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
     store = std::make_shared<ChunkStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
                                          nullptr, nullptr);
-    requests = std::make_unique<ChunkRequests>(store, TotalClocks(job), nullptr, &counters,
-                                               nullptr);
+    requests = std::make_unique<ChunkRequests>(store, TotalClocks(job),
+                                               ShmLayout::OfServer(partition, 0), nullptr,
+                                               &counters, nullptr);
   }
   JobSpec job;
   std::shared_ptr<ChunkStore> store;

@@ -14,13 +14,6 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-// The shared-memory layout of `store`'s chunks.
-ShmLayout LayoutOf(const ChunkStore& store) {
-  std::vector<std::pair<int32_t, int64_t>> chunks;
-  for (int32_t id : store.chunk_ids()) chunks.push_back({id, store.ChunkNumel(id)});
-  return ShmLayout::Make(std::move(chunks));
-}
-
 // Bytes of a chunk's payload in a pull's reply of `dtype`.
 int64_t PayloadBytes(const ChunkStore& store, int32_t chunk, DType dtype) {
   return store.ChunkNumel(chunk) * DTypeSize(dtype);
@@ -43,13 +36,13 @@ ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
 }  // namespace
 
 ChunkRequests::ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_clocks,
-                             ShmRegistry* shm, RequestCounters* counters,
+                             ShmLayout shm_layout, ShmRegistry* shm, RequestCounters* counters,
                              std::function<void(int64_t)> on_checkpoint_asked)
     : store_(std::move(store)),
       total_clocks_(total_clocks),
       shm_(shm),
       counters_(counters),
-      shm_layout_(LayoutOf(*store_)),
+      shm_layout_(std::move(shm_layout)),
       boot_id_(BootId()),
       on_checkpoint_asked_(std::move(on_checkpoint_asked)) {}
 

@@ -36,13 +36,15 @@ struct RequestCounters {
 // Thread-safe, as the store is.
 class ChunkRequests {
  public:
-  // `store`'s chunks for a job of `total_clocks` clocks; `shm`: this host's
+  // `store`'s chunks for a job of `total_clocks` clocks, laid out in a
+  // segment as `shm_layout` says (ShmLayout::OfServer); `shm`: this host's
   // shared memory (null: none), `counters` the server's (both outlive the
   // object). `on_checkpoint_asked(clock)`: a push named a checkpoint the
   // scheduler asked for (PushRequest.checkpoint_clock > 0), which the
   // server's tables follow too.
-  ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_clocks, ShmRegistry* shm,
-                RequestCounters* counters, std::function<void(int64_t)> on_checkpoint_asked);
+  ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_clocks, ShmLayout shm_layout,
+                ShmRegistry* shm, RequestCounters* counters,
+                std::function<void(int64_t)> on_checkpoint_asked);
 
   ChunkStore& store() const { return *store_; }
   const ShmLayout& shm_layout() const { return shm_layout_; }

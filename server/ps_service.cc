@@ -58,10 +58,11 @@ PsService::PsService()
 
 PsService::~PsService() { shm_.reset(); }
 
-void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks) {
+void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks,
+                         ShmLayout shm_layout) {
   Shard* const asked = shard.get();
   auto chunks = std::make_shared<ChunkRequests>(
-      shard->store(), total_clocks, shm_.get(), &counters_,
+      shard->store(), total_clocks, std::move(shm_layout), shm_.get(), &counters_,
       [asked](int64_t clock) { asked->AskCheckpoint(clock); });
   auto rows = std::make_shared<RowRequests>(shard->tables(), &counters_);
   absl::MutexLock lock(&mu_);

@@ -48,9 +48,10 @@ class PsService final : public PsServiceBase {
   ~PsService() override;
 
   // Makes the service answer pushes and pulls, of chunks and rows, from
-  // `shard` (a job of `total_clocks` clocks); until then they get
-  // UNAVAILABLE. Call once.
-  void SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks);
+  // `shard` (a job of `total_clocks` clocks; its chunks laid out in a
+  // worker's segment as `shm_layout`: ShmLayout::OfServer); until then they
+  // get UNAVAILABLE. Call once.
+  void SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, ShmLayout shm_layout);
   void SetIdentity(int id, const std::string& address);
   // Gives workers on this host shared memory (OpenShm); without it OpenShm
   // is refused and every payload moves in the messages. Their pushes and

@@ -6,6 +6,7 @@
 #include "common/dtype.h"
 #include "common/row_wire.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 namespace {
@@ -65,10 +66,9 @@ grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* re
   absl::Status read = ReadWithPayload(
       raw, &req, PushRowsRequest::kGradsFieldNumber,
       [&](size_t bytes, const ReadPayload& read_payload) -> absl::Status {
-        if (bytes > static_cast<size_t>(kMaxRowBytesPerRequest)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "push rows: ", bytes, " bytes of gradients are over ", kMaxRowBytesPerRequest));
-        }
+        // Before anything is allocated for them (decoded, the tables check
+        // them again).
+        RETURN_IF_ERROR(CheckRowBytes(static_cast<int64_t>(bytes), "the gradients"));
         wire = bytes;
         grads.resize((bytes + 3) / 4);
         if (!read_payload(grads.data(), bytes)) {
@@ -82,11 +82,6 @@ grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* re
     return Invalid(absl::StrCat("push rows: malformed request: ", read.message()));
   }
   const size_t width = DTypeSize(req.dtype());
-  if (wire / width * sizeof(float) > static_cast<size_t>(kMaxRowBytesPerRequest)) {
-    tables_->CountRefused();
-    return Invalid(absl::StrCat("push rows: ", wire / width, " gradient values are over ",
-                                kMaxRowBytesPerRequest, " bytes"));
-  }
   if (wire % width != 0) {
     tables_->CountRefused();
     return Invalid(absl::StrCat("push rows: ", wire, " bytes of gradients are not ",

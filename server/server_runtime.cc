@@ -142,6 +142,7 @@ class Server {
   int id_ = -1;
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<ChunkStore> store_;
+  ShmLayout shm_layout_;  // where the store's chunks lie in a worker's segment
   absl::Mutex norm_mu_;
   MemberStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
   // BSP clipping by the global norm (null when the job does not clip under
@@ -194,7 +195,7 @@ int Server::Run(const RegisterResponse& reg) {
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
-  service_->SetShard(shard_, TotalClocks(job_));
+  service_->SetShard(shard_, TotalClocks(job_), shm_layout_);
   std::string message;
   const absl::StatusOr<JobState> end = Serve(&message);
   if (!end.ok()) return Fail(end.status());
@@ -242,6 +243,7 @@ absl::Status Server::Build() {
     ASSIGN_OR_RETURN(plan, PlanServerMemory(config_.memory_budget, needs));
     offload.budget = plan->slabs;
   }
+  shm_layout_ = ShmLayout::OfServer(*partition, id_);
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
                                         trace_, offload);
   RETURN_IF_ERROR(store_->health());

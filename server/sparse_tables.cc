@@ -30,6 +30,13 @@ absl::Status OutOfOrder(const ChunkClocks& clocks, int worker, int64_t clock) {
 
 }  // namespace
 
+absl::Status CheckRowBytes(int64_t bytes, absl::string_view what) {
+  if (bytes <= kMaxRowBytesPerRequest) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": ", bytes, " bytes are over the ", kMaxRowBytesPerRequest,
+                   " a row request may carry"));
+}
+
 RowOptimizer RowOptimizerOf(const OptimizerSpec& spec) {
   RowOptimizer opt;
   switch (spec.type()) {
@@ -160,11 +167,11 @@ absl::StatusOr<SparseTables::Table*> SparseTables::CheckedPull(int worker, absl:
   Table& table = **found;
   const int width = table.width;
   const int64_t bytes = static_cast<int64_t>(ids.size()) * (width + table.state_floats) * 4;
-  if (bytes > kMaxRowBytesPerRequest) {
-    return Refuse(table, absl::InvalidArgumentError(absl::StrCat(
-                             "a pull of ", ids.size(), " rows of ", width, " floats (and ",
-                             table.state_floats, " of state) is over ", kMaxRowBytesPerRequest,
-                             " bytes")));
+  if (absl::Status st = CheckRowBytes(
+          bytes, absl::StrCat("a pull of ", ids.size(), " rows of ", width, " floats (and ",
+                              table.state_floats, " of state)"));
+      !st.ok()) {
+    return Refuse(table, std::move(st));
   }
   if (absl::Status st = CheckIds(table, ids); !st.ok()) return Refuse(table, std::move(st));
   return &table;
@@ -197,10 +204,10 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
   absl::StatusOr<Table*> found = Find(worker, name);
   if (!found.ok()) return found.status();
   Table& table = **found;
-  if (static_cast<int64_t>(grads.size()) * 4 > kMaxRowBytesPerRequest) {
-    return Refuse(table, absl::InvalidArgumentError(absl::StrCat(
-                             "a push of ", grads.size(), " floats is over ",
-                             kMaxRowBytesPerRequest, " bytes")));
+  if (absl::Status st = CheckRowBytes(static_cast<int64_t>(grads.size()) * 4,
+                                     absl::StrCat("a push of ", grads.size(), " floats"));
+      !st.ok()) {
+    return Refuse(table, std::move(st));
   }
   if (num_samples < 0) {
     return Refuse(table, absl::InvalidArgumentError(

@@ -41,6 +41,10 @@ namespace pstrain {
 // state too, which the rows it makes hold. A table's rows in memory are
 // bounded by its TableSpec.memory_budget_bytes (outside --memory_budget).
 inline constexpr int64_t kMaxRowBytesPerRequest = int64_t{64} << 20;
+// The one check of that limit: INVALID_ARGUMENT when `bytes` of `what` (a
+// pull's rows with their state, a push's gradients, received or decoded)
+// pass it.
+absl::Status CheckRowBytes(int64_t bytes, absl::string_view what);
 
 // A table's row optimizer from the job's (validated) TableSpec.
 RowOptimizer RowOptimizerOf(const OptimizerSpec& spec);

@@ -10,11 +10,7 @@ ShmLinks::ShmLinks(const std::vector<std::string>& addresses, const Partition& p
                    int worker_id, bool enabled)
     : addresses_(addresses), worker_id_(worker_id) {
   for (int s = 0; s < static_cast<int>(addresses_.size()); ++s) {
-    std::vector<std::pair<int32_t, int64_t>> layout;
-    for (int32_t id : partition.ServerChunks(s)) {
-      layout.push_back({id, partition.chunks()[id].numel});
-    }
-    layouts_.push_back(ShmLayout::Make(std::move(layout)));
+    layouts_.push_back(ShmLayout::OfServer(partition, s));
     links_.emplace_back();
     tries_.push_back(enabled ? 0 : kMaxTries);
     asked_in_.push_back(0);

@@ -155,22 +155,6 @@ void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
   };
 }
 
-// Layers' gradients pushed during the backward, and the prefetch, when
-// the job allows them (see TrainingOptions::overlap).
-static bool OverlapFor(const TrainerOptions& options) {
-  const JobSpec& job = options.job;
-  const bool clips = job.optimizer().clip_norm() > 0 && job.consistency() != BSP;
-  const char* no_overlap = job.micro_batches() > 1         ? "micro_batches above 1"
-                           : options.training.loss_scaling ? "fp16 loss scaling"
-                           : clips ? "clipping by the push's norm under SSP/ASP"
-                                   : nullptr;
-  if (options.training.overlap && no_overlap != nullptr) {
-    spdlog::info("--overlap is off for this job: a step needs its whole gradient first ({})",
-                 no_overlap);
-  }
-  return options.training.overlap && no_overlap == nullptr;
-}
-
 void Trainer::InterruptLinks(int64_t link_generation) {
   absl::MutexLock lock(&links_mu_);
   if (links_ != nullptr) links_->Interrupt(link_generation);
@@ -199,7 +183,9 @@ ClockLoopOptions Trainer::LoopOptions(int split) const {
   lo.start_clock = options_.start_clock;
   lo.generation = options_.generation;
   lo.training = options_.training;
-  lo.training.overlap = OverlapFor(options_) && split == 1;
+  // (overlap: worker/overlap.h's decision; not with the memory plan's
+  // micro-batches, whose gradients add up first)
+  lo.training.overlap = options_.training.overlap && split == 1;
   // The memory plan's smaller micro-batches, their gradients added up.
   lo.job.set_micro_batches(options_.job.micro_batches() * split);
   lo.replica = options_.worker_id;

@@ -19,6 +19,7 @@
 #include "worker/member_loop.h"
 #include "worker/stage_link.h"
 #include "worker/standalone.h"
+#include "worker/overlap.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"
 
@@ -166,14 +167,14 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.job = job;
   topts.training = config.training;
   topts.training.recompute = config.recompute == "block";
-  // auto: on for a GPU; on the CPU under SSP and ASP, where the prefetch
-  // takes the pull off the clock (bench/train_bench: the MLP's clocks as
-  // fast as alone with it, 0.6-0.67 of that without); off under BSP, where
-  // it made no difference we could tell from the noise.
-  topts.training.overlap =
-      config.flags.overlap == "on" ||
-      (config.flags.overlap == "auto" && (device == "cuda" || EffectiveStaleness(job) != 0));
   topts.training.loss_scaling = config.compute_dtype == "fp16";
+  std::string why_not;
+  topts.training.overlap = DecideOverlap(config.flags.overlap, job, device == "cuda",
+                                         topts.training.loss_scaling, &why_not);
+  if (!why_not.empty()) {
+    spdlog::info("--overlap is off for this job: a clock needs its whole gradient first ({})",
+                 why_not);
+  }
   if (topts.training.loss_scaling && job.optimizer().allow_nonfinite()) {
     return absl::FailedPreconditionError(
         "--compute_dtype=fp16 skips overflowing steps through the servers' refusal of "

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
+#include "worker/overlap.h"
 #include "worker/param_client.h"
 #include "worker/scheduler_gate.h"
 
@@ -137,12 +138,8 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   start_clock_ = reg.start_clock();
   next_clock_ = start_clock_;
   if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
-  // As ps_worker on the CPU: on under SSP and ASP (the prefetch takes the
-  // pull off the clock), off under BSP; never with clipping by the push's
-  // norm, which needs the whole gradient first.
-  const bool clips = job_.optimizer().clip_norm() > 0 && job_.consistency() != BSP;
-  overlap_ = !clips && (options_.flags.overlap == "on" ||
-                        (options_.flags.overlap == "auto" && EffectiveStaleness(job_) != 0));
+  // As ps_worker on the CPU (the script's device is its own).
+  overlap_ = DecideOverlap(options_.flags.overlap, job_, /*cuda=*/false, /*loss_scaling=*/false);
   id_ = reg.id();
   {
     absl::MutexLock lock(&mu_);
