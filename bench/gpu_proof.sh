@@ -7,13 +7,17 @@
 # repository root:
 #
 #   bench/gpu_proof.sh [--bundle=dist/pstrain-bundle.tar.gz] [--out=DIR]
-#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline,train]
+#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline,train,torch]
 #
 # window: bench/windowed_bench (a GPT under --device_memory_budget next to the
 # same step resident) and a GPU cluster with and without a budget; pipeline:
 # stage workers on the GPU, next to the same job unpipelined; train:
 # bench/train_bench on gpt_fortunes_gpu with GPU workers (alone, 1+1 BSP,
-# SSP s=1, 2+2 BSP).
+# SSP s=1, 2+2 BSP); torch: examples/torch/transformer_fortunes.py on the
+# GPU (6 layers x 512, context 256, global batch 32) alone and as one PyTorch
+# worker with two servers (BSP, SSP s=1), interleaved round by round, with
+# each worker's per-clock split (gate, pull, compute, push) from the final
+# status.
 #
 # Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
 # cluster logs to DIR/cluster-logs.tar.gz.
@@ -94,6 +98,40 @@ if has train; then
   say "train_bench gpt_fortunes_gpu"
   (cd "$B/bin" && timeout 500 bench/train_bench --job="$B/jobs/gpt_fortunes_gpu.pbtxt" \
     --clocks=100 --rounds="$ROUNDS" --worker_flags="--device=cuda --data_dir=$B/data/fortunes")
+fi
+
+TORCH_MODEL=(--device=cuda --layers=6 --width=512 --heads=8 --context=256 --threads=4)
+TORCH_RUN=(--clocks=300 --batch_size=32 --lr=3e-3 --seed=42)
+torch_cluster() {  # NAME SCHEDULER_FLAGS...
+  local name="$1"; shift
+  mkdir -p "$WORK/logs/$name"
+  OPENBLAS_NUM_THREADS=4 timeout 300 "$B/local_cluster.sh" --bin="$B/bin" \
+    --job="$ROOT/tests/python/jobs/transformer_external.pbtxt" --servers=2 --workers=1 \
+    --logs="$WORK/logs/$name" --torch="$B/examples/torch/transformer_fortunes.py" \
+    --torch_args="${TORCH_MODEL[*]} --data_dir=$B/data/fortunes --log_every=100" \
+    -- --clocks=300 "$@" 2>&1 | tail -n 3
+  grep -h "final validation loss\|seconds of training\|s of training" "$WORK/logs/$name"/worker*.log
+  python3 - "$WORK/logs/$name/status.json" <<'PY'
+import json, sys
+for m in json.load(open(sys.argv[1])).get("members", []):
+    if m.get("role") == "WORKER":
+        print("per clock (ms): " + ", ".join(
+            "%s %.1f" % (k, m.get(k + "_ms", 0)) for k in ("gate", "pull", "compute", "push")))
+PY
+}
+if has torch; then
+  for r in $(seq 1 "$ROUNDS"); do
+    say "round $r torch transformer alone"
+    PSTRAIN_LIB="$B/bin/worker/external/libpstrain_torch.so" \
+      LD_LIBRARY_PATH="$B/lib/python:${LD_LIBRARY_PATH:-}" OPENBLAS_NUM_THREADS=4 \
+      timeout 300 python3 "$B/examples/torch/transformer_fortunes.py" --alone \
+      "${TORCH_MODEL[@]}" "${TORCH_RUN[@]}" --data_dir="$B/data/fortunes" --log_every=100
+    say "round $r torch transformer 1 worker + 2 servers BSP"
+    torch_cluster "torch-bsp-$r"
+    say "round $r torch transformer 1 worker + 2 servers SSP s=1"
+    torch_cluster "torch-ssp1-$r" --consistency=ssp --staleness=1
+  done
+  tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
 fi
 
 # Local clusters: the scheduler and servers on this machine's cores, workers

@@ -14,6 +14,12 @@
 #                                --with-cuda-libs, the CUDA runtime and cuBLAS
 #                                (cuBLASLt alone is 540 MB)
 #   DIR/local_cluster.sh, DIR/jobs/, DIR/data/fortunes/
+#   DIR/bin/worker/external/libpstrain_torch.so, DIR/python/pstrain,
+#   DIR/examples/torch/   the PyTorch front end, for the machine's own
+#                         Python and torch; DIR/lib/python/ holds the
+#                         libraries it needs that such a machine lacks
+#                         (gRPC, protobuf, Abseil, ...: not glibc nor
+#                         libstdc++, which the machine's newer ones serve)
 #
 # CUDA libraries come from lib/, else $LD_LIBRARY_PATH, else the toolkit's
 # lib64 (baked in at build time, and /usr/local/cuda/lib64), else the
@@ -47,8 +53,9 @@ TARGETS=(
   //bench:train_bench
   //kernels:cuda_backend_test
 )
+TORCH_LIB=worker/external/libpstrain_torch.so
 cd "$ROOT"
-bazel build --noshow_progress "${TARGETS[@]}" >&2
+bazel build --noshow_progress "${TARGETS[@]}" "//${TORCH_LIB%/*}:${TORCH_LIB##*/}" >&2
 rm -rf "$OUT"
 mkdir -p "$OUT/lib" "$OUT/jobs" "$OUT/data"
 LOADER="$(ldd bazel-bin/worker/ps_worker | awk '/ld-linux/ {print $1}')"
@@ -82,6 +89,24 @@ done | sort -u | while read -r lib; do
   esac
   cp -L "$lib" "$OUT/lib/$base"
 done
+# The PyTorch front end: loaded by the machine's own Python, so its
+# libraries go beside it without glibc, libstdc++ and libgcc_s (the
+# machine's, newer, serve) -- local_cluster.sh --torch puts lib/python on
+# LD_LIBRARY_PATH.
+mkdir -p "$OUT/bin/worker/external" "$OUT/lib/python" "$OUT/examples"
+cp "bazel-bin/$TORCH_LIB" "$OUT/bin/$TORCH_LIB"
+chmod u+w "$OUT/bin/$TORCH_LIB"
+ldd "bazel-bin/$TORCH_LIB" | awk '/=> \// {print $3}' | while read -r lib; do
+  base="$(basename "$lib")"
+  case "$base" in
+    libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*) continue ;;
+    ld-linux*|libstdc++.so.*|libgcc_s.so.*|libcuda.so.*|libnvidia*) continue ;;
+    libcudart.so.*|libcublas.so.*|libcublasLt.so.*)
+      [ "$CUDA_LIBS" = 1 ] || continue ;;
+  esac
+  cp -L "$lib" "$OUT/lib/python/$base"
+done
+tar -C "$ROOT" --exclude=__pycache__ -cf - python/pstrain examples/torch | tar -C "$OUT" -xf -
 cp deploy/local_cluster.sh "$OUT/"
 cp deploy/jobs/*.pbtxt "$OUT/jobs/"
 if [ -d /usr/share/games/fortunes ]; then
@@ -95,6 +120,8 @@ pstrain bundle (made by deploy/bundle.sh).
   bin/kernels/cuda_backend_test            # the GPU tests
   bin/bench/worker_bench                   # GPU step time, tokens/s, TFLOP/s
   bin/worker/ps_worker --help
+  ./local_cluster.sh --bin=$PWD/bin --job=JOB --torch=examples/torch/SCRIPT.py
+                                           # PyTorch workers (python3 with torch)
 
 Jobs name their data by absolute path (/usr/share/...); data/fortunes holds
 the GPT corpus for machines without it: give workers --data_dir=$PWD/data/fortunes

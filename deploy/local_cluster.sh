@@ -241,7 +241,15 @@ if [ -n "$TORCH" ]; then
   fi
   export PSTRAIN_SCHEDULER="$SCHED" PSTRAIN_FLAGS="$WORKER_FLAGS"
   export PSTRAIN_LIB="$BIN/worker/external/libpstrain_torch.so"
-  export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+  # The package beside the binaries: the repository's python/ beside
+  # bazel-bin, or a bundle's (deploy/bundle.sh), whose lib/python holds the
+  # libraries the front end needs that the machine may lack.
+  HOME_DIR="$ROOT"
+  [ -d "$BIN/../python/pstrain" ] && HOME_DIR="$(cd "$BIN/.." && pwd)"
+  export PYTHONPATH="$HOME_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+  if [ -d "$HOME_DIR/lib/python" ]; then
+    export LD_LIBRARY_PATH="$HOME_DIR/lib/python${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
 fi
 for i in $(seq 0 $((WORKERS - 1))); do
   : >"$LOGS/worker$i.log"

@@ -155,6 +155,8 @@ def add_common_args(p, lr):
                    help="train in this process, without a cluster")
     p.add_argument("--scheduler", help="HOST:PORT (default: $PSTRAIN_SCHEDULER)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--data_dir", default=str(FORTUNES),
+                   help="the fortune files (a bundle's data/fortunes on a machine without them)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--torch_seed", type=int, default=0, help="torch.manual_seed for the init")
     p.add_argument("--weights_out", help="torch.save(model.state_dict()) here at the end")
@@ -221,7 +223,7 @@ def main():
     torch.set_num_threads(args.threads)
     if not args.alone:
         pst.init(scheduler=args.scheduler)
-    train_set, valid_set = split(read_corpus(fortune_files()), args.context)
+    train_set, valid_set = split(read_corpus(fortune_files(pathlib.Path(args.data_dir))), args.context)
     torch.manual_seed(args.torch_seed)
     model = ByteTransformer(args.context, args.width, args.layers, args.heads).to(args.device)
     seconds = train(args, model, train_set)
