@@ -4,21 +4,24 @@
 
 namespace pstrain {
 
-int64_t EffectiveStaleness(const JobSpec& job) {
-  switch (job.consistency()) {
+int64_t EffectiveStaleness(Consistency consistency, int64_t staleness) {
+  switch (consistency) {
     case ASP:
       return -1;
     case SSP:
-      return job.staleness();
+      return staleness;
     default:
       return 0;
   }
 }
 
-int64_t MinClockForRead(const JobSpec& job, int64_t clock) {
-  const int64_t s = EffectiveStaleness(job);
-  if (s < 0) return 0;
-  return std::max<int64_t>(0, clock - s);
+int64_t EffectiveStaleness(const JobSpec& job) {
+  return EffectiveStaleness(job.consistency(), job.staleness());
+}
+
+int64_t MinClockForRead(int64_t clock, int64_t staleness) {
+  if (staleness < 0) return 0;
+  return std::max<int64_t>(0, clock - staleness);
 }
 
 Consistency TableConsistency(const JobSpec& job) {
@@ -28,14 +31,7 @@ Consistency TableConsistency(const JobSpec& job) {
 }
 
 int64_t TableMinClockForRead(const JobSpec& job, int64_t clock) {
-  switch (TableConsistency(job)) {
-    case ASP:
-      return 0;
-    case SSP:
-      return std::max<int64_t>(0, clock - job.staleness());
-    default:
-      return std::max<int64_t>(0, clock);
-  }
+  return MinClockForRead(clock, EffectiveStaleness(TableConsistency(job), job.staleness()));
 }
 
 ConsistencySchedule::ConsistencySchedule(const JobSpec& job) {
@@ -59,12 +55,11 @@ Consistency ConsistencySchedule::ConsistencyAt(int64_t clock) const {
 int64_t ConsistencySchedule::StalenessAt(int64_t clock) const {
   const ConsistencyChange* c = At(clock);
   if (c == nullptr) c = &base_;
-  return c->consistency() == ASP ? -1 : c->consistency() == SSP ? c->staleness() : 0;
+  return EffectiveStaleness(c->consistency(), c->staleness());
 }
 
 int64_t ConsistencySchedule::MinClockForRead(int64_t clock) const {
-  const int64_t s = StalenessAt(clock);
-  return s < 0 ? 0 : std::max<int64_t>(0, clock - s);
+  return pstrain::MinClockForRead(clock, StalenessAt(clock));
 }
 
 ConsistencyChange ConsistencySchedule::Latest() const {
