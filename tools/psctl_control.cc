@@ -5,8 +5,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "common/enum_names.h"
-#include "common/rpc.h"
-#include "proto/cluster.grpc.pb.h"
 
 namespace pstrain {
 
@@ -30,8 +28,10 @@ int WaitForCheckpoint(const Endpoint& scheduler, int64_t clock, bool drain, int 
 }
 
 int Control(const Endpoint& scheduler, ControlAction action, const ControlOptions& options) {
+  ControlRequest req;
+  req.set_action(action);
   int64_t clock = 0;
-  if (const grpc::Status rpc = AskControl(scheduler, action, &clock); !rpc.ok()) {
+  if (const grpc::Status rpc = AskControl(scheduler, req, &clock); !rpc.ok()) {
     return FailCall(scheduler.address, rpc);
   }
   if (options.json) {
@@ -66,18 +66,17 @@ int SetConsistency(const Endpoint& scheduler, const std::string& mode_flag,
   }
   req.set_consistency(*consistency);
   req.set_staleness(staleness.value_or(0));
-  auto stub = Scheduler::NewStub(MakeChannel(scheduler.address));
-  auto ctx = ContextWithTimeout(scheduler.timeout);
-  ControlResponse resp;
-  const grpc::Status rpc = stub->Control(ctx.get(), req, &resp);
-  if (!rpc.ok()) return FailCall(scheduler.address, rpc);
+  int64_t clock = 0;
+  if (const grpc::Status rpc = AskControl(scheduler, req, &clock); !rpc.ok()) {
+    return FailCall(scheduler.address, rpc);
+  }
   if (json) {
     std::printf("{\"consistency\": \"%s\", \"staleness\": %d, \"clock\": %lld}\n",
                 Consistency_Name(req.consistency()).c_str(), req.staleness(),
-                static_cast<long long>(resp.clock()));
+                static_cast<long long>(clock));
   } else {
     std::printf("%s from clock %lld on\n", absl::AsciiStrToUpper(mode).c_str(),
-                static_cast<long long>(resp.clock()));
+                static_cast<long long>(clock));
   }
   return 0;
 }

@@ -26,8 +26,10 @@ int ExportFrom(const std::string& dir, const JobSpec& job, const std::string& ou
 // A checkpoint now, then its weights (the checkpoint directory must be
 // readable from here: the same machine or a shared file system).
 int ExportLive(const Endpoint& scheduler, const std::string& out, int wait_s) {
+  ControlRequest req;
+  req.set_action(CHECKPOINT);
   int64_t clock = 0;
-  if (const grpc::Status rpc = AskControl(scheduler, CHECKPOINT, &clock); !rpc.ok()) {
+  if (const grpc::Status rpc = AskControl(scheduler, req, &clock); !rpc.ok()) {
     return FailCall(scheduler.address, rpc);
   }
   if (const int code = WaitForCheckpoint(scheduler, clock, false, wait_s); code != 0) return code;

@@ -28,13 +28,11 @@ grpc::Status FetchStatus(const Endpoint& scheduler, ClusterStatus* status) {
   return stub->Status(ctx.get(), StatusRequest(), status);
 }
 
-grpc::Status AskControl(const Endpoint& scheduler, ControlAction action, int64_t* clock) {
+grpc::Status AskControl(const Endpoint& scheduler, const ControlRequest& request, int64_t* clock) {
   auto stub = Scheduler::NewStub(MakeChannel(scheduler.address));
   auto ctx = ContextWithTimeout(scheduler.timeout);
-  ControlRequest req;
-  req.set_action(action);
   ControlResponse resp;
-  const grpc::Status rpc = stub->Control(ctx.get(), req, &resp);
+  const grpc::Status rpc = stub->Control(ctx.get(), request, &resp);
   if (rpc.ok()) *clock = resp.clock();
   return rpc;
 }

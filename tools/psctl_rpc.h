@@ -29,9 +29,10 @@ int FailCall(const std::string& address, const grpc::Status& status);
 // The scheduler's ClusterStatus.
 grpc::Status FetchStatus(const Endpoint& scheduler, ClusterStatus* status);
 
-// Asks the scheduler for `action` (checkpoint, drain, stop); sets `clock`
-// to the clock it answers (the checkpoint's, or where the job stops).
-grpc::Status AskControl(const Endpoint& scheduler, ControlAction action, int64_t* clock);
+// Sends the scheduler an operator's request (ControlRequest: checkpoint,
+// drain, stop, set-consistency); sets `clock` to the clock it answers (the
+// checkpoint's, where the job stops, where the new mode starts).
+grpc::Status AskControl(const Endpoint& scheduler, const ControlRequest& request, int64_t* clock);
 
 }  // namespace pstrain
 
