@@ -1,96 +1,9 @@
 #include "common/external_model.h"
 
-#include <algorithm>
-#include <string>
-
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/job_sizes.h"
-#include "common/job_spec.h"
+#include "common/job_validate.h"
 
 namespace pstrain {
-namespace {
-
-std::string ShapeText(const ParamSpec& p) {
-  return absl::StrCat("[", absl::StrJoin(p.shape(), ", "), "]");
-}
-
-// "parameter 3 of 6 (fc1.weight)"
-std::string Which(int i, int n, const ParamSpec& p) {
-  return absl::StrCat("parameter ", i + 1, " of ", n, " (", p.name(), ")");
-}
-
-}  // namespace
-
-absl::Status ValidateParamSpecs(const ParamSpecs& params) {
-  auto bad = [](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat("model parameters: ", parts...));
-  };
-  if (params.empty()) return bad("none declared (a model needs at least one trainable parameter)");
-  if (params.size() > kMaxExternalParams) {
-    return bad(params.size(), " declared; at most ", kMaxExternalParams, " are allowed");
-  }
-  absl::flat_hash_set<std::string> names;
-  for (int i = 0; i < params.size(); ++i) {
-    const ParamSpec& p = params[i];
-    const std::string which = Which(i, params.size(), p);
-    if (p.name().empty()) return bad("parameter ", i + 1, " has no name");
-    if (p.name().size() > kMaxParamNameBytes) {
-      return bad("parameter ", i + 1, "'s name is ", p.name().size(), " bytes; at most ",
-                 kMaxParamNameBytes, " are allowed");
-    }
-    if (!names.insert(p.name()).second) return bad(which, ": the name is declared twice");
-    if (p.shape().empty() || p.shape_size() > kMaxParamRank) {
-      return bad(which, ": ", p.shape_size(), " dimensions; 1 to ", kMaxParamRank,
-                 " are allowed (a scalar is shape [1])");
-    }
-    int64_t numel = 1;
-    for (int64_t d : p.shape()) {
-      if (d < 1) return bad(which, ": shape ", ShapeText(p), " has a dimension < 1");
-      numel = SaturatingMul(numel, d);
-    }
-    if (numel > kMaxParamElements) {
-      return bad(which, ": shape ", ShapeText(p), " has ", numel, " elements; at most ",
-                 kMaxParamElements, " are allowed");
-    }
-    if (!DType_IsValid(p.dtype())) return bad(which, ": dtype ", p.dtype(), " is unknown");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status MatchParamSpecs(const ParamSpecs& model, const ParamSpecs& offered) {
-  auto differs = [](auto&&... parts) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("this worker's model differs from the job's: ", parts...));
-  };
-  const int n = model.size();
-  for (int i = 0; i < std::min(n, offered.size()); ++i) {
-    const ParamSpec& want = model[i];
-    const ParamSpec& got = offered[i];
-    const std::string which = Which(i, n, want);
-    if (got.name() != want.name()) {
-      return differs(which, ": named ", got.name(), " here");
-    }
-    if (ShapeText(got) != ShapeText(want)) {
-      return differs(which, ": shape ", ShapeText(got), " here, ", ShapeText(want),
-                     " in the job's model");
-    }
-    if (got.dtype() != want.dtype()) {
-      return differs(which, ": dtype ", DType_Name(got.dtype()), " here, ",
-                     DType_Name(want.dtype()), " in the job's model");
-    }
-  }
-  if (offered.size() < n) {
-    return differs(offered.size(), " parameters here, ", n, " in the job's model (the first missing: ",
-                   model[offered.size()].name(), ")");
-  }
-  if (offered.size() > n) {
-    return differs(offered.size(), " parameters here, ", n, " in the job's model (the first extra: ",
-                   offered[n].name(), ")");
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<JobSpec> JoinExternalModel(JobSpec job, const ParamSpecs& params,
                                           int64_t train_size) {

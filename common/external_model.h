@@ -2,39 +2,19 @@
 // through pstrain.torch. Its parameters are not derived from the spec but
 // declared by the workers when they register: the first worker's list
 // becomes the job's model (unless the job file fixed one), and every other
-// worker must declare the same list. These are the checks, with no I/O;
-// the scheduler's coordinator applies them at registration.
+// worker must declare the same list. These are the checks, with no I/O
+// (a list's own checks are common/param_specs.h); the scheduler's
+// coordinator applies them at registration.
 #ifndef PSTRAIN_COMMON_EXTERNAL_MODEL_H_
 #define PSTRAIN_COMMON_EXTERNAL_MODEL_H_
 
 #include <cstdint>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "google/protobuf/repeated_ptr_field.h"
+#include "common/param_specs.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
-
-using ParamSpecs = google::protobuf::RepeatedPtrField<ParamSpec>;
-
-// Limits of a declared parameter list.
-inline constexpr int kMaxExternalParams = 1 << 16;
-inline constexpr int kMaxParamNameBytes = 256;
-inline constexpr int kMaxParamRank = 8;
-inline constexpr int64_t kMaxParamElements = int64_t{1} << 40;
-
-// INVALID_ARGUMENT naming the first bad parameter: an empty, over-long or
-// repeated name, no or too many dimensions, a dimension < 1, more than
-// kMaxParamElements elements, an unknown
-// dtype, more than kMaxExternalParams parameters, or none.
-absl::Status ValidateParamSpecs(const ParamSpecs& params);
-
-// OK when `offered` is `model`, parameter by parameter (name, shape, dtype,
-// order); otherwise FAILED_PRECONDITION naming the first that differs, e.g.
-// "parameter 3 of 6 (fc1.weight): shape [256, 784] here, [128, 784] in the
-// job's model".
-absl::Status MatchParamSpecs(const ParamSpecs& model, const ParamSpecs& offered);
 
 // The job once a worker declaring `params` and a training set of
 // `train_size` examples (0: not said) joined it. An EXTERNAL model without

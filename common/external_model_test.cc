@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "common/job_spec.h"
+#include "common/param_specs.h"
 #include "common/params.h"
 #include "common/stage_plan.h"
 #include "gtest/gtest.h"

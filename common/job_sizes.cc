@@ -4,13 +4,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_spec.h"
 
 namespace pstrain {
 namespace {
-
-constexpr int64_t kFashionMnistExamples = 70000;  // training and test
-constexpr int64_t kFashionMnistDim = 784;
 
 // The data set in a worker's memory: features and labels (4 bytes each)
 // of every example, and an epoch's order of the training examples.
@@ -60,6 +56,28 @@ int64_t SaturatingMul(int64_t a, int64_t b) {
 int64_t SaturatingAdd(int64_t a, int64_t b) {
   int64_t out = 0;
   return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+
+int64_t TrainSetSize(const JobSpec& job) {
+  switch (job.data().dataset()) {
+    case SYNTHETIC:
+      return job.data().synthetic_train_size();
+    case EXTERNAL_DATA:  // the workers' own: the first worker's count (0 before)
+      return job.data().train_size();
+    case TEXT:  // windows drawn at random: as many as the job uses
+      return SaturatingMul(std::max<int64_t>(1, job.clocks()), std::max(1, job.batch_size()));
+    default:
+      return kFashionMnistTrain;
+  }
+}
+
+int64_t ClocksPerEpoch(const JobSpec& job) {
+  return std::max<int64_t>(1, TrainSetSize(job) / std::max(1, job.batch_size()));
+}
+
+int64_t TotalClocks(const JobSpec& job) {
+  if (job.clocks() > 0) return job.clocks();
+  return static_cast<int64_t>(job.epochs()) * ClocksPerEpoch(job);
 }
 
 WorkerFootprint FootprintOf(const JobSpec& job) {

@@ -1,8 +1,10 @@
-// What a job spec makes every worker hold in host memory whatever its flags
-// (its data set and its share of the batch), in 64-bit arithmetic that
-// saturates instead of overflowing, and the limits ValidateJobSpec holds a
-// spec to: a typo such as `batch_size: 2000000000` is refused up front,
-// naming the field, instead of failing an allocation in every worker.
+// The sizes a job spec implies, known without reading its data: its
+// training set and its length in clocks; what it makes every worker hold in
+// host memory whatever its flags (its data set and its share of the
+// batch), in 64-bit arithmetic that saturates instead of overflowing; and
+// the limits ValidateJobSpec holds a spec to: a typo such as
+// `batch_size: 2000000000` is refused up front, naming the field, instead
+// of failing an allocation in every worker. Pure functions; thread-safe.
 #ifndef PSTRAIN_COMMON_JOB_SIZES_H_
 #define PSTRAIN_COMMON_JOB_SIZES_H_
 
@@ -12,6 +14,20 @@
 #include "proto/job.pb.h"
 
 namespace pstrain {
+
+// Fashion-MNIST (data.dataset FASHION_MNIST): 60000 training and 10000 test
+// examples of 784 features.
+inline constexpr int64_t kFashionMnistTrain = 60000;
+inline constexpr int64_t kFashionMnistExamples = 70000;  // training and test
+inline constexpr int kFashionMnistDim = 784;
+
+// Size of the training set the spec names (60000 for Fashion-MNIST), known
+// without reading it.
+int64_t TrainSetSize(const JobSpec& job);
+// Clocks per epoch (the last partial batch of an epoch is dropped).
+int64_t ClocksPerEpoch(const JobSpec& job);
+// Total clocks of the job: `clocks` if set, else epochs * ClocksPerEpoch.
+int64_t TotalClocks(const JobSpec& job);
 
 // Host bytes one worker may need for its data set and batch buffers: more
 // than any built-in model or test needs, far less than a typo asks for.

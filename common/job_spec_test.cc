@@ -165,21 +165,13 @@ TEST(JobSpecTest, TablesAreHeldToTheirLimits) {
   EXPECT_TRUE(absl::StrContains(st.message(), "memory_budget_bytes (1099511627777)")) << st;
 }
 
-TEST(JobSpecTest, ClocksAndReadGuarantee) {
+// The read guarantee of these clocks is common/job_consistency_test.
+TEST(JobSpecTest, Clocks) {
   JobSpec job = Complete("batch_size: 100 epochs: 3");
   EXPECT_EQ(ClocksPerEpoch(job), 600);
   EXPECT_EQ(TotalClocks(job), 1800);
   job.set_clocks(7);
   EXPECT_EQ(TotalClocks(job), 7);
-
-  EXPECT_EQ(MinClockForRead(job, 5), 5);  // BSP: everything before c
-  job.set_consistency(SSP);
-  job.set_staleness(2);
-  EXPECT_EQ(MinClockForRead(job, 5), 3);
-  EXPECT_EQ(MinClockForRead(job, 1), 0);
-  job.set_consistency(ASP);
-  EXPECT_EQ(EffectiveStaleness(job), -1);
-  EXPECT_EQ(MinClockForRead(job, 50), 0);
 }
 
 }  // namespace
