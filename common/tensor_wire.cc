@@ -181,7 +181,7 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_generation(header.generation);
   fields.set_checkpoint_clock(header.checkpoint_clock);
   fields.set_apply_at_once(header.apply_at_once);
-  fields.set_seed(header.seed);
+  fields.set_initial_values(header.initial_values);
   fields.set_shm_segment(header.shm_segment);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
@@ -222,7 +222,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       if (field == 7) h->generation = static_cast<int64_t>(v);
       if (field == 8) h->checkpoint_clock = static_cast<int64_t>(v);
       if (field == 9) h->apply_at_once = v != 0;
-      if (field == 10) h->seed = v != 0;
+      if (field == 10) h->initial_values = v != 0;
       if (field == 11) h->shm_segment = v;
     } else if (field == 5 && type == kLen) {
       PayloadRef ref;

@@ -67,7 +67,7 @@ struct PushHeader {
   int64_t generation = 0;
   int64_t checkpoint_clock = 0;
   bool apply_at_once = false;
-  bool seed = false;  // PushRequest.seed
+  bool initial_values = false;  // PushRequest.initial_values
   // PushRequest.shm_segment: non-zero, the payloads are in that segment and
   // EncodePush writes only the chunk ids.
   uint64_t shm_segment = 0;

@@ -28,7 +28,7 @@ ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
   push.grad_norm = h.grad_norm;
   push.generation = h.generation;
   push.apply_at_once = h.apply_at_once;
-  push.seed = h.seed;
+  push.initial_values = h.initial_values;
   push.wire_dtype = DTypeName(h.dtype);
   return push;
 }

@@ -156,7 +156,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
 
 absl::Status ChunkStore::Push(const PushRequest& push,
                               const std::function<absl::Span<const float>(size_t)>& grad) {
-  if (push.seed) return Seed(push, grad);
+  if (push.initial_values) return TakeInitialValues(push, grad);
   RETURN_IF_ERROR(CheckPush(push));
   for (size_t i = 0; i < push.parts.size(); ++i) {
     RETURN_IF_ERROR(ApplyPart(push, push.parts[i].chunk, grad(i)));
@@ -272,14 +272,14 @@ bool ChunkStore::Readable(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return false;
   absl::MutexLock lock(&c->mu);
-  return c->seeded && c->clocks.MinApplied() >= min_clock;
+  return c->has_values && c->clocks.MinApplied() >= min_clock;
 }
 
 std::string ChunkStore::Lagging(int32_t chunk, int64_t min_clock) const {
   Chunk* c = Find(chunk);
   if (c == nullptr) return "";
   absl::MutexLock lock(&c->mu);
-  if (!c->seeded) return "the model's initial weights (a seed from worker 0)";
+  if (!c->has_values) return "the model's initial values (pushed by worker 0)";
   return c->clocks.Lagging(min_clock, bsp_);
 }
 

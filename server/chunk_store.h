@@ -71,7 +71,7 @@ class ChunkStore : public HeldRounds {
     float grad_norm = 0;
     int64_t generation = 0;
     bool apply_at_once = false;    // see PushRequest.apply_at_once
-    bool seed = false;             // see PushRequest.seed: initial weights, not gradients
+    bool initial_values = false;   // see PushRequest.initial_values: weights, not gradients
     std::string wire_dtype = "fp32";  // how the values came, for messages
     struct Part {
       int32_t chunk = 0;
@@ -93,8 +93,9 @@ class ChunkStore : public HeldRounds {
   // applied (unless the job allows them): counted, and logged once per
   // chunk. INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch,
   // or a clock other than the worker's next; FAILED_PRECONDITION for a dead
-  // worker's push. A seed (an EXTERNAL model's initial weights, fp32) is
-  // written to each chunk not seeded yet and ignored by the others.
+  // worker's push. An initial-values push (an EXTERNAL model's initial
+  // weights, fp32) is written to each chunk without values yet and ignored
+  // by the others.
   absl::Status Push(const PushRequest& push,
                     const std::function<absl::Span<const float>(size_t part)>& grad);
   // One chunk's push (tests, benchmarks): a request of one part.
@@ -121,7 +122,7 @@ class ChunkStore : public HeldRounds {
   absl::Status CheckChunk(int32_t chunk) const;
   // True when every worker's updates of iterations < min_clock are applied
   // to `chunk` (the read guarantee), and the chunk holds weights: an
-  // EXTERNAL model's chunk only once seeded or restored.
+  // EXTERNAL model's chunk only once given its initial values or restored.
   bool Readable(int32_t chunk, int64_t min_clock) const;
   // The live workers whose updates of `chunk` are behind `min_clock`, for
   // Status: "worker 1 (56 applied)". Empty when none (or unknown chunk).
@@ -184,7 +185,7 @@ class ChunkStore : public HeldRounds {
     // A checkpoint asked for outside the schedule (the newest a push named).
     int64_t generation ABSL_GUARDED_BY(mu) = 0;    // of the state held
     // False while an EXTERNAL model's chunk waits for its initial weights.
-    bool seeded ABSL_GUARDED_BY(mu) = true;
+    bool has_values ABSL_GUARDED_BY(mu) = true;
   };
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from
@@ -201,9 +202,9 @@ class ChunkStore : public HeldRounds {
   Chunk* Find(int32_t chunk) const;
   // Checks a request before anything of it is applied (see Push).
   absl::Status CheckPush(const PushRequest& push) const;
-  // Writes a seed's values to the chunks not seeded yet (see Push).
-  absl::Status Seed(const PushRequest& push,
-                    const std::function<absl::Span<const float>(size_t part)>& values);
+  // Writes initial values to the chunks without values yet (see Push).
+  absl::Status TakeInitialValues(const PushRequest& push,
+                                 const std::function<absl::Span<const float>(size_t part)>& values);
   // Applies one part (checked), racing other pushes only of other workers.
   absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
   // One optimizer step of iteration `clock` with gradient `grad`.

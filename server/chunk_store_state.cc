@@ -22,8 +22,8 @@ absl::Status ChunkStore::Initialize(Chunk& c) {
   std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
   slab.MarkWritten();
   c.steps = 0;
-  // An EXTERNAL model's weights come from a worker (Seed).
-  c.seeded = job_.model().kind() != EXTERNAL;
+  // An EXTERNAL model's weights come from a worker (TakeInitialValues).
+  c.has_values = job_.model().kind() != EXTERNAL;
   return absl::OkStatus();
 }
 
@@ -60,7 +60,7 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
       std::fill(slab.grad(), slab.grad() + c.layout.grad, 0.0f);
       slab.MarkWritten();
       c.steps = *steps;
-      c.seeded = true;
+      c.has_values = true;
     }
     c.clocks.Restore(clock);
     c.round_samples = 0;
@@ -77,17 +77,17 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::Seed(const PushRequest& push,
-                              const std::function<absl::Span<const float>(size_t)>& values) {
+absl::Status ChunkStore::TakeInitialValues(const PushRequest& push,
+                                           const std::function<absl::Span<const float>(size_t)>& values) {
   if (job_.model().kind() != EXTERNAL) {
     return absl::InvalidArgumentError(
-        "a seed of initial weights is for an EXTERNAL model; this job's initialises its own");
+        "initial values are for an EXTERNAL model; this job's initialises its own");
   }
-  if (push.parts.empty()) return absl::InvalidArgumentError("seed: no chunks");
+  if (push.parts.empty()) return absl::InvalidArgumentError("initial values: no chunks");
   RETURN_IF_ERROR(CheckGeneration(push.generation));
   if (push.wire_dtype != DTypeName(FP32)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a seed of initial weights must be fp32, not ", push.wire_dtype));
+        absl::StrCat("initial values must be fp32, not ", push.wire_dtype));
   }
   if (push.worker < 0 || push.worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("unknown worker ", push.worker));
@@ -96,19 +96,19 @@ absl::Status ChunkStore::Seed(const PushRequest& push,
     const Chunk* c = Find(part.chunk);
     if (c == nullptr || part.values != c->layout.weights) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "seed: chunk ", part.chunk, c == nullptr ? " is not this server's" : " has another size"));
+          "initial values: chunk ", part.chunk, c == nullptr ? " is not this server's" : " has another size"));
     }
   }
   for (size_t i = 0; i < push.parts.size(); ++i) {
     Chunk& c = *Find(push.parts[i].chunk);
     absl::MutexLock lock(&c.mu);
     RETURN_IF_ERROR(CheckChunkGeneration(c, push.generation));
-    if (c.seeded) continue;  // the first seed wins; a retry or a later seeder is ignored
+    if (c.has_values) continue;  // the first wins; a retry or another worker's is ignored
     ASSIGN_OR_RETURN(const Slab slab, Pin(c));
     const absl::Span<const float> v = values(i);
     std::copy(v.begin(), v.end(), slab.weights());
     slab.MarkWritten();
-    c.seeded = true;
+    c.has_values = true;
   }
   return absl::OkStatus();
 }

@@ -355,10 +355,11 @@ TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
 namespace pstrain {
 namespace {
 
-// An EXTERNAL model's chunks hold no weights until a worker seeds them: no
-// read guarantee holds before; the first seed is kept, a later one (a
-// retry, or another worker's) is ignored; a seed not in fp32 is refused.
-TEST(ChunkStoreTest, AnExternalModelsChunksWaitForTheirSeed) {
+// An EXTERNAL model's chunks hold no weights until a worker pushes their
+// initial values: no read guarantee holds before; the first are kept, later
+// ones (a retry, or another worker's) are ignored; values not in fp32 are
+// refused.
+TEST(ChunkStoreTest, AnExternalModelsChunksWaitForTheirInitialValues) {
   JobSpec job;
   ParamSpec* p = job.mutable_model()->add_params();
   p->set_name("fc.weight");
@@ -379,37 +380,38 @@ TEST(ChunkStoreTest, AnExternalModelsChunksWaitForTheirSeed) {
   const int32_t chunk = store.chunk_ids()[0];
   EXPECT_FALSE(store.Readable(chunk, 0));
 
-  auto seed = [&](int worker, float value, const std::string& dtype) {
+  auto initial = [&](int worker, float value, const std::string& dtype) {
     ChunkStore::PushRequest push;
-    push.seed = true;
+    push.initial_values = true;
     push.worker = worker;
     push.wire_dtype = dtype;
     push.parts.push_back({chunk, 12, 48});
     const std::vector<float> values(12, value);
     return store.Push(push, [&](size_t) { return absl::MakeConstSpan(values); });
   };
-  EXPECT_EQ(seed(0, 1.0f, "bf16").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(initial(0, 1.0f, "bf16").code(), absl::StatusCode::kInvalidArgument);
   ChunkStore::PushRequest empty;
-  empty.seed = true;
+  empty.initial_values = true;
   EXPECT_EQ(store.Push(empty, [](size_t) { return absl::Span<const float>(); }).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(store.Readable(chunk, 0));
-  ASSERT_TRUE(seed(0, 2.5f, "fp32").ok());
+  ASSERT_TRUE(initial(0, 2.5f, "fp32").ok());
   EXPECT_TRUE(store.Readable(chunk, 0));
-  ASSERT_TRUE(seed(1, -7.0f, "fp32").ok());
+  ASSERT_TRUE(initial(1, -7.0f, "fp32").ok());
   EXPECT_EQ(ReadChunk(store, chunk), std::vector<float>(12, 2.5f));
-  // A rollback to clock 0 without a checkpoint waits for a seed again.
+  // A rollback to clock 0 without a checkpoint waits for initial values again.
   ASSERT_TRUE(store.Restore(1, 0, nullptr).ok());
   EXPECT_FALSE(store.Readable(chunk, 0));
 }
 
-// A built-in model's servers initialise its weights: a seed is refused.
-TEST(ChunkStoreTest, ABuiltInModelRefusesSeeds) {
+// A built-in model's servers initialise its weights: initial values pushed
+// by a worker are refused.
+TEST(ChunkStoreTest, ABuiltInModelRefusesInitialValues) {
   Fixture f(BSP);
   const int32_t chunk = f.store.chunk_ids()[0];
   const std::vector<float> before = ReadChunk(f.store, chunk);
   ChunkStore::PushRequest push;
-  push.seed = true;
+  push.initial_values = true;
   push.parts.push_back({chunk, static_cast<int64_t>(before.size()),
                         static_cast<int64_t>(before.size() * 4)});
   const std::vector<float> values(before.size(), 3.0f);

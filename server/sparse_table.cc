@@ -123,7 +123,7 @@ int SeenCounts::Add(uint64_t id) {
 
 SparseTable::SparseTable(TableConfig config)
     : config_(std::move(config)),
-      name_hash_(Fnv1a(config_.name)),
+      init_key_(TableInitKey(config_.seed, config_.name)),
       stride_(config_.width + config_.optimizer.StateFloats(config_.width)),
       capacity_(Capacity(config_, stride_ * 4)),
       slots_per_block_(std::max<int64_t>(1, (int64_t{1} << 20) / (stride_ * 4))) {
@@ -256,12 +256,8 @@ absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
     free_disk_.push_back(k);
     ++loaded_;
     it->second = Entry{slot, clock_};
-  } else {  // new: 24 random bits a value, a uniform float in [-1, 1), scaled
-    const uint64_t base = SplitMix64(SplitMix64(config_.seed ^ name_hash_) ^ id);
-    for (int j = 0; j < config_.width; ++j) {
-      const float u = static_cast<float>(SplitMix64(base + j) >> 40) * (1.0f / (1 << 23)) - 1.0f;
-      w[j] = u * config_.init_scale;
-    }
+  } else {  // new
+    InitialRow(init_key_, id, config_.width, config_.init_scale, w);
     config_.optimizer.InitState(config_.width, w + config_.width);
     index_.emplace(id, Entry{slot, clock_});
     ++created_;
@@ -374,28 +370,6 @@ absl::Status SparseTable::Put(uint64_t id, const float* row, int64_t touched) {
   slot_ids_[slot] = id;
   touched_[slot] = false;
   return absl::OkStatus();
-}
-
-int ServerOfRow(uint64_t id, int servers) {
-  return servers <= 1 ? 0 : static_cast<int>(SplitMix64(id) % static_cast<uint64_t>(servers));
-}
-
-void CoalesceRows(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int width,
-                  std::vector<uint64_t>* distinct, std::vector<float>* summed) {
-  distinct->clear();
-  summed->clear();
-  absl::flat_hash_map<uint64_t, size_t> at;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    auto [it, fresh] = at.emplace(ids[i], distinct->size());
-    const float* g = grads.data() + i * width;
-    if (fresh) {
-      distinct->push_back(ids[i]);
-      summed->insert(summed->end(), g, g + width);
-      continue;
-    }
-    float* sum = summed->data() + it->second * width;
-    for (int j = 0; j < width; ++j) sum[j] += g[j];
-  }
 }
 
 }  // namespace pstrain

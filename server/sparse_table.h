@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/rows.h"
 
 namespace pstrain {
 
@@ -197,7 +198,7 @@ class SparseTable {
   }
 
   const TableConfig config_;
-  const uint64_t name_hash_;
+  const uint64_t init_key_;  // TableInitKey of the job's seed and the name
   const int64_t stride_;    // floats a row: weights, then state
   const int64_t capacity_;  // slots in memory at most
   // The slots in memory, in blocks of slots_per_block_ (about 1 MiB, never
@@ -220,15 +221,6 @@ class SparseTable {
   int64_t spilled_ = 0, loaded_ = 0, created_ = 0, expired_ = 0, dropped_ = 0;
   int64_t updates_ = 0;
 };
-
-// The server of `servers` that holds row `id` (a mixing hash of the id, so
-// consecutive ids spread).
-int ServerOfRow(uint64_t id, int servers);
-
-// The distinct ids of `ids` in first-seen order, and for each the sum of its
-// rows of `grads` (ids.size() x width floats, added in order).
-void CoalesceRows(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int width,
-                  std::vector<uint64_t>* distinct, std::vector<float>* summed);
 
 }  // namespace pstrain
 

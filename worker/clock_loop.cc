@@ -116,8 +116,8 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || member_.generation() > generation ||
            gate_->generation() > generation;
   });
-  if (const ParamBuffers* initial = options_.seed && clock_ == 0 ? options_.seed() : nullptr) {
-    RETURN_IF_ERROR(params_->Wait(params_->Seed(initial)));
+  if (const ParamBuffers* initial = options_.initial_values && clock_ == 0 ? options_.initial_values() : nullptr) {
+    RETURN_IF_ERROR(params_->Wait(params_->PushInitialValues(initial)));
   }
   return options_.on_cluster ? options_.on_cluster(cluster, member_.link_generation())
                              : absl::OkStatus();

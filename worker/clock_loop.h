@@ -77,7 +77,7 @@ class GateClient {
   }
   // The newest generation the scheduler has told of (in heartbeats).
   virtual int64_t generation() const = 0;
-  // False for a gate in this process (worker/standalone.h): its calls are
+  // False for a gate in this process (worker/standalone/standalone.h): its calls are
   // not counted as calls.
   virtual bool remote() const { return true; }
 };
@@ -109,11 +109,11 @@ struct ClockLoopOptions {
   // link generation (a stage links to its neighbours there), and again when the
   // replica's pipeline restarted.
   std::function<absl::Status(const ClusterView& cluster, int64_t link_generation)> on_cluster;
-  // An EXTERNAL model (worker/external): the initial weights this worker
-  // can seed the servers with, or null when it has none. Asked for
-  // whenever the loop connects at clock 0 (the start, or a rollback to it);
-  // the servers keep the first seed and hold pulls until they have it.
-  std::function<const ParamBuffers*()> seed;
+  // An EXTERNAL model (worker/external): the initial values this worker
+  // can push to the servers, or null when it has none. Asked for whenever
+  // the loop connects at clock 0 (the start, or a rollback to it); the
+  // servers keep the first and hold pulls until they have them.
+  std::function<const ParamBuffers*()> initial_values;
 };
 
 // What the loop has done, for Status.

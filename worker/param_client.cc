@@ -54,8 +54,8 @@ ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffe
   });
 }
 
-ParamTicket AsyncPsClient::Seed(const ParamBuffers* weights) {
-  return Queue(pushes_, [weights](PsClient& client) { return client.Seed(*weights); });
+ParamTicket AsyncPsClient::PushInitialValues(const ParamBuffers* weights) {
+  return Queue(pushes_, [weights](PsClient& client) { return client.PushInitialValues(*weights); });
 }
 
 absl::Status AsyncPsClient::Wait(ParamTicket ticket) {

@@ -39,8 +39,8 @@ class ParamClient {
   virtual ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
                            std::vector<int> params) = 0;
   // Sends an EXTERNAL model's initial weights from *weights (unchanged
-  // until Wait) to the servers (PsClient::Seed).
-  virtual ParamTicket Seed(const ParamBuffers* weights) = 0;
+  // until Wait) to the servers (PsClient::PushInitialValues).
+  virtual ParamTicket PushInitialValues(const ParamBuffers* weights) = 0;
   // Waits for the operation; its status. Each ticket is waited for once.
   virtual absl::Status Wait(ParamTicket ticket) = 0;
   // Payload bytes moved so far (in the wire dtype).
@@ -74,7 +74,7 @@ class AsyncPsClient : public ParamClient {
                    std::vector<int64_t>* applied = nullptr) override;
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
                    std::vector<int> params) override;
-  ParamTicket Seed(const ParamBuffers* weights) override;
+  ParamTicket PushInitialValues(const ParamBuffers* weights) override;
   absl::Status Wait(ParamTicket ticket) override;
   int64_t bytes_in() const override;
   int64_t bytes_out() const override;

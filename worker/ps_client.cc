@@ -373,9 +373,9 @@ absl::Status PsClient::PushPull(int64_t clock, int num_samples,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::Seed(const std::vector<std::vector<float>>& weights) {
+absl::Status PsClient::PushInitialValues(const std::vector<std::vector<float>>& weights) {
   PushHeader header = Header(/*clock=*/0, /*num_samples=*/1, /*grad_norm=*/0);
-  header.seed = true;
+  header.initial_values = true;
   header.dtype = FP32;  // the initial weights exactly
   header.apply_at_once = false;
   std::vector<Call> calls;

@@ -105,9 +105,9 @@ class PsClient {
                           const std::vector<int>& params);
 
   // An EXTERNAL model's initial weights (fp32, one buffer per parameter)
-  // to every server (PushRequest.seed): a chunk takes the first seed it
-  // gets.
-  absl::Status Seed(const std::vector<std::vector<float>>& weights);
+  // to every server (PushRequest.initial_values): a chunk takes the first
+  // it gets.
+  absl::Status PushInitialValues(const std::vector<std::vector<float>>& weights);
 
   // Push and Pull at once: the pull is sent with the push, not after its
   // acknowledgement, and the server answers it once its read guarantee

@@ -8,11 +8,11 @@
 #include "common/logging.h"
 #include "common/retry.h"
 #include "common/row_wire.h"
+#include "common/rows.h"
 #include "common/rpc.h"
 #include "common/tensor_wire.h"
 #include "proto/ps.pb.h"
 #include "common/status_macros.h"
-#include "server/sparse_table.h"
 
 namespace pstrain {
 

@@ -1,5 +1,5 @@
 // A worker's pulls and pushes of sparse table rows (JobSpec.tables) by id:
-// the ids are spread over the servers by ServerOfRow (server/sparse_table.h),
+// the ids are spread over the servers by ServerOfRow (common/rows.h),
 // each server is asked once per call for its ids (deduplicated), and the
 // rows come back in the caller's order. A push sums the gradients of a
 // repeated id first (CoalesceRows) and sends each server its rows. The calls

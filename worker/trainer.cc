@@ -21,7 +21,7 @@
 #include "worker/param_client.h"
 #include "worker/ps_client.h"
 #include "worker/scheduler_gate.h"
-#include "worker/standalone.h"
+#include "worker/standalone/standalone.h"
 
 namespace pstrain {
 namespace {

@@ -46,7 +46,7 @@ struct TrainerOptions {
 // (or the validation text's) evaluation.
 class Trainer : private DataSource {
  public:
-  // A null `scheduler`: the worker trains alone (worker/standalone.h).
+  // A null `scheduler`: the worker trains alone (worker/standalone/standalone.h).
   Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Backend* backend,
           TrainTest data);
 

@@ -18,7 +18,7 @@
 #include "worker/device.h"
 #include "worker/member_loop.h"
 #include "worker/stage_link.h"
-#include "worker/standalone.h"
+#include "worker/standalone/standalone.h"
 #include "worker/overlap.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"
@@ -261,7 +261,7 @@ int WorkerMember::Train() {
   return 1;
 }
 
-// ps_worker --standalone: the job alone in this process (worker/standalone.h).
+// ps_worker --standalone: the job alone in this process (worker/standalone/standalone.h).
 int RunStandalone(const WorkerConfig& config, kernels::Backend* backend, DType wire) {
   absl::StatusOr<JobSpec> job = LoadJobSpec(config.job_file);
   if (job.ok()) job = StandaloneJob(*std::move(job));

@@ -28,7 +28,7 @@ struct WorkerConfig {
   // recompute from the strings above, the job and the device.
   TrainingOptions training;
   // --standalone: train `job_file` alone, the servers' store in this
-  // process (worker/standalone.h); the final Status as JSON to status_file.
+  // process (worker/standalone/standalone.h); the final Status as JSON to status_file.
   bool standalone = false;
   std::string job_file;
   std::string status_file;

@@ -64,7 +64,7 @@ class HandedModel : public Model {
   absl::StatusOr<StepResult> Forward(int, const Batch&, const std::vector<float>*,
                                      std::vector<float>*, bool train) override {
     if (!train) return absl::UnimplementedError("the caller evaluates its model itself");
-    // The weights of clock 0, for a seed after a rollback to it.
+    // The weights of clock 0, pushed again after a rollback to it.
     if (data_->clock() == 0 && initial_->empty()) *initial_ = weights();
     for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
     std::vector<bool> sent(params().size(), false);
@@ -222,7 +222,7 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.generation = generation_;
   lo.training.overlap = overlap_;
   lo.training.eval_each_epoch = false;  // the caller's to do
-  lo.seed = [this]() -> const ParamBuffers* { return initial_.empty() ? nullptr : &initial_; };
+  lo.initial_values = [this]() -> const ParamBuffers* { return initial_.empty() ? nullptr : &initial_; };
   return lo;
 }
 

@@ -10,8 +10,9 @@
 //
 // The caller declares the model at registration (common/external_model.h):
 // the first worker's parameter list is the job's. Worker 0's initial
-// values seed the servers (PushRequest.seed); every worker keeps the
-// weights of clock 0, so any of them can seed again after a rollback to it.
+// values are the servers' initial values (PushRequest.initial_values); every
+// worker keeps the weights of clock 0, so any of them can push them again
+// after a rollback to it.
 #ifndef PSTRAIN_WORKER_EXTERNAL_EXTERNAL_WORKER_H_
 #define PSTRAIN_WORKER_EXTERNAL_EXTERNAL_WORKER_H_
 
@@ -76,7 +77,7 @@ class ExternalWorker {
   int64_t start_clock() const { return start_clock_; }
 
   // Starts the clock loop; `initial` holds each parameter's initial values
-  // (worker 0's seed the servers).
+  // (worker 0's are the servers' initial values).
   absl::Status Start(const std::vector<const float*>& initial);
   // The next clock (ClockExchange::Await): nullopt once the job's clocks
   // are done and the final weights are in weights().

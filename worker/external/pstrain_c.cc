@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/job_spec.h"
+#include "common/rows.h"
 #include "common/status_macros.h"
-#include "server/sparse_table.h"
 #include "worker/data/dataset.h"
 #include "worker/external/external_worker.h"
 #include "worker/worker_flags.h"
@@ -231,17 +231,9 @@ int pst_initial_rows(uint64_t seed, const char* table, int width, float init_sca
       (n > 0 && (ids == nullptr || out == nullptr))) {
     return -1;
   }
-  try {
-    pstrain::TableConfig config;
-    config.name = table;
-    config.width = width;
-    config.init_scale = init_scale;
-    config.seed = seed;
-    pstrain::SparseTable rows(std::move(config));
-    return rows.Pull(absl::MakeConstSpan(ids, n), out).ok() ? 0 : -1;
-  } catch (const std::exception&) {
-    return -1;
-  }
+  const uint64_t key = pstrain::TableInitKey(seed, table);
+  for (int64_t i = 0; i < n; ++i) pstrain::InitialRow(key, ids[i], width, init_scale, out + i * width);
+  return 0;
 }
 
 int pst_finish(pst_worker* w, int ok, double accuracy, const char* message) {

@@ -24,7 +24,7 @@
  *   pst_register              declares the model, joins the job
  *   pst_job                   what the job says (batch, clocks, id, ...)
  *   pst_start                 starts the clock loop (worker 0's initial
- *                             values seed the servers)
+ *                             values are the servers')
  *   loop: pst_next            the next clock: this worker's example
  *                             indices; pst_weights() holds its weights
  *         (compute; gradients into pst_grads(); pst_grads_ready per
@@ -93,8 +93,8 @@ typedef struct pst_job_info {
 int pst_job(pst_worker* w, pst_job_info* out);
 
 /* Starts the clock loop. `initial[i]` holds parameter i's initial values
- * (numel floats; copied before the call returns): worker 0's seed the
- * servers; the others' are not used (they read worker 0's). */
+ * (numel floats; copied before the call returns): worker 0's are the
+ * servers' initial values; the others' are not used (they read worker 0's). */
 int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len);
 
 /* Waits up to timeout_ms for the loop to offer the next clock.

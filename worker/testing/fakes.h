@@ -49,7 +49,9 @@ class FakeParamClient : public ParamClient {
         absl::StrCat(prefix_, " push ", clock, " ",
                      params.empty() ? "all" : absl::StrCat("[", absl::StrJoin(params, ","), "]")));
   }
-  ParamTicket Seed(const ParamBuffers*) override { return Done(absl::StrCat(prefix_, " seed")); }
+  ParamTicket PushInitialValues(const ParamBuffers*) override {
+    return Done(absl::StrCat(prefix_, " initial values"));
+  }
   absl::Status Wait(ParamTicket ticket) override {
     const absl::Status st = results_.at(ticket);
     results_.erase(ticket);

@@ -146,7 +146,7 @@ def offer_optimizer(optimizer):
 def register(worker, train_size):
     """Declares the latest Optimizer's parameters and the training set's size
     `train_size` to the job, reads the job and starts the clock loop (this
-    worker's values seed the servers if it is worker 0).
+    worker's values are the servers' initial values if it is worker 0).
 
     Raises:
       RuntimeError: no Optimizer was made.

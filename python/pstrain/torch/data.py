@@ -31,7 +31,7 @@ def batches(dataset, collate_fn=None):
 
     The first call registers the model (the Optimizer's parameters and
     len(dataset)) with the scheduler; worker 0's current parameter values
-    seed the servers.
+    are the servers' initial values.
 
     Args:
       dataset: a map-style dataset (__len__ and __getitem__).

@@ -1,4 +1,4 @@
-#include "worker/standalone.h"
+#include "worker/standalone/standalone.h"
 
 #include <algorithm>
 #include <thread>
@@ -57,9 +57,9 @@ class StandaloneParamClient : public ParamClient {
     return Done(Send(push, *grads, params));
   }
 
-  ParamTicket Seed(const ParamBuffers* weights) override {
+  ParamTicket PushInitialValues(const ParamBuffers* weights) override {
     ChunkStore::PushRequest push;
-    push.seed = true;
+    push.initial_values = true;
     return Done(Send(push, *weights, {}));
   }
 
