@@ -24,16 +24,20 @@ std::set<std::string>& Given() {
   return *given;
 }
 
-// Flags renamed (issue 25: clock counts say clocks): the old name is an
-// unknown flag, and the refusal names the new one where this binary has it.
+// Flags renamed (issue 25: clock counts say clocks; issue 46: a fixed
+// slowdown is a straggler): the old name is an unknown flag, and the refusal
+// names the new one where this binary has it. A new name may carry the value
+// it takes ("straggler=fixed:MS"); the flag is the part before the "=".
 constexpr struct {
   absl::string_view old_name;
   absl::string_view new_name;
-} kRenamedFlags[] = {{"steps", "clocks"}, {"rank", "id"}};
+} kRenamedFlags[] = {
+    {"steps", "clocks"}, {"rank", "id"}, {"debug_slowdown_ms", "straggler=fixed:MS"}};
 
 std::string RenamedHint(absl::string_view name) {
   for (const auto& r : kRenamedFlags) {
-    if (name == r.old_name && absl::FindCommandLineFlag(r.new_name) != nullptr) {
+    const absl::string_view new_flag = r.new_name.substr(0, r.new_name.find('='));
+    if (name == r.old_name && absl::FindCommandLineFlag(new_flag) != nullptr) {
       return absl::StrCat(" (it is now --", r.new_name, ")");
     }
   }

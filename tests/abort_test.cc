@@ -43,7 +43,7 @@ ClusterOptions Options(int workers) {
   const std::string window = absl::StrCat("--scheduler_timeout_ms=", kTimeoutMs);
   options.scheduler_flags = {absl::StrCat("--heartbeat_timeout_ms=", kTimeoutMs)};
   options.server_flags = {window};
-  for (int w = 0; w < workers; ++w) options.worker_flags.push_back({window, "--debug_slowdown_ms=5"});
+  for (int w = 0; w < workers; ++w) options.worker_flags.push_back({window, "--straggler=fixed:5"});
   return options;
 }
 

@@ -39,7 +39,7 @@ absl::StatusOr<Process> StartCluster(const ChaosOptions& o, const std::string& d
       "--weights=" + dir + "/weights",
       absl::StrCat("--servers=", o.servers),
       absl::StrCat("--workers=", o.workers),
-      absl::StrCat("--worker_flags=--debug_slowdown_ms=", slowdown_ms,
+      absl::StrCat("--worker_flags=--straggler=fixed:", slowdown_ms,
                    " --heartbeat_interval_ms=200"),
       "--server_flags=--heartbeat_interval_ms=200",
       "--supervise",

@@ -24,7 +24,7 @@ struct ChaosOptions {
   int64_t clocks = 2000;        // the job's clocks
   int servers = 2;
   int workers = 2;
-  int slowdown_ms = 15;         // each worker's --debug_slowdown_ms (a clock's length)
+  int slowdown_ms = 15;         // each worker's --straggler=fixed:MS (a clock's length)
   absl::Duration min_gap = absl::Seconds(2);  // after a recovery, before the next fault
   absl::Duration max_gap = absl::Seconds(6);
   absl::Duration max_stop = absl::Seconds(4);  // SIGSTOP lasts 0.3 s .. this

@@ -41,7 +41,7 @@ TEST_P(ConsistencyTest, GateAndReadGuaranteeHoldWithASlowWorker) {
   options.trace = true;
   // Worker 0 prefetches its pulls with the gate and pushes layer by layer;
   // worker 1 does neither.
-  options.worker_flags = {{"--overlap=on"}, {"--debug_slowdown_ms=25", "--overlap=off"}};
+  options.worker_flags = {{"--overlap=on"}, {"--straggler=fixed:25", "--overlap=off"}};
   ASSERT_TRUE(cluster.Start(options).ok());
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();

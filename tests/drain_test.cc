@@ -74,7 +74,7 @@ TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
   options.workers = 2;
   // Scheduled checkpoints far apart: the drain's is the one written.
   options.scheduler_flags = {"--checkpoint_dir=" + dir, "--checkpoint_every=1000"};
-  options.worker_flags = {{"--debug_slowdown_ms=10"}, {"--debug_slowdown_ms=10"}};
+  options.worker_flags = {{"--straggler=fixed:10"}, {"--straggler=fixed:10"}};
   ASSERT_TRUE(first.Start(options).ok()) << first.Logs();
   ASSERT_TRUE(WaitForClock(first.scheduler_address(), 10)) << first.Logs();
 
@@ -153,7 +153,7 @@ TEST(DrainTest, WithoutCheckpointsDrainIsRefusedAndStopEndsTheJob) {
   Cluster cluster("stop");
   ClusterOptions options;
   options.job_text = SmallJob("batch_size: 32\nclocks: 300\n");
-  options.worker_flags = {{"--debug_slowdown_ms=10"}};
+  options.worker_flags = {{"--straggler=fixed:10"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   ASSERT_TRUE(WaitForClock(cluster.scheduler_address(), 3, 1)) << cluster.Logs();
   int code = 0;

@@ -25,7 +25,7 @@ ClusterOptions BspOptions() {
   options.servers = 1;
   options.workers = 2;
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};
-  options.worker_flags = {{"--debug_slowdown_ms=10"}, {"--debug_slowdown_ms=10"}};
+  options.worker_flags = {{"--straggler=fixed:10"}, {"--straggler=fixed:10"}};
   return options;
 }
 
@@ -271,7 +271,7 @@ TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   // --linger_ms: the scheduler answers Status for a while after the abort.
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000",
                              "--linger_ms=5000", "--on_worker_failure=abort"};
-  options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
+  options.worker_flags = {{"--straggler=fixed:20"}, {"--straggler=fixed:20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   // Let training begin.
   const bool training = WaitForStatus(

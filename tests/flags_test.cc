@@ -66,7 +66,7 @@ TEST(FlagsTest, EveryInvalidValueIsExitTwoNamingTheFlag) {
       {"worker/ps_worker", {"--channels_per_server=0", sched}},
       {"worker/ps_worker", {"--compute_threads=-1", sched}},
       {"worker/ps_worker", {"--device_memory_budget=0", sched}},
-      {"worker/ps_worker", {"--debug_slowdown_ms=-5", sched}},
+      {"worker/ps_worker", {"--straggler=fixed:-5", sched}},
       {"worker/ps_worker", {"--weights_out=", sched}},
       {"worker/ps_worker", {"--wire_dtype=fp8", sched}},
       {"worker/ps_worker", {"--overlap=maybe", sched}},
@@ -108,9 +108,9 @@ TEST(FlagsTest, AnOverrideOfAnImpossibleSizeIsExitTwoNamingTheField) {
   EXPECT_TRUE(absl::StrContains(out, "batch_size (2000000000)")) << out;
 }
 
-// The spec's clock counts were called steps before issue 25, and a member's
-// id was set with --rank: the old flags and an old job file are exit 2
-// naming the new names.
+// The spec's clock counts were called steps before issue 25, a member's id
+// was set with --rank and a worker's fixed slowdown with --debug_slowdown_ms:
+// the old flags and an old job file are exit 2 naming the new names.
 TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
   const std::string dir = NewTempDir("renamed");
   const std::string job = dir + "/job.pbtxt";
@@ -128,6 +128,16 @@ TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 2) << out;
   EXPECT_TRUE(absl::StrContains(out, "unknown flag --rank (it is now --id)")) << out;
+  // A worker's fixed slowdown is a straggler: --debug_slowdown_ms=N became
+  // --straggler=fixed:N.
+  code = RunCommand({BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1",
+                     "--debug_slowdown_ms=5"},
+                    &out, absl::Seconds(20), "renamed");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_TRUE(absl::StrContains(
+      out, "unknown flag --debug_slowdown_ms (it is now --straggler=fixed:MS)"))
+      << out;
   const std::string old = dir + "/old.pbtxt";
   WriteFile(old, SmallJob("batch_size: 16\nsteps: 10\n"));
   code = RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + old,

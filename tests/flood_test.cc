@@ -109,7 +109,7 @@ TEST(FloodTest, FloodsAreRefusedAndLeaveTheServersMemoryBounded) {
   Cluster cluster("flood");
   ClusterOptions options;
   options.job_text = SmallJob("batch_size: 16\nclocks: 10000000\n");
-  options.worker_flags = {{"--debug_slowdown_ms=5"}};
+  options.worker_flags = {{"--straggler=fixed:5"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   std::string server;  // once the worker has trained 20 clocks
   ASSERT_TRUE(WaitForStatus(

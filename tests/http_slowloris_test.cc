@@ -173,7 +173,7 @@ TEST(HttpSlowlorisTest, ThePortAnswersDuringAndRightAfterTheAttack) {
   ClusterOptions options;
   options.job_text = SmallJob("batch_size: 32\nclocks: 1000000\n");  // outlasts the test
   options.scheduler_flags = {"--metrics_port=0"};
-  options.worker_flags = {{"--debug_slowdown_ms=20"}};
+  options.worker_flags = {{"--straggler=fixed:20"}};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   const int port = PortOf(MetricsAddress(cluster.scheduler_address()));
   ASSERT_GT(port, 0) << cluster.Logs();

@@ -60,7 +60,7 @@ void CutOffAWorker(const std::string& policy, int index, int clocks) {
   options.host = ns.host_ip();
   options.scheduler_flags = {"--heartbeat_timeout_ms=3000", "--end_grace_ms=3000",
                              "--on_worker_failure=" + policy};
-  options.worker_flags = {{"--debug_slowdown_ms=10"}, {"--debug_slowdown_ms=10"}};
+  options.worker_flags = {{"--straggler=fixed:10"}, {"--straggler=fixed:10"}};
   options.worker_prefix = {{}, {kIp, "netns", "exec", ns.name()}};
   options.worker_host = {ns.host_ip(), ns.ns_ip()};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();

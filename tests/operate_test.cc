@@ -36,8 +36,8 @@ class OperateTest : public ::testing::Test {
     options.workers = 2;
     options.scheduler_flags = {"--metrics_port=0", "--run_dir=" + cluster_.dir() + "/run"};
     options.server_flags = {"--metrics_port=0"};
-    options.worker_flags = {{"--metrics_port=0", "--debug_slowdown_ms=20"},
-                            {"--metrics_port=0", "--debug_slowdown_ms=20"}};
+    options.worker_flags = {{"--metrics_port=0", "--straggler=fixed:20"},
+                            {"--metrics_port=0", "--straggler=fixed:20"}};
     ASSERT_TRUE(cluster_.Start(options).ok()) << cluster_.Logs();
     const bool ready = WaitForStatus(
         cluster_.scheduler_address(),

@@ -168,7 +168,7 @@ ClusterOptions TwoByTwoStages(const std::string& policy) {
   options.workers = 4;
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--on_worker_failure=" + policy,
                              "--linger_ms=2000"};
-  for (int i = 0; i < 4; ++i) options.worker_flags.push_back({"--debug_slowdown_ms=10"});
+  for (int i = 0; i < 4; ++i) options.worker_flags.push_back({"--straggler=fixed:10"});
   return options;
 }
 
@@ -280,7 +280,7 @@ TEST(PipelineTest, UnderWaitAReplacementTakesAKilledStageWorkersPlace) {
   ASSERT_TRUE(cluster.Start(TwoByTwoStages("wait")).ok()) << cluster.Logs();
   const int killed = KilledWhenUnderWay(cluster);
   ASSERT_GE(killed, 0) << cluster.Logs();
-  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--id=", killed), "--debug_slowdown_ms=10"}).ok());
+  ASSERT_TRUE(cluster.AddWorker({absl::StrCat("--id=", killed), "--straggler=fixed:10"}).ok());
   const ClusterStatus st = ExpectEveryWorkerFinished(cluster);
   ASSERT_GE(st.pipeline_restarts_size(), 1) << cluster.Logs();
   const PipelineRestart& restart = st.pipeline_restarts(0);
@@ -308,7 +308,7 @@ TEST(PipelineTest, UnderWaitAHungStageWorkersReplacementFreesItsNeighbour) {
   const int stopped = KilledWhenUnderWay(cluster, SIGSTOP, 0);
   ASSERT_GE(stopped, 0) << cluster.Logs();
   ASSERT_TRUE(
-      cluster.AddWorker({absl::StrCat("--id=", stopped), "--debug_slowdown_ms=10"}).ok());
+      cluster.AddWorker({absl::StrCat("--id=", stopped), "--straggler=fixed:10"}).ok());
   // The stopped process is no member any more; it goes once the job is done.
   for (int i = 0; i < 3000; ++i) {
     absl::StatusOr<ClusterStatus> st = SchedulerStatus(cluster.scheduler_address());

@@ -33,7 +33,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   options.job_text = SmallJob("batch_size: 32\nclocks: 200\n");
   options.servers = 2;
   options.workers = 2;
-  options.worker_flags = {{"--debug_slowdown_ms=20"}, {"--debug_slowdown_ms=20"}};
+  options.worker_flags = {{"--straggler=fixed:20"}, {"--straggler=fixed:20"}};
   ASSERT_TRUE(cluster.Start(options).ok());
 
   // Poll until both workers report a clock > 0 and, through a heartbeat
@@ -119,7 +119,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   for (int w = 0; w < 2; ++w) {
     const MemberStatus n = MemberOf(*final_status, WORKER, w);
     EXPECT_EQ(n.clocks_trained(), 199);
-    // --debug_slowdown_ms sleeps 20 ms in every step.
+    // --straggler=fixed:20 sleeps 20 ms in every clock.
     EXPECT_GE(n.run_split().compute_ms(), 20);
     EXPECT_GE(n.train_s(), 199 * 0.020);
     // A clock's calls: the gate, and a push and a pull to each server.

@@ -44,7 +44,7 @@ ClusterOptions Options(const std::string& checkpoint_dir, int workers) {
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000",
                              "--checkpoint_dir=" + checkpoint_dir,
                              absl::StrCat("--checkpoint_every=", kEvery)};
-  for (int i = 0; i < workers; ++i) options.worker_flags.push_back({"--debug_slowdown_ms=10"});
+  for (int i = 0; i < workers; ++i) options.worker_flags.push_back({"--straggler=fixed:10"});
   return options;
 }
 

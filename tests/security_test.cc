@@ -185,7 +185,7 @@ ClusterOptions PipelinedJob(const std::string& flag) {
   options.workers = 4;
   options.scheduler_flags = {flag, "--metrics_port=0"};
   options.server_flags = {flag, "--metrics_port=0"};
-  for (int i = 0; i < 4; ++i) options.worker_flags.push_back({flag, "--debug_slowdown_ms=25"});
+  for (int i = 0; i < 4; ++i) options.worker_flags.push_back({flag, "--straggler=fixed:25"});
   return options;
 }
 
@@ -281,7 +281,7 @@ TEST(SecurityTest, WithTlsAPlaintextCallFailsAndTheJobRunsOverTls) {
   options.scheduler_flags = tls;
   options.server_flags = tls;
   std::vector<std::string> worker = tls;
-  worker.push_back("--debug_slowdown_ms=50");
+  worker.push_back("--straggler=fixed:50");
   options.worker_flags = {worker};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
   // This process has no TLS: its plaintext call cannot get through.

@@ -28,7 +28,7 @@ ClusterOptions Options() {
   options.servers = 2;
   options.workers = kWorkers;
   options.trace = true;
-  options.worker_flags = {{}, {"--debug_slowdown_ms=10"}};  // worker 1 is slow
+  options.worker_flags = {{}, {"--straggler=fixed:10"}};  // worker 1 is slow
   return options;
 }
 

@@ -37,7 +37,7 @@ ClusterOptions Options(int clocks, int slowdown_ms = 0) {
   options.servers = 2;
   options.workers = 2;
   options.scheduler_flags = {"--heartbeat_timeout_ms=1500", "--end_grace_ms=3000"};
-  options.worker_flags.assign(2, {absl::StrCat("--debug_slowdown_ms=", slowdown_ms)});
+  options.worker_flags.assign(2, {absl::StrCat("--straggler=fixed:", slowdown_ms)});
   return options;
 }
 

@@ -86,7 +86,7 @@ class SparseRowsTest : public ::testing::Test {
     options.job_text = job_text_;
     options.servers = 2;
     options.workers = workers;
-    options.worker_flags.assign(workers, {"--debug_slowdown_ms=5"});
+    options.worker_flags.assign(workers, {"--straggler=fixed:5"});
     ASSERT_TRUE(cluster_.Start(options).ok()) << cluster_.Logs();
     // Once the worker trains, both servers serve the job (and its tables).
     ASSERT_TRUE(WaitForStatus(

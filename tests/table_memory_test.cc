@@ -59,7 +59,7 @@ std::string StartJob(Cluster* cluster, const std::string& job_text, const Memory
   options.job_text = job_text;
   options.servers = 1;
   options.workers = 1;
-  options.worker_flags.assign(1, {"--debug_slowdown_ms=5"});
+  options.worker_flags.assign(1, {"--straggler=fixed:5"});
   options.server_prefix = limit.prefix();
   options.scheduler_flags = {"--heartbeat_timeout_ms=3000", "--end_grace_ms=3000"};
   EXPECT_TRUE(cluster->Start(options).ok()) << cluster->Logs();

@@ -44,7 +44,7 @@ ClusterOptions Options(const std::string& dir, bool clip, bool ssp = false) {
   options.scheduler_flags = {"--heartbeat_timeout_ms=3000", "--state_dir=" + dir + "/state",
                              "--checkpoint_dir=" + dir + "/ckpt", "--checkpoint_every=50"};
   for (int w = 0; w < 2; ++w) {
-    options.worker_flags.push_back({"--debug_slowdown_ms=10", "--scheduler_timeout_ms=20000"});
+    options.worker_flags.push_back({"--straggler=fixed:10", "--scheduler_timeout_ms=20000"});
   }
   options.server_flags = {"--scheduler_timeout_ms=20000"};
   return options;

@@ -322,9 +322,6 @@ absl::Status ClockLoop::AwaitPushes(std::vector<ParamTicket>* tickets) {
 
 absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   const absl::Time t2 = absl::Now();
-  if (options_.training.debug_slowdown_ms > 0) {
-    absl::SleepFor(absl::Milliseconds(options_.training.debug_slowdown_ms));
-  }
   const absl::Duration delay =
       StragglerDelay(options_.training.straggler, options_.worker_id, clock_);
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);

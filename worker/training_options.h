@@ -25,9 +25,8 @@ struct TrainingOptions {
   bool loss_scaling = false;
   // Evaluates on the test set at each epoch's end (replica 0 only).
   bool eval_each_epoch = true;
-  // Sleeps this long in every iteration (tests of the consistency models).
-  int debug_slowdown_ms = 0;
-  // And this worker's injected straggler delay of the clock (--straggler).
+  // This worker's injected straggler delay of the clock (--straggler; the
+  // tests' fixed slowdown is fixed:MS).
   StragglerSpec straggler;
   // A GPT recomputes its blocks' activations in the backward (--recompute).
   bool recompute = false;

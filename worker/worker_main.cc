@@ -34,8 +34,6 @@ ABSL_FLAG(int64_t, compute_threads, 1,
           "products; 0..1024)");
 ABSL_FLAG(std::string, data_dir, "", "read the data set here instead of the job's data.path");
 ABSL_FLAG(std::string, weights_out, "", "write the final weights (binary pstrain.TensorSet) here");
-ABSL_FLAG(int64_t, debug_slowdown_ms, 0,
-          "sleep this long every iteration (consistency tests; 0..60000)");
 ABSL_FLAG(std::string, straggler, "none",
           "an injected delay in every clock, to see how a consistency model copes with slow "
           "workers: none, fixed:MS, uniform:LO:HI, pareto:SCALE:SHAPE (heavy-tailed, at least "
@@ -65,7 +63,6 @@ int main(int argc, char** argv) {
   const std::optional<int64_t> budget = pstrain::GivenFlag(FLAGS_device_memory_budget);
   pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
       {"compute_threads", absl::GetFlag(FLAGS_compute_threads), 0, 1024},
-      {"debug_slowdown_ms", absl::GetFlag(FLAGS_debug_slowdown_ms), 0, 60000},
       {"debug_hold_push", absl::GetFlag(FLAGS_debug_hold_push), -1},
       {"device_memory_budget", budget, 1},
   }));
@@ -87,7 +84,6 @@ int main(int argc, char** argv) {
   config.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
-  config.training.debug_slowdown_ms = static_cast<int>(absl::GetFlag(FLAGS_debug_slowdown_ms));
   absl::StatusOr<pstrain::StragglerSpec> straggler = pstrain::ParseStraggler(
       absl::GetFlag(FLAGS_straggler), absl::GetFlag(FLAGS_straggler_workers),
       static_cast<uint64_t>(absl::GetFlag(FLAGS_straggler_seed)));

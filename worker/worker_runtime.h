@@ -23,7 +23,7 @@ struct WorkerConfig {
   int64_t debug_hold_push = -1;  // --debug_hold_push (PsClientOptions)
   std::string data_dir;  // "": the job's data.path
   // The trainer's and the clock loop's options: main fills what the
-  // command line says as is (the slowdown, the weights file, the device
+  // command line says as is (the straggler, the weights file, the device
   // memory budget); the runtime settles overlap, loss scaling and
   // recompute from the strings above, the job and the device.
   TrainingOptions training;

@@ -157,20 +157,20 @@ std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
   return order;
 }
 
-std::pair<int, int> EvenSlice(int batch, int workers, int slot) {
-  const int64_t begin = static_cast<int64_t>(batch) * slot / workers;
-  const int64_t end = static_cast<int64_t>(batch) * (slot + 1) / workers;
+std::pair<int, int> EvenSlice(int batch, int share_of, int share) {
+  const int64_t begin = static_cast<int64_t>(batch) * share / share_of;
+  const int64_t end = static_cast<int64_t>(batch) * (share + 1) / share_of;
   return {static_cast<int>(begin), static_cast<int>(end)};
 }
 
-std::vector<int64_t> BatchSampler::Indices(int64_t clock, int workers, int slot) {
+std::vector<int64_t> BatchSampler::Indices(int64_t clock, int share_of, int share) {
   const int64_t epoch = Epoch(clock);
   if (epoch != cached_epoch_) {
     order_ = EpochOrder(seed_, epoch, train_size_);
     cached_epoch_ = epoch;
   }
   const int64_t first = (clock % clocks_per_epoch_) * batch_;
-  const auto [begin, end] = EvenSlice(batch_, workers, slot);
+  const auto [begin, end] = EvenSlice(batch_, share_of, share);
   return std::vector<int64_t>(order_.begin() + first + begin, order_.begin() + first + end);
 }
 
@@ -198,8 +198,8 @@ void PutWindow(const std::string& text, int context, int64_t at, int row, Batch*
 }  // namespace
 
 void TextBatch(const std::string& text, int context, uint64_t seed, int64_t clock, int batch,
-               int workers, int slot, Batch* out) {
-  const auto [begin, end] = EvenSlice(batch, workers, slot);
+               int share_of, int share, Batch* out) {
+  const auto [begin, end] = EvenSlice(batch, share_of, share);
   out->rows = end - begin;
   out->tokens.resize(static_cast<size_t>(out->rows) * context);
   out->labels.resize(out->tokens.size());

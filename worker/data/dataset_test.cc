@@ -20,13 +20,13 @@ TEST(DatasetTest, EpochOrderIsAPermutationFixedBySeedAndEpoch) {
 }
 
 TEST(DatasetTest, EvenSlicesSplitTheBatchEvenlyInOrder) {
-  for (int workers = 1; workers <= 7; ++workers) {
+  for (int share_of = 1; share_of <= 7; ++share_of) {
     int next = 0;
-    for (int r = 0; r < workers; ++r) {
-      const auto [begin, end] = EvenSlice(100, workers, r);
+    for (int share = 0; share < share_of; ++share) {
+      const auto [begin, end] = EvenSlice(100, share_of, share);
       EXPECT_EQ(begin, next);
-      EXPECT_GE(end - begin, 100 / workers);
-      EXPECT_LE(end - begin, 100 / workers + 1);
+      EXPECT_GE(end - begin, 100 / share_of);
+      EXPECT_LE(end - begin, 100 / share_of + 1);
       next = end;
     }
     EXPECT_EQ(next, 100);
@@ -38,14 +38,14 @@ TEST(DatasetTest, UnionOfWorkersBatchesDoesNotDependOnWorkerCount) {
   for (int64_t clock : {0, 5, 16, 33}) {
     const std::vector<int64_t> global = one.Indices(clock, 1, 0);
     ASSERT_EQ(global.size(), 60u);
-    for (int workers : {2, 3, 4}) {
+    for (int share_of : {2, 3, 4}) {
       BatchSampler s(9, 1000, 60, 16);
       std::vector<int64_t> joined;
-      for (int r = 0; r < workers; ++r) {
-        const std::vector<int64_t> part = s.Indices(clock, workers, r);
+      for (int share = 0; share < share_of; ++share) {
+        const std::vector<int64_t> part = s.Indices(clock, share_of, share);
         joined.insert(joined.end(), part.begin(), part.end());
       }
-      EXPECT_EQ(joined, global) << "clock " << clock << ", " << workers << " workers";
+      EXPECT_EQ(joined, global) << "clock " << clock << ", " << share_of << " workers";
     }
   }
   // One epoch visits each example at most once.
@@ -94,9 +94,9 @@ TEST(TextDataTest, BatchesDoNotDependOnTheNumberOfWorkers) {
   TextBatch(text, context, 42, 3, batch, 1, 0, &whole);
   ASSERT_EQ(whole.rows, batch);
   std::vector<int32_t> tokens, labels;
-  for (int slot = 0; slot < 4; ++slot) {
+  for (int share = 0; share < 4; ++share) {
     Batch part;
-    TextBatch(text, context, 42, 3, batch, 4, slot, &part);
+    TextBatch(text, context, 42, 3, batch, 4, share, &part);
     tokens.insert(tokens.end(), part.tokens.begin(), part.tokens.end());
     labels.insert(labels.end(), part.labels.begin(), part.labels.end());
   }
