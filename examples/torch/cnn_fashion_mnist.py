@@ -56,7 +56,7 @@ def parse_args():
     p.add_argument("--torch_seed", type=int, default=0, help="torch.manual_seed for the init")
     p.add_argument("--weights_out", help="torch.save(model.state_dict()) here at the end")
     p.add_argument("--result_json", help='write {"test_accuracy", "seconds"} here')
-    p.add_argument("--log_every", type=int, default=50, help="steps between progress lines")
+    p.add_argument("--log_every", type=int, default=50, help="iterations between progress lines")
     alone = p.add_argument_group("--alone (a cluster takes these from its job)")
     alone.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     alone.add_argument("--batch_size", type=int, default=64, help="the global batch")
@@ -82,18 +82,18 @@ def train_alone(args, model, train):
 def train_in_cluster(args, model, train):
     """A pstrain worker: the servers run the job's optimizer."""
     opt = pst.Optimizer(model)
-    for step, (x, y) in enumerate(pst.batches(train)):
+    for iteration, (x, y) in enumerate(pst.batches(train)):
         x, y = x.to(args.device), y.to(args.device)
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         loss.backward()
         opt.step(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
-        log_progress(args, step, loss)
+        log_progress(args, iteration, loss)
 
 
-def log_progress(args, step, loss):
-    if args.log_every > 0 and step % args.log_every == 0:
-        print("step %d loss %.4f" % (step, loss.item()), flush=True)
+def log_progress(args, iteration, loss):
+    if args.log_every > 0 and iteration % args.log_every == 0:
+        print("iteration %d loss %.4f" % (iteration, loss.item()), flush=True)
 
 
 def evaluate(model, dataset, device):

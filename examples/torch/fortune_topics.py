@@ -141,7 +141,7 @@ def parse_args():
                    help="torch.save the linear layer's weights and the table's rows of the "
                         "data's ids ({'fc.weight', 'fc.bias', 'ids', 'rows'}) here at the end")
     p.add_argument("--result_json", help='write {"test_accuracy", "seconds"} here')
-    p.add_argument("--log_every", type=int, default=50, help="steps between progress lines")
+    p.add_argument("--log_every", type=int, default=50, help="iterations between progress lines")
     alone = p.add_argument_group("--alone (a cluster takes these from its job)")
     alone.add_argument("--lr", type=float, default=0.01, help="Adam's and SparseAdam's")
     alone.add_argument("--batch_size", type=int, default=64, help="the global batch")
@@ -170,17 +170,17 @@ def train_alone(args, model, train, vocab):
 def train_in_cluster(args, model, train):
     """A pstrain worker: the servers run the job's optimizers."""
     opt = pst.Optimizer(model)
-    for step, (ids, offsets, y) in enumerate(pst.batches(train, collate_fn=collate)):
+    for iteration, (ids, offsets, y) in enumerate(pst.batches(train, collate_fn=collate)):
         logits = model(ids, offsets)
         loss = F.cross_entropy(logits, y)
         loss.backward()
         opt.step(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
-        log_progress(args, step, loss)
+        log_progress(args, iteration, loss)
 
 
-def log_progress(args, step, loss):
-    if args.log_every > 0 and step % args.log_every == 0:
-        print("step %d loss %.4f" % (step, loss.item()), flush=True)
+def log_progress(args, iteration, loss):
+    if args.log_every > 0 and iteration % args.log_every == 0:
+        print("iteration %d loss %.4f" % (iteration, loss.item()), flush=True)
 
 
 def evaluate(model, dataset, to_input=lambda ids: ids):

@@ -160,7 +160,7 @@ def add_common_args(p, lr):
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--torch_seed", type=int, default=0, help="torch.manual_seed for the init")
     p.add_argument("--weights_out", help="torch.save(model.state_dict()) here at the end")
-    p.add_argument("--log_every", type=int, default=50, help="steps between progress lines")
+    p.add_argument("--log_every", type=int, default=50, help="iterations between progress lines")
     alone = p.add_argument_group("--alone (a cluster takes these from its job)")
     alone.add_argument("--lr", type=float, default=lr, help="Adam's learning rate")
     alone.add_argument("--batch_size", type=int, default=32, help="the global batch")
@@ -197,13 +197,13 @@ def train_in_cluster(args, model, train):
     """A pstrain worker: the servers run the job's optimizer on the
     parameters with requires_grad=True."""
     opt = pst.Optimizer(model)
-    for step, (x, y) in enumerate(pst.batches(train)):
+    for iteration, (x, y) in enumerate(pst.batches(train)):
         x, y = x.to(args.device), y.to(args.device)
         logits = model(x)
         loss = lm_loss(logits, y)
         loss.backward()
         opt.step(loss, correct=int((logits.argmax(-1) == y).sum()), predicted=y.numel())
-        log_progress(args, step, loss)
+        log_progress(args, iteration, loss)
 
 
 def train(args, model, train_set):
@@ -213,9 +213,9 @@ def train(args, model, train_set):
     return time.monotonic() - start
 
 
-def log_progress(args, step, loss):
-    if args.log_every > 0 and step % args.log_every == 0:
-        print("step %d loss %.4f" % (step, loss.item()), flush=True)
+def log_progress(args, iteration, loss):
+    if args.log_every > 0 and iteration % args.log_every == 0:
+        print("iteration %d loss %.4f" % (iteration, loss.item()), flush=True)
 
 
 def main():
