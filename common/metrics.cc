@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/enum_names.h"
+#include "common/refused.h"
 
 namespace pstrain {
 namespace {
@@ -121,9 +122,6 @@ namespace {
 void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
   if (s.tables_size() == 0) return;
   const PrometheusText::Labels l = DaemonLabels(s);
-  out->Counter("pstrain_row_requests_refused_total",
-               "sparse table pulls and pushes refused (nothing made or applied)", l,
-               s.row_requests_refused());
   struct Field {
     const char* name;
     const char* help;
@@ -141,8 +139,10 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
        &TableStatus::rows_pushed},
       {"pstrain_table_updates_total", "pushes applied to the table", true,
        &TableStatus::updates},
-      {"pstrain_table_refused_total", "pulls and pushes of the table refused", true,
-       &TableStatus::refused},
+      {"pstrain_table_refused_total",
+       "pulls and pushes of the table refused: the table's part of "
+       "pstrain_requests_refused_total{what=\"rows\"}",
+       true, &TableStatus::refused},
       {"pstrain_table_clock", "iterations applied to the table from every live worker", false,
        &TableStatus::clock},
       {"pstrain_table_pulls_waiting", "pulls parked until their read guarantee holds", false,
@@ -177,6 +177,19 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
         out->Gauge(f.name, f.help, lt, v);
       }
     }
+  }
+}
+
+// A server's refusals, one sample per word of common/refused.h.
+void WriteRefusedMetrics(const MemberStatus& s, PrometheusText* out) {
+  for (const char* what : kRefusedWhat) {
+    PrometheusText::Labels lw = DaemonLabels(s);
+    lw.emplace_back("what", what);
+    out->Counter("pstrain_requests_refused_total",
+                 "requests a server refused, by what: chunks (pushes and pulls refused as "
+                 "malformed), rows (sparse table pulls and pushes), shm (connections to the "
+                 "shared-memory socket)",
+                 lw, Refused(s, what));
   }
 }
 
@@ -217,10 +230,7 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
     out->Counter("pstrain_nonfinite_skipped_total",
                  "parts of pushes (chunks', tables') not applied for a NaN or Inf", l,
                  s.nonfinite_skipped());
-    out->Counter("pstrain_shm_refused_total",
-                 "connections to the shared-memory socket refused (another user's, too many "
-                 "waiting, no valid ticket)",
-                 l, s.shm_refused());
+    WriteRefusedMetrics(s, out);
     out->Gauge("pstrain_parameters", "parameters this server holds", l, s.params());
     out->Gauge("pstrain_checkpoint_clock", "the newest checkpoint this server wrote", l,
                s.checkpoint_clock());

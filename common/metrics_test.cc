@@ -12,6 +12,7 @@
 
 #include "absl/time/clock.h"
 #include "common/http_server.h"
+#include "common/refused.h"
 #include "common/security.h"
 #include "gtest/gtest.h"
 #include "tests/prometheus_parser.h"
@@ -60,7 +61,8 @@ TEST(MetricsTest, AServersTablesAreLabelledByName) {
   MemberStatus s;
   s.set_role(SERVER);
   s.set_id(1);
-  s.set_row_requests_refused(5);
+  (*s.mutable_refused())[kRefusedRows] = 5;
+  (*s.mutable_refused())[kRefusedShm] = 2;
   for (const char* name : {"words", "tags"}) {
     TableStatus* t = s.add_tables();
     t->set_name(name);
@@ -76,7 +78,11 @@ TEST(MetricsTest, AServersTablesAreLabelledByName) {
   EXPECT_EQ(*PromValue(*families, "pstrain_table_rows", {{"table", "tags"}}), 7);
   EXPECT_EQ(families->at("pstrain_table_updates_total").type, "counter");
   EXPECT_EQ(*PromValue(*families, "pstrain_table_updates_total", {{"table", "tags"}}), 12);
-  EXPECT_EQ(*PromValue(*families, "pstrain_row_requests_refused_total", {}), 5);
+  // One family of refusals, a sample per word (0 for one the status lacks).
+  EXPECT_EQ(families->at("pstrain_requests_refused_total").type, "counter");
+  EXPECT_EQ(*PromValue(*families, "pstrain_requests_refused_total", {{"what", "rows"}}), 5);
+  EXPECT_EQ(*PromValue(*families, "pstrain_requests_refused_total", {{"what", "shm"}}), 2);
+  EXPECT_EQ(*PromValue(*families, "pstrain_requests_refused_total", {{"what", "chunks"}}), 0);
 }
 
 TEST(MetricsTest, ClusterMetricsCountLiveMembersAndTheClockSpread) {

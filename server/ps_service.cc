@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/process_stats.h"
+#include "common/refused.h"
 #include "common/rpc.h"
 #include "common/shm.h"
 #include "common/tensor_wire.h"
@@ -290,7 +291,7 @@ bool PsService::GiveReplyRoom(PsCall* call) {
 }
 
 void PsService::HandleRows(RowRequests& rows, PsCall* call) {
-  // Refusals are counted by the tables (row_requests_refused), not with the
+  // Refusals are counted by the tables (refused["rows"]), not with the
   // chunks'.
   if (call->method == PsCall::kPushRows) {
     const grpc::Status st = rows.Push(call->request, &call->reply);
@@ -388,15 +389,16 @@ MemberStatus PsService::GetStatus() const {
   st.set_bytes_out(counters_.bytes_out);
   st.set_pushes(counters_.pushes);
   st.set_pulls(counters_.pulls);
-  st.set_requests_refused(refused());
+  auto& refused_by_what = *st.mutable_refused();
+  refused_by_what[kRefusedChunks] = refused();
+  refused_by_what[kRefusedRows] = tables == nullptr ? 0 : tables->refused();
+  refused_by_what[kRefusedShm] = shm_ == nullptr ? 0 : shm_->refused();
   if (tables != nullptr) {
     for (TableStatus& t : tables->Status()) *st.add_tables() = std::move(t);
-    st.set_row_requests_refused(tables->refused());
   }
   st.set_shm_bytes(counters_.shm_bytes);
   st.set_shm_rings(counters_.shm_rings);
   st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());
-  st.set_shm_refused(shm_ == nullptr ? 0 : shm_->refused());
   st.set_rss_bytes(ResidentBytes());
   if (s != nullptr && s->NumParams() > 0) {
     st.set_params(s->NumParams());

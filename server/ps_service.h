@@ -84,7 +84,8 @@ class PsService final : public PsServiceBase {
   void StopServing();
 
   MemberStatus GetStatus() const;
-  // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far.
+  // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far: the
+  // Status' refused["chunks"] (common/refused.h).
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // Answers the parked pulls (of chunks and of rows) whose guarantee now
   // holds (after the store applied updates on its own, e.g. a globally
@@ -96,7 +97,7 @@ class PsService final : public PsServiceBase {
   void Accept(PsCall::Method method, grpc::ServerCompletionQueue* cq);
   void Handle(PsCall* call);
   // Sends `st` (and the reply, if OK) unless the call ended meanwhile, drops
-  // the handling reference; counts an INVALID_ARGUMENT among requests_refused.
+  // the handling reference; counts an INVALID_ARGUMENT among refused["chunks"].
   void Conclude(PsCall* call, const grpc::Status& st);
   // Handle's parts: a PullRows or PushRows; a push or pull of chunks (a
   // pull answered, or parked until its read guarantee holds).

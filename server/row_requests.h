@@ -4,7 +4,7 @@
 // its read guarantee, and its reply built -- the rows in the slice they were
 // pulled into, or encoded once into 16-bit values; a push's gradients read
 // straight into place (common/row_wire.h) and handed to the tables.
-// Refusals are the tables' to count (row_requests_refused). Parking and
+// Refusals are the tables' to count (refused["rows"]). Parking and
 // answering calls is the service's.
 #ifndef PSTRAIN_SERVER_ROW_REQUESTS_H_
 #define PSTRAIN_SERVER_ROW_REQUESTS_H_

@@ -3,6 +3,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/refused.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "proto/cluster.pb.h"
@@ -106,6 +107,11 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   EXPECT_EQ(server.role(), SERVER);
   EXPECT_EQ(server.id(), 1);
   EXPECT_GT(server.pushes(), 0);
+  // The one refusal counter carries every word; a healthy run's pushes and
+  // pulls are not refused.
+  for (const char* what : kRefusedWhat) EXPECT_EQ(server.refused().count(what), 1u) << one;
+  EXPECT_EQ(Refused(server, kRefusedChunks), 0) << one;
+  EXPECT_EQ(Refused(server, kRefusedRows), 0) << one;
 
   // The job runs to its end and everyone exits cleanly.
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));

@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/job_sizes.h"
 #include "common/job_spec.h"
+#include "common/refused.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
@@ -266,7 +267,8 @@ TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
   EXPECT_EQ(st.tables(0).rows(), 2);  // no refused pull made a row
   EXPECT_EQ(st.tables(0).updates(), 0);
   EXPECT_EQ(st.tables(0).refused(), 5);
-  EXPECT_EQ(st.row_requests_refused(), 8);  // those naming "nouns" or worker 5 too
+  EXPECT_EQ(Refused(st, kRefusedRows), 8);  // those naming "nouns" or worker 5 too
+  EXPECT_EQ(Refused(st, kRefusedChunks), 0);  // each counted once, as rows
   std::vector<float> after;
   ASSERT_TRUE(client.Pull("words", At(0), {mine[0], mine[1]}, &after).ok());
   EXPECT_EQ(after, before);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/enum_names.h"
+#include "common/refused.h"
 #include "common/rpc.h"
 #include "common/status_json.h"
 #include "proto/cluster.grpc.pb.h"
@@ -84,8 +86,21 @@ void PrintWorkerRun(const MemberStatus& n) {
       Bytes(static_cast<int64_t>(r.bytes())).c_str());
 }
 
+// A server's refusals, by what (common/refused.h), when it refused any:
+// "refused: 0 chunks, 3 rows, 1 shm".
+void PrintRefused(const MemberStatus& n) {
+  std::string line;
+  int64_t any = 0;
+  for (const char* what : kRefusedWhat) {
+    absl::StrAppend(&line, line.empty() ? "" : ", ", Refused(n, what), " ", what);
+    any += Refused(n, what);
+  }
+  if (any > 0) std::printf("          refused: %s\n", line.c_str());
+}
+
 // The lines under a member's row: a worker's front end, clock and run, a
-// server's parameters, the member's message and what it waits on.
+// server's parameters and refusals, the member's message and what it waits
+// on.
 void PrintMemberDetails(const MemberStatus& n) {
   const bool worker = n.role() == WORKER;
   if (worker && !n.frontend().empty()) {
@@ -98,6 +113,7 @@ void PrintMemberDetails(const MemberStatus& n) {
                 static_cast<long long>(n.params()), n.bytes_per_param(),
                 static_cast<long long>(n.nonfinite_skipped()));
   }
+  if (n.role() == SERVER) PrintRefused(n);
   if (!n.message().empty()) std::printf("          %s\n", n.message().c_str());
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   for (const Wait& w : n.waits()) {
