@@ -51,8 +51,8 @@ std::vector<ParamInfo> GptParams(const GptSpec& gpt) {
 }
 
 // An EXTERNAL model's declared parameters. Their initial values are the
-// workers' own (the first worker's seed the servers), not a function of the
-// spec: kZeros stands until then.
+// workers' own (worker 0's push them to the servers), not a function of
+// the spec: kZeros stands until then.
 std::vector<ParamInfo> ExternalParams(const ModelSpec& model) {
   std::vector<ParamInfo> params;
   params.reserve(model.params_size());
