@@ -15,9 +15,9 @@
 # bench/train_bench on gpt_fortunes_gpu with GPU workers (alone, 1+1 BSP,
 # SSP s=1, 2+2 BSP); torch: examples/torch/transformer_fortunes.py on the
 # GPU (6 layers x 512, context 256, global batch 32) alone and as one PyTorch
-# worker with two servers (BSP, SSP s=1), interleaved round by round, with
-# each worker's per-clock split (gate, pull, compute, push) from the final
-# status.
+# worker with two servers (BSP, BSP with --overlap=on, SSP s=1), interleaved
+# round by round, with each worker's per-clock split (gate, pull, compute,
+# push) from the final status.
 #
 # Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
 # cluster logs to DIR/cluster-logs.tar.gz.
@@ -102,12 +102,13 @@ fi
 
 TORCH_MODEL=(--device=cuda --layers=6 --width=512 --heads=8 --context=256 --threads=4)
 TORCH_RUN=(--clocks=300 --batch_size=32 --lr=3e-3 --seed=42)
-torch_cluster() {  # NAME SCHEDULER_FLAGS...
-  local name="$1"; shift
+torch_cluster() {  # NAME WORKER_FLAGS SCHEDULER_FLAGS...
+  local name="$1" wflags="$2"; shift 2
   mkdir -p "$WORK/logs/$name"
   OPENBLAS_NUM_THREADS=4 timeout 300 "$B/local_cluster.sh" --bin="$B/bin" \
     --job="$ROOT/tests/python/jobs/transformer_external.pbtxt" --servers=2 --workers=1 \
     --logs="$WORK/logs/$name" --torch="$B/examples/torch/transformer_fortunes.py" \
+    --worker_flags="$wflags" \
     --torch_args="${TORCH_MODEL[*]} --data_dir=$B/data/fortunes --log_every=100" \
     -- --clocks=300 "$@" 2>&1 | tail -n 3
   grep -h "final validation loss\|seconds of training\|s of training" "$WORK/logs/$name"/worker*.log
@@ -127,9 +128,11 @@ if has torch; then
       timeout 300 python3 "$B/examples/torch/transformer_fortunes.py" --alone \
       "${TORCH_MODEL[@]}" "${TORCH_RUN[@]}" --data_dir="$B/data/fortunes" --log_every=100
     say "round $r torch transformer 1 worker + 2 servers BSP"
-    torch_cluster "torch-bsp-$r"
+    torch_cluster "torch-bsp-$r" ""
+    say "round $r torch transformer 1 worker + 2 servers BSP, --overlap=on"
+    torch_cluster "torch-bsp-overlap-$r" "--overlap=on"
     say "round $r torch transformer 1 worker + 2 servers SSP s=1"
-    torch_cluster "torch-ssp1-$r" --consistency=ssp --staleness=1
+    torch_cluster "torch-ssp1-$r" "" --consistency=ssp --staleness=1
   done
   tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
 fi

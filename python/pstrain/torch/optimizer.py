@@ -8,12 +8,14 @@ no .grad points at a library buffer.
 
 import ctypes
 import functools
+import threading
 
 import torch
 
 from .. import _capi
 from .._capi import PstrainError
 from . import _worker
+from ._device_grads import DeviceGradients
 from .sparse import SparseEmbeddingBag
 
 
@@ -32,11 +34,13 @@ class Optimizer:
     parameter shared by several modules counts once). Each clock starts
     with zero gradients: a CPU parameter's .grad is the push buffer itself,
     so backward accumulates into it without a copy and each gradient may
-    leave for the servers as soon as backward completes it (so change
-    gradients in place only before that, e.g. through the job's clip_norm
-    rather than clip_grad_norm_). Other gradients (CUDA, or a .grad the
-    script set) are copied at step(). After step() a CPU parameter's .grad
-    is None: its buffer is the library's again.
+    leave for the servers as soon as backward completes it. A CUDA
+    parameter's gradient is copied out (asynchronously, through pinned
+    memory) as soon as backward completes it, and leaves the same way. So
+    change gradients in place only before that, e.g. through the job's
+    clip_norm rather than clip_grad_norm_. A .grad the script set itself is
+    copied at step(). After step() a CPU parameter's .grad is None: its
+    buffer is the library's again.
 
     Args:
       model: the torch.nn.Module whose parameters the job trains; its
@@ -75,6 +79,9 @@ class Optimizer:
         self._buffers = [None] * len(named)  # this clock's push buffers (host views)
         self._passes = [0] * len(named)      # backward passes seen this clock
         self._clock = None                   # the clock under way
+        self._sent = [False] * len(named)    # CUDA gradients copied out this clock
+        self._library = threading.Lock()     # pst_grads_ready from two threads
+        self._device_grads = DeviceGradients(self.params, self._grads_ready)
         self._hook_handles = [_after_accumulation(p, functools.partial(self._accumulated, i))
                               for i, p in enumerate(self.params)]
         self.tables = [m for m in model.modules() if isinstance(m, SparseEmbeddingBag)]
@@ -99,11 +106,12 @@ class Optimizer:
           PstrainError: the library refused (its subclass names why).
         """
         clock = self._require_clock("step")
+        self._device_grads.drain()
         if not self._has_gradients():
             raise NoGradients("pstrain.torch.Optimizer.step() at clock %d: no parameter has a "
                               "gradient; call loss.backward() first" % clock)
         for i, p in enumerate(self.params):
-            if p.grad is not None and not self._is_buffer(i):
+            if p.grad is not None and not self._is_buffer(i) and not self._sent[i]:
                 self._buffers[i].copy_(p.grad)
         for table in self.tables:
             table._push()
@@ -121,6 +129,7 @@ class Optimizer:
 
     def _begin(self, clock):
         """Loads clock `clock`'s weights and points the gradients at its buffers."""
+        self._device_grads.drain(raise_errors=False)  # a clock given up mid-way
         self._load_weights()
         handle = _worker.current().handle
         for i, p in enumerate(self.params):
@@ -128,6 +137,7 @@ class Optimizer:
                                             "gradient buffer of '%s'" % self.names[i])
             p.grad = self._buffers[i] if p.device.type == "cpu" else None
         self._passes = [0] * len(self.params)
+        self._sent = [False] * len(self.params)
         self._clock = clock
         for table in self.tables:
             table._pulled = []
@@ -168,7 +178,18 @@ class Optimizer:
         if self._clock is None:
             return
         self._passes[i] += 1
-        if self._passes[i] == self.backward_passes_per_step and self._is_buffer(i):
+        if self._passes[i] != self.backward_passes_per_step:
+            return
+        grad = self.params[i].grad
+        if self._is_buffer(i):
+            self._grads_ready(i)
+        elif grad is not None and grad.device.type == "cuda" and self._device_grads.handles(i):
+            self._device_grads.send(i, grad, self._buffers[i])
+            self._sent[i] = True
+
+    def _grads_ready(self, i):
+        """Parameter i's gradient is complete in its buffer: it may leave."""
+        with self._library:
             _capi.call("pst_grads_ready", _worker.current().handle, i)
 
 
