@@ -9,7 +9,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 2  # PST_ABI_VERSION of pstrain_c.h
+ABI_VERSION = 3  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 LIBRARY = "libpstrain_torch.so"
 BUILD_COMMAND = "bazel build //worker/external:libpstrain_torch.so"
@@ -85,6 +85,7 @@ class JobInfo(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("consistency", ctypes.c_int32),
         ("staleness", ctypes.c_int32),
+        ("overlap", ctypes.c_int32),
     ]
 
 

@@ -74,6 +74,8 @@ class ExternalWorker {
   absl::Status Register(const std::vector<ParamSpec>& params, int64_t train_size);
   const JobSpec& job() const { return job_; }
   int id() const { return id_; }
+  // Whether gradients leave as GradsReady marks them (after Register).
+  bool overlap() const { return overlap_; }
   int64_t start_clock() const { return start_clock_; }
 
   // Starts the clock loop; `initial` holds each parameter's initial values

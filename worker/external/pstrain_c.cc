@@ -135,6 +135,7 @@ int pst_job(pst_worker* w, pst_job_info* out) {
   out->seed = job.seed();
   out->consistency = job.consistency();
   out->staleness = job.staleness();
+  out->overlap = w->worker->overlap() ? 1 : 0;
   return 0;
 }
 

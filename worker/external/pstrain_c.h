@@ -51,8 +51,8 @@ typedef struct pst_worker pst_worker;
 
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
- * library's, from train_size and batch_size). */
-#define PST_ABI_VERSION 2
+ * library's, from train_size and batch_size). 3: pst_job_info.overlap. */
+#define PST_ABI_VERSION 3
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -87,8 +87,11 @@ typedef struct pst_job_info {
   int64_t start_clock;     /* where this worker starts (past 0: a resumed job) */
   int64_t clocks_per_epoch;
   uint64_t seed;
-  int32_t consistency;     /* 0 BSP, 1 SSP, 2 ASP (proto Consistency) */
+  int32_t consistency;     /* proto Consistency: 1 BSP, 2 SSP, 3 ASP */
   int32_t staleness;
+  int32_t overlap;         /* 1: a gradient leaves as soon as pst_grads_ready
+                              marks it, while backward goes on (the worker's
+                              --overlap, as the library decided it) */
 } pst_job_info;
 int pst_job(pst_worker* w, pst_job_info* out);
 

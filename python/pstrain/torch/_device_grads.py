@@ -48,7 +48,8 @@ class DeviceGradients:
         """Copies `grad` (parameter i's complete gradient, on its device) to
         pinned memory behind the kernels queued so far, and hands it to the
         library thread, which moves it into `buffer` (the library's host
-        buffer) and calls ready(i). Returns at once."""
+        buffer) and calls ready(i). Returns at once. The gradient must not
+        change until drain() returns."""
         device = grad.device
         stream = self._streams.get(device)
         if stream is None:
@@ -65,17 +66,23 @@ class DeviceGradients:
             self._thread.start()
         self._pending.put((i, landed, buffer))
 
-    def drain(self, raise_errors=True):
+    def drain(self):
         """Waits until every gradient sent has been handed to the library.
 
-        Args:
-          raise_errors: re-raise the first error the library thread met
-            (False: forget it, for a clock given up).
+        Raises:
+          The first error the library thread met this clock (once one
+          failed, the later ones were not handed over); again at every
+          call until reset().
         """
         self._pending.join()
-        error, self._error = self._error, None
-        if error is not None and raise_errors:
-            raise error
+        if self._error is not None:
+            raise self._error
+
+    def reset(self):
+        """Waits for the copies under way and forgets their errors: for a
+        new clock, or the worker's end."""
+        self._pending.join()
+        self._error = None
 
     def _deliver(self):
         while True:

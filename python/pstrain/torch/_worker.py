@@ -192,8 +192,10 @@ def finish(accuracy=None):
 def _close(ok, accuracy, message):
     global _current
     worker, _current = _current, None
-    if worker.optimizer is not None and worker.optimizer._clock is not None:
-        worker.optimizer._release()
+    if worker.optimizer is not None:
+        worker.optimizer._device_grads.reset()  # no copy lands after the close
+        if worker.optimizer._clock is not None:
+            worker.optimizer._release()
     code = _capi.lib().pst_finish(worker.handle, int(ok), accuracy, message.encode())
     _capi.lib().pst_close(worker.handle)
     _capi.check(code, "", "pst_finish")

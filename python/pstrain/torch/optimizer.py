@@ -34,9 +34,10 @@ class Optimizer:
     parameter shared by several modules counts once). Each clock starts
     with zero gradients: a CPU parameter's .grad is the push buffer itself,
     so backward accumulates into it without a copy and each gradient may
-    leave for the servers as soon as backward completes it. A CUDA
-    parameter's gradient is copied out (asynchronously, through pinned
-    memory) as soon as backward completes it, and leaves the same way. So
+    leave for the servers as soon as backward completes it. When the worker
+    overlaps (SSP/ASP, or overlap="on"), a CUDA parameter's gradient is
+    copied out then too (asynchronously, through pinned memory) and leaves
+    the same way; without overlap it is copied at step(). So with overlap,
     change gradients in place only before that, e.g. through the job's
     clip_norm rather than clip_grad_norm_. A .grad the script set itself is
     copied at step(). After step() a CPU parameter's .grad is None: its
@@ -80,6 +81,7 @@ class Optimizer:
         self._passes = [0] * len(named)      # backward passes seen this clock
         self._clock = None                   # the clock under way
         self._sent = [False] * len(named)    # CUDA gradients copied out this clock
+        self._early = False                  # gradients leave at the hook (overlap)
         self._library = threading.Lock()     # pst_grads_ready from two threads
         self._device_grads = DeviceGradients(self.params, self._grads_ready)
         self._hook_handles = [_after_accumulation(p, functools.partial(self._accumulated, i))
@@ -129,7 +131,8 @@ class Optimizer:
 
     def _begin(self, clock):
         """Loads clock `clock`'s weights and points the gradients at its buffers."""
-        self._device_grads.drain(raise_errors=False)  # a clock given up mid-way
+        self._device_grads.reset()
+        self._early = bool(_worker.current().job.overlap)
         self._load_weights()
         handle = _worker.current().handle
         for i, p in enumerate(self.params):
@@ -183,7 +186,8 @@ class Optimizer:
         grad = self.params[i].grad
         if self._is_buffer(i):
             self._grads_ready(i)
-        elif grad is not None and grad.device.type == "cuda" and self._device_grads.handles(i):
+        elif self._early and grad is not None and grad.device.type == "cuda" \
+                and self._device_grads.handles(i):
             self._device_grads.send(i, grad, self._buffers[i])
             self._sent[i] = True
 
