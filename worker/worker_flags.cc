@@ -10,9 +10,9 @@
 ABSL_FLAG(std::string, overlap, "auto",
           "on, off or auto: push each parameter's (layer's) gradients while the backward goes "
           "on, and under SSP/ASP pull the next clock's weights while this one computes. auto: "
-          "on for a CUDA device, on the CPU (and for a PyTorch script) on under SSP/ASP and "
-          "off under BSP; never when the job needs the whole gradient first (micro_batches > "
-          "1, fp16 loss scaling, SSP/ASP clipping)");
+          "on for a CUDA device (a PyTorch script's parameters too), on the CPU on under "
+          "SSP/ASP and off under BSP; never when the job needs the whole gradient first "
+          "(micro_batches > 1, fp16 loss scaling, SSP/ASP clipping)");
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");
 ABSL_FLAG(int64_t, channels_per_server, 2, "TCP connections to each server (1..64)");

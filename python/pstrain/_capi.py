@@ -11,6 +11,7 @@ import pathlib
 
 ABI_VERSION = 3  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
+PST_CPU, PST_CUDA = 0, 1  # pst_register's device
 LIBRARY = "libpstrain_torch.so"
 BUILD_COMMAND = "bazel build //worker/external:libpstrain_torch.so"
 
@@ -101,7 +102,7 @@ _SIGNATURES = {
     "pst_set_flag": (_i, [_str, _str] + _err),
     "pst_open": (_i, [ctypes.POINTER(_p)] + _err),
     "pst_register": (_i, [_p, _i, ctypes.POINTER(_str), ctypes.POINTER(_i),
-                          ctypes.POINTER(_i64), ctypes.POINTER(_i), _i64] + _err),
+                          ctypes.POINTER(_i64), ctypes.POINTER(_i), _i64, _i] + _err),
     "pst_job": (_i, [_p, ctypes.POINTER(JobInfo)]),
     "pst_start": (_i, [_p, ctypes.POINTER(_p)] + _err),
     "pst_next": (_i, [_p, _i, ctypes.POINTER(_i64), ctypes.POINTER(_i),

@@ -126,7 +126,8 @@ ExternalWorker::~ExternalWorker() {
   if (daemon_ != nullptr) daemon_->Shutdown(absl::Seconds(1));
 }
 
-absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int64_t train_size) {
+absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int64_t train_size,
+                                      bool cuda) {
   if (id_ >= 0) return absl::FailedPreconditionError("this worker has registered already");
   RegisterRequest declared;
   for (const ParamSpec& p : params) *declared.add_params() = p;
@@ -138,8 +139,8 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   start_clock_ = reg.start_clock();
   next_clock_ = start_clock_;
   if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
-  // As ps_worker on the CPU (the script's device is its own).
-  overlap_ = DecideOverlap(options_.flags.overlap, job_, /*cuda=*/false, /*loss_scaling=*/false);
+  // As ps_worker on the parameters' device.
+  overlap_ = DecideOverlap(options_.flags.overlap, job_, cuda, /*loss_scaling=*/false);
   id_ = reg.id();
   {
     absl::MutexLock lock(&mu_);

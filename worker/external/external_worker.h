@@ -71,7 +71,7 @@ class ExternalWorker {
   // Declares the model (`params`, in order; `train_size` examples) and
   // registers: the scheduler's refusal as its status (FAILED_PRECONDITION
   // for a model that differs from the job's, naming the parameter).
-  absl::Status Register(const std::vector<ParamSpec>& params, int64_t train_size);
+  absl::Status Register(const std::vector<ParamSpec>& params, int64_t train_size, bool cuda);
   const JobSpec& job() const { return job_; }
   int id() const { return id_; }
   // Whether gradients leave as GradsReady marks them (after Register).

@@ -90,8 +90,8 @@ int pst_open(pst_worker** out, char* err, int err_len) {
 }
 
 int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
-                 const int64_t* dims, const int* dtypes, int64_t train_size, char* err,
-                 int err_len) {
+                 const int64_t* dims, const int* dtypes, int64_t train_size, int device,
+                 char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();
     if (n < 1 || names == nullptr || ndims == nullptr || dims == nullptr || dtypes == nullptr) {
@@ -100,6 +100,10 @@ int pst_register(pst_worker* w, int n, const char* const* names, const int* ndim
     if (train_size < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("the training set has ", train_size, " examples"));
+    }
+    if (device != PST_CPU && device != PST_CUDA) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", device, ": PST_CPU (0) or PST_CUDA (1)"));
     }
     std::vector<pstrain::ParamSpec> params(n);
     const int64_t* dim = dims;
@@ -115,7 +119,7 @@ int pst_register(pst_worker* w, int n, const char* const* names, const int* ndim
       }
       params[i].set_dtype(pstrain::FP32);
     }
-    return w->worker->Register(params, train_size);
+    return w->worker->Register(params, train_size, device == PST_CUDA);
   });
 }
 

@@ -51,7 +51,7 @@ typedef struct pst_worker pst_worker;
 
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
- * library's, from train_size and batch_size). 3: pst_job_info.overlap. */
+ * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device. */
 #define PST_ABI_VERSION 3
 int pst_abi_version(void);
 
@@ -67,15 +67,22 @@ int pst_open(pst_worker** out, char* err, int err_len);
  * refused with INVALID_ARGUMENT naming the parameter). */
 #define PST_FP32 1
 
+/* Where the parameters live (pst_register): under --overlap=auto a model
+ * on CUDA overlaps its gradients' way to the servers with backward, as
+ * ps_worker does on a GPU; one on the CPU only under SSP/ASP. */
+#define PST_CPU 0
+#define PST_CUDA 1
+
 /* Declares the model's trainable parameters in order -- names[i], dims
  * ndims[i] taken in turn from `dims`, dtypes[i] -- and the training set's
  * size, and registers with the scheduler (retrying an unreachable one for
  * --connect_timeout_s: UNAVAILABLE after it). The first worker's list is
  * the job's model; a worker whose list differs is refused
- * (FAILED_PRECONDITION naming the first parameter that differs). */
+ * (FAILED_PRECONDITION naming the first parameter that differs). `device`:
+ * PST_CPU or PST_CUDA, where the parameters live. */
 int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
-                 const int64_t* dims, const int* dtypes, int64_t train_size, char* err,
-                 int err_len);
+                 const int64_t* dims, const int* dtypes, int64_t train_size, int device,
+                 char* err, int err_len);
 
 /* The job, after pst_register. */
 typedef struct pst_job_info {

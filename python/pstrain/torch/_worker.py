@@ -162,8 +162,9 @@ def register(worker, train_size):
     ndims = (ctypes.c_int * n)(*[p.dim() for p in params])
     dims = [d for p in params for d in p.shape]
     dtypes = (ctypes.c_int * n)(*[_capi.PST_FP32] * n)
+    device = _capi.PST_CUDA if any(p.device.type == "cuda" for p in params) else _capi.PST_CPU
     _capi.call("pst_register", worker.handle, n, names, ndims,
-               (ctypes.c_int64 * len(dims))(*dims), dtypes, train_size,
+               (ctypes.c_int64 * len(dims))(*dims), dtypes, train_size, device,
                errors={_capi.FAILED_PRECONDITION: ModelMismatch})
     job = _capi.JobInfo()
     _capi.check(_capi.lib().pst_job(worker.handle, ctypes.byref(job)), "", "pst_job")
