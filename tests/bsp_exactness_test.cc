@@ -48,6 +48,11 @@ double RelativeDifference(const std::vector<float>& a, const std::vector<float>&
   return std::sqrt(diff / norm);
 }
 
+// 20 BSP clocks of batch 64 under Adam (the overlap tests' job).
+constexpr char kAdamJob[] =
+    "consistency: BSP\nbatch_size: 64\nclocks: 20\n"
+    "optimizer { type: ADAM learning_rate: 0.01 }\n";
+
 class BspExactnessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BspExactnessTest, TwoWorkersOfBatchBEqualOneWorkerOfBatchTwoB) {
@@ -115,13 +120,41 @@ TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
 // Overlap: each layer's gradients pushed while the backward goes on (on a
 // thread of their own) make the same BSP step as one push after it.
 TEST(OverlapTest, LayerPushesDuringTheBackwardGiveTheSameWeights) {
-  const std::string job =
-      "consistency: BSP\nbatch_size: 64\nclocks: 20\noptimizer { type: ADAM learning_rate: 0.01 }\n";
+  const std::string job = kAdamJob;
   const std::vector<float> one = Train("overlap1", 1, job, 2, {"--overlap=off"});
   const std::vector<float> two = Train("overlap2", 2, job, 2, {"--overlap=on"});
   const double rel = RelativeDifference(two, one);
   std::printf("overlap on, 2 workers vs overlap off, 1 worker: relative difference %.3g\n", rel);
   EXPECT_LE(rel, 1e-5);
+}
+
+// Under BSP with overlap the step starts while its weights land, each
+// layer's forward waiting for that layer's (worker/weight_arrivals.h): the
+// weights are bit-identical to those of the read of the whole model before
+// the step, with one worker and with two.
+TEST(OverlapTest, LayeredWeightsAreBitIdenticalToAWholeRead) {
+  const std::string job = kAdamJob;
+  for (int workers : {1, 2}) {
+    const std::vector<float> whole =
+        Train(absl::StrCat("whole", workers), workers, job, 2, {"--overlap=off"});
+    const std::vector<float> layered =
+        Train(absl::StrCat("layered", workers), workers, job, 2, {"--overlap=on"});
+    ASSERT_GT(whole.size(), 0u);
+    EXPECT_EQ(layered, whole) << workers << " workers";
+  }
+}
+
+// The test of the per-layer waits: the second layer's weights (parameter
+// 2) land 100 ms after the rest of every pull, long after the forward has
+// passed the first layer. A forward that read them without waiting would
+// compute with the clock before's and end elsewhere.
+TEST(OverlapTest, AForwardWaitsForTheLayerWhoseWeightsComeLast) {
+  const std::string job = kAdamJob;
+  const std::vector<float> whole = Train("whole_read", 1, job, 2, {"--overlap=off"});
+  const std::vector<float> late =
+      Train("late_layer", 1, job, 2, {"--overlap=on", "--debug_delay_pull_param=2"});
+  ASSERT_GT(whole.size(), 0u);
+  EXPECT_EQ(late, whole);
 }
 
 // ps_worker --standalone (the servers' store and optimizer in the worker's
@@ -136,10 +169,10 @@ TEST(StandaloneTest, AloneEqualsOneWorkerOnOneServer) {
     const std::string dir = NewTempDir("alone");
     WriteFile(dir + "/job.pbtxt", SmallJob(job));
     std::string log;
-    const absl::StatusOr<int> code = RunCommand(
-        {BinaryPath("worker/ps_worker"), "--standalone", "--job=" + dir + "/job.pbtxt",
-         "--weights_out=" + dir + "/weights", "--status_file=" + dir + "/status.json"},
-        &log, absl::Seconds(60), "alone_worker");
+    const absl::StatusOr<int> code =
+        RunCommand({BinaryPath("worker/ps_worker"), "--standalone", "--job=" + dir + "/job.pbtxt",
+                    "--weights_out=" + dir + "/weights", "--status_file=" + dir + "/status.json"},
+                   &log, absl::Seconds(60), "alone_worker");
     ASSERT_TRUE(code.ok()) << code.status();
     ASSERT_EQ(*code, 0) << log;
     std::vector<float> alone;

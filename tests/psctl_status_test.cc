@@ -34,7 +34,10 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   options.job_text = SmallJob("batch_size: 32\nclocks: 200\n");
   options.servers = 2;
   options.workers = 2;
-  options.worker_flags = {{"--straggler=fixed:20"}, {"--straggler=fixed:20"}};
+  // The whole gradient in one push to each server (with overlap, each
+  // layer's goes alone: more calls, by the layers the servers hold).
+  options.worker_flags = {{"--straggler=fixed:20", "--overlap=off"},
+                          {"--straggler=fixed:20", "--overlap=off"}};
   ASSERT_TRUE(cluster.Start(options).ok());
 
   // Poll until both workers report a clock > 0 and, through a heartbeat

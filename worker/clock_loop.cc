@@ -73,7 +73,8 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
       progress_(options_.job, options_.worker_id == std::max(1, options_.stages) - 1,
                 options_.replica == 0 && options_.training.eval_each_epoch, data_, &stats_),
       clock_(options_.start_clock),
-      pushed_through_(options_.start_clock) {
+      pushed_through_(options_.start_clock),
+      arrivals_(static_cast<int>(model->params().size())) {
   // Under SSP and ASP the next clock's weights come while this one computes.
   if (options_.training.overlap && EffectiveStaleness(options_.job) != 0) {
     prefetch_.emplace(model_->params(), backend_);
@@ -82,6 +83,10 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
     model_->set_grads_ready([this](const std::vector<int>& params) {
       push_tickets_.push_back(params_->Push(clock_, batch_.rows, &model_->grads(), 0.0f, params));
     });
+    // Under BSP the forward of a layer waits for that layer's weights only.
+    if (!options_.stage_step) {
+      model_->set_weights_await([this](const std::vector<int>& p) { return arrivals_.Await(p); });
+    }
   }
   absl::MutexLock lock(&mu_);
   metrics_.generation = options_.generation;
@@ -90,6 +95,7 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
 ClockLoop::~ClockLoop() {
   leaving_ = true;
   model_->set_grads_ready(nullptr);
+  model_->set_weights_await(nullptr);
 }
 
 ClockMetrics ClockLoop::metrics() const {
@@ -103,6 +109,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
   }
   // Calls of an older generation end first (abandoned at their next retry).
   if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
+  if (landing_) (void)params_->Wait(*std::exchange(landing_, std::nullopt));
   for (auto* tickets : {&older_push_tickets_, &push_tickets_}) {
     for (ParamTicket t : *tickets) (void)params_->Wait(t);
     tickets->clear();
@@ -116,7 +123,8 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || member_.generation() > generation ||
            gate_->generation() > generation;
   });
-  if (const ParamBuffers* initial = options_.initial_values && clock_ == 0 ? options_.initial_values() : nullptr) {
+  if (const ParamBuffers* initial =
+          options_.initial_values && clock_ == 0 ? options_.initial_values() : nullptr) {
     RETURN_IF_ERROR(params_->Wait(params_->PushInitialValues(initial)));
   }
   return options_.on_cluster ? options_.on_cluster(cluster, member_.link_generation())
@@ -198,7 +206,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   if (connected && prefetch_ && !prefetched) prefetch_->Drop(params_.get());
   const WeightSource source = reads_.Source(clock_, connected, prefetched);
   std::optional<ParamTicket> ticket;
-  if (source == WeightSource::kPullWithGate) ticket = Pull();
+  if (source == WeightSource::kPullWithGate) ticket = Pull(/*layered=*/Layered());
   const int64_t pull_clock = clock_;
   const bool awaits_gate = reads_.AwaitsGate(connected);
   ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
@@ -235,7 +243,10 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   if (pending_gate_.valid() &&
       pending_gate_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
     ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
-    if (moved || clock_ >= member_.total()) return false;
+    if (moved || clock_ >= member_.total()) {
+      if (landing_) (void)params_->Wait(*std::exchange(landing_, std::nullopt));
+      return false;
+    }
   }
   const absl::Duration gate = (taken_at - t0) + (gated_at - pushed_at);
   const absl::Duration pushing = pushed_at - taken_at, pulling = absl::Now() - gated_at;
@@ -253,9 +264,11 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   return true;
 }
 
-ParamTicket ClockLoop::Pull() {
+bool ClockLoop::Layered() const { return options_.training.overlap && !options_.stage_step; }
+
+ParamTicket ClockLoop::Pull(bool layered) {
   return params_->Pull(clock_, member_.schedule().MinClockForRead(clock_), &model_->weights(),
-                       &read_applied_);
+                       &read_applied_, layered ? &arrivals_ : nullptr);
 }
 
 absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> ticket,
@@ -268,13 +281,22 @@ absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> tic
       read = prefetch_->Take(params_.get(), pull_clock, &model_->weights(), &read_applied_);
       break;
     case WeightSource::kPullWithGate:
+      if (Layered()) {  // the step's forward waits for each layer's weights
+        landing_ = *ticket;
+        return absl::OkStatus();
+      }
       read = params_->Wait(*ticket);
       break;
     case WeightSource::kPullAfterGate:
-      read = params_->Wait(Pull());
+      read = params_->Wait(Pull(/*layered=*/false));
       break;
   }
   if (!read.ok()) return read;
+  NoteRead();
+  return absl::OkStatus();
+}
+
+void ClockLoop::NoteRead() {
   {
     absl::MutexLock lock(&mu_);
     ++metrics_.pulls;
@@ -285,6 +307,12 @@ absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> tic
     pushed_through_ = std::max(pushed_through_, read_applied_[options_.worker_id]);
   }
   reads_.Note(read_applied_, member_.live());
+}
+
+absl::Status ClockLoop::FinishLanding() {
+  if (!landing_) return absl::OkStatus();
+  RETURN_IF_ERROR(params_->Wait(*std::exchange(landing_, std::nullopt)));
+  NoteRead();
   return absl::OkStatus();
 }
 
@@ -341,6 +369,13 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   }
   if (options_.training.loss_scaling) model_->set_loss_scale(scaler_.scale());
   const absl::StatusOr<StepResult> stepped = Step();
+  // The layered pull's wait inside the forward counts as pulling.
+  const absl::Duration landing = arrivals_.TakeWaited();
+  stats_.clock().pull += landing;
+  if (const absl::Status read = FinishLanding(); !read.ok()) {
+    RETURN_IF_ERROR(Resync(read));
+    return false;
+  }
   if (!stepped.ok() && options_.stage_step) {
     RETURN_IF_ERROR(RelinkAfter(stepped.status()));
     return false;
@@ -354,7 +389,7 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
   const bool finite = !options_.training.loss_scaling || scaler_.Unscale(&grads);
   // The push goes on while the next clock's gate call does (see GateAndPull).
   Push(finite);
-  stats_.clock().compute += absl::Now() - t2;
+  stats_.clock().compute += absl::Now() - t2 - landing;
   RETURN_IF_ERROR(AfterClock(step));
   return true;
 }

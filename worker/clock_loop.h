@@ -22,10 +22,12 @@
 // replica restarts at, on new links.
 //
 // With overlap (TrainingOptions::overlap, when the job allows it) the
-// gradients are pushed layer by layer as the backward makes them, and
-// under SSP and ASP the next clock's weights are pulled while this clock
-// computes (worker/weight_prefetch.h); otherwise the whole gradient is
-// pushed after the step. With overlap the pull goes out together with the
+// gradients are pushed layer by layer as the backward makes them, under
+// SSP and ASP the next clock's weights are pulled while this clock
+// computes (worker/weight_prefetch.h), and under BSP the step starts while
+// the clock's weights land, each layer's forward waiting for its own
+// (worker/weight_arrivals.h); otherwise the whole gradient is pushed after
+// the step. With overlap the pull goes out together with the
 // gate call (the servers hold it until its read guarantee holds); without,
 // once the pushes of the clock before last are acknowledged (and the gate
 // opened, when the clock awaits it).
@@ -58,6 +60,7 @@
 #include "worker/read_plan.h"
 #include "worker/stage_runner.h"
 #include "worker/training_options.h"
+#include "worker/weight_arrivals.h"
 #include "worker/weight_prefetch.h"
 
 namespace pstrain {
@@ -175,8 +178,17 @@ class ClockLoop : private LoopActions {
   absl::StatusOr<bool> GateAndPull();
   // Reads clock_'s weights from `source` (a pull sent with the gate is
   // `ticket`; a prefetch is of `pull_clock`) and notes them in the cache.
+  // A layered pull (Layered()) is only noted as landing_: the step's
+  // forward waits for each layer (worker/weight_arrivals.h).
   absl::Status Read(WeightSource source, std::optional<ParamTicket> ticket, int64_t pull_clock);
-  ParamTicket Pull();
+  // What a finished read tells: the pull counted, the iterations it holds.
+  void NoteRead();
+  // Waits for the layered pull under way, if any, and notes it.
+  absl::Status FinishLanding();
+  // Whether a pull sent with the gate lands while the step computes: with
+  // overlap, outside pipeline stages.
+  bool Layered() const;
+  ParamTicket Pull(bool layered);
   // The step and its push; false when the clock must start over.
   absl::StatusOr<bool> ComputeAndPush();
   // One clock's forward and backward; in micro_batches micro-batches whose
@@ -249,6 +261,8 @@ class ClockLoop : private LoopActions {
   // SSP, ASP: the gate call of the clock under way, answered while it runs.
   std::future<absl::StatusOr<AdvanceClockResponse>> pending_gate_;
   std::optional<WeightPrefetch> prefetch_;
+  WeightArrivals arrivals_;              // the layered pull's parameters
+  std::optional<ParamTicket> landing_;   // the layered pull under way
   std::unique_ptr<ParamClient> params_;  // after prefetch_: it ends first
   std::unique_ptr<ParamClient> final_params_;
 

@@ -4,10 +4,10 @@
 
 namespace pstrain {
 
-bool DecideOverlap(const std::string& flag, const JobSpec& job, bool cuda, bool loss_scaling,
-                   std::string* why_not) {
+bool DecideOverlap(const std::string& flag, const JobSpec& job, bool cuda, bool layered_reads,
+                   bool loss_scaling, std::string* why_not) {
   const bool wanted =
-      flag == "on" || (flag == "auto" && (cuda || EffectiveStaleness(job) != 0));
+      flag == "on" || (flag == "auto" && (cuda || layered_reads || EffectiveStaleness(job) != 0));
   if (!wanted) return false;
   const bool clips = job.optimizer().clip_norm() > 0 && job.consistency() != BSP;
   const char* veto = job.micro_batches() > 1 ? "micro_batches above 1"

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/status_macros.h"
+
 namespace pstrain {
 
 AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
                              const PsClientOptions& options)
-    : hold_push_(options.debug_hold_push) {
+    : hold_push_(options.debug_hold_push), delay_pull_param_(options.debug_delay_pull_param) {
   for (Lane* lane : {&pulls_, &pushes_}) {
     lane->client = std::make_unique<PsClient>(cluster, partition, worker_id, options);
   }
@@ -35,10 +37,43 @@ ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
 }
 
 ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                                std::vector<int64_t>* applied) {
-  return Queue(pulls_, [clock, min_clock, into, applied](PsClient& client) {
-    return client.Pull(clock, min_clock, into, applied);
+                                std::vector<int64_t>* applied, WeightArrivals* arrivals) {
+  if (arrivals != nullptr) arrivals->Begin();
+  const int delayed = delay_pull_param_ < static_cast<int>(into->size()) ? delay_pull_param_ : -1;
+  return Queue(pulls_, [=](PsClient& client) {
+    PullScope scope;
+    if (arrivals != nullptr) scope.landed = [arrivals](int param) { arrivals->Landed(param); };
+    absl::Status st;
+    if (delayed < 0) {
+      st = client.Pull(clock, min_clock, into, applied, scope);
+    } else {
+      st = PullDelayingOne(client, clock, min_clock, into, applied, delayed, scope);
+    }
+    if (arrivals != nullptr) arrivals->Finish(st);
+    return st;
   });
+}
+
+absl::Status AsyncPsClient::PullDelayingOne(PsClient& client, int64_t clock, int64_t min_clock,
+                                            ParamBuffers* into, std::vector<int64_t>* applied,
+                                            int delayed, PullScope scope) {
+  std::vector<int> others;
+  for (int p = 0; p < static_cast<int>(into->size()); ++p) {
+    if (p != delayed) others.push_back(p);
+  }
+  const std::vector<int> last = {delayed};
+  std::vector<int64_t> last_applied;
+  scope.params = &others;
+  RETURN_IF_ERROR(client.Pull(clock, min_clock, into, applied, scope));
+  absl::SleepFor(kDelayPull);
+  scope.params = &last;
+  RETURN_IF_ERROR(client.Pull(clock, min_clock, into, &last_applied, scope));
+  if (applied != nullptr) {
+    for (size_t w = 0; w < applied->size() && w < last_applied.size(); ++w) {
+      (*applied)[w] = std::min((*applied)[w], last_applied[w]);
+    }
+  }
+  return absl::OkStatus();
 }
 
 ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffers* grads,

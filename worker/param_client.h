@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/ps_client.h"
 #include "worker/serial_queue.h"
+#include "worker/weight_arrivals.h"
 
 namespace pstrain {
 
@@ -29,9 +30,13 @@ class ParamClient {
   // Reads every parameter for iteration `clock` under the read guarantee
   // `min_clock` into *into (sized), which must stay untouched until Wait;
   // *applied (if not null; also untouched until Wait) receives per worker
-  // the iterations whose updates the values hold, in every chunk.
+  // the iterations whose updates the values hold, in every chunk. With
+  // `arrivals` the pull begins there at once and reports each chunk as it
+  // lands, and its end (before Wait returns): the caller may read the
+  // parameters that have landed before Wait.
   virtual ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                           std::vector<int64_t>* applied = nullptr) = 0;
+                           std::vector<int64_t>* applied = nullptr,
+                           WeightArrivals* arrivals = nullptr) = 0;
   // Sends iteration `clock`'s gradients of `params` (every parameter when
   // empty; each parameter once per iteration) from *grads, which must stay
   // unchanged until Wait; `norm` is the whole gradient's L2 norm (for
@@ -71,7 +76,8 @@ class AsyncPsClient : public ParamClient {
   ~AsyncPsClient() override;
 
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                   std::vector<int64_t>* applied = nullptr) override;
+                   std::vector<int64_t>* applied = nullptr,
+                   WeightArrivals* arrivals = nullptr) override;
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
                    std::vector<int> params) override;
   ParamTicket PushInitialValues(const ParamBuffers* weights) override;
@@ -92,12 +98,18 @@ class AsyncPsClient : public ParamClient {
     SerialQueue queue;
   };
   ParamTicket Queue(Lane& lane, Operation op);
+  // A pull of every parameter but `delayed`, then, kDelayPull later, of
+  // that one (PsClientOptions::debug_delay_pull_param).
+  static absl::Status PullDelayingOne(PsClient& client, int64_t clock, int64_t min_clock,
+                                      ParamBuffers* into, std::vector<int64_t>* applied,
+                                      int delayed, PullScope scope);
 
   absl::Mutex mu_;
   std::map<ParamTicket, absl::Status> done_ ABSL_GUARDED_BY(mu_);
   ParamTicket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
-  const int64_t hold_push_;  // PsClientOptions::debug_hold_push
-  Lane pulls_, pushes_;  // last: their threads end before done_ goes
+  const int64_t hold_push_;     // PsClientOptions::debug_hold_push
+  const int delay_pull_param_;  // PsClientOptions::debug_delay_pull_param
+  Lane pulls_, pushes_;         // last: their threads end before done_ goes
 };
 
 }  // namespace pstrain

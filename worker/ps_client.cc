@@ -117,11 +117,10 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   }
   ++attempts_;
   for (int i : todo) Prepare(calls[i]);
-  const bool bell =
-      options_.shm_doorbell &&
-      std::all_of(todo.begin(), todo.end(), [&](int i) { return calls[i].link != nullptr; });
-  FlightEnv env{&stubs_, &push_window_, &links_, &rpcs_, &shm_rings_, &next_seq_,
-                options_.abandon};
+  const bool bell = options_.shm_doorbell && std::all_of(todo.begin(), todo.end(), [&](int i) {
+                      return calls[i].link != nullptr;
+                    });
+  FlightEnv env{&stubs_, &push_window_, &links_, &rpcs_, &shm_rings_, &next_seq_, options_.abandon};
   CallFlight flight(calls, std::move(env), bell);
   return Settle(calls, flight.Run(todo, next_channel), todo, only_waiting);
 }
@@ -155,12 +154,37 @@ absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::
   return waiting;
 }
 
+const std::vector<std::vector<int32_t>>& PsClient::BatchesFor(
+    int s, const std::vector<int>* params, std::vector<std::vector<int32_t>>* scoped) const {
+  if (params == nullptr) return batches_[s];
+  std::vector<bool> wanted;
+  for (int p : *params) {
+    if (p >= static_cast<int>(wanted.size())) wanted.resize(p + 1, false);
+    wanted[p] = true;
+  }
+  std::vector<int32_t> chunks;
+  for (int32_t id : partition_->ServerChunks(s)) {
+    const int param = partition_->chunks()[id].param;
+    const int mine = param - options_.first_param;
+    if (Trains(param) && mine < static_cast<int>(wanted.size()) && wanted[mine]) {
+      chunks.push_back(id);
+    }
+  }
+  *scoped = Pack(chunks);
+  return *scoped;
+}
+
 void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
-                            std::vector<std::vector<float>>* weights, PullState* state,
+                            std::vector<std::vector<float>>* weights,
+                            const std::vector<int>* params, PullState* state,
                             std::vector<Call>* calls) {
   const DType dtype = options_.wire_dtype;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
-    for (const std::vector<int32_t>& batch : batches_[s]) {
+    std::vector<std::vector<int32_t>> scoped;
+    for (const std::vector<int32_t>& packed : BatchesFor(s, params, &scoped)) {
+      // The finishing call reads its batch: a scope's is kept in the state.
+      const std::vector<int32_t>& batch =
+          params == nullptr ? packed : state->batches.emplace_back(packed);
       PullRequest req;
       req.set_worker_id(worker_id_);
       req.set_clock(clock);
@@ -168,6 +192,12 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       req.set_dtype(dtype);
       req.set_generation(options_.generation);
       for (int32_t id : batch) req.add_chunks(id);
+      if (state->landed) {
+        state->in.resize(partition_->chunks().size(), false);
+        state->missing.resize(weights->size(), 0);
+        for (int32_t id : batch)
+          ++state->missing[partition_->chunks()[id].param - options_.first_param];
+      }
       Call call;
       call.is_pull = true;
       call.server = s;
@@ -180,8 +210,7 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       const size_t index = state->applied.size() - 1;
       call.finish = [this, s, &batch, weights, state, index](const grpc::ByteBuffer& reply,
                                                              const ShmLink* link) {
-        return TakePullReply(s, batch, reply, link, weights, &state->applied[index],
-                             &state->bytes);
+        return TakePullReply(s, batch, reply, link, weights, state, index);
       };
       calls->push_back(std::move(call));
     }
@@ -190,13 +219,13 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
 
 absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
                                      const grpc::ByteBuffer& reply, const ShmLink* link,
-                                     std::vector<std::vector<float>>* weights,
-                                     std::vector<int64_t>* applied, std::atomic<int64_t>* bytes) {
+                                     std::vector<std::vector<float>>* weights, PullState* state,
+                                     size_t index) {
   const DType dtype = options_.wire_dtype;
   const int width = DTypeSize(dtype);
   SliceReader reader(reply);
   std::vector<PayloadRef> refs;
-  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, applied));
+  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index]));
   if (refs.size() != batch.size()) {
     return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
                                             " chunks, asked for ", batch.size()));
@@ -233,8 +262,13 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
     } else {
       DecodeFloats(dtype, src, info.numel, dst);
     }
-    *bytes += static_cast<int64_t>(payload);
+    state->bytes += static_cast<int64_t>(payload);
     if (link != nullptr) shm_bytes_ += static_cast<int64_t>(payload);
+    if (state->landed && !state->in[ref.chunk]) {
+      state->in[ref.chunk] = true;
+      const int param = info.param - options_.first_param;
+      if (--state->missing[param] == 0) state->landed(param);
+    }
   }
   return absl::OkStatus();
 }
@@ -252,8 +286,7 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
   bytes_in_ += state.bytes;
 }
 
-void PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks,
-                          const ShmLink& link) {
+void PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link) {
   for (const PushChunk& c : chunks) {
     char* slot = link.PushSlot(c.chunk);
     if (dtype == FP32) {
@@ -284,22 +317,9 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
                                const std::vector<std::vector<float>>& grads,
                                std::vector<Call>* calls, const std::vector<int>* params) {
   int64_t bytes = 0;
-  std::vector<bool> wanted;
-  if (params != nullptr) {
-    wanted.assign(grads.size(), false);
-    for (int p : *params) wanted[p] = true;
-  }
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
-    std::vector<std::vector<int32_t>> subset;
-    if (params != nullptr) {
-      std::vector<int32_t> chunks;
-      for (int32_t id : partition_->ServerChunks(s)) {
-        const int param = partition_->chunks()[id].param;
-        if (Trains(param) && wanted[param - options_.first_param]) chunks.push_back(id);
-      }
-      subset = Pack(chunks);
-    }
-    for (const std::vector<int32_t>& batch : params != nullptr ? subset : batches_[s]) {
+    std::vector<std::vector<int32_t>> scoped;
+    for (const std::vector<int32_t>& batch : BatchesFor(s, params, &scoped)) {
       std::vector<PushChunk> chunks;
       int64_t call_bytes = 0;
       for (int32_t id : batch) {
@@ -311,8 +331,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       bytes += call_bytes;
       Call call;
       call.server = s;
-      call.encode = [h = PushHeader(header), chunks = std::move(chunks)](
-                        ShmLink* link) mutable {
+      call.encode = [h = PushHeader(header), chunks = std::move(chunks)](ShmLink* link) mutable {
         h.shm_segment = link == nullptr ? 0 : link->id();
         if (link != nullptr) WriteToShm(h.dtype, chunks, *link);
         return EncodePush(h, chunks);
@@ -328,11 +347,12 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
 }
 
 absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
-                            std::vector<std::vector<float>>* weights,
-                            std::vector<int64_t>* applied) {
+                            std::vector<std::vector<float>>* weights, std::vector<int64_t>* applied,
+                            const PullScope& scope) {
   PullState state;
+  state.landed = scope.landed;
   std::vector<Call> calls;
-  AddPullCalls(clock, min_clock, weights, &state, &calls);
+  AddPullCalls(clock, min_clock, weights, scope.params, &state, &calls);
   RETURN_IF_ERROR(RunCalls(calls));
   FinishPull(state, applied);
   return absl::OkStatus();
@@ -351,8 +371,7 @@ absl::Status PsClient::PushParams(int64_t clock, int num_samples,
                                   const std::vector<std::vector<float>>& grads, float grad_norm,
                                   const std::vector<int>& params) {
   std::vector<Call> calls;
-  const int64_t bytes =
-      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params);
+  const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();
@@ -366,7 +385,7 @@ absl::Status PsClient::PushPull(int64_t clock, int num_samples,
   std::vector<Call> calls;
   const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls);
   PullState state;
-  AddPullCalls(pull_clock, min_clock, weights, &state, &calls);
+  AddPullCalls(pull_clock, min_clock, weights, /*params=*/nullptr, &state, &calls);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   FinishPull(state, applied);

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,11 +22,11 @@
 #include "common/partition.h"
 #include "common/shm.h"
 #include "common/tensor_wire.h"
-#include "worker/call_flight.h"
-#include "worker/shm_links.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "worker/call_flight.h"
+#include "worker/shm_links.h"
 
 namespace pstrain {
 
@@ -71,9 +72,25 @@ struct PsClientOptions {
   // sends it -- pushing layer by layer, the push of the first layer's
   // parameters only, the others go; -1: none. AsyncPsClient's.
   int64_t debug_hold_push = -1;
+  // Tests (ps_worker --debug_delay_pull_param): every pull brings this
+  // parameter (an index into the worker's) kDelayPull after the others, so
+  // that a forward which does not wait for its layer's weights reads old
+  // ones; -1: none. AsyncPsClient's.
+  int debug_delay_pull_param = -1;
 };
 
 inline constexpr absl::Duration kHoldPush = absl::Seconds(30);
+inline constexpr absl::Duration kDelayPull = absl::Milliseconds(100);
+
+// What a pull covers besides its clock, and who hears of its chunks.
+struct PullScope {
+  // Only these parameters' chunks (indices into the worker's parameters,
+  // as PushParams's); null: every parameter.
+  const std::vector<int>* params = nullptr;
+  // Called on the pulling thread, once per parameter (an index into the
+  // worker's), as soon as every chunk of it has been copied into its buffer.
+  std::function<void(int param)> landed;
+};
 
 // Thread-compatible: one Push or Pull at a time.
 class PsClient {
@@ -86,8 +103,10 @@ class PsClient {
   // Reads every parameter for iteration `clock` under the read guarantee
   // `min_clock` into `weights` (one buffer per parameter, already sized).
   // *applied receives, per worker, the iterations applied in every chunk.
+  // `scope` narrows the pull to some parameters and reports each chunk
+  // that lands.
   absl::Status Pull(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
-                    std::vector<int64_t>* applied = nullptr);
+                    std::vector<int64_t>* applied = nullptr, const PullScope& scope = {});
   // What pushes carry from now on besides their gradients. Any thread.
   void SetPushContext(PushContext context);
   // Sends iteration `clock`'s gradients (mean over `num_samples` samples;
@@ -144,6 +163,12 @@ class PsClient {
   struct PullState {
     std::vector<std::vector<int64_t>> applied;  // per call
     std::atomic<int64_t> bytes{0};
+    std::deque<std::vector<int32_t>> batches;  // a scope's (addresses stay put)
+    // PullScope::landed; with it, per parameter the chunks not yet in, and
+    // per chunk of the partition whether it is in (a retry copies again).
+    std::function<void(int)> landed;
+    std::vector<int> missing;
+    std::vector<bool> in;
   };
   // Runs the calls, retrying the failed ones (common/retry.h).
   absl::Status RunCalls(std::vector<Call>& calls);
@@ -159,14 +184,15 @@ class PsClient {
   static absl::Status Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
                              const std::vector<int>& todo, bool* only_waiting);
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
-                    PullState* state, std::vector<Call>* calls);
+                    const std::vector<int>* params, PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
   // Checks a pull reply from server `s` for `batch` and copies its payloads
-  // (from the message, or from `link`'s pull region) into *weights.
+  // (from the message, or from `link`'s pull region) into *weights; the
+  // call's applied iterations go to state->applied[index].
   absl::Status TakePullReply(int s, const std::vector<int32_t>& batch,
                              const grpc::ByteBuffer& reply, const ShmLink* link,
-                             std::vector<std::vector<float>>* weights,
-                             std::vector<int64_t>* applied, std::atomic<int64_t>* bytes);
+                             std::vector<std::vector<float>>* weights, PullState* state,
+                             size_t index);
   // Writes a push's payloads into `link`'s push region.
   static void WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link);
   // Returns the payload bytes of the push; with `params`, of those
@@ -175,6 +201,10 @@ class PsClient {
                        std::vector<Call>* calls, const std::vector<int>* params = nullptr);
   // A push's header: iteration `clock`, the push context's fields.
   PushHeader Header(int64_t clock, int num_samples, float grad_norm);
+  // The chunk batches of server `s` for `params` (null: every parameter's,
+  // batches_[s]; else packed into *scoped, which keeps them).
+  const std::vector<std::vector<int32_t>>& BatchesFor(
+      int s, const std::vector<int>* params, std::vector<std::vector<int32_t>>* scoped) const;
   // Chunk batches of one server, about max_request_bytes of payload each.
   std::vector<std::vector<int32_t>> Pack(const std::vector<int32_t>& chunks) const;
 

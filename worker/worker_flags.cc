@@ -10,8 +10,9 @@
 ABSL_FLAG(std::string, overlap, "auto",
           "on, off or auto: push each parameter's (layer's) gradients while the backward goes "
           "on, and under SSP/ASP pull the next clock's weights while this one computes. auto: "
-          "on for a CUDA device (a PyTorch script's parameters too), on the CPU on under "
-          "SSP/ASP and off under BSP; never when the job needs the whole gradient first "
+          "on for ps_worker (under BSP its forward waits for each layer's weights as they "
+          "land) and for a PyTorch script's parameters on CUDA or under SSP/ASP; never when "
+          "the job needs the whole gradient first "
           "(micro_batches > 1, fp16 loss scaling, SSP/ASP clipping)");
 ABSL_FLAG(std::string, wire_dtype, "",
           "fp32, bf16 or fp16 for this worker's pushes and pulls (default: the job's wire_dtype)");

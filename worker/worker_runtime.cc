@@ -17,9 +17,9 @@
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/member_loop.h"
+#include "worker/overlap.h"
 #include "worker/stage_link.h"
 #include "worker/standalone/standalone.h"
-#include "worker/overlap.h"
 #include "worker/trainer.h"
 #include "worker/worker_service.h"
 
@@ -169,8 +169,9 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.training.recompute = config.recompute == "block";
   topts.training.loss_scaling = config.compute_dtype == "fp16";
   std::string why_not;
-  topts.training.overlap = DecideOverlap(config.flags.overlap, job, device == "cuda",
-                                         topts.training.loss_scaling, &why_not);
+  topts.training.overlap =
+      DecideOverlap(config.flags.overlap, job, device == "cuda", /*layered_reads=*/true,
+                    topts.training.loss_scaling, &why_not);
   if (!why_not.empty()) {
     spdlog::info("--overlap is off for this job: a clock needs its whole gradient first ({})",
                  why_not);
@@ -185,6 +186,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.ps.shm = config.flags.shm;
   topts.ps.shm_doorbell = config.flags.shm_doorbell;
   topts.ps.debug_hold_push = config.debug_hold_push;
+  topts.ps.debug_delay_pull_param = config.debug_delay_pull_param;
   topts.generation = reg.generation();
   topts.start_clock = reg.start_clock();
   topts.stage_link = stage_link;

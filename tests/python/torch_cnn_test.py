@@ -1,6 +1,7 @@
 """Two PyTorch workers and two servers under BSP, Adam on the servers, train
 the CNN of examples/torch/cnn_fashion_mnist.py for 200 clocks as one
-process does on the same global batches:
+process does on the same global batches (one worker with --overlap=on, one
+without):
 
 - every tensor within 1e-4 (max |dw| / max |w|) of one process computing
   each clock's gradient over the workers' two shares and stepping with the
@@ -87,8 +88,12 @@ class TorchCnnTest(unittest.TestCase):
                           scheduler_flags=flags) as cluster:
             script = [sys.executable, SCRIPT, "--threads=1", "--torch_seed=%d" % TORCH_SEED]
             for name in WORKERS:
-                cluster.start(name, script + ["--weights_out=%s/%s.pt" % (cluster.dir, name)],
-                              cluster.worker_env())
+                # Worker 0 overlaps (its gradients leave at the hooks, its
+                # reads land while the clock starts), worker 1 does not.
+                env = cluster.worker_env()
+                if name == WORKERS[0]:
+                    env["PSTRAIN_FLAGS"] += " --overlap=on"
+                cluster.start(name, script + ["--weights_out=%s/%s.pt" % (cluster.dir, name)], env)
             codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
             self.assertEqual(codes, dict.fromkeys(codes, 0))
 

@@ -64,6 +64,8 @@ class HandedModel : public Model {
   absl::StatusOr<StepResult> Forward(int, const Batch&, const std::vector<float>*,
                                      std::vector<float>*, bool train) override {
     if (!train) return absl::UnimplementedError("the caller evaluates its model itself");
+    // The script reads every weight when its clock starts: all must be in.
+    RETURN_IF_ERROR(AwaitAllWeights());
     // The weights of clock 0, pushed again after a rollback to it.
     if (data_->clock() == 0 && initial_->empty()) *initial_ = weights();
     for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
@@ -140,7 +142,9 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   next_clock_ = start_clock_;
   if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   // As ps_worker on the parameters' device.
-  overlap_ = DecideOverlap(options_.flags.overlap, job_, cuda, /*loss_scaling=*/false);
+  // (Its reads are whole: a script's forward does not wait layer by layer.)
+  overlap_ = DecideOverlap(options_.flags.overlap, job_, cuda, /*layered_reads=*/false,
+                           /*loss_scaling=*/false);
   id_ = reg.id();
   {
     absl::MutexLock lock(&mu_);
@@ -150,8 +154,8 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
     identity_.set_start_clock(start_clock_);
   }
   daemon_->StartHeartbeats([this] { return Status(); });
-  spdlog::info("registered as worker {} of {}: {} parameters declared, {} training examples",
-               id_, job_.num_workers(), params.size(), train_size);
+  spdlog::info("registered as worker {} of {}: {} parameters declared, {} training examples", id_,
+               job_.num_workers(), params.size(), train_size);
   return absl::OkStatus();
 }
 
@@ -160,8 +164,8 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
   if (exchange_ != nullptr) return absl::FailedPreconditionError("the loop runs already");
   const std::vector<ParamInfo> params = ModelParams(job_.model());
   if (initial.size() != params.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(initial.size(), " initial tensors for ",
-                                                   params.size(), " parameters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(initial.size(), " initial tensors for ", params.size(), " parameters"));
   }
   ASSIGN_OR_RETURN(Partition partition,
                    Partition::Make(params, job_.chunk_bytes(), job_.num_servers()));
@@ -176,8 +180,8 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
   }
   exchange_ = std::make_unique<ClockExchange>(static_cast<int>(params.size()));
   data_ = std::make_unique<ExternalData>(job_);
-  model_ = std::make_unique<HandedModel>(job_.model(), backend_.get(), data_.get(),
-                                         exchange_.get(), &initial_);
+  model_ = std::make_unique<HandedModel>(job_.model(), backend_.get(), data_.get(), exchange_.get(),
+                                         &initial_);
   loop_thread_ = std::thread([this] { RunLoop(); });
   watch_thread_ = std::thread([this] { Watch(); });
   return absl::OkStatus();
@@ -223,7 +227,9 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.generation = generation_;
   lo.training.overlap = overlap_;
   lo.training.eval_each_epoch = false;  // the caller's to do
-  lo.initial_values = [this]() -> const ParamBuffers* { return initial_.empty() ? nullptr : &initial_; };
+  lo.initial_values = [this]() -> const ParamBuffers* {
+    return initial_.empty() ? nullptr : &initial_;
+  };
   return lo;
 }
 
@@ -330,16 +336,19 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
     return absl::NotFoundError(absl::StrCat("the job declares no table '", table, "'"));
   }
   if (spec->width() != width) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", table, "' has rows of width ",
-                                                   spec->width(), ", not ", width));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", table, "' has rows of width ", spec->width(), ", not ", width));
   }
   if (rows_ == nullptr) {
     // The servers as the loop's latest cluster view has them (a
     // replacement's address once the loop reconnected after a rollback).
-    rows_ = std::make_unique<RowClient>(job_, [this] {
-      absl::MutexLock lock(&servers_mu_);
-      return servers_;
-    }, id_);
+    rows_ = std::make_unique<RowClient>(
+        job_,
+        [this] {
+          absl::MutexLock lock(&servers_mu_);
+          return servers_;
+        },
+        id_);
   }
   return rows_.get();
 }
@@ -354,8 +363,8 @@ RowCall ExternalWorker::RowCallNow() {
       return absl::AbortedError(absl::StrCat("the job was aborted: ", message));
     }
     if (daemon_->client().generation() > generation) {
-      return absl::AbortedError(absl::StrCat("the cluster rolled back past generation ",
-                                             generation));
+      return absl::AbortedError(
+          absl::StrCat("the cluster rolled back past generation ", generation));
     }
     return absl::OkStatus();
   };
@@ -380,7 +389,7 @@ absl::Status ExternalWorker::VoidClockOr(const absl::Status& failure) {
 
 absl::Status ExternalWorker::PullRows(const std::string& table, int width,
                                       absl::Span<const uint64_t> ids, std::vector<float>* rows) {
-  ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
+  ASSIGN_OR_RETURN(RowClient * client, Rows(table, width));
   for (int tries = 1; !under_way_void_; ++tries) {
     const RowCall call = RowCallNow();
     const absl::Status st = client->Pull(table, call, ids, rows);
@@ -400,7 +409,7 @@ absl::Status ExternalWorker::PullRows(const std::string& table, int width,
 absl::Status ExternalWorker::PushRows(const std::string& table, int width,
                                       absl::Span<const uint64_t> ids,
                                       absl::Span<const float> grads) {
-  ASSIGN_OR_RETURN(RowClient* client, Rows(table, width));
+  ASSIGN_OR_RETURN(RowClient * client, Rows(table, width));
   if (!under_way_.has_value()) {
     return absl::FailedPreconditionError("rows are pushed during a clock (after pst_next)");
   }
@@ -411,8 +420,8 @@ absl::Status ExternalWorker::PushRows(const std::string& table, int width,
   // Marked once taken (or dropped with a void clock): a push that failed
   // may be tried again.
   if (!under_way_void_) {
-    const absl::Status st = client->Push(table, RowCallNow(),
-                                         static_cast<int>(under_way_->indices.size()), ids, grads);
+    const absl::Status st =
+        client->Push(table, RowCallNow(), static_cast<int>(under_way_->indices.size()), ids, grads);
     if (!st.ok()) RETURN_IF_ERROR(VoidClockOr(st));
   }
   tables_pushed_.insert(table);

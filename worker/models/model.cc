@@ -1,6 +1,7 @@
 #include "worker/models/model.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -8,8 +9,7 @@
 
 namespace pstrain {
 
-Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
-             bool windowed)
+Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend, bool windowed)
     : backend_(backend),
       stage_(stage),
       first_(stage.first_unit == 0),
@@ -38,7 +38,21 @@ Model::~Model() {
   }
 }
 
+absl::Status Model::AwaitWeights(const std::vector<int>& params) {
+  if (!weights_await_) return absl::OkStatus();
+  absl::Status st = weights_await_(params);
+  if (weights_status_.ok()) weights_status_ = st;
+  return st;
+}
+
+absl::Status Model::AwaitAllWeights() {
+  std::vector<int> all(params_.size());
+  for (size_t p = 0; p < all.size(); ++p) all[p] = static_cast<int>(p);
+  return AwaitWeights(all);
+}
+
 void Model::UploadWeights(const std::vector<int>& params) {
+  if (windowed_ || host_sync_) (void)AwaitWeights(params);  // (an error: TrainStep's)
   if (windowed_) {
     for (int p : params) {
       if (on_device_[p] || !device_weights_[p].Resize(params_[p].numel)) continue;
@@ -124,7 +138,12 @@ void Model::FinishGrads() {
 }
 
 absl::StatusOr<StepResult> Model::TrainStep(const Batch& batch) {
+  weights_status_ = absl::OkStatus();
   ASSIGN_OR_RETURN(const StepResult r, Forward(0, batch, nullptr, nullptr, /*train=*/true));
+  // Every weight is in before any gradient leaves (a BSP push of this clock
+  // must not overtake its own read), and none leaves when some never landed.
+  if (weights_status_.ok()) (void)AwaitAllWeights();
+  RETURN_IF_ERROR(std::exchange(weights_status_, absl::OkStatus()));
   RETURN_IF_ERROR(Backward(0, nullptr, nullptr));
   return r;
 }

@@ -74,6 +74,13 @@ class Model {
   // step. Unset: nothing is called.
   using GradsReady = std::function<void(const std::vector<int>& params)>;
   void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
+  // Called before the weights of `params` are read from weights() (for the
+  // device: uploaded), layer by layer in the forward's order; it returns
+  // once they are there (a pull still landing: worker/weight_arrivals.h),
+  // or the pull's error, which TrainStep then returns before its backward.
+  // Unset: weights() are complete whenever a step begins.
+  using WeightsAwait = std::function<absl::Status(const std::vector<int>& params)>;
+  void set_weights_await(WeightsAwait f) { weights_await_ = std::move(f); }
   // Off: TrainStep neither uploads weights() nor fills grads(); it reuses the
   // weights on the device and leaves the gradients there, and returns once
   // the device is done (a benchmark of the device's compute alone). On by
@@ -125,8 +132,13 @@ class Model {
                                 const char* what);
   // The backend's first error as a status.
   absl::Status BackendStatus() const;
+  // Waits for the weights of `params` (all of them) through WeightsAwait,
+  // if set; its error, also kept for TrainStep to return.
+  absl::Status AwaitWeights(const std::vector<int>& params);
+  absl::Status AwaitAllWeights();
   // Uploads the weights of `params`, queued before the work that uses them
-  // (the device copies them while it computes what was queued before).
+  // (the device copies them while it computes what was queued before),
+  // once WeightsAwait says they are in weights().
   // Windowed: allocates them on the device first (once until released).
   void UploadWeights(const std::vector<int>& params);
   // Windowed: frees the device weights of `params` (no-op otherwise).
@@ -156,7 +168,7 @@ class Model {
   std::vector<bool> on_device_;  // windowed: weights uploaded and not released
   int64_t input_width_ = 0, output_width_ = 0;
   std::vector<ParamInfo> params_;
-  std::vector<std::vector<float>> weights_;  // host
+  std::vector<std::vector<float>> weights_;       // host
   std::vector<std::vector<float>> grad_sets_[2];  // host; grad_set_ is the current one
   int grad_set_ = 0;
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
@@ -164,6 +176,8 @@ class Model {
   bool host_sync_ = true;
   int64_t pinned_bytes_ = 0;
   GradsReady grads_ready_;
+  WeightsAwait weights_await_;
+  absl::Status weights_status_;  // the first failed WeightsAwait of the step
   // Downloads queued by Ready, with the fence after them, oldest first.
   std::vector<std::pair<int64_t, std::vector<int>>> pending_grads_;
 };

@@ -32,7 +32,8 @@ class StandaloneParamClient : public ParamClient {
   explicit StandaloneParamClient(StandaloneServer* server) : server_(server) {}
 
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                   std::vector<int64_t>* applied) override {
+                   std::vector<int64_t>* applied, WeightArrivals* arrivals) override {
+    if (arrivals != nullptr) arrivals->Begin();
     server_->AwaitReadable(min_clock);
     std::vector<int64_t> chunk_applied;
     absl::Status st;
@@ -45,6 +46,7 @@ class StandaloneParamClient : public ParamClient {
       if (applied->empty()) *applied = chunk_applied;
       (*applied)[0] = std::min((*applied)[0], chunk_applied[0]);
     }
+    if (arrivals != nullptr) arrivals->Finish(st);
     return Done(st);
   }
 
@@ -92,9 +94,8 @@ class StandaloneParamClient : public ParamClient {
         for (int32_t id : server_->partition_.ParamChunks(p)) add(server_->partition_.chunks()[id]);
       }
     }
-    return server_->store_->Push(push, [&](size_t i) {
-      return absl::Span<const float>(data[i], push.parts[i].values);
-    });
+    return server_->store_->Push(
+        push, [&](size_t i) { return absl::Span<const float>(data[i], push.parts[i].values); });
   }
 
   ParamTicket Done(absl::Status st) {
@@ -109,7 +110,7 @@ class StandaloneParamClient : public ParamClient {
 };
 
 absl::StatusOr<std::unique_ptr<StandaloneServer>> StandaloneServer::Make(const JobSpec& job,
-                                                                        int threads) {
+                                                                         int threads) {
   ASSIGN_OR_RETURN(Partition partition,
                    Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1));
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(job.optimizer()));

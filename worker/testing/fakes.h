@@ -36,11 +36,14 @@ class FakeParamClient : public ParamClient {
   // A pull's weights hold every update before its clock (the freshest a
   // server can have then), of `workers` workers.
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                   std::vector<int64_t>* applied) override {
+                   std::vector<int64_t>* applied, WeightArrivals* arrivals = nullptr) override {
+    if (arrivals != nullptr) arrivals->Begin();
     for (auto& w : *into) w.assign(w.size(), static_cast<float>(clock));
     if (applied != nullptr) applied->assign(workers_, clock);
     bytes_in_ += 4;
-    return Done(absl::StrCat(prefix_, " pull ", clock, " min ", min_clock));
+    const ParamTicket ticket = Done(absl::StrCat(prefix_, " pull ", clock, " min ", min_clock));
+    if (arrivals != nullptr) arrivals->Finish(results_.at(ticket));
+    return ticket;
   }
   ParamTicket Push(int64_t clock, int, const ParamBuffers*, float,
                    std::vector<int> params) override {
