@@ -15,9 +15,10 @@
 # bench/train_bench on gpt_fortunes_gpu with GPU workers (alone, 1+1 BSP,
 # SSP s=1, 2+2 BSP); torch: examples/torch/transformer_fortunes.py on the
 # GPU (6 layers x 512, context 256, global batch 32) alone and as one PyTorch
-# worker with two servers (BSP, BSP with --overlap=on, SSP s=1), interleaved
-# round by round, with each worker's per-clock split (gate, pull, compute,
-# push) from the final status.
+# worker with two servers (BSP, BSP with --overlap=off, SSP s=1, and BSP for
+# 50 clocks then SSP s=1 by the job's consistency_plan), interleaved round
+# by round, with each worker's per-clock split (gate, pull, compute, push)
+# from the final status and the validation loss.
 #
 # Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
 # cluster logs to DIR/cluster-logs.tar.gz.
@@ -102,11 +103,17 @@ fi
 
 TORCH_MODEL=(--device=cuda --layers=6 --width=512 --heads=8 --context=256 --threads=4)
 TORCH_RUN=(--clocks=300 --batch_size=32 --lr=3e-3 --seed=42)
-torch_cluster() {  # NAME WORKER_FLAGS SCHEDULER_FLAGS...
+TORCH_JOB="$ROOT/tests/python/jobs/transformer_external.pbtxt"
+# Item 4 of issue 47: BSP for a warm-up of 50 clocks, then SSP s = 1 (one
+# worker: ZeRO-Offload's delayed parameter update), the job's own plan.
+DELAYED_JOB="$WORK/transformer_delayed.pbtxt"
+{ cat "$TORCH_JOB"; echo 'consistency_plan { clock: 50 consistency: SSP staleness: 1 }'; } \
+  >"$DELAYED_JOB"
+torch_cluster() {  # NAME WORKER_FLAGS SCHEDULER_FLAGS... (the job: $JOB, else TORCH_JOB)
   local name="$1" wflags="$2"; shift 2
   mkdir -p "$WORK/logs/$name"
   OPENBLAS_NUM_THREADS=4 timeout 300 "$B/local_cluster.sh" --bin="$B/bin" \
-    --job="$ROOT/tests/python/jobs/transformer_external.pbtxt" --servers=2 --workers=1 \
+    --job="${JOB:-$TORCH_JOB}" --servers=2 --workers=1 \
     --logs="$WORK/logs/$name" --torch="$B/examples/torch/transformer_fortunes.py" \
     --worker_flags="$wflags" \
     --torch_args="${TORCH_MODEL[*]} --data_dir=$B/data/fortunes --log_every=100" \
@@ -127,12 +134,14 @@ if has torch; then
       LD_LIBRARY_PATH="$B/lib/python:${LD_LIBRARY_PATH:-}" OPENBLAS_NUM_THREADS=4 \
       timeout 300 python3 "$B/examples/torch/transformer_fortunes.py" --alone \
       "${TORCH_MODEL[@]}" "${TORCH_RUN[@]}" --data_dir="$B/data/fortunes" --log_every=100
-    say "round $r torch transformer 1 worker + 2 servers BSP"
+    say "round $r torch transformer 1 worker + 2 servers BSP (overlap auto: on for CUDA)"
     torch_cluster "torch-bsp-$r" ""
-    say "round $r torch transformer 1 worker + 2 servers BSP, --overlap=on"
-    torch_cluster "torch-bsp-overlap-$r" "--overlap=on"
+    say "round $r torch transformer 1 worker + 2 servers BSP, --overlap=off (the copies at step())"
+    torch_cluster "torch-bsp-nooverlap-$r" "--overlap=off"
     say "round $r torch transformer 1 worker + 2 servers SSP s=1"
     torch_cluster "torch-ssp1-$r" "" --consistency=ssp --staleness=1
+    say "round $r torch transformer 1 worker + 2 servers BSP 50 clocks, then SSP s=1 (planned)"
+    JOB="$DELAYED_JOB" torch_cluster "torch-delayed-$r" ""
   done
   tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
 fi

@@ -34,9 +34,18 @@ int64_t TableMinClockForRead(const JobSpec& job, int64_t clock) {
   return MinClockForRead(clock, EffectiveStaleness(TableConsistency(job), job.staleness()));
 }
 
-ConsistencySchedule::ConsistencySchedule(const JobSpec& job) {
+ConsistencySchedule::ConsistencySchedule(const JobSpec& job)
+    : changes_(job.consistency_plan().begin(), job.consistency_plan().end()) {
   base_.set_consistency(job.consistency());
   base_.set_staleness(job.staleness());
+}
+
+bool EverStale(const JobSpec& job) {
+  if (EffectiveStaleness(job) != 0) return true;
+  for (const ConsistencyChange& c : job.consistency_plan()) {
+    if (EffectiveStaleness(c.consistency(), c.staleness()) != 0) return true;
+  }
+  return false;
 }
 
 const ConsistencyChange* ConsistencySchedule::At(int64_t clock) const {

@@ -26,6 +26,11 @@ int64_t EffectiveStaleness(Consistency consistency, int64_t staleness);
 // staleness), before any change a running job takes.
 int64_t EffectiveStaleness(const JobSpec& job);
 
+// Whether any iteration of the job reads stale weights as it starts: its
+// spec's mode or a planned change (JobSpec.consistency_plan) has a bound
+// other than 0. (psctl set-consistency may make a BSP job stale later.)
+bool EverStale(const JobSpec& job);
+
 // The read guarantee for iteration `clock` under the bound `staleness` (as
 // EffectiveStaleness gives it; < 0: unbounded): updates of iterations below
 // the result must be applied before the read; 0 when nothing is required.
@@ -39,7 +44,8 @@ Consistency TableConsistency(const JobSpec& job);
 int64_t TableMinClockForRead(const JobSpec& job, int64_t clock);
 
 // The consistency of each iteration of a running job: the spec's, then each
-// change (psctl set-consistency) from its clock on. Not thread-safe: Set
+// change (the job's consistency_plan, then psctl set-consistency's) from
+// its clock on. Not thread-safe: Set
 // must not run beside any other call; the const calls may run together.
 class ConsistencySchedule {
  public:

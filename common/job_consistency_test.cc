@@ -58,6 +58,21 @@ TEST(JobConsistencyTest, EachChangeHoldsFromItsClockOn) {
   EXPECT_EQ(ConsistencySchedule(Job(SSP, 4)).Latest().staleness(), 4);
 }
 
+// A job's planned switches (JobSpec.consistency_plan) hold from the start,
+// as psctl set-consistency's would: BSP for a warm-up, then SSP s = 1.
+TEST(JobConsistencyTest, APlannedChangeHoldsFromItsClockOn) {
+  JobSpec job = Job(BSP);
+  *job.add_consistency_plan() = Change(100, SSP, 1);
+  const ConsistencySchedule schedule(job);
+  EXPECT_EQ(schedule.MinClockForRead(99), 99);
+  EXPECT_EQ(schedule.ConsistencyAt(100), SSP);
+  EXPECT_EQ(schedule.MinClockForRead(150), 149);
+  EXPECT_TRUE(EverStale(job));
+  EXPECT_FALSE(EverStale(Job(BSP)));
+  EXPECT_TRUE(EverStale(Job(SSP, 1)));
+  EXPECT_FALSE(EverStale(Job(SSP, 0)));
+}
+
 TEST(JobConsistencyTest, TablesKeepTheirOwnMode) {
   JobSpec job = Job(BSP);
   job.set_table_consistency(ASP);  // asynchronous tables beside synchronous dense training

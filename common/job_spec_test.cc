@@ -74,6 +74,25 @@ JobSpec Complete(const std::string& text) {
   return job;
 }
 
+// consistency_plan: psctl set-consistency's rules, before the job starts.
+TEST(JobSpecTest, AConsistencyPlanFollowsTheRulesOfARunTimeChange) {
+  auto code = [](const std::string& text) { return ValidateJobSpec(Complete(text)).code(); };
+  const std::string warm_up = "consistency_plan { clock: 50 consistency: SSP staleness: 1 }";
+  EXPECT_EQ(code("consistency: BSP " + warm_up), absl::StatusCode::kOk);
+  EXPECT_EQ(code(warm_up), absl::StatusCode::kOk);  // (unset: BSP)
+  for (const std::string bad : {
+           "consistency: SSP staleness: 1 " + warm_up,  // does not start under BSP
+           std::string("consistency_plan { clock: 0 consistency: SSP staleness: 1 }"),
+           warm_up + " consistency_plan { clock: 50 consistency: ASP }",  // not ascending
+           std::string("consistency_plan { clock: 5 consistency: ASP staleness: 2 }"),
+           std::string("consistency_plan { clock: 5 consistency: CONSISTENCY_UNSPECIFIED }"),
+           std::string("consistency_plan { clock: 5 consistency: ASP unix_ms: 7 }"),
+           "optimizer { type: SGD learning_rate: 0.1 clip_norm: 1 } " + warm_up,
+       }) {
+    EXPECT_EQ(code(bad), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(JobSpecTest, ValidationNamesTheProblem) {
   auto message = [](const std::string& text) {
     return std::string(ValidateJobSpec(Complete(text)).message());
@@ -104,8 +123,7 @@ TEST(JobSpecTest, ValidationNamesTheProblem) {
 
 TEST(JobSpecTest, SizesNoWorkerCanAllocateAreRefusedNamingTheField) {
   auto check = [](const std::string& text) { return ValidateJobSpec(Complete(text)); };
-  const std::string gpt =
-      "model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\nclocks: 10\n";
+  const std::string gpt = "model { kind: GPT }\ndata { dataset: TEXT path: \"/x\" }\nclocks: 10\n";
   const std::string synthetic =
       "model { layers { type: DENSE units: 4 } layers { type: SOFTMAX_XENT } }\n"
       "data { dataset: SYNTHETIC synthetic_classes: 4 ";
@@ -123,8 +141,9 @@ TEST(JobSpecTest, SizesNoWorkerCanAllocateAreRefusedNamingTheField) {
   EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: data.synthetic_train_size")) << st;
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   // An MLP's batch of 2e9 rows on a data set that would fit.
-  st = check(synthetic + "synthetic_train_size: 2000000000 synthetic_dim: 1 }\n"
-                         "batch_size: 2000000000");
+  st = check(synthetic +
+             "synthetic_train_size: 2000000000 synthetic_dim: 1 }\n"
+             "batch_size: 2000000000");
   EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: batch_size (2000000000)")) << st;
   // Large but sane ones pass; the arithmetic saturates instead of wrapping.
   EXPECT_TRUE(check(gpt + "batch_size: 200000").ok());
@@ -150,8 +169,8 @@ TEST(JobSpecTest, TablesAreHeldToTheirLimits) {
   auto check = [](const std::string& text) { return ValidateJobSpec(Complete(text)); };
   // 256 tables with admission, each budget its filter and a row: accepted.
   const int64_t least = kAdmissionFilterBytes + 4 * 64 * 3 + kRowBookkeepingBytes;
-  EXPECT_TRUE(check(tables(kMaxTables, absl::StrCat("admit_after: 2 memory_budget_bytes: ", least)))
-                  .ok());
+  EXPECT_TRUE(
+      check(tables(kMaxTables, absl::StrCat("admit_after: 2 memory_budget_bytes: ", least))).ok());
   absl::Status st = check(tables(kMaxTables + 1, ""));
   EXPECT_TRUE(absl::StartsWith(st.message(), "job spec: tables (257)")) << st;
   st = check(tables(1, absl::StrCat("admit_after: 2 memory_budget_bytes: ", least - 1)));

@@ -56,6 +56,35 @@ absl::Status ValidateJobFields(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// The planned consistency switches (JobSpec.consistency_plan): the rules
+// of psctl set-consistency (scheduler/operator_control.cc), checked before
+// the job starts.
+absl::Status ValidateConsistencyPlan(const JobSpec& job) {
+  int64_t last = 0;
+  for (const ConsistencyChange& c : job.consistency_plan()) {
+    const std::string at = absl::StrCat("consistency_plan at clock ", c.clock(), ": ");
+    if (c.clock() <= last) return SpecError(at, "clocks must ascend from 1");
+    last = c.clock();
+    if (c.consistency() != BSP && c.consistency() != SSP && c.consistency() != ASP) {
+      return SpecError(at, "expected BSP, SSP or ASP");
+    }
+    if (c.consistency() == SSP ? c.staleness() < 0 : c.staleness() != 0) {
+      return SpecError(at, "SSP takes a staleness >= 0, BSP and ASP none");
+    }
+    if (c.unix_ms() != 0) return SpecError(at, "unix_ms is the scheduler's to set");
+  }
+  if (job.consistency_plan_size() == 0) return absl::OkStatus();
+  if (job.consistency() != BSP && job.consistency() != CONSISTENCY_UNSPECIFIED) {
+    return SpecError("a consistency_plan needs a job that starts under BSP (consistency: BSP)");
+  }
+  if (job.pipeline_stages() > 1 || job.optimizer().clip_norm() > 0) {
+    return SpecError(
+        "pipelined jobs and BSP jobs with clip_norm keep their consistency: "
+        "no consistency_plan");
+  }
+  return absl::OkStatus();
+}
+
 // Stages, replicas, their shares of the batch and its micro-batches.
 absl::Status ValidateReplicas(const JobSpec& job) {
   const int stages = job.pipeline_stages();
@@ -91,6 +120,7 @@ absl::Status ValidateReplicas(const JobSpec& job) {
 
 absl::Status ValidateJobSpec(const JobSpec& job) {
   if (const absl::Status st = ValidateJobFields(job); !st.ok()) return st;
+  if (const absl::Status st = ValidateConsistencyPlan(job); !st.ok()) return st;
   if (const absl::Status st = ValidateOptimizer(job.optimizer()); !st.ok()) return st;
   if (!DType_IsValid(job.wire_dtype())) {
     return SpecError("wire_dtype ", job.wire_dtype(), " is unknown");

@@ -18,6 +18,8 @@ int64_t ClockNotStarted(int64_t fastest) { return fastest + 3; }
 
 OperatorControl::OperatorControl(const JobSpec& job) : job_(job), schedule_(job) {
   state_.set_total_clocks(TotalClocks(job));
+  // The job's planned changes come first (the schedule has them already).
+  *state_.mutable_consistency_changes() = job.consistency_plan();
 }
 
 absl::StatusOr<int64_t> OperatorControl::Ask(const ControlRequest& req, int64_t fastest,

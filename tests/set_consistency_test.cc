@@ -124,7 +124,8 @@ TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound
     if (e.event() != "start") continue;
     const int64_t lead = e.clock() - *std::min_element(clocks.begin(), clocks.end());
     ASSERT_LE(lead, bound(e.clock())) << "worker " << e.worker() << " started " << e.clock();
-    (bound(e.clock()) > 0 ? lead_ssp : lead_bsp) = std::max(lead, bound(e.clock()) > 0 ? lead_ssp : lead_bsp);
+    (bound(e.clock()) > 0 ? lead_ssp : lead_bsp) =
+        std::max(lead, bound(e.clock()) > 0 ? lead_ssp : lead_bsp);
   }
   EXPECT_EQ(lead_bsp, 0);
   EXPECT_EQ(lead_ssp, 3) << "under SSP the fast worker uses the bound";
@@ -160,6 +161,39 @@ TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound
   // errors of an accuracy near 0.88 on 1024 test examples (0.01 each). Runs
   // here moved it by -0.002 to +0.006 (the switch lands at clock 36 to 43).
   EXPECT_NEAR(accuracy, bsp_accuracy, 0.02);
+}
+
+// The job's own plan (JobSpec.consistency_plan): BSP for a warm-up of 40
+// clocks, then SSP s = 2, with no psctl: the gate follows each mode from
+// the clock the plan names, Status lists the change, the job ends.
+TEST(SetConsistencyTest, AJobSwitchesWhereItsPlanSays) {
+  constexpr int64_t kSwitch = 40;
+  Cluster cluster("planned");
+  ClusterOptions options = Options();
+  options.job_text =
+      SixteenClassJob(absl::StrCat("clocks: 160\nseed: 11\n", "consistency_plan { clock: ", kSwitch,
+                                   " consistency: SSP staleness: 2 }\n"));
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
+  ASSERT_TRUE(code.ok() && *code == 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok());
+  ASSERT_EQ(end->consistency_changes_size(), 1);
+  EXPECT_EQ(end->consistency_changes(0).clock(), kSwitch);
+  EXPECT_EQ(end->consistency(), SSP);
+  absl::StatusOr<std::vector<TraceEvent>> sched = ReadTrace(cluster.scheduler_trace());
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  std::vector<int64_t> clocks(kWorkers, 0);
+  int64_t lead_bsp = 0, lead_ssp = 0;
+  for (const TraceEvent& e : *sched) {
+    if (e.event() == "clock") clocks[e.worker()] = e.clock();
+    if (e.event() != "start") continue;
+    const int64_t lead = e.clock() - *std::min_element(clocks.begin(), clocks.end());
+    int64_t& mode_lead = e.clock() < kSwitch ? lead_bsp : lead_ssp;
+    mode_lead = std::max(mode_lead, lead);
+  }
+  EXPECT_EQ(lead_bsp, 0);
+  EXPECT_EQ(lead_ssp, 2) << "from the planned clock on the fast worker uses the bound";
 }
 
 TEST(SetConsistencyTest, BadRequestsAreRefused) {

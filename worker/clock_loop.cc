@@ -76,7 +76,7 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
       pushed_through_(options_.start_clock),
       arrivals_(static_cast<int>(model->params().size())) {
   // Under SSP and ASP the next clock's weights come while this one computes.
-  if (options_.training.overlap && EffectiveStaleness(options_.job) != 0) {
+  if (options_.training.overlap && EverStale(options_.job)) {
     prefetch_.emplace(model_->params(), backend_);
   }
   if (options_.training.overlap) {
