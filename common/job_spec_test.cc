@@ -80,7 +80,7 @@ TEST(JobSpecTest, AConsistencyPlanFollowsTheRulesOfARunTimeChange) {
   const std::string warm_up = "consistency_plan { clock: 50 consistency: SSP staleness: 1 }";
   EXPECT_EQ(code("consistency: BSP " + warm_up), absl::StatusCode::kOk);
   EXPECT_EQ(code(warm_up), absl::StatusCode::kOk);  // (unset: BSP)
-  for (const std::string bad : {
+  for (const std::string& bad : {
            "consistency: SSP staleness: 1 " + warm_up,  // does not start under BSP
            std::string("consistency_plan { clock: 0 consistency: SSP staleness: 1 }"),
            warm_up + " consistency_plan { clock: 50 consistency: ASP }",  // not ascending

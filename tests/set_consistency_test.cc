@@ -4,6 +4,7 @@
 // of every clock is applied exactly once to every chunk, and the reads obey
 // the bound in force; the final accuracy matches an all-BSP run.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <regex>
 
@@ -69,6 +70,26 @@ int64_t SetConsistency(const std::string& scheduler, const std::vector<std::stri
   return std::stoll(m[1]);
 }
 
+// From the scheduler's trace: the most a worker started ahead of the
+// slowest worker's finished clock where bound(clock) is 0 (BSP), and where
+// it is above 0; no start may lead by more than its clock's bound.
+std::pair<int64_t, int64_t> Leads(const Cluster& cluster,
+                                  const std::function<int64_t(int64_t)>& bound) {
+  absl::StatusOr<std::vector<TraceEvent>> sched = ReadTrace(cluster.scheduler_trace());
+  EXPECT_TRUE(sched.ok()) << sched.status();
+  std::vector<int64_t> clocks(kWorkers, 0);
+  int64_t lead_bsp = 0, lead_stale = 0;
+  for (const TraceEvent& e : sched.value_or(std::vector<TraceEvent>{})) {
+    if (e.event() == "clock") clocks[e.worker()] = e.clock();
+    if (e.event() != "start") continue;
+    const int64_t lead = e.clock() - *std::min_element(clocks.begin(), clocks.end());
+    EXPECT_LE(lead, bound(e.clock())) << "worker " << e.worker() << " started " << e.clock();
+    int64_t& most = bound(e.clock()) > 0 ? lead_stale : lead_bsp;
+    most = std::max(most, lead);
+  }
+  return {lead_bsp, lead_stale};
+}
+
 double FinalAccuracy(const Cluster& cluster) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
   if (!st.ok()) return -1;
@@ -115,18 +136,7 @@ TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound
   auto bound = [&](int64_t c) -> int64_t { return c >= to_ssp && c < to_bsp ? 3 : 0; };
 
   // --- The gate: how far a worker started ahead of the slowest, per mode.
-  absl::StatusOr<std::vector<TraceEvent>> sched = ReadTrace(cluster.scheduler_trace());
-  ASSERT_TRUE(sched.ok()) << sched.status();
-  std::vector<int64_t> clocks(kWorkers, 0);
-  int64_t lead_bsp = 0, lead_ssp = 0;
-  for (const TraceEvent& e : *sched) {
-    if (e.event() == "clock") clocks[e.worker()] = e.clock();
-    if (e.event() != "start") continue;
-    const int64_t lead = e.clock() - *std::min_element(clocks.begin(), clocks.end());
-    ASSERT_LE(lead, bound(e.clock())) << "worker " << e.worker() << " started " << e.clock();
-    (bound(e.clock()) > 0 ? lead_ssp : lead_bsp) =
-        std::max(lead, bound(e.clock()) > 0 ? lead_ssp : lead_bsp);
-  }
+  const auto [lead_bsp, lead_ssp] = Leads(cluster, bound);
   EXPECT_EQ(lead_bsp, 0);
   EXPECT_EQ(lead_ssp, 3) << "under SSP the fast worker uses the bound";
 
@@ -181,17 +191,8 @@ TEST(SetConsistencyTest, AJobSwitchesWhereItsPlanSays) {
   ASSERT_EQ(end->consistency_changes_size(), 1);
   EXPECT_EQ(end->consistency_changes(0).clock(), kSwitch);
   EXPECT_EQ(end->consistency(), SSP);
-  absl::StatusOr<std::vector<TraceEvent>> sched = ReadTrace(cluster.scheduler_trace());
-  ASSERT_TRUE(sched.ok()) << sched.status();
-  std::vector<int64_t> clocks(kWorkers, 0);
-  int64_t lead_bsp = 0, lead_ssp = 0;
-  for (const TraceEvent& e : *sched) {
-    if (e.event() == "clock") clocks[e.worker()] = e.clock();
-    if (e.event() != "start") continue;
-    const int64_t lead = e.clock() - *std::min_element(clocks.begin(), clocks.end());
-    int64_t& mode_lead = e.clock() < kSwitch ? lead_bsp : lead_ssp;
-    mode_lead = std::max(mode_lead, lead);
-  }
+  const auto [lead_bsp, lead_ssp] =
+      Leads(cluster, [&](int64_t c) -> int64_t { return c < kSwitch ? 0 : 2; });
   EXPECT_EQ(lead_bsp, 0);
   EXPECT_EQ(lead_ssp, 2) << "from the planned clock on the fast worker uses the bound";
 }
