@@ -110,6 +110,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
   // Calls of an older generation end first (abandoned at their next retry).
   if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
   if (landing_) (void)params_->Wait(*std::exchange(landing_, std::nullopt));
+  arrivals_.Forget();  // a pull of the old client's left unread
   for (auto* tickets : {&older_push_tickets_, &push_tickets_}) {
     for (ParamTicket t : *tickets) (void)params_->Wait(t);
     tickets->clear();
@@ -273,6 +274,8 @@ ParamTicket ClockLoop::Pull(bool layered) {
 
 absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> ticket,
                              int64_t pull_clock) {
+  // Weights from anywhere but a layered pull are whole when the step starts.
+  if (source != WeightSource::kPullWithGate || !Layered()) arrivals_.Forget();
   absl::Status read;
   switch (source) {
     case WeightSource::kCache:
@@ -443,6 +446,7 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
   }
   pushed_through_ = clock_;
   if (prefetch_) prefetch_->Drop(params_.get());
+  arrivals_.Forget();  // the final read is whole
   const int64_t generation = member_.generation();
   final_params_ = make_params_(cluster_, generation, /*fp32=*/true, [this, generation] {
     return leaving_ || *stop_ || gate_->generation() > generation;

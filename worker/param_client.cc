@@ -38,18 +38,20 @@ ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
 
 ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
                                 std::vector<int64_t>* applied, WeightArrivals* arrivals) {
-  if (arrivals != nullptr) arrivals->Begin();
+  const int64_t number = arrivals != nullptr ? arrivals->Begin() : 0;
   const int delayed = delay_pull_param_ < static_cast<int>(into->size()) ? delay_pull_param_ : -1;
   return Queue(pulls_, [=](PsClient& client) {
     PullScope scope;
-    if (arrivals != nullptr) scope.landed = [arrivals](int param) { arrivals->Landed(param); };
+    if (arrivals != nullptr) {
+      scope.landed = [arrivals, number](int param) { arrivals->Landed(number, param); };
+    }
     absl::Status st;
     if (delayed < 0) {
       st = client.Pull(clock, min_clock, into, applied, scope);
     } else {
       st = PullDelayingOne(client, clock, min_clock, into, applied, delayed, scope);
     }
-    if (arrivals != nullptr) arrivals->Finish(st);
+    if (arrivals != nullptr) arrivals->Finish(number, st);
     return st;
   });
 }

@@ -4,20 +4,29 @@
 
 namespace pstrain {
 
-void WeightArrivals::Begin() {
+int64_t WeightArrivals::Begin() {
   absl::MutexLock lock(&mu_);
   pulling_ = true;
   status_ = absl::OkStatus();
   landed_.assign(params_, false);
+  return ++pull_;
 }
 
-void WeightArrivals::Landed(int param) {
+void WeightArrivals::Landed(int64_t pull, int param) {
   absl::MutexLock lock(&mu_);
-  if (pulling_ && param >= 0 && param < params_) landed_[param] = true;
+  if (pull == pull_ && pulling_ && param >= 0 && param < params_) landed_[param] = true;
 }
 
-void WeightArrivals::Finish(const absl::Status& status) {
+void WeightArrivals::Forget() {
   absl::MutexLock lock(&mu_);
+  pulling_ = false;
+  status_ = absl::OkStatus();
+  landed_.clear();
+}
+
+void WeightArrivals::Finish(int64_t pull, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (pull != pull_) return;  // an earlier pull's
   pulling_ = false;
   status_ = status;
   if (status.ok()) std::fill(landed_.begin(), landed_.end(), true);

@@ -9,6 +9,7 @@
 #ifndef PSTRAIN_WORKER_WEIGHT_ARRIVALS_H_
 #define PSTRAIN_WORKER_WEIGHT_ARRIVALS_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -22,13 +23,19 @@ class WeightArrivals {
   // A worker's `params` parameters; nothing is awaited until the first Begin.
   explicit WeightArrivals(int params) : params_(params) {}
 
-  // A pull of every parameter starts: none has landed.
-  void Begin();
-  // Every chunk of parameter `param` has been copied into its buffer.
-  void Landed(int param);
-  // The pull ended with `status`: OK means every parameter landed (reported
-  // or not); else a waiter for parameters that did not land gets the error.
-  void Finish(const absl::Status& status);
+  // A pull of every parameter starts: none has landed. Returns the pull's
+  // number, which its reports carry: those of an earlier pull are ignored.
+  int64_t Begin();
+  // Every chunk of parameter `param` of pull `pull` has been copied into
+  // its buffer.
+  void Landed(int64_t pull, int param);
+  // Pull `pull` ended with `status`: OK means every parameter landed
+  // (reported or not); else a waiter for parameters that did not land gets
+  // the error.
+  void Finish(int64_t pull, const absl::Status& status);
+  // The step's weights come from elsewhere (a prefetch, the cache, another
+  // client): nothing is awaited until the next Begin.
+  void Forget();
   // Waits until each of `params` has landed (OK) or the pull failed first
   // (its error). OK at once when no pull is under way and none failed.
   absl::Status Await(const std::vector<int>& params);
@@ -41,6 +48,7 @@ class WeightArrivals {
   const int params_;
   mutable absl::Mutex mu_;
   bool pulling_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t pull_ ABSL_GUARDED_BY(mu_) = 0;  // the last Begin's number
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> landed_ ABSL_GUARDED_BY(mu_);  // empty: every one (no pull yet)
   absl::Duration waited_ ABSL_GUARDED_BY(mu_);

@@ -16,7 +16,7 @@ TEST(WeightArrivalsTest, NothingIsAwaitedBeforeAPull) {
 
 TEST(WeightArrivalsTest, AWaiterGoesOnOnceItsParametersLandedNotTheOthers) {
   WeightArrivals arrivals(3);
-  arrivals.Begin();
+  const int64_t pull = arrivals.Begin();
   std::atomic<int> passed{-1};
   std::thread step([&] {
     EXPECT_TRUE(arrivals.Await({0}).ok());
@@ -26,12 +26,12 @@ TEST(WeightArrivalsTest, AWaiterGoesOnOnceItsParametersLandedNotTheOthers) {
   });
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(passed, -1);  // parameter 0 has not landed
-  arrivals.Landed(0);
+  arrivals.Landed(pull, 0);
   while (passed < 0) absl::SleepFor(absl::Milliseconds(1));
-  arrivals.Landed(2);
+  arrivals.Landed(pull, 2);
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(passed, 0);  // 1 is still missing
-  arrivals.Landed(1);
+  arrivals.Landed(pull, 1);
   step.join();
   EXPECT_EQ(passed, 1);
   EXPECT_GT(arrivals.TakeWaited(), absl::Milliseconds(30));
@@ -40,18 +40,41 @@ TEST(WeightArrivalsTest, AWaiterGoesOnOnceItsParametersLandedNotTheOthers) {
 
 TEST(WeightArrivalsTest, AFailedPullWakesTheWaitersOfWhatDidNotLand) {
   WeightArrivals arrivals(2);
-  arrivals.Begin();
-  arrivals.Landed(0);
+  const int64_t pull = arrivals.Begin();
+  arrivals.Landed(pull, 0);
   std::thread failing([&] {
     absl::SleepFor(absl::Milliseconds(10));
-    arrivals.Finish(absl::UnavailableError("server 1 went away"));
+    arrivals.Finish(pull, absl::UnavailableError("server 1 went away"));
   });
   EXPECT_EQ(arrivals.Await({1}).code(), absl::StatusCode::kUnavailable);
   failing.join();
   EXPECT_TRUE(arrivals.Await({0}).ok());  // it did land
   // The next pull starts clean.
+  const int64_t next = arrivals.Begin();
+  arrivals.Finish(next, absl::OkStatus());  // OK: every parameter is in
+  EXPECT_TRUE(arrivals.Await({0, 1}).ok());
+}
+
+// An abandoned pull's late reports do not speak for the next one, and a
+// step whose weights came from elsewhere awaits nothing.
+TEST(WeightArrivalsTest, OnlyTheLastPullCounts) {
+  WeightArrivals arrivals(2);
+  const int64_t old = arrivals.Begin();
+  const int64_t now = arrivals.Begin();
+  arrivals.Landed(old, 0);
+  arrivals.Finish(old, absl::OkStatus());
+  arrivals.Landed(now, 1);
+  std::atomic<bool> passed{false};
+  std::thread step([&] {
+    EXPECT_TRUE(arrivals.Await({0}).ok());
+    passed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(passed) << "parameter 0 of the last pull has not landed";
+  arrivals.Landed(now, 0);
+  step.join();
   arrivals.Begin();
-  arrivals.Finish(absl::OkStatus());  // OK: every parameter is in
+  arrivals.Forget();
   EXPECT_TRUE(arrivals.Await({0, 1}).ok());
 }
 

@@ -33,7 +33,7 @@ class StandaloneParamClient : public ParamClient {
 
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
                    std::vector<int64_t>* applied, WeightArrivals* arrivals) override {
-    if (arrivals != nullptr) arrivals->Begin();
+    const int64_t number = arrivals != nullptr ? arrivals->Begin() : 0;
     server_->AwaitReadable(min_clock);
     std::vector<int64_t> chunk_applied;
     absl::Status st;
@@ -46,7 +46,7 @@ class StandaloneParamClient : public ParamClient {
       if (applied->empty()) *applied = chunk_applied;
       (*applied)[0] = std::min((*applied)[0], chunk_applied[0]);
     }
-    if (arrivals != nullptr) arrivals->Finish(st);
+    if (arrivals != nullptr) arrivals->Finish(number, st);
     return Done(st);
   }
 

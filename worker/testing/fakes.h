@@ -37,12 +37,12 @@ class FakeParamClient : public ParamClient {
   // server can have then), of `workers` workers.
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
                    std::vector<int64_t>* applied, WeightArrivals* arrivals = nullptr) override {
-    if (arrivals != nullptr) arrivals->Begin();
+    const int64_t number = arrivals != nullptr ? arrivals->Begin() : 0;
     for (auto& w : *into) w.assign(w.size(), static_cast<float>(clock));
     if (applied != nullptr) applied->assign(workers_, clock);
     bytes_in_ += 4;
     const ParamTicket ticket = Done(absl::StrCat(prefix_, " pull ", clock, " min ", min_clock));
-    if (arrivals != nullptr) arrivals->Finish(results_.at(ticket));
+    if (arrivals != nullptr) arrivals->Finish(number, results_.at(ticket));
     return ticket;
   }
   ParamTicket Push(int64_t clock, int, const ParamBuffers*, float,
