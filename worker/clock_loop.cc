@@ -109,7 +109,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
   }
   // Calls of an older generation end first (abandoned at their next retry).
   if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
-  if (landing_) (void)params_->Wait(*std::exchange(landing_, std::nullopt));
+  DropLanding();
   arrivals_.Forget();  // a pull of the old client's left unread
   for (auto* tickets : {&older_push_tickets_, &push_tickets_}) {
     for (ParamTicket t : *tickets) (void)params_->Wait(t);
@@ -245,7 +245,7 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
       pending_gate_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
     ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
     if (moved || clock_ >= member_.total()) {
-      if (landing_) (void)params_->Wait(*std::exchange(landing_, std::nullopt));
+      DropLanding();
       return false;
     }
   }
@@ -310,6 +310,10 @@ void ClockLoop::NoteRead() {
     pushed_through_ = std::max(pushed_through_, read_applied_[options_.worker_id]);
   }
   reads_.Note(read_applied_, member_.live());
+}
+
+void ClockLoop::DropLanding() {
+  if (landing_) (void)params_->Wait(*std::exchange(landing_, std::nullopt));
 }
 
 absl::Status ClockLoop::FinishLanding() {

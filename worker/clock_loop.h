@@ -185,6 +185,9 @@ class ClockLoop : private LoopActions {
   void NoteRead();
   // Waits for the layered pull under way, if any, and notes it.
   absl::Status FinishLanding();
+  // Waits for the layered pull under way, if any, and forgets it (the loop
+  // goes elsewhere).
+  void DropLanding();
   // Whether a pull sent with the gate lands while the step computes: with
   // overlap, outside pipeline stages.
   bool Layered() const;

@@ -179,6 +179,10 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
                             const std::vector<int>* params, PullState* state,
                             std::vector<Call>* calls) {
   const DType dtype = options_.wire_dtype;
+  if (state->landed) {
+    state->in.assign(partition_->chunks().size(), false);
+    state->missing.assign(weights->size(), 0);
+  }
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     std::vector<std::vector<int32_t>> scoped;
     for (const std::vector<int32_t>& packed : BatchesFor(s, params, &scoped)) {
@@ -193,8 +197,6 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       req.set_generation(options_.generation);
       for (int32_t id : batch) req.add_chunks(id);
       if (state->landed) {
-        state->in.resize(partition_->chunks().size(), false);
-        state->missing.resize(weights->size(), 0);
         for (int32_t id : batch)
           ++state->missing[partition_->chunks()[id].param - options_.first_param];
       }
