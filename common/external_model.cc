@@ -5,13 +5,26 @@
 
 namespace pstrain {
 
+namespace {
+
+absl::Status NotExternal(const JobSpec& job) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this job trains the built-in model ", ModelKind_Name(job.model().kind()),
+      "; a worker that brings its own model needs a job with model { kind: EXTERNAL }"));
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ExternalJobToJoin(JobSpec job) {
+  if (job.model().kind() != EXTERNAL) return NotExternal(job);
+  return job;
+}
+
 absl::StatusOr<JobSpec> JoinExternalModel(JobSpec job, const ParamSpecs& params,
                                           int64_t train_size) {
   if (job.model().kind() != EXTERNAL) {
     if (params.empty()) return job;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this job trains the built-in model ", ModelKind_Name(job.model().kind()),
-        "; a worker that brings its own model needs a job with model { kind: EXTERNAL }"));
+    return NotExternal(job);
   }
   if (params.empty()) {
     return absl::FailedPreconditionError(

@@ -27,6 +27,11 @@ namespace pstrain {
 absl::StatusOr<JobSpec> JoinExternalModel(JobSpec job, const ParamSpecs& params,
                                           int64_t train_size);
 
+// The job for a worker that joins now and declares its model later
+// (RegisterRequest.declare_later): `job` itself when its model is
+// EXTERNAL, else FAILED_PRECONDITION as JoinExternalModel's.
+absl::StatusOr<JobSpec> ExternalJobToJoin(JobSpec job);
+
 // `job` with what workers declared in `joined` (the same job, as the
 // scheduler kept it): the model's parameters and the training set's size,
 // where `job` leaves them out. A restarted scheduler compares its --job

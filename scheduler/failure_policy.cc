@@ -80,6 +80,12 @@ Decision FailurePolicy::WorkerDied(const MemberRecord& m, const std::string& why
 Decision FailurePolicy::Failed(const MemberRecord& m, JobState job, absl::Time now) {
   const std::string why =
       absl::StrCat(RoleName(m.role), " ", m.id, " failed: ", m.status.message());
+  if (m.role == WORKER && !m.declared) {
+    // It left before declaring its model (a script's error before its first
+    // batch): it never took part, and its place is free for another.
+    members_->Get(WORKER, m.id)->Declare(DEAD, why, now);
+    return Decision{};
+  }
   if (m.role == WORKER) {
     if (Decision d = TakeReplicaOut(m.id, why, job, now); d.kind != Decision::kNone) return d;
   }

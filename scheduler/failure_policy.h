@@ -88,7 +88,9 @@ class FailurePolicy {
 
   // `m` is silent past the heartbeat timeout (the job is in `job`): DEAD.
   Decision DeclareDead(MemberRecord& m, JobState job, absl::Time now);
-  // `m` reported FAILED.
+  // `m` reported FAILED. A worker that had not declared its model
+  // (RegisterRequest.declare_later) is marked DEAD, its place free for
+  // another, and nothing else happens.
   Decision Failed(const MemberRecord& m, JobState job, absl::Time now);
   // A new process (`address`, `incarnation`) registers in (role, id)'s
   // place. FAILED_PRECONDITION when the place is not kept (or the worker

@@ -123,7 +123,9 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   if (req.role() == WORKER) {
     // A worker of an EXTERNAL model declares it: the first one's becomes
     // the job's, the others must match (common/external_model.h).
-    absl::StatusOr<JobSpec> joined = JoinExternalModel(job_, req.params(), req.train_size());
+    absl::StatusOr<JobSpec> joined = req.declare_later()
+                                         ? ExternalJobToJoin(job_)
+                                         : JoinExternalModel(job_, req.params(), req.train_size());
     if (!joined.ok()) {
       LogRefusal(req, joined.status(), now);
       return joined.status();
@@ -149,6 +151,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
     LogRefusal(req, id.status(), now);
     return id.status();
   }
+  if (req.role() == WORKER) members_.Get(WORKER, *id)->declared = !req.declare_later();
   RegisterResponse resp;
   resp.set_id(*id);
   *resp.mutable_job() = job_;

@@ -204,7 +204,8 @@ void Membership::Paused(absl::Duration gap, absl::Time now) {
 
 bool Membership::Complete() const {
   return static_cast<int>(servers_.size()) == num_servers_ &&
-         static_cast<int>(workers_.size()) == num_workers_;
+         static_cast<int>(workers_.size()) == num_workers_ &&
+         All(WORKER, [](const MemberRecord& w) { return w.declared; });
 }
 
 ClusterView Membership::View() const {

@@ -32,6 +32,9 @@ struct MemberRecord {
   MemberState state = REGISTERED;  // the scheduler's verdict
   MemberStatus status;             // its last report (SchedulerMember.status)
   absl::Time last_seen;            // registration or last heartbeat
+  // A worker that joined before declaring its model
+  // (RegisterRequest.declare_later) is false until it declares.
+  bool declared = true;
 
   // The report with the verdict: what the cluster's Status shows.
   MemberStatus Shown() const;
@@ -85,6 +88,7 @@ class Membership {
   // This process did not run for `gap`: nobody's silence then counts.
   void Paused(absl::Duration gap, absl::Time now);
 
+  // Every member registered, every worker's model declared.
   bool Complete() const;
   ClusterView View() const;
 

@@ -6,10 +6,11 @@ Imports nothing but the standard library.
 """
 
 import ctypes
+import json
 import os
 import pathlib
 
-ABI_VERSION = 3  # PST_ABI_VERSION of pstrain_c.h
+ABI_VERSION = 4  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 PST_CPU, PST_CUDA = 0, 1  # pst_register's device
 LIBRARY = "libpstrain_torch.so"
@@ -73,7 +74,8 @@ _ERRORS = {
 
 
 class JobInfo(ctypes.Structure):
-    """pst_job_info: what the job says, after registration."""
+    """pst_job_info: what the job says, after joining (pst_join) or
+    registration (pst_register)."""
 
     _fields_ = [
         ("worker_id", ctypes.c_int32),
@@ -103,7 +105,9 @@ _SIGNATURES = {
     "pst_open": (_i, [ctypes.POINTER(_p)] + _err),
     "pst_register": (_i, [_p, _i, ctypes.POINTER(_str), ctypes.POINTER(_i),
                           ctypes.POINTER(_i64), ctypes.POINTER(_i), _i64, _i] + _err),
+    "pst_join": (_i, [_p] + _err),
     "pst_job": (_i, [_p, ctypes.POINTER(JobInfo)]),
+    "pst_job_json": (_i, [_p, _str, _i]),
     "pst_start": (_i, [_p, ctypes.POINTER(_p)] + _err),
     "pst_next": (_i, [_p, _i, ctypes.POINTER(_i64), ctypes.POINTER(_i),
                       ctypes.POINTER(_i64), _i] + _err),
@@ -183,3 +187,21 @@ def check(code, message, name, errors=None):
         return
     cls = (errors or {}).get(code) or _ERRORS.get(code, PstrainError)
     raise cls(message or "%s failed with status code %d" % (name, code), code)
+
+
+def job_info(handle):
+    """The worker's pst_job_info (after pst_join or pst_register)."""
+    info = JobInfo()
+    check(lib().pst_job(handle, ctypes.byref(info)), "", "pst_job")
+    return info
+
+
+def job_spec(handle):
+    """The worker's job spec as a dict of the proto's field names (after
+    pst_join or pst_register)."""
+    size = lib().pst_job_json(handle, None, 0)
+    if size < 0:
+        raise PstrainError("pst_job_json: the worker has not joined")
+    buf = ctypes.create_string_buffer(size + 1)
+    lib().pst_job_json(handle, buf, size + 1)
+    return json.loads(buf.value.decode("utf-8"))

@@ -81,6 +81,7 @@ def parse_args():
 def train(args, result):
     torch.set_num_threads(1)
     pst.init(scheduler=args.scheduler, **json.loads(args.init_flags))
+    result["place_at_init"] = [pst.get_rank(), pst.get_world_size()]
     torch.manual_seed(args.torch_seed)
     model = Tiny(bias_shape=[1] if args.model == "bias_mismatch" else None)
     if args.model == "double":
@@ -108,6 +109,7 @@ def train(args, result):
         x, y = data.tensors
         accuracy = float((model(x).argmax(1) == y).float().mean())
     pst.finish(accuracy)
+    result["place_after_finish"] = [pst.get_rank(), pst.get_world_size()]
     result["accuracy"] = accuracy
     if args.weights_out:
         torch.save(model.state_dict(), args.weights_out)
@@ -116,7 +118,7 @@ def train(args, result):
 def main():
     args = parse_args()
     result = {"ok": False, "exception": None, "bases": [], "message": "", "steps": 0,
-              "rank": None}
+              "rank": None, "place_at_init": None, "place_after_finish": None}
     start = time.monotonic()
     try:
         train(args, result)

@@ -160,11 +160,14 @@ class BadInputTest(unittest.TestCase):
             # The first parameter that differs: fc1.weight is the same.
             self.assertIn("fc1.bias", result["message"])
             self.assertNotIn("fc1.weight", result["message"])
-            # The scheduler goes on waiting for a worker that matches.
+            # It joined at init() and left at the refusal: its place is
+            # free (DEAD), and the scheduler goes on waiting for a worker
+            # that matches.
             status = cluster.status()
             self.assertIsNotNone(status)
             self.assertEqual(status["job_state"], "WAITING")
-            self.assertEqual([int(m["id"]) for m in members(status, "WORKER")], [0])
+            self.assertEqual([(int(m["id"]), m["state"] == "DEAD")
+                              for m in members(status, "WORKER")], [(0, False), (1, True)])
             self.assertTrue(cluster.processes["worker0"].poll() is None, "worker 0 still waits")
             # Given one, the job runs and finishes.
             cluster.start_tiny("worker1")
@@ -175,6 +178,15 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(final["job_state"], "DONE")
             self.assertEqual(sorted(m["state"] for m in members(final, "WORKER")),
                              ["FINISHED", "FINISHED"])
+            # Each worker's rank and the world size from init() on, and
+            # still after finish(): the same as at its first batch.
+            ranks = []
+            for name in ("worker0", "worker1"):
+                result = cluster.result(name)
+                self.assertEqual(result["place_at_init"], [result["rank"], 2], result)
+                self.assertEqual(result["place_after_finish"], [result["rank"], 2], result)
+                ranks.append(result["rank"])
+            self.assertEqual(sorted(ranks), [0, 1])
 
     # (d) A parameter of an unsupported dtype.
     def test_float64_parameters_are_unsupported_dtype_before_registration(self):
@@ -187,11 +199,13 @@ class BadInputTest(unittest.TestCase):
             result = cluster.result("double")
             self.assertRaisedIn(result, "UnsupportedDtype", "TypeError")
             self.assertIn("fc1.weight", result["message"])
-            # Raised at pst.Optimizer: nothing was registered.
+            # Raised at pst.Optimizer, before the model was declared: the
+            # worker that joined at init() left (DEAD, its place free), and
+            # the job goes on waiting.
             status = cluster.status()
             self.assertIsNotNone(status)
             self.assertEqual(status["job_state"], "WAITING")
-            self.assertEqual(members(status, "WORKER"), [])
+            self.assertEqual([m["state"] for m in members(status, "WORKER")], ["DEAD"])
 
     # (e) step() with no gradients.
     def test_step_without_backward_is_no_gradients_and_nobody_hangs(self):

@@ -21,78 +21,6 @@
 
 namespace pstrain {
 
-BatchSampler ExternalDataOrder(const JobSpec& job) {
-  return BatchSampler(job.seed(), TrainSetSize(job), job.batch_size(), ClocksPerEpoch(job));
-}
-
-// The clock's examples: this worker's share of the global batch in the
-// job's data order, as indices into the caller's data set.
-class ExternalData : public DataSource {
- public:
-  explicit ExternalData(const JobSpec& job) : sampler_(ExternalDataOrder(job)) {}
-
-  void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override {
-    clock_ = clock;
-    indices_ = sampler_.Indices(clock, share_of, share);
-    batch->rows = static_cast<int>(indices_.size());
-  }
-  // The caller evaluates its model itself (and reports the accuracy).
-  absl::StatusOr<double> Evaluate(Model&) override { return -1.0; }
-  int64_t Epoch(int64_t clock) const override { return sampler_.Epoch(clock); }
-
-  int64_t clock() const { return clock_; }
-  const std::vector<int64_t>& indices() const { return indices_; }
-
- private:
-  BatchSampler sampler_;
-  int64_t clock_ = 0;
-  std::vector<int64_t> indices_;
-};
-
-// The model as the clock loop sees it: its weights and gradients are host
-// buffers the caller reads and writes; a clock's computation is the caller's, through the
-// exchange. No device arrays (windowed: allocated on demand, never here).
-class HandedModel : public Model {
- public:
-  HandedModel(const ModelSpec& spec, kernels::Backend* backend, const ExternalData* data,
-              ClockExchange* exchange, ParamBuffers* initial)
-      : Model(spec, WholeModel(spec), backend, /*windowed=*/true),
-        data_(data),
-        exchange_(exchange),
-        initial_(initial) {}
-
-  absl::StatusOr<StepResult> Forward(int, const Batch&, const std::vector<float>*,
-                                     std::vector<float>*, bool train) override {
-    if (!train) return absl::UnimplementedError("the caller evaluates its model itself");
-    // The script reads every weight when its clock starts: all must be in.
-    RETURN_IF_ERROR(AwaitAllWeights());
-    // The weights of clock 0, pushed again after a rollback to it.
-    if (data_->clock() == 0 && initial_->empty()) *initial_ = weights();
-    for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
-    std::vector<bool> sent(params().size(), false);
-    ASSIGN_OR_RETURN(const StepResult result,
-                     exchange_->RunClock(data_->clock(), data_->indices(),
-                                         [this, &sent](const std::vector<int>& ready) {
-                                           for (int p : ready) sent[p] = true;
-                                           ReportGrads(ready);
-                                         }));
-    std::vector<int> rest;
-    for (size_t p = 0; p < sent.size(); ++p) {
-      if (!sent[p]) rest.push_back(static_cast<int>(p));
-    }
-    if (!rest.empty()) ReportGrads(rest);
-    return result;
-  }
-  absl::Status Backward(int, const std::vector<float>*, std::vector<float>*) override {
-    return absl::OkStatus();  // (the caller computed the gradients)
-  }
-
- private:
-  const ExternalData* const data_;
-  ClockExchange* const exchange_;
-  ParamBuffers* const initial_;
-};
-
 ExternalWorker::ExternalWorker(ExternalWorkerOptions options)
     : options_(std::move(options)), start_(absl::Now()) {}
 
@@ -128,12 +56,32 @@ ExternalWorker::~ExternalWorker() {
   if (daemon_ != nullptr) daemon_->Shutdown(absl::Seconds(1));
 }
 
+absl::Status ExternalWorker::Join() {
+  if (id_ >= 0) return absl::FailedPreconditionError("this worker has joined already");
+  RegisterRequest early;
+  early.set_declare_later(true);
+  int code = 0;
+  ASSIGN_OR_RETURN(const RegisterResponse reg, daemon_->Register(&code, std::move(early)));
+  job_ = reg.job();
+  id_ = reg.id();
+  {
+    absl::MutexLock lock(&mu_);
+    identity_.set_id(id_);
+    identity_.set_replica(id_);
+  }
+  daemon_->StartHeartbeats([this] { return Status(); });
+  spdlog::info("joined as worker {} of {}; the model is declared later", id_, job_.num_workers());
+  return absl::OkStatus();
+}
+
 absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int64_t train_size,
                                       bool cuda) {
-  if (id_ >= 0) return absl::FailedPreconditionError("this worker has registered already");
+  if (declared_) return absl::FailedPreconditionError("this worker has registered already");
+  const bool joined = id_ >= 0;
   RegisterRequest declared;
   for (const ParamSpec& p : params) *declared.add_params() = p;
   declared.set_train_size(train_size);
+  if (joined) declared.set_id(id_);  // the same incarnation: its join's id again
   int code = 0;
   ASSIGN_OR_RETURN(const RegisterResponse reg, daemon_->Register(&code, std::move(declared)));
   job_ = reg.job();
@@ -146,6 +94,7 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   overlap_ = DecideOverlap(options_.flags.overlap, job_, cuda, /*layered_reads=*/false,
                            /*loss_scaling=*/false);
   id_ = reg.id();
+  declared_ = true;
   {
     absl::MutexLock lock(&mu_);
     identity_.set_id(id_);
@@ -153,14 +102,14 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
     identity_.set_wire_dtype(DTypeName(ps_.wire_dtype));
     identity_.set_start_clock(start_clock_);
   }
-  daemon_->StartHeartbeats([this] { return Status(); });
+  if (!joined) daemon_->StartHeartbeats([this] { return Status(); });
   spdlog::info("registered as worker {} of {}: {} parameters declared, {} training examples", id_,
                job_.num_workers(), params.size(), train_size);
   return absl::OkStatus();
 }
 
 absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
-  if (id_ < 0) return absl::FailedPreconditionError("register before starting");
+  if (!declared_) return absl::FailedPreconditionError("register before starting");
   if (exchange_ != nullptr) return absl::FailedPreconditionError("the loop runs already");
   const std::vector<ParamInfo> params = ModelParams(job_.model());
   if (initial.size() != params.size()) {
@@ -327,7 +276,7 @@ absl::Status ExternalWorker::ClockDone(const StepResult& result) {
 }
 
 absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int width) {
-  if (id_ < 0) return absl::FailedPreconditionError("register before pulling or pushing rows");
+  if (!declared_) return absl::FailedPreconditionError("register before pulling or pushing rows");
   const TableSpec* spec = nullptr;
   for (const TableSpec& t : job_.tables()) {
     if (t.name() == table) spec = &t;

@@ -36,6 +36,7 @@
 #include "worker/clock_loop.h"
 #include "worker/data/dataset.h"
 #include "worker/external/clock_exchange.h"
+#include "worker/external/handed_model.h"
 #include "worker/member_loop.h"
 #include "worker/ps_client.h"
 #include "worker/row_client.h"
@@ -50,14 +51,6 @@ struct ExternalWorkerOptions {
   std::string frontend = "pytorch";  // what drives the worker, for Status
 };
 
-class HandedModel;
-class ExternalData;
-
-// The data order of a job whose examples are its workers' (EXTERNAL_DATA):
-// the examples of each clock's global batch, from the job's seed, its
-// training set's size (data.train_size), batch_size and clocks per epoch
-// (common/job_spec.h). The workers' (ExternalData) and pst_batch_indices'.
-BatchSampler ExternalDataOrder(const JobSpec& job);
 
 // Open, Register, Start, then Next / GradsReady / ClockDone from one thread
 // until Next says the job is done, then Finish. Status from any thread.
@@ -68,12 +61,20 @@ class ExternalWorker {
   // Stops the loop, reports FAILED unless Finish was called, ends the daemon.
   ~ExternalWorker();
 
-  // Declares the model (`params`, in order; `train_size` examples) and
-  // registers: the scheduler's refusal as its status (FAILED_PRECONDITION
-  // for a model that differs from the job's, naming the parameter).
+  // Joins the job before the model is known (RegisterRequest.declare_later):
+  // the id and the job (its model not yet declared) from now on, and
+  // heartbeats. The scheduler's refusal as its status (FAILED_PRECONDITION
+  // for a job of a built-in model).
+  absl::Status Join();
+  // Declares the model (`params`, in order; `train_size` examples),
+  // registering first if Join did not: the scheduler's refusal as its
+  // status (FAILED_PRECONDITION for a model that differs from the job's,
+  // naming the parameter).
   absl::Status Register(const std::vector<ParamSpec>& params, int64_t train_size, bool cuda);
   const JobSpec& job() const { return job_; }
   int id() const { return id_; }
+  // Whether Register declared the model.
+  bool declared() const { return declared_; }
   // Whether gradients leave as GradsReady marks them (after Register).
   bool overlap() const { return overlap_; }
   int64_t start_clock() const { return start_clock_; }
@@ -153,6 +154,7 @@ class ExternalWorker {
   std::unique_ptr<kernels::Backend> backend_;
   JobSpec job_;
   int id_ = -1;
+  bool declared_ = false;
   int64_t generation_ = 0, start_clock_ = 0;
   PsClientOptions ps_;
   bool overlap_ = false;

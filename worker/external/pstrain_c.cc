@@ -16,6 +16,7 @@
 #include "common/job_spec.h"
 #include "common/rows.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "worker/data/dataset.h"
 #include "worker/external/external_worker.h"
 #include "worker/worker_flags.h"
@@ -89,6 +90,13 @@ int pst_open(pst_worker** out, char* err, int err_len) {
   });
 }
 
+int pst_join(pst_worker* w, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->Join();
+  });
+}
+
 int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
                  const int64_t* dims, const int* dtypes, int64_t train_size, int device,
                  char* err, int err_len) {
@@ -141,6 +149,26 @@ int pst_job(pst_worker* w, pst_job_info* out) {
   out->staleness = job.staleness();
   out->overlap = w->worker->overlap() ? 1 : 0;
   return 0;
+}
+
+int pst_job_json(pst_worker* w, char* buf, int buf_len) {
+  if (w == nullptr || w->worker->id() < 0) return -1;
+  try {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;
+    if (!google::protobuf::util::MessageToJsonString(w->worker->job(), &json, options).ok()) {
+      return -1;
+    }
+    if (buf != nullptr && static_cast<int64_t>(json.size()) < buf_len) {
+      std::memcpy(buf, json.data(), json.size());
+      buf[json.size()] = '\0';
+    }
+    return static_cast<int>(json.size());
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len) {

@@ -21,8 +21,10 @@
  *                             channels_per_server, shm, shm_doorbell,
  *                             frontend
  *   pst_open                  starts the worker's gRPC service (Status)
- *   pst_register              declares the model, joins the job
- *   pst_job                   what the job says (batch, clocks, id, ...)
+ *   pst_join                  joins the job: its id and the job (optional;
+ *                             pst_register joins otherwise)
+ *   pst_register              declares the model
+ *   pst_job, pst_job_json     what the job says (batch, clocks, id, ...)
  *   pst_start                 starts the clock loop (worker 0's initial
  *                             values are the servers')
  *   loop: pst_next            the next clock: this worker's example
@@ -51,8 +53,9 @@ typedef struct pst_worker pst_worker;
 
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
- * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device. */
-#define PST_ABI_VERSION 3
+ * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
+ * 4: pst_join, pst_job_json. */
+#define PST_ABI_VERSION 4
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -62,6 +65,15 @@ int pst_set_flag(const char* name, const char* value, char* err, int err_len);
 /* Starts a worker from the flags set so far: its gRPC service listens
  * (--listen), nothing is sent to the scheduler yet. */
 int pst_open(pst_worker** out, char* err, int err_len);
+
+/* Joins the job before the model is declared (retrying an unreachable
+ * scheduler for --connect_timeout_s: UNAVAILABLE after it): from now on
+ * pst_job and pst_job_json say the worker's id and the job (its model and
+ * training set not yet declared: batch_size, the optimizer, num_workers),
+ * and the worker heartbeats. The job starts once every worker declared its
+ * model (pst_register). FAILED_PRECONDITION for a job of a built-in model
+ * or a second join. */
+int pst_join(pst_worker* w, char* err, int err_len);
 
 /* Parameter dtypes of pst_register (only FP32 is trained; others are
  * refused with INVALID_ARGUMENT naming the parameter). */
@@ -84,7 +96,9 @@ int pst_register(pst_worker* w, int n, const char* const* names, const int* ndim
                  const int64_t* dims, const int* dtypes, int64_t train_size, int device,
                  char* err, int err_len);
 
-/* The job, after pst_register. */
+/* The job, after pst_join or pst_register (before pst_register:
+ * total_clocks and clocks_per_epoch may be 0, start_clock and overlap
+ * are not yet decided). */
 typedef struct pst_job_info {
   int32_t worker_id;
   int32_t num_workers;
@@ -101,6 +115,12 @@ typedef struct pst_job_info {
                               --overlap, as the library decided it) */
 } pst_job_info;
 int pst_job(pst_worker* w, pst_job_info* out);
+
+/* The whole job spec (proto JobSpec, its defaults applied) as JSON with
+ * the proto's field names, after pst_join or pst_register: its size
+ * without the NUL, written to buf with a NUL if it fits in buf_len; -1
+ * before joining. */
+int pst_job_json(pst_worker* w, char* buf, int buf_len);
 
 /* Starts the clock loop. `initial[i]` holds parameter i's initial values
  * (numel floats; copied before the call returns): worker 0's are the

@@ -1,9 +1,12 @@
-"""This process's worker: its flags, its library handle, its registration
-with the job, its rank, its end (finish, or the exit hooks' report).
+"""This process's worker: its flags, its library handle, its place in the
+job, its model's declaration, its rank, its end (finish, or the exit
+hooks' report).
 
-One worker a process. The state here is the process's: the handle from
-init() to finish() (or exit), the job once the first batches() registered,
-and the latest Optimizer made, which that registration declares.
+One worker a process. init() joins the job (the worker's id and the job
+from then on); the first batches() declares the model. The state here is
+the process's: the handle from init() to finish() (or exit), the job, the
+latest Optimizer made (which the declaration declares), and the rank and
+world size, which outlive finish().
 """
 
 import atexit
@@ -24,19 +27,24 @@ class _Worker:
 
     def __init__(self, handle):
         self.handle = handle
-        self.job = None        # _capi.JobInfo once registered
+        self.job = _capi.job_info(handle)   # _capi.JobInfo: again once declared
+        self.spec = _capi.job_spec(handle)  # the JobSpec as a dict
+        self.declared = False  # the first batches() declared the model
         self.optimizer = None  # the Optimizer registered with the job
         self.done = False      # every clock done; the final weights loaded
         self.failure = None    # the uncaught exception's text, for the report
 
 
 _current = None  # the _Worker from init() to finish() or exit
+_place = None  # (rank, world size) from init() until the process ends
 _optimizer = None  # the latest Optimizer made: the one the first batches() registers
 
 
 def init(scheduler=None, **flags):
-    """Starts this process's worker (its gRPC service); nothing is sent to the
-    scheduler until the first batches().
+    """Starts this process's worker (its gRPC service) and joins the job:
+    from then on get_rank() and get_world_size() answer, and the worker
+    heartbeats. The model is declared at the first batches(); the job
+    starts once every worker has declared its model.
 
     Flags are ps_worker's: first those of $PSTRAIN_FLAGS ("--name=value"
     words), then `scheduler` (else $PSTRAIN_SCHEDULER), then `flags`.
@@ -52,8 +60,11 @@ def init(scheduler=None, **flags):
       ValueError: no scheduler, or a word of $PSTRAIN_FLAGS is not --name=value.
       InvalidArgument: the library refused a flag (unknown, or a bad value).
       LibraryNotFound: libpstrain_torch.so is not where pstrain looks.
+      SchedulerUnavailable: no scheduler answered within connect_timeout_s.
+      PstrainError: the scheduler refused the worker (e.g. a job of a
+        built-in model, or every worker's place is taken).
     """
-    global _current
+    global _current, _place
     if _current is not None:
         raise RuntimeError("pstrain.torch.init() was called already")
     settings = _env_flags()
@@ -68,7 +79,14 @@ def init(scheduler=None, **flags):
         _capi.call("pst_set_flag", name.encode(), value.encode())
     handle = ctypes.c_void_p()
     _capi.call("pst_open", ctypes.byref(handle))
-    _current = _Worker(handle)
+    try:
+        _capi.call("pst_join", handle)
+        worker = _Worker(handle)
+    except BaseException:
+        _capi.lib().pst_close(handle)
+        raise
+    _current = worker
+    _place = (worker.job.worker_id, worker.job.num_workers)
     _install_exit_hooks()
 
 
@@ -97,21 +115,27 @@ def is_initialized():
 
 
 def get_rank():
-    """This worker's id in the job.
+    """This worker's id in the job, from init() until the process ends.
 
     Raises:
-      RuntimeError: before init(), or before the first batches() registered.
+      RuntimeError: before init().
     """
-    return registered("get_rank").job.worker_id
+    return _placed("get_rank")[0]
 
 
 def get_world_size():
-    """The job's number of workers.
+    """The job's number of workers, from init() until the process ends.
 
     Raises:
-      RuntimeError: before init(), or before the first batches() registered.
+      RuntimeError: before init().
     """
-    return registered("get_world_size").job.num_workers
+    return _placed("get_world_size")[1]
+
+
+def _placed(what):
+    if _place is None:
+        raise RuntimeError("pstrain.torch.%s(): call pstrain.torch.init() first" % what)
+    return _place
 
 
 def initialized(what):
@@ -125,15 +149,15 @@ def registered(what):
     """The registered worker; RuntimeError naming pstrain.torch.`what` before
     init() or before the first batches()."""
     worker = initialized(what)
-    if worker.job is None:
-        raise RuntimeError("pstrain.torch.%s(): the worker registers with the scheduler at "
+    if not worker.declared:
+        raise RuntimeError("pstrain.torch.%s(): the worker declares its model to the job at "
                            "the first pstrain.torch.batches()" % what)
     return worker
 
 
 def has_registered():
-    """Whether a worker runs and has registered its model."""
-    return _current is not None and _current.job is not None
+    """Whether a worker runs and has declared its model."""
+    return _current is not None and _current.declared
 
 
 def offer_optimizer(optimizer):
@@ -166,12 +190,12 @@ def register(worker, train_size):
     _capi.call("pst_register", worker.handle, n, names, ndims,
                (ctypes.c_int64 * len(dims))(*dims), dtypes, train_size, device,
                errors={_capi.FAILED_PRECONDITION: ModelMismatch})
-    job = _capi.JobInfo()
-    _capi.check(_capi.lib().pst_job(worker.handle, ctypes.byref(job)), "", "pst_job")
+    job = _capi.job_info(worker.handle)
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
     _capi.call("pst_start", worker.handle,
                (ctypes.c_void_p * n)(*[t.data_ptr() for t in initial]))
-    worker.job, worker.optimizer = job, optimizer
+    worker.job, worker.spec = job, _capi.job_spec(worker.handle)
+    worker.declared, worker.optimizer = True, optimizer
 
 
 def finish(accuracy=None):

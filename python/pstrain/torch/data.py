@@ -53,7 +53,7 @@ def batches(dataset, collate_fn=None):
     if not hasattr(dataset, "__len__"):
         raise TypeError("pstrain.torch.batches() takes a map-style dataset (__len__ and "
                         "__getitem__), not %s" % type(dataset).__name__)
-    if worker.job is None:
+    if not worker.declared:
         _worker.register(worker, len(dataset))
     collate = collate_fn or _default_collate
     optimizer = worker.optimizer
