@@ -144,7 +144,8 @@ def child_main(args):
         for x, y in pst.batches(train):
             loss = F.cross_entropy(model(x), y)
             loss.backward()
-            opt.step(loss)
+            pst.report(loss)
+            opt.step()
             steps += 1
             if steps == 1:
                 t_first = time.time()

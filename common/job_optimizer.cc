@@ -92,4 +92,22 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<OptimizerSpec> WithHyper(const OptimizerSpec& job, const OptimizerSpec& hyper) {
+  if (hyper.type() != OPTIMIZER_UNSPECIFIED && hyper.type() != job.type()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hyperparameters: type ", OptimizerType_Name(hyper.type()),
+                     " is not the job's optimizer ", OptimizerType_Name(job.type())));
+  }
+  if (hyper.has_schedule() || hyper.clip_norm() != 0 || hyper.allow_nonfinite()) {
+    return absl::InvalidArgumentError(
+        "hyperparameters: schedule, clip_norm and allow_nonfinite are the job's");
+  }
+  OptimizerSpec merged = job;
+  merged.MergeFrom(hyper);
+  if (absl::Status st = ValidateOptimizer(merged); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("hyperparameters: ", st.message()));
+  }
+  return merged;
+}
+
 }  // namespace pstrain

@@ -12,6 +12,10 @@ namespace {
 
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5 };
 
+// A push's hyperparameters (an OptimizerSpec of a few floats) are far
+// smaller; a larger field is malformed.
+constexpr uint64_t kMaxHyperBytes = 4096;
+
 void AppendVarint(std::string* out, uint64_t v) {
   while (v >= 0x80) {
     out->push_back(static_cast<char>(v | 0x80));
@@ -183,6 +187,7 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_apply_at_once(header.apply_at_once);
   fields.set_initial_values(header.initial_values);
   fields.set_shm_segment(header.shm_segment);
+  if (!header.hyper.empty()) fields.mutable_hyper()->ParseFromString(header.hyper);
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
@@ -232,6 +237,10 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       uint32_t bits = 0;
       ok = r.ReadFixed32(&bits);
       if (ok) std::memcpy(&h->grad_norm, &bits, 4);
+    } else if (field == 12 && type == kLen) {
+      ok = r.ReadVarint(&v) && v <= kMaxHyperBytes && v <= r.remaining();
+      if (ok) h->hyper.resize(v);
+      ok = ok && r.Copy(v, h->hyper.data());
     } else {
       ok = SkipField(r, field, type);
     }

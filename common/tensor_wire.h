@@ -71,6 +71,8 @@ struct PushHeader {
   // PushRequest.shm_segment: non-zero, the payloads are in that segment and
   // EncodePush writes only the chunk ids.
   uint64_t shm_segment = 0;
+  // PushRequest.hyper, serialized (an OptimizerSpec); empty: none.
+  std::string hyper;
 };
 
 // One chunk of a push: `numel` fp32 values at `values`.

@@ -45,6 +45,7 @@ TEST(TensorWireTest, PushIsProtobufsEncoding) {
     EXPECT_EQ(parsed.dtype(), dtype);
     EXPECT_EQ(parsed.grad_norm(), 2.5f);
     EXPECT_EQ(parsed.generation(), 7);
+    EXPECT_FALSE(parsed.has_hyper());
     ASSERT_EQ(parsed.chunks_size(), 2);
     EXPECT_EQ(parsed.chunks(1).chunk(), 41);
     std::vector<float> back(1000);
@@ -63,6 +64,19 @@ TEST(TensorWireTest, PushIsProtobufsEncoding) {
   }
 }
 
+TEST(TensorWireTest, APushsHyperparametersAreProtobufsEncoding) {
+  OptimizerSpec hyper;
+  hyper.set_learning_rate(0.5f);
+  hyper.set_weight_decay(0.0f);  // present though zero
+  PushHeader h;
+  h.hyper = hyper.SerializeAsString();
+  PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(EncodePush(h, {}))));
+  ASSERT_TRUE(parsed.has_hyper());
+  EXPECT_EQ(parsed.hyper().learning_rate(), 0.5f);
+  EXPECT_TRUE(parsed.hyper().has_weight_decay());
+}
+
 TEST(TensorWireTest, DecodesProtobufsPushAcrossSlices) {
   PushRequest req;
   req.set_worker_id(2);
@@ -71,6 +85,8 @@ TEST(TensorWireTest, DecodesProtobufsPushAcrossSlices) {
   req.set_dtype(BF16);
   req.set_grad_norm(0.75f);
   req.set_generation(3);
+  req.mutable_hyper()->set_learning_rate(0.25f);
+  req.mutable_hyper()->set_beta1(0.8f);
   for (int c = 0; c < 3; ++c) {
     ChunkData* d = req.add_chunks();
     d->set_chunk(c * 5);  // the first id is 0, which proto3 leaves out
@@ -89,6 +105,7 @@ TEST(TensorWireTest, DecodesProtobufsPushAcrossSlices) {
     EXPECT_EQ(h.dtype, BF16);
     EXPECT_EQ(h.grad_norm, 0.75f);
     EXPECT_EQ(h.generation, 3);
+    EXPECT_EQ(h.hyper, req.hyper().SerializeAsString());
     ASSERT_EQ(refs.size(), 3u);
     for (int c = 0; c < 3; ++c) {
       EXPECT_EQ(refs[c].chunk, c * 5);

@@ -97,6 +97,11 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
   const int width = DTypeSize(h.dtype);
   ChunkStore::PushRequest push = PushRequestOf(h);
+  if (!h.hyper.empty()) {
+    auto hyper = std::make_shared<OptimizerSpec>();
+    if (!hyper->ParseFromString(h.hyper)) return Invalid("push: malformed hyperparameters");
+    push.hyper = std::move(hyper);
+  }
   if (h.checkpoint_clock > 0 && on_checkpoint_asked_) on_checkpoint_asked_(h.checkpoint_clock);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (bell_segment != 0 && h.shm_segment != bell_segment) {

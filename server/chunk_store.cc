@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/dtype.h"
+#include "common/job_optimizer.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -31,7 +32,7 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       num_workers_(job.num_workers()),
       bsp_(job.consistency() == BSP),
       optimizer_(std::move(optimizer)),
-      schedule_(job.optimizer(), TotalClocks(job)),
+      rules_(job.optimizer(), TotalClocks(job), optimizer_),
       pool_(pool),
       trace_(trace),
       chunk_ids_(partition.ServerChunks(server_id)),
@@ -120,6 +121,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
   if (push.worker < 0 || push.worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("unknown worker ", push.worker));
   }
+  if (push.hyper != nullptr) RETURN_IF_ERROR(WithHyper(job_.optimizer(), *push.hyper).status());
   if (push.num_samples < 1 || push.num_samples > job_.batch_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_samples ", push.num_samples, " outside [1, ", job_.batch_size(), "]"));
@@ -210,9 +212,9 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
         thread_local std::vector<float> scaled;
         scaled.resize(n);
         Scale(grad.data(), n, clip / push_norm, scaled.data());
-        Apply(c, slab, clock, scaled.data());
+        Apply(c, slab, clock, scaled.data(), push.hyper.get());
       } else {
-        Apply(c, slab, clock, grad.data());
+        Apply(c, slab, clock, grad.data(), push.hyper.get());
       }
     }
     c.clocks.Applied(worker, clock);
@@ -223,6 +225,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   // BSP: the gate keeps every worker within one round, so `clock` is the
   // round being collected.
   c.clocks.Pushed(worker);
+  c.round_hyper = push.hyper;
   const bool closes = c.clocks.RoundComplete();
   if (acceptable) {
     const int64_t samples = c.round_samples + num_samples;
@@ -248,12 +251,14 @@ void ChunkStore::ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const 
   }
 }
 
-void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad) {
+void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad,
+                       const OptimizerSpec* hyper) {
+  const UpdateRules::Rule rule = rules_.For(clock, hyper);
   UpdateContext ctx;
   ctx.step = ++c.steps;
-  ctx.lr = schedule_.At(clock);
+  ctx.lr = rule.lr;
   const absl::Time begun = absl::Now();
-  optimizer_->Update(ctx, c.shape, slab.weights(), slab.state(), grad, pool_);
+  rule.optimizer->Update(ctx, c.shape, slab.weights(), slab.state(), grad, pool_);
   ProcessLatencies().optimizer_update.Observe(absl::Now() - begun);
   slab.MarkWritten();
 }

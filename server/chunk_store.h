@@ -33,7 +33,7 @@
 #include "server/chunk_memory.h"
 #include "server/chunk_plan.h"
 #include "server/held_rounds.h"
-#include "server/lr_schedule.h"
+#include "server/update_rules.h"
 #include "server/memory_plan.h"
 #include "server/nonfinite.h"
 #include "server/optimizer.h"
@@ -72,6 +72,8 @@ class ChunkStore : public HeldRounds {
     int64_t generation = 0;
     bool apply_at_once = false;    // see PushRequest.apply_at_once
     bool initial_values = false;   // see PushRequest.initial_values: weights, not gradients
+    // PushRequest.hyper (null: none); CheckPush checks it (WithHyper).
+    std::shared_ptr<const OptimizerSpec> hyper;
     std::string wire_dtype = "fp32";  // how the values came, for messages
     struct Part {
       int32_t chunk = 0;
@@ -179,6 +181,8 @@ class ChunkStore : public HeldRounds {
     // sum(num_samples * grad) is in the slab's grad.
     ChunkClocks clocks ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
+    // The round's hyperparameters: its last push's (PushRequest.hyper).
+    std::shared_ptr<const OptimizerSpec> round_hyper ABSL_GUARDED_BY(mu);
     // Held for global clipping: the round's mean waits in the slab's grad.
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
@@ -207,9 +211,10 @@ class ChunkStore : public HeldRounds {
                                  const std::function<absl::Span<const float>(size_t part)>& values);
   // Applies one part (checked), racing other pushes only of other workers.
   absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
-  // One optimizer step of iteration `clock` with gradient `grad`.
-  void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // One optimizer step of iteration `clock` with gradient `grad`, under
+  // the job's rules or those of `hyper` (null: none).
+  void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad,
+             const OptimizerSpec* hyper) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // fn(k, chunk) for each of this server's chunks, k its index in chunk_ids_:
   // over the pool's threads, each chunk on one of them, or in order on the
   // caller when the slabs are offloaded (one pin per thread, read ahead in
@@ -232,8 +237,8 @@ class ChunkStore : public HeldRounds {
   const std::vector<ParamInfo> params_;
   const int num_workers_;
   const bool bsp_;
-  std::unique_ptr<Optimizer> optimizer_;
-  const Schedule schedule_;
+  const std::shared_ptr<const Optimizer> optimizer_;  // the job's
+  const UpdateRules rules_;
   ThreadPool* pool_;
   TraceWriter* trace_;
   std::vector<int32_t> chunk_ids_;

@@ -47,7 +47,7 @@ void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   const int64_t clock = c.clocks.MinApplied();  // every live worker is in this round
   if (c.round_samples > 0) {            // else every push of the round was skipped
     if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
-    Apply(c, slab, clock, slab.grad());
+    Apply(c, slab, clock, slab.grad(), c.round_hyper.get());
   }
   // The sum is not zeroed: the next round's first push overwrites it (Accumulate).
   slab.MarkWritten();

@@ -307,6 +307,7 @@ PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
   header.dtype = options_.wire_dtype;
   header.grad_norm = grad_norm;
   header.generation = options_.generation;
+  if (options_.hyper) header.hyper = options_.hyper(clock);
   absl::MutexLock lock(&context_mu_);
   header.checkpoint_clock = context_.checkpoint_clock;
   for (const auto& [from, at_once] : context_.at_once) {

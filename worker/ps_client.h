@@ -77,6 +77,10 @@ struct PsClientOptions {
   // that a forward which does not wait for its layer's weights reads old
   // ones; -1: none. AsyncPsClient's.
   int debug_delay_pull_param = -1;
+  // The hyperparameters a push of a clock carries (PushRequest.hyper,
+  // serialized; "" for none): a PyTorch script's (worker/external). Unset:
+  // none.
+  std::function<std::string(int64_t clock)> hyper;
 };
 
 inline constexpr absl::Duration kHoldPush = absl::Seconds(30);

@@ -87,7 +87,8 @@ def train_in_cluster(args, model, train):
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         loss.backward()
-        opt.step(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        pst.report(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        opt.step()
         log_progress(args, iteration, loss)
 
 

@@ -174,7 +174,8 @@ def train_in_cluster(args, model, train):
         logits = model(ids, offsets)
         loss = F.cross_entropy(logits, y)
         loss.backward()
-        opt.step(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        pst.report(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        opt.step()
         log_progress(args, iteration, loss)
 
 

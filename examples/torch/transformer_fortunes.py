@@ -202,7 +202,8 @@ def train_in_cluster(args, model, train):
         logits = model(x)
         loss = lm_loss(logits, y)
         loss.backward()
-        opt.step(loss, correct=int((logits.argmax(-1) == y).sum()), predicted=y.numel())
+        pst.report(loss, correct=int((logits.argmax(-1) == y).sum()), predicted=y.numel())
+        opt.step()
         log_progress(args, iteration, loss)
 
 

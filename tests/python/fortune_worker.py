@@ -60,7 +60,8 @@ def train(args, model, data, result):
         logits = model(ids, offsets)
         loss = F.cross_entropy(logits, y) * factor.get(clock, 1.0)
         loss.backward()
-        opt.step(loss)
+        pst.report(loss)
+        opt.step()
         result["steps"] += 1
         result["clocks"] = clock + 1
         if args.sleep_ms > 0:

@@ -59,6 +59,16 @@ def synthetic_set():
     return torch.utils.data.TensorDataset(x, (x @ w).argmax(1))
 
 
+# The learning-rate schedules --lr_scheduler names, for a run of
+# `clocks` clocks (the reference in torch_optim_test.py makes the same).
+LR_SCHEDULERS = {
+    "none": lambda opt, clocks: None,
+    "step": lambda opt, clocks: torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5),
+    "onecycle": lambda opt, clocks: torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=0.05, total_steps=clocks),
+}
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scheduler", help="HOST:PORT (default: $PSTRAIN_SCHEDULER)")
@@ -75,6 +85,13 @@ def parse_args():
     p.add_argument("--result_json", help="write what happened here")
     p.add_argument("--rank_file", help="write pst.get_rank() here at the first step")
     p.add_argument("--weights_out", help="torch.save(model.state_dict()) here at the end")
+    p.add_argument("--lr_scheduler", default="none", choices=sorted(LR_SCHEDULERS),
+                   help="a torch.optim.lr_scheduler on pst.Optimizer, stepped each clock")
+    p.add_argument("--clocks", type=int, default=0,
+                   help="the job's clocks, for --lr_scheduler=onecycle's total_steps")
+    p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
+                   help="each clock before backward: opt.zero_grad() or model.zero_grad(), "
+                        "both with set_to_none=True")
     return p.parse_args()
 
 
@@ -88,6 +105,7 @@ def train(args, result):
         model = model.double()
     opt = pst.Optimizer(model)
     data = synthetic_set()
+    schedule = LR_SCHEDULERS[args.lr_scheduler](opt, args.clocks)
     for x, y in pst.batches(data):
         if result["rank"] is None:
             result["rank"] = pst.get_rank()
@@ -97,11 +115,16 @@ def train(args, result):
                 os.replace(args.rank_file + ".tmp", args.rank_file)
         if result["steps"] == args.raise_at_clock:
             raise RuntimeError("tiny_worker: --raise_at_clock=%d" % args.raise_at_clock)
+        if args.zero_grad != "none":
+            (opt if args.zero_grad == "optimizer" else model).zero_grad(set_to_none=True)
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         if not args.no_backward:
             loss.backward()
-        opt.step(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        pst.report(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
+        opt.step()
+        if schedule is not None:
+            schedule.step()
         result["steps"] += 1
         if args.sleep_ms > 0:
             time.sleep(args.sleep_ms / 1000)

@@ -7,12 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
+#include "common/job_optimizer.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/params.h"
 #include "common/process_stats.h"
 #include "common/stage_plan.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/overlap.h"
@@ -38,6 +40,7 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   w->ps_.channels_per_server = static_cast<int>(w->options_.flags.channels_per_server);
   w->ps_.shm = w->options_.flags.shm;
   w->ps_.shm_doorbell = w->options_.flags.shm_doorbell;
+  w->ps_.hyper = [self = w.get()](int64_t clock) { return self->hyper_.At(clock); };
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
   int code = 0;
@@ -272,6 +275,23 @@ absl::Status ExternalWorker::ClockDone(const StepResult& result) {
   RETURN_IF_ERROR(exchange_->ClockDone(result));
   if (under_way_.has_value()) next_clock_ = under_way_->clock + 1;
   under_way_.reset();
+  return absl::OkStatus();
+}
+
+absl::Status ExternalWorker::SetHyper(const std::string& json) {
+  if (!under_way_.has_value()) {
+    return absl::FailedPreconditionError("hyperparameters are set during a clock");
+  }
+  OptimizerSpec hyper;
+  if (!json.empty()) {
+    const auto parsed = google::protobuf::util::JsonStringToMessage(json, &hyper);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hyperparameters ", json, ": ", parsed.message().as_string()));
+    }
+  }
+  RETURN_IF_ERROR(WithHyper(job_.optimizer(), hyper).status());
+  hyper_.Set(under_way_->clock, hyper.ByteSizeLong() == 0 ? "" : hyper.SerializeAsString());
   return absl::OkStatus();
 }
 

@@ -37,6 +37,7 @@
 #include "worker/data/dataset.h"
 #include "worker/external/clock_exchange.h"
 #include "worker/external/handed_model.h"
+#include "worker/external/hyper_plan.h"
 #include "worker/member_loop.h"
 #include "worker/ps_client.h"
 #include "worker/row_client.h"
@@ -89,6 +90,12 @@ class ExternalWorker {
   float* weights(int i);
   float* grads(int i);
   absl::Status GradsReady(int param);
+  // During a clock: the optimizer's hyperparameters from this clock on
+  // (PushRequest.hyper, as JSON of OptimizerSpec's fields; "{}" or "" for
+  // the job's). INVALID_ARGUMENT naming the field for one the job's
+  // optimizer cannot take (common/job_optimizer.h WithHyper);
+  // FAILED_PRECONDITION outside a clock.
+  absl::Status SetHyper(const std::string& json);
   // Ends the clock; first pushes every sparse table this clock did not
   // push to (an empty push: a BSP round waits for every worker's).
   absl::Status ClockDone(const StepResult& result);
@@ -157,6 +164,7 @@ class ExternalWorker {
   bool declared_ = false;
   int64_t generation_ = 0, start_clock_ = 0;
   PsClientOptions ps_;
+  HyperPlan hyper_;  // what ps_.hyper reads
   bool overlap_ = false;
   std::optional<Partition> partition_;
   std::unique_ptr<ClockExchange> exchange_;

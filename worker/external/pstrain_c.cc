@@ -219,6 +219,13 @@ int pst_grads_ready(pst_worker* w, int param, char* err, int err_len) {
   });
 }
 
+int pst_set_hyper(pst_worker* w, const char* json, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->SetHyper(json == nullptr ? "" : json);
+  });
+}
+
 int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
                    int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {

@@ -29,6 +29,7 @@
  *                             values are the servers')
  *   loop: pst_next            the next clock: this worker's example
  *                             indices; pst_weights() holds its weights
+ *         (pst_set_hyper: the optimizer's hyperparameters from this clock)
  *         (compute; gradients into pst_grads(); pst_grads_ready per
  *          parameter as the backward makes them)
  *         pst_clock_done
@@ -54,7 +55,7 @@ typedef struct pst_worker pst_worker;
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
- * 4: pst_join, pst_job_json. */
+ * 4: pst_join, pst_job_json, pst_set_hyper. */
 #define PST_ABI_VERSION 4
 int pst_abi_version(void);
 
@@ -151,6 +152,16 @@ float* pst_grads(pst_worker* w, int param);
  * and may leave for the servers now (each parameter at most once a clock;
  * the rest leave at pst_clock_done). */
 int pst_grads_ready(pst_worker* w, int param, char* err, int err_len);
+
+/* During a clock, before its gradients leave: the optimizer's
+ * hyperparameters from this clock on, as a JSON object of JobSpec
+ * optimizer fields (learning_rate, beta1, beta2, momentum, epsilon,
+ * weight_decay, rho, ...; "{}" for the job's own): each replaces the job's
+ * -- learning_rate its schedule's -- in the servers' updates of this
+ * clock's pushes (PushRequest.hyper). A clock redone after a rollback
+ * keeps the values it had. INVALID_ARGUMENT naming the field when the
+ * job's optimizer cannot take it; FAILED_PRECONDITION outside a clock. */
+int pst_set_hyper(pst_worker* w, const char* json, char* err, int err_len);
 
 /* Ends the clock: every gradient is in pst_grads. loss: the clock's mean
  * loss; correct/predicted: predictions that were right / made (0/0: none

@@ -2,13 +2,14 @@
 
     import pstrain.torch as pst
 
-    pst.init()                               # scheduler from PSTRAIN_SCHEDULER
+    pst.init()                               # joins the job: get_rank() from here
     model = Net()
-    opt = pst.Optimizer(model)               # the servers run the job's optimizer
+    opt = pst.Optimizer(model)               # a torch.optim.Optimizer the servers run
     for x, y in pst.batches(train_set):      # this worker's share of each clock
         loss = loss_fn(model(x), y)
         loss.backward()                      # gradients go to the push buffers
-        opt.step(loss)                       # pushes them; the clock ends
+        pst.report(loss)                     # for Status
+        opt.step()                           # pushes them; the clock ends
     pst.finish(accuracy=evaluate(model))     # the final weights are in the model
 
 The servers hold the weights and the optimizer's state; the job spec names
@@ -25,7 +26,9 @@ The package's rooms:
 
     _worker.py    this process's worker: init, registration, rank, finish,
                   the exit hooks
-    optimizer.py  pst.Optimizer: the gradients' way to the servers
+    optimizer.py  pst.Optimizer: a torch.optim.Optimizer whose param_groups
+                  the servers run; the gradients' way to the servers
+    metrics.py    pst.report: a clock's loss and accuracy, for Status
     data.py       pst.batches (the clock loop's side in Python) and
                   pst.batch_indices (the job's data order)
     sparse.py     pst.SparseEmbeddingBag and pst.initial_rows: sparse tables
@@ -39,11 +42,12 @@ from .._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch
                      PstrainError, SchedulerUnavailable, ServerUnavailable, Unauthenticated)
 from ._worker import finish, get_rank, get_world_size, init, is_initialized
 from .data import batch_indices, batches
+from .metrics import report
 from .optimizer import NoGradients, Optimizer, UnsupportedDtype
 from .sparse import SparseEmbeddingBag, initial_rows
 
 __all__ = [
-    "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches",
+    "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches", "report",
     "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError",
     "SchedulerUnavailable", "ServerUnavailable", "Unauthenticated",
     "ModelMismatch", "InvalidArgument", "JobAborted", "LibraryNotFound", "UnsupportedDtype",

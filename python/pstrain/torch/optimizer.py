@@ -1,5 +1,7 @@
-"""pst.Optimizer: the job's optimizer, run by the servers, seen from this
-worker -- the way each clock's gradients take to the servers.
+"""pst.Optimizer: the job's optimizer, run by the servers, as a
+torch.optim.Optimizer on this worker -- its param_groups hold the
+hyperparameters the servers run, and each clock's gradients take their way
+to the servers through it.
 
 Within a clock (from batches() yielding its batch to opt.step()) each CPU
 parameter's .grad is the library's push buffer for that clock; outside one
@@ -8,6 +10,7 @@ no .grad points at a library buffer.
 
 import ctypes
 import functools
+import json
 import threading
 
 import torch
@@ -27,21 +30,73 @@ class NoGradients(PstrainError):
     """step() found no gradient: backward was not called."""
 
 
-class Optimizer:
-    """The job's optimizer, run by the servers, seen from this worker.
+# Each optimizer type's hyperparameters: torch.optim's name in param_groups
+# -> the job's OptimizerSpec fields (betas are beta1 and beta2; RMSprop's
+# alpha is the job's rho).
+_KEYS = {
+    "SGD": ("lr", "weight_decay"),
+    "MOMENTUM": ("lr", "momentum", "weight_decay"),
+    "NESTEROV": ("lr", "momentum", "weight_decay"),
+    "ADAM": ("lr", "betas", "eps", "weight_decay"),
+    "ADAMW": ("lr", "betas", "eps", "weight_decay"),
+    "ADAGRAD": ("lr", "eps", "weight_decay"),
+    "RMSPROP": ("lr", "alpha", "eps", "weight_decay"),
+    "ADADELTA": ("lr", "rho", "eps", "weight_decay"),
+    "ADAFACTOR": ("lr", "eps", "weight_decay", "decay_rate", "clip_threshold"),
+    "LION": ("lr", "betas", "weight_decay"),
+}
+_FIELDS = {"lr": ("learning_rate",), "betas": ("beta1", "beta2"), "eps": ("epsilon",),
+           "weight_decay": ("weight_decay",), "momentum": ("momentum",), "alpha": ("rho",),
+           "rho": ("rho",), "decay_rate": ("decay_rate",), "clip_threshold": ("clip_threshold",)}
+
+
+def job_hyperparameters(spec):
+    """The param_groups defaults of the job's optimizer (a JobSpec's
+    `optimizer` as a dict of its proto field names): torch.optim's names,
+    the job's values."""
+    keys = _KEYS.get(spec.get("type", "ADAM"), _KEYS["ADAM"])
+    defaults = {}
+    for key in keys:
+        values = tuple(float(spec.get(f, 0.0)) for f in _FIELDS[key])
+        defaults[key] = values if key == "betas" else values[0]
+    return defaults
+
+
+def _hyper_fields(group, keys):
+    """{OptimizerSpec field: value} of `keys` in `group`."""
+    fields = {}
+    for key in keys:
+        values = group[key] if key == "betas" else (group[key],)
+        fields.update(zip(_FIELDS[key], (float(v) for v in values)))
+    return fields
+
+
+class Optimizer(torch.optim.Optimizer):
+    """The job's optimizer, run by the servers, seen from this worker: a
+    torch.optim.Optimizer whose one param group holds the hyperparameters
+    the servers run (lr, betas, eps, weight_decay, momentum ... as the job's
+    optimizer has them, under torch.optim's names).
+
+    A value the script changes -- by hand, or through any
+    torch.optim.lr_scheduler -- reaches the servers for the clocks from the
+    next one on (the next batch), and from then on the script owns it: a
+    job's own schedule (optimizer.schedule) rules the learning rate only
+    until the script first changes it. Under BSP every worker must make the
+    same changes (torch's schedulers do): a round takes its last push's.
 
     Takes the model's parameters with requires_grad=True (float32 only; a
     parameter shared by several modules counts once). Each clock starts
     with zero gradients: a CPU parameter's .grad is the push buffer itself,
     so backward accumulates into it without a copy and each gradient may
-    leave for the servers as soon as backward completes it. When the worker
-    overlaps (SSP/ASP, or overlap="on"), a CUDA parameter's gradient is
-    copied out then too (asynchronously, through pinned memory) and leaves
-    the same way; without overlap it is copied at step(). So with overlap,
-    change gradients in place only before that, e.g. through the job's
-    clip_norm rather than clip_grad_norm_. A .grad the script set itself is
-    copied at step(). After step() a CPU parameter's .grad is None: its
-    buffer is the library's again.
+    leave for the servers as soon as backward completes it. A .grad that
+    is not the buffer (after model.zero_grad(), which sets them to None)
+    is copied into it at the same moment. When the worker overlaps
+    (SSP/ASP, CUDA, or overlap="on"), a CUDA parameter's gradient is copied
+    out then too (asynchronously, through pinned memory) and leaves the same
+    way; without overlap it is copied at step(). So with overlap, change
+    gradients in place only before that, e.g. through the job's clip_norm
+    rather than clip_grad_norm_. After step() a CPU parameter's .grad is
+    None: its buffer is the library's again.
 
     Args:
       model: the torch.nn.Module whose parameters the job trains; its
@@ -54,15 +109,17 @@ class Optimizer:
       UnsupportedDtype: a trainable parameter is not float32 (named).
       ValueError: no trainable parameter, or two SparseEmbeddingBag modules
         name the same table.
-      RuntimeError: the worker registered a model already.
+      RuntimeError: before pstrain.torch.init(), or the worker declared a
+        model already.
     """
 
     def __init__(self, model, backward_passes_per_step=1):
         if not isinstance(model, torch.nn.Module):
             raise TypeError("pstrain.torch.Optimizer takes a torch.nn.Module, not %s"
                             % type(model).__name__)
+        worker = _worker.initialized("Optimizer")
         if _worker.has_registered():
-            raise RuntimeError("pstrain.torch.Optimizer: the model was registered already "
+            raise RuntimeError("pstrain.torch.Optimizer: the model was declared already "
                                "(at the first batches()); make the Optimizer before it")
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         for name, p in named:
@@ -74,13 +131,19 @@ class Optimizer:
         if not named:
             raise ValueError("pstrain.torch.Optimizer: the model has no parameter with "
                              "requires_grad=True")
+        defaults = job_hyperparameters(worker.spec.get("optimizer", {}))
+        super().__init__([p for _, p in named], defaults)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.backward_passes_per_step = backward_passes_per_step
+        self._job_hyper = _hyper_fields(defaults, defaults)  # the job's own values
+        self._owned = set()                  # fields the script has changed
+        self._hyper_sent = None              # the JSON last given to the library
         self._buffers = [None] * len(named)  # this clock's push buffers (host views)
         self._passes = [0] * len(named)      # backward passes seen this clock
         self._clock = None                   # the clock under way
-        self._sent = [False] * len(named)    # CUDA gradients copied out this clock
+        self._metrics = None                 # pst.report()'s for this clock
+        self._sent = [False] * len(named)    # gradients copied out this clock
         self._early = False                  # gradients leave at the hook (overlap)
         self._library = threading.Lock()     # pst_grads_ready from two threads
         self._device_grads = DeviceGradients(self.params, self._grads_ready)
@@ -93,21 +156,69 @@ class Optimizer:
                              "same table (%s); share one module instead" % ", ".join(names))
         _worker.offer_optimizer(self)
 
-    def step(self, loss=None, correct=0, predicted=0):
-        """Ends this clock: pushes the gradients the hooks have not sent yet
-        and the sparse tables' rows' gradients.
-
-        Args:
-          loss: the clock's loss (a tensor or a number), for Status.
-          correct: predictions that were right, for Status.
-          predicted: predictions made, for Status.
+    def add_param_group(self, param_group):
+        """torch.optim's; pstrain trains one group (the model's trainable
+        parameters), whose hyperparameters the servers run.
 
         Raises:
+          ValueError: a second group.
+        """
+        if self.param_groups:
+            raise ValueError("pstrain.torch.Optimizer has one param group, the model's "
+                             "trainable parameters: per-group hyperparameters are not "
+                             "supported")
+        super().add_param_group(param_group)
+
+    def state_dict(self):
+        """Not yet: the optimizer's state lives on the servers, and reading
+        it back in torch.optim's layout is still to come.
+
+        Raises:
+          NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "pstrain.torch.Optimizer.state_dict(): the optimizer's state lives on the servers "
+            "and cannot be read back yet; the weights are in the model (model.state_dict()) "
+            "and in the servers' checkpoints (psctl export)")
+
+    def load_state_dict(self, state_dict):
+        """Not yet (see state_dict).
+
+        Raises:
+          NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "pstrain.torch.Optimizer.load_state_dict(): seeding the servers' optimizer state "
+            "is not supported yet")
+
+    def step(self, closure=None):
+        """Ends this clock: pushes the gradients the hooks have not sent yet
+        and the sparse tables' rows' gradients. The clock's loss and
+        accuracy for Status come from pstrain.torch.report() (or the
+        closure's loss).
+
+        Args:
+          closure: as torch.optim's: re-evaluates the model and returns the
+            loss (called with gradients enabled, before the push).
+
+        Returns:
+          The closure's loss, or None.
+
+        Raises:
+          TypeError: `closure` is not callable (a loss: report it with
+            pstrain.torch.report(loss)).
           RuntimeError: no clock is under way (outside a batches() loop).
           NoGradients: no parameter has a gradient (backward was not called).
           PstrainError: the library refused (its subclass names why).
         """
+        if closure is not None and not callable(closure):
+            raise TypeError("pstrain.torch.Optimizer.step() takes a closure, as torch.optim's; "
+                            "report the clock's loss with pstrain.torch.report(loss)")
         clock = self._require_clock("step")
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         self._device_grads.drain()
         if not self._has_gradients():
             raise NoGradients("pstrain.torch.Optimizer.step() at clock %d: no parameter has a "
@@ -117,22 +228,42 @@ class Optimizer:
                 self._buffers[i].copy_(p.grad)
         for table in self.tables:
             table._push()
+        reported = self._metrics or {"loss": loss, "correct": 0, "predicted": 0}
         self._release()
         _capi.call("pst_clock_done", _worker.current().handle,
-                   float("nan") if loss is None else float(loss), int(correct), int(predicted))
+                   float("nan") if reported["loss"] is None else float(reported["loss"]),
+                   int(reported["correct"]), int(reported["predicted"]))
+        return loss
 
-    def zero_grad(self, set_to_none=False):
-        """Zeroes the gradients in place: a CPU parameter's .grad stays the
-        push buffer (set_to_none is taken for torch.optim's signature and
-        not followed)."""
-        for p in self.params:
-            if p.grad is not None:
+    def zero_grad(self, set_to_none=True):
+        """Zeroes the gradients. A CPU parameter's .grad within a clock is
+        its push buffer: it is zeroed in place whatever `set_to_none` says,
+        so that backward goes on writing into it (the next backward starts
+        from zero either way). Other gradients follow torch.optim's rule.
+
+        Args:
+          set_to_none: set a gradient that is not a push buffer to None
+            instead of zeroing it.
+        """
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            if self._is_buffer(i) or not set_to_none:
                 p.grad.zero_()
+            else:
+                p.grad = None
+
+    def _report(self, loss, correct, predicted):
+        self._require_clock("report")
+        self._metrics = {"loss": loss, "correct": correct, "predicted": predicted}
 
     def _begin(self, clock):
-        """Loads clock `clock`'s weights and points the gradients at its buffers."""
+        """Loads clock `clock`'s weights, points the gradients at its buffers
+        and gives the library the hyperparameters of its pushes."""
         self._device_grads.reset()
         self._early = bool(_worker.current().job.overlap)
+        self._clock = clock
+        self._send_hyperparameters()
         self._load_weights()
         handle = _worker.current().handle
         for i, p in enumerate(self.params):
@@ -141,9 +272,22 @@ class Optimizer:
             p.grad = self._buffers[i] if p.device.type == "cpu" else None
         self._passes = [0] * len(self.params)
         self._sent = [False] * len(self.params)
-        self._clock = clock
+        self._metrics = None
         for table in self.tables:
             table._pulled = []
+
+    def _send_hyperparameters(self):
+        """The param group's values the script has changed from the job's go
+        with this clock's pushes (pst_set_hyper); once changed, a field is
+        the script's from then on."""
+        group = self.param_groups[0]
+        fields = _hyper_fields(group, self.defaults)
+        self._owned.update(f for f, v in fields.items()
+                           if _float32(v) != _float32(self._job_hyper[f]))
+        text = json.dumps({f: fields[f] for f in sorted(self._owned)})
+        if text != self._hyper_sent:
+            _capi.call("pst_set_hyper", _worker.current().handle, text.encode())
+            self._hyper_sent = text
 
     def _load_weights(self):
         handle = _worker.current().handle
@@ -184,6 +328,12 @@ class Optimizer:
         if self._passes[i] != self.backward_passes_per_step:
             return
         grad = self.params[i].grad
+        if grad is not None and grad.device.type == "cpu" and not self._is_buffer(i):
+            # A gradient backward made anew (the script set .grad to None):
+            # into the buffer, which backward goes on accumulating into.
+            with torch.no_grad():
+                self._buffers[i].copy_(grad)
+            self.params[i].grad = self._buffers[i]
         if self._is_buffer(i):
             self._grads_ready(i)
         elif self._early and grad is not None and grad.device.type == "cuda" \
@@ -195,6 +345,11 @@ class Optimizer:
         """Parameter i's gradient is complete in its buffer: it may leave."""
         with self._library:
             _capi.call("pst_grads_ready", _worker.current().handle, i)
+
+
+def _float32(x):
+    """x as the servers hold it (a float32)."""
+    return ctypes.c_float(x).value
 
 
 def _after_accumulation(param, fn):

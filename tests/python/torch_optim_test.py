@@ -1,0 +1,115 @@
+"""pst.Optimizer as a torch.optim.Optimizer: two tiny workers and two
+servers under BSP, Adam on the servers, 20 clocks with a
+torch.optim.lr_scheduler on the script's optimizer (StepLR; OneCycleLR,
+which moves beta1 too), against one process that runs the same scheduler
+on the servers' Adam arithmetic (server_adam.py) over the same global
+batches: every final weight within 1e-5. Worker 0 clears its gradients with
+model.zero_grad(set_to_none=True) each clock, worker 1 with
+opt.zero_grad(set_to_none=True): neither loses a gradient.
+
+The reference without the schedule ends far from it (checked), so the
+match is the schedule's doing.
+
+By hand: python3 tests/python/torch_optim_test.py (the daemons from
+bazel-bin).
+"""
+
+import os
+import sys
+import unittest
+
+# One BLAS thread in every process: the same arithmetic, the same bits.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import local_cluster  # noqa: E402
+from local_cluster import binary, runfile  # noqa: E402
+
+os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
+sys.path[:0] = [str(runfile("python")), str(runfile("tests/python"))]
+
+from cluster_control import TINY_JOB, Cluster  # noqa: E402
+
+# What tests/python/jobs/tiny_external.pbtxt says, and the run's length.
+CLOCKS, BATCH_SIZE, SEED, LR = 20, 32, 7, 0.01
+WORKERS = ["worker0", "worker1"]
+TOLERANCE = 1e-5
+TIMEOUT_S = 180
+
+
+def train_like_the_servers(schedule):
+    """The job's 20 clocks in this process: each clock's gradient summed
+    over the workers' shares, the servers' Adam, the scheduler `schedule`
+    (tiny_worker.LR_SCHEDULERS) stepped after each clock."""
+    import torch
+    import torch.nn.functional as F
+
+    import pstrain.torch as pst
+    import tiny_worker
+    from server_adam import ServerAdam
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)  # tiny_worker's --torch_seed
+    model = tiny_worker.Tiny()
+    opt = ServerAdam(model.parameters(), lr=LR)
+    scheduler = tiny_worker.LR_SCHEDULERS[schedule](opt, CLOCKS)
+    data = tiny_worker.synthetic_set()
+    for clock in range(CLOCKS):
+        opt.zero_grad()
+        for share in range(len(WORKERS)):
+            indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
+                                        batch_size=BATCH_SIZE, share=share,
+                                        share_of=len(WORKERS))
+            x, y = data[indices]
+            (F.cross_entropy(model(x), y) * len(indices) / BATCH_SIZE).backward()
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+    return model.state_dict()
+
+
+def largest_difference(a, b):
+    return max(float((a[name] - b[name]).abs().max()) for name in a)
+
+
+class TorchOptimTest(unittest.TestCase):
+    def run_job(self, schedule):
+        """The cluster's final weights (both workers') with `schedule`."""
+        import torch
+
+        with Cluster(TINY_JOB, servers=2, workers=len(WORKERS), name="optim_" + schedule,
+                     scheduler_flags=["--clocks=%d" % CLOCKS]) as cluster:
+            for name, zero_grad in zip(WORKERS, ("model", "optimizer")):
+                cluster.start_tiny(name, "--lr_scheduler=" + schedule, "--clocks=%d" % CLOCKS,
+                                   "--zero_grad=" + zero_grad,
+                                   "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
+            self.assertEqual(codes, dict.fromkeys(codes, 0),
+                             "\n".join(str(cluster.log(n)) for n in WORKERS))
+            self.assertEqual(cluster.final_status()["job_state"], "DONE")
+            return [torch.load(cluster.dir / (name + ".pt")) for name in WORKERS]
+
+    def check_schedule(self, schedule):
+        import torch
+
+        final = self.run_job(schedule)
+        expected = train_like_the_servers(schedule)
+        self.assertEqual(sorted(final[0]), sorted(expected))
+        for name in expected:
+            self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
+        error = largest_difference(final[0], expected)
+        self.assertLessEqual(error, TOLERANCE, schedule)
+        unscheduled = largest_difference(train_like_the_servers("none"), expected)
+        self.assertGreater(unscheduled, 100 * TOLERANCE, "the schedule changes the weights")
+        print("%s: largest |w - reference| %.2e; without the schedule %.2e"
+              % (schedule, error, unscheduled))
+
+    def test_step_lr_reaches_the_servers(self):
+        self.check_schedule("step")
+
+    def test_one_cycle_lr_moves_the_learning_rate_and_beta1_on_the_servers(self):
+        self.check_schedule("onecycle")
+
+
+if __name__ == "__main__":
+    local_cluster.main("torch_optim_test")
