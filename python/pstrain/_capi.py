@@ -111,6 +111,7 @@ _SIGNATURES = {
     "pst_start": (_i, [_p, ctypes.POINTER(_p)] + _err),
     "pst_next": (_i, [_p, _i, ctypes.POINTER(_i64), ctypes.POINTER(_i),
                       ctypes.POINTER(_i64), _i] + _err),
+    "pst_clock_share": (_i, [_p, ctypes.POINTER(_i), ctypes.POINTER(_i)]),
     "pst_weights": (_p, [_p, _i]),
     "pst_grads": (_p, [_p, _i]),
     "pst_grads_ready": (_i, [_p, _i] + _err),

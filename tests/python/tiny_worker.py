@@ -50,6 +50,19 @@ class Tiny(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+class IndexedSet(torch.utils.data.Dataset):
+    """`data`'s examples with their index: (x, y, i)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i] + (i,)
+
+
 def synthetic_set():
     """TRAIN_SIZE points in 16 dimensions, labelled by a fixed random linear
     map's argmax: the same set in every process."""
@@ -87,6 +100,10 @@ def parse_args():
     p.add_argument("--weights_out", help="torch.save(model.state_dict()) here at the end")
     p.add_argument("--lr_scheduler", default="none", choices=sorted(LR_SCHEDULERS),
                    help="a torch.optim.lr_scheduler on pst.Optimizer, stepped each clock")
+    p.add_argument("--loader", action="store_true",
+                   help="read the data through a DataLoader (2 worker processes, pinned "
+                        "memory) over pst.ClockBatchSampler, and record each clock's "
+                        "example indices in the result")
     p.add_argument("--clocks", type=int, default=0,
                    help="the job's clocks, for --lr_scheduler=onecycle's total_steps")
     p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
@@ -106,7 +123,17 @@ def train(args, result):
     opt = pst.Optimizer(model)
     data = synthetic_set()
     schedule = LR_SCHEDULERS[args.lr_scheduler](opt, args.clocks)
-    for x, y in pst.batches(data):
+    source = data
+    if args.loader:
+        indexed = IndexedSet(data)
+        source = torch.utils.data.DataLoader(indexed,
+                                             batch_sampler=pst.ClockBatchSampler(indexed),
+                                             num_workers=2, pin_memory=True)
+        result["indices"] = []
+    for batch in pst.batches(source):
+        x, y = batch[0], batch[1]
+        if args.loader:
+            result["indices"].append(batch[2].tolist())
         if result["rank"] is None:
             result["rank"] = pst.get_rank()
             if args.rank_file:

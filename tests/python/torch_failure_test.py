@@ -5,9 +5,14 @@ BSP, Adam on two servers, a short sleep per step so that the job lasts
 seconds), each fault made once the slowest worker has passed clock 50:
 
 - shrink: worker 1 killed with SIGKILL; the job ends DONE, worker 0
-  FINISHED at the last clock, worker 1 DEAD;
+  FINISHED at the last clock, worker 1 DEAD; both read their data through
+  a DataLoader (2 worker processes, pinned memory) over
+  pst.ClockBatchSampler, and worker 0's batches are its share of each
+  clock's global batch in the job's order -- half of it, then all of it;
 - wait: worker 1 killed with SIGKILL, then a new script started with
-  pst.init(id=1) takes its id; the job ends DONE, both FINISHED;
+  pst.init(id=1) takes its id (reading through a DataLoader over
+  pst.ClockBatchSampler, whose batches are its share from its first
+  clock); the job ends DONE, both FINISHED;
 - a server killed with SIGKILL once a checkpoint exists, and a ps_server
   --id=ID started in its place: the cluster rolls back (a new generation,
   a rollback in Status), the scripts go on without noticing (exit 0), the
@@ -35,14 +40,17 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import local_cluster  # noqa: E402
-from local_cluster import binary  # noqa: E402
+from local_cluster import binary, runfile  # noqa: E402
 
 os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
+sys.path[:0] = [str(runfile("python"))]
 
 from cluster_control import (TINY_JOB, Cluster, member, slowest_clock,  # noqa: E402
                              worker_clocks, worker_rank)
 
 CLOCKS = 200
+# tests/python/jobs/tiny_external.pbtxt's data order and tiny_worker.py's set.
+SEED, BATCH_SIZE, TRAIN_SIZE = 7, 32, 2048
 FAULT_AT = 50            # the slowest worker's clock when the fault is made
 SLEEP_MS = "--sleep_ms=25"  # per step: 200 clocks last at least 5 s
 CHECKPOINT_EVERY = 20
@@ -93,10 +101,11 @@ class TorchFailureTest(unittest.TestCase):
     def tearDown(self):
         sys.stderr.write("[%s: %.1f s] " % (self._testMethodName, time.monotonic() - self.started))
 
-    def start_workers(self, cluster):
-        """Starts both tiny workers: {rank: process name}."""
+    def start_workers(self, cluster, *args):
+        """Starts both tiny workers (with `args`): {rank: process name}."""
         for name in WORKERS:
-            cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name),
+                               *args)
         by_rank = {worker_rank(cluster, name, START_TIMEOUT_S): name for name in WORKERS}
         self.assertEqual(sorted(by_rank), [0, 1])
         return by_rank
@@ -174,7 +183,9 @@ class TorchFailureTest(unittest.TestCase):
     def test_shrink_the_other_worker_takes_over_a_killed_ones_share(self):
         with Cluster(TINY_JOB, servers=2, workers=2, name="torch_shrink",
                      scheduler_flags=COMMON_FLAGS + ["--on_worker_failure=shrink"]) as cluster:
-            by_rank = self.start_workers(cluster)
+            # Their data through DataLoaders (2 worker processes each, pinned
+            # memory) over pst.ClockBatchSampler.
+            by_rank = self.start_workers(cluster, "--loader")
             at = slowest_clock(self.wait_for_fault_clock(cluster))
             self.assertEqual(cluster.kill(by_rank[1]), KILLED)
             self.assertAllExitZero(cluster, ["scheduler", "server0", "server1", by_rank[0]])
@@ -188,8 +199,28 @@ class TorchFailureTest(unittest.TestCase):
             # among the live workers, alone after the kill.
             self.assertTrainedToTheEnd(cluster, by_rank[0])
             self.assertEqual(cluster.result(by_rank[0])["steps"], CLOCKS)
+            taken_over = self.assertLoaderFollowedTheShares(cluster.result(by_rank[0])["indices"])
             print("shrink: worker 1 killed at clock >= %d, declared dead at %s; worker 0 "
-                  "finished %d clocks" % (at, dead["clock"], CLOCKS))
+                  "finished %d clocks, its loader's batches the job's shares (half of each "
+                  "global batch until clock %d, all of it after)"
+                  % (at, dead["clock"], CLOCKS, taken_over))
+
+    def assertLoaderFollowedTheShares(self, indices):
+        """Worker 0's loader gave each clock's share of the job's order:
+        half of the global batch, then (once worker 1 was gone) all of it.
+        Returns the clock it took the whole batch from."""
+        import pstrain.torch as pst
+
+        self.assertEqual(len(indices), CLOCKS)
+        order = dict(seed=SEED, train_size=TRAIN_SIZE, batch_size=BATCH_SIZE)
+        whole = [c for c in range(CLOCKS)
+                 if indices[c] == pst.batch_indices(c, share=0, share_of=1, **order)]
+        self.assertTrue(whole, "worker 0 never took the whole batch")
+        for c in range(CLOCKS):
+            share_of = 1 if c >= whole[0] else 2
+            self.assertEqual(indices[c], pst.batch_indices(c, share=0, share_of=share_of,
+                                                           **order), "clock %d" % c)
+        return whole[0]
 
     def test_wait_a_replacement_with_id_takes_over_a_killed_workers_rank(self):
         with Cluster(TINY_JOB, servers=2, workers=2, name="torch_wait",
@@ -202,8 +233,10 @@ class TorchFailureTest(unittest.TestCase):
                 lambda st: (member(st, "WORKER", 1) or {}).get("state") == "DEAD", 60)
             held_at = worker_clocks(status)[0]
             self.assertEqual(status["job_state"], "RUNNING_JOB")
+            # It reads its data through a DataLoader over
+            # pst.ClockBatchSampler: it starts at its first clock, not 0.
             cluster.start_tiny("replacement", SLEEP_MS, '--init_flags={"id": 1}',
-                               "--weights_out=%s/replacement.pt" % cluster.dir)
+                               "--weights_out=%s/replacement.pt" % cluster.dir, "--loader")
             self.assertEqual(worker_rank(cluster, "replacement", START_TIMEOUT_S), 1)
             self.assertAllExitZero(cluster,
                                    ["scheduler", "server0", "server1", by_rank[0], "replacement"])
@@ -221,6 +254,11 @@ class TorchFailureTest(unittest.TestCase):
             for name in (by_rank[0], "replacement"):
                 self.assertTrainedToTheEnd(cluster, name)
             self.assertEqual(cluster.result("replacement")["steps"], CLOCKS - start)
+            order = dict(seed=SEED, train_size=TRAIN_SIZE, batch_size=BATCH_SIZE)
+            import pstrain.torch as pst
+            self.assertEqual(cluster.result("replacement")["indices"],
+                             [pst.batch_indices(c, share=1, share_of=2, **order)
+                              for c in range(start, CLOCKS)])
             self.assertWeightsAsUndisturbed(cluster, [by_rank[0], "replacement"])
             print("wait: worker 1 killed, worker 0 held at %d; the replacement took id 1 at "
                   "clock %d and finished" % (held_at, start))

@@ -7,11 +7,10 @@
 namespace pstrain {
 
 absl::StatusOr<StepResult> ClockExchange::RunClock(
-    int64_t clock, std::vector<int64_t> indices,
-    const std::function<void(const std::vector<int>&)>& ready) {
+    OfferedClock offer, const std::function<void(const std::vector<int>&)>& ready) {
   absl::MutexLock lock(&mu_);
   if (closed_.has_value()) return absl::CancelledError(closed_->message());
-  offer_ = OfferedClock{clock, std::move(indices)};
+  offer_ = std::move(offer);
   reported_.assign(num_params_, false);
   ready_.clear();
   phase_ = Phase::kOffered;

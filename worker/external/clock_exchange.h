@@ -27,15 +27,19 @@ class ClockExchange {
   struct OfferedClock {
     int64_t clock = 0;
     std::vector<int64_t> indices;  // this worker's examples
+    // They are share `share` of `share_of` of the clock's global batch
+    // (the live workers', in the job's data order).
+    int share = 0;
+    int share_of = 1;
   };
 
   explicit ClockExchange(int num_params) : num_params_(num_params) {}
 
-  // The loop's side. Offers clock `clock` and waits until the caller ends
-  // it, calling `ready` on this thread with the parameters the caller says
-  // are ready, as it says so; returns the caller's result. CANCELLED once
-  // Close was called.
-  absl::StatusOr<StepResult> RunClock(int64_t clock, std::vector<int64_t> indices,
+  // The loop's side. Offers `offer` and waits until the caller ends the
+  // clock, calling `ready` on this thread with the parameters the caller
+  // says are ready, as it says so; returns the caller's result. CANCELLED
+  // once Close was called.
+  absl::StatusOr<StepResult> RunClock(OfferedClock offer,
                                       const std::function<void(const std::vector<int>&)>& ready);
   // The loop ended with `status` (OK: every clock done, the final weights
   // read).

@@ -15,7 +15,7 @@ TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThrea
   std::thread::id ready_on;
   absl::StatusOr<StepResult> result;
   std::thread loop([&] {
-    result = exchange.RunClock(7, {4, 9}, [&](const std::vector<int>& params) {
+    result = exchange.RunClock({7, {4, 9}}, [&](const std::vector<int>& params) {
       ready.push_back(params);
       ready_on = std::this_thread::get_id();
     });
@@ -49,7 +49,7 @@ TEST(ClockExchangeTest, CallsOutsideAClockAndRepeatsAreRefused) {
   EXPECT_EQ(exchange.ClockDone(StepResult()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(exchange.Await(absl::Milliseconds(10)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::thread loop([&] { (void)exchange.RunClock(0, {}, [](const std::vector<int>&) {}); });
+  std::thread loop([&] { (void)exchange.RunClock({0, {}}, [](const std::vector<int>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   EXPECT_EQ(exchange.GradsReady(2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(exchange.GradsReady(1).ok());
@@ -76,12 +76,12 @@ TEST(ClockExchangeTest, TheLoopsEndReachesTheCaller) {
 TEST(ClockExchangeTest, CloseEndsAClockTheCallerLeft) {
   ClockExchange exchange(1);
   absl::StatusOr<StepResult> result;
-  std::thread loop([&] { result = exchange.RunClock(3, {1}, [](const std::vector<int>&) {}); });
+  std::thread loop([&] { result = exchange.RunClock({3, {1}}, [](const std::vector<int>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   exchange.Close(absl::CancelledError("the script stopped"));
   loop.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(exchange.RunClock(4, {}, [](const std::vector<int>&) {}).status().code(),
+  EXPECT_EQ(exchange.RunClock({4, {}}, [](const std::vector<int>&) {}).status().code(),
             absl::StatusCode::kCancelled);
 }
 

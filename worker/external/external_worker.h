@@ -86,6 +86,8 @@ class ExternalWorker {
   // The next clock (ClockExchange::Await): nullopt once the job's clocks
   // are done and the final weights are in weights().
   absl::StatusOr<std::optional<ClockExchange::OfferedClock>> Next(absl::Duration timeout);
+  // The clock Next offered last, until ClockDone (nullopt outside a clock).
+  const std::optional<ClockExchange::OfferedClock>& under_way() const { return under_way_; }
   // Parameter i's host buffers (null before Start or for a bad index).
   float* weights(int i);
   float* grads(int i);

@@ -17,11 +17,11 @@ absl::StatusOr<StepResult> HandedModel::Forward(int, const Batch&, const std::ve
   // The script reads every weight when its clock starts: all must be in.
   RETURN_IF_ERROR(AwaitAllWeights());
   // The weights of clock 0, pushed again after a rollback to it.
-  if (data_->clock() == 0 && initial_->empty()) *initial_ = weights();
+  if (data_->offer().clock == 0 && initial_->empty()) *initial_ = weights();
   for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
   std::vector<bool> sent(params().size(), false);
   ASSIGN_OR_RETURN(const StepResult result,
-                   exchange_->RunClock(data_->clock(), data_->indices(),
+                   exchange_->RunClock(data_->offer(),
                                        [this, &sent](const std::vector<int>& ready) {
                                          for (int p : ready) sent[p] = true;
                                          ReportGrads(ready);

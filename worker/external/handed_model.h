@@ -33,21 +33,19 @@ class ExternalData : public DataSource {
   explicit ExternalData(const JobSpec& job) : sampler_(ExternalDataOrder(job)) {}
 
   void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override {
-    clock_ = clock;
-    indices_ = sampler_.Indices(clock, share_of, share);
-    batch->rows = static_cast<int>(indices_.size());
+    offer_ = {clock, sampler_.Indices(clock, share_of, share), share, share_of};
+    batch->rows = static_cast<int>(offer_.indices.size());
   }
   // The caller evaluates its model itself (and reports the accuracy).
   absl::StatusOr<double> Evaluate(Model&) override { return -1.0; }
   int64_t Epoch(int64_t clock) const override { return sampler_.Epoch(clock); }
 
-  int64_t clock() const { return clock_; }
-  const std::vector<int64_t>& indices() const { return indices_; }
+  // The clock's examples as the caller gets them.
+  const ClockExchange::OfferedClock& offer() const { return offer_; }
 
  private:
   BatchSampler sampler_;
-  int64_t clock_ = 0;
-  std::vector<int64_t> indices_;
+  ClockExchange::OfferedClock offer_;
 };
 
 // The model as the clock loop sees it: its weights and gradients are host

@@ -204,6 +204,16 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
   });
 }
 
+int pst_clock_share(pst_worker* w, int* share, int* share_of) {
+  if (w == nullptr || share == nullptr || share_of == nullptr ||
+      !w->worker->under_way().has_value()) {
+    return static_cast<int>(absl::StatusCode::kFailedPrecondition);
+  }
+  *share = w->worker->under_way()->share;
+  *share_of = w->worker->under_way()->share_of;
+  return 0;
+}
+
 float* pst_weights(pst_worker* w, int param) {
   return w == nullptr ? nullptr : w->worker->weights(param);
 }

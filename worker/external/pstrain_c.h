@@ -55,7 +55,7 @@ typedef struct pst_worker pst_worker;
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
- * 4: pst_join, pst_job_json, pst_set_hyper. */
+ * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share. */
 #define PST_ABI_VERSION 4
 int pst_abi_version(void);
 
@@ -141,6 +141,11 @@ int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len
  *     not be reached, ...): err says why. */
 int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* indices,
              int max_rows, char* err, int err_len);
+
+/* During a clock: its indices are share *share of *share_of of the
+ * clock's global batch (the live workers', in the job's data order: what
+ * pst_batch_indices gives for them). FAILED_PRECONDITION outside a clock. */
+int pst_clock_share(pst_worker* w, int* share, int* share_of);
 
 /* Parameter i's host buffers: weights and gradient (numel floats each).
  * Valid from pst_next until pst_clock_done (or, once done, until

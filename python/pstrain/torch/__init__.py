@@ -29,8 +29,9 @@ The package's rooms:
     optimizer.py  pst.Optimizer: a torch.optim.Optimizer whose param_groups
                   the servers run; the gradients' way to the servers
     metrics.py    pst.report: a clock's loss and accuracy, for Status
-    data.py       pst.batches (the clock loop's side in Python) and
-                  pst.batch_indices (the job's data order)
+    data.py       pst.ClockBatchSampler (this worker's indices clock by
+                  clock, for a DataLoader), pst.batches (the clock loop's
+                  side in Python) and pst.batch_indices (the job's order)
     sparse.py     pst.SparseEmbeddingBag and pst.initial_rows: sparse tables
 
 The exceptions: PstrainError and its subclasses are pstrain._capi's (a
@@ -41,13 +42,14 @@ optimizer's.
 from .._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch,
                      PstrainError, SchedulerUnavailable, ServerUnavailable, Unauthenticated)
 from ._worker import finish, get_rank, get_world_size, init, is_initialized
-from .data import batch_indices, batches
+from .data import ClockBatchSampler, batch_indices, batches
 from .metrics import report
 from .optimizer import NoGradients, Optimizer, UnsupportedDtype
 from .sparse import SparseEmbeddingBag, initial_rows
 
 __all__ = [
     "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches", "report",
+    "ClockBatchSampler",
     "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError",
     "SchedulerUnavailable", "ServerUnavailable", "Unauthenticated",
     "ModelMismatch", "InvalidArgument", "JobAborted", "LibraryNotFound", "UnsupportedDtype",

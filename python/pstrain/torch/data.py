@@ -1,12 +1,17 @@
-"""The data a worker trains on: pst.batches, this worker's share of each
-clock's global batch as the clock loop hands them out, and
-pst.batch_indices, the job's data order for a process training alone.
+"""The data a worker trains on: pst.ClockBatchSampler, this worker's share
+of each clock's global batch as a batch sampler for a DataLoader;
+pst.batches, the clock loop's side in Python (over a DataLoader, or a
+dataset through one); and pst.batch_indices, the job's data order for a
+process training alone.
 
-Both follow the library's order (a permutation of the training set per
+All follow the library's order (a permutation of the training set per
 epoch from the job's seed, each clock's global batch split among the live
-workers); nothing here decides which examples a clock takes.
+workers); nothing here decides which examples a clock takes: the sampler
+predicts the clocks ahead, and batches() checks each against the clock the
+library offers.
 """
 
+import collections
 import ctypes
 
 import torch
@@ -24,51 +29,160 @@ if _default_collate is None:  # PyTorch before 1.11
 _POLL_MS = 200
 
 
-def batches(dataset, collate_fn=None):
+class ClockBatchSampler(torch.utils.data.Sampler):
+    """This worker's share of each clock's global batch, clock by clock: a
+    batch sampler for torch.utils.data.DataLoader, so that a script keeps
+    its loader's worker processes, pinned memory and prefetching:
+
+        sampler = pst.ClockBatchSampler(train_set)
+        loader = DataLoader(train_set, batch_sampler=sampler, num_workers=2,
+                            pin_memory=True)
+        for x, y in pst.batches(loader):
+            ...
+
+    It yields the indices the job's data order gives this worker for the
+    clocks ahead (what pst.batch_indices gives for its share), as far ahead
+    as the loader prefetches. pst.batches(loader) checks each batch against
+    the clock the library offers; when they differ -- the membership
+    changed (a worker died under shrink, a replacement joined) or the
+    cluster rolled back -- it starts the loader again at that clock with
+    the share the library says, so no batch is trained on that is not the
+    clock's. Iterated only by pst.batches (it needs the job).
+
+    Args:
+      data_source: the map-style dataset the loader reads; its len() is the
+        training set's size.
+
+    Raises:
+      TypeError: `data_source` has no __len__.
+    """
+
+    def __init__(self, data_source):  # (torch's Sampler.__init__ does nothing)
+        if not hasattr(data_source, "__len__"):
+            raise TypeError("pstrain.torch.ClockBatchSampler takes a map-style dataset "
+                            "(__len__ and __getitem__), not %s" % type(data_source).__name__)
+        self.size = len(data_source)
+        self._start = None  # (clock, share, share_of) the next iteration begins at
+        self._issued = collections.deque()  # (clock, indices) yielded, not yet trained
+
+    def __iter__(self):
+        job = _worker.registered("ClockBatchSampler").job
+        clock, share, share_of = self._start or (job.start_clock, job.worker_id,
+                                                 job.num_workers)
+        self._issued.clear()
+        for c in range(clock, job.total_clocks):
+            indices = batch_indices(c, seed=job.seed, train_size=self.size,
+                                    batch_size=job.batch_size, share=share, share_of=share_of)
+            self._issued.append((c, indices))
+            yield indices
+
+    def __len__(self):
+        job = _worker.registered("ClockBatchSampler").job
+        start = self._start[0] if self._start else job.start_clock
+        return max(0, job.total_clocks - start)
+
+    def _restart(self, clock, share, share_of):
+        self._start = (clock, share, share_of)
+
+
+def batches(data, collate_fn=None):
     """Yields this worker's share of each clock's global batch until the
     job's clocks are done; the parameters then hold the final weights. The
     loop's body must call opt.step().
 
-    The first call registers the model (the Optimizer's parameters and
-    len(dataset)) with the scheduler; worker 0's current parameter values
+    The first call declares the model (the Optimizer's parameters and the
+    training set's size) to the job; worker 0's current parameter values
     are the servers' initial values.
 
     Args:
-      dataset: a map-style dataset (__len__ and __getitem__).
-      collate_fn: makes a batch of [dataset[i] for i in indices] (default:
-        PyTorch's default_collate).
+      data: a torch.utils.data.DataLoader whose batch_sampler is a
+        ClockBatchSampler (its workers, pinned memory and collate_fn are
+        kept), or a map-style dataset (__len__ and __getitem__), read
+        through such a loader in this process.
+      collate_fn: with a dataset: makes a batch of [data[i] for i in
+        indices] (default: PyTorch's default_collate).
 
     Yields:
-      collate_fn([dataset[i] for i in indices]), the indices being this
-      worker's share of the clock's global batch.
+      The clock's batch: collate_fn([dataset[i] for i in indices]), the
+      indices being this worker's share of the clock's global batch.
 
     Raises:
-      TypeError: `dataset` has no __len__.
+      TypeError: `data` has no __len__, or is a DataLoader without a
+        ClockBatchSampler (or with a collate_fn given here as well).
       RuntimeError: before init(), with no Optimizer made, or a loop body
         that did not call opt.step().
       ModelMismatch: the job's model differs (at the first call).
       PstrainError: the clock loop failed (JobAborted, SchedulerUnavailable, ...).
     """
     worker = _worker.initialized("batches")
-    if not hasattr(dataset, "__len__"):
-        raise TypeError("pstrain.torch.batches() takes a map-style dataset (__len__ and "
-                        "__getitem__), not %s" % type(dataset).__name__)
+    loader = _loader_of(data, collate_fn)
+    sampler = loader.batch_sampler
     if not worker.declared:
-        _worker.register(worker, len(dataset))
-    collate = collate_fn or _default_collate
+        _worker.register(worker, sampler.size)
     optimizer = worker.optimizer
-    indices = (ctypes.c_int64 * worker.job.batch_size)()
+    offered = (ctypes.c_int64 * worker.job.batch_size)()
+    batch_of = _ClockBatches(worker, loader)
     while not worker.done:
-        clock, rows = _next_clock(worker, indices)
+        clock, rows = _next_clock(worker, offered)
         if clock < 0:
             optimizer._load_weights()
             worker.done = True
             return
+        batch = batch_of(clock, list(offered[:rows]))
         optimizer._begin(clock)
-        yield collate([dataset[i] for i in indices[:rows]])
+        yield batch
         if optimizer._clock is not None:
             raise RuntimeError("pstrain.torch.batches(): the loop body did not call "
                                "opt.step() for clock %d" % clock)
+
+
+def _loader_of(data, collate_fn):
+    """`data` itself if a DataLoader over a ClockBatchSampler, else one over
+    the dataset `data` in this process."""
+    if isinstance(data, torch.utils.data.DataLoader):
+        if not isinstance(data.batch_sampler, ClockBatchSampler):
+            raise TypeError("pstrain.torch.batches(): the DataLoader's batch_sampler must be a "
+                            "pstrain.torch.ClockBatchSampler (DataLoader(dataset, "
+                            "batch_sampler=pst.ClockBatchSampler(dataset), ...))")
+        if collate_fn is not None:
+            raise TypeError("pstrain.torch.batches(): give collate_fn to the DataLoader")
+        return data
+    if not hasattr(data, "__len__"):
+        raise TypeError("pstrain.torch.batches() takes a map-style dataset (__len__ and "
+                        "__getitem__) or a DataLoader, not %s" % type(data).__name__)
+    return torch.utils.data.DataLoader(data, batch_sampler=ClockBatchSampler(data),
+                                       collate_fn=collate_fn or _default_collate)
+
+
+class _ClockBatches:
+    """The loader's batches, each checked against the clock the library
+    offers: on a mismatch the loader starts again at that clock with the
+    share the library says."""
+
+    def __init__(self, worker, loader):
+        self.worker, self.loader = worker, loader
+        self.sampler = loader.batch_sampler
+        self.batches = None  # the loader's iterator
+
+    def __call__(self, clock, indices):
+        for _ in range(2):
+            if self.batches is not None:
+                batch = next(self.batches, None)
+                issued = self.sampler._issued.popleft() if self.sampler._issued else None
+                if issued == (clock, indices):
+                    return batch
+            self.sampler._restart(clock, *_clock_share(self.worker))
+            self.batches = iter(self.loader)
+        raise PstrainError("pstrain.torch.batches(): the loader's batch for clock %d is not the "
+                           "clock's examples (a batch_sampler changed by the script?)" % clock)
+
+
+def _clock_share(worker):
+    """(share, share_of) of the clock under way."""
+    share, share_of = ctypes.c_int(), ctypes.c_int()
+    _capi.check(_capi.lib().pst_clock_share(worker.handle, ctypes.byref(share),
+                                            ctypes.byref(share_of)), "", "pst_clock_share")
+    return share.value, share_of.value
 
 
 def _next_clock(worker, indices):
