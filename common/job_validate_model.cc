@@ -1,5 +1,7 @@
 #include "common/job_validate_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/job_sizes.h"
 #include "common/param_specs.h"
@@ -110,6 +112,12 @@ absl::Status ValidateExternal(const JobSpec& job) {
     if (const absl::Status st = ValidateParamSpecs(model.params()); !st.ok()) {
       return bad(st.message());
     }
+  }
+  const bool buffers = std::any_of(model.params().begin(), model.params().end(),
+                                   [](const ParamSpec& p) { return p.buffer() != NOT_A_BUFFER; });
+  if (buffers && job.optimizer().clip_norm() > 0) {
+    return bad("a model with buffers (ParamSpec.buffer) cannot clip (optimizer.clip_norm): "
+               "the norm would count the buffers' values");
   }
   return absl::OkStatus();
 }

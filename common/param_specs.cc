@@ -40,15 +40,17 @@ absl::Status ValidateParamSpecs(const ParamSpecs& params) {
                  kMaxParamNameBytes, " are allowed");
     }
     if (!names.insert(p.name()).second) return bad(which, ": the name is declared twice");
-    if (p.shape().empty() || p.shape_size() > kMaxParamRank) {
+    // A buffer may be a scalar (BatchNorm's num_batches_tracked).
+    if ((p.shape().empty() && p.buffer() == NOT_A_BUFFER) || p.shape_size() > kMaxParamRank) {
       return bad(which, ": ", p.shape_size(), " dimensions; 1 to ", kMaxParamRank,
-                 " are allowed (a scalar is shape [1])");
+                 " are allowed (a scalar is shape [1]; a buffer's may be [])");
     }
     int64_t numel = 1;
     for (int64_t d : p.shape()) {
       if (d < 1) return bad(which, ": shape ", ShapeText(p), " has a dimension < 1");
       numel = SaturatingMul(numel, d);
     }
+    if (!BufferRule_IsValid(p.buffer())) return bad(which, ": unknown buffer rule ", p.buffer());
     if (numel > kMaxParamElements) {
       return bad(which, ": shape ", ShapeText(p), " has ", numel, " elements; at most ",
                  kMaxParamElements, " are allowed");
@@ -74,6 +76,10 @@ absl::Status MatchParamSpecs(const ParamSpecs& model, const ParamSpecs& offered)
     if (ShapeText(got) != ShapeText(want)) {
       return differs(which, ": shape ", ShapeText(got), " here, ", ShapeText(want),
                      " in the job's model");
+    }
+    if (got.buffer() != want.buffer()) {
+      return differs(which, ": buffer rule ", BufferRule_Name(got.buffer()), " here, ",
+                     BufferRule_Name(want.buffer()), " in the job's model");
     }
     if (got.dtype() != want.dtype()) {
       return differs(which, ": dtype ", DType_Name(got.dtype()), " here, ",

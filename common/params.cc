@@ -63,6 +63,7 @@ std::vector<ParamInfo> ExternalParams(const ModelSpec& model) {
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
     p.init = Init::kZeros;
+    p.buffer = spec.buffer();
     params.push_back(std::move(p));
   }
   return params;

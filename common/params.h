@@ -25,6 +25,8 @@ struct ParamInfo {
   int64_t fan_in = 0;
   int64_t fan_out = 0;
   float stddev = 0;  // kNormal
+  // An EXTERNAL model's buffer (ParamSpec.buffer): values, not trained.
+  BufferRule buffer = NOT_A_BUFFER;
 };
 
 // The parameters of a completed, valid model spec, in layer order. A GPT's:

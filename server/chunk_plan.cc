@@ -49,7 +49,9 @@ std::vector<ChunkPlan> PlanChunks(const JobSpec& job, const std::vector<ParamInf
     c.stage = param_stage[info.param];
     for (int w = 0; w < job.num_workers(); ++w) c.pushers.push_back(StageOf(w, stages) == c.stage);
     c.shape = ShapeOf(param, info);
-    c.layout = {c.id, info.numel, optimizer.StateFloats(c.shape), bsp ? info.numel : 0, kArrayGap};
+    // A buffer's values replace the chunk's: no optimizer state.
+    const int64_t state = param.buffer != NOT_A_BUFFER ? 0 : optimizer.StateFloats(c.shape);
+    c.layout = {c.id, info.numel, state, bsp ? info.numel : 0, kArrayGap};
     c.next = i + 1 < ids.size() ? ids[i + 1] : -1;
     c.name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
     c.param = &param;

@@ -202,7 +202,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   const int64_t n = c.layout.weights;
   const bool acceptable = nonfinite_.Admits(grad, worker, clock, [&] {
     return absl::StrCat("chunk ", chunk, " (", c.name, ")");
-  });
+  }) && TakesValues(c, worker);
   if (acceptable) slab.MarkWritten();
   if (!bsp_ || push.apply_at_once) {  // SSP and ASP (also in a BSP job that switched)
     if (acceptable) {
@@ -251,8 +251,21 @@ void ChunkStore::ForEachChunk(absl::FunctionRef<void(size_t, Chunk&)> fn) const 
   }
 }
 
+bool ChunkStore::TakesValues(const Chunk& c, int worker) {
+  if (c.param->buffer != BROADCAST) return true;
+  for (int w = 0; w < static_cast<int>(c.pushers.size()); ++w) {
+    if (c.pushers[w] && c.clocks.live(w)) return w == worker;
+  }
+  return false;
+}
+
 void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad,
                        const OptimizerSpec* hyper) {
+  if (c.param->buffer != NOT_A_BUFFER) {  // its values, not a gradient
+    std::copy(grad, grad + c.layout.weights, slab.weights());
+    slab.MarkWritten();
+    return;
+  }
   const UpdateRules::Rule rule = rules_.For(clock, hyper);
   UpdateContext ctx;
   ctx.step = ++c.steps;

@@ -211,8 +211,12 @@ class ChunkStore : public HeldRounds {
                                  const std::function<absl::Span<const float>(size_t part)>& values);
   // Applies one part (checked), racing other pushes only of other workers.
   absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
+  // Whether a push of `worker` counts for `c`: for a BROADCAST buffer's
+  // chunk, only the lowest live pusher's does.
+  static bool TakesValues(const Chunk& c, int worker) ABSL_SHARED_LOCKS_REQUIRED(c.mu);
   // One optimizer step of iteration `clock` with gradient `grad`, under
-  // the job's rules or those of `hyper` (null: none).
+  // the job's rules or those of `hyper` (null: none); a buffer's chunk
+  // takes `grad` as its values.
   void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad,
              const OptimizerSpec* hyper) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // fn(k, chunk) for each of this server's chunks, k its index in chunk_ids_:

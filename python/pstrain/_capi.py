@@ -13,6 +13,7 @@ import pathlib
 ABI_VERSION = 4  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 PST_CPU, PST_CUDA = 0, 1  # pst_register's device
+PST_TRAINED, PST_BROADCAST, PST_AVERAGE = 0, 1, 2  # pst_register's buffers
 LIBRARY = "libpstrain_torch.so"
 BUILD_COMMAND = "bazel build //worker/external:libpstrain_torch.so"
 
@@ -104,7 +105,8 @@ _SIGNATURES = {
     "pst_set_flag": (_i, [_str, _str] + _err),
     "pst_open": (_i, [ctypes.POINTER(_p)] + _err),
     "pst_register": (_i, [_p, _i, ctypes.POINTER(_str), ctypes.POINTER(_i),
-                          ctypes.POINTER(_i64), ctypes.POINTER(_i), _i64, _i] + _err),
+                          ctypes.POINTER(_i64), ctypes.POINTER(_i), ctypes.POINTER(_i), _i64,
+                          _i] + _err),
     "pst_join": (_i, [_p] + _err),
     "pst_job": (_i, [_p, ctypes.POINTER(JobInfo)]),
     "pst_job_json": (_i, [_p, _str, _i]),

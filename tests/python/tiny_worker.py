@@ -37,17 +37,28 @@ DATA_SEED = 1234
 class Tiny(nn.Module):
     """fc1.weight [32, 16], fc1.bias [32], fc2.weight [4, 32], fc2.bias [4];
     bias_shape replaces fc1.bias's shape (the 2nd parameter; [1] still
-    broadcasts in the forward)."""
+    broadcasts in the forward); batch_norm puts a BatchNorm1d(32) (`bn`:
+    weight, bias and the buffers running_mean, running_var,
+    num_batches_tracked) after fc1."""
 
-    def __init__(self, bias_shape=None):
+    def __init__(self, bias_shape=None, batch_norm=False):
         super().__init__()
         self.fc1 = nn.Linear(INPUTS, HIDDEN)
         if bias_shape is not None:
             self.fc1.bias = nn.Parameter(torch.zeros(bias_shape))
+        self.bn = nn.BatchNorm1d(HIDDEN) if batch_norm else nn.Identity()
         self.fc2 = nn.Linear(HIDDEN, CLASSES)
 
     def forward(self, x):
-        return self.fc2(F.relu(self.fc1(x)))
+        return self.fc2(F.relu(self.bn(self.fc1(x))))
+
+
+def buffer_sums(model):
+    """[sum of running_mean, sum of running_var, num_batches_tracked] of
+    model.bn (a BatchNorm1d)."""
+    bn = model.bn
+    return [float(bn.running_mean.sum()), float(bn.running_var.sum()),
+            int(bn.num_batches_tracked)]
 
 
 class IndexedSet(torch.utils.data.Dataset):
@@ -87,8 +98,12 @@ def parse_args():
     p.add_argument("--scheduler", help="HOST:PORT (default: $PSTRAIN_SCHEDULER)")
     p.add_argument("--init_flags", default="{}",
                    help="a JSON object of keyword arguments for pst.init()")
-    p.add_argument("--model", default="mlp", choices=["mlp", "bias_mismatch", "double"],
-                   help="bias_mismatch: fc1.bias of shape [1]; double: model.double()")
+    p.add_argument("--model", default="mlp",
+                   choices=["mlp", "bias_mismatch", "double", "batchnorm"],
+                   help="bias_mismatch: fc1.bias of shape [1]; double: model.double(); "
+                        "batchnorm: a BatchNorm1d after fc1, whose buffers' sums are "
+                        "recorded at each clock's start and after its forward")
+    p.add_argument("--buffers", default="broadcast", help="pst.Optimizer(buffers=...)")
     p.add_argument("--no_backward", action="store_true",
                    help="call opt.step() without loss.backward()")
     p.add_argument("--sleep_ms", type=float, default=0, help="sleep this long each step")
@@ -117,10 +132,13 @@ def train(args, result):
     pst.init(scheduler=args.scheduler, **json.loads(args.init_flags))
     result["place_at_init"] = [pst.get_rank(), pst.get_world_size()]
     torch.manual_seed(args.torch_seed)
-    model = Tiny(bias_shape=[1] if args.model == "bias_mismatch" else None)
+    model = Tiny(bias_shape=[1] if args.model == "bias_mismatch" else None,
+                 batch_norm=args.model == "batchnorm")
     if args.model == "double":
         model = model.double()
-    opt = pst.Optimizer(model)
+    opt = pst.Optimizer(model, buffers=args.buffers)
+    if args.model == "batchnorm":
+        result["buffers_at_start"], result["buffers_after_forward"] = [], []
     data = synthetic_set()
     schedule = LR_SCHEDULERS[args.lr_scheduler](opt, args.clocks)
     source = data
@@ -144,7 +162,11 @@ def train(args, result):
             raise RuntimeError("tiny_worker: --raise_at_clock=%d" % args.raise_at_clock)
         if args.zero_grad != "none":
             (opt if args.zero_grad == "optimizer" else model).zero_grad(set_to_none=True)
+        if args.model == "batchnorm":
+            result["buffers_at_start"].append(buffer_sums(model))
         logits = model(x)
+        if args.model == "batchnorm":
+            result["buffers_after_forward"].append(buffer_sums(model))
         loss = F.cross_entropy(logits, y)
         if not args.no_backward:
             loss.backward()
@@ -155,6 +177,7 @@ def train(args, result):
         result["steps"] += 1
         if args.sleep_ms > 0:
             time.sleep(args.sleep_ms / 1000)
+    model.eval()
     with torch.no_grad():
         x, y = data.tensors
         accuracy = float((model(x).argmax(1) == y).float().mean())

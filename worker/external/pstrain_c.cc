@@ -98,11 +98,12 @@ int pst_join(pst_worker* w, char* err, int err_len) {
 }
 
 int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
-                 const int64_t* dims, const int* dtypes, int64_t train_size, int device,
-                 char* err, int err_len) {
+                 const int64_t* dims, const int* dtypes, const int* buffers, int64_t train_size,
+                 int device, char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();
-    if (n < 1 || names == nullptr || ndims == nullptr || dims == nullptr || dtypes == nullptr) {
+    if (n < 1 || names == nullptr || ndims == nullptr || dims == nullptr || dtypes == nullptr ||
+        buffers == nullptr) {
       return absl::InvalidArgumentError("declare at least one parameter");
     }
     if (train_size < 1) {
@@ -126,6 +127,11 @@ int pst_register(pst_worker* w, int n, const char* const* names, const int* ndim
             absl::StrCat("parameter ", names[i], ": only float32 parameters are trained"));
       }
       params[i].set_dtype(pstrain::FP32);
+      if (!pstrain::BufferRule_IsValid(buffers[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter ", names[i], ": buffer rule ", buffers[i], " is unknown"));
+      }
+      params[i].set_buffer(static_cast<pstrain::BufferRule>(buffers[i]));
     }
     return w->worker->Register(params, train_size, device == PST_CUDA);
   });

@@ -55,7 +55,7 @@ typedef struct pst_worker pst_worker;
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
- * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share. */
+ * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers. */
 #define PST_ABI_VERSION 4
 int pst_abi_version(void);
 
@@ -80,22 +80,32 @@ int pst_join(pst_worker* w, char* err, int err_len);
  * refused with INVALID_ARGUMENT naming the parameter). */
 #define PST_FP32 1
 
+/* What a declared parameter is (pst_register; proto BufferRule): trained,
+ * or a buffer whose values the servers keep as worker 0's (the lowest live
+ * worker's) or as the workers' mean. */
+#define PST_TRAINED 0
+#define PST_BROADCAST 1
+#define PST_AVERAGE 2
+
 /* Where the parameters live (pst_register): under --overlap=auto a model
  * on CUDA overlaps its gradients' way to the servers with backward, as
  * ps_worker does on a GPU; one on the CPU only under SSP/ASP. */
 #define PST_CPU 0
 #define PST_CUDA 1
 
-/* Declares the model's trainable parameters in order -- names[i], dims
- * ndims[i] taken in turn from `dims`, dtypes[i] -- and the training set's
+/* Declares the model's parameters in order -- names[i], dims ndims[i]
+ * taken in turn from `dims`, dtypes[i], buffers[i] (PST_TRAINED, or a
+ * module's buffer: PST_BROADCAST, PST_AVERAGE; its values go in pst_grads
+ * each clock and come back in pst_weights by the rule) -- and the training
+ * set's
  * size, and registers with the scheduler (retrying an unreachable one for
  * --connect_timeout_s: UNAVAILABLE after it). The first worker's list is
  * the job's model; a worker whose list differs is refused
  * (FAILED_PRECONDITION naming the first parameter that differs). `device`:
  * PST_CPU or PST_CUDA, where the parameters live. */
 int pst_register(pst_worker* w, int n, const char* const* names, const int* ndims,
-                 const int64_t* dims, const int* dtypes, int64_t train_size, int device,
-                 char* err, int err_len);
+                 const int64_t* dims, const int* dtypes, const int* buffers, int64_t train_size,
+                 int device, char* err, int err_len);
 
 /* The job, after pst_join or pst_register (before pst_register:
  * total_clocks and clocks_per_epoch may be 0, start_clock and overlap

@@ -181,15 +181,20 @@ def register(worker, train_size):
     if optimizer is None:
         raise RuntimeError("pstrain.torch.batches(): make a pstrain.torch.Optimizer(model) "
                            "first")
-    params, n = optimizer.params, len(optimizer.params)
-    names = (ctypes.c_char_p * n)(*[name.encode() for name in optimizer.names])
+    # The trained parameters, then the module buffers that travel.
+    params = list(optimizer.params) + list(optimizer.module_buffers)
+    n = len(params)
+    names = (ctypes.c_char_p * n)(*[name.encode()
+                                    for name in optimizer.names + optimizer.buffer_names])
     ndims = (ctypes.c_int * n)(*[p.dim() for p in params])
     dims = [d for p in params for d in p.shape]
     dtypes = (ctypes.c_int * n)(*[_capi.PST_FP32] * n)
+    rules = [_capi.PST_TRAINED] * len(optimizer.params) + \
+        [optimizer.buffer_rule] * len(optimizer.module_buffers)
     device = _capi.PST_CUDA if any(p.device.type == "cuda" for p in params) else _capi.PST_CPU
     _capi.call("pst_register", worker.handle, n, names, ndims,
-               (ctypes.c_int64 * len(dims))(*dims), dtypes, train_size, device,
-               errors={_capi.FAILED_PRECONDITION: ModelMismatch})
+               (ctypes.c_int64 * max(1, len(dims)))(*dims), dtypes, (ctypes.c_int * n)(*rules),
+               train_size, device, errors={_capi.FAILED_PRECONDITION: ModelMismatch})
     job = _capi.job_info(worker.handle)
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
     _capi.call("pst_start", worker.handle,

@@ -30,6 +30,27 @@ class NoGradients(PstrainError):
     """step() found no gradient: backward was not called."""
 
 
+# Optimizer(buffers=...): the library's buffer rule (pst_register), None
+# for buffers that stay on the worker.
+_BUFFER_RULES = {"broadcast": _capi.PST_BROADCAST, "average": _capi.PST_AVERAGE, "local": None}
+
+
+def _travelling_buffers(model, rule):
+    """(names, tensors) of `model`'s persistent buffers (those in its
+    state_dict), none if `rule` keeps them local."""
+    if rule is None:
+        return [], []
+    persistent = set(model.state_dict().keys())
+    named = [(n, b) for n, b in model.named_buffers() if n in persistent]
+    for name, b in named:
+        if b.is_complex() or not (b.is_floating_point() or b.dtype in _INTEGERS):
+            raise UnsupportedDtype("buffer '%s' is %s; buffers travel as float32 (keep it on "
+                                   "the worker with buffers=\"local\")" % (name, b.dtype))
+    return [n for n, _ in named], [b for _, b in named]
+
+
+_INTEGERS = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
 # Each optimizer type's hyperparameters: torch.optim's name in param_groups
 # -> the job's OptimizerSpec fields (betas are beta1 and beta2; RMSprop's
 # alpha is the job's rho).
@@ -103,17 +124,26 @@ class Optimizer(torch.optim.Optimizer):
         SparseEmbeddingBag modules are the sparse tables it uses.
       backward_passes_per_step: backward calls per step() (gradient
         accumulation); a gradient is complete after that many.
+      buffers: what becomes of the model's persistent buffers (BatchNorm's
+        running statistics; those in its state_dict()): "broadcast", worker
+        0's values at each clock (PyTorch DDP's broadcast_buffers; the
+        lowest live worker's once worker 0 is gone), or "average", the
+        workers' mean weighted by their samples -- in both the servers
+        keep them (in checkpoints and psctl export) and every worker
+        starts each clock with them -- or "local": each worker keeps its
+        own, as before. They travel as float32.
 
     Raises:
       TypeError: `model` is not a torch.nn.Module.
       UnsupportedDtype: a trainable parameter is not float32 (named).
-      ValueError: no trainable parameter, or two SparseEmbeddingBag modules
-        name the same table.
+      ValueError: no trainable parameter, two SparseEmbeddingBag modules
+        name the same table, or an unknown `buffers` rule.
+      UnsupportedDtype: also for a buffer that is not a real number.
       RuntimeError: before pstrain.torch.init(), or the worker declared a
         model already.
     """
 
-    def __init__(self, model, backward_passes_per_step=1):
+    def __init__(self, model, backward_passes_per_step=1, buffers="broadcast"):
         if not isinstance(model, torch.nn.Module):
             raise TypeError("pstrain.torch.Optimizer takes a torch.nn.Module, not %s"
                             % type(model).__name__)
@@ -131,6 +161,11 @@ class Optimizer(torch.optim.Optimizer):
         if not named:
             raise ValueError("pstrain.torch.Optimizer: the model has no parameter with "
                              "requires_grad=True")
+        self.buffer_rule = _BUFFER_RULES.get(buffers)
+        if self.buffer_rule is None:
+            raise ValueError("pstrain.torch.Optimizer: buffers=%r; one of %s"
+                             % (buffers, ", ".join(map(repr, _BUFFER_RULES))))
+        self.buffer_names, self.module_buffers = _travelling_buffers(model, self.buffer_rule)
         defaults = job_hyperparameters(worker.spec.get("optimizer", {}))
         super().__init__([p for _, p in named], defaults)
         self.names = [n for n, _ in named]
@@ -139,7 +174,7 @@ class Optimizer(torch.optim.Optimizer):
         self._job_hyper = _hyper_fields(defaults, defaults)  # the job's own values
         self._owned = set()                  # fields the script has changed
         self._hyper_sent = None              # the JSON last given to the library
-        self._buffers = [None] * len(named)  # this clock's push buffers (host views)
+        self._pushes = [None] * len(named)  # this clock's push buffers (host views)
         self._passes = [0] * len(named)      # backward passes seen this clock
         self._clock = None                   # the clock under way
         self._metrics = None                 # pst.report()'s for this clock
@@ -225,7 +260,8 @@ class Optimizer(torch.optim.Optimizer):
                               "gradient; call loss.backward() first" % clock)
         for i, p in enumerate(self.params):
             if p.grad is not None and not self._is_buffer(i) and not self._sent[i]:
-                self._buffers[i].copy_(p.grad)
+                self._pushes[i].copy_(p.grad)
+        self._push_module_buffers()
         for table in self.tables:
             table._push()
         reported = self._metrics or {"loss": loss, "correct": 0, "predicted": 0}
@@ -267,9 +303,9 @@ class Optimizer(torch.optim.Optimizer):
         self._load_weights()
         handle = _worker.current().handle
         for i, p in enumerate(self.params):
-            self._buffers[i] = _host_tensor(_capi.lib().pst_grads(handle, i), p,
+            self._pushes[i] = _host_tensor(_capi.lib().pst_grads(handle, i), p,
                                             "gradient buffer of '%s'" % self.names[i])
-            p.grad = self._buffers[i] if p.device.type == "cpu" else None
+            p.grad = self._pushes[i] if p.device.type == "cpu" else None
         self._passes = [0] * len(self.params)
         self._sent = [False] * len(self.params)
         self._metrics = None
@@ -295,6 +331,19 @@ class Optimizer(torch.optim.Optimizer):
             for i, p in enumerate(self.params):
                 p.copy_(_host_tensor(_capi.lib().pst_weights(handle, i), p,
                                      "weights of '%s'" % self.names[i]))
+            for j, b in enumerate(self.module_buffers, len(self.params)):
+                b.copy_(_host_tensor(_capi.lib().pst_weights(handle, j), b,
+                                     "values of buffer '%s'" % self.buffer_names[j - len(self.params)]))
+
+    def _push_module_buffers(self):
+        """The module buffers' values of this clock into their push buffers
+        (they leave at pst_clock_done)."""
+        handle = _worker.current().handle
+        with torch.no_grad():
+            for j, b in enumerate(self.module_buffers, len(self.params)):
+                _host_tensor(_capi.lib().pst_grads(handle, j), b,
+                             "push buffer of buffer '%s'" % self.buffer_names[j - len(self.params)]
+                             ).copy_(b)
 
     def _release(self):
         """Ends the clock here: the buffers belong to the library from now on
@@ -302,7 +351,7 @@ class Optimizer(torch.optim.Optimizer):
         for i, p in enumerate(self.params):
             if self._is_buffer(i):
                 p.grad = None
-        self._buffers = [None] * len(self.params)
+        self._pushes = [None] * len(self.params)
         self._clock = None
 
     def _require_clock(self, what):
@@ -312,7 +361,7 @@ class Optimizer(torch.optim.Optimizer):
         return self._clock
 
     def _is_buffer(self, i):
-        grad, buffer = self.params[i].grad, self._buffers[i]
+        grad, buffer = self.params[i].grad, self._pushes[i]
         return (grad is not None and buffer is not None and grad.device.type == "cpu"
                 and grad.data_ptr() == buffer.data_ptr())
 
@@ -332,13 +381,13 @@ class Optimizer(torch.optim.Optimizer):
             # A gradient backward made anew (the script set .grad to None):
             # into the buffer, which backward goes on accumulating into.
             with torch.no_grad():
-                self._buffers[i].copy_(grad)
-            self.params[i].grad = self._buffers[i]
+                self._pushes[i].copy_(grad)
+            self.params[i].grad = self._pushes[i]
         if self._is_buffer(i):
             self._grads_ready(i)
         elif self._early and grad is not None and grad.device.type == "cuda" \
                 and self._device_grads.handles(i):
-            self._device_grads.send(i, grad, self._buffers[i])
+            self._device_grads.send(i, grad, self._pushes[i])
             self._sent[i] = True
 
     def _grads_ready(self, i):
@@ -363,10 +412,10 @@ def _after_accumulation(param, fn):
     return accumulator
 
 
-def _host_tensor(address, param, what):
-    """A float32 CPU tensor of param's shape over the library's buffer at
+def _host_tensor(address, tensor, what):
+    """A float32 CPU tensor of `tensor`'s shape over the library's buffer at
     `address`, without a copy."""
     if not address:
         raise PstrainError("pstrain gave no %s" % what)
-    array = (ctypes.c_float * param.numel()).from_address(address)
-    return torch.frombuffer(array, dtype=torch.float32).view(param.shape)
+    array = (ctypes.c_float * max(1, tensor.numel())).from_address(address)
+    return torch.frombuffer(array, dtype=torch.float32)[:tensor.numel()].view(tensor.shape)
