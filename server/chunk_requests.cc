@@ -270,4 +270,21 @@ grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* 
   return grpc::Status::OK;
 }
 
+grpc::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+  ReadStateRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("read state: the request is not a ReadStateRequest");
+  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
+    return ToGrpc(st);
+  }
+  ReadStateResponse out;
+  for (int32_t chunk : req.chunks()) {
+    if (const absl::Status st = store_->CheckChunk(chunk); !st.ok()) return ToGrpc(st);
+    if (const absl::Status st = store_->ReadState(chunk, out.add_chunks()); !st.ok()) {
+      return ToGrpc(st);
+    }
+  }
+  *resp = SerializeSmall(out);
+  return grpc::Status::OK;
+}
+
 }  // namespace pstrain

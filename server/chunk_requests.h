@@ -64,6 +64,8 @@ class ChunkRequests {
   grpc::Status FillPull(const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm: a ticket for a segment of this server's layout.
   grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  // The answer to ReadState: the optimizer's state of the chunks it names.
+  grpc::Status ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
 
 
  private:

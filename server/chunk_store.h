@@ -27,6 +27,7 @@
 #include "common/thread_pool.h"
 #include "common/trace.h"
 #include "proto/job.pb.h"
+#include "proto/ps.pb.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
@@ -129,6 +130,10 @@ class ChunkStore : public HeldRounds {
   // The live workers whose updates of `chunk` are behind `min_clock`, for
   // Status: "worker 1 (56 applied)". Empty when none (or unknown chunk).
   std::string Lagging(int32_t chunk, int64_t min_clock) const;
+  // The optimizer's state of `chunk` (checked) into `out`: its updates so
+  // far and its state arrays, unstrided. UNIMPLEMENTED for an optimizer
+  // that is not elementwise; an error from offloading.
+  absl::Status ReadState(int32_t chunk, ChunkState* out) const;
   // Writes the chunk's weights to `out` (ChunkNumel(chunk) values, little
   // endian, in `dtype`; any alignment) and the per-worker applied clocks to
   // `applied`. Traces the read for `worker`. An error only from offloading.

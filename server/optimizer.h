@@ -60,6 +60,8 @@ class ElementwiseOptimizer : public Optimizer {
   }
   void Update(const UpdateContext& ctx, const ChunkShape& shape, float* w, float* state,
               const float* g, ThreadPool* pool) const final;
+  // Its state arrays per element (Adam: 2, m and v).
+  int slots() const { return Slots(); }
 
  protected:
   virtual int Slots() const = 0;

@@ -128,6 +128,9 @@ void PsService::Accept(PsCall::Method method, grpc::ServerCompletionQueue* cq) {
     case PsCall::kPushRows:
       RequestPushRows(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case PsCall::kReadState:
+      RequestReadState(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -152,6 +155,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   }
   Accept(PsCall::kStatus, cq);
   Accept(PsCall::kOpenShm, cq);
+  Accept(PsCall::kReadState, cq);
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) {
@@ -219,6 +223,9 @@ void PsService::Handle(PsCall* call) {
   switch (call->method) {
     case PsCall::kOpenShm:
       Conclude(call, chunks->GrantShm(call->request, &call->reply));
+      return;
+    case PsCall::kReadState:
+      Conclude(call, chunks->ReadState(call->request, &call->reply));
       return;
     case PsCall::kPush:
       HandlePush(*chunks, call);

@@ -38,7 +38,8 @@ namespace pstrain {
 using PsServiceBase = ParameterServer::WithRawMethod_Push<
     ParameterServer::WithRawMethod_Pull<ParameterServer::WithRawMethod_Status<
         ParameterServer::WithRawMethod_OpenShm<ParameterServer::WithRawMethod_PullRows<
-            ParameterServer::WithRawMethod_PushRows<ParameterServer::Service>>>>>>;
+            ParameterServer::WithRawMethod_PushRows<
+                ParameterServer::WithRawMethod_ReadState<ParameterServer::Service>>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:

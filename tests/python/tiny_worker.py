@@ -119,6 +119,10 @@ def parse_args():
                    help="read the data through a DataLoader (2 worker processes, pinned "
                         "memory) over pst.ClockBatchSampler, and record each clock's "
                         "example indices in the result")
+    p.add_argument("--save_at_clock", type=int, default=-1,
+                   help="at the start of this step, torch.save {'model': model.state_dict(), "
+                        "'optimizer': opt.state_dict()} to --save_to")
+    p.add_argument("--save_to", help="where --save_at_clock saves")
     p.add_argument("--clocks", type=int, default=0,
                    help="the job's clocks, for --lr_scheduler=onecycle's total_steps")
     p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
@@ -158,6 +162,9 @@ def train(args, result):
                 with open(args.rank_file + ".tmp", "w") as f:
                     f.write("%d\n" % result["rank"])
                 os.replace(args.rank_file + ".tmp", args.rank_file)
+        if result["steps"] == args.save_at_clock:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
+                       args.save_to)
         if result["steps"] == args.raise_at_clock:
             raise RuntimeError("tiny_worker: --raise_at_clock=%d" % args.raise_at_clock)
         if args.zero_grad != "none":

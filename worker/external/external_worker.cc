@@ -295,6 +295,18 @@ absl::Status ExternalWorker::SetHyper(const std::string& json) {
   return absl::OkStatus();
 }
 
+absl::Status ExternalWorker::ReadState() {
+  if (!partition_.has_value()) return absl::FailedPreconditionError("start before reading state");
+  std::vector<std::string> servers;
+  {
+    absl::MutexLock lock(&servers_mu_);
+    servers = servers_;
+  }
+  ASSIGN_OR_RETURN(state_, ReadOptimizerState(*partition_, ModelParams(job_.model()), servers,
+                                              daemon_->client().generation()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int width) {
   if (!declared_) return absl::FailedPreconditionError("register before pulling or pushing rows");
   const TableSpec* spec = nullptr;

@@ -38,6 +38,7 @@
 #include "worker/external/clock_exchange.h"
 #include "worker/external/handed_model.h"
 #include "worker/external/hyper_plan.h"
+#include "worker/external/optimizer_state.h"
 #include "worker/member_loop.h"
 #include "worker/ps_client.h"
 #include "worker/row_client.h"
@@ -101,6 +102,13 @@ class ExternalWorker {
   // Ends the clock; first pushes every sparse table this clock did not
   // push to (an empty push: a BSP round waits for every worker's).
   absl::Status ClockDone(const StepResult& result);
+
+  // Reads the optimizer's state of every parameter from the servers as
+  // they hold it now (worker/external/optimizer_state.h) into state().
+  // FAILED_PRECONDITION before Start.
+  absl::Status ReadState();
+  // What the last ReadState read, by parameter.
+  const std::vector<ParamState>& state() const { return state_; }
 
   // Sparse tables (JobSpec.tables), from the caller's thread. The rows of
   // `ids` of `table` (ids.size() x width floats into *rows) for the clock
@@ -182,6 +190,7 @@ class ExternalWorker {
   bool under_way_void_ = false;
   int64_t next_clock_ = 0;
   std::set<std::string> tables_pushed_;
+  std::vector<ParamState> state_;  // ReadState's
   std::unique_ptr<RowClient> rows_;
   // The servers' addresses, as the loop's latest cluster view has them.
   absl::Mutex servers_mu_;

@@ -254,6 +254,30 @@ int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicte
   });
 }
 
+int pst_read_state(pst_worker* w, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->ReadState();
+  });
+}
+
+int pst_state_slots(pst_worker* w, int param) {
+  if (w == nullptr || param < 0 || param >= static_cast<int>(w->worker->state().size())) {
+    return -1;
+  }
+  return static_cast<int>(w->worker->state()[param].slots.size());
+}
+
+const float* pst_state(pst_worker* w, int param, int slot) {
+  if (pst_state_slots(w, param) <= slot || slot < 0) return nullptr;
+  return w->worker->state()[param].slots[slot].data();
+}
+
+int64_t pst_state_steps(pst_worker* w, int param) {
+  if (pst_state_slots(w, param) < 0) return -1;
+  return w->worker->state()[param].steps;
+}
+
 int pst_pull_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
                   float* out, char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {

@@ -55,7 +55,8 @@ typedef struct pst_worker pst_worker;
 /* The ABI's version: a loader checks it. 2: pst_step_done became
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
- * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers. */
+ * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers,
+ * pst_read_state. */
 #define PST_ABI_VERSION 4
 int pst_abi_version(void);
 
@@ -183,6 +184,19 @@ int pst_set_hyper(pst_worker* w, const char* json, char* err, int err_len);
  * counted). They go to Status. */
 int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicted, char* err,
                    int err_len);
+
+/* Reads the optimizer's state of every parameter from the servers as they
+ * hold it now (blocking; under BSP, during a clock before its gradients
+ * leave or once the clocks are done, the state of the weights in
+ * pst_weights). UNIMPLEMENTED for an optimizer that keeps no elementwise
+ * state (Adafactor); FAILED_PRECONDITION before pst_start. Then, per
+ * parameter i: pst_state_slots(w, i) state arrays (Adam: 2, m and v; -1
+ * for a bad index) of numel floats each at pst_state(w, i, slot), and
+ * pst_state_steps(w, i) updates so far. */
+int pst_read_state(pst_worker* w, char* err, int err_len);
+int pst_state_slots(pst_worker* w, int param);
+const float* pst_state(pst_worker* w, int param, int slot);
+int64_t pst_state_steps(pst_worker* w, int param);
 
 /* Sparse tables (JobSpec.tables), from the training loop's thread.
  *

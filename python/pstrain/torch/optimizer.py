@@ -30,6 +30,21 @@ class NoGradients(PstrainError):
     """step() found no gradient: backward was not called."""
 
 
+# Each optimizer type's state in torch.optim's layout: the names of the
+# servers' state arrays in their order (server/optimizers/*.h), whether
+# torch keeps a 'step', and the group keys torch's optimizer of the same
+# kind needs besides the hyperparameters.
+_TORCH_STATE = {
+    "SGD": ((), False, {"momentum": 0.0, "dampening": 0.0, "nesterov": False}),
+    "MOMENTUM": (("momentum_buffer",), False, {"dampening": 0.0, "nesterov": False}),
+    "NESTEROV": (("momentum_buffer",), False, {"dampening": 0.0, "nesterov": True}),
+    "ADAM": (("exp_avg", "exp_avg_sq"), True, {"amsgrad": False}),
+    "ADAMW": (("exp_avg", "exp_avg_sq"), True, {"amsgrad": False}),
+    "ADAGRAD": (("sum",), True, {"lr_decay": 0.0, "initial_accumulator_value": 0.0}),
+    "RMSPROP": (("square_avg",), True, {"momentum": 0.0, "centered": False}),
+    "ADADELTA": (("square_avg", "acc_delta"), True, {}),
+}
+
 # Optimizer(buffers=...): the library's buffer rule (pst_register), None
 # for buffers that stay on the worker.
 _BUFFER_RULES = {"broadcast": _capi.PST_BROADCAST, "average": _capi.PST_AVERAGE, "local": None}
@@ -205,16 +220,48 @@ class Optimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
 
     def state_dict(self):
-        """Not yet: the optimizer's state lives on the servers, and reading
-        it back in torch.optim's layout is still to come.
+        """The optimizer's state as the servers hold it now, in the layout
+        torch.optim's optimizer of the same kind uses (Adam: 'step',
+        'exp_avg', 'exp_avg_sq' per parameter; SGD with momentum:
+        'momentum_buffer'; ...), and the param group with the keys that
+        optimizer needs: `torch.optim.Adam(model.parameters())
+        .load_state_dict(opt.state_dict())` continues the run alone. Under
+        BSP, called in a clock's body before step() or after the last
+        clock, it is the state of the weights the model holds.
+
+        Returns:
+          {'state': {index: {...}}, 'param_groups': [{..., 'params':
+          [0, 1, ...]}]}, the parameters indexed in the Optimizer's order.
 
         Raises:
-          NotImplementedError: always.
+          RuntimeError: before the first batches() declared the model.
+          NotImplementedError: the job's optimizer has no torch.optim
+            counterpart here (Adafactor, Lion).
+          PstrainError: a server could not be read (its subclass names why).
         """
-        raise NotImplementedError(
-            "pstrain.torch.Optimizer.state_dict(): the optimizer's state lives on the servers "
-            "and cannot be read back yet; the weights are in the model (model.state_dict()) "
-            "and in the servers' checkpoints (psctl export)")
+        worker = _worker.registered("Optimizer.state_dict")
+        kind = worker.spec.get("optimizer", {}).get("type", "ADAM")
+        if kind not in _TORCH_STATE:
+            raise NotImplementedError("pstrain.torch.Optimizer.state_dict(): the job's optimizer "
+                                      "%s has no torch.optim layout here" % kind)
+        names, with_step, extra = _TORCH_STATE[kind]
+        _capi.call("pst_read_state", worker.handle)
+        state = {}
+        for i, p in enumerate(self.params):
+            slots = _capi.lib().pst_state_slots(worker.handle, i)
+            if slots != len(names):
+                raise PstrainError("pst_read_state: parameter '%s' has %d state arrays, %s %d"
+                                   % (self.names[i], slots, kind, len(names)))
+            entry = {name: _host_tensor(_capi.lib().pst_state(worker.handle, i, k), p,
+                                        "state of '%s'" % self.names[i]).clone().to(p.device)
+                     for k, name in enumerate(names)}
+            if with_step:
+                entry["step"] = torch.tensor(float(_capi.lib().pst_state_steps(worker.handle, i)))
+            state[i] = entry
+        group = {key: value for key, value in self.param_groups[0].items() if key != "params"}
+        group.update(extra)
+        group["params"] = list(range(len(self.params)))
+        return {"state": state, "param_groups": [group]}
 
     def load_state_dict(self, state_dict):
         """Not yet (see state_dict).
