@@ -29,6 +29,7 @@ PACKAGES=(
   chromium
   python3-yaml
   python3-torch
+  python3-venv
   gnuplot-nox
 )
 

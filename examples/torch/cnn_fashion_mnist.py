@@ -15,8 +15,6 @@ Both print the final test accuracy.
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import torch
@@ -24,11 +22,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.data
 
-# pstrain from this repository, unless it is installed.
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
-import fashion_mnist  # noqa: E402
-import pstrain.torch as pst  # noqa: E402
+import fashion_mnist
+import pstrain.torch as pst
 
 
 class Net(nn.Module):

@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 import zlib
 
@@ -40,10 +39,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# pstrain from this repository, unless it is installed.
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
-import pstrain.torch as pst  # noqa: E402
+import pstrain.torch as pst
 
 FORTUNES = "/usr/share/games/fortunes"
 CATEGORIES = ("art", "computers", "food", "law", "linux", "love", "medicine", "politics",

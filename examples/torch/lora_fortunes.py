@@ -37,15 +37,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# transformer_fortunes beside this script; pstrain from this repository,
-# unless it is installed.
+# transformer_fortunes beside this script.
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.append(os.path.join(HERE, "..", "..", "python"))
 
-import pstrain.torch as pst  # noqa: E402
-from pstrain.checkpoint import load_safetensors  # noqa: E402
-from transformer_fortunes import (FORTUNES, ByteTransformer, ByteWindows,  # noqa: E402
+import pstrain.torch as pst
+from pstrain.checkpoint import load_safetensors
+from transformer_fortunes import (FORTUNES, ByteTransformer, ByteWindows,
                                   add_common_args, byte_tensor, evaluate, train)
 
 SEPARATOR = b"\n%\n"  # the line between two fortunes

@@ -21,9 +21,7 @@ Both print the final validation loss (nats per byte).
 import argparse
 import json
 import math
-import os
 import pathlib
-import sys
 import time
 
 import torch
@@ -31,10 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.data
 
-# pstrain from this repository, unless it is installed.
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
-import pstrain.torch as pst  # noqa: E402
+import pstrain.torch as pst
 
 FORTUNES = pathlib.Path("/usr/share/games/fortunes")
 VALIDATION_FRACTION = 0.05

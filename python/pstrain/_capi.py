@@ -137,7 +137,7 @@ _lib = None
 
 def candidates():
     """The paths tried, in order: $PSTRAIN_LIB alone if set, else beside the
-    package, else the repository's bazel-bin."""
+    package (an installed wheel's), else the repository's bazel-bin."""
     if os.environ.get("PSTRAIN_LIB"):
         return [pathlib.Path(os.environ["PSTRAIN_LIB"])]
     package = pathlib.Path(__file__).resolve().parent
@@ -162,6 +162,7 @@ def _load():
             "pstrain: %s not found; tried %s. Build it with `%s` or set PSTRAIN_LIB "
             "to its path." % (LIBRARY, ", ".join(map(str, tried)), BUILD_COMMAND))
     try:
+        _preload_wheel_libraries(path)
         cdll = ctypes.CDLL(str(path))
     except OSError as e:
         raise ImportError("pstrain: cannot load %s: %s" % (path, e)) from e
@@ -177,6 +178,20 @@ def _load():
         raise ImportError("pstrain: %s speaks ABI version %d; this package needs %d"
                           % (path, version, ABI_VERSION))
     return cdll
+
+
+def _preload_wheel_libraries(path):
+    """An installed wheel's libraries (pstrain.libs beside the package: gRPC,
+    protobuf, Abseil, ..., as auditwheel lays them out) loaded before
+    `path` needs them, each after those it needs (load-order.txt, written
+    by deploy/wheel.py), so that every one resolves to the wheel's copy and
+    none to a system one (as torch loads its CUDA wheels' libraries)."""
+    here = pathlib.Path(__file__).resolve().parent
+    order = here.parent / "pstrain.libs" / "load-order.txt"
+    if path.parent != here or not order.is_file():
+        return
+    for name in order.read_text().split():
+        ctypes.CDLL(str(order.parent / name), mode=ctypes.RTLD_GLOBAL)
 
 
 def call(name, *args, errors=None):

@@ -22,12 +22,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-# pstrain and the example from this repository (or the test's runfiles).
+# The example it trains, from this repository (or the test's runfiles).
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path[:0] = [os.path.join(_ROOT, "python"), os.path.join(_ROOT, "examples", "torch")]
+sys.path.insert(0, os.path.join(_ROOT, "examples", "torch"))
 
-import fortune_topics as ft  # noqa: E402
-import pstrain.torch as pst  # noqa: E402
+import fortune_topics as ft
+import pstrain.torch as pst
 
 DIM = 16
 TORCH_SEED = 0

@@ -114,7 +114,9 @@ class LocalCluster:
     def worker_env(self, **extra):
         """The environment of a pstrain.torch worker of this cluster."""
         env = dict(os.environ)
-        env.update(PSTRAIN_SCHEDULER=self.address,
+        # pstrain from the runfiles (or the repository), as an installed one.
+        path = [str(runfile("python"))] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
+        env.update(PSTRAIN_SCHEDULER=self.address, PYTHONPATH=":".join(path),
                    PSTRAIN_FLAGS="--listen=127.0.0.1:0 --heartbeat_interval_ms=200")
         env.update(extra)
         return env

@@ -15,7 +15,6 @@ ends with pst.finish() and exit 0.
 import argparse
 import json
 import os
-import sys
 import time
 
 import torch
@@ -23,11 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.data
 
-# pstrain from this repository (or the test's runfiles), unless installed.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.append(os.path.join(_HERE, "..", "..", "python"))
-
-import pstrain.torch as pst  # noqa: E402
+import pstrain.torch as pst
 
 INPUTS, HIDDEN, CLASSES = 16, 32, 4
 TRAIN_SIZE = 2048
