@@ -287,4 +287,20 @@ grpc::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuf
   return grpc::Status::OK;
 }
 
+grpc::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+  WriteStateRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("write state: the request is not a WriteStateRequest");
+  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
+    return ToGrpc(st);
+  }
+  for (const ChunkState& state : req.chunks()) {
+    if (const absl::Status st = store_->CheckChunk(state.chunk()); !st.ok()) return ToGrpc(st);
+  }
+  for (const ChunkState& state : req.chunks()) {
+    if (const absl::Status st = store_->WriteState(state); !st.ok()) return ToGrpc(st);
+  }
+  *resp = SerializeSmall(WriteStateResponse());
+  return grpc::Status::OK;
+}
+
 }  // namespace pstrain

@@ -66,6 +66,8 @@ class ChunkRequests {
   grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
   // The answer to ReadState: the optimizer's state of the chunks it names.
   grpc::Status ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  // The answer to WriteState: the optimizer's state the chunks start from.
+  grpc::Status WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
 
 
  private:

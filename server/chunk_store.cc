@@ -331,6 +331,7 @@ absl::Status ChunkStore::ReadState(int32_t chunk, ChunkState* out) const {
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
   const int64_t n = c->layout.weights;
   const int slots = c->layout.state == 0 ? 0 : elementwise->slots();  // (a buffer's: none)
+  out->Clear();
   out->set_chunk(chunk);
   out->set_steps(c->steps);
   out->set_slots(slots);

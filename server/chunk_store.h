@@ -134,6 +134,10 @@ class ChunkStore : public HeldRounds {
   // far and its state arrays, unstrided. UNIMPLEMENTED for an optimizer
   // that is not elementwise; an error from offloading.
   absl::Status ReadState(int32_t chunk, ChunkState* out) const;
+  // Gives `state.chunk()` (checked) the optimizer state `state` if it still
+  // waits for its initial values (else ignored). INVALID_ARGUMENT for a
+  // state of another size; as ReadState's otherwise.
+  absl::Status WriteState(const ChunkState& state);
   // Writes the chunk's weights to `out` (ChunkNumel(chunk) values, little
   // endian, in `dtype`; any alignment) and the per-worker applied clocks to
   // `applied`. Traces the read for `worker`. An error only from offloading.

@@ -113,6 +113,31 @@ absl::Status ChunkStore::TakeInitialValues(const PushRequest& push,
   return absl::OkStatus();
 }
 
+absl::Status ChunkStore::WriteState(const ChunkState& state) {
+  const auto* elementwise = dynamic_cast<const ElementwiseOptimizer*>(optimizer_.get());
+  if (elementwise == nullptr) {
+    return absl::UnimplementedError("this job's optimizer keeps no elementwise state to write");
+  }
+  Chunk& c = *Find(state.chunk());
+  absl::MutexLock lock(&c.mu);
+  if (c.has_values) return absl::OkStatus();  // started already: the first wins
+  const int64_t n = c.layout.weights;
+  const int slots = c.layout.state == 0 ? 0 : elementwise->slots();
+  if (state.slots() != slots || state.state_size() != slots * n || state.steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("write state: chunk ", state.chunk(), " (", c.name, ") keeps ", slots,
+                     " arrays of ", n, "; the request has ", state.state_size(), " values in ",
+                     state.slots(), " and steps ", state.steps()));
+  }
+  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+  for (int k = 0; k < slots; ++k) {
+    std::copy_n(state.state().data() + k * n, n, slab.state() + k * (n + kArrayGap));
+  }
+  slab.MarkWritten();
+  c.steps = state.steps();
+  return absl::OkStatus();
+}
+
 void ChunkStore::SetCheckpointing(CheckpointWriter* writer, const CheckpointSchedule* schedule) {
   checkpoint_ = writer;
   checkpoint_schedule_ = schedule;

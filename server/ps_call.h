@@ -31,7 +31,7 @@ namespace pstrain {
 
 class PsCall {
  public:
-  enum Method { kPush, kPull, kStatus, kOpenShm, kPullRows, kPushRows, kReadState };
+  enum Method { kPush, kPull, kStatus, kOpenShm, kPullRows, kPushRows, kReadState, kWriteState };
   enum Event { kAccepted, kFinished, kDone };
   struct Tag {
     PsCall* call;

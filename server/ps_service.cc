@@ -131,6 +131,9 @@ void PsService::Accept(PsCall::Method method, grpc::ServerCompletionQueue* cq) {
     case PsCall::kReadState:
       RequestReadState(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case PsCall::kWriteState:
+      RequestWriteState(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -156,6 +159,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   Accept(PsCall::kStatus, cq);
   Accept(PsCall::kOpenShm, cq);
   Accept(PsCall::kReadState, cq);
+  Accept(PsCall::kWriteState, cq);
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) {
@@ -226,6 +230,9 @@ void PsService::Handle(PsCall* call) {
       return;
     case PsCall::kReadState:
       Conclude(call, chunks->ReadState(call->request, &call->reply));
+      return;
+    case PsCall::kWriteState:
+      Conclude(call, chunks->WriteState(call->request, &call->reply));
       return;
     case PsCall::kPush:
       HandlePush(*chunks, call);

@@ -39,7 +39,8 @@ using PsServiceBase = ParameterServer::WithRawMethod_Push<
     ParameterServer::WithRawMethod_Pull<ParameterServer::WithRawMethod_Status<
         ParameterServer::WithRawMethod_OpenShm<ParameterServer::WithRawMethod_PullRows<
             ParameterServer::WithRawMethod_PushRows<
-                ParameterServer::WithRawMethod_ReadState<ParameterServer::Service>>>>>>>;
+                ParameterServer::WithRawMethod_ReadState<
+                    ParameterServer::WithRawMethod_WriteState<ParameterServer::Service>>>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:

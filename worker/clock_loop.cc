@@ -124,9 +124,9 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
     return leaving_ || (stop_ != nullptr && *stop_) || member_.generation() > generation ||
            gate_->generation() > generation;
   });
-  if (const ParamBuffers* initial =
-          options_.initial_values && clock_ == 0 ? options_.initial_values() : nullptr) {
-    RETURN_IF_ERROR(params_->Wait(params_->PushInitialValues(initial)));
+  if (options_.initial_values && clock_ == 0) {
+    ASSIGN_OR_RETURN(const ParamBuffers* initial, options_.initial_values());
+    if (initial != nullptr) RETURN_IF_ERROR(params_->Wait(params_->PushInitialValues(initial)));
   }
   return options_.on_cluster ? options_.on_cluster(cluster, member_.link_generation())
                              : absl::OkStatus();

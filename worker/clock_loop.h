@@ -115,8 +115,10 @@ struct ClockLoopOptions {
   // An EXTERNAL model (worker/external): the initial values this worker
   // can push to the servers, or null when it has none. Asked for whenever
   // the loop connects at clock 0 (the start, or a rollback to it); the
-  // servers keep the first and hold pulls until they have them.
-  std::function<const ParamBuffers*()> initial_values;
+  // servers keep the first and hold pulls until they have them. An error
+  // (it could not give the servers what goes with them: the optimizer's
+  // initial state) fails the connection.
+  std::function<absl::StatusOr<const ParamBuffers*>()> initial_values;
 };
 
 // What the loop has done, for Status.

@@ -118,6 +118,7 @@ _SIGNATURES = {
     "pst_state_slots": (_i, [_p, _i]),
     "pst_state": (_p, [_p, _i, _i]),
     "pst_state_steps": (_i64, [_p, _i]),
+    "pst_seed_state": (_i, [_p, _i, _i64, _i, ctypes.POINTER(_p)] + _err),
     "pst_weights": (_p, [_p, _i]),
     "pst_grads": (_p, [_p, _i]),
     "pst_grads_ready": (_i, [_p, _i] + _err),

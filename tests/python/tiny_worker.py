@@ -118,6 +118,8 @@ def parse_args():
                    help="at the start of this step, torch.save {'model': model.state_dict(), "
                         "'optimizer': opt.state_dict()} to --save_to")
     p.add_argument("--save_to", help="where --save_at_clock saves")
+    p.add_argument("--load_from", help="before the first batch: model.load_state_dict and "
+                                       "opt.load_state_dict of what this file holds")
     p.add_argument("--clocks", type=int, default=0,
                    help="the job's clocks, for --lr_scheduler=onecycle's total_steps")
     p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
@@ -136,6 +138,10 @@ def train(args, result):
     if args.model == "double":
         model = model.double()
     opt = pst.Optimizer(model, buffers=args.buffers)
+    if args.load_from:
+        saved = torch.load(args.load_from)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
     if args.model == "batchnorm":
         result["buffers_at_start"], result["buffers_after_forward"] = [], []
     data = synthetic_set()

@@ -13,6 +13,9 @@ match is the schedule's doing.
 And opt.state_dict(): worker 0 saves it at clock 20 of a 40-clock job;
 torch.optim.Adam loading it runs clocks 20-39 alone to within 1e-5 (max
 |dw| / max |w|) of the cluster's final weights (a fresh Adam does not).
+And back: a run of 20 clocks alone with torch.optim.Adam, saved, loaded by
+both workers (model.load_state_dict, opt.load_state_dict) of a 20-clock
+job: the cluster's weights within 1e-5 of Adam going on alone.
 
 By hand: python3 tests/python/torch_optim_test.py (the daemons from
 bazel-bin).
@@ -20,6 +23,7 @@ bazel-bin).
 
 import os
 import sys
+import tempfile
 import unittest
 
 # One BLAS thread in every process: the same arithmetic, the same bits.
@@ -72,9 +76,12 @@ def train_like_the_servers(schedule):
     return model.state_dict()
 
 
-def continue_alone(saved, first_clock, clocks):
+def continue_alone(saved, first_clock, clocks, whole=False):
     """`clocks` more clocks from `first_clock` in this process with
-    torch.optim.Adam given the saved model and opt.state_dict()."""
+    torch.optim.Adam given the saved model and opt.state_dict(): the new
+    {"model", "optimizer"}. Each clock's gradient is summed over the
+    workers' shares as the cluster sums it, or (`whole`) taken over the
+    global batch at once, as a script alone does."""
     import torch
     import torch.nn.functional as F
 
@@ -87,16 +94,16 @@ def continue_alone(saved, first_clock, clocks):
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     opt.load_state_dict(saved["optimizer"])
     data = tiny_worker.synthetic_set()
+    shares = 1 if whole else len(WORKERS)
     for clock in range(first_clock, first_clock + clocks):
         opt.zero_grad()
-        for share in range(len(WORKERS)):
+        for share in range(shares):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
-                                        batch_size=BATCH_SIZE, share=share,
-                                        share_of=len(WORKERS))
+                                        batch_size=BATCH_SIZE, share=share, share_of=shares)
             x, y = data[indices]
             (F.cross_entropy(model(x), y) * len(indices) / BATCH_SIZE).backward()
         opt.step()
-    return model.state_dict()
+    return {"model": model.state_dict(), "optimizer": opt.state_dict()}
 
 
 def tiny_worker_model():
@@ -165,16 +172,53 @@ class TorchOptimTest(unittest.TestCase):
         for i, entry in adam["state"].items():
             self.assertEqual(sorted(entry), ["exp_avg", "exp_avg_sq", "step"])
             self.assertEqual(float(entry["step"]), CLOCKS)
-        alone = continue_alone(state, CLOCKS, CLOCKS)
+        alone = continue_alone(state, CLOCKS, CLOCKS)["model"]
         error = relative_difference(final, alone)
         self.assertLessEqual(error, TOLERANCE)
         # Without the state (a fresh Adam) it would not continue alike.
         fresh = dict(state, optimizer=torch.optim.Adam(
             tiny_worker_model().parameters(), lr=LR).state_dict())
-        self.assertGreater(relative_difference(final, continue_alone(fresh, CLOCKS, CLOCKS)),
-                           100 * TOLERANCE)
+        self.assertGreater(
+            relative_difference(final, continue_alone(fresh, CLOCKS, CLOCKS)["model"]),
+            100 * TOLERANCE)
         print("state_dict at clock %d -> torch.optim.Adam, %d clocks alone: max |dw| / max |w| "
               "%.2e against the cluster's" % (CLOCKS, CLOCKS, error))
+
+    def test_load_state_dict_moves_a_torch_run_onto_the_cluster(self):
+        import torch
+
+        import tiny_worker
+
+        # 20 clocks alone with torch.optim.Adam, saved; the cluster's job
+        # (its own clocks 0-19) starts from that model and optimizer state.
+        torch.manual_seed(0)
+        model = tiny_worker.Tiny()
+        start = {"model": model.state_dict()}
+        start["optimizer"] = torch.optim.Adam(model.parameters(), lr=LR).state_dict()
+        saved = continue_alone(start, 0, CLOCKS, whole=True)
+        base = tempfile.mkdtemp(prefix="optim_load-", dir=os.environ.get("TEST_TMPDIR"))
+        path = os.path.join(base, "torch_run.pt")
+        torch.save(saved, path)
+        self.assertEqual(float(saved["optimizer"]["state"][0]["step"]), CLOCKS)
+        with Cluster(TINY_JOB, servers=2, workers=len(WORKERS), name="optim_load",
+                     scheduler_flags=["--clocks=%d" % CLOCKS]) as cluster:
+            for name in WORKERS:
+                cluster.start_tiny(name, "--load_from=" + path,
+                                   "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
+            self.assertEqual(codes, dict.fromkeys(codes, 0),
+                             "\n".join(str(cluster.log(n)) for n in WORKERS))
+            final = torch.load(cluster.dir / (WORKERS[0] + ".pt"))
+        alone = continue_alone(saved, 0, CLOCKS)["model"]
+        error = relative_difference(final, alone)
+        self.assertLessEqual(error, TOLERANCE)
+        fresh = dict(saved, optimizer=torch.optim.Adam(tiny_worker_model().parameters(),
+                                                       lr=LR).state_dict())
+        self.assertGreater(relative_difference(final, continue_alone(fresh, 0, CLOCKS)["model"]),
+                           100 * TOLERANCE)
+        print("a torch run's state after %d clocks loaded by pst.Optimizer.load_state_dict: the "
+              "cluster's %d clocks within %.2e of torch.optim.Adam going on alone"
+              % (CLOCKS, CLOCKS, error))
 
     def test_step_lr_reaches_the_servers(self):
         self.check_schedule("step")

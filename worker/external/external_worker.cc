@@ -179,8 +179,18 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.generation = generation_;
   lo.training.overlap = overlap_;
   lo.training.eval_each_epoch = false;  // the caller's to do
-  lo.initial_values = [this]() -> const ParamBuffers* {
-    return initial_.empty() ? nullptr : &initial_;
+  lo.initial_values = [this]() -> absl::StatusOr<const ParamBuffers*> {
+    if (initial_.empty()) return nullptr;
+    if (!seed_.empty()) {  // the optimizer's state first: a chunk takes it before its values
+      std::vector<std::string> servers;
+      {
+        absl::MutexLock lock(&servers_mu_);
+        servers = servers_;
+      }
+      RETURN_IF_ERROR(
+          WriteOptimizerState(*partition_, servers, daemon_->client().generation(), seed_));
+    }
+    return &initial_;
   };
   return lo;
 }
@@ -304,6 +314,25 @@ absl::Status ExternalWorker::ReadState() {
   }
   ASSIGN_OR_RETURN(state_, ReadOptimizerState(*partition_, ModelParams(job_.model()), servers,
                                               daemon_->client().generation()));
+  return absl::OkStatus();
+}
+
+absl::Status ExternalWorker::Seed(int param, int64_t steps,
+                                  std::vector<std::vector<float>> slots) {
+  if (exchange_ != nullptr) return absl::FailedPreconditionError("seed before starting");
+  const std::vector<ParamInfo> params = ModelParams(job_.model());
+  if (param < 0 || param >= static_cast<int>(params.size()) || steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("seed: parameter ", param, ", steps ", steps));
+  }
+  for (const std::vector<float>& slot : slots) {
+    if (static_cast<int64_t>(slot.size()) != params[param].numel) {
+      return absl::InvalidArgumentError(absl::StrCat("seed: ", params[param].name, " has ",
+                                                     params[param].numel, " values, a slot ",
+                                                     slot.size()));
+    }
+  }
+  seed_.resize(params.size());
+  seed_[param] = ParamState{steps, std::move(slots)};
   return absl::OkStatus();
 }
 

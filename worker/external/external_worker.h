@@ -109,6 +109,12 @@ class ExternalWorker {
   absl::Status ReadState();
   // What the last ReadState read, by parameter.
   const std::vector<ParamState>& state() const { return state_; }
+  // Before Start: parameter `param`'s optimizer state the servers start
+  // from (a torch state the script loaded), given to them before the
+  // initial values this worker pushes. INVALID_ARGUMENT for a bad index,
+  // negative steps, or slots of another size than the parameter's;
+  // FAILED_PRECONDITION after Start.
+  absl::Status Seed(int param, int64_t steps, std::vector<std::vector<float>> slots);
 
   // Sparse tables (JobSpec.tables), from the caller's thread. The rows of
   // `ids` of `table` (ids.size() x width floats into *rows) for the clock
@@ -191,9 +197,10 @@ class ExternalWorker {
   int64_t next_clock_ = 0;
   std::set<std::string> tables_pushed_;
   std::vector<ParamState> state_;  // ReadState's
+  std::vector<ParamState> seed_;   // Seed's: what the servers start from
   std::unique_ptr<RowClient> rows_;
   // The servers' addresses, as the loop's latest cluster view has them.
-  absl::Mutex servers_mu_;
+  mutable absl::Mutex servers_mu_;
   std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
   std::atomic<bool> stop_{false};
   std::atomic<bool> loop_over_{false};

@@ -39,7 +39,64 @@ absl::Status Take(const Partition& partition, const std::vector<ParamInfo>& para
   return absl::OkStatus();
 }
 
+// A server's refusal as a status naming it.
+absl::Status Refused(int server, const std::string& address, const char* what,
+                     const grpc::Status& st) {
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      absl::StrCat("server ", server, " at ", address, " refused to ", what, ": ",
+                                   st.error_message()));
+}
+
+std::unique_ptr<grpc::ClientContext> Deadline() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return ctx;
+}
+
 }  // namespace
+
+absl::Status WriteOptimizerState(const Partition& partition,
+                                 const std::vector<std::string>& servers, int64_t generation,
+                                 const std::vector<ParamState>& state) {
+  for (int s = 0; s < partition.num_servers(); ++s) {
+    if (s >= static_cast<int>(servers.size()) || servers[s].empty()) {
+      return absl::UnavailableError(absl::StrCat("server ", s, "'s address is not known"));
+    }
+    std::unique_ptr<ParameterServer::Stub> stub =
+        ParameterServer::NewStub(MakeChannel(servers[s]));
+    WriteStateRequest req;
+    int64_t elements = 0;
+    auto send = [&]() -> absl::Status {
+      if (req.chunks().empty()) return absl::OkStatus();
+      req.set_generation(generation);
+      WriteStateResponse resp;
+      const grpc::Status st = stub->WriteState(Deadline().get(), req, &resp);
+      if (!st.ok()) return Refused(s, servers[s], "take the optimizer's state", st);
+      req.Clear();
+      elements = 0;
+      return absl::OkStatus();
+    };
+    for (int32_t chunk : partition.ServerChunks(s)) {
+      const ChunkInfo& info = partition.chunks()[chunk];
+      const ParamState& p = state[info.param];
+      if (p.slots.empty()) continue;
+      if (elements + info.numel * static_cast<int64_t>(p.slots.size()) > kElementsPerCall) {
+        RETURN_IF_ERROR(send());
+      }
+      ChunkState* cs = req.add_chunks();
+      cs->set_chunk(chunk);
+      cs->set_steps(p.steps);
+      cs->set_slots(static_cast<int>(p.slots.size()));
+      for (const std::vector<float>& slot : p.slots) {
+        cs->mutable_state()->Add(slot.begin() + info.offset,
+                                 slot.begin() + info.offset + info.numel);
+      }
+      elements += info.numel * static_cast<int64_t>(p.slots.size());
+    }
+    RETURN_IF_ERROR(send());
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(
     const Partition& partition, const std::vector<ParamInfo>& params,
@@ -61,15 +118,9 @@ absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(
         elements += partition.chunks()[chunks[i]].numel;
         req.add_chunks(chunks[i]);
       }
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
       ReadStateResponse resp;
-      const grpc::Status st = stub->ReadState(&ctx, req, &resp);
-      if (!st.ok()) {
-        return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                            absl::StrCat("server ", s, " at ", servers[s],
-                                         " refused to read its state: ", st.error_message()));
-      }
+      const grpc::Status st = stub->ReadState(Deadline().get(), req, &resp);
+      if (!st.ok()) return Refused(s, servers[s], "read its state", st);
       RETURN_IF_ERROR(Take(partition, params, resp, &out));
     }
   }

@@ -1,5 +1,6 @@
 // A model's optimizer state read back from its servers (ParameterServer.
-// ReadState), per parameter: its updates so far and each of the
+// ReadState), or given to them before the model's initial values
+// (WriteState), per parameter: its updates so far and each of the
 // optimizer's state arrays over the whole parameter (Adam: m and v). What
 // pstrain.torch's Optimizer.state_dict() gives in torch.optim's layout.
 #ifndef PSTRAIN_WORKER_EXTERNAL_OPTIMIZER_STATE_H_
@@ -31,6 +32,14 @@ struct ParamState {
 absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(
     const Partition& partition, const std::vector<ParamInfo>& params,
     const std::vector<std::string>& servers, int64_t generation);
+
+// Gives the servers the state each chunk starts from (`state`, by
+// parameter, partitioned as `partition`: a parameter without slots is skipped), before its initial
+// values: a chunk that has them ignores it (ParameterServer.WriteState).
+// Errors as ReadOptimizerState's.
+absl::Status WriteOptimizerState(const Partition& partition,
+                                 const std::vector<std::string>& servers, int64_t generation,
+                                 const std::vector<ParamState>& state);
 
 }  // namespace pstrain
 

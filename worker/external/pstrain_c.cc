@@ -278,6 +278,25 @@ int64_t pst_state_steps(pst_worker* w, int param) {
   return w->worker->state()[param].steps;
 }
 
+int pst_seed_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
+                   char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    const int n = w->worker->job().model().params_size();
+    if (param < 0 || param >= n || slots < 0 || slots > 8 || (slots > 0 && state == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pst_seed_state: parameter ", param, " of ", n, ", ", slots, " slots"));
+    }
+    const int64_t numel = pstrain::ModelParams(w->worker->job().model())[param].numel;
+    std::vector<std::vector<float>> arrays;
+    for (int k = 0; k < slots; ++k) {
+      if (state[k] == nullptr) return absl::InvalidArgumentError("pst_seed_state: a null slot");
+      arrays.emplace_back(state[k], state[k] + numel);
+    }
+    return w->worker->Seed(param, steps, std::move(arrays));
+  });
+}
+
 int pst_pull_rows(pst_worker* w, const char* table, int64_t n, const uint64_t* ids, int width,
                   float* out, char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {

@@ -56,7 +56,7 @@ typedef struct pst_worker pst_worker;
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
  * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers,
- * pst_read_state. */
+ * pst_read_state, pst_seed_state. */
 #define PST_ABI_VERSION 4
 int pst_abi_version(void);
 
@@ -197,6 +197,15 @@ int pst_read_state(pst_worker* w, char* err, int err_len);
 int pst_state_slots(pst_worker* w, int param);
 const float* pst_state(pst_worker* w, int param, int slot);
 int64_t pst_state_steps(pst_worker* w, int param);
+
+/* After pst_register, before pst_start: parameter i's optimizer state the
+ * servers start from -- `slots` arrays of its numel floats (the layout
+ * pst_state gives) and `steps` updates so far -- given to them before this
+ * worker's initial values (a chunk takes the first state it gets before
+ * its values). INVALID_ARGUMENT for a bad index or negative steps;
+ * FAILED_PRECONDITION after pst_start. */
+int pst_seed_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
+                   char* err, int err_len);
 
 /* Sparse tables (JobSpec.tables), from the training loop's thread.
  *

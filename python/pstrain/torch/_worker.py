@@ -196,6 +196,11 @@ def register(worker, train_size):
                (ctypes.c_int64 * max(1, len(dims)))(*dims), dtypes, (ctypes.c_int * n)(*rules),
                train_size, device, errors={_capi.FAILED_PRECONDITION: ModelMismatch})
     job = _capi.job_info(worker.handle)
+    for i, seed in enumerate(optimizer._seed or []):
+        if seed is not None:
+            steps, slots = seed
+            _capi.call("pst_seed_state", worker.handle, i, steps, len(slots),
+                       (ctypes.c_void_p * max(1, len(slots)))(*[t.data_ptr() for t in slots]))
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
     _capi.call("pst_start", worker.handle,
                (ctypes.c_void_p * n)(*[t.data_ptr() for t in initial]))

@@ -188,6 +188,7 @@ class Optimizer(torch.optim.Optimizer):
         self.backward_passes_per_step = backward_passes_per_step
         self._job_hyper = _hyper_fields(defaults, defaults)  # the job's own values
         self._owned = set()                  # fields the script has changed
+        self._seed = None                    # load_state_dict's, for the servers
         self._hyper_sent = None              # the JSON last given to the library
         self._pushes = [None] * len(named)  # this clock's push buffers (host views)
         self._passes = [0] * len(named)      # backward passes seen this clock
@@ -264,14 +265,48 @@ class Optimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": [group]}
 
     def load_state_dict(self, state_dict):
-        """Not yet (see state_dict).
+        """Seeds the servers' optimizer state from a torch.optim state of the
+        same optimizer (torch.optim.Adam(...).state_dict(), or this class's
+        state_dict()), moving a run onto pstrain: each parameter's state
+        goes to the servers before its initial values, and the group's
+        hyperparameters become this optimizer's (changed ones reach the
+        servers as the script's). Call it before the first batches(), on
+        every worker alike (worker 0's is the one the servers take; a
+        worker that pushes the initial values again after a rollback to
+        clock 0 gives its own).
+
+        Args:
+          state_dict: {'state': {index: {...}}, 'param_groups': [one group
+            whose 'params' index this optimizer's parameters in order]}.
 
         Raises:
-          NotImplementedError: always.
+          RuntimeError: the model was declared already (after the first
+            batches()).
+          ValueError: another number of groups or parameters, a state entry
+            missing or of another shape (named).
+          NotImplementedError: the job's optimizer has no torch.optim
+            counterpart here (Adafactor, Lion).
         """
-        raise NotImplementedError(
-            "pstrain.torch.Optimizer.load_state_dict(): seeding the servers' optimizer state "
-            "is not supported yet")
+        worker = _worker.initialized("Optimizer.load_state_dict")
+        if worker.declared:
+            raise RuntimeError("pstrain.torch.Optimizer.load_state_dict() seeds the servers: call "
+                               "it before the first batches()")
+        kind = worker.spec.get("optimizer", {}).get("type", "ADAM")
+        if kind not in _TORCH_STATE:
+            raise NotImplementedError("pstrain.torch.Optimizer.load_state_dict(): the job's "
+                                      "optimizer %s has no torch.optim layout here" % kind)
+        groups = state_dict.get("param_groups", [])
+        if len(groups) != 1 or len(groups[0].get("params", [])) != len(self.params):
+            raise ValueError("pstrain.torch.Optimizer.load_state_dict(): the state has %d groups "
+                             "of %s parameters; this optimizer one of %d"
+                             % (len(groups), [len(g.get("params", [])) for g in groups],
+                                len(self.params)))
+        names, with_step, _ = _TORCH_STATE[kind]
+        self._seed = [_seed_of(state_dict.get("state", {}).get(index), names, with_step, p, name)
+                      for index, p, name in zip(groups[0]["params"], self.params, self.names)]
+        for key in self.defaults:
+            if key in groups[0]:
+                self.param_groups[0][key] = groups[0][key]
 
     def step(self, closure=None):
         """Ends this clock: pushes the gradients the hooks have not sent yet
@@ -441,6 +476,24 @@ class Optimizer(torch.optim.Optimizer):
         """Parameter i's gradient is complete in its buffer: it may leave."""
         with self._library:
             _capi.call("pst_grads_ready", _worker.current().handle, i)
+
+
+def _seed_of(entry, names, with_step, param, name):
+    """(steps, [float32 CPU tensors]) of one parameter's torch state entry
+    with state arrays `names`, or None for a parameter without state."""
+    if not entry:
+        return None
+    missing = [n for n in names if n not in entry]
+    if missing:
+        raise ValueError("pstrain.torch.Optimizer.load_state_dict(): the state of '%s' has no %s"
+                         % (name, ", ".join(missing)))
+    slots = [entry[n].detach().to(device="cpu", dtype=torch.float32).contiguous() for n in names]
+    for n, slot in zip(names, slots):
+        if slot.shape != param.shape:
+            raise ValueError("pstrain.torch.Optimizer.load_state_dict(): '%s' of '%s' has shape "
+                             "%s, the parameter %s" % (n, name, list(slot.shape),
+                                                        list(param.shape)))
+    return int(float(entry.get("step", 0))) if with_step else 0, slots
 
 
 def _float32(x):

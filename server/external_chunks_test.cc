@@ -1,5 +1,7 @@
-// An EXTERNAL model's buffers (ParamSpec.buffer) on a server: their chunks
-// take pushed values by the rule, not an optimizer step.
+// An EXTERNAL model's chunks on a server: its buffers' (ParamSpec.buffer)
+// take pushed values by the rule, not an optimizer step; the optimizer's
+// state is read back (ReadState) and seeded before the initial values
+// (WriteState).
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,9 +38,13 @@ JobSpec BufferJob(BufferRule rule, Consistency mode) {
 
 class BufferChunksTest : public ::testing::Test {
  protected:
-  void Start(BufferRule rule, Consistency mode) {
+  void Start(BufferRule rule, Consistency mode, OptimizerType optimizer = SGD,
+             bool initial_values = true) {
     store_.reset();
     job_ = BufferJob(rule, mode);
+    job_.mutable_optimizer()->set_type(optimizer);
+    job_.mutable_optimizer()->clear_learning_rate();
+    ApplyJobDefaults(&job_);
     ASSERT_TRUE(ValidateJobSpec(job_).ok()) << ValidateJobSpec(job_);
     partition_.emplace(Partition::Make(ModelParams(job_.model()), job_.chunk_bytes(), 1).value());
     store_.emplace(job_, *partition_, 0, MakeOptimizer(job_.optimizer()).value(), nullptr,
@@ -46,6 +52,9 @@ class BufferChunksTest : public ::testing::Test {
     ASSERT_EQ(store_->chunk_ids().size(), 2u);
     weight_ = store_->chunk_ids()[0];
     buffer_ = store_->chunk_ids()[1];
+    if (initial_values) Initial();
+  }
+  void Initial() {
     ChunkStore::PushRequest initial;
     initial.initial_values = true;
     initial.parts = {{weight_, 4, 16}, {buffer_, 4, 16}};
@@ -99,6 +108,40 @@ TEST_F(BufferChunksTest, UnderSspEachPushTheRuleTakesReplacesTheValues) {
   EXPECT_EQ(Buffer(), std::vector<float>(4, 5.0f));
   Push(0, 0, 2.0f, 1);
   EXPECT_EQ(Buffer(), std::vector<float>(4, 2.0f));
+}
+
+// Adam's m and v of a chunk, written before its initial values, are what
+// its first update starts from and what ReadState gives back; written
+// after them, they are ignored (the first wins).
+TEST_F(BufferChunksTest, TheOptimizersStateIsSeededBeforeTheValuesAndReadBack) {
+  Start(AVERAGE, BSP, ADAM, /*initial_values=*/false);
+  ChunkState seed;
+  seed.set_chunk(weight_);
+  seed.set_steps(5);
+  seed.set_slots(2);
+  for (float v : {0.5f, 0.5f, 0.5f, 0.5f, 4.0f, 4.0f, 4.0f, 4.0f}) seed.add_state(v);
+  ChunkState bad = seed;
+  bad.add_state(1.0f);
+  EXPECT_TRUE(absl::IsInvalidArgument(store_->WriteState(bad)));
+  ASSERT_TRUE(store_->WriteState(seed).ok());
+  Initial();
+  ChunkState later = seed;
+  later.set_steps(9);
+  ASSERT_TRUE(store_->WriteState(later).ok());  // ignored: the chunk has its values
+  ChunkState read;
+  ASSERT_TRUE(store_->ReadState(weight_, &read).ok());
+  EXPECT_EQ(read.steps(), 5);
+  EXPECT_EQ(std::vector<float>(read.state().begin(), read.state().end()),
+            std::vector<float>(seed.state().begin(), seed.state().end()));
+  Push(0, 0, 1.0f, 1);
+  Push(1, 0, 1.0f, 1);
+  ASSERT_TRUE(store_->ReadState(weight_, &read).ok());
+  EXPECT_EQ(read.steps(), 6);
+  EXPECT_FLOAT_EQ(read.state(0), 0.9f * 0.5f + 0.1f * 1.0f);    // m from the seed
+  EXPECT_FLOAT_EQ(read.state(4), 0.999f * 4.0f + 0.001f * 1.0f);  // v
+  ChunkState buffer;
+  ASSERT_TRUE(store_->ReadState(buffer_, &buffer).ok());
+  EXPECT_EQ(buffer.slots(), 0);  // a buffer keeps no optimizer state
 }
 
 TEST(BufferJobTest, BuffersCannotBeClipped) {
