@@ -29,6 +29,9 @@ The package's rooms:
     optimizer.py  pst.Optimizer: a torch.optim.Optimizer whose param_groups
                   the servers run; the gradients' way to the servers
     metrics.py    pst.report: a clock's loss and accuracy, for Status
+    _optim_layout.py  the job's optimizer under torch.optim's names: the
+                  group's hyperparameters and the state's layout
+    _buffers.py   which module buffers travel, under which rule
     data.py       pst.ClockBatchSampler (this worker's indices clock by
                   clock, for a DataLoader), pst.batches (the clock loop's
                   side in Python) and pst.batch_indices (the job's order)

@@ -18,93 +18,14 @@ import torch
 from .. import _capi
 from .._capi import PstrainError
 from . import _worker
+from ._buffers import BUFFER_RULES, UnsupportedDtype, travelling_buffers
 from ._device_grads import DeviceGradients
+from ._optim_layout import TORCH_STATE, hyper_fields, job_hyperparameters, seed_of
 from .sparse import SparseEmbeddingBag
-
-
-class UnsupportedDtype(TypeError):
-    """A trainable parameter is not float32."""
 
 
 class NoGradients(PstrainError):
     """step() found no gradient: backward was not called."""
-
-
-# Each optimizer type's state in torch.optim's layout: the names of the
-# servers' state arrays in their order (server/optimizers/*.h), whether
-# torch keeps a 'step', and the group keys torch's optimizer of the same
-# kind needs besides the hyperparameters.
-_TORCH_STATE = {
-    "SGD": ((), False, {"momentum": 0.0, "dampening": 0.0, "nesterov": False}),
-    "MOMENTUM": (("momentum_buffer",), False, {"dampening": 0.0, "nesterov": False}),
-    "NESTEROV": (("momentum_buffer",), False, {"dampening": 0.0, "nesterov": True}),
-    "ADAM": (("exp_avg", "exp_avg_sq"), True, {"amsgrad": False}),
-    "ADAMW": (("exp_avg", "exp_avg_sq"), True, {"amsgrad": False}),
-    "ADAGRAD": (("sum",), True, {"lr_decay": 0.0, "initial_accumulator_value": 0.0}),
-    "RMSPROP": (("square_avg",), True, {"momentum": 0.0, "centered": False}),
-    "ADADELTA": (("square_avg", "acc_delta"), True, {}),
-}
-
-# Optimizer(buffers=...): the library's buffer rule (pst_register), None
-# for buffers that stay on the worker.
-_BUFFER_RULES = {"broadcast": _capi.PST_BROADCAST, "average": _capi.PST_AVERAGE, "local": None}
-
-
-def _travelling_buffers(model, rule):
-    """(names, tensors) of `model`'s persistent buffers (those in its
-    state_dict), none if `rule` keeps them local."""
-    if rule is None:
-        return [], []
-    persistent = set(model.state_dict().keys())
-    named = [(n, b) for n, b in model.named_buffers() if n in persistent]
-    for name, b in named:
-        if b.is_complex() or not (b.is_floating_point() or b.dtype in _INTEGERS):
-            raise UnsupportedDtype("buffer '%s' is %s; buffers travel as float32 (keep it on "
-                                   "the worker with buffers=\"local\")" % (name, b.dtype))
-    return [n for n, _ in named], [b for _, b in named]
-
-
-_INTEGERS = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
-
-# Each optimizer type's hyperparameters: torch.optim's name in param_groups
-# -> the job's OptimizerSpec fields (betas are beta1 and beta2; RMSprop's
-# alpha is the job's rho).
-_KEYS = {
-    "SGD": ("lr", "weight_decay"),
-    "MOMENTUM": ("lr", "momentum", "weight_decay"),
-    "NESTEROV": ("lr", "momentum", "weight_decay"),
-    "ADAM": ("lr", "betas", "eps", "weight_decay"),
-    "ADAMW": ("lr", "betas", "eps", "weight_decay"),
-    "ADAGRAD": ("lr", "eps", "weight_decay"),
-    "RMSPROP": ("lr", "alpha", "eps", "weight_decay"),
-    "ADADELTA": ("lr", "rho", "eps", "weight_decay"),
-    "ADAFACTOR": ("lr", "eps", "weight_decay", "decay_rate", "clip_threshold"),
-    "LION": ("lr", "betas", "weight_decay"),
-}
-_FIELDS = {"lr": ("learning_rate",), "betas": ("beta1", "beta2"), "eps": ("epsilon",),
-           "weight_decay": ("weight_decay",), "momentum": ("momentum",), "alpha": ("rho",),
-           "rho": ("rho",), "decay_rate": ("decay_rate",), "clip_threshold": ("clip_threshold",)}
-
-
-def job_hyperparameters(spec):
-    """The param_groups defaults of the job's optimizer (a JobSpec's
-    `optimizer` as a dict of its proto field names): torch.optim's names,
-    the job's values."""
-    keys = _KEYS.get(spec.get("type", "ADAM"), _KEYS["ADAM"])
-    defaults = {}
-    for key in keys:
-        values = tuple(float(spec.get(f, 0.0)) for f in _FIELDS[key])
-        defaults[key] = values if key == "betas" else values[0]
-    return defaults
-
-
-def _hyper_fields(group, keys):
-    """{OptimizerSpec field: value} of `keys` in `group`."""
-    fields = {}
-    for key in keys:
-        values = group[key] if key == "betas" else (group[key],)
-        fields.update(zip(_FIELDS[key], (float(v) for v in values)))
-    return fields
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -176,17 +97,17 @@ class Optimizer(torch.optim.Optimizer):
         if not named:
             raise ValueError("pstrain.torch.Optimizer: the model has no parameter with "
                              "requires_grad=True")
-        self.buffer_rule = _BUFFER_RULES.get(buffers)
+        self.buffer_rule = BUFFER_RULES.get(buffers)
         if self.buffer_rule is None:
             raise ValueError("pstrain.torch.Optimizer: buffers=%r; one of %s"
-                             % (buffers, ", ".join(map(repr, _BUFFER_RULES))))
-        self.buffer_names, self.module_buffers = _travelling_buffers(model, self.buffer_rule)
+                             % (buffers, ", ".join(map(repr, BUFFER_RULES))))
+        self.buffer_names, self.module_buffers = travelling_buffers(model, self.buffer_rule)
         defaults = job_hyperparameters(worker.spec.get("optimizer", {}))
         super().__init__([p for _, p in named], defaults)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.backward_passes_per_step = backward_passes_per_step
-        self._job_hyper = _hyper_fields(defaults, defaults)  # the job's own values
+        self._job_hyper = hyper_fields(defaults, defaults)  # the job's own values
         self._owned = set()                  # fields the script has changed
         self._seed = None                    # load_state_dict's, for the servers
         self._hyper_sent = None              # the JSON last given to the library
@@ -242,10 +163,10 @@ class Optimizer(torch.optim.Optimizer):
         """
         worker = _worker.registered("Optimizer.state_dict")
         kind = worker.spec.get("optimizer", {}).get("type", "ADAM")
-        if kind not in _TORCH_STATE:
+        if kind not in TORCH_STATE:
             raise NotImplementedError("pstrain.torch.Optimizer.state_dict(): the job's optimizer "
                                       "%s has no torch.optim layout here" % kind)
-        names, with_step, extra = _TORCH_STATE[kind]
+        names, with_step, extra = TORCH_STATE[kind]
         _capi.call("pst_read_state", worker.handle)
         state = {}
         for i, p in enumerate(self.params):
@@ -292,7 +213,7 @@ class Optimizer(torch.optim.Optimizer):
             raise RuntimeError("pstrain.torch.Optimizer.load_state_dict() seeds the servers: call "
                                "it before the first batches()")
         kind = worker.spec.get("optimizer", {}).get("type", "ADAM")
-        if kind not in _TORCH_STATE:
+        if kind not in TORCH_STATE:
             raise NotImplementedError("pstrain.torch.Optimizer.load_state_dict(): the job's "
                                       "optimizer %s has no torch.optim layout here" % kind)
         groups = state_dict.get("param_groups", [])
@@ -301,8 +222,8 @@ class Optimizer(torch.optim.Optimizer):
                              "of %s parameters; this optimizer one of %d"
                              % (len(groups), [len(g.get("params", [])) for g in groups],
                                 len(self.params)))
-        names, with_step, _ = _TORCH_STATE[kind]
-        self._seed = [_seed_of(state_dict.get("state", {}).get(index), names, with_step, p, name)
+        names, with_step, _ = TORCH_STATE[kind]
+        self._seed = [seed_of(state_dict.get("state", {}).get(index), names, with_step, p, name)
                       for index, p, name in zip(groups[0]["params"], self.params, self.names)]
         for key in self.defaults:
             if key in groups[0]:
@@ -399,7 +320,7 @@ class Optimizer(torch.optim.Optimizer):
         with this clock's pushes (pst_set_hyper); once changed, a field is
         the script's from then on."""
         group = self.param_groups[0]
-        fields = _hyper_fields(group, self.defaults)
+        fields = hyper_fields(group, self.defaults)
         self._owned.update(f for f, v in fields.items()
                            if _float32(v) != _float32(self._job_hyper[f]))
         text = json.dumps({f: fields[f] for f in sorted(self._owned)})
@@ -476,24 +397,6 @@ class Optimizer(torch.optim.Optimizer):
         """Parameter i's gradient is complete in its buffer: it may leave."""
         with self._library:
             _capi.call("pst_grads_ready", _worker.current().handle, i)
-
-
-def _seed_of(entry, names, with_step, param, name):
-    """(steps, [float32 CPU tensors]) of one parameter's torch state entry
-    with state arrays `names`, or None for a parameter without state."""
-    if not entry:
-        return None
-    missing = [n for n in names if n not in entry]
-    if missing:
-        raise ValueError("pstrain.torch.Optimizer.load_state_dict(): the state of '%s' has no %s"
-                         % (name, ", ".join(missing)))
-    slots = [entry[n].detach().to(device="cpu", dtype=torch.float32).contiguous() for n in names]
-    for n, slot in zip(names, slots):
-        if slot.shape != param.shape:
-            raise ValueError("pstrain.torch.Optimizer.load_state_dict(): '%s' of '%s' has shape "
-                             "%s, the parameter %s" % (n, name, list(slot.shape),
-                                                        list(param.shape)))
-    return int(float(entry.get("step", 0))) if with_step else 0, slots
 
 
 def _float32(x):
