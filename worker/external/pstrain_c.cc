@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -369,14 +370,25 @@ int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int
     return -1;
   }
   try {
-    // The job of a worker with this training set: its order is the workers'.
-    pstrain::JobSpec job;
-    job.set_seed(seed);
-    job.set_batch_size(static_cast<int32_t>(batch_size));
-    job.mutable_data()->set_dataset(pstrain::EXTERNAL_DATA);
-    job.mutable_data()->set_train_size(train_size);
-    const std::vector<int64_t> indices =
-        pstrain::ExternalDataOrder(job).Indices(clock, share_of, share);
+    // The order of a job of this seed, batch and training set: the workers'.
+    // Its sampler is kept per thread for the next call, which keeps the
+    // epoch's permutation (a ClockBatchSampler asks clock after clock).
+    struct Order {
+      uint64_t seed;
+      int64_t train_size, batch_size;
+      std::optional<pstrain::BatchSampler> sampler;
+    };
+    thread_local Order last{0, 0, 0, std::nullopt};
+    if (!last.sampler.has_value() || last.seed != seed || last.train_size != train_size ||
+        last.batch_size != batch_size) {
+      pstrain::JobSpec job;
+      job.set_seed(seed);
+      job.set_batch_size(static_cast<int32_t>(batch_size));
+      job.mutable_data()->set_dataset(pstrain::EXTERNAL_DATA);
+      job.mutable_data()->set_train_size(train_size);
+      last = Order{seed, train_size, batch_size, pstrain::ExternalDataOrder(job)};
+    }
+    const std::vector<int64_t> indices = last.sampler->Indices(clock, share_of, share);
     const size_t n = std::min(indices.size(), static_cast<size_t>(std::max(0, max_rows)));
     std::copy(indices.begin(), indices.begin() + n, out);
     return static_cast<int>(indices.size());

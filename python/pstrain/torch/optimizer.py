@@ -111,6 +111,7 @@ class Optimizer(torch.optim.Optimizer):
         self._owned = set()                  # fields the script has changed
         self._seed = None                    # load_state_dict's, for the servers
         self._hyper_sent = None              # the JSON last given to the library
+        self._hyper_seen = None              # the group's values it was made from
         self._pushes = [None] * len(named)  # this clock's push buffers (host views)
         self._passes = [0] * len(named)      # backward passes seen this clock
         self._clock = None                   # the clock under way
@@ -320,6 +321,10 @@ class Optimizer(torch.optim.Optimizer):
         with this clock's pushes (pst_set_hyper); once changed, a field is
         the script's from then on."""
         group = self.param_groups[0]
+        values = tuple(group[key] for key in self.defaults)
+        if values == self._hyper_seen:  # (nothing changed since the last clock)
+            return
+        self._hyper_seen = values
         fields = hyper_fields(group, self.defaults)
         self._owned.update(f for f, v in fields.items()
                            if _float32(v) != _float32(self._job_hyper[f]))
@@ -379,14 +384,16 @@ class Optimizer(torch.optim.Optimizer):
         self._passes[i] += 1
         if self._passes[i] != self.backward_passes_per_step:
             return
+        if self._is_buffer(i):
+            self._grads_ready(i)
+            return
         grad = self.params[i].grad
-        if grad is not None and grad.device.type == "cpu" and not self._is_buffer(i):
+        if grad is not None and grad.device.type == "cpu":
             # A gradient backward made anew (the script set .grad to None):
             # into the buffer, which backward goes on accumulating into.
             with torch.no_grad():
                 self._pushes[i].copy_(grad)
             self.params[i].grad = self._pushes[i]
-        if self._is_buffer(i):
             self._grads_ready(i)
         elif self._early and grad is not None and grad.device.type == "cuda" \
                 and self._device_grads.handles(i):
