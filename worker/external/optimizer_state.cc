@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/retry.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
 #include "proto/ps.grpc.pb.h"
@@ -32,8 +34,7 @@ absl::Status Take(const Partition& partition, const std::vector<ParamInfo>& para
     p.slots.resize(cs.slots(), std::vector<float>(params[info.param].numel));
     p.steps = std::min(p.steps, cs.steps());
     for (int k = 0; k < cs.slots(); ++k) {
-      std::copy_n(cs.state().data() + k * info.numel, info.numel,
-                  p.slots[k].begin() + info.offset);
+      std::copy_n(cs.state().data() + k * info.numel, info.numel, p.slots[k].begin() + info.offset);
     }
   }
   return absl::OkStatus();
@@ -47,10 +48,18 @@ absl::Status Refused(int server, const std::string& address, const char* what,
                                    st.error_message()));
 }
 
-std::unique_ptr<grpc::ClientContext> Deadline() {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  return ctx;
+// Calls `call` (with a fresh context of a 60 s deadline) until it
+// succeeds or fails for good: a server that is not ready yet (it has not
+// received the job's partition, or not restored the generation) or not
+// reachable is tried again with backoff for RetryPolicy's window.
+absl::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& call, int server,
+                  const std::string& address, const char* what) {
+  return Retry(RetryPolicy(), [&]() -> absl::Status {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    const grpc::Status st = call(&ctx);
+    return st.ok() ? absl::OkStatus() : Refused(server, address, what, st);
+  });
 }
 
 }  // namespace
@@ -62,16 +71,16 @@ absl::Status WriteOptimizerState(const Partition& partition,
     if (s >= static_cast<int>(servers.size()) || servers[s].empty()) {
       return absl::UnavailableError(absl::StrCat("server ", s, "'s address is not known"));
     }
-    std::unique_ptr<ParameterServer::Stub> stub =
-        ParameterServer::NewStub(MakeChannel(servers[s]));
+    std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(servers[s]));
     WriteStateRequest req;
     int64_t elements = 0;
     auto send = [&]() -> absl::Status {
       if (req.chunks().empty()) return absl::OkStatus();
       req.set_generation(generation);
       WriteStateResponse resp;
-      const grpc::Status st = stub->WriteState(Deadline().get(), req, &resp);
-      if (!st.ok()) return Refused(s, servers[s], "take the optimizer's state", st);
+      RETURN_IF_ERROR(
+          Call([&](grpc::ClientContext* ctx) { return stub->WriteState(ctx, req, &resp); }, s,
+               servers[s], "take the optimizer's state"));
       req.Clear();
       elements = 0;
       return absl::OkStatus();
@@ -98,29 +107,32 @@ absl::Status WriteOptimizerState(const Partition& partition,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(
-    const Partition& partition, const std::vector<ParamInfo>& params,
-    const std::vector<std::string>& servers, int64_t generation) {
+absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(const Partition& partition,
+                                                           const std::vector<ParamInfo>& params,
+                                                           const std::vector<std::string>& servers,
+                                                           int64_t generation) {
   std::vector<ParamState> out(params.size());
   for (ParamState& p : out) p.steps = std::numeric_limits<int64_t>::max();
   for (int s = 0; s < partition.num_servers(); ++s) {
     if (s >= static_cast<int>(servers.size()) || servers[s].empty()) {
       return absl::UnavailableError(absl::StrCat("server ", s, "'s address is not known"));
     }
-    std::unique_ptr<ParameterServer::Stub> stub =
-        ParameterServer::NewStub(MakeChannel(servers[s]));
+    std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(servers[s]));
     const std::vector<int32_t>& chunks = partition.ServerChunks(s);
     for (size_t i = 0; i < chunks.size();) {
       ReadStateRequest req;
       req.set_generation(generation);
-      for (int64_t elements = 0; i < chunks.size() && (elements == 0 ||
-           elements + partition.chunks()[chunks[i]].numel <= kElementsPerCall); ++i) {
+      for (int64_t elements = 0;
+           i < chunks.size() &&
+           (elements == 0 || elements + partition.chunks()[chunks[i]].numel <= kElementsPerCall);
+           ++i) {
         elements += partition.chunks()[chunks[i]].numel;
         req.add_chunks(chunks[i]);
       }
       ReadStateResponse resp;
-      const grpc::Status st = stub->ReadState(Deadline().get(), req, &resp);
-      if (!st.ok()) return Refused(s, servers[s], "read its state", st);
+      RETURN_IF_ERROR(
+          Call([&](grpc::ClientContext* ctx) { return stub->ReadState(ctx, req, &resp); }, s,
+               servers[s], "read its state"));
       RETURN_IF_ERROR(Take(partition, params, resp, &out));
     }
   }

@@ -25,10 +25,11 @@ struct ParamState {
 
 // Reads the state of every chunk of `params` (partitioned as `partition`)
 // from the servers at `servers` (by id), of cluster generation
-// `generation`: one call per server and about 16 MiB of state. A server's
-// refusal as it gave it, naming the server (UNIMPLEMENTED for an optimizer
-// that is not elementwise, FAILED_PRECONDITION once the cluster rolled
-// back); UNAVAILABLE for one that cannot be reached within 60 s.
+// `generation`: one call per server and about 16 MiB of state. A server
+// not ready or not reachable is tried again with backoff for 30 s
+// (common/retry.h); a refusal as it gave it, naming the server
+// (UNIMPLEMENTED for an optimizer that is not elementwise,
+// FAILED_PRECONDITION once the cluster rolled back).
 absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(
     const Partition& partition, const std::vector<ParamInfo>& params,
     const std::vector<std::string>& servers, int64_t generation);

@@ -97,8 +97,8 @@ def batches(data, collate_fn=None):
     Args:
       data: a torch.utils.data.DataLoader whose batch_sampler is a
         ClockBatchSampler (its workers, pinned memory and collate_fn are
-        kept), or a map-style dataset (__len__ and __getitem__), read
-        through such a loader in this process.
+        kept), or a map-style dataset (__len__ and __getitem__), read in
+        this process as such a loader with no worker processes would.
       collate_fn: with a dataset: makes a batch of [data[i] for i in
         indices] (default: PyTorch's default_collate).
 
@@ -115,13 +115,11 @@ def batches(data, collate_fn=None):
       PstrainError: the clock loop failed (JobAborted, SchedulerUnavailable, ...).
     """
     worker = _worker.initialized("batches")
-    loader = _loader_of(data, collate_fn)
-    sampler = loader.batch_sampler
+    batch_of, size = _batches_of(worker, data, collate_fn)
     if not worker.declared:
-        _worker.register(worker, sampler.size)
+        _worker.register(worker, size)
     optimizer = worker.optimizer
     offered = (ctypes.c_int64 * worker.job.batch_size)()
-    batch_of = _ClockBatches(worker, loader)
     while not worker.done:
         clock, rows = _next_clock(worker, offered)
         if clock < 0:
@@ -136,9 +134,11 @@ def batches(data, collate_fn=None):
                                "opt.step() for clock %d" % clock)
 
 
-def _loader_of(data, collate_fn):
-    """`data` itself if a DataLoader over a ClockBatchSampler, else one over
-    the dataset `data` in this process."""
+def _batches_of(worker, data, collate_fn):
+    """(batch_of(clock, indices), the training set's size) of `data`: a
+    DataLoader over a ClockBatchSampler (its batches, checked), or a
+    dataset read in this process at the clock's indices -- what the loader
+    over it with no worker processes would give, without predicting them."""
     if isinstance(data, torch.utils.data.DataLoader):
         if not isinstance(data.batch_sampler, ClockBatchSampler):
             raise TypeError("pstrain.torch.batches(): the DataLoader's batch_sampler must be a "
@@ -146,12 +146,12 @@ def _loader_of(data, collate_fn):
                             "batch_sampler=pst.ClockBatchSampler(dataset), ...))")
         if collate_fn is not None:
             raise TypeError("pstrain.torch.batches(): give collate_fn to the DataLoader")
-        return data
+        return _ClockBatches(worker, data), data.batch_sampler.size
     if not hasattr(data, "__len__"):
         raise TypeError("pstrain.torch.batches() takes a map-style dataset (__len__ and "
                         "__getitem__) or a DataLoader, not %s" % type(data).__name__)
-    return torch.utils.data.DataLoader(data, batch_sampler=ClockBatchSampler(data),
-                                       collate_fn=collate_fn or _default_collate)
+    collate = collate_fn or _default_collate
+    return (lambda clock, indices: collate([data[i] for i in indices])), len(data)
 
 
 class _ClockBatches:
