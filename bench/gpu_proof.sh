@@ -7,7 +7,8 @@
 # repository root:
 #
 #   bench/gpu_proof.sh [--bundle=dist/pstrain-bundle.tar.gz] [--out=DIR]
-#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline,train,torch]
+#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline,train,torch,wheel]
+#                      [--wheel=dist/pstrain-VERSION-py3-none-linux_x86_64.whl]
 #
 # window: bench/windowed_bench (a GPT under --device_memory_budget next to the
 # same step resident) and a GPU cluster with and without a budget; pipeline:
@@ -18,7 +19,11 @@
 # worker with two servers (BSP, BSP with --overlap=off, SSP s=1, and BSP for
 # 50 clocks then SSP s=1 by the job's consistency_plan), interleaved round
 # by round, with each worker's per-clock split (gate, pull, compute, push)
-# from the final status and the validation loss.
+# from the final status and the validation loss; wheel: deploy/wheel.py's
+# wheel installed with the machine's own pip (--no-index --target, no venv:
+# such a machine may lack ensurepip) and imported by its own Python and
+# PyTorch (the library and the gRPC/protobuf mapped), then the transformer
+# on CUDA for 50 clocks through python -m pstrain.run (1 worker, 2 servers).
 #
 # Everything goes to DIR/proof.log (DIR: $OUT, else /tmp/gpu-proof) and the
 # cluster logs to DIR/cluster-logs.tar.gz.
@@ -27,12 +32,14 @@ BUNDLE=dist/pstrain-bundle.tar.gz
 DIR="${OUT:-/tmp/gpu-proof}"
 ROUNDS=3
 PARTS=test,bench,cluster
+WHEEL="$(ls dist/pstrain-*.whl 2>/dev/null | tail -n1)"
 for arg in "$@"; do
   case "$arg" in
     --bundle=*) BUNDLE="${arg#*=}" ;;
     --out=*) DIR="${arg#*=}" ;;
     --rounds=*) ROUNDS="${arg#*=}" ;;
     --parts=*) PARTS="${arg#*=}" ;;
+    --wheel=*) WHEEL="${arg#*=}" ;;
     *) echo "gpu_proof: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -144,6 +151,34 @@ if has torch; then
     JOB="$DELAYED_JOB" torch_cluster "torch-delayed-$r" ""
   done
   tar -C "$WORK" -czf "$DIR/cluster-logs.tar.gz" logs
+fi
+
+if has wheel; then
+  say "wheel: python3 -m pip install --no-index --target $WORK/site $WHEEL"
+  python3 --version; python3 -c "import torch; print('torch', torch.__version__)"
+  python3 -m pip install -q --no-index --target "$WORK/site" "$WHEEL"
+  echo "pip exit $?"
+  say "wheel: import from /tmp (the library and the gRPC/protobuf mapped)"
+  (cd /tmp && PYTHONPATH="$WORK/site" python3 - <<'PY'
+import re
+import pstrain, pstrain._capi as capi
+import pstrain.torch as pst
+print("pstrain", pstrain.__version__, "from", pstrain.__file__)
+print("library", capi.lib()._name, "ABI", capi.lib().pst_abi_version())
+maps = open("/proc/self/maps").read()
+print("mapped", sorted(set(re.findall(r"(/\S*lib(?:grpc|protobuf)\S*)", maps))))
+PY
+  )
+  say "wheel: python3 -m pstrain.run, the transformer on CUDA, 1 worker + 2 servers, 50 clocks"
+  cp "$B/examples/torch/transformer_fortunes.py" "$WORK/"
+  (cd "$WORK" && PYTHONPATH="$WORK/site" OPENBLAS_NUM_THREADS=4 timeout 300 \
+    python3 -m pstrain.run --job="$TORCH_JOB" --servers=2 --workers=1 \
+    --scheduler_flags=--clocks=50 --logs="$WORK/logs/wheel" transformer_fortunes.py \
+    "${TORCH_MODEL[@]}" --data_dir="$B/data/fortunes" --log_every=25 2>&1 | tail -n 5;
+    exit "${PIPESTATUS[0]}")
+  echo "pstrain.run exit $?"
+  python3 -c "import json; d = json.load(open('$WORK/logs/wheel/status.json')); \
+print(d['job_state'], [(m['role'], m['state']) for m in d['members']])"
 fi
 
 # Local clusters: the scheduler and servers on this machine's cores, workers
