@@ -126,6 +126,12 @@ TEST_F(ExternalModelJoinTest, AWorkerJoinsFirstAndDeclaresLater) {
   EXPECT_EQ(w1->id(), 1);
   EXPECT_EQ(coordinator_->state(), WAITING);  // worker 0 has not declared
 
+  // The durable state keeps the join undeclared: a scheduler that takes
+  // the job over does not start it without worker 0's model either.
+  const SchedulerState saved = coordinator_->Snapshot();
+  EXPECT_TRUE(saved.members().workers(0).undeclared());
+  EXPECT_FALSE(saved.members().workers(1).undeclared());
+
   RegisterRequest declared = Worker("w0", 7);
   declared.set_id(0);
   Declare(&declared, 41);

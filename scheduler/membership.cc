@@ -27,6 +27,7 @@ SchedulerMember ToState(const MemberRecord& m) {
   out.set_address(m.address);
   out.set_incarnation(m.incarnation);
   out.set_state(m.state);
+  out.set_undeclared(!m.declared);
   *out.mutable_status() = m.status;
   return out;
 }
@@ -38,6 +39,7 @@ MemberRecord FromState(const SchedulerMember& m, absl::Time now) {
   out.address = m.address();
   out.incarnation = m.incarnation();
   out.state = m.state();
+  out.declared = !m.undeclared();
   out.status = m.status();
   out.last_seen = now;
   return out;

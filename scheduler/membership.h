@@ -33,7 +33,8 @@ struct MemberRecord {
   MemberStatus status;             // its last report (SchedulerMember.status)
   absl::Time last_seen;            // registration or last heartbeat
   // A worker that joined before declaring its model
-  // (RegisterRequest.declare_later) is false until it declares.
+  // (RegisterRequest.declare_later) is false until it declares (durable:
+  // SchedulerMember.undeclared).
   bool declared = true;
 
   // The report with the verdict: what the cluster's Status shows.

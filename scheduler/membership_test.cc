@@ -20,6 +20,23 @@ TEST(MembershipTest, IdsInOrderAndRetriesIdempotent) {
   EXPECT_EQ(v.workers(1).address(), "c:1");
 }
 
+// A worker that joined without its model keeps the job from starting,
+// and so it does after a restore of the durable state.
+TEST(MembershipTest, AnUndeclaredWorkerKeepsItIncompleteAcrossARestore) {
+  Membership m(1, 2);
+  const absl::Time now = absl::Now();
+  ASSERT_TRUE(m.Register(SERVER, "s:1", 1, now).ok());
+  ASSERT_TRUE(m.Register(WORKER, "a:1", 2, now).ok());
+  ASSERT_TRUE(m.Register(WORKER, "b:1", 3, now).ok());
+  m.Get(WORKER, 1)->declared = false;
+  EXPECT_FALSE(m.Complete());
+  Membership restored(1, 2);
+  ASSERT_TRUE(restored.Restore(m.Snapshot(), now).ok());
+  EXPECT_FALSE(restored.Complete());
+  restored.Get(WORKER, 1)->declared = true;
+  EXPECT_TRUE(restored.Complete());
+}
+
 TEST(MembershipTest, RefusesDuplicatesAndExtras) {
   Membership m(1, 1);
   const absl::Time now = absl::Now();
