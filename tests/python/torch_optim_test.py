@@ -4,8 +4,9 @@ torch.optim.lr_scheduler on the script's optimizer (StepLR; OneCycleLR,
 which moves beta1 too), against one process that runs the same scheduler
 on the servers' Adam arithmetic (server_adam.py) over the same global
 batches: every final weight within 1e-5. Worker 0 clears its gradients with
-model.zero_grad(set_to_none=True) each clock, worker 1 with
-opt.zero_grad(set_to_none=True): neither loses a gradient.
+model.zero_grad(set_to_none=True) each clock and overlaps (its gradients
+leave at the hooks), worker 1 with opt.zero_grad(set_to_none=True) and
+pushes at step(): neither loses a gradient.
 
 The reference without the schedule ends far from it (checked), so the
 match is the schedule's doing.
@@ -127,9 +128,13 @@ class TorchOptimTest(unittest.TestCase):
 
         with Cluster(TINY_JOB, servers=2, workers=len(WORKERS), name="optim_" + schedule,
                      scheduler_flags=["--clocks=%d" % CLOCKS]) as cluster:
-            for name, zero_grad in zip(WORKERS, ("model", "optimizer")):
+            # Worker 0 overlaps (each gradient leaves at its hook), so a
+            # gradient model.zero_grad() made anew must reach the push
+            # buffer there; worker 1 pushes at step().
+            for name, zero_grad, overlap in zip(WORKERS, ("model", "optimizer"), ("on", "off")):
                 cluster.start_tiny(name, "--lr_scheduler=" + schedule, "--clocks=%d" % CLOCKS,
                                    "--zero_grad=" + zero_grad,
+                                   '--init_flags={"overlap": "%s"}' % overlap,
                                    "--weights_out=%s/%s.pt" % (cluster.dir, name))
             codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
             self.assertEqual(codes, dict.fromkeys(codes, 0),
