@@ -321,27 +321,6 @@ absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int3
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::ReadState(int32_t chunk, ChunkState* out) const {
-  const auto* elementwise = dynamic_cast<const ElementwiseOptimizer*>(optimizer_.get());
-  if (elementwise == nullptr) {
-    return absl::UnimplementedError("this job's optimizer keeps no elementwise state to read");
-  }
-  Chunk* c = Find(chunk);
-  absl::MutexLock lock(&c->mu);
-  ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
-  const int64_t n = c->layout.weights;
-  const int slots = c->layout.state == 0 ? 0 : elementwise->slots();  // (a buffer's: none)
-  out->Clear();
-  out->set_chunk(chunk);
-  out->set_steps(c->steps);
-  out->set_slots(slots);
-  for (int k = 0; k < slots; ++k) {
-    const float* array = slab.state() + k * (n + kArrayGap);
-    out->mutable_state()->Add(array, array + n);
-  }
-  return absl::OkStatus();
-}
-
 int64_t ChunkStore::MinAppliedClock() const {
   int64_t min_clock = INT64_MAX;
   for (const auto& [id, c] : chunks_) {

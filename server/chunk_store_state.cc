@@ -77,8 +77,8 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::TakeInitialValues(const PushRequest& push,
-                                           const std::function<absl::Span<const float>(size_t)>& values) {
+absl::Status ChunkStore::TakeInitialValues(
+    const PushRequest& push, const std::function<absl::Span<const float>(size_t)>& values) {
   if (job_.model().kind() != EXTERNAL) {
     return absl::InvalidArgumentError(
         "initial values are for an EXTERNAL model; this job's initialises its own");
@@ -95,8 +95,9 @@ absl::Status ChunkStore::TakeInitialValues(const PushRequest& push,
   for (const PushRequest::Part& part : push.parts) {
     const Chunk* c = Find(part.chunk);
     if (c == nullptr || part.values != c->layout.weights) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "initial values: chunk ", part.chunk, c == nullptr ? " is not this server's" : " has another size"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("initial values: chunk ", part.chunk,
+                       c == nullptr ? " is not this server's" : " has another size"));
     }
   }
   for (size_t i = 0; i < push.parts.size(); ++i) {
@@ -113,16 +114,37 @@ absl::Status ChunkStore::TakeInitialValues(const PushRequest& push,
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::WriteState(const ChunkState& state) {
+absl::StatusOr<int> ChunkStore::StateSlots(const Chunk& c) const {
   const auto* elementwise = dynamic_cast<const ElementwiseOptimizer*>(optimizer_.get());
   if (elementwise == nullptr) {
-    return absl::UnimplementedError("this job's optimizer keeps no elementwise state to write");
+    return absl::UnimplementedError("this job's optimizer keeps no elementwise state");
   }
+  return c.layout.state == 0 ? 0 : elementwise->slots();  // (a buffer's: none)
+}
+
+absl::Status ChunkStore::ReadState(int32_t chunk, ChunkState* out) const {
+  Chunk* c = Find(chunk);
+  ASSIGN_OR_RETURN(const int slots, StateSlots(*c));
+  absl::MutexLock lock(&c->mu);
+  ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
+  const int64_t n = c->layout.weights;
+  out->Clear();
+  out->set_chunk(chunk);
+  out->set_steps(c->steps);
+  out->set_slots(slots);
+  for (int k = 0; k < slots; ++k) {
+    const float* array = slab.state() + k * (n + kArrayGap);
+    out->mutable_state()->Add(array, array + n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::WriteState(const ChunkState& state) {
   Chunk& c = *Find(state.chunk());
+  ASSIGN_OR_RETURN(const int slots, StateSlots(c));
   absl::MutexLock lock(&c.mu);
   if (c.has_values) return absl::OkStatus();  // started already: the first wins
   const int64_t n = c.layout.weights;
-  const int slots = c.layout.state == 0 ? 0 : elementwise->slots();
   if (state.slots() != slots || state.state_size() != slots * n || state.steps() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("write state: chunk ", state.chunk(), " (", c.name, ") keeps ", slots,
@@ -158,8 +180,7 @@ void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
   const int64_t clock = c.clocks.MinApplied();
   if (!checkpoint_schedule_->Due(clock, c.checkpointed)) return;
   c.checkpointed = clock;
-  const absl::Status st =
-      checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
+  const absl::Status st = checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
   if (!st.ok() && !checkpoint_error_logged_.exchange(true)) {
     spdlog::error("checkpoint of clock {} failed (logged once): {}", clock, st.message());
   }

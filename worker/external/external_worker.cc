@@ -182,13 +182,8 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.initial_values = [this]() -> absl::StatusOr<const ParamBuffers*> {
     if (initial_.empty()) return nullptr;
     if (!seed_.empty()) {  // the optimizer's state first: a chunk takes it before its values
-      std::vector<std::string> servers;
-      {
-        absl::MutexLock lock(&servers_mu_);
-        servers = servers_;
-      }
       RETURN_IF_ERROR(
-          WriteOptimizerState(*partition_, servers, daemon_->client().generation(), seed_));
+          WriteOptimizerState(*partition_, servers(), daemon_->client().generation(), seed_));
     }
     return &initial_;
   };
@@ -288,6 +283,11 @@ absl::Status ExternalWorker::ClockDone(const StepResult& result) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> ExternalWorker::servers() const {
+  absl::MutexLock lock(&servers_mu_);
+  return servers_;
+}
+
 absl::Status ExternalWorker::SetHyper(const std::string& json) {
   if (!under_way_.has_value()) {
     return absl::FailedPreconditionError("hyperparameters are set during a clock");
@@ -307,18 +307,12 @@ absl::Status ExternalWorker::SetHyper(const std::string& json) {
 
 absl::Status ExternalWorker::ReadState() {
   if (!partition_.has_value()) return absl::FailedPreconditionError("start before reading state");
-  std::vector<std::string> servers;
-  {
-    absl::MutexLock lock(&servers_mu_);
-    servers = servers_;
-  }
-  ASSIGN_OR_RETURN(state_, ReadOptimizerState(*partition_, ModelParams(job_.model()), servers,
+  ASSIGN_OR_RETURN(state_, ReadOptimizerState(*partition_, ModelParams(job_.model()), servers(),
                                               daemon_->client().generation()));
   return absl::OkStatus();
 }
 
-absl::Status ExternalWorker::Seed(int param, int64_t steps,
-                                  std::vector<std::vector<float>> slots) {
+absl::Status ExternalWorker::Seed(int param, int64_t steps, std::vector<std::vector<float>> slots) {
   if (exchange_ != nullptr) return absl::FailedPreconditionError("seed before starting");
   const std::vector<ParamInfo> params = ModelParams(job_.model());
   if (param < 0 || param >= static_cast<int>(params.size()) || steps < 0) {
@@ -353,12 +347,7 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
     // The servers as the loop's latest cluster view has them (a
     // replacement's address once the loop reconnected after a rollback).
     rows_ = std::make_unique<RowClient>(
-        job_,
-        [this] {
-          absl::MutexLock lock(&servers_mu_);
-          return servers_;
-        },
-        id_);
+        job_, [this] { return servers(); }, id_);
   }
   return rows_.get();
 }

@@ -200,6 +200,7 @@ class ExternalWorker {
   std::vector<ParamState> seed_;   // Seed's: what the servers start from
   std::unique_ptr<RowClient> rows_;
   // The servers' addresses, as the loop's latest cluster view has them.
+  std::vector<std::string> servers() const;
   mutable absl::Mutex servers_mu_;
   std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
   std::atomic<bool> stop_{false};

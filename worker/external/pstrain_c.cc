@@ -288,7 +288,8 @@ int pst_seed_state(pst_worker* w, int param, int64_t steps, int slots, const flo
       return absl::InvalidArgumentError(
           absl::StrCat("pst_seed_state: parameter ", param, " of ", n, ", ", slots, " slots"));
     }
-    const int64_t numel = pstrain::ModelParams(w->worker->job().model())[param].numel;
+    int64_t numel = 1;
+    for (int64_t d : w->worker->job().model().params(param).shape()) numel *= d;
     std::vector<std::vector<float>> arrays;
     for (int k = 0; k < slots; ++k) {
       if (state[k] == nullptr) return absl::InvalidArgumentError("pst_seed_state: a null slot");
