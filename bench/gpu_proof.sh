@@ -81,12 +81,39 @@ if has bench; then
       declare -n s="$shape"
       say "round $r $shape worker_bench"
       timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${s[@]}" --dtypes=fp32,bf16,fp16 \
-        --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)"
+        --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)" | tee "$DIR/bench-$r-$shape-pstrain.json"
       say "round $r $shape torch"
       timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,bf16 \
-        --attention=manual,sdpa --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)"
+        --attention=manual,sdpa --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)" \
+        | tee "$DIR/bench-$r-$shape-torch.json"
     done
   done
+  # Issue 49's figures: pstrain's step and peak memory over SDPA's, paired
+  # round by round, their median and range.
+  say "bench summary: pstrain / PyTorch SDPA"
+  python3 - "$DIR" "$ROUNDS" <<'PY'
+import json, statistics, sys
+d, rounds = sys.argv[1], int(sys.argv[2])
+for shape in ("SMALL", "LARGE"):
+    for dtype in ("fp32", "bf16"):
+        step, peak = [], []
+        for r in range(1, rounds + 1):
+            try:
+                ours = json.load(open(f"{d}/bench-{r}-{shape}-pstrain.json"))
+                theirs = json.load(open(f"{d}/bench-{r}-{shape}-torch.json"))
+            except (OSError, ValueError) as e:
+                print(f"{shape} {dtype} round {r}: no figures ({e})")
+                continue
+            o = next(x for x in ours["runs"] if x["dtype"] == dtype)
+            t = next(x for x in theirs["runs"] if x["dtype"] == dtype and x["attention"] == "sdpa")
+            step.append(o["step_ms"] / t["step_ms"])
+            peak.append(o["peak_device_mib"] / t["peak_device_mib"])
+        if step:
+            print(json.dumps({"shape": shape, "dtype": dtype, "rounds": len(step),
+                              "step_over_sdpa": round(statistics.median(step), 3),
+                              "step_range": [round(min(step), 3), round(max(step), 3)],
+                              "peak_memory_over_sdpa": round(statistics.median(peak), 3)}))
+PY
 fi
 
 if has window; then

@@ -6,6 +6,8 @@
 //
 //   bazel run //bench:worker_bench -- [--device=auto] [--layers=6 --width=384
 //       --heads=6 --context=256 --batch=16] [--dtypes=fp32,bf16] [--steps=10]
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,6 +67,14 @@ struct Timings {
   int64_t pinned_bytes = 0;  // of the model's host weights and gradients
   int64_t peak_bytes = 0;    // device memory of the model's steps (not the GEMMs' buffers)
 };
+
+// The most memory this process has held (every dtype run so far, the
+// backend's scratch and a CPU device's arrays included), in MiB.
+double PeakRssMib() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -221,8 +231,8 @@ absl::StatusOr<std::string> PerOp(kernels::OpTimer* timer, GptModel* model, cons
     json += absl::StrFormat("\"%s\": [%.3f, %lld], ", name, ms,
                             static_cast<long long>(t.calls / steps));
   }
-  return json + absl::StrFormat("\"ops_ms\": %.3f, \"outside_ops_ms\": %.3f}", sum_ms,
-                                step_ms - sum_ms);
+  return json +
+         absl::StrFormat("\"ops_ms\": %.3f, \"outside_ops_ms\": %.3f}", sum_ms, step_ms - sum_ms);
 }
 
 // One dtype's run on a fresh device (its peak memory is this dtype's
@@ -275,16 +285,17 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
       "    {\"dtype\": \"%s\", \"step_ms\": %.3f, \"step_ms_min\": %.3f, "
       "\"step_ms_max\": %.3f, \"tokens_per_s\": %.0f,\n"
       "     \"step_with_host_copies_ms\": %.3f, \"tokens_per_s_with_host_copies\": %.0f, "
-      "\"loss\": %.4f, \"peak_device_mib\": %.1f, \"pinned_host_mib\": %.1f,\n"
+      "\"loss\": %.4f, \"peak_device_mib\": %.1f, \"pinned_host_mib\": %.1f, "
+      "\"peak_process_rss_mib\": %.1f,\n"
       "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
       "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
       "\"dense_gemm_share_of_step_paired_median\": %.3f,\n"
       "     \"per_op_ms\": %s}%s\n",
       name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
       full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0, t->pinned_bytes / 1048576.0,
-      (work.dense_flops + work.attention_flops) / step_s / 1e12, work.dense_flops / step_s / 1e12,
-      work.dense_flops / gemm_s / 1e12, gemm_s * 1e3, MedianRatio(t->gemm_s, t->step_s),
-      per_op.c_str(), last ? "" : ",");
+      PeakRssMib(), (work.dense_flops + work.attention_flops) / step_s / 1e12,
+      work.dense_flops / step_s / 1e12, work.dense_flops / gemm_s / 1e12, gemm_s * 1e3,
+      MedianRatio(t->gemm_s, t->step_s), per_op.c_str(), last ? "" : ",");
   std::fflush(stdout);
   return true;
 }

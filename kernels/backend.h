@@ -9,9 +9,9 @@
 #ifndef PSTRAIN_KERNELS_BACKEND_H_
 #define PSTRAIN_KERNELS_BACKEND_H_
 
-#include <cstdint>
 #include <unistd.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,8 +65,10 @@ class Backend {
   // --device_memory_budget; 0: no limit but the device's).
   virtual void SetMemoryLimit(int64_t bytes) = 0;
   // What matrix products take as inputs from now on: Gemm's, and the
-  // products inside Attention and AttentionBackward (its softmax stays
-  // fp32). False, with *why, when the device cannot compute in `precision`.
+  // products inside Attention and AttentionBackward (q, k, v, the output's
+  // gradient, and each tile's weights and score gradients rounded; the
+  // softmax and its statistics stay fp32). False, with *why, when the device cannot compute in
+  // `precision`.
   virtual bool SetPrecision(Precision precision, std::string* why) = 0;
 
   // An op's output arrays are distinct from its inputs unless it says one
@@ -74,8 +76,8 @@ class Backend {
 
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(a) is [m,k] (a is
   // stored [k,m] when trans_a) and op(b) is [k,n] (b stored [n,k] when trans_b).
-  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta, float* c) = 0;
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
   // y[r, j] += bias[j] for r < rows, j < cols.
   virtual void AddBias(int rows, int cols, const float* bias, float* y) = 0;
   // db[j] = sum over r of dy[r, j].
@@ -86,8 +88,8 @@ class Backend {
   virtual void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) = 0;
   // Softmax cross-entropy of `rows` rows of `classes` logits against integer
   // labels in [0, classes) (device memory, like the logits). Returns the mean
-  // loss (waits for it); *correct counts rows whose arg-max is the label. If dlogits is not null it receives the gradient of
-  // the mean loss: (softmax - onehot) / rows.
+  // loss (waits for it); *correct counts rows whose arg-max is the label. If dlogits is not null it
+  // receives the gradient of the mean loss: (softmax - onehot) / rows.
   virtual float SoftmaxXent(int rows, int classes, const float* logits, const int32_t* labels,
                             float* dlogits, int* correct) = 0;
 
@@ -106,27 +108,32 @@ class Backend {
                                  float* dtable) = 0;
   // y = (x - mean) / sqrt(var + 1e-5) * gamma + beta per row of x [rows, dim];
   // saves each row's mean and 1/sqrt(var + 1e-5) for the backward.
-  virtual void LayerNorm(int rows, int dim, const float* x, const float* gamma,
-                         const float* beta, float* y, float* mean, float* rstd) = 0;
+  virtual void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
+                         float* y, float* mean, float* rstd) = 0;
   // dx (written), dgamma and dbeta (written, summed over rows) from dy.
   virtual void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                                 const float* mean, const float* rstd, const float* dy,
-                                 float* dx, float* dgamma, float* dbeta) = 0;
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dgamma, float* dbeta) = 0;
   // GELU, tanh form: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void Gelu(int64_t n, const float* x, float* y) = 0;
   // dx = dy * GELU'(x); dx may alias dy.
   virtual void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) = 0;
   // Causal self-attention of `batch` sequences of `seq` tokens. qkv
   // [batch*seq, 3*heads*head_dim] holds each token's query, key and value
-  // side by side (head h in columns h*head_dim.. of each); att [batch,
-  // heads, seq, seq] receives the attention weights softmax(q k^T /
-  // sqrt(head_dim)) with token t seeing tokens <= t (zero above the
-  // diagonal); out [batch*seq, heads*head_dim] the weighted values.
-  virtual void Attention(int batch, int seq, int heads, int head_dim, const float* qkv,
-                         float* att, float* out) = 0;
-  // dqkv (written) from dout, given the forward's qkv and att.
+  // side by side (head h in columns h*head_dim.. of each); out
+  // [batch*seq, heads*head_dim] receives softmax(q k^T / sqrt(head_dim)) v
+  // with token t seeing tokens <= t, and lse [batch, heads, seq] each
+  // query's log-sum-exp of its scaled scores, all the backward needs to
+  // recompute the weights. No [seq, seq] array is written anywhere: the
+  // scores are made a tile at a time and softmaxed online (flash attention),
+  // so the memory an op takes grows with seq, not seq^2.
+  virtual void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
+                         float* out) = 0;
+  // dqkv (written) from dout, given the forward's qkv, out and lse; the
+  // weights are recomputed tile by tile from q, k and lse.
   virtual void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
-                                 const float* att, const float* dout, float* dqkv) = 0;
+                                 const float* out, const float* lse, const float* dout,
+                                 float* dqkv) = 0;
 };
 
 // n zeros in a host vector whose memory pages no other PinnableVector's data

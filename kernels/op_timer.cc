@@ -84,9 +84,8 @@ void OpTimer::LayerNorm(int rows, int dim, const float* x, const float* gamma, c
 void OpTimer::LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
                                 const float* mean, const float* rstd, const float* dy, float* dx,
                                 float* dgamma, float* dbeta) {
-  Time("layer_norm_backward", [&] {
-    inner_->LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
-  });
+  Time("layer_norm_backward",
+       [&] { inner_->LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta); });
 }
 
 void OpTimer::Gelu(int64_t n, const float* x, float* y) {
@@ -97,15 +96,16 @@ void OpTimer::GeluBackward(int64_t n, const float* x, const float* dy, float* dx
   Time("gelu_backward", [&] { inner_->GeluBackward(n, x, dy, dx); });
 }
 
-void OpTimer::Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
+void OpTimer::Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                         float* out) {
-  Time("attention", [&] { inner_->Attention(batch, seq, heads, head_dim, qkv, att, out); });
+  Time("attention", [&] { inner_->Attention(batch, seq, heads, head_dim, qkv, lse, out); });
 }
 
 void OpTimer::AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
-                                const float* att, const float* dout, float* dqkv) {
+                                const float* out, const float* lse, const float* dout,
+                                float* dqkv) {
   Time("attention_backward",
-       [&] { inner_->AttentionBackward(batch, seq, heads, head_dim, qkv, att, dout, dqkv); });
+       [&] { inner_->AttentionBackward(batch, seq, heads, head_dim, qkv, out, lse, dout, dqkv); });
 }
 
 }  // namespace kernels

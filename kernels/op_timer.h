@@ -63,17 +63,18 @@ class OpTimer : public Backend {
                  bool accumulate) override;
   void EmbeddingBackward(int rows, int dim, const int32_t* ids, const float* dout,
                          float* dtable) override;
-  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
-                 float* y, float* mean, float* rstd) override;
-  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, const float* dy, float* dx,
-                         float* dgamma, float* dbeta) override;
+  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
+                 float* mean, float* rstd) override;
+  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dgamma,
+                         float* dbeta) override;
   void Gelu(int64_t n, const float* x, float* y) override;
   void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override;
-  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
+  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                  float* out) override;
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
-                         const float* att, const float* dout, float* dqkv) override;
+                         const float* out, const float* lse, const float* dout,
+                         float* dqkv) override;
 
  private:
   using Clock = std::chrono::steady_clock;

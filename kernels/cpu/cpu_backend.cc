@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "common/half.h"
 #include "common/thread_pool.h"
+#include "kernels/cpu/cpu_attention.h"
 #include "kernels/cpu/cpu_loops.h"
 
 namespace pstrain {
@@ -27,11 +27,11 @@ constexpr int64_t kGrain = 16384;
 // ran at 40-55 thousand samples/s with none, 67-81 thousand with this).
 constexpr absl::Duration kSpin = absl::Microseconds(100);
 
-// Scratch of the thread running an op's part (Operand's rounded copies,
-// the attention's per-head buffers): each part needs its own.
-std::vector<float>& Scratch(int i) {
-  thread_local std::vector<float> scratch[3];
-  return scratch[i];
+// Scratch of the thread running a row of SoftmaxXent: each part needs its
+// own.
+std::vector<float>& RowScratch() {
+  thread_local std::vector<float> scratch;
+  return scratch;
 }
 
 class CpuBackend : public Backend {
@@ -47,14 +47,16 @@ class CpuBackend : public Backend {
     const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
     if (limit_ > 0 && held_ + static_cast<int64_t>(size) > limit_) {
       if (error_.empty()) {
-        error_ = "cpu: " + std::to_string(bytes) + " more bytes would exceed the memory budget of " +
-                 std::to_string(limit_) + " (" + std::to_string(held_) + " held)";
+        error_ = "cpu: " + std::to_string(bytes) +
+                 " more bytes would exceed the memory budget of " + std::to_string(limit_) + " (" +
+                 std::to_string(held_) + " held)";
       }
       return nullptr;
     }
     void* p = std::aligned_alloc(64, size);
     if (p == nullptr) {
-      if (error_.empty()) error_ = "cpu: out of memory allocating " + std::to_string(bytes) + " bytes";
+      if (error_.empty())
+        error_ = "cpu: out of memory allocating " + std::to_string(bytes) + " bytes";
       return nullptr;
     }
     sizes_[p] = size;
@@ -146,7 +148,8 @@ class CpuBackend : public Backend {
   }
 
   void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
-    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::ReluBackward(e - b, y + b, dy + b, dx + b); });
+    Split(n, kGrain,
+          [&](int64_t b, int64_t e) { cpu::ReluBackward(e - b, y + b, dy + b, dx + b); });
   }
 
   float SoftmaxXent(int rows, int classes, const float* logits, const int32_t* labels,
@@ -200,26 +203,26 @@ class CpuBackend : public Backend {
     }
   }
 
-  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
-                 float* y, float* mean, float* rstd) override {
+  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
+                 float* mean, float* rstd) override {
     Split(rows, kGrain / std::max(dim, 1) + 1, [&](int64_t begin, int64_t end) {
       const int64_t at = begin * dim;
-      cpu::LayerNorm(static_cast<int>(end - begin), dim, x + at, gamma, beta, y + at,
-                     mean + begin, rstd + begin);
+      cpu::LayerNorm(static_cast<int>(end - begin), dim, x + at, gamma, beta, y + at, mean + begin,
+                     rstd + begin);
     });
   }
 
-  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, const float* dy, float* dx,
-                         float* dgamma, float* dbeta) override {
+  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dgamma,
+                         float* dbeta) override {
     Split(rows, kGrain / std::max(dim, 1) + 1, [&](int64_t begin, int64_t end) {
       const int64_t at = begin * dim;
       cpu::LayerNormBackwardRows(static_cast<int>(end - begin), dim, x + at, gamma, mean + begin,
                                  rstd + begin, dy + at, dx + at);
     });
     Split(dim, kGrain / std::max(rows, 1) + 64, [&](int64_t begin, int64_t end) {
-      cpu::LayerNormParamGrads(rows, dim, static_cast<int>(begin), static_cast<int>(end), x,
-                               mean, rstd, dy, dgamma, dbeta);
+      cpu::LayerNormParamGrads(rows, dim, static_cast<int>(begin), static_cast<int>(end), x, mean,
+                               rstd, dy, dgamma, dbeta);
     });
   }
 
@@ -228,32 +231,34 @@ class CpuBackend : public Backend {
   }
 
   void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
-    Split(n, kGrain, [&](int64_t b, int64_t e) { cpu::GeluBackward(e - b, x + b, dy + b, dx + b); });
+    Split(n, kGrain,
+          [&](int64_t b, int64_t e) { cpu::GeluBackward(e - b, x + b, dy + b, dx + b); });
   }
 
-  // The heads split over threads; each head's products run on OpenBLAS.
-  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
+  // The (sequence, head) pairs split over threads, each whole on one
+  // (cpu_attention.h): no bit depends on the threads.
+  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                  float* out) override {
-    const int64_t w3 = 3 * heads * head_dim;
-    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * w3, &round_a_);
+    const cpu::AttentionShape shape{batch, seq, heads, head_dim};
+    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * 3 * heads * head_dim, &round_a_);
     Split(static_cast<int64_t>(batch) * heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t bh = begin; bh < end; ++bh) {
-        AttentionHead(seq, heads, head_dim, qkv, bh / heads, bh % heads,
-                      att + bh * seq * seq, out);
+        cpu::AttentionHead(shape, precision_, qkv, bh / heads, bh % heads, lse, out);
       }
     });
   }
 
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
-                         const float* att, const float* dout, float* dqkv) override {
-    const int64_t c = heads * head_dim;
-    std::vector<float> rounded_qkv, rounded_dout;
-    qkv = Operand(qkv, static_cast<size_t>(batch) * seq * 3 * c, &rounded_qkv);
-    dout = Operand(dout, static_cast<size_t>(batch) * seq * c, &rounded_dout);
+                         const float* out, const float* lse, const float* dout,
+                         float* dqkv) override {
+    const cpu::AttentionShape shape{batch, seq, heads, head_dim};
+    const size_t rows = static_cast<size_t>(batch) * seq, c = heads * head_dim;
+    qkv = Operand(qkv, rows * 3 * c, &round_a_);
+    dout = Operand(dout, rows * c, &round_b_);
     Split(static_cast<int64_t>(batch) * heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t bh = begin; bh < end; ++bh) {
-        AttentionBackwardHead(seq, heads, head_dim, qkv, att + bh * seq * seq, dout,
-                              bh / heads, bh % heads, dqkv);
+        cpu::AttentionBackwardHead(shape, precision_, qkv, out, lse, dout, bh / heads, bh % heads,
+                                   dqkv);
       }
     });
   }
@@ -279,8 +284,8 @@ class CpuBackend : public Backend {
     // e^(z - zmax) into the gradient's row (or scratch), then scaled.
     float* e = d;
     if (e == nullptr) {
-      Scratch(0).resize(classes);
-      e = Scratch(0).data();
+      RowScratch().resize(classes);
+      e = RowScratch().data();
     }
     const float sum = cpu::ExpSum(classes, z, zmax, e);
     *loss = std::log(static_cast<double>(sum)) - static_cast<double>(z[label] - zmax);
@@ -291,71 +296,12 @@ class CpuBackend : public Backend {
     }
   }
 
-  // Head h of sequence b: a = softmax(scale q k^T) (causal), out = a v.
-  void AttentionHead(int seq, int heads, int head_dim, const float* qkv, int64_t b, int h,
-                     float* a, float* out) const {
-    const int c = heads * head_dim, w3 = 3 * c;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const float* q = qkv + b * seq * w3 + h * head_dim;
-    const float* k = q + c;
-    const float* v = q + 2 * c;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, scale, q, w3, k, w3,
-                0.0f, a, seq);
-    for (int t = 0; t < seq; ++t) {
-      float* row = a + static_cast<int64_t>(t) * seq;
-      const float sum = cpu::ExpSum(t + 1, row, cpu::Max(t + 1, row), row);
-      cpu::Scale(t + 1, 1.0f / sum, row);
-      std::fill(row + t + 1, row + seq, 0.0f);
-    }
-    const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &Scratch(0));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in, seq, v,
-                w3, 0.0f, out + b * seq * c + h * head_dim, c);
-  }
-
-  // The gradient of head h of sequence b into its columns of dqkv.
-  void AttentionBackwardHead(int seq, int heads, int head_dim, const float* qkv, const float* a,
-                             const float* dout, int64_t b, int h, float* dqkv) const {
-    const int c = heads * head_dim, w3 = 3 * c;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const int64_t base = b * seq * w3 + h * head_dim;
-    const float* q = qkv + base;
-    const float* k = q + c;
-    const float* v = q + 2 * c;
-    float* dq = dqkv + base;
-    float* dk = dq + c;
-    float* dv = dq + 2 * c;
-    const float* d_o = dout + b * seq * c + h * head_dim;
-    std::vector<float>& ds = Scratch(2);
-    ds.resize(static_cast<size_t>(seq) * seq);
-    // dv = a^T do; da = do v^T
-    const float* a_in = Operand(a, static_cast<size_t>(seq) * seq, &Scratch(0));
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, 1.0f, a_in, seq, d_o,
-                c, 0.0f, dv, w3);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, 1.0f, d_o, c, v, w3,
-                0.0f, ds.data(), seq);
-    // Through the softmax: ds = a * (da - sum_j a da), zero above the diagonal.
-    for (int t = 0; t < seq; ++t) {
-      float* dr = ds.data() + static_cast<int64_t>(t) * seq;
-      cpu::SoftmaxBackward(t + 1, a + static_cast<int64_t>(t) * seq, dr);
-      std::fill(dr + t + 1, dr + seq, 0.0f);
-    }
-    // dq = scale * ds k; dk = scale * ds^T q
-    const float* ds_in = Operand(ds.data(), ds.size(), &Scratch(1));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in, seq,
-                k, w3, 0.0f, dq, w3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seq, head_dim, seq, scale, ds_in, seq, q,
-                w3, 0.0f, dk, w3);
-  }
-
   // x [n] as a matrix product's input: itself in fp32, else rounded to the
   // precision's 16 bits (and back: fp32 holds every product of two exactly).
   const float* Operand(const float* x, size_t n, std::vector<float>* rounded) const {
     if (precision_ == Precision::kFp32) return x;
     rounded->resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      (*rounded)[i] = precision_ == Precision::kBf16 ? Bf16ToFloat(FloatToBf16(x[i]))
-                                                     : HalfToFloat(FloatToHalf(x[i]));
-    }
+    cpu::RoundTo(precision_, static_cast<int64_t>(n), x, rounded->data());
     return rounded->data();
   }
 

@@ -1,7 +1,7 @@
 #include "kernels/cpu/cpu_loops.h"
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "common/simd.h"
@@ -128,10 +128,8 @@ float ExpSumLoop(int n, const float* x, float shift, float* e) {
 }
 
 PSTRAIN_SIMD_CLONES
-void SoftmaxBackwardLoop(int n, const float* __restrict a, float* __restrict d) {
-  float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-  for (int j = 0; j < n; ++j) dot += a[j] * d[j];
+void SoftmaxBackwardGivenLoop(int n, const float* __restrict a, float dot, float* __restrict d) {
+#pragma omp simd
   for (int j = 0; j < n; ++j) d[j] = a[j] * (d[j] - dot);
 }
 
@@ -225,7 +223,9 @@ float Max(int n, const float* x) { return MaxLoop(n, x); }
 
 float ExpSum(int n, const float* x, float shift, float* e) { return ExpSumLoop(n, x, shift, e); }
 
-void SoftmaxBackward(int n, const float* a, float* d) { SoftmaxBackwardLoop(n, a, d); }
+void SoftmaxBackwardGiven(int n, const float* a, float dot, float* d) {
+  SoftmaxBackwardGivenLoop(n, a, dot, d);
+}
 
 void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
                float* mean, float* rstd) {
@@ -235,8 +235,8 @@ void LayerNorm(int rows, int dim, const float* x, const float* gamma, const floa
   }
 }
 
-void LayerNormBackwardRows(int rows, int dim, const float* x, const float* gamma,
-                           const float* mean, const float* rstd, const float* dy, float* dx) {
+void LayerNormBackwardRows(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                           const float* rstd, const float* dy, float* dx) {
   for (int r = 0; r < rows; ++r) {
     const int64_t at = static_cast<int64_t>(r) * dim;
     LayerNormBackwardRow(dim, x + at, gamma, mean[r], rstd[r], dy + at, dx + at);
@@ -248,8 +248,7 @@ void LayerNormParamGrads(int rows, int dim, int begin, int end, const float* x, 
   for (int j = begin; j < end; ++j) dgamma[j] = dbeta[j] = 0.0f;
   for (int r = 0; r < rows; ++r) {
     const int64_t at = static_cast<int64_t>(r) * dim + begin;
-    AddParamGradsRow(end - begin, x + at, mean[r], rstd[r], dy + at, dgamma + begin,
-                     dbeta + begin);
+    AddParamGradsRow(end - begin, x + at, mean[r], rstd[r], dy + at, dgamma + begin, dbeta + begin);
   }
 }
 

@@ -2,7 +2,7 @@
 // picked at run time: common/simd.h) and written so both clones vectorise:
 // no branch per element. The element-wise ones add nothing up in another
 // order than the plain loop would (the same bits as it, on every CPU); the
-// row reductions (ExpSum, SoftmaxBackward's dot product, LayerNorm's sums)
+// row reductions (ExpSum, LayerNorm's sums)
 // add in vector lanes first, 8 in the AVX2 clone and 4 in the baseline one,
 // so their last bits depend on the clone the CPU runs. The arrays a
 // function takes are distinct unless it says an output may be an input.
@@ -36,9 +36,10 @@ float Max(int n, const float* x);
 // give e^-87 ~ 1.6e-38 instead of less), and returns their sum (summed in
 // vector lanes, then across them); e may be x.
 float ExpSum(int n, const float* x, float shift, float* e);
-// The softmax's backward along a row of probabilities a: d = a * (d - a.d),
-// the dot product summed in vector lanes.
-void SoftmaxBackward(int n, const float* a, float* d);
+// The softmax's backward along a row of probabilities a given the dot
+// product a.d (attention's backward has it from the output):
+// d = a * (d - dot).
+void SoftmaxBackwardGiven(int n, const float* a, float dot, float* d);
 // y = (x - mean) / sqrt(var + 1e-5) * gamma + beta per row of x [rows,
 // dim]; each row's mean and 1/sqrt(var + 1e-5) go to mean and rstd. The
 // row sums are summed in vector lanes, then across them.
@@ -47,8 +48,8 @@ void LayerNorm(int rows, int dim, const float* x, const float* gamma, const floa
 // Its backward, in two parts that split over threads without changing a
 // sum: dx of rows [0, rows) (written); and dgamma and dbeta of columns
 // [begin, end) (written; summed over the rows in row order).
-void LayerNormBackwardRows(int rows, int dim, const float* x, const float* gamma,
-                           const float* mean, const float* rstd, const float* dy, float* dx);
+void LayerNormBackwardRows(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                           const float* rstd, const float* dy, float* dx);
 void LayerNormParamGrads(int rows, int dim, int begin, int end, const float* x, const float* mean,
                          const float* rstd, const float* dy, float* dgamma, float* dbeta);
 // x *= alpha.

@@ -1,15 +1,16 @@
 // The CPU backend's transformer ops: forward values from their definitions,
 // backward against central finite differences of sum(R * forward).
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "common/half.h"
+#include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/reference_attention.h"
 
 namespace pstrain {
 namespace kernels {
@@ -117,65 +118,89 @@ TEST(TransformerOpsTest, EmbeddingGathersAndScattersAdd) {
   std::vector<float> dtable(vocab * dim, 1.0f);
   b->EmbeddingBackward(rows, dim, ids.data(), dout.data(), dtable.data());
   for (int j = 0; j < dim; ++j) {
-    EXPECT_FLOAT_EQ(dtable[4 * dim + j], 1.0f + dout[0 * dim + j] + dout[2 * dim + j] +
-                                             dout[5 * dim + j]);
+    EXPECT_FLOAT_EQ(dtable[4 * dim + j],
+                    1.0f + dout[0 * dim + j] + dout[2 * dim + j] + dout[5 * dim + j]);
     EXPECT_FLOAT_EQ(dtable[1 * dim + j], 1.0f);  // not used
   }
 }
 
-TEST(TransformerOpsTest, CausalAttention) {
+// Small enough for finite differences: the gradient is the loss's.
+TEST(TransformerOpsTest, CausalAttentionGradient) {
   auto b = MakeCpuBackend(1);
   std::mt19937 rng(4);
   const int batch = 2, seq = 5, heads = 2, head_dim = 3, c = heads * head_dim;
   std::vector<float> qkv = Random(batch * seq * 3 * c, rng, 1.5f);
   const std::vector<float> r = Random(batch * seq * c, rng);
-  std::vector<float> att(batch * heads * seq * seq), out(batch * seq * c);
+  std::vector<float> lse(batch * heads * seq), out(batch * seq * c);
   auto loss = [&] {
-    b->Attention(batch, seq, heads, head_dim, qkv.data(), att.data(), out.data());
+    b->Attention(batch, seq, heads, head_dim, qkv.data(), lse.data(), out.data());
     return Dot(out, r);
   };
   loss();
-  // Rows of weights sum to 1 and see no later token; the first token's
-  // output is its own value.
-  for (int bh = 0; bh < batch * heads; ++bh) {
-    for (int t = 0; t < seq; ++t) {
-      double sum = 0;
-      for (int j = 0; j < seq; ++j) {
-        const float a = att[(bh * seq + t) * seq + j];
-        if (j > t) {
-          EXPECT_EQ(a, 0.0f);
-        }
-        sum += a;
-      }
-      EXPECT_NEAR(sum, 1.0, 1e-6);
-    }
-  }
+  // The first token sees only itself: its output is its own value.
   for (int bb = 0; bb < batch; ++bb) {
     for (int j = 0; j < c; ++j) {
       EXPECT_NEAR(out[(bb * seq) * c + j], qkv[(bb * seq) * 3 * c + 2 * c + j], 1e-6);
     }
   }
-  // One weight by hand: batch 1, head 1, token 3 attending to token 1.
-  {
-    const int bb = 1, h = 1, t = 3;
-    std::vector<double> s(t + 1);
-    double m = -1e30, z = 0;
-    for (int j = 0; j <= t; ++j) {
-      double dot = 0;
-      for (int d = 0; d < head_dim; ++d) {
-        dot += qkv[(bb * seq + t) * 3 * c + h * head_dim + d] *
-               qkv[(bb * seq + j) * 3 * c + c + h * head_dim + d];
-      }
-      s[j] = dot / std::sqrt(head_dim);
-      m = std::max(m, s[j]);
-    }
-    for (int j = 0; j <= t; ++j) z += std::exp(s[j] - m);
-    EXPECT_NEAR(att[((bb * heads + h) * seq + t) * seq + 1], std::exp(s[1] - m) / z, 1e-6);
-  }
   std::vector<float> dqkv(qkv.size());
-  b->AttentionBackward(batch, seq, heads, head_dim, qkv.data(), att.data(), r.data(),
+  b->AttentionBackward(batch, seq, heads, head_dim, qkv.data(), out.data(), lse.data(), r.data(),
                        dqkv.data());
   ExpectGradient("dqkv", qkv, dqkv, loss);
+}
+
+// The tiled attention against the whole-matrix definition in double, in
+// each precision the CPU computes in: one tile, several with a ragged last
+// one (300 = 128 + 128 + 44), odd head sizes, scores large enough that the
+// running maximum moves between tiles.
+TEST(TransformerOpsTest, CausalAttentionMatchesItsDefinition) {
+  struct Shape {
+    int batch, seq, heads, head_dim;
+    float scale;
+  };
+  std::mt19937 rng(5);
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    auto b = p == Precision::kFp16 ? MakeCpuReferenceBackend() : MakeCpuBackend(2);
+    std::string why;
+    ASSERT_TRUE(b->SetPrecision(p, &why)) << why;
+    // The precision's unit roundoff. Inputs are rounded alike on both
+    // sides; the tiles' weights are rounded before the running sum divides
+    // them, the definition's after.
+    const double unit = p == Precision::kBf16 ? 1.0 / 256 : p == Precision::kFp16 ? 1.0 / 2048 : 0;
+    for (const Shape& s :
+         {Shape{2, 7, 3, 5, 1.0f}, Shape{1, 300, 2, 16, 4.0f}, Shape{2, 129, 1, 64, 2.0f}}) {
+      SCOPED_TRACE(testing::Message() << "precision " << static_cast<int>(p) << ", seq " << s.seq);
+      const int c = s.heads * s.head_dim, rows = s.batch * s.seq;
+      const std::vector<float> qkv = Random(rows * 3 * c, rng, s.scale),
+                               dout = Random(rows * c, rng);
+      std::vector<float> lse(s.batch * s.heads * s.seq), out(rows * c), dqkv(qkv.size());
+      std::vector<float> want_lse(lse.size()), want_out(out.size()), want_dqkv(qkv.size());
+      b->Attention(s.batch, s.seq, s.heads, s.head_dim, qkv.data(), lse.data(), out.data());
+      b->AttentionBackward(s.batch, s.seq, s.heads, s.head_dim, qkv.data(), out.data(), lse.data(),
+                           dout.data(), dqkv.data());
+      ASSERT_EQ(b->error(), "");
+      ReferenceAttention(p, s.batch, s.seq, s.heads, s.head_dim, qkv.data(), want_lse.data(),
+                         want_out.data());
+      ReferenceAttentionBackward(p, s.batch, s.seq, s.heads, s.head_dim, qkv.data(), dout.data(),
+                                 want_dqkv.data());
+      // Each array within a bound of its largest value: 16-bit rounding
+      // moves a value by a share of the terms it sums, not of itself.
+      auto expect_close = [&](const char* what, const std::vector<float>& got,
+                              const std::vector<float>& want, double rel) {
+        double largest = 0, worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          largest = std::max(largest, std::abs(double(want[i])));
+          worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+        }
+        std::printf("%s p%d seq %d: worst %.3g of largest %.3g (%.3g)\n", what, int(p), s.seq,
+                    worst, largest, worst / largest);
+        EXPECT_LE(worst, rel * largest) << what;
+      };
+      expect_close("lse", lse, want_lse, 1e-6);  // fp32 statistics in every precision
+      expect_close("out", out, want_out, 2 * unit + 1e-5);
+      expect_close("dqkv", dqkv, want_dqkv, 2 * unit + 1e-5);
+    }
+  }
 }
 
 TEST(TransformerOpsTest, Bf16ProductsRoundTheirInputs) {

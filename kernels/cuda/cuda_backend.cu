@@ -5,8 +5,6 @@
 // attention.cuh. Every op is queued on the device's one computation
 // stream; Download and SoftmaxXent wait for it. CUDA and cuBLAS errors are
 // kept as the first error (error()) and later calls do nothing.
-#include "kernels/cuda/cuda_backend.h"
-
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +17,7 @@
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -31,13 +30,20 @@ namespace {
 
 const char* CublasName(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "cuBLAS error";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuBLAS error";
   }
 }
 
@@ -77,9 +83,9 @@ class CudaBackend : public Backend {
   bool SetPrecision(Precision precision, std::string* why) override {
     if (precision == Precision::kBf16) {
       int major = 0;
-      if (!device_.Check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                                device_.device()),
-                         "cudaDeviceGetAttribute")) {
+      if (!device_.Check(
+              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.device()),
+              "cudaDeviceGetAttribute")) {
         *why = device_.error();
         return false;
       }
@@ -101,10 +107,10 @@ class CudaBackend : public Backend {
       return;
     }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-    CheckBlas(cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                          trans_b ? k : n, a, trans_a ? m : k, &beta, c, n),
-              "cublasSgemm");
+    CheckBlas(
+        cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    n, m, k, &alpha, b, trans_b ? k : n, a, trans_a ? m : k, &beta, c, n),
+        "cublasSgemm");
   }
 
   // The inputs rounded to 16 bits in scratch, multiplied by cuBLAS with fp32
@@ -189,20 +195,20 @@ class CudaBackend : public Backend {
                          float* dtable) override {
     const int64_t n = static_cast<int64_t>(rows) * dim;
     if (n != 0) {
-      device_.Launch("EmbeddingBackward", EmbeddingBackwardKernel, Blocks(n), kThreads, n, dim,
-                     ids, dout, dtable);
+      device_.Launch("EmbeddingBackward", EmbeddingBackwardKernel, Blocks(n), kThreads, n, dim, ids,
+                     dout, dtable);
     }
   }
-  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta,
-                 float* y, float* mean, float* rstd) override {
+  void LayerNorm(int rows, int dim, const float* x, const float* gamma, const float* beta, float* y,
+                 float* mean, float* rstd) override {
     if (rows != 0) {
       device_.Launch("LayerNorm", LayerNormKernel, rows, kThreads, dim, x, gamma, beta, y, mean,
                      rstd);
     }
   }
-  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, const float* dy, float* dx,
-                         float* dgamma, float* dbeta) override {
+  void LayerNormBackward(int rows, int dim, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dgamma,
+                         float* dbeta) override {
     if (rows == 0 || !device_.Launch("LayerNormBackward", LayerNormBackwardKernel, rows, kThreads,
                                      dim, x, gamma, mean, rstd, dy, dx)) {
       return;
@@ -223,81 +229,25 @@ class CudaBackend : public Backend {
     }
   }
 
-  // The heads of every sequence side by side (SplitHeads), then one
-  // strided-batched product over all (sequence, head) pairs per step. In
-  // 16-bit precision the products take q, k, v and the attention weights
-  // rounded to 16 bits (the softmax itself stays fp32).
-  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* att,
+  // The fused kernels of attention.cuh: nothing [seq, seq] is made.
+  void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                  float* out) override {
-    if (!device_.ok() || batch == 0) return;
-    const int pairs = batch * heads;
-    const int64_t tt = static_cast<int64_t>(seq) * seq, per = static_cast<int64_t>(seq) * head_dim;
-    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-    const bool half = precision_ != Precision::kFp32;
-    const HeadLayout three{seq, heads, head_dim, 3, 3 * pairs * per};
-    const HeadLayout one{seq, heads, head_dim, 1, pairs * per};
-    const char* q = SplitHeads(three, qkv, qkv_heads_);
-    float* o = static_cast<float*>(device_.Grow(o_heads_, one.n * 4));
-    char* a16 = half ? static_cast<char*>(device_.Grow(att16_, pairs * tt * 2)) : nullptr;
-    if (q == nullptr || o == nullptr || (half && a16 == nullptr)) return;
-    const char* k = q + Bytes(pairs * per);
-    const char* v = q + Bytes(2 * pairs * per);
-    // a = scale * q k^T; softmax; o = a v
-    if (!Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, scale, k, head_dim, per, q,
-                 head_dim, per, att, seq, tt, pairs, "scores") ||
-        !device_.Launch("Attention", CausalSoftmaxKernel, pairs * seq, kThreads, seq, att,
-                        static_cast<void*>(a16), Bf16()) ||
-        !Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, 1.0f, v, head_dim, per,
-                 half ? a16 : reinterpret_cast<const char*>(att), seq, tt, o, head_dim, per, pairs,
-                 "values")) {
-      return;
-    }
-    device_.Launch("Attention", MergeHeadsKernel, Blocks(one.n), kThreads, one, o, out);
+    if (!device_.ok() || batch == 0 || !CheckHeadDim(head_dim)) return;
+    device_.Check(
+        LaunchAttention(Args(batch, seq, heads, head_dim), qkv, lse, out, device_.stream()),
+        "Attention");
   }
 
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
-                         const float* att, const float* dout, float* dqkv) override {
-    if (!device_.ok() || batch == 0) return;
-    const int pairs = batch * heads;
-    const int64_t tt = static_cast<int64_t>(seq) * seq, per = static_cast<int64_t>(seq) * head_dim;
-    const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-    const bool half = precision_ != Precision::kFp32;
-    const HeadLayout three{seq, heads, head_dim, 3, 3 * pairs * per};
-    const HeadLayout one{seq, heads, head_dim, 1, pairs * per};
-    const char* q = SplitHeads(three, qkv, qkv_heads_);
-    const char* d_o = SplitHeads(one, dout, dout_heads_);
-    float* dq = static_cast<float*>(device_.Grow(dqkv_heads_, three.n * 4));
-    float* ds = static_cast<float*>(device_.Grow(scores_, pairs * tt * 4));
-    char* a16 = half ? static_cast<char*>(device_.Grow(att16_, pairs * tt * 2)) : nullptr;
-    char* ds16 = half ? static_cast<char*>(device_.Grow(ds16_, pairs * tt * 2)) : nullptr;
-    if (q == nullptr || d_o == nullptr || dq == nullptr || ds == nullptr ||
-        (half && (a16 == nullptr || ds16 == nullptr))) {
-      return;
-    }
-    const char* k = q + Bytes(pairs * per);
-    const char* v = q + Bytes(2 * pairs * per);
-    float* dk = dq + pairs * per;
-    float* dv = dq + 2 * pairs * per;
-    if (half && !To16(att, pairs * tt, a16)) return;
-    const char* a_in = half ? a16 : reinterpret_cast<const char*>(att);
-    const char* ds_in = half ? ds16 : reinterpret_cast<const char*>(ds);
-    // dv = a^T do; ds = do v^T; through the softmax; dq = scale * ds k;
-    // dk = scale * ds^T q
-    if (!Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, 1.0f, d_o, head_dim, per, a_in,
-                 seq, tt, dv, head_dim, per, pairs, "dv") ||
-        !Batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, head_dim, 1.0f, v, head_dim, per, d_o,
-                 head_dim, per, ds, seq, tt, pairs, "dscores") ||
-        !device_.Launch("AttentionBackward", CausalSoftmaxBackwardKernel, pairs * seq, kThreads,
-                        seq, att, ds, static_cast<void*>(ds16),
-                        Bf16()) ||
-        !Batched(CUBLAS_OP_N, CUBLAS_OP_N, head_dim, seq, seq, scale, k, head_dim, per, ds_in,
-                 seq, tt, dq, head_dim, per, pairs, "dq") ||
-        !Batched(CUBLAS_OP_N, CUBLAS_OP_T, head_dim, seq, seq, scale, q, head_dim, per, ds_in,
-                 seq, tt, dk, head_dim, per, pairs, "dk")) {
-      return;
-    }
-    device_.Launch("AttentionBackward", MergeHeadsKernel, Blocks(three.n), kThreads, three, dq,
-                   dqkv);
+                         const float* out, const float* lse, const float* dout,
+                         float* dqkv) override {
+    if (!device_.ok() || batch == 0 || !CheckHeadDim(head_dim)) return;
+    float* delta =
+        static_cast<float*>(device_.Grow(delta_, static_cast<int64_t>(batch) * heads * seq * 4));
+    if (delta == nullptr) return;
+    device_.Check(LaunchAttentionBackward(Args(batch, seq, heads, head_dim), qkv, out, lse, dout,
+                                          delta, dqkv, device_.stream()),
+                  "AttentionBackward");
   }
 
  private:
@@ -312,8 +262,6 @@ class CudaBackend : public Backend {
 
   bool Bf16() const { return precision_ == Precision::kBf16; }
   cudaDataType Type16() const { return Bf16() ? CUDA_R_16BF : CUDA_R_16F; }
-  // Bytes of n elements of the products' input type.
-  int64_t Bytes(int64_t n) const { return n * (precision_ == Precision::kFp32 ? 4 : 2); }
   // x [n] rounded into out (n 16-bit values of the precision's type).
   bool To16(const float* x, int64_t n, void* out) {
     if (Bf16()) {
@@ -323,43 +271,21 @@ class CudaBackend : public Backend {
     return device_.Launch("rounding to 16 bits", ToHalfKernel, Blocks(n), kThreads, n, x,
                           static_cast<__half*>(out));
   }
-  // x in the heads' layout `l`, in the products' input type, in `scratch`.
-  const char* SplitHeads(const HeadLayout& l, const float* x, Scratch& scratch) {
-    void* out = device_.Grow(scratch, Bytes(l.n));
-    if (out == nullptr) return nullptr;
-    bool queued = false;
-    if (precision_ == Precision::kFp32) {
-      queued = device_.Launch("SplitHeads", SplitHeadsKernel, Blocks(l.n), kThreads, l, x,
-                              static_cast<float*>(out));
-    } else if (Bf16()) {
-      queued = device_.Launch("SplitHeads", SplitHeadsBf16Kernel, Blocks(l.n), kThreads, l, x,
-                              static_cast<__nv_bfloat16*>(out));
-    } else {
-      queued = device_.Launch("SplitHeads", SplitHeadsHalfKernel, Blocks(l.n), kThreads, l, x,
-                              static_cast<__half*>(out));
-    }
-    return queued ? static_cast<const char*>(out) : nullptr;
+  AttentionArgs Args(int batch, int seq, int heads, int head_dim) const {
+    return AttentionArgs{batch,
+                         seq,
+                         heads,
+                         head_dim,
+                         1.0f / sqrtf(static_cast<float>(head_dim)),
+                         precision_ == Precision::kFp32 ? 0
+                         : Bf16()                       ? 1
+                                                        : 2};
   }
-  // Column-major strided-batched C = alpha op(A) op(B) of inputs in the
-  // products' type (Bytes), fp32 C, fp32 accumulation.
-  bool Batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-               const char* a, int lda, int64_t stride_a, const char* b, int ldb,
-               int64_t stride_b, float* c, int ldc, int64_t stride_c, int count,
-               const char* what) {
-    const float zero = 0.0f;
-    if (precision_ == Precision::kFp32) {
-      return CheckBlas(cublasSgemmStridedBatched(
-                           blas_, ta, tb, m, n, k, &alpha, reinterpret_cast<const float*>(a), lda,
-                           stride_a, reinterpret_cast<const float*>(b), ldb, stride_b, &zero, c,
-                           ldc, stride_c, count),
-                       what);
-    }
-    const cudaDataType type = Type16();
-    return CheckBlas(cublasGemmStridedBatchedEx(blas_, ta, tb, m, n, k, &alpha, a, type, lda,
-                                                stride_a, b, type, ldb, stride_b, &zero, c,
-                                                CUDA_R_32F, ldc, stride_c, count,
-                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     what);
+  bool CheckHeadDim(int head_dim) {
+    if (head_dim <= kMaxHeadDim) return true;
+    device_.Fail("cuda: attention takes heads of at most " + std::to_string(kMaxHeadDim) +
+                 " dimensions, not " + std::to_string(head_dim));
+    return false;
   }
   // Scratch for `count` terms' partial column sums over `chunks` chunks of
   // rows of `cols` columns (column_sums.cuh), or null (error() says why).
@@ -377,9 +303,8 @@ class CudaBackend : public Backend {
   CudaDevice device_;
   cublasHandle_t blas_ = nullptr;
   Precision precision_ = Precision::kFp32;
-  Scratch row_loss_, row_right_, gemm16_, scores_, partials_, att16_, ds16_;
-  // Attention's operands in the heads' layout.
-  Scratch qkv_heads_, o_heads_, dout_heads_, dqkv_heads_;
+  Scratch row_loss_, row_right_, gemm16_, partials_;
+  Scratch delta_;  // AttentionBackward's dout . out per query
   std::vector<float> host_loss_;
   std::vector<int> host_right_;
 };

@@ -13,9 +13,10 @@ namespace {
 // Bytes the backend allocates for n elements of 4 bytes (64-byte multiples).
 int64_t Arr(int64_t n) { return (std::max<int64_t>(n * 4, 1) + 63) / 64 * 64; }
 
-// One block's kept activations for n tokens (BlockActs).
-int64_t BlockActBytes(int64_t n, int64_t c, int64_t att) {
-  return 4 * Arr(n) + 3 * Arr(n * c) + Arr(n * 3 * c) + Arr(att) + 2 * Arr(n * 4 * c);
+// One block's kept activations for n tokens (BlockActs): no [seq, seq]
+// array, attention keeping only each query's log-sum-exp per head.
+int64_t BlockActBytes(int64_t n, int64_t c, int64_t heads) {
+  return 4 * Arr(n) + 3 * Arr(n * c) + Arr(n * 3 * c) + Arr(n * heads) + 2 * Arr(n * 4 * c);
 }
 
 }  // namespace
@@ -49,12 +50,12 @@ struct GptSizes {
     int64_t b = Slot(n_max, keep) + (slots - 1) * Slot(n, keep);
     b += 3 * Arr(n_max * c) + Arr(n_max * 4 * c) + Arr(n_max * 3 * c);
     if (last) b += Arr(n_max * kGptVocab);
-    if (!keep) b += BlockActBytes(n_max, c, n_max * heads * t);
+    if (!keep) b += BlockActBytes(n_max, c, heads);
     return b;
   }
   int64_t Slot(int64_t rows, bool keep) const {
     int64_t b = (2 * blocks + 1) * Arr(rows * c);
-    if (keep) b += blocks * BlockActBytes(rows, c, rows * heads * t);
+    if (keep) b += blocks * BlockActBytes(rows, c, heads);
     if (first) b += 2 * Arr(rows);
     if (last) b += 3 * Arr(rows) + Arr(rows * c) + Arr(rows * kGptVocab);
     return b;
@@ -68,7 +69,8 @@ absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& 
                                             bool may_split) {
   const GptSpec& gpt = spec.gpt();
   const int units = static_cast<int>(ModelUnits(spec).size());
-  const GptSizes z{gpt.context(), gpt.width(), gpt.heads(), stage.end_layer - stage.first_layer,
+  const GptSizes z{gpt.context(),         gpt.width(),
+                   gpt.heads(),           stage.end_layer - stage.first_layer,
                    stage.first_unit == 0, stage.end_unit == units};
   // Each unit's weights (its gradients are as large), in forward order.
   const std::vector<ParamInfo> all = ModelParams(spec);
@@ -110,8 +112,8 @@ absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& 
   return absl::InvalidArgumentError(absl::StrCat(
       "--device_memory_budget=", budget, " is below this stage's minimum of ", plan.peak_bytes,
       " bytes (two units' weights and one's gradients: ", plan.window_bytes, "; activations of ",
-      plan.seqs, "-sequence micro-batches, ", slots, " in flight, recomputed: ",
-      plan.activation_bytes, ")"));
+      plan.seqs, "-sequence micro-batches, ", slots,
+      " in flight, recomputed: ", plan.activation_bytes, ")"));
 }
 
 GptModel::GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
@@ -171,25 +173,25 @@ GptModel::Slot& GptModel::SlotAt(int slot) {
   return slots_[slot];
 }
 
-bool GptModel::ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n, int64_t att) {
+bool GptModel::ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n) {
   const int64_t c = gpt_.width();
   bool ok = true;
   for (BlockActs& a : blocks) {
     ok = ok && a.a.Resize(n * c) && a.mean1.Resize(n) && a.rstd1.Resize(n) &&
-         a.qkv.Resize(n * 3 * c) && a.att.Resize(att) && a.o.Resize(n * c) && a.b.Resize(n * c) &&
-         a.mean2.Resize(n) && a.rstd2.Resize(n) && a.h.Resize(n * 4 * c) && a.g.Resize(n * 4 * c);
+         a.qkv.Resize(n * 3 * c) && a.lse.Resize(n * gpt_.heads()) && a.o.Resize(n * c) &&
+         a.b.Resize(n * c) && a.mean2.Resize(n) && a.rstd2.Resize(n) && a.h.Resize(n * 4 * c) &&
+         a.g.Resize(n * 4 * c);
   }
   return ok;
 }
 
 bool GptModel::Reserve(Slot& s, int seqs) {
   const int64_t t = gpt_.context(), c = gpt_.width(), n = seqs * t;
-  const int64_t att = static_cast<int64_t>(seqs) * gpt_.heads() * t * t;
   bool ok = !first_ || (s.ids.Resize(n) && s.pos.Resize(n));
   ok = ok && (!last_ || (s.targets.Resize(n) && s.xf.Resize(n * c) && s.meanf.Resize(n) &&
                          s.rstdf.Resize(n) && s.dlogits.Resize(n * kGptVocab) &&
                          logits_.Resize(n * kGptVocab)));
-  ok = ok && ReserveBlocks(recompute_ ? shared_acts_ : s.blocks, n, att);
+  ok = ok && ReserveBlocks(recompute_ ? shared_acts_ : s.blocks, n);
   for (Array& r : s.res) ok = ok && r.Resize(n * c);
   return ok && dx_.Resize(n * c) && tmp_.Resize(n * c) && tmp2_.Resize(n * c) &&
          tmp4_.Resize(n * 4 * c) && dqkv_.Resize(n * 3 * c);
@@ -335,7 +337,7 @@ void GptModel::ForwardBlock(int j, Slot& s) {
   k->LayerNorm(n, c, in, W(p.ln1_gamma), W(p.ln1_beta), a.a.data(), a.mean1.data(), a.rstd1.data());
   k->Gemm(false, false, n, 3 * c, c, 1.0f, a.a.data(), W(p.qkv_w), 0.0f, a.qkv.data());
   k->AddBias(n, 3 * c, W(p.qkv_b), a.qkv.data());
-  k->Attention(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), a.o.data());
+  k->Attention(seqs, t, heads, c / heads, a.qkv.data(), a.lse.data(), a.o.data());
   k->Gemm(false, false, n, c, c, 1.0f, a.o.data(), W(p.proj_w), 0.0f, mid);
   k->AddBias(n, c, W(p.proj_b), mid);
   k->Axpy(static_cast<int64_t>(n) * c, 1.0f, in, mid);
@@ -373,8 +375,8 @@ void GptModel::BackwardBlock(int j, Slot& s) {
   k->Gemm(true, false, c, c, n, 1.0f, a.o.data(), dx_.data(), 0.0f, G(p.proj_w));
   k->BiasGrad(n, c, dx_.data(), G(p.proj_b));
   k->Gemm(false, true, n, c, c, 1.0f, dx_.data(), W(p.proj_w), 0.0f, tmp_.data());
-  k->AttentionBackward(seqs, t, heads, c / heads, a.qkv.data(), a.att.data(), tmp_.data(),
-                       dqkv_.data());
+  k->AttentionBackward(seqs, t, heads, c / heads, a.qkv.data(), a.o.data(), a.lse.data(),
+                       tmp_.data(), dqkv_.data());
   k->Gemm(true, false, c, 3 * c, n, 1.0f, a.a.data(), dqkv_.data(), 0.0f, G(p.qkv_w));
   k->BiasGrad(n, 3 * c, dqkv_.data(), G(p.qkv_b));
   k->Gemm(false, true, n, c, 3 * c, 1.0f, dqkv_.data(), W(p.qkv_w), 0.0f, tmp_.data());

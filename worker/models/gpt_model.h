@@ -71,8 +71,8 @@ class GptModel : public Model {
   // What one block's backward needs from its forward.
   struct BlockActs {
     explicit BlockActs(kernels::Backend* b)
-        : a(b), mean1(b), rstd1(b), qkv(b), att(b), o(b), b(b), mean2(b), rstd2(b), h(b), g(b) {}
-    Array a, mean1, rstd1, qkv, att, o;  // ln1 out, its stats, q|k|v, weights, attended
+        : a(b), mean1(b), rstd1(b), qkv(b), lse(b), o(b), b(b), mean2(b), rstd2(b), h(b), g(b) {}
+    Array a, mean1, rstd1, qkv, lse, o;  // ln1 out, its stats, q|k|v, scores' lse, attended
     Array b, mean2, rstd2, h, g;         // ln2 out, its stats, fc out, GELU out
   };
   // One micro-batch's activations: the residual stream (res[2j] enters the
@@ -93,7 +93,7 @@ class GptModel : public Model {
   // Sizes the slot's and the shared arrays for `seqs` sequences; false when
   // the device has no room.
   bool Reserve(Slot& s, int seqs);
-  bool ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n, int64_t att);
+  bool ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n);
   // The first stage's embeddings of the batch's tokens into s.res[0].
   void Embed(Slot& s);
   // The last stage's final LayerNorm, head and loss.

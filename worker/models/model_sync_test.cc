@@ -90,12 +90,12 @@ class RecordingBackend : public kernels::Backend {
   void GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
     cpu_->GeluBackward(n, x, dy, dx);
   }
-  void Attention(int b, int s, int h, int d, const float* qkv, float* att, float* out) override {
-    cpu_->Attention(b, s, h, d, qkv, att, out);
+  void Attention(int b, int s, int h, int d, const float* qkv, float* lse, float* out) override {
+    cpu_->Attention(b, s, h, d, qkv, lse, out);
   }
-  void AttentionBackward(int b, int s, int h, int d, const float* qkv, const float* att,
-                         const float* dout, float* dqkv) override {
-    cpu_->AttentionBackward(b, s, h, d, qkv, att, dout, dqkv);
+  void AttentionBackward(int b, int s, int h, int d, const float* qkv, const float* out,
+                         const float* lse, const float* dout, float* dqkv) override {
+    cpu_->AttentionBackward(b, s, h, d, qkv, out, lse, dout, dqkv);
   }
 
  private:
