@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace pstrain {
@@ -45,15 +46,15 @@ struct Head {
 };
 
 // rows [first, first + kN) of a [seq, head_dim] matrix (rows `stride`
-// apart) into to[kN][kStride], rounded, zeros past seq and head_dim; by the
-// block's threads together.
-template <int kN, int kD, int kStride, int kRound>
+// apart) into to[kN][kStride], zeros past seq and head_dim; by the block's
+// threads together.
+template <int kN, int kD, int kStride>
 __device__ void LoadRows(const AttentionArgs& a, const float* from, int stride, int first,
                          float (*to)[kStride]) {
   for (int e = threadIdx.x; e < kN * kD; e += blockDim.x) {
     const int r = e / kD, x = e % kD;
     const bool in = first + r < a.seq && x < a.head_dim;
-    to[r][x] = in ? Round<kRound>(from[static_cast<int64_t>(first + r) * stride + x]) : 0.0f;
+    to[r][x] = in ? from[static_cast<int64_t>(first + r) * stride + x] : 0.0f;
   }
 }
 
@@ -69,7 +70,7 @@ __device__ void StoreRow(const AttentionArgs& a, const float (&acc)[kD], float f
 // A thread a query: its q in registers, the keys and values a tile at a
 // time in shared memory, the online softmax over each tile. The blocks of
 // the latest queries (the most keys) start first.
-template <int kD, int kRound>
+template <int kD>
 __global__ void __launch_bounds__(Sizes<kD>::kRows)
     ForwardKernel(AttentionArgs a, const float* qkv, float* lse, float* out) {
   constexpr int kRows = Sizes<kD>::kRows, kTile = Sizes<kD>::kTile;
@@ -81,17 +82,15 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   float q[kD], acc[kD];
 #pragma unroll
   for (int x = 0; x < kD; ++x) {
-    q[x] = t < a.seq && x < a.head_dim
-               ? Round<kRound>(q_g[static_cast<int64_t>(t) * head.w3 + x]) * a.scale
-               : 0.0f;
+    q[x] = t < a.seq && x < a.head_dim ? q_g[static_cast<int64_t>(t) * head.w3 + x] : 0.0f;
     acc[x] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
   const int last = min(a.seq, i0 + kRows) - 1;
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the last tile read
-    LoadRows<kTile, kD, kD, kRound>(a, q_g + head.c, head.w3, j0, k_s);
-    LoadRows<kTile, kD, kD, kRound>(a, q_g + 2 * head.c, head.w3, j0, v_s);
+    LoadRows<kTile, kD, kD>(a, q_g + head.c, head.w3, j0, k_s);
+    LoadRows<kTile, kD, kD>(a, q_g + 2 * head.c, head.w3, j0, v_s);
     __syncthreads();
     if (t >= a.seq || j0 > t) continue;
     float s[kTile];
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
       float dot = 0.0f;
 #pragma unroll
       for (int x = 0; x < kD; ++x) dot += q[x] * k_s[j][x];
-      s[j] = j0 + j <= t ? dot : -INFINITY;
+      s[j] = j0 + j <= t ? dot * a.scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     const float m_new = fmaxf(m, tile_max);  // finite: key j0 <= t is in the tile
@@ -113,9 +112,8 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
     for (int j = 0; j < kTile; ++j) {
       const float p = expf(s[j] - m_new);  // 0 past t
       l += p;
-      const float p16 = Round<kRound>(p);
 #pragma unroll
-      for (int x = 0; x < kD; ++x) acc[x] += p16 * v_s[j][x];
+      for (int x = 0; x < kD; ++x) acc[x] += p * v_s[j][x];
     }
     m = m_new;
   }
@@ -143,7 +141,7 @@ __global__ void DeltaKernel(AttentionArgs a, const float* out, const float* dout
 // registers, the queries and output gradients from the key's block down a
 // tile at a time. The blocks of the earliest keys (the most queries) start
 // first.
-template <int kD, int kRound>
+template <int kD>
 __global__ void __launch_bounds__(Sizes<kD>::kRows)
     KeysBackwardKernel(AttentionArgs a, const float* qkv, const float* lse, const float* dout,
                        const float* delta, float* dqkv) {
@@ -156,15 +154,15 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   const Head head(a, blockIdx.x);
   const int j0 = blockIdx.y * kRows, j = j0 + threadIdx.x, me = threadIdx.x;
   const float* q_g = qkv + head.qkv_at;
-  LoadRows<kRows, kD, kD + 1, kRound>(a, q_g + head.c, head.w3, j0, k_s);
-  LoadRows<kRows, kD, kD + 1, kRound>(a, q_g + 2 * head.c, head.w3, j0, v_s);
+  LoadRows<kRows, kD, kD + 1>(a, q_g + head.c, head.w3, j0, k_s);
+  LoadRows<kRows, kD, kD + 1>(a, q_g + 2 * head.c, head.w3, j0, v_s);
   float dk[kD], dv[kD];
 #pragma unroll
   for (int x = 0; x < kD; ++x) dk[x] = dv[x] = 0.0f;
   for (int i0 = j0; i0 < a.seq; i0 += kTile) {
     __syncthreads();  // the last tile read (and k_s, v_s loaded)
-    LoadRows<kTile, kD, kD, kRound>(a, q_g, head.w3, i0, q_s);
-    LoadRows<kTile, kD, kD, kRound>(a, dout + head.out_at, head.c, i0, do_s);
+    LoadRows<kTile, kD, kD>(a, q_g, head.w3, i0, q_s);
+    LoadRows<kTile, kD, kD>(a, dout + head.out_at, head.c, i0, do_s);
     for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
       lse_s[r] = i0 + r < a.seq ? lse[head.lse_at + i0 + r] : 0.0f;
       delta_s[r] = i0 + r < a.seq ? delta[head.lse_at + i0 + r] : 0.0f;
@@ -181,11 +179,11 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
         dp += do_s[r][x] * v_s[me][x];
       }
       const float p = expf(s * a.scale - lse_s[r]);
-      const float p16 = Round<kRound>(p), ds16 = Round<kRound>(p * (dp - delta_s[r]));
+      const float ds = p * (dp - delta_s[r]);
 #pragma unroll
       for (int x = 0; x < kD; ++x) {
-        dv[x] += p16 * do_s[r][x];
-        dk[x] += ds16 * q_s[r][x];
+        dv[x] += p * do_s[r][x];
+        dk[x] += ds * q_s[r][x];
       }
     }
   }
@@ -199,7 +197,7 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
 // A thread a query: its q and output gradient in shared memory (own rows),
 // dq in registers, the keys and values up to the block's last query a tile
 // at a time.
-template <int kD, int kRound>
+template <int kD>
 __global__ void __launch_bounds__(Sizes<kD>::kRows)
     QueriesBackwardKernel(AttentionArgs a, const float* qkv, const float* lse, const float* dout,
                           const float* delta, float* dqkv) {
@@ -211,8 +209,8 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   const Head head(a, blockIdx.x);
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows, t = i0 + threadIdx.x, me = threadIdx.x;
   const float* q_g = qkv + head.qkv_at;
-  LoadRows<kRows, kD, kD + 1, kRound>(a, q_g, head.w3, i0, q_s);
-  LoadRows<kRows, kD, kD + 1, kRound>(a, dout + head.out_at, head.c, i0, do_s);
+  LoadRows<kRows, kD, kD + 1>(a, q_g, head.w3, i0, q_s);
+  LoadRows<kRows, kD, kD + 1>(a, dout + head.out_at, head.c, i0, do_s);
   const float my_lse = t < a.seq ? lse[head.lse_at + t] : 0.0f;
   const float my_delta = t < a.seq ? delta[head.lse_at + t] : 0.0f;
   float dq[kD];
@@ -221,8 +219,8 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   const int last = min(a.seq, i0 + kRows) - 1;
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the last tile read (and q_s, do_s loaded)
-    LoadRows<kTile, kD, kD, kRound>(a, q_g + head.c, head.w3, j0, k_s);
-    LoadRows<kTile, kD, kD, kRound>(a, q_g + 2 * head.c, head.w3, j0, v_s);
+    LoadRows<kTile, kD, kD>(a, q_g + head.c, head.w3, j0, k_s);
+    LoadRows<kTile, kD, kD>(a, q_g + 2 * head.c, head.w3, j0, v_s);
     __syncthreads();
     if (t >= a.seq) continue;
     for (int r = 0; r < kTile && j0 + r <= t; ++r) {
@@ -233,9 +231,9 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
         dp += do_s[me][x] * v_s[r][x];
       }
       const float p = expf(s * a.scale - my_lse);
-      const float ds16 = Round<kRound>(p * (dp - my_delta));
+      const float ds = p * (dp - my_delta);
 #pragma unroll
-      for (int x = 0; x < kD; ++x) dq[x] += ds16 * k_s[r][x];
+      for (int x = 0; x < kD; ++x) dq[x] += ds * k_s[r][x];
     }
   }
   if (t < a.seq) {
@@ -250,75 +248,61 @@ dim3 Grid(const AttentionArgs& a) {
   return dim3(a.batch * a.heads, (a.seq + kRows - 1) / kRows);
 }
 
-template <int kD, int kRound>
+template <int kD>
 cudaError_t Forward(const AttentionArgs& a, const float* qkv, float* lse, float* out,
                     cudaStream_t stream) {
-  return LaunchKernel(ForwardKernel<kD, kRound>, Grid<kD>(a), Sizes<kD>::kRows, stream, a, qkv, lse,
-                      out);
+  return LaunchKernel(ForwardKernel<kD>, Grid<kD>(a), Sizes<kD>::kRows, stream, a, qkv, lse, out);
 }
 
-template <int kD, int kRound>
-cudaError_t Backward(const AttentionArgs& a, const float* qkv, const float* out, const float* lse,
-                     const float* dout, float* delta, float* dqkv, cudaStream_t stream) {
-  const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.seq;
-  cudaError_t e =
-      LaunchKernel(DeltaKernel<kRound>, Blocks(rows), kThreads, stream, a, out, dout, delta);
+template <int kD>
+cudaError_t Backward(const AttentionArgs& a, const float* qkv, const float* lse, const float* dout,
+                     const float* delta, float* dqkv, cudaStream_t stream) {
+  const cudaError_t e = LaunchKernel(KeysBackwardKernel<kD>, Grid<kD>(a), Sizes<kD>::kRows, stream,
+                                     a, qkv, lse, dout, delta, dqkv);
   if (e != cudaSuccess) return e;
-  e = LaunchKernel(KeysBackwardKernel<kD, kRound>, Grid<kD>(a), Sizes<kD>::kRows, stream, a, qkv,
-                   lse, dout, delta, dqkv);
-  if (e != cudaSuccess) return e;
-  return LaunchKernel(QueriesBackwardKernel<kD, kRound>, Grid<kD>(a), Sizes<kD>::kRows, stream, a,
-                      qkv, lse, dout, delta, dqkv);
+  return LaunchKernel(QueriesBackwardKernel<kD>, Grid<kD>(a), Sizes<kD>::kRows, stream, a, qkv, lse,
+                      dout, delta, dqkv);
 }
 
-// The instance for a's head size and rounding.
-template <template <int, int> class Op, typename... Args>
-cudaError_t Dispatch(const AttentionArgs& a, Args... args) {
-  auto for_round = [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    switch (a.round) {
-      case 1:
-        return Op<kD, 1>::Run(a, args...);
-      case 2:
-        return Op<kD, 2>::Run(a, args...);
-      default:
-        return Op<kD, 0>::Run(a, args...);
-    }
-  };
-  if (a.head_dim <= 32) return for_round(std::integral_constant<int, 32>());
-  if (a.head_dim <= 64) return for_round(std::integral_constant<int, 64>());
-  if (a.head_dim <= kMaxHeadDim) return for_round(std::integral_constant<int, 128>());
+// fn(kD) for a's head size rounded up to 32, 64 or 128.
+template <typename Fn>
+cudaError_t ForHeadDim(const AttentionArgs& a, Fn fn) {
+  if (a.head_dim <= 32) return fn(std::integral_constant<int, 32>());
+  if (a.head_dim <= 64) return fn(std::integral_constant<int, 64>());
+  if (a.head_dim <= kMaxHeadDim) return fn(std::integral_constant<int, 128>());
   return cudaErrorInvalidValue;
 }
 
-template <int kD, int kRound>
-struct ForwardOp {
-  static cudaError_t Run(const AttentionArgs& a, const float* qkv, float* lse, float* out,
-                         cudaStream_t stream) {
-    return Forward<kD, kRound>(a, qkv, lse, out, stream);
-  }
-};
-
-template <int kD, int kRound>
-struct BackwardOp {
-  static cudaError_t Run(const AttentionArgs& a, const float* qkv, const float* out,
-                         const float* lse, const float* dout, float* delta, float* dqkv,
-                         cudaStream_t stream) {
-    return Backward<kD, kRound>(a, qkv, out, lse, dout, delta, dqkv, stream);
-  }
-};
-
 }  // namespace
 
+// fp32 on these kernels, 16 bits on the tensor cores' (attention_mma.cuh).
 cudaError_t LaunchAttention(const AttentionArgs& a, const float* qkv, float* lse, float* out,
                             cudaStream_t stream) {
-  return Dispatch<ForwardOp>(a, qkv, lse, out, stream);
+  if (a.round != 0) return LaunchAttentionMma(a, qkv, lse, out, stream);
+  return ForHeadDim(a,
+                    [&](auto d) { return Forward<decltype(d)::value>(a, qkv, lse, out, stream); });
 }
 
 cudaError_t LaunchAttentionBackward(const AttentionArgs& a, const float* qkv, const float* out,
                                     const float* lse, const float* dout, float* delta, float* dqkv,
                                     cudaStream_t stream) {
-  return Dispatch<BackwardOp>(a, qkv, out, lse, dout, delta, dqkv, stream);
+  const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.seq;
+  cudaError_t e = cudaSuccess;
+  switch (a.round) {
+    case 1:
+      e = LaunchKernel(DeltaKernel<1>, Blocks(rows), kThreads, stream, a, out, dout, delta);
+      break;
+    case 2:
+      e = LaunchKernel(DeltaKernel<2>, Blocks(rows), kThreads, stream, a, out, dout, delta);
+      break;
+    default:
+      e = LaunchKernel(DeltaKernel<0>, Blocks(rows), kThreads, stream, a, out, dout, delta);
+  }
+  if (e != cudaSuccess) return e;
+  if (a.round != 0) return LaunchAttentionBackwardMma(a, qkv, lse, dout, delta, dqkv, stream);
+  return ForHeadDim(a, [&](auto d) {
+    return Backward<decltype(d)::value>(a, qkv, lse, dout, delta, dqkv, stream);
+  });
 }
 
 }  // namespace kernels

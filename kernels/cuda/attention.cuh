@@ -1,17 +1,18 @@
 // The CUDA backend's attention (Backend::Attention and AttentionBackward,
 // kernels/backend.h) as fused kernels in the shape of flash attention (Dao
 // et al., 2022): no [seq, seq] array is written. Each (sequence, head) pair
-// is cut into blocks of rows, one thread a row; the keys and values (or the
-// queries and output gradients) stream through shared memory a tile at a
-// time, the softmax runs online in fp32 (a running maximum and sum per
-// query), and the backward recomputes each score from the saved
-// log-sum-exp: one kernel gives dk and dv (a thread a key), another dq (a
-// thread a query), so nothing is added up by atomics and every bit is the
-// same from run to run. In 16-bit precision q, k, v, the output's gradient,
-// the weights and the scores' gradients are rounded to bf16 or fp16 where
-// the products take them, as the CPU backend rounds them; the arithmetic is
-// fp32. The tiles are sized for head_dim rounded up to 32, 64 or 128 (zeros
-// past head_dim); larger heads are refused. nvcc only.
+// is cut into blocks of rows; the keys and values (or the queries and
+// output gradients) stream through shared memory a tile at a time, the
+// softmax runs online in fp32 (a running maximum and sum per query), and
+// the backward recomputes each score from the saved log-sum-exp: one kernel
+// gives dk and dv (a block of keys), another dq (a block of queries), so
+// nothing is added up by atomics and every bit is the same from run to run.
+// fp32 runs on the CUDA cores, a thread a row (attention.cu); bf16 and fp16
+// on the tensor cores, 16 rows a warp (attention_mma.cuh), with q, k, v, the
+// output's gradient, the weights and the scores' gradients rounded where
+// the products take them, as the CPU backend rounds them. The tiles are
+// sized for head_dim rounded up to 32, 64 or 128 (zeros past head_dim);
+// larger heads are refused. nvcc only.
 #ifndef PSTRAIN_KERNELS_CUDA_ATTENTION_CUH_
 #define PSTRAIN_KERNELS_CUDA_ATTENTION_CUH_
 

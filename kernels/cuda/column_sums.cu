@@ -1,7 +1,7 @@
 // The column-sum kernels (see column_sums.cuh).
-#include "kernels/cuda/column_sums.cuh"
-
 #include <cstdint>
+
+#include "kernels/cuda/column_sums.cuh"
 
 namespace pstrain {
 namespace kernels {
@@ -69,7 +69,8 @@ __global__ void SumPartialsKernel(int chunks, int cols, int count, const float* 
   if (j >= cols) return;
   for (int k = 0; k < count; ++k) {
     float total = 0.0f;
-    for (int c = 0; c < chunks; ++c) total += partials[(static_cast<int64_t>(k) * chunks + c) * cols + j];
+    for (int c = 0; c < chunks; ++c)
+      total += partials[(static_cast<int64_t>(k) * chunks + c) * cols + j];
     (k == 0 ? out0 : out1)[j] = total;
   }
 }

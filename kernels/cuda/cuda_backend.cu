@@ -232,7 +232,7 @@ class CudaBackend : public Backend {
   // The fused kernels of attention.cuh: nothing [seq, seq] is made.
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                  float* out) override {
-    if (!device_.ok() || batch == 0 || !CheckHeadDim(head_dim)) return;
+    if (!device_.ok() || batch == 0 || seq == 0 || heads == 0 || !CheckHeadDim(head_dim)) return;
     device_.Check(
         LaunchAttention(Args(batch, seq, heads, head_dim), qkv, lse, out, device_.stream()),
         "Attention");
@@ -241,7 +241,7 @@ class CudaBackend : public Backend {
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
                          const float* out, const float* lse, const float* dout,
                          float* dqkv) override {
-    if (!device_.ok() || batch == 0 || !CheckHeadDim(head_dim)) return;
+    if (!device_.ok() || batch == 0 || seq == 0 || heads == 0 || !CheckHeadDim(head_dim)) return;
     float* delta =
         static_cast<float*>(device_.Grow(delta_, static_cast<int64_t>(batch) * heads * seq * 4));
     if (delta == nullptr) return;

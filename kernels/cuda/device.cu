@@ -1,7 +1,7 @@
 // A CUDA device's memory, streams and fences (see device.cuh).
-#include "kernels/cuda/device.cuh"
-
 #include <algorithm>
+
+#include "kernels/cuda/device.cuh"
 
 namespace pstrain {
 namespace kernels {
@@ -110,9 +110,9 @@ void CudaDevice::Upload(const void* host, int64_t bytes, void* device) {
   if (!ok() || bytes <= 0) return;
   if (!Pinned(host, bytes)) {
     // From pageable memory this returns once `host` may be reused.
-    Check(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
-                          stream_),
-          "cudaMemcpyAsync to the device");
+    Check(
+        cudaMemcpyAsync(device, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync to the device");
     return;
   }
   // Beside the computation: the copy engine runs it while earlier work

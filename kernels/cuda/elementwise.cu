@@ -1,6 +1,5 @@
 // The elementwise kernels (see elementwise.cuh).
 #include "kernels/cuda/elementwise.cuh"
-
 #include "kernels/cuda/launch.cuh"
 
 namespace pstrain {

@@ -27,14 +27,21 @@ inline int Blocks(int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
-// Queues kernel<<<grid, block, 0, stream>>>(args...) and returns the
+// Queues kernel<<<grid, block, shared, stream>>>(args...) and returns the
 // launch's error: cudaSuccess once it is queued (a fault while it runs
 // shows in a later call). Each argument converts to the kernel's parameter.
 template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         cudaStream_t stream, Args... args) {
+  kernel<<<grid, block, shared, stream>>>(static_cast<Params>(args)...);
+  return cudaGetLastError();
+}
+
+// The same without dynamic shared memory.
+template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
                          Args... args) {
-  kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
-  return cudaGetLastError();
+  return LaunchKernel(kernel, grid, block, size_t{0}, stream, args...);
 }
 
 }  // namespace kernels

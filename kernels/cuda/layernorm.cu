@@ -1,10 +1,9 @@
 // The LayerNorm kernels (see layernorm.cuh).
-#include "kernels/cuda/layernorm.cuh"
-
 #include <cstdint>
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/layernorm.cuh"
 
 namespace pstrain {
 namespace kernels {
@@ -21,7 +20,8 @@ __global__ void LayerNormKernel(int dim, const float* x, const float* gamma, con
   float v = 0.0f;
   for (int j = threadIdx.x; j < dim; j += blockDim.x) v += (xr[j] - m) * (xr[j] - m);
   const float inv = rsqrtf(BlockSum(v, shared) / dim + 1e-5f);
-  for (int j = threadIdx.x; j < dim; j += blockDim.x) yr[j] = (xr[j] - m) * inv * gamma[j] + beta[j];
+  for (int j = threadIdx.x; j < dim; j += blockDim.x)
+    yr[j] = (xr[j] - m) * inv * gamma[j] + beta[j];
   if (threadIdx.x == 0) {
     mean[r] = m;
     rstd[r] = inv;

@@ -1,16 +1,14 @@
 // The loss kernel (see softmax_xent.cuh).
-#include "kernels/cuda/softmax_xent.cuh"
-
 #include <cmath>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/softmax_xent.cuh"
 
 namespace pstrain {
 namespace kernels {
 
-__global__ void SoftmaxXentKernel(int rows, int classes, const float* logits,
-                                  const int32_t* labels, float* dlogits, float* row_loss,
-                                  int* row_right) {
+__global__ void SoftmaxXentKernel(int rows, int classes, const float* logits, const int32_t* labels,
+                                  float* dlogits, float* row_loss, int* row_right) {
   __shared__ float best[kThreads];
   __shared__ int best_at[kThreads];
   __shared__ float sums[kThreads];
