@@ -31,7 +31,7 @@ struct HeadView {
   const int64_t qkv_at, out_at, lse_at;
 };
 
-// The thread's tiles (each [kTile, kTile], rows kTile apart) and rows.
+// The thread's tiles (each [tile, tile], rows `tile` apart) and rows.
 struct Tiles {
   std::vector<float> p, p16, ds, ds16;
   std::vector<float> max, sum, delta;
@@ -41,24 +41,24 @@ Tiles& ThreadTiles() {
   return tiles;
 }
 
-// s = scale q[i0..i0+rows) k[j0..j0+cols)^T, rows kTile apart.
+// s = scale q[i0..i0+rows) k[j0..j0+cols)^T, rows `tile` apart.
 void Scores(const HeadView& v, const float* q, const float* k, int i0, int rows, int j0, int cols,
-            float* s) {
+            int tile, float* s) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, v.d, v.scale,
               q + static_cast<int64_t>(i0) * v.w3, v.w3, k + static_cast<int64_t>(j0) * v.w3, v.w3,
-              0.0f, s, kTile);
+              0.0f, s, tile);
 }
 
 // How many of a tile's columns from key j0 query t sees (t >= j0).
 int Seen(int t, int j0, int cols) { return std::min(cols, t + 1 - j0); }
 
-// A tile of rows x kTile as a product's input: itself in fp32, else
-// rounded into `rounded`.
-const float* Operand(Precision precision, int rows, const float* tile,
+// `rows` rows of a tile (rows `tile` apart) as a product's input: itself
+// in fp32, else rounded into `rounded`.
+const float* Operand(Precision precision, int rows, int tile, const float* x,
                      std::vector<float>* rounded) {
-  if (precision == Precision::kFp32) return tile;
-  rounded->resize(static_cast<size_t>(kTile) * kTile);
-  RoundTo(precision, static_cast<int64_t>(rows) * kTile, tile, rounded->data());
+  if (precision == Precision::kFp32) return x;
+  rounded->resize(static_cast<size_t>(tile) * tile);
+  RoundTo(precision, static_cast<int64_t>(rows) * tile, x, rounded->data());
   return rounded->data();
 }
 
@@ -90,6 +90,7 @@ void AttentionHead(const AttentionShape& s, Precision precision, const float* qk
   const float* k = q + v.c;
   const float* val = q + 2 * v.c;
   float* o = out + v.out_at;
+  constexpr int kTile = kForwardTile;
   Tiles& t = ThreadTiles();
   t.p.resize(static_cast<size_t>(kTile) * kTile);
   t.max.resize(kTile);
@@ -98,7 +99,7 @@ void AttentionHead(const AttentionShape& s, Precision precision, const float* qk
     const int rows = std::min(kTile, v.seq - i0);
     for (int j0 = 0; j0 < i0 + rows; j0 += kTile) {
       const int cols = std::min(kTile, v.seq - j0);
-      Scores(v, q, k, i0, rows, j0, cols, t.p.data());
+      Scores(v, q, k, i0, rows, j0, cols, kTile, t.p.data());
       for (int r = 0; r < rows; ++r) {
         float* row = t.p.data() + static_cast<int64_t>(r) * kTile;
         const int seen = Seen(i0 + r, j0, cols);
@@ -114,7 +115,7 @@ void AttentionHead(const AttentionShape& s, Precision precision, const float* qk
         }
         t.max[r] = m;
       }
-      const float* p = Operand(precision, rows, t.p.data(), &t.p16);
+      const float* p = Operand(precision, rows, kTile, t.p.data(), &t.p16);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, v.d, cols, 1.0f, p, kTile,
                   val + static_cast<int64_t>(j0) * v.w3, v.w3, j0 == 0 ? 0.0f : 1.0f,
                   o + static_cast<int64_t>(i0) * v.c, v.c);
@@ -144,6 +145,7 @@ void AttentionBackwardHead(const AttentionShape& s, Precision precision, const f
   const float* o = out + v.out_at;
   const float* d_o = dout + v.out_at;
   const float* head_lse = lse + v.lse_at;
+  constexpr int kTile = kBackwardTile;
   Tiles& t = ThreadTiles();
   t.p.resize(static_cast<size_t>(kTile) * kTile);
   t.ds.resize(static_cast<size_t>(kTile) * kTile);
@@ -164,14 +166,14 @@ void AttentionBackwardHead(const AttentionShape& s, Precision precision, const f
     for (int i0 = j0; i0 < v.seq; i0 += kTile) {
       const int rows = std::min(kTile, v.seq - i0);
       const int64_t at_i = static_cast<int64_t>(i0) * v.w3, at_o = static_cast<int64_t>(i0) * v.c;
-      Scores(v, q, k, i0, rows, j0, cols, t.p.data());
+      Scores(v, q, k, i0, rows, j0, cols, kTile, t.p.data());
       for (int r = 0; r < rows; ++r) {
         float* row = t.p.data() + static_cast<int64_t>(r) * kTile;
         const int seen = Seen(i0 + r, j0, cols);
         ExpSum(seen, row, head_lse[i0 + r], row);
         std::fill(row + seen, row + cols, 0.0f);
       }
-      const float* p = Operand(precision, rows, t.p.data(), &t.p16);
+      const float* p = Operand(precision, rows, kTile, t.p.data(), &t.p16);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, v.d, rows, 1.0f, p, kTile,
                   d_o + at_o, v.c, 1.0f, dv + at_j, v.w3);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, v.d, 1.0f, d_o + at_o, v.c,
@@ -180,7 +182,7 @@ void AttentionBackwardHead(const AttentionShape& s, Precision precision, const f
         const int64_t at = static_cast<int64_t>(r) * kTile;
         SoftmaxBackwardGiven(cols, t.p.data() + at, t.delta[i0 + r], t.ds.data() + at);
       }
-      const float* ds = Operand(precision, rows, t.ds.data(), &t.ds16);
+      const float* ds = Operand(precision, rows, kTile, t.ds.data(), &t.ds16);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, v.d, rows, v.scale, ds, kTile,
                   q + at_i, v.w3, 1.0f, dk + at_j, v.w3);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, v.d, cols, v.scale, ds, kTile,

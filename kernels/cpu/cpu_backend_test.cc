@@ -121,7 +121,7 @@ TEST(CpuBackendTest, SoftmaxXent) {
 // products, whose parts OpenBLAS tiles (and rounds) its own way.
 TEST(CpuBackendTest, SplittingOverThreadsChangesNoBits) {
   std::mt19937 rng(4);
-  const int batch = 3, seq = 140, heads = 2, head_dim = 8, rows = batch * seq;  // 2 tiles
+  const int batch = 3, seq = 140, heads = 2, head_dim = 8, rows = batch * seq;  // several tiles
   const int dim = heads * head_dim, big = 70000;  // above a part's grain
   const std::vector<float> qkv = Random(rows * 3 * dim, rng), dout = Random(rows * dim, rng);
   const std::vector<float> x = Random(big, rng), dy = Random(big, rng);

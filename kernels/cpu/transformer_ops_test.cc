@@ -151,8 +151,8 @@ TEST(TransformerOpsTest, CausalAttentionGradient) {
 
 // The tiled attention against the whole-matrix definition in double, in
 // each precision the CPU computes in: one tile, several with a ragged last
-// one (300 = 128 + 128 + 44), odd head sizes, scores large enough that the
-// running maximum moves between tiles.
+// one (300: 128 + 128 + 44 forward, 4 x 64 + 44 backward), odd head sizes, scores large enough that
+// the running maximum moves between tiles.
 TEST(TransformerOpsTest, CausalAttentionMatchesItsDefinition) {
   struct Shape {
     int batch, seq, heads, head_dim;
