@@ -128,6 +128,10 @@ TEST(GptTrainingTest, MissingCorpusFailsTheJobCleanly) {
       "data { dataset: TEXT path: \"/nonexistent/corpus\" }\nclocks: 10\n";
   options.servers = 1;
   options.workers = 1;
+  // The job may abort, and its scheduler exit, before the server has
+  // registered (seen under load): the server then looks for a scheduler
+  // that is gone until its --connect_timeout_s (60 s by default) runs out.
+  options.server_flags = {"--connect_timeout_s=5"};
   ASSERT_TRUE(cluster.Start(options).ok());
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();

@@ -31,7 +31,8 @@ if bazel build --config=thread_safety --noshow_progress //... >"$TSA_LOG" 2>&1; 
   echo "thread-safety: clang -Wthread-safety -Werror build passed"
   passed=$((passed + 1))
 else
-  grep -E "error:" "$TSA_LOG" | head -30
+  # The compiler's errors, else Bazel's own (a failure never goes unsaid).
+  grep -iE "error" "$TSA_LOG" | head -30 | grep . || tail -n 20 "$TSA_LOG"
   echo "thread-safety: clang -Wthread-safety -Werror build FAILED"
   failed=$((failed + 1))
 fi

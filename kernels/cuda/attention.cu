@@ -31,20 +31,6 @@ __device__ __forceinline__ float Round(float x) {
   return x;
 }
 
-// Where a (sequence, head) pair's rows lie: q, k and v (and their
-// gradients) rows w3 floats apart from qkv_at, out and dout rows c apart
-// from out_at, lse and delta from lse_at.
-struct Head {
-  __device__ Head(const AttentionArgs& a, int bh)
-      : c(a.heads * a.head_dim),
-        w3(3 * c),
-        qkv_at(static_cast<int64_t>(bh / a.heads) * a.seq * w3 + (bh % a.heads) * a.head_dim),
-        out_at(static_cast<int64_t>(bh / a.heads) * a.seq * c + (bh % a.heads) * a.head_dim),
-        lse_at(static_cast<int64_t>(bh) * a.seq) {}
-  const int c, w3;
-  const int64_t qkv_at, out_at, lse_at;
-};
-
 // rows [first, first + kN) of a [seq, head_dim] matrix (rows `stride`
 // apart) into to[kN][kStride], zeros past seq and head_dim; by the block's
 // threads together.
@@ -76,7 +62,7 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   constexpr int kRows = Sizes<kD>::kRows, kTile = Sizes<kD>::kTile;
   __shared__ __align__(16) float k_s[kTile][kD];
   __shared__ __align__(16) float v_s[kTile][kD];
-  const Head head(a, blockIdx.x);
+  const AttentionHead head(a, blockIdx.x);
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows, t = i0 + threadIdx.x;
   const float* q_g = qkv + head.qkv_at;
   float q[kD], acc[kD];
@@ -151,7 +137,7 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   __shared__ __align__(16) float q_s[kTile][kD];
   __shared__ __align__(16) float do_s[kTile][kD];
   __shared__ float lse_s[kTile], delta_s[kTile];
-  const Head head(a, blockIdx.x);
+  const AttentionHead head(a, blockIdx.x);
   const int j0 = blockIdx.y * kRows, j = j0 + threadIdx.x, me = threadIdx.x;
   const float* q_g = qkv + head.qkv_at;
   LoadRows<kRows, kD, kD + 1>(a, q_g + head.c, head.w3, j0, k_s);
@@ -206,7 +192,7 @@ __global__ void __launch_bounds__(Sizes<kD>::kRows)
   __shared__ float do_s[kRows][kD + 1];
   __shared__ __align__(16) float k_s[kTile][kD];
   __shared__ __align__(16) float v_s[kTile][kD];
-  const Head head(a, blockIdx.x);
+  const AttentionHead head(a, blockIdx.x);
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows, t = i0 + threadIdx.x, me = threadIdx.x;
   const float* q_g = qkv + head.qkv_at;
   LoadRows<kRows, kD, kD + 1>(a, q_g, head.w3, i0, q_s);
@@ -262,15 +248,6 @@ cudaError_t Backward(const AttentionArgs& a, const float* qkv, const float* lse,
   if (e != cudaSuccess) return e;
   return LaunchKernel(QueriesBackwardKernel<kD>, Grid<kD>(a), Sizes<kD>::kRows, stream, a, qkv, lse,
                       dout, delta, dqkv);
-}
-
-// fn(kD) for a's head size rounded up to 32, 64 or 128.
-template <typename Fn>
-cudaError_t ForHeadDim(const AttentionArgs& a, Fn fn) {
-  if (a.head_dim <= 32) return fn(std::integral_constant<int, 32>());
-  if (a.head_dim <= 64) return fn(std::integral_constant<int, 64>());
-  if (a.head_dim <= kMaxHeadDim) return fn(std::integral_constant<int, 128>());
-  return cudaErrorInvalidValue;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace pstrain {
 namespace kernels {
@@ -41,6 +42,33 @@ cudaError_t LaunchAttention(const AttentionArgs& a, const float* qkv, float* lse
 cudaError_t LaunchAttentionBackward(const AttentionArgs& a, const float* qkv, const float* out,
                                     const float* lse, const float* dout, float* delta, float* dqkv,
                                     cudaStream_t stream);
+
+// ---- Shared by attention.cu and attention_mma.cu ---------------------
+
+// Where (sequence, head) pair `bh`'s rows lie: q, k and v (and their
+// gradients) rows w3 floats apart from qkv_at, out and dout rows c apart
+// from out_at, lse and delta from lse_at.
+struct AttentionHead {
+  __device__ AttentionHead(const AttentionArgs& a, int bh)
+      : c(a.heads * a.head_dim),
+        w3(3 * c),
+        qkv_at(static_cast<int64_t>(bh / a.heads) * a.seq * w3 + (bh % a.heads) * a.head_dim),
+        out_at(static_cast<int64_t>(bh / a.heads) * a.seq * c + (bh % a.heads) * a.head_dim),
+        lse_at(static_cast<int64_t>(bh) * a.seq) {}
+  const int c, w3;
+  const int64_t qkv_at, out_at, lse_at;
+};
+
+// fn(std::integral_constant<int, kD>) for a's head size rounded up to the
+// kernels' tile widths 32, 64 or 128; cudaErrorInvalidValue past
+// kMaxHeadDim.
+template <typename Fn>
+cudaError_t ForHeadDim(const AttentionArgs& a, Fn fn) {
+  if (a.head_dim <= 32) return fn(std::integral_constant<int, 32>());
+  if (a.head_dim <= 64) return fn(std::integral_constant<int, 64>());
+  if (a.head_dim <= kMaxHeadDim) return fn(std::integral_constant<int, 128>());
+  return cudaErrorInvalidValue;
+}
 
 }  // namespace kernels
 }  // namespace pstrain

@@ -80,18 +80,6 @@ __device__ U* At(unsigned char* shared, int offset) {
   return reinterpret_cast<U*>(shared + offset);
 }
 
-// Where a (sequence, head) pair's rows lie (as attention.cu's Head).
-struct Head {
-  __device__ Head(const AttentionArgs& a, int bh)
-      : c(a.heads * a.head_dim),
-        w3(3 * c),
-        qkv_at(static_cast<int64_t>(bh / a.heads) * a.seq * w3 + (bh % a.heads) * a.head_dim),
-        out_at(static_cast<int64_t>(bh / a.heads) * a.seq * c + (bh % a.heads) * a.head_dim),
-        lse_at(static_cast<int64_t>(bh) * a.seq) {}
-  const int c, w3;
-  const int64_t qkv_at, out_at, lse_at;
-};
-
 // Rows [first, first + n) of a [seq, head_dim] fp32 matrix (rows `stride`
 // apart) into `to` (rows Ld::kHead apart), rounded, zeros past seq and
 // head_dim; by the block's threads together.
@@ -185,7 +173,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* o_s = At<float>(shared, plan.o) + warp * 16 * kWide;
   T* p_s = At<T>(shared, plan.p) + warp * 16 * Ld<kD>::kScores16;
   float* stat = At<float>(shared, plan.stat) + warp * 48;  // max, sum, rescale a row
-  const Head head(a, blockIdx.x);
+  const AttentionHead head(a, blockIdx.x);
   const float* q_g = qkv + head.qkv_at;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kBlockRows, r0 = i0 + warp * 16;
   LoadRows<kD>(a, q_g, head.w3, i0, kBlockRows, q_s);
@@ -287,7 +275,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* dp_s = At<float>(shared, plan.dp) + warp * 16 * Ld<kD>::kScores;
   T* p_s = At<T>(shared, plan.p) + warp * 16 * Ld<kD>::kScores16;
   T* ds_s = At<T>(shared, plan.ds) + warp * 16 * Ld<kD>::kScores16;
-  const Head head(a, blockIdx.x);
+  const AttentionHead head(a, blockIdx.x);
   const float* q_g = qkv + head.qkv_at;
   const int j0 = blockIdx.y * kBlockRows, row = lane / 2, half = lane % 2;
   const int j = j0 + warp * 16 + row;
@@ -344,7 +332,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* s_s = At<float>(shared, plan.s) + warp * 16 * Ld<kD>::kWide;
   float* dp_s = At<float>(shared, plan.dp) + warp * 16 * Ld<kD>::kScores;
   T* ds_s = At<T>(shared, plan.ds) + warp * 16 * Ld<kD>::kScores16;
-  const Head head(a, blockIdx.x);
+  const AttentionHead head(a, blockIdx.x);
   const float* q_g = qkv + head.qkv_at;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kBlockRows, row = lane / 2, half = lane % 2;
   const int mine = warp * 16 + row, t = i0 + mine;
@@ -408,17 +396,13 @@ cudaError_t RunBackward(const AttentionArgs& a, const float* qkv, const float* l
                       a, qkv, lse, dout, delta, dqkv);
 }
 
-// fn<kD, T> for a's head size (rounded up to 32, 64 or 128) and 16-bit type.
+// fn(kD, T) for a's head size (rounded up: ForHeadDim) and 16-bit type T.
 template <typename Fn>
 cudaError_t Dispatch(const AttentionArgs& a, Fn fn) {
-  auto for_type = [&](auto d) {
+  return ForHeadDim(a, [&](auto d) {
     if (a.round == 1) return fn(d, __nv_bfloat16());
     return fn(d, __half());
-  };
-  if (a.head_dim <= 32) return for_type(std::integral_constant<int, 32>());
-  if (a.head_dim <= 64) return for_type(std::integral_constant<int, 64>());
-  if (a.head_dim <= kMaxHeadDim) return for_type(std::integral_constant<int, 128>());
-  return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace
