@@ -6,6 +6,8 @@
 //   (b) bsp_1x1: 1 worker + 1 server on loopback, BSP
 //   (c) ssp1:    the same under SSP with staleness 1
 //   (d) bsp_2x2: 2 workers + 2 servers, BSP
+//   (e) bsp_2x2_standby: the same with a standby copy of every chunk
+//                (--replicas=1; docs/failures.md), also against (d)
 //
 // Each round runs the four in that order (so the ceiling and the clusters
 // share the machine's moods); samples/s = clocks x global batch / the
@@ -19,7 +21,7 @@
 //   bazel run -c opt //bench:train_bench -- [--model=mlp|gpt | --job=FILE]
 //       [--rounds=3] [--clocks=N] [--worker_flags="--overlap=on ..."]
 //       [--server_flags="--rpc_threads=2 ..."]
-//       [--only=alone,bsp_1x1,ssp1_1x1,bsp_2x2]
+//       [--only=alone,bsp_1x1,ssp1_1x1,bsp_2x2,bsp_2x2_standby]
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -66,6 +68,7 @@ struct Run {
   double samples_per_s = 0;
   ClockSplit split;
   double clock_ms = 0;
+  double replicated_bytes_per_clock = 0;  // the servers' to their standbys
 };
 
 double Median(std::vector<double> v) {
@@ -128,7 +131,13 @@ absl::StatusOr<Run> RunCluster(const JobSpec& job, const Config& c,
   if (code != 0) return absl::InternalError(absl::StrCat("scheduler exit ", code, cluster.Logs()));
   std::vector<MemberStatus> workers;
   for (int w = 0; w < c.workers; ++w) workers.push_back(testing::MemberOf(st, WORKER, w));
-  return FromWorkers(job, workers);
+  ASSIGN_OR_RETURN(Run run, FromWorkers(job, workers));
+  int64_t replicated = 0;
+  for (int s = 0; s < c.servers; ++s) {
+    replicated += testing::MemberOf(st, SERVER, s).replicated_bytes();
+  }
+  run.replicated_bytes_per_clock = static_cast<double>(replicated) / job.clocks();
+  return run;
 }
 
 absl::StatusOr<JobSpec> BenchJob() {
@@ -183,6 +192,7 @@ int Main() {
       {"bsp_1x1", 1, 1, {"--consistency=bsp"}},
       {"ssp1_1x1", 1, 1, {"--consistency=ssp", "--staleness=1"}},
       {"bsp_2x2", 2, 2, {"--consistency=bsp"}},
+      {"bsp_2x2_standby", 2, 2, {"--consistency=bsp", "--replicas=1"}},
   };
   const std::string only = absl::GetFlag(FLAGS_only);
   if (!only.empty()) {
@@ -204,18 +214,22 @@ int Main() {
                      std::string(run.status().message()).c_str());
         return 1;
       }
-      std::fprintf(stderr, "round %d %s: %.0f samples/s\n", r, c.name.c_str(),
-                   run->samples_per_s);
+      std::fprintf(stderr, "round %d %s: %.0f samples/s\n", r, c.name.c_str(), run->samples_per_s);
       runs[c.name].push_back(*run);
     }
   }
   std::vector<std::string> out;
   for (const Config& c : configs) {
     const std::vector<Run>& rs = runs[c.name];
-    std::vector<double> sps, ratio;
+    std::vector<double> sps, ratio, replicated, vs_plain;
     for (size_t r = 0; r < rs.size(); ++r) {
       sps.push_back(rs[r].samples_per_s);
-      if (runs.count("alone") > 0) ratio.push_back(rs[r].samples_per_s / runs["alone"][r].samples_per_s);
+      replicated.push_back(rs[r].replicated_bytes_per_clock);
+      if (runs.count("alone") > 0)
+        ratio.push_back(rs[r].samples_per_s / runs["alone"][r].samples_per_s);
+      if (c.name == "bsp_2x2_standby" && runs.count("bsp_2x2") > 0) {
+        vs_plain.push_back(rs[r].samples_per_s / runs["bsp_2x2"][r].samples_per_s);
+      }
     }
     std::string entry = absl::StrFormat("    \"%s\": {\"samples_per_s\": %.0f, \"split\": %s",
                                         c.name, Median(sps), SplitJson(rs));
@@ -224,11 +238,20 @@ int Main() {
                             Median(ratio), *std::min_element(ratio.begin(), ratio.end()),
                             *std::max_element(ratio.begin(), ratio.end()));
     }
+    if (Median(replicated) > 0) {
+      absl::StrAppendFormat(&entry, ", \"replicated_bytes_per_clock\": %.0f", Median(replicated));
+    }
+    if (!vs_plain.empty()) {
+      absl::StrAppendFormat(&entry, ", \"vs_bsp_2x2\": %.3f, \"vs_bsp_2x2_range\": [%.3f, %.3f]",
+                            Median(vs_plain), *std::min_element(vs_plain.begin(), vs_plain.end()),
+                            *std::max_element(vs_plain.begin(), vs_plain.end()));
+    }
     out.push_back(entry + "}");
   }
   std::printf(
       "{\n  \"bench\": \"train_bench\",\n  \"job\": \"%s\",\n  \"clocks\": %lld,\n"
-      "  \"batch_size\": %d,\n  \"rounds\": %d,\n  \"worker_flags\": \"%s\",\n  \"runs\": {\n%s\n  }\n}\n",
+      "  \"batch_size\": %d,\n  \"rounds\": %d,\n  \"worker_flags\": \"%s\",\n  \"runs\": {\n%s\n  "
+      "}\n}\n",
       job->name().c_str(), static_cast<long long>(job->clocks()), job->batch_size(),
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_worker_flags).c_str(),
       absl::StrJoin(out, ",\n").c_str());

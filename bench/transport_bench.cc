@@ -2,7 +2,7 @@
 // 1, 4, 16 and 64 MiB tensors in fp32 and bf16, next to two references the
 // same binary measures in the same run: a plain TCP stream between two
 // processes (the ceiling of the gRPC path) and a default-settings gRPC unary
-// call on one channel. Then the shared-memory path (worker/shm_link.h) in
+// call on one channel. Then the shared-memory path (common/shm_link.h) in
 // fp32 against its own ceiling: a memcpy of the same bytes in and out (the
 // push's copy into the segment and the pull's copy out of it). The server is
 // the real ps_server (with ps_scheduler), the worker side is this process on

@@ -116,6 +116,26 @@ absl::Status ValidateReplicas(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// Standby copies of the servers' chunks (JobSpec.replicas).
+absl::Status ValidateStandbys(const JobSpec& job) {
+  if (job.replicas() < 0 || job.replicas() > 1) {
+    return SpecError("replicas must be 0 or 1 (a standby copy of every chunk), got ",
+                     job.replicas());
+  }
+  if (job.replicas() == 0) return absl::OkStatus();
+  if (job.num_servers() < 2) {
+    return SpecError("replicas: 1 needs at least two servers (a chunk's standby is on another)");
+  }
+  if (job.tables_size() > 0) {
+    return SpecError("replicas: 1 does not cover sparse tables yet (docs/failures.md)");
+  }
+  if (job.consistency() == BSP && job.optimizer().clip_norm() > 0) {
+    return SpecError(
+        "replicas: 1 does not cover BSP with clip_norm (clipping by the global norm) yet");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& job) {
@@ -128,6 +148,7 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (const absl::Status st = ValidateModel(job); !st.ok()) return st;
   if (const absl::Status st = ValidateReplicas(job); !st.ok()) return st;
   if (const absl::Status st = ValidateTables(job); !st.ok()) return st;
+  if (const absl::Status st = ValidateStandbys(job); !st.ok()) return st;
   return ValidateJobSizes(job);
 }
 

@@ -39,20 +39,19 @@ std::string Number(double v) {
   return std::strtod(shorter.c_str(), nullptr) == v ? shorter : absl::StrFormat("%.17g", v);
 }
 
-
 }  // namespace
 
 void LatencyHistogram::Observe(absl::Duration d) {
   const double s = absl::ToDoubleSeconds(d);
-  const size_t bucket =
-      std::lower_bound(kBounds.begin(), kBounds.end(), s) - kBounds.begin();
+  const size_t bucket = std::lower_bound(kBounds.begin(), kBounds.end(), s) - kBounds.begin();
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   sum_ns_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_relaxed);
 }
 
 LatencyHistogram::Snapshot LatencyHistogram::Read() const {
   Snapshot s;
-  for (size_t i = 0; i < counts_.size(); ++i) s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+  for (size_t i = 0; i < counts_.size(); ++i)
+    s.counts[i] = counts_[i].load(std::memory_order_relaxed);
   s.sum_s = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
   return s;
 }
@@ -81,8 +80,8 @@ void PrometheusText::Sample(const std::string& name, const Labels& labels, doubl
   absl::StrAppend(&text_, " ", Number(value), "\n");
 }
 
-void PrometheusText::Counter(const std::string& name, const std::string& help,
-                             const Labels& labels, double value) {
+void PrometheusText::Counter(const std::string& name, const std::string& help, const Labels& labels,
+                             double value) {
   Family(name, help, "counter");
   Sample(name, labels, value);
 }
@@ -129,16 +128,14 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
     int64_t (TableStatus::*value)() const;
   };
   const Field fields[] = {
-      {"pstrain_table_rows", "rows of a sparse table this server holds", false,
-       &TableStatus::rows},
+      {"pstrain_table_rows", "rows of a sparse table this server holds", false, &TableStatus::rows},
       {"pstrain_table_bytes", "bytes of those rows' weights and optimizer state", false,
        &TableStatus::bytes},
       {"pstrain_table_rows_pulled_total", "rows sent in pulls' replies", true,
        &TableStatus::rows_pulled},
       {"pstrain_table_rows_pushed_total", "rows updated by pushes", true,
        &TableStatus::rows_pushed},
-      {"pstrain_table_updates_total", "pushes applied to the table", true,
-       &TableStatus::updates},
+      {"pstrain_table_updates_total", "pushes applied to the table", true, &TableStatus::updates},
       {"pstrain_table_refused_total",
        "pulls and pushes of the table refused: the table's part of "
        "pstrain_requests_refused_total{what=\"rows\"}",
@@ -208,8 +205,8 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
              "calls this daemon holds until they can be answered (parked pulls, gate calls, norm "
              "rounds)",
              l, s.waits_size());
-  out->Gauge("pstrain_generation", "the cluster generation this daemon is in (one per rollback)",
-             l, s.generation());
+  out->Gauge("pstrain_generation", "the cluster generation this daemon is in (one per rollback)", l,
+             s.generation());
   if (s.role() == SCHEDULER) return;
   out->Counter("pstrain_pushes_total", "pushes sent (workers) or applied (servers)", l, s.pushes());
   out->Counter("pstrain_pulls_total", "pulls made (workers) or answered (servers)", l, s.pulls());
@@ -234,6 +231,16 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
     out->Gauge("pstrain_parameters", "parameters this server holds", l, s.params());
     out->Gauge("pstrain_checkpoint_clock", "the newest checkpoint this server wrote", l,
                s.checkpoint_clock());
+    if (s.serving_size() > 0 || s.standby_of_size() > 0) {  // standby replicas
+      out->Gauge("pstrain_replication_lag",
+                 "changes of the chunks this server serves that their standby has not confirmed", l,
+                 s.replication_lag());
+      out->Counter("pstrain_replicated_bytes_total", "bytes this server sent to its standbys", l,
+                   s.replicated_bytes());
+      out->Gauge("pstrain_standby_ready",
+                 "1 when every standby copy this server keeps is filled (it can take over)", l,
+                 s.standby_ready());
+    }
     histogram("pstrain_optimizer_update_duration_seconds", "one chunk's optimizer update",
               latencies.optimizer_update);
     WriteTableMetrics(s, out);
@@ -265,8 +272,8 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
     PrometheusText::Labels with_phase = l;
     with_phase.emplace_back("phase", phase);
     out->Gauge("pstrain_clock_phase_seconds",
-               "where a recent clock's time went (mean over the last progress window)",
-               with_phase, ms / 1e3);
+               "where a recent clock's time went (mean over the last progress window)", with_phase,
+               ms / 1e3);
   }
 }
 
@@ -277,9 +284,21 @@ void WriteClusterMetrics(const ClusterStatus& st, PrometheusText* out) {
   out->Gauge("pstrain_job_aborted", "1 once the job was aborted", l, st.job_state() == ABORTED);
   out->Gauge("pstrain_total_clocks", "the clocks the job runs", l, st.total_clocks());
   out->Gauge("pstrain_staleness", "the staleness bound in force (0 under BSP, -1 under ASP)", l,
-             st.consistency() == BSP ? 0 : st.consistency() == SSP ? st.staleness() : -1);
+             st.consistency() == BSP   ? 0
+             : st.consistency() == SSP ? st.staleness()
+                                       : -1);
   out->Counter("pstrain_rollbacks_total", "rollbacks to a checkpoint", l, st.rollbacks_size());
   out->Counter("pstrain_deaths_total", "members declared dead", l, st.deaths());
+  if (st.routes().serving_size() > 0) {  // standby replicas
+    out->Counter("pstrain_promotions_total", "standby copies promoted when a server died", l,
+                 st.promotions());
+    for (int home = 0; home < st.routes().serving_size(); ++home) {
+      out->Gauge("pstrain_serving_server",
+                 "the server that serves a server's chunks now (home: the chunks' own server)",
+                 {{"role", "scheduler"}, {"home", std::to_string(home)}},
+                 st.routes().serving(home));
+    }
+  }
   int64_t slowest = -1, fastest = -1;  // from the gate's clock table
   for (int64_t c : st.worker_clocks()) {
     if (c < 0) continue;

@@ -112,6 +112,31 @@ TEST(MetricsTest, ClusterMetricsCountLiveMembersAndTheClockSpread) {
   EXPECT_EQ(*PromValue(*families, "pstrain_fastest_worker_clock", {}), 11);
 }
 
+TEST(MetricsTest, StandbyReplicasShowWhoServesWhatAndTheLag) {
+  ClusterStatus st;
+  st.set_promotions(1);
+  for (int serving : {0, 0}) st.mutable_routes()->add_serving(serving);
+  PrometheusText cluster;
+  WriteClusterMetrics(st, &cluster);
+  auto families = ParsePrometheusText(cluster.text());
+  ASSERT_TRUE(families.ok()) << families.status();
+  EXPECT_EQ(*PromValue(*families, "pstrain_promotions_total", {}), 1);
+  EXPECT_EQ(*PromValue(*families, "pstrain_serving_server", {{"home", "1"}}), 0);
+  MemberStatus server;
+  server.set_role(SERVER);
+  server.add_serving(0);
+  server.add_serving(1);
+  server.set_replication_lag(3);
+  server.set_replicated_bytes(4096);
+  PrometheusText member;
+  WriteDaemonMetrics(server, Latencies(), &member);
+  families = ParsePrometheusText(member.text());
+  ASSERT_TRUE(families.ok()) << families.status();
+  EXPECT_EQ(*PromValue(*families, "pstrain_replication_lag", {}), 3);
+  EXPECT_EQ(*PromValue(*families, "pstrain_replicated_bytes_total", {}), 4096);
+  EXPECT_EQ(*PromValue(*families, "pstrain_standby_ready", {}), 0);
+}
+
 TEST(MetricsTest, LabelValuesAreEscaped) {
   PrometheusText out;
   out.Gauge("pstrain_x", "a \\ help\nline", {{"l", "a\"b\\c\nd"}}, 1);
@@ -121,19 +146,20 @@ TEST(MetricsTest, LabelValuesAreEscaped) {
 }
 
 TEST(MetricsTest, TheParserRefusesBrokenText) {
-  EXPECT_FALSE(ParsePrometheusText("x 1\n").ok());                          // no TYPE
-  EXPECT_FALSE(ParsePrometheusText("# TYPE x counter\nx -1\n").ok());       // negative counter
-  EXPECT_FALSE(ParsePrometheusText("# TYPE x gauge\nx{a=\"1} 1\n").ok());   // bad label
-  EXPECT_FALSE(ParsePrometheusText("# TYPE x gauge\nx one\n").ok());        // bad value
+  EXPECT_FALSE(ParsePrometheusText("x 1\n").ok());                         // no TYPE
+  EXPECT_FALSE(ParsePrometheusText("# TYPE x counter\nx -1\n").ok());      // negative counter
+  EXPECT_FALSE(ParsePrometheusText("# TYPE x gauge\nx{a=\"1} 1\n").ok());  // bad label
+  EXPECT_FALSE(ParsePrometheusText("# TYPE x gauge\nx one\n").ok());       // bad value
   EXPECT_FALSE(ParsePrometheusText("# TYPE x histogram\nx_bucket{le=\"1\"} 2\n"
                                    "x_bucket{le=\"+Inf\"} 1\nx_count 1\nx_sum 0\n")
                    .ok());  // not cumulative
 }
 
 TEST(HttpServerTest, ServesItsPathsAndRefusesOthers) {
-  auto server = HttpServer::Start("127.0.0.1", 0, {{"/metrics", [] {
-                                                      return HttpResponse{200, "text/plain", "ok\n"};
-                                                    }}});
+  auto server =
+      HttpServer::Start("127.0.0.1", 0, {{"/metrics", [] {
+                                            return HttpResponse{200, "text/plain", "ok\n"};
+                                          }}});
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
   auto reply = HttpGet(address, "/metrics");
@@ -162,8 +188,8 @@ TEST(HttpServerTest, RequestDeadlinesExpireOnceAndNotWhileAnswering) {
   deadlines.Started(&a, 5, t0);
   deadlines.Started(&b, 6, t0);
   deadlines.Started(&c, 7, t0);
-  deadlines.Busy(&b);                                   // being answered: no deadline
-  deadlines.Answered(&c, t0 + absl::Seconds(8));        // the next request's starts
+  deadlines.Busy(&b);                             // being answered: no deadline
+  deadlines.Answered(&c, t0 + absl::Seconds(8));  // the next request's starts
   std::vector<int> closed;
   auto expire = [&](absl::Duration at) {
     closed.clear();
@@ -184,9 +210,12 @@ TEST(HttpServerTest, RequestDeadlinesExpireOnceAndNotWhileAnswering) {
 TEST(HttpServerTest, ATricklingConnectionIsClosedAtItsDeadline) {
   HttpLimits limits;
   limits.request_deadline = absl::Seconds(1);
-  auto server = HttpServer::Start(
-      "127.0.0.1", 0, {{"/metrics", [] { return HttpResponse{200, "text/plain", "ok\n"}; }}},
-      limits);
+  auto server = HttpServer::Start("127.0.0.1", 0,
+                                  {{"/metrics",
+                                    [] {
+                                      return HttpResponse{200, "text/plain", "ok\n"};
+                                    }}},
+                                  limits);
   ASSERT_TRUE(server.ok()) << server.status();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -221,9 +250,10 @@ TEST(HttpServerTest, WithATokenOnlyRequestsCarryingItAreAnswered) {
   SecurityFiles files;
   files.auth_token_file = file;
   ASSERT_TRUE(ConfigureSecurity(files).ok());
-  auto server = HttpServer::Start("127.0.0.1", 0, {{"/metrics", [] {
-                                                      return HttpResponse{200, "text/plain", "ok\n"};
-                                                    }}});
+  auto server =
+      HttpServer::Start("127.0.0.1", 0, {{"/metrics", [] {
+                                            return HttpResponse{200, "text/plain", "ok\n"};
+                                          }}});
   ASSERT_TRUE(server.ok());
   const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
   EXPECT_EQ(HttpGet(address, "/metrics")->code, 401);

@@ -59,4 +59,19 @@ int64_t Partition::ServerBytes(int server) const {
   return bytes;
 }
 
+std::vector<int> HeldHomes(int server, int num_servers, int replicas) {
+  std::vector<int> homes = {server};
+  if (replicas > 0 && num_servers > 1) homes.push_back((server + num_servers - 1) % num_servers);
+  return homes;
+}
+
+std::vector<int32_t> HeldChunks(const Partition& partition, int server, int replicas) {
+  std::vector<int32_t> out;
+  for (int home : HeldHomes(server, partition.num_servers(), replicas)) {
+    const std::vector<int32_t>& ids = partition.ServerChunks(home);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
+}
+
 }  // namespace pstrain

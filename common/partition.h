@@ -42,6 +42,17 @@ class Partition {
   std::vector<std::vector<int32_t>> by_param_;
 };
 
+// Standby replicas (JobSpec.replicas = 1): server `home`'s chunks are held
+// by a pair, `home` itself and the next server by id, which keeps a
+// standby copy of them.
+inline int StandbyServerOf(int home, int num_servers) { return (home + 1) % num_servers; }
+// The home servers whose chunks server `server` holds: its own, and with
+// replicas the previous server's (whose standby it is).
+std::vector<int> HeldHomes(int server, int num_servers, int replicas);
+// The chunks server `server` holds, its home servers' in the order of
+// HeldHomes, each's ascending.
+std::vector<int32_t> HeldChunks(const Partition& partition, int server, int replicas);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_COMMON_PARTITION_H_

@@ -138,7 +138,20 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
   restore_clock_ = resp.restore_clock();
   manifest_clock_ = resp.manifest_clock();
   link_generation_ = resp.link_generation();
+  if (resp.routes().version() >= routes_.version() && resp.routes().serving_size() > 0) {
+    routes_ = resp.routes();
+  }
   return resp;
+}
+
+ServerRoutes SchedulerClient::routes() const {
+  absl::MutexLock lock(&mu_);
+  return routes_;
+}
+
+void SchedulerClient::SetRoutes(const ServerRoutes& routes) {
+  absl::MutexLock lock(&mu_);
+  if (routes.version() >= routes_.version()) routes_ = routes;
 }
 
 void SchedulerClient::StartHeartbeats(std::function<MemberStatus()> status_fn) {

@@ -80,6 +80,10 @@ class SchedulerClient {
   int64_t generation(int64_t* restore_clock = nullptr) const;
   // The clock of the newest complete checkpoint set, as of the last heartbeat.
   int64_t manifest_clock() const;
+  // Standby replicas: who serves which chunks, as the last heartbeat
+  // answer said (the registration's until then; empty without replicas).
+  ServerRoutes routes() const;
+  void SetRoutes(const ServerRoutes& routes);
   // A pipeline stage's replica's link generation, as of the last heartbeat.
   int64_t link_generation() const;
 
@@ -119,6 +123,7 @@ class SchedulerClient {
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t link_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  ServerRoutes routes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
   // When the scheduler last answered (a registration or a heartbeat): the

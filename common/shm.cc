@@ -38,9 +38,9 @@ socklen_t AbstractAddress(const std::string& name, sockaddr_un* addr) {
 
 }  // namespace
 
-ShmLayout ShmLayout::OfServer(const Partition& partition, int server) {
+ShmLayout ShmLayout::OfServer(const Partition& partition, int server, int replicas) {
   std::vector<std::pair<int32_t, int64_t>> chunks;
-  for (int32_t id : partition.ServerChunks(server)) {
+  for (int32_t id : HeldChunks(partition, server, replicas)) {
     chunks.push_back({id, partition.chunks()[id].numel});
   }
   return Make(std::move(chunks));
@@ -80,13 +80,16 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(int64_t bytes) {
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Adopt(int fd, int64_t bytes) {
   auto refuse = [fd](const std::string& why) {
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat("shared memory: refused a descriptor: ", why));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory: refused a descriptor: ", why));
   };
   char target[256] = {0};
   const std::string link = absl::StrCat("/proc/self/fd/", fd);
   const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
-  if (n < 0 || !absl::StartsWith(absl::string_view(target, n), absl::StrCat("/memfd:", kMemfdName))) {
-    return refuse(absl::StrCat("not a pstrain segment (", n < 0 ? "?" : std::string(target, n), ")"));
+  if (n < 0 ||
+      !absl::StartsWith(absl::string_view(target, n), absl::StrCat("/memfd:", kMemfdName))) {
+    return refuse(
+        absl::StrCat("not a pstrain segment (", n < 0 ? "?" : std::string(target, n), ")"));
   }
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & kSeals) != kSeals) return refuse("not sealed against resizing");
@@ -227,8 +230,8 @@ absl::StatusOr<bool> FrameReader::Next(ShmFrame* frame) {
   ShmFrameHeader h;
   std::memcpy(&h, buffer_.data() + start_, sizeof(h));
   if (h.bytes < sizeof(h) || h.bytes > kMaxShmFrame || h.message_bytes > h.bytes - sizeof(h)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared memory: a frame of ", h.bytes, " bytes with a message of ", h.message_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("shared memory: a frame of ", h.bytes,
+                                                   " bytes with a message of ", h.message_bytes));
   }
   if (have < h.bytes) return false;
   const char* p = buffer_.data() + start_ + sizeof(h);

@@ -18,14 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/partition.h"
 #include "absl/container/flat_hash_map.h"
-#include "common/partition.h"
 #include "absl/status/status.h"
-#include "common/partition.h"
 #include "absl/status/statusor.h"
-#include "common/partition.h"
 #include "absl/time/time.h"
+#include "common/partition.h"
 
 namespace pstrain {
 
@@ -41,7 +38,9 @@ class ShmLayout {
   static ShmLayout Make(std::vector<std::pair<int32_t, int64_t>> chunks);
   // Server `server`'s segment of `partition`: every chunk it holds (the
   // worker's and the server's one layout).
-  static ShmLayout OfServer(const Partition& partition, int server);
+  // With standby replicas (`replicas` 1), the chunks it keeps standby
+  // copies of too, which it serves once promoted.
+  static ShmLayout OfServer(const Partition& partition, int server, int replicas = 0);
 
   int64_t region_bytes() const { return region_bytes_; }
   int64_t segment_bytes() const { return 2 * region_bytes_; }
@@ -108,6 +107,8 @@ struct ShmFrameHeader {
 };
 inline constexpr int32_t kShmPush = 1;
 inline constexpr int32_t kShmPull = 2;
+// A primary server's changes to its standby (ParameterServer.Replicate).
+inline constexpr int32_t kShmReplicate = 3;
 // Frames are small (the payloads are in the segment): a larger one is a
 // peer gone wrong, and its connection is closed.
 inline constexpr size_t kMaxShmFrame = 1 << 20;

@@ -21,16 +21,18 @@ const char* WorkerFailureName(WorkerFailure f) {
 }
 
 FailurePolicy::FailurePolicy(const JobSpec& job, const SchedulerPolicy& policy, Membership* members,
-                             ClockTable* clocks)
+                             ClockTable* clocks, Promotions* promotions)
     : policy_(policy),
       checkpoints_(job.checkpoint_every() > 0),
       stages_(std::max(1, job.pipeline_stages())),
       num_workers_(job.num_workers()),
       members_(members),
-      clocks_(clocks) {}
+      clocks_(clocks),
+      promotions_(promotions != nullptr && promotions->enabled() ? promotions : nullptr) {}
 
 bool FailurePolicy::KeepsPlace(Role role) const {
-  return role == SERVER ? checkpoints_ : policy_.on_worker_failure == WorkerFailure::kWait;
+  return role == SERVER ? checkpoints_ || promotions_ != nullptr
+                        : policy_.on_worker_failure == WorkerFailure::kWait;
 }
 
 bool FailurePolicy::Silent(const MemberRecord& m, absl::Time now) const {
@@ -48,9 +50,9 @@ Decision FailurePolicy::DeclareDead(MemberRecord& m, JobState job, absl::Time no
   if (m.role == WORKER) {
     Decision d = WorkerDied(m, why, job, now);
     if (d.kind != Decision::kAbort || !d.why.empty()) return d;
-  } else if (job == RUNNING_JOB && checkpoints_) {
-    return Make(Decision::kRollback,
-                absl::StrCat("server ", m.id, " at ", m.address, " declared dead: ", why));
+  } else if (job == RUNNING_JOB) {
+    Decision d = ServerLost(m, absl::StrCat("declared dead: ", why));
+    if (d.kind != Decision::kAbort) return d;
   }
   return Make(Decision::kAbort, absl::StrCat(RoleName(m.role), " ", m.id, " at ", m.address,
                                              " declared dead: ", why));
@@ -144,6 +146,11 @@ absl::StatusOr<Decision> FailurePolicy::Replace(Role role, int id, const std::st
                        : Decision{};
   }
   if (was_dead) return Decision{};
+  if (promotions_ != nullptr) {
+    const Decision d = ServerLost(*members_->Get(role, id), absl::StrCat("replaced by ", address));
+    if (d.kind == Decision::kGoOn) return Decision{};
+    if (d.kind != Decision::kAbort) return d;
+  }
   if (!checkpoints_) {
     return Make(Decision::kAbort,
                 absl::StrCat("server ", id,
@@ -151,6 +158,22 @@ absl::StatusOr<Decision> FailurePolicy::Replace(Role role, int id, const std::st
                              "to restore it from"));
   }
   return Make(Decision::kRollback, reason);
+}
+
+Decision FailurePolicy::ServerLost(const MemberRecord& m, const std::string& why) {
+  std::string promoted;
+  if (promotions_ != nullptr) {
+    if (promotions_->Promote(m.id, &promoted)) {
+      spdlog::warn("server {} {}: {}; no rollback", m.id, why, promoted);
+      return Make(Decision::kGoOn, "");
+    }
+    spdlog::error("server {} {}: no standby takes over ({})", m.id, why, promoted);
+  }
+  if (checkpoints_) {
+    return Make(Decision::kRollback, absl::StrCat("server ", m.id, " at ", m.address, " ", why,
+                                                  promoted.empty() ? "" : "; ", promoted));
+  }
+  return Make(Decision::kAbort, "");
 }
 
 absl::StatusOr<Decision> FailurePolicy::LinksBroke(int worker, int replica) const {

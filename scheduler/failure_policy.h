@@ -3,6 +3,8 @@
 // pipeline stage) its links broke -- and to "it came back". While the job
 // runs:
 //
+//   a server, with standby replicas -> its standbys are promoted (Promotions),
+//                                      when they can be; else as below
 //   a server, with checkpoints      -> the cluster rolls back (Rollbacks)
 //   a server, without               -> the job ends ABORTED
 //   a worker under kShrink          -> the job goes on without it (with
@@ -36,6 +38,7 @@
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
 #include "scheduler/pipeline_restarts.h"
+#include "scheduler/promotions.h"
 
 namespace pstrain {
 
@@ -76,12 +79,14 @@ struct Decision {
 
 class FailurePolicy {
  public:
-  // `members` and `clocks` (the coordinator's) must outlive this.
+  // `members`, `clocks` and `promotions` (the coordinator's; null: none)
+  // must outlive this.
   FailurePolicy(const JobSpec& job, const SchedulerPolicy& policy, Membership* members,
-                ClockTable* clocks);
+                ClockTable* clocks, Promotions* promotions = nullptr);
 
   // Whether a dead member of `role` keeps its place (it may come back or be
-  // replaced): a server of a job with checkpoints, a worker under kWait.
+  // replaced): a server of a job with checkpoints or standby replicas, a
+  // worker under kWait.
   bool KeepsPlace(Role role) const;
   // Whether `m` is still in the job but silent past the heartbeat timeout.
   bool Silent(const MemberRecord& m, absl::Time now) const;
@@ -132,6 +137,9 @@ class FailurePolicy {
   // when that is not the policy.
   Decision TakeReplicaOut(int worker, const std::string& why, JobState job, absl::Time now);
   Decision WorkerDied(const MemberRecord& m, const std::string& why, JobState job, absl::Time now);
+  // A server lost while the job runs: its standbys promoted (kGoOn), or a
+  // rollback, or kAbort without a message.
+  Decision ServerLost(const MemberRecord& m, const std::string& why);
 
   const SchedulerPolicy policy_;
   const bool checkpoints_;
@@ -139,6 +147,7 @@ class FailurePolicy {
   const int num_workers_;
   Membership* const members_;
   ClockTable* const clocks_;
+  Promotions* const promotions_;
   FailureState state_;
 };
 

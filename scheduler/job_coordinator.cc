@@ -69,7 +69,8 @@ JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
       control_(job),
       gate_(&phase_, ServersWithChunks(job), TotalClocks(job), &clocks_, &members_, &rollbacks_,
             &control_, &pipelines_, std::move(trace)),
-      failures_(job, policy, &members_, &clocks_) {
+      promotions_(job),
+      failures_(job, policy, &members_, &clocks_, &promotions_) {
   clocks_.Reset(policy.start_clock);
 }
 
@@ -152,7 +153,9 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
     return id.status();
   }
   if (req.role() == WORKER) members_.Get(WORKER, *id)->declared = !req.declare_later();
+  if (req.role() == SERVER) promotions_.Registered(*id, req.address());
   RegisterResponse resp;
+  if (promotions_.enabled()) *resp.mutable_routes() = promotions_.routes();
   resp.set_id(*id);
   *resp.mutable_job() = job_;
   resp.set_generation(rollbacks_.generation());
@@ -195,6 +198,7 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
     }
     MaybeDone(now);
   } else if (st.role() == SERVER) {
+    promotions_.Reported(member->id, st);
     MaybeEndRollback(now);
     gate_.AddReportedNorm(st);
   }
@@ -210,6 +214,7 @@ HeartbeatResponse JobCoordinator::HeartbeatAnswer(const MemberRecord& m) const {
   resp.set_generation(rollbacks_.generation());
   resp.set_restore_clock(rollbacks_.restore_clock());
   resp.set_manifest_clock(rollbacks_.manifest_clock());
+  if (promotions_.enabled()) *resp.mutable_routes() = promotions_.routes();
   if (pipelines_.pipelined() && m.role == WORKER) {
     resp.set_link_generation(pipelines_.link_generation(pipelines_.ReplicaOf(m.id)));
   }
@@ -254,6 +259,7 @@ void JobCoordinator::Enact(const Decision& d, absl::Time now) {
 
 void JobCoordinator::Revived(const MemberRecord& m, absl::Time now) {
   gate_.Wake();
+  if (m.role == SERVER) promotions_.Registered(m.id, m.address);  // its copies are stale
   if (m.role == WORKER && pipelines_.pipelined())
     gate_.MaybeEndRestart(pipelines_.ReplicaOf(m.id), now);
 }
@@ -301,6 +307,7 @@ void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now) {
     if (m != nullptr && m->state == FINISHED) failures_.LeaveOut(w);
   }
   const int64_t to = rollbacks_.Begin(reason, from, now);
+  promotions_.Reset();
   gate_.RolledBack(to);
   // Every stage links anew; a restart under way is part of the rollback.
   pipelines_.RolledBack(to, now);
@@ -421,6 +428,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   // The parts', from the same managers as the snapshot.
   control_.AddStatus(&out);
   rollbacks_.AddStatus(&out);
+  promotions_.AddStatus(&out);
   failures_.AddStatus(&out);
   pipelines_.AddStatus(&out);
   clocks_.AddStatus(&out);
@@ -437,60 +445,5 @@ void JobCoordinator::AddWaits(MemberStatus* me) const {
 }
 
 // ---- Taking over.
-
-SchedulerState JobCoordinator::Snapshot() const {
-  SchedulerState s;
-  s.set_format("pstrain scheduler state");
-  *s.mutable_job() = job_;
-  s.set_job_state(phase_.state);
-  s.set_message(phase_.message);
-  s.set_start_clock(start_clock_);
-  s.set_on_worker_failure(WorkerFailureName(policy_.on_worker_failure));
-  s.set_scheduler_takeovers(takeovers_);
-  s.set_taken_over_unix_ms(takeovers_ > 0 ? absl::ToUnixMillis(taken_over_) : 0);
-  *s.mutable_members() = members_.Snapshot();
-  *s.mutable_clocks() = clocks_.Snapshot();
-  *s.mutable_failures() = failures_.Snapshot();
-  *s.mutable_rollbacks() = rollbacks_.Snapshot();
-  *s.mutable_pipelines() = pipelines_.Snapshot();
-  *s.mutable_control() = control_.Snapshot();
-  return s;
-}
-
-std::string JobCoordinator::DurableKey() const { return DurableKeyOf(Snapshot()); }
-
-absl::Status JobCoordinator::TakeOver(const SchedulerState& s, absl::Time now) {
-  // The values of a state file in range for its job (a file edited by hand
-  // or damaged must not steer the job); each part checks its own.
-  const int64_t clocks = TotalClocks(job_);
-  if (s.start_clock() < 0 || s.start_clock() > clocks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("clock ", s.start_clock(), " out of range for the job"));
-  }
-  if (s.scheduler_takeovers() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count ", s.scheduler_takeovers(), " out of range for the job"));
-  }
-  RETURN_IF_ERROR(control_.Restore(s.control(), clocks));
-  RETURN_IF_ERROR(clocks_.Restore(s.clocks(), control_.total_clocks()));
-  RETURN_IF_ERROR(members_.Restore(s.members(), now));
-  RETURN_IF_ERROR(failures_.Restore(s.failures()));
-  RETURN_IF_ERROR(rollbacks_.Restore(s.rollbacks(), clocks));
-  RETURN_IF_ERROR(pipelines_.Restore(s.pipelines()));
-  phase_.state = s.job_state();
-  phase_.message = s.message();
-  if (Ended()) ended_at_ = now;
-  start_clock_ = s.start_clock();
-  gate_.TakenOver();
-  takeovers_ = s.scheduler_takeovers() + 1;
-  taken_over_ = now;
-  spdlog::warn(
-      "took the job over from the state file: {}, generation {}, clocks {}..{} as last written; "
-      "{} servers and {} workers to hear from again",
-      JobState_Name(phase_.state), rollbacks_.generation(), clocks_.SlowestClock(),
-      *std::max_element(s.clocks().clocks().begin(), s.clocks().clocks().end()),
-      members_.registered(SERVER), members_.registered(WORKER));
-  return absl::OkStatus();
-}
 
 }  // namespace pstrain

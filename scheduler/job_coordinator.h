@@ -51,6 +51,7 @@
 #include "scheduler/membership.h"
 #include "scheduler/operator_control.h"
 #include "scheduler/pipeline_restarts.h"
+#include "scheduler/promotions.h"
 #include "scheduler/rollbacks.h"
 
 namespace pstrain {
@@ -185,6 +186,7 @@ class JobCoordinator {
   Membership members_;
   ClockTable clocks_;
   Rollbacks rollbacks_;
+  Promotions promotions_;  // before failures_, which uses it
   PipelineRestarts pipelines_;
   OperatorControl control_;
   Gate gate_;

@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: checkpoint_dir, shared by the scheduler and the servers (a job started on "
           "a directory with a manifest resumes from it)");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "override: checkpoint every this many clocks (0: never)");
+ABSL_FLAG(int64_t, replicas, 0,
+          "override: 1 keeps a standby copy of every server's chunks on the next server, "
+          "promoted without a rollback when the server dies (docs/failures.md)");
 ABSL_FLAG(int64_t, pipeline_stages, 1,
           "override: pipeline stages the model is cut into (num_workers = replicas x stages)");
 ABSL_FLAG(int64_t, micro_batches, 1, "override: micro-batches of a worker's or replica's share");
@@ -82,8 +85,8 @@ int main(int argc, char** argv) {
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.run_dir = absl::GetFlag(FLAGS_run_dir);
   c.state_dir = absl::GetFlag(FLAGS_state_dir);
-  pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty("state_dir", GivenFlag(FLAGS_state_dir),
-                                                    "a directory"));
+  pstrain::ExitOnBadFlag(
+      pstrain::CheckFlagNotEmpty("state_dir", GivenFlag(FLAGS_state_dir), "a directory"));
   for (const pstrain::SpecOverrideFlag& f : pstrain::SpecOverrideFlags()) {
     if (const std::optional<std::string> value = pstrain::GivenFlagText(f.flag)) {
       c.overrides[f.flag] = *value;

@@ -32,7 +32,8 @@ class NoCheckpoints : public CheckpointCatalog {
   int64_t NewestCompleteSet(const std::vector<int>&, int64_t) override { return 0; }
 };
 
-// Two pipeline replicas of two stages, with checkpoints: every part of the
+// Two pipeline replicas of two stages, with checkpoints and standby
+// replicas: every part of the
 // state has something to hold.
 JobSpec PipelinedJob() {
   JobSpec job;
@@ -45,6 +46,7 @@ JobSpec PipelinedJob() {
   job.set_chunk_bytes(256);
   job.set_checkpoint_every(10);
   job.set_checkpoint_dir("/ckpt");
+  job.set_replicas(1);
   ApplyJobDefaults(&job);
   return job;
 }
@@ -125,6 +127,12 @@ void RepeatFirst(Message* m, const std::string& name, int n) {
       case FieldDescriptor::CPPTYPE_BOOL:
         r->AddBool(m, f, r->GetRepeatedBool(*m, f, 0));
         break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        r->AddInt32(m, f, r->GetRepeatedInt32(*m, f, 0));
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        r->AddString(m, f, r->GetRepeatedString(*m, f, 0));
+        break;
       default:
         FAIL() << name << ": a type this test does not repeat";
     }
@@ -152,6 +160,9 @@ SchedulerState FilledState(const JobSpec& job) {
   RepeatFirst(s.mutable_clocks(), "removed", job.num_workers());
   RepeatFirst(s.mutable_clocks(), "pushed", job.num_workers());
   RepeatFirst(s.mutable_pipelines(), "replicas", job.num_workers() / job.pipeline_stages());
+  for (const char* routes : {"serving", "addresses", "ready"}) {
+    RepeatFirst(s.mutable_promotions()->mutable_routes(), routes, job.num_servers());
+  }
   return s;
 }
 

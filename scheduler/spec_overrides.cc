@@ -116,6 +116,7 @@ const std::vector<SpecOverrideFlag>& SpecOverrideFlags() {
       {"consistency", "consistency"},
       {"pipeline_schedule", "pipeline_schedule"},
       {"table_consistency", "table_consistency"},
+      {"replicas", "replicas", 0, 1},
   };
   return *flags;
 }

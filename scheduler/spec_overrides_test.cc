@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "gtest/gtest.h"
 #include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
@@ -20,12 +20,22 @@ JobSpec Spec(const std::string& text) {
 
 TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
   const SpecOverrides given = {
-      {"staleness", "2"},          {"num_servers", "3"},     {"num_workers", "4"},
-      {"batch_size", "64"},        {"epochs", "5"},          {"clocks", "600"},
-      {"seed", "9"},               {"checkpoint_every", "7"}, {"pipeline_stages", "2"},
-      {"micro_batches", "8"},      {"data_dir", "/data"},    {"checkpoint_dir", "/ckpt"},
-      {"consistency", "SSP"},      {"pipeline_schedule", "gpipe"},
+      {"staleness", "2"},
+      {"num_servers", "3"},
+      {"num_workers", "4"},
+      {"batch_size", "64"},
+      {"epochs", "5"},
+      {"clocks", "600"},
+      {"seed", "9"},
+      {"checkpoint_every", "7"},
+      {"pipeline_stages", "2"},
+      {"micro_batches", "8"},
+      {"data_dir", "/data"},
+      {"checkpoint_dir", "/ckpt"},
+      {"consistency", "SSP"},
+      {"pipeline_schedule", "gpipe"},
       {"table_consistency", "asp"},
+      {"replicas", "1"},
   };
   ASSERT_EQ(given.size(), SpecOverrideFlags().size()) << "a flag of the table is not tested";
   JobSpec job;
@@ -34,7 +44,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
             Spec("data { path: \"/data\" } consistency: SSP staleness: 2 batch_size: 64 "
                  "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
                  "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
-                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP")
+                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP replicas: 1")
                 .DebugString());
 }
 

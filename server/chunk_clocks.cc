@@ -28,7 +28,7 @@ bool ChunkClocks::RoundComplete() const {
 }
 
 absl::Status ChunkClocks::Classify(int worker, int64_t clock, int32_t chunk, bool at_once,
-                                   bool* duplicate) const {
+                                   bool* duplicate, bool early_retried) const {
   if (at_once && pushed_[worker] && clock == applied_[worker] + 1) {
     // The first clock after a change from BSP (psctl set-consistency) while
     // the worker's push of the clock before waits in a round still open:
@@ -44,6 +44,13 @@ absl::Status ChunkClocks::Classify(int worker, int64_t clock, int32_t chunk, boo
   *duplicate = clock >= 0 && clock < next;
   if (clock == next && !pushed_[worker]) return absl::OkStatus();
   if (*duplicate) return absl::OkStatus();
+  if (early_retried && clock == applied_[worker] + 1) {
+    // Its push of the clock before is still on its way (or waits in an
+    // open round): standby replicas let a worker have both under way.
+    return absl::UnavailableError(
+        absl::StrCat("chunk ", chunk, ": worker ", worker, "'s push of clock ", clock,
+                     " came before the round of clock ", clock - 1, " was applied"));
+  }
   return absl::InvalidArgumentError(absl::StrCat("push for clock ", clock, " of chunk ", chunk,
                                                  " but worker ", worker, " is at ", next));
 }
@@ -76,6 +83,11 @@ std::string ChunkClocks::Lagging(int64_t min_clock, bool bsp) const {
                     bsp && pushed_[w] ? ", its next push in" : "", ")");
   }
   return out;
+}
+
+void ChunkClocks::SetApplied(const std::vector<int64_t>& applied) {
+  applied_ = applied;
+  std::fill(pushed_.begin(), pushed_.end(), false);
 }
 
 }  // namespace pstrain

@@ -37,10 +37,11 @@ class ChunkClocks {
   // (*duplicate false) or a repeat of one already taken (*duplicate true);
   // UNAVAILABLE for the first push applied at once (`at_once`, after a
   // switch from BSP) while the worker's push of the clock before waits in
-  // an open round; INVALID_ARGUMENT for any other clock. `chunk` names the
-  // chunk in messages.
-  absl::Status Classify(int worker, int64_t clock, int32_t chunk, bool at_once,
-                        bool* duplicate) const;
+  // an open round, and (`early_retried`: standby replicas) for the push of
+  // the clock after the one not yet applied; INVALID_ARGUMENT for any
+  // other clock. `chunk` names the chunk in messages.
+  absl::Status Classify(int worker, int64_t clock, int32_t chunk, bool at_once, bool* duplicate,
+                        bool early_retried = false) const;
 
   // The worker's push of `clock` was applied at once (SSP, ASP).
   void Applied(int worker, int64_t clock) { applied_[worker] = clock + 1; }
@@ -49,6 +50,9 @@ class ChunkClocks {
   // BSP: the round was applied; every live worker's applied clock moves
   // on (a dead worker's stays where it died) and the next round opens.
   void NextRound();
+  // Standby replicas: the applied clocks are `applied` (a primary's copy,
+  // one per worker), the round being collected empty.
+  void SetApplied(const std::vector<int64_t>& applied);
   // The worker is left out from now on. False if it already was.
   bool Remove(int worker);
   // A rollback to `clock`: every live worker's applied clock is `clock`

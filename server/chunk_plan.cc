@@ -39,13 +39,14 @@ std::vector<ChunkPlan> PlanChunks(const JobSpec& job, const std::vector<ParamInf
   const std::vector<int> param_stage = ParamStages(job, static_cast<int>(params.size()));
   const int stages = std::max(1, job.pipeline_stages());
   const bool bsp = job.consistency() == BSP;
-  const std::vector<int32_t>& ids = partition.ServerChunks(server_id);
+  const std::vector<int32_t> ids = HeldChunks(partition, server_id, job.replicas());
   std::vector<ChunkPlan> plans;
   for (size_t i = 0; i < ids.size(); ++i) {
     const ChunkInfo& info = partition.chunks()[ids[i]];
     const ParamInfo& param = params[info.param];
     ChunkPlan c;
     c.id = ids[i];
+    c.home = info.server;
     c.stage = param_stage[info.param];
     for (int w = 0; w < job.num_workers(); ++w) c.pushers.push_back(StageOf(w, stages) == c.stage);
     c.shape = ShapeOf(param, info);

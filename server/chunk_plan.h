@@ -20,6 +20,9 @@ namespace pstrain {
 
 struct ChunkPlan {
   int32_t id = 0;
+  // The server whose chunk it is by the partition: this one, or (standby
+  // replicas) the one whose standby this is.
+  int home = 0;
   int stage = 0;  // the pipeline stage whose parameters it holds
   // The workers that push it: those of its stage (every worker without
   // pipeline stages).
@@ -34,7 +37,8 @@ struct ChunkPlan {
   int64_t offset = 0;
 };
 
-// The plans of `server_id`'s chunks, in the partition's order of them.
+// The plans of the chunks `server_id` holds (HeldChunks: its own, and with
+// standby replicas those it keeps standby copies of), in that order.
 // `params` is ModelParams(job.model()); the plans point into it, so it
 // outlives them.
 std::vector<ChunkPlan> PlanChunks(const JobSpec& job, const std::vector<ParamInfo>& params,

@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/rpc.h"
 
 namespace pstrain {
@@ -79,9 +81,9 @@ grpc::Status ChunkRequests::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuff
 grpc::Status ChunkRequests::PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const {
   for (PayloadRef& c : *chunks) {
     if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
-      return Invalid(absl::StrCat("push: chunk ", c.chunk,
-                                  c.bytes != 0 ? " has a payload in a shared-memory push"
-                                               : " is not this server's"));
+      return Invalid(absl::StrCat(
+          "push: chunk ", c.chunk,
+          c.bytes != 0 ? " has a payload in a shared-memory push" : " is not this server's"));
     }
     c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
     c.bytes = static_cast<size_t>(shm_layout_.SlotBytes(c.chunk) / 4 * width);
@@ -89,7 +91,8 @@ grpc::Status ChunkRequests::PlaceInSlots(int width, std::vector<PayloadRef>* chu
   return grpc::Status::OK;
 }
 
-grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segment) {
+grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segment,
+                                 PushTaken* taken) {
   SliceReader reader(req);
   PushHeader h;
   std::vector<PayloadRef> chunks;
@@ -159,6 +162,12 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     return absl::MakeConstSpan(grad.data(), numel);
   });
   if (!st.ok()) return ToGrpc(st);
+  if (taken != nullptr && !push.initial_values) {
+    taken->worker = push.worker;
+    taken->clock = push.clock;
+    for (const ChunkStore::PushRequest::Part& part : push.parts)
+      taken->chunks.push_back(part.chunk);
+  }
   counters_->bytes_in += bytes;
   if (segment != nullptr) counters_->shm_bytes += bytes;
   ++counters_->pushes;
@@ -212,7 +221,7 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
           dst = segment->data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
         }
         read = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
-                          &applied);
+                            &applied);
         if (min_applied.empty()) {
           min_applied = applied;
         } else {
@@ -257,7 +266,7 @@ grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* 
         absl::StrCat("pull: min_clock ", req->min_clock(), " outside [0, ", total_clocks, "]"));
   }
   for (int32_t chunk : req->chunks()) {
-    const absl::Status st = s.CheckChunk(chunk);
+    const absl::Status st = s.CheckServed(chunk);
     if (!st.ok()) return ToGrpc(st);
   }
   // Each chunk at most once, so that the reply is never larger than the
@@ -278,7 +287,7 @@ grpc::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuf
   }
   ReadStateResponse out;
   for (int32_t chunk : req.chunks()) {
-    if (const absl::Status st = store_->CheckChunk(chunk); !st.ok()) return ToGrpc(st);
+    if (const absl::Status st = store_->CheckServed(chunk); !st.ok()) return ToGrpc(st);
     if (const absl::Status st = store_->ReadState(chunk, out.add_chunks()); !st.ok()) {
       return ToGrpc(st);
     }
@@ -294,12 +303,81 @@ grpc::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBu
     return ToGrpc(st);
   }
   for (const ChunkState& state : req.chunks()) {
-    if (const absl::Status st = store_->CheckChunk(state.chunk()); !st.ok()) return ToGrpc(st);
+    if (const absl::Status st = store_->CheckServed(state.chunk()); !st.ok()) return ToGrpc(st);
   }
   for (const ChunkState& state : req.chunks()) {
     if (const absl::Status st = store_->WriteState(state); !st.ok()) return ToGrpc(st);
   }
   *resp = SerializeSmall(WriteStateResponse());
+  return grpc::Status::OK;
+}
+
+bool ChunkRequests::PushReplicated(const PushTaken& taken) const {
+  for (int32_t chunk : taken.chunks) {
+    if (!store_->Replicated(chunk, taken.worker, taken.clock)) return false;
+  }
+  return true;
+}
+
+bool ChunkRequests::PushServed(const PushTaken& taken) const {
+  for (int32_t chunk : taken.chunks) {
+    if (!store_->CheckServed(chunk).ok()) return false;
+  }
+  return true;
+}
+
+bool ChunkRequests::PullServed(const PullRequest& req) const {
+  for (int32_t chunk : req.chunks()) {
+    if (!store_->CheckServed(chunk).ok()) return false;
+  }
+  return true;
+}
+
+grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
+                                      const std::function<int(int)>& serving,
+                                      grpc::ByteBuffer* resp, uint64_t bell_segment) {
+  ReplicateRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("replicate: the request is not a ReplicateRequest");
+  if (bell_segment != 0 && req.shm_segment() != bell_segment) {
+    return Invalid("replicate: a frame on a segment's socket names another segment");
+  }
+  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
+    return ToGrpc(st);
+  }
+  std::shared_ptr<ShmSegment> segment;  // holds the gradients marked grad_in_shm
+  if (req.shm_segment() != 0) {
+    if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
+  }
+  ReplicateResponse out;
+  thread_local std::vector<float> copy;  // a message's gradient, aligned
+  for (const ChunkUpdate& u : req.updates()) {
+    const int home = store_->HomeOf(u.chunk());
+    if (home < 0) return ToGrpc(store_->CheckChunk(u.chunk()));
+    if (serving(home) != req.from_server()) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("replicate: server ", req.from_server(), " does not serve chunk ", u.chunk(),
+                       " (server ", serving(home), " does)"));
+    }
+    absl::Span<const float> grad;
+    if (u.grad_in_shm()) {
+      if (segment == nullptr || !shm_layout_.Has(u.chunk())) {
+        return Invalid(absl::StrCat("replicate: chunk ", u.chunk(), "'s gradient in no segment"));
+      }
+      grad = absl::MakeConstSpan(
+          reinterpret_cast<const float*>(segment->data() + shm_layout_.Offset(u.chunk())),
+          store_->ChunkNumel(u.chunk()));
+    } else if (!u.grad().empty()) {
+      copy.resize(u.grad().size() / sizeof(float));
+      std::memcpy(copy.data(), u.grad().data(), copy.size() * sizeof(float));
+      grad = absl::MakeConstSpan(copy);
+      if (u.grad().size() % sizeof(float) != 0) return Invalid("replicate: a partial value");
+    }
+    bool need_full = false;
+    if (const absl::Status st = store_->Mirror(u, grad, &need_full); !st.ok()) return ToGrpc(st);
+    if (need_full) out.add_need_full(u.chunk());
+  }
+  *resp = SerializeSmall(out);
   return grpc::Status::OK;
 }
 

@@ -29,8 +29,17 @@ namespace pstrain {
 // malformed: what its Status and metrics show. Both request families (the
 // chunks', the rows') count here.
 struct RequestCounters {
-  std::atomic<int64_t> bytes_in{0}, bytes_out{0}, pushes{0}, pulls{0}, shm_bytes{0},
-      shm_rings{0};
+  std::atomic<int64_t> bytes_in{0}, bytes_out{0}, pushes{0}, pulls{0}, shm_bytes{0}, shm_rings{0};
+  std::atomic<int64_t> replicated_bytes{0};  // sent to standbys (server/replica_sender.h)
+};
+
+// Which chunks a push took, from whom and of which iteration: with
+// standby replicas its answer waits until the standby holds them
+// (ChunkRequests::PushReplicated).
+struct PushTaken {
+  int worker = -1;  // -1: nothing to wait for (initial values)
+  int64_t clock = 0;
+  std::vector<int32_t> chunks;
 };
 
 // Thread-safe, as the store is.
@@ -52,7 +61,21 @@ class ChunkRequests {
   // Validates a push and hands it to the store, whole or not at all.
   // `bell_segment`: the segment of the connection a frame came on (0: a
   // gRPC call), the only one the push may name.
-  grpc::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0);
+  // What it took goes to *taken (if not null).
+  grpc::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0,
+                    PushTaken* taken = nullptr);
+  // Standby replicas: whether the push's standby holds what it took (or
+  // the chunks are no longer served here: PushServed says).
+  bool PushReplicated(const PushTaken& taken) const;
+  bool PushServed(const PushTaken& taken) const;
+  // Whether every chunk a pull names is served here.
+  bool PullServed(const PullRequest& req) const;
+  // The answer to Replicate: a primary's changes to the standby copies
+  // here. `serving(home)`: the server that serves home server `home`'s
+  // chunks now, by the scheduler's routes.
+  // `bell_segment`: as Push's.
+  grpc::Status Replicate(const grpc::ByteBuffer& raw, const std::function<int(int)>& serving,
+                         grpc::ByteBuffer* resp, uint64_t bell_segment = 0);
   // Parses and validates a pull into *req.
   grpc::Status CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const;
   // Whether the pull's read guarantee holds for every chunk it names.
@@ -68,7 +91,6 @@ class ChunkRequests {
   grpc::Status ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
   // The answer to WriteState: the optimizer's state the chunks start from.
   grpc::Status WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
-
 
  private:
   // A request's segment and where its chunks lie in it; NOT_FOUND when this

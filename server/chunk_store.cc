@@ -35,7 +35,7 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       rules_(job.optimizer(), TotalClocks(job), optimizer_),
       pool_(pool),
       trace_(trace),
-      chunk_ids_(partition.ServerChunks(server_id)),
+      chunk_ids_(HeldChunks(partition, server_id, job.replicas())),
       hold_rounds_(bsp_ && job.optimizer().clip_norm() > 0),
       nonfinite_(job.optimizer().allow_nonfinite()) {
   std::vector<SlabLayout> slabs;
@@ -59,6 +59,10 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
     if (memory_error_ = Initialize(c); !memory_error_.ok()) return;
+    // A standby copy is filled by its primary (it may be a replacement's).
+    c.serving = Home(c);
+    c.version = Home(c) ? 0 : -1;
+    c.replicated = c.clocks.applied();
   }
 }
 
@@ -140,6 +144,11 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     }
     absl::MutexLock lock(&c->mu);
     RETURN_IF_ERROR(CheckChunkGeneration(*c, push.generation));
+    if (!c->serving) {
+      return absl::UnavailableError(absl::StrCat("server ", server_id_,
+                                                 " keeps a standby copy of chunk ", part.chunk,
+                                                 "; another serves it"));
+    }
     if (!c->clocks.live(push.worker)) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", push.worker, " was declared dead; its pushes are refused"));
@@ -150,20 +159,28 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
                                                      part.bytes, " bytes of ", push.wire_dtype));
     }
     bool duplicate = false;
-    RETURN_IF_ERROR(
-        c->clocks.Classify(push.worker, push.clock, part.chunk, push.apply_at_once, &duplicate));
+    RETURN_IF_ERROR(c->clocks.Classify(push.worker, push.clock, part.chunk, push.apply_at_once,
+                                       &duplicate, job_.replicas() > 0));
   }
   return absl::OkStatus();
 }
 
 absl::Status ChunkStore::Push(const PushRequest& push,
                               const std::function<absl::Span<const float>(size_t)>& grad) {
-  if (push.initial_values) return TakeInitialValues(push, grad);
-  RETURN_IF_ERROR(CheckPush(push));
-  for (size_t i = 0; i < push.parts.size(); ++i) {
-    RETURN_IF_ERROR(ApplyPart(push, push.parts[i].chunk, grad(i)));
+  if (push.initial_values) {
+    const absl::Status st = TakeInitialValues(push, grad);
+    FlushShipped();
+    return st;
   }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckPush(push));
+  absl::Status st;
+  for (size_t i = 0; i < push.parts.size() && st.ok(); ++i) {
+    st = ApplyPart(push, push.parts[i].chunk, grad(i));
+  }
+  // The changes go to the standbys together: a request's, or under BSP a
+  // clock's (once every round served here has closed).
+  if (!bsp_ || push.apply_at_once || RoundsEven()) FlushShipped();
+  return st;
 }
 
 absl::Status ChunkStore::Push(int worker, int64_t clock, int num_samples, int32_t chunk,
@@ -195,9 +212,10 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   if (const absl::Status st = CheckChunkGeneration(c, push.generation); !st.ok()) return st;
   bool duplicate = false;
   const absl::Status order =
-      c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate);
+      c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate, job_.replicas() > 0);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
+  if (!c.serving) return absl::UnavailableError("chunk demoted to a standby copy");
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   const int64_t n = c.layout.weights;
   const bool acceptable = nonfinite_.Admits(grad, worker, clock, [&] {
@@ -205,19 +223,21 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   }) && TakesValues(c, worker);
   if (acceptable) slab.MarkWritten();
   if (!bsp_ || push.apply_at_once) {  // SSP and ASP (also in a BSP job that switched)
+    const float* applied = nullptr;   // what the optimizer took
     if (acceptable) {
       const float clip = job_.optimizer().clip_norm();
+      applied = grad.data();
       if (clip > 0 && push_norm > clip) {
         // A scaled copy, in per-thread scratch that grows once to the largest chunk.
         thread_local std::vector<float> scaled;
         scaled.resize(n);
         Scale(grad.data(), n, clip / push_norm, scaled.data());
-        Apply(c, slab, clock, scaled.data(), push.hyper.get());
-      } else {
-        Apply(c, slab, clock, grad.data(), push.hyper.get());
+        applied = scaled.data();
       }
+      Apply(c, slab, clock, applied, push.hyper.get());
     }
     c.clocks.Applied(worker, clock);
+    Ship(c, clock, applied, push.hyper.get());
     TraceApply(worker, clock, chunk);
     MaybeCheckpoint(c, slab);
     return absl::OkStatus();
@@ -260,7 +280,7 @@ bool ChunkStore::TakesValues(const Chunk& c, int worker) {
 }
 
 void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad,
-                       const OptimizerSpec* hyper) {
+                       const OptimizerSpec* hyper, bool split) {
   if (c.param->buffer != NOT_A_BUFFER) {  // its values, not a gradient
     std::copy(grad, grad + c.layout.weights, slab.weights());
     slab.MarkWritten();
@@ -271,7 +291,7 @@ void ChunkStore::Apply(Chunk& c, const Slab& slab, int64_t clock, const float* g
   ctx.step = ++c.steps;
   ctx.lr = rule.lr;
   const absl::Time begun = absl::Now();
-  rule.optimizer->Update(ctx, c.shape, slab.weights(), slab.state(), grad, pool_);
+  rule.optimizer->Update(ctx, c.shape, slab.weights(), slab.state(), grad, split ? pool_ : nullptr);
   ProcessLatencies().optimizer_update.Observe(absl::Now() - begun);
   slab.MarkWritten();
 }
@@ -321,13 +341,29 @@ absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int3
   return absl::OkStatus();
 }
 
+bool ChunkStore::RoundsEven() const {
+  int64_t clock = -1;
+  for (int32_t id : chunk_ids_) {
+    const Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (!c.serving || !c.shipped) continue;
+    const int64_t at = c.clocks.MinApplied();
+    if (clock >= 0 && at != clock) return false;
+    clock = at;
+  }
+  return true;
+}
+
 int64_t ChunkStore::MinAppliedClock() const {
-  int64_t min_clock = INT64_MAX;
+  // Over the chunks served here (standby copies follow them), else all.
+  int64_t served = INT64_MAX, all = INT64_MAX;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
-    min_clock = std::min(min_clock, c->clocks.MinApplied());
+    all = std::min(all, c->clocks.MinApplied());
+    if (c->serving) served = std::min(served, c->clocks.MinApplied());
   }
-  return chunks_.empty() ? 0 : min_clock;
+  if (chunks_.empty()) return 0;
+  return served != INT64_MAX ? served : all;
 }
 
 }  // namespace pstrain

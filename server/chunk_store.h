@@ -3,7 +3,12 @@
 // applied (the basis of the read guarantee; server/chunk_clocks.h). What
 // each chunk is comes from server/chunk_plan.h. The arrays live in memory
 // or, offloaded, in a file with a budget of them resident
-// (server/chunk_memory.h). Under BSP with clipping by the global norm the
+// (server/chunk_memory.h). With standby replicas (JobSpec.replicas) it
+// also holds the standby copies of the previous server's chunks: each
+// chunk is served here (its primary) or kept as a standby, as the
+// scheduler's routes say (SetRoles); a served chunk's every change goes to
+// the ReplicaSink, and a push counts as replicated once the standby
+// confirmed it (server/chunk_store_replicas.cc). Under BSP with clipping by the global norm the
 // store holds each closed round (server/held_rounds.h) for the cross-server
 // protocol of server/global_clipping.h to release. Knows nothing of gRPC.
 #ifndef PSTRAIN_SERVER_CHUNK_STORE_H_
@@ -34,10 +39,10 @@
 #include "server/chunk_memory.h"
 #include "server/chunk_plan.h"
 #include "server/held_rounds.h"
-#include "server/update_rules.h"
 #include "server/memory_plan.h"
 #include "server/nonfinite.h"
 #include "server/optimizer.h"
+#include "server/update_rules.h"
 
 namespace pstrain {
 
@@ -45,6 +50,18 @@ namespace pstrain {
 // chunks run in parallel.
 class ChunkStore : public HeldRounds {
  public:
+  // Where a served chunk's changes go, in order per chunk, for its standby
+  // (server/replica_sender.h). Called under the chunk's lock: quick.
+  class ReplicaSink {
+   public:
+    virtual ~ReplicaSink() = default;
+    // `update` of a chunk of home server `home`.
+    virtual void Changed(int home, ChunkUpdate update) = 0;
+    // The changes so far may go: the request that made them is done (so a
+    // request's changes go together).
+    virtual void Flush() {}
+  };
+
   // Owns the chunks `partition` gives `server_id` and initialises them from
   // the job seed, in memory or offloaded as `offload` says (a failure to
   // make the offload file is health()'s; the store is then unusable). The
@@ -71,8 +88,8 @@ class ChunkStore : public HeldRounds {
     int num_samples = 0;
     float grad_norm = 0;
     int64_t generation = 0;
-    bool apply_at_once = false;    // see PushRequest.apply_at_once
-    bool initial_values = false;   // see PushRequest.initial_values: weights, not gradients
+    bool apply_at_once = false;   // see PushRequest.apply_at_once
+    bool initial_values = false;  // see PushRequest.initial_values: weights, not gradients
     // PushRequest.hyper (null: none); CheckPush checks it (WithHyper).
     std::shared_ptr<const OptimizerSpec> hyper;
     std::string wire_dtype = "fp32";  // how the values came, for messages
@@ -161,6 +178,45 @@ class ChunkStore : public HeldRounds {
   // The chunks as a checkpoint lays them out.
   std::vector<CheckpointWriter::Chunk> CheckpointLayout() const;
 
+  // ---- Standby replicas (server/chunk_store_replicas.cc) ----
+  // Where the changes of served chunks with a standby go; before the
+  // first push, outliving the store.
+  void SetReplicaSink(ReplicaSink* sink);
+  // The scheduler's routes: `serving[h]` whether this server serves home
+  // server h's chunks, `shipped[h]` whether they have a live standby to
+  // wait for. A chunk promoted here is served from its standby copy; one
+  // demoted becomes an unfilled standby copy; one whose standby went
+  // counts every change as replicated. True when anything changed.
+  bool SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped);
+  // The server whose chunk `chunk` is by the partition; -1 for one not held here.
+  int HomeOf(int32_t chunk) const;
+  // UNAVAILABLE when `chunk` (one of this server's) is a standby copy here.
+  absl::Status CheckServed(int32_t chunk) const;
+  // Whether `worker`'s push of `clock` to `chunk` is held by the standby
+  // (or needs none); also true once the chunk is not served here.
+  bool Replicated(int32_t chunk, int worker, int64_t clock) const;
+  // The standby holds `chunk`'s change `version`, after which the applied
+  // clocks were `applied`.
+  void Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied);
+  // The whole state of a served chunk, as a full update.
+  absl::StatusOr<ChunkUpdate> FullUpdate(int32_t chunk) const;
+  // A standby copy takes its primary's change, whose gradient is `grad`
+  // (empty: no step; `update.grad` is not read); *need_full when it does
+  // not follow the copy (which then needs the whole state).
+  // INVALID_ARGUMENT for an unknown chunk or a change of another size,
+  // FAILED_PRECONDITION for a chunk served here.
+  absl::Status Mirror(const ChunkUpdate& update, absl::Span<const float> grad, bool* need_full);
+  // Every standby copy here is filled (none is: true).
+  bool StandbyFilled() const;
+  // Changes of served chunks their standby has not confirmed yet.
+  int64_t ReplicationLag() const;
+  // The home servers whose chunks are served here / kept as standby copies.
+  std::vector<int> ServedHomes() const;
+  std::vector<int> StandbyHomes() const;
+  // A replacement joins a cluster whose generation `generation` goes on
+  // (no rollback): its chunks are standby copies to be filled.
+  void JoinAsStandby(int64_t generation);
+
   // Leaves `worker` out from now on (the scheduler declared it dead): BSP
   // rounds close over the other workers (a round it already pushed to keeps
   // its gradient), the read guarantee and the applied clocks ignore it, and
@@ -179,6 +235,7 @@ class ChunkStore : public HeldRounds {
   int64_t NonfiniteSkipped() const { return nonfinite_.skipped(); }
   const std::vector<int32_t>& chunk_ids() const { return chunk_ids_; }
   int num_workers() const { return num_workers_; }
+  int replicas() const { return job_.replicas(); }
 
  private:
   // A chunk's plan (fixed) and its state.
@@ -196,9 +253,18 @@ class ChunkStore : public HeldRounds {
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
     // A checkpoint asked for outside the schedule (the newest a push named).
-    int64_t generation ABSL_GUARDED_BY(mu) = 0;    // of the state held
+    int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held
     // False while an EXTERNAL model's chunk waits for its initial weights.
     bool has_values ABSL_GUARDED_BY(mu) = true;
+    // Standby replicas: whether it is served here (else a standby copy);
+    // served, whether its changes wait for a standby. Its changes so far
+    // (served) or held (standby; -1: not filled), the newest one its
+    // standby confirmed, and the applied clocks as of that one.
+    bool serving ABSL_GUARDED_BY(mu) = true;
+    bool shipped ABSL_GUARDED_BY(mu) = false;
+    int64_t version ABSL_GUARDED_BY(mu) = 0;
+    int64_t confirmed ABSL_GUARDED_BY(mu) = 0;
+    std::vector<int64_t> replicated ABSL_GUARDED_BY(mu);
   };
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from
@@ -209,6 +275,21 @@ class ChunkStore : public HeldRounds {
   // `averaged`: the push that closed the round already divided the sum by
   // the round's samples.
   void CloseRound(Chunk& c, const Slab& slab, bool averaged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // A served chunk changed: its applied clocks moved, after an optimizer
+  // step of iteration `clock` with `grad` (null: none) under `hyper`
+  // (null: the job's), or (`full`) otherwise. Goes to the sink when the
+  // chunk has a standby, else counts as replicated.
+  void Ship(Chunk& c, int64_t clock, const float* grad, const OptimizerSpec* hyper,
+            bool full = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The changes shipped so far may go (ReplicaSink::Flush).
+  void FlushShipped() const;
+  // Every served chunk with a standby has applied the same clocks (BSP:
+  // the clock's rounds here are all closed).
+  bool RoundsEven() const;
+  // Takes a full update into a standby copy.
+  absl::Status TakeFull(Chunk& c, const ChunkUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Whether `c` is this server's own (checkpointed here).
+  bool Home(const Chunk& c) const { return c.home == server_id_; }
   // Writes `c` to the checkpoint when its applied clock calls for it.
   void MaybeCheckpoint(Chunk& c, const Slab& slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
@@ -229,8 +310,10 @@ class ChunkStore : public HeldRounds {
   // One optimizer step of iteration `clock` with gradient `grad`, under
   // the job's rules or those of `hyper` (null: none); a buffer's chunk
   // takes `grad` as its values.
+  // `split`: over the pool's threads (else on the caller's alone, as a
+  // standby copy's: the same values, without waking the pool).
   void Apply(Chunk& c, const Slab& slab, int64_t clock, const float* grad,
-             const OptimizerSpec* hyper) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+             const OptimizerSpec* hyper, bool split = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // fn(k, chunk) for each of this server's chunks, k its index in chunk_ids_:
   // over the pool's threads, each chunk on one of them, or in order on the
   // caller when the slabs are offloaded (one pin per thread, read ahead in
@@ -277,6 +360,7 @@ class ChunkStore : public HeldRounds {
   // that none is under way once SetRoundListener returns.
   mutable absl::Mutex listener_mu_;
   Listener* listener_ ABSL_GUARDED_BY(listener_mu_) = nullptr;
+  std::atomic<ReplicaSink*> sink_{nullptr};
 };
 
 }  // namespace pstrain

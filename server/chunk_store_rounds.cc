@@ -40,12 +40,14 @@ void ChunkStore::RemoveWorker(int worker) {
     absl::StatusOr<Slab> slab = Pin(*c);
     if (slab.ok()) CloseRound(*c, *slab, /*averaged=*/false);  // else the server fails (health())
   }
+  FlushShipped();
 }
 
 void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   const int64_t n = c.layout.grad;
   const int64_t clock = c.clocks.MinApplied();  // every live worker is in this round
-  if (c.round_samples > 0) {            // else every push of the round was skipped
+  const bool stepped = c.round_samples > 0;     // else every push of the round was skipped
+  if (stepped) {
     if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
     Apply(c, slab, clock, slab.grad(), c.round_hyper.get());
   }
@@ -54,6 +56,7 @@ void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   c.round_samples = 0;
   c.round_closed = false;
   c.clocks.NextRound();
+  Ship(c, clock, stepped ? slab.grad() : nullptr, c.round_hyper.get());
   for (int w = 0; w < num_workers_; ++w) {
     if (c.clocks.live(w)) TraceApply(w, c.clocks.applied()[w] - 1, c.id);
   }
@@ -102,6 +105,7 @@ absl::Status ChunkStore::ApplyHeldRounds(int64_t generation, float scale) {
     }
     ApplyRound(c, *slab, scale);
   });
+  FlushShipped();
   for (const absl::Status& st : errors) RETURN_IF_ERROR(st);
   return absl::OkStatus();
 }

@@ -46,7 +46,7 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
   for (int32_t id : chunk_ids_) {
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (file == nullptr) {
+    if (file == nullptr || !Home(c)) {
       RETURN_IF_ERROR(Initialize(c));
     } else {
       ASSIGN_OR_RETURN(const Slab slab, Pin(c));
@@ -67,6 +67,12 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
     c.round_closed = false;
     c.checkpointed = clock;
     c.generation = generation;
+    // A rollback serves every chunk from its own server again; the standby
+    // copies wait for their primary's whole state.
+    c.serving = Home(c);
+    if (!Home(c)) c.version = -1;
+    c.confirmed = c.version;
+    c.replicated = c.clocks.applied();
   }
   {
     absl::MutexLock lock(&listener_mu_);
@@ -110,6 +116,7 @@ absl::Status ChunkStore::TakeInitialValues(
     std::copy(v.begin(), v.end(), slab.weights());
     slab.MarkWritten();
     c.has_values = true;
+    Ship(c, 0, nullptr, nullptr, /*full=*/true);
   }
   return absl::OkStatus();
 }
@@ -157,6 +164,8 @@ absl::Status ChunkStore::WriteState(const ChunkState& state) {
   }
   slab.MarkWritten();
   c.steps = state.steps();
+  Ship(c, 0, nullptr, nullptr, /*full=*/true);
+  FlushShipped();
   return absl::OkStatus();
 }
 
@@ -169,6 +178,7 @@ std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
   std::vector<CheckpointWriter::Chunk> out;
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
+    if (!Home(c)) continue;  // a standby copy: its own server's checkpoint holds it
     absl::MutexLock lock(&c.mu);
     out.push_back({id, c.name, c.layout.weights, c.layout.state});
   }
@@ -176,7 +186,7 @@ std::vector<CheckpointWriter::Chunk> ChunkStore::CheckpointLayout() const {
 }
 
 void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
-  if (checkpoint_ == nullptr) return;
+  if (checkpoint_ == nullptr || !Home(c)) return;
   const int64_t clock = c.clocks.MinApplied();
   if (!checkpoint_schedule_->Due(clock, c.checkpointed)) return;
   c.checkpointed = clock;

@@ -25,11 +25,15 @@ absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Step(const ClusterNews
   // The cluster rolled back to a checkpoint (a server failed): load it.
   if (news.generation > actions_->generation()) {
     RETURN_IF_ERROR(actions_->Restore(news.generation, news.restore_clock));
-    actions_->CancelParked(
-        absl::FailedPreconditionError(absl::StrCat("the cluster rolled back to clock ",
-                                                   news.restore_clock, " (generation ",
-                                                   news.generation, ")")),
-        news.generation);
+    routes_version_ = -1;  // a restore serves the server's own chunks: the routes again
+    actions_->CancelParked(absl::FailedPreconditionError(
+                               absl::StrCat("the cluster rolled back to clock ", news.restore_clock,
+                                            " (generation ", news.generation, ")")),
+                           news.generation);
+  }
+  if (news.routes.serving_size() > 0 && news.routes.version() != routes_version_) {
+    routes_version_ = news.routes.version();
+    actions_->SetRoutes(news.routes);
   }
   if (news.manifest_clock > pruned_before_) {
     pruned_before_ = news.manifest_clock;

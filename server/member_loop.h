@@ -26,6 +26,7 @@ struct ClusterNews {
   int64_t generation = 0;
   int64_t restore_clock = 0;  // the rollback's checkpoint clock
   int64_t manifest_clock = 0;
+  ServerRoutes routes;  // standby replicas: who serves which chunks (empty: none)
 };
 
 // The store, the service and the checkpoint files, as the loop sees them.
@@ -46,6 +47,9 @@ class ServerActions {
   virtual void CancelParked(const absl::Status& why, int64_t generation) = 0;
   // Deletes checkpoint files older than `clock` (none without checkpoints).
   virtual void Prune(int64_t clock) = 0;
+  // Standby replicas: serves, keeps standby copies of and ships changes
+  // to whom `routes` say.
+  virtual void SetRoutes(const ServerRoutes& routes) {}
 };
 
 // Not thread-safe: one loop calls Step.
@@ -61,6 +65,7 @@ class ServerMemberLoop {
   ServerActions* const actions_;
   std::vector<bool> removed_;
   int64_t pruned_before_ = 0;
+  int64_t routes_version_ = -1;  // of the routes acted on
 };
 
 }  // namespace pstrain

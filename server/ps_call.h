@@ -25,13 +25,24 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/async_unary_call.h"
 #include "proto/ps.pb.h"
+#include "server/chunk_requests.h"
 #include "server/shm_registry.h"
 
 namespace pstrain {
 
 class PsCall {
  public:
-  enum Method { kPush, kPull, kStatus, kOpenShm, kPullRows, kPushRows, kReadState, kWriteState };
+  enum Method {
+    kPush,
+    kPull,
+    kStatus,
+    kOpenShm,
+    kPullRows,
+    kPushRows,
+    kReadState,
+    kWriteState,
+    kReplicate
+  };
   enum Event { kAccepted, kFinished, kDone };
   struct Tag {
     PsCall* call;
@@ -78,11 +89,12 @@ class PsCall {
   const Method method;
   const std::shared_ptr<ShmBell> bell;  // a frame's connection; null: a gRPC call
   const uint64_t seq = 0;               // a frame's
-  int64_t reply_bytes = 0;  // counted against the reply limit until sent
+  int64_t reply_bytes = 0;              // counted against the reply limit until sent
   grpc::ServerContext ctx;
   grpc::ByteBuffer request, reply;  // every method is raw
   PullRequest pull;                 // a pull's parsed request
   PullRowsRequest rows;             // a PullRows's parsed request
+  PushTaken taken;                  // what a push took (standby replicas)
   absl::Time parked_at;             // a parked pull's
   absl::Time accepted_at;           // when gRPC handed the call over
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;

@@ -18,49 +18,17 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-// What a parked pull of chunks waits for, for Status.
-std::string ParkedWhat(const ChunkRequests* chunks, const ByteBudget& replies,
-                       const PsCall& call) {
-  const PullRequest& pull = call.pull;
-  const std::string what = absl::StrCat("pull by worker ", pull.worker_id(), " of ",
-                                        pull.chunks_size(), " chunks for clock ", pull.clock());
-  const ChunkStore* s = chunks == nullptr ? nullptr : &chunks->store();
-  if (chunks != nullptr && chunks->Readable(pull)) {
-    return absl::StrCat(what, ", waiting for room to reply (", replies.in_use(), " of ",
-                        replies.limit(), " bytes of replies in flight)");
-  }
-  std::string lagging;
-  for (int32_t chunk : pull.chunks()) {
-    lagging = s == nullptr ? "" : s->Lagging(chunk, pull.min_clock());
-    if (!lagging.empty()) break;
-  }
-  return absl::StrCat(what, ", waiting for every worker's updates before clock ",
-                      pull.min_clock(), lagging.empty() ? "" : ": behind: ", lagging);
-}
-
-// An offloaded store's memory and file traffic, into `st`.
-void AddOffloadStatus(const ChunkMemoryStats& m, MemberStatus* st) {
-  if (!m.offloaded) return;
-  st->set_offload_resident_bytes(m.resident_bytes);
-  st->set_offload_disk_bytes(m.disk_bytes);
-  st->set_offload_direct(m.direct);
-  st->set_offload_read_bytes(m.read_bytes);
-  st->set_offload_write_bytes(m.write_bytes);
-  st->set_offload_read_mb_per_s(m.read_s > 0 ? m.read_bytes / m.read_s / 1e6 : 0);
-  st->set_offload_write_mb_per_s(m.write_s > 0 ? m.write_bytes / m.write_s / 1e6 : 0);
-}
-
 }  // namespace
 
 PsService::PsService()
     : start_(absl::Now()),
       parked_chunks_([](const PsCall& c) { return c.pull.worker_id(); }),
-      parked_rows_([](const PsCall& c) { return c.rows.worker_id(); }) {}
+      parked_rows_([](const PsCall& c) { return c.rows.worker_id(); }),
+      parked_pushes_([](const PsCall& c) { return c.taken.worker; }) {}
 
 PsService::~PsService() { shm_.reset(); }
 
-void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks,
-                         ShmLayout shm_layout) {
+void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, ShmLayout shm_layout) {
   Shard* const asked = shard.get();
   auto chunks = std::make_shared<ChunkRequests>(
       shard->store(), total_clocks, std::move(shm_layout), shm_.get(), &counters_,
@@ -134,6 +102,9 @@ void PsService::Accept(PsCall::Method method, grpc::ServerCompletionQueue* cq) {
     case PsCall::kWriteState:
       RequestWriteState(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case PsCall::kReplicate:
+      RequestReplicate(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -155,6 +126,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
     Accept(PsCall::kPull, cq);
     Accept(PsCall::kPullRows, cq);
     Accept(PsCall::kPushRows, cq);
+    Accept(PsCall::kReplicate, cq);
   }
   Accept(PsCall::kStatus, cq);
   Accept(PsCall::kOpenShm, cq);
@@ -237,6 +209,15 @@ void PsService::Handle(PsCall* call) {
     case PsCall::kPush:
       HandlePush(*chunks, call);
       return;
+    case PsCall::kReplicate: {
+      grpc::Status st = chunks->Replicate(
+          call->request, [this](int home) { return ServingOf(home); }, &call->reply,
+          call->bell == nullptr ? 0 : call->bell->segment());
+      call->request.Clear();
+      if (st.ok()) WakePulls();  // (a checkpoint the copy wrote changes nothing else)
+      Conclude(call, st);
+      return;
+    }
     default:
       HandlePull(*chunks, call);
   }
@@ -244,13 +225,57 @@ void PsService::Handle(PsCall* call) {
 
 void PsService::HandlePush(ChunkRequests& chunks, PsCall* call) {
   const grpc::Status st =
-      chunks.Push(call->request, call->bell == nullptr ? 0 : call->bell->segment());
+      chunks.Push(call->request, call->bell == nullptr ? 0 : call->bell->segment(), &call->taken);
   call->request.Clear();
-  if (st.ok()) WakePulls();
+  if (st.ok()) {
+    WakePulls();
+    // (A round it closed may be all a push of it waited for: no standby.)
+    if (chunks.store().replicas() > 0) WakePushes();
+  }
   PushResponse response;
   response.set_window_bytes(push_window_.load(std::memory_order_relaxed));
   call->reply = SerializeSmall(response);
-  Conclude(call, st);
+  if (!st.ok() || PushReady(chunks, *call)) {
+    Conclude(call, st.ok() ? PushAnswer(chunks, *call) : st);
+    return;
+  }
+  // Standby replicas: answered once the standby holds it (WakePushes).
+  const int64_t limit = static_cast<int64_t>(chunks.store().chunk_ids().size()) + kParkedSlack;
+  const absl::StatusOr<bool> parked =
+      parked_pushes_.Park(call, limit, [&] { return PushReady(chunks, *call); });
+  if (!parked.ok()) {
+    Conclude(call, ToGrpc(absl::Status(parked.status().code(),
+                                       absl::StrCat("push: ", parked.status().message()))));
+    return;
+  }
+  if (!*parked) Conclude(call, PushAnswer(chunks, *call));
+}
+
+bool PsService::PushReady(const ChunkRequests& chunks, const PsCall& call) {
+  return chunks.PushReplicated(call.taken) || !chunks.PushServed(call.taken);
+}
+
+grpc::Status PsService::PushAnswer(const ChunkRequests& chunks, const PsCall& call) {
+  if (chunks.PushReplicated(call.taken)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "push: its chunks moved to another server before their standby had it");
+}
+
+void PsService::SetRoutes(const ServerRoutes& routes) {
+  absl::MutexLock lock(&mu_);
+  routes_ = routes;
+}
+
+int PsService::ServingOf(int home) const {
+  absl::MutexLock lock(&mu_);
+  return home < routes_.serving_size() ? routes_.serving(home) : home;
+}
+
+void PsService::WakePushes() {
+  const std::shared_ptr<ChunkRequests> c = chunks();
+  if (c == nullptr) return;
+  parked_pushes_.Wake([&](PsCall& call) { return PushReady(*c, call); },
+                      [&](PsCall& call) { call.Answer(PushAnswer(*c, call)); });
 }
 
 void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
@@ -287,8 +312,10 @@ void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
 
 bool PsService::ChunkPullReady(ChunkRequests& chunks, PsCall& call) {
   // A pull of another generation is answered (refused), never parked: a
-  // restore cancels the parked ones after it changed the generation.
+  // restore cancels the parked ones after it changed the generation. So
+  // is one of chunks this server no longer serves (standby replicas).
   if (!chunks.store().CheckGeneration(call.pull.generation()).ok()) return true;
+  if (!chunks.PullServed(call.pull)) return true;
   if (!chunks.Readable(call.pull)) return false;
   const int64_t bytes = chunks.ReplyBytes(call.pull);
   if (bytes > 0 && !replies_.Take(bytes)) return false;
@@ -336,14 +363,17 @@ void PsService::HandleRows(RowRequests& rows, PsCall* call) {
 
 void PsService::Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame) {
   const ShmFrameHeader& h = frame.header;
-  if (h.code != kShmPush && h.code != kShmPull) {
+  if (h.code != kShmPush && h.code != kShmPull && h.code != kShmReplicate) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     bell->Reply(h.seq, grpc::StatusCode::INVALID_ARGUMENT,
                 absl::StrCat("shared memory: a frame of unknown method ", h.code), "");
     return;
   }
   ++counters_.shm_rings;
-  auto* call = new PsCall(h.code == kShmPush ? PsCall::kPush : PsCall::kPull, std::move(bell), h.seq);
+  const PsCall::Method method = h.code == kShmPush   ? PsCall::kPush
+                                : h.code == kShmPull ? PsCall::kPull
+                                                     : PsCall::kReplicate;
+  auto* call = new PsCall(method, std::move(bell), h.seq);
   call->accepted_at = absl::Now();
   call->request = BufferOf(std::move(frame.body));
   Handle(call);
@@ -360,9 +390,11 @@ void PsService::WakeChunkPulls(ChunkRequests& chunks) {
   parked_chunks_.Wake(
       [&](PsCall& call) { return ChunkPullReady(chunks, call); },
       [&](PsCall& call) {
-        const absl::Status generation = chunks.store().CheckGeneration(call.pull.generation());
-        call.Answer(generation.ok() ? chunks.FillPull(call.pull, &call.reply)
-                                    : ToGrpc(generation));
+        absl::Status refused = chunks.store().CheckGeneration(call.pull.generation());
+        if (refused.ok() && !chunks.PullServed(call.pull)) {
+          refused = absl::UnavailableError("pull: its chunks moved to another server");
+        }
+        call.Answer(refused.ok() ? chunks.FillPull(call.pull, &call.reply) : ToGrpc(refused));
       },
       [this](PsCall& call) { GiveReplyRoom(&call); });
 }
@@ -375,77 +407,8 @@ void PsService::WakeRowPulls(RowRequests& rows) {
 void PsService::CancelParked(const grpc::Status& status, int64_t before) {
   parked_chunks_.Cancel(status, [before](const PsCall& c) { return c.pull.generation() < before; });
   parked_rows_.Cancel(status, [before](const PsCall& c) { return c.rows.generation() < before; });
-}
-
-// ---- Status ---------------------------------------------------------------
-
-MemberStatus PsService::GetStatus() const {
-  MemberStatus st;
-  std::shared_ptr<Shard> shard;
-  std::shared_ptr<ChunkRequests> chunks;
-  std::shared_ptr<RowRequests> rows;
-  {
-    absl::MutexLock lock(&mu_);
-    st.set_id(id_);
-    st.set_address(address_);
-    st.set_state(state_);
-    st.set_message(message_);
-    shard = shard_;
-    chunks = chunks_;
-    rows = rows_;
-  }
-  const ChunkStore* s = chunks == nullptr ? nullptr : &chunks->store();
-  const SparseTables* tables = rows == nullptr ? nullptr : &rows->tables();
-  st.set_role(SERVER);
-  st.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_));
-  st.set_clock(s == nullptr ? 0 : s->MinAppliedClock());
-  st.set_bytes_in(counters_.bytes_in);
-  st.set_bytes_out(counters_.bytes_out);
-  st.set_pushes(counters_.pushes);
-  st.set_pulls(counters_.pulls);
-  auto& refused_by_what = *st.mutable_refused();
-  refused_by_what[kRefusedChunks] = refused();
-  refused_by_what[kRefusedRows] = tables == nullptr ? 0 : tables->refused();
-  refused_by_what[kRefusedShm] = shm_ == nullptr ? 0 : shm_->refused();
-  if (tables != nullptr) {
-    for (TableStatus& t : tables->Status()) *st.add_tables() = std::move(t);
-  }
-  st.set_shm_bytes(counters_.shm_bytes);
-  st.set_shm_rings(counters_.shm_rings);
-  st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());
-  st.set_rss_bytes(ResidentBytes());
-  if (s != nullptr && s->NumParams() > 0) {
-    st.set_params(s->NumParams());
-    st.set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
-  }
-  if (shard != nullptr) {
-    st.set_nonfinite_skipped(shard->NonfiniteSkipped());
-    st.set_generation(shard->generation());
-    st.set_checkpoint_clock(shard->CheckpointClock());
-    AddOffloadStatus(shard->store()->memory_stats(), &st);
-  }
-  st.set_test_accuracy(-1);
-  AddWaits(chunks.get(), &st);
-  return st;
-}
-
-void PsService::AddWaits(const ChunkRequests* chunks, MemberStatus* st) const {
-  parked_rows_.ForEachWaiting([st](const PsCall& call) {
-    for (TableStatus& t : *st->mutable_tables()) {
-      if (t.name() == call.rows.table()) t.set_pulls_waiting(t.pulls_waiting() + 1);
-    }
-    Wait* w = st->add_waits();
-    w->set_what(absl::StrCat("pull by worker ", call.rows.worker_id(), " of ",
-                             call.rows.ids_size(), " rows of table '", call.rows.table(),
-                             "', waiting for every worker's pushes before clock ",
-                             call.rows.min_clock()));
-    w->set_since_unix_ms(absl::ToUnixMillis(call.parked_at));
-  });
-  parked_chunks_.ForEachWaiting([&](const PsCall& call) {
-    Wait* w = st->add_waits();
-    w->set_what(ParkedWhat(chunks, replies_, call));
-    w->set_since_unix_ms(absl::ToUnixMillis(call.parked_at));
-  });
+  // A push of an older generation waits for nothing any more.
+  parked_pushes_.Cancel(status, [](const PsCall&) { return true; });
 }
 
 }  // namespace pstrain

@@ -35,12 +35,11 @@
 
 namespace pstrain {
 
-using PsServiceBase = ParameterServer::WithRawMethod_Push<
-    ParameterServer::WithRawMethod_Pull<ParameterServer::WithRawMethod_Status<
-        ParameterServer::WithRawMethod_OpenShm<ParameterServer::WithRawMethod_PullRows<
-            ParameterServer::WithRawMethod_PushRows<
-                ParameterServer::WithRawMethod_ReadState<
-                    ParameterServer::WithRawMethod_WriteState<ParameterServer::Service>>>>>>>>;
+using PsServiceBase = ParameterServer::WithRawMethod_Push<ParameterServer::WithRawMethod_Pull<
+    ParameterServer::WithRawMethod_Status<ParameterServer::WithRawMethod_OpenShm<
+        ParameterServer::WithRawMethod_PullRows<ParameterServer::WithRawMethod_PushRows<
+            ParameterServer::WithRawMethod_ReadState<ParameterServer::WithRawMethod_WriteState<
+                ParameterServer::WithRawMethod_Replicate<ParameterServer::Service>>>>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -89,6 +88,15 @@ class PsService final : public PsServiceBase {
   // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far: the
   // Status' refused["chunks"] (common/refused.h).
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  // Standby replicas: the scheduler's routes (who serves which chunks),
+  // which Replicate checks its senders against.
+  void SetRoutes(const ServerRoutes& routes);
+  // Answers the parked pushes whose standby now holds what they took (or
+  // whose chunks are no longer served here: UNAVAILABLE, retried at their
+  // new primary).
+  void WakePushes();
+  // What the server's standby replicas count (bytes sent to standbys).
+  RequestCounters& counters() { return counters_; }
   // Answers the parked pulls (of chunks and of rows) whose guarantee now
   // holds (after the store applied updates on its own, e.g. a globally
   // clipped BSP round, or a dead worker was left out).
@@ -112,6 +120,9 @@ class PsService final : public PsServiceBase {
   // A push or pull that came as a frame on a segment's socket: handled like
   // a call, answered through `bell`.
   void Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame);
+  // Whether a parked push may be answered now, and its answer.
+  static bool PushReady(const ChunkRequests& chunks, const PsCall& call);
+  static grpc::Status PushAnswer(const ChunkRequests& chunks, const PsCall& call);
   // Whether a pull of chunks may be answered now: its generation is not
   // the store's (it is refused), or its guarantee holds and its reply has
   // room (taken, then).
@@ -123,6 +134,8 @@ class PsService final : public PsServiceBase {
   void AddWaits(const ChunkRequests* chunks, MemberStatus* st) const;
 
   std::shared_ptr<ChunkRequests> chunks() const;
+  // The server that serves home server `home`'s chunks, by the routes.
+  int ServingOf(int home) const;
   std::shared_ptr<RowRequests> rows() const;
 
   const absl::Time start_;
@@ -134,6 +147,7 @@ class PsService final : public PsServiceBase {
   std::string address_ ABSL_GUARDED_BY(mu_);
   MemberState state_ ABSL_GUARDED_BY(mu_) = REGISTERED;
   std::string message_ ABSL_GUARDED_BY(mu_);
+  ServerRoutes routes_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ShmRegistry> shm_;  // set before serving
 
   RequestCounters counters_;
@@ -142,6 +156,7 @@ class PsService final : public PsServiceBase {
   std::atomic<int64_t> push_window_{0};
   ParkedPulls parked_chunks_;  // each PsCall's `pull`
   ParkedPulls parked_rows_;    // each PsCall's `rows`
+  ParkedPulls parked_pushes_;  // each PsCall's `taken`: waiting for the standby
 
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;

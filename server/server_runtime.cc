@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/daemon.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -22,6 +23,7 @@
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
 #include "server/ps_service.h"
+#include "server/replica_sender.h"
 #include "server/shard.h"
 
 namespace pstrain {
@@ -61,7 +63,8 @@ class Serving {
 // The member loop's actions on the server's shard and service.
 class ShardActions : public ServerActions {
  public:
-  ShardActions(Shard* shard, PsService* service) : shard_(shard), service_(service) {}
+  ShardActions(Shard* shard, PsService* service, ReplicaSender* sender, int id)
+      : shard_(shard), service_(service), sender_(sender), id_(id) {}
 
   int64_t generation() const override { return shard_->generation(); }
   void RemoveWorker(int w) override { shard_->RemoveWorker(w); }
@@ -73,10 +76,26 @@ class ShardActions : public ServerActions {
     service_->CancelParked(ToGrpc(why), generation);
   }
   void Prune(int64_t clock) override { shard_->Prune(clock); }
+  void SetRoutes(const ServerRoutes& routes) override {
+    if (sender_ == nullptr) return;
+    const ServerRoles roles = RolesOf(routes, id_);
+    // The queues know their standby before any change is shipped to it.
+    sender_->SetTargets(roles, shard_->generation());
+    service_->SetRoutes(routes);
+    if (shard_->store()->SetRoles(roles.serving, roles.shipped())) {
+      spdlog::info("routes {}: serving the chunks of servers {}; standby copies of {}",
+                   routes.version(), absl::StrJoin(shard_->store()->ServedHomes(), ","),
+                   absl::StrJoin(shard_->store()->StandbyHomes(), ","));
+    }
+    service_->WakePushes();
+    service_->WakePulls();
+  }
 
  private:
   Shard* const shard_;
   PsService* const service_;
+  ReplicaSender* const sender_;  // null without standby replicas
+  const int id_;
 };
 
 ClusterNews NewsFrom(const SchedulerClient& client) {
@@ -85,6 +104,7 @@ ClusterNews NewsFrom(const SchedulerClient& client) {
   news.dead_workers = client.dead_workers();
   news.generation = client.generation(&news.restore_clock);
   news.manifest_clock = client.manifest_clock();
+  news.routes = client.routes();
   return news;
 }
 
@@ -119,6 +139,10 @@ class Server {
   // Bounds the requests and replies in flight: an offloaded server's by
   // its budget's shares (`plan`), else by the job's size.
   void LimitInFlight(const std::optional<ServerMemoryPlan>& plan);
+  // The state the shard starts from: the checkpoint the registration
+  // names (0: the initial values), or, a replacement whose own chunks a
+  // standby serves now (standby replicas), standby copies to be filled.
+  absl::Status StartState(const RegisterResponse& reg);
   // Serves until the job ends; its end state and message.
   absl::StatusOr<JobState> Serve(std::string* message);
   int Fail(const absl::Status& st);
@@ -148,6 +172,8 @@ class Server {
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
+  // Standby replicas: ships the served chunks' changes (null without).
+  std::unique_ptr<ReplicaSender> sender_;
   std::shared_ptr<Shard> shard_;  // set by Run: the store and the tables
 };
 
@@ -165,13 +191,15 @@ int Server::Run(const RegisterResponse& reg) {
       !st.ok()) {
     return Fail(st);
   }
-  if (const absl::Status st = OutOfMemoryAsError("making the sparse tables", [&] {
-        shard_ = std::make_shared<Shard>(
-            job_, id_, store_,
-            std::make_shared<SparseTables>(job_, id_, job_.num_servers(),
-                                           config_.table_spill_dir));
-        return absl::OkStatus();
-      });
+  if (const absl::Status st =
+          OutOfMemoryAsError("making the sparse tables",
+                             [&] {
+                               shard_ = std::make_shared<Shard>(
+                                   job_, id_, store_,
+                                   std::make_shared<SparseTables>(job_, id_, job_.num_servers(),
+                                                                  config_.table_spill_dir));
+                               return absl::OkStatus();
+                             });
       !st.ok()) {
     return Fail(st);
   }
@@ -179,9 +207,7 @@ int Server::Run(const RegisterResponse& reg) {
     spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
                  job_.checkpoint_dir());
   }
-  if (const absl::Status st = shard_->Restore(reg.generation(), reg.start_clock()); !st.ok()) {
-    return Fail(st);
-  }
+  if (const absl::Status st = StartState(reg); !st.ok()) return Fail(st);
   // Clipping listens to the store before any push can close a round.
   clipping_ = GlobalClipping::Start(
       store_.get(), job_.optimizer().clip_norm(),
@@ -202,6 +228,21 @@ int Server::Run(const RegisterResponse& reg) {
   return Finish(*end, message);
 }
 
+absl::Status Server::StartState(const RegisterResponse& reg) {
+  const ServerRoutes& routes = reg.routes();
+  if (job_.replicas() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
+    spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
+                 routes.serving(id_));
+    store_->JoinAsStandby(reg.generation());
+  } else {
+    RETURN_IF_ERROR(shard_->Restore(reg.generation(), reg.start_clock()));
+  }
+  daemon_->client().SetRoutes(routes);
+  if (routes.serving_size() > 0)
+    ShardActions(shard_.get(), service_, sender_.get(), id_).SetRoutes(routes);
+  return absl::OkStatus();
+}
+
 absl::Status Server::AwaitDeclaredModel() {
   if (job_.model().kind() != EXTERNAL || job_.model().params_size() > 0) return absl::OkStatus();
   spdlog::info("the job's model is EXTERNAL: waiting for the first worker to declare it");
@@ -209,8 +250,8 @@ absl::Status Server::AwaitDeclaredModel() {
     std::string message;
     const JobState state = daemon_->client().job_state(&message);
     if (state == DONE || state == ABORTED) {
-      return absl::AbortedError(absl::StrCat("the job ended before a worker declared its model: ",
-                                             message));
+      return absl::AbortedError(
+          absl::StrCat("the job ended before a worker declared its model: ", message));
     }
     // (A scheduler being restarted answers again within the members' window.)
     absl::StatusOr<JobSpec> job = daemon_->client().CurrentJob();
@@ -234,8 +275,7 @@ absl::Status Server::Build() {
     }
   }
   pool_ = std::make_unique<ThreadPool>(config_.server_threads);
-  OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_,
-                         config_.offload_direct};
+  OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_, config_.offload_direct};
   std::optional<ServerMemoryPlan> plan;
   if (!offload.dir.empty()) {
     ServerMemoryNeeds needs = ChunkStore::MemoryNeeds(job_, *partition, id_, **optimizer);
@@ -243,10 +283,25 @@ absl::Status Server::Build() {
     ASSIGN_OR_RETURN(plan, PlanServerMemory(config_.memory_budget, needs));
     offload.budget = plan->slabs;
   }
-  shm_layout_ = ShmLayout::OfServer(*partition, id_);
+  shm_layout_ = ShmLayout::OfServer(*partition, id_, job_.replicas());
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
                                         trace_, offload);
   RETURN_IF_ERROR(store_->health());
+  if (job_.replicas() > 0) {
+    ReplicaSenderOptions o;
+    o.server_id = id_;
+    // Gradients through shared memory with a standby on this host, as a
+    // worker's pushes (not from an offloaded server: its budget).
+    if (config_.shm && config_.offload_dir.empty()) {
+      o.layout_of = [partition = *partition, replicas = job_.replicas()](int server) {
+        return ShmLayout::OfServer(partition, server, replicas);
+      };
+    }
+    o.on_confirmed = [this] { service_->WakePushes(); };
+    o.bytes = &service_->counters().replicated_bytes;
+    sender_ = std::make_unique<ReplicaSender>(store_.get(), std::move(o));
+    store_->SetReplicaSink(sender_.get());
+  }
   LimitInFlight(plan);
   if (plan.has_value()) {
     const ChunkMemoryStats m = store_->memory_stats();
@@ -276,8 +331,8 @@ void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
     // it gets twice the requests' and replies' shares (half the budget;
     // measured at a quarter: a few GOAWAYs a run), never less than the
     // transport needs for its reads.
-    quota_->Resize(static_cast<size_t>(
-        std::max(2 * (plan->requests + plan->replies), kMinTransportQuota)));
+    quota_->Resize(
+        static_cast<size_t>(std::max(2 * (plan->requests + plan->replies), kMinTransportQuota)));
     service_->SetReplyLimit(plan->replies);
     service_->SetPushWindow(plan->push_window);
     return;
@@ -292,7 +347,7 @@ void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
 }
 
 absl::StatusOr<JobState> Server::Serve(std::string* message) {
-  ShardActions actions(shard_.get(), service_);
+  ShardActions actions(shard_.get(), service_, sender_.get(), id_);
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
     RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails
@@ -370,10 +425,9 @@ int RunServer(const ServerConfig& config) {
   // Until the job is known (registration's messages are small); an
   // offloaded server within its budget's shares from the start.
   member.server.quota->Resize(static_cast<size_t>(
-      config.offload_dir.empty()
-          ? kMinRequestsInFlight
-          : std::clamp<int64_t>(config.memory_budget / 2, kMinTransportQuota,
-                                kMinRequestsInFlight)));
+      config.offload_dir.empty() ? kMinRequestsInFlight
+                                 : std::clamp<int64_t>(config.memory_budget / 2, kMinTransportQuota,
+                                                       kMinRequestsInFlight)));
   member.server.num_queues = std::max(1, config.rpc_threads);
   member.server.queues = &queues;
   int code = 0;
@@ -386,8 +440,7 @@ int RunServer(const ServerConfig& config) {
     serving.Stop();
     return code;
   }
-  Server server(config, daemon->get(), &service, &serving, trace->get(),
-                member.server.quota.get());
+  Server server(config, daemon->get(), &service, &serving, trace->get(), member.server.quota.get());
   return server.Run(*reg);
 }
 

@@ -238,7 +238,7 @@ TEST(SecurityTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheToken) {
   // 4 wrong tokens each, 3 link generations for a stream.
   const Servers servers = ServersOf(status);
   const int calls = CallEveryMethodWithoutTheToken(servers);
-  EXPECT_EQ(calls, 4 * (6 + 8 + 4 * 1 + 4 * 3));  // scheduler, server, workers, stage links
+  EXPECT_EQ(calls, 4 * (6 + 9 + 4 * 1 + 4 * 3));  // scheduler, server, workers, stage links
   // With the token the door opens (Status answers).
   for (const auto& [service, addresses] : servers) {
     if (service == StageLink::service_full_name()) continue;

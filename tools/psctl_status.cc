@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/enum_names.h"
 #include "common/refused.h"
@@ -195,6 +196,14 @@ void PrintJobLines(const ClusterStatus& st) {
             ? absl::StrCat("restored in ", r.done_unix_ms() - r.begun_unix_ms(), " ms").c_str()
             : "servers restoring");
   }
+  if (st.routes().serving_size() > 0) {
+    std::printf("standby replicas: %lld promotions;", static_cast<long long>(st.promotions()));
+    for (int home = 0; home < st.routes().serving_size(); ++home) {
+      std::printf(" server %d's chunks on %d%s", home, st.routes().serving(home),
+                  home + 1 < st.routes().serving_size() ? "," : "");
+    }
+    std::printf("\n");
+  }
   for (const PipelineRestart& r : st.pipeline_restarts()) {
     const std::string done = r.done_unix_ms() > 0
                                  ? absl::StrCat("back to clock ", r.clock(), " in ",
@@ -205,12 +214,25 @@ void PrintJobLines(const ClusterStatus& st) {
   }
 }
 
+// A server's part in the standby replicas: what it serves and keeps.
+void PrintServerStandbys(const MemberStatus& m) {
+  if (m.serving_size() == 0 && m.standby_of_size() == 0) return;
+  std::printf(
+      "server %d serves the chunks of server %s; keeps standby copies of %s (%s); %lld "
+      "changes not yet confirmed by its standby; %s sent to standbys\n",
+      m.id(), absl::StrJoin(m.serving(), ", ").c_str(),
+      m.standby_of_size() > 0 ? absl::StrJoin(m.standby_of(), ", ").c_str() : "none",
+      m.standby_ready() ? "filled" : "filling", static_cast<long long>(m.replication_lag()),
+      Bytes(m.replicated_bytes()).c_str());
+}
+
 // The lines below the table: the servers' tables and offload tiers, the
 // consistency changes and the checkpoints.
 void PrintClusterLines(const ClusterStatus& st) {
   for (const MemberStatus& m : st.members()) {
     if (m.role() != SERVER) continue;
     PrintServerTables(m);
+    PrintServerStandbys(m);
     if (m.offload_disk_bytes() == 0) continue;
     std::printf(
         "server %d offloaded: %s of %s in memory; read %s (%.0f MB/s), wrote %s (%.0f MB/s)\n",

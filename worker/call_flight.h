@@ -29,7 +29,8 @@ namespace pstrain {
 // One call: a batch of one server's chunks.
 struct ClientCall {
   bool is_pull = false;
-  int server = 0;
+  int home = 0;    // the server whose chunks it carries, by the partition
+  int server = 0;  // where it goes: `home`, or the server serving its chunks now
   int channel = 0;
   // Builds the request for the path its server takes: through the shared
   // memory `link` (a push writes its payloads there), or with the payloads

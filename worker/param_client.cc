@@ -10,15 +10,35 @@ namespace pstrain {
 AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
                              const PsClientOptions& options)
     : hold_push_(options.debug_hold_push), delay_pull_param_(options.debug_delay_pull_param) {
-  for (Lane* lane : {&pulls_, &pushes_}) {
+  const int push_lanes = options.replicas > 0 ? kStandbyLanes : 1;
+  for (int i = 0; i < push_lanes; ++i) pushes_.push_back(std::make_unique<Lane>());
+  for (Lane* lane : Lanes()) {
     lane->client = std::make_unique<PsClient>(cluster, partition, worker_id, options);
   }
 }
 
 AsyncPsClient::~AsyncPsClient() {
-  // Both lanes at once: neither starts another operation while the other
+  // Every lane at once: none starts another operation while another
   // finishes its own.
-  for (Lane* lane : {&pulls_, &pushes_}) lane->queue.Stop();
+  for (Lane* lane : Lanes()) lane->queue.Stop();
+}
+
+AsyncPsClient::Lane& AsyncPsClient::PushLane(int64_t clock, const std::vector<int>& params) {
+  if (pushes_.size() == 1) return *pushes_[0];
+  const int layer = params.empty() ? 0 : params.front() % kLayerLanes;
+  return *pushes_[(clock % 2) * kLayerLanes + layer];
+}
+
+std::vector<AsyncPsClient::Lane*> AsyncPsClient::Lanes() {
+  std::vector<Lane*> out = {&pulls_};
+  for (auto& lane : pushes_) out.push_back(lane.get());
+  return out;
+}
+
+std::vector<const AsyncPsClient::Lane*> AsyncPsClient::Lanes() const {
+  std::vector<const Lane*> out = {&pulls_};
+  for (const auto& lane : pushes_) out.push_back(lane.get());
+  return out;
 }
 
 ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
@@ -80,7 +100,8 @@ absl::Status AsyncPsClient::PullDelayingOne(PsClient& client, int64_t clock, int
 
 ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffers* grads,
                                 float norm, std::vector<int> params) {
-  return Queue(pushes_, [=, params = std::move(params)](PsClient& client) {
+  Lane& lane = PushLane(clock, params);
+  return Queue(lane, [=, params = std::move(params)](PsClient& client) {
     // Layer by layer, the push held is the one with parameter 0: the
     // backward's last, after the others have gone.
     const bool holds_first =
@@ -92,7 +113,8 @@ ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffe
 }
 
 ParamTicket AsyncPsClient::PushInitialValues(const ParamBuffers* weights) {
-  return Queue(pushes_, [weights](PsClient& client) { return client.PushInitialValues(*weights); });
+  return Queue(*pushes_[0],
+               [weights](PsClient& client) { return client.PushInitialValues(*weights); });
 }
 
 absl::Status AsyncPsClient::Wait(ParamTicket ticket) {
@@ -106,29 +128,43 @@ absl::Status AsyncPsClient::Wait(ParamTicket ticket) {
 }
 
 int64_t AsyncPsClient::bytes_in() const {
-  return pulls_.client->bytes_in() + pushes_.client->bytes_in();
+  int64_t n = 0;
+  for (const Lane* lane : Lanes()) n += lane->client->bytes_in();
+  return n;
 }
 
 int64_t AsyncPsClient::bytes_out() const {
-  return pulls_.client->bytes_out() + pushes_.client->bytes_out();
+  int64_t n = 0;
+  for (const Lane* lane : Lanes()) n += lane->client->bytes_out();
+  return n;
 }
 
 int64_t AsyncPsClient::shm_bytes() const {
-  return pulls_.client->shm_bytes() + pushes_.client->shm_bytes();
+  int64_t n = 0;
+  for (const Lane* lane : Lanes()) n += lane->client->shm_bytes();
+  return n;
 }
 
 int AsyncPsClient::shm_segments() const {
-  return pulls_.client->shm_segments() + pushes_.client->shm_segments();
+  int n = 0;
+  for (const Lane* lane : Lanes()) n += lane->client->shm_segments();
+  return n;
 }
 
 int64_t AsyncPsClient::shm_rings() const {
-  return pulls_.client->shm_rings() + pushes_.client->shm_rings();
+  int64_t n = 0;
+  for (const Lane* lane : Lanes()) n += lane->client->shm_rings();
+  return n;
 }
 
-int64_t AsyncPsClient::rpcs() const { return pulls_.client->rpcs() + pushes_.client->rpcs(); }
+int64_t AsyncPsClient::rpcs() const {
+  int64_t n = 0;
+  for (const Lane* lane : Lanes()) n += lane->client->rpcs();
+  return n;
+}
 
 void AsyncPsClient::SetPushContext(PushContext context) {
-  pushes_.client->SetPushContext(std::move(context));
+  for (auto& lane : pushes_) lane->client->SetPushContext(context);
 }
 
 }  // namespace pstrain

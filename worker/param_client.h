@@ -54,7 +54,7 @@ class ParamClient {
   // Calls issued to the servers so far.
   virtual int64_t rpcs() const = 0;
   // Payload bytes that moved through shared memory (a share of the bytes
-  // in and out), and the segments attached now (worker/shm_link.h).
+  // in and out), and the segments attached now (common/shm_link.h).
   virtual int64_t shm_bytes() const { return 0; }
   virtual int shm_segments() const { return 0; }
   // Calls that went as frames on a segment's socket (a share of rpcs()).
@@ -65,9 +65,16 @@ class ParamClient {
 
 // ParamClient on PsClient: pulls run in order on one thread, pushes in
 // order on another, so a prefetch and the pushes of the backward move at
-// once. Push, Pull and Wait from one thread.
+// once. With standby replicas a push is answered only once the standby
+// holds it (its round closed and a round trip later): pushes then go on
+// kStandbyLanes lanes by clock (odd, even) and by layer (the first
+// parameter's index, modulo kLayerLanes), so that neither the next
+// layer's push nor the next clock's waits behind an answer. Push, Pull and
+// Wait from one thread.
 class AsyncPsClient : public ParamClient {
  public:
+  static constexpr int kLayerLanes = 3;
+  static constexpr int kStandbyLanes = 2 * kLayerLanes;
   // `partition` must outlive the client.
   AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
                 const PsClientOptions& options);
@@ -109,7 +116,14 @@ class AsyncPsClient : public ParamClient {
   ParamTicket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   const int64_t hold_push_;     // PsClientOptions::debug_hold_push
   const int delay_pull_param_;  // PsClientOptions::debug_delay_pull_param
-  Lane pulls_, pushes_;         // last: their threads end before done_ goes
+  // The lane of a push of `clock`'s parameters `params` (see the class).
+  Lane& PushLane(int64_t clock, const std::vector<int>& params);
+  // Every lane, the pulls' first.
+  std::vector<Lane*> Lanes();
+  std::vector<const Lane*> Lanes() const;
+  // Last: their threads end before done_ goes.
+  Lane pulls_;
+  std::vector<std::unique_ptr<Lane>> pushes_;  // by clock, modulo their number
 };
 
 }  // namespace pstrain

@@ -17,7 +17,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
 #include "proto/ps.pb.h"
-#include "worker/shm_link.h"
+#include "common/shm_link.h"
 
 namespace pstrain {
 namespace {
@@ -36,7 +36,8 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     : partition_(partition),
       worker_id_(worker_id),
       options_(options),
-      links_(AddressesOf(cluster), *partition, worker_id, options.shm) {
+      links_(AddressesOf(cluster), *partition, worker_id, options.shm, options.replicas),
+      addresses_(AddressesOf(cluster)) {
   const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
     push_window_.push_back(0);  // one push at a time until the server says
@@ -63,6 +64,33 @@ void PsClient::Prepare(Call& call) {
   call.request = call.encode(link);
   call.link = link;
   call.encoded = true;
+}
+
+void PsClient::Reroute(std::vector<Call>& calls, const std::vector<int>& todo) {
+  if (!options_.routes) return;
+  const ServerRoutes routes = options_.routes();
+  if (routes.version() != routes_version_) {
+    routes_version_ = routes.version();
+    const int n = std::min(static_cast<int>(stubs_.size()), routes.addresses_size());
+    for (int s = 0; s < n; ++s) {
+      const std::string& address = routes.addresses(s);
+      if (address.empty() || address == addresses_[s]) continue;  // gone, or where it was
+      spdlog::info("server {} is at {} now", s, address);
+      addresses_[s] = address;
+      for (auto& stub : stubs_[s])
+        stub = std::make_unique<grpc::GenericStub>(MakeBulkChannel(address));
+      links_.Readdress(s, address);
+      push_window_[s] = 0;
+    }
+    serving_.assign(routes.serving().begin(), routes.serving().end());
+  }
+  for (int i : todo) {
+    Call& call = calls[i];
+    const int to = call.home < static_cast<int>(serving_.size()) ? serving_[call.home] : call.home;
+    if (to == call.server || to < 0 || to >= static_cast<int>(stubs_.size())) continue;
+    call.server = to;
+    call.encoded = false;  // for the new server's path
+  }
 }
 
 std::vector<std::vector<int32_t>> PsClient::Pack(const std::vector<int32_t>& chunks) const {
@@ -116,6 +144,7 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
     if (!calls[i].done) todo.push_back(i);
   }
   ++attempts_;
+  Reroute(calls, todo);
   for (int i : todo) Prepare(calls[i]);
   const bool bell = options_.shm_doorbell && std::all_of(todo.begin(), todo.end(), [&](int i) {
                       return calls[i].link != nullptr;
@@ -202,6 +231,7 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       }
       Call call;
       call.is_pull = true;
+      call.home = s;
       call.server = s;
       call.encode = [this, req](ShmLink* link) mutable {
         req.set_shm_segment(link == nullptr ? 0 : link->id());
@@ -333,6 +363,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       }
       bytes += call_bytes;
       Call call;
+      call.home = s;
       call.server = s;
       call.encode = [h = PushHeader(header), chunks = std::move(chunks)](ShmLink* link) mutable {
         h.shm_segment = link == nullptr ? 0 : link->id();

@@ -60,7 +60,7 @@ struct PsClientOptions {
   int first_param = 0;
   int end_param = -1;
   // Move payloads through shared memory with the servers on this host
-  // that grant it (worker/shm_link.h); the others, and any server whose
+  // that grant it (common/shm_link.h); the others, and any server whose
   // segment goes missing, get them in the messages.
   bool shm = true;
   // With shm: an attempt whose calls all go to servers attached through
@@ -77,6 +77,13 @@ struct PsClientOptions {
   // that a forward which does not wait for its layer's weights reads old
   // ones; -1: none. AsyncPsClient's.
   int debug_delay_pull_param = -1;
+  // Standby replicas (JobSpec.replicas): the servers' segments lay out
+  // their standby copies too (ShmLayout::OfServer), and before each
+  // attempt the calls go where `routes` (the scheduler's, as the worker
+  // last heard them; null: every server serves its own chunks) say each
+  // server's chunks are served now, at the servers' addresses there.
+  int replicas = 0;
+  std::function<ServerRoutes()> routes;
   // The hyperparameters a push of a clock carries (PushRequest.hyper,
   // serialized; "" for none): a PyTorch script's (worker/external). Unset:
   // none.
@@ -179,6 +186,9 @@ class PsClient {
   // One attempt at the calls not yet done; *only_waiting says whether its
   // only failures were pulls that waited out their deadline.
   absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting);
+  // Sends the calls `todo` to the servers that serve their chunks now
+  // (PsClientOptions::routes), connecting to a server's new address.
+  void Reroute(std::vector<Call>& calls, const std::vector<int>& todo);
   // Encodes a call for the path its server takes now (shared memory or
   // the message), unless it already is.
   void Prepare(Call& call);
@@ -227,6 +237,11 @@ class PsClient {
   // Attempts made so far (PullRequest.shm_sequence).
   uint64_t attempts_ = 0;
   ShmLinks links_;  // the shared memory with the servers on this host
+  // Standby replicas: the servers' addresses, the server serving each
+  // home server's chunks (empty: itself), the routes' version they are of.
+  std::vector<std::string> addresses_;
+  std::vector<int> serving_;
+  int64_t routes_version_ = -1;
 };
 
 }  // namespace pstrain

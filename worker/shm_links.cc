@@ -7,10 +7,10 @@
 namespace pstrain {
 
 ShmLinks::ShmLinks(const std::vector<std::string>& addresses, const Partition& partition,
-                   int worker_id, bool enabled)
-    : addresses_(addresses), worker_id_(worker_id) {
+                   int worker_id, bool enabled, int replicas)
+    : addresses_(addresses), worker_id_(worker_id), enabled_(enabled) {
   for (int s = 0; s < static_cast<int>(addresses_.size()); ++s) {
-    layouts_.push_back(ShmLayout::OfServer(partition, s));
+    layouts_.push_back(ShmLayout::OfServer(partition, s, replicas));
     links_.emplace_back();
     tries_.push_back(enabled ? 0 : kMaxTries);
     asked_in_.push_back(0);
@@ -39,6 +39,17 @@ ShmLink* ShmLinks::For(int s, uint64_t attempt) {
   links_[s] = std::move(*link);
   ++attached_;
   return links_[s].get();
+}
+
+void ShmLinks::Readdress(int s, const std::string& address) {
+  if (addresses_[s] == address) return;
+  addresses_[s] = address;
+  if (links_[s] != nullptr) {
+    lost_.push_back(std::move(links_[s]));
+    --attached_;
+  }
+  tries_[s] = enabled_ ? 0 : kMaxTries;
+  asked_in_[s] = 0;
 }
 
 void ShmLinks::Lose(int s, ShmLink* link) {

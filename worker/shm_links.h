@@ -1,5 +1,5 @@
 // A worker's shared memory with the parameter servers on its host, one link
-// a server at most (worker/shm_link.h): attached on first use, at most once
+// a server at most (common/shm_link.h): attached on first use, at most once
 // an attempt of calls and kMaxTries times in the client's life (for good
 // after a refusal that will not change: another host or network namespace,
 // shared memory turned off), and dropped when its server no longer knows
@@ -17,7 +17,7 @@
 
 #include "common/partition.h"
 #include "common/shm.h"
-#include "worker/shm_link.h"
+#include "common/shm_link.h"
 
 namespace pstrain {
 
@@ -28,9 +28,10 @@ class ShmLinks {
 
   // Worker `worker_id`'s links to the servers at `addresses` (in the order
   // of their ids), whose segments lay out each server's chunks of
-  // `partition`; none are tried unless `enabled`.
+  // `partition` (with standby `replicas`, ShmLayout::OfServer); none are
+  // tried unless `enabled`.
   ShmLinks(const std::vector<std::string>& addresses, const Partition& partition, int worker_id,
-           bool enabled);
+           bool enabled, int replicas = 0);
   ~ShmLinks();
 
   // Server `s`'s link in attempt `attempt` (attaching it first if it may be
@@ -39,18 +40,22 @@ class ShmLinks {
   // Server `s` no longer knows `link`'s segment: the next calls carry their
   // payloads until a new segment is attached.
   void Lose(int s, ShmLink* link);
+  // Server `s` listens at `address` now (a replacement): its link, if
+  // any, is lost, and a new one may be tried.
+  void Readdress(int s, const std::string& address);
   // No call holds a lost link any more: they go.
   void ReleaseLost() { lost_.clear(); }
   // Segments attached now.
   int attached() const { return attached_.load(std::memory_order_relaxed); }
 
  private:
-  const std::vector<std::string> addresses_;
+  std::vector<std::string> addresses_;
   const int worker_id_;
-  std::vector<ShmLayout> layouts_;                // [server]
-  std::vector<std::unique_ptr<ShmLink>> links_;   // [server]; null: none
-  std::vector<int> tries_;                        // [server]
-  std::vector<uint64_t> asked_in_;                // [server]: the attempt it was last tried in
+  const bool enabled_;
+  std::vector<ShmLayout> layouts_;               // [server]
+  std::vector<std::unique_ptr<ShmLink>> links_;  // [server]; null: none
+  std::vector<int> tries_;                       // [server]
+  std::vector<uint64_t> asked_in_;               // [server]: the attempt it was last tried in
   std::vector<std::unique_ptr<ShmLink>> lost_;
   std::atomic<int> attached_{0};
 };

@@ -124,14 +124,17 @@ absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
     return MakeStageModel(job.model(), stage, backend_, training.recompute);
   }
   if (job.model().kind() != GPT) {
-    return absl::InvalidArgumentError("--device_memory_budget is for GPT models (this job's is an MLP)");
+    return absl::InvalidArgumentError(
+        "--device_memory_budget is for GPT models (this job's is an MLP)");
   }
   // A micro-batch's sequences, the micro-batches whose activations a stage
   // keeps at once, and the validation batch (Evaluate's).
   const int replicas = job.num_workers() / stages;
   const int seqs = std::max(1, job.batch_size() / replicas / job.micro_batches());
   const int m = job.micro_batches();
-  const int slots = stages == 1 ? 1 : job.pipeline_schedule() == GPIPE ? m : std::min(m, stages - s);
+  const int slots = stages == 1                        ? 1
+                    : job.pipeline_schedule() == GPIPE ? m
+                                                       : std::min(m, stages - s);
   ASSIGN_OR_RETURN(const GptMemoryPlan plan,
                    PlanGptMemory(job.model(), stage, seqs, slots, kEvalSeqs,
                                  training.device_memory_budget, /*may_split=*/stages == 1));
@@ -224,6 +227,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     if (fp32) o.wire_dtype = FP32;
     o.first_param = model->stage().first_param;
     o.end_param = model->stage().end_param;
+    o.replicas = job.replicas();
+    if (job.replicas() > 0) o.routes = [client = scheduler_] { return client->routes(); };
     return std::make_unique<AsyncPsClient>(cluster, &partition, worker_id, o);
   };
   ClockLoop loop(lo, gate.get(), make_params, this, model.get(), backend_);

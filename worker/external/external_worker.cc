@@ -204,6 +204,8 @@ void ExternalWorker::RunLoop() {
     o.generation = generation;
     o.abandon = std::move(abandon);
     if (fp32) o.wire_dtype = FP32;
+    o.replicas = job_.replicas();
+    if (o.replicas > 0) o.routes = [client = &daemon_->client()] { return client->routes(); };
     return std::make_unique<AsyncPsClient>(cluster, &*partition_, id_, o);
   };
   ClockLoop loop(LoopOptions(), &gate, make_params, data_.get(), model_.get(), backend_.get());

@@ -1,4 +1,5 @@
-// A worker's shared memory with one parameter server on its host
+// A client's shared memory with one parameter server on its host -- a
+// worker's, or a primary server's with its standby (server/replica_sender.h)
 // (common/shm.h, server/shm_registry.h): the segment the server granted,
 // mapped here, and the socket connection that keeps it alive at the
 // server. Pushes write gradients into their chunks' slots of the push
@@ -6,8 +7,8 @@
 // into the pull region's slots and read them from there once. The requests
 // themselves may go as frames on the socket (the doorbell, common/shm.h)
 // instead of gRPC calls.
-#ifndef PSTRAIN_WORKER_SHM_LINK_H_
-#define PSTRAIN_WORKER_SHM_LINK_H_
+#ifndef PSTRAIN_COMMON_SHM_LINK_H_
+#define PSTRAIN_COMMON_SHM_LINK_H_
 
 #include <cstdint>
 #include <functional>
@@ -66,4 +67,4 @@ class ShmLink {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_WORKER_SHM_LINK_H_
+#endif  // PSTRAIN_COMMON_SHM_LINK_H_

@@ -1,4 +1,4 @@
-#include "worker/shm_link.h"
+#include "common/shm_link.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& addres
     st = absl::UnavailableError("shared memory: the server refused the ticket");
   }
   if (st.ok() && grant.bytes != layout.segment_bytes()) {
-    st = absl::FailedPreconditionError(absl::StrCat(
-        "shared memory: granted ", grant.bytes, " bytes, asked for ", layout.segment_bytes()));
+    st = absl::FailedPreconditionError(absl::StrCat("shared memory: granted ", grant.bytes,
+                                                    " bytes, asked for ", layout.segment_bytes()));
   }
   absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
       st.ok() ? ShmSegment::Adopt(fd, layout.segment_bytes())

@@ -1,0 +1,240 @@
+// ChunkStore's standby replicas (JobSpec.replicas): which chunks are
+// served here and which are standby copies, each served chunk's changes
+// shipped to its standby in order (Ship), the standby's confirmations
+// (Confirmed, Replicated), and a standby copy taking its primary's changes
+// (Mirror): an update is applied with the very optimizer step the primary
+// took, so the copy stays bit for bit the primary's. See
+// server/chunk_store.h.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/chunk_store.h"
+
+namespace pstrain {
+namespace {
+
+std::string FloatBytes(const float* values, int64_t n) {
+  return std::string(reinterpret_cast<const char*>(values), n * sizeof(float));
+}
+
+}  // namespace
+
+void ChunkStore::SetReplicaSink(ReplicaSink* sink) { sink_ = sink; }
+
+void ChunkStore::FlushShipped() const {
+  if (ReplicaSink* sink = sink_.load(); sink != nullptr) sink->Flush();
+}
+
+void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const OptimizerSpec* hyper,
+                      bool full) {
+  if (!c.serving) return;
+  ++c.version;
+  ReplicaSink* sink = sink_.load();
+  if (!c.shipped || sink == nullptr) {  // nothing to wait for
+    c.confirmed = c.version;
+    c.replicated = c.clocks.applied();
+    return;
+  }
+  ChunkUpdate u;
+  u.set_chunk(c.id);
+  u.set_version(c.version);
+  // A full change (initial values, a state written) makes the standby ask
+  // for the whole state: an update it cannot follow.
+  if (full) u.set_version(c.version + 1);
+  u.set_clock(clock);
+  if (grad != nullptr) u.set_grad(FloatBytes(grad, c.layout.weights));
+  if (hyper != nullptr) {
+    *u.mutable_hyper() = *hyper;
+  }
+  for (int64_t a : c.clocks.applied()) u.add_applied(a);
+  sink->Changed(c.home, std::move(u));
+}
+
+bool ChunkStore::SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped) {
+  bool changed = false;
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    const bool serve = c.home < static_cast<int>(serving.size()) && serving[c.home];
+    const bool ship = serve && c.home < static_cast<int>(shipped.size()) && shipped[c.home];
+    absl::MutexLock lock(&c.mu);
+    if (serve && !c.serving) {  // promoted: its standby copy is served from now on
+      c.clocks.SetApplied(c.clocks.applied());
+      c.round_samples = 0;
+      c.round_closed = false;
+      c.version = std::max<int64_t>(c.version, 0);
+      c.confirmed = c.version;
+      c.replicated = c.clocks.applied();
+      changed = true;
+    } else if (!serve && c.serving) {  // demoted: the copy is stale until filled
+      c.version = -1;
+      changed = true;
+    }
+    c.serving = serve;
+    if (c.shipped != ship) changed = true;
+    if (serve && !ship) {  // no standby: nothing to wait for
+      c.confirmed = c.version;
+      c.replicated = c.clocks.applied();
+    }
+    c.shipped = ship;
+  }
+  return changed;
+}
+
+int ChunkStore::HomeOf(int32_t chunk) const {
+  const Chunk* c = Find(chunk);
+  return c == nullptr ? -1 : c->home;
+}
+
+absl::Status ChunkStore::CheckServed(int32_t chunk) const {
+  const Chunk* c = Find(chunk);
+  if (c == nullptr) return CheckChunk(chunk);
+  absl::MutexLock lock(&c->mu);
+  if (c->serving) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("server ", server_id_,
+                                             " keeps a standby copy of chunk ", chunk,
+                                             "; another server serves it now"));
+}
+
+bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
+  const Chunk* c = Find(chunk);
+  if (c == nullptr || job_.replicas() == 0) return true;
+  absl::MutexLock lock(&c->mu);
+  if (!c->serving) return true;
+  return worker < 0 || worker >= static_cast<int>(c->replicated.size()) ||
+         c->replicated[worker] > clock;
+}
+
+void ChunkStore::Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied) {
+  Chunk* c = Find(chunk);
+  if (c == nullptr) return;
+  absl::MutexLock lock(&c->mu);
+  if (!c->serving || version <= c->confirmed || version > c->version) return;
+  c->confirmed = version;
+  c->replicated = applied;
+}
+
+absl::StatusOr<ChunkUpdate> ChunkStore::FullUpdate(int32_t chunk) const {
+  const Chunk* c = Find(chunk);
+  if (c == nullptr) return CheckChunk(chunk);
+  absl::MutexLock lock(&c->mu);
+  if (!c->serving) return absl::FailedPreconditionError("not served here");
+  ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
+  ChunkUpdate u;
+  u.set_chunk(chunk);
+  u.set_version(c->version);
+  u.set_full(true);
+  u.set_weights(FloatBytes(slab.weights(), c->layout.weights));
+  // The state arrays as the slab lays them out (with their gaps).
+  u.set_state(FloatBytes(slab.state(), c->layout.state));
+  u.set_steps(c->steps);
+  u.set_has_values(c->has_values);
+  for (int64_t a : c->clocks.applied()) u.add_applied(a);
+  return u;
+}
+
+absl::Status ChunkStore::TakeFull(Chunk& c, const ChunkUpdate& u) {
+  const int64_t w = c.layout.weights, st = c.layout.state;
+  if (u.weights().size() != w * sizeof(float) || u.state().size() != st * sizeof(float) ||
+      u.steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicate: chunk ", c.id, "'s whole state has another size"));
+  }
+  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+  std::memcpy(slab.weights(), u.weights().data(), u.weights().size());
+  std::memcpy(slab.state(), u.state().data(), u.state().size());
+  slab.MarkWritten();
+  c.steps = u.steps();
+  c.has_values = u.has_values();
+  c.clocks.SetApplied({u.applied().begin(), u.applied().end()});
+  c.version = u.version();
+  MaybeCheckpoint(c, slab);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> grad,
+                                bool* need_full) {
+  *need_full = false;
+  Chunk* c = Find(u.chunk());
+  if (c == nullptr) return CheckChunk(u.chunk());
+  if (u.applied_size() != num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicate: ", u.applied_size(), " applied clocks for ", num_workers_, " workers"));
+  }
+  absl::MutexLock lock(&c->mu);
+  if (c->serving) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("replicate: server ", server_id_, " serves chunk ", u.chunk(), " itself"));
+  }
+  if (u.full()) return TakeFull(*c, u);
+  if (u.version() <= c->version) return absl::OkStatus();  // held already
+  if (c->version < 0 || u.version() != c->version + 1) {
+    *need_full = true;
+    return absl::OkStatus();
+  }
+  const int64_t n = c->layout.weights;
+  if (!grad.empty() && static_cast<int64_t>(grad.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("replicate: chunk ", u.chunk(), " has ", n,
+                                                   " values; the update has ", grad.size()));
+  }
+  ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
+  // The very step the primary took.
+  if (!grad.empty()) {
+    Apply(*c, slab, u.clock(), grad.data(), u.has_hyper() ? &u.hyper() : nullptr,
+          /*split=*/false);
+  }
+  c->clocks.SetApplied({u.applied().begin(), u.applied().end()});
+  c->version = u.version();
+  MaybeCheckpoint(*c, slab);
+  return absl::OkStatus();
+}
+
+bool ChunkStore::StandbyFilled() const {
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    if (!c->serving && c->version < 0) return false;
+  }
+  return true;
+}
+
+int64_t ChunkStore::ReplicationLag() const {
+  int64_t lag = 0;
+  for (const auto& [id, c] : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    if (c->serving) lag += c->version - c->confirmed;
+  }
+  return lag;
+}
+
+std::vector<int> ChunkStore::ServedHomes() const {
+  std::vector<int> out;
+  for (int32_t id : chunk_ids_) {
+    const Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (c.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
+  }
+  return out;
+}
+
+std::vector<int> ChunkStore::StandbyHomes() const {
+  std::vector<int> out;
+  for (int32_t id : chunk_ids_) {
+    const Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (!c.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
+  }
+  return out;
+}
+
+void ChunkStore::JoinAsStandby(int64_t generation) {
+  generation_ = generation;
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    c.generation = generation;
+    c.serving = false;
+    c.version = -1;
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,121 @@
+"""Standby replicas (JobSpec.replicas = 1, ps_scheduler --replicas=1) with
+pstrain.torch workers, as tests/standby_test does them with ps_worker: two
+workers running tests/python/tiny_worker.py (a 2-layer MLP, BSP, Adam on
+two servers), server 1 killed with SIGKILL once the slowest worker has
+passed clock 50, its standby promoted, a ps_server --id=1 started in its
+place that fills its standby copies, then server 0 killed the same way.
+The scripts never notice (exit 0), the job ends DONE without a rollback
+(generation 0, two promotions), and every worker's final weights are bit
+for bit those of the same job undisturbed and without standbys.
+
+The facts come from exit codes, the scheduler's Status (psctl status
+--json while the job runs, the --status_file at its end) and the scripts'
+result files, never from logs.
+
+By hand: python3 tests/python/torch_standby_test.py (the daemons from
+bazel-bin; it re-runs itself under a python3 that imports torch).
+"""
+
+import os
+import signal
+import sys
+import time
+import unittest
+
+# One BLAS thread in every process: 2 cores are shared by all of them.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import local_cluster  # noqa: E402
+from local_cluster import binary, runfile  # noqa: E402
+
+os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
+sys.path[:0] = [str(runfile("python"))]
+
+from cluster_control import TINY_JOB, Cluster, member, slowest_clock, worker_rank  # noqa: E402
+
+CLOCKS = 200
+FAULT_AT = 50               # the slowest worker's clock at the first kill
+SLEEP_MS = "--sleep_ms=25"  # per step: 200 clocks last at least 5 s
+START_TIMEOUT_S = 120
+END_TIMEOUT_S = 240
+KILLED = 128 + signal.SIGKILL
+WORKERS = ["worker0", "worker1"]
+COMMON_FLAGS = ["--clocks=%d" % CLOCKS, "--heartbeat_timeout_ms=2000"]
+
+
+def weights(cluster, name):
+    import torch
+    return torch.load(cluster.dir / (name + ".pt"))
+
+
+def run_undisturbed():
+    """Worker 0's final weights of the job without standbys or faults."""
+    with Cluster(TINY_JOB, servers=2, workers=2, name="torch_standby_calm",
+                 scheduler_flags=COMMON_FLAGS) as cluster:
+        for name in WORKERS:
+            cluster.start_tiny(name, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+        codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
+        if codes != dict.fromkeys(codes, 0):
+            raise AssertionError("the undisturbed run failed: %s" % codes)
+        return weights(cluster, "worker0")
+
+
+class TorchStandbyTest(unittest.TestCase):
+    def kill_and_replace(self, cluster, server_id, at_clock, promotions):
+        """Kills server `server_id` once the slowest worker is past
+        `at_clock`, waits for the `promotions`-th promotion, starts a
+        replacement with its id and waits until its copies are filled."""
+        status = cluster.wait_status(lambda st: slowest_clock(st) >= at_clock, START_TIMEOUT_S)
+        self.assertLess(slowest_clock(status), CLOCKS - 20,
+                        "the job nearly ended before the fault; the test would prove nothing")
+        victim = cluster.server_process(server_id)
+        self.assertEqual(cluster.kill(victim), KILLED)
+        promoted = cluster.wait_status(
+            lambda st: int(st.get("promotions", 0)) >= promotions, START_TIMEOUT_S)
+        self.assertEqual(promoted.get("rollbacks", []), [])
+        name = "server%d_again%d" % (server_id, promotions)
+        cluster.start_server(name, server_id=server_id)
+        cluster.wait_status(
+            lambda st: st.get("routes", {}).get("ready", [False] * 2)[server_id] is True,
+            START_TIMEOUT_S)
+        print("server %d killed past clock %d; promoted at clock %d: serving %s" % (
+            server_id, at_clock, slowest_clock(promoted), promoted["routes"]["serving"]))
+        return victim, name
+
+    def test_each_servers_death_costs_the_scripts_nothing(self):
+        import torch
+        expected = run_undisturbed()
+        cluster = Cluster(TINY_JOB, servers=2, workers=2, name="torch_standby",
+                          scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
+        with cluster:
+            for name in WORKERS:
+                cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            ranks = sorted(worker_rank(cluster, name, START_TIMEOUT_S) for name in WORKERS)
+            self.assertEqual(ranks, [0, 1])
+            first, first_again = self.kill_and_replace(cluster, 1, FAULT_AT, 1)
+            now = slowest_clock(cluster.wait_status(lambda st: True, START_TIMEOUT_S))
+            second, second_again = self.kill_and_replace(cluster, 0, now + 10, 2)
+            live = [first_again, second_again]
+            codes = cluster.wait(["scheduler"] + live + WORKERS, END_TIMEOUT_S)
+            self.assertEqual(codes, dict.fromkeys(codes, 0))
+            final = cluster.final_status()
+            self.assertEqual(final["job_state"], "DONE", final.get("message"))
+            self.assertEqual(final.get("rollbacks", []), [])
+            self.assertEqual(int(final.get("generation", 0)), 0)
+            self.assertEqual(int(final.get("promotions", 0)), 2)
+            for worker_id in (0, 1):
+                m = member(final, "WORKER", worker_id)
+                self.assertEqual((m["state"], int(m["clock"])), ("FINISHED", CLOCKS), m)
+            for name in WORKERS:
+                result = cluster.result(name)
+                self.assertTrue(result is not None and result["ok"], result)
+                got = weights(cluster, name)
+                self.assertEqual(sorted(got), sorted(expected))
+                for key, w in expected.items():
+                    self.assertTrue(torch.equal(got[key], w), "%s's %s: max |dw| %g" % (
+                        name, key, float((got[key] - w).abs().max())))
+
+
+if __name__ == "__main__":
+    local_cluster.main("torch_standby_test")
