@@ -193,7 +193,8 @@ class ChunkStore : public HeldRounds {
   // UNAVAILABLE when `chunk` (one of this server's) is a standby copy here.
   absl::Status CheckServed(int32_t chunk) const;
   // Whether `worker`'s push of `clock` to `chunk` is held by the standby
-  // (or needs none); also true once the chunk is not served here.
+  // (or needs none); false once the chunk is not served here (demoted:
+  // the push must go to its new primary).
   bool Replicated(int32_t chunk, int worker, int64_t clock) const;
   // The standby holds `chunk`'s change `version`, after which the applied
   // clocks were `applied`.

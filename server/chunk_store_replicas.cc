@@ -100,7 +100,8 @@ bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr || job_.replicas() == 0) return true;
   absl::MutexLock lock(&c->mu);
-  if (!c->serving) return true;
+  // A chunk demoted here: what a push gave it never reached the primary.
+  if (!c->serving) return false;
   return worker < 0 || worker >= static_cast<int>(c->replicated.size()) ||
          c->replicated[worker] > clock;
 }

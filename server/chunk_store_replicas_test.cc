@@ -162,6 +162,9 @@ TEST(ChunkStoreReplicasTest, APromotedCopyTrainsOnAsTheUndisturbedStore) {
   ASSERT_TRUE(c.standby.SetRoles({true, true}, {false, false}));
   ASSERT_TRUE(c.primary.SetRoles({false, false}, {false, false}));
   EXPECT_EQ(c.primary.CheckServed(0).code(), absl::StatusCode::kUnavailable);
+  // What clock 3's pushes gave the demoted chunk never reached the new
+  // primary: their answers must send them there, not acknowledge them.
+  EXPECT_FALSE(c.primary.Replicated(0, 0, 3));
   EXPECT_TRUE(c.standby.CheckServed(0).ok());
   // The workers push clock 3 again (never acknowledged) and go on.
   for (int w = 0; w < 2; ++w) {

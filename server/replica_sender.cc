@@ -234,6 +234,7 @@ bool ReplicaSender::Send(Batch& batch) {
   // A small request (the gradients in the segment) rings the doorbell; a
   // whole state goes in a gRPC call.
   if (link != nullptr && req.ByteSizeLong() < kMaxShmFrame / 2) {
+    req.set_shm_segment(link->id());  // a frame names its connection's segment
     st = Ring(*link, req, &resp);
     if (!st.ok()) links_[batch.target.address] = nullptr;  // the messages from now on
   } else {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/util/json_util.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
 
@@ -20,8 +21,8 @@ namespace testing {
 namespace {
 
 std::string ChaosJob(const ChaosOptions& o) {
-  return SixteenClassJob(absl::StrCat("clocks: ", o.clocks, "\nseed: ", o.seed,
-                                      "\nchunk_bytes: 512\n"));
+  return SixteenClassJob(
+      absl::StrCat("clocks: ", o.clocks, "\nseed: ", o.seed, "\nchunk_bytes: 512\n"));
 }
 
 // deploy/local_cluster.sh for the job in `dir`, supervised, with workers
@@ -48,15 +49,30 @@ absl::StatusOr<Process> StartCluster(const ChaosOptions& o, const std::string& d
       "--checkpoint_every=50",
       "--end_grace_ms=3000",
   };
+  if (o.replicas) argv.push_back("--replicas=1");
   return Process::Start(argv, dir + "/local_cluster.log");
+}
+
+// The scheduler's Status now.
+absl::StatusOr<ClusterStatus> LiveStatus(const std::string& logs) {
+  const std::string address = ReadFile(logs + "/scheduler.port");
+  if (address.empty()) return absl::UnavailableError("no scheduler");
+  return SchedulerStatus(address.substr(0, address.find_first_of("\n")));
+}
+
+// Standby replicas: every server holds its standby copies (no Status: no).
+bool StandbysReady(const std::string& logs) {
+  const absl::StatusOr<ClusterStatus> st = LiveStatus(logs);
+  if (!st.ok()) return false;
+  for (bool ready : st->routes().ready()) {
+    if (!ready) return false;
+  }
+  return true;
 }
 
 // The slowest live worker's clock at the gate (-1: no answer).
 int64_t SlowestClock(const std::string& logs) {
-  const std::string address = ReadFile(logs + "/scheduler.port");
-  if (address.empty()) return -1;
-  absl::StatusOr<ClusterStatus> st =
-      SchedulerStatus(address.substr(0, address.find_first_of("\n")));
+  const absl::StatusOr<ClusterStatus> st = LiveStatus(logs);
   if (!st.ok() || st->worker_clocks().empty()) return -1;
   int64_t slowest = INT64_MAX;
   for (int64_t c : st->worker_clocks()) {
@@ -91,23 +107,28 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
   const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   return absl::StrCat(
       "{\"seed\": ", o.seed, ", \"clocks\": ", o.clocks, ", \"servers\": ", o.servers,
-      ", \"workers\": ", o.workers, ", \"faults\": ", r.faults.size(), ", \"recovered\": ",
-      recovered, ", \"restarts\": ", r.restarts, ", \"median_recovery_s\": ", median,
-      ", \"worst_recovery_s\": ", worst, ", \"undisturbed_s\": ", r.undisturbed_s,
-      ", \"disturbed_s\": ", r.disturbed_s, ", \"exit_code\": ", r.exit_code,
-      ", \"bit_identical\": ", r.bit_identical ? "true" : "false", ", \"fault_list\": [",
-      absl::StrJoin(faults, ", "), "]}");
+      ", \"workers\": ", o.workers, ", \"faults\": ", r.faults.size(),
+      ", \"recovered\": ", recovered, ", \"restarts\": ", r.restarts,
+      ", \"median_recovery_s\": ", median, ", \"worst_recovery_s\": ", worst,
+      ", \"undisturbed_s\": ", r.undisturbed_s, ", \"disturbed_s\": ", r.disturbed_s,
+      ", \"exit_code\": ", r.exit_code, ", \"bit_identical\": ", r.bit_identical ? "true" : "false",
+      ", \"replicas\": ", o.replicas ? 1 : 0, ", \"rollbacks\": ", r.rollbacks,
+      ", \"promotions\": ", r.promotions, ", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
 }
 
-// Waits until the slowest clock passes `clock` + 1 (the job recovered) or
-// the cluster ends; the seconds since `since`, or -1.
-double AwaitRecovery(Process& cluster, const std::string& logs, int64_t clock, absl::Time since) {
+// Waits until the slowest clock passes `clock` + 1 (the job recovered),
+// and with standbys until every server's copies are filled again, or the
+// cluster ends; the seconds since `since`, or -1.
+double AwaitRecovery(Process& cluster, const std::string& logs, int64_t clock, absl::Time since,
+                     bool standbys) {
   const absl::Time until = absl::Now() + absl::Minutes(3);
   while (absl::Now() < until) {
     if (!cluster.running() || cluster.Wait(absl::ZeroDuration()).ok()) {
       return absl::ToDoubleSeconds(absl::Now() - since);
     }
-    if (SlowestClock(logs) > clock + 1) return absl::ToDoubleSeconds(absl::Now() - since);
+    if (SlowestClock(logs) > clock + 1 && (!standbys || StandbysReady(logs))) {
+      return absl::ToDoubleSeconds(absl::Now() - since);
+    }
     absl::SleepFor(absl::Milliseconds(50));
   }
   return -1;
@@ -125,8 +146,8 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   const absl::StatusOr<int> calm_code = calm->Wait(absl::Minutes(30));
   report.undisturbed_s = absl::ToDoubleSeconds(absl::Now() - start);
   if (!calm_code.ok() || *calm_code != 0) {
-    return absl::InternalError(absl::StrCat("the undisturbed run failed: ",
-                                            ReadFile(calm_dir + "/local_cluster.log")));
+    return absl::InternalError(
+        absl::StrCat("the undisturbed run failed: ", ReadFile(calm_dir + "/local_cluster.log")));
   }
   const std::string expected = ReadFile(calm_dir + "/weights/worker0.weights");
 
@@ -152,9 +173,9 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
     const auto& [kind, role] = kinds[report.faults.size() % kinds.size()];
     Fault f;
     f.kind = kind;
-    f.target = role == "scheduler" ? role
-                                   : absl::StrCat(role, rng() % (role == "server" ? o.servers
-                                                                                  : o.workers));
+    f.target = role == "scheduler"
+                   ? role
+                   : absl::StrCat(role, rng() % (role == "server" ? o.servers : o.workers));
     f.clock = clock;
     const pid_t pid = PidOf(logs, f.target);
     if (pid <= 0) continue;  // being restarted right now
@@ -170,7 +191,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
     }
     std::fprintf(stderr, "chaos: %s %s at clock %lld\n", f.kind.c_str(), f.target.c_str(),
                  static_cast<long long>(f.clock));
-    f.recovery_s = AwaitRecovery(*cluster, logs, f.clock, struck);
+    f.recovery_s = AwaitRecovery(*cluster, logs, f.clock, struck, o.replicas);
     report.faults.push_back(f);
     if (f.recovery_s < 0) break;  // stuck: stop making it worse
     next = absl::Now() + uniform(o.min_gap, o.max_gap);
@@ -182,6 +203,11 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   report.bit_identical = !expected.empty() && got == expected;
   std::istringstream restarts(ReadFile(logs + "/restarts.log"));
   for (std::string line; std::getline(restarts, line);) report.restarts += !line.empty();
+  ClusterStatus end;
+  if (google::protobuf::util::JsonStringToMessage(ReadFile(logs + "/status.json"), &end).ok()) {
+    report.rollbacks = end.rollbacks_size();
+    report.promotions = end.promotions();
+  }
   report.json = ReportJson(o, report);
   return report;
 }

@@ -21,10 +21,10 @@ namespace testing {
 
 struct ChaosOptions {
   uint32_t seed = 1;
-  int64_t clocks = 2000;        // the job's clocks
+  int64_t clocks = 2000;  // the job's clocks
   int servers = 2;
   int workers = 2;
-  int slowdown_ms = 15;         // each worker's --straggler=fixed:MS (a clock's length)
+  int slowdown_ms = 15;  // each worker's --straggler=fixed:MS (a clock's length)
   absl::Duration min_gap = absl::Seconds(2);  // after a recovery, before the next fault
   absl::Duration max_gap = absl::Seconds(6);
   absl::Duration max_stop = absl::Seconds(4);  // SIGSTOP lasts 0.3 s .. this
@@ -32,23 +32,31 @@ struct ChaosOptions {
   // Stop injecting once the job is this close to its end (a fault during
   // the final evaluation has nothing left to recover into).
   int64_t quiet_tail = 150;
+  // Standby replicas (--replicas=1): a server's death promotes its standby
+  // instead of rolling back; the next fault waits until every server's
+  // standby copies are filled again.
+  bool replicas = false;
   std::string dir;  // logs, checkpoints, weights (a fresh folder)
 };
 
 struct Fault {
-  std::string kind;    // "kill" or "stop"
-  std::string target;  // "scheduler", "server0", "worker1", ...
-  int64_t clock = 0;   // the slowest worker's clock when it struck
-  double stopped_s = 0;   // SIGSTOP to SIGCONT
+  std::string kind;        // "kill" or "stop"
+  std::string target;      // "scheduler", "server0", "worker1", ...
+  int64_t clock = 0;       // the slowest worker's clock when it struck
+  double stopped_s = 0;    // SIGSTOP to SIGCONT
   double recovery_s = -1;  // until the slowest clock moved past `clock` + 1 (-1: never)
 };
 
 struct ChaosReport {
   std::vector<Fault> faults;
-  int exit_code = -1;         // local_cluster's (the scheduler's)
+  int exit_code = -1;          // local_cluster's (the scheduler's)
   bool bit_identical = false;  // final weights equal the undisturbed run's, byte for byte
   double undisturbed_s = 0, disturbed_s = 0;
   int restarts = 0;  // daemons local_cluster started again
+  // From the scheduler's final Status: rollbacks to a checkpoint, and
+  // standbys promoted (-1: no final Status).
+  int rollbacks = -1;
+  int64_t promotions = -1;
   std::string json;  // the report as one JSON object
 };
 

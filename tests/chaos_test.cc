@@ -3,6 +3,8 @@
 // servers and the scheduler) at random times; the job ends DONE with
 // weights bit-identical to an undisturbed run. PSTRAIN_CHAOS_SEED picks the
 // faults (default: a fresh seed, printed).
+#include "tests/chaos.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -10,22 +12,25 @@
 
 #include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
-#include "tests/chaos.h"
 #include "tests/cluster.h"
 
 namespace pstrain {
 namespace testing {
 namespace {
 
-TEST(ChaosTest, FaultsOfEveryKindAndTheWeightsEndBitIdentical) {
+// Runs the chaos job of `clocks` clocks (standby replicas or not); checks
+// what holds either way and returns the report.
+ChaosReport RunChecked(int64_t clocks, bool replicas, const std::string& name) {
   ChaosOptions o;
   o.seed = std::random_device{}();
   if (const char* env = std::getenv("PSTRAIN_CHAOS_SEED")) (void)absl::SimpleAtoi(env, &o.seed);
-  o.clocks = 3000;
-  o.dir = NewTempDir("chaos");
+  o.clocks = clocks;
+  o.replicas = replicas;
+  o.dir = NewTempDir(name);
   std::printf("chaos seed %u\n", o.seed);
   absl::StatusOr<ChaosReport> r = RunChaos(o);
-  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
   std::printf("%s\n", r->json.c_str());
   EXPECT_EQ(r->exit_code, 0) << ReadFile(o.dir + "/disturbed/local_cluster.log");
   EXPECT_TRUE(r->bit_identical);
@@ -36,6 +41,22 @@ TEST(ChaosTest, FaultsOfEveryKindAndTheWeightsEndBitIdentical) {
     EXPECT_GE(f.recovery_s, 0) << f.kind << " " << f.target << " at clock " << f.clock;
   }
   EXPECT_GE(kinds.size(), 3u);
+  return *r;
+}
+
+TEST(ChaosTest, FaultsOfEveryKindAndTheWeightsEndBitIdentical) {
+  RunChecked(3000, /*replicas=*/false, "chaos");
+}
+
+// With standby replicas a killed (or long frozen) server's standby is
+// promoted: no rollback at all, the weights as undisturbed.
+TEST(ChaosTest, WithStandbyReplicasNoFaultRollsBack) {
+  const ChaosReport r = RunChecked(2000, /*replicas=*/true, "chaos_standby");
+  EXPECT_EQ(r.rollbacks, 0);
+  bool server_killed = false;
+  for (const Fault& f : r.faults)
+    server_killed |= f.kind == "kill" && f.target.rfind("server", 0) == 0;
+  if (server_killed) EXPECT_GE(r.promotions, 1);
 }
 
 }  // namespace

@@ -140,6 +140,43 @@ void SurvivesEachServersDeath(const std::string& consistency, int workers, bool 
   }
 }
 
+// A server frozen (SIGSTOP) past the heartbeat timeout is declared dead
+// and its standby promoted; when it runs again (SIGCONT) it comes back as
+// the standby of its own chunks, answers the calls it held with "go
+// elsewhere", and fills its copies anew.
+TEST(StandbyTest, AFrozenServerComesBackAsAStandby) {
+  const std::string job = Job("consistency: BSP");
+  const Undisturbed calm = Calm(job, 2, "standby_frozen_calm");
+  ASSERT_GT(calm.weights.tensors_size(), 0);
+  Cluster cluster("standby_frozen");
+  ASSERT_TRUE(cluster.Start(Options(job, 2)).ok()) << cluster.Logs();
+  ASSERT_TRUE(WaitFor(cluster, [](const ClusterStatus& st) { return SlowestClock(st) >= 80; }))
+      << cluster.Logs();
+  const int victim = cluster.ServerProcess(1);
+  ASSERT_GE(victim, 0);
+  cluster.servers()[victim].Kill(SIGSTOP);
+  ASSERT_TRUE(WaitFor(cluster, [](const ClusterStatus& st) { return st.promotions() >= 1; }))
+      << cluster.Logs();
+  absl::SleepFor(absl::Milliseconds(500));
+  cluster.servers()[victim].Kill(SIGCONT);
+  ASSERT_TRUE(WaitFor(cluster,
+                      [](const ClusterStatus& st) {
+                        const MemberStatus back = MemberOf(st, SERVER, 1);
+                        return st.routes().ready_size() > 1 && st.routes().ready(1) &&
+                               back.serving_size() == 0 && back.standby_of_size() == 2;
+                      }))
+      << "server 1 did not come back as a filled standby" << cluster.Logs();
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  EXPECT_EQ(*code, 0) << cluster.Logs();
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE);
+  EXPECT_EQ(end->rollbacks_size(), 0);
+  EXPECT_EQ(end->promotions(), 1);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), calm.weights), 0.0);
+}
+
 TEST(StandbyTest, UnderBspEachServersDeathCostsNothing) {
   SurvivesEachServersDeath("consistency: BSP", 2, /*exact=*/true, "standby_bsp");
 }
