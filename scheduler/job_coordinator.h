@@ -186,10 +186,10 @@ class JobCoordinator {
   Membership members_;
   ClockTable clocks_;
   Rollbacks rollbacks_;
-  Promotions promotions_;  // before failures_, which uses it
   PipelineRestarts pipelines_;
   OperatorControl control_;
   Gate gate_;
+  Promotions promotions_;  // before failures_, which uses it
   FailurePolicy failures_;
 };
 
