@@ -129,6 +129,11 @@ absl::Status ValidateStandbys(const JobSpec& job) {
   if (job.tables_size() > 0) {
     return SpecError("replicas: 1 does not cover sparse tables yet (docs/failures.md)");
   }
+  if (job.optimizer().type() == ADAFACTOR) {
+    return SpecError(
+        "replicas: 1 needs an elementwise optimizer: Adafactor's sums over threads would make a "
+        "standby's copy differ in its last bits");
+  }
   if (job.consistency() == BSP && job.optimizer().clip_norm() > 0) {
     return SpecError(
         "replicas: 1 does not cover BSP with clip_norm (clipping by the global norm) yet");

@@ -46,6 +46,10 @@ class Partition {
 // by a pair, `home` itself and the next server by id, which keeps a
 // standby copy of them.
 inline int StandbyServerOf(int home, int num_servers) { return (home + 1) % num_servers; }
+// The other server of `home`'s pair than `server` (one of the two).
+inline int PairPartner(int home, int server, int num_servers) {
+  return server == home ? StandbyServerOf(home, num_servers) : home;
+}
 // The home servers whose chunks server `server` holds: its own, and with
 // replicas the previous server's (whose standby it is).
 std::vector<int> HeldHomes(int server, int num_servers, int replicas);

@@ -47,7 +47,7 @@ bool Promotions::Promote(int dead, std::string* why) {
   bool possible = true;
   for (int home = 0; home < num_servers_; ++home) {
     if (r->serving(home) != dead) continue;
-    const int other = dead == home ? StandbyServerOf(home, num_servers_) : home;
+    const int other = PairPartner(home, dead, num_servers_);
     if (other == dead || r->addresses(other).empty() || !r->ready(other)) {
       *why = absl::StrCat(
           "server ", dead, "'s standby for the chunks of server ", home, ", server ", other,

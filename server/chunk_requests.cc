@@ -165,6 +165,7 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   if (taken != nullptr && !push.initial_values) {
     taken->worker = push.worker;
     taken->clock = push.clock;
+    taken->generation = push.generation;
     for (const ChunkStore::PushRequest::Part& part : push.parts)
       taken->chunks.push_back(part.chunk);
   }

@@ -39,6 +39,7 @@ struct RequestCounters {
 struct PushTaken {
   int worker = -1;  // -1: nothing to wait for (initial values)
   int64_t clock = 0;
+  int64_t generation = 0;
   std::vector<int32_t> chunks;
 };
 

@@ -60,6 +60,10 @@ class ChunkStore : public HeldRounds {
     // The changes so far may go: the request that made them is done (so a
     // request's changes go together).
     virtual void Flush() {}
+    // Chunk `chunk` of home server `home` changed otherwise than by an
+    // optimizer step (initial values, a state written): its whole state
+    // goes next.
+    virtual void NeedWhole(int home, int32_t chunk) = 0;
   };
 
   // Owns the chunks `partition` gives `server_id` and initialises them from
@@ -201,6 +205,10 @@ class ChunkStore : public HeldRounds {
   void Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied);
   // The whole state of a served chunk, as a full update.
   absl::StatusOr<ChunkUpdate> FullUpdate(int32_t chunk) const;
+  // Every standby copy here becomes unfilled (the scheduler's routes say
+  // this server is not ready: it came back after it was declared dead,
+  // and its primaries went on without it): each is filled anew.
+  void ForgetCopies();
   // A standby copy takes its primary's change, whose gradient is `grad`
   // (empty: no step; `update.grad` is not read); *need_full when it does
   // not follow the copy (which then needs the whole state).
@@ -287,6 +295,9 @@ class ChunkStore : public HeldRounds {
   // Every served chunk with a standby has applied the same clocks (BSP:
   // the clock's rounds here are all closed).
   bool RoundsEven() const;
+  // INVALID_ARGUMENT for a change out of range (clocks, version, the
+  // hyperparameters) from a sender of Replicate.
+  absl::Status CheckUpdate(const ChunkUpdate& u) const;
   // Takes a full update into a standby copy.
   absl::Status TakeFull(Chunk& c, const ChunkUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Whether `c` is this server's own (checkpointed here).

@@ -3,11 +3,14 @@
 // shipped to its standby in order (Ship), the standby's confirmations
 // (Confirmed, Replicated), and a standby copy taking its primary's changes
 // (Mirror): an update is applied with the very optimizer step the primary
-// took, so the copy stays bit for bit the primary's. See
+// took, so the copy stays bit for bit the primary's (an elementwise
+// optimizer's: Adafactor's sums are refused, common/job_validate.cc). See
 // server/chunk_store.h.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_optimizer.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "server/chunk_store.h"
 
@@ -36,12 +39,13 @@ void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const Optimize
     c.replicated = c.clocks.applied();
     return;
   }
+  if (full) {  // not a step the standby could take: the whole state goes
+    sink->NeedWhole(c.home, c.id);
+    return;
+  }
   ChunkUpdate u;
   u.set_chunk(c.id);
   u.set_version(c.version);
-  // A full change (initial values, a state written) makes the standby ask
-  // for the whole state: an update it cannot follow.
-  if (full) u.set_version(c.version + 1);
   u.set_clock(clock);
   if (grad != nullptr) u.set_grad(FloatBytes(grad, c.layout.weights));
   if (hyper != nullptr) {
@@ -153,21 +157,41 @@ absl::Status ChunkStore::TakeFull(Chunk& c, const ChunkUpdate& u) {
   return absl::OkStatus();
 }
 
+absl::Status ChunkStore::CheckUpdate(const ChunkUpdate& u) const {
+  if (u.applied_size() != num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicate: ", u.applied_size(), " applied clocks for ", num_workers_, " workers"));
+  }
+  const int64_t total = TotalClocks(job_);
+  for (int64_t a : u.applied()) {
+    if (a < 0 || a > total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replicate: applied clock ", a, " outside [0, ", total, "]"));
+    }
+  }
+  if (u.clock() < 0 || u.clock() > total || u.version() < 0 || u.steps() < 0) {
+    return absl::InvalidArgumentError("replicate: a clock, version or step count out of range");
+  }
+  if (u.has_hyper()) RETURN_IF_ERROR(WithHyper(job_.optimizer(), u.hyper()).status());
+  return absl::OkStatus();
+}
+
 absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> grad,
                                 bool* need_full) {
   *need_full = false;
   Chunk* c = Find(u.chunk());
   if (c == nullptr) return CheckChunk(u.chunk());
-  if (u.applied_size() != num_workers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replicate: ", u.applied_size(), " applied clocks for ", num_workers_, " workers"));
-  }
+  RETURN_IF_ERROR(CheckUpdate(u));
   absl::MutexLock lock(&c->mu);
   if (c->serving) {
     return absl::FailedPreconditionError(
         absl::StrCat("replicate: server ", server_id_, " serves chunk ", u.chunk(), " itself"));
   }
-  if (u.full()) return TakeFull(*c, u);
+  if (u.full()) {
+    // A whole state older than the copy (a late retry) is held already.
+    if (c->version >= 0 && u.version() < c->version) return absl::OkStatus();
+    return TakeFull(*c, u);
+  }
   if (u.version() <= c->version) return absl::OkStatus();  // held already
   if (c->version < 0 || u.version() != c->version + 1) {
     *need_full = true;
@@ -225,6 +249,14 @@ std::vector<int> ChunkStore::StandbyHomes() const {
     if (!c.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
   }
   return out;
+}
+
+void ChunkStore::ForgetCopies() {
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    if (!c.serving) c.version = -1;
+  }
 }
 
 void ChunkStore::JoinAsStandby(int64_t generation) {

@@ -20,7 +20,9 @@ namespace {
 class Captured : public ChunkStore::ReplicaSink {
  public:
   void Changed(int home, ChunkUpdate update) override { updates.push_back(std::move(update)); }
+  void NeedWhole(int home, int32_t chunk) override { whole.push_back(chunk); }
   std::vector<ChunkUpdate> updates;
+  std::vector<int32_t> whole;  // chunks whose whole state goes next
 };
 
 // Adam (state that must follow too), two workers, two servers: chunk 0
@@ -147,6 +149,35 @@ TEST(ChunkStoreReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState
   ASSERT_TRUE(c.standby.Mirror(c.shipped.updates[0], {}, &need_full).ok());
   EXPECT_FALSE(need_full);
   ExpectSameState(c.primary, c.standby, 0);
+}
+
+TEST(ChunkStoreReplicasTest, AnOlderWholeStateThanTheCopyIsIgnored) {
+  Cluster c(BSP);
+  c.Push(c.primary, 0);
+  c.Deliver();
+  const ChunkUpdate old_state = c.primary.FullUpdate(0).value();
+  for (int64_t clock = 1; clock < 3; ++clock) {
+    c.Push(c.primary, clock);
+    c.Deliver();
+  }
+  bool need_full = false;
+  ASSERT_TRUE(c.standby.Mirror(old_state, {}, &need_full).ok());  // a late retry
+  ExpectSameState(c.primary, c.standby, 0);
+}
+
+TEST(ChunkStoreReplicasTest, AChangeOutOfRangeIsRefused) {
+  Cluster c(BSP);
+  c.Push(c.primary, 0);
+  ChunkUpdate u = c.shipped.updates.at(0);
+  bool need_full = false;
+  u.set_applied(0, -3);
+  EXPECT_EQ(c.standby.Mirror(u, {}, &need_full).code(), absl::StatusCode::kInvalidArgument);
+  u = c.shipped.updates.at(0);
+  u.mutable_hyper()->set_type(SGD);  // another optimizer than the job's
+  EXPECT_EQ(c.standby.Mirror(u, {}, &need_full).code(), absl::StatusCode::kInvalidArgument);
+  u = c.shipped.updates.at(0);
+  u.add_applied(1);  // a worker too many
+  EXPECT_EQ(c.standby.Mirror(u, {}, &need_full).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ChunkStoreReplicasTest, APromotedCopyTrainsOnAsTheUndisturbedStore) {

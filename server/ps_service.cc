@@ -407,8 +407,7 @@ void PsService::WakeRowPulls(RowRequests& rows) {
 void PsService::CancelParked(const grpc::Status& status, int64_t before) {
   parked_chunks_.Cancel(status, [before](const PsCall& c) { return c.pull.generation() < before; });
   parked_rows_.Cancel(status, [before](const PsCall& c) { return c.rows.generation() < before; });
-  // A push of an older generation waits for nothing any more.
-  parked_pushes_.Cancel(status, [](const PsCall&) { return true; });
+  parked_pushes_.Cancel(status, [before](const PsCall& c) { return c.taken.generation < before; });
 }
 
 }  // namespace pstrain

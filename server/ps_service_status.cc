@@ -91,13 +91,16 @@ MemberStatus PsService::GetStatus() const {
   }
   st.set_test_accuracy(-1);
   if (s != nullptr && s->replicas() > 0) {
+    {
+      // The routes first: the copies' state below is at least theirs.
+      absl::MutexLock lock(&mu_);
+      st.set_routes_version(routes_.version());
+    }
     for (int home : s->ServedHomes()) st.add_serving(home);
     for (int home : s->StandbyHomes()) st.add_standby_of(home);
     st.set_standby_ready(s->StandbyFilled());
     st.set_replication_lag(s->ReplicationLag());
     st.set_replicated_bytes(counters_.replicated_bytes);
-    absl::MutexLock lock(&mu_);
-    st.set_routes_version(routes_.version());
   }
   AddWaits(chunks.get(), &st);
   return st;

@@ -38,7 +38,7 @@ ServerRoles RolesOf(const ServerRoutes& routes, int server_id) {
   for (int home = 0; home < n; ++home) {
     const bool serves = routes.serving(home) == server_id;
     // The pair of `home` is home and the next server; the other one keeps the copy.
-    const int standby = server_id == home ? StandbyServerOf(home, n) : home;
+    const int standby = PairPartner(home, server_id, n);
     const std::string address =
         serves && standby < routes.addresses_size() ? routes.addresses(standby) : "";
     roles.serving.push_back(serves);
@@ -66,6 +66,11 @@ void ReplicaSender::Stop() {
 void ReplicaSender::Changed(int home, ChunkUpdate update) {
   absl::MutexLock lock(&mu_);
   queues_[home].updates.push_back(std::move(update));
+}
+
+void ReplicaSender::NeedWhole(int home, int32_t chunk) {
+  absl::MutexLock lock(&mu_);
+  queues_[home].need_full.insert(chunk);
 }
 
 void ReplicaSender::Flush() {
@@ -140,12 +145,25 @@ bool ReplicaSender::Next(Batch* batch) {
   }
   if (!HasWork()) flushed_ = false;
   mu_.Unlock();
+  // Whole states up to a batch's bytes; the rest go in the next batches.
   std::vector<ChunkUpdate> whole;
+  std::set<int32_t> later;
+  int64_t whole_bytes = 0;
   for (int32_t chunk : fulls) {
+    if (!whole.empty() && whole_bytes >= kBatchBytes) {
+      later.insert(chunk);
+      continue;
+    }
     absl::StatusOr<ChunkUpdate> u = store_->FullUpdate(chunk);
-    if (u.ok()) whole.push_back(*std::move(u));  // (else no longer served here)
+    if (!u.ok()) continue;  // no longer served here
+    whole_bytes += static_cast<int64_t>(u->weights().size() + u->state().size());
+    whole.push_back(*std::move(u));
   }
   mu_.Lock();
+  if (!later.empty()) {
+    auto again = queues_.find(batch->home);
+    if (again != queues_.end()) again->second.need_full.insert(later.begin(), later.end());
+  }
   batch->updates.insert(batch->updates.begin(), std::make_move_iterator(whole.begin()),
                         std::make_move_iterator(whole.end()));
   return true;
@@ -283,8 +301,8 @@ void ReplicaSender::Loop() {
   Batch batch;
   while (Next(&batch)) {
     if (Send(batch)) continue;
-    // Again, ahead of what came since, unless the standby changed: whole
-    // states are made anew.
+    // Again, ahead of what came since (whole states are made anew); a
+    // home whose standby went has no queue any more.
     {
       absl::MutexLock lock(&mu_);
       auto it = queues_.find(batch.home);

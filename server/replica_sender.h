@@ -61,6 +61,7 @@ class ReplicaSender : public ChunkStore::ReplicaSink {
 
   void Changed(int home, ChunkUpdate update) override;
   void Flush() override;
+  void NeedWhole(int home, int32_t chunk) override;
   // Where the standby of each home server's chunks served here is (from
   // RolesOf), and the generation the changes are of. A home whose standby
   // went loses its queue (the store counts its changes replicated).

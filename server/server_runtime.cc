@@ -68,7 +68,10 @@ class ShardActions : public ServerActions {
 
   int64_t generation() const override { return shard_->generation(); }
   void RemoveWorker(int w) override { shard_->RemoveWorker(w); }
-  void WakePulls() override { service_->WakePulls(); }
+  void WakePulls() override {
+    service_->WakePulls();
+    service_->WakePushes();  // (a dead worker's round may be all a push waited for)
+  }
   absl::Status Restore(int64_t generation, int64_t clock) override {
     return shard_->Restore(generation, clock);
   }
@@ -81,8 +84,13 @@ class ShardActions : public ServerActions {
     const ServerRoles roles = RolesOf(routes, id_);
     // The queues know their standby before any change is shipped to it.
     sender_->SetTargets(roles, shard_->generation());
+    const bool changed = shard_->store()->SetRoles(roles.serving, roles.shipped());
+    // Not ready by these routes (back after being declared dead, or new):
+    // the primaries may have gone on without this server's copies.
+    if (routes.ready_size() > id_ && !routes.ready(id_)) shard_->store()->ForgetCopies();
+    // Its Status speaks of these routes only once they are applied.
     service_->SetRoutes(routes);
-    if (shard_->store()->SetRoles(roles.serving, roles.shipped())) {
+    if (changed) {
       spdlog::info("routes {}: serving the chunks of servers {}; standby copies of {}",
                    routes.version(), absl::StrJoin(shard_->store()->ServedHomes(), ","),
                    absl::StrJoin(shard_->store()->StandbyHomes(), ","));
