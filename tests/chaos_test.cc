@@ -56,7 +56,9 @@ TEST(ChaosTest, WithStandbyReplicasNoFaultRollsBack) {
   bool server_killed = false;
   for (const Fault& f : r.faults)
     server_killed |= f.kind == "kill" && f.target.rfind("server", 0) == 0;
-  if (server_killed) EXPECT_GE(r.promotions, 1);
+  if (server_killed) {
+    EXPECT_GE(r.promotions, 1);
+  }
 }
 
 }  // namespace
