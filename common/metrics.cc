@@ -190,6 +190,20 @@ void WriteRefusedMetrics(const MemberStatus& s, PrometheusText* out) {
   }
 }
 
+// A server's part in standby replicas (none without them).
+void WriteStandbyMetrics(const MemberStatus& s, const PrometheusText::Labels& l,
+                         PrometheusText* out) {
+  if (s.serving_size() == 0 && s.standby_of_size() == 0) return;
+  out->Gauge("pstrain_replication_lag",
+             "changes of the chunks this server serves that their standby has not confirmed", l,
+             s.replication_lag());
+  out->Counter("pstrain_replicated_bytes_total", "bytes this server sent to its standbys", l,
+               s.replicated_bytes());
+  out->Gauge("pstrain_standby_ready",
+             "1 when every standby copy this server keeps is filled (it can take over)", l,
+             s.standby_ready());
+}
+
 }  // namespace
 
 void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, PrometheusText* out) {
@@ -231,16 +245,7 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
     out->Gauge("pstrain_parameters", "parameters this server holds", l, s.params());
     out->Gauge("pstrain_checkpoint_clock", "the newest checkpoint this server wrote", l,
                s.checkpoint_clock());
-    if (s.serving_size() > 0 || s.standby_of_size() > 0) {  // standby replicas
-      out->Gauge("pstrain_replication_lag",
-                 "changes of the chunks this server serves that their standby has not confirmed", l,
-                 s.replication_lag());
-      out->Counter("pstrain_replicated_bytes_total", "bytes this server sent to its standbys", l,
-                   s.replicated_bytes());
-      out->Gauge("pstrain_standby_ready",
-                 "1 when every standby copy this server keeps is filled (it can take over)", l,
-                 s.standby_ready());
-    }
+    WriteStandbyMetrics(s, l, out);
     histogram("pstrain_optimizer_update_duration_seconds", "one chunk's optimizer update",
               latencies.optimizer_update);
     WriteTableMetrics(s, out);

@@ -127,39 +127,21 @@ absl::Status AsyncPsClient::Wait(ParamTicket ticket) {
   return st;
 }
 
-int64_t AsyncPsClient::bytes_in() const {
+int64_t AsyncPsClient::SumOverLanes(int64_t (PsClient::*count)() const) const {
   int64_t n = 0;
-  for (const Lane* lane : Lanes()) n += lane->client->bytes_in();
+  for (const Lane* lane : Lanes()) n += ((*lane->client).*count)();
   return n;
 }
 
-int64_t AsyncPsClient::bytes_out() const {
-  int64_t n = 0;
-  for (const Lane* lane : Lanes()) n += lane->client->bytes_out();
-  return n;
-}
-
-int64_t AsyncPsClient::shm_bytes() const {
-  int64_t n = 0;
-  for (const Lane* lane : Lanes()) n += lane->client->shm_bytes();
-  return n;
-}
+int64_t AsyncPsClient::bytes_in() const { return SumOverLanes(&PsClient::bytes_in); }
+int64_t AsyncPsClient::bytes_out() const { return SumOverLanes(&PsClient::bytes_out); }
+int64_t AsyncPsClient::shm_bytes() const { return SumOverLanes(&PsClient::shm_bytes); }
+int64_t AsyncPsClient::shm_rings() const { return SumOverLanes(&PsClient::shm_rings); }
+int64_t AsyncPsClient::rpcs() const { return SumOverLanes(&PsClient::rpcs); }
 
 int AsyncPsClient::shm_segments() const {
   int n = 0;
   for (const Lane* lane : Lanes()) n += lane->client->shm_segments();
-  return n;
-}
-
-int64_t AsyncPsClient::shm_rings() const {
-  int64_t n = 0;
-  for (const Lane* lane : Lanes()) n += lane->client->shm_rings();
-  return n;
-}
-
-int64_t AsyncPsClient::rpcs() const {
-  int64_t n = 0;
-  for (const Lane* lane : Lanes()) n += lane->client->rpcs();
   return n;
 }
 

@@ -118,6 +118,8 @@ class AsyncPsClient : public ParamClient {
   const int delay_pull_param_;  // PsClientOptions::debug_delay_pull_param
   // The lane of a push of `clock`'s parameters `params` (see the class).
   Lane& PushLane(int64_t clock, const std::vector<int>& params);
+  // A count of every lane's client summed.
+  int64_t SumOverLanes(int64_t (PsClient::*count)() const) const;
   // Every lane, the pulls' first.
   std::vector<Lane*> Lanes();
   std::vector<const Lane*> Lanes() const;
