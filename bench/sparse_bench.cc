@@ -118,7 +118,7 @@ class InProcessTables {
     std::vector<float> part;
     rows->clear();
     for (int s = 0; s < servers_; ++s) {
-      RETURN_IF_ERROR(parts_[s]->Pull(0, 0, "emb", mine[s], &part));
+      RETURN_IF_ERROR(parts_[s]->Pull(0, 0, "emb", s, mine[s], &part));
       rows->insert(rows->end(), part.begin(), part.end());
     }
     return absl::OkStatus();
@@ -134,7 +134,7 @@ class InProcessTables {
       part[s].insert(part[s].end(), grads.begin() + i * width_, grads.begin() + (i + 1) * width_);
     }
     for (int s = 0; s < servers_; ++s) {
-      RETURN_IF_ERROR(parts_[s]->Push(0, 0, "emb", clock_, 1, mine[s], part[s]));
+      RETURN_IF_ERROR(parts_[s]->Push(0, 0, "emb", s, clock_, 1, mine[s], part[s]));
     }
     ++clock_;
     return absl::OkStatus();

@@ -126,8 +126,12 @@ absl::Status ValidateStandbys(const JobSpec& job) {
   if (job.num_servers() < 2) {
     return SpecError("replicas: 1 needs at least two servers (a chunk's standby is on another)");
   }
-  if (job.tables_size() > 0) {
-    return SpecError("replicas: 1 does not cover sparse tables yet (docs/failures.md)");
+  for (const TableSpec& t : job.tables()) {
+    if (t.expire_after_clocks() > 0) {
+      return SpecError("replicas: 1 does not cover table '", t.name(),
+                       "' with expire_after_clocks: a standby would need every pull's touch "
+                       "(docs/failures.md)");
+    }
   }
   if (job.optimizer().type() == ADAFACTOR) {
     return SpecError(

@@ -335,7 +335,7 @@ bool ChunkRequests::PullServed(const PullRequest& req) const {
 }
 
 grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
-                                      const std::function<int(int)>& serving,
+                                      const std::function<int(int)>& serving, SparseTables* tables,
                                       grpc::ByteBuffer* resp, uint64_t bell_segment) {
   ReplicateRequest req;
   if (!ParseSmall(raw, &req)) return Invalid("replicate: the request is not a ReplicateRequest");
@@ -377,6 +377,20 @@ grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
     bool need_full = false;
     if (const absl::Status st = store_->Mirror(u, grad, &need_full); !st.ok()) return ToGrpc(st);
     if (need_full) out.add_need_full(u.chunk());
+  }
+  if (req.tables_size() > 0) {
+    if (tables == nullptr || serving(req.table_home()) != req.from_server()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("replicate: server ", req.from_server(),
+                                       " does not serve the tables of server ", req.table_home()));
+    }
+    for (const TableUpdate& u : req.tables()) {
+      bool need_full = false;
+      if (const absl::Status st = tables->Mirror(req.table_home(), u, &need_full); !st.ok()) {
+        return ToGrpc(st);
+      }
+      if (need_full) out.add_need_full_tables(u.table());
+    }
   }
   *resp = SerializeSmall(out);
   return grpc::Status::OK;

@@ -22,6 +22,7 @@
 #include "proto/ps.pb.h"
 #include "server/chunk_store.h"
 #include "server/shm_registry.h"
+#include "server/sparse_tables.h"
 
 namespace pstrain {
 
@@ -74,9 +75,10 @@ class ChunkRequests {
   // The answer to Replicate: a primary's changes to the standby copies
   // here. `serving(home)`: the server that serves home server `home`'s
   // chunks now, by the scheduler's routes.
-  // `bell_segment`: as Push's.
+  // `bell_segment`: as Push's. The table parts' changes go to `tables`
+  // (null: the request may carry none).
   grpc::Status Replicate(const grpc::ByteBuffer& raw, const std::function<int(int)>& serving,
-                         grpc::ByteBuffer* resp, uint64_t bell_segment = 0);
+                         SparseTables* tables, grpc::ByteBuffer* resp, uint64_t bell_segment = 0);
   // Parses and validates a pull into *req.
   grpc::Status CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const;
   // Whether the pull's read guarantee holds for every chunk it names.

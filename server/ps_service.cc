@@ -24,7 +24,8 @@ PsService::PsService()
     : start_(absl::Now()),
       parked_chunks_([](const PsCall& c) { return c.pull.worker_id(); }),
       parked_rows_([](const PsCall& c) { return c.rows.worker_id(); }),
-      parked_pushes_([](const PsCall& c) { return c.taken.worker; }) {}
+      parked_pushes_([](const PsCall& c) { return c.taken.worker; }),
+      parked_row_pushes_([](const PsCall& c) { return c.row_push.worker_id(); }) {}
 
 PsService::~PsService() { shm_.reset(); }
 
@@ -210,8 +211,10 @@ void PsService::Handle(PsCall* call) {
       HandlePush(*chunks, call);
       return;
     case PsCall::kReplicate: {
+      const std::shared_ptr<RowRequests> rows = this->rows();
       grpc::Status st = chunks->Replicate(
-          call->request, [this](int home) { return ServingOf(home); }, &call->reply,
+          call->request, [this](int home) { return ServingOf(home); },
+          rows == nullptr ? nullptr : &rows->tables(), &call->reply,
           call->bell == nullptr ? 0 : call->bell->segment());
       call->request.Clear();
       if (st.ok()) WakePulls();  // (a checkpoint the copy wrote changes nothing else)
@@ -272,6 +275,10 @@ int PsService::ServingOf(int home) const {
 }
 
 void PsService::WakePushes() {
+  if (const std::shared_ptr<RowRequests> r = rows(); r != nullptr) {
+    parked_row_pushes_.Wake([&](PsCall& call) { return RowPushReady(*r, call); },
+                            [&](PsCall& call) { call.Answer(RowPushAnswer(*r, call)); });
+  }
   const std::shared_ptr<ChunkRequests> c = chunks();
   if (c == nullptr) return;
   parked_pushes_.Wake([&](PsCall& call) { return PushReady(*c, call); },
@@ -335,10 +342,7 @@ void PsService::HandleRows(RowRequests& rows, PsCall* call) {
   // Refusals are counted by the tables (refused["rows"]), not with the
   // chunks'.
   if (call->method == PsCall::kPushRows) {
-    const grpc::Status st = rows.Push(call->request, &call->reply);
-    call->request.Clear();
-    call->Conclude(st);
-    if (st.ok()) WakeRowPulls(rows);
+    HandleRowPush(rows, call);
     return;
   }
   const grpc::Status st = rows.CheckPull(call->request, &call->rows);
@@ -359,6 +363,37 @@ void PsService::HandleRows(RowRequests& rows, PsCall* call) {
   }
   if (*parked) return;
   call->Conclude(rows.FillPull(call->rows, &call->reply));
+}
+
+void PsService::HandleRowPush(RowRequests& rows, PsCall* call) {
+  const grpc::Status st = rows.Push(call->request, &call->reply, &call->row_push);
+  call->request.Clear();
+  if (st.ok()) WakeRowPulls(rows);
+  if (!st.ok() || RowPushReady(rows, *call)) {
+    call->Conclude(st.ok() ? RowPushAnswer(rows, *call) : st);
+    return;
+  }
+  // Standby replicas: answered once the standby holds it (WakePushes).
+  const int64_t limit = rows.tables().size() + kParkedSlack;
+  const absl::StatusOr<bool> parked =
+      parked_row_pushes_.Park(call, limit, [&] { return RowPushReady(rows, *call); });
+  if (!parked.ok()) {
+    call->Conclude(ToGrpc(absl::Status(parked.status().code(),
+                                       absl::StrCat("push rows: ", parked.status().message()))));
+    return;
+  }
+  if (!*parked) call->Conclude(RowPushAnswer(rows, *call));
+}
+
+bool PsService::RowPushReady(const RowRequests& rows, const PsCall& call) {
+  return rows.PushReplicated(call.row_push) || !rows.PushServed(call.row_push);
+}
+
+grpc::Status PsService::RowPushAnswer(const RowRequests& rows, const PsCall& call) {
+  if (rows.PushReplicated(call.row_push)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "push rows: the table's rows moved to another server before their standby "
+                      "had the push");
 }
 
 void PsService::Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame) {
@@ -408,6 +443,8 @@ void PsService::CancelParked(const grpc::Status& status, int64_t before) {
   parked_chunks_.Cancel(status, [before](const PsCall& c) { return c.pull.generation() < before; });
   parked_rows_.Cancel(status, [before](const PsCall& c) { return c.rows.generation() < before; });
   parked_pushes_.Cancel(status, [before](const PsCall& c) { return c.taken.generation < before; });
+  parked_row_pushes_.Cancel(status,
+                            [before](const PsCall& c) { return c.row_push.generation() < before; });
 }
 
 }  // namespace pstrain

@@ -112,6 +112,9 @@ class PsService final : public PsServiceBase {
   // Handle's parts: a PullRows or PushRows; a push or pull of chunks (a
   // pull answered, or parked until its read guarantee holds).
   void HandleRows(RowRequests& rows, PsCall* call);
+  // A PushRows: answered, or with standby replicas parked until the
+  // standby holds it.
+  void HandleRowPush(RowRequests& rows, PsCall* call);
   void HandlePush(ChunkRequests& chunks, PsCall* call);
   void HandlePull(ChunkRequests& chunks, PsCall* call);
   // Answers the parked pulls of chunks, or of rows, whose guarantee now holds.
@@ -123,6 +126,8 @@ class PsService final : public PsServiceBase {
   // Whether a parked push may be answered now, and its answer.
   static bool PushReady(const ChunkRequests& chunks, const PsCall& call);
   static grpc::Status PushAnswer(const ChunkRequests& chunks, const PsCall& call);
+  static bool RowPushReady(const RowRequests& rows, const PsCall& call);
+  static grpc::Status RowPushAnswer(const RowRequests& rows, const PsCall& call);
   // Whether a pull of chunks may be answered now: its generation is not
   // the store's (it is refused), or its guarantee holds and its reply has
   // room (taken, then).
@@ -157,6 +162,7 @@ class PsService final : public PsServiceBase {
   ParkedPulls parked_chunks_;  // each PsCall's `pull`
   ParkedPulls parked_rows_;    // each PsCall's `rows`
   ParkedPulls parked_pushes_;  // each PsCall's `taken`: waiting for the standby
+  ParkedPulls parked_row_pushes_;  // each PsCall's `row_push`: the same
 
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;

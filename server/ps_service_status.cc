@@ -98,8 +98,9 @@ MemberStatus PsService::GetStatus() const {
     }
     for (int home : s->ServedHomes()) st.add_serving(home);
     for (int home : s->StandbyHomes()) st.add_standby_of(home);
-    st.set_standby_ready(s->StandbyFilled());
-    st.set_replication_lag(s->ReplicationLag());
+    st.set_standby_ready(s->StandbyFilled() && (tables == nullptr || tables->StandbyFilled()));
+    st.set_replication_lag(s->ReplicationLag() +
+                           (tables == nullptr ? 0 : tables->ReplicationLag()));
     st.set_replicated_bytes(counters_.replicated_bytes);
   }
   AddWaits(chunks.get(), &st);

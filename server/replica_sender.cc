@@ -73,6 +73,17 @@ void ReplicaSender::NeedWhole(int home, int32_t chunk) {
   queues_[home].need_full.insert(chunk);
 }
 
+void ReplicaSender::ChangedTable(int home, TableUpdate update) {
+  absl::MutexLock lock(&mu_);
+  queues_[home].table_updates.push_back(std::move(update));
+  flushed_ = true;
+}
+
+void ReplicaSender::NeedWholeTable(int home, const std::string& table) {
+  absl::MutexLock lock(&mu_);
+  queues_[home].tables_need_full.insert(table);
+}
+
 void ReplicaSender::Flush() {
   absl::MutexLock lock(&mu_);
   flushed_ = true;
@@ -93,14 +104,16 @@ void ReplicaSender::SetTargets(const ServerRoles& roles, int64_t generation) {
 
 bool ReplicaSender::AsksWhole() const {
   for (const auto& [home, q] : queues_) {
-    if (!q.target.address.empty() && !q.need_full.empty()) return true;
+    if (!q.target.address.empty() && (!q.need_full.empty() || !q.tables_need_full.empty())) {
+      return true;
+    }
   }
   return false;
 }
 
 bool ReplicaSender::HasWork() const {
   for (const auto& [home, q] : queues_) {
-    if (!q.target.address.empty() && (!q.updates.empty() || !q.need_full.empty())) return true;
+    if (q.Busy()) return true;
   }
   return false;
 }
@@ -123,8 +136,7 @@ bool ReplicaSender::Next(Batch* batch) {
   auto it = queues_.lower_bound(next_home_);
   for (size_t tried = 0; tried <= queues_.size(); ++tried, ++it) {
     if (it == queues_.end()) it = queues_.begin();
-    const Queue& q = it->second;
-    if (!q.target.address.empty() && (!q.updates.empty() || !q.need_full.empty())) break;
+    if (it->second.Busy()) break;
   }
   Queue& q = it->second;
   batch->home = it->first;
@@ -143,6 +155,7 @@ bool ReplicaSender::Next(Batch* batch) {
     batch->updates.push_back(std::move(q.updates.front()));
     q.updates.pop_front();
   }
+  NextTables(q, batch);
   if (!HasWork()) flushed_ = false;
   mu_.Unlock();
   // Whole states up to a batch's bytes; the rest go in the next batches.
@@ -167,6 +180,48 @@ bool ReplicaSender::Next(Batch* batch) {
   batch->updates.insert(batch->updates.begin(), std::make_move_iterator(whole.begin()),
                         std::make_move_iterator(whole.end()));
   return true;
+}
+
+void ReplicaSender::NextTables(Queue& q, Batch* batch) {
+  batch->tables.clear();
+  if (options_.tables == nullptr) return;
+  int64_t bytes = 0;
+  while (!q.table_updates.empty() && (batch->tables.empty() || bytes < kBatchBytes)) {
+    bytes += static_cast<int64_t>(q.table_updates.front().values().size());
+    batch->tables.push_back(std::move(q.table_updates.front()));
+    q.table_updates.pop_front();
+  }
+  const std::set<std::string> fulls = std::move(q.tables_need_full);
+  q.tables_need_full.clear();
+  if (fulls.empty()) return;
+  const int home = batch->home;
+  mu_.Unlock();
+  std::vector<TableUpdate> whole;
+  for (const std::string& table : fulls) {
+    absl::StatusOr<TableUpdate> u = options_.tables->FullUpdate(home, table);
+    if (u.ok()) whole.push_back(*std::move(u));  // else no longer served here
+  }
+  mu_.Lock();
+  // Whole states first: the later changes of the same part follow them.
+  batch->tables.insert(batch->tables.begin(), std::make_move_iterator(whole.begin()),
+                       std::make_move_iterator(whole.end()));
+}
+
+void ReplicaSender::TablesAnswered(const Batch& batch, const ReplicateResponse& resp) {
+  if (options_.tables == nullptr || batch.tables.empty()) return;
+  const std::set<std::string> need_full(resp.need_full_tables().begin(),
+                                        resp.need_full_tables().end());
+  for (const TableUpdate& u : batch.tables) {
+    if (need_full.count(u.table()) > 0) continue;
+    options_.tables->Confirmed(batch.home, u.table(), u.version(),
+                               {u.applied().begin(), u.applied().end()});
+  }
+  if (need_full.empty()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = queues_.find(batch.home);
+  if (it != queues_.end() && it->second.target.address == batch.target.address) {
+    it->second.tables_need_full.insert(need_full.begin(), need_full.end());
+  }
 }
 
 ParameterServer::Stub& ReplicaSender::StubFor(const std::string& address) {
@@ -207,6 +262,8 @@ ReplicateRequest ReplicaSender::Request(Batch& batch, ShmLink* link,
     }
     *req.add_updates() = std::move(u);
   }
+  req.set_table_home(batch.home);
+  for (TableUpdate& u : batch.tables) *req.add_tables() = std::move(u);
   return req;
 }
 
@@ -261,6 +318,7 @@ bool ReplicaSender::Send(Batch& batch) {
     st = StubFor(batch.target.address).Replicate(&ctx, req, &resp);
   }
   // Moved back as they were: a failed batch goes again.
+  for (int i = 0; i < req.tables_size(); ++i) batch.tables[i] = std::move(*req.mutable_tables(i));
   for (int i = 0; i < req.updates_size(); ++i) {
     ChunkUpdate& u = batch.updates[i];
     u = std::move(*req.mutable_updates(i));
@@ -276,7 +334,8 @@ bool ReplicaSender::Send(Batch& batch) {
     int64_t held_back = 0;
     if (limit.Allow(&held_back)) {
       spdlog::warn("standby at {} of server {}'s chunks did not take {} changes: {}",
-                   batch.target.address, batch.home, batch.updates.size(), st.error_message());
+                   batch.target.address, batch.home, batch.updates.size() + batch.tables.size(),
+                   st.error_message());
     }
     return false;
   }
@@ -293,6 +352,7 @@ bool ReplicaSender::Send(Batch& batch) {
       it->second.need_full.insert(need_full.begin(), need_full.end());
     }
   }
+  TablesAnswered(batch, resp);
   if (options_.on_confirmed) options_.on_confirmed();
   return true;
 }
@@ -313,6 +373,13 @@ void ReplicaSender::Loop() {
             q.need_full.insert(u->chunk());
           } else {
             q.updates.push_front(std::move(*u));
+          }
+        }
+        for (auto u = batch.tables.rbegin(); u != batch.tables.rend(); ++u) {
+          if (u->full()) {
+            q.tables_need_full.insert(u->table());
+          } else {
+            q.table_updates.push_front(std::move(*u));
           }
         }
       }

@@ -5,8 +5,10 @@
 // (common/shm_link.h), as a worker's pushes do, and the request carries
 // the rest; elsewhere in the request. A standby that cannot follow a
 // change (it is new, or was rolled back) is sent the chunk's whole state
-// instead. Each change the standby confirms goes back to the store
-// (ChunkStore::Confirmed) and wakes the pushes waiting for it; a standby
+// instead. The sparse tables' parts go the same way (a table part's
+// changes go at once, unflushed). Each change the standby confirms goes
+// back to the store (ChunkStore::Confirmed, SparseTables::Confirmed) and
+// wakes the pushes waiting for it; a standby
 // that does not answer is retried until the scheduler's routes name
 // another (or none).
 #ifndef PSTRAIN_SERVER_REPLICA_SENDER_H_
@@ -29,6 +31,7 @@
 #include "proto/cluster.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/chunk_store.h"
+#include "server/sparse_tables.h"
 
 namespace pstrain {
 
@@ -49,11 +52,12 @@ struct ReplicaSenderOptions {
   // as `layout_of(standby id)` (ShmLayout::OfServer); null: never.
   std::function<ShmLayout(int server)> layout_of;
   std::function<void()> on_confirmed;     // after each confirmation
+  SparseTables* tables = nullptr;         // whose parts are shipped too (may be null)
   std::atomic<int64_t>* bytes = nullptr;  // what was sent (may be null)
 };
 
 // Thread-safe.
-class ReplicaSender : public ChunkStore::ReplicaSink {
+class ReplicaSender : public ChunkStore::ReplicaSink, public SparseTables::TableSink {
  public:
   // The sender for `store` (which outlives it).
   ReplicaSender(ChunkStore* store, ReplicaSenderOptions options);
@@ -62,6 +66,8 @@ class ReplicaSender : public ChunkStore::ReplicaSink {
   void Changed(int home, ChunkUpdate update) override;
   void Flush() override;
   void NeedWhole(int home, int32_t chunk) override;
+  void ChangedTable(int home, TableUpdate update) override;
+  void NeedWholeTable(int home, const std::string& table) override;
   // Where the standby of each home server's chunks served here is (from
   // RolesOf), and the generation the changes are of. A home whose standby
   // went loses its queue (the store counts its changes replicated).
@@ -77,7 +83,13 @@ class ReplicaSender : public ChunkStore::ReplicaSink {
   struct Queue {
     std::deque<ChunkUpdate> updates;
     std::set<int32_t> need_full;  // chunks whose whole state goes next
+    std::deque<TableUpdate> table_updates;
+    std::set<std::string> tables_need_full;
     Target target;
+    bool Busy() const {
+      return !target.address.empty() && (!updates.empty() || !need_full.empty() ||
+                                         !table_updates.empty() || !tables_need_full.empty());
+    }
   };
   // One batch: the home it is for, its standby, the changes (each chunk
   // at most once).
@@ -86,12 +98,18 @@ class ReplicaSender : public ChunkStore::ReplicaSink {
     Target target;
     int64_t generation = 0;
     std::vector<ChunkUpdate> updates;
+    std::vector<TableUpdate> tables;  // in order, whole states first
   };
   void Loop();
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AsksWhole() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the next batch off a queue (false: stopping).
   bool Next(Batch* batch);
+  // Next's part for the tables: the queue's changes, and the whole states
+  // asked for (made without the lock).
+  void NextTables(Queue& q, Batch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Send's part for the tables: what the standby confirmed, or asks whole.
+  void TablesAnswered(const Batch& batch, const ReplicateResponse& resp);
   // Sends it; the store hears of what the standby confirmed, the queue of
   // what it needs whole. False when it failed (to be sent again).
   bool Send(Batch& batch);

@@ -26,21 +26,21 @@ grpc::Status RowRequests::CheckPull(const grpc::ByteBuffer& raw, PullRowsRequest
     return Invalid("pull rows: malformed request (or an unknown dtype)");
   }
   const absl::Status st = tables_->CheckPull(req->worker_id(), req->generation(), req->table(),
-                                             req->ids(), req->min_clock());
+                                             req->home(), req->ids(), req->min_clock());
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
   return grpc::Status::OK;
 }
 
 bool RowRequests::Readable(const PullRowsRequest& req) const {
-  return tables_->Readable(req.generation(), req.table(), req.min_clock());
+  return tables_->Readable(req.generation(), req.table(), req.home(), req.min_clock());
 }
 
 grpc::Status RowRequests::FillPull(const PullRowsRequest& req, grpc::ByteBuffer* resp) {
   // The rows go out in the slice they were pulled into (fp32), or encoded
   // once into 16-bit values.
   auto rows = std::make_unique<std::vector<float>>();
-  const absl::Status st =
-      tables_->Pull(req.worker_id(), req.generation(), req.table(), req.ids(), rows.get());
+  const absl::Status st = tables_->Pull(req.worker_id(), req.generation(), req.table(), req.home(),
+                                        req.ids(), rows.get());
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
   const int64_t values = static_cast<int64_t>(rows->size());
   const int64_t wire = values * static_cast<int64_t>(DTypeSize(req.dtype()));
@@ -57,7 +57,8 @@ grpc::Status RowRequests::FillPull(const PullRowsRequest& req, grpc::ByteBuffer*
   return grpc::Status::OK;
 }
 
-grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) {
+grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp,
+                               PushRowsRequest* taken) {
   // The gradients' bytes go straight into `grads` (their dtype may come
   // after them on the wire: 16-bit values are decoded once it is known).
   PushRowsRequest req;
@@ -93,12 +94,22 @@ grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* re
                  static_cast<int64_t>(decoded.size()), decoded.data());
     grads = std::move(decoded);
   }
-  const absl::Status st = tables_->Push(req.worker_id(), req.generation(), req.table(), req.clock(),
-                                      req.num_samples(), req.ids(), grads);
+  const absl::Status st = tables_->Push(req.worker_id(), req.generation(), req.table(), req.home(),
+                                        req.clock(), req.num_samples(), req.ids(), grads);
   if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("push rows: ", st.message())));
+  req.clear_ids();
+  *taken = std::move(req);
   counters_->bytes_in += static_cast<int64_t>(wire);
   *resp = SerializeSmall(PushRowsResponse());
   return grpc::Status::OK;
+}
+
+bool RowRequests::PushReplicated(const PushRowsRequest& taken) const {
+  return tables_->Replicated(taken.home(), taken.table(), taken.worker_id(), taken.clock());
+}
+
+bool RowRequests::PushServed(const PushRowsRequest& taken) const {
+  return tables_->Served(taken.home(), taken.table());
 }
 
 }  // namespace pstrain

@@ -34,8 +34,13 @@ class RowRequests {
   bool Readable(const PullRowsRequest& req) const;
   // The reply to a pull that may be answered.
   grpc::Status FillPull(const PullRowsRequest& req, grpc::ByteBuffer* resp);
-  // The answer to PushRows.
-  grpc::Status Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp);
+  // The answer to PushRows; a push taken leaves its request in *taken
+  // (without its ids and gradients).
+  grpc::Status Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp, PushRowsRequest* taken);
+  // Standby replicas: whether the standby of the push's part holds it
+  // (SparseTables::Replicated), and whether the part is still served here.
+  bool PushReplicated(const PushRowsRequest& taken) const;
+  bool PushServed(const PushRowsRequest& taken) const;
 
  private:
   const std::shared_ptr<SparseTables> tables_;

@@ -84,10 +84,14 @@ class ShardActions : public ServerActions {
     const ServerRoles roles = RolesOf(routes, id_);
     // The queues know their standby before any change is shipped to it.
     sender_->SetTargets(roles, shard_->generation());
-    const bool changed = shard_->store()->SetRoles(roles.serving, roles.shipped());
+    bool changed = shard_->store()->SetRoles(roles.serving, roles.shipped());
+    if (shard_->tables()->SetRoles(roles.serving, roles.shipped())) changed = true;
     // Not ready by these routes (back after being declared dead, or new):
     // the primaries may have gone on without this server's copies.
-    if (routes.ready_size() > id_ && !routes.ready(id_)) shard_->store()->ForgetCopies();
+    if (routes.ready_size() > id_ && !routes.ready(id_)) {
+      shard_->store()->ForgetCopies();
+      shard_->tables()->ForgetCopies();
+    }
     // Its Status speaks of these routes only once they are applied.
     service_->SetRoutes(routes);
     if (changed) {
@@ -144,6 +148,8 @@ class Server {
   absl::Status AwaitDeclaredModel();
   // The chunk store of this server's share of the job, with checkpoints.
   absl::Status Build();
+  // Standby replicas: the sender of the served chunks' and tables' changes.
+  void StartReplication();
   // Bounds the requests and replies in flight: an offloaded server's by
   // its budget's shares (`plan`), else by the job's size.
   void LimitInFlight(const std::optional<ServerMemoryPlan>& plan);
@@ -180,9 +186,11 @@ class Server {
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
-  // Standby replicas: ships the served chunks' changes (null without).
-  std::unique_ptr<ReplicaSender> sender_;
+  std::optional<Partition> partition_;  // the job's chunks (Build)
   std::shared_ptr<Shard> shard_;  // set by Run: the store and the tables
+  // Standby replicas: ships the served chunks' and table parts' changes
+  // (null without). Stopped before the shard goes.
+  std::unique_ptr<ReplicaSender> sender_;
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -211,6 +219,7 @@ int Server::Run(const RegisterResponse& reg) {
       !st.ok()) {
     return Fail(st);
   }
+  if (job_.replicas() > 0) StartReplication();
   if (job_.checkpoint_every() > 0) {
     spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
                  job_.checkpoint_dir());
@@ -242,6 +251,7 @@ absl::Status Server::StartState(const RegisterResponse& reg) {
     spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
                  routes.serving(id_));
     store_->JoinAsStandby(reg.generation());
+    shard_->tables()->JoinAsStandby(reg.generation());
   } else {
     RETURN_IF_ERROR(shard_->Restore(reg.generation(), reg.start_clock()));
   }
@@ -272,6 +282,24 @@ absl::Status Server::AwaitDeclaredModel() {
   return absl::CancelledError("interrupted");
 }
 
+void Server::StartReplication() {
+  ReplicaSenderOptions o;
+  o.server_id = id_;
+  // Gradients through shared memory with a standby on this host, as a
+  // worker's pushes (not from an offloaded server: its budget).
+  if (config_.shm && config_.offload_dir.empty()) {
+    o.layout_of = [partition = *partition_, replicas = job_.replicas()](int server) {
+      return ShmLayout::OfServer(partition, server, replicas);
+    };
+  }
+  o.on_confirmed = [this] { service_->WakePushes(); };
+  o.bytes = &service_->counters().replicated_bytes;
+  o.tables = shard_->tables().get();
+  sender_ = std::make_unique<ReplicaSender>(store_.get(), std::move(o));
+  store_->SetReplicaSink(sender_.get());
+  shard_->tables()->SetSink(sender_.get());
+}
+
 absl::Status Server::Build() {
   absl::StatusOr<Partition> partition =
       Partition::Make(ModelParams(job_.model()), job_.chunk_bytes(), job_.num_servers());
@@ -295,21 +323,7 @@ absl::Status Server::Build() {
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
                                         trace_, offload);
   RETURN_IF_ERROR(store_->health());
-  if (job_.replicas() > 0) {
-    ReplicaSenderOptions o;
-    o.server_id = id_;
-    // Gradients through shared memory with a standby on this host, as a
-    // worker's pushes (not from an offloaded server: its budget).
-    if (config_.shm && config_.offload_dir.empty()) {
-      o.layout_of = [partition = *partition, replicas = job_.replicas()](int server) {
-        return ShmLayout::OfServer(partition, server, replicas);
-      };
-    }
-    o.on_confirmed = [this] { service_->WakePushes(); };
-    o.bytes = &service_->counters().replicated_bytes;
-    sender_ = std::make_unique<ReplicaSender>(store_.get(), std::move(o));
-    store_->SetReplicaSink(sender_.get());
-  }
+  partition_ = *std::move(partition);
   LimitInFlight(plan);
   if (plan.has_value()) {
     const ChunkMemoryStats m = store_->memory_stats();

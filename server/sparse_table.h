@@ -148,6 +148,8 @@ class SparseTable {
   absl::Status Push(absl::Span<const uint64_t> ids, absl::Span<const float> grads);
   // What Push would refuse, without applying anything.
   absl::Status CheckPush(absl::Span<const uint64_t> ids, absl::Span<const float> grads) const;
+  // Whether `id` has a row (in memory or in the spill file).
+  bool Has(uint64_t id) const { return index_.contains(id); }
   // The weights of `id`'s row (width floats) when it is in memory, else
   // null.
   const float* Row(uint64_t id) const;
@@ -167,6 +169,7 @@ class SparseTable {
   absl::Status Put(uint64_t id, const float* row, int64_t touched);
   // The admission counts; null without admission.
   SeenCounts* seen() { return seen_.get(); }
+  const SeenCounts* seen() const { return seen_.get(); }
 
  private:
   // Where a row is, and the clock it was last touched at.

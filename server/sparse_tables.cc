@@ -6,11 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "common/checkpoint_names.h"
+#include "common/job_sizes.h"
 #include "common/job_spec.h"
+#include "common/partition.h"
 #include "common/status_macros.h"
 #include "server/table_checkpoint.h"
+#include "spdlog/spdlog.h"
 
 namespace pstrain {
 
@@ -62,6 +64,8 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     : server_(server),
       servers_(servers),
       workers_(job.num_workers()),
+      replicas_(job.replicas()),
+      total_clocks_(TotalClocks(job)),
       consistency_(TableConsistency(job)),
       nonfinite_(job.optimizer().allow_nonfinite()) {
   for (const TableSpec& spec : job.tables()) {
@@ -76,11 +80,32 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     config.admit_after = spec.admit_after();
     config.expire_after = spec.expire_after_clocks();
     order_.push_back(spec.name());
-    auto table = std::make_unique<Table>(std::move(config), spec.num_ids(), workers_);
-    absl::MutexLock lock(&table->mu);
-    Publish(*table);
-    tables_.emplace(spec.name(), std::move(table));
+    auto& parts = tables_[spec.name()];
+    for (int home : HeldHomes(server, servers, replicas_)) {
+      auto table = std::make_unique<Table>(config, spec.num_ids(), workers_, home);
+      absl::MutexLock lock(&table->mu);
+      // A standby copy is filled by its primary (as a chunk's).
+      table->serving = home == server;
+      table->version = table->serving ? 0 : -1;
+      table->confirmed = table->version;
+      table->replicated = table->clocks.applied();
+      Publish(*table);
+      parts.emplace(home, std::move(table));
+    }
   }
+}
+
+SparseTables::Table* SparseTables::Part(absl::string_view name, int home) const {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) return nullptr;
+  auto part = it->second.find(home);
+  return part == it->second.end() ? nullptr : part->second.get();
+}
+
+std::vector<SparseTables::Table*> SparseTables::OwnParts() const {
+  std::vector<Table*> out;
+  for (const std::string& name : order_) out.push_back(Part(name, server_));
+  return out;
 }
 
 absl::StatusOr<int> SparseTables::Width(absl::string_view table) const {
@@ -88,10 +113,11 @@ absl::StatusOr<int> SparseTables::Width(absl::string_view table) const {
   if (it == tables_.end()) {
     return absl::NotFoundError(absl::StrCat("the job declares no table '", table, "'"));
   }
-  return it->second->width;
+  return it->second.begin()->second->width;
 }
 
-absl::StatusOr<SparseTables::Table*> SparseTables::Find(int worker, absl::string_view name) {
+absl::StatusOr<SparseTables::Table*> SparseTables::Find(int worker, absl::string_view name,
+                                                        int home) {
   if (worker < 0 || worker >= workers_) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return absl::InvalidArgumentError(
@@ -102,7 +128,20 @@ absl::StatusOr<SparseTables::Table*> SparseTables::Find(int worker, absl::string
     refused_.fetch_add(1, std::memory_order_relaxed);
     return absl::NotFoundError(absl::StrCat("the job declares no table '", name, "'"));
   }
-  return it->second.get();
+  Table* part = Part(name, home);
+  if (part == nullptr) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return absl::InvalidArgumentError(absl::StrCat("server ", server_, " holds no part of table '",
+                                                   name, "' of server ", home, "'s rows"));
+  }
+  return part;
+}
+
+absl::Status SparseTables::CheckServing(const Table& table) {
+  if (table.serving) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("this server keeps a standby copy of table '",
+                                             table.rows.config().name, "''s rows of server ",
+                                             table.home, "; another server serves them now"));
 }
 
 absl::Status SparseTables::CheckGeneration(const Table& table, int64_t generation) {
@@ -124,9 +163,9 @@ absl::Status SparseTables::CheckIds(const Table& table, absl::Span<const uint64_
       return absl::OutOfRangeError(
           absl::StrCat("id ", id, " is beyond the table's num_ids (", table.num_ids, ")"));
     }
-    if (const int owner = ServerOfRow(id, servers_); owner != server_) {
+    if (const int owner = ServerOfRow(id, servers_); owner != table.home) {
       return absl::InvalidArgumentError(
-          absl::StrCat("id ", id, " is server ", owner, "'s, not this one's (", server_, ")"));
+          absl::StrCat("id ", id, " is server ", owner, "'s, not server ", table.home, "'s"));
     }
   }
   return absl::OkStatus();
@@ -141,12 +180,13 @@ absl::Status SparseTables::Refuse(Table& table, absl::Status st) {
 }
 
 absl::Status SparseTables::CheckPull(int worker, int64_t generation, absl::string_view name,
-                                     absl::Span<const uint64_t> ids, int64_t min_clock) {
-  ASSIGN_OR_RETURN(Table * table, CheckedPull(worker, name, ids));
+                                     int home, absl::Span<const uint64_t> ids, int64_t min_clock) {
+  ASSIGN_OR_RETURN(Table * table, CheckedPull(worker, name, home, ids));
   int64_t reachable;
   {
     absl::MutexLock lock(&table->mu);
     RETURN_IF_ERROR(CheckGeneration(*table, generation));
+    RETURN_IF_ERROR(CheckServing(*table));
     // The furthest the worker's pushes so far can take the table: a pull
     // waiting past it would wait for the worker itself.
     reachable = table->clocks.applied()[worker] + (table->clocks.pushed(worker) ? 1 : 0);
@@ -161,8 +201,9 @@ absl::Status SparseTables::CheckPull(int worker, int64_t generation, absl::strin
 }
 
 absl::StatusOr<SparseTables::Table*> SparseTables::CheckedPull(int worker, absl::string_view name,
+                                                               int home,
                                                                absl::Span<const uint64_t> ids) {
-  absl::StatusOr<Table*> found = Find(worker, name);
+  absl::StatusOr<Table*> found = Find(worker, name, home);
   if (!found.ok()) return found.status();
   Table& table = **found;
   const int width = table.width;
@@ -177,31 +218,33 @@ absl::StatusOr<SparseTables::Table*> SparseTables::CheckedPull(int worker, absl:
   return &table;
 }
 
-absl::Status SparseTables::Pull(int worker, int64_t generation, absl::string_view name,
+absl::Status SparseTables::Pull(int worker, int64_t generation, absl::string_view name, int home,
                                 absl::Span<const uint64_t> ids, std::vector<float>* out) {
-  ASSIGN_OR_RETURN(Table * found, CheckedPull(worker, name, ids));
+  ASSIGN_OR_RETURN(Table * found, CheckedPull(worker, name, home, ids));
   Table& table = *found;
   out->resize(ids.size() * static_cast<size_t>(table.width));
   absl::MutexLock lock(&table.mu);
   RETURN_IF_ERROR(CheckGeneration(table, generation));
+  RETURN_IF_ERROR(CheckServing(table));
   const absl::Status st = table.rows.Pull(ids, out->data());
   if (st.ok()) table.rows_pulled += static_cast<int64_t>(ids.size());
   Publish(table);
   return st;
 }
 
-bool SparseTables::Readable(int64_t generation, absl::string_view name, int64_t min_clock) const {
-  auto it = tables_.find(name);
-  if (it == tables_.end()) return true;
-  const Table& table = *it->second;
+bool SparseTables::Readable(int64_t generation, absl::string_view name, int home,
+                            int64_t min_clock) const {
+  const Table* part = Part(name, home);
+  if (part == nullptr) return true;
+  const Table& table = *part;
   absl::MutexLock lock(&table.mu);
-  return table.generation != generation || table.clocks.MinApplied() >= min_clock;
+  return table.generation != generation || !table.serving || table.clocks.MinApplied() >= min_clock;
 }
 
-absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_view name,
+absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_view name, int home,
                                 int64_t clock, int num_samples, absl::Span<const uint64_t> ids,
                                 absl::Span<const float> grads) {
-  absl::StatusOr<Table*> found = Find(worker, name);
+  absl::StatusOr<Table*> found = Find(worker, name, home);
   if (!found.ok()) return found.status();
   Table& table = **found;
   if (absl::Status st = CheckRowBytes(static_cast<int64_t>(grads.size()) * 4,
@@ -220,7 +263,9 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
     // Another generation's push is refused, not counted (the worker's client
     // resynchronises; nothing was wrong with it).
     if (const absl::Status gen = CheckGeneration(table, generation); !gen.ok()) return gen;
-    st = table.rows.CheckPush(ids, grads);
+    if (const absl::Status served = CheckServing(table); !served.ok()) return served;
+    if (table.adopted) st = MakeMissing(table, ids);
+    if (st.ok()) st = table.rows.CheckPush(ids, grads);
     if (st.ok() && !table.clocks.live(worker)) {
       st = absl::FailedPreconditionError(
           absl::StrCat("worker ", worker, " was declared dead: its pushes are not taken"));
@@ -246,6 +291,7 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
         // Checked above: fails only on the spill file. A skipped push is no update.
         if (admitted) st = table.rows.Push(ids, grads);
         table.clocks.Applied(worker, clock);
+        Ship(table, admitted, ids, grads);
         Advanced(table);
       }
     }
@@ -290,6 +336,7 @@ void SparseTables::CloseRound(Table& table) {
                   std::string(st.message()));
   }
   table.clocks.NextRound();
+  Ship(table, round.samples > 0, round.ids, round.sum);
   table.round = Round();
   Advanced(table);
 }
@@ -297,7 +344,11 @@ void SparseTables::CloseRound(Table& table) {
 void SparseTables::Advanced(Table& table) {
   const int64_t clock = table.clocks.MinApplied();
   table.rows.Advance(clock);
-  if (schedule_ == nullptr || !schedule_->Due(clock, table.checkpoint_tried)) return;
+  // This server's own part only (the checkpoint files are by server).
+  if (table.home != server_ || schedule_ == nullptr ||
+      !schedule_->Due(clock, table.checkpoint_tried)) {
+    return;
+  }
   table.checkpoint_tried = clock;  // a failed write is not tried again at each push
   const std::string& name = table.rows.config().name;
   const absl::Status st = WriteTableCheckpoint(
@@ -320,7 +371,7 @@ int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
   if (tables_.empty() || schedule_ == nullptr || !schedule_->enabled()) return dense_clock;
   std::set<int64_t> common;
   bool first = true;
-  for (const auto& [name, table] : tables_) {
+  for (const Table* table : OwnParts()) {
     absl::MutexLock lock(&table->status_mu);
     if (first) {
       common = table->checkpoints;
@@ -343,7 +394,7 @@ int64_t SparseTables::CheckpointClock(int64_t dense_clock) const {
 }
 
 void SparseTables::ForgetCheckpointsBefore(int64_t clock) {
-  for (auto& [name, table] : tables_) {
+  for (Table* table : OwnParts()) {
     absl::MutexLock lock(&table->status_mu);
     table->checkpoints.erase(table->checkpoints.begin(), table->checkpoints.lower_bound(clock));
   }
@@ -351,35 +402,56 @@ void SparseTables::ForgetCheckpointsBefore(int64_t clock) {
 
 void SparseTables::RemoveWorker(int worker) {
   if (worker < 0 || worker >= workers_) return;
-  for (auto& [name, table] : tables_) {
-    absl::MutexLock lock(&table->mu);
-    if (!table->clocks.Remove(worker)) continue;
-    if (consistency_ == BSP && table->clocks.RoundComplete()) CloseRound(*table);
-    Advanced(*table);
-    Publish(*table);
+  for (auto& [name, parts] : tables_) {
+    for (auto& [home, table] : parts) {
+      absl::MutexLock lock(&table->mu);
+      if (!table->clocks.Remove(worker)) continue;
+      // (A standby copy's rounds are its primary's.)
+      if (table->serving && consistency_ == BSP && table->clocks.RoundComplete()) {
+        CloseRound(*table);
+      }
+      Advanced(*table);
+      Publish(*table);
+    }
   }
 }
 
 absl::Status SparseTables::Restore(int64_t generation, int64_t clock) {
-  for (auto& [name, table] : tables_) {
-    absl::MutexLock lock(&table->mu);
-    if (clock > 0) {  // the file first: a malformed one changes nothing
-      RETURN_IF_ERROR(ReadTableCheckpoint(
-          TableCheckpointPath(checkpoint_dir_, server_, clock, name), server_, clock,
-          &table->rows));
-    } else {
-      table->rows.Reset(0, 0);
+  for (auto& [name, parts] : tables_) {
+    for (auto& [home, table] : parts) {
+      absl::MutexLock lock(&table->mu);
+      RETURN_IF_ERROR(RestorePart(*table, generation, clock));
     }
-    table->clocks.Restore(clock);
-    table->round = Round();
-    table->rows.Advance(clock);
-    table->checkpoint_tried = clock;
-    table->generation = generation;
-    Publish(*table);
-    absl::MutexLock status_lock(&table->status_mu);
-    table->checkpoints.clear();
-    if (clock > 0) table->checkpoints.insert(clock);
   }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t clock) {
+  const std::string& name = table.rows.config().name;
+  const bool own = table.home == server_;
+  if (own && clock > 0) {  // the file first: a malformed one changes nothing
+    RETURN_IF_ERROR(ReadTableCheckpoint(TableCheckpointPath(checkpoint_dir_, server_, clock, name),
+                                        server_, clock, &table.rows));
+  } else {
+    table.rows.Reset(0, 0);
+  }
+  table.clocks.Restore(clock);
+  table.round = Round();
+  table.rows.Advance(clock);
+  table.checkpoint_tried = clock;
+  table.generation = generation;
+  // A rollback serves every part from its own server again; the standby
+  // copies wait for their primary's whole state.
+  table.serving = own;
+  table.adopted = false;
+  if (own) table.version = std::max<int64_t>(table.version, 0);
+  if (!own) table.version = -1;
+  table.confirmed = table.version;
+  table.replicated = table.clocks.applied();
+  Publish(table);
+  absl::MutexLock status_lock(&table.status_mu);
+  table.checkpoints.clear();
+  if (own && clock > 0) table.checkpoints.insert(clock);
   return absl::OkStatus();
 }
 
@@ -412,10 +484,9 @@ void SparseTables::Publish(Table& table) const {
 
 std::vector<TableStatus> SparseTables::Status() const {
   std::vector<TableStatus> out;
-  for (const std::string& name : order_) {
-    const Table& table = *tables_.find(name)->second;
-    absl::MutexLock lock(&table.status_mu);
-    out.push_back(table.published);
+  for (const Table* table : OwnParts()) {
+    absl::MutexLock lock(&table->status_mu);
+    out.push_back(table->published);
   }
   return out;
 }

@@ -7,16 +7,20 @@
 // not, summed row by row weighted by the workers' samples -- and applies it
 // as one update when the last comes; SSP and ASP tables apply each push as
 // it comes. A pull's read guarantee (min_clock) is checked by Readable: the
-// service parks pulls until it holds. Knows nothing of gRPC:
-// server/ps_service.cc is the glue.
+// service parks pulls until it holds. With standby replicas
+// (JobSpec.replicas) a server holds a part of each table per home server
+// it holds (HeldHomes: its own, and the previous server's standby copy);
+// a served part's every change goes to its standby through a TableSink,
+// which replays it (server/sparse_tables_replicas.cc). Knows nothing of
+// gRPC: server/ps_service.cc is the glue.
 #ifndef PSTRAIN_SERVER_SPARSE_TABLES_H_
 #define PSTRAIN_SERVER_SPARSE_TABLES_H_
 
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,7 @@
 #include "absl/types/span.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "proto/ps.pb.h"
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
 #include "server/nonfinite.h"
@@ -52,6 +57,16 @@ RowOptimizer RowOptimizerOf(const OptimizerSpec& spec);
 // Thread-safe: each table has its own lock.
 class SparseTables {
  public:
+  // Where a served part's changes go (standby replicas): a change in order,
+  // or a part whose whole state its standby needs. Called with the part's
+  // lock held.
+  class TableSink {
+   public:
+    virtual ~TableSink() = default;
+    virtual void ChangedTable(int home, TableUpdate update) = 0;
+    virtual void NeedWholeTable(int home, const std::string& table) = 0;
+  };
+
   // Server `server` of `servers` of `job` (validated, defaults applied);
   // tables with a memory budget spill their rows into files in `spill_dir`
   // (empty: $TMPDIR, else /tmp).
@@ -67,19 +82,22 @@ class SparseTables {
   // server, more than kMaxRowBytesPerRequest), FAILED_PRECONDITION (an
   // older generation than the table's: the cluster rolled back),
   // UNAVAILABLE (a newer one: not restored yet).
-  absl::Status Pull(int worker, int64_t generation, absl::string_view table,
+  // `home`: the server whose part the ids are of (this one's, or with
+  // replicas one it serves for: UNAVAILABLE when it keeps only a standby
+  // copy of it, INVALID_ARGUMENT when it holds none).
+  absl::Status Pull(int worker, int64_t generation, absl::string_view table, int home,
                     absl::Span<const uint64_t> ids, std::vector<float>* out);
   // Pull's checks, before a pull waits for its read guarantee, and
   // INVALID_ARGUMENT for a `min_clock` beyond what the worker's pushes so
   // far can reach (it would wait for itself). Counted when refused.
-  absl::Status CheckPull(int worker, int64_t generation, absl::string_view table,
+  absl::Status CheckPull(int worker, int64_t generation, absl::string_view table, int home,
                          absl::Span<const uint64_t> ids, int64_t min_clock);
   // Whether a pull of generation `generation` with the read guarantee
   // `min_clock` may be answered now: `table`'s rows hold every live
   // worker's pushes of the iterations before `min_clock`. True for a pull
   // that would be refused (a table the job does not declare, another
   // generation): it is answered, not parked.
-  bool Readable(int64_t generation, absl::string_view table, int64_t min_clock) const;
+  bool Readable(int64_t generation, absl::string_view table, int home, int64_t min_clock) const;
   // Worker `worker`'s push of iteration `clock` to `table`: the gradients
   // `grads` (ids.size() x width floats) of the rows of `ids` (distinct), of
   // `num_samples` samples. Under BSP it joins the round and the last live
@@ -90,8 +108,11 @@ class SparseTables {
   // INVALID_ARGUMENT for a wrong size, a repeated id or a clock out of the
   // worker's order, FAILED_PRECONDITION for a row no pull made or a worker
   // declared dead.
-  absl::Status Push(int worker, int64_t generation, absl::string_view table, int64_t clock,
-                    int num_samples, absl::Span<const uint64_t> ids,
+  // With replicas a part promoted from a standby copy makes the rows a
+  // push names that no pull made here (they were pulled from the server it
+  // took over from; a row's start is a function of its id).
+  absl::Status Push(int worker, int64_t generation, absl::string_view table, int home,
+                    int64_t clock, int num_samples, absl::Span<const uint64_t> ids,
                     absl::Span<const float> grads);
   // The worker was declared dead: it is left out of every table's rounds
   // (closing those it alone held open) and read guarantees.
@@ -117,7 +138,38 @@ class SparseTables {
   // exists): they no longer count in CheckpointClock.
   void ForgetCheckpointsBefore(int64_t clock);
 
-  // Per table, in the job's order.
+  // Standby replicas (server/sparse_tables_replicas.cc), as ChunkStore's:
+  // where served parts' changes go (null: nowhere; before the job starts).
+  void SetSink(TableSink* sink) { sink_ = sink; }
+  // The parts of the homes `serving` says are served here, the others
+  // standby copies; `shipped`: a standby to wait for. True if a part
+  // changed roles.
+  bool SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped);
+  // Whether worker `worker`'s push of `clock` to `home`'s part of `table`
+  // is held by the part's standby (true without replicas); false once the
+  // part is no longer served here.
+  bool Replicated(int home, absl::string_view table, int worker, int64_t clock) const;
+  // Whether this server serves `home`'s part of `table`.
+  bool Served(int home, absl::string_view table) const;
+  // The standby holds `home`'s part of `table` as of `version`, with
+  // `applied` clocks.
+  void Confirmed(int home, const std::string& table, int64_t version,
+                 const std::vector<int64_t>& applied);
+  // The whole state of `home`'s served part of `table`.
+  absl::StatusOr<TableUpdate> FullUpdate(int home, const std::string& table);
+  // A standby copy of `home`'s part takes its primary's change: replayed
+  // on top of the version before it, taken whole, ignored when held
+  // already; *need_full when it cannot follow. INVALID_ARGUMENT for a
+  // malformed change, FAILED_PRECONDITION for a part served here.
+  absl::Status Mirror(int home, const TableUpdate& update, bool* need_full);
+  bool StandbyFilled() const;      // every standby copy filled
+  int64_t ReplicationLag() const;  // served changes not yet confirmed
+  void ForgetCopies();             // every standby copy is stale
+  // A replacement whose parts are served elsewhere: every part a standby
+  // copy, stale, of `generation`.
+  void JoinAsStandby(int64_t generation);
+
+  // Per table, in the job's order: this server's own part.
   std::vector<TableStatus> Status() const;
   // Pushes the finiteness rule skipped (server/nonfinite.h), every table's.
   int64_t nonfinite_skipped() const { return nonfinite_.skipped(); }
@@ -139,12 +191,14 @@ class SparseTables {
     int64_t samples = 0;
   };
   struct Table {
-    Table(TableConfig config, uint64_t num_ids, int workers)
-        : num_ids(num_ids),
+    Table(TableConfig config, uint64_t num_ids, int workers, int home)
+        : home(home),
+          num_ids(num_ids),
           width(config.width),
           state_floats(config.optimizer.StateFloats(config.width)),
           rows(std::move(config)),
           clocks(std::vector<bool>(workers, true)) {}
+    const int home;          // the server whose rows these are
     const uint64_t num_ids;  // 0: any id
     const int width;
     const int state_floats;  // a row's optimizer state
@@ -158,6 +212,16 @@ class SparseTables {
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t nonfinite_skipped ABSL_GUARDED_BY(mu) = 0;  // pushes the finiteness rule skipped
     int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held (Restore)
+    // Standby replicas, as a chunk's (server/chunk_store.h): served here or
+    // a standby copy; promoted from one; the count of changes (a copy's:
+    // those it holds; -1: stale until filled); confirmed by the standby,
+    // and the applied clocks as of the confirmed change.
+    bool serving ABSL_GUARDED_BY(mu) = true;
+    bool shipped ABSL_GUARDED_BY(mu) = false;
+    bool adopted ABSL_GUARDED_BY(mu) = false;
+    int64_t version ABSL_GUARDED_BY(mu) = 0;
+    int64_t confirmed ABSL_GUARDED_BY(mu) = 0;
+    std::vector<int64_t> replicated ABSL_GUARDED_BY(mu);
     // What Status and CheckpointClock read, under a lock of its own, so
     // that neither waits while `mu` is held for long (a checkpoint being
     // written): the table's status as of its last change, and the clocks
@@ -167,12 +231,35 @@ class SparseTables {
     std::set<int64_t> checkpoints ABSL_GUARDED_BY(status_mu);
   };
 
-  // The table named `name` for `worker`'s request, or NOT_FOUND or
-  // INVALID_ARGUMENT (an unknown worker), counted.
-  absl::StatusOr<Table*> Find(int worker, absl::string_view name);
-  // The table of a pull that passes Pull's checks (refusals counted).
-  absl::StatusOr<Table*> CheckedPull(int worker, absl::string_view name,
+  // `home`'s part of the table named `name` for `worker`'s request, or
+  // NOT_FOUND or INVALID_ARGUMENT (an unknown worker, a home not held
+  // here), counted.
+  absl::StatusOr<Table*> Find(int worker, absl::string_view name, int home);
+  // `home`'s part of `name` (null: not held here).
+  Table* Part(absl::string_view name, int home) const;
+  // This server's own part of each table, in the job's order.
+  std::vector<Table*> OwnParts() const;
+  // The part of a pull that passes Pull's checks (refusals counted).
+  absl::StatusOr<Table*> CheckedPull(int worker, absl::string_view name, int home,
                                      absl::Span<const uint64_t> ids);
+  // UNAVAILABLE unless the part is served here (not a standby copy).
+  static absl::Status CheckServing(const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // A served part changed: its standby is sent the change (`step`: an
+  // update of `ids` by `grads`; else the applied clocks only).
+  void Ship(Table& table, bool step, absl::Span<const uint64_t> ids, absl::Span<const float> grads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // A promoted part makes the rows of `ids` no pull made here.
+  static absl::Status MakeMissing(Table& table, absl::Span<const uint64_t> ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // A standby copy takes a whole state.
+  static absl::Status TakeFull(Table& table, const TableUpdate& update)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // INVALID_ARGUMENT for a change that does not fit `table`.
+  absl::Status CheckUpdate(const Table& table, const TableUpdate& update) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // Restores one part (Restore).
+  absl::Status RestorePart(Table& table, int64_t generation, int64_t clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // FAILED_PRECONDITION (older: the cluster rolled back) or UNAVAILABLE
   // (newer: not restored yet) unless `generation` is the table's.
   static absl::Status CheckGeneration(const Table& table, int64_t generation)
@@ -196,9 +283,14 @@ class SparseTables {
   const int server_;
   const int servers_;
   const int workers_;
+  const int replicas_;
+  const int64_t total_clocks_;     // the job's
   const Consistency consistency_;  // the tables' (BSP, SSP or ASP)
   std::vector<std::string> order_;  // the job's
-  std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_;
+  // By name, then by home server (HeldHomes: this server's own part, and
+  // with replicas the standby copy it keeps).
+  std::map<std::string, std::map<int, std::unique_ptr<Table>>, std::less<>> tables_;
+  std::atomic<TableSink*> sink_{nullptr};
   std::atomic<int64_t> refused_{0};
   NonfiniteRule nonfinite_;
   std::string checkpoint_dir_;

@@ -95,7 +95,7 @@ TEST(SparseTablesTest, PullsMakeRowsAndPushesMoveOnlyTheirOwn) {
   const std::vector<uint64_t> ids = IdsOf(0, 40);
   ASSERT_GE(ids.size(), 8u);
   std::vector<float> rows;
-  ASSERT_TRUE(server0.Pull(0, 0, "words", ids, &rows).ok());
+  ASSERT_TRUE(server0.Pull(0, 0, "words", 0, ids, &rows).ok());
   ASSERT_EQ(rows.size(), ids.size() * 4);
   for (float v : rows) EXPECT_LE(std::abs(v), 0.25f);
   // A lone table with the same config makes the same rows.
@@ -106,10 +106,10 @@ TEST(SparseTablesTest, PullsMakeRowsAndPushesMoveOnlyTheirOwn) {
 
   const std::vector<uint64_t> pushed = {ids[1], ids[3]};
   const std::vector<float> grads = {1, 2, 3, 4, -1, -2, -3, -4};
-  ASSERT_TRUE(server0.Push(0, 0, "words", /*clock=*/0, 1, pushed, grads).ok());
+  ASSERT_TRUE(server0.Push(0, 0, "words", 0, /*clock=*/0, 1, pushed, grads).ok());
   ASSERT_TRUE(alone.Push(pushed, grads).ok());
   std::vector<float> after;
-  ASSERT_TRUE(server0.Pull(0, 0, "words", ids, &after).ok());
+  ASSERT_TRUE(server0.Pull(0, 0, "words", 0, ids, &after).ok());
   ASSERT_TRUE(alone.Pull(ids, expected.data()).ok());
   EXPECT_EQ(std::memcmp(after.data(), expected.data(), after.size() * 4), 0);
   for (size_t r = 0; r < ids.size(); ++r) {
@@ -135,36 +135,40 @@ TEST(SparseTablesTest, BadRequestsAreRefusedWholeAndCounted) {
   SparseTables server0(TwoTablesJob(), 0, 2);
   const std::vector<uint64_t> mine = IdsOf(0, 40), theirs = IdsOf(1, 40);
   std::vector<float> rows;
-  ASSERT_TRUE(server0.Pull(0, 0, "words", {mine[0], mine[1]}, &rows).ok());
+  ASSERT_TRUE(server0.Pull(0, 0, "words", 0, {mine[0], mine[1]}, &rows).ok());
   const std::vector<float> before = rows;
 
-  EXPECT_EQ(server0.Pull(0, 0, "nouns", {mine[0]}, &rows).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(server0.Pull(1, 0, "words", {mine[0]}, &rows).code(),  // the job has worker 0 only
+  EXPECT_EQ(server0.Pull(0, 0, "nouns", 0, {mine[0]}, &rows).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(server0.Pull(1, 0, "words", 0, {mine[0]}, &rows).code(),  // the job has worker 0 only
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server0.Push(0, 0, "nouns", 0, 1, {mine[0]}, {1, 2, 3, 4}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(server0.Push(0, 0, "nouns", 0, 0, 1, {mine[0]}, {1, 2, 3, 4}).code(),
+            absl::StatusCode::kNotFound);
   // Out of range: refused before any row is made, even with good ids before it.
   uint64_t far = 1000;
   while (ServerOfRow(far, 2) != 0) ++far;
-  EXPECT_EQ(server0.Pull(0, 0, "words", {mine[2], far}, &rows).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(server0.Pull(0, 0, "words", {mine[2], theirs[0]}, &rows).code(),
+  EXPECT_EQ(server0.Pull(0, 0, "words", 0, {mine[2], far}, &rows).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(server0.Pull(0, 0, "words", 0, {mine[2], theirs[0]}, &rows).code(),
             absl::StatusCode::kInvalidArgument);
   // Pushes: a wrong width, a repeated id, a row never pulled.
-  EXPECT_EQ(server0.Push(0, 0, "words", 0, 1, {mine[0]}, {1, 2, 3}).code(),
+  EXPECT_EQ(server0.Push(0, 0, "words", 0, 0, 1, {mine[0]}, {1, 2, 3}).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server0.Push(0, 0, "words", 0, 1, {mine[0], mine[0]}, std::vector<float>(8, 1)).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server0.Push(0, 0, "words", 0, 1, {mine[0], mine[5]}, std::vector<float>(8, 1)).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      server0.Push(0, 0, "words", 0, 0, 1, {mine[0], mine[0]}, std::vector<float>(8, 1)).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      server0.Push(0, 0, "words", 0, 0, 1, {mine[0], mine[5]}, std::vector<float>(8, 1)).code(),
+      absl::StatusCode::kFailedPrecondition);
   // A pull over the byte limit.
   std::vector<uint64_t> many(kMaxRowBytesPerRequest / 16 + 1, mine[0]);
-  EXPECT_EQ(server0.Pull(0, 0, "words", many, &rows).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server0.Pull(0, 0, "words", 0, many, &rows).code(), absl::StatusCode::kInvalidArgument);
 
   const std::vector<TableStatus> st = server0.Status();
   EXPECT_EQ(st[0].rows(), 2);  // none made by a refused pull
   EXPECT_EQ(st[0].updates(), 0);
   EXPECT_EQ(st[0].refused(), 6);
   EXPECT_EQ(server0.refused(), 9);  // those naming "nouns" or worker 1 too
-  ASSERT_TRUE(server0.Pull(0, 0, "words", {mine[0], mine[1]}, &rows).ok());
+  ASSERT_TRUE(server0.Pull(0, 0, "words", 0, {mine[0], mine[1]}, &rows).ok());
   EXPECT_EQ(rows, before);
 }
 
@@ -190,7 +194,7 @@ JobSpec RoundsJob(int workers, const std::string& consistency,
 
 std::vector<float> Rows(SparseTables& tables, std::vector<uint64_t> ids) {
   std::vector<float> rows;
-  EXPECT_TRUE(tables.Pull(0, 0, "t", ids, &rows).ok());
+  EXPECT_TRUE(tables.Pull(0, 0, "t", 0, ids, &rows).ok());
   return rows;
 }
 
@@ -200,20 +204,21 @@ std::vector<float> Rows(SparseTables& tables, std::vector<uint64_t> ids) {
 TEST(SparseTablesTest, BspRoundAppliesTheSamplesMeanOnceEveryLiveWorkerPushed) {
   SparseTables tables(RoundsJob(3, "BSP"), 0, 1);
   const std::vector<float> start = Rows(tables, {1, 2, 3});
-  EXPECT_TRUE(tables.Readable(0, "t", 0));
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 0));
   // Worker 0: 2 samples, rows 1 and 2; worker 1: 1 sample, rows 2 and 3.
-  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 2, {1, 2}, {1, 2, 3, 4}).ok());
-  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 1, {2, 3}, {5, 6, 7, 8}).ok());
-  EXPECT_FALSE(tables.Readable(0, "t", 1));
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 0, 2, {1, 2}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 0, 1, {2, 3}, {5, 6, 7, 8}).ok());
+  EXPECT_FALSE(tables.Readable(0, "t", 0, 1));
   EXPECT_EQ(Rows(tables, {1, 2, 3}), start);  // nothing applied yet
   EXPECT_EQ(tables.Status()[0].updates(), 0);
   // A repeat is a retry: taken once. A clock ahead is refused.
-  EXPECT_TRUE(tables.Push(0, 0, "t", 0, 2, {1, 2}, {1, 2, 3, 4}).ok());
-  EXPECT_EQ(tables.Push(0, 0, "t", 1, 2, {1}, {1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(tables.Push(0, 0, "t", 0, 0, 2, {1, 2}, {1, 2, 3, 4}).ok());
+  EXPECT_EQ(tables.Push(0, 0, "t", 0, 1, 2, {1}, {1, 1}).code(),
+            absl::StatusCode::kInvalidArgument);
   // Worker 2's empty push (1 sample) closes the round: 4 samples.
-  ASSERT_TRUE(tables.Push(2, 0, "t", 0, 1, {}, {}).ok());
-  EXPECT_TRUE(tables.Readable(0, "t", 1));
-  EXPECT_FALSE(tables.Readable(0, "t", 2));
+  ASSERT_TRUE(tables.Push(2, 0, "t", 0, 0, 1, {}, {}).ok());
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 1));
+  EXPECT_FALSE(tables.Readable(0, "t", 0, 2));
   const std::vector<float> after = Rows(tables, {1, 2, 3});
   const float mean = 1.0f / 4;
   const std::vector<float> sum = {2 * 1.0f, 2 * 2.0f, 2 * 3.0f + 5, 2 * 4.0f + 6, 7, 8};
@@ -228,18 +233,19 @@ TEST(SparseTablesTest, BspRoundAppliesTheSamplesMeanOnceEveryLiveWorkerPushed) {
   EXPECT_EQ(st.refused(), 1);
 
   // Round 1: a dead worker is left out; the last one's removal closes it.
-  ASSERT_TRUE(tables.Push(0, 0, "t", 1, 1, {1}, {4, 4}).ok());
-  EXPECT_EQ(tables.Push(0, 0, "t", 2, 1, {1}, {4, 4}).code(),  // its push of 1 waits
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 1, 1, {1}, {4, 4}).ok());
+  EXPECT_EQ(tables.Push(0, 0, "t", 0, 2, 1, {1}, {4, 4}).code(),  // its push of 1 waits
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(tables.CheckPull(0, 0, "t", {1}, 2).ok());  // its push of 1 reaches it
-  EXPECT_EQ(tables.CheckPull(0, 0, "t", {1}, 3).code(),    // would wait for itself
+  EXPECT_TRUE(tables.CheckPull(0, 0, "t", 0, {1}, 2).ok());  // its push of 1 reaches it
+  EXPECT_EQ(tables.CheckPull(0, 0, "t", 0, {1}, 3).code(),   // would wait for itself
             absl::StatusCode::kInvalidArgument);
   tables.RemoveWorker(1);
-  EXPECT_FALSE(tables.Readable(0, "t", 2));
+  EXPECT_FALSE(tables.Readable(0, "t", 0, 2));
   // A worker declared dead: its pushes are refused, whatever their clock.
-  EXPECT_EQ(tables.Push(1, 0, "t", 1, 1, {1}, {1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(tables.Push(1, 0, "t", 0, 1, 1, {1}, {1, 1}).code(),
+            absl::StatusCode::kFailedPrecondition);
   tables.RemoveWorker(2);
-  EXPECT_TRUE(tables.Readable(0, "t", 2));
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 2));
   const std::vector<float> last = Rows(tables, {1});
   EXPECT_FLOAT_EQ(last[0], after[0] - 4);
   EXPECT_EQ(tables.Status()[0].updates(), 2);
@@ -251,17 +257,17 @@ TEST(SparseTablesTest, BspRoundAppliesTheSamplesMeanOnceEveryLiveWorkerPushed) {
   EXPECT_EQ(tables.Status()[0].clock(), 0);
   EXPECT_EQ(tables.Status()[0].rows(), 0);
   EXPECT_EQ(tables.Status()[0].updates(), 0);
-  EXPECT_FALSE(tables.Readable(1, "t", 1));
-  EXPECT_TRUE(tables.Readable(0, "t", 1));
+  EXPECT_FALSE(tables.Readable(1, "t", 0, 1));
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 1));
   const int64_t refused = tables.Status()[0].refused();
   std::vector<float> rows;
-  EXPECT_EQ(tables.Pull(0, 0, "t", {1}, &rows).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(tables.Push(0, 0, "t", 2, 1, {}, {}).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(tables.CheckPull(0, 2, "t", {1}, 0).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(tables.Push(0, 2, "t", 0, 1, {}, {}).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(tables.Pull(0, 0, "t", 0, {1}, &rows).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(tables.Push(0, 0, "t", 0, 2, 1, {}, {}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(tables.CheckPull(0, 2, "t", 0, {1}, 0).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(tables.Push(0, 2, "t", 0, 0, 1, {}, {}).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(tables.Status()[0].refused(), refused);  // not counted: nothing was wrong with them
-  ASSERT_TRUE(tables.Pull(0, 1, "t", {1}, &rows).ok());
-  ASSERT_TRUE(tables.Push(0, 1, "t", 0, 1, {1}, {1, 1}).ok());
+  ASSERT_TRUE(tables.Pull(0, 1, "t", 0, {1}, &rows).ok());
+  ASSERT_TRUE(tables.Push(0, 1, "t", 0, 0, 1, {1}, {1, 1}).ok());
 }
 
 // The finiteness rule (server/nonfinite.h) for rows: a push holding a NaN
@@ -275,9 +281,9 @@ TEST(SparseTablesTest, APushWithANanOrAnInfIsTakenNotAppliedAndCounted) {
   SparseTables tables(RoundsJob(2, "BSP"), 0, 1);
   const std::vector<float> start = Rows(tables, {1, 2});
   // Round 0: worker 0's push is poisoned; worker 1's (3 samples) is the round.
-  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 1, {1, 2}, {1, nan, 3, 4}).ok());
-  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 3, {2}, {6, 9}).ok());
-  EXPECT_TRUE(tables.Readable(0, "t", 1));
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 0, 1, {1, 2}, {1, nan, 3, 4}).ok());
+  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 0, 3, {2}, {6, 9}).ok());
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 1));
   std::vector<float> after = Rows(tables, {1, 2});
   EXPECT_EQ(after[0], start[0]);  // row 1 only worker 0 touched: unchanged
   EXPECT_EQ(after[1], start[1]);
@@ -288,12 +294,12 @@ TEST(SparseTablesTest, APushWithANanOrAnInfIsTakenNotAppliedAndCounted) {
   EXPECT_EQ(st.nonfinite_skipped(), 1);
   EXPECT_EQ(st.refused(), 0);  // taken, not refused
   // A retry of the poisoned push changes nothing and is not counted again.
-  EXPECT_TRUE(tables.Push(0, 0, "t", 0, 1, {1, 2}, {1, nan, 3, 4}).ok());
+  EXPECT_TRUE(tables.Push(0, 0, "t", 0, 0, 1, {1, 2}, {1, nan, 3, 4}).ok());
   EXPECT_EQ(tables.Status()[0].nonfinite_skipped(), 1);
   // Round 1: both poisoned: no update, the clock moves on.
-  ASSERT_TRUE(tables.Push(0, 0, "t", 1, 1, {1}, {inf, 0}).ok());
-  ASSERT_TRUE(tables.Push(1, 0, "t", 1, 1, {2}, {-inf, nan}).ok());
-  EXPECT_TRUE(tables.Readable(0, "t", 2));
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 1, 1, {1}, {inf, 0}).ok());
+  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 1, 1, {2}, {-inf, nan}).ok());
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 2));
   EXPECT_EQ(Rows(tables, {1, 2}), after);
   st = tables.Status()[0];
   EXPECT_EQ(st.updates(), 1);
@@ -303,11 +309,11 @@ TEST(SparseTablesTest, APushWithANanOrAnInfIsTakenNotAppliedAndCounted) {
 
   SparseTables async(RoundsJob(2, "BSP", "ASP"), 0, 1);
   const std::vector<float> first = Rows(async, {1});
-  ASSERT_TRUE(async.Push(0, 0, "t", 0, 1, {1}, {nan, 1}).ok());
+  ASSERT_TRUE(async.Push(0, 0, "t", 0, 0, 1, {1}, {nan, 1}).ok());
   EXPECT_EQ(Rows(async, {1}), first);
   EXPECT_EQ(async.Status()[0].updates(), 0);
   EXPECT_EQ(async.Status()[0].nonfinite_skipped(), 1);
-  ASSERT_TRUE(async.Push(0, 0, "t", 1, 1, {1}, {1, 1}).ok());  // the worker goes on
+  ASSERT_TRUE(async.Push(0, 0, "t", 0, 1, 1, {1}, {1, 1}).ok());  // the worker goes on
   EXPECT_EQ(async.Status()[0].updates(), 1);
 }
 
@@ -318,7 +324,7 @@ TEST(SparseTablesTest, AJobThatAllowsNonfiniteValuesAppliesThemToRowsToo) {
   job.mutable_optimizer()->set_allow_nonfinite(true);
   SparseTables tables(job, 0, 1);
   Rows(tables, {1});
-  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 1, {1}, {std::nanf(""), 1}).ok());
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 0, 1, {1}, {std::nanf(""), 1}).ok());
   EXPECT_TRUE(std::isnan(Rows(tables, {1})[0]));
   EXPECT_EQ(tables.Status()[0].nonfinite_skipped(), 0);
   job.mutable_tables(0)->mutable_optimizer()->set_allow_nonfinite(true);
@@ -357,10 +363,10 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
     std::vector<uint64_t> ids;
     for (uint64_t i = 0; i < 6; ++i) ids.push_back(clock * 3 + i);  // overlapping batches
     std::vector<float> rows;
-    ASSERT_TRUE(t.Pull(0, 0, "t", ids, &rows).ok());
+    ASSERT_TRUE(t.Pull(0, 0, "t", 0, ids, &rows).ok());
     std::vector<float> grads(ids.size() * 3);
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.1f * static_cast<float>(i) - clock;
-    ASSERT_TRUE(t.Push(0, 0, "t", clock, 4, ids, grads).ok());
+    ASSERT_TRUE(t.Push(0, 0, "t", 0, clock, 4, ids, grads).ok());
   };
   std::vector<uint64_t> all(30);
   for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -391,8 +397,8 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
     step(restored, c);
   }
   std::vector<float> a, b;
-  ASSERT_TRUE(tables.Pull(0, 0, "t", all, &a).ok());
-  ASSERT_TRUE(restored.Pull(0, 0, "t", all, &b).ok());
+  ASSERT_TRUE(tables.Pull(0, 0, "t", 0, all, &a).ok());
+  ASSERT_TRUE(restored.Pull(0, 0, "t", 0, all, &b).ok());
   EXPECT_EQ(a, b);
   EXPECT_GT(restored.Status()[0].rows_on_disk(), 0);
   std::ofstream(CheckpointPath(dir, 0, 4));  // (the rollback deleted the chunks' file too)
@@ -423,12 +429,12 @@ TEST(SparseTablesTest, SspAppliesAtOnceAndTheHybridRunsTablesAsynchronously) {
   EXPECT_EQ(TableMinClockForRead(ssp, 5), 4);
   SparseTables tables(ssp, 0, 1);
   const std::vector<float> start = Rows(tables, {7});
-  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 3, {7}, {1, 1}).ok());
-  ASSERT_TRUE(tables.Push(0, 0, "t", 1, 3, {7}, {1, 1}).ok());
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 0, 3, {7}, {1, 1}).ok());
+  ASSERT_TRUE(tables.Push(0, 0, "t", 0, 1, 3, {7}, {1, 1}).ok());
   EXPECT_EQ(Rows(tables, {7})[0], start[0] - 2);  // each at once, not averaged
-  EXPECT_FALSE(tables.Readable(0, "t", 1));          // worker 1 has applied nothing
-  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 3, {}, {}).ok());
-  EXPECT_TRUE(tables.Readable(0, "t", 1));
+  EXPECT_FALSE(tables.Readable(0, "t", 0, 1));    // worker 1 has applied nothing
+  ASSERT_TRUE(tables.Push(1, 0, "t", 0, 0, 3, {}, {}).ok());
+  EXPECT_TRUE(tables.Readable(0, "t", 0, 1));
   EXPECT_EQ(tables.Status()[0].updates(), 3);
   EXPECT_EQ(tables.Status()[0].consistency(), SSP);
 
@@ -437,7 +443,7 @@ TEST(SparseTablesTest, SspAppliesAtOnceAndTheHybridRunsTablesAsynchronously) {
   EXPECT_EQ(TableMinClockForRead(RoundsJob(2, "BSP"), 5), 5);
   SparseTables async(hybrid, 0, 1);
   const std::vector<float> before = Rows(async, {7});
-  ASSERT_TRUE(async.Push(0, 0, "t", 0, 3, {7}, {1, 1}).ok());
+  ASSERT_TRUE(async.Push(0, 0, "t", 0, 0, 3, {7}, {1, 1}).ok());
   EXPECT_EQ(Rows(async, {7})[0], before[0] - 1);
   EXPECT_EQ(async.Status()[0].consistency(), ASP);
   // Tables take part in no pipeline yet.

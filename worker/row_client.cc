@@ -147,6 +147,20 @@ absl::StatusOr<int> RowClient::Width(const std::string& table) const {
   return it->second;
 }
 
+std::vector<std::string> HomeAddresses(const ServerRoutes& routes,
+                                       std::vector<std::string> servers) {
+  std::vector<std::string> out = servers;
+  for (int home = 0; home < routes.serving_size() && home < static_cast<int>(out.size()); ++home) {
+    const int at = routes.serving(home);
+    if (at >= 0 && at < routes.addresses_size() && !routes.addresses(at).empty()) {
+      out[home] = routes.addresses(at);
+    } else if (at >= 0 && at < static_cast<int>(servers.size())) {
+      out[home] = servers[at];
+    }
+  }
+  return out;
+}
+
 absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
                              absl::Span<const uint64_t> ids, std::vector<float>* rows) {
   absl::StatusOr<int> width = Width(table);
@@ -177,6 +191,7 @@ absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
     req.set_dtype(FP32);
     req.set_min_clock(min_clock);
     req.set_generation(call.generation);
+    req.set_home(s);
     wire[s] = SerializeSmall(req);
     sent[s] = req.ids_size() > 0 || min_clock > 0;
   }
@@ -246,6 +261,7 @@ absl::Status RowClient::Push(const std::string& table, const RowCall& call, int 
     req.set_clock(call.clock);
     req.set_num_samples(num_samples);
     req.set_generation(call.generation);
+    req.set_home(s);
     wire[s] = WithPayload(req, PushRowsRequest::kGradsFieldNumber,
                           SliceOf(std::move(payloads[s])));
   }

@@ -25,6 +25,8 @@
 #ifndef PSTRAIN_WORKER_ROW_CLIENT_H_
 #define PSTRAIN_WORKER_ROW_CLIENT_H_
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,8 +38,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
-#include <grpcpp/generic/generic_stub.h>
 
 namespace pstrain {
 
@@ -65,11 +67,19 @@ struct RowClientOptions {
   absl::Duration retry_window = absl::Minutes(10);
 };
 
+// For each home server, the address of the server that serves its rows
+// by `routes` (the scheduler's, with standby replicas; without routes, or
+// for a server they do not place, `servers`, the servers by id).
+std::vector<std::string> HomeAddresses(const ServerRoutes& routes,
+                                       std::vector<std::string> servers);
+
 // Thread-compatible.
 class RowClient {
  public:
-  // `servers()` gives the servers' addresses in the order of their ids; it
-  // is asked before every attempt. `job`'s tables.
+  // `servers()` gives, for each home server in the order of their ids,
+  // the address of the server that serves its rows (its own; with standby
+  // replicas where the routes say: HomeAddresses); it is asked before every
+  // attempt. `job`'s tables.
   RowClient(const JobSpec& job, std::function<std::vector<std::string>()> servers, int worker_id,
             RowClientOptions options = {});
 

@@ -8,6 +8,11 @@ The scripts never notice (exit 0), the job ends DONE without a rollback
 (generation 0, two promotions), and every worker's final weights are bit
 for bit those of the same job undisturbed and without standbys.
 
+The same for the sparse tables' job (examples/torch/fortune_topics.py as
+tests/python/fortune_worker.py: an embedding bag over the table "words",
+BSP, SparseAdam rows): the rows and the linear layer at the end are bit
+for bit an undisturbed run's without standbys.
+
 The facts come from exit codes, the scheduler's Status (psctl status
 --json while the job runs, the --status_file at its end) and the scripts'
 result files, never from logs.
@@ -33,6 +38,9 @@ os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
 sys.path[:0] = [str(runfile("python"))]
 
 from cluster_control import TINY_JOB, Cluster, member, slowest_clock, worker_rank  # noqa: E402
+
+FORTUNE_JOB = runfile("tests/python/jobs/fortune_external.pbtxt")
+FORTUNE_WORKER = runfile("tests/python/fortune_worker.py")
 
 CLOCKS = 200
 FAULT_AT = 50               # the slowest worker's clock at the first kill
@@ -61,6 +69,25 @@ def run_undisturbed():
         return weights(cluster, "worker0")
 
 
+def start_fortune(cluster, *flags):
+    for name in WORKERS:
+        cluster.start(name, [sys.executable, str(FORTUNE_WORKER), "--weights_out=%s/%s.pt" % (
+            cluster.dir, name), "--result_json=%s" % cluster.result_path(name)] + list(flags),
+            env=cluster.worker_env())
+
+
+def run_fortune_undisturbed():
+    """Worker 0's final rows and weights of the tables' job without standbys or faults."""
+    with Cluster(FORTUNE_JOB, servers=2, workers=2, name="torch_standby_fortune_calm",
+                 scheduler_flags=COMMON_FLAGS) as cluster:
+        start_fortune(cluster)
+        codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
+        if codes != dict.fromkeys(codes, 0):
+            raise AssertionError("the undisturbed run failed: %s (logs in %s)" % (
+                codes, cluster.dir))
+        return weights(cluster, "worker0")
+
+
 class TorchStandbyTest(unittest.TestCase):
     def kill_and_replace(self, cluster, server_id, at_clock, promotions):
         """Kills server `server_id` once the slowest worker is past
@@ -83,8 +110,35 @@ class TorchStandbyTest(unittest.TestCase):
             server_id, at_clock, slowest_clock(promoted), promoted["routes"]["serving"]))
         return victim, name
 
-    def test_each_servers_death_costs_the_scripts_nothing(self):
+    def kill_each_server(self, cluster, expected):
+        """Kills server 1, then server 0, each replaced; then checks the
+        job ended DONE without a rollback and every worker's final weights
+        are `expected`."""
         import torch
+        first, first_again = self.kill_and_replace(cluster, 1, FAULT_AT, 1)
+        now = slowest_clock(cluster.wait_status(lambda st: True, START_TIMEOUT_S))
+        second, second_again = self.kill_and_replace(cluster, 0, now + 10, 2)
+        live = [first_again, second_again]
+        codes = cluster.wait(["scheduler"] + live + WORKERS, END_TIMEOUT_S)
+        self.assertEqual(codes, dict.fromkeys(codes, 0))
+        final = cluster.final_status()
+        self.assertEqual(final["job_state"], "DONE", final.get("message"))
+        self.assertEqual(final.get("rollbacks", []), [])
+        self.assertEqual(int(final.get("generation", 0)), 0)
+        self.assertEqual(int(final.get("promotions", 0)), 2)
+        for worker_id in (0, 1):
+            m = member(final, "WORKER", worker_id)
+            self.assertEqual((m["state"], int(m["clock"])), ("FINISHED", CLOCKS), m)
+        for name in WORKERS:
+            result = cluster.result(name)
+            self.assertTrue(result is not None and result["ok"], result)
+            got = weights(cluster, name)
+            self.assertEqual(sorted(got), sorted(expected))
+            for key, w in expected.items():
+                self.assertTrue(torch.equal(got[key], w), "%s's %s: max |dw| %g" % (
+                    name, key, float((got[key].float() - w.float()).abs().max())))
+
+    def test_each_servers_death_costs_the_scripts_nothing(self):
         expected = run_undisturbed()
         cluster = Cluster(TINY_JOB, servers=2, workers=2, name="torch_standby",
                           scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
@@ -93,28 +147,16 @@ class TorchStandbyTest(unittest.TestCase):
                 cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name))
             ranks = sorted(worker_rank(cluster, name, START_TIMEOUT_S) for name in WORKERS)
             self.assertEqual(ranks, [0, 1])
-            first, first_again = self.kill_and_replace(cluster, 1, FAULT_AT, 1)
-            now = slowest_clock(cluster.wait_status(lambda st: True, START_TIMEOUT_S))
-            second, second_again = self.kill_and_replace(cluster, 0, now + 10, 2)
-            live = [first_again, second_again]
-            codes = cluster.wait(["scheduler"] + live + WORKERS, END_TIMEOUT_S)
-            self.assertEqual(codes, dict.fromkeys(codes, 0))
-            final = cluster.final_status()
-            self.assertEqual(final["job_state"], "DONE", final.get("message"))
-            self.assertEqual(final.get("rollbacks", []), [])
-            self.assertEqual(int(final.get("generation", 0)), 0)
-            self.assertEqual(int(final.get("promotions", 0)), 2)
-            for worker_id in (0, 1):
-                m = member(final, "WORKER", worker_id)
-                self.assertEqual((m["state"], int(m["clock"])), ("FINISHED", CLOCKS), m)
-            for name in WORKERS:
-                result = cluster.result(name)
-                self.assertTrue(result is not None and result["ok"], result)
-                got = weights(cluster, name)
-                self.assertEqual(sorted(got), sorted(expected))
-                for key, w in expected.items():
-                    self.assertTrue(torch.equal(got[key], w), "%s's %s: max |dw| %g" % (
-                        name, key, float((got[key] - w).abs().max())))
+            self.kill_each_server(cluster, expected)
+
+    def test_a_sparse_tables_job_loses_no_row(self):
+        expected = run_fortune_undisturbed()
+        self.assertIn("rows", expected)
+        cluster = Cluster(FORTUNE_JOB, servers=2, workers=2, name="torch_standby_fortune",
+                          scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
+        with cluster:
+            start_fortune(cluster, "--sleep_ms=15")
+            self.kill_each_server(cluster, expected)
 
 
 if __name__ == "__main__":

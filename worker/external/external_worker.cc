@@ -348,8 +348,14 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
   if (rows_ == nullptr) {
     // The servers as the loop's latest cluster view has them (a
     // replacement's address once the loop reconnected after a rollback).
+    // With standby replicas each home's rows go where the routes say.
     rows_ = std::make_unique<RowClient>(
-        job_, [this] { return servers(); }, id_);
+        job_,
+        [this] {
+          if (job_.replicas() == 0) return servers();
+          return HomeAddresses(daemon_->client().routes(), servers());
+        },
+        id_);
   }
   return rows_.get();
 }
