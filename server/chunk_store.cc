@@ -60,9 +60,9 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
     absl::MutexLock lock(&c.mu);
     if (memory_error_ = Initialize(c); !memory_error_.ok()) return;
     // A standby copy is filled by its primary (it may be a replacement's).
-    c.serving = Home(c);
-    c.version = Home(c) ? 0 : -1;
-    c.replicated = c.clocks.applied();
+    c.replica.serving = Home(c);
+    c.replica.version = Home(c) ? 0 : -1;
+    c.replica.replicated = c.clocks.applied();
   }
 }
 
@@ -144,7 +144,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     }
     absl::MutexLock lock(&c->mu);
     RETURN_IF_ERROR(CheckChunkGeneration(*c, push.generation));
-    if (!c->serving) {
+    if (!c->replica.serving) {
       return absl::UnavailableError(absl::StrCat("server ", server_id_,
                                                  " keeps a standby copy of chunk ", part.chunk,
                                                  "; another serves it"));
@@ -215,7 +215,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
       c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate, job_.replicas() > 0);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
-  if (!c.serving) return absl::UnavailableError("chunk demoted to a standby copy");
+  if (!c.replica.serving) return absl::UnavailableError("chunk demoted to a standby copy");
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   const int64_t n = c.layout.weights;
   const bool acceptable = nonfinite_.Admits(grad, worker, clock, [&] {
@@ -346,7 +346,7 @@ bool ChunkStore::RoundsEven() const {
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (!c.serving || !c.shipped) continue;
+    if (!c.replica.serving || !c.replica.shipped) continue;
     const int64_t at = c.clocks.MinApplied();
     if (clock >= 0 && at != clock) return false;
     clock = at;
@@ -360,7 +360,7 @@ int64_t ChunkStore::MinAppliedClock() const {
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
     all = std::min(all, c->clocks.MinApplied());
-    if (c->serving) served = std::min(served, c->clocks.MinApplied());
+    if (c->replica.serving) served = std::min(served, c->clocks.MinApplied());
   }
   if (chunks_.empty()) return 0;
   return served != INT64_MAX ? served : all;

@@ -42,6 +42,7 @@
 #include "server/memory_plan.h"
 #include "server/nonfinite.h"
 #include "server/optimizer.h"
+#include "server/replica_state.h"
 #include "server/update_rules.h"
 
 namespace pstrain {
@@ -265,15 +266,7 @@ class ChunkStore : public HeldRounds {
     int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held
     // False while an EXTERNAL model's chunk waits for its initial weights.
     bool has_values ABSL_GUARDED_BY(mu) = true;
-    // Standby replicas: whether it is served here (else a standby copy);
-    // served, whether its changes wait for a standby. Its changes so far
-    // (served) or held (standby; -1: not filled), the newest one its
-    // standby confirmed, and the applied clocks as of that one.
-    bool serving ABSL_GUARDED_BY(mu) = true;
-    bool shipped ABSL_GUARDED_BY(mu) = false;
-    int64_t version ABSL_GUARDED_BY(mu) = 0;
-    int64_t confirmed ABSL_GUARDED_BY(mu) = 0;
-    std::vector<int64_t> replicated ABSL_GUARDED_BY(mu);
+    ReplicaState replica ABSL_GUARDED_BY(mu);  // standby replicas
   };
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from

@@ -31,12 +31,11 @@ void ChunkStore::FlushShipped() const {
 
 void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const OptimizerSpec* hyper,
                       bool full) {
-  if (!c.serving) return;
-  ++c.version;
+  if (!c.replica.serving) return;
+  ++c.replica.version;
   ReplicaSink* sink = sink_.load();
-  if (!c.shipped || sink == nullptr) {  // nothing to wait for
-    c.confirmed = c.version;
-    c.replicated = c.clocks.applied();
+  if (!c.replica.shipped || sink == nullptr) {  // nothing to wait for
+    c.replica.ConfirmAll(c.clocks.applied());
     return;
   }
   if (full) {  // not a step the standby could take: the whole state goes
@@ -45,7 +44,7 @@ void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const Optimize
   }
   ChunkUpdate u;
   u.set_chunk(c.id);
-  u.set_version(c.version);
+  u.set_version(c.replica.version);
   u.set_clock(clock);
   if (grad != nullptr) u.set_grad(FloatBytes(grad, c.layout.weights));
   if (hyper != nullptr) {
@@ -62,25 +61,13 @@ bool ChunkStore::SetRoles(const std::vector<bool>& serving, const std::vector<bo
     const bool serve = c.home < static_cast<int>(serving.size()) && serving[c.home];
     const bool ship = serve && c.home < static_cast<int>(shipped.size()) && shipped[c.home];
     absl::MutexLock lock(&c.mu);
-    if (serve && !c.serving) {  // promoted: its standby copy is served from now on
+    const ReplicaState::RoleChange change = c.replica.SetRole(serve, ship, c.clocks.applied());
+    if (change == ReplicaState::RoleChange::kPromoted) {  // its copy is served from now on
       c.clocks.SetApplied(c.clocks.applied());
       c.round_samples = 0;
       c.round_closed = false;
-      c.version = std::max<int64_t>(c.version, 0);
-      c.confirmed = c.version;
-      c.replicated = c.clocks.applied();
-      changed = true;
-    } else if (!serve && c.serving) {  // demoted: the copy is stale until filled
-      c.version = -1;
-      changed = true;
     }
-    c.serving = serve;
-    if (c.shipped != ship) changed = true;
-    if (serve && !ship) {  // no standby: nothing to wait for
-      c.confirmed = c.version;
-      c.replicated = c.clocks.applied();
-    }
-    c.shipped = ship;
+    if (change != ReplicaState::RoleChange::kNone) changed = true;
   }
   return changed;
 }
@@ -94,7 +81,7 @@ absl::Status ChunkStore::CheckServed(int32_t chunk) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr) return CheckChunk(chunk);
   absl::MutexLock lock(&c->mu);
-  if (c->serving) return absl::OkStatus();
+  if (c->replica.serving) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("server ", server_id_,
                                              " keeps a standby copy of chunk ", chunk,
                                              "; another server serves it now"));
@@ -104,30 +91,25 @@ bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr || job_.replicas() == 0) return true;
   absl::MutexLock lock(&c->mu);
-  // A chunk demoted here: what a push gave it never reached the primary.
-  if (!c->serving) return false;
-  return worker < 0 || worker >= static_cast<int>(c->replicated.size()) ||
-         c->replicated[worker] > clock;
+  return c->replica.Holds(worker, clock);
 }
 
 void ChunkStore::Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied) {
   Chunk* c = Find(chunk);
   if (c == nullptr) return;
   absl::MutexLock lock(&c->mu);
-  if (!c->serving || version <= c->confirmed || version > c->version) return;
-  c->confirmed = version;
-  c->replicated = applied;
+  c->replica.Confirm(version, applied);
 }
 
 absl::StatusOr<ChunkUpdate> ChunkStore::FullUpdate(int32_t chunk) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr) return CheckChunk(chunk);
   absl::MutexLock lock(&c->mu);
-  if (!c->serving) return absl::FailedPreconditionError("not served here");
+  if (!c->replica.serving) return absl::FailedPreconditionError("not served here");
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
   ChunkUpdate u;
   u.set_chunk(chunk);
-  u.set_version(c->version);
+  u.set_version(c->replica.version);
   u.set_full(true);
   u.set_weights(FloatBytes(slab.weights(), c->layout.weights));
   // The state arrays as the slab lays them out (with their gaps).
@@ -152,7 +134,7 @@ absl::Status ChunkStore::TakeFull(Chunk& c, const ChunkUpdate& u) {
   c.steps = u.steps();
   c.has_values = u.has_values();
   c.clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  c.version = u.version();
+  c.replica.version = u.version();
   MaybeCheckpoint(c, slab);
   return absl::OkStatus();
 }
@@ -183,19 +165,22 @@ absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> gr
   if (c == nullptr) return CheckChunk(u.chunk());
   RETURN_IF_ERROR(CheckUpdate(u));
   absl::MutexLock lock(&c->mu);
-  if (c->serving) {
+  if (c->replica.serving) {
     return absl::FailedPreconditionError(
         absl::StrCat("replicate: server ", server_id_, " serves chunk ", u.chunk(), " itself"));
   }
   if (u.full()) {
     // A whole state older than the copy (a late retry) is held already.
-    if (c->version >= 0 && u.version() < c->version) return absl::OkStatus();
-    return TakeFull(*c, u);
+    return c->replica.TakesWhole(u.version()) ? TakeFull(*c, u) : absl::OkStatus();
   }
-  if (u.version() <= c->version) return absl::OkStatus();  // held already
-  if (c->version < 0 || u.version() != c->version + 1) {
-    *need_full = true;
-    return absl::OkStatus();
+  switch (c->replica.FollowOf(u.version())) {
+    case ReplicaState::Follow::kHeld:
+      return absl::OkStatus();
+    case ReplicaState::Follow::kNeedWhole:
+      *need_full = true;
+      return absl::OkStatus();
+    case ReplicaState::Follow::kApply:
+      break;
   }
   const int64_t n = c->layout.weights;
   if (!grad.empty() && static_cast<int64_t>(grad.size()) != n) {
@@ -209,7 +194,7 @@ absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> gr
           /*split=*/false);
   }
   c->clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  c->version = u.version();
+  c->replica.version = u.version();
   MaybeCheckpoint(*c, slab);
   return absl::OkStatus();
 }
@@ -217,7 +202,7 @@ absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> gr
 bool ChunkStore::StandbyFilled() const {
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
-    if (!c->serving && c->version < 0) return false;
+    if (c->replica.stale()) return false;
   }
   return true;
 }
@@ -226,7 +211,7 @@ int64_t ChunkStore::ReplicationLag() const {
   int64_t lag = 0;
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
-    if (c->serving) lag += c->version - c->confirmed;
+    lag += c->replica.lag();
   }
   return lag;
 }
@@ -236,7 +221,7 @@ std::vector<int> ChunkStore::ServedHomes() const {
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (c.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
+    if (c.replica.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
   }
   return out;
 }
@@ -246,7 +231,7 @@ std::vector<int> ChunkStore::StandbyHomes() const {
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (!c.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
+    if (!c.replica.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
   }
   return out;
 }
@@ -255,7 +240,7 @@ void ChunkStore::ForgetCopies() {
   for (int32_t id : chunk_ids_) {
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (!c.serving) c.version = -1;
+    if (!c.replica.serving) c.replica.version = -1;
   }
 }
 
@@ -265,8 +250,8 @@ void ChunkStore::JoinAsStandby(int64_t generation) {
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
     c.generation = generation;
-    c.serving = false;
-    c.version = -1;
+    c.replica.serving = false;
+    c.replica.version = -1;
   }
 }
 

@@ -85,10 +85,10 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
       auto table = std::make_unique<Table>(config, spec.num_ids(), workers_, home);
       absl::MutexLock lock(&table->mu);
       // A standby copy is filled by its primary (as a chunk's).
-      table->serving = home == server;
-      table->version = table->serving ? 0 : -1;
-      table->confirmed = table->version;
-      table->replicated = table->clocks.applied();
+      table->replica.serving = home == server;
+      table->replica.version = table->replica.serving ? 0 : -1;
+      table->replica.confirmed = table->replica.version;
+      table->replica.replicated = table->clocks.applied();
       Publish(*table);
       parts.emplace(home, std::move(table));
     }
@@ -138,7 +138,7 @@ absl::StatusOr<SparseTables::Table*> SparseTables::Find(int worker, absl::string
 }
 
 absl::Status SparseTables::CheckServing(const Table& table) {
-  if (table.serving) return absl::OkStatus();
+  if (table.replica.serving) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("this server keeps a standby copy of table '",
                                              table.rows.config().name, "''s rows of server ",
                                              table.home, "; another server serves them now"));
@@ -238,7 +238,8 @@ bool SparseTables::Readable(int64_t generation, absl::string_view name, int home
   if (part == nullptr) return true;
   const Table& table = *part;
   absl::MutexLock lock(&table.mu);
-  return table.generation != generation || !table.serving || table.clocks.MinApplied() >= min_clock;
+  return table.generation != generation || !table.replica.serving ||
+         table.clocks.MinApplied() >= min_clock;
 }
 
 absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_view name, int home,
@@ -407,7 +408,7 @@ void SparseTables::RemoveWorker(int worker) {
       absl::MutexLock lock(&table->mu);
       if (!table->clocks.Remove(worker)) continue;
       // (A standby copy's rounds are its primary's.)
-      if (table->serving && consistency_ == BSP && table->clocks.RoundComplete()) {
+      if (table->replica.serving && consistency_ == BSP && table->clocks.RoundComplete()) {
         CloseRound(*table);
       }
       Advanced(*table);
@@ -442,12 +443,12 @@ absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t
   table.generation = generation;
   // A rollback serves every part from its own server again; the standby
   // copies wait for their primary's whole state.
-  table.serving = own;
+  table.replica.serving = own;
   table.adopted = false;
-  if (own) table.version = std::max<int64_t>(table.version, 0);
-  if (!own) table.version = -1;
-  table.confirmed = table.version;
-  table.replicated = table.clocks.applied();
+  if (own) table.replica.version = std::max<int64_t>(table.replica.version, 0);
+  if (!own) table.replica.version = -1;
+  table.replica.confirmed = table.replica.version;
+  table.replica.replicated = table.clocks.applied();
   Publish(table);
   absl::MutexLock status_lock(&table.status_mu);
   table.checkpoints.clear();

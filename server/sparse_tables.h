@@ -37,6 +37,7 @@
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
 #include "server/nonfinite.h"
+#include "server/replica_state.h"
 #include "server/sparse_table.h"
 
 namespace pstrain {
@@ -212,16 +213,8 @@ class SparseTables {
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t nonfinite_skipped ABSL_GUARDED_BY(mu) = 0;  // pushes the finiteness rule skipped
     int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held (Restore)
-    // Standby replicas, as a chunk's (server/chunk_store.h): served here or
-    // a standby copy; promoted from one; the count of changes (a copy's:
-    // those it holds; -1: stale until filled); confirmed by the standby,
-    // and the applied clocks as of the confirmed change.
-    bool serving ABSL_GUARDED_BY(mu) = true;
-    bool shipped ABSL_GUARDED_BY(mu) = false;
-    bool adopted ABSL_GUARDED_BY(mu) = false;
-    int64_t version ABSL_GUARDED_BY(mu) = 0;
-    int64_t confirmed ABSL_GUARDED_BY(mu) = 0;
-    std::vector<int64_t> replicated ABSL_GUARDED_BY(mu);
+    ReplicaState replica ABSL_GUARDED_BY(mu);    // standby replicas
+    bool adopted ABSL_GUARDED_BY(mu) = false;    // served since promoted from a copy
     // What Status and CheckpointClock read, under a lock of its own, so
     // that neither waits while `mu` is held for long (a checkpoint being
     // written): the table's status as of its last change, and the clocks

@@ -36,17 +36,16 @@ std::vector<float> Floats(const std::string& bytes) {
 
 void SparseTables::Ship(Table& table, bool step, absl::Span<const uint64_t> ids,
                         absl::Span<const float> grads) {
-  if (!table.serving) return;
-  ++table.version;
+  if (!table.replica.serving) return;
+  ++table.replica.version;
   TableSink* sink = sink_.load();
-  if (!table.shipped || sink == nullptr) {  // nothing to wait for
-    table.confirmed = table.version;
-    table.replicated = table.clocks.applied();
+  if (!table.replica.shipped || sink == nullptr) {  // nothing to wait for
+    table.replica.ConfirmAll(table.clocks.applied());
     return;
   }
   TableUpdate u;
   u.set_table(table.rows.config().name);
-  u.set_version(table.version);
+  u.set_version(table.replica.version);
   u.set_step(step);
   if (step) {
     u.mutable_ids()->Add(ids.begin(), ids.end());
@@ -73,23 +72,14 @@ bool SparseTables::SetRoles(const std::vector<bool>& serving, const std::vector<
       const bool serve = home < static_cast<int>(serving.size()) && serving[home];
       const bool ship = serve && home < static_cast<int>(shipped.size()) && shipped[home];
       absl::MutexLock lock(&table->mu);
-      if (serve && !table->serving) {  // promoted: the copy is served from now on
+      const ReplicaState::RoleChange change =
+          table->replica.SetRole(serve, ship, table->clocks.applied());
+      if (change == ReplicaState::RoleChange::kPromoted) {  // the copy is served from now on
         table->clocks.SetApplied(table->clocks.applied());
         table->round = Round();
         table->adopted = true;
-        table->version = std::max<int64_t>(table->version, 0);
-        changed = true;
-      } else if (!serve && table->serving) {  // demoted: stale until filled
-        table->version = -1;
-        changed = true;
       }
-      if (serve && (!table->serving || !ship)) {  // nothing held back to wait for
-        table->confirmed = table->version;
-        table->replicated = table->clocks.applied();
-      }
-      if (table->shipped != ship) changed = true;
-      table->serving = serve;
-      table->shipped = ship;
+      if (change != ReplicaState::RoleChange::kNone) changed = true;
       Publish(*table);
     }
   }
@@ -100,7 +90,7 @@ bool SparseTables::Served(int home, absl::string_view name) const {
   const Table* table = Part(name, home);
   if (table == nullptr) return false;
   absl::MutexLock lock(&table->mu);
-  return table->serving;
+  return table->replica.serving;
 }
 
 bool SparseTables::Replicated(int home, absl::string_view name, int worker, int64_t clock) const {
@@ -108,9 +98,7 @@ bool SparseTables::Replicated(int home, absl::string_view name, int worker, int6
   const Table* table = Part(name, home);
   if (table == nullptr) return true;
   absl::MutexLock lock(&table->mu);
-  if (!table->serving) return false;  // demoted: what the push gave it never reached the primary
-  return worker < 0 || worker >= static_cast<int>(table->replicated.size()) ||
-         table->replicated[worker] > clock;
+  return table->replica.Holds(worker, clock);
 }
 
 void SparseTables::Confirmed(int home, const std::string& name, int64_t version,
@@ -118,19 +106,17 @@ void SparseTables::Confirmed(int home, const std::string& name, int64_t version,
   Table* table = Part(name, home);
   if (table == nullptr) return;
   absl::MutexLock lock(&table->mu);
-  if (!table->serving || version <= table->confirmed || version > table->version) return;
-  table->confirmed = version;
-  table->replicated = applied;
+  table->replica.Confirm(version, applied);
 }
 
 absl::StatusOr<TableUpdate> SparseTables::FullUpdate(int home, const std::string& name) {
   Table* table = Part(name, home);
   if (table == nullptr) return absl::NotFoundError(absl::StrCat("no part of table ", name));
   absl::MutexLock lock(&table->mu);
-  if (!table->serving) return absl::FailedPreconditionError("not served here");
+  if (!table->replica.serving) return absl::FailedPreconditionError("not served here");
   TableUpdate u;
   u.set_table(name);
-  u.set_version(table->version);
+  u.set_version(table->replica.version);
   u.set_full(true);
   u.set_updates(table->rows.updates());
   u.set_clock(table->rows.clock());
@@ -191,7 +177,7 @@ absl::Status SparseTables::TakeFull(Table& table, const TableUpdate& u) {
     RETURN_IF_ERROR(table.rows.Put(u.ids(i), values.data() + i * stride, u.touched(i)));
   }
   table.clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  table.version = u.version();
+  table.replica.version = u.version();
   return absl::OkStatus();
 }
 
@@ -205,24 +191,25 @@ absl::Status SparseTables::Mirror(int home, const TableUpdate& u, bool* need_ful
   }
   absl::MutexLock lock(&table->mu);
   RETURN_IF_ERROR(CheckUpdate(*table, u));
-  if (table->serving) {
+  if (table->replica.serving) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replicate: server ", server_, " serves table '", u.table(), "' of server ", home));
   }
   absl::Status st;
+  const ReplicaState::Follow follow =
+      u.full() ? ReplicaState::Follow::kHeld : table->replica.FollowOf(u.version());
   if (u.full()) {
     // A whole state older than the copy (a late retry) is held already.
-    if (table->version < 0 || u.version() >= table->version) st = TakeFull(*table, u);
-  } else if (u.version() <= table->version) {  // held already
-  } else if (table->version < 0 || u.version() != table->version + 1) {
+    if (table->replica.TakesWhole(u.version())) st = TakeFull(*table, u);
+  } else if (follow == ReplicaState::Follow::kNeedWhole) {
     *need_full = true;
-  } else {
+  } else if (follow == ReplicaState::Follow::kApply) {
     // The very update the primary made.
     const std::vector<float> grads = Floats(u.values());
     if (u.step()) st = MakeMissing(*table, u.ids());
     if (st.ok() && u.step()) st = table->rows.Push(u.ids(), grads);
     table->clocks.SetApplied({u.applied().begin(), u.applied().end()});
-    table->version = u.version();
+    table->replica.version = u.version();
   }
   // Its clock moves with the primary's (and a copy of this server's own
   // rows writes their checkpoints, as a chunk's copy does).
@@ -235,7 +222,7 @@ bool SparseTables::StandbyFilled() const {
   for (const auto& [name, parts] : tables_) {
     for (const auto& [home, table] : parts) {
       absl::MutexLock lock(&table->mu);
-      if (!table->serving && table->version < 0) return false;
+      if (table->replica.stale()) return false;
     }
   }
   return true;
@@ -246,7 +233,7 @@ int64_t SparseTables::ReplicationLag() const {
   for (const auto& [name, parts] : tables_) {
     for (const auto& [home, table] : parts) {
       absl::MutexLock lock(&table->mu);
-      if (table->serving) lag += table->version - table->confirmed;
+      lag += table->replica.lag();
     }
   }
   return lag;
@@ -256,7 +243,7 @@ void SparseTables::ForgetCopies() {
   for (auto& [name, parts] : tables_) {
     for (auto& [home, table] : parts) {
       absl::MutexLock lock(&table->mu);
-      if (!table->serving) table->version = -1;
+      if (!table->replica.serving) table->replica.version = -1;
     }
   }
 }
@@ -266,9 +253,9 @@ void SparseTables::JoinAsStandby(int64_t generation) {
     for (auto& [home, table] : parts) {
       absl::MutexLock lock(&table->mu);
       table->generation = generation;
-      table->serving = false;
+      table->replica.serving = false;
       table->adopted = false;
-      table->version = -1;
+      table->replica.version = -1;
       Publish(*table);
     }
   }
