@@ -11,7 +11,8 @@ for bit those of the same job undisturbed and without standbys.
 The same for the sparse tables' job (examples/torch/fortune_topics.py as
 tests/python/fortune_worker.py: an embedding bag over the table "words",
 BSP, SparseAdam rows): the rows and the linear layer at the end are bit
-for bit an undisturbed run's without standbys.
+for bit an undisturbed run's without standbys -- under BSP with two
+workers, and under SSP (staleness 0, one worker).
 
 The facts come from exit codes, the scheduler's Status (psctl status
 --json while the job runs, the --status_file at its end) and the scripts'
@@ -69,19 +70,20 @@ def run_undisturbed():
         return weights(cluster, "worker0")
 
 
-def start_fortune(cluster, *flags):
-    for name in WORKERS:
+def start_fortune(cluster, *flags, workers=WORKERS):
+    for name in workers:
         cluster.start(name, [sys.executable, str(FORTUNE_WORKER), "--weights_out=%s/%s.pt" % (
             cluster.dir, name), "--result_json=%s" % cluster.result_path(name)] + list(flags),
             env=cluster.worker_env())
 
 
-def run_fortune_undisturbed():
-    """Worker 0's final rows and weights of the tables' job without standbys or faults."""
-    with Cluster(FORTUNE_JOB, servers=2, workers=2, name="torch_standby_fortune_calm",
-                 scheduler_flags=COMMON_FLAGS) as cluster:
-        start_fortune(cluster)
-        codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
+def run_fortune_undisturbed(flags=(), workers=WORKERS):
+    """Worker 0's final rows and weights of the tables' job (with the
+    scheduler's `flags`) without standbys or faults."""
+    with Cluster(FORTUNE_JOB, servers=2, workers=len(workers), name="torch_standby_fortune_calm",
+                 scheduler_flags=COMMON_FLAGS + list(flags)) as cluster:
+        start_fortune(cluster, workers=workers)
+        codes = cluster.wait(["scheduler", "server0", "server1"] + workers, END_TIMEOUT_S)
         if codes != dict.fromkeys(codes, 0):
             raise AssertionError("the undisturbed run failed: %s (logs in %s)" % (
                 codes, cluster.dir))
@@ -110,7 +112,7 @@ class TorchStandbyTest(unittest.TestCase):
             server_id, at_clock, slowest_clock(promoted), promoted["routes"]["serving"]))
         return victim, name
 
-    def kill_each_server(self, cluster, expected):
+    def kill_each_server(self, cluster, expected, workers=WORKERS):
         """Kills server 1, then server 0, each replaced; then checks the
         job ended DONE without a rollback and every worker's final weights
         are `expected`."""
@@ -119,17 +121,17 @@ class TorchStandbyTest(unittest.TestCase):
         now = slowest_clock(cluster.wait_status(lambda st: True, START_TIMEOUT_S))
         second, second_again = self.kill_and_replace(cluster, 0, now + 10, 2)
         live = [first_again, second_again]
-        codes = cluster.wait(["scheduler"] + live + WORKERS, END_TIMEOUT_S)
+        codes = cluster.wait(["scheduler"] + live + workers, END_TIMEOUT_S)
         self.assertEqual(codes, dict.fromkeys(codes, 0))
         final = cluster.final_status()
         self.assertEqual(final["job_state"], "DONE", final.get("message"))
         self.assertEqual(final.get("rollbacks", []), [])
         self.assertEqual(int(final.get("generation", 0)), 0)
         self.assertEqual(int(final.get("promotions", 0)), 2)
-        for worker_id in (0, 1):
+        for worker_id in range(len(workers)):
             m = member(final, "WORKER", worker_id)
             self.assertEqual((m["state"], int(m["clock"])), ("FINISHED", CLOCKS), m)
-        for name in WORKERS:
+        for name in workers:
             result = cluster.result(name)
             self.assertTrue(result is not None and result["ok"], result)
             got = weights(cluster, name)
@@ -157,6 +159,19 @@ class TorchStandbyTest(unittest.TestCase):
         with cluster:
             start_fortune(cluster, "--sleep_ms=15")
             self.kill_each_server(cluster, expected)
+
+    def test_an_ssp_tables_job_loses_no_row_either(self):
+        """SSP with staleness 0 and one worker (each push applied at once:
+        an undisturbed run is deterministic), the tables' pushes shipped one
+        by one."""
+        flags = ["--consistency=ssp", "--staleness=0"]
+        workers = WORKERS[:1]
+        expected = run_fortune_undisturbed(flags, workers)
+        cluster = Cluster(FORTUNE_JOB, servers=2, workers=1, name="torch_standby_fortune_ssp",
+                          scheduler_flags=COMMON_FLAGS + flags + ["--replicas=1"])
+        with cluster:
+            start_fortune(cluster, "--sleep_ms=15", workers=workers)
+            self.kill_each_server(cluster, expected, workers)
 
 
 if __name__ == "__main__":
