@@ -379,6 +379,7 @@ grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
     if (need_full) out.add_need_full(u.chunk());
   }
   if (req.tables_size() > 0) {
+    if (req.table_home() < 0) return Invalid("replicate: a negative table_home");
     if (tables == nullptr || serving(req.table_home()) != req.from_server()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("replicate: server ", req.from_server(),

@@ -271,7 +271,7 @@ void PsService::SetRoutes(const ServerRoutes& routes) {
 
 int PsService::ServingOf(int home) const {
   absl::MutexLock lock(&mu_);
-  return home < routes_.serving_size() ? routes_.serving(home) : home;
+  return home >= 0 && home < routes_.serving_size() ? routes_.serving(home) : home;
 }
 
 void PsService::WakePushes() {
@@ -369,6 +369,8 @@ void PsService::HandleRowPush(RowRequests& rows, PsCall* call) {
   const grpc::Status st = rows.Push(call->request, &call->reply, &call->row_push);
   call->request.Clear();
   if (st.ok()) WakeRowPulls(rows);
+  // (A round it closed may be all another push waited for: no standby.)
+  if (st.ok() && rows.tables().replicas() > 0) WakePushes();
   if (!st.ok() || RowPushReady(rows, *call)) {
     call->Conclude(st.ok() ? RowPushAnswer(rows, *call) : st);
     return;

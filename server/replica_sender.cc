@@ -196,12 +196,25 @@ void ReplicaSender::NextTables(Queue& q, Batch* batch) {
   if (fulls.empty()) return;
   const int home = batch->home;
   mu_.Unlock();
+  // Whole states up to a batch's bytes; the rest go in the next batches.
   std::vector<TableUpdate> whole;
+  std::set<std::string> later;
+  int64_t whole_bytes = 0;
   for (const std::string& table : fulls) {
+    if (!whole.empty() && whole_bytes >= kBatchBytes) {
+      later.insert(table);
+      continue;
+    }
     absl::StatusOr<TableUpdate> u = options_.tables->FullUpdate(home, table);
-    if (u.ok()) whole.push_back(*std::move(u));  // else no longer served here
+    if (!u.ok()) continue;  // no longer served here
+    whole_bytes += static_cast<int64_t>(u->values().size());
+    whole.push_back(*std::move(u));
   }
   mu_.Lock();
+  if (!later.empty()) {
+    auto again = queues_.find(home);
+    if (again != queues_.end()) again->second.tables_need_full.insert(later.begin(), later.end());
+  }
   // Whole states first: the later changes of the same part follow them.
   batch->tables.insert(batch->tables.begin(), std::make_move_iterator(whole.begin()),
                        std::make_move_iterator(whole.end()));

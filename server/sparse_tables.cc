@@ -292,7 +292,7 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
         // Checked above: fails only on the spill file. A skipped push is no update.
         if (admitted) st = table.rows.Push(ids, grads);
         table.clocks.Applied(worker, clock);
-        Ship(table, admitted, ids, grads);
+        Ship(table, admitted, ids, grads, /*failed=*/!st.ok());
         Advanced(table);
       }
     }
@@ -330,14 +330,15 @@ void SparseTables::CloseRound(Table& table) {
   // ever dropped: only the spill file can fail it (the server goes on; the
   // error is counted and logged). A round of no samples -- every push in it
   // skipped by the finiteness rule -- is no update (as a chunk's).
-  if (round.samples == 0) {
-  } else if (absl::Status st = table.rows.Push(round.ids, round.sum); !st.ok()) {
+  const absl::Status st =
+      round.samples == 0 ? absl::OkStatus() : table.rows.Push(round.ids, round.sum);
+  if (!st.ok()) {
     ++table.refused;
     spdlog::error("table {}: a round's update failed: {}", table.rows.config().name,
                   std::string(st.message()));
   }
   table.clocks.NextRound();
-  Ship(table, round.samples > 0, round.ids, round.sum);
+  Ship(table, round.samples > 0, round.ids, round.sum, /*failed=*/!st.ok());
   table.round = Round();
   Advanced(table);
 }

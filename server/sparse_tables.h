@@ -179,6 +179,7 @@ class SparseTables {
   // Counts a request refused before it reached a table (malformed).
   void CountRefused() { refused_.fetch_add(1, std::memory_order_relaxed); }
   bool empty() const { return tables_.empty(); }
+  int replicas() const { return replicas_; }
   int size() const { return static_cast<int>(tables_.size()); }
 
  private:
@@ -238,9 +239,10 @@ class SparseTables {
   // UNAVAILABLE unless the part is served here (not a standby copy).
   static absl::Status CheckServing(const Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // A served part changed: its standby is sent the change (`step`: an
-  // update of `ids` by `grads`; else the applied clocks only).
-  void Ship(Table& table, bool step, absl::Span<const uint64_t> ids, absl::Span<const float> grads)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // update of `ids` by `grads`; else the applied clocks only), or, when
+  // the update `failed` here (the spill file), the whole state.
+  void Ship(Table& table, bool step, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+            bool failed = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // A promoted part makes the rows of `ids` no pull made here.
   static absl::Status MakeMissing(Table& table, absl::Span<const uint64_t> ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);

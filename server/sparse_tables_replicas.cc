@@ -35,12 +35,16 @@ std::vector<float> Floats(const std::string& bytes) {
 }  // namespace
 
 void SparseTables::Ship(Table& table, bool step, absl::Span<const uint64_t> ids,
-                        absl::Span<const float> grads) {
+                        absl::Span<const float> grads, bool failed) {
   if (!table.replica.serving) return;
   ++table.replica.version;
   TableSink* sink = sink_.load();
   if (!table.replica.shipped || sink == nullptr) {  // nothing to wait for
     table.replica.ConfirmAll(table.clocks.applied());
+    return;
+  }
+  if (failed) {  // not an update the standby could replay: the whole state goes
+    sink->NeedWholeTable(table.home, table.rows.config().name);
     return;
   }
   TableUpdate u;
@@ -147,7 +151,8 @@ absl::Status SparseTables::CheckUpdate(const Table& table, const TableUpdate& u)
           absl::StrCat("replicate: applied clock ", a, " outside [0, ", total_clocks_, "]"));
     }
   }
-  if (u.version() < 0 || u.updates() < 0 || u.clock() < 0 || u.clock() > total_clocks_) {
+  if (u.version() < 0 || u.version() > (int64_t{1} << 62) || u.updates() < 0 || u.clock() < 0 ||
+      u.clock() > total_clocks_) {
     return absl::InvalidArgumentError("replicate: a version, count or clock out of range");
   }
   const size_t floats = u.values().size() / sizeof(float);
@@ -167,6 +172,7 @@ absl::Status SparseTables::CheckUpdate(const Table& table, const TableUpdate& u)
 }
 
 absl::Status SparseTables::TakeFull(Table& table, const TableUpdate& u) {
+  table.replica.version = -1;  // until every row is in
   table.rows.Reset(u.updates(), u.clock());
   if (SeenCounts* seen = table.rows.seen(); seen != nullptr && !u.seen().empty()) {
     std::memcpy(seen->mutable_data(), u.seen().data(), u.seen().size());
@@ -211,6 +217,9 @@ absl::Status SparseTables::Mirror(int home, const TableUpdate& u, bool* need_ful
     table->clocks.SetApplied({u.applied().begin(), u.applied().end()});
     table->replica.version = u.version();
   }
+  // A change the copy could not take whole (its spill file failed): stale
+  // until its primary's whole state fills it, never confirmed as held.
+  if (!st.ok()) table->replica.version = -1;
   // Its clock moves with the primary's (and a copy of this server's own
   // rows writes their checkpoints, as a chunk's copy does).
   Advanced(*table);

@@ -216,6 +216,17 @@ TEST(SparseTablesReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeSta
   EXPECT_EQ(p.standby.Mirror(0, bad, &need_full).code(), absl::StatusCode::kInvalidArgument);
   // A primary is no copy.
   EXPECT_EQ(p.primary.Mirror(0, *old, &need_full).code(), absl::StatusCode::kFailedPrecondition);
+  // A whole state the copy cannot take (a row twice) leaves it stale, never
+  // counted as holding it; the next change fills it again.
+  bad = *old;
+  bad.set_version(old->version() + 100);
+  bad.add_ids(bad.ids(0));
+  bad.add_touched(0);
+  bad.set_values(old->values() + old->values().substr(0, old->values().size() / old->ids_size()));
+  EXPECT_EQ(p.standby.Mirror(0, bad, &need_full).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(p.standby.StandbyFilled());
+  Train(p, 5, 6);
+  EXPECT_TRUE(p.standby.StandbyFilled());
   p.standby.SetRoles({true, true}, {false, false});
   ExpectSame(p.primary, p.standby);
 }

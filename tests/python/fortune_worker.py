@@ -5,7 +5,8 @@ an Inf multiplied into one clock's loss, so into every gradient of that
 step, dense and rows; and its end as JSON beside the weights.
 
     PSTRAIN_SCHEDULER=127.0.0.1:PORT python3 tests/python/fortune_worker.py \
-        --weights_out=w.pt --result_json=r.json [--sleep_ms=20] [--poison=40:nan]
+        --weights_out=w.pt --result_json=r.json [--sleep_ms=20] [--poison=40:nan] \
+        [--cross_tables]
 
 --result_json gets {"ok", "exception", "message", "steps", "clocks",
 "test_accuracy"}: steps made (a rolled-back clock is made again), the last
@@ -20,6 +21,7 @@ import sys
 import time
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 # The example it trains, from this repository (or the test's runfiles).
@@ -39,6 +41,10 @@ def parse_args():
     p.add_argument("--poison", action="append", default=[], metavar="CLOCK:VALUE",
                    help="multiply clock CLOCK's loss by VALUE (nan, inf); repeatable")
     p.add_argument("--weights_out", help="the final weights and rows (torch.save)")
+    p.add_argument("--cross_tables", action="store_true",
+                   help="rank 0 also reads the table 'unused' (its gradient zero), before "
+                        "'words': its step pushes 'unused' first, the other ranks' at the "
+                        "clock's end, after 'words'")
     p.add_argument("--result_json", help="write what happened here")
     return p.parse_args()
 
@@ -50,6 +56,22 @@ def poisons(specs):
         clock, value = spec.split(":")
         out[int(clock)] = float(value)
     return out
+
+
+class CrossTables(nn.Module):
+    """`model` (FastText) and, on rank 0 only, a zero-weighted read of the
+    table "unused": the tables' pushes go in another order on each rank."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.extra = pst.SparseEmbeddingBag("unused", 4)  # first: pushed first
+        self.inner = model
+
+    def forward(self, ids, offsets):
+        logits = self.inner(ids, offsets)
+        if pst.get_rank() == 0:
+            logits = logits + 0.0 * self.extra(ids, offsets).sum()
+        return logits
 
 
 def train(args, model, data, result):
@@ -79,7 +101,7 @@ def main():
         pst.init()
         torch.manual_seed(TORCH_SEED)
         model = ft.FastText(pst.SparseEmbeddingBag(ft.TABLE, DIM), DIM, len(ft.CATEGORIES))
-        train(args, model, data, result)
+        train(args, CrossTables(model) if args.cross_tables else model, data, result)
         result["test_accuracy"] = ft.evaluate(model, test)
         if args.weights_out:
             with torch.no_grad():

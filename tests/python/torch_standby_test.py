@@ -160,6 +160,28 @@ class TorchStandbyTest(unittest.TestCase):
             start_fortune(cluster, "--sleep_ms=15")
             self.kill_each_server(cluster, expected)
 
+    def test_tables_pushed_in_another_order_on_each_rank_do_not_wait_for_each_other(self):
+        """BSP table pushes with standbys are answered once their round is
+        applied and held by the standby: rank 0 pushes the table "unused"
+        before "words" (fortune_worker.py --cross_tables), rank 1 "words"
+        first and "unused" at the clock's end. Each rank's pushes go at once,
+        so neither waits for a round the other can only finish after it: the
+        job ends DONE, and since "unused" only ever gets zero gradients, with
+        the weights of the plain job."""
+        expected = run_fortune_undisturbed()
+        cluster = Cluster(FORTUNE_JOB, servers=2, workers=2, name="torch_standby_cross",
+                          scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
+        with cluster:
+            start_fortune(cluster, "--cross_tables")
+            codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
+            self.assertEqual(codes, dict.fromkeys(codes, 0), "logs in %s" % cluster.dir)
+            self.assertEqual(cluster.final_status()["job_state"], "DONE")
+            import torch
+            for name in WORKERS:
+                got = weights(cluster, name)
+                for key, w in expected.items():
+                    self.assertTrue(torch.equal(got[key], w), "%s's %s" % (name, key))
+
     def test_an_ssp_tables_job_loses_no_row_either(self):
         """SSP with staleness 0 and one worker (each push applied at once:
         an undisturbed run is deterministic), the tables' pushes shipped one

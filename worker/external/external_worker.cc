@@ -278,6 +278,7 @@ absl::Status ExternalWorker::ClockDone(const StepResult& result) {
       RETURN_IF_ERROR(PullRows(t.name(), t.width(), {}, &none));
       RETURN_IF_ERROR(PushRows(t.name(), t.width(), {}, {}));
     }
+    RETURN_IF_ERROR(AwaitRowPushes());
   }
   RETURN_IF_ERROR(exchange_->ClockDone(result));
   if (under_way_.has_value()) next_clock_ = under_way_->clock + 1;
@@ -329,109 +330,6 @@ absl::Status ExternalWorker::Seed(int param, int64_t steps, std::vector<std::vec
   }
   seed_.resize(params.size());
   seed_[param] = ParamState{steps, std::move(slots)};
-  return absl::OkStatus();
-}
-
-absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int width) {
-  if (!declared_) return absl::FailedPreconditionError("register before pulling or pushing rows");
-  const TableSpec* spec = nullptr;
-  for (const TableSpec& t : job_.tables()) {
-    if (t.name() == table) spec = &t;
-  }
-  if (spec == nullptr) {
-    return absl::NotFoundError(absl::StrCat("the job declares no table '", table, "'"));
-  }
-  if (spec->width() != width) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", table, "' has rows of width ", spec->width(), ", not ", width));
-  }
-  if (rows_ == nullptr) {
-    // The servers as the loop's latest cluster view has them (a
-    // replacement's address once the loop reconnected after a rollback).
-    // With standby replicas each home's rows go where the routes say.
-    rows_ = std::make_unique<RowClient>(
-        job_,
-        [this] {
-          if (job_.replicas() == 0) return servers();
-          return HomeAddresses(daemon_->client().routes(), servers());
-        },
-        id_);
-  }
-  return rows_.get();
-}
-
-RowCall ExternalWorker::RowCallNow() {
-  RowCall call;
-  call.clock = under_way_.has_value() ? under_way_->clock : next_clock_;
-  call.generation = under_way_.has_value() ? under_way_generation_ : daemon_->client().generation();
-  call.abandon = [this, generation = call.generation]() -> absl::Status {
-    std::string message;
-    if (daemon_->client().job_state(&message) == ABORTED) {
-      return absl::AbortedError(absl::StrCat("the job was aborted: ", message));
-    }
-    if (daemon_->client().generation() > generation) {
-      return absl::AbortedError(
-          absl::StrCat("the cluster rolled back past generation ", generation));
-    }
-    return absl::OkStatus();
-  };
-  return call;
-}
-
-bool ExternalWorker::RolledBackSince(int64_t generation) {
-  if (daemon_->client().generation() > generation) return true;
-  const absl::StatusOr<HeartbeatResponse> now = daemon_->client().Heartbeat(Status());
-  return now.ok() && now->generation() > generation;
-}
-
-absl::Status ExternalWorker::VoidClockOr(const absl::Status& failure) {
-  if (!under_way_.has_value() || !RolledBackSince(under_way_generation_)) return failure;
-  if (!under_way_void_) {
-    spdlog::info("clock {}: the cluster rolled back past generation {}; the clock is void ({})",
-                 under_way_->clock, under_way_generation_, failure.message());
-  }
-  under_way_void_ = true;
-  return absl::OkStatus();
-}
-
-absl::Status ExternalWorker::PullRows(const std::string& table, int width,
-                                      absl::Span<const uint64_t> ids, std::vector<float>* rows) {
-  ASSIGN_OR_RETURN(RowClient * client, Rows(table, width));
-  for (int tries = 1; !under_way_void_; ++tries) {
-    const RowCall call = RowCallNow();
-    const absl::Status st = client->Pull(table, call, ids, rows);
-    if (st.ok()) return st;
-    if (under_way_.has_value()) {
-      RETURN_IF_ERROR(VoidClockOr(st));
-      break;
-    }
-    // After the last clock (an evaluation), a pull of a generation the
-    // cluster rolled back past is asked again in the new one.
-    if (tries == 3 || !RolledBackSince(call.generation)) return st;
-  }
-  rows->assign(ids.size() * static_cast<size_t>(width), 0.0f);  // computed on, thrown away
-  return absl::OkStatus();
-}
-
-absl::Status ExternalWorker::PushRows(const std::string& table, int width,
-                                      absl::Span<const uint64_t> ids,
-                                      absl::Span<const float> grads) {
-  ASSIGN_OR_RETURN(RowClient * client, Rows(table, width));
-  if (!under_way_.has_value()) {
-    return absl::FailedPreconditionError("rows are pushed during a clock (after pst_next)");
-  }
-  if (tables_pushed_.count(table) > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "table '", table, "' was pushed already at clock ", under_way_->clock, " (once a clock)"));
-  }
-  // Marked once taken (or dropped with a void clock): a push that failed
-  // may be tried again.
-  if (!under_way_void_) {
-    const absl::Status st =
-        client->Push(table, RowCallNow(), static_cast<int>(under_way_->indices.size()), ids, grads);
-    if (!st.ok()) RETURN_IF_ERROR(VoidClockOr(st));
-  }
-  tables_pushed_.insert(table);
   return absl::OkStatus();
 }
 

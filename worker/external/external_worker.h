@@ -18,6 +18,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -199,6 +201,19 @@ class ExternalWorker {
   std::vector<ParamState> state_;  // ReadState's
   std::vector<ParamState> seed_;   // Seed's: what the servers start from
   std::unique_ptr<RowClient> rows_;
+  // With standby replicas under BSP a table's push is answered only once
+  // its round is applied and its standby holds it: a clock's table pushes
+  // then go at once, each table's on a client of its own, and ClockDone
+  // waits for them (a push that waited in turn would hold back this
+  // worker's push of another table, which another worker's round of the
+  // first may wait for).
+  std::map<std::string, std::unique_ptr<RowClient>> push_clients_;
+  std::vector<std::future<absl::Status>> row_pushes_;
+  bool PushesRowsAsync() const;
+  // The clock's table pushes under way, waited for: the first failure
+  // (VoidClockOr's), after every one ended.
+  absl::Status AwaitRowPushes();
+  std::unique_ptr<RowClient> NewRowClient();
   // The servers' addresses, as the loop's latest cluster view has them.
   std::vector<std::string> servers() const;
   mutable absl::Mutex servers_mu_;
