@@ -245,6 +245,9 @@ absl::StatusOr<std::optional<ClockExchange::OfferedClock>> ExternalWorker::Next(
     }
     under_way_void_ = false;
     tables_pushed_.clear();
+    // A clock that ended in an error may have left table pushes under way.
+    for (std::future<absl::Status>& push : row_pushes_) push.wait();
+    row_pushes_.clear();
   }
   return next;
 }
