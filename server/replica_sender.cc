@@ -24,6 +24,27 @@ constexpr absl::Duration kRetryPause = absl::Milliseconds(50);
 // Changes not flushed (ChunkStore::ReplicaSink::Flush) go after this.
 constexpr absl::Duration kFlushWait = absl::Milliseconds(2);
 
+// The whole states of `keys` (`make(key)`: not OK when no longer served
+// here) up to a batch's bytes (`bytes(update)` each); the keys whose
+// states go in the next batches into *later.
+template <typename Update, typename Key, typename Make, typename Bytes>
+std::vector<Update> WholeStates(const std::set<Key>& keys, Make make, Bytes bytes,
+                                std::set<Key>* later) {
+  std::vector<Update> whole;
+  int64_t whole_bytes = 0;
+  for (const Key& key : keys) {
+    if (!whole.empty() && whole_bytes >= kBatchBytes) {
+      later->insert(key);
+      continue;
+    }
+    absl::StatusOr<Update> u = make(key);
+    if (!u.ok()) continue;
+    whole_bytes += bytes(*u);
+    whole.push_back(*std::move(u));
+  }
+  return whole;
+}
+
 }  // namespace
 
 std::vector<bool> ServerRoles::shipped() const {
@@ -158,20 +179,13 @@ bool ReplicaSender::Next(Batch* batch) {
   NextTables(q, batch);
   if (!HasWork()) flushed_ = false;
   mu_.Unlock();
-  // Whole states up to a batch's bytes; the rest go in the next batches.
-  std::vector<ChunkUpdate> whole;
   std::set<int32_t> later;
-  int64_t whole_bytes = 0;
-  for (int32_t chunk : fulls) {
-    if (!whole.empty() && whole_bytes >= kBatchBytes) {
-      later.insert(chunk);
-      continue;
-    }
-    absl::StatusOr<ChunkUpdate> u = store_->FullUpdate(chunk);
-    if (!u.ok()) continue;  // no longer served here
-    whole_bytes += static_cast<int64_t>(u->weights().size() + u->state().size());
-    whole.push_back(*std::move(u));
-  }
+  std::vector<ChunkUpdate> whole = WholeStates<ChunkUpdate>(
+      fulls, [this](int32_t chunk) { return store_->FullUpdate(chunk); },
+      [](const ChunkUpdate& u) {
+        return static_cast<int64_t>(u.weights().size() + u.state().size());
+      },
+      &later);
   mu_.Lock();
   if (!later.empty()) {
     auto again = queues_.find(batch->home);
@@ -196,20 +210,11 @@ void ReplicaSender::NextTables(Queue& q, Batch* batch) {
   if (fulls.empty()) return;
   const int home = batch->home;
   mu_.Unlock();
-  // Whole states up to a batch's bytes; the rest go in the next batches.
-  std::vector<TableUpdate> whole;
   std::set<std::string> later;
-  int64_t whole_bytes = 0;
-  for (const std::string& table : fulls) {
-    if (!whole.empty() && whole_bytes >= kBatchBytes) {
-      later.insert(table);
-      continue;
-    }
-    absl::StatusOr<TableUpdate> u = options_.tables->FullUpdate(home, table);
-    if (!u.ok()) continue;  // no longer served here
-    whole_bytes += static_cast<int64_t>(u->values().size());
-    whole.push_back(*std::move(u));
-  }
+  std::vector<TableUpdate> whole = WholeStates<TableUpdate>(
+      fulls,
+      [this, home](const std::string& table) { return options_.tables->FullUpdate(home, table); },
+      [](const TableUpdate& u) { return static_cast<int64_t>(u.values().size()); }, &later);
   mu_.Lock();
   if (!later.empty()) {
     auto again = queues_.find(home);

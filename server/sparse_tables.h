@@ -246,6 +246,9 @@ class SparseTables {
   // A promoted part makes the rows of `ids` no pull made here.
   static absl::Status MakeMissing(Table& table, absl::Span<const uint64_t> ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // A standby copy replays its primary's change of the next version.
+  static absl::Status Replay(Table& table, const TableUpdate& update)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // A standby copy takes a whole state.
   static absl::Status TakeFull(Table& table, const TableUpdate& update)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);

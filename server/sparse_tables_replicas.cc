@@ -187,6 +187,18 @@ absl::Status SparseTables::TakeFull(Table& table, const TableUpdate& u) {
   return absl::OkStatus();
 }
 
+absl::Status SparseTables::Replay(Table& table, const TableUpdate& u) {
+  // The very update the primary made.
+  absl::Status st;
+  if (u.step()) {
+    st = MakeMissing(table, u.ids());
+    if (st.ok()) st = table.rows.Push(u.ids(), Floats(u.values()));
+  }
+  table.clocks.SetApplied({u.applied().begin(), u.applied().end()});
+  table.replica.version = u.version();
+  return st;
+}
+
 absl::Status SparseTables::Mirror(int home, const TableUpdate& u, bool* need_full) {
   *need_full = false;
   Table* table = Part(u.table(), home);
@@ -202,20 +214,20 @@ absl::Status SparseTables::Mirror(int home, const TableUpdate& u, bool* need_ful
         "replicate: server ", server_, " serves table '", u.table(), "' of server ", home));
   }
   absl::Status st;
-  const ReplicaState::Follow follow =
-      u.full() ? ReplicaState::Follow::kHeld : table->replica.FollowOf(u.version());
   if (u.full()) {
     // A whole state older than the copy (a late retry) is held already.
     if (table->replica.TakesWhole(u.version())) st = TakeFull(*table, u);
-  } else if (follow == ReplicaState::Follow::kNeedWhole) {
-    *need_full = true;
-  } else if (follow == ReplicaState::Follow::kApply) {
-    // The very update the primary made.
-    const std::vector<float> grads = Floats(u.values());
-    if (u.step()) st = MakeMissing(*table, u.ids());
-    if (st.ok() && u.step()) st = table->rows.Push(u.ids(), grads);
-    table->clocks.SetApplied({u.applied().begin(), u.applied().end()});
-    table->replica.version = u.version();
+  } else {
+    switch (table->replica.FollowOf(u.version())) {
+      case ReplicaState::Follow::kHeld:
+        break;
+      case ReplicaState::Follow::kNeedWhole:
+        *need_full = true;
+        break;
+      case ReplicaState::Follow::kApply:
+        st = Replay(*table, u);
+        break;
+    }
   }
   // A change the copy could not take whole (its spill file failed): stale
   // until its primary's whole state fills it, never confirmed as held.
