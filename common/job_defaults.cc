@@ -1,6 +1,7 @@
 #include "common/job_defaults.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/grad_codec.h"
 #include "common/job_optimizer.h"
 #include "common/job_sizes.h"
 
@@ -123,6 +124,9 @@ void ApplyJobDefaults(JobSpec* job) {
   if (!job->has_pipeline_stages()) job->set_pipeline_stages(1);
   if (job->pipeline_schedule() == PIPELINE_SCHEDULE_UNSPECIFIED) {
     job->set_pipeline_schedule(ONE_F_ONE_B);
+  }
+  if (job->has_compression()) {
+    *job->mutable_compression() = WithCompressionDefaults(job->compression());
   }
 }
 

@@ -1,6 +1,7 @@
 #include "common/job_validate.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/grad_codec.h"
 #include "common/job_optimizer.h"
 #include "common/job_sizes.h"
 #include "common/job_validate_model.h"
@@ -145,6 +146,17 @@ absl::Status ValidateStandbys(const JobSpec& job) {
   return absl::OkStatus();
 }
 
+// Compressed pushes (JobSpec.compression): every optimizer and consistency
+// takes the decoded gradients (docs/compression.md).
+absl::Status ValidateCompression(const JobSpec& job) {
+  if (job.compression().codec() == GradCompression::NONE) return absl::OkStatus();
+  if (const absl::Status st = CheckCompression(WithCompressionDefaults(job.compression()));
+      !st.ok()) {
+    return SpecError(st.message());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& job) {
@@ -158,6 +170,7 @@ absl::Status ValidateJobSpec(const JobSpec& job) {
   if (const absl::Status st = ValidateReplicas(job); !st.ok()) return st;
   if (const absl::Status st = ValidateTables(job); !st.ok()) return st;
   if (const absl::Status st = ValidateStandbys(job); !st.ok()) return st;
+  if (const absl::Status st = ValidateCompression(job); !st.ok()) return st;
   return ValidateJobSizes(job);
 }
 

@@ -188,12 +188,21 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   fields.set_initial_values(header.initial_values);
   fields.set_shm_segment(header.shm_segment);
   if (!header.hyper.empty()) fields.mutable_hyper()->ParseFromString(header.hyper);
+  if (!header.compression.empty()) {
+    fields.mutable_compression()->ParseFromString(header.compression);
+  }
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
   for (const PushChunk& c : chunks) {
     if (header.shm_segment != 0) {
       slices.emplace_back(ChunkPrefix(5, c.chunk, 0));
+      continue;
+    }
+    if (c.encoded != nullptr) {
+      const uint64_t payload = static_cast<uint64_t>(c.encoded_bytes);
+      slices.emplace_back(ChunkPrefix(5, c.chunk, payload));
+      slices.emplace_back(c.encoded, payload, grpc::Slice::STATIC_SLICE);
       continue;
     }
     const uint64_t payload = static_cast<uint64_t>(c.numel) * DTypeSize(header.dtype);
@@ -237,10 +246,11 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       uint32_t bits = 0;
       ok = r.ReadFixed32(&bits);
       if (ok) std::memcpy(&h->grad_norm, &bits, 4);
-    } else if (field == 12 && type == kLen) {
+    } else if ((field == 12 || field == 13) && type == kLen) {
+      std::string& bytes = field == 12 ? h->hyper : h->compression;
       ok = r.ReadVarint(&v) && v <= kMaxHyperBytes && v <= r.remaining();
-      if (ok) h->hyper.resize(v);
-      ok = ok && r.Copy(v, h->hyper.data());
+      if (ok) bytes.resize(v);
+      ok = ok && r.Copy(v, bytes.data());
     } else {
       ok = SkipField(r, field, type);
     }

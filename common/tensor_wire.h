@@ -73,18 +73,23 @@ struct PushHeader {
   uint64_t shm_segment = 0;
   // PushRequest.hyper, serialized (an OptimizerSpec); empty: none.
   std::string hyper;
+  // PushRequest.compression, serialized (a GradCompression); empty: none.
+  std::string compression;
 };
 
-// One chunk of a push: `numel` fp32 values at `values`.
+// One chunk of a push: `numel` fp32 values at `values`, or, compressed
+// (common/grad_codec.h), the codec's `encoded_bytes` bytes at `encoded`.
 struct PushChunk {
   int32_t chunk = 0;
   const float* values = nullptr;
   int64_t numel = 0;
+  const char* encoded = nullptr;
+  int64_t encoded_bytes = 0;
 };
 
-// Encodes a PushRequest. fp32 payloads are referenced, not copied: `values`
-// must stay valid until the call that sends the buffer has completed; 16-bit
-// payloads are converted into new slices.
+// Encodes a PushRequest. fp32 and compressed payloads are referenced, not
+// copied: `values` and `encoded` must stay valid until the call that sends
+// the buffer has completed; 16-bit payloads are converted into new slices.
 grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChunk>& chunks);
 // At most the bytes EncodePush produces for one chunk of `numel` values.
 int64_t PushChunkWireBytes(DType dtype, int64_t numel);

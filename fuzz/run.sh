@@ -9,7 +9,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 SECONDS_PER_TARGET="${1:-20}"
-TARGETS=(push_fuzz pull_response_fuzz rows_fuzz checkpoint_fuzz job_spec_fuzz scheduler_fuzz)
+TARGETS=(push_fuzz grad_codec_fuzz pull_response_fuzz rows_fuzz checkpoint_fuzz job_spec_fuzz scheduler_fuzz)
 
 passed=0
 failed=0

@@ -117,6 +117,7 @@ const std::vector<SpecOverrideFlag>& SpecOverrideFlags() {
       {"pipeline_schedule", "pipeline_schedule"},
       {"table_consistency", "table_consistency"},
       {"replicas", "replicas", 0, 1},
+      {"compression", "compression.codec"},
   };
   return *flags;
 }

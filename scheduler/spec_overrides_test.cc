@@ -36,6 +36,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
       {"pipeline_schedule", "gpipe"},
       {"table_consistency", "asp"},
       {"replicas", "1"},
+      {"compression", "top_k"},
   };
   ASSERT_EQ(given.size(), SpecOverrideFlags().size()) << "a flag of the table is not tested";
   JobSpec job;
@@ -44,7 +45,8 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
             Spec("data { path: \"/data\" } consistency: SSP staleness: 2 batch_size: 64 "
                  "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
                  "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
-                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP replicas: 1")
+                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP replicas: 1 "
+                 "compression { codec: TOP_K }")
                 .DebugString());
 }
 
@@ -67,6 +69,7 @@ TEST(SpecOverridesTest, ABadValueIsRefusedNamingTheFlagAndTheJobIsUntouched) {
       {{{"consistency", "XSP"}}, "--consistency=xsp: expected one of bsp, ssp, asp"},
       {{{"pipeline_schedule", ""}}, "--pipeline_schedule=: expected one of gpipe, 1f1b"},
       {{{"data_dir", ""}}, "--data_dir= (empty): expected a directory"},
+      {{{"compression", "gzip"}}, "--compression=gzip: expected one of none, sign, top_k"},
       {{{"steps", "10"}}, "--steps overrides no field of the job spec"},
       // The first bad flag in the table's order.
       {{{"consistency", "x"}, {"batch_size", "0"}}, "--batch_size=0"},

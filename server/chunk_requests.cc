@@ -78,7 +78,8 @@ grpc::Status ChunkRequests::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuff
   return grpc::Status::OK;
 }
 
-grpc::Status ChunkRequests::PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const {
+grpc::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compressed,
+                                         std::vector<PayloadRef>* chunks) const {
   for (PayloadRef& c : *chunks) {
     if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
       return Invalid(absl::StrCat(
@@ -86,7 +87,9 @@ grpc::Status ChunkRequests::PlaceInSlots(int width, std::vector<PayloadRef>* chu
           c.bytes != 0 ? " has a payload in a shared-memory push" : " is not this server's"));
     }
     c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
-    c.bytes = static_cast<size_t>(shm_layout_.SlotBytes(c.chunk) / 4 * width);
+    const int64_t numel = shm_layout_.SlotBytes(c.chunk) / 4;
+    c.bytes = static_cast<size_t>(compressed.Compresses(numel) ? compressed.EncodedBytes(numel)
+                                                               : numel * width);
   }
   return grpc::Status::OK;
 }
@@ -105,6 +108,8 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     if (!hyper->ParseFromString(h.hyper)) return Invalid("push: malformed hyperparameters");
     push.hyper = std::move(hyper);
   }
+  CompressedPush compressed;
+  if (const absl::Status st = compressed.Parse(h.compression); !st.ok()) return ToGrpc(st);
   if (h.checkpoint_clock > 0 && on_checkpoint_asked_) on_checkpoint_asked_(h.checkpoint_clock);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (bell_segment != 0 && h.shm_segment != bell_segment) {
@@ -112,10 +117,31 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   }
   if (h.shm_segment != 0) {
     if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
-    if (const grpc::Status st = PlaceInSlots(width, &chunks); !st.ok()) return st;
+    if (const grpc::Status st = PlaceInSlots(width, compressed, &chunks); !st.ok()) return st;
   }
+  // Per-thread buffers, grown once to the largest chunk.
+  thread_local std::vector<float> grad;
+  thread_local std::vector<char> staging;
   int64_t bytes = 0;
-  for (const PayloadRef& c : chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const PayloadRef& c = chunks[i];
+    const int64_t numel = store_->ChunkNumel(c.chunk);
+    if (compressed.Compresses(numel)) {  // decoded now: the store sees values
+      const char* payload =
+          segment != nullptr ? segment->data() + c.offset : reader.Contiguous(c.offset, c.bytes);
+      if (payload == nullptr) {
+        staging.resize(c.bytes);
+        reader.Seek(c.offset);
+        reader.Copy(c.bytes, staging.data());
+        payload = staging.data();
+      }
+      const absl::Status st =
+          compressed.Decode(i, c.chunk, payload, static_cast<int64_t>(c.bytes), numel);
+      if (!st.ok()) return ToGrpc(st);
+      push.parts.push_back({c.chunk, numel, static_cast<int64_t>(c.bytes)});
+      bytes += static_cast<int64_t>(c.bytes);
+      continue;
+    }
     if (c.bytes % width != 0) {
       return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
                                   DTypeName(h.dtype), " values"));
@@ -124,14 +150,14 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
         {c.chunk, static_cast<int64_t>(c.bytes / width), static_cast<int64_t>(c.bytes)});
     bytes += static_cast<int64_t>(c.bytes);
   }
-  // Per-thread buffers, grown once to the largest chunk.
-  thread_local std::vector<float> grad;
-  thread_local std::vector<char> staging;
   // The store checks the whole request before it asks for any part's
   // values, so nothing is decoded (or allocated) beyond a chunk's size.
   const absl::Status st = store_->Push(push, [&](size_t i) {
     const PayloadRef& c = chunks[i];
     const int64_t numel = push.parts[i].values;
+    if (const absl::Span<const float> decoded = compressed.Values(i); !decoded.empty()) {
+      return decoded;
+    }
     if (segment != nullptr) {
       // Copied once out of the slot: the worker can write it at any time,
       // and the store reads a part more than once (the finiteness check,

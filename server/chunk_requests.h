@@ -21,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.pb.h"
 #include "server/chunk_store.h"
+#include "server/compressed_push.h"
 #include "server/shm_registry.h"
 #include "server/sparse_tables.h"
 
@@ -101,9 +102,11 @@ class ChunkRequests {
   // closed): the worker then sends the payloads in messages.
   grpc::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
   // A shared-memory push's chunks (empty payloads in the message): each
-  // pointed at its push slot, `width` bytes a value; INVALID_ARGUMENT for a
+  // pointed at its push slot, `width` bytes a value (a compressed one: the
+  // codec's bytes); INVALID_ARGUMENT for a
   // payload in the message or a chunk this server does not hold.
-  grpc::Status PlaceInSlots(int width, std::vector<PayloadRef>* chunks) const;
+  grpc::Status PlaceInSlots(int width, const CompressedPush& compressed,
+                            std::vector<PayloadRef>* chunks) const;
 
   const std::shared_ptr<ChunkStore> store_;
   const int64_t total_clocks_;

@@ -11,13 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/grad_codec.h"
 #include "common/logging.h"
 #include "common/retry.h"
 #include "common/rpc.h"
+#include "common/shm_link.h"
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
 #include "proto/ps.pb.h"
-#include "common/shm_link.h"
 
 namespace pstrain {
 namespace {
@@ -321,7 +322,9 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
 void PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link) {
   for (const PushChunk& c : chunks) {
     char* slot = link.PushSlot(c.chunk);
-    if (dtype == FP32) {
+    if (c.encoded != nullptr) {
+      std::memcpy(slot, c.encoded, c.encoded_bytes);
+    } else if (dtype == FP32) {
       std::memcpy(slot, c.values, c.numel * sizeof(float));
     } else {
       EncodeFloats(dtype, c.values, c.numel, slot);
@@ -350,22 +353,40 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
                                const std::vector<std::vector<float>>& grads,
                                std::vector<Call>* calls, const std::vector<int>* params) {
   int64_t bytes = 0;
+  const GradCompression& codec = options_.compression;
+  const bool compressed = Compressing() && !header.initial_values;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     std::vector<std::vector<int32_t>> scoped;
     for (const std::vector<int32_t>& batch : BatchesFor(s, params, &scoped)) {
       std::vector<PushChunk> chunks;
+      // Encoded once, here: a retry sends the same bytes (the residual
+      // moved on already).
+      std::vector<std::vector<char>> encoded(batch.size());
       int64_t call_bytes = 0;
-      for (int32_t id : batch) {
-        const ChunkInfo& info = partition_->chunks()[id];
-        chunks.push_back(
-            {id, grads[info.param - options_.first_param].data() + info.offset, info.numel});
-        call_bytes += info.numel * DTypeSize(header.dtype);
+      for (size_t j = 0; j < batch.size(); ++j) {
+        const ChunkInfo& info = partition_->chunks()[batch[j]];
+        const float* values = grads[info.param - options_.first_param].data() + info.offset;
+        chunks.push_back({batch[j], values, info.numel});
+        if (compressed && Compresses(codec, info.numel)) {
+          options_.feedback->Encode(codec, batch[j], values, info.numel, &encoded[j]);
+          call_bytes += static_cast<int64_t>(encoded[j].size());
+        } else {
+          call_bytes += info.numel * DTypeSize(header.dtype);
+        }
       }
       bytes += call_bytes;
       Call call;
       call.home = s;
       call.server = s;
-      call.encode = [h = PushHeader(header), chunks = std::move(chunks)](ShmLink* link) mutable {
+      PushHeader h = header;
+      if (compressed) h.compression = codec.SerializeAsString();
+      call.encode = [h = std::move(h), chunks = std::move(chunks),
+                     encoded = std::move(encoded)](ShmLink* link) mutable {
+        for (size_t j = 0; j < chunks.size(); ++j) {
+          if (encoded[j].empty()) continue;
+          chunks[j].encoded = encoded[j].data();
+          chunks[j].encoded_bytes = static_cast<int64_t>(encoded[j].size());
+        }
         h.shm_segment = link == nullptr ? 0 : link->id();
         if (link != nullptr) WriteToShm(h.dtype, chunks, *link);
         return EncodePush(h, chunks);

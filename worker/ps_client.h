@@ -26,6 +26,7 @@
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
 #include "worker/call_flight.h"
+#include "worker/error_feedback.h"
 #include "worker/shm_links.h"
 
 namespace pstrain {
@@ -88,6 +89,11 @@ struct PsClientOptions {
   // serialized; "" for none): a PyTorch script's (worker/external). Unset:
   // none.
   std::function<std::string(int64_t clock)> hyper;
+  // Compressed pushes (JobSpec.compression, defaults filled in; codec NONE:
+  // dense): each chunk the codec compresses is encoded with its residual
+  // in `feedback`, which outlives the client. Initial values go dense.
+  GradCompression compression;
+  std::shared_ptr<ErrorFeedback> feedback;
 };
 
 inline constexpr absl::Duration kHoldPush = absl::Seconds(30);
@@ -169,6 +175,10 @@ class PsClient {
   // Whether this worker trains parameter `param` (see PsClientOptions).
   bool Trains(int param) const {
     return param >= options_.first_param && (options_.end_param < 0 || param < options_.end_param);
+  }
+  // Whether pushes go compressed (PsClientOptions::compression).
+  bool Compressing() const {
+    return options_.compression.codec() != GradCompression::NONE && options_.feedback != nullptr;
   }
   // What a pull's calls fill in.
   struct PullState {

@@ -1,0 +1,61 @@
+// Gradient compression of pushes (JobSpec.compression, docs/compression.md):
+// the two codecs' encodings of one chunk, their decoding, and the worker's
+// error feedback.
+//
+// A chunk of n values encodes into exactly EncodedBytes(spec, n) bytes,
+// little-endian:
+//   SIGN:  ceil(n / block) fp32 scales, then ceil(n / 8) bytes of signs
+//          (value i's sign is bit i % 8 of byte i / 8; 1: negative). Value
+//          i decodes to -scale or +scale of its block.
+//   TOP_K: k = KeptValues(spec, n) uint32 indices, strictly ascending and
+//          below n, then the k fp32 values; every other value decodes to 0.
+// So a server knows every payload's size from the chunk's size alone, and a
+// payload of another size is malformed.
+//
+// Error feedback (Seide et al. 2014; Karimireddy et al., "Error Feedback
+// Fixes SignSGD", 2019): the worker keeps per chunk the residual r of its
+// last compression. It compresses v = g + r and keeps r' = v - decode(v)
+// for the next clock, so that over any run of clocks the decoded gradients
+// plus the last residual sum to the true gradients (exactly for TOP_K, to
+// within a rounding of each value for SIGN).
+#ifndef PSTRAIN_COMMON_GRAD_CODEC_H_
+#define PSTRAIN_COMMON_GRAD_CODEC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "proto/job.pb.h"
+
+namespace pstrain {
+
+// `spec` with every default filled in (proto/job.proto); codec NONE stays
+// NONE.
+GradCompression WithCompressionDefaults(const GradCompression& spec);
+// INVALID_ARGUMENT naming the field when `spec` (defaults filled in) is out
+// of its range.
+absl::Status CheckCompression(const GradCompression& spec);
+
+// Whether a chunk of `numel` values goes compressed under `spec` (defaults
+// filled in): a codec is set and the chunk has at least min_numel values.
+bool Compresses(const GradCompression& spec, int64_t numel);
+// TOP_K: the values a chunk of `numel` keeps, ratio x numel rounded (at least 1).
+int64_t KeptValues(const GradCompression& spec, int64_t numel);
+// The bytes a compressed chunk of `numel` values encodes into.
+int64_t EncodedBytes(const GradCompression& spec, int64_t numel);
+
+// Encodes v = values + residual (n of each) into EncodedBytes(spec, n)
+// bytes at `out` (any alignment) and leaves in `residual` what the encoding
+// left out, v - decode(out). `residual` may hold anything finite to begin
+// with (zeros on a chunk's first push).
+void EncodeWithFeedback(const GradCompression& spec, const float* values, int64_t n,
+                        float* residual, char* out);
+
+// Decodes `bytes` (`size` of them, any alignment) into the chunk's `numel`
+// values at `out`. INVALID_ARGUMENT when the size is not EncodedBytes or a
+// TOP_K index is out of range or out of order; `out` is then unspecified.
+absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size, int64_t numel,
+                    float* out);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_GRAD_CODEC_H_

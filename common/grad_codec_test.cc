@@ -1,0 +1,212 @@
+// The two codecs against plain references (a full sort for top-k, a
+// block-by-block mean for the scaled sign), error feedback's identity
+// (decoded + residual = what was compressed), the residual staying bounded
+// over many clocks, and the decoder refusing malformed payloads.
+#include "common/grad_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+GradCompression Spec(GradCompression::Codec codec) {
+  GradCompression spec;
+  spec.set_codec(codec);
+  return WithCompressionDefaults(spec);
+}
+
+std::vector<float> Gaussian(int64_t n, std::mt19937* rng, float sigma = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(*rng);
+  return v;
+}
+
+// Encodes `g` with `residual`, decodes; returns the decoded values.
+std::vector<float> RoundTrip(const GradCompression& spec, const std::vector<float>& g,
+                             std::vector<float>* residual) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<char> bytes(EncodedBytes(spec, n));
+  EncodeWithFeedback(spec, g.data(), n, residual->data(), bytes.data());
+  std::vector<float> decoded(n);
+  EXPECT_TRUE(
+      Decode(spec, bytes.data(), static_cast<int64_t>(bytes.size()), n, decoded.data()).ok());
+  return decoded;
+}
+
+TEST(GradCodecTest, SizesFollowTheFormat) {
+  EXPECT_EQ(EncodedBytes(Spec(GradCompression::SIGN), 65536), 4 * 256 + 8192);
+  EXPECT_EQ(EncodedBytes(Spec(GradCompression::SIGN), 1000), 4 * 4 + 125);
+  EXPECT_EQ(KeptValues(Spec(GradCompression::TOP_K), 65536), 655);  // 655.36 rounded
+  EXPECT_EQ(EncodedBytes(Spec(GradCompression::TOP_K), 65536), 8 * 655);
+  EXPECT_EQ(KeptValues(Spec(GradCompression::TOP_K), 10), 1);
+  EXPECT_FALSE(Compresses(Spec(GradCompression::TOP_K), 4095));
+  EXPECT_TRUE(Compresses(Spec(GradCompression::TOP_K), 4096));
+  EXPECT_FALSE(Compresses(Spec(GradCompression::NONE), 1 << 20));
+}
+
+TEST(GradCodecTest, SignMatchesBlockMeansOfTheMagnitudes) {
+  std::mt19937 rng(1);
+  GradCompression spec = Spec(GradCompression::SIGN);
+  spec.set_block(64);
+  const std::vector<float> g = Gaussian(1000, &rng);  // a short last block
+  std::vector<float> residual(g.size(), 0.0f);
+  const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+  for (size_t begin = 0; begin < g.size(); begin += 64) {
+    const size_t end = std::min(g.size(), begin + 64);
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += std::fabs(g[i]);
+    const double scale = sum / static_cast<double>(end - begin);
+    const float magnitude = std::fabs(decoded[begin]);  // one a block
+    ASSERT_NEAR(magnitude, scale, 1e-6 * scale) << begin;
+    for (size_t i = begin; i < end; ++i) {
+      ASSERT_EQ(decoded[i], g[i] < 0 ? -magnitude : magnitude) << i;
+      ASSERT_EQ(residual[i], g[i] - decoded[i]) << i;
+    }
+  }
+}
+
+TEST(GradCodecTest, TopKKeepsTheLargestMagnitudesLowerIndexOnTies) {
+  GradCompression spec = Spec(GradCompression::TOP_K);
+  spec.set_ratio(0.3f);  // 3 of 10
+  const std::vector<float> g = {0.5f, -2.0f, 1.0f, 1.0f, -1.0f, 0.0f, 3.0f, 0.1f, -0.2f, 0.3f};
+  std::vector<float> residual(g.size(), 0.0f);
+  const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+  const std::vector<float> want = {0, -2.0f, 1.0f, 0, 0, 0, 3.0f, 0, 0, 0};
+  EXPECT_EQ(decoded, want);
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(residual[i], g[i] - want[i]) << i;
+}
+
+TEST(GradCodecTest, TopKAgreesWithAFullSort) {
+  std::mt19937 rng(2);
+  const GradCompression spec = Spec(GradCompression::TOP_K);
+  const std::vector<float> g = Gaussian(50000, &rng);
+  std::vector<float> residual(g.size(), 0.0f);
+  const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+  std::vector<int> order(g.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+  std::vector<float> want(g.size(), 0.0f);
+  for (int64_t i = 0; i < KeptValues(spec, 50000); ++i) want[order[i]] = g[order[i]];
+  EXPECT_EQ(decoded, want);
+}
+
+// Each clock: decoded + new residual == g + old residual, bit for bit for
+// top-k, to a rounding for the sign; over the run, the decoded gradients
+// plus the last residual sum to the true ones.
+TEST(GradCodecTest, ErrorFeedbackLosesNothing) {
+  for (const auto codec : {GradCompression::SIGN, GradCompression::TOP_K}) {
+    std::mt19937 rng(3);
+    const GradCompression spec = Spec(codec);
+    const int64_t n = 5000;
+    std::vector<float> residual(n, 0.0f);
+    std::vector<double> truth(n, 0.0), sent(n, 0.0);
+    for (int clock = 0; clock < 200; ++clock) {
+      const std::vector<float> g = Gaussian(n, &rng);
+      const std::vector<float> before = residual;
+      const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = g[i] + before[i];
+        if (codec == GradCompression::TOP_K) {
+          ASSERT_EQ(decoded[i] + residual[i], v) << i;
+        } else {
+          ASSERT_NEAR(decoded[i] + residual[i], v, 1e-6f * std::max(1.0f, std::fabs(v))) << i;
+        }
+        truth[i] += g[i];
+        sent[i] += decoded[i];
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(sent[i] + residual[i], truth[i], 1e-3) << "codec " << codec << " value " << i;
+    }
+  }
+}
+
+double Norm(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+// The residual settles: over 3,000 clocks of fresh gradients its norm stays
+// within a fixed multiple of a gradient's, and does not grow from the
+// second thousand clocks to the third.
+TEST(GradCodecTest, ResidualStaysBounded) {
+  for (const auto codec : {GradCompression::SIGN, GradCompression::TOP_K}) {
+    std::mt19937 rng(4);
+    const GradCompression spec = Spec(codec);
+    const int64_t n = 8192;
+    std::vector<float> residual(n, 0.0f);
+    double grad_norm = 0, middle = 0, last = 0;
+    for (int clock = 0; clock < 3000; ++clock) {
+      const std::vector<float> g = Gaussian(n, &rng);
+      grad_norm = std::max(grad_norm, Norm(g));
+      RoundTrip(spec, g, &residual);
+      const double r = Norm(residual);
+      // top-k keeps 1 %: a value waits ~100 clocks, so its residual grows
+      // like a random walk's, ~sqrt(100) gradients.
+      ASSERT_LT(r, 20 * grad_norm) << "codec " << codec << " clock " << clock;
+      if (clock >= 1000 && clock < 2000) middle = std::max(middle, r);
+      if (clock >= 2000) last = std::max(last, r);
+    }
+    EXPECT_LT(last, 1.2 * middle) << "codec " << codec;
+  }
+}
+
+TEST(GradCodecTest, NonFiniteGradientDecodesNonFiniteAndKeepsTheResidual) {
+  for (const auto codec : {GradCompression::SIGN, GradCompression::TOP_K}) {
+    const GradCompression spec = Spec(codec);
+    std::vector<float> g(5000, 1.0f), residual(5000, 0.25f);
+    g[17] = std::numeric_limits<float>::infinity();
+    const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+    EXPECT_TRUE(std::any_of(decoded.begin(), decoded.end(), [](float x) { return std::isnan(x); }));
+    EXPECT_EQ(residual, std::vector<float>(5000, 0.25f));
+  }
+}
+
+TEST(GradCodecTest, DecoderRefusesMalformedPayloads) {
+  const GradCompression sign = Spec(GradCompression::SIGN), topk = Spec(GradCompression::TOP_K);
+  std::vector<float> out(1000);
+  std::vector<char> bytes(EncodedBytes(sign, 1000) + 1);
+  EXPECT_FALSE(
+      Decode(sign, bytes.data(), static_cast<int64_t>(bytes.size()), 1000, out.data()).ok());
+  // k = 10 indices: out of range, then repeated.
+  std::vector<uint32_t> words(20, 0);
+  for (uint32_t i = 0; i < 10; ++i) words[i] = i;
+  words[9] = 1000;
+  const int64_t size = EncodedBytes(topk, 1000);
+  ASSERT_EQ(size, 80);
+  EXPECT_FALSE(
+      Decode(topk, reinterpret_cast<const char*>(words.data()), size, 1000, out.data()).ok());
+  words[9] = 8;
+  EXPECT_FALSE(
+      Decode(topk, reinterpret_cast<const char*>(words.data()), size, 1000, out.data()).ok());
+  words[9] = 999;
+  EXPECT_TRUE(
+      Decode(topk, reinterpret_cast<const char*>(words.data()), size, 1000, out.data()).ok());
+}
+
+TEST(GradCodecTest, ChecksItsRanges) {
+  GradCompression spec = Spec(GradCompression::TOP_K);
+  EXPECT_TRUE(CheckCompression(spec).ok());
+  spec.set_ratio(0.6f);
+  EXPECT_EQ(CheckCompression(spec).code(), absl::StatusCode::kInvalidArgument);
+  spec = Spec(GradCompression::SIGN);
+  spec.set_block(4);
+  EXPECT_EQ(CheckCompression(spec).code(), absl::StatusCode::kInvalidArgument);
+  spec = Spec(GradCompression::SIGN);
+  spec.set_min_numel(0);
+  EXPECT_EQ(CheckCompression(spec).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,135 @@
+"""Compressed pushes from PyTorch workers (JobSpec.compression): two tiny
+workers and two servers under BSP, Adam on the servers, the job's weights
+pushed top-k with error feedback, against one process that computes the
+same: each worker's share's gradient plus its residual per chunk, the
+largest quarter of each chunk kept (the rest the new residual), the kept
+values summed over the shares and the servers' Adam (server_adam.py) --
+every final weight within 1e-5. The reference without compression ends
+far from it (checked), so the match is the codec's doing.
+
+By hand: python3 tests/python/torch_compression_test.py (the daemons from
+bazel-bin).
+"""
+
+import os
+import sys
+import unittest
+
+# One BLAS thread in every process: the same arithmetic, the same bits.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import local_cluster  # noqa: E402
+from local_cluster import binary, runfile  # noqa: E402
+
+os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
+sys.path[:0] = [str(runfile("python")), str(runfile("tests/python"))]
+
+from cluster_control import TINY_JOB, Cluster  # noqa: E402
+
+# tiny_external.pbtxt's batch, seed and learning rate; its chunk_bytes (512)
+# cuts fc1.weight (512 values) into 4 chunks of 128 and fc2.weight into 1;
+# min_numel 128 compresses those five, the biases (32 and 4) go dense.
+CLOCKS, BATCH_SIZE, SEED, LR = 30, 32, 7, 0.01
+CHUNK, RATIO = 128, 0.25
+COMPRESSION = "compression { codec: TOP_K ratio: %g min_numel: %d }" % (RATIO, CHUNK)
+WORKERS = ["worker0", "worker1"]
+TOLERANCE = 1e-5
+TIMEOUT_S = 180
+
+
+def top_k(v):
+    """v's RATIO x len largest magnitudes kept, the rest zero (a chunk's
+    decoding under TOP_K; a tie of nonzero magnitudes does not occur here)."""
+    import torch
+
+    kept = torch.zeros_like(v)
+    index = v.abs().topk(round(RATIO * v.numel())).indices
+    kept[index] = v[index]
+    return kept
+
+
+def train_like_the_cluster(compressed):
+    """The job's clocks in this process: each share's gradient compressed
+    chunk by chunk with its worker's residuals (when `compressed`), summed
+    over the shares weighted by their sizes, the servers' Adam."""
+    import torch
+    import torch.nn.functional as F
+
+    import pstrain.torch as pst
+    import tiny_worker
+    from server_adam import ServerAdam
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)  # tiny_worker's --torch_seed
+    model = tiny_worker.Tiny()
+    opt = ServerAdam(model.parameters(), lr=LR)
+    data = tiny_worker.synthetic_set()
+    params = list(model.parameters())
+    residuals = [[torch.zeros(p.numel()) for p in params] for _ in WORKERS]
+    for clock in range(CLOCKS):
+        total = [torch.zeros(p.numel()) for p in params]
+        for share in range(len(WORKERS)):
+            indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
+                                        batch_size=BATCH_SIZE, share=share,
+                                        share_of=len(WORKERS))
+            x, y = data[indices]
+            model.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            for i, p in enumerate(params):
+                g = p.grad.detach().flatten().clone()
+                if compressed and p.numel() >= CHUNK:
+                    r = residuals[share][i]
+                    for start in range(0, p.numel(), CHUNK):
+                        v = g[start:start + CHUNK] + r[start:start + CHUNK]
+                        g[start:start + CHUNK] = top_k(v)
+                        r[start:start + CHUNK] = v - g[start:start + CHUNK]
+                total[i] += g * (len(indices) / BATCH_SIZE)
+        for p, g in zip(params, total):
+            p.grad = g.view_as(p)
+        opt.step()
+    return model.state_dict()
+
+
+def largest_difference(a, b):
+    return max(float((a[name] - b[name]).abs().max() / b[name].abs().max()) for name in a)
+
+
+class TorchCompressionTest(unittest.TestCase):
+    def test_top_k_pushes_train_as_the_codec_says(self):
+        import torch
+
+        job = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "tiny_top_k.pbtxt")
+        with open(TINY_JOB) as f, open(job, "w") as out:
+            out.write(f.read() + "\n" + COMPRESSION + "\n")
+        with Cluster(job, servers=2, workers=len(WORKERS), name="compression",
+                     scheduler_flags=["--clocks=%d" % CLOCKS]) as cluster:
+            for name in WORKERS:
+                cluster.start_tiny(name, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
+            self.assertEqual(codes, dict.fromkeys(codes, 0),
+                             "\n".join(str(cluster.log(n)) for n in WORKERS))
+            final = [torch.load(cluster.dir / (n + ".pt")) for n in WORKERS]
+            status = cluster.final_status()
+        for name in final[0]:
+            self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
+        expected = train_like_the_cluster(compressed=True)
+        error = largest_difference(final[0], expected)
+        self.assertLessEqual(error, TOLERANCE)
+        dense = largest_difference(final[0], train_like_the_cluster(compressed=False))
+        self.assertGreater(dense, 100 * TOLERANCE, "compression changes the weights")
+        # What the workers pushed: at most 5 chunks of 32 kept values (8
+        # bytes each) and the biases' 36 floats a clock, instead of 676
+        # floats -- and the initial weights, dense, once.
+        workers = [m for m in status["members"] if m["role"] == "WORKER"]
+        for w in workers:
+            self.assertEqual(w["frontend"], "pytorch")
+            pushed = int(w["bytes_out"])
+            self.assertLessEqual(pushed, CLOCKS * (5 * 32 * 8 + 36 * 4) + 676 * 4, w["address"])
+            self.assertLess(pushed, 0.6 * CLOCKS * 676 * 4, w["address"])
+        print("top-k pushes: largest |w - reference| %.2e; against dense training %.2e"
+              % (error, dense))
+
+
+if __name__ == "__main__":
+    local_cluster.main("torch_compression_test")
