@@ -36,12 +36,18 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-MODES = {  # name: (--consistency, --staleness)
-    "BSP": ("bsp", 0),
-    "SSP(1)": ("ssp", 1),
-    "SSP(3)": ("ssp", 3),
-    "SSP(10)": ("ssp", 10),
-    "ASP": ("asp", 0),
+MODES = {  # name: (--consistency, --staleness, more ps_scheduler flags)
+    "BSP": ("bsp", 0, []),
+    "SSP(1)": ("ssp", 1, []),
+    "SSP(3)": ("ssp", 3, []),
+    "SSP(10)": ("ssp", 10, []),
+    "ASP": ("asp", 0, []),
+}
+# BSP with the workers' pushes compressed (docs/compression.md); not run
+# unless --modes names them.
+COMPRESSED_MODES = {
+    "BSP+sign": ("bsp", 0, ["--compression=sign"]),
+    "BSP+top-k": ("bsp", 0, ["--compression=top_k"]),
 }
 
 # name: (ps_worker flags, the seed being the run's; local_cluster.sh
@@ -59,6 +65,7 @@ CONDITIONS = {
     "slow links": ([], "LINKS"),
 }
 LINKS = "--rate=2000"
+ALL_MODES = dict(MODES, **COMPRESSED_MODES)
 
 MODELS = {  # name: (job file, clocks, quick clocks, target loss, smoothing points)
     "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.45, 5),
@@ -71,10 +78,11 @@ class ExperimentError(RuntimeError):
 
 
 def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
-    """One local cluster run; its curve as [(seconds, clock, loss)]. `links`:
-    the slow links' netem.sh options."""
+    """One local cluster run; its curve as [(seconds, clock, loss)], its
+    wall seconds, and its facts (the final test accuracy, a worker's
+    pushed bytes a clock). `links`: the slow links' netem.sh options."""
     job, _, _, _, _ = MODELS[model]
-    consistency, staleness = MODES[mode]
+    consistency, staleness, mode_flags = ALL_MODES[mode]
     name = "%s-%s-%s-%d" % (model, condition, mode, seed)
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
     logs, run_dir = workdir / name / "logs", workdir / name / "run"
@@ -88,7 +96,7 @@ def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
         cmd.append("--worker_links=" + links)
     cmd += ["--",
            "--run_dir=" + str(run_dir), "--consistency=" + consistency,
-           "--staleness=%d" % staleness, "--seed=%d" % seed, "--clocks=%d" % clocks]
+           "--staleness=%d" % staleness, "--seed=%d" % seed, "--clocks=%d" % clocks] + mode_flags
     started = time.monotonic()
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=900, check=False)
@@ -100,7 +108,13 @@ def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
     t0 = int(points[0]["unix_ms"])
     curve = [((int(p["unix_ms"]) - t0) / 1000.0, int(p.get("clock", 0)), float(p["loss"]))
              for p in points if float(p.get("loss", -1)) >= 0]
-    return curve, time.monotonic() - started
+    accuracy = next((float(p["test_accuracy"]) for p in reversed(points)
+                     if float(p.get("test_accuracy", -1)) >= 0), None)
+    members = json.loads((logs / "status.json").read_text()).get("members", [])
+    pushed = [int(m.get("bytes_out", 0)) for m in members if m.get("role") == "WORKER"]
+    facts = {"final_accuracy": accuracy,
+             "pushed_bytes_per_clock": round(statistics.mean(pushed) / clocks) if pushed else None}
+    return curve, time.monotonic() - started, facts
 
 
 def smoothed(curve, k):
@@ -154,17 +168,22 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, run
     target, k = MODELS[model][3], MODELS[model][4]
     medians = {}
     for mode in modes:
-        times, ran = [], []
+        times, ran, losses, accuracies, pushed = [], [], [], [], []
         for seed in seeds:
-            curve, wall = run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links)
+            curve, wall, facts = run_one(model, condition, mode, seed, clocks, workdir, bin_dir,
+                                         links)
             smooth = smoothed(curve, k)
             reached = time_to(smooth, target)
-            runs.append({"model": model, "condition": condition, "mode": mode, "seed": seed,
-                         "clocks": clocks, "wall_s": round(wall, 2),
-                         "seconds": curve[-1][0] if curve else None,
-                         "time_to_target_s": reached[0] if reached else None,
-                         "clock_at_target": reached[1] if reached else None,
-                         "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
+            losses += [smooth[-1][2]] if smooth else []
+            accuracies += [facts["final_accuracy"]] if facts["final_accuracy"] is not None else []
+            pushed += [facts["pushed_bytes_per_clock"]] if facts["pushed_bytes_per_clock"] else []
+            runs.append(dict(facts, model=model, condition=condition, mode=mode, seed=seed,
+                             final_loss=smooth[-1][2] if smooth else None))
+            runs[-1].update({"clocks": clocks, "wall_s": round(wall, 2),
+                             "seconds": curve[-1][0] if curve else None,
+                             "time_to_target_s": reached[0] if reached else None,
+                             "clock_at_target": reached[1] if reached else None,
+                             "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
             ran.append((reached[0] if reached else float("inf"), smooth))
             if reached:
                 times.append(reached[0])
@@ -176,7 +195,9 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, run
         medians[mode] = ran[len(ran) // 2][1]
         table.append({"model": model, "condition": condition, "mode": mode,
                       "target_loss": target, "time_to_target_s": summary(times),
-                      "reached": "%d of %d" % (len(times), len(seeds))})
+                      "reached": "%d of %d" % (len(times), len(seeds)),
+                      "final_loss": summary(losses), "final_accuracy": summary(accuracies),
+                      "pushed_bytes_per_clock": summary(pushed)})
     return medians
 
 
@@ -187,7 +208,7 @@ def chosen(args, error):
         return ["mlp"], ["BSP", "SSP(3)"], ["one slow worker"], [1], {}
     models, modes = args.models.split(","), args.modes.split(",")
     conditions = args.conditions.split(",") if args.conditions else list(CONDITIONS)
-    for name, values, known in (("model", models, MODELS), ("mode", modes, MODES),
+    for name, values, known in (("model", models, MODELS), ("mode", modes, ALL_MODES),
                                 ("condition", conditions, CONDITIONS)):
         for value in values:
             if value not in known:
@@ -208,7 +229,8 @@ def main():
     p.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
     p.add_argument("--models", default="mlp,gpt")
     p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="of %s" % ", ".join(ALL_MODES))
     p.add_argument("--conditions", default="",
                    help="default: all four ('slow links' only as root)")
     p.add_argument("--links", default=LINKS,

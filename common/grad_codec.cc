@@ -12,7 +12,7 @@
 namespace pstrain {
 namespace {
 
-constexpr float kDefaultRatio = 0.01f;
+constexpr float kDefaultRatio = 0.1f;
 constexpr int32_t kDefaultBlock = 256;
 constexpr int64_t kDefaultMinNumel = 4096;
 

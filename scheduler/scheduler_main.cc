@@ -55,7 +55,7 @@ ABSL_FLAG(int64_t, micro_batches, 1, "override: micro-batches of a worker's or r
 ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
 ABSL_FLAG(std::string, compression, "",
           "override: the workers' pushes compressed with error feedback, sign (one bit a "
-          "value) or top_k (1 % of the values), or none (docs/compression.md)");
+          "value) or top_k (the largest 10 % of the values), or none (docs/compression.md)");
 ABSL_FLAG(std::string, table_consistency, "",
           "override: the sparse tables' bsp, ssp or asp (asp in a bsp job: PERSIA's hybrid, "
           "asynchronous tables beside synchronous dense training)");

@@ -119,73 +119,18 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
     if (const grpc::Status st = PlaceInSlots(width, compressed, &chunks); !st.ok()) return st;
   }
-  // Per-thread buffers, grown once to the largest chunk.
-  thread_local std::vector<float> grad;
-  thread_local std::vector<char> staging;
+  const PayloadSource source{h.dtype, segment.get(), &reader};
   int64_t bytes = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const PayloadRef& c = chunks[i];
-    const int64_t numel = store_->ChunkNumel(c.chunk);
-    if (compressed.Compresses(numel)) {  // decoded now: the store sees values
-      const char* payload =
-          segment != nullptr ? segment->data() + c.offset : reader.Contiguous(c.offset, c.bytes);
-      if (payload == nullptr) {
-        staging.resize(c.bytes);
-        reader.Seek(c.offset);
-        reader.Copy(c.bytes, staging.data());
-        payload = staging.data();
-      }
-      const absl::Status st =
-          compressed.Decode(i, c.chunk, payload, static_cast<int64_t>(c.bytes), numel);
-      if (!st.ok()) return ToGrpc(st);
-      push.parts.push_back({c.chunk, numel, static_cast<int64_t>(c.bytes)});
-      bytes += static_cast<int64_t>(c.bytes);
-      continue;
-    }
-    if (c.bytes % width != 0) {
-      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
-                                  DTypeName(h.dtype), " values"));
-    }
-    push.parts.push_back(
-        {c.chunk, static_cast<int64_t>(c.bytes / width), static_cast<int64_t>(c.bytes)});
-    bytes += static_cast<int64_t>(c.bytes);
+  if (const grpc::Status st = TakeParts(source, chunks, &compressed, &push, &bytes); !st.ok()) {
+    return st;
   }
   // The store checks the whole request before it asks for any part's
   // values, so nothing is decoded (or allocated) beyond a chunk's size.
   const absl::Status st = store_->Push(push, [&](size_t i) {
-    const PayloadRef& c = chunks[i];
-    const int64_t numel = push.parts[i].values;
     if (const absl::Span<const float> decoded = compressed.Values(i); !decoded.empty()) {
       return decoded;
     }
-    if (segment != nullptr) {
-      // Copied once out of the slot: the worker can write it at any time,
-      // and the store reads a part more than once (the finiteness check,
-      // then the update).
-      const char* slot = segment->data() + c.offset;
-      grad.resize(numel);
-      if (h.dtype == FP32) {
-        std::memcpy(grad.data(), slot, numel * sizeof(float));
-      } else {
-        DecodeFloats(h.dtype, slot, numel, grad.data());
-      }
-      return absl::MakeConstSpan(grad.data(), numel);
-    }
-    // fp32 lying whole and aligned in one received slice is used in place.
-    const char* in_place = h.dtype == FP32 ? reader.Contiguous(c.offset, c.bytes) : nullptr;
-    if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
-      return absl::MakeConstSpan(reinterpret_cast<const float*>(in_place), numel);
-    }
-    grad.resize(numel);
-    reader.Seek(c.offset);
-    if (h.dtype == FP32) {
-      reader.Copy(c.bytes, reinterpret_cast<char*>(grad.data()));
-    } else {
-      staging.resize(c.bytes);
-      reader.Copy(c.bytes, staging.data());
-      DecodeFloats(h.dtype, staging.data(), numel, grad.data());
-    }
-    return absl::MakeConstSpan(grad.data(), numel);
+    return source.Values(chunks[i], push.parts[i].values);
   });
   if (!st.ok()) return ToGrpc(st);
   if (taken != nullptr && !push.initial_values) {
@@ -198,6 +143,69 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   counters_->bytes_in += bytes;
   if (segment != nullptr) counters_->shm_bytes += bytes;
   ++counters_->pushes;
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// Per-thread buffers, grown once to the largest chunk.
+thread_local std::vector<float> grad_buffer;
+thread_local std::vector<char> staging_buffer;
+
+}  // namespace
+
+const char* ChunkRequests::PayloadSource::Bytes(const PayloadRef& c) const {
+  if (segment != nullptr) return segment->data() + c.offset;
+  if (const char* whole = reader->Contiguous(c.offset, c.bytes); whole != nullptr) return whole;
+  staging_buffer.resize(c.bytes);
+  reader->Seek(c.offset);
+  reader->Copy(c.bytes, staging_buffer.data());
+  return staging_buffer.data();
+}
+
+absl::Span<const float> ChunkRequests::PayloadSource::Values(const PayloadRef& c,
+                                                             int64_t numel) const {
+  grad_buffer.resize(numel);
+  if (segment == nullptr && dtype == FP32) {
+    const char* in_place = reader->Contiguous(c.offset, c.bytes);
+    if (in_place != nullptr && reinterpret_cast<uintptr_t>(in_place) % alignof(float) == 0) {
+      return absl::MakeConstSpan(reinterpret_cast<const float*>(in_place), numel);
+    }
+    reader->Seek(c.offset);
+    reader->Copy(c.bytes, reinterpret_cast<char*>(grad_buffer.data()));
+    return absl::MakeConstSpan(grad_buffer.data(), numel);
+  }
+  const char* bytes = Bytes(c);  // the slot, or the message's bytes
+  if (dtype == FP32) {
+    std::memcpy(grad_buffer.data(), bytes, numel * sizeof(float));
+  } else {
+    DecodeFloats(dtype, bytes, numel, grad_buffer.data());
+  }
+  return absl::MakeConstSpan(grad_buffer.data(), numel);
+}
+
+grpc::Status ChunkRequests::TakeParts(const PayloadSource& source,
+                                      const std::vector<PayloadRef>& chunks,
+                                      CompressedPush* compressed, ChunkStore::PushRequest* push,
+                                      int64_t* bytes) const {
+  const int width = DTypeSize(source.dtype);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const PayloadRef& c = chunks[i];
+    const int64_t numel = store_->ChunkNumel(c.chunk);
+    if (compressed->Compresses(numel)) {  // decoded now: the store sees values
+      const absl::Status st =
+          compressed->Decode(i, c.chunk, source.Bytes(c), static_cast<int64_t>(c.bytes), numel);
+      if (!st.ok()) return ToGrpc(st);
+      push->parts.push_back({c.chunk, numel, static_cast<int64_t>(c.bytes)});
+    } else if (c.bytes % width != 0) {
+      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
+                                  DTypeName(source.dtype), " values"));
+    } else {
+      push->parts.push_back(
+          {c.chunk, static_cast<int64_t>(c.bytes / width), static_cast<int64_t>(c.bytes)});
+    }
+    *bytes += static_cast<int64_t>(c.bytes);
+  }
   return grpc::Status::OK;
 }
 

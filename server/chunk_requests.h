@@ -107,6 +107,28 @@ class ChunkRequests {
   // payload in the message or a chunk this server does not hold.
   grpc::Status PlaceInSlots(int width, const CompressedPush& compressed,
                             std::vector<PayloadRef>* chunks) const;
+  // Where a push's payloads are: in its segment's slots (`segment`) or in
+  // the message (`reader`), in `dtype`.
+  struct PayloadSource {
+    DType dtype = FP32;
+    const ShmSegment* segment = nullptr;
+    SliceReader* reader = nullptr;
+    // A payload's bytes, in place where they lie whole, else copied into a
+    // per-thread buffer (valid until the next call on this thread).
+    const char* Bytes(const PayloadRef& c) const;
+    // A payload as `numel` fp32 values: fp32 lying whole and aligned in one
+    // received slice is used in place; a slot's copied once (the worker can
+    // write it at any time, and the store reads a part twice: the
+    // finiteness check, then the update); 16-bit values converted. Valid
+    // until the next call on this thread.
+    absl::Span<const float> Values(const PayloadRef& c, int64_t numel) const;
+  };
+  // The push's parts as the store takes them (its compressed chunks decoded
+  // into `compressed`), and their payload bytes; INVALID_ARGUMENT for a
+  // payload of the wrong size or a malformed compressed one.
+  grpc::Status TakeParts(const PayloadSource& source, const std::vector<PayloadRef>& chunks,
+                         CompressedPush* compressed, ChunkStore::PushRequest* push,
+                         int64_t* bytes) const;
 
   const std::shared_ptr<ChunkStore> store_;
   const int64_t total_clocks_;
