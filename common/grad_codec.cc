@@ -56,19 +56,21 @@ void EncodeNonFinite(const GradCompression& spec, int64_t n, char* out) {
 
 // The mean |v| of [begin, end), summed in 8 lanes (so that it vectorizes).
 PSTRAIN_SIMD_CLONES float MeanMagnitude(const float* v, int64_t begin, int64_t end) {
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // no overflow short of 2^1024
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
     for (int k = 0; k < 8; ++k) lanes[k] += std::fabs(v[i + k]);
   }
-  float sum = 0;
+  double sum = 0;
   for (; i < end; ++i) sum += std::fabs(v[i]);
-  for (float lane : lanes) sum += lane;
-  return sum / static_cast<float>(end - begin);
+  for (double lane : lanes) sum += lane;
+  return static_cast<float>(sum / static_cast<double>(end - begin));
 }
 
 // `v` holds values + residual on entry and v - decode on return. A block
-// starts on a byte of signs (block % 8 == 0).
+// starts on a byte of signs (block % 8 == 0). A scale is a mean of
+// magnitudes (summed in double), so it never exceeds the largest of them,
+// and neither does a residual, | |v| - scale |.
 PSTRAIN_SIMD_CLONES void EncodeSign(int64_t block, int64_t n, float* v, char* out) {
   const int64_t blocks = CeilDiv(n, block);
   unsigned char* bits = reinterpret_cast<unsigned char*>(out + 4 * blocks);
@@ -207,9 +209,9 @@ absl::Status CheckCompression(const GradCompression& spec) {
   if (!GradCompression::Codec_IsValid(spec.codec())) {
     return absl::InvalidArgumentError(absl::StrCat("compression: unknown codec ", spec.codec()));
   }
-  if (!(spec.ratio() > 0 && spec.ratio() <= 0.5f)) {
+  if (!(spec.ratio() > 0 && spec.ratio() < 0.5f)) {  // 0.5 would save no byte
     return absl::InvalidArgumentError(
-        absl::StrCat("compression: ratio ", spec.ratio(), " is outside (0, 0.5]"));
+        absl::StrCat("compression: ratio ", spec.ratio(), " is outside (0, 0.5)"));
   }
   if (spec.block() < 8 || spec.block() > 65536 || spec.block() % 8 != 0) {
     return absl::InvalidArgumentError(
@@ -223,10 +225,14 @@ absl::Status CheckCompression(const GradCompression& spec) {
 }
 
 bool Compresses(const GradCompression& spec, int64_t numel) {
-  return spec.codec() != GradCompression::NONE && numel > 0 && numel >= spec.min_numel();
+  // (TOP_K's indices are uint32; an encoding must fit where fp32 would, a
+  // shared-memory slot.)
+  return spec.codec() != GradCompression::NONE && numel > 0 && numel >= spec.min_numel() &&
+         numel <= std::numeric_limits<uint32_t>::max() && EncodedBytes(spec, numel) < 4 * numel;
 }
 
 int64_t KeptValues(const GradCompression& spec, int64_t numel) {
+  if (numel <= 0) return 0;
   const double kept = std::round(static_cast<double>(spec.ratio()) * static_cast<double>(numel));
   return std::clamp<int64_t>(static_cast<int64_t>(kept), 1, numel);
 }
@@ -262,6 +268,14 @@ absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size
                                                    " bytes, not ", size));
   }
   if (spec.codec() == GradCompression::SIGN) {
+    for (int64_t b = 0; b < CeilDiv(numel, spec.block()); ++b) {
+      uint32_t scale;
+      std::memcpy(&scale, bytes + 4 * b, 4);
+      if (scale & 0x80000000u) {  // the encoder writes none: it would flip a block
+        return absl::InvalidArgumentError(
+            absl::StrCat("a compressed chunk's scale ", b, " is negative"));
+      }
+    }
     DecodeSign(spec.block(), bytes, numel, out);
     return absl::OkStatus();
   }

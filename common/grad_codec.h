@@ -36,7 +36,9 @@ GradCompression WithCompressionDefaults(const GradCompression& spec);
 absl::Status CheckCompression(const GradCompression& spec);
 
 // Whether a chunk of `numel` values goes compressed under `spec` (defaults
-// filled in): a codec is set and the chunk has at least min_numel values.
+// filled in): a codec is set, the chunk has at least min_numel values (and
+// at most 2^32 - 1), and its encoding takes fewer bytes than its fp32
+// values. Workers and servers decide by it alike.
 bool Compresses(const GradCompression& spec, int64_t numel);
 // TOP_K: the values a chunk of `numel` keeps, ratio x numel rounded (at least 1).
 int64_t KeptValues(const GradCompression& spec, int64_t numel);
@@ -46,13 +48,15 @@ int64_t EncodedBytes(const GradCompression& spec, int64_t numel);
 // Encodes v = values + residual (n of each) into EncodedBytes(spec, n)
 // bytes at `out` (any alignment) and leaves in `residual` what the encoding
 // left out, v - decode(out). `residual` may hold anything finite to begin
-// with (zeros on a chunk's first push).
+// with (zeros on a chunk's first push). A v with a NaN or an Inf is
+// encoded so that it decodes to NaN, and `residual` is left as it was.
 void EncodeWithFeedback(const GradCompression& spec, const float* values, int64_t n,
                         float* residual, char* out);
 
 // Decodes `bytes` (`size` of them, any alignment) into the chunk's `numel`
-// values at `out`. INVALID_ARGUMENT when the size is not EncodedBytes or a
-// TOP_K index is out of range or out of order; `out` is then unspecified.
+// values at `out`. INVALID_ARGUMENT when the size is not EncodedBytes, a
+// SIGN scale is negative, or a TOP_K index is out of range or out of
+// order; `out` is then unspecified.
 absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size, int64_t numel,
                     float* out);
 

@@ -51,6 +51,17 @@ TEST(GradCodecTest, SizesFollowTheFormat) {
   EXPECT_FALSE(Compresses(Spec(GradCompression::TOP_K), 4095));
   EXPECT_TRUE(Compresses(Spec(GradCompression::TOP_K), 4096));
   EXPECT_FALSE(Compresses(Spec(GradCompression::NONE), 1 << 20));
+  // A chunk goes compressed only when that takes fewer bytes than fp32.
+  GradCompression tiny = Spec(GradCompression::SIGN);
+  tiny.set_min_numel(1);
+  EXPECT_FALSE(Compresses(tiny, 1));  // 4 + 1 bytes against 4
+  EXPECT_TRUE(Compresses(tiny, 2));   // 4 + 1 against 8
+  tiny = Spec(GradCompression::TOP_K);
+  tiny.set_min_numel(1);
+  tiny.set_ratio(0.49f);
+  EXPECT_FALSE(Compresses(tiny, 1));   // 1 value kept: 8 bytes against 4
+  EXPECT_TRUE(Compresses(tiny, 100));  // 49 kept: 392 against 400
+  EXPECT_EQ(KeptValues(tiny, 0), 0);
 }
 
 TEST(GradCodecTest, SignMatchesBlockMeansOfTheMagnitudes) {
@@ -173,6 +184,19 @@ TEST(GradCodecTest, NonFiniteGradientDecodesNonFiniteAndKeepsTheResidual) {
   }
 }
 
+// Values near float's largest: a SIGN block's scale (their mean, summed
+// in double) and the residuals stay finite.
+TEST(GradCodecTest, HugeValuesKeepAFiniteScaleAndResidual) {
+  const GradCompression spec = Spec(GradCompression::SIGN);
+  std::vector<float> g(512, 3e38f), residual(512, 0.0f);
+  for (size_t i = 0; i < g.size(); i += 2) g[i] = -3.3e38f;
+  const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(decoded[i]) && std::isfinite(residual[i])) << i;
+    ASSERT_EQ(decoded[i] < 0, g[i] < 0) << i;
+  }
+}
+
 TEST(GradCodecTest, DecoderRefusesMalformedPayloads) {
   const GradCompression sign = Spec(GradCompression::SIGN);
   GradCompression topk = Spec(GradCompression::TOP_K);
@@ -200,7 +224,7 @@ TEST(GradCodecTest, DecoderRefusesMalformedPayloads) {
 TEST(GradCodecTest, ChecksItsRanges) {
   GradCompression spec = Spec(GradCompression::TOP_K);
   EXPECT_TRUE(CheckCompression(spec).ok());
-  spec.set_ratio(0.6f);
+  spec.set_ratio(0.5f);  // would save no byte
   EXPECT_EQ(CheckCompression(spec).code(), absl::StatusCode::kInvalidArgument);
   spec = Spec(GradCompression::SIGN);
   spec.set_block(4);

@@ -15,6 +15,7 @@ enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5 };
 // A push's hyperparameters (an OptimizerSpec of a few floats) are far
 // smaller; a larger field is malformed.
 constexpr uint64_t kMaxHyperBytes = 4096;
+constexpr uint64_t kMaxCompressionBytes = 256;
 
 void AppendVarint(std::string* out, uint64_t v) {
   while (v >= 0x80) {
@@ -199,10 +200,10 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
       slices.emplace_back(ChunkPrefix(5, c.chunk, 0));
       continue;
     }
-    if (c.encoded != nullptr) {
-      const uint64_t payload = static_cast<uint64_t>(c.encoded_bytes);
+    if (c.compressed != nullptr) {
+      const uint64_t payload = static_cast<uint64_t>(c.compressed_bytes);
       slices.emplace_back(ChunkPrefix(5, c.chunk, payload));
-      slices.emplace_back(c.encoded, payload, grpc::Slice::STATIC_SLICE);
+      slices.emplace_back(c.compressed, payload, grpc::Slice::STATIC_SLICE);
       continue;
     }
     const uint64_t payload = static_cast<uint64_t>(c.numel) * DTypeSize(header.dtype);
@@ -248,7 +249,8 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       if (ok) std::memcpy(&h->grad_norm, &bits, 4);
     } else if ((field == 12 || field == 13) && type == kLen) {
       std::string& bytes = field == 12 ? h->hyper : h->compression;
-      ok = r.ReadVarint(&v) && v <= kMaxHyperBytes && v <= r.remaining();
+      const uint64_t most = field == 12 ? kMaxHyperBytes : kMaxCompressionBytes;
+      ok = r.ReadVarint(&v) && v <= most && v <= r.remaining();
       if (ok) bytes.resize(v);
       ok = ok && r.Copy(v, bytes.data());
     } else {

@@ -78,17 +78,17 @@ struct PushHeader {
 };
 
 // One chunk of a push: `numel` fp32 values at `values`, or, compressed
-// (common/grad_codec.h), the codec's `encoded_bytes` bytes at `encoded`.
+// (common/grad_codec.h), the codec's `compressed_bytes` bytes at `compressed`.
 struct PushChunk {
   int32_t chunk = 0;
   const float* values = nullptr;
   int64_t numel = 0;
-  const char* encoded = nullptr;
-  int64_t encoded_bytes = 0;
+  const char* compressed = nullptr;
+  int64_t compressed_bytes = 0;
 };
 
 // Encodes a PushRequest. fp32 and compressed payloads are referenced, not
-// copied: `values` and `encoded` must stay valid until the call that sends
+// copied: `values` and `compressed` must stay valid until the call that sends
 // the buffer has completed; 16-bit payloads are converted into new slices.
 grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChunk>& chunks);
 // At most the bytes EncodePush produces for one chunk of `numel` values.

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   GradCompression spec;
   spec.set_codec(data[0] % 2 == 0 ? GradCompression::SIGN : GradCompression::TOP_K);
   spec.set_block(8 * (1 + data[1] % 64));
-  spec.set_ratio(static_cast<float>(1 + data[2] % 128) / 256.0f);
+  spec.set_ratio(static_cast<float>(1 + data[2] % 127) / 256.0f);
   spec.set_min_numel(1);
   const int64_t numel = 1 + (data[3] | (data[4] << 8)) % 4096;
   const char* payload = reinterpret_cast<const char*>(data + 6);
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!std::isfinite(g[i])) return 0;  // sent as non-finite, the residual kept
   }
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(back[i])) continue;  // a block's scale overflowed
+    if (!std::isfinite(back[i]) || !std::isfinite(residual[i])) __builtin_trap();
     const double want = g[i], got = static_cast<double>(back[i]) + residual[i];
     if (std::fabs(got - want) > 1e-6 * std::fabs(want) + 1e-30 &&
         std::fabs(got - want) > 1e-6 * std::fabs(back[i])) {

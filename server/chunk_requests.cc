@@ -87,7 +87,7 @@ grpc::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compre
           c.bytes != 0 ? " has a payload in a shared-memory push" : " is not this server's"));
     }
     c.offset = static_cast<size_t>(shm_layout_.Offset(c.chunk));
-    const int64_t numel = shm_layout_.SlotBytes(c.chunk) / 4;
+    const int64_t numel = store_->ChunkNumel(c.chunk);  // its slot holds it in fp32
     c.bytes = static_cast<size_t>(compressed.Compresses(numel) ? compressed.EncodedBytes(numel)
                                                                : numel * width);
   }
@@ -109,7 +109,13 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     push.hyper = std::move(hyper);
   }
   CompressedPush compressed;
-  if (const absl::Status st = compressed.Parse(h.compression); !st.ok()) return ToGrpc(st);
+  if (const absl::Status st = compressed.Parse(h.compression, store_->job().compression());
+      !st.ok()) {
+    return ToGrpc(st);
+  }
+  if (compressed.active() && h.initial_values) {
+    return Invalid("push: initial values go dense, not compressed");
+  }
   if (h.checkpoint_clock > 0 && on_checkpoint_asked_) on_checkpoint_asked_(h.checkpoint_clock);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (bell_segment != 0 && h.shm_segment != bell_segment) {
@@ -125,7 +131,8 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     return st;
   }
   // The store checks the whole request before it asks for any part's
-  // values, so nothing is decoded (or allocated) beyond a chunk's size.
+  // values, so nothing more is decoded (or allocated) beyond a chunk's
+  // size; the compressed parts were, once each.
   const absl::Status st = store_->Push(push, [&](size_t i) {
     if (const absl::Span<const float> decoded = compressed.Values(i); !decoded.empty()) {
       return decoded;

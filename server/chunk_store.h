@@ -238,6 +238,8 @@ class ChunkStore : public HeldRounds {
   int64_t NumParams() const { return num_params_; }
   // Elements of one of this server's chunks (0 for another's).
   int64_t ChunkNumel(int32_t chunk) const;
+  // The job (as the scheduler completed it).
+  const JobSpec& job() const { return job_; }
   // Bytes of weights, optimizer state and BSP round sums held.
   int64_t BytesHeld() const { return bytes_held_; }
   // Chunks' gradients not applied because they held a NaN or an Inf

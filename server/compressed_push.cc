@@ -2,22 +2,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grad_codec.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace pstrain {
 
-absl::Status CompressedPush::Parse(const std::string& serialized) {
+absl::Status CompressedPush::Parse(const std::string& serialized, const GradCompression& job) {
   spec_.reset();
   if (serialized.empty()) return absl::OkStatus();
   GradCompression spec;
   if (!spec.ParseFromString(serialized)) {
     return absl::InvalidArgumentError("push: malformed compression");
   }
-  spec = WithCompressionDefaults(spec);
-  if (spec.codec() == GradCompression::NONE) {
-    return absl::InvalidArgumentError("push: a compression without a codec");
-  }
-  if (absl::Status st = CheckCompression(spec); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("push: ", st.message()));
+  if (job.codec() == GradCompression::NONE ||
+      !google::protobuf::util::MessageDifferencer::Equals(spec, job)) {
+    return absl::InvalidArgumentError(absl::StrCat("push: compressed as {", spec.ShortDebugString(),
+                                                   "}; the job's compression is {",
+                                                   job.ShortDebugString(), "}"));
   }
   spec_ = std::move(spec);
   return absl::OkStatus();
@@ -33,6 +33,9 @@ int64_t CompressedPush::EncodedBytes(int64_t numel) const {
 
 absl::Status CompressedPush::Decode(size_t part, int32_t chunk, const char* bytes, int64_t size,
                                     int64_t numel) {
+  if (!chunks_.insert(chunk).second) {
+    return absl::InvalidArgumentError(absl::StrCat("push: chunk ", chunk, " named twice"));
+  }
   if (values_.size() <= part) values_.resize(part + 1);
   std::vector<float>& out = values_[part];
   out.resize(numel);

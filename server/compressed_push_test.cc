@@ -1,8 +1,9 @@
 // Compressed pushes at the server's door (ChunkRequests::Push): a chunk
 // that came compressed is applied exactly as its decoded values would be
-// had they come dense, a small chunk beside it stays dense, and a malformed
-// compression or payload refuses the whole push (INVALID_ARGUMENT) with
-// nothing of it applied.
+// had they come dense, a small chunk beside it stays dense, and a
+// malformed compression or payload refuses the whole push
+// (INVALID_ARGUMENT) with nothing of it applied.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,10 +19,20 @@
 namespace pstrain {
 namespace {
 
-// SmallDenseJob's one worker under BSP (each push closes its round): chunk
-// 0 holds the 8 weights, chunk 1 the 2 biases.
+GradCompression Spec(GradCompression::Codec codec) {
+  GradCompression spec;
+  spec.set_codec(codec);
+  spec.set_ratio(0.25f);  // TOP_K: 2 of chunk 0's 8
+  spec.set_block(8);      // SIGN: one scale for chunk 0
+  spec.set_min_numel(4);  // chunk 1's 2 biases stay dense
+  return WithCompressionDefaults(spec);
+}
+
+// SmallDenseJob's one worker under BSP (each push closes its round), with
+// `compression`: chunk 0 holds the 8 weights, chunk 1 the 2 biases.
 struct Server {
-  Server() : job(SmallDenseJob(BSP, 1)) {
+  explicit Server(const GradCompression& compression) : job(SmallDenseJob(BSP, 1)) {
+    *job.mutable_compression() = compression;
     const Partition partition =
         Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 1).value();
     store = std::make_shared<ChunkStore>(job, partition, 0, MakeOptimizer(job.optimizer()).value(),
@@ -35,77 +46,108 @@ struct Server {
   std::unique_ptr<ChunkRequests> requests;
 };
 
-GradCompression TopK() {
-  GradCompression spec;
-  spec.set_codec(GradCompression::TOP_K);
-  spec.set_ratio(0.5f);   // 4 of chunk 0's 8
-  spec.set_min_numel(4);  // chunk 1's 2 biases stay dense
-  return WithCompressionDefaults(spec);
-}
+// A push of clock 0 of `chunks` (chunk 0 as `compressed`, dense `weights`
+// when that is empty; chunk 1 dense).
+struct PushOf {
+  std::vector<float> weights = std::vector<float>(8, 1.0f);
+  std::vector<char> compressed;
+  std::vector<float> biases = {0.25f, -0.5f};
+  std::string compression;
+  std::vector<int32_t> chunks = {0, 1};
+  bool initial_values = false;
 
-// A push of clock 0: chunk 0 as `encoded` (dense `weights` when empty),
-// chunk 1 dense.
-grpc::ByteBuffer Push(const std::vector<float>& weights, const std::vector<char>& encoded,
-                      const std::vector<float>& biases, const std::string& compression) {
-  PushHeader h;
-  h.num_samples = 8;
-  h.compression = compression;
-  std::vector<PushChunk> chunks = {{0, weights.data(), 8}, {1, biases.data(), 2}};
-  if (!encoded.empty()) {
-    chunks[0].encoded = encoded.data();
-    chunks[0].encoded_bytes = static_cast<int64_t>(encoded.size());
+  grpc::ByteBuffer Encode() const {
+    PushHeader h;
+    h.num_samples = 8;
+    h.compression = compression;
+    h.initial_values = initial_values;
+    std::vector<PushChunk> parts;
+    for (int32_t chunk : chunks) {
+      if (chunk == 1) {
+        parts.push_back({1, biases.data(), 2});
+        continue;
+      }
+      parts.push_back({0, weights.data(), 8});
+      if (!compressed.empty()) {
+        parts.back().compressed = compressed.data();
+        parts.back().compressed_bytes = static_cast<int64_t>(compressed.size());
+      }
+    }
+    return EncodePush(h, parts);
   }
-  return EncodePush(h, chunks);
-}
+};
 
 TEST(CompressedPushTest, AppliesTheDecodedValuesAsADensePushOfThemWould) {
-  const GradCompression spec = TopK();
   const std::vector<float> g = {0.1f, -3.0f, 0.2f, 2.0f, -0.3f, 0.05f, 1.5f, -1.0f};
-  const std::vector<float> biases = {0.25f, -0.5f};
-  std::vector<float> residual(8, 0.0f), decoded(8);
-  std::vector<char> encoded(EncodedBytes(spec, 8));
-  EncodeWithFeedback(spec, g.data(), 8, residual.data(), encoded.data());
-  ASSERT_TRUE(Decode(spec, encoded.data(), 32, 8, decoded.data()).ok());
-  EXPECT_EQ(decoded, (std::vector<float>{0, -3.0f, 0, 2.0f, 0, 0, 1.5f, -1.0f}));
+  for (const auto codec : {GradCompression::TOP_K, GradCompression::SIGN}) {
+    const GradCompression spec = Spec(codec);
+    ASSERT_TRUE(Compresses(spec, 8));
+    ASSERT_FALSE(Compresses(spec, 2));
+    std::vector<float> residual(8, 0.0f), decoded(8);
+    PushOf compressed;
+    compressed.compressed.resize(EncodedBytes(spec, 8));
+    EncodeWithFeedback(spec, g.data(), 8, residual.data(), compressed.compressed.data());
+    compressed.compression = spec.SerializeAsString();
+    ASSERT_TRUE(
+        Decode(spec, compressed.compressed.data(), EncodedBytes(spec, 8), 8, decoded.data()).ok());
+    if (codec == GradCompression::TOP_K) {
+      EXPECT_EQ(decoded, (std::vector<float>{0, -3.0f, 0, 2.0f, 0, 0, 0, 0}));
+    }
+    PushOf dense;
+    dense.weights = decoded;
 
-  Server compressed, dense;
-  ASSERT_TRUE(compressed.requests->Push(Push(g, encoded, biases, spec.SerializeAsString())).ok());
-  ASSERT_TRUE(dense.requests->Push(Push(decoded, {}, biases, "")).ok());
-  for (int32_t chunk : {0, 1}) {
-    EXPECT_EQ(ReadChunk(*compressed.store, chunk), ReadChunk(*dense.store, chunk)) << chunk;
+    Server with(spec), without(spec);
+    ASSERT_TRUE(with.requests->Push(compressed.Encode()).ok()) << codec;
+    ASSERT_TRUE(without.requests->Push(dense.Encode()).ok()) << codec;
+    for (int32_t chunk : {0, 1}) {
+      EXPECT_EQ(ReadChunk(*with.store, chunk), ReadChunk(*without.store, chunk)) << codec;
+    }
+    EXPECT_EQ(with.counters.bytes_in, EncodedBytes(spec, 8) + 2 * 4) << "what came, compressed";
   }
-  EXPECT_EQ(compressed.counters.bytes_in, 32 + 2 * 4);  // what came, compressed
+}
+
+std::vector<char> Words(const std::vector<uint32_t>& w) {
+  std::vector<char> bytes(4 * w.size());
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  return bytes;
 }
 
 TEST(CompressedPushTest, AMalformedOneIsRefusedWholeAndNothingApplied) {
-  const GradCompression spec = TopK();
-  const std::vector<float> g(8, 1.0f), biases = {0.25f, -0.5f};
-  auto words = [](std::vector<uint32_t> w) {
-    std::vector<char> bytes(4 * w.size());
-    std::memcpy(bytes.data(), w.data(), bytes.size());
-    return bytes;
-  };
-  GradCompression out_of_range = spec;
-  out_of_range.set_ratio(0.9f);
-  GradCompression no_codec = spec;
-  no_codec.set_codec(GradCompression::NONE);
+  const GradCompression topk = Spec(GradCompression::TOP_K);
+  const GradCompression sign = Spec(GradCompression::SIGN);
+  GradCompression other_ratio = topk;
+  other_ratio.set_ratio(0.125f);
   struct Case {
     const char* what;
-    std::vector<char> encoded;
-    std::string compression;
+    GradCompression job;
+    PushOf push;
   };
-  const Case cases[] = {
-      {"an index past the chunk", words({0, 1, 2, 8, 0, 0, 0, 0}), spec.SerializeAsString()},
-      {"indices out of order", words({0, 2, 1, 3, 0, 0, 0, 0}), spec.SerializeAsString()},
-      {"a payload of another size", words({0, 1, 2, 3, 0, 0, 0}), spec.SerializeAsString()},
-      {"a ratio out of range", words({0, 1, 2, 3, 0, 0, 0, 0}), out_of_range.SerializeAsString()},
-      {"no codec", words({0, 1, 2, 3, 0, 0, 0, 0}), no_codec.SerializeAsString()},
+  std::vector<Case> cases;
+  auto add = [&](const char* what, const GradCompression& job, std::vector<char> bytes,
+                 const GradCompression& sent) {
+    PushOf push;
+    push.compressed = std::move(bytes);
+    push.compression = sent.SerializeAsString();
+    cases.push_back({what, job, push});
   };
+  add("an index past the chunk", topk, Words({0, 8, 0, 0}), topk);
+  add("indices out of order", topk, Words({3, 1, 0, 0}), topk);
+  add("a payload of another size", topk, Words({0, 1, 0}), topk);
+  add("another ratio than the job's", topk, Words({0, 1, 0, 0}), other_ratio);
+  add("compressed in a job without compression", GradCompression(), Words({0, 1, 0, 0}), topk);
+  std::vector<char> negative(5, 0);
+  const float minus = -1.0f;
+  std::memcpy(negative.data(), &minus, 4);
+  add("a negative scale", sign, negative, sign);
+  add("the same chunk twice", topk, Words({0, 1, 0, 0}), topk);
+  cases.back().push.chunks = {0, 1, 0};
+  add("initial values compressed", topk, Words({0, 1, 0, 0}), topk);
+  cases.back().push.initial_values = true;
   for (const Case& c : cases) {
-    Server server;
+    Server server(c.job);
     const std::vector<float> weights = ReadChunk(*server.store, 0);
     const std::vector<float> bias = ReadChunk(*server.store, 1);
-    const grpc::Status st = server.requests->Push(Push(g, c.encoded, biases, c.compression));
+    const grpc::Status st = server.requests->Push(c.push.Encode());
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
     EXPECT_EQ(ReadChunk(*server.store, 0), weights) << c.what;
     EXPECT_EQ(ReadChunk(*server.store, 1), bias) << c.what << ": the dense chunk beside it";

@@ -18,22 +18,27 @@ namespace pstrain {
 // Thread-safe; pushes of different chunks encode at once.
 class ErrorFeedback {
  public:
-  // Encodes chunk `chunk`'s `n` values plus its residual under `spec`
-  // (defaults filled in; it compresses chunks of n values) into `out`,
-  // resized to the encoding, and keeps the new residual.
-  void Encode(const GradCompression& spec, int32_t chunk, const float* values, int64_t n,
-              std::vector<char>* out);
-  // The L2 norm of every residual together (0 before any push).
-  double ResidualNorm() const;
+  // Chunk `chunk`'s `n` values of clock `clock` in generation `generation`
+  // plus its residual, encoded under `spec` (it compresses chunks of n
+  // values) into `out` (resized to the encoding); the new residual is kept.
+  // The chunk's push of the same generation and clock encoded again (a
+  // clock redone after a relink, which the servers take once) gets the
+  // same bytes, and the residual does not move twice.
+  void Encode(const GradCompression& spec, int32_t chunk, int64_t generation, int64_t clock,
+              const float* values, int64_t n, std::vector<char>* out);
 
  private:
   struct Residual {
     absl::Mutex mu;
     std::vector<float> values ABSL_GUARDED_BY(mu);
+    // The last encoding and whose it was.
+    int64_t generation ABSL_GUARDED_BY(mu) = -1;
+    int64_t clock ABSL_GUARDED_BY(mu) = -1;
+    std::vector<char> sent ABSL_GUARDED_BY(mu);
   };
-  Residual& Of(int32_t chunk, int64_t n);
+  Residual& Of(int32_t chunk);
 
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   absl::flat_hash_map<int32_t, std::unique_ptr<Residual>> residuals_ ABSL_GUARDED_BY(mu_);
 };
 

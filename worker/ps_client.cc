@@ -322,8 +322,8 @@ void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied)
 void PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link) {
   for (const PushChunk& c : chunks) {
     char* slot = link.PushSlot(c.chunk);
-    if (c.encoded != nullptr) {
-      std::memcpy(slot, c.encoded, c.encoded_bytes);
+    if (c.compressed != nullptr) {
+      std::memcpy(slot, c.compressed, c.compressed_bytes);
     } else if (dtype == FP32) {
       std::memcpy(slot, c.values, c.numel * sizeof(float));
     } else {
@@ -349,43 +349,53 @@ PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
   return header;
 }
 
+int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int32_t>& batch,
+                                const std::vector<std::vector<float>>& grads,
+                                std::vector<PushChunk>* chunks,
+                                std::vector<std::vector<char>>* compressed) const {
+  const bool compressing = Compressing() && !header.initial_values;
+  compressed->resize(batch.size());
+  int64_t bytes = 0;
+  for (size_t j = 0; j < batch.size(); ++j) {
+    const ChunkInfo& info = partition_->chunks()[batch[j]];
+    const float* values = grads[info.param - options_.first_param].data() + info.offset;
+    chunks->push_back({batch[j], values, info.numel});
+    if (compressing && Compresses(options_.compression, info.numel)) {
+      options_.feedback->Encode(options_.compression, batch[j], options_.generation, header.clock,
+                                values, info.numel, &(*compressed)[j]);
+      bytes += static_cast<int64_t>((*compressed)[j].size());
+    } else {
+      bytes += info.numel * DTypeSize(header.dtype);
+    }
+  }
+  return bytes;
+}
+
 int64_t PsClient::AddPushCalls(const PushHeader& header,
                                const std::vector<std::vector<float>>& grads,
                                std::vector<Call>* calls, const std::vector<int>* params) {
   int64_t bytes = 0;
-  const GradCompression& codec = options_.compression;
-  const bool compressed = Compressing() && !header.initial_values;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     std::vector<std::vector<int32_t>> scoped;
     for (const std::vector<int32_t>& batch : BatchesFor(s, params, &scoped)) {
       std::vector<PushChunk> chunks;
-      // Encoded once, here: a retry sends the same bytes (the residual
-      // moved on already).
-      std::vector<std::vector<char>> encoded(batch.size());
-      int64_t call_bytes = 0;
-      for (size_t j = 0; j < batch.size(); ++j) {
-        const ChunkInfo& info = partition_->chunks()[batch[j]];
-        const float* values = grads[info.param - options_.first_param].data() + info.offset;
-        chunks.push_back({batch[j], values, info.numel});
-        if (compressed && Compresses(codec, info.numel)) {
-          options_.feedback->Encode(codec, batch[j], values, info.numel, &encoded[j]);
-          call_bytes += static_cast<int64_t>(encoded[j].size());
-        } else {
-          call_bytes += info.numel * DTypeSize(header.dtype);
-        }
-      }
+      // Compressed once, here: a retry sends the same bytes.
+      std::vector<std::vector<char>> compressed;
+      const int64_t call_bytes = ChunkPayloads(header, batch, grads, &chunks, &compressed);
       bytes += call_bytes;
       Call call;
       call.home = s;
       call.server = s;
       PushHeader h = header;
-      if (compressed) h.compression = codec.SerializeAsString();
+      if (Compressing() && !header.initial_values) {
+        h.compression = options_.compression.SerializeAsString();
+      }
       call.encode = [h = std::move(h), chunks = std::move(chunks),
-                     encoded = std::move(encoded)](ShmLink* link) mutable {
+                     compressed = std::move(compressed)](ShmLink* link) mutable {
         for (size_t j = 0; j < chunks.size(); ++j) {
-          if (encoded[j].empty()) continue;
-          chunks[j].encoded = encoded[j].data();
-          chunks[j].encoded_bytes = static_cast<int64_t>(encoded[j].size());
+          if (compressed[j].empty()) continue;
+          chunks[j].compressed = compressed[j].data();
+          chunks[j].compressed_bytes = static_cast<int64_t>(compressed[j].size());
         }
         h.shm_segment = link == nullptr ? 0 : link->id();
         if (link != nullptr) WriteToShm(h.dtype, chunks, *link);

@@ -89,9 +89,10 @@ struct PsClientOptions {
   // serialized; "" for none): a PyTorch script's (worker/external). Unset:
   // none.
   std::function<std::string(int64_t clock)> hyper;
-  // Compressed pushes (JobSpec.compression, defaults filled in; codec NONE:
-  // dense): each chunk the codec compresses is encoded with its residual
-  // in `feedback`, which outlives the client. Initial values go dense.
+  // Compressed pushes (the job's JobSpec.compression, as the scheduler
+  // completed it; codec NONE: dense): each chunk the codec compresses is
+  // encoded with its residual in `feedback`, which outlives the client.
+  // Initial values go dense.
   GradCompression compression;
   std::shared_ptr<ErrorFeedback> feedback;
 };
@@ -219,6 +220,13 @@ class PsClient {
                              size_t index);
   // Writes a push's payloads into `link`'s push region.
   static void WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link);
+  // A push call's chunks of `batch` (their compressed bytes, where the job
+  // compresses them, into *compressed, else empty); returns their payload
+  // bytes.
+  int64_t ChunkPayloads(const PushHeader& header, const std::vector<int32_t>& batch,
+                        const std::vector<std::vector<float>>& grads,
+                        std::vector<PushChunk>* chunks,
+                        std::vector<std::vector<char>>* compressed) const;
   // Returns the payload bytes of the push; with `params`, of those
   // parameters' chunks only.
   int64_t AddPushCalls(const PushHeader& header, const std::vector<std::vector<float>>& grads,

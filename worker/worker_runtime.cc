@@ -10,7 +10,6 @@
 #include "absl/synchronization/mutex.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
-#include "common/grad_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_json.h"
@@ -183,7 +182,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
         "non-finite gradients, which this job turns off (optimizer.allow_nonfinite)");
   }
   topts.ps.wire_dtype = config.flags.wire_dtype.empty() ? job.wire_dtype() : wire;
-  topts.ps.compression = WithCompressionDefaults(job.compression());
+  topts.ps.compression = job.compression();
   topts.ps.feedback = std::make_shared<ErrorFeedback>();  // every client of the run's
   topts.ps.channels_per_server = static_cast<int>(config.flags.channels_per_server);
   topts.ps.shm = config.flags.shm;

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
-#include "common/grad_codec.h"
 #include "common/job_optimizer.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -93,7 +92,7 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   start_clock_ = reg.start_clock();
   next_clock_ = start_clock_;
   if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
-  ps_.compression = WithCompressionDefaults(job_.compression());
+  ps_.compression = job_.compression();
   ps_.feedback = std::make_shared<ErrorFeedback>();  // every client of the run's
   // As ps_worker on the parameters' device.
   // (Its reads are whole: a script's forward does not wait layer by layer.)
