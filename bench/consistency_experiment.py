@@ -48,6 +48,8 @@ MODES = {  # name: (--consistency, --staleness, more ps_scheduler flags)
 COMPRESSED_MODES = {
     "BSP+sign": ("bsp", 0, ["--compression=sign"]),
     "BSP+top-k": ("bsp", 0, ["--compression=top_k"]),
+    "BSP+sign+pulls": ("bsp", 0, ["--compression=sign", "--compression_pulls=1"]),
+    "BSP+top-k+pulls": ("bsp", 0, ["--compression=top_k", "--compression_pulls=1"]),
 }
 
 # name: (ps_worker flags, the seed being the run's; local_cluster.sh
@@ -111,9 +113,12 @@ def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
     accuracy = next((float(p["test_accuracy"]) for p in reversed(points)
                      if float(p.get("test_accuracy", -1)) >= 0), None)
     members = json.loads((logs / "status.json").read_text()).get("members", [])
-    pushed = [int(m.get("bytes_out", 0)) for m in members if m.get("role") == "WORKER"]
+    workers = [m for m in members if m.get("role") == "WORKER"]
+    pushed = [int(m.get("bytes_out", 0)) for m in workers]
+    pulled = [int(m.get("bytes_in", 0)) for m in workers]
     facts = {"final_accuracy": accuracy,
-             "pushed_bytes_per_clock": round(statistics.mean(pushed) / clocks) if pushed else None}
+             "pushed_bytes_per_clock": round(statistics.mean(pushed) / clocks) if pushed else None,
+             "pulled_bytes_per_clock": round(statistics.mean(pulled) / clocks) if pulled else None}
     return curve, time.monotonic() - started, facts
 
 
@@ -168,7 +173,7 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, run
     target, k = MODELS[model][3], MODELS[model][4]
     medians = {}
     for mode in modes:
-        times, ran, losses, accuracies, pushed = [], [], [], [], []
+        times, ran, losses, accuracies, pushed, pulled = [], [], [], [], [], []
         for seed in seeds:
             curve, wall, facts = run_one(model, condition, mode, seed, clocks, workdir, bin_dir,
                                          links)
@@ -177,6 +182,7 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, run
             losses += [smooth[-1][2]] if smooth else []
             accuracies += [facts["final_accuracy"]] if facts["final_accuracy"] is not None else []
             pushed += [facts["pushed_bytes_per_clock"]] if facts["pushed_bytes_per_clock"] else []
+            pulled += [facts["pulled_bytes_per_clock"]] if facts["pulled_bytes_per_clock"] else []
             runs.append(dict(facts, model=model, condition=condition, mode=mode, seed=seed,
                              final_loss=smooth[-1][2] if smooth else None))
             runs[-1].update({"clocks": clocks, "wall_s": round(wall, 2),
@@ -197,7 +203,8 @@ def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, run
                       "target_loss": target, "time_to_target_s": summary(times),
                       "reached": "%d of %d" % (len(times), len(seeds)),
                       "final_loss": summary(losses), "final_accuracy": summary(accuracies),
-                      "pushed_bytes_per_clock": summary(pushed)})
+                      "pushed_bytes_per_clock": summary(pushed),
+                      "pulled_bytes_per_clock": summary(pulled)})
     return medians
 
 

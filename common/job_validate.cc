@@ -149,10 +149,16 @@ absl::Status ValidateStandbys(const JobSpec& job) {
 // Compressed pushes (JobSpec.compression): every optimizer and consistency
 // takes the decoded gradients (docs/compression.md).
 absl::Status ValidateCompression(const JobSpec& job) {
-  if (job.compression().codec() == GradCompression::NONE) return absl::OkStatus();
+  if (job.compression().codec() == GradCompression::NONE) {
+    return job.compression().pulls() ? SpecError("compression.pulls needs a codec")
+                                     : absl::OkStatus();
+  }
   if (const absl::Status st = CheckCompression(WithCompressionDefaults(job.compression()));
       !st.ok()) {
     return SpecError(st.message());
+  }
+  if (job.compression().pulls() && job.wire_dtype() != FP32) {
+    return SpecError("compression.pulls sends fp32 values and changes: wire_dtype must be FP32");
   }
   return absl::OkStatus();
 }

@@ -97,6 +97,24 @@ bool ReadChunkData(SliceReader& r, uint64_t length, PayloadRef* ref) {
   return r.position() == end;
 }
 
+// A repeated varint field's values, packed (`type` kLen) or one (kVarint),
+// appended to *out.
+bool ReadVarints(SliceReader& r, uint32_t type, std::vector<uint64_t>* out) {
+  uint64_t v = 0;
+  if (type != kLen) {
+    if (!r.ReadVarint(&v)) return false;
+    out->push_back(v);
+    return true;
+  }
+  if (!r.ReadVarint(&v) || v > r.remaining()) return false;
+  const size_t end = r.position() + v;
+  while (r.position() < end) {
+    if (!r.ReadVarint(&v)) return false;
+    out->push_back(v);
+  }
+  return r.position() == end;
+}
+
 }  // namespace
 
 SliceReader::SliceReader(const grpc::ByteBuffer& buffer) {
@@ -264,7 +282,8 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
 grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
                                     const std::vector<int64_t>& payload_bytes,
                                     absl::FunctionRef<void(size_t, char*)> fill,
-                                    const std::vector<int64_t>& applied_clock) {
+                                    const std::vector<int64_t>& applied_clock,
+                                    const PulledViews* views) {
   std::vector<grpc::Slice> slices;
   slices.reserve(chunk_ids.size() + 1);
   for (size_t i = 0; i < chunk_ids.size(); ++i) {
@@ -277,14 +296,23 @@ grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
   }
   PullResponse tail;
   for (int64_t a : applied_clock) tail.add_applied_clock(a);
+  if (views != nullptr) {
+    for (uint64_t v : views->views) tail.add_views(v);
+    for (uint64_t b : views->bases) tail.add_bases(b);
+  }
   slices.emplace_back(tail.SerializeAsString());
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
-                                std::vector<int64_t>* applied_clock) {
+                                std::vector<int64_t>* applied_clock, PulledViews* views) {
   chunks->clear();
   applied_clock->clear();
+  std::vector<uint64_t> applied;
+  PulledViews unused;
+  if (views == nullptr) views = &unused;
+  views->views.clear();
+  views->bases.clear();
   while (r.remaining() > 0) {
     uint64_t tag = 0, v = 0;
     if (!r.ReadVarint(&tag)) return Malformed("pull reply: bad tag");
@@ -294,23 +322,17 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);
       if (ok) chunks->push_back(ref);
-    } else if (field == 2 && type == kLen) {  // packed
-      ok = r.ReadVarint(&v) && v <= r.remaining();
-      const size_t end = r.position() + v;
-      while (ok && r.position() < end) {
-        uint64_t a = 0;
-        ok = r.ReadVarint(&a);
-        if (ok) applied_clock->push_back(static_cast<int64_t>(a));
-      }
-      ok = ok && r.position() == end;
-    } else if (field == 2 && type == kVarint) {
-      ok = r.ReadVarint(&v);
-      if (ok) applied_clock->push_back(static_cast<int64_t>(v));
+    } else if (field >= 2 && field <= 4 && (type == kLen || type == kVarint)) {
+      std::vector<uint64_t>* out = field == 2   ? &applied
+                                   : field == 3 ? &views->views
+                                                : &views->bases;
+      ok = ReadVarints(r, type, out);
     } else {
       ok = SkipField(r, field, type);
     }
     if (!ok) return Malformed("pull reply: truncated or bad field");
   }
+  for (uint64_t a : applied) applied_clock->push_back(static_cast<int64_t>(a));
   return absl::OkStatus();
 }
 

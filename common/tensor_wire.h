@@ -98,17 +98,24 @@ int64_t PushChunkWireBytes(DType dtype, int64_t numel);
 // INVALID_ARGUMENT when malformed.
 absl::Status DecodePush(SliceReader& reader, PushHeader* header, std::vector<PayloadRef>* chunks);
 
+// A compressed pull's views per chunk (PullResponse.views and .bases).
+struct PulledViews {
+  std::vector<uint64_t> views, bases;
+};
+
 // Encodes a PullResponse of the given chunks; fill(i, dst) writes chunk i's
-// payload_bytes[i] bytes at dst (any alignment). `applied_clock` is read
-// after every fill, so a fill may compute it.
+// payload_bytes[i] bytes at dst (any alignment). `applied_clock` and
+// `views` (null: none) are read after every fill, so a fill may compute
+// them.
 grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
                                     const std::vector<int64_t>& payload_bytes,
                                     absl::FunctionRef<void(size_t, char*)> fill,
-                                    const std::vector<int64_t>& applied_clock);
+                                    const std::vector<int64_t>& applied_clock,
+                                    const PulledViews* views = nullptr);
 // Parses a PullResponse and locates its payloads. INVALID_ARGUMENT when
 // malformed.
 absl::Status DecodePullResponse(SliceReader& reader, std::vector<PayloadRef>* chunks,
-                                std::vector<int64_t>* applied_clock);
+                                std::vector<int64_t>* applied_clock, PulledViews* views = nullptr);
 
 // Parses any small message from a ByteBuffer (copies it).
 bool ParseSmall(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message);

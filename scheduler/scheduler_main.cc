@@ -56,6 +56,8 @@ ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
 ABSL_FLAG(std::string, compression, "",
           "override: the workers' pushes compressed with error feedback, sign (one bit a "
           "value) or top_k (the largest 10 % of the values), or none (docs/compression.md)");
+ABSL_FLAG(int64_t, compression_pulls, 0,
+          "override: 1 compresses the pulls too (the change since the weights a worker holds)");
 ABSL_FLAG(std::string, table_consistency, "",
           "override: the sparse tables' bsp, ssp or asp (asp in a bsp job: PERSIA's hybrid, "
           "asynchronous tables beside synchronous dense training)");

@@ -85,6 +85,10 @@ void SetOne(const SpecOverrideFlag& f, const std::string& value, JobSpec* job) {
       (void)absl::SimpleAtoi(value, &n);
       r->SetInt32(m, field, static_cast<int32_t>(n));
       return;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      (void)absl::SimpleAtoi(value, &n);
+      r->SetBool(m, field, n != 0);
+      return;
     case FieldDescriptor::CPPTYPE_UINT64:
       (void)absl::SimpleAtoi(value, &n);
       r->SetUInt64(m, field, static_cast<uint64_t>(n));
@@ -118,6 +122,7 @@ const std::vector<SpecOverrideFlag>& SpecOverrideFlags() {
       {"table_consistency", "table_consistency"},
       {"replicas", "replicas", 0, 1},
       {"compression", "compression.codec"},
+      {"compression_pulls", "compression.pulls", 0, 1},
   };
   return *flags;
 }

@@ -37,6 +37,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
       {"table_consistency", "asp"},
       {"replicas", "1"},
       {"compression", "top_k"},
+      {"compression_pulls", "1"},
   };
   ASSERT_EQ(given.size(), SpecOverrideFlags().size()) << "a flag of the table is not tested";
   JobSpec job;
@@ -46,7 +47,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
                  "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
                  "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
                  "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP replicas: 1 "
-                 "compression { codec: TOP_K }")
+                 "compression { codec: TOP_K pulls: true }")
                 .DebugString());
 }
 

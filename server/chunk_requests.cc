@@ -8,6 +8,7 @@
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 namespace {
@@ -46,7 +47,11 @@ ChunkRequests::ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_cl
       counters_(counters),
       shm_layout_(std::move(shm_layout)),
       boot_id_(BootId()),
-      on_checkpoint_asked_(std::move(on_checkpoint_asked)) {}
+      on_checkpoint_asked_(std::move(on_checkpoint_asked)),
+      views_(store_->job().compression().codec() != GradCompression::NONE &&
+                     store_->job().compression().pulls()
+                 ? std::make_unique<PullViews>(store_->job().compression())
+                 : nullptr) {}
 
 grpc::Status ChunkRequests::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const {
   *segment = shm_ == nullptr ? nullptr : shm_->Find(id);
@@ -245,10 +250,16 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
       }
     } while (!segment->newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
   }
+  // A compressed pull's bases (server/pull_views.h), held until answered.
+  const bool compressed = req.views_size() > 0;
+  std::vector<std::shared_ptr<const PullViews::View>> bases(ids.size());
+  PulledViews pulled;
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    payload_bytes[i] = PayloadBytes(*store_, ids[i], req.dtype());
+    payload_bytes[i] =
+        compressed ? views_->Plan(ids[i], req.views(i), store_->ChunkNumel(ids[i]), &bases[i])
+                   : PayloadBytes(*store_, ids[i], req.dtype());
     bytes += payload_bytes[i];
   }
   std::vector<int64_t> applied, min_applied;
@@ -262,8 +273,12 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
         if (segment != nullptr) {
           dst = segment->data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
         }
-        read = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(), dst,
-                            &applied);
+        if (compressed) {
+          read = ReadCompressed(req, ids[i], bases[i].get(), dst, &applied, &pulled);
+        } else {
+          read = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(),
+                              dst, &applied);
+        }
         if (min_applied.empty()) {
           min_applied = applied;
         } else {
@@ -272,7 +287,7 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
           }
         }
       },
-      min_applied);
+      min_applied, compressed ? &pulled : nullptr);
   if (!read.ok()) {  // the chunks' memory failed: the server is failing
     resp->Clear();
     return ToGrpc(absl::UnavailableError(absl::StrCat("pull: ", read.message())));
@@ -283,11 +298,25 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
   return grpc::Status::OK;
 }
 
+absl::Status ChunkRequests::ReadCompressed(const PullRequest& req, int32_t chunk,
+                                           const PullViews::View* base, char* out,
+                                           std::vector<int64_t>* applied, PulledViews* pulled) {
+  thread_local std::vector<float> current;
+  current.resize(store_->ChunkNumel(chunk));
+  RETURN_IF_ERROR(store_->Read(req.worker_id(), req.clock(), req.min_clock(), chunk, FP32,
+                               reinterpret_cast<char*>(current.data()), applied));
+  pulled->bases.push_back(base == nullptr ? 0 : base->id);
+  pulled->views.push_back(views_->Answer(chunk, req.worker_id(), base, current.data(),
+                                         static_cast<int64_t>(current.size()), out));
+  return absl::OkStatus();
+}
+
 grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const {
   const ChunkStore& s = *store_;
   const int64_t total_clocks = total_clocks_;
-  // A pull names each of this server's chunks at most once: ~16 bytes each.
-  const size_t limit = 64 + 16 * s.chunk_ids().size();
+  // A pull names each of this server's chunks at most once: ~16 bytes each,
+  // and a compressed pull a view of each: 10 more.
+  const size_t limit = 64 + 26 * s.chunk_ids().size();
   if (raw.Length() > limit) {
     return Invalid(absl::StrCat("pull: a request of ", raw.Length(), " bytes for a server of ",
                                 s.chunk_ids().size(), " chunks"));
@@ -297,6 +326,11 @@ grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* 
     return Invalid(absl::StrCat("pull: unknown dtype ", req->dtype()));
   }
   if (req->chunks_size() == 0) return Invalid("pull: no chunks");
+  if (req->views_size() > 0 &&
+      (views_ == nullptr || req->views_size() != req->chunks_size() || req->dtype() != FP32)) {
+    return Invalid(views_ == nullptr ? "pull: views in a job without compressed pulls"
+                                     : "pull: a view for each chunk, and fp32, or none");
+  }
   if (req->worker_id() < 0 || req->worker_id() >= s.num_workers()) {
     return Invalid(absl::StrCat("pull: unknown worker ", req->worker_id()));
   }

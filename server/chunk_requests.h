@@ -22,6 +22,7 @@
 #include "proto/ps.pb.h"
 #include "server/chunk_store.h"
 #include "server/compressed_push.h"
+#include "server/pull_views.h"
 #include "server/shm_registry.h"
 #include "server/sparse_tables.h"
 
@@ -101,6 +102,11 @@ class ChunkRequests {
   // server holds no such segment (it restarted, or the worker's connection
   // closed): the worker then sends the payloads in messages.
   grpc::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
+  // A compressed pull's reply for `chunk`: from the worker's view `base`
+  // (null: the values whole) to the weights now, into `out`; its bases and
+  // views into *pulled.
+  absl::Status ReadCompressed(const PullRequest& req, int32_t chunk, const PullViews::View* base,
+                              char* out, std::vector<int64_t>* applied, PulledViews* pulled);
   // A shared-memory push's chunks (empty payloads in the message): each
   // pointed at its push slot, `width` bytes a value (a compressed one: the
   // codec's bytes); INVALID_ARGUMENT for a
@@ -137,6 +143,8 @@ class ChunkRequests {
   const ShmLayout shm_layout_;  // where the chunks lie in a segment
   const std::string boot_id_;
   const std::function<void(int64_t)> on_checkpoint_asked_;
+  // Compressed pulls' views (the job's compression.pulls); null without.
+  const std::unique_ptr<PullViews> views_;
 };
 
 }  // namespace pstrain

@@ -1,8 +1,9 @@
 // Compressed pushes through the real daemons (JobSpec.compression,
 // docs/compression.md): each codec, with error feedback, trains the
 // 16-class job to an accuracy near the dense run's while the workers push
-// a fraction of the bytes; the bytes are the workers' own count
-// (MemberStatus.bytes_out: pushes' payloads as sent).
+// a fraction of the bytes, pushed and (with compression.pulls) pulled; the
+// bytes are the workers' own count (MemberStatus.bytes_out and bytes_in:
+// the payloads as sent and received).
 #include <cstdio>
 #include <string>
 
@@ -17,7 +18,8 @@ namespace {
 
 struct Outcome {
   double accuracy = -1;
-  int64_t bytes_out = 0;  // worker 0's
+  int64_t bytes_out = 0;  // worker 0's pushes
+  int64_t bytes_in = 0;   // and pulls
 };
 
 // 600 BSP clocks on 2 workers and 2 servers; the 8x32 and 32x16 weights
@@ -38,7 +40,7 @@ Outcome Train(const std::string& name, const std::string& compression) {
   EXPECT_TRUE(end.ok()) << end.status();
   if (!end.ok()) return {};
   const MemberStatus worker = MemberOf(*end, WORKER, 0);
-  return {worker.test_accuracy(), worker.bytes_out()};
+  return {worker.test_accuracy(), worker.bytes_out(), worker.bytes_in()};
 }
 
 TEST(CompressionTest, EachCodecTrainsNearDenseOnAFractionOfTheBytes) {
@@ -47,21 +49,26 @@ TEST(CompressionTest, EachCodecTrainsNearDenseOnAFractionOfTheBytes) {
   struct Case {
     const char* name;
     std::string spec;
-    double most_bytes;  // of the dense run's
+    double most_pushed, most_pulled;  // of the dense run's bytes
   };
   const Case cases[] = {
       // 20 bytes a chunk of 128 values instead of 512; the biases dense.
-      {"sign", "compression { codec: SIGN min_numel: 64 }", 0.15},
+      {"sign", "compression { codec: SIGN min_numel: 64 }", 0.15, 1.0},
       // 32 of 128 values kept, 8 bytes each.
-      {"top_k", "compression { codec: TOP_K ratio: 0.25 min_numel: 64 }", 0.6},
+      {"top_k", "compression { codec: TOP_K ratio: 0.25 min_numel: 64 }", 0.6, 1.0},
+      // The pulls too: each worker's first whole, then changes.
+      {"top_k_pulls", "compression { codec: TOP_K ratio: 0.25 min_numel: 64 pulls: true }", 0.6,
+       0.6},
   };
   for (const Case& c : cases) {
     const Outcome compressed = Train(c.name, c.spec);
-    const double share = static_cast<double>(compressed.bytes_out) / dense.bytes_out;
-    std::printf("%s: accuracy %.4f (dense %.4f), bytes pushed %.3f of dense\n", c.name,
-                compressed.accuracy, dense.accuracy, share);
+    const double pushed = static_cast<double>(compressed.bytes_out) / dense.bytes_out;
+    const double pulled = static_cast<double>(compressed.bytes_in) / dense.bytes_in;
+    std::printf("%s: accuracy %.4f (dense %.4f), bytes pushed %.3f and pulled %.3f of dense\n",
+                c.name, compressed.accuracy, dense.accuracy, pushed, pulled);
     EXPECT_GE(compressed.accuracy, dense.accuracy - 0.03) << c.name;
-    EXPECT_LE(share, c.most_bytes) << c.name;
+    EXPECT_LE(pushed, c.most_pushed) << c.name;
+    EXPECT_LE(pulled, c.most_pulled) << c.name;
     EXPECT_GT(compressed.bytes_out, 0) << c.name;
   }
 }
@@ -72,7 +79,8 @@ TEST(CompressionTest, AnOutOfRangeSpecIsRefused) {
   const std::string dir = NewTempDir("bad_compression");
   for (const char* bad :
        {"compression { codec: TOP_K ratio: 0.9 }", "compression { codec: SIGN block: 12 }",
-        "compression { codec: SIGN min_numel: 0 }"}) {
+        "compression { codec: SIGN min_numel: 0 }", "compression { pulls: true }",
+        "compression { codec: TOP_K pulls: true }\nwire_dtype: BF16"}) {
     WriteFile(dir + "/job.pbtxt", SixteenClassJob(absl::StrCat("clocks: 10\n", bad)));
     std::string out;
     const absl::StatusOr<int> code =

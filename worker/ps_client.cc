@@ -226,6 +226,9 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       req.set_dtype(dtype);
       req.set_generation(options_.generation);
       for (int32_t id : batch) req.add_chunks(id);
+      if (PullsCompressed()) {
+        for (int32_t id : batch) req.add_views(options_.held_views->Id(id));
+      }
       if (state->landed) {
         for (int32_t id : batch)
           ++state->missing[partition_->chunks()[id].param - options_.first_param];
@@ -258,10 +261,13 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
   const int width = DTypeSize(dtype);
   SliceReader reader(reply);
   std::vector<PayloadRef> refs;
-  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index]));
-  if (refs.size() != batch.size()) {
+  PulledViews views;
+  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index], &views));
+  const bool compressed = PullsCompressed();
+  if (refs.size() != batch.size() ||
+      (compressed && (views.views.size() != batch.size() || views.bases.size() != batch.size()))) {
     return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
-                                            " chunks, asked for ", batch.size()));
+                                            " chunks (and their views), asked for ", batch.size()));
   }
   thread_local std::vector<char> staging;
   for (size_t k = 0; k < refs.size(); ++k) {
@@ -271,23 +277,28 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
                                               " where ", batch[k], " was asked for"));
     }
     const ChunkInfo& info = partition_->chunks()[ref.chunk];
-    const size_t expected = link != nullptr ? 0 : static_cast<size_t>(info.numel) * width;
+    const size_t payload = compressed
+                               ? options_.held_views->PayloadBytes(views.bases[k], info.numel)
+                               : static_cast<size_t>(info.numel) * width;
+    const size_t expected = link != nullptr ? 0 : payload;
     if (ref.bytes != expected) {
       return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
                                               " has ", ref.bytes, " bytes, expected ", expected));
     }
-    const size_t payload = static_cast<size_t>(info.numel) * width;
     float* dst = (*weights)[info.param - options_.first_param].data() + info.offset;
     const char* src = nullptr;
     if (link != nullptr) {
       src = link->PullSlot(ref.chunk);
-    } else if (dtype != FP32) {
+    } else if (dtype != FP32 || compressed) {
       staging.resize(payload);
       reader.Seek(ref.offset);
       reader.Copy(payload, staging.data());
       src = staging.data();
     }
-    if (src == nullptr) {  // fp32 in the message
+    if (compressed) {  // the view held, moved on
+      RETURN_IF_ERROR(options_.held_views->Take(ref.chunk, views.bases[k], views.views[k], src,
+                                                info.numel, dst));
+    } else if (src == nullptr) {  // fp32 in the message
       reader.Seek(ref.offset);
       reader.Copy(payload, reinterpret_cast<char*>(dst));
     } else if (dtype == FP32) {

@@ -27,6 +27,7 @@
 #include "proto/job.pb.h"
 #include "worker/call_flight.h"
 #include "worker/error_feedback.h"
+#include "worker/held_views.h"
 #include "worker/shm_links.h"
 
 namespace pstrain {
@@ -95,6 +96,9 @@ struct PsClientOptions {
   // Initial values go dense.
   GradCompression compression;
   std::shared_ptr<ErrorFeedback> feedback;
+  // Compressed pulls (compression.pulls; fp32 on the wire): the views this
+  // worker holds, which outlive the client; null: dense pulls.
+  std::shared_ptr<HeldViews> held_views;
 };
 
 inline constexpr absl::Duration kHoldPush = absl::Seconds(30);
@@ -176,6 +180,10 @@ class PsClient {
   // Whether this worker trains parameter `param` (see PsClientOptions).
   bool Trains(int param) const {
     return param >= options_.first_param && (options_.end_param < 0 || param < options_.end_param);
+  }
+  // Whether pulls go compressed (PsClientOptions::held_views).
+  bool PullsCompressed() const {
+    return options_.held_views != nullptr && options_.wire_dtype == FP32;
   }
   // Whether pushes go compressed (PsClientOptions::compression).
   bool Compressing() const {

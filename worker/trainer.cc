@@ -224,6 +224,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
     PsClientOptions o = options_.ps;
     o.generation = generation;
     o.abandon = std::move(abandon);
+    if (fp32) o.held_views = nullptr;  // the final read: the weights exactly
     if (fp32) o.wire_dtype = FP32;
     o.first_param = model->stage().first_param;
     o.end_param = model->stage().end_param;

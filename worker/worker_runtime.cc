@@ -184,6 +184,9 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.ps.wire_dtype = config.flags.wire_dtype.empty() ? job.wire_dtype() : wire;
   topts.ps.compression = job.compression();
   topts.ps.feedback = std::make_shared<ErrorFeedback>();  // every client of the run's
+  if (job.compression().pulls() && job.compression().codec() != GradCompression::NONE) {
+    topts.ps.held_views = std::make_shared<HeldViews>(job.compression());
+  }
   topts.ps.channels_per_server = static_cast<int>(config.flags.channels_per_server);
   topts.ps.shm = config.flags.shm;
   topts.ps.shm_doorbell = config.flags.shm_doorbell;

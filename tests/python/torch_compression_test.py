@@ -1,11 +1,13 @@
-"""Compressed pushes from PyTorch workers (JobSpec.compression): two tiny
-workers and two servers under BSP, Adam on the servers, the job's weights
-pushed top-k with error feedback, against one process that computes the
-same: each worker's share's gradient plus its residual per chunk, the
-largest quarter of each chunk kept (the rest the new residual), the kept
-values summed over the shares and the servers' Adam (server_adam.py) --
-every final weight within 1e-5. The reference without compression ends
-far from it (checked), so the match is the codec's doing.
+"""Compressed pushes and pulls from PyTorch workers (JobSpec.compression):
+two tiny workers and two servers under BSP, Adam on the servers, the
+job's weights pushed top-k with error feedback, against one process that
+computes the same: each worker's share's gradient plus its residual per
+chunk, the largest quarter of each chunk kept (the rest the new residual),
+the kept values summed over the shares and the servers' Adam
+(server_adam.py) -- every final weight within 1e-5. With the pulls
+compressed too, the workers compute with views the reference moves by the
+top-k of each chunk's change. The reference without the compression
+under test ends far from it (checked), so the match is its doing.
 
 By hand: python3 tests/python/torch_compression_test.py (the daemons from
 bazel-bin).
@@ -40,19 +42,29 @@ TIMEOUT_S = 180
 
 def top_k(v):
     """v's RATIO x len largest magnitudes kept, the rest zero (a chunk's
-    decoding under TOP_K; a tie of nonzero magnitudes does not occur here)."""
+    decoding under TOP_K): on a tie the lower index first, as the codec
+    (Adam's first step moves many weights by exactly the learning rate)."""
     import torch
 
     kept = torch.zeros_like(v)
-    index = v.abs().topk(round(RATIO * v.numel())).indices
+    index = torch.sort(-v.abs(), stable=True).indices[:round(RATIO * v.numel())]
     kept[index] = v[index]
     return kept
 
 
-def train_like_the_cluster(compressed):
+def chunks_of(p):
+    """The flat slices of parameter p the job compresses (CHUNK values
+    each), or none."""
+    return [slice(i, i + CHUNK) for i in range(0, p.numel(), CHUNK)] if p.numel() >= CHUNK else []
+
+
+def train_like_the_cluster(compressed, pulls=False):
     """The job's clocks in this process: each share's gradient compressed
     chunk by chunk with its worker's residuals (when `compressed`), summed
-    over the shares weighted by their sizes, the servers' Adam."""
+    over the shares weighted by their sizes, the servers' Adam. With
+    `pulls`, the workers compute with their views: whole at first, then
+    moved each clock by the top-k of the change to the servers' weights
+    (every worker holds the same view under BSP)."""
     import torch
     import torch.nn.functional as F
 
@@ -67,7 +79,13 @@ def train_like_the_cluster(compressed):
     data = tiny_worker.synthetic_set()
     params = list(model.parameters())
     residuals = [[torch.zeros(p.numel()) for p in params] for _ in WORKERS]
+    views = [p.detach().flatten().clone() for p in params]  # the first pull: whole
+    servers = [p.detach().clone() for p in params]          # the servers' weights
     for clock in range(CLOCKS):
+        if pulls:  # the workers compute with their views
+            with torch.no_grad():
+                for p, view in zip(params, views):
+                    p.copy_(view.view_as(p))
         total = [torch.zeros(p.numel()) for p in params]
         for share in range(len(WORKERS)):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
@@ -78,16 +96,30 @@ def train_like_the_cluster(compressed):
             F.cross_entropy(model(x), y).backward()
             for i, p in enumerate(params):
                 g = p.grad.detach().flatten().clone()
-                if compressed and p.numel() >= CHUNK:
+                if compressed:
                     r = residuals[share][i]
-                    for start in range(0, p.numel(), CHUNK):
-                        v = g[start:start + CHUNK] + r[start:start + CHUNK]
-                        g[start:start + CHUNK] = top_k(v)
-                        r[start:start + CHUNK] = v - g[start:start + CHUNK]
+                    for c in chunks_of(p):
+                        v = g[c] + r[c]
+                        g[c] = top_k(v)
+                        r[c] = v - g[c]
                 total[i] += g * (len(indices) / BATCH_SIZE)
+        with torch.no_grad():
+            for p, server in zip(params, servers):
+                p.copy_(server)
         for p, g in zip(params, total):
             p.grad = g.view_as(p)
         opt.step()
+        with torch.no_grad():
+            for p, server, view in zip(params, servers, views):
+                server.copy_(p)
+                if not pulls:
+                    continue
+                w = p.detach().flatten()
+                covered = torch.zeros(p.numel(), dtype=torch.bool)
+                for c in chunks_of(p):
+                    view[c] = view[c] + top_k(w[c] - view[c])
+                    covered[c] = True
+                view[~covered] = w[~covered]  # small chunks: whole
     return model.state_dict()
 
 
@@ -96,21 +128,48 @@ def largest_difference(a, b):
 
 
 class TorchCompressionTest(unittest.TestCase):
-    def test_top_k_pushes_train_as_the_codec_says(self):
+    def run_cluster(self, compression, name):
+        """The tiny job with `compression` on two tiny workers: their final
+        weights (each's) and the final status."""
         import torch
 
-        job = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "tiny_top_k.pbtxt")
+        job = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), name + ".pbtxt")
         with open(TINY_JOB) as f, open(job, "w") as out:
-            out.write(f.read() + "\n" + COMPRESSION + "\n")
-        with Cluster(job, servers=2, workers=len(WORKERS), name="compression",
+            out.write(f.read() + "\n" + compression + "\n")
+        with Cluster(job, servers=2, workers=len(WORKERS), name=name,
                      scheduler_flags=["--clocks=%d" % CLOCKS]) as cluster:
-            for name in WORKERS:
-                cluster.start_tiny(name, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            for worker in WORKERS:
+                cluster.start_tiny(worker, "--weights_out=%s/%s.pt" % (cluster.dir, worker))
             codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
             self.assertEqual(codes, dict.fromkeys(codes, 0),
                              "\n".join(str(cluster.log(n)) for n in WORKERS))
             final = [torch.load(cluster.dir / (n + ".pt")) for n in WORKERS]
-            status = cluster.final_status()
+            return final, cluster.final_status()
+
+    def test_top_k_pulls_too_train_as_the_views_say(self):
+        import torch
+
+        final, status = self.run_cluster(COMPRESSION.replace(" }", " pulls: true }"), "pulls")
+        for name in final[0]:
+            self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
+        error = largest_difference(final[0], train_like_the_cluster(True, pulls=True))
+        self.assertLessEqual(error, TOLERANCE)
+        pushes_only = largest_difference(final[0], train_like_the_cluster(True))
+        self.assertGreater(pushes_only, 100 * TOLERANCE, "the views change the weights")
+        # What the workers pulled: each chunk whole at the first pull, then
+        # 5 chunks of 32 changed values and the biases whole a clock, and
+        # the exact weights at the end.
+        for w in [m for m in status["members"] if m["role"] == "WORKER"]:
+            pulled = int(w["bytes_in"])
+            self.assertLessEqual(pulled, CLOCKS * (5 * 32 * 8 + 36 * 4) + 2 * 676 * 4,
+                                 w["address"])
+        print("top-k pushes and pulls: largest |w - reference| %.2e; against pushes alone %.2e"
+              % (error, pushes_only))
+
+    def test_top_k_pushes_train_as_the_codec_says(self):
+        import torch
+
+        final, status = self.run_cluster(COMPRESSION, "pushes")
         for name in final[0]:
             self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
         expected = train_like_the_cluster(compressed=True)

@@ -94,6 +94,9 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   ps_.compression = job_.compression();
   ps_.feedback = std::make_shared<ErrorFeedback>();  // every client of the run's
+  if (job_.compression().pulls() && job_.compression().codec() != GradCompression::NONE) {
+    ps_.held_views = std::make_shared<HeldViews>(job_.compression());
+  }
   // As ps_worker on the parameters' device.
   // (Its reads are whole: a script's forward does not wait layer by layer.)
   overlap_ = DecideOverlap(options_.flags.overlap, job_, cuda, /*layered_reads=*/false,
@@ -205,6 +208,7 @@ void ExternalWorker::RunLoop() {
     PsClientOptions o = ps_;
     o.generation = generation;
     o.abandon = std::move(abandon);
+    if (fp32) o.held_views = nullptr;  // the final read: the weights exactly
     if (fp32) o.wire_dtype = FP32;
     o.replicas = job_.replicas();
     if (o.replicas > 0) o.routes = [client = &daemon_->client()] { return client->routes(); };

@@ -1,0 +1,96 @@
+#include "server/pull_views.h"
+
+#include <cstring>
+
+#include "common/grad_codec.h"
+
+namespace pstrain {
+
+PullViews::Chunk& PullViews::Of(int32_t chunk) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<Chunk>& c = chunks_[chunk];
+  if (c == nullptr) c = std::make_unique<Chunk>();
+  return *c;
+}
+
+int64_t PullViews::Plan(int32_t chunk, uint64_t held, int64_t numel,
+                        std::shared_ptr<const View>* base) {
+  base->reset();
+  if (held != 0 && Compresses(spec_, numel)) {
+    Chunk& c = Of(chunk);
+    absl::MutexLock lock(&c.mu);
+    if (const auto it = c.views.find(held);
+        it != c.views.end() && static_cast<int64_t>(it->second->weights.size()) == numel) {
+      *base = it->second;
+    }
+  }
+  return *base != nullptr ? EncodedBytes(spec_, numel)
+                          : numel * static_cast<int64_t>(sizeof(float));
+}
+
+uint64_t PullViews::Answer(int32_t chunk, int worker, const View* base, const float* current,
+                           int64_t numel, char* out) {
+  if (base != nullptr) return Advance(chunk, worker, *base, current, numel, out);
+  std::memcpy(out, current, numel * sizeof(float));
+  return Adopt(chunk, worker, current, numel);
+}
+
+uint64_t PullViews::Advance(int32_t chunk, int worker, const View& base, const float* current,
+                            int64_t numel, char* out) {
+  Chunk& c = Of(chunk);
+  absl::MutexLock lock(&c.mu);
+  const int64_t bytes = EncodedBytes(spec_, numel);
+  if (c.from == base.id && c.to != 0 && static_cast<int64_t>(c.toward.size()) == numel &&
+      std::memcmp(c.toward.data(), current, numel * sizeof(float)) == 0) {
+    std::memcpy(out, c.bytes.data(), bytes);  // another worker's, the same
+    Hold(c, worker, c.to);
+    return c.to;
+  }
+  thread_local std::vector<float> change, residual, decoded;
+  change.resize(numel);
+  residual.assign(numel, 0.0f);  // the view's lag is the residual
+  decoded.resize(numel);
+  for (int64_t i = 0; i < numel; ++i) change[i] = current[i] - base.weights[i];
+  EncodeWithFeedback(spec_, change.data(), numel, residual.data(), out);
+  (void)Decode(spec_, out, bytes, numel, decoded.data());  // our own encoding
+  auto view = std::make_shared<View>();
+  view->id = next_id_.fetch_add(1);
+  view->weights.resize(numel);
+  for (int64_t i = 0; i < numel; ++i) view->weights[i] = base.weights[i] + decoded[i];
+  c.views[view->id] = view;
+  c.from = base.id;
+  c.to = view->id;
+  c.toward.assign(current, current + numel);
+  c.bytes.assign(out, out + bytes);
+  Hold(c, worker, view->id);
+  return view->id;
+}
+
+uint64_t PullViews::Adopt(int32_t chunk, int worker, const float* current, int64_t numel) {
+  Chunk& c = Of(chunk);
+  absl::MutexLock lock(&c.mu);
+  if (const auto it = c.views.find(c.whole);
+      it != c.views.end() && static_cast<int64_t>(it->second->weights.size()) == numel &&
+      std::memcmp(it->second->weights.data(), current, numel * sizeof(float)) == 0) {
+    Hold(c, worker, c.whole);
+    return c.whole;
+  }
+  auto view = std::make_shared<View>();
+  view->id = next_id_.fetch_add(1);
+  view->weights.assign(current, current + numel);
+  c.views[view->id] = view;
+  c.whole = view->id;
+  Hold(c, worker, view->id);
+  return view->id;
+}
+
+void PullViews::Hold(Chunk& c, int worker, uint64_t id) {
+  c.held[worker] = id;
+  for (auto it = c.views.begin(); it != c.views.end();) {
+    bool needed = it->first == c.to || it->first == c.whole || it->first == c.from;
+    for (const auto& [w, held] : c.held) needed = needed || held == it->first;
+    it = needed ? std::next(it) : c.views.erase(it);
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,80 @@
+// Compressed pulls (GradCompression.pulls): what each worker holds of each
+// chunk -- its "view" -- so that a pull's reply can bring only the change
+// since, compressed by the job's codec. The change a view lags behind the
+// weights is the error feedback: the next change carries it.
+//
+// Views are shared: workers that hold the same view and pull the same
+// weights (every worker of a BSP clock) get the same bytes and the same new
+// view, encoded once. A chunk keeps the views some worker holds, the newest
+// change's and the newest whole one; a worker asking from a view no longer
+// kept (or none) gets the chunk's values whole. Thread-safe; chunks work
+// independently.
+#ifndef PSTRAIN_SERVER_PULL_VIEWS_H_
+#define PSTRAIN_SERVER_PULL_VIEWS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/job.pb.h"
+
+namespace pstrain {
+
+class PullViews {
+ public:
+  struct View {
+    uint64_t id = 0;
+    std::vector<float> weights;
+  };
+
+  // `spec`: the job's compression (a codec set).
+  explicit PullViews(GradCompression spec) : spec_(std::move(spec)) {}
+
+  // A reply for chunk `chunk` (`numel` values) to a worker holding view
+  // `held`: its payload bytes, and in *base the view the change is from,
+  // held by the caller until it answers (null: the values go whole --
+  // `held` is 0 or no longer kept, or the chunk is too small to compress).
+  int64_t Plan(int32_t chunk, uint64_t held, int64_t numel, std::shared_ptr<const View>* base);
+  // Worker `worker`'s reply as planned: from `base` (null: whole) to the
+  // chunk's `current` weights, written to `out`; returns the view it
+  // brings the worker to.
+  uint64_t Answer(int32_t chunk, int worker, const View* base, const float* current, int64_t numel,
+                  char* out);
+
+ private:
+  // Worker `worker` moves from `base` to chunk `chunk`'s `current` weights
+  // (`numel` of them): the change, compressed, goes to `out`
+  // (EncodedBytes); returns the new view's id.
+  uint64_t Advance(int32_t chunk, int worker, const View& base, const float* current, int64_t numel,
+                   char* out);
+  // Worker `worker` gets `current` whole: returns its view's id.
+  uint64_t Adopt(int32_t chunk, int worker, const float* current, int64_t numel);
+
+  struct Chunk {
+    absl::Mutex mu;
+    std::map<uint64_t, std::shared_ptr<const View>> views ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<int, uint64_t> held ABSL_GUARDED_BY(mu);  // by worker
+    // The newest change: from view `from` toward weights `toward`, its
+    // bytes, the view it made; and the newest whole view.
+    uint64_t from ABSL_GUARDED_BY(mu) = 0, to ABSL_GUARDED_BY(mu) = 0;
+    std::vector<float> toward ABSL_GUARDED_BY(mu);
+    std::vector<char> bytes ABSL_GUARDED_BY(mu);
+    uint64_t whole ABSL_GUARDED_BY(mu) = 0;
+  };
+  Chunk& Of(int32_t chunk);
+  // Notes that `worker` holds view `id`; drops the views nobody needs.
+  static void Hold(Chunk& c, int worker, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
+  const GradCompression spec_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<int32_t, std::unique_ptr<Chunk>> chunks_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SERVER_PULL_VIEWS_H_
