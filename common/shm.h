@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/partition.h"
 
@@ -71,8 +72,11 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
 
   // The server's: the newest pull attempt it wrote into the pull region
-  // (PullRequest.shm_sequence).
+  // (PullRequest.shm_sequence), and the lock one attempt holds from that
+  // check to its last write there, so that an older attempt never writes
+  // after a newer one.
   std::atomic<uint64_t> newest_pull{0};
+  absl::Mutex pull_mu;
 
   char* data() const { return data_; }
   int64_t size() const { return size_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -239,8 +240,10 @@ int64_t ChunkRequests::ReplyBytes(const PullRequest& req) const {
 grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* resp) {
   const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
   std::shared_ptr<ShmSegment> segment;  // the payloads go there instead
+  std::optional<absl::MutexLock> writing;
   if (req.shm_segment() != 0) {
     if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
+    writing.emplace(&segment->pull_mu);
     // Only the newest attempt writes (its worker no longer reads an older one's answer).
     uint64_t newest = segment->newest_pull.load();
     do {
@@ -251,14 +254,14 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
     } while (!segment->newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
   }
   // A compressed pull's bases (server/pull_views.h), held until answered.
-  const bool compressed = req.views_size() > 0;
+  const bool compressed = req.held_size() > 0;
   std::vector<std::shared_ptr<const PullViews::View>> bases(ids.size());
   PulledViews pulled;
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     payload_bytes[i] =
-        compressed ? views_->Plan(ids[i], req.views(i), store_->ChunkNumel(ids[i]), &bases[i])
+        compressed ? views_->Plan(ids[i], req.held(i), store_->ChunkNumel(ids[i]), &bases[i])
                    : PayloadBytes(*store_, ids[i], req.dtype());
     bytes += payload_bytes[i];
   }
@@ -326,8 +329,8 @@ grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* 
     return Invalid(absl::StrCat("pull: unknown dtype ", req->dtype()));
   }
   if (req->chunks_size() == 0) return Invalid("pull: no chunks");
-  if (req->views_size() > 0 &&
-      (views_ == nullptr || req->views_size() != req->chunks_size() || req->dtype() != FP32)) {
+  if (req->held_size() > 0 &&
+      (views_ == nullptr || req->held_size() != req->chunks_size() || req->dtype() != FP32)) {
     return Invalid(views_ == nullptr ? "pull: views in a job without compressed pulls"
                                      : "pull: a view for each chunk, and fp32, or none");
   }

@@ -2,9 +2,19 @@
 
 #include <cstring>
 
+#include "absl/random/random.h"
 #include "common/grad_codec.h"
 
 namespace pstrain {
+
+PullViews::PullViews(GradCompression spec)
+    : spec_(std::move(spec)), next_id_(absl::Uniform<uint64_t>(absl::BitGen())) {}
+
+uint64_t PullViews::NewId() {
+  uint64_t id = next_id_.fetch_add(1);
+  while (id == 0) id = next_id_.fetch_add(1);  // 0 is "none"
+  return id;
+}
 
 PullViews::Chunk& PullViews::Of(int32_t chunk) {
   absl::MutexLock lock(&mu_);
@@ -32,7 +42,8 @@ uint64_t PullViews::Answer(int32_t chunk, int worker, const View* base, const fl
                            int64_t numel, char* out) {
   if (base != nullptr) return Advance(chunk, worker, *base, current, numel, out);
   std::memcpy(out, current, numel * sizeof(float));
-  return Adopt(chunk, worker, current, numel);
+  // A chunk too small to compress goes whole every time: no view kept.
+  return Compresses(spec_, numel) ? Adopt(chunk, worker, current, numel) : 0;
 }
 
 uint64_t PullViews::Advance(int32_t chunk, int worker, const View& base, const float* current,
@@ -51,17 +62,20 @@ uint64_t PullViews::Advance(int32_t chunk, int worker, const View& base, const f
   residual.assign(numel, 0.0f);  // the view's lag is the residual
   decoded.resize(numel);
   for (int64_t i = 0; i < numel; ++i) change[i] = current[i] - base.weights[i];
-  EncodeWithFeedback(spec_, change.data(), numel, residual.data(), out);
-  (void)Decode(spec_, out, bytes, numel, decoded.data());  // our own encoding
+  // Encoded here, not in `out` (a worker's shared memory, which it could
+  // write meanwhile): every worker making the same move gets these bytes.
+  c.bytes.resize(bytes);
+  EncodeWithFeedback(spec_, change.data(), numel, residual.data(), c.bytes.data());
+  (void)Decode(spec_, c.bytes.data(), bytes, numel, decoded.data());  // our own encoding
+  std::memcpy(out, c.bytes.data(), bytes);
   auto view = std::make_shared<View>();
-  view->id = next_id_.fetch_add(1);
+  view->id = NewId();
   view->weights.resize(numel);
   for (int64_t i = 0; i < numel; ++i) view->weights[i] = base.weights[i] + decoded[i];
   c.views[view->id] = view;
   c.from = base.id;
   c.to = view->id;
   c.toward.assign(current, current + numel);
-  c.bytes.assign(out, out + bytes);
   Hold(c, worker, view->id);
   return view->id;
 }
@@ -76,7 +90,7 @@ uint64_t PullViews::Adopt(int32_t chunk, int worker, const float* current, int64
     return c.whole;
   }
   auto view = std::make_shared<View>();
-  view->id = next_id_.fetch_add(1);
+  view->id = NewId();
   view->weights.assign(current, current + numel);
   c.views[view->id] = view;
   c.whole = view->id;
@@ -87,7 +101,7 @@ uint64_t PullViews::Adopt(int32_t chunk, int worker, const float* current, int64
 void PullViews::Hold(Chunk& c, int worker, uint64_t id) {
   c.held[worker] = id;
   for (auto it = c.views.begin(); it != c.views.end();) {
-    bool needed = it->first == c.to || it->first == c.whole || it->first == c.from;
+    bool needed = it->first == c.to;  // the next worker of the clock moves there too
     for (const auto& [w, held] : c.held) needed = needed || held == it->first;
     it = needed ? std::next(it) : c.views.erase(it);
   }

@@ -5,10 +5,12 @@
 //
 // Views are shared: workers that hold the same view and pull the same
 // weights (every worker of a BSP clock) get the same bytes and the same new
-// view, encoded once. A chunk keeps the views some worker holds, the newest
-// change's and the newest whole one; a worker asking from a view no longer
-// kept (or none) gets the chunk's values whole. Thread-safe; chunks work
-// independently.
+// view, encoded once. A chunk keeps the views some worker holds and the
+// newest change's (with a copy of the weights it moved toward): under BSP
+// about two copies of the chunk, at most one more for each worker out of
+// step. A worker asking from a view no longer kept (or none) gets the
+// chunk's values whole; a chunk too small to compress always goes whole
+// and keeps no view. Thread-safe; chunks work independently.
 #ifndef PSTRAIN_SERVER_PULL_VIEWS_H_
 #define PSTRAIN_SERVER_PULL_VIEWS_H_
 
@@ -32,7 +34,7 @@ class PullViews {
   };
 
   // `spec`: the job's compression (a codec set).
-  explicit PullViews(GradCompression spec) : spec_(std::move(spec)) {}
+  explicit PullViews(GradCompression spec);
 
   // A reply for chunk `chunk` (`numel` values) to a worker holding view
   // `held`: its payload bytes, and in *base the view the change is from,
@@ -41,7 +43,7 @@ class PullViews {
   int64_t Plan(int32_t chunk, uint64_t held, int64_t numel, std::shared_ptr<const View>* base);
   // Worker `worker`'s reply as planned: from `base` (null: whole) to the
   // chunk's `current` weights, written to `out`; returns the view it
-  // brings the worker to.
+  // brings the worker to (0: none kept, for a chunk too small to compress).
   uint64_t Answer(int32_t chunk, int worker, const View* base, const float* current, int64_t numel,
                   char* out);
 
@@ -66,13 +68,16 @@ class PullViews {
     uint64_t whole ABSL_GUARDED_BY(mu) = 0;
   };
   Chunk& Of(int32_t chunk);
+  uint64_t NewId();
   // Notes that `worker` holds view `id`; drops the views nobody needs.
   static void Hold(Chunk& c, int worker, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
   const GradCompression spec_;
   absl::Mutex mu_;
   absl::flat_hash_map<int32_t, std::unique_ptr<Chunk>> chunks_ ABSL_GUARDED_BY(mu_);
-  std::atomic<uint64_t> next_id_{1};
+  // Starts at random: a worker's view id from before this server's restart
+  // (or from the server whose chunks it took over) is not one of its own.
+  std::atomic<uint64_t> next_id_;
 };
 
 }  // namespace pstrain

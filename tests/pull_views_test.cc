@@ -2,8 +2,8 @@
 // worker's (worker/held_views.h), in one process: a worker's first reply
 // is whole, every later one a change its view takes to exactly the
 // server's; workers of one clock share the change; the view's lag behind
-// the weights stays bounded (the error feedback); a view not kept, or a
-// change from another view, falls back to whole.
+// the weights stays bounded (the error feedback); a view not kept (a
+// restarted server's), or a change from another view, falls back to whole.
 #include "server/pull_views.h"
 
 #include <cmath>
@@ -89,17 +89,22 @@ TEST(PullViewsTest, AViewNotKeptOrAChangeFromAnotherFallsBackToWhole) {
     PullViews server(spec);
     Pull(server, worker, 0, weights, &bytes);
   }
-  PullViews restarted(spec);  // a new server knows no view
+  // A restarted server (or the standby that took the chunk over), which
+  // has served another worker first, does not mistake this worker's view
+  // for one of its own: its ids start elsewhere.
+  PullViews restarted(spec);
+  HeldViews other(spec);
+  for (int i = 0; i < 3; ++i) Pull(restarted, other, 1, weights, &bytes);
   weights[7] = 2.0f;
   EXPECT_EQ(Pull(restarted, worker, 0, weights, &bytes), weights);
   EXPECT_EQ(bytes, kNumel * 4);
-  // A change from a view the worker does not hold is refused; its next
-  // pull asks from none.
+  // A change from a view the worker does not hold is refused (ABORTED: the
+  // pull is retried); its next pull asks from none.
   std::vector<char> change(EncodedBytes(spec, kNumel), 0);
   std::vector<float> dst(kNumel);
   EXPECT_EQ(
       worker.Take(kChunk, worker.Id(kChunk) + 100, 999, change.data(), kNumel, dst.data()).code(),
-      absl::StatusCode::kDataLoss);
+      absl::StatusCode::kAborted);
   EXPECT_EQ(worker.Id(kChunk), 0u);
 }
 

@@ -75,10 +75,8 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
       clock_(options_.start_clock),
       pushed_through_(options_.start_clock),
       arrivals_(static_cast<int>(model->params().size())) {
-  // Under SSP and ASP the next clock's weights come while this one computes
-  // (but not compressed pulls': a chunk's replies must come one by one,
-  // each from the view the last made).
-  if (options_.training.overlap && EverStale(options_.job) && !options_.job.compression().pulls()) {
+  // Under SSP and ASP the next clock's weights come while this one computes.
+  if (options_.training.overlap && EverStale(options_.job)) {
     prefetch_.emplace(model_->params(), backend_);
   }
   if (options_.training.overlap) {

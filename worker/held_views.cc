@@ -34,11 +34,14 @@ absl::Status HeldViews::Take(int32_t chunk, uint64_t base, uint64_t view, const 
   } else {
     thread_local std::vector<float> change;
     change.resize(numel);
-    absl::Status st = base == h.id && static_cast<int64_t>(h.weights.size()) == numel
-                          ? Decode(spec_, bytes, PayloadBytes(base, numel), numel, change.data())
-                          : absl::DataLossError(absl::StrCat("a change from view ", base,
-                                                             "; this worker holds ", h.id));
-    if (!st.ok()) {
+    if (base != h.id || static_cast<int64_t>(h.weights.size()) != numel) {
+      const uint64_t held = h.id;
+      h.id = 0;
+      return absl::AbortedError(absl::StrCat("pull of chunk ", chunk, ": a change from view ", base,
+                                             "; this worker holds ", held));
+    }
+    if (absl::Status st = Decode(spec_, bytes, PayloadBytes(base, numel), numel, change.data());
+        !st.ok()) {
       h.id = 0;
       return absl::DataLossError(absl::StrCat("pull of chunk ", chunk, ": ", st.message()));
     }

@@ -29,8 +29,10 @@ class HeldViews {
   int64_t PayloadBytes(uint64_t base, int64_t numel) const;
   // Takes chunk `chunk`'s reply: `bytes` (PayloadBytes of them) against
   // view `base`, making view `view`, written whole into `dst` (`numel`
-  // fp32 values). DATA_LOSS when `base` is not the view held or the bytes
-  // are malformed; the chunk's view is then forgotten.
+  // fp32 values). ABORTED (retried: the retry asks from no view) when
+  // `base` is not the view held -- another pull of the chunk moved it, a
+  // prefetch -- and DATA_LOSS when the bytes are malformed; the chunk's
+  // view is forgotten either way.
   absl::Status Take(int32_t chunk, uint64_t base, uint64_t view, const char* bytes, int64_t numel,
                     float* dst);
 

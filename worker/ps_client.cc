@@ -60,8 +60,12 @@ PsClient::~PsClient() = default;
 
 void PsClient::Prepare(Call& call) {
   ShmLink* link = links_.For(call.server, attempts_);
-  // A pull through shared memory names its attempt (PullRequest.shm_sequence).
-  if (call.encoded && call.link == link && !(call.is_pull && link != nullptr)) return;
+  // A pull through shared memory names its attempt (PullRequest.shm_sequence),
+  // a compressed one the views held as it goes.
+  if (call.encoded && call.link == link &&
+      !(call.is_pull && (link != nullptr || PullsCompressed()))) {
+    return;
+  }
   call.request = call.encode(link);
   call.link = link;
   call.encoded = true;
@@ -226,9 +230,6 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       req.set_dtype(dtype);
       req.set_generation(options_.generation);
       for (int32_t id : batch) req.add_chunks(id);
-      if (PullsCompressed()) {
-        for (int32_t id : batch) req.add_views(options_.held_views->Id(id));
-      }
       if (state->landed) {
         for (int32_t id : batch)
           ++state->missing[partition_->chunks()[id].param - options_.first_param];
@@ -240,6 +241,10 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       call.encode = [this, req](ShmLink* link) mutable {
         req.set_shm_segment(link == nullptr ? 0 : link->id());
         req.set_shm_sequence(link == nullptr ? 0 : attempts_);
+        req.clear_held();  // as of this attempt
+        if (PullsCompressed()) {
+          for (int32_t id : req.chunks()) req.add_held(options_.held_views->Id(id));
+        }
         return SerializeSmall(req);
       };
       state->applied.emplace_back();
