@@ -224,6 +224,10 @@ absl::Status CheckCompression(const GradCompression& spec) {
   return absl::OkStatus();
 }
 
+bool CompressesPulls(const GradCompression& spec) {
+  return spec.codec() != GradCompression::NONE && spec.pulls();
+}
+
 bool Compresses(const GradCompression& spec, int64_t numel) {
   // (TOP_K's indices are uint32; an encoding must fit where fp32 would, a
   // shared-memory slot.)

@@ -35,6 +35,8 @@ GradCompression WithCompressionDefaults(const GradCompression& spec);
 // of its range.
 absl::Status CheckCompression(const GradCompression& spec);
 
+// Whether the job's pulls go compressed too (a codec set and `pulls`).
+bool CompressesPulls(const GradCompression& spec);
 // Whether a chunk of `numel` values goes compressed under `spec` (defaults
 // filled in): a codec is set, the chunk has at least min_numel values (and
 // at most 2^32 - 1), and its encoding takes fewer bytes than its fp32

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/dtype.h"
+#include "common/grad_codec.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
@@ -49,8 +50,7 @@ ChunkRequests::ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_cl
       shm_layout_(std::move(shm_layout)),
       boot_id_(BootId()),
       on_checkpoint_asked_(std::move(on_checkpoint_asked)),
-      views_(store_->job().compression().codec() != GradCompression::NONE &&
-                     store_->job().compression().pulls()
+      views_(CompressesPulls(store_->job().compression())
                  ? std::make_unique<PullViews>(store_->job().compression())
                  : nullptr) {}
 

@@ -369,7 +369,7 @@ int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int3
                                 const std::vector<std::vector<float>>& grads,
                                 std::vector<PushChunk>* chunks,
                                 std::vector<std::vector<char>>* compressed) const {
-  const bool compressing = Compressing() && !header.initial_values;
+  const bool compressing = Compressing(header);
   compressed->resize(batch.size());
   int64_t bytes = 0;
   for (size_t j = 0; j < batch.size(); ++j) {
@@ -403,7 +403,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       call.home = s;
       call.server = s;
       PushHeader h = header;
-      if (Compressing() && !header.initial_values) {
+      if (Compressing(header)) {
         h.compression = options_.compression.SerializeAsString();
       }
       call.encode = [h = std::move(h), chunks = std::move(chunks),

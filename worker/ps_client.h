@@ -185,9 +185,11 @@ class PsClient {
   bool PullsCompressed() const {
     return options_.held_views != nullptr && options_.wire_dtype == FP32;
   }
-  // Whether pushes go compressed (PsClientOptions::compression).
-  bool Compressing() const {
-    return options_.compression.codec() != GradCompression::NONE && options_.feedback != nullptr;
+  // Whether a push of `header` goes compressed (PsClientOptions::compression;
+  // initial values go dense).
+  bool Compressing(const PushHeader& header) const {
+    return options_.compression.codec() != GradCompression::NONE && options_.feedback != nullptr &&
+           !header.initial_values;
   }
   // What a pull's calls fill in.
   struct PullState {

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
+#include "common/grad_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_json.h"
@@ -184,7 +185,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.ps.wire_dtype = config.flags.wire_dtype.empty() ? job.wire_dtype() : wire;
   topts.ps.compression = job.compression();
   topts.ps.feedback = std::make_shared<ErrorFeedback>();  // every client of the run's
-  if (job.compression().pulls() && job.compression().codec() != GradCompression::NONE) {
+  if (CompressesPulls(job.compression())) {
     topts.ps.held_views = std::make_shared<HeldViews>(job.compression());
   }
   topts.ps.channels_per_server = static_cast<int>(config.flags.channels_per_server);

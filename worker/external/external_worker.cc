@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
+#include "common/grad_codec.h"
 #include "common/job_optimizer.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -94,7 +95,7 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   if (options_.flags.wire_dtype.empty()) ps_.wire_dtype = job_.wire_dtype();
   ps_.compression = job_.compression();
   ps_.feedback = std::make_shared<ErrorFeedback>();  // every client of the run's
-  if (job_.compression().pulls() && job_.compression().codec() != GradCompression::NONE) {
+  if (CompressesPulls(job_.compression())) {
     ps_.held_views = std::make_shared<HeldViews>(job_.compression());
   }
   // As ps_worker on the parameters' device.
