@@ -16,7 +16,10 @@ with --links, which needs root), the job's curves
 written by the scheduler (--run_dir: curves.jsonl, a point each time the
 slowest clock moves). A run's time to the target is the first point whose
 loss, averaged over the last few points, is at or below the model's target,
-in seconds since the run's first point. Prints one JSON object (and writes
+in seconds since the run's first point. The modes run interleaved within
+each seed, and each mode's row gives the medians of its ratios to the
+first mode's run of the same seed (time to the target, final loss, clocks
+a second). Prints one JSON object (and writes
 it to OUT/consistency.json with every curve); with --plots, a PNG per model
 and condition (gnuplot): the median seed's loss against time, one line per
 mode. --quick: a smoke run of a few minutes (one model, one condition, two
@@ -50,6 +53,10 @@ COMPRESSED_MODES = {
     "BSP+top-k": ("bsp", 0, ["--compression=top_k"]),
     "BSP+sign+pulls": ("bsp", 0, ["--compression=sign", "--compression_pulls=1"]),
     "BSP+top-k+pulls": ("bsp", 0, ["--compression=top_k", "--compression_pulls=1"]),
+    "BSP+int8": ("bsp", 0, ["--compression=int8"]),
+    "BSP+int4": ("bsp", 0, ["--compression=int4"]),
+    "BSP+int8+pulls": ("bsp", 0, ["--compression=int8", "--compression_pulls=1"]),
+    "BSP+int4+pulls": ("bsp", 0, ["--compression=int4", "--compression_pulls=1"]),
 }
 
 # name: (ps_worker flags, the seed being the run's; local_cluster.sh
@@ -166,45 +173,69 @@ def plot(path, model, condition, curves, target):
         subprocess.run([gnuplot, str(script)], check=True)
 
 
+def paired(runs, baseline, mode, key):
+    """The median, min and max over seeds of run[key] of `mode` divided by
+    that of `baseline` with the same seed (seeds where both have it)."""
+    by_seed = {r["seed"]: r for r in runs if r["mode"] == baseline}
+    ratios = [r[key] / by_seed[r["seed"]][key] for r in runs
+              if r["mode"] == mode and r[key] and by_seed[r["seed"]][key]]
+    return summary(ratios)
+
+
+def row(model, condition, mode, target, seeds, runs, baseline):
+    """One mode's line of the table: medians and ranges over its runs, and
+    the medians of its ratios to the baseline's run of the same seed."""
+    mine = [r for r in runs if r["mode"] == mode]
+
+    def over(key):
+        return summary([r[key] for r in mine if r[key] is not None])
+
+    times = [r["time_to_target_s"] for r in mine if r["time_to_target_s"] is not None]
+    out = {"model": model, "condition": condition, "mode": mode, "target_loss": target,
+           "time_to_target_s": summary(times), "reached": "%d of %d" % (len(times), len(seeds)),
+           "final_loss": over("final_loss"), "final_accuracy": over("final_accuracy"),
+           "clocks_per_s": over("clocks_per_s"),
+           "pushed_bytes_per_clock": over("pushed_bytes_per_clock"),
+           "pulled_bytes_per_clock": over("pulled_bytes_per_clock")}
+    if mode != baseline:
+        out["vs_" + baseline] = {key: paired(runs, baseline, mode, key)
+                                 for key in ("time_to_target_s", "final_loss", "clocks_per_s")}
+    return out
+
+
 def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, runs, table):
-    """Every mode and seed of one model and condition: appends each run to
-    `runs` and each mode's row to `table`; the median seed's smoothed curve
-    per mode (for the plot)."""
+    """Every mode and seed of one model and condition, the modes
+    interleaved within each seed: appends each run to `runs` and each
+    mode's row to `table` (with its ratios to the first mode's run of the
+    same seed); the median seed's smoothed curve per mode (for the plot)."""
     target, k = MODELS[model][3], MODELS[model][4]
-    medians = {}
-    for mode in modes:
-        times, ran, losses, accuracies, pushed, pulled = [], [], [], [], [], []
-        for seed in seeds:
+    mine, ran = [], {mode: [] for mode in modes}
+    for seed in seeds:
+        for mode in modes:
             curve, wall, facts = run_one(model, condition, mode, seed, clocks, workdir, bin_dir,
                                          links)
             smooth = smoothed(curve, k)
             reached = time_to(smooth, target)
-            losses += [smooth[-1][2]] if smooth else []
-            accuracies += [facts["final_accuracy"]] if facts["final_accuracy"] is not None else []
-            pushed += [facts["pushed_bytes_per_clock"]] if facts["pushed_bytes_per_clock"] else []
-            pulled += [facts["pulled_bytes_per_clock"]] if facts["pulled_bytes_per_clock"] else []
-            runs.append(dict(facts, model=model, condition=condition, mode=mode, seed=seed,
+            mine.append(dict(facts, model=model, condition=condition, mode=mode, seed=seed,
                              final_loss=smooth[-1][2] if smooth else None))
-            runs[-1].update({"clocks": clocks, "wall_s": round(wall, 2),
+            mine[-1].update({"clocks": clocks, "wall_s": round(wall, 2),
                              "seconds": curve[-1][0] if curve else None,
+                             "clocks_per_s": round(curve[-1][1] / curve[-1][0], 2)
+                             if curve and curve[-1][0] > 0 else None,
                              "time_to_target_s": reached[0] if reached else None,
                              "clock_at_target": reached[1] if reached else None,
                              "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
-            ran.append((reached[0] if reached else float("inf"), smooth))
-            if reached:
-                times.append(reached[0])
+            ran[mode].append((reached[0] if reached else float("inf"), smooth))
             print("%s / %s / %s / seed %d: %s" % (
                 model, condition, mode, seed,
                 "target at %.2f s (clock %d)" % reached if reached else "target not reached"),
                 file=sys.stderr)
-        ran.sort(key=lambda r: r[0])
-        medians[mode] = ran[len(ran) // 2][1]
-        table.append({"model": model, "condition": condition, "mode": mode,
-                      "target_loss": target, "time_to_target_s": summary(times),
-                      "reached": "%d of %d" % (len(times), len(seeds)),
-                      "final_loss": summary(losses), "final_accuracy": summary(accuracies),
-                      "pushed_bytes_per_clock": summary(pushed),
-                      "pulled_bytes_per_clock": summary(pulled)})
+    runs += mine
+    medians = {}
+    for mode in modes:
+        ran[mode].sort(key=lambda r: r[0])
+        medians[mode] = ran[mode][len(ran[mode]) // 2][1]
+        table.append(row(model, condition, mode, target, seeds, mine, modes[0]))
     return medians
 
 

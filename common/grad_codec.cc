@@ -40,10 +40,10 @@ PSTRAIN_SIMD_CLONES bool SumFinite(const float* __restrict values, const float* 
 // dense gradient).
 void EncodeNonFinite(const GradCompression& spec, int64_t n, char* out) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  if (spec.codec() == GradCompression::SIGN) {
+  if (spec.codec() != GradCompression::TOP_K) {  // NaN scales, and whatever follows zero
     const int64_t blocks = CeilDiv(n, spec.block());
     for (int64_t b = 0; b < blocks; ++b) std::memcpy(out + 4 * b, &nan, 4);
-    std::memset(out + 4 * blocks, 0, CeilDiv(n, 8));
+    std::memset(out + 4 * blocks, 0, EncodedBytes(spec, n) - 4 * blocks);
     return;
   }
   const int64_t k = KeptValues(spec, n);
@@ -168,6 +168,120 @@ void EncodeTopK(int64_t k, int64_t n, float* v, char* out) {
   });
 }
 
+// The levels a value of the INT codecs takes: -kLevels..kLevels.
+int LevelsOf(GradCompression::Codec codec) { return codec == GradCompression::INT8 ? 127 : 7; }
+
+// The largest |v| of [begin, end), in 8 lanes (so that it vectorizes).
+PSTRAIN_SIMD_CLONES float MaxMagnitude(const float* v, int64_t begin, int64_t end) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    for (int k = 0; k < 8; ++k) {
+      const float m = std::fabs(v[i + k]);
+      lanes[k] = m > lanes[k] ? m : lanes[k];
+    }
+  }
+  float max = 0;
+  for (; i < end; ++i) max = std::max(max, std::fabs(v[i]));
+  for (float lane : lanes) max = std::max(max, lane);
+  return max;
+}
+
+// Each v[i] of [begin, end) as the nearest of -levels..levels times
+// `scale` (ties away from zero): q[i - begin] gets the level, and v[i]
+// what the level leaves out, v[i] - level x scale (as Decode computes it).
+PSTRAIN_SIMD_CLONES void QuantizeBlock(float* __restrict v, int64_t begin, int64_t end, int levels,
+                                       float scale, int8_t* __restrict q) {
+  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  const float top = static_cast<float>(levels);
+  for (int64_t i = begin; i < end; ++i) {
+    const float x = v[i] * inverse;
+    const float rounded = std::clamp(x + (x < 0 ? -0.5f : 0.5f), -top, top);
+    const int level = static_cast<int>(rounded);  // truncation: round half away from zero
+    q[i - begin] = static_cast<int8_t>(level);
+    v[i] -= static_cast<float>(level) * scale;
+  }
+}
+
+// Levels -7..7 two to a byte, the even one's in the low nibble; an odd
+// count's last high nibble 0.
+PSTRAIN_SIMD_CLONES void PackNibbles(const int8_t* __restrict q, int64_t n,
+                                     uint8_t* __restrict out) {
+  int64_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    out[i >> 1] = static_cast<uint8_t>((q[i] & 0xF) | ((q[i + 1] & 0xF) << 4));
+  }
+  if (i < n) out[i >> 1] = static_cast<uint8_t>(q[i] & 0xF);
+}
+
+// INT8 / INT4: one fp32 scale a block, max|v| / levels, then the levels,
+// one byte each (INT8) or two to a byte, the even value's in the low
+// nibble (INT4). `v` as in EncodeSign; a residual is at most scale / 2.
+void EncodeLevels(const GradCompression& spec, int64_t n, float* v, char* out) {
+  const int levels = LevelsOf(spec.codec());
+  const int64_t block = spec.block(), blocks = CeilDiv(n, block);
+  char* data = out + 4 * blocks;
+  thread_local std::vector<int8_t> q;
+  q.resize(block);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * block, end = std::min(n, begin + block);
+    float scale = MaxMagnitude(v, begin, end) / static_cast<float>(levels);
+    if (scale < std::numeric_limits<float>::min()) scale = 0;  // 1 / scale stays finite
+    std::memcpy(out + 4 * b, &scale, 4);
+    QuantizeBlock(v, begin, end, levels, scale, q.data());
+    if (spec.codec() == GradCompression::INT8) {
+      std::memcpy(data + begin, q.data(), end - begin);
+      continue;
+    }
+    PackNibbles(q.data(), end - begin, reinterpret_cast<uint8_t*>(data + begin / 2));
+  }
+}
+
+// Whether any level of an INT chunk's `data` (its n levels) is -128
+// (INT8) or -8 (INT4), which the encoder writes none of, or INT4's unused
+// last nibble is set. Byte by byte, so that it vectorizes.
+PSTRAIN_SIMD_CLONES bool HasBadLevel(GradCompression::Codec codec, const uint8_t* data, int64_t n) {
+  uint32_t bad = 0;
+  if (codec == GradCompression::INT8) {
+    for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>(data[i] == 0x80);
+    return bad != 0;
+  }
+  const int64_t bytes = CeilDiv(n, 2);
+  for (int64_t i = 0; i < bytes; ++i) {
+    bad |=
+        static_cast<uint32_t>((data[i] & 0xF) == 0x8) | static_cast<uint32_t>(data[i] >> 4 == 0x8);
+  }
+  return bad != 0 || ((n & 1) && (data[bytes - 1] >> 4) != 0);
+}
+
+PSTRAIN_SIMD_CLONES void DecodeInt8(int64_t block, const char* bytes, int64_t n, float* out) {
+  const int64_t blocks = CeilDiv(n, block);
+  const int8_t* data = reinterpret_cast<const int8_t*>(bytes + 4 * blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    float scale;
+    std::memcpy(&scale, bytes + 4 * b, 4);
+    const int64_t begin = b * block, end = std::min(n, begin + block);
+    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(data[i]) * scale;
+  }
+}
+
+PSTRAIN_SIMD_CLONES void DecodeInt4(int64_t block, const char* bytes, int64_t n, float* out) {
+  const int64_t blocks = CeilDiv(n, block);
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes + 4 * blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    float scale;
+    std::memcpy(&scale, bytes + 4 * b, 4);
+    const int64_t begin = b * block, end = std::min(n, begin + block);
+    int64_t i = begin;  // a block starts on a byte
+    for (; i + 2 <= end; i += 2) {
+      const uint8_t byte = data[i >> 1];
+      out[i] = static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) * scale;
+      out[i + 1] = static_cast<float>(static_cast<int8_t>(byte) >> 4) * scale;
+    }
+    if (i < end) out[i] = static_cast<float>(static_cast<int8_t>(data[i >> 1] << 4) >> 4) * scale;
+  }
+}
+
 // The sign bits of a byte as 8 words to XOR into a positive float.
 struct SignMasks {
   uint32_t of[256][8];
@@ -242,10 +356,17 @@ int64_t KeptValues(const GradCompression& spec, int64_t numel) {
 }
 
 int64_t EncodedBytes(const GradCompression& spec, int64_t numel) {
-  if (spec.codec() == GradCompression::SIGN) {
-    return 4 * CeilDiv(numel, spec.block()) + CeilDiv(numel, 8);
+  const int64_t scales = 4 * CeilDiv(numel, spec.block());
+  switch (spec.codec()) {
+    case GradCompression::SIGN:
+      return scales + CeilDiv(numel, 8);
+    case GradCompression::INT8:
+      return scales + numel;
+    case GradCompression::INT4:
+      return scales + CeilDiv(numel, 2);
+    default:
+      return 8 * KeptValues(spec, numel);
   }
-  return 8 * KeptValues(spec, numel);
 }
 
 void EncodeWithFeedback(const GradCompression& spec, const float* values, int64_t n,
@@ -258,8 +379,10 @@ void EncodeWithFeedback(const GradCompression& spec, const float* values, int64_
   }
   if (spec.codec() == GradCompression::SIGN) {
     EncodeSign(spec.block(), n, v.data(), out);
-  } else {
+  } else if (spec.codec() == GradCompression::TOP_K) {
     EncodeTopK(KeptValues(spec, n), n, v.data(), out);
+  } else {
+    EncodeLevels(spec, n, v.data(), out);
   }
   std::memcpy(residual, v.data(), n * sizeof(float));
 }
@@ -271,7 +394,7 @@ absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size
                                                    " values takes ", EncodedBytes(spec, numel),
                                                    " bytes, not ", size));
   }
-  if (spec.codec() == GradCompression::SIGN) {
+  if (spec.codec() != GradCompression::TOP_K) {
     for (int64_t b = 0; b < CeilDiv(numel, spec.block()); ++b) {
       uint32_t scale;
       std::memcpy(&scale, bytes + 4 * b, 4);
@@ -280,8 +403,28 @@ absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size
             absl::StrCat("a compressed chunk's scale ", b, " is negative"));
       }
     }
-    DecodeSign(spec.block(), bytes, numel, out);
-    return absl::OkStatus();
+  }
+  switch (spec.codec()) {
+    case GradCompression::SIGN:
+      DecodeSign(spec.block(), bytes, numel, out);
+      return absl::OkStatus();
+    case GradCompression::INT8:
+    case GradCompression::INT4:
+      if (HasBadLevel(spec.codec(),
+                      reinterpret_cast<const uint8_t*>(bytes) + 4 * CeilDiv(numel, spec.block()),
+                      numel)) {
+        return absl::InvalidArgumentError(
+            "a compressed chunk holds a level the encoder writes none of (-128 in INT8, -8 in "
+            "INT4, or INT4's unused last nibble set)");
+      }
+      if (spec.codec() == GradCompression::INT8) {
+        DecodeInt8(spec.block(), bytes, numel, out);
+      } else {
+        DecodeInt4(spec.block(), bytes, numel, out);
+      }
+      return absl::OkStatus();
+    default:
+      break;
   }
   const int64_t k = KeptValues(spec, numel);
   std::fill(out, out + numel, 0.0f);

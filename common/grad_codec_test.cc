@@ -1,5 +1,6 @@
-// The two codecs against plain references (a full sort for top-k, a
-// block-by-block mean for the scaled sign), error feedback's identity
+// The codecs against plain references (a full sort for top-k, a
+// block-by-block mean for the scaled sign, block maxima for INT8 and INT4),
+// error feedback's identity
 // (decoded + residual = what was compressed), the residual staying bounded
 // over many clocks, and the decoder refusing malformed payloads.
 #include "common/grad_codec.h"
@@ -22,6 +23,9 @@ GradCompression Spec(GradCompression::Codec codec) {
   spec.set_codec(codec);
   return WithCompressionDefaults(spec);
 }
+
+constexpr GradCompression::Codec kCodecs[] = {GradCompression::SIGN, GradCompression::TOP_K,
+                                              GradCompression::INT8, GradCompression::INT4};
 
 std::vector<float> Gaussian(int64_t n, std::mt19937* rng, float sigma = 1.0f) {
   std::normal_distribution<float> d(0.0f, sigma);
@@ -62,6 +66,34 @@ TEST(GradCodecTest, SizesFollowTheFormat) {
   EXPECT_FALSE(Compresses(tiny, 1));   // 1 value kept: 8 bytes against 4
   EXPECT_TRUE(Compresses(tiny, 100));  // 49 kept: 392 against 400
   EXPECT_EQ(KeptValues(tiny, 0), 0);
+  EXPECT_EQ(EncodedBytes(Spec(GradCompression::INT8), 1000), 4 * 4 + 1000);
+  EXPECT_EQ(EncodedBytes(Spec(GradCompression::INT4), 1001), 4 * 4 + 501);
+}
+
+// INT8 and INT4 against a reference: each block's scale its max |value| /
+// levels, each value the nearest level (ties away from zero) times it.
+TEST(GradCodecTest, LevelsMatchBlockMaxima) {
+  for (const auto [codec, levels] :
+       {std::pair{GradCompression::INT8, 127}, std::pair{GradCompression::INT4, 7}}) {
+    std::mt19937 rng(5);
+    GradCompression spec = Spec(codec);
+    spec.set_block(64);
+    const std::vector<float> g = Gaussian(1001, &rng);  // odd, and a short last block
+    std::vector<float> residual(g.size(), 0.0f);
+    const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+    for (size_t begin = 0; begin < g.size(); begin += 64) {
+      const size_t end = std::min(g.size(), begin + 64);
+      float max = 0;
+      for (size_t i = begin; i < end; ++i) max = std::max(max, std::fabs(g[i]));
+      const float scale = max / static_cast<float>(levels);
+      for (size_t i = begin; i < end; ++i) {
+        const float level = std::round(g[i] / scale);  // std::round: ties away from zero
+        ASSERT_LE(std::fabs(level), levels) << i;
+        ASSERT_NEAR(decoded[i], level * scale, 1e-6f * max) << "codec " << codec << " " << i;
+        ASSERT_LE(std::fabs(residual[i]), 0.5f * scale * (1 + 1e-5f)) << i;
+      }
+    }
+  }
 }
 
 TEST(GradCodecTest, SignMatchesBlockMeansOfTheMagnitudes) {
@@ -112,10 +144,10 @@ TEST(GradCodecTest, TopKAgreesWithAFullSort) {
 }
 
 // Each clock: decoded + new residual == g + old residual, bit for bit for
-// top-k, to a rounding for the sign; over the run, the decoded gradients
+// top-k, INT8 and INT4, to a rounding for the sign; over the run, the decoded gradients
 // plus the last residual sum to the true ones.
 TEST(GradCodecTest, ErrorFeedbackLosesNothing) {
-  for (const auto codec : {GradCompression::SIGN, GradCompression::TOP_K}) {
+  for (const auto codec : kCodecs) {
     std::mt19937 rng(3);
     const GradCompression spec = Spec(codec);
     const int64_t n = 5000;
@@ -127,8 +159,8 @@ TEST(GradCodecTest, ErrorFeedbackLosesNothing) {
       const std::vector<float> decoded = RoundTrip(spec, g, &residual);
       for (int64_t i = 0; i < n; ++i) {
         const float v = g[i] + before[i];
-        if (codec == GradCompression::TOP_K) {
-          ASSERT_EQ(decoded[i] + residual[i], v) << i;
+        if (codec != GradCompression::SIGN) {
+          ASSERT_EQ(decoded[i] + residual[i], v) << "codec " << codec << " value " << i;
         } else {
           ASSERT_NEAR(decoded[i] + residual[i], v, 1e-6f * std::max(1.0f, std::fabs(v))) << i;
         }
@@ -152,7 +184,7 @@ double Norm(const std::vector<float>& v) {
 // within a fixed multiple of a gradient's, and does not grow from the
 // second thousand clocks to the third.
 TEST(GradCodecTest, ResidualStaysBounded) {
-  for (const auto codec : {GradCompression::SIGN, GradCompression::TOP_K}) {
+  for (const auto codec : kCodecs) {
     std::mt19937 rng(4);
     const GradCompression spec = Spec(codec);
     const int64_t n = 8192;
@@ -174,7 +206,7 @@ TEST(GradCodecTest, ResidualStaysBounded) {
 }
 
 TEST(GradCodecTest, NonFiniteGradientDecodesNonFiniteAndKeepsTheResidual) {
-  for (const auto codec : {GradCompression::SIGN, GradCompression::TOP_K}) {
+  for (const auto codec : kCodecs) {
     const GradCompression spec = Spec(codec);
     std::vector<float> g(5000, 1.0f), residual(5000, 0.25f);
     g[17] = std::numeric_limits<float>::infinity();
@@ -184,16 +216,32 @@ TEST(GradCodecTest, NonFiniteGradientDecodesNonFiniteAndKeepsTheResidual) {
   }
 }
 
-// Values near float's largest: a SIGN block's scale (their mean, summed
-// in double) and the residuals stay finite.
+// Values near float's largest: a block's scale (a SIGN block's mean,
+// summed in double; an INT block's max / levels) and the residuals stay
+// finite.
 TEST(GradCodecTest, HugeValuesKeepAFiniteScaleAndResidual) {
-  const GradCompression spec = Spec(GradCompression::SIGN);
-  std::vector<float> g(512, 3e38f), residual(512, 0.0f);
-  for (size_t i = 0; i < g.size(); i += 2) g[i] = -3.3e38f;
-  const std::vector<float> decoded = RoundTrip(spec, g, &residual);
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(decoded[i]) && std::isfinite(residual[i])) << i;
-    ASSERT_EQ(decoded[i] < 0, g[i] < 0) << i;
+  for (const auto codec : {GradCompression::SIGN, GradCompression::INT8, GradCompression::INT4}) {
+    const GradCompression spec = Spec(codec);
+    std::vector<float> g(512, 3e38f), residual(512, 0.0f);
+    for (size_t i = 0; i < g.size(); i += 2) g[i] = -3.3e38f;
+    const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(decoded[i]) && std::isfinite(residual[i])) << i;
+      ASSERT_EQ(decoded[i] < 0, g[i] < 0) << "codec " << codec << " " << i;
+    }
+  }
+}
+
+// Values too small for a normal scale: an INT block sends zeros and keeps
+// them whole in the residual (no NaN from 1 / scale).
+TEST(GradCodecTest, TinyValuesWaitInTheResidual) {
+  for (const auto codec : {GradCompression::INT8, GradCompression::INT4}) {
+    const GradCompression spec = Spec(codec);
+    std::vector<float> g(512, 1e-40f), residual(512, 0.0f);
+    g[3] = 0.0f;
+    const std::vector<float> decoded = RoundTrip(spec, g, &residual);
+    EXPECT_EQ(decoded, std::vector<float>(512, 0.0f));
+    EXPECT_EQ(residual, g);
   }
 }
 
@@ -219,6 +267,38 @@ TEST(GradCodecTest, DecoderRefusesMalformedPayloads) {
   words[9] = 999;
   EXPECT_TRUE(
       Decode(topk, reinterpret_cast<const char*>(words.data()), size, 1000, out.data()).ok());
+}
+
+// INT8 and INT4: a level below -levels (the encoder writes none), INT4's
+// unused last nibble set, a negative scale.
+TEST(GradCodecTest, DecoderRefusesMalformedLevels) {
+  std::vector<float> out(1001);
+  const GradCompression int8 = Spec(GradCompression::INT8), int4 = Spec(GradCompression::INT4);
+  std::vector<char> bytes(EncodedBytes(int8, 1001), 0);
+  const float one = 1.0f, minus = -1.0f;
+  for (int b = 0; b < 4; ++b) std::memcpy(bytes.data() + 4 * b, &one, 4);  // 4 blocks of 256
+  auto decodes = [&](const GradCompression& spec) {
+    return Decode(spec, bytes.data(), EncodedBytes(spec, 1001), 1001, out.data()).ok();
+  };
+  EXPECT_TRUE(decodes(int8));
+  bytes[16 + 500] = static_cast<char>(-128);
+  EXPECT_FALSE(decodes(int8));
+  bytes[16 + 500] = static_cast<char>(-127);
+  EXPECT_TRUE(decodes(int8));
+  EXPECT_EQ(out[500], -127.0f);
+  std::fill(bytes.begin() + 16, bytes.end(), 0);
+  EXPECT_TRUE(decodes(int4));
+  bytes[16 + 7] = static_cast<char>(0x80);  // value 15: -8
+  EXPECT_FALSE(decodes(int4));
+  bytes[16 + 7] = static_cast<char>(0x97);  // values 14, 15: 7, -7
+  EXPECT_TRUE(decodes(int4));
+  EXPECT_EQ(out[14], 7.0f);
+  EXPECT_EQ(out[15], -7.0f);
+  bytes[16 + 500] = 0x10;  // value 1001, past the end
+  EXPECT_FALSE(decodes(int4));
+  bytes[16 + 500] = 0;
+  std::memcpy(bytes.data() + 4, &minus, 4);
+  EXPECT_FALSE(decodes(int4));
 }
 
 TEST(GradCodecTest, ChecksItsRanges) {

@@ -15,7 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;
   if (size < 6) return 0;
   GradCompression spec;
-  spec.set_codec(data[0] % 2 == 0 ? GradCompression::SIGN : GradCompression::TOP_K);
+  constexpr GradCompression::Codec kCodecs[] = {GradCompression::SIGN, GradCompression::TOP_K,
+                                                GradCompression::INT8, GradCompression::INT4};
+  spec.set_codec(kCodecs[data[0] % 4]);
   spec.set_block(8 * (1 + data[1] % 64));
   spec.set_ratio(static_cast<float>(1 + data[2] % 127) / 256.0f);
   spec.set_min_numel(1);

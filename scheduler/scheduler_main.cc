@@ -54,8 +54,9 @@ ABSL_FLAG(int64_t, pipeline_stages, 1,
 ABSL_FLAG(int64_t, micro_batches, 1, "override: micro-batches of a worker's or replica's share");
 ABSL_FLAG(std::string, pipeline_schedule, "", "override: gpipe or 1f1b");
 ABSL_FLAG(std::string, compression, "",
-          "override: the workers' pushes compressed with error feedback, sign (one bit a "
-          "value) or top_k (the largest 10 % of the values), or none (docs/compression.md)");
+          "override: the workers' pushes compressed with error feedback, int8 or int4 (8 or 4 "
+          "bits a value), sign (one bit a value) or top_k (the largest 10 % of the values), or "
+          "none (docs/compression.md)");
 ABSL_FLAG(int64_t, compression_pulls, 0,
           "override: 1 compresses the pulls too (the change since the weights a worker holds)");
 ABSL_FLAG(std::string, table_consistency, "",

@@ -70,7 +70,8 @@ TEST(SpecOverridesTest, ABadValueIsRefusedNamingTheFlagAndTheJobIsUntouched) {
       {{{"consistency", "XSP"}}, "--consistency=xsp: expected one of bsp, ssp, asp"},
       {{{"pipeline_schedule", ""}}, "--pipeline_schedule=: expected one of gpipe, 1f1b"},
       {{{"data_dir", ""}}, "--data_dir= (empty): expected a directory"},
-      {{{"compression", "gzip"}}, "--compression=gzip: expected one of none, sign, top_k"},
+      {{{"compression", "gzip"}},
+       "--compression=gzip: expected one of none, sign, top_k, int8, int4"},
       {{{"steps", "10"}}, "--steps overrides no field of the job spec"},
       // The first bad flag in the table's order.
       {{{"consistency", "x"}, {"batch_size", "0"}}, "--batch_size=0"},

@@ -1,13 +1,15 @@
 """Compressed pushes and pulls from PyTorch workers (JobSpec.compression):
 two tiny workers and two servers under BSP, Adam on the servers, the
-job's weights pushed top-k with error feedback, against one process that
-computes the same: each worker's share's gradient plus its residual per
-chunk, the largest quarter of each chunk kept (the rest the new residual),
-the kept values summed over the shares and the servers' Adam
+job's weights pushed top-k (or INT8) with error feedback, against one
+process that computes the same: each worker's share's gradient plus its
+residual per chunk, the largest quarter of each chunk kept (INT8: each
+value rounded to a level of its block's scale), the rest the new
+residual, the decoded values summed over the shares and the servers' Adam
 (server_adam.py) -- every final weight within 1e-5. With the pulls
 compressed too, the workers compute with views the reference moves by the
-top-k of each chunk's change. The reference without the compression
-under test ends far from it (checked), so the match is its doing.
+decoded compression of each chunk's change. The reference without the
+compression under test ends far from it (checked), so the match is its
+doing.
 
 By hand: python3 tests/python/torch_compression_test.py (the daemons from
 bazel-bin).
@@ -33,8 +35,9 @@ from cluster_control import TINY_JOB, Cluster  # noqa: E402
 # cuts fc1.weight (512 values) into 4 chunks of 128 and fc2.weight into 1;
 # min_numel 128 compresses those five, the biases (32 and 4) go dense.
 CLOCKS, BATCH_SIZE, SEED, LR = 30, 32, 7, 0.01
-CHUNK, RATIO = 128, 0.25
+CHUNK, RATIO, BLOCK = 128, 0.25, 64
 COMPRESSION = "compression { codec: TOP_K ratio: %g min_numel: %d }" % (RATIO, CHUNK)
+INT8 = "compression { codec: INT8 block: %d min_numel: %d pulls: true }" % (BLOCK, CHUNK)
 WORKERS = ["worker0", "worker1"]
 TOLERANCE = 1e-5
 TIMEOUT_S = 180
@@ -52,19 +55,39 @@ def top_k(v):
     return kept
 
 
+def int8(v):
+    """v's decoding under INT8: per block of BLOCK values, scale = max |v| /
+    127, each value the nearest level (ties away from zero) times it, in
+    float32 as the codec computes."""
+    import torch
+
+    out = torch.zeros_like(v)
+    half = torch.tensor(0.5)
+    for b in range(0, v.numel(), BLOCK):
+        x = v[b:b + BLOCK]
+        scale = x.abs().max() / 127
+        if scale < torch.finfo(torch.float32).tiny:
+            continue  # sent as zeros, kept in the residual
+        y = x * (1.0 / scale)
+        level = torch.clamp(y + torch.where(y < 0, -half, half), -127, 127).trunc()
+        out[b:b + BLOCK] = level * scale
+    return out
+
+
 def chunks_of(p):
     """The flat slices of parameter p the job compresses (CHUNK values
     each), or none."""
     return [slice(i, i + CHUNK) for i in range(0, p.numel(), CHUNK)] if p.numel() >= CHUNK else []
 
 
-def train_like_the_cluster(compressed, pulls=False):
+def train_like_the_cluster(codec, pulls=False):
     """The job's clocks in this process: each share's gradient compressed
-    chunk by chunk with its worker's residuals (when `compressed`), summed
-    over the shares weighted by their sizes, the servers' Adam. With
-    `pulls`, the workers compute with their views: whole at first, then
-    moved each clock by the top-k of the change to the servers' weights
-    (every worker holds the same view under BSP)."""
+    chunk by chunk with its worker's residuals (by `codec`, a chunk's
+    decoding; None: dense), summed over the shares weighted by their sizes,
+    the servers' Adam. With `pulls`, the workers compute with their views:
+    whole at first, then moved each clock by the codec's decoding of the
+    change to the servers' weights (every worker holds the same view under
+    BSP)."""
     import torch
     import torch.nn.functional as F
 
@@ -96,11 +119,11 @@ def train_like_the_cluster(compressed, pulls=False):
             F.cross_entropy(model(x), y).backward()
             for i, p in enumerate(params):
                 g = p.grad.detach().flatten().clone()
-                if compressed:
+                if codec is not None:
                     r = residuals[share][i]
                     for c in chunks_of(p):
                         v = g[c] + r[c]
-                        g[c] = top_k(v)
+                        g[c] = codec(v)
                         r[c] = v - g[c]
                 total[i] += g * (len(indices) / BATCH_SIZE)
         with torch.no_grad():
@@ -117,7 +140,7 @@ def train_like_the_cluster(compressed, pulls=False):
                 w = p.detach().flatten()
                 covered = torch.zeros(p.numel(), dtype=torch.bool)
                 for c in chunks_of(p):
-                    view[c] = view[c] + top_k(w[c] - view[c])
+                    view[c] = view[c] + codec(w[c] - view[c])
                     covered[c] = True
                 view[~covered] = w[~covered]  # small chunks: whole
     return model.state_dict()
@@ -152,9 +175,9 @@ class TorchCompressionTest(unittest.TestCase):
         final, status = self.run_cluster(COMPRESSION.replace(" }", " pulls: true }"), "pulls")
         for name in final[0]:
             self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
-        error = largest_difference(final[0], train_like_the_cluster(True, pulls=True))
+        error = largest_difference(final[0], train_like_the_cluster(top_k, pulls=True))
         self.assertLessEqual(error, TOLERANCE)
-        pushes_only = largest_difference(final[0], train_like_the_cluster(True))
+        pushes_only = largest_difference(final[0], train_like_the_cluster(top_k))
         self.assertGreater(pushes_only, 100 * TOLERANCE, "the views change the weights")
         # What the workers pulled: each chunk whole at the first pull, then
         # 5 chunks of 32 changed values and the biases whole a clock, and
@@ -172,10 +195,10 @@ class TorchCompressionTest(unittest.TestCase):
         final, status = self.run_cluster(COMPRESSION, "pushes")
         for name in final[0]:
             self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
-        expected = train_like_the_cluster(compressed=True)
+        expected = train_like_the_cluster(top_k)
         error = largest_difference(final[0], expected)
         self.assertLessEqual(error, TOLERANCE)
-        dense = largest_difference(final[0], train_like_the_cluster(compressed=False))
+        dense = largest_difference(final[0], train_like_the_cluster(None))
         self.assertGreater(dense, 100 * TOLERANCE, "compression changes the weights")
         # What the workers pushed: at most 5 chunks of 32 kept values (8
         # bytes each) and the biases' 36 floats a clock, instead of 676
@@ -187,6 +210,26 @@ class TorchCompressionTest(unittest.TestCase):
             self.assertLessEqual(pushed, CLOCKS * (5 * 32 * 8 + 36 * 4) + 676 * 4, w["address"])
             self.assertLess(pushed, 0.6 * CLOCKS * 676 * 4, w["address"])
         print("top-k pushes: largest |w - reference| %.2e; against dense training %.2e"
+              % (error, dense))
+
+    def test_int8_pushes_and_pulls_train_as_the_levels_say(self):
+        import torch
+
+        final, status = self.run_cluster(INT8, "int8")
+        for name in final[0]:
+            self.assertTrue(torch.equal(final[0][name], final[1][name]), name)
+        error = largest_difference(final[0], train_like_the_cluster(int8, pulls=True))
+        self.assertLessEqual(error, TOLERANCE)
+        dense = largest_difference(final[0], train_like_the_cluster(None))
+        self.assertGreater(dense, 100 * TOLERANCE, "compression changes the weights")
+        # Each way, a clock: 5 chunks of 2 scales and 128 levels (136
+        # bytes) and the biases' 36 floats, instead of 676 floats; whole
+        # at the first push and pull and the exact weights at the end.
+        for w in [m for m in status["members"] if m["role"] == "WORKER"]:
+            budget = CLOCKS * (5 * 136 + 36 * 4)
+            self.assertLessEqual(int(w["bytes_out"]), budget + 676 * 4, w["address"])
+            self.assertLessEqual(int(w["bytes_in"]), budget + 2 * 676 * 4, w["address"])
+        print("int8 pushes and pulls: largest |w - reference| %.2e; against dense training %.2e"
               % (error, dense))
 
 
