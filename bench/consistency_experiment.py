@@ -88,8 +88,9 @@ class ExperimentError(RuntimeError):
 
 def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
     """One local cluster run; its curve as [(seconds, clock, loss)], its
-    wall seconds, and its facts (the final test accuracy, a worker's
-    pushed bytes a clock). `links`: the slow links' netem.sh options."""
+    wall seconds, and its facts (the final test accuracy or, for a text
+    model, the final loss on its held-out text; a worker's pushed and
+    pulled bytes a clock). `links`: the slow links' netem.sh options."""
     job, _, _, _, _ = MODELS[model]
     consistency, staleness, mode_flags = ALL_MODES[mode]
     name = "%s-%s-%s-%d" % (model, condition, mode, seed)
@@ -119,11 +120,13 @@ def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
              for p in points if float(p.get("loss", -1)) >= 0]
     accuracy = next((float(p["test_accuracy"]) for p in reversed(points)
                      if float(p.get("test_accuracy", -1)) >= 0), None)
+    validation = next((float(p["validation_loss"]) for p in reversed(points)
+                       if float(p.get("validation_loss", -1)) >= 0), None)
     members = json.loads((logs / "status.json").read_text()).get("members", [])
     workers = [m for m in members if m.get("role") == "WORKER"]
     pushed = [int(m.get("bytes_out", 0)) for m in workers]
     pulled = [int(m.get("bytes_in", 0)) for m in workers]
-    facts = {"final_accuracy": accuracy,
+    facts = {"final_accuracy": accuracy, "final_validation_loss": validation,
              "pushed_bytes_per_clock": round(statistics.mean(pushed) / clocks) if pushed else None,
              "pulled_bytes_per_clock": round(statistics.mean(pulled) / clocks) if pulled else None}
     return curve, time.monotonic() - started, facts
@@ -194,12 +197,14 @@ def row(model, condition, mode, target, seeds, runs, baseline):
     out = {"model": model, "condition": condition, "mode": mode, "target_loss": target,
            "time_to_target_s": summary(times), "reached": "%d of %d" % (len(times), len(seeds)),
            "final_loss": over("final_loss"), "final_accuracy": over("final_accuracy"),
+           "final_validation_loss": over("final_validation_loss"),
            "clocks_per_s": over("clocks_per_s"),
            "pushed_bytes_per_clock": over("pushed_bytes_per_clock"),
            "pulled_bytes_per_clock": over("pulled_bytes_per_clock")}
     if mode != baseline:
         out["vs_" + baseline] = {key: paired(runs, baseline, mode, key)
-                                 for key in ("time_to_target_s", "final_loss", "clocks_per_s")}
+                                 for key in ("time_to_target_s", "final_loss",
+                                             "final_validation_loss", "clocks_per_s")}
     return out
 
 

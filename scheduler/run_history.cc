@@ -68,7 +68,11 @@ void RunHistory::Record(const ClusterStatus& status, int64_t unix_ms) {
   absl::MutexLock lock(&mu_);
   if (!points_.empty()) {
     const RunPoint& last = points_.back();
-    bool same = last.clock() == p.clock() && last.worker_clocks_size() == p.worker_clocks_size();
+    // A new evaluation is a point too: the final one comes after the last
+    // clock.
+    bool same = last.clock() == p.clock() && last.worker_clocks_size() == p.worker_clocks_size() &&
+                last.test_accuracy() == p.test_accuracy() &&
+                last.validation_loss() == p.validation_loss();
     for (int i = 0; same && i < p.worker_clocks_size(); ++i) {
       same = (last.worker_clocks(i) < 0) == (p.worker_clocks(i) < 0);
     }

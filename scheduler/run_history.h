@@ -23,10 +23,11 @@ class RunHistory {
   static absl::StatusOr<std::unique_ptr<RunHistory>> Open(const std::string& run_dir);
   ~RunHistory();
 
-  // Adds a point when the slowest worker's clock moved since the last one
-  // (or a worker died or came back), once a worker has trained a clock. When the memory holds kMaxPoints, every
-  // other point is dropped: the curve keeps its whole span at half the
-  // resolution. The file keeps every point.
+  // Adds a point when the slowest worker's clock moved since the last one,
+  // a worker died or came back, or an evaluation (test accuracy,
+  // validation loss) changed, once a worker has trained a clock. When the memory holds kMaxPoints,
+  // every other point is dropped: the curve keeps its whole span at half the resolution. The file
+  // keeps every point.
   void Record(const ClusterStatus& status, int64_t unix_ms);
   std::vector<RunPoint> Points() const;
 

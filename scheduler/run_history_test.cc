@@ -40,6 +40,26 @@ TEST(RunHistoryTest, APointPerClockWithTheWorkersMeanLoss) {
   EXPECT_EQ(points[1].worker_clocks(1), 3);
 }
 
+// The final evaluation comes after the last clock: a changed test accuracy
+// or validation loss is a point at the same clock.
+TEST(RunHistoryTest, ANewEvaluationIsAPoint) {
+  auto h = RunHistory::Open("");
+  ASSERT_TRUE(h.ok());
+  ClusterStatus st = At(5, 2.0);
+  (*h)->Record(st, 1000);
+  st.mutable_members(0)->set_test_accuracy(0.75);
+  (*h)->Record(st, 1100);
+  st.mutable_members(0)->set_unigram_entropy(3.0);
+  st.mutable_members(0)->set_validation_loss(1.5);
+  (*h)->Record(st, 1200);
+  (*h)->Record(st, 1300);  // nothing new
+  const std::vector<RunPoint> points = (*h)->Points();
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[1].test_accuracy(), 0.75);
+  EXPECT_EQ(points[2].validation_loss(), 1.5);
+  EXPECT_EQ(points[2].clock(), 5);
+}
+
 // A worker past its first clock that has reported no loss (0) and no rate
 // (0, its first progress window not over) gives no loss and no rate (-1),
 // and does not count in the others' mean: the curves start at real points.
