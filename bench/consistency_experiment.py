@@ -15,7 +15,8 @@ each worker in a network namespace behind a link shaped by deploy/netem.sh
 with --links, which needs root), the job's curves
 written by the scheduler (--run_dir: curves.jsonl, a point each time the
 slowest clock moves). A run's time to the target is the first point whose
-loss, averaged over the last few points, is at or below the model's target,
+loss, averaged over the points of the last few clocks (each worker's
+loss already the mean of its last 16 clocks), is at or below the model's target,
 in seconds since the run's first point. The modes run interleaved within
 each seed, and each mode's row gives the medians of its ratios to the
 first mode's run of the same seed (time to the target, final loss, clocks
@@ -76,10 +77,19 @@ CONDITIONS = {
 LINKS = "--rate=2000"
 ALL_MODES = dict(MODES, **COMPRESSED_MODES)
 
-MODELS = {  # name: (job file, clocks, quick clocks, target loss, smoothing points)
-    "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.45, 5),
-    "gpt": ("deploy/jobs/gpt_fortunes.pbtxt", 250, 60, 2.45, 5),
+# name: (job file, clocks, quick clocks, target loss, smoothing clocks). A
+# worker's status loss is already the mean of its last 16 clocks
+# (worker/loop_stats.h); a point's loss is further averaged with those of
+# the points of the smoothing clocks before it -- a span of clocks, not of
+# points, so that modes of faster clocks are not smoothed over more.
+MODELS = {
+    "mlp": ("deploy/jobs/mlp_fashion_mnist.pbtxt", 900, 200, 0.45, 48),
+    "gpt": ("deploy/jobs/gpt_fortunes.pbtxt", 250, 60, 2.45, 16),
 }
+# Every worker heartbeats (and so reports its loss) this often, so that
+# the scheduler's curve (a point every 200 ms) samples each worker's loss
+# at most 100 ms old.
+HEARTBEAT_FLAGS = ["--heartbeat_interval_ms=100"]
 
 
 class ExperimentError(RuntimeError):
@@ -98,7 +108,7 @@ def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
     logs, run_dir = workdir / name / "logs", workdir / name / "run"
     run_dir.mkdir(parents=True)
     flags, shaped = CONDITIONS[condition]
-    flags = flags + ["--straggler_seed=%d" % seed]
+    flags = flags + HEARTBEAT_FLAGS + ["--straggler_seed=%d" % seed]
     cmd = [str(ROOT / "deploy/local_cluster.sh"), "--job=" + str(ROOT / job),
            "--bin=" + str(bin_dir), "--servers=2", "--workers=4", "--logs=" + str(logs),
            "--worker_flags=" + " ".join(flags)]
@@ -132,11 +142,12 @@ def run_one(model, condition, mode, seed, clocks, workdir, bin_dir, links):
     return curve, time.monotonic() - started, facts
 
 
-def smoothed(curve, k):
-    """Each point's loss averaged over it and the k - 1 before it."""
+def smoothed(curve, span):
+    """Each point's loss averaged over it and the points of the `span`
+    clocks before it."""
     out = []
     for i, (t, c, _) in enumerate(curve):
-        window = [loss for _, _, loss in curve[max(0, i - k + 1):i + 1]]
+        window = [loss for _, c2, loss in curve[:i + 1] if c2 > c - span]
         out.append((t, c, sum(window) / len(window)))
     return out
 

@@ -227,6 +227,9 @@ void EncodeLevels(const GradCompression& spec, int64_t n, float* v, char* out) {
     const int64_t begin = b * block, end = std::min(n, begin + block);
     float scale = MaxMagnitude(v, begin, end) / static_cast<float>(levels);
     if (scale < std::numeric_limits<float>::min()) scale = 0;  // 1 / scale stays finite
+    // max / 127 of a max at float's largest rounds up, and 127 x scale
+    // would overflow: one step down keeps every level's value finite.
+    if (std::isinf(static_cast<float>(levels) * scale)) scale = std::nextafter(scale, 0.0f);
     std::memcpy(out + 4 * b, &scale, 4);
     QuantizeBlock(v, begin, end, levels, scale, q.data());
     if (spec.codec() == GradCompression::INT8) {

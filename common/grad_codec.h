@@ -9,6 +9,12 @@
 //          i decodes to -scale or +scale of its block.
 //   TOP_K: k = KeptValues(spec, n) uint32 indices, strictly ascending and
 //          below n, then the k fp32 values; every other value decodes to 0.
+//   INT8:  ceil(n / block) fp32 scales (a block's max |value| / 127), then
+//          n int8 levels in [-127, 127]; value i decodes to its level times
+//          its block's scale.
+//   INT4:  as INT8 with levels in [-7, 7] (scale max / 7), two's-complement
+//          nibbles two to a byte, value i's in the low nibble of byte i / 2
+//          when i is even; an odd n's last high nibble is 0.
 // So a server knows every payload's size from the chunk's size alone, and a
 // payload of another size is malformed.
 //
@@ -16,8 +22,8 @@
 // Fixes SignSGD", 2019): the worker keeps per chunk the residual r of its
 // last compression. It compresses v = g + r and keeps r' = v - decode(v)
 // for the next clock, so that over any run of clocks the decoded gradients
-// plus the last residual sum to the true gradients (exactly for TOP_K, to
-// within a rounding of each value for SIGN).
+// plus the last residual sum to the true gradients (exactly for TOP_K, INT8
+// and INT4, to within a rounding of each value for SIGN).
 #ifndef PSTRAIN_COMMON_GRAD_CODEC_H_
 #define PSTRAIN_COMMON_GRAD_CODEC_H_
 
@@ -57,8 +63,9 @@ void EncodeWithFeedback(const GradCompression& spec, const float* values, int64_
 
 // Decodes `bytes` (`size` of them, any alignment) into the chunk's `numel`
 // values at `out`. INVALID_ARGUMENT when the size is not EncodedBytes, a
-// SIGN scale is negative, or a TOP_K index is out of range or out of
-// order; `out` is then unspecified.
+// scale is negative, a TOP_K index is out of range or out of order, or an
+// INT level is one the encoder never writes (-128, -8, a set unused
+// nibble); `out` is then unspecified.
 absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size, int64_t numel,
                     float* out);
 

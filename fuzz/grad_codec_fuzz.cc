@@ -3,7 +3,7 @@
 // rest is the payload to decode -- refused or decoded, never a crash or a
 // read past it -- and, read as floats, a gradient to encode with error
 // feedback, whose decoding plus the new residual must give it back (when
-// it is finite).
+// it is finite): exactly, but for SIGN's rounding.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(back[i]) || !std::isfinite(residual[i])) __builtin_trap();
+    // TOP_K, INT8, INT4: exact in float; SIGN: to a rounding.
+    if (spec.codec() != GradCompression::SIGN && back[i] + residual[i] != g[i]) __builtin_trap();
     const double want = g[i], got = static_cast<double>(back[i]) + residual[i];
     if (std::fabs(got - want) > 1e-6 * std::fabs(want) + 1e-30 &&
         std::fabs(got - want) > 1e-6 * std::fabs(back[i])) {

@@ -411,7 +411,7 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
       metrics_.run = run->split;
     }
     metrics_.clock = clock_ + 1;
-    metrics_.loss = step.loss;
+    metrics_.loss = stats_.recent_loss();
     metrics_.peak_device_bytes = backend_->peak_bytes();
     metrics_.loss_scale = options_.training.loss_scaling ? scaler_.scale() : 1.0;
     metrics_.skipped_steps = scaler_.overflows();

@@ -125,7 +125,7 @@ struct ClockLoopOptions {
 struct ClockMetrics {
   int64_t clock = 0;  // clocks finished
   int64_t generation = 0;
-  double loss = 0;
+  double loss = 0;  // LoopStats::recent_loss()
   double samples_per_s = 0;
   double test_accuracy = -1;
   // Per clock: where the time went (ms), calls (the gate's and the

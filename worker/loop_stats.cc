@@ -1,5 +1,7 @@
 #include "worker/loop_stats.h"
 
+#include <algorithm>
+
 namespace pstrain {
 
 void LoopStats::Retire(const ParamClient& client) {
@@ -14,7 +16,15 @@ Traffic LoopStats::Total(const ParamClient* current) const {
   return t;
 }
 
+double LoopStats::recent_loss() const {
+  const int64_t n = std::min<int64_t>(ended_, kRecentClocks);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += recent_[i];
+  return n > 0 ? sum / static_cast<double>(n) : 0;
+}
+
 std::optional<RunFigures> LoopStats::EndClock(double loss, Traffic traffic, absl::Time now) {
+  recent_[ended_++ % kRecentClocks] = loss;
   window_loss_ += loss;
   ++window_clocks_;
   window_.Add(clock_);

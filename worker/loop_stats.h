@@ -7,6 +7,7 @@
 #ifndef PSTRAIN_WORKER_LOOP_STATS_H_
 #define PSTRAIN_WORKER_LOOP_STATS_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -68,6 +69,11 @@ class LoopStats {
   // join the window's and the run's. The run's figures, from the second
   // clock on (nullopt for the first, which starts the run).
   std::optional<RunFigures> EndClock(double loss, Traffic traffic, absl::Time now);
+  // The mean loss of the last kRecentClocks clocks ended (of those there
+  // were, 0 before the first): what Status reports, a loss a reader
+  // sampling now and then can plot without one batch's noise.
+  static constexpr int kRecentClocks = 16;
+  double recent_loss() const;
   // Clocks in the window so far.
   int64_t window_clocks() const { return window_clocks_; }
   // Ends the window at `now` with `traffic` so far (clocks of `batch_size`
@@ -82,6 +88,10 @@ class LoopStats {
   static ClockSplit PerClock(const ClockTimes& times, Traffic traffic, double n);
 
   ClockTimes clock_;
+  // The last kRecentClocks losses, clock c's at c % kRecentClocks, and the
+  // clocks ended.
+  std::array<double, kRecentClocks> recent_{};
+  int64_t ended_ = 0;
   // The progress window: its start, clocks, summed loss, times, and the
   // traffic at its start.
   absl::Time window_start_;

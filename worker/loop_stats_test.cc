@@ -47,6 +47,19 @@ TEST(LoopStatsTest, AWindowsFiguresArePerClock) {
   EXPECT_DOUBLE_EQ(next.split.push_ms(), 4);
 }
 
+// Status's loss: the mean of the last 16 clocks' (of those there were).
+TEST(LoopStatsTest, TheRecentLossIsTheLastSixteenClocksMean) {
+  LoopStats stats(kT0);
+  EXPECT_EQ(stats.recent_loss(), 0);
+  stats.EndClock(3.0, {}, kT0);
+  stats.EndClock(1.0, {}, kT0);
+  EXPECT_EQ(stats.recent_loss(), 2.0);
+  for (int i = 0; i < LoopStats::kRecentClocks; ++i) stats.EndClock(0.5, {}, kT0);
+  EXPECT_EQ(stats.recent_loss(), 0.5);  // the first two have left
+  stats.EndClock(2.1, {}, kT0);
+  EXPECT_DOUBLE_EQ(stats.recent_loss(), (15 * 0.5 + 2.1) / 16);
+}
+
 TEST(LoopStatsTest, TheRunStartsAfterItsFirstClockAndLeavesEvaluationsOut) {
   LoopStats stats(kT0);
   stats.clock().gate += absl::Seconds(30);  // the first clock waited for the cluster
