@@ -153,10 +153,16 @@ def smoothed(curve, span):
 
 
 def time_to(curve, target):
-    """(seconds, clock) of the first smoothed point at or below target, or None."""
-    for t, c, loss in curve:
+    """(seconds, clock) where the smoothed curve first reaches the target,
+    interpolated linearly between the point before and the first point at
+    or below it (the points are 200 ms apart); None if it never does."""
+    for i, (t, c, loss) in enumerate(curve):
         if loss <= target:
-            return t, c
+            if i == 0:
+                return t, c
+            t0, c0, loss0 = curve[i - 1]
+            f = (loss0 - target) / (loss0 - loss)  # loss0 > target >= loss
+            return t0 + f * (t - t0), round(c0 + f * (c - c0))
     return None
 
 
@@ -219,28 +225,61 @@ def row(model, condition, mode, target, seeds, runs, baseline):
     return out
 
 
+def analyze(run):
+    """Sets a run's figures that follow from its curve (its final smoothed
+    loss, clocks a second, time and clock at the target); returns the
+    smoothed curve and (seconds, clock) at the target or None."""
+    curve = [tuple(p) for p in run["curve"]]
+    target, span = MODELS[run["model"]][3], MODELS[run["model"]][4]
+    smooth = smoothed(curve, span)
+    reached = time_to(smooth, target)
+    run.update({"final_loss": smooth[-1][2] if smooth else None,
+                "seconds": curve[-1][0] if curve else None,
+                "clocks_per_s": round(curve[-1][1] / curve[-1][0], 2)
+                if curve and curve[-1][0] > 0 else None,
+                "time_to_target_s": round(reached[0], 3) if reached else None,
+                "clock_at_target": reached[1] if reached else None})
+    return smooth, reached
+
+
+def reanalyze(path):
+    """The result of an earlier run (its consistency.json) with every
+    figure recomputed from its curves: the table as this script now
+    computes it."""
+    result = json.loads(pathlib.Path(path).read_text())
+    runs, table = result["runs"], []
+    for run in runs:
+        analyze(run)
+    done = []
+    for run in runs:
+        key = (run["model"], run["condition"])
+        if key in done:
+            continue
+        done.append(key)
+        mine = [r for r in runs if (r["model"], r["condition"]) == key]
+        modes = list(dict.fromkeys(r["mode"] for r in mine))
+        seeds = sorted({r["seed"] for r in mine})
+        table += [row(key[0], key[1], mode, MODELS[key[0]][3], seeds, mine, modes[0])
+                  for mode in modes]
+    result["table"] = table
+    return result
+
+
 def measure(model, condition, modes, seeds, clocks, workdir, bin_dir, links, runs, table):
     """Every mode and seed of one model and condition, the modes
     interleaved within each seed: appends each run to `runs` and each
     mode's row to `table` (with its ratios to the first mode's run of the
     same seed); the median seed's smoothed curve per mode (for the plot)."""
-    target, k = MODELS[model][3], MODELS[model][4]
+    target = MODELS[model][3]
     mine, ran = [], {mode: [] for mode in modes}
     for seed in seeds:
         for mode in modes:
             curve, wall, facts = run_one(model, condition, mode, seed, clocks, workdir, bin_dir,
                                          links)
-            smooth = smoothed(curve, k)
-            reached = time_to(smooth, target)
             mine.append(dict(facts, model=model, condition=condition, mode=mode, seed=seed,
-                             final_loss=smooth[-1][2] if smooth else None))
-            mine[-1].update({"clocks": clocks, "wall_s": round(wall, 2),
-                             "seconds": curve[-1][0] if curve else None,
-                             "clocks_per_s": round(curve[-1][1] / curve[-1][0], 2)
-                             if curve and curve[-1][0] > 0 else None,
-                             "time_to_target_s": reached[0] if reached else None,
-                             "clock_at_target": reached[1] if reached else None,
-                             "curve": [[round(t, 3), c, round(l, 5)] for t, c, l in curve]})
+                             clocks=clocks, wall_s=round(wall, 2),
+                             curve=[[round(t, 3), c, round(l, 5)] for t, c, l in curve]))
+            smooth, reached = analyze(mine[-1])
             ran[mode].append((reached[0] if reached else float("inf"), smooth))
             print("%s / %s / %s / seed %d: %s" % (
                 model, condition, mode, seed,
@@ -295,7 +334,18 @@ def main():
     p.add_argument("--plots", default="", help="write a PNG per model and condition here")
     p.add_argument("--bin", default=str(ROOT / "bazel-bin"),
                    help="where the daemons are (scheduler/ps_scheduler, ...)")
+    p.add_argument("--reanalyze", default="",
+                   help="run nothing: recompute the figures of an earlier consistency.json "
+                        "from its curves (and write it to --out)")
     args = p.parse_args()
+    if args.reanalyze:
+        result = reanalyze(args.reanalyze)
+        if args.out:
+            pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+            pathlib.Path(args.out, "consistency.json").write_text(
+                json.dumps(result, indent=1) + "\n")
+        print(json.dumps(dict((k, v) for k, v in result.items() if k != "runs"), indent=1))
+        return
     models, modes, conditions, seeds, left_out = chosen(args, p.error)
     if not pathlib.Path(args.bin, "worker/ps_worker").exists():
         p.error("build the daemons first: bazel build //scheduler:ps_scheduler "
