@@ -6,14 +6,19 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, advertise_host, "",
+          "the host name or address the others reach this daemon by when --listen's host is "
+          "0.0.0.0 or [::] (default: this machine's host name), e.g. a Slurm node's NodeAddr");
 
 namespace pstrain {
 namespace {
@@ -28,6 +33,11 @@ std::string AdvertisedAddress(const std::string& bound) {
   const size_t colon = bound.rfind(':');
   const std::string host = bound.substr(0, colon);
   if (host != "0.0.0.0" && host != "[::]" && host != "") return bound;
+  const std::string advertise = absl::GetFlag(FLAGS_advertise_host);
+  if (!advertise.empty()) {
+    const bool ipv6 = advertise.find(':') != std::string::npos && advertise[0] != '[';
+    return (ipv6 ? absl::StrCat("[", advertise, "]") : advertise) + bound.substr(colon);
+  }
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) return bound;
   return std::string(name) + bound.substr(colon);

@@ -15,7 +15,8 @@
 namespace pstrain {
 
 // The address to advertise for a bound "HOST:PORT": a wildcard host
-// (0.0.0.0, [::]) becomes this machine's host name.
+// (0.0.0.0, [::]) becomes --advertise_host, or by default this machine's
+// host name.
 std::string AdvertisedAddress(const std::string& bound);
 
 // Writes `text` to `path` atomically (a temporary file beside it, then a

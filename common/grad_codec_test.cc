@@ -73,7 +73,7 @@ TEST(GradCodecTest, SizesFollowTheFormat) {
 // INT8 and INT4 against a reference: each block's scale its max |value| /
 // levels, each value the nearest level (ties away from zero) times it.
 TEST(GradCodecTest, LevelsMatchBlockMaxima) {
-  for (const auto [codec, levels] :
+  for (const auto& [codec, levels] :
        {std::pair{GradCompression::INT8, 127}, std::pair{GradCompression::INT4, 7}}) {
     std::mt19937 rng(5);
     GradCompression spec = Spec(codec);

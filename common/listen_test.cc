@@ -8,9 +8,15 @@
 #include <sstream>
 #include <string>
 
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "common/daemon.h"
 #include "gtest/gtest.h"
 #include "proto/cluster.grpc.pb.h"
+
+ABSL_DECLARE_FLAG(std::string, advertise_host);
 
 namespace pstrain {
 namespace {
@@ -37,6 +43,20 @@ TEST(ListenTest, ThePortFileHoldsTheAdvertisedAddressOfThePortBound) {
   EXPECT_NE(l->address, "127.0.0.1:0");
   EXPECT_EQ(Read(port_file), l->address + "\n");
   l->server->Shutdown();
+}
+
+// A server on every interface advertises --advertise_host when set (an
+// IPv6 address in brackets), else this machine's host name.
+TEST(ListenTest, AWildcardHostAdvertisesTheAdvertiseHost) {
+  absl::FlagSaver saver;
+  EXPECT_EQ(AdvertisedAddress("127.0.0.1:7001"), "127.0.0.1:7001");
+  EXPECT_FALSE(absl::StartsWith(AdvertisedAddress("0.0.0.0:7001"), "0.0.0.0"));
+  absl::SetFlag(&FLAGS_advertise_host, "10.1.2.3");
+  EXPECT_EQ(AdvertisedAddress("0.0.0.0:7001"), "10.1.2.3:7001");
+  EXPECT_EQ(AdvertisedAddress("[::]:7001"), "10.1.2.3:7001");
+  EXPECT_EQ(AdvertisedAddress("127.0.0.1:7001"), "127.0.0.1:7001");  // a host given stays
+  absl::SetFlag(&FLAGS_advertise_host, "fd00::5");
+  EXPECT_EQ(AdvertisedAddress("0.0.0.0:7001"), "[fd00::5]:7001");
 }
 
 TEST(ListenTest, AFailedStartWritesNoPortFile) {

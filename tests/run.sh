@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, runs `bazel test //...`, the
-# clang thread-safety build and the libFuzzer runs of the fuzz targets
-# (fuzz/run.sh) and the documentation check (tests/docs_check.py), and ends
-# with one line "N passed, M failed" counting test targets, that build, the
-# fuzz runs and the docs check.
+# clang thread-safety build, the libFuzzer runs of the fuzz targets
+# (fuzz/run.sh), the real Slurm run (deploy/slurm/local_slurm_test.sh, as
+# root) and the documentation check (tests/docs_check.py), and ends with one
+# line "N passed, M failed" counting test targets, that build, the fuzz
+# runs, the Slurm run's facts and the docs check.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -49,6 +50,23 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
   rm -f "$FUZZ_LOG"
   passed=$((passed + fuzz_passed))
   failed=$((failed + fuzz_failed))
+fi
+# deploy/slurm/pstrain.sbatch run by a real Slurm on this machine (Debian's
+# slurmctld, slurmd and munge, installed by the script when missing; root
+# only): one entry per fact it checks. PSTRAIN_SLURM_TEST=0 skips it.
+if [ "$(id -u)" = 0 ] && [ "${PSTRAIN_SLURM_TEST:-1}" = 1 ]; then
+  SLURM_LOG="$(mktemp /tmp/pstrain-slurm.XXXXXX.log)"
+  "$ROOT/deploy/slurm/local_slurm_test.sh" --dir="$(mktemp -d /tmp/pstrain-slurm.XXXXXX)" 2>&1 |
+    tee "$SLURM_LOG"
+  slurm_passed=$(grep -c '^slurm: .*: passed$' "$SLURM_LOG")
+  slurm_failed=$(grep -c '^slurm: .*: FAILED$' "$SLURM_LOG")
+  # A run that ended before its closing line failed too.
+  grep -q '^slurm: [0-9]* passed, [0-9]* failed$' "$SLURM_LOG" || slurm_failed=$((slurm_failed + 1))
+  rm -f "$SLURM_LOG"
+  passed=$((passed + slurm_passed))
+  failed=$((failed + slurm_failed))
+else
+  echo "slurm: skipped (needs root; or PSTRAIN_SLURM_TEST=0)"
 fi
 # The documentation check: README.md within 400 lines, every docs/ file
 # linked from it, every relative link resolving. One more entry in the count.
