@@ -40,6 +40,9 @@ check() {  # check NAME COMMAND...: one fact
   else echo "slurm: $1: FAILED"; FAILED=$((FAILED + 1)); fi
 }
 
+# munge's package and munged run as the munge user, and munged wants "/"
+# searchable by all: a root folder made by mktemp (a chroot's) is not.
+case "$(stat -c %A /)" in d??x??x??x) ;; *) chmod a+x / ;; esac
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null ||
     { echo "local_slurm_test: apt-get install of Slurm failed" >&2; exit 2; }
@@ -96,6 +99,13 @@ PartitionName=cpu Nodes=n[1-3] Default=YES MaxTime=INFINITE State=UP OverSubscri
 PartitionName=gpu Nodes=g[1-2] MaxTime=INFINITE State=UP OverSubscribe=FORCE
 EOF
 echo "NodeName=g[1-2] Name=gpu File=/dev/null" >"$DIR/etc/gres.conf"
+# slurmd wants a cgroup filesystem, which a chroot's /sys may lack: then
+# the cgroup v1 hierarchies of the processes' own /proc/self/cgroup, which
+# slurmd mounts on a tmpfs there.
+if [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = sysfs ]; then
+  mount -t tmpfs cgroup /sys/fs/cgroup
+  printf '%s\n' "CgroupPlugin=cgroup/v1" "CgroupAutomount=yes" >"$DIR/etc/cgroup.conf"
+fi
 # A munged of its own, on a socket of its own (slurm.conf's AuthInfo); the
 # munge user must reach it through DIR.
 chmod a+x "$DIR"
