@@ -132,7 +132,7 @@ fi
 if has train; then
   say "train_bench gpt_fortunes_gpu"
   (cd "$B/bin" && timeout 500 bench/train_bench --job="$B/jobs/gpt_fortunes_gpu.pbtxt" \
-    --clocks=100 --rounds="$ROUNDS" --worker_flags="--device=cuda --data_dir=$B/data/fortunes")
+    --clocks=100 --rounds="$ROUNDS" --only=alone,bsp_1x1,ssp1_1x1,bsp_2x2 --worker_flags="--device=cuda --data_dir=$B/data/fortunes")
 fi
 
 TORCH_MODEL=(--device=cuda --layers=6 --width=512 --heads=8 --context=256 --threads=4)
@@ -164,7 +164,7 @@ PY
 if has torch; then
   for r in $(seq 1 "$ROUNDS"); do
     say "round $r torch transformer alone"
-    PSTRAIN_LIB="$B/bin/worker/external/libpstrain_torch.so" \
+    PSTRAIN_LIB="$B/bin/worker/external/libpstrain_torch.so" PYTHONPATH="$B/python" \
       LD_LIBRARY_PATH="$B/lib/python:${LD_LIBRARY_PATH:-}" OPENBLAS_NUM_THREADS=4 \
       timeout 300 python3 "$B/examples/torch/transformer_fortunes.py" --alone \
       "${TORCH_MODEL[@]}" "${TORCH_RUN[@]}" --data_dir="$B/data/fortunes" --log_every=100
