@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "tests/cluster.h"
 
 ABSL_FLAG(double, minutes, 3, "how long the disturbed run trains, roughly");
@@ -22,6 +23,7 @@ ABSL_FLAG(int, replicas, 0, "1: standby replicas (a server's death promotes its 
 ABSL_FLAG(std::string, dir, "", "where the runs' logs go (default: a fresh folder in /tmp)");
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   pstrain::testing::ChaosOptions o;
   o.seed = absl::GetFlag(FLAGS_seed);

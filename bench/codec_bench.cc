@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/grad_codec.h"
+#include "common/logging.h"
 
 ABSL_FLAG(int64_t, numel, 65536, "values a chunk");
 ABSL_FLAG(int, rounds, 9, "interleaved (copy, encode, decode) rounds");
@@ -98,6 +99,7 @@ void Run() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   pstrain::Run();
   return 0;

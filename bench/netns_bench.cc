@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "tests/cluster.h"
 #include "tests/netns.h"
 
@@ -162,6 +163,7 @@ int Run() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Run();
 }

@@ -14,10 +14,15 @@
 // The store's file and the ceiling's are both read and written with
 // O_DIRECT (--direct, the default), so both measure the device and not the
 // page cache (with --nodirect both go through the page cache, which on a
-// machine with memory to spare is memory bandwidth).
+// machine with memory to spare is memory bandwidth), and both through an
+// IoQueue of the same depth and request size (--io_depth, --request_kb): the
+// ceiling writes the file then reads it back in slab-sized transfers, two
+// in flight so the queue never drains, the store reads ahead and writes
+// behind while it updates. Logs go to stderr; stdout is the JSON alone.
 //
 //   bazel run -c opt //bench:offload_bench -- [--state_mb=2048]
 //       [--budget_mb=512] [--rounds=3] [--dir=/var/tmp] [--nodirect]
+//       [--io_depth=8] [--request_kb=4096]
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -38,14 +43,19 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/partition.h"
 #include "server/chunk_store.h"
+#include "server/io_queue.h"
 #include "server/optimizer.h"
 
 ABSL_FLAG(int64_t, state_mb, 2048, "the server's chunk state (weights + Adam moments), MB");
 ABSL_FLAG(int64_t, budget_mb, 512, "--memory_budget of the offloaded store, MB");
 ABSL_FLAG(int, rounds, 3, "interleaved rounds (ceiling, offloaded clock, in-memory clock)");
 ABSL_FLAG(std::string, dir, "/var/tmp", "the offload directory (and the ceiling's file)");
+ABSL_FLAG(int, io_depth, 8, "requests in flight to the file, for the store and the ceiling alike");
+ABSL_FLAG(int64_t, request_kb, 4096,
+          "the largest request, KiB, for the store and the ceiling alike");
 ABSL_FLAG(bool, direct, true,
           "O_DIRECT for the store's file and the ceiling's (the device); --nodirect: both "
           "through the page cache");
@@ -62,6 +72,10 @@ double Since(Clock::time_point t0) {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+IoQueueOptions IoOptions() {
+  return IoQueueOptions{absl::GetFlag(FLAGS_io_depth), absl::GetFlag(FLAGS_request_kb) << 10};
 }
 
 int64_t RssAnon() {
@@ -107,32 +121,34 @@ void PushAll(ChunkStore& store, int64_t clock, const std::vector<float>& g) {
   }
 }
 
-// The disk's sequential write then read of a file of the state's size, in
-// slab-sized transfers, as the offload file is used (with O_DIRECT, the
-// device's; without, the page cache's): made and written once (as the
-// store's file is allocated at its start), then rewritten and read back in
-// place each round.
+// The disk's write then read of a file of the state's size through an
+// IoQueue of the store's depth and request size, in slab-sized transfers
+// (with O_DIRECT, the device's; without, the page cache's), two transfers
+// in flight so that the queue stays full between them: made and written
+// once (as the store's file is allocated at its start), then rewritten and
+// read back in place each round.
 class DiskCeiling {
  public:
+  static constexpr int kInFlight = 2;
   DiskCeiling(const std::string& dir, int64_t bytes, int64_t block, bool direct)
-      : path_(dir + "/offload_bench.ceiling"), bytes_(bytes), block_(block) {
-    // Page-aligned, as O_DIRECT needs (the store's slabs are mappings too).
-    void* p = mmap(nullptr, static_cast<size_t>(block), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      : path_(dir + "/offload_bench.ceiling"), bytes_(bytes), block_(block), queue_(IoOptions()) {
     fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0),
                0600);
-    if (p == MAP_FAILED || fd_ < 0 || posix_fallocate(fd_, 0, bytes) != 0) {
-      std::perror(path_.c_str());
-      std::exit(1);
+    for (char*& buf : bufs_) {
+      // Page-aligned, as O_DIRECT needs (the store's slabs are mappings too).
+      void* p = mmap(nullptr, static_cast<size_t>(block), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) Fail("mmap");
+      buf = static_cast<char*>(p);
+      std::memset(buf, 1, static_cast<size_t>(block));
     }
-    buf_ = static_cast<char*>(p);
-    std::memset(buf_, 1, static_cast<size_t>(block));
+    if (fd_ < 0 || posix_fallocate(fd_, 0, bytes) != 0) Fail(path_.c_str());
     Pass(/*write=*/true);
   }
   ~DiskCeiling() {
     close(fd_);
     unlink(path_.c_str());
-    munmap(buf_, static_cast<size_t>(block_));
+    for (char* buf : bufs_) munmap(buf, static_cast<size_t>(block_));
   }
   // Seconds to write the file and read it back.
   double Time() {
@@ -141,22 +157,37 @@ class DiskCeiling {
     Pass(false);
     return Since(t0);
   }
+  int64_t block() const { return block_; }
 
  private:
+  static void Fail(const char* what) {
+    std::perror(what);
+    std::exit(1);
+  }
+  // Transfer i of the file goes through buffer i % kInFlight, by that
+  // buffer's thread.
   void Pass(bool write) {
-    for (int64_t off = 0; off < bytes_; off += block_) {
-      const int64_t n = std::min(block_, bytes_ - off);
-      const ssize_t done = write ? pwrite(fd_, buf_, n, off) : pread(fd_, buf_, n, off);
-      if (done != n) {
-        std::perror("offload_bench: the ceiling's file");
-        std::exit(1);
-      }
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kInFlight; ++t) {
+      threads.emplace_back([this, write, t] {
+        for (int64_t off = t * block_; off < bytes_; off += kInFlight * block_) {
+          const int64_t n = std::min(block_, bytes_ - off);
+          const absl::Status st = write ? queue_.Write(fd_, bufs_[t], n, off, path_)
+                                        : queue_.Read(fd_, bufs_[t], n, off, path_);
+          if (!st.ok()) {
+            std::fprintf(stderr, "offload_bench: %s\n", std::string(st.message()).c_str());
+            std::exit(1);
+          }
+        }
+      });
     }
+    for (std::thread& t : threads) t.join();
   }
   const std::string path_;
   const int64_t bytes_;
   const int64_t block_;
-  char* buf_ = nullptr;
+  IoQueue queue_;
+  char* bufs_[kInFlight] = {};
   int fd_ = -1;
 };
 
@@ -187,11 +218,10 @@ std::unique_ptr<ChunkStore> OffloadedStore(const JobSpec& job, const Partition& 
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  auto store = std::make_unique<ChunkStore>(job, partition, 0,
-                                            MakeOptimizer(job.optimizer()).value(), nullptr,
-                                            nullptr, OffloadOptions{absl::GetFlag(FLAGS_dir),
-                                                                    budget, 0,
-                                                                    absl::GetFlag(FLAGS_direct)});
+  auto store = std::make_unique<ChunkStore>(
+      job, partition, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr,
+      OffloadOptions{absl::GetFlag(FLAGS_dir), budget, 0, absl::GetFlag(FLAGS_direct),
+                     IoOptions()});
   if (store->health().ok()) {
     for (int64_t c = 0; c < 2; ++c) PushAll(*store, c, g);
   }
@@ -233,23 +263,48 @@ Rounds Measure(ChunkStore& offloaded, ChunkStore& memory, int64_t state,
   return out;
 }
 
+std::string JsonList(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&out, i ? ", " : "", absl::SixDigits(v[i]));
+  return out + "]";
+}
+
 void Print(int64_t params, int64_t state, int64_t budget, size_t chunks, bool direct,
            const Rounds& m, int64_t rss_above, bool identical) {
+  const IoQueueOptions io = IoOptions();
+  const int64_t slab = static_cast<int64_t>(16 << 20) * 3;
   std::printf(
       "{\n  \"bench\": \"offload_bench\",\n  \"params\": %lld,\n  \"state_bytes\": %lld,\n"
       "  \"budget_bytes\": %lld,\n  \"chunks\": %zu,\n  \"rounds\": %zu,\n"
-      "  \"o_direct\": %s,\n"
-      "  \"disk_read_write_gb_per_s\": %.3f,\n  \"offloaded_clock_s\": %.3f,\n"
-      "  \"in_memory_clock_s\": %.3f,\n  \"offloaded_updates_per_s\": %.4g,\n"
-      "  \"in_memory_updates_per_s\": %.4g,\n  \"bytes_moved_per_clock\": %.4g,\n"
+      "  \"o_direct\": %s,\n",
+      static_cast<long long>(params), static_cast<long long>(state), static_cast<long long>(budget),
+      chunks, m.offload_s.size(), direct ? "true" : "false");
+  std::printf(
+      "  \"ceiling_io\": {\"queue_depth\": %d, \"request_bytes\": %lld, \"transfer_bytes\": "
+      "%lld, \"transfers_in_flight\": %d, \"pattern\": \"write the file, then read it\"},\n"
+      "  \"offloaded_io\": {\"queue_depth\": %d, \"request_bytes\": %lld, \"transfer_bytes\": "
+      "%lld, \"pattern\": \"read ahead, write behind, while updating\"},\n",
+      io.depth, static_cast<long long>(io.request_bytes), static_cast<long long>(slab),
+      DiskCeiling::kInFlight, io.depth, static_cast<long long>(io.request_bytes),
+      static_cast<long long>(slab));
+  std::printf(
+      "  \"disk_read_write_gb_per_s\": %.3f,\n  \"offloaded_gb_per_s\": %.3f,\n"
+      "  \"offloaded_clock_s\": %.3f,\n  \"in_memory_clock_s\": %.3f,\n"
+      "  \"offloaded_updates_per_s\": %.4g,\n  \"in_memory_updates_per_s\": %.4g,\n"
+      "  \"bytes_moved_per_clock\": %.4g,\n",
+      2.0 * state / Median(m.ceiling_s) / 1e9, m.moved / Median(m.offload_s) / 1e9,
+      Median(m.offload_s), Median(m.memory_s), params / Median(m.offload_s),
+      params / Median(m.memory_s), m.moved);
+  std::printf(
+      "  \"per_round\": {\"ceiling_s\": %s, \"offloaded_s\": %s, \"in_memory_s\": %s, "
+      "\"offloaded_vs_ceiling\": %s},\n",
+      JsonList(m.ceiling_s).c_str(), JsonList(m.offload_s).c_str(), JsonList(m.memory_s).c_str(),
+      JsonList(m.vs_ceiling).c_str());
+  std::printf(
       "  \"offloaded_vs_ceiling\": %.3f,\n  \"offloaded_vs_ceiling_range\": [%.3f, %.3f],\n"
       "  \"offloaded_vs_in_memory\": %.3f,\n  \"goal_vs_ceiling\": 0.7,\n  \"goal_pass\": %s,\n"
       "  \"rss_anon_above_start_bytes\": %lld,\n  \"bit_identical\": %s\n}\n",
-      static_cast<long long>(params), static_cast<long long>(state),
-      static_cast<long long>(budget), chunks, m.offload_s.size(), direct ? "true" : "false",
-      2.0 * state / Median(m.ceiling_s) / 1e9, Median(m.offload_s), Median(m.memory_s),
-      params / Median(m.offload_s), params / Median(m.memory_s), m.moved, Median(m.vs_ceiling),
-      *std::min_element(m.vs_ceiling.begin(), m.vs_ceiling.end()),
+      Median(m.vs_ceiling), *std::min_element(m.vs_ceiling.begin(), m.vs_ceiling.end()),
       *std::max_element(m.vs_ceiling.begin(), m.vs_ceiling.end()), Median(m.vs_memory),
       Median(m.vs_ceiling) >= 0.7 ? "true" : "false", static_cast<long long>(rss_above),
       identical ? "true" : "false");
@@ -285,6 +340,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

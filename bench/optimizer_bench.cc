@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/partition.h"
 #include "common/process_stats.h"
 #include "common/simd.h"
@@ -261,6 +262,7 @@ int Run() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Run();
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/stage_plan.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/models/model.h"
@@ -225,6 +226,7 @@ void Run() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   pstrain::Run();
   return 0;

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/params.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
@@ -284,6 +285,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

@@ -35,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -262,6 +263,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

@@ -22,10 +22,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +37,7 @@
 #include "bench/bench.grpc.pb.h"
 #include "common/daemon.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/params.h"
 #include "common/partition.h"
 #include "common/rpc.h"
@@ -541,6 +542,7 @@ int Run(const char* argv0) {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Run(argv[0]);
 }

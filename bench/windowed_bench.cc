@@ -22,6 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/params.h"
 #include "common/stage_plan.h"
 #include "worker/device.h"
@@ -162,6 +163,7 @@ int Main() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Main();
 }

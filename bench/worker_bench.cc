@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/params.h"
 #include "common/status_macros.h"
 #include "kernels/device_array.h"
@@ -355,6 +356,7 @@ int Run() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::LogToStderr();
   absl::ParseCommandLine(argc, argv);
   return pstrain::Run();
 }

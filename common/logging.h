@@ -25,6 +25,10 @@ namespace pstrain {
 // Call again once the id is known (id < 0 prints the role alone).
 void SetLogIdentity(const std::string& role, int id);
 
+// Sends every log line to standard error instead of standard output: for
+// tools whose standard output is their result (the benchmarks' JSON).
+void LogToStderr();
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_COMMON_LOGGING_H_

@@ -22,51 +22,6 @@ constexpr int64_t kPage = 4096;
 
 int64_t Pages(int64_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case ENOMEM:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-// Whole transfers, retried over short reads and writes and EINTR.
-absl::Status PreadAll(int fd, char* out, int64_t n, int64_t offset, const std::string& path) {
-  while (n > 0) {
-    const ssize_t got = pread(fd, out, static_cast<size_t>(n), offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoStatus(errno, absl::StrCat("cannot read ", path));
-    if (got == 0) return absl::DataLossError(absl::StrCat(path, " ends early"));
-    out += got;
-    n -= got;
-    offset += got;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PwriteAll(int fd, const char* in, int64_t n, int64_t offset, const std::string& path) {
-  while (n > 0) {
-    const ssize_t put = pwrite(fd, in, static_cast<size_t>(n), offset);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return ErrnoStatus(errno, absl::StrCat("cannot write ", path));
-    in += put;
-    n -= put;
-    offset += put;
-  }
-  return absl::OkStatus();
-}
-
 float* MapZeroed(int64_t bytes) {
   void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -116,7 +71,13 @@ absl::StatusOr<std::unique_ptr<ChunkMemory>> ChunkMemory::Make(const std::vector
         "optimizer state and round sum: ", largest, " bytes); give at least ", largest));
   }
   RETURN_IF_ERROR(m->CreateFile());
+  m->queue_ = std::make_unique<IoQueue>(options.io);
+  // Room for the slabs read ahead and one more for slack; never more than
+  // half the budget (with a budget of one slab, each changed slab is
+  // written back as soon as it is unpinned).
+  m->clean_reserve_ = std::min((kReadAhead + 1) * largest, options.budget / 2);
   m->reader_ = std::thread([p = m.get()] { p->ReadAhead(); });
+  m->writer_ = std::thread([p = m.get()] { p->WriteBehind(); });
   return m;
 }
 
@@ -163,6 +124,7 @@ ChunkMemory::~ChunkMemory() {
     stopping_ = true;
   }
   if (reader_.joinable()) reader_.join();
+  if (writer_.joinable()) writer_.join();
   for (Entry& e : entries_) {
     if (e.data != nullptr) munmap(e.data, static_cast<size_t>(e.bytes));
   }
@@ -198,6 +160,7 @@ void ChunkMemory::Unpin(int index) {
   if (!offloaded_) return;  // see Pin
   absl::MutexLock lock(&mu_);
   --entries_[index].pins;
+  write_behind_wanted_ = true;
 }
 
 absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
@@ -216,15 +179,18 @@ absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
         RETURN_IF_ERROR(Load(e));
         break;
       }
-      RETURN_IF_ERROR(MakeRoom(e.bytes, /*wait=*/true));
+      RETURN_IF_ERROR(MakeRoom(e.bytes));
       continue;
     }
     auto settled = [this, &e]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return e.where == Where::kResident || e.where == Where::kFile || !health_.ok();
     };
+    ++e.waiters;
     mu_.Await(absl::Condition(&settled));
+    --e.waiters;
   }
   ++e.pins;
+  e.ahead = false;
   e.last_use = ++tick_;
   return MakeSlab(it->second);
 }
@@ -238,50 +204,45 @@ ChunkMemory::Slab ChunkMemory::MakeSlab(int index) {
   return s;
 }
 
-ChunkMemory::Entry* ChunkMemory::Victim() {
-  Entry* best = nullptr;
+ChunkMemory::Entry* ChunkMemory::OldestDirty() {
+  Entry* oldest = nullptr;
   for (Entry& e : entries_) {
-    if (e.where != Where::kResident || e.pins > 0) continue;
-    if (best == nullptr || e.last_use < best->last_use) best = &e;
+    if (e.where != Where::kResident || e.pins > 0 || !e.dirty) continue;
+    if (oldest == nullptr || e.last_use < oldest->last_use) oldest = &e;
   }
-  return best;
+  return oldest;
 }
 
-absl::Status ChunkMemory::MakeRoom(int64_t bytes, bool wait) {
-  while (resident_ + bytes > options_.budget) {
-    Entry* v = Victim();
-    if (v == nullptr) {
-      if (!wait) return absl::ResourceExhaustedError("every resident slab is in use");
-      auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return Victim() != nullptr || resident_ + bytes <= options_.budget || !health_.ok();
-      };
-      mu_.Await(absl::Condition(&room));
-      if (!health_.ok()) return health_;
+ChunkMemory::Entry* ChunkMemory::OldestGuess() {
+  Entry* oldest = nullptr;
+  for (Entry& e : entries_) {
+    if (e.where != Where::kResident || e.pins > 0 || !e.ahead || e.waiters > 0) continue;
+    if (oldest == nullptr || e.last_use < oldest->last_use) oldest = &e;
+  }
+  return oldest;
+}
+
+absl::Status ChunkMemory::MakeRoom(int64_t bytes) {
+  while (!DropCleanFor(bytes)) {
+    // Too few clean slabs: a changed one goes to the file first (while the
+    // write-behind thread writes one, wait for it rather than write
+    // another), else slabs read ahead give way to the one needed now.
+    Entry* v = writing_behind_ ? nullptr : OldestDirty();
+    if (v != nullptr) {
+      RETURN_IF_ERROR(WriteBack(*v));
       continue;
     }
-    if (v->dirty) {
-      v->where = Where::kWriting;
-      const int64_t n = IoBytes(*v);
-      const absl::Time t0 = absl::Now();
-      mu_.Unlock();
-      const absl::Status st =
-          PwriteAll(fd_, reinterpret_cast<const char*>(v->data), n, v->offset, path_);
-      mu_.Lock();
-      io_.write_bytes += n;
-      io_.write_s += absl::ToDoubleSeconds(absl::Now() - t0);
-      if (!st.ok()) {
-        v->where = Where::kResident;
-        health_ = st;
-        return st;
-      }
-      v->dirty = false;
-      v->on_disk = true;
+    Entry* guess = writing_behind_ ? nullptr : OldestGuess();
+    if (guess != nullptr) {
+      guess->ahead = false;
+      continue;
     }
-    spare_.emplace_back(v->bytes, v->data);
-    spare_bytes_ += v->bytes;
-    v->data = nullptr;
-    v->where = Where::kFile;
-    resident_ -= v->bytes;
+    auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !health_.ok() || FreeOrCleanBytes() >= bytes ||
+             (!writing_behind_ && (OldestDirty() != nullptr || OldestGuess() != nullptr));
+    };
+    mu_.Await(absl::Condition(&room));
+    if (!health_.ok()) return health_;
   }
   return absl::OkStatus();
 }
@@ -296,7 +257,7 @@ absl::Status ChunkMemory::Load(Entry& e) {
     const int64_t n = IoBytes(e);
     const absl::Time t0 = absl::Now();
     mu_.Unlock();
-    st = PreadAll(fd_, reinterpret_cast<char*>(data), n, e.offset, path_);
+    st = queue_->Read(fd_, reinterpret_cast<char*>(data), n, e.offset, path_);
     mu_.Lock();
     io_.read_bytes += n;
     io_.read_s += absl::ToDoubleSeconds(absl::Now() - t0);
@@ -312,7 +273,51 @@ absl::Status ChunkMemory::Load(Entry& e) {
   e.dirty = false;
   e.where = Where::kResident;
   e.last_use = ++tick_;
+  write_behind_wanted_ = true;
   return absl::OkStatus();
+}
+
+absl::Status ChunkMemory::WriteBack(Entry& e) {
+  e.where = Where::kWriting;
+  const int64_t n = IoBytes(e);
+  const absl::Time t0 = absl::Now();
+  mu_.Unlock();
+  const absl::Status st =
+      queue_->Write(fd_, reinterpret_cast<const char*>(e.data), n, e.offset, path_);
+  mu_.Lock();
+  io_.write_bytes += n;
+  io_.write_s += absl::ToDoubleSeconds(absl::Now() - t0);
+  e.where = Where::kResident;
+  if (!st.ok()) {
+    health_ = st;
+    return st;
+  }
+  e.dirty = false;
+  e.on_disk = true;
+  return absl::OkStatus();
+}
+
+ChunkMemory::Entry* ChunkMemory::WriteBehindCandidate() {
+  return FreeOrCleanBytes() < clean_reserve_ ? OldestDirty() : nullptr;
+}
+
+void ChunkMemory::WriteBehind() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || write_behind_wanted_;
+    };
+    mu_.Await(absl::Condition(&work));
+    if (stopping_) return;
+    write_behind_wanted_ = false;
+    for (Entry* e = WriteBehindCandidate(); e != nullptr && health_.ok() && !stopping_;
+         e = WriteBehindCandidate()) {
+      writing_behind_ = true;
+      const absl::Status st = WriteBack(*e);
+      writing_behind_ = false;
+      if (!st.ok()) break;  // health_ has it
+    }
+  }
 }
 
 float* ChunkMemory::TakeMapping(int64_t bytes, bool zeroed) {
@@ -337,10 +342,53 @@ void ChunkMemory::Prefetch(int32_t chunk) {
   const auto it = index_.find(chunk);
   if (it == index_.end()) return;
   absl::MutexLock lock(&mu_);
-  if (entries_[it->second].where != Where::kFile) return;
-  if (std::find(ahead_.begin(), ahead_.end(), it->second) != ahead_.end()) return;
-  ahead_.push_back(it->second);
-  if (ahead_.size() > 2) ahead_.pop_front();  // the newest guesses matter
+  const int last = std::min<int>(it->second + kReadAhead, static_cast<int>(entries_.size()));
+  // Slabs read ahead for earlier guesses are ordinary slabs now.
+  for (int i = window_begin_; i < window_end_; ++i) {
+    if (i < it->second || i >= last) entries_[i].ahead = false;
+  }
+  window_begin_ = it->second;
+  window_end_ = last;
+  for (int i = it->second; i < last; ++i) {
+    if (entries_[i].where != Where::kFile) continue;
+    if (std::find(ahead_.begin(), ahead_.end(), i) != ahead_.end()) continue;
+    ahead_.push_back(i);
+  }
+  while (ahead_.size() > static_cast<size_t>(kReadAhead)) ahead_.pop_front();  // the newest matter
+}
+
+bool ChunkMemory::Droppable(const Entry& e) {
+  return e.where == Where::kResident && e.pins == 0 && !e.dirty && !e.ahead && e.waiters == 0;
+}
+
+int64_t ChunkMemory::FreeOrCleanBytes() const {
+  int64_t room = options_.budget - resident_;
+  for (const Entry& e : entries_) {
+    if (Droppable(e)) room += e.bytes;
+  }
+  return room;
+}
+
+bool ChunkMemory::DropCleanFor(int64_t bytes) {
+  int64_t room = options_.budget - resident_;
+  std::vector<Entry*> clean;
+  for (Entry& e : entries_) {
+    if (Droppable(e)) clean.push_back(&e);
+  }
+  std::sort(clean.begin(), clean.end(),
+            [](const Entry* a, const Entry* b) { return a->last_use < b->last_use; });
+  size_t n = 0;
+  for (; room < bytes && n < clean.size(); ++n) room += clean[n]->bytes;
+  if (room < bytes) return false;
+  for (size_t i = 0; i < n; ++i) {
+    Entry& v = *clean[i];
+    spare_.emplace_back(v.bytes, v.data);
+    spare_bytes_ += v.bytes;
+    v.data = nullptr;
+    v.where = Where::kFile;
+    resident_ -= v.bytes;
+  }
+  return true;
 }
 
 void ChunkMemory::ReadAhead() {
@@ -353,13 +401,23 @@ void ChunkMemory::ReadAhead() {
     if (stopping_) return;
     Entry& e = entries_[ahead_.front()];
     ahead_.pop_front();
-    if (e.where != Where::kFile || !health_.ok()) continue;
-    // Only into room that needs no wait; a failed write is health_'s.
-    if (!MakeRoom(e.bytes, /*wait=*/false).ok() || e.where != Where::kFile ||
-        resident_ + e.bytes > options_.budget) {
-      continue;
+    // Wait for room without writing (that is the write-behind's): until it
+    // is there, the slab is no longer wanted (loaded or pinned by another
+    // thread, or newer guesses came), or the store fails or stops.
+    const int index = static_cast<int>(&e - entries_.data());
+    auto guessed = [this, index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return index >= window_begin_ && index < window_end_;
+    };
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !health_.ok() || e.where != Where::kFile || !guessed() ||
+             FreeOrCleanBytes() >= e.bytes;
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (stopping_) return;
+    if (e.where == Where::kFile && health_.ok() && guessed() && DropCleanFor(e.bytes) &&
+        Load(e).ok()) {
+      e.ahead = guessed();  // the window may have moved while it was read
     }
-    (void)Load(e);
   }
 }
 

@@ -9,9 +9,13 @@
 // file if it is not resident), and room is made by writing the least
 // recently used unpinned slab back (when it changed) and dropping it. A
 // background thread reads ahead the chunk that is expected next while the
-// current one is updated. Reads and writes are explicit (pread/pwrite into
-// anonymous mappings): the budget is then exact and ours, and the file is
-// written only when a slab leaves memory.
+// current one is updated, and a write-behind thread writes the least
+// recently used changed slabs back while memory is tight, so that room is
+// made by dropping a clean slab, not by a write the pinning thread waits
+// for. Both go through one IoQueue: several requests in flight, reads and
+// writes overlapping on the device. Reads and writes are explicit
+// (pread/pwrite into anonymous mappings): the budget is then exact and ours,
+// and the file is written only when memory is tight.
 //
 // Thread-safe. One thread pins one slab at a time (so waiting for room
 // cannot deadlock while the budget holds the largest slab).
@@ -30,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/io_queue.h"
 
 namespace pstrain {
 
@@ -59,6 +64,8 @@ struct OffloadOptions {
   // tmpfs, which accepts O_DIRECT since Linux 6.6, the file is memory either
   // way).
   bool direct = true;
+  // Requests in flight to the file and their largest size (see io_queue.h).
+  IoQueueOptions io;
 };
 
 // Measured by ChunkMemory, for Status.
@@ -109,8 +116,12 @@ class ChunkMemory {
   // resident (and writing others back to make room). An I/O error is
   // returned here and by every later call (see health()).
   absl::StatusOr<Slab> Pin(int32_t chunk);
-  // Offloaded: reads `chunk` ahead in the background if room can be made.
+  // Offloaded: reads `chunk` and the kReadAhead - 1 slabs after it in the
+  // file ahead in the background, into room that is free or can be had by
+  // dropping clean slabs (the write-behind thread makes such room).
   void Prefetch(int32_t chunk);
+  // Slabs read ahead of the one in use.
+  static constexpr int kReadAhead = 2;
   // The first I/O error (the store cannot go on), or OK.
   absl::Status health() const;
   ChunkMemoryStats stats() const;
@@ -127,6 +138,10 @@ class ChunkMemory {
     bool dirty = false;
     bool on_disk = false;  // written back once (else its file bytes are zeros)
     uint64_t last_use = 0;
+    // Read ahead, not yet pinned, and still among the guesses: its room is
+    // not taken for other slabs.
+    bool ahead = false;
+    int waiters = 0;  // Pin calls waiting for it to be read: not dropped either
     float* data = nullptr;
   };
 
@@ -135,11 +150,16 @@ class ChunkMemory {
   void Unpin(int index);
   // The handle of entry `index` (pinned already, or in memory).
   Slab MakeSlab(int index);
-  // Resident and unpinned bytes enough for `bytes` more within the budget:
-  // writes back and drops least recently used slabs; waits while too many
-  // are pinned. Releases mu_ around writes.
-  absl::Status MakeRoom(int64_t bytes, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Entry* Victim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Room for `bytes` more within the budget: drops clean unpinned slabs,
+  // least recently used first; when there are too few, writes the oldest
+  // changed one back (or waits for the write-behind's write), then lets
+  // slabs read ahead go, and waits while too many are pinned. Releases mu_
+  // around writes.
+  absl::Status MakeRoom(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least recently used changed, unpinned, resident slab (or null).
+  Entry* OldestDirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least recently read unpinned slab read ahead (or null).
+  Entry* OldestGuess() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads entry `e` (reserved, kLoading) from the file, releasing mu_.
   absl::Status Load(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Turns O_DIRECT on for the slab file when a page written and read back
@@ -152,6 +172,23 @@ class ChunkMemory {
   // budget (null: none).
   float* TakeMapping(int64_t bytes, bool zeroed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReadAhead();
+  // Drops droppable slabs, least recently used first, until `bytes`
+  // more fit the budget; false (nothing dropped) if they cannot.
+  bool DropCleanFor(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A resident slab whose room can be had at once: clean, unpinned, not a
+  // guess read ahead, not awaited by a Pin.
+  static bool Droppable(const Entry& e);
+  // The budget not in use plus the droppable slabs' bytes.
+  int64_t FreeOrCleanBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes changed slabs back, least recently used first, while less than
+  // clean_reserve_ of the budget is free or clean and unpinned.
+  void WriteBehind();
+  // The least recently used changed, unpinned, resident slab, if memory is
+  // tight enough to write it back now (else null).
+  Entry* WriteBehindCandidate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes resident entry `e` back to the file (state kWriting meanwhile:
+  // Pin waits), releasing mu_; leaves it resident and clean.
+  absl::Status WriteBack(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const OffloadOptions options_;
   const bool offloaded_;
@@ -159,6 +196,8 @@ class ChunkMemory {
   int fd_ = -1;
   bool direct_ = false;  // fd_ has O_DIRECT: whole pages move
   int64_t file_bytes_ = 0;
+  int64_t clean_reserve_ = 0;  // bytes kept free or clean (WriteBehind)
+  std::unique_ptr<IoQueue> queue_;
   std::vector<Entry> entries_;
   std::unordered_map<int32_t, int> index_;
 
@@ -173,8 +212,14 @@ class ChunkMemory {
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   ChunkMemoryStats io_ ABSL_GUARDED_BY(mu_);
   std::deque<int> ahead_ ABSL_GUARDED_BY(mu_);  // chunks to read ahead
+  // The entries the last Prefetch guessed, [window_begin_, window_end_).
+  int window_begin_ ABSL_GUARDED_BY(mu_) = 0;
+  int window_end_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_behind_wanted_ ABSL_GUARDED_BY(mu_) = false;  // a slab was unpinned or loaded
+  bool writing_behind_ ABSL_GUARDED_BY(mu_) = false;       // the write-behind is writing
   std::thread reader_;
+  std::thread writer_;
 };
 
 }  // namespace pstrain

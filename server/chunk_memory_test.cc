@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -106,6 +107,60 @@ TEST(ChunkMemoryTest, OffloadedSlabsStayWithinTheBudgetAndComeBack) {
   EXPECT_TRUE((*m)->health().ok());
   m->reset();
   EXPECT_FALSE(Exists(dir + "/server7.slabs"));  // scratch, gone with the server
+}
+
+TEST(ChunkMemoryTest, ChangesSurviveReadAheadAndWriteBehindUnderConcurrentPins) {
+  // A budget of 3 slabs for 16, requests of one page over 3 threads (a slab
+  // is 4 requests), wrong guesses mixed with right ones: every change lands.
+  const int64_t budget = 3 * 16384;
+  auto m = ChunkMemory::Make(Slabs(16), {TempDir(), budget, 0, true, IoQueueOptions{3, 4096}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  constexpr int kThreads = 4, kPasses = 12;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&m, t, budget] {
+      for (int pass = 0; pass < kPasses; ++pass) {
+        for (int c = t; c < 16; c += kThreads) {
+          (*m)->Prefetch((c + 1 + pass % 3) % 16);
+          absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+          ASSERT_TRUE(s.ok()) << s.status();
+          ASSERT_EQ(s->weights()[0], static_cast<float>(pass)) << c;
+          for (int i = 0; i < 4000; ++i) s->weights()[i] += 1.0f;
+          s->MarkWritten();
+          EXPECT_LE((*m)->stats().resident_bytes, budget);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int c = 0; c < 16; ++c) {
+    absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->weights()[3999], static_cast<float>(kPasses)) << c;
+  }
+  EXPECT_TRUE((*m)->health().ok());
+}
+
+TEST(ChunkMemoryTest, SlabsReadAheadGiveWayToTheOneNeededNow) {
+  // A budget of two slabs, both taken by guesses read ahead (2 and 3): a
+  // Pin of slab 0 does not wait for them to be used.
+  auto m = ChunkMemory::Make(Slabs(4), {TempDir(), 2 * 16384, 0});
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (int c = 0; c < 4; ++c) {
+    absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+    ASSERT_TRUE(s.ok());
+    Fill(*s, c);
+    s->MarkWritten();
+  }
+  (*m)->Prefetch(2);
+  for (int i = 0; i < 200 && (*m)->stats().resident_bytes < 2 * 16384; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int c : {0, 1, 0}) {
+    absl::StatusOr<ChunkMemory::Slab> s = (*m)->Pin(c);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(Holds(*s, c)) << c;
+  }
 }
 
 TEST(ChunkMemoryTest, ABudgetBelowTheLargestSlabSaysTheMinimum) {

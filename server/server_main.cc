@@ -2,7 +2,8 @@
 //
 //   ps_server --scheduler=HOST:PORT [--listen=HOST:PORT] [--port_file=F]
 //             [--id=ID] [--server_threads=N] [--rpc_threads=N] [--trace_file=F]
-//             [--offload_dir=DIR --memory_budget=BYTES [--nooffload_direct]]
+//             [--offload_dir=DIR --memory_budget=BYTES [--nooffload_direct]
+//              [--offload_io_depth=8] [--offload_request_kb=4096]]
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,11 @@ ABSL_FLAG(bool, offload_direct, true,
           "with --offload_dir: read and write the file with O_DIRECT, to and from the device "
           "rather than through the page cache (where a page cannot be written and read back "
           "that way, the page cache is used; Status says which)");
+ABSL_FLAG(int64_t, offload_io_depth, 8,
+          "with --offload_dir: file requests in flight at once (threads issuing them); "
+          "reads ahead and writes behind share them");
+ABSL_FLAG(int64_t, offload_request_kb, 4096,
+          "with --offload_dir: the largest file request, KiB (a multiple of 4)");
 ABSL_FLAG(std::string, table_spill_dir, "",
           "where sparse tables with a memory budget (TableSpec.memory_budget_bytes) keep the "
           "rows they hold beyond it, a file per table removed as it is made (empty: $TMPDIR, "
@@ -54,7 +60,13 @@ int main(int argc, char** argv) {
       {"server_threads", absl::GetFlag(FLAGS_server_threads), 1, 1024},
       {"rpc_threads", absl::GetFlag(FLAGS_rpc_threads), 1, 64},
       {"memory_budget", budget, 1},
+      {"offload_io_depth", absl::GetFlag(FLAGS_offload_io_depth), 1, 256},
+      {"offload_request_kb", absl::GetFlag(FLAGS_offload_request_kb), 4, 1 << 20},
   }));
+  if (absl::GetFlag(FLAGS_offload_request_kb) % 4 != 0) {
+    pstrain::ExitOnBadFlag(absl::InvalidArgumentError(
+        "--offload_request_kb must be a multiple of 4 (whole pages, as O_DIRECT moves)"));
+  }
   pstrain::ExitOnBadFlag(pstrain::CheckFlagNotEmpty(
       "offload_dir", pstrain::GivenFlag(FLAGS_offload_dir), "a directory"));
   config.trace_file = absl::GetFlag(FLAGS_trace_file);
@@ -65,6 +77,8 @@ int main(int argc, char** argv) {
   config.table_spill_dir = absl::GetFlag(FLAGS_table_spill_dir);
   config.offload_dir = absl::GetFlag(FLAGS_offload_dir);
   config.offload_direct = absl::GetFlag(FLAGS_offload_direct);
+  config.offload_io.depth = static_cast<int>(absl::GetFlag(FLAGS_offload_io_depth));
+  config.offload_io.request_bytes = absl::GetFlag(FLAGS_offload_request_kb) << 10;
   config.shm = absl::GetFlag(FLAGS_shm);
   config.memory_budget = absl::GetFlag(FLAGS_memory_budget);
   if (config.offload_dir.empty() != !budget.has_value()) {

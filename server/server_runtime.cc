@@ -311,7 +311,8 @@ absl::Status Server::Build() {
     }
   }
   pool_ = std::make_unique<ThreadPool>(config_.server_threads);
-  OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_, config_.offload_direct};
+  OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_, config_.offload_direct,
+                         config_.offload_io};
   std::optional<ServerMemoryPlan> plan;
   if (!offload.dir.empty()) {
     ServerMemoryNeeds needs = ChunkStore::MemoryNeeds(job_, *partition, id_, **optimizer);

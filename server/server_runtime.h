@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/member_daemon.h"
+#include "server/io_queue.h"
 
 namespace pstrain {
 
@@ -25,6 +26,7 @@ struct ServerConfig {
   std::string offload_dir;
   int64_t memory_budget = 0;
   bool offload_direct = true;  // O_DIRECT for the file, where it can be had
+  IoQueueOptions offload_io;   // requests in flight to the file, their size
   std::string table_spill_dir;  // sparse tables' rows beyond their budgets ("": $TMPDIR)
 };
 
