@@ -125,7 +125,9 @@ fi
 start_accounting() {
   local pass db="$DIR/db"
   pass="$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-  mariadb-install-db --user=root --datadir="$db/data" --auth-root-authentication-method=socket \
+  # --force: without it the script gives up where the host name does not resolve.
+  mariadb-install-db --force --skip-name-resolve --user=root --datadir="$db/data" \
+    --auth-root-authentication-method=socket \
     --skip-test-db >"$DIR/log/mariadb-install.log" 2>&1 || return 1
   /usr/sbin/mariadbd --user=root --datadir="$db/data" --socket="$db/socket" --port=16306 \
     --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$DIR/run/mariadb.pid" \
