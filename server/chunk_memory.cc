@@ -179,7 +179,7 @@ absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
         RETURN_IF_ERROR(Load(e));
         break;
       }
-      RETURN_IF_ERROR(MakeRoom(e.bytes));
+      RETURN_IF_ERROR(MakeRoom(e));
       continue;
     }
     auto settled = [this, &e]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -191,6 +191,7 @@ absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
   }
   ++e.pins;
   e.ahead = false;
+  write_behind_wanted_ = true;  // fewer clean unpinned bytes now
   e.last_use = ++tick_;
   return MakeSlab(it->second);
 }
@@ -222,8 +223,10 @@ ChunkMemory::Entry* ChunkMemory::OldestGuess() {
   return oldest;
 }
 
-absl::Status ChunkMemory::MakeRoom(int64_t bytes) {
-  while (!DropCleanFor(bytes)) {
+absl::Status ChunkMemory::MakeRoom(const Entry& target) {
+  const int64_t bytes = target.bytes;
+  // Until there is room, or the target was read meanwhile (by the read-ahead).
+  while (target.where == Where::kFile && !DropCleanFor(bytes)) {
     // Too few clean slabs: a changed one goes to the file first (while the
     // write-behind thread writes one, wait for it rather than write
     // another), else slabs read ahead give way to the one needed now.
@@ -237,8 +240,8 @@ absl::Status ChunkMemory::MakeRoom(int64_t bytes) {
       guess->ahead = false;
       continue;
     }
-    auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !health_.ok() || FreeOrCleanBytes() >= bytes ||
+    auto room = [this, &target, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !health_.ok() || target.where != Where::kFile || FreeOrCleanBytes() >= bytes ||
              (!writing_behind_ && (OldestDirty() != nullptr || OldestGuess() != nullptr));
     };
     mu_.Await(absl::Condition(&room));
@@ -401,8 +404,8 @@ void ChunkMemory::ReadAhead() {
     if (stopping_) return;
     Entry& e = entries_[ahead_.front()];
     ahead_.pop_front();
-    // Wait for room without writing (that is the write-behind's): until it
-    // is there, the slab is no longer wanted (loaded or pinned by another
+    // Wait for room without writing (that is the write-behind's): until
+    // there is room, or the slab is no longer wanted (loaded or pinned by another
     // thread, or newer guesses came), or the store fails or stops.
     const int index = static_cast<int>(&e - entries_.data());
     auto guessed = [this, index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

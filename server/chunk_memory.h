@@ -8,8 +8,8 @@
 // this process's memory at once: a chunk in use is pinned (read from the
 // file if it is not resident), and room is made by writing the least
 // recently used unpinned slab back (when it changed) and dropping it. A
-// background thread reads ahead the chunk that is expected next while the
-// current one is updated, and a write-behind thread writes the least
+// background thread reads ahead the chunks expected next while the current
+// one is updated, and a write-behind thread writes the least
 // recently used changed slabs back while memory is tight, so that room is
 // made by dropping a clean slab, not by a write the pinning thread waits
 // for. Both go through one IoQueue: several requests in flight, reads and
@@ -75,7 +75,9 @@ struct ChunkMemoryStats {
   int64_t resident_bytes = 0;  // slabs in memory now
   int64_t disk_bytes = 0;      // the slab file's size
   int64_t read_bytes = 0, write_bytes = 0;
-  double read_s = 0, write_s = 0;  // time spent in them
+  // Time spent in them, summed over transfers (which overlap: the sums can
+  // exceed the wall time).
+  double read_s = 0, write_s = 0;
 };
 
 class ChunkMemory {
@@ -139,9 +141,11 @@ class ChunkMemory {
     bool on_disk = false;  // written back once (else its file bytes are zeros)
     uint64_t last_use = 0;
     // Read ahead, not yet pinned, and still among the guesses: its room is
-    // not taken for other slabs.
+    // not taken for other slabs. Set only on a resident entry inside
+    // [window_begin_, window_end_); cleared by Pin, by the window moving
+    // past it, or by MakeRoom when nothing else can give way.
     bool ahead = false;
-    int waiters = 0;  // Pin calls waiting for it to be read: not dropped either
+    int waiters = 0;  // Pin calls waiting while it is kLoading/kWriting: not dropped either
     float* data = nullptr;
   };
 
@@ -150,12 +154,13 @@ class ChunkMemory {
   void Unpin(int index);
   // The handle of entry `index` (pinned already, or in memory).
   Slab MakeSlab(int index);
-  // Room for `bytes` more within the budget: drops clean unpinned slabs,
+  // Room for `target` within the budget: drops clean unpinned slabs,
   // least recently used first; when there are too few, writes the oldest
   // changed one back (or waits for the write-behind's write), then lets
   // slabs read ahead go, and waits while too many are pinned. Releases mu_
   // around writes.
-  absl::Status MakeRoom(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns early once `target` is no longer in the file (read meanwhile).
+  absl::Status MakeRoom(const Entry& target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least recently used changed, unpinned, resident slab (or null).
   Entry* OldestDirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least recently read unpinned slab read ahead (or null).
@@ -187,7 +192,8 @@ class ChunkMemory {
   // tight enough to write it back now (else null).
   Entry* WriteBehindCandidate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes resident entry `e` back to the file (state kWriting meanwhile:
-  // Pin waits), releasing mu_; leaves it resident and clean.
+  // Pin waits), releasing mu_; leaves it resident, and clean unless the
+  // write failed (then health_ has the error).
   absl::Status WriteBack(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const OffloadOptions options_;

@@ -76,9 +76,12 @@ ChunkMemoryStats ChunkStore::memory_stats() const {
 
 absl::StatusOr<ChunkStore::Slab> ChunkStore::Pin(const Chunk& c) const {
   if (memory_ == nullptr) return memory_error_;
-  // The next chunk is asked for first: it is read while this one is used.
-  if (c.next >= 0) memory_->Prefetch(c.next);
-  return memory_->Pin(c.id);
+  // Then the next chunks are read while this one is used (asked for after
+  // the pin: asked before, the guesses would move past this chunk while it
+  // is still being read, and its room could go to the next one).
+  absl::StatusOr<ChunkMemory::Slab> slab = memory_->Pin(c.id);
+  if (slab.ok() && c.next >= 0) memory_->Prefetch(c.next);
+  return slab;
 }
 
 absl::Status ChunkStore::CheckGeneration(int64_t generation) const {

@@ -42,6 +42,8 @@ absl::Status Whole(bool write, int fd, char* data, int64_t n, int64_t offset,
       return ErrnoStatus(errno, absl::StrCat(write ? "cannot write " : "cannot read ", path));
     }
     if (done == 0 && !write) return absl::DataLossError(absl::StrCat(path, " ends early"));
+    if (done == 0)
+      return absl::InternalError(absl::StrCat("cannot write ", path, ": wrote nothing"));
     data += done;
     n -= done;
     offset += done;

@@ -45,8 +45,9 @@ class IoQueue {
 
   // Reads `n` bytes of `fd` at `offset` into `out` (writes them from `in`),
   // retrying short transfers and EINTR; the first error, naming `path`. With
-  // O_DIRECT, `offset`, `n` and the buffer must be page-aligned (requests
-  // are whole multiples of request_bytes, which is).
+  // O_DIRECT, `offset`, `n`, the buffer and request_bytes must be
+  // page-aligned (the requests start request_bytes apart; the last one is
+  // what remains).
   absl::Status Read(int fd, char* out, int64_t n, int64_t offset, const std::string& path);
   absl::Status Write(int fd, const char* in, int64_t n, int64_t offset, const std::string& path);
 
