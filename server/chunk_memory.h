@@ -7,15 +7,16 @@
 // server, DIR/server<id>.slabs, and at most `budget` bytes of them are in
 // this process's memory at once: a chunk in use is pinned (read from the
 // file if it is not resident), and room is made by writing the least
-// recently used unpinned slab back (when it changed) and dropping it. A
-// background thread reads ahead the chunks expected next while the current
-// one is updated, and a write-behind thread writes the least
-// recently used changed slabs back while memory is tight, so that room is
-// made by dropping a clean slab, not by a write the pinning thread waits
-// for. Both go through one IoQueue: several requests in flight, reads and
-// writes overlapping on the device. Reads and writes are explicit
-// (pread/pwrite into anonymous mappings): the budget is then exact and ours,
-// and the file is written only when memory is tight.
+// recently used unpinned slab back (when it changed) and dropping it.
+// Background threads read ahead the chunks expected next while the current
+// one is updated, and write-behind threads write the least recently used
+// changed slabs back while memory is tight, so that room is made by
+// dropping a clean slab, not by a write the pinning thread waits for. All
+// go through one IoQueue: several slabs in flight each way, reads and
+// writes overlapping on the device. Slabs are mapped in transparent huge
+// pages where the kernel gives them (see MapZeroed in chunk_memory.cc). Reads and writes are
+// explicit (pread/pwrite into anonymous mappings): the budget is then exact and ours, and the file
+// is written only when memory is tight.
 //
 // Thread-safe. One thread pins one slab at a time (so waiting for room
 // cannot deadlock while the budget holds the largest slab).
@@ -123,7 +124,11 @@ class ChunkMemory {
   // dropping clean slabs (the write-behind thread makes such room).
   void Prefetch(int32_t chunk);
   // Slabs read ahead of the one in use.
-  static constexpr int kReadAhead = 2;
+  static constexpr int kReadAhead = 6;
+  // Threads reading ahead: as many slabs in flight from the file.
+  static constexpr int kReaders = 2;
+  // Threads writing behind: as many changed slabs in flight to the file.
+  static constexpr int kWriters = 2;
   // The first I/O error (the store cannot go on), or OK.
   absl::Status health() const;
   ChunkMemoryStats stats() const;
@@ -223,9 +228,9 @@ class ChunkMemory {
   int window_end_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool write_behind_wanted_ ABSL_GUARDED_BY(mu_) = false;  // a slab was unpinned or loaded
-  bool writing_behind_ ABSL_GUARDED_BY(mu_) = false;       // the write-behind is writing
-  std::thread reader_;
-  std::thread writer_;
+  int writing_behind_ ABSL_GUARDED_BY(mu_) = 0;            // writes of the write-behind in flight
+  std::vector<std::thread> readers_;                       // kReaders of them
+  std::vector<std::thread> writers_;                       // kWriters of them
 };
 
 }  // namespace pstrain

@@ -53,7 +53,7 @@ std::vector<ChunkPlan> PlanChunks(const JobSpec& job, const std::vector<ParamInf
     // A buffer's values replace the chunk's: no optimizer state.
     const int64_t state = param.buffer != NOT_A_BUFFER ? 0 : optimizer.StateFloats(c.shape);
     c.layout = {c.id, info.numel, state, bsp ? info.numel : 0, kArrayGap};
-    c.next = i + 1 < ids.size() ? ids[i + 1] : -1;
+    c.next = ids[(i + 1) % ids.size()];  // after the last, the next clock's first
     c.name = absl::StrCat(param.name, "[", info.offset, ":", info.offset + info.numel, "]");
     c.param = &param;
     c.offset = info.offset;

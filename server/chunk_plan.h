@@ -29,7 +29,7 @@ struct ChunkPlan {
   std::vector<bool> pushers;
   ChunkShape shape;   // whole rows of a matrix, else a vector
   SlabLayout layout;  // its weights, optimizer state (none for a buffer's) and round sum
-  int32_t next = -1;  // this server's chunk after it (read ahead)
+  int32_t next = -1;  // this server's chunk after it, the first after the last (read ahead)
   std::string name;   // "<param>[<begin>:<end>]"
   // The parameter (an element of PlanChunks' `params`) and the offset of
   // the chunk's first element in it.
