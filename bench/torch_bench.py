@@ -61,17 +61,18 @@ PR_SET_PDEATHSIG, if this script is killed).
 
 import argparse
 import atexit
-import ctypes
 import json
 import os
-import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from bench_processes import (cpu_seconds, free_port, kill_all, log_tails, on_signal, start,
+                             wait_all, wait_port_file)
+from torch_bench_report import clock_split, report
 
 _T_START = time.time()  # (a child's phases are timed from here)
 
@@ -198,100 +199,6 @@ def child_main(args):
 # --------------------------------------------------------------------------
 # The orchestrator: starts, waits for and kills the processes of each run.
 # --------------------------------------------------------------------------
-
-_children = []  # every Popen started, to be killed at exit
-
-
-def _die_with_parent():
-    """preexec_fn: SIGKILL this child when the benchmark dies (Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001  (best effort; atexit kills them too)
-        pass
-
-
-def start(argv, log, env=None):
-    with open(log, "wb") as out:
-        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
-    _children.append(p)
-    return p
-
-
-def kill_all(processes=None, grace=3.0):
-    """SIGTERM to every child still running, SIGKILL after `grace` s."""
-    processes = _children if processes is None else processes
-    alive = [p for p in processes if p.poll() is None]
-    for p in alive:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    for p in alive:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    for p in processes:
-        if p.poll() is not None and p in _children:
-            _children.remove(p)
-
-
-def _on_signal(signum, _frame):
-    raise SystemExit(128 + signum)
-
-
-def wait_all(processes, timeout, what):
-    """Waits for `processes` (name -> Popen) to exit; their exit codes.
-    RuntimeError if one fails, TimeoutError after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for name, p in processes.items():
-            code = p.poll()
-            if code not in (None, 0):
-                raise RuntimeError("%s: %s exited with code %d" % (what, name, code))
-        if all(p.poll() is not None for p in processes.values()):
-            return
-        if time.monotonic() > deadline:
-            running = [n for n, p in processes.items() if p.poll() is None]
-            raise TimeoutError("%s: still running after %d s: %s"
-                               % (what, timeout, ", ".join(running)))
-        time.sleep(0.05)
-
-
-def wait_port_file(path, process, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            with open(path) as f:
-                text = f.read()
-            if text.endswith("\n"):
-                return text.strip()
-        if process.poll() is not None:
-            raise RuntimeError("%s exited (code %d) before writing %s"
-                               % (process.args[0], process.returncode, path))
-        time.sleep(0.02)
-    raise TimeoutError("no port file %s after %d s" % (path, timeout))
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def log_tails(directory, lines=25):
-    text = []
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".log"):
-            with open(os.path.join(directory, name), errors="replace") as f:
-                tail = f.readlines()[-lines:]
-            text.append("---- %s\n%s" % (name, "".join(tail)))
-    return "".join(text)
-
 
 class Runner:
     def __init__(self, args):
@@ -461,98 +368,6 @@ class Runner:
         return out
 
 
-def cpu_seconds(pid):
-    """The CPU time (user + system) of running process `pid`, or None."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def clock_split(status):
-    """Each worker's mean per-clock split from the scheduler's final Status."""
-    split = []
-    for m in status.get("members", []):
-        if m.get("role") != "WORKER":
-            continue
-        s = m.get("run_split") or m.get("runSplit") or {}
-        split.append({
-            "id": m.get("id", 0),
-            "frontend": m.get("frontend", ""),
-            "clocks": int(m.get("clocks_trained", m.get("clocksTrained", 0))),
-            "train_s": round(float(m.get("train_s", m.get("trainS", 0.0))), 3),
-            **{k: round(float(s.get(k, 0.0)), 3)
-               for k in ("gate_ms", "pull_ms", "compute_ms", "push_ms", "rpcs", "bytes")},
-        })
-    return sorted(split, key=lambda w: w["id"])
-
-
-def summary(values):
-    return {"median": round(statistics.median(values), 4),
-            "range": [round(min(values), 4), round(max(values), 4)]}
-
-
-def report(args, runs, configs, clocks_of, runner_env):
-    """The JSON of every round's runs."""
-    models = {}
-    for model in args.models:
-        batch, _ = MODELS[model]
-        per = {c: [runs[(r, model, c)] for r in range(args.rounds)] for c in configs}
-        entry = {"global_batch": batch, "clocks": clocks_of[model],
-                 "timed_clocks": clocks_of[model] - args.warmup, "configs": {}}
-        for c in configs:
-            rates = [run["samples_per_s"] for run in per[c]]
-            e = {"samples_per_s": summary(rates),
-                 "per_round": [round(x, 1) for x in rates],
-                 "final_loss": round(statistics.median(run["loss"] for run in per[c]), 4),
-                 # Per run, median: its processes' slowest start (first step
-                 # done, from the data read) and the whole run's wall time.
-                 "to_first_step_s": round(statistics.median(
-                     run["to_first_step_s"] for run in per[c]), 2),
-                 "run_wall_s": round(statistics.median(run["wall_s"] for run in per[c]), 1),
-                 "worker_cpu_ms_per_step": round(statistics.median(
-                     run["cpu_ms_per_step"] for run in per[c]), 2)}
-            if all("daemon_cpu_ms_per_clock" in run for run in per[c]):
-                e["daemon_cpu_ms_per_clock"] = round(statistics.median(
-                    run["daemon_cpu_ms_per_clock"] for run in per[c]), 2)
-            for base in ("ddp", "alone"):
-                if base in per:
-                    e["vs_" + base] = summary([a["samples_per_s"] / b["samples_per_s"]
-                                               for a, b in zip(per[c], per[base])])
-            splits = [run["split"] for run in per[c] if run.get("split")]
-            if splits:
-                e["worker_clock_split_ms"] = {
-                    k: round(statistics.median(w[k] for s in splits for w in s), 3)
-                    for k in ("gate_ms", "pull_ms", "compute_ms", "push_ms")}
-                e["worker_clock_split_ms"]["rpcs_per_clock"] = round(
-                    statistics.median(w["rpcs"] for s in splits for w in s), 1)
-                e["worker_clock_split_ms"]["bytes_per_clock"] = round(
-                    statistics.median(w["bytes"] for s in splits for w in s))
-                e["per_round_split"] = splits
-            if args.keep:
-                e["dirs"] = [run.get("dir") for run in per[c]]
-            entry["configs"][c] = e
-        models[model] = entry
-    return {
-        "bench": "torch_bench",
-        "command": " ".join([sys.executable] + sys.argv),
-        "machine": {"cpus": os.cpu_count(), "python": args.python,
-                    "platform": platform.platform(),
-                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
-        "threads_per_process": args.threads,
-        "training_process_env": {k: runner_env.get(k, "") for k in (
-            "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
-        "rounds": args.rounds,
-        "warmup_clocks": args.warmup,
-        "optimizer": "Adam lr %g" % LR,
-        "pstrain": {"bin": args.bin, "consistency": "BSP", "workers": PROCESSES, "servers": PROCESSES,
-                    "chunk_bytes": args.chunk_bytes, "server_flags": args.server_flags},
-        "models": models,
-    }
-
-
 def torch_python():
     for python in (sys.executable, "/usr/bin/python3"):
         if subprocess.run([python, "-c", "import torch"], stdout=subprocess.DEVNULL,
@@ -635,8 +450,8 @@ def main():
                              "--bin)" % (args.bin, path))
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # (even if started ignoring it)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGHUP, _on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     atexit.register(kill_all)
     runner = Runner(args)
     runs = {}
@@ -662,7 +477,8 @@ def main():
                     sys.stderr.flush()
     finally:
         kill_all()
-    out = json.dumps(report(args, runs, configs, clocks_of, runner.env), indent=2)
+    out = json.dumps(report(args, runs, configs, clocks_of, runner.env,
+                            {m: MODELS[m][0] for m in args.models}, LR, PROCESSES), indent=2)
     print(out)
     if args.out:
         with open(args.out, "w") as f:

@@ -1,0 +1,116 @@
+"""The child processes of a benchmark: started so that they die with it,
+killed at its exit, waited for with a deadline.
+
+Used by bench/torch_bench.py (the orchestrator starts ps_scheduler,
+ps_server and the training processes of each run).
+"""
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+
+_children = []  # every Popen started, to be killed at exit
+
+
+def _die_with_parent():
+    """preexec_fn: SIGKILL this child when the benchmark dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001  (best effort; atexit kills them too)
+        pass
+
+
+def start(argv, log, env=None):
+    with open(log, "wb") as out:
+        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+    _children.append(p)
+    return p
+
+
+def kill_all(processes=None, grace=3.0):
+    """SIGTERM to every child still running, SIGKILL after `grace` s."""
+    processes = _children if processes is None else processes
+    alive = [p for p in processes if p.poll() is None]
+    for p in alive:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    for p in alive:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for p in processes:
+        if p.poll() is not None and p in _children:
+            _children.remove(p)
+
+
+def on_signal(signum, _frame):
+    """A signal handler: exits (so atexit's kill_all runs) with 128 + the signal."""
+    raise SystemExit(128 + signum)
+
+
+def wait_all(processes, timeout, what):
+    """Waits for `processes` (name -> Popen) to exit; their exit codes.
+    RuntimeError if one fails, TimeoutError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for name, p in processes.items():
+            code = p.poll()
+            if code not in (None, 0):
+                raise RuntimeError("%s: %s exited with code %d" % (what, name, code))
+        if all(p.poll() is not None for p in processes.values()):
+            return
+        if time.monotonic() > deadline:
+            running = [n for n, p in processes.items() if p.poll() is None]
+            raise TimeoutError("%s: still running after %d s: %s"
+                               % (what, timeout, ", ".join(running)))
+        time.sleep(0.05)
+
+
+def wait_port_file(path, process, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read()
+            if text.endswith("\n"):
+                return text.strip()
+        if process.poll() is not None:
+            raise RuntimeError("%s exited (code %d) before writing %s"
+                               % (process.args[0], process.returncode, path))
+        time.sleep(0.02)
+    raise TimeoutError("no port file %s after %d s" % (path, timeout))
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tails(directory, lines=25):
+    text = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".log"):
+            with open(os.path.join(directory, name), errors="replace") as f:
+                tail = f.readlines()[-lines:]
+            text.append("---- %s\n%s" % (name, "".join(tail)))
+    return "".join(text)
+
+
+def cpu_seconds(pid):
+    """The CPU time (user + system) of running process `pid`, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
