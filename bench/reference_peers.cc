@@ -2,9 +2,11 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -17,6 +19,14 @@
 
 namespace pstrain {
 namespace {
+
+// In a forked child: SIGKILL when `parent` goes. Orphans are not always
+// reparented to PID 1 (a subreaper, a PID namespace), and a peer that
+// outlived the bench would hold its stdout open.
+void DieWithParent(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(0);  // it went before prctl
+}
 
 // The child: answers TcpHeaders on one connection until told to quit.
 void TcpSink(int listen_fd, size_t max_bytes) {
@@ -92,7 +102,11 @@ int StartTcpPeer(size_t max_bytes) {
     std::perror("reference peer: tcp listen");
     std::exit(1);
   }
-  if (fork() == 0) TcpSink(listen_fd, max_bytes);
+  const pid_t parent = getpid();
+  if (fork() == 0) {
+    DieWithParent(parent);
+    TcpSink(listen_fd, max_bytes);
+  }
   close(listen_fd);
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
@@ -109,7 +123,9 @@ int StartTcpPeer(size_t max_bytes) {
 std::string StartGrpcPeer(size_t max_bytes) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) std::exit(1);
+  const pid_t parent = getpid();
   if (fork() == 0) {
+    DieWithParent(parent);
     close(pipe_fds[0]);
     EchoService service(max_bytes);
     grpc::ServerBuilder builder;
@@ -122,8 +138,8 @@ std::string StartGrpcPeer(size_t max_bytes) {
     const std::string address = absl::StrCat("127.0.0.1:", port);
     WriteAll(pipe_fds[1], address.data(), address.size());
     close(pipe_fds[1]);
-    // Serve until the parent goes away.
-    while (getppid() != 1) sleep(1);
+    // Serve until the parent goes away (the signal, or this).
+    while (getppid() == parent) sleep(1);
     _exit(0);
   }
   close(pipe_fds[1]);
