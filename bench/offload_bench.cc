@@ -184,7 +184,6 @@ class DiskCeiling {
     for (std::thread& t : threads) t.join();
     return Since(t0);
   }
-  int64_t block() const { return block_; }
 
  private:
   static void Fail(const char* what) {
