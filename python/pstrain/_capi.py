@@ -41,9 +41,10 @@ class SchedulerUnavailable(PstrainError, ConnectionError):
 
 
 class ServerUnavailable(PstrainError, ConnectionError):
-    """A server could not be reached, within the retries, by a row pull or
-    push of a sparse table (UNAVAILABLE); the message names the server and
-    its address."""
+    """A server could not be reached within the retries (UNAVAILABLE) by a
+    call that goes to the servers only: a row pull or push of a sparse
+    table, or a read of the optimizer's state; the message names the server
+    and its address."""
 
 
 class Unauthenticated(PstrainError, PermissionError):

@@ -7,7 +7,8 @@ so that it trains in milliseconds a clock.
 
 It writes --result_json at the end, whether it trained or failed:
 {"ok": bool, "exception": class name or null, "bases": [...], "message":
-str, "seconds": float, "steps": int, "rank": int or null}. An exception is
+str, "seconds": float, "steps": int, "rank": int or null; with
+--save_at_clock, "state_dict_seconds": how long opt.state_dict() took}. An exception is
 raised again after that (exit 1, the worker reported FAILED); a clean run
 ends with pst.finish() and exit 0.
 """
@@ -164,8 +165,10 @@ def train(args, result):
                     f.write("%d\n" % result["rank"])
                 os.replace(args.rank_file + ".tmp", args.rank_file)
         if result["steps"] == args.save_at_clock:
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
-                       args.save_to)
+            started = time.monotonic()
+            state = opt.state_dict()
+            result["state_dict_seconds"] = time.monotonic() - started
+            torch.save({"model": model.state_dict(), "optimizer": state}, args.save_to)
         if result["steps"] == args.raise_at_clock:
             raise RuntimeError("tiny_worker: --raise_at_clock=%d" % args.raise_at_clock)
         if args.zero_grad != "none":

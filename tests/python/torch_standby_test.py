@@ -45,6 +45,7 @@ FORTUNE_WORKER = runfile("tests/python/fortune_worker.py")
 
 CLOCKS = 200
 FAULT_AT = 50               # the slowest worker's clock at the first kill
+SAVE_AT = 190               # the workers save state_dict()s then (after both replacements)
 SLEEP_MS = "--sleep_ms=25"  # per step: 200 clocks last at least 5 s
 START_TIMEOUT_S = 120
 END_TIMEOUT_S = 240
@@ -58,16 +59,29 @@ def weights(cluster, name):
     return torch.load(cluster.dir / (name + ".pt"))
 
 
+def save_flags(cluster, name):
+    """tiny_worker.py's flags that save its model's and optimizer's
+    state_dict() at clock SAVE_AT (timing opt.state_dict())."""
+    return ["--save_at_clock=%d" % SAVE_AT, "--save_to=%s/%s-saved.pt" % (cluster.dir, name)]
+
+
+def saved(cluster, name):
+    import torch
+    return torch.load(cluster.dir / (name + "-saved.pt"))
+
+
 def run_undisturbed():
-    """Worker 0's final weights of the job without standbys or faults."""
+    """Worker 0's final weights, and what it saved at clock SAVE_AT, of the
+    job without standbys or faults."""
     with Cluster(TINY_JOB, servers=2, workers=2, name="torch_standby_calm",
                  scheduler_flags=COMMON_FLAGS) as cluster:
         for name in WORKERS:
-            cluster.start_tiny(name, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+            cluster.start_tiny(name, "--weights_out=%s/%s.pt" % (cluster.dir, name),
+                               *save_flags(cluster, name))
         codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
         if codes != dict.fromkeys(codes, 0):
             raise AssertionError("the undisturbed run failed: %s" % codes)
-        return weights(cluster, "worker0")
+        return weights(cluster, "worker0"), saved(cluster, "worker0")
 
 
 def start_fortune(cluster, *flags, workers=WORKERS):
@@ -112,14 +126,18 @@ class TorchStandbyTest(unittest.TestCase):
             server_id, at_clock, slowest_clock(promoted), promoted["routes"]["serving"]))
         return victim, name
 
-    def kill_each_server(self, cluster, expected, workers=WORKERS):
-        """Kills server 1, then server 0, each replaced; then checks the
-        job ended DONE without a rollback and every worker's final weights
-        are `expected`."""
+    def kill_each_server(self, cluster, expected, workers=WORKERS, replaced_by=CLOCKS):
+        """Kills server 1, then server 0, each replaced (the second
+        replacement's copies filled before the slowest worker's clock
+        `replaced_by`); then checks the job ended DONE without a rollback
+        and every worker's final weights are `expected`."""
         import torch
         first, first_again = self.kill_and_replace(cluster, 1, FAULT_AT, 1)
         now = slowest_clock(cluster.wait_status(lambda st: True, START_TIMEOUT_S))
         second, second_again = self.kill_and_replace(cluster, 0, now + 10, 2)
+        filled_at = slowest_clock(cluster.wait_status(lambda st: True, START_TIMEOUT_S))
+        self.assertLess(filled_at, replaced_by,
+                        "the replacements were filled too late for what the test checks")
         live = [first_again, second_again]
         codes = cluster.wait(["scheduler"] + live + workers, END_TIMEOUT_S)
         self.assertEqual(codes, dict.fromkeys(codes, 0))
@@ -141,15 +159,32 @@ class TorchStandbyTest(unittest.TestCase):
                     name, key, float((got[key].float() - w.float()).abs().max())))
 
     def test_each_servers_death_costs_the_scripts_nothing(self):
-        expected = run_undisturbed()
+        """...and opt.state_dict() after both promotions and replacements
+        reads the servers that serve the chunks now (the routes, not the
+        dead servers' addresses): at once, and the very state of the
+        undisturbed run at the same clock."""
+        import torch
+        expected, expected_saved = run_undisturbed()
         cluster = Cluster(TINY_JOB, servers=2, workers=2, name="torch_standby",
                           scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
         with cluster:
             for name in WORKERS:
-                cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name))
+                cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name),
+                                   *save_flags(cluster, name))
             ranks = sorted(worker_rank(cluster, name, START_TIMEOUT_S) for name in WORKERS)
             self.assertEqual(ranks, [0, 1])
-            self.kill_each_server(cluster, expected)
+            self.kill_each_server(cluster, expected, replaced_by=SAVE_AT)
+            for name in WORKERS:
+                took = cluster.result(name)["state_dict_seconds"]
+                print("%s: opt.state_dict() at clock %d took %.3f s" % (name, SAVE_AT, took))
+                self.assertLess(took, 1.0)
+            got = saved(cluster, "worker0")["optimizer"]
+            want = expected_saved["optimizer"]
+            self.assertEqual(sorted(got["state"]), sorted(want["state"]))
+            for index, entry in want["state"].items():
+                for key, value in entry.items():
+                    self.assertTrue(torch.equal(got["state"][index][key], value),
+                                    "state %s of parameter %d" % (key, index))
 
     def test_a_sparse_tables_job_loses_no_row(self):
         expected = run_fortune_undisturbed()

@@ -188,8 +188,7 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.initial_values = [this]() -> absl::StatusOr<const ParamBuffers*> {
     if (initial_.empty()) return nullptr;
     if (!seed_.empty()) {  // the optimizer's state first: a chunk takes it before its values
-      RETURN_IF_ERROR(
-          WriteOptimizerState(*partition_, servers(), daemon_->client().generation(), seed_));
+      RETURN_IF_ERROR(WriteOptimizerState(*partition_, StateCallsNow(), seed_));
     }
     return &initial_;
   };
@@ -320,8 +319,8 @@ absl::Status ExternalWorker::SetHyper(const std::string& json) {
 
 absl::Status ExternalWorker::ReadState() {
   if (!partition_.has_value()) return absl::FailedPreconditionError("start before reading state");
-  ASSIGN_OR_RETURN(state_, ReadOptimizerState(*partition_, ModelParams(job_.model()), servers(),
-                                              daemon_->client().generation()));
+  ASSIGN_OR_RETURN(state_,
+                   ReadOptimizerState(*partition_, ModelParams(job_.model()), StateCallsNow()));
   return absl::OkStatus();
 }
 

@@ -216,6 +216,16 @@ class ExternalWorker {
   std::unique_ptr<RowClient> NewRowClient();
   // The servers' addresses, as the loop's latest cluster view has them.
   std::vector<std::string> servers() const;
+  // For each home server, the address serving its chunks and rows now:
+  // servers(), with standby replicas where the scheduler's routes say
+  // (HomeAddresses). The one routing path of the rows and the state calls.
+  std::vector<std::string> HomeAddressesNow() const;
+  // The state calls' routing, of the cluster's generation now.
+  StateCalls StateCallsNow() const;
+  // Given up on (ABORTED) once the job was aborted or the cluster rolled
+  // back past `generation`: what every call of this worker's to the
+  // servers asks before each retry.
+  std::function<absl::Status()> AbandonAfter(int64_t generation) const;
   mutable absl::Mutex servers_mu_;
   std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
   std::atomic<bool> stop_{false};

@@ -33,13 +33,34 @@ std::unique_ptr<RowClient> ExternalWorker::NewRowClient() {
   // The servers as the loop's latest cluster view has them (a
   // replacement's address once the loop reconnected after a rollback).
   // With standby replicas each home's rows go where the routes say.
-  return std::make_unique<RowClient>(
-      job_,
-      [this] {
-        if (job_.replicas() == 0) return servers();
-        return HomeAddresses(daemon_->client().routes(), servers());
-      },
-      id_);
+  return std::make_unique<RowClient>(job_, [this] { return HomeAddressesNow(); }, id_);
+}
+
+std::vector<std::string> ExternalWorker::HomeAddressesNow() const {
+  if (job_.replicas() == 0) return servers();
+  return HomeAddresses(daemon_->client().routes(), servers());
+}
+
+StateCalls ExternalWorker::StateCallsNow() const {
+  StateCalls calls;
+  calls.home_addresses = [this] { return HomeAddressesNow(); };
+  calls.generation = daemon_->client().generation();
+  calls.abandon = AbandonAfter(calls.generation);
+  return calls;
+}
+
+std::function<absl::Status()> ExternalWorker::AbandonAfter(int64_t generation) const {
+  return [this, generation]() -> absl::Status {
+    std::string message;
+    if (daemon_->client().job_state(&message) == ABORTED) {
+      return absl::AbortedError(absl::StrCat("the job was aborted: ", message));
+    }
+    if (daemon_->client().generation() > generation) {
+      return absl::AbortedError(
+          absl::StrCat("the cluster rolled back past generation ", generation));
+    }
+    return absl::OkStatus();
+  };
 }
 
 bool ExternalWorker::PushesRowsAsync() const {
@@ -60,17 +81,7 @@ RowCall ExternalWorker::RowCallNow() {
   RowCall call;
   call.clock = under_way_.has_value() ? under_way_->clock : next_clock_;
   call.generation = under_way_.has_value() ? under_way_generation_ : daemon_->client().generation();
-  call.abandon = [this, generation = call.generation]() -> absl::Status {
-    std::string message;
-    if (daemon_->client().job_state(&message) == ABORTED) {
-      return absl::AbortedError(absl::StrCat("the job was aborted: ", message));
-    }
-    if (daemon_->client().generation() > generation) {
-      return absl::AbortedError(
-          absl::StrCat("the cluster rolled back past generation ", generation));
-    }
-    return absl::OkStatus();
-  };
+  call.abandon = AbandonAfter(call.generation);
   return call;
 }
 

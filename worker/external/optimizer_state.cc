@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/retry.h"
@@ -40,47 +41,71 @@ absl::Status Take(const Partition& partition, const std::vector<ParamInfo>& para
   return absl::OkStatus();
 }
 
-// A server's refusal as a status naming it.
-absl::Status Refused(int server, const std::string& address, const char* what,
-                     const grpc::Status& st) {
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                      absl::StrCat("server ", server, " at ", address, " refused to ", what, ": ",
-                                   st.error_message()));
-}
+// One home server's state calls: each attempt goes where its chunks are
+// served then (StateCalls::home_addresses), on a new channel when that
+// moved, with common/retry.h's backoff.
+class HomeCalls {
+ public:
+  HomeCalls(const StateCalls& calls, int home) : calls_(calls), home_(home) {}
 
-// Calls `call` (with a fresh context of a 60 s deadline) until it
-// succeeds or fails for good: a server that is not ready yet (it has not
-// received the job's partition, or not restored the generation) or not
-// reachable is tried again with backoff for RetryPolicy's window.
-absl::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& call, int server,
-                  const std::string& address, const char* what) {
-  return Retry(RetryPolicy(), [&]() -> absl::Status {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    const grpc::Status st = call(&ctx);
-    return st.ok() ? absl::OkStatus() : Refused(server, address, what, st);
-  });
-}
+  // Runs `call` (with a fresh context of a 60 s deadline) until it
+  // succeeds or fails for good; its failure names the home server's
+  // chunks, the address tried and `what` was being done.
+  absl::Status Run(const char* what,
+                   const std::function<grpc::Status(ParameterServer::Stub*, grpc::ClientContext*)>&
+                       call) {
+    RetryPolicy policy;
+    policy.window = calls_.retry_window;
+    policy.abandon = calls_.abandon;
+    return Retry(policy, [&]() -> absl::Status {
+      RETURN_IF_ERROR(Connect());
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      const grpc::Status st = call(stub_.get(), &ctx);
+      if (st.ok()) return absl::OkStatus();
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat(what, " server ", home_, "'s chunks at ", address_, ": ",
+                                       st.error_message()));
+    });
+  }
+
+ private:
+  // A stub for the address that serves the home's chunks now.
+  absl::Status Connect() {
+    const std::vector<std::string> addresses = calls_.home_addresses();
+    if (home_ >= static_cast<int>(addresses.size()) || addresses[home_].empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("the address serving server ", home_, "'s chunks is not known yet"));
+    }
+    if (stub_ == nullptr || addresses[home_] != address_) {
+      address_ = addresses[home_];
+      stub_ = ParameterServer::NewStub(MakeChannel(address_));
+    }
+    return absl::OkStatus();
+  }
+
+  const StateCalls& calls_;
+  const int home_;
+  std::string address_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
 
 }  // namespace
 
-absl::Status WriteOptimizerState(const Partition& partition,
-                                 const std::vector<std::string>& servers, int64_t generation,
+absl::Status WriteOptimizerState(const Partition& partition, const StateCalls& calls,
                                  const std::vector<ParamState>& state) {
   for (int s = 0; s < partition.num_servers(); ++s) {
-    if (s >= static_cast<int>(servers.size()) || servers[s].empty()) {
-      return absl::UnavailableError(absl::StrCat("server ", s, "'s address is not known"));
-    }
-    std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(servers[s]));
+    HomeCalls home(calls, s);
     WriteStateRequest req;
     int64_t elements = 0;
     auto send = [&]() -> absl::Status {
       if (req.chunks().empty()) return absl::OkStatus();
-      req.set_generation(generation);
+      req.set_generation(calls.generation);
       WriteStateResponse resp;
-      RETURN_IF_ERROR(
-          Call([&](grpc::ClientContext* ctx) { return stub->WriteState(ctx, req, &resp); }, s,
-               servers[s], "take the optimizer's state"));
+      RETURN_IF_ERROR(home.Run("giving the optimizer's state to",
+                               [&](ParameterServer::Stub* stub, grpc::ClientContext* ctx) {
+                                 return stub->WriteState(ctx, req, &resp);
+                               }));
       req.Clear();
       elements = 0;
       return absl::OkStatus();
@@ -109,19 +134,15 @@ absl::Status WriteOptimizerState(const Partition& partition,
 
 absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(const Partition& partition,
                                                            const std::vector<ParamInfo>& params,
-                                                           const std::vector<std::string>& servers,
-                                                           int64_t generation) {
+                                                           const StateCalls& calls) {
   std::vector<ParamState> out(params.size());
   for (ParamState& p : out) p.steps = std::numeric_limits<int64_t>::max();
   for (int s = 0; s < partition.num_servers(); ++s) {
-    if (s >= static_cast<int>(servers.size()) || servers[s].empty()) {
-      return absl::UnavailableError(absl::StrCat("server ", s, "'s address is not known"));
-    }
-    std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(servers[s]));
+    HomeCalls home(calls, s);
     const std::vector<int32_t>& chunks = partition.ServerChunks(s);
     for (size_t i = 0; i < chunks.size();) {
       ReadStateRequest req;
-      req.set_generation(generation);
+      req.set_generation(calls.generation);
       for (int64_t elements = 0;
            i < chunks.size() &&
            (elements == 0 || elements + partition.chunks()[chunks[i]].numel <= kElementsPerCall);
@@ -130,9 +151,10 @@ absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(const Partition& part
         req.add_chunks(chunks[i]);
       }
       ReadStateResponse resp;
-      RETURN_IF_ERROR(
-          Call([&](grpc::ClientContext* ctx) { return stub->ReadState(ctx, req, &resp); }, s,
-               servers[s], "read its state"));
+      RETURN_IF_ERROR(home.Run("reading the optimizer state of",
+                               [&](ParameterServer::Stub* stub, grpc::ClientContext* ctx) {
+                                 return stub->ReadState(ctx, req, &resp);
+                               }));
       RETURN_IF_ERROR(Take(partition, params, resp, &out));
     }
   }

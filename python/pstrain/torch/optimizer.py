@@ -160,7 +160,9 @@ class Optimizer(torch.optim.Optimizer):
           RuntimeError: before the first batches() declared the model.
           NotImplementedError: the job's optimizer has no torch.optim
             counterpart here (Adafactor, Lion).
-          PstrainError: a server could not be read (its subclass names why).
+          ServerUnavailable: a server could not be reached within the
+            retries (named, with its address).
+          PstrainError: a server refused the read (its subclass names why).
         """
         worker = _worker.registered("Optimizer.state_dict")
         kind = worker.spec.get("optimizer", {}).get("type", "ADAM")
@@ -168,7 +170,9 @@ class Optimizer(torch.optim.Optimizer):
             raise NotImplementedError("pstrain.torch.Optimizer.state_dict(): the job's optimizer "
                                       "%s has no torch.optim layout here" % kind)
         names, with_step, extra = TORCH_STATE[kind]
-        _capi.call("pst_read_state", worker.handle)
+        # The state read talks to the servers only: UNAVAILABLE is a server's.
+        _capi.call("pst_read_state", worker.handle,
+                   errors={_capi.UNAVAILABLE: _capi.ServerUnavailable})
         state = {}
         for i, p in enumerate(self.params):
             slots = _capi.lib().pst_state_slots(worker.handle, i)
