@@ -313,6 +313,7 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
   if (views == nullptr) views = &unused;
   views->views.clear();
   views->bases.clear();
+  views->unknown.clear();
   while (r.remaining() > 0) {
     uint64_t tag = 0, v = 0;
     if (!r.ReadVarint(&tag)) return Malformed("pull reply: bad tag");
@@ -322,10 +323,11 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
       PayloadRef ref;
       ok = r.ReadVarint(&v) && ReadChunkData(r, v, &ref);
       if (ok) chunks->push_back(ref);
-    } else if (field >= 2 && field <= 4 && (type == kLen || type == kVarint)) {
+    } else if (field >= 2 && field <= 5 && (type == kLen || type == kVarint)) {
       std::vector<uint64_t>* out = field == 2   ? &applied
                                    : field == 3 ? &views->views
-                                                : &views->bases;
+                                   : field == 4 ? &views->bases
+                                                : &views->unknown;
       ok = ReadVarints(r, type, out);
     } else {
       ok = SkipField(r, field, type);

@@ -98,9 +98,11 @@ int64_t PushChunkWireBytes(DType dtype, int64_t numel);
 // INVALID_ARGUMENT when malformed.
 absl::Status DecodePush(SliceReader& reader, PushHeader* header, std::vector<PayloadRef>* chunks);
 
-// A compressed pull's views per chunk (PullResponse.views and .bases).
+// A compressed pull's views per chunk (PullResponse.views and .bases),
+// and the chunks whose view the server does not keep (.views_unknown).
 struct PulledViews {
   std::vector<uint64_t> views, bases;
+  std::vector<uint64_t> unknown;
 };
 
 // Encodes a PullResponse of the given chunks; fill(i, dst) writes chunk i's

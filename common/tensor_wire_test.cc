@@ -146,6 +146,24 @@ TEST(TensorWireTest, PullResponseRoundTrips) {
   EXPECT_EQ(applied, (std::vector<int64_t>{5, 0, 1LL << 40}));
 }
 
+// A compressed pull's reply that names views the server does not keep
+// (PullResponse.views_unknown) carries them, and nothing else.
+TEST(TensorWireTest, PullResponseNamesTheViewsUnknown) {
+  PullResponse unknown;
+  unknown.add_views_unknown(3);
+  unknown.add_views_unknown(300000);
+  const grpc::ByteBuffer buf = Sliced(unknown.SerializeAsString());
+  SliceReader r(buf);
+  std::vector<PayloadRef> refs;
+  std::vector<int64_t> applied;
+  PulledViews views;
+  views.unknown = {1};  // cleared first
+  ASSERT_TRUE(DecodePullResponse(r, &refs, &applied, &views).ok());
+  EXPECT_TRUE(refs.empty());
+  EXPECT_EQ(views.unknown, (std::vector<uint64_t>{3, 300000}));
+  EXPECT_TRUE(views.views.empty());
+}
+
 TEST(TensorWireTest, MalformedInputIsAnError) {
   PushRequest req;
   req.set_clock(3);

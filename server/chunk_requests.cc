@@ -259,11 +259,22 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
   PulledViews pulled;
   std::vector<int64_t> payload_bytes(ids.size());
   int64_t bytes = 0;
+  PullResponse unknown;  // views the worker must offer first
   for (size_t i = 0; i < ids.size(); ++i) {
-    payload_bytes[i] =
-        compressed ? views_->Plan(ids[i], req.held(i), store_->ChunkNumel(ids[i]), &bases[i])
-                   : PayloadBytes(*store_, ids[i], req.dtype());
+    if (!compressed) {
+      payload_bytes[i] = PayloadBytes(*store_, ids[i], req.dtype());
+    } else if (absl::StatusOr<int64_t> planned =
+                   views_->Plan(ids[i], req.held(i), store_->ChunkNumel(ids[i]), &bases[i]);
+               planned.ok()) {
+      payload_bytes[i] = *planned;
+    } else {  // NOT_FOUND, Plan's only error
+      unknown.add_views_unknown(ids[i]);
+    }
     bytes += payload_bytes[i];
+  }
+  if (unknown.views_unknown_size() > 0) {
+    *resp = SerializeSmall(unknown);
+    return grpc::Status::OK;
   }
   std::vector<int64_t> applied, min_applied;
   absl::Status read;
@@ -388,6 +399,31 @@ grpc::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBu
     if (const absl::Status st = store_->WriteState(state); !st.ok()) return ToGrpc(st);
   }
   *resp = SerializeSmall(WriteStateResponse());
+  return grpc::Status::OK;
+}
+
+grpc::Status ChunkRequests::OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+  OfferViewsRequest req;
+  if (!ParseSmall(raw, &req)) return Invalid("offer views: the request is not an OfferViewsRequest");
+  if (views_ == nullptr) return Invalid("offer views: this job's pulls are not compressed");
+  if (req.worker_id() < 0 || req.worker_id() >= store_->num_workers()) {
+    return Invalid(absl::StrCat("offer views: worker ", req.worker_id(), " is not of the job"));
+  }
+  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
+    return ToGrpc(st);
+  }
+  for (const HeldView& view : req.views()) {
+    if (const absl::Status st = store_->CheckChunk(view.chunk()); !st.ok()) return ToGrpc(st);
+    if (const absl::Status st = store_->CheckServed(view.chunk()); !st.ok()) return ToGrpc(st);
+  }
+  for (const HeldView& view : req.views()) {
+    const absl::Status st = views_->Offer(
+        view.chunk(), req.worker_id(), view.id(),
+        std::vector<float>(view.weights().begin(), view.weights().end()),
+        store_->ChunkNumel(view.chunk()));
+    if (!st.ok()) return ToGrpc(st);
+  }
+  *resp = SerializeSmall(OfferViewsResponse());
   return grpc::Status::OK;
 }
 

@@ -88,7 +88,9 @@ class ChunkRequests {
   // The bytes of the pull's reply in the message (0 when its payloads go
   // into its segment): what the reply budget counts.
   int64_t ReplyBytes(const PullRequest& req) const;
-  // The reply to a pull whose guarantee holds.
+  // The reply to a pull whose guarantee holds (a compressed one naming a
+  // view not kept here: the chunks whose views the worker must offer
+  // first, PullResponse.views_unknown).
   grpc::Status FillPull(const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm: a ticket for a segment of this server's layout.
   grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
@@ -96,6 +98,9 @@ class ChunkRequests {
   grpc::Status ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
   // The answer to WriteState: the optimizer's state the chunks start from.
   grpc::Status WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  // The answer to OfferViews: views a worker holds that a compressed
+  // pull found not kept here (PullResponse.views_unknown).
+  grpc::Status OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
 
  private:
   // A request's segment and where its chunks lie in it; NOT_FOUND when this

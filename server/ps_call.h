@@ -41,7 +41,8 @@ class PsCall {
     kPushRows,
     kReadState,
     kWriteState,
-    kReplicate
+    kReplicate,
+    kOfferViews
   };
   enum Event { kAccepted, kFinished, kDone };
   struct Tag {

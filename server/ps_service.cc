@@ -106,6 +106,9 @@ void PsService::Accept(PsCall::Method method, grpc::ServerCompletionQueue* cq) {
     case PsCall::kReplicate:
       RequestReplicate(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case PsCall::kOfferViews:
+      RequestOfferViews(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -133,6 +136,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   Accept(PsCall::kOpenShm, cq);
   Accept(PsCall::kReadState, cq);
   Accept(PsCall::kWriteState, cq);
+  Accept(PsCall::kOfferViews, cq);
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) {
@@ -206,6 +210,9 @@ void PsService::Handle(PsCall* call) {
       return;
     case PsCall::kWriteState:
       Conclude(call, chunks->WriteState(call->request, &call->reply));
+      return;
+    case PsCall::kOfferViews:
+      Conclude(call, chunks->OfferViews(call->request, &call->reply));
       return;
     case PsCall::kPush:
       HandlePush(*chunks, call);

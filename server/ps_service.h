@@ -39,7 +39,8 @@ using PsServiceBase = ParameterServer::WithRawMethod_Push<ParameterServer::WithR
     ParameterServer::WithRawMethod_Status<ParameterServer::WithRawMethod_OpenShm<
         ParameterServer::WithRawMethod_PullRows<ParameterServer::WithRawMethod_PushRows<
             ParameterServer::WithRawMethod_ReadState<ParameterServer::WithRawMethod_WriteState<
-                ParameterServer::WithRawMethod_Replicate<ParameterServer::Service>>>>>>>>>;
+                ParameterServer::WithRawMethod_Replicate<
+                    ParameterServer::WithRawMethod_OfferViews<ParameterServer::Service>>>>>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:

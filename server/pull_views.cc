@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
 #include "common/grad_codec.h"
 
 namespace pstrain {
@@ -23,19 +24,19 @@ PullViews::Chunk& PullViews::Of(int32_t chunk) {
   return *c;
 }
 
-int64_t PullViews::Plan(int32_t chunk, uint64_t held, int64_t numel,
-                        std::shared_ptr<const View>* base) {
+absl::StatusOr<int64_t> PullViews::Plan(int32_t chunk, uint64_t held, int64_t numel,
+                                        std::shared_ptr<const View>* base) {
   base->reset();
-  if (held != 0 && Compresses(spec_, numel)) {
-    Chunk& c = Of(chunk);
-    absl::MutexLock lock(&c.mu);
-    if (const auto it = c.views.find(held);
-        it != c.views.end() && static_cast<int64_t>(it->second->weights.size()) == numel) {
-      *base = it->second;
-    }
+  if (held == 0 || !Compresses(spec_, numel)) return numel * static_cast<int64_t>(sizeof(float));
+  Chunk& c = Of(chunk);
+  absl::MutexLock lock(&c.mu);
+  const auto it = c.views.find(held);
+  if (it == c.views.end() || static_cast<int64_t>(it->second->weights.size()) != numel) {
+    return absl::NotFoundError(
+        absl::StrCat("view ", held, " of chunk ", chunk, " is not kept here"));
   }
-  return *base != nullptr ? EncodedBytes(spec_, numel)
-                          : numel * static_cast<int64_t>(sizeof(float));
+  *base = it->second;
+  return EncodedBytes(spec_, numel);
 }
 
 uint64_t PullViews::Answer(int32_t chunk, int worker, const View* base, const float* current,
@@ -68,34 +69,59 @@ uint64_t PullViews::Advance(int32_t chunk, int worker, const View& base, const f
   EncodeWithFeedback(spec_, change.data(), numel, residual.data(), c.bytes.data());
   (void)Decode(spec_, c.bytes.data(), bytes, numel, decoded.data());  // our own encoding
   std::memcpy(out, c.bytes.data(), bytes);
+  std::vector<float> moved(numel);
+  for (int64_t i = 0; i < numel; ++i) moved[i] = base.weights[i] + decoded[i];
+  c.from = base.id;
+  c.to = Keep(c, std::move(moved));
+  c.toward.assign(current, current + numel);
+  Hold(c, worker, c.to);
+  return c.to;
+}
+
+uint64_t PullViews::Keep(Chunk& c, std::vector<float> weights) {
+  for (const auto& [id, view] : c.views) {
+    if (view->weights.size() == weights.size() &&
+        std::memcmp(view->weights.data(), weights.data(), weights.size() * sizeof(float)) == 0) {
+      return id;
+    }
+  }
   auto view = std::make_shared<View>();
   view->id = NewId();
-  view->weights.resize(numel);
-  for (int64_t i = 0; i < numel; ++i) view->weights[i] = base.weights[i] + decoded[i];
+  view->weights = std::move(weights);
   c.views[view->id] = view;
-  c.from = base.id;
-  c.to = view->id;
-  c.toward.assign(current, current + numel);
-  Hold(c, worker, view->id);
   return view->id;
+}
+
+absl::Status PullViews::Offer(int32_t chunk, int worker, uint64_t id, std::vector<float> weights,
+                              int64_t numel) {
+  if (id == 0 || !Compresses(spec_, numel) || static_cast<int64_t>(weights.size()) != numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offer views: view ", id, " of chunk ", chunk, " (", numel, " values) with ",
+        weights.size(), " values; a view has a nonzero id and a compressed chunk's size"));
+  }
+  Chunk& c = Of(chunk);
+  absl::MutexLock lock(&c.mu);
+  if (const auto it = c.views.find(id); it != c.views.end()) {
+    if (std::memcmp(it->second->weights.data(), weights.data(), numel * sizeof(float)) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("offer views: view ", id, " of chunk ", chunk, " is another one here"));
+    }
+  } else {
+    auto view = std::make_shared<View>();
+    view->id = id;
+    view->weights = std::move(weights);
+    c.views[id] = std::move(view);
+  }
+  Hold(c, worker, id);
+  return absl::OkStatus();
 }
 
 uint64_t PullViews::Adopt(int32_t chunk, int worker, const float* current, int64_t numel) {
   Chunk& c = Of(chunk);
   absl::MutexLock lock(&c.mu);
-  if (const auto it = c.views.find(c.whole);
-      it != c.views.end() && static_cast<int64_t>(it->second->weights.size()) == numel &&
-      std::memcmp(it->second->weights.data(), current, numel * sizeof(float)) == 0) {
-    Hold(c, worker, c.whole);
-    return c.whole;
-  }
-  auto view = std::make_shared<View>();
-  view->id = NewId();
-  view->weights.assign(current, current + numel);
-  c.views[view->id] = view;
-  c.whole = view->id;
-  Hold(c, worker, view->id);
-  return view->id;
+  const uint64_t id = Keep(c, std::vector<float>(current, current + numel));
+  Hold(c, worker, id);
+  return id;
 }
 
 void PullViews::Hold(Chunk& c, int worker, uint64_t id) {

@@ -324,6 +324,19 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
     EXPECT_EQ(raw_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << raw_status.error_message();
   }
+  // Views offered to a server whose pulls are not compressed: refused.
+  {
+    OfferViewsRequest offer;
+    offer.set_worker_id(0);
+    HeldView* held = offer.add_views();
+    held->set_chunk(0);
+    held->set_id(5);
+    held->add_weights(1.0f);
+    OfferViewsResponse offered;
+    auto octx = ContextWithTimeout(absl::Seconds(10));
+    st = server->OfferViews(octx.get(), offer, &offered);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
   // Nothing was applied by the refused pushes; a good one still goes through.
   EXPECT_TRUE(push(0, size0, 0).ok());
 

@@ -181,6 +181,14 @@ TEST(StandbyTest, UnderBspEachServersDeathCostsNothing) {
   SurvivesEachServersDeath("consistency: BSP", 2, /*exact=*/true, "standby_bsp");
 }
 
+// Compressed pulls (issue 66): the promoted standby keeps none of the
+// workers' views; they offer theirs (PullResponse.views_unknown) and get
+// the very changes the dead server would have sent.
+TEST(StandbyTest, UnderBspWithCompressedPullsEachServersDeathCostsNothing) {
+  SurvivesEachServersDeath("consistency: BSP\ncompression { codec: INT8 pulls: true min_numel: 64 }",
+                           2, /*exact=*/true, "standby_int8_pulls");
+}
+
 // SSP applies each push as it comes. With one worker and staleness 0 a
 // pull waits for the push before it, so reruns repeat bit for bit; with
 // a staleness, or two workers, they do not (measured: max |w - w'| 0.13

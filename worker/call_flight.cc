@@ -204,7 +204,7 @@ void CallFlight::Complete(int i) {
     results_[i] = absl::UnavailableError(statuses_[i].error_message());
     return;
   }
-  results_[i] = statuses_[i].ok() ? call.finish(replies_[i], call.link)
+  results_[i] = statuses_[i].ok() ? call.finish(replies_[i], call.link, call.server)
                                     : FromGrpc(statuses_[i]);
 }
 

@@ -39,8 +39,9 @@ struct ClientCall {
   grpc::ByteBuffer request;
   bool encoded = false;
   ShmLink* link = nullptr;  // what `request` was encoded for
-  // Checks and consumes a reply (on the calling thread); `link` as above.
-  std::function<absl::Status(const grpc::ByteBuffer&, const ShmLink* link)> finish;
+  // Checks and consumes a reply of server `server` (on the calling
+  // thread); `link` as above.
+  std::function<absl::Status(const grpc::ByteBuffer&, const ShmLink* link, int server)> finish;
   bool done = false;
 };
 

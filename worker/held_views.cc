@@ -52,4 +52,17 @@ absl::Status HeldViews::Take(int32_t chunk, uint64_t base, uint64_t view, const 
   return absl::OkStatus();
 }
 
+uint64_t HeldViews::Copy(int32_t chunk, std::vector<float>* weights) {
+  Held& h = Of(chunk);
+  absl::MutexLock lock(&h.mu);
+  *weights = h.weights;
+  return h.id;
+}
+
+void HeldViews::Forget(int32_t chunk) {
+  Held& h = Of(chunk);
+  absl::MutexLock lock(&h.mu);
+  h.id = 0;
+}
+
 }  // namespace pstrain

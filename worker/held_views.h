@@ -35,6 +35,11 @@ class HeldViews {
   // view is forgotten either way.
   absl::Status Take(int32_t chunk, uint64_t base, uint64_t view, const char* bytes, int64_t numel,
                     float* dst);
+  // The view held of `chunk`, whole, for a server that does not keep it
+  // (PullResponse.views_unknown): its id (0: none held) and its values.
+  uint64_t Copy(int32_t chunk, std::vector<float>* weights);
+  // Forgets the view held of `chunk`: its next reply is whole.
+  void Forget(int32_t chunk);
 
  private:
   struct Held {

@@ -18,6 +18,7 @@
 #include "common/shm_link.h"
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
+#include "proto/ps.grpc.pb.h"
 #include "proto/ps.pb.h"
 
 namespace pstrain {
@@ -249,9 +250,9 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       };
       state->applied.emplace_back();
       const size_t index = state->applied.size() - 1;
-      call.finish = [this, s, &batch, weights, state, index](const grpc::ByteBuffer& reply,
-                                                             const ShmLink* link) {
-        return TakePullReply(s, batch, reply, link, weights, state, index);
+      call.finish = [this, &batch, weights, state, index](
+                        const grpc::ByteBuffer& reply, const ShmLink* link, int server) {
+        return TakePullReply(server, batch, reply, link, weights, state, index);
       };
       calls->push_back(std::move(call));
     }
@@ -269,6 +270,7 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
   PulledViews views;
   RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index], &views));
   const bool compressed = PullsCompressed();
+  if (compressed && !views.unknown.empty()) return OfferViews(s, batch, views.unknown);
   if (refs.size() != batch.size() ||
       (compressed && (views.views.size() != batch.size() || views.bases.size() != batch.size()))) {
     return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
@@ -320,6 +322,44 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status PsClient::OfferViews(int s, const std::vector<int32_t>& batch,
+                                  const std::vector<uint64_t>& unknown) {
+  OfferViewsRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_generation(options_.generation);
+  for (uint64_t chunk : unknown) {
+    if (chunk > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) ||
+        std::find(batch.begin(), batch.end(), static_cast<int32_t>(chunk)) == batch.end()) {
+      return absl::DataLossError(absl::StrCat("pull from server ", s, ": the view of chunk ", chunk,
+                                              ", not asked for, is unknown there"));
+    }
+    std::vector<float> weights;
+    const uint64_t id = options_.held_views->Copy(static_cast<int32_t>(chunk), &weights);
+    if (id == 0) continue;  // forgotten meanwhile: pulled whole
+    HeldView* view = req.add_views();
+    view->set_chunk(static_cast<int32_t>(chunk));
+    view->set_id(id);
+    view->mutable_weights()->Add(weights.begin(), weights.end());
+  }
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(MakeBulkChannel(addresses_[s]));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  OfferViewsResponse resp;
+  ++rpcs_;
+  const grpc::Status st = stub->OfferViews(&ctx, req, &resp);
+  if (!st.ok()) {
+    // Whole values next time: the change is then not the one the other
+    // server would have sent, but the pull goes on.
+    for (uint64_t chunk : unknown) options_.held_views->Forget(static_cast<int32_t>(chunk));
+    return absl::UnavailableError(absl::StrCat("pull from server ", s, ": it took none of ",
+                                               req.views_size(), " views (", st.error_message(),
+                                               "); pulling those chunks whole"));
+  }
+  return absl::UnavailableError(absl::StrCat("pull from server ", s, ": ", req.views_size(),
+                                             " views it did not keep given to it; pulling again"));
 }
 
 void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied) {
@@ -417,7 +457,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
         if (link != nullptr) WriteToShm(h.dtype, chunks, *link);
         return EncodePush(h, chunks);
       };
-      call.finish = [this, call_bytes](const grpc::ByteBuffer&, const ShmLink* link) {
+      call.finish = [this, call_bytes](const grpc::ByteBuffer&, const ShmLink* link, int) {
         if (link != nullptr) shm_bytes_ += call_bytes;
         return absl::OkStatus();
       };

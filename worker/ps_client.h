@@ -221,6 +221,14 @@ class PsClient {
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     const std::vector<int>* params, PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, std::vector<int64_t>* applied);
+  // A compressed pull's reply from server `s` for `batch` named the views
+  // of chunks `unknown` as not kept there (a standby that took the chunks
+  // over): gives it them whole (OfferViews), so that the change the retry
+  // gets is the one the other server would have sent; UNAVAILABLE either
+  // way (the call is retried), a refused view forgotten (then pulled
+  // whole).
+  absl::Status OfferViews(int s, const std::vector<int32_t>& batch,
+                          const std::vector<uint64_t>& unknown);
   // Checks a pull reply from server `s` for `batch` and copies its payloads
   // (from the message, or from `link`'s pull region) into *weights; the
   // call's applied iterations go to state->applied[index].
