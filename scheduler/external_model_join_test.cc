@@ -3,6 +3,7 @@
 // no threads, no files.
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "common/job_spec.h"
@@ -172,6 +173,53 @@ TEST_F(ExternalModelJoinTest, AWorkerThatFailsBeforeDeclaringGivesItsPlaceBack) 
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(taken->id(), joined->id());
   EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+}
+
+// ...but when nobody takes it within the replacement timeout the job,
+// which can never start, ends ABORTED saying why (a launcher that started
+// every worker it will start would otherwise wait for good).
+TEST_F(ExternalModelJoinTest, APlaceLeftBeforeTheStartAndNotTakenEndsTheJob) {
+  for (const char* server : {"s0", "s1"}) ASSERT_TRUE(Join(SERVER, server).ok());
+  RegisterRequest first = Worker("w0", 7);
+  Declare(&first, 40);
+  ASSERT_TRUE(coordinator_->Register(first, now_).ok());
+  RegisterRequest early = Worker("w1", 8);
+  early.set_declare_later(true);
+  absl::StatusOr<RegisterResponse> joined = coordinator_->Register(early, now_);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  HeartbeatRequest failed;
+  failed.set_incarnation(8);
+  failed.mutable_status()->set_role(WORKER);
+  failed.mutable_status()->set_id(joined->id());
+  failed.mutable_status()->set_state(FAILED);
+  failed.mutable_status()->set_message("UnsupportedDtype: parameter 'fc.weight' is torch.bfloat16");
+  ASSERT_TRUE(coordinator_->Heartbeat(failed, now_).ok());
+  const absl::Time left = now_;
+  auto beat_the_others = [&] {
+    for (auto [role, id, incarnation] :
+         {std::tuple<Role, int, uint64_t>{SERVER, 0, 1}, {SERVER, 1, 1}, {WORKER, 0, 7}}) {
+      HeartbeatRequest beat;
+      beat.set_incarnation(incarnation);
+      beat.mutable_status()->set_role(role);
+      beat.mutable_status()->set_id(id);
+      beat.mutable_status()->set_state(RUNNING);
+      ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
+    }
+  };
+  const absl::Duration timeout = SchedulerPolicy().replacement_timeout;
+  for (now_ = left; now_ <= left + timeout; now_ += absl::Seconds(2)) {
+    beat_the_others();
+    coordinator_->Tick(now_);
+    ASSERT_EQ(coordinator_->state(), WAITING) << "at " << (now_ - left);
+  }
+  now_ = left + timeout + absl::Seconds(1);
+  beat_the_others();
+  coordinator_->Tick(now_);
+  std::string message;
+  EXPECT_EQ(coordinator_->state(&message), ABORTED);
+  EXPECT_NE(message.find("could not start: worker 1 left before it"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("UnsupportedDtype"), std::string::npos) << message;
 }
 
 TEST_F(ExternalModelJoinTest, ABuiltInModelsJobRefusesAJoinThatDeclaresLater) {

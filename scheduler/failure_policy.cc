@@ -203,8 +203,9 @@ bool FailurePolicy::MaybeRevive(MemberRecord& m, JobState job, absl::Time now) {
 Decision FailurePolicy::CheckTimeouts(JobState job, const PipelineRestarts& pipelines,
                                       const std::function<bool(int)>& at_gate,
                                       absl::Time now) const {
-  if (job != RUNNING_JOB) return Decision{};
   const std::string within = absl::FormatDuration(policy_.replacement_timeout);
+  if (job == WAITING) return UnfilledBeforeTheStart(within, now);
+  if (job != RUNNING_JOB) return Decision{};
   Decision out;
   members_->ForEach([&](const MemberRecord& m) {
     if (out.kind != Decision::kNone || m.state != DEAD || !KeepsPlace(m.role)) return;
@@ -223,6 +224,19 @@ Decision FailurePolicy::CheckTimeouts(JobState job, const PipelineRestarts& pipe
                              absl::StrJoin(pipelines.Pending(*r, *members_, at_gate), ", ")));
   }
   return Decision{};
+}
+
+Decision FailurePolicy::UnfilledBeforeTheStart(const std::string& within, absl::Time now) const {
+  Decision out;
+  members_->ForEach([&](const MemberRecord& m) {
+    if (out.kind != Decision::kNone || m.role != WORKER || m.state != DEAD) return;
+    const absl::Time left = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
+    if (now - left <= policy_.replacement_timeout) return;
+    out = Make(Decision::kAbort,
+               absl::StrCat("the job could not start: worker ", m.id, " left before it (",
+                            m.status.message(), ") and no worker took its place within ", within));
+  });
+  return out;
 }
 
 void FailurePolicy::LeaveOut(int worker) {

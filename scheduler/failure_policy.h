@@ -108,8 +108,11 @@ class FailurePolicy {
   // `m` was heard from: a DEAD member whose place is kept rejoins. True
   // when it did (held calls may go on).
   bool MaybeRevive(MemberRecord& m, JobState job, absl::Time now);
-  // A kept place not filled in time, or a replica that did not restart in
-  // time (`at_gate`: whether a worker is held at the gate): kAbort.
+  // A kept place not filled in time, a replica that did not restart in
+  // time (`at_gate`: whether a worker is held at the gate), or before the
+  // start (WAITING) a worker's place left (it failed before declaring its
+  // model) and not taken again within the replacement timeout: the job can
+  // never start. kAbort, saying which.
   Decision CheckTimeouts(JobState job, const PipelineRestarts& pipelines,
                          const std::function<bool(int worker)>& at_gate, absl::Time now) const;
   // Leaves `worker` out of the gate for good (the servers hear of it in
@@ -140,6 +143,8 @@ class FailurePolicy {
   // A server lost while the job runs: its standbys promoted (kGoOn), or a
   // rollback, or kAbort without a message.
   Decision ServerLost(const MemberRecord& m, const std::string& why);
+  // CheckTimeouts' answer before the start (`within`: the timeout, written).
+  Decision UnfilledBeforeTheStart(const std::string& within, absl::Time now) const;
 
   const SchedulerPolicy policy_;
   const bool checkpoints_;

@@ -81,8 +81,14 @@ JobState JobCoordinator::state(std::string* message) const {
 
 bool JobCoordinator::MembersEnded(absl::Time now, absl::Duration grace) const {
   if (!Ended()) return false;
-  if (now - ended_at_ > grace) return true;
-  auto ended = [](const MemberRecord& m) { return Gone(m.state); };
+  // Past the grace a member that is still heard from (it lingers, or has
+  // not heard of the end) no longer holds the end back; one that went
+  // silent does until it is declared dead (Tick), so that the final status
+  // says so.
+  const absl::Time grace_end = ended_at_ + grace;
+  auto ended = [&](const MemberRecord& m) {
+    return Gone(m.state) || (now > grace_end && m.last_seen > grace_end);
+  };
   return members_.All(SERVER, ended) && members_.All(WORKER, ended);
 }
 
@@ -230,10 +236,14 @@ void JobCoordinator::Paused(absl::Duration gap, absl::Time now) {
 }
 
 void JobCoordinator::Tick(absl::Time now) {
-  if (Ended()) return;
   members_.ForEach([&](MemberRecord& m) {
-    if (failures_.Silent(m, now)) Enact(failures_.DeclareDead(m, phase_.state, now), now);
+    if (!failures_.Silent(m, now)) return;
+    const Decision d = failures_.DeclareDead(m, phase_.state, now);
+    // After the end a death changes nothing but what the final status
+    // says of that member.
+    if (!Ended()) Enact(d, now);
   });
+  if (Ended()) return;
   Enact(failures_.CheckTimeouts(phase_.state, pipelines_, AtGate(), now), now);
 }
 

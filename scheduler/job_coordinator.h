@@ -92,8 +92,10 @@ class JobCoordinator {
   // A server's BSP norm: the round's total now, or *parked and later.
   absl::Status ReduceNorm(const ReduceNormRequest& req, Ticket ticket, absl::Time now,
                           double* sum_squares, bool* parked);
-  // Declares dead the members silent past the heartbeat timeout and ends
-  // the job when a kept place was not filled in time.
+  // Declares dead the members silent past the heartbeat timeout (after
+  // the job's end too, for its final status) and ends the job when a kept
+  // place was not filled in time, or a worker's place left before the
+  // start was not taken again in time.
   void Tick(absl::Time now);
   // This process did not run for `gap` (stopped, swapped out; its liveness
   // loop saw the gap): the members were not silent, the scheduler was deaf,
@@ -138,9 +140,11 @@ class JobCoordinator {
 
   JobState state(std::string* message = nullptr) const;
   // True once the job ended and every member has told its last state --
-  // FINISHED or FAILED, in its final report -- or was declared DEAD (or
-  // `grace` passed since the end): what the final status shows is then
-  // each member's real end.
+  // FINISHED or FAILED, in its final report -- or was declared DEAD, or
+  // (`grace` passed since the end) is still heard from: what the final
+  // status shows is then each member's real end. A member that went
+  // silent holds it until it is declared dead (Tick goes on declaring
+  // silent members dead after the end), at most a heartbeat timeout.
   bool MembersEnded(absl::Time now, absl::Duration grace) const;
   // The cluster's status (the scheduler's own entry without its resident
   // memory, which the service adds).

@@ -412,15 +412,34 @@ TEST_F(JobCoordinatorTest, TheJobIsDoneWhenEveryLiveWorkerFinished) {
   EXPECT_EQ(st.members(1).state(), FAILED);
 }
 
-// A member that never reports its end holds the final status for the
-// grace at most.
-TEST_F(JobCoordinatorTest, TheEndWaitsForLastStatesWithinTheGrace) {
+// A member that never reports its end but is still heard from holds the
+// final status for the grace at most; one that went silent (killed as the
+// job reached its end) holds it until it is declared dead, and the final
+// status says so.
+TEST_F(JobCoordinatorTest, TheEndWaitsForLastStatesWithinTheGraceAndDeclaresTheSilentDead) {
   Start(TwoByTwo(), {});
   JoinAll();
+  const absl::Time end = now_;
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(Beat(WORKER, w, FINISHED).ok());
   ASSERT_EQ(coordinator_->state(), DONE);
-  EXPECT_FALSE(coordinator_->MembersEnded(now_ + absl::Seconds(4), absl::Seconds(5)));
-  EXPECT_TRUE(coordinator_->MembersEnded(now_ + absl::Seconds(6), absl::Seconds(5)));
+  now_ = end + absl::Seconds(3);
+  ASSERT_TRUE(Beat(SERVER, 0).ok());  // server 1 is silent from the end on
+  coordinator_->Tick(now_);
+  EXPECT_FALSE(coordinator_->MembersEnded(now_, absl::Seconds(2)));
+  now_ = end + absl::Seconds(4);
+  ASSERT_TRUE(Beat(SERVER, 0).ok());  // lingers: heard after the grace
+  coordinator_->Tick(now_);
+  EXPECT_FALSE(coordinator_->MembersEnded(now_, absl::Seconds(2)))
+      << "server 1 is silent, not yet declared dead";
+  now_ = end + absl::Seconds(5) + absl::Milliseconds(100);  // past the 5 s timeout
+  ASSERT_TRUE(Beat(SERVER, 0).ok());
+  coordinator_->Tick(now_);
+  EXPECT_TRUE(coordinator_->MembersEnded(now_, absl::Seconds(2)));
+  EXPECT_EQ(coordinator_->state(), DONE);
+  const ClusterStatus st = coordinator_->Status(now_);
+  EXPECT_EQ(st.members(0).state(), RUNNING);
+  EXPECT_EQ(st.members(1).state(), DEAD);
+  EXPECT_EQ(st.members(1).declared_dead_unix_ms(), absl::ToUnixMillis(now_));
 }
 
 TEST_F(JobCoordinatorTest, TheGateTracesClocksAndStartsInOrder) {
