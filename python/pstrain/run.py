@@ -20,7 +20,8 @@ signal's number (130, 143, 129), as a shell and torchrun report it. On
 Linux every child is also sent SIGKILL if the launcher dies
 (PR_SET_PDEATHSIG).
 
-Exit codes besides the processes' own: 124 for a daemon still running
+Exit codes besides the processes' own: 2 for bad arguments (a script that
+does not exist: nothing is started), 124 for a daemon still running
 _END_SLACK_S past the scheduler's end grace after the last worker ended
 (it is stopped).
 
@@ -103,7 +104,7 @@ def daemon_env():
 
 def parse_args(argv):
     """The launcher's arguments; exits 2 (argparse's usage error) for bad
-    ones."""
+    ones, a script that does not exist included, before anything starts."""
     p = argparse.ArgumentParser(prog="python3 -m pstrain.run",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--job", required=True, help="the job spec (a .pbtxt; model EXTERNAL)")
@@ -119,6 +120,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.servers < 1 or args.workers < 1:
         p.error("--servers and --workers must be >= 1")
+    if not os.path.exists(args.script):
+        p.error("the script %s does not exist" % args.script)
     return args
 
 

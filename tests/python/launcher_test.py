@@ -13,6 +13,7 @@ worker processes, 9 processes under the launcher -- is stopped:
 
 And it ends fast, with the right code:
 
+- a script that does not exist: exit 2 within seconds, nothing started;
 - scripts that all fail before the job can start: their exit code within
   the launcher's bounded wait for the daemons (seconds, not minutes);
 - a short job: exit 0, DONE, the launcher out within seconds of its workers.
@@ -266,6 +267,19 @@ class LauncherTest(unittest.TestCase):
                              % (len(left), len(processes)))
             print("SIGKILL: the launcher's 5 children gone after %.1f s, all %d processes after "
                   "%.1f s" % (children_gone, len(processes), time.monotonic() - killed))
+
+    def test_a_missing_script_is_exit_2_before_anything_starts(self):
+        missing = pathlib.Path(tempfile.mkdtemp(prefix="launcher-missing-"), "no_such_script.py")
+        with Launch("missing", "--job=%s" % TINY_JOB, "--servers=2", "--workers=2",
+                    str(missing)) as launch:
+            code = launch.wait(20)
+            seconds = time.monotonic() - launch.started
+            self.assertEqual(code, 2, "the launcher's exit code (None: still running after 20 s)")
+            self.assertLess(seconds, 10)
+            self.assertFalse((launch.logs / "scheduler.log").exists(), "a scheduler was started")
+            self.assertEqual(still_running(launch.seen), {})
+            print("missing script: exit %d in %.1f s, %d processes started"
+                  % (code, seconds, len(launch.seen)))
 
     def test_scripts_that_fail_before_the_job_starts_end_the_launch_in_seconds(self):
         script = pathlib.Path(tempfile.mkdtemp(prefix="launcher-script-"), "fails.py")
