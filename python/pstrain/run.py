@@ -21,7 +21,8 @@ Linux every child is also sent SIGKILL if the launcher dies
 (PR_SET_PDEATHSIG).
 
 Exit codes besides the processes' own: 2 for bad arguments (a script that
-does not exist: nothing is started), 124 for a daemon still running
+does not exist: nothing is started), the scheduler's code when it exits
+before it listens (2 for a job it refuses), 124 for a daemon still running
 _END_SLACK_S past the scheduler's end grace after the last worker ended
 (it is stopped).
 
@@ -55,11 +56,21 @@ _END_SLACK_S = 10
 # ps_scheduler's defaults for those two flags.
 _SCHEDULER_END_MS = {"end_grace_ms": 5000, "linger_ms": 0}
 _POLL_S = 0.05
+_LOG_TAIL_LINES = 20
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class LaunchError(RuntimeError):
-    """The cluster could not be started (a daemon missing or failing)."""
+    """The cluster could not be started: a daemon missing, or the
+    scheduler exited (or hung) before it listened.
+
+    Attributes:
+      code: the launcher's exit code (the scheduler's own when it exited).
+    """
+
+    def __init__(self, message, code=1):
+        super().__init__(message)
+        self.code = code
 
 
 class Interrupted(Exception):
@@ -245,23 +256,34 @@ def _stop_signals(cluster):
             signal.signal(signum, handler)
 
 
+def _log_tail(path):
+    """The last _LOG_TAIL_LINES lines of the log at `path`."""
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-_LOG_TAIL_LINES:]).rstrip()
+
+
 def _scheduler_address(cluster, port_file):
     """The address the scheduler writes to `port_file` once it listens.
 
     Raises:
-      LaunchError: it exited first, or wrote none in _START_TIMEOUT_S.
+      LaunchError: it exited first (its exit code and its log's last
+        lines: 2 for a job it refuses), or wrote none in _START_TIMEOUT_S.
       Interrupted: a stop signal came.
     """
+    scheduler = cluster.processes["scheduler"]
+    log = cluster.logs / "scheduler.log"
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
         cluster.check_signal()
         if port_file.exists() and port_file.read_text().endswith("\n"):
             return port_file.read_text().strip()
-        if cluster.processes["scheduler"].poll() is not None:
-            break
+        if scheduler.poll() is not None:
+            code = _exit_code(scheduler.returncode)
+            raise LaunchError("pstrain.run: the scheduler exited (code %d) before it listened; "
+                              "the end of %s:\n%s" % (code, log, _log_tail(log)), code)
         time.sleep(_POLL_S)
-    raise LaunchError("pstrain.run: the scheduler did not start; see %s"
-                      % (cluster.logs / "scheduler.log"))
+    raise LaunchError("pstrain.run: the scheduler wrote no address to %s in %d s; see %s"
+                      % (port_file, _START_TIMEOUT_S, log))
 
 
 def _start_daemons(cluster, args):
@@ -309,7 +331,7 @@ def launch(args):
       signal N. Every process of the launch has ended by then.
 
     Raises:
-      LaunchError: the cluster could not be started.
+      LaunchError: the cluster could not be started (its `code`).
     """
     logs = pathlib.Path(args.logs or tempfile.mkdtemp(prefix="pstrain-run-"))
     logs.mkdir(parents=True, exist_ok=True)
@@ -342,10 +364,15 @@ def launch(args):
 
 
 def main(argv=None):
+    """Runs `python -m pstrain.run`: exits with launch()'s code, or with a
+    LaunchError's (its message on stderr)."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        sys.exit(launch(parse_args(sys.argv[1:] if argv is None else argv)))
+        code = launch(args)
     except LaunchError as e:
-        sys.exit(str(e))
+        print(e, file=sys.stderr)
+        code = e.code
+    sys.exit(code)
 
 
 if __name__ == "__main__":

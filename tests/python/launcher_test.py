@@ -14,6 +14,8 @@ worker processes, 9 processes under the launcher -- is stopped:
 And it ends fast, with the right code:
 
 - a script that does not exist: exit 2 within seconds, nothing started;
+- a job file the scheduler refuses: the scheduler's exit code (2), within
+  seconds, nothing left running;
 - scripts that all fail before the job can start: their exit code within
   the launcher's bounded wait for the daemons (seconds, not minutes);
 - a short job: exit 0, DONE, the launcher out within seconds of its workers.
@@ -280,6 +282,18 @@ class LauncherTest(unittest.TestCase):
             self.assertEqual(still_running(launch.seen), {})
             print("missing script: exit %d in %.1f s, %d processes started"
                   % (code, seconds, len(launch.seen)))
+
+    def test_a_job_the_scheduler_refuses_is_its_exit_code(self):
+        job = pathlib.Path(tempfile.mkdtemp(prefix="launcher-job-"), "bad.pbtxt")
+        job.write_text('name: "bad"\nmodel { kind: NO_SUCH_KIND }\nclocks: 10\n')
+        with Launch("bad_job", "--job=%s" % job, "--servers=2", "--workers=2",
+                    str(TINY_WORKER)) as launch:
+            code = launch.wait(30)
+            seconds = time.monotonic() - launch.started
+            self.assertEqual(code, 2, "the scheduler's bad-input code (None: still running)")
+            self.assertLess(seconds, 10)
+            self.assertEqual(still_running(launch.seen), {})
+            print("bad job: exit %d in %.1f s" % (code, seconds))
 
     def test_scripts_that_fail_before_the_job_starts_end_the_launch_in_seconds(self):
         script = pathlib.Path(tempfile.mkdtemp(prefix="launcher-script-"), "fails.py")
