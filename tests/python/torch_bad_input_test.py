@@ -41,7 +41,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import local_cluster  # noqa: E402
-from local_cluster import binary  # noqa: E402
+from local_cluster import binary, runfile  # noqa: E402
 
 os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
 
@@ -57,6 +57,9 @@ SHORT_JOB = ["--clocks=20"]
 def run_tiny_alone(*args, timeout=EXIT_TIMEOUT_S):
     """Runs tiny_worker.py with `args` and no cluster: (exit code, its
     result dict or None, wall seconds). TimeoutExpired fails the test."""
+    # pstrain from the runfiles (or the repository), as the cluster's workers.
+    path = [str(runfile("python"))] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    env = dict(os.environ, PYTHONPATH=":".join(path))
     with tempfile.TemporaryDirectory(prefix="pstrain-bad-input-") as d:
         result = os.path.join(d, "result.json")
         log = os.path.join(d, "log")
@@ -65,7 +68,7 @@ def run_tiny_alone(*args, timeout=EXIT_TIMEOUT_S):
             process = subprocess.Popen([sys.executable, str(TINY_WORKER),
                                         "--result_json=" + result] + list(args),
                                        stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL)
+                                       stdin=subprocess.DEVNULL, env=env)
             try:
                 code = process.wait(timeout)
             except subprocess.TimeoutExpired:
