@@ -146,12 +146,12 @@ def _die_with_launcher():
     (Linux's PR_SET_PDEATHSIG, through ctypes); None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl = ctypes.CDLL(None).prctl
     launcher = os.getpid()
 
     def setup():  # in the child, between fork and exec
         prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL))
-        if os.getppid() != launcher:  # it died before the prctl
+        if os.getppid() != launcher:  # the launcher died before the prctl
             os.kill(os.getpid(), signal.SIGKILL)
 
     return setup
@@ -188,13 +188,16 @@ class _Cluster:
           Interrupted: a stop signal came before it was started.
         """
         self.check_signal()
-        with contextlib.ExitStack() as stack:
-            out = stack.enter_context(open(self.logs / (name + ".log"), "wb")) if log else None
+        out = open(self.logs / (name + ".log"), "wb") if log else None
+        try:
             self.processes[name] = subprocess.Popen(
                 [str(a) for a in argv], env=env, stdout=out,
                 stderr=subprocess.STDOUT if log else None,
                 stdin=subprocess.DEVNULL if log else None,
                 start_new_session=True, preexec_fn=self._setup)
+        finally:
+            if out is not None:
+                out.close()  # (the child has its own copy)
         return self.processes[name]
 
     def check_signal(self):
