@@ -102,6 +102,9 @@ def parse_args():
     p.add_argument("--buffers", default="broadcast", help="pst.Optimizer(buffers=...)")
     p.add_argument("--no_backward", action="store_true",
                    help="call opt.step() without loss.backward()")
+    p.add_argument("--second_optimizer", action="store_true",
+                   help="make a second pst.Optimizer(model) after the first, and train with "
+                        "the first")
     p.add_argument("--sleep_ms", type=float, default=0, help="sleep this long each step")
     p.add_argument("--raise_at_clock", type=int, default=-1,
                    help="raise RuntimeError at this step")
@@ -139,6 +142,8 @@ def train(args, result):
     if args.model == "double":
         model = model.double()
     opt = pst.Optimizer(model, buffers=args.buffers)
+    if args.second_optimizer:
+        pst.Optimizer(model, buffers=args.buffers)  # (the loop steps the first)
     if args.load_from:
         saved = torch.load(args.load_from)
         model.load_state_dict(saved["model"])

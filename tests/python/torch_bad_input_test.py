@@ -12,6 +12,8 @@ cause -- never a hang, never the interpreter's exit or crash:
   nothing registered;
 - step() without backward: NoGradients; the job (one worker) is ABORTED with
   that worker FAILED and every daemon exits;
+- a second pst.Optimizer in a worker: RuntimeError at its construction,
+  before the model is declared (the job goes on waiting);
 - a flag out of range, unknown, or unparsable: InvalidArgument (a
   ValueError) from pst.init.
 
@@ -39,7 +41,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import local_cluster  # noqa: E402
-from local_cluster import binary  # noqa: E402
+from local_cluster import binary, runfile  # noqa: E402
 
 os.environ["PSTRAIN_LIB"] = str(binary("worker/external/libpstrain_torch.so"))
 
@@ -55,6 +57,9 @@ SHORT_JOB = ["--clocks=20"]
 def run_tiny_alone(*args, timeout=EXIT_TIMEOUT_S):
     """Runs tiny_worker.py with `args` and no cluster: (exit code, its
     result dict or None, wall seconds). TimeoutExpired fails the test."""
+    # pstrain from the runfiles (or the repository), as the cluster's workers.
+    path = [str(runfile("python"))] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    env = dict(os.environ, PYTHONPATH=":".join(path))
     with tempfile.TemporaryDirectory(prefix="pstrain-bad-input-") as d:
         result = os.path.join(d, "result.json")
         log = os.path.join(d, "log")
@@ -63,7 +68,7 @@ def run_tiny_alone(*args, timeout=EXIT_TIMEOUT_S):
             process = subprocess.Popen([sys.executable, str(TINY_WORKER),
                                         "--result_json=" + result] + list(args),
                                        stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL)
+                                       stdin=subprocess.DEVNULL, env=env)
             try:
                 code = process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -223,7 +228,28 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(final["job_state"], "ABORTED")
             self.assertEqual(member(final, "WORKER", 0)["state"], "FAILED")
 
-    # (f) Bad flags.
+    # (f) A second Optimizer.
+    def test_a_second_optimizer_is_runtime_error_before_registration(self):
+        with Cluster(TINY_JOB, servers=1, workers=1, name="two_optimizers",
+                     scheduler_flags=SHORT_JOB + ["--num_servers=1", "--num_workers=1"]) as cluster:
+            cluster.wait_status(lambda st: len(members(st, "SERVER")) == 1, 60)
+            cluster.start_tiny("worker0", "--second_optimizer")
+            code = cluster.wait(["worker0"], EXIT_TIMEOUT_S)["worker0"]
+            self.assertFailedWithExitOne(code, cluster, "worker0")
+            result = cluster.result("worker0")
+            self.assertRaisedIn(result, "RuntimeError")
+            self.assertEqual(result["steps"], 0, result)
+            # Raised at the second pst.Optimizer, before the model was
+            # declared: the worker left (DEAD, its place free), the job
+            # was never started and goes on waiting.
+            status = cluster.status()
+            self.assertIsNotNone(status)
+            self.assertEqual(status["job_state"], "WAITING")
+            self.assertEqual([m["state"] for m in members(status, "WORKER")], ["DEAD"])
+            print("second Optimizer: %s after %.2f s, the job WAITING"
+                  % (result["exception"], result["seconds"]))
+
+    # (g) Bad flags.
     def test_bad_flags_are_invalid_argument_not_an_exit(self):
         scheduler = "--scheduler=127.0.0.1:%d" % closed_port()
         for flags in ({"heartbeat_interval_ms": -5},   # out of range

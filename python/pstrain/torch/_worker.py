@@ -2,11 +2,12 @@
 job, its model's declaration, its rank, its end (finish, or the exit
 hooks' report).
 
-One worker a process. init() joins the job (the worker's id and the job
-from then on); the first batches() declares the model. The state here is
-the process's: the handle from init() to finish() (or exit), the job, the
-latest Optimizer made (which the declaration declares), and the rank and
-world size, which outlive finish().
+One worker a process, and one Optimizer a worker: a worker trains one
+model. init() joins the job (the worker's id and the job from then on);
+the first batches() declares the model of the worker's Optimizer. The
+state here is the process's: the handle from init() to finish() (or
+exit), the job, the Optimizer, and the rank and world size, which outlive
+finish().
 """
 
 import atexit
@@ -30,14 +31,13 @@ class _Worker:
         self.job = _capi.job_info(handle)   # _capi.JobInfo: again once declared
         self.spec = _capi.job_spec(handle)  # the JobSpec as a dict
         self.declared = False  # the first batches() declared the model
-        self.optimizer = None  # the Optimizer registered with the job
+        self.optimizer = None  # its one Optimizer, from when it was made
         self.done = False      # every clock done; the final weights loaded
         self.failure = None    # the uncaught exception's text, for the report
 
 
 _current = None  # the _Worker from init() to finish() or exit
 _place = None  # (rank, world size) from init() until the process ends
-_optimizer = None  # the latest Optimizer made: the one the first batches() registers
 
 
 def init(scheduler=None, **flags):
@@ -155,29 +155,27 @@ def registered(what):
     return worker
 
 
-def has_registered():
-    """Whether a worker runs and has declared its model."""
-    return _current is not None and _current.declared
-
-
-def offer_optimizer(optimizer):
-    """Makes `optimizer` the one the first batches() registers (the latest
-    made wins)."""
-    global _optimizer
-    _optimizer = optimizer
+def check_no_optimizer(worker):
+    """Raises RuntimeError if `worker` has an Optimizer already: a worker
+    trains one model with one Optimizer."""
+    if worker.optimizer is not None:
+        raise RuntimeError("pstrain.torch.Optimizer: this worker has one already (a worker "
+                           "trains one model with one Optimizer, whose parameters are the job's "
+                           "model)")
 
 
 def register(worker, train_size):
-    """Declares the latest Optimizer's parameters and the training set's size
-    `train_size` to the job, reads the job and starts the clock loop (this
-    worker's values are the servers' initial values if it is worker 0).
+    """Declares the parameters of the worker's Optimizer and the training
+    set's size `train_size` to the job, reads the job and starts the clock
+    loop (this worker's values are the servers' initial values if it is
+    worker 0).
 
     Raises:
       RuntimeError: no Optimizer was made.
       ModelMismatch: the job's model differs (the message names the parameter).
       PstrainError: the scheduler refused or could not be reached (its subclass).
     """
-    optimizer = _optimizer
+    optimizer = worker.optimizer
     if optimizer is None:
         raise RuntimeError("pstrain.torch.batches(): make a pstrain.torch.Optimizer(model) "
                            "first")
@@ -205,7 +203,7 @@ def register(worker, train_size):
     _capi.call("pst_start", worker.handle,
                (ctypes.c_void_p * n)(*[t.data_ptr() for t in initial]))
     worker.job, worker.spec = job, _capi.job_spec(worker.handle)
-    worker.declared, worker.optimizer = True, optimizer
+    worker.declared = True
 
 
 def finish(accuracy=None):

@@ -75,8 +75,8 @@ class Optimizer(torch.optim.Optimizer):
       ValueError: no trainable parameter, two SparseEmbeddingBag modules
         name the same table, or an unknown `buffers` rule.
       UnsupportedDtype: also for a buffer that is not a real number.
-      RuntimeError: before pstrain.torch.init(), or the worker declared a
-        model already.
+      RuntimeError: before pstrain.torch.init(), or this worker has an
+        Optimizer already (a worker trains one model with one Optimizer).
     """
 
     def __init__(self, model, backward_passes_per_step=1, buffers="broadcast"):
@@ -84,9 +84,7 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("pstrain.torch.Optimizer takes a torch.nn.Module, not %s"
                             % type(model).__name__)
         worker = _worker.initialized("Optimizer")
-        if _worker.has_registered():
-            raise RuntimeError("pstrain.torch.Optimizer: the model was declared already "
-                               "(at the first batches()); make the Optimizer before it")
+        _worker.check_no_optimizer(worker)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         for name, p in named:
             if p.dtype != torch.float32:
@@ -127,7 +125,7 @@ class Optimizer(torch.optim.Optimizer):
         if len(set(names)) != len(names):
             raise ValueError("pstrain.torch.Optimizer: two SparseEmbeddingBag modules name the "
                              "same table (%s); share one module instead" % ", ".join(names))
-        _worker.offer_optimizer(self)
+        worker.optimizer = self
 
     def add_param_group(self, param_group):
         """torch.optim's; pstrain trains one group (the model's trainable
