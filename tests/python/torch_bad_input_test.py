@@ -9,7 +9,8 @@ cause -- never a hang, never the interpreter's exit or crash:
   ModelMismatch naming that parameter; the job keeps waiting for a worker
   that matches and, given one, finishes;
 - a float64 parameter: UnsupportedDtype (a TypeError) at pst.Optimizer, and
-  nothing registered;
+  nothing registered; when no worker takes the failed one's place within
+  the replacement timeout, the job ends ABORTED saying why;
 - step() without backward: NoGradients; the job (one worker) is ABORTED with
   that worker FAILED and every daemon exits;
 - a second pst.Optimizer in a worker: RuntimeError at its construction,
@@ -211,6 +212,37 @@ class BadInputTest(unittest.TestCase):
             self.assertIsNotNone(status)
             self.assertEqual(status["job_state"], "WAITING")
             self.assertEqual([m["state"] for m in members(status, "WORKER")], ["DEAD"])
+
+    # (d') ...and when the job then waits for a worker nobody starts.
+    def test_a_worker_that_failed_before_the_start_ends_the_job_within_the_timeout(self):
+        """Worker 1 fails before it declares its model (UnsupportedDtype):
+        its place is free, and when no worker takes it within the
+        replacement timeout the job, which can never start, ends ABORTED
+        saying why; worker 0, which waited for the start, gets JobAborted
+        and every daemon exits (a launcher that started every worker it
+        will start would otherwise wait for good)."""
+        timeout_s = 3
+        with Cluster(TINY_JOB, servers=1, workers=2, name="left_before_start",
+                     scheduler_flags=SHORT_JOB + ["--num_servers=1",
+                                                  "--replacement_timeout_ms=%d" % (timeout_s * 1000)]
+                     ) as cluster:
+            cluster.start_tiny("worker0")
+            cluster.wait_status(lambda st: len(members(st, "WORKER")) == 1, 60)
+            cluster.start_tiny("double", "--model=double")
+            self.assertFailedWithExitOne(cluster.wait(["double"], EXIT_TIMEOUT_S)["double"],
+                                         cluster, "double")
+            left = time.monotonic()
+            codes = cluster.wait(["scheduler", "server0", "worker0"], EXIT_TIMEOUT_S)
+            took = time.monotonic() - left
+            self.assertEqual(codes, {"scheduler": 1, "server0": 1, "worker0": 1})
+            final = cluster.final_status()
+            self.assertEqual(final["job_state"], "ABORTED")
+            self.assertIn("could not start: worker 1 left before it", final.get("message", ""))
+            self.assertIn("UnsupportedDtype", final.get("message", ""))
+            self.assertRaisedIn(cluster.result("worker0"), "JobAborted", "PstrainError")
+            self.assertLess(took, timeout_s + 10)
+            print("a worker that failed before the start: the job ABORTED %.1f s later "
+                  "(replacement timeout %d s)" % (took, timeout_s))
 
     # (e) step() with no gradients.
     def test_step_without_backward_is_no_gradients_and_nobody_hangs(self):
