@@ -1,5 +1,7 @@
 #include "scheduler/promotions.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -29,6 +31,7 @@ void Promotions::Registered(int server, const std::string& address) {
 
 void Promotions::Reported(int server, const MemberStatus& status) {
   if (server < 0 || server >= num_servers_) return;
+  TakenUp(server, status.routes_version());
   ServerRoutes* r = state_.mutable_routes();
   // Ready only for the routes it has seen: a copy demoted since is stale.
   if (status.routes_version() != r->version() || r->addresses(server).empty()) return;
@@ -59,9 +62,9 @@ bool Promotions::Promote(int dead, std::string* why) {
   }
   r->set_addresses(dead, "");
   r->set_ready(dead, false);
+  DropPromotionsOnto(dead);
   if (possible) {
     for (size_t i = 0; i < homes.size(); ++i) r->set_serving(homes[i], to[i]);
-    if (!homes.empty()) state_.set_promotions(state_.promotions() + 1);
     std::vector<std::string> moves;
     for (size_t i = 0; i < homes.size(); ++i) {
       moves.push_back(absl::StrCat("server ", homes[i], "'s chunks to server ", to[i]));
@@ -71,11 +74,50 @@ bool Promotions::Promote(int dead, std::string* why) {
                : absl::StrCat("promoted the standby copies: ", absl::StrJoin(moves, ", "));
   }
   Changed();
+  if (possible && !homes.empty()) {
+    PendingPromotion* pending = state_.add_pending();
+    pending->set_routes_version(r->version());
+    std::sort(to.begin(), to.end());
+    to.erase(std::unique(to.begin(), to.end()), to.end());
+    for (int s : to) pending->add_to(s);
+  }
   return possible;
+}
+
+void Promotions::TakenUp(int server, int64_t routes_version) {
+  auto* pending = state_.mutable_pending();
+  for (int i = 0; i < pending->size();) {
+    PendingPromotion& p = (*pending)[i];
+    if (routes_version >= p.routes_version()) {
+      auto* to = p.mutable_to();
+      to->erase(std::remove(to->begin(), to->end(), server), to->end());
+    }
+    if (p.to().empty()) {
+      state_.set_promotions(state_.promotions() + 1);
+      pending->erase(pending->begin() + i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Promotions::DropPromotionsOnto(int dead) {
+  auto* pending = state_.mutable_pending();
+  for (int i = 0; i < pending->size();) {
+    const auto& to = (*pending)[i].to();
+    if (std::find(to.begin(), to.end(), dead) != to.end()) {
+      spdlog::warn("the promotion onto server {} is not counted: it died before taking it up",
+                   dead);
+      pending->erase(pending->begin() + i);
+    } else {
+      ++i;
+    }
+  }
 }
 
 void Promotions::Reset() {
   if (!enabled()) return;
+  state_.clear_pending();
   ServerRoutes* r = state_.mutable_routes();
   for (int s = 0; s < num_servers_; ++s) {
     r->set_serving(s, s);
@@ -100,6 +142,13 @@ absl::Status Promotions::Restore(const PromotionState& state) {
   for (int s : r.serving()) {
     if (s < 0 || s >= num_servers_) {
       return absl::InvalidArgumentError(absl::StrCat("serving server ", s, " out of range"));
+    }
+  }
+  for (const PendingPromotion& p : state.pending()) {
+    for (int s : p.to()) {
+      if (s < 0 || s >= num_servers_) {
+        return absl::InvalidArgumentError(absl::StrCat("promoted server ", s, " out of range"));
+      }
     }
   }
   state_ = state;

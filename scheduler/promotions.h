@@ -8,7 +8,10 @@
 // failure policy's rollback (or abort) follows. A replacement (or a server
 // that comes back) keeps standby copies until it reports them filled; a
 // rollback serves every server's chunks from itself again. The routes go
-// to every member with the heartbeat answers (ServerRoutes). No I/O but
+// to every member with the heartbeat answers (ServerRoutes). A promotion
+// counts (promotions()) once every server it promoted has reported the
+// routes it made: one onto a server that died too before it could take
+// it up (both servers of a pair lost together) is not counted. No I/O but
 // logs.
 //
 // Not thread-safe: the coordinator's owner guards it.
@@ -38,7 +41,8 @@ class Promotions {
   // its standby copies are not filled until it says so.
   void Registered(int server, const std::string& address);
   // Its heartbeat's Status: ready once it reports every standby copy
-  // filled for the current routes.
+  // filled for the current routes; a promotion onto it taken up once it
+  // reports the routes the promotion made.
   void Reported(int server, const MemberStatus& status);
   // Server `dead` was lost (declared dead, or replaced while live). True
   // when every home it served went to the other server of its pair (then
@@ -47,18 +51,24 @@ class Promotions {
   // policy's answer follows. Either way the routes no longer name `dead`.
   bool Promote(int dead, std::string* why);
   // A rollback: every server serves its own chunks again, and every
-  // standby copy is filled anew.
+  // standby copy is filled anew (a promotion not yet taken up is dropped).
   void Reset();
 
   void AddStatus(ClusterStatus* out) const;
   // The durable part (SchedulerState.promotions).
   const PromotionState& Snapshot() const { return state_; }
   // INVALID_ARGUMENT (and nothing changed) for routes of another size or
-  // a server out of range.
+  // a server out of range (in the routes or a pending promotion).
   absl::Status Restore(const PromotionState& state);
 
  private:
   void Changed() { state_.mutable_routes()->set_version(state_.routes().version() + 1); }
+  // `server` reported routes of `routes_version`: the promotions onto it
+  // of that version or older are taken up there (counted once taken up
+  // everywhere).
+  void TakenUp(int server, int64_t routes_version);
+  // `dead` died: a promotion onto it not yet taken up is never counted.
+  void DropPromotionsOnto(int dead);
 
   const int num_servers_;  // 0 without standby copies
   PromotionState state_;

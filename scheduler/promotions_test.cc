@@ -58,7 +58,32 @@ TEST(PromotionsTest, ADeadServersChunksGoToTheNextServer) {
   EXPECT_EQ(p.routes().addresses(1), "");
   EXPECT_FALSE(p.routes().ready(1));
   EXPECT_GT(p.routes().version(), version);
+  // Counted once the server it promoted took it up (reported the routes).
+  EXPECT_EQ(p.promotions(), 0);
+  p.Reported(0, Ready(p));
+  EXPECT_EQ(p.promotions(), 0);
+  MemberStatus older = Ready(p);
+  older.set_routes_version(version);
+  p.Reported(2, older);
+  EXPECT_EQ(p.promotions(), 0);
+  p.Reported(2, Ready(p));
   EXPECT_EQ(p.promotions(), 1);
+  p.Reported(2, Ready(p));
+  EXPECT_EQ(p.promotions(), 1);
+}
+
+// Both servers of a pair lost together: the first death promotes onto the
+// other, which is dead too but not declared yet; it never takes the
+// promotion up, and at its own death nothing is counted.
+TEST(PromotionsTest, APromotionOntoAServerThatDiedTooIsNotCounted) {
+  Promotions p = Registered(2);
+  std::string why;
+  ASSERT_TRUE(p.Promote(0, &why)) << why;
+  EXPECT_EQ(p.routes().serving(0), 1);
+  EXPECT_FALSE(p.Promote(1, &why));
+  EXPECT_NE(why.find("is gone too"), std::string::npos) << why;
+  EXPECT_EQ(p.promotions(), 0);
+  EXPECT_EQ(p.Snapshot().pending_size(), 0);
 }
 
 TEST(PromotionsTest, AStandbyThatHasNotFilledItsCopiesCannotTakeOver) {
@@ -96,9 +121,12 @@ TEST(PromotionsTest, AReplacementFilledInTakesOverAtTheSecondDeath) {
   p.Registered(1, "host:1b");
   EXPECT_FALSE(p.routes().ready(1));
   p.Reported(1, Ready(p));
+  p.Reported(0, Ready(p));  // server 0 took the first promotion up
   ASSERT_TRUE(p.Promote(0, &why)) << why;
   EXPECT_EQ(p.routes().serving(0), 1);
   EXPECT_EQ(p.routes().serving(1), 1);
+  EXPECT_EQ(p.promotions(), 1);
+  p.Reported(1, Ready(p));
   EXPECT_EQ(p.promotions(), 2);
 }
 
@@ -127,8 +155,13 @@ TEST(PromotionsTest, RestoreChecksTheRoutesAgainstTheJob) {
   Promotions taken(Job(2));
   ASSERT_TRUE(taken.Restore(p.Snapshot()).ok());
   EXPECT_EQ(taken.routes().serving(1), 0);
-  EXPECT_EQ(taken.promotions(), 1);
   EXPECT_EQ(taken.routes().version(), p.routes().version());
+  EXPECT_EQ(taken.promotions(), 0);  // not yet taken up: kept across a takeover
+  taken.Reported(0, Ready(taken));
+  EXPECT_EQ(taken.promotions(), 1);
+  PromotionState out_of_range = p.Snapshot();
+  out_of_range.mutable_pending(0)->set_to(0, 9);
+  EXPECT_FALSE(p.Restore(out_of_range).ok());
 }
 
 }  // namespace
