@@ -113,7 +113,8 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
       ", \"undisturbed_s\": ", r.undisturbed_s, ", \"disturbed_s\": ", r.disturbed_s,
       ", \"exit_code\": ", r.exit_code, ", \"bit_identical\": ", r.bit_identical ? "true" : "false",
       ", \"replicas\": ", o.replicas ? 1 : 0, ", \"rollbacks\": ", r.rollbacks,
-      ", \"promotions\": ", r.promotions, ", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
+      ", \"promotions\": ", r.promotions, ", \"max_abs_difference\": ", r.max_difference,
+      ", \"kept\": \"", r.kept, "\", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
 }
 
 // Waits until the slowest clock passes `clock` + 1 (the job recovered),
@@ -132,6 +133,26 @@ double AwaitRecovery(Process& cluster, const std::string& logs, int64_t clock, a
     absl::SleepFor(absl::Milliseconds(50));
   }
   return -1;
+}
+
+// Moves `dir` into `into` (renamed, else copied and removed): where it is.
+std::string Keep(const std::string& dir, const std::string& into) {
+  std::error_code error;
+  std::filesystem::create_directories(into, error);
+  const std::string to = (std::filesystem::path(into) / std::filesystem::path(dir).filename());
+  std::filesystem::rename(dir, to, error);
+  if (!error) return to;
+  std::filesystem::copy(dir, to, std::filesystem::copy_options::recursive, error);
+  if (error) return dir;
+  std::filesystem::remove_all(dir, error);
+  return to;
+}
+
+// Worker 0's final weights of both runs, compared: the largest difference
+// (-1 when a run wrote none).
+double WeightsDifference(const std::string& calm, const std::string& disturbed) {
+  if (ReadFile(calm).empty() || ReadFile(disturbed).empty()) return -1;
+  return MaxDifference(ReadWeights(disturbed), ReadWeights(calm));
 }
 
 }  // namespace
@@ -207,6 +228,13 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   if (google::protobuf::util::JsonStringToMessage(ReadFile(logs + "/status.json"), &end).ok()) {
     report.rollbacks = end.rollbacks_size();
     report.promotions = end.promotions();
+  }
+  if (!report.bit_identical || report.exit_code != 0) {
+    report.max_difference =
+        WeightsDifference(calm_dir + "/weights/worker0.weights", dir + "/weights/worker0.weights");
+    report.kept = o.keep_dir.empty() ? o.dir : Keep(o.dir, o.keep_dir);
+    std::fprintf(stderr, "chaos: seed %u not bit-identical (max |dw| %g) or exit %d: kept in %s\n",
+                 o.seed, report.max_difference, report.exit_code, report.kept.c_str());
   }
   report.json = ReportJson(o, report);
   return report;

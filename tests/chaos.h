@@ -37,6 +37,11 @@ struct ChaosOptions {
   // standby copies are filled again.
   bool replicas = false;
   std::string dir;  // logs, checkpoints, weights (a fresh folder)
+  // Where a run that is not bit-identical, or did not exit 0, is moved
+  // whole (both runs' logs, checkpoints and weights: `keep_dir`/<dir's
+  // name>), so that it outlives a test's temporary folder; empty: it stays
+  // in `dir`.
+  std::string keep_dir;
 };
 
 struct Fault {
@@ -57,6 +62,10 @@ struct ChaosReport {
   // standbys promoted (-1: no final Status).
   int rollbacks = -1;
   int64_t promotions = -1;
+  // A run not bit-identical: the largest |w - w_undisturbed| of worker 0's
+  // final weights (-1: a run wrote none), and where its files are.
+  double max_difference = 0;
+  std::string kept;
   std::string json;  // the report as one JSON object
 };
 

@@ -27,6 +27,9 @@ ChaosReport RunChecked(int64_t clocks, bool replicas, const std::string& name) {
   o.clocks = clocks;
   o.replicas = replicas;
   o.dir = NewTempDir(name);
+  // A run that is not bit-identical is kept in the test's outputs
+  // (bazel-testlogs/tests/chaos_test/test.outputs).
+  if (const char* outputs = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) o.keep_dir = outputs;
   std::printf("chaos seed %u\n", o.seed);
   absl::StatusOr<ChaosReport> r = RunChaos(o);
   EXPECT_TRUE(r.ok()) << r.status();

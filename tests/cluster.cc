@@ -29,10 +29,20 @@ namespace pstrain {
 namespace testing {
 
 std::string BinaryPath(const std::string& relative) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr) return relative;
-  return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "pstrain", "/", relative);
+  const char* workspace_env = std::getenv("TEST_WORKSPACE");
+  const std::string workspace = workspace_env != nullptr ? workspace_env : "pstrain";
+  for (const char* runfiles : {std::getenv("TEST_SRCDIR"), std::getenv("RUNFILES_DIR")}) {
+    if (runfiles != nullptr) return absl::StrCat(runfiles, "/", workspace, "/", relative);
+  }
+  // Run by hand (bazel-bin/bench/chaos): the runfiles Bazel made beside
+  // the binary.
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::string beside = absl::StrCat(self.string(), ".runfiles/", workspace, "/", relative);
+    if (std::filesystem::exists(beside, error)) return beside;
+  }
+  return relative;  // (`bazel run`: the runfiles are the working directory)
 }
 
 std::string BinDir() {

@@ -19,7 +19,9 @@
 namespace pstrain {
 namespace testing {
 
-// Path of a built binary in the test's runfiles, e.g. "scheduler/ps_scheduler".
+// Path of a built binary in the runfiles, e.g. "scheduler/ps_scheduler":
+// a test's or `bazel run`'s, or, for a binary run by hand from bazel-bin,
+// those Bazel made beside it.
 std::string BinaryPath(const std::string& relative);
 // The folder holding scheduler/, server/ and worker/ with the daemons, as an
 // absolute path (local_cluster.sh --bin).
