@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -210,6 +211,8 @@ grpc::ByteBuffer EncodePush(const PushHeader& header, const std::vector<PushChun
   if (!header.compression.empty()) {
     fields.mutable_compression()->ParseFromString(header.compression);
   }
+  fields.mutable_without_gradient()->Add(header.without_gradient.begin(),
+                                         header.without_gradient.end());
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + 2 * chunks.size());
   slices.emplace_back(fields.SerializeAsString());
@@ -271,6 +274,13 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
       ok = r.ReadVarint(&v) && v <= most && v <= r.remaining();
       if (ok) bytes.resize(v);
       ok = ok && r.Copy(v, bytes.data());
+    } else if (field == 14 && (type == kLen || type == kVarint)) {
+      std::vector<uint64_t> ids;
+      ok = ReadVarints(r, type, &ids);
+      for (uint64_t id : ids) {
+        ok = ok && id <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+        h->without_gradient.push_back(static_cast<int32_t>(id));
+      }
     } else {
       ok = SkipField(r, field, type);
     }

@@ -75,6 +75,8 @@ struct PushHeader {
   std::string hyper;
   // PushRequest.compression, serialized (a GradCompression); empty: none.
   std::string compression;
+  // PushRequest.without_gradient: chunks with no gradient this clock.
+  std::vector<int32_t> without_gradient;
 };
 
 // One chunk of a push: `numel` fp32 values at `values`, or, compressed

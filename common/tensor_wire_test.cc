@@ -64,6 +64,35 @@ TEST(TensorWireTest, PushIsProtobufsEncoding) {
   }
 }
 
+// Chunks without a gradient (PushRequest.without_gradient) go as a list
+// of ids beside the payloads, both ways.
+TEST(TensorWireTest, APushsChunksWithoutAGradientRoundTrip) {
+  std::vector<float> a = {1.0f, 2.0f};
+  PushHeader h;
+  h.clock = 4;
+  h.without_gradient = {3, 0, 70000};
+  const grpc::ByteBuffer buf = EncodePush(h, {{9, a.data(), 2}});
+  PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(buf)));
+  EXPECT_EQ(std::vector<int32_t>(parsed.without_gradient().begin(),
+                                 parsed.without_gradient().end()),
+            h.without_gradient);
+  ASSERT_EQ(parsed.chunks_size(), 1);
+  const grpc::ByteBuffer again = Sliced(parsed.SerializeAsString());
+  SliceReader r(again);
+  PushHeader back;
+  std::vector<PayloadRef> refs;
+  ASSERT_TRUE(DecodePush(r, &back, &refs).ok());
+  EXPECT_EQ(back.without_gradient, h.without_gradient);
+  ASSERT_EQ(refs.size(), 1u);
+  EXPECT_EQ(refs[0].chunk, 9);
+  // A negative id (protobuf's ten-byte varint) is malformed.
+  parsed.add_without_gradient(-1);
+  const grpc::ByteBuffer negative = Sliced(parsed.SerializeAsString());
+  SliceReader n(negative);
+  EXPECT_EQ(DecodePush(n, &back, &refs).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TensorWireTest, APushsHyperparametersAreProtobufsEncoding) {
   OptimizerSpec hyper;
   hyper.set_learning_rate(0.5f);

@@ -38,6 +38,27 @@ ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
   return push;
 }
 
+// The push's chunks without a gradient (PushRequest.without_gradient) as
+// parts after those with payloads; INVALID_ARGUMENT for initial values that
+// name any, or a chunk named twice (with a payload too).
+grpc::Status TakeAbsent(const PushHeader& h, ChunkStore::PushRequest* push) {
+  if (h.without_gradient.empty()) return grpc::Status::OK;
+  if (h.initial_values) return Invalid("push: initial values name chunks without a gradient");
+  std::vector<int32_t> named = h.without_gradient;
+  for (const ChunkStore::PushRequest::Part& part : push->parts) named.push_back(part.chunk);
+  std::sort(named.begin(), named.end());
+  if (const auto twice = std::adjacent_find(named.begin(), named.end()); twice != named.end()) {
+    return Invalid(absl::StrCat("push: chunk ", *twice, " is named twice"));
+  }
+  for (int32_t chunk : h.without_gradient) {
+    ChunkStore::PushRequest::Part part;
+    part.chunk = chunk;
+    part.absent = true;
+    push->parts.push_back(part);
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 ChunkRequests::ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_clocks,
@@ -136,6 +157,7 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   if (const grpc::Status st = TakeParts(source, chunks, &compressed, &push, &bytes); !st.ok()) {
     return st;
   }
+  if (const grpc::Status st = TakeAbsent(h, &push); !st.ok()) return st;
   // The store checks the whole request before it asks for any part's
   // values, so nothing more is decoded (or allocated) beyond a chunk's
   // size; the compressed parts were, once each.

@@ -156,7 +156,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", push.worker, " was declared dead; its pushes are refused"));
     }
-    if (part.values != c->layout.weights) {
+    if (part.absent ? part.values != 0 : part.values != c->layout.weights) {
       return absl::InvalidArgumentError(absl::StrCat("push: chunk ", part.chunk, " has ",
                                                      c->layout.weights, " values; the push has ",
                                                      part.bytes, " bytes of ", push.wire_dtype));
@@ -178,7 +178,7 @@ absl::Status ChunkStore::Push(const PushRequest& push,
   RETURN_IF_ERROR(CheckPush(push));
   absl::Status st;
   for (size_t i = 0; i < push.parts.size() && st.ok(); ++i) {
-    st = ApplyPart(push, push.parts[i].chunk, grad(i));
+    st = ApplyPart(push, push.parts[i], push.parts[i].absent ? absl::Span<const float>() : grad(i));
   }
   // The changes go to the standbys together: a request's, or under BSP a
   // clock's (once every round served here has closed).
@@ -204,8 +204,9 @@ int64_t ChunkStore::ChunkNumel(int32_t chunk) const {
   return c == nullptr ? 0 : c->shape.numel();
 }
 
-absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
+absl::Status ChunkStore::ApplyPart(const PushRequest& push, const PushRequest::Part& part,
                                    absl::Span<const float> grad) {
+  const int32_t chunk = part.chunk;
   const int worker = push.worker, num_samples = push.num_samples;
   const int64_t clock = push.clock;
   const float push_norm = push.grad_norm;
@@ -221,7 +222,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   if (!c.replica.serving) return absl::UnavailableError("chunk demoted to a standby copy");
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   const int64_t n = c.layout.weights;
-  const bool acceptable = nonfinite_.Admits(grad, worker, clock, [&] {
+  const bool acceptable = !part.absent && nonfinite_.Admits(grad, worker, clock, [&] {
     return absl::StrCat("chunk ", chunk, " (", c.name, ")");
   }) && TakesValues(c, worker);
   if (acceptable) slab.MarkWritten();
@@ -253,8 +254,10 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, int32_t chunk,
   if (acceptable) {
     const int64_t samples = c.round_samples + num_samples;
     Accumulate(grad.data(), n, static_cast<float>(num_samples), c.round_samples == 0, closes,
-               1.0f / static_cast<float>(samples), slab.grad());
+               1.0f / static_cast<float>(samples + c.round_absent_samples), slab.grad());
     c.round_samples = samples;
+  } else if (part.absent) {
+    c.round_absent_samples += num_samples;
   }
   if (closes) CloseRound(c, slab, /*averaged=*/acceptable);
   return absl::OkStatus();

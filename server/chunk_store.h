@@ -102,6 +102,9 @@ class ChunkStore : public HeldRounds {
       int32_t chunk = 0;
       int64_t values = 0;  // how many the request holds for it
       int64_t bytes = 0;   // in the wire dtype
+      // PushRequest.without_gradient: the chunk's parameter took no
+      // gradient this clock; no values (0), nothing applied.
+      bool absent = false;
     };
     std::vector<Part> parts;
   };
@@ -113,8 +116,12 @@ class ChunkStore : public HeldRounds {
   // then). BSP adds them to the chunk's round and applies one optimizer step
   // over the round's mean once every live worker has pushed; SSP and ASP
   // apply them at once, scaled by min(1, clip_norm / grad_norm) when the job
-  // clips. A push repeated for an iteration already taken is acknowledged
-  // and ignored (client retries). A part with a NaN or Inf is taken but not
+  // clips. A part without a gradient (Part::absent) is taken as a push of
+  // the chunk with nothing to apply: SSP and ASP apply nothing; under BSP
+  // its samples count in the round's mean but add nothing to its sum, and a
+  // round with no gradient at all takes no optimizer step (as torch.optim
+  // skips a parameter whose .grad is None). A push repeated for an
+  // iteration already taken is acknowledged and ignored (client retries). A part with a NaN or Inf is taken but not
   // applied (unless the job allows them): counted, and logged once per
   // chunk. INVALID_ARGUMENT for an unknown chunk or worker, a size mismatch,
   // or a clock other than the worker's next; FAILED_PRECONDITION for a dead
@@ -259,6 +266,9 @@ class ChunkStore : public HeldRounds {
     // sum(num_samples * grad) is in the slab's grad.
     ChunkClocks clocks ABSL_GUARDED_BY(mu);
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
+    // The samples of the round's pushes without a gradient (Part::absent):
+    // in the divisor of the round's mean, nothing in its sum.
+    int64_t round_absent_samples ABSL_GUARDED_BY(mu) = 0;
     // The round's hyperparameters: its last push's (PushRequest.hyper).
     std::shared_ptr<const OptimizerSpec> round_hyper ABSL_GUARDED_BY(mu);
     // Held for global clipping: the round's mean waits in the slab's grad.
@@ -269,6 +279,13 @@ class ChunkStore : public HeldRounds {
     // False while an EXTERNAL model's chunk waits for its initial weights.
     bool has_values ABSL_GUARDED_BY(mu) = true;
     ReplicaState replica ABSL_GUARDED_BY(mu);  // standby replicas
+    // Empties the round being collected (its sum is overwritten by the
+    // next round's first push).
+    void ClearRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      round_samples = 0;
+      round_absent_samples = 0;
+      round_closed = false;
+    }
   };
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from
@@ -310,7 +327,8 @@ class ChunkStore : public HeldRounds {
   absl::Status TakeInitialValues(const PushRequest& push,
                                  const std::function<absl::Span<const float>(size_t part)>& values);
   // Applies one part (checked), racing other pushes only of other workers.
-  absl::Status ApplyPart(const PushRequest& push, int32_t chunk, absl::Span<const float> grad);
+  absl::Status ApplyPart(const PushRequest& push, const PushRequest::Part& part,
+                         absl::Span<const float> grad);
   // Whether a push of `worker` counts for `c`: for a BROADCAST buffer's
   // chunk, only the lowest live pusher's does.
   static bool TakesValues(const Chunk& c, int worker) ABSL_SHARED_LOCKS_REQUIRED(c.mu);

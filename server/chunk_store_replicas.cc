@@ -64,8 +64,7 @@ bool ChunkStore::SetRoles(const std::vector<bool>& serving, const std::vector<bo
     const ReplicaState::RoleChange change = c.replica.SetRole(serve, ship, c.clocks.applied());
     if (change == ReplicaState::RoleChange::kPromoted) {  // its copy is served from now on
       c.clocks.SetApplied(c.clocks.applied());
-      c.round_samples = 0;
-      c.round_closed = false;
+      c.ClearRound();
     }
     if (change != ReplicaState::RoleChange::kNone) changed = true;
   }

@@ -19,7 +19,8 @@ void ChunkStore::CloseRound(Chunk& c, const Slab& slab, bool averaged) {
     std::fill(slab.grad(), slab.grad() + n, 0.0f);
     slab.MarkWritten();
   } else if (!averaged) {
-    Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples), slab.grad());
+    Scale(slab.grad(), n, 1.0f / static_cast<float>(c.round_samples + c.round_absent_samples),
+          slab.grad());
     slab.MarkWritten();
   }
   if (!hold_rounds_) {
@@ -46,15 +47,15 @@ void ChunkStore::RemoveWorker(int worker) {
 void ChunkStore::ApplyRound(Chunk& c, const Slab& slab, float scale) {
   const int64_t n = c.layout.grad;
   const int64_t clock = c.clocks.MinApplied();  // every live worker is in this round
-  const bool stepped = c.round_samples > 0;     // else every push of the round was skipped
+  // Else every push of the round was skipped, or had no gradient.
+  const bool stepped = c.round_samples > 0;
   if (stepped) {
     if (scale != 1.0f) Scale(slab.grad(), n, scale, slab.grad());
     Apply(c, slab, clock, slab.grad(), c.round_hyper.get());
   }
   // The sum is not zeroed: the next round's first push overwrites it (Accumulate).
   slab.MarkWritten();
-  c.round_samples = 0;
-  c.round_closed = false;
+  c.ClearRound();
   c.clocks.NextRound();
   Ship(c, clock, stepped ? slab.grad() : nullptr, c.round_hyper.get());
   for (int w = 0; w < num_workers_; ++w) {

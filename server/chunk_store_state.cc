@@ -63,8 +63,7 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
       c.has_values = true;
     }
     c.clocks.Restore(clock);
-    c.round_samples = 0;
-    c.round_closed = false;
+    c.ClearRound();
     c.checkpointed = clock;
     c.generation = generation;
     // A rollback serves every chunk from its own server again; the standby

@@ -224,6 +224,64 @@ TEST(ChunkStoreTest, NonFinitePushesAreSkippedAndCounted) {
   EXPECT_EQ(f.store.NonfiniteSkipped(), 3);
 }
 
+// Chunk 0's push from `worker` of iteration `clock` without a gradient
+// (PushRequest.without_gradient), `samples` samples behind it.
+absl::Status PushWithoutGradient(ChunkStore& store, int worker, int64_t clock, int samples,
+                                 int64_t values = 0) {
+  ChunkStore::PushRequest push;
+  push.worker = worker;
+  push.clock = clock;
+  push.num_samples = samples;
+  ChunkStore::PushRequest::Part part;
+  part.chunk = 0;
+  part.values = values;
+  part.absent = true;
+  push.parts.push_back(part);
+  return store.Push(push, [](size_t) -> absl::Span<const float> {
+    ADD_FAILURE() << "a part without a gradient was read";
+    return {};
+  });
+}
+
+// A parameter frozen in a PyTorch script (or whose .grad is None) is
+// pushed without a gradient: under BSP its samples count in the round's
+// mean but add nothing to its sum, and a round in which no push had a
+// gradient takes no step -- no update, no step counted, as torch.optim
+// skips the parameter; under SSP nothing is applied.
+TEST(ChunkStoreTest, PushesWithoutAGradientTakeNoUpdate) {
+  Fixture f(BSP);
+  const std::vector<float> w0 = ReadChunk(f.store, 0);
+  const std::vector<float> g(8, 1.0f);
+  ASSERT_TRUE(f.store.Push(0, 0, 2, 0, g).ok());
+  ASSERT_TRUE(PushWithoutGradient(f.store, 1, 0, 6).ok());
+  EXPECT_TRUE(f.store.Readable(0, 1));
+  // mean = (2 * 1 + 6 * nothing) / 8 = 0.25
+  const std::vector<float> w1 = ReadChunk(f.store, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * 0.25f);
+  // The same when the push with a gradient closes the round.
+  ASSERT_TRUE(PushWithoutGradient(f.store, 0, 1, 6).ok());
+  ASSERT_TRUE(f.store.Push(1, 1, 2, 0, g).ok());
+  const std::vector<float> w2 = ReadChunk(f.store, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w2[i], w1[i] - 0.5f * 0.25f);
+  // No gradient from any worker: the round closes without a step.
+  ASSERT_TRUE(PushWithoutGradient(f.store, 0, 2, 4).ok());
+  ASSERT_TRUE(PushWithoutGradient(f.store, 1, 2, 4).ok());
+  EXPECT_TRUE(f.store.Readable(0, 3));
+  EXPECT_EQ(ReadChunk(f.store, 0), w2);
+  ChunkState state;
+  ASSERT_TRUE(f.store.ReadState(0, &state).ok());
+  EXPECT_EQ(state.steps(), 2);
+  // A part without a gradient that claims values: refused, nothing taken.
+  EXPECT_EQ(PushWithoutGradient(f.store, 0, 3, 4, 8).code(), absl::StatusCode::kInvalidArgument);
+
+  Fixture ssp(SSP);
+  const std::vector<float> s0 = ReadChunk(ssp.store, 0);
+  ASSERT_TRUE(PushWithoutGradient(ssp.store, 0, 0, 4).ok());
+  ASSERT_TRUE(PushWithoutGradient(ssp.store, 1, 0, 4).ok());
+  EXPECT_TRUE(ssp.store.Readable(0, 1));  // applied: there was nothing to apply
+  EXPECT_EQ(ReadChunk(ssp.store, 0), s0);
+}
+
 // The round's sum is not zeroed between rounds: the first push taken in a
 // round (here after a skipped one) starts it afresh, and a round the
 // removal of a worker closes still takes the mean.

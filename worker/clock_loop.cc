@@ -81,7 +81,8 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
   }
   if (options_.training.overlap) {
     model_->set_grads_ready([this](const std::vector<int>& params) {
-      push_tickets_.push_back(params_->Push(clock_, batch_.rows, &model_->grads(), 0.0f, params));
+      push_tickets_.push_back(params_->Push(clock_, batch_.rows, &model_->grads(), 0.0f, params,
+                                            model_->grads_absent()));
     });
     // Under BSP the forward of a layer waits for that layer's weights only.
     if (!options_.stage_step) {
@@ -345,7 +346,7 @@ void ClockLoop::Push(bool finite) {
   if (options_.training.overlap) return;  // the layers' pushes went out during the backward
   ParamBuffers& grads = Accumulates() ? accumulated_.sum() : model_->mutable_grads();
   const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
-  push_tickets_.push_back(params_->Push(clock_, batch_.rows, &grads, norm, {}));
+  push_tickets_.push_back(params_->Push(clock_, batch_.rows, &grads, norm, {}, model_->grads_absent()));
 }
 
 absl::Status ClockLoop::AwaitPushes(std::vector<ParamTicket>* tickets) {

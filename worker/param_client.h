@@ -40,9 +40,12 @@ class ParamClient {
   // Sends iteration `clock`'s gradients of `params` (every parameter when
   // empty; each parameter once per iteration) from *grads, which must stay
   // unchanged until Wait; `norm` is the whole gradient's L2 norm (for
-  // clipping; 0 when the push is by layers).
+  // clipping; 0 when the push is by layers). `absent`, per parameter (as
+  // grads; empty: none): it has no gradient this iteration (a PyTorch
+  // parameter frozen, or whose .grad is None), so it is pushed as such
+  // (PushRequest.without_gradient) and takes no update from this push.
   virtual ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
-                           std::vector<int> params) = 0;
+                           std::vector<int> params, std::vector<bool> absent) = 0;
   // Sends an EXTERNAL model's initial weights from *weights (unchanged
   // until Wait) to the servers (PsClient::PushInitialValues).
   virtual ParamTicket PushInitialValues(const ParamBuffers* weights) = 0;
@@ -86,7 +89,7 @@ class AsyncPsClient : public ParamClient {
                    std::vector<int64_t>* applied = nullptr,
                    WeightArrivals* arrivals = nullptr) override;
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
-                   std::vector<int> params) override;
+                   std::vector<int> params, std::vector<bool> absent) override;
   ParamTicket PushInitialValues(const ParamBuffers* weights) override;
   absl::Status Wait(ParamTicket ticket) override;
   int64_t bytes_in() const override;

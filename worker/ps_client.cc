@@ -429,20 +429,27 @@ int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int3
 
 int64_t PsClient::AddPushCalls(const PushHeader& header,
                                const std::vector<std::vector<float>>& grads,
-                               std::vector<Call>* calls, const std::vector<int>* params) {
+                               std::vector<Call>* calls, const std::vector<int>* params,
+                               const std::vector<bool>* absent) {
   int64_t bytes = 0;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     std::vector<std::vector<int32_t>> scoped;
     for (const std::vector<int32_t>& batch : BatchesFor(s, params, &scoped)) {
+      PushHeader h = header;
+      std::vector<int32_t> present;
+      for (int32_t id : batch) {
+        const size_t mine = partition_->chunks()[id].param - options_.first_param;
+        const bool without = absent != nullptr && mine < absent->size() && (*absent)[mine];
+        (without ? h.without_gradient : present).push_back(id);
+      }
       std::vector<PushChunk> chunks;
       // Compressed once, here: a retry sends the same bytes.
       std::vector<std::vector<char>> compressed;
-      const int64_t call_bytes = ChunkPayloads(header, batch, grads, &chunks, &compressed);
+      const int64_t call_bytes = ChunkPayloads(header, present, grads, &chunks, &compressed);
       bytes += call_bytes;
       Call call;
       call.home = s;
       call.server = s;
-      PushHeader h = header;
       if (Compressing(header)) {
         h.compression = options_.compression.SerializeAsString();
       }
@@ -480,9 +487,11 @@ absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
 }
 
 absl::Status PsClient::Push(int64_t clock, int num_samples,
-                            const std::vector<std::vector<float>>& grads, float grad_norm) {
+                            const std::vector<std::vector<float>>& grads, float grad_norm,
+                            const std::vector<bool>& absent) {
   std::vector<Call> calls;
-  const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls);
+  const int64_t bytes =
+      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, nullptr, &absent);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();
@@ -490,9 +499,11 @@ absl::Status PsClient::Push(int64_t clock, int num_samples,
 
 absl::Status PsClient::PushParams(int64_t clock, int num_samples,
                                   const std::vector<std::vector<float>>& grads, float grad_norm,
-                                  const std::vector<int>& params) {
+                                  const std::vector<int>& params,
+                                  const std::vector<bool>& absent) {
   std::vector<Call> calls;
-  const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params);
+  const int64_t bytes =
+      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params, &absent);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();

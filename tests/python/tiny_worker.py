@@ -124,6 +124,12 @@ def parse_args():
     p.add_argument("--save_to", help="where --save_at_clock saves")
     p.add_argument("--load_from", help="before the first batch: model.load_state_dict and "
                                        "opt.load_state_dict of what this file holds")
+    p.add_argument("--freeze", default="fc2.weight",
+                   help="the parameter --freeze_at_clock freezes")
+    p.add_argument("--freeze_at_clock", type=int, default=-1,
+                   help="at the start of this step (after --save_at_clock's save): "
+                        "requires_grad_(False) on --freeze")
+    p.add_argument("--state_out", help="torch.save(opt.state_dict()) here after the last clock")
     p.add_argument("--clocks", type=int, default=0,
                    help="the job's clocks, for --lr_scheduler=onecycle's total_steps")
     p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
@@ -174,6 +180,8 @@ def train(args, result):
             state = opt.state_dict()
             result["state_dict_seconds"] = time.monotonic() - started
             torch.save({"model": model.state_dict(), "optimizer": state}, args.save_to)
+        if result["steps"] == args.freeze_at_clock:
+            dict(model.named_parameters())[args.freeze].requires_grad_(False)
         if result["steps"] == args.raise_at_clock:
             raise RuntimeError("tiny_worker: --raise_at_clock=%d" % args.raise_at_clock)
         if args.zero_grad != "none":
@@ -193,6 +201,8 @@ def train(args, result):
         result["steps"] += 1
         if args.sleep_ms > 0:
             time.sleep(args.sleep_ms / 1000)
+    if args.state_out:
+        torch.save(opt.state_dict(), args.state_out)
     model.eval()
     with torch.no_grad():
         x, y = data.tensors

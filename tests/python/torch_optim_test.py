@@ -18,6 +18,10 @@ And back: a run of 20 clocks alone with torch.optim.Adam, saved, loaded by
 both workers (model.load_state_dict, opt.load_state_dict) of a 20-clock
 job: the cluster's weights within 1e-5 of Adam going on alone.
 
+And a parameter frozen mid-run (requires_grad_(False) at clock 20 of 40):
+unchanged on the servers from then on, bit for bit, as torch.optim.Adam
+skips it; the rest within 1e-5 of Adam going on alone with it frozen.
+
 By hand: python3 tests/python/torch_optim_test.py (the daemons from
 bazel-bin).
 """
@@ -77,12 +81,14 @@ def train_like_the_servers(schedule):
     return model.state_dict()
 
 
-def continue_alone(saved, first_clock, clocks, whole=False):
+def continue_alone(saved, first_clock, clocks, whole=False, frozen=()):
     """`clocks` more clocks from `first_clock` in this process with
     torch.optim.Adam given the saved model and opt.state_dict(): the new
     {"model", "optimizer"}. Each clock's gradient is summed over the
     workers' shares as the cluster sums it, or (`whole`) taken over the
-    global batch at once, as a script alone does."""
+    global batch at once, as a script alone does. The parameters named in
+    `frozen` require no gradient (torch.optim.Adam skips them: their .grad
+    is None)."""
     import torch
     import torch.nn.functional as F
 
@@ -94,10 +100,12 @@ def continue_alone(saved, first_clock, clocks, whole=False):
     model.load_state_dict(saved["model"], strict=True)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     opt.load_state_dict(saved["optimizer"])
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in frozen)
     data = tiny_worker.synthetic_set()
     shares = 1 if whole else len(WORKERS)
     for clock in range(first_clock, first_clock + clocks):
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=True)
         for share in range(shares):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
                                         batch_size=BATCH_SIZE, share=share, share_of=shares)
@@ -188,6 +196,54 @@ class TorchOptimTest(unittest.TestCase):
             100 * TOLERANCE)
         print("state_dict at clock %d -> torch.optim.Adam, %d clocks alone: max |dw| / max |w| "
               "%.2e against the cluster's" % (CLOCKS, CLOCKS, error))
+
+    def test_a_parameter_frozen_mid_run_takes_no_update_as_in_torch_optim(self):
+        """Both workers freeze fc2.weight (requires_grad_(False)) at clock
+        20 of 40 -- worker 0 overlapping and clearing its gradients with
+        model.zero_grad(set_to_none=True) (its .grad is then None), worker 1
+        pushing at step() (its .grad the untouched push buffer): the servers
+        update it no more (its weights, Adam's moments and its step count
+        those of clock 20, bit for bit) while the others train on, and the
+        cluster ends within 1e-5 of torch.optim.Adam going on alone from
+        clock 20 with the parameter frozen."""
+        import torch
+
+        frozen, index = "fc2.weight", 2  # the Optimizer's third parameter
+        with Cluster(TINY_JOB, servers=2, workers=len(WORKERS), name="optim_frozen",
+                     scheduler_flags=["--clocks=%d" % (2 * CLOCKS)]) as cluster:
+            saved = cluster.dir / ("at_%d.pt" % CLOCKS)
+            state = cluster.dir / "final_state.pt"
+            for name, zero_grad, overlap in zip(WORKERS, ("model", "none"), ("on", "off")):
+                extra = (["--save_at_clock=%d" % CLOCKS, "--save_to=%s" % saved,
+                          "--state_out=%s" % state] if name == WORKERS[0] else [])
+                cluster.start_tiny(name, "--freeze=" + frozen, "--freeze_at_clock=%d" % CLOCKS,
+                                   "--zero_grad=" + zero_grad,
+                                   '--init_flags={"overlap": "%s"}' % overlap,
+                                   "--weights_out=%s/%s.pt" % (cluster.dir, name), *extra)
+            codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, TIMEOUT_S)
+            self.assertEqual(codes, dict.fromkeys(codes, 0),
+                             "\n".join(str(cluster.log(n)) for n in WORKERS))
+            final = torch.load(cluster.dir / (WORKERS[0] + ".pt"))
+            at_freeze = torch.load(saved)
+            final_state = torch.load(state)
+        self.assertTrue(torch.equal(final[frozen], at_freeze["model"][frozen]),
+                        "max |dw| %g" % float((final[frozen] - at_freeze["model"][frozen])
+                                              .abs().max()))
+        for name in final:
+            if name != frozen:
+                self.assertFalse(torch.equal(final[name], at_freeze["model"][name]), name)
+        adam, adam_then = final_state["state"], at_freeze["optimizer"]["state"]
+        self.assertEqual(float(adam[index]["step"]), CLOCKS)
+        for key in ("exp_avg", "exp_avg_sq"):
+            self.assertTrue(torch.equal(adam[index][key], adam_then[index][key]), key)
+        self.assertEqual(sorted(float(adam[i]["step"]) for i in adam if i != index),
+                         [2.0 * CLOCKS] * 3)
+        alone = continue_alone(at_freeze, CLOCKS, CLOCKS, frozen=(frozen,))["model"]
+        error = relative_difference(final, alone)
+        self.assertLessEqual(error, TOLERANCE)
+        print("%s frozen at clock %d of %d: unchanged on the servers (step %d), the rest within "
+              "%.2e of torch.optim.Adam alone" % (frozen, CLOCKS, 2 * CLOCKS,
+                                                   float(adam[index]["step"]), error))
 
     def test_load_state_dict_moves_a_torch_run_onto_the_cluster(self):
         import torch

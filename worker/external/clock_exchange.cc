@@ -6,8 +6,7 @@
 
 namespace pstrain {
 
-absl::StatusOr<StepResult> ClockExchange::RunClock(
-    OfferedClock offer, const std::function<void(const std::vector<int>&)>& ready) {
+absl::StatusOr<StepResult> ClockExchange::RunClock(OfferedClock offer, const Ready& ready) {
   absl::MutexLock lock(&mu_);
   if (closed_.has_value()) return absl::CancelledError(closed_->message());
   offer_ = std::move(offer);
@@ -25,11 +24,16 @@ absl::StatusOr<StepResult> ClockExchange::RunClock(
     }
     // The events in the order they came, handed over outside the lock: a
     // push may take a while to queue.
-    std::vector<int> params(ready_.begin(), ready_.end());
+    std::vector<int> params;
+    std::vector<bool> absent;
+    for (const auto& [param, without] : ready_) {
+      params.push_back(param);
+      absent.push_back(without);
+    }
     ready_.clear();
     if (!params.empty()) {
       mu_.Unlock();
-      ready(params);
+      ready(params, absent);
       mu_.Lock();
       continue;  // (the clock may have ended meanwhile: the events go first)
     }
@@ -63,7 +67,11 @@ absl::StatusOr<std::optional<ClockExchange::OfferedClock>> ClockExchange::Await(
   return std::optional<OfferedClock>();
 }
 
-absl::Status ClockExchange::GradsReady(int param) {
+absl::Status ClockExchange::GradsReady(int param) { return Report(param, /*absent=*/false); }
+
+absl::Status ClockExchange::GradsAbsent(int param) { return Report(param, /*absent=*/true); }
+
+absl::Status ClockExchange::Report(int param, bool absent) {
   absl::MutexLock lock(&mu_);
   if (phase_ != Phase::kTaken) {
     return absl::FailedPreconditionError("a gradient was reported outside a clock");
@@ -79,7 +87,7 @@ absl::Status ClockExchange::GradsReady(int param) {
         "left for the servers; turn overlap off to accumulate)"));
   }
   reported_[param] = true;
-  ready_.push_back(param);
+  ready_.push_back({param, absent});
   return absl::OkStatus();
 }
 

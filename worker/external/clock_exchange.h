@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,10 +38,11 @@ class ClockExchange {
 
   // The loop's side. Offers `offer` and waits until the caller ends the
   // clock, calling `ready` on this thread with the parameters the caller
-  // says are ready, as it says so; returns the caller's result. CANCELLED
-  // once Close was called.
-  absl::StatusOr<StepResult> RunClock(OfferedClock offer,
-                                      const std::function<void(const std::vector<int>&)>& ready);
+  // says are ready, as it says so, and for each whether it has no gradient
+  // this clock (GradsAbsent); returns the caller's result. CANCELLED once
+  // Close was called.
+  using Ready = std::function<void(const std::vector<int>& params, const std::vector<bool>& absent)>;
+  absl::StatusOr<StepResult> RunClock(OfferedClock offer, const Ready& ready);
   // The loop ended with `status` (OK: every clock done, the final weights
   // read).
   void End(const absl::Status& status);
@@ -53,6 +55,10 @@ class ClockExchange {
   // FAILED_PRECONDITION outside a clock or for a parameter already reported
   // this clock; INVALID_ARGUMENT for an unknown one.
   absl::Status GradsReady(int param);
+  // During a clock: parameter `param` has no gradient this clock (frozen:
+  // requires_grad False, or its .grad None); it is reported as ready, and
+  // pushed without one. Errors as GradsReady's.
+  absl::Status GradsAbsent(int param);
   // Ends the clock taken by Await. FAILED_PRECONDITION outside a clock.
   absl::Status ClockDone(const StepResult& result);
 
@@ -62,12 +68,15 @@ class ClockExchange {
 
  private:
   enum class Phase { kIdle, kOffered, kTaken, kDone };
+  // GradsReady's and GradsAbsent's.
+  absl::Status Report(int param, bool absent);
 
   const int num_params_;
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;
   OfferedClock offer_ ABSL_GUARDED_BY(mu_);
-  std::deque<int> ready_ ABSL_GUARDED_BY(mu_);        // reported, not yet handed to the loop
+  // Reported, not yet handed to the loop: (parameter, without a gradient).
+  std::deque<std::pair<int, bool>> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reported_ ABSL_GUARDED_BY(mu_);   // this clock's
   StepResult result_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);   // the loop's end

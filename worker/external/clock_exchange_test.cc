@@ -12,13 +12,16 @@ constexpr absl::Duration kLong = absl::Seconds(30);
 TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThread) {
   ClockExchange exchange(3);
   std::vector<std::vector<int>> ready;
+  std::vector<bool> absent;
   std::thread::id ready_on;
   absl::StatusOr<StepResult> result;
   std::thread loop([&] {
-    result = exchange.RunClock({7, {4, 9}}, [&](const std::vector<int>& params) {
-      ready.push_back(params);
-      ready_on = std::this_thread::get_id();
-    });
+    result = exchange.RunClock(
+        {7, {4, 9}}, [&](const std::vector<int>& params, const std::vector<bool>& without) {
+          ready.push_back(params);
+          absent.insert(absent.end(), without.begin(), without.end());
+          ready_on = std::this_thread::get_id();
+        });
   });
   const std::thread::id loop_id = loop.get_id();
   absl::StatusOr<std::optional<ClockExchange::OfferedClock>> offer = exchange.Await(kLong);
@@ -27,6 +30,8 @@ TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThrea
   EXPECT_EQ((*offer)->clock, 7);
   EXPECT_EQ((*offer)->indices, (std::vector<int64_t>{4, 9}));
   EXPECT_TRUE(exchange.GradsReady(2).ok());
+  EXPECT_TRUE(exchange.GradsAbsent(1).ok());  // frozen: no gradient this clock
+  EXPECT_EQ(exchange.GradsReady(1).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(exchange.GradsReady(0).ok());
   StepResult r;
   r.loss = 1.5f;
@@ -39,7 +44,8 @@ TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThrea
   EXPECT_EQ(result->predicted, 2);
   std::vector<int> all;
   for (const auto& v : ready) all.insert(all.end(), v.begin(), v.end());
-  EXPECT_EQ(all, (std::vector<int>{2, 0}));
+  EXPECT_EQ(all, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(absent, (std::vector<bool>{false, true, false}));
   EXPECT_EQ(ready_on, loop_id);
 }
 
@@ -49,7 +55,7 @@ TEST(ClockExchangeTest, CallsOutsideAClockAndRepeatsAreRefused) {
   EXPECT_EQ(exchange.ClockDone(StepResult()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(exchange.Await(absl::Milliseconds(10)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::thread loop([&] { (void)exchange.RunClock({0, {}}, [](const std::vector<int>&) {}); });
+  std::thread loop([&] { (void)exchange.RunClock({0, {}}, [](const std::vector<int>&, const std::vector<bool>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   EXPECT_EQ(exchange.GradsReady(2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(exchange.GradsReady(1).ok());
@@ -76,12 +82,12 @@ TEST(ClockExchangeTest, TheLoopsEndReachesTheCaller) {
 TEST(ClockExchangeTest, CloseEndsAClockTheCallerLeft) {
   ClockExchange exchange(1);
   absl::StatusOr<StepResult> result;
-  std::thread loop([&] { result = exchange.RunClock({3, {1}}, [](const std::vector<int>&) {}); });
+  std::thread loop([&] { result = exchange.RunClock({3, {1}}, [](const std::vector<int>&, const std::vector<bool>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   exchange.Close(absl::CancelledError("the script stopped"));
   loop.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(exchange.RunClock({4, {}}, [](const std::vector<int>&) {}).status().code(),
+  EXPECT_EQ(exchange.RunClock({4, {}}, [](const std::vector<int>&, const std::vector<bool>&) {}).status().code(),
             absl::StatusCode::kCancelled);
 }
 

@@ -275,6 +275,11 @@ absl::Status ExternalWorker::GradsReady(int param) {
   return exchange_->GradsReady(param);
 }
 
+absl::Status ExternalWorker::GradsAbsent(int param) {
+  if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
+  return exchange_->GradsAbsent(param);
+}
+
 absl::Status ExternalWorker::ClockDone(const StepResult& result) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
   if (under_way_.has_value()) {

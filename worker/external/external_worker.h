@@ -95,6 +95,8 @@ class ExternalWorker {
   float* weights(int i);
   float* grads(int i);
   absl::Status GradsReady(int param);
+  // Parameter `param` has no gradient this clock (ClockExchange::GradsAbsent).
+  absl::Status GradsAbsent(int param);
   // During a clock: the optimizer's hyperparameters from this clock on
   // (PushRequest.hyper, as JSON of OptimizerSpec's fields; "{}" or "" for
   // the job's). INVALID_ARGUMENT naming the field for one the job's

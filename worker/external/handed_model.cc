@@ -19,13 +19,16 @@ absl::StatusOr<StepResult> HandedModel::Forward(int, const Batch&, const std::ve
   // The weights of clock 0, pushed again after a rollback to it.
   if (data_->offer().clock == 0 && initial_->empty()) *initial_ = weights();
   for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
+  mutable_grads_absent().assign(params().size(), false);
   std::vector<bool> sent(params().size(), false);
-  ASSIGN_OR_RETURN(const StepResult result,
-                   exchange_->RunClock(data_->offer(),
-                                       [this, &sent](const std::vector<int>& ready) {
-                                         for (int p : ready) sent[p] = true;
-                                         ReportGrads(ready);
-                                       }));
+  auto ready = [this, &sent](const std::vector<int>& params, const std::vector<bool>& absent) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      sent[params[i]] = true;
+      mutable_grads_absent()[params[i]] = absent[i];
+    }
+    ReportGrads(params);
+  };
+  ASSIGN_OR_RETURN(const StepResult result, exchange_->RunClock(data_->offer(), ready));
   std::vector<int> rest;
   for (size_t p = 0; p < sent.size(); ++p) {
     if (!sent[p]) rest.push_back(static_cast<int>(p));

@@ -236,6 +236,13 @@ int pst_grads_ready(pst_worker* w, int param, char* err, int err_len) {
   });
 }
 
+int pst_grads_absent(pst_worker* w, int param, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->GradsAbsent(param);
+  });
+}
+
 int pst_set_hyper(pst_worker* w, const char* json, char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();

@@ -31,7 +31,8 @@
  *                             indices; pst_weights() holds its weights
  *         (pst_set_hyper: the optimizer's hyperparameters from this clock)
  *         (compute; gradients into pst_grads(); pst_grads_ready per
- *          parameter as the backward makes them)
+ *          parameter as the backward makes them, pst_grads_absent for
+ *          one that has none)
  *         pst_clock_done
  *   until pst_next says the job's clocks are done (the final weights in
  *   pst_weights)
@@ -56,8 +57,8 @@ typedef struct pst_worker pst_worker;
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
  * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers,
- * pst_read_state, pst_seed_state. */
-#define PST_ABI_VERSION 4
+ * pst_read_state, pst_seed_state. 5: pst_grads_absent. */
+#define PST_ABI_VERSION 5
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -168,6 +169,14 @@ float* pst_grads(pst_worker* w, int param);
  * and may leave for the servers now (each parameter at most once a clock;
  * the rest leave at pst_clock_done). */
 int pst_grads_ready(pst_worker* w, int param, char* err, int err_len);
+
+/* During a clock: parameter i has no gradient this clock (the script froze
+ * it, requires_grad False, or its .grad is None): it leaves now without
+ * one and takes no update from this worker's push (under BSP a round in
+ * which no worker has a gradient takes no optimizer step, as torch.optim
+ * skips such a parameter). Instead of pst_grads_ready, at most once a
+ * clock. */
+int pst_grads_absent(pst_worker* w, int param, char* err, int err_len);
 
 /* During a clock, before its gradients leave: the optimizer's
  * hyperparameters from this clock on, as a JSON object of JobSpec

@@ -65,6 +65,13 @@ class Model {
   const std::vector<std::vector<float>>& grads() const { return grad_sets_[grad_set_]; }
   std::vector<std::vector<float>>& mutable_grads() { return grad_sets_[grad_set_]; }
   void FlipGrads() { grad_set_ ^= 1; }
+  // Per parameter, whether the last step produced no gradient for it: a
+  // model the caller computes (worker/external) may leave a parameter
+  // without one (a PyTorch parameter frozen mid-run), and its push then
+  // says so (ParamClient::Push's `absent`). Empty: every one has one (a
+  // built-in model's always do).
+  const std::vector<bool>& grads_absent() const { return grads_absent_; }
+  std::vector<bool>& mutable_grads_absent() { return grads_absent_; }
   // The loss's gradient is multiplied by this before the backward (dynamic
   // loss scaling); the gradients come out scaled by it. Default 1.
   void set_loss_scale(float scale) { loss_scale_ = scale; }
@@ -171,6 +178,7 @@ class Model {
   std::vector<std::vector<float>> weights_;       // host
   std::vector<std::vector<float>> grad_sets_[2];  // host; grad_set_ is the current one
   int grad_set_ = 0;
+  std::vector<bool> grads_absent_;
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
   float loss_scale_ = 1.0f;
   bool host_sync_ = true;

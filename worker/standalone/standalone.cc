@@ -51,7 +51,7 @@ class StandaloneParamClient : public ParamClient {
   }
 
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
-                   std::vector<int> params) override {
+                   std::vector<int> params, std::vector<bool>) override {
     ChunkStore::PushRequest push;
     push.clock = clock;
     push.num_samples = num_samples;

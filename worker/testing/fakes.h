@@ -45,8 +45,8 @@ class FakeParamClient : public ParamClient {
     if (arrivals != nullptr) arrivals->Finish(number, results_.at(ticket));
     return ticket;
   }
-  ParamTicket Push(int64_t clock, int, const ParamBuffers*, float,
-                   std::vector<int> params) override {
+  ParamTicket Push(int64_t clock, int, const ParamBuffers*, float, std::vector<int> params,
+                   std::vector<bool>) override {
     bytes_out_ += 4;
     return Done(
         absl::StrCat(prefix_, " push ", clock, " ",

@@ -42,7 +42,14 @@ class Optimizer(torch.optim.Optimizer):
     same changes (torch's schedulers do): a round takes its last push's.
 
     Takes the model's parameters with requires_grad=True (float32 only; a
-    parameter shared by several modules counts once). Each clock starts
+    parameter shared by several modules counts once). As torch.optim does,
+    a parameter without a gradient at a step() -- frozen during the run
+    with requires_grad_(False), or whose .grad is None -- takes no update
+    that clock: its push says it has none, and under BSP a round in which
+    no worker has a gradient for it takes no optimizer step (its weights,
+    moments and step count stay). (A CPU parameter that requires a
+    gradient but that backward did not reach has a zero gradient: its
+    .grad is the push buffer.) Each clock starts
     with zero gradients: a CPU parameter's .grad is the push buffer itself,
     so backward accumulates into it without a copy and each gradient may
     leave for the servers as soon as backward completes it. A .grad that
@@ -115,6 +122,7 @@ class Optimizer(torch.optim.Optimizer):
         self._clock = None                   # the clock under way
         self._metrics = None                 # pst.report()'s for this clock
         self._sent = [False] * len(named)    # gradients copied out this clock
+        self._reported = [False] * len(named)  # given to the library this clock
         self._early = False                  # gradients leave at the hook (overlap)
         self._library = threading.Lock()     # pst_grads_ready from two threads
         self._device_grads = DeviceGradients(self.params, self._grads_ready)
@@ -264,9 +272,14 @@ class Optimizer(torch.optim.Optimizer):
         if not self._has_gradients():
             raise NoGradients("pstrain.torch.Optimizer.step() at clock %d: no parameter has a "
                               "gradient; call loss.backward() first" % clock)
+        absent = [i for i in range(len(self.params)) if self._without_gradient(i)]
         for i, p in enumerate(self.params):
             if p.grad is not None and not self._is_buffer(i) and not self._sent[i]:
                 self._pushes[i].copy_(p.grad)
+        with self._library:
+            for i in absent:
+                _capi.call("pst_grads_absent", _worker.current().handle, i)
+                self._reported[i] = True
         self._push_module_buffers()
         for table in self.tables:
             table._push()
@@ -314,6 +327,7 @@ class Optimizer(torch.optim.Optimizer):
             p.grad = self._pushes[i] if p.device.type == "cpu" else None
         self._passes = [0] * len(self.params)
         self._sent = [False] * len(self.params)
+        self._reported = [False] * len(self.params)
         self._metrics = None
         for table in self.tables:
             table._pulled = []
@@ -406,6 +420,19 @@ class Optimizer(torch.optim.Optimizer):
         """Parameter i's gradient is complete in its buffer: it may leave."""
         with self._library:
             _capi.call("pst_grads_ready", _worker.current().handle, i)
+            self._reported[i] = True
+
+    def _without_gradient(self, i):
+        """Whether parameter i has no gradient at this step(), as torch.optim
+        sees it: its .grad is None, or (a CPU parameter, whose .grad is its
+        push buffer) it stopped requiring one and backward never reached
+        it. It then takes no update this clock (pst_grads_absent)."""
+        p = self.params[i]
+        if self._reported[i] or self._sent[i]:
+            return False
+        if p.grad is None:
+            return True
+        return self._is_buffer(i) and not p.requires_grad and self._passes[i] == 0
 
 
 def _float32(x):
