@@ -268,6 +268,42 @@ TEST(FaultTest, PushingByLayersAReplacementRedoesAHalfPushedClockFromNewerWeight
   EXPECT_NEAR(replacement.test_accuracy(), undisturbed.accuracy, 0.01);
 }
 
+// A server killed as the job reaches its end -- after the worker's last
+// read (its weights written), before the scheduler declares the job DONE --
+// never reports its end: the scheduler declares it dead before it writes
+// the final status (issue 66), which shows each member's real end.
+TEST(FaultTest, AServerKilledAsTheJobEndsIsDeadInTheFinalStatus) {
+  Cluster cluster("kill_at_end");
+  ClusterOptions options = BspOptions();
+  options.servers = 2;
+  options.workers = 1;
+  options.worker_flags = {{}};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  const absl::Time until = absl::Now() + absl::Seconds(120);
+  while (ReadFile(cluster.worker_weights(0)).empty() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_FALSE(ReadFile(cluster.worker_weights(0)).empty()) << cluster.Logs();
+  const absl::Time killed = absl::Now();
+  const int victim = cluster.ServerProcess(1);
+  ASSERT_GE(victim, 0);
+  cluster.servers()[victim].Kill(SIGKILL);
+  absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE) << cluster.Logs();
+  const MemberStatus dead = MemberOf(*end, SERVER, 1);
+  EXPECT_EQ(dead.state(), DEAD) << dead.ShortDebugString();
+  EXPECT_GT(dead.declared_dead_unix_ms(), absl::ToUnixMillis(killed));
+  EXPECT_EQ(MemberOf(*end, SERVER, 0).state(), FINISHED);
+  EXPECT_EQ(MemberOf(*end, WORKER, 0).state(), FINISHED);
+  std::printf("server 1 killed as the job ended: %s in the final status, declared dead %.2f s "
+              "later\n",
+              MemberState_Name(dead.state()).c_str(),
+              (dead.declared_dead_unix_ms() - absl::ToUnixMillis(killed)) / 1e3);
+}
+
 TEST(FaultTest, AKilledWorkerIsDeclaredDeadAndNobodyHangs) {
   Cluster cluster("kill");
   ClusterOptions options;
