@@ -232,9 +232,9 @@ class DiskCeiling {
 bool SameWeights(const ChunkStore& a, const ChunkStore& b) {
   for (int32_t chunk : a.chunk_ids()) {
     std::vector<float> x(a.ChunkNumel(chunk)), y(x.size());
-    std::vector<int64_t> applied;
-    if (!a.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(x.data()), &applied).ok() ||
-        !b.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(y.data()), &applied).ok() ||
+    PulledClocks clocks;
+    if (!a.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(x.data()), &clocks).ok() ||
+        !b.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(y.data()), &clocks).ok() ||
         std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
       return false;
     }

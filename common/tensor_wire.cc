@@ -292,8 +292,7 @@ absl::Status DecodePush(SliceReader& r, PushHeader* h, std::vector<PayloadRef>* 
 grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
                                     const std::vector<int64_t>& payload_bytes,
                                     absl::FunctionRef<void(size_t, char*)> fill,
-                                    const std::vector<int64_t>& applied_clock,
-                                    const PulledViews* views) {
+                                    const PulledClocks& clocks, const PulledViews* views) {
   std::vector<grpc::Slice> slices;
   slices.reserve(chunk_ids.size() + 1);
   for (size_t i = 0; i < chunk_ids.size(); ++i) {
@@ -305,7 +304,11 @@ grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
     slices.push_back(std::move(s));
   }
   PullResponse tail;
-  for (int64_t a : applied_clock) tail.add_applied_clock(a);
+  for (int64_t a : clocks.applied) tail.add_applied_clock(a);
+  if (!chunk_ids.empty()) {
+    tail.set_own_applied_most(clocks.own_applied_most);
+    tail.set_own_held_least(clocks.own_held_least);
+  }
   if (views != nullptr) {
     for (uint64_t v : views->views) tail.add_views(v);
     for (uint64_t b : views->bases) tail.add_bases(b);
@@ -315,9 +318,9 @@ grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
 }
 
 absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
-                                std::vector<int64_t>* applied_clock, PulledViews* views) {
+                                PulledClocks* clocks, PulledViews* views) {
   chunks->clear();
-  applied_clock->clear();
+  *clocks = PulledClocks();
   std::vector<uint64_t> applied;
   PulledViews unused;
   if (views == nullptr) views = &unused;
@@ -339,14 +342,18 @@ absl::Status DecodePullResponse(SliceReader& r, std::vector<PayloadRef>* chunks,
                                    : field == 4 ? &views->bases
                                                 : &views->unknown;
       ok = ReadVarints(r, type, out);
+    } else if ((field == 6 || field == 7) && type == kVarint) {
+      ok = r.ReadVarint(&v);
+      (field == 6 ? clocks->own_applied_most : clocks->own_held_least) = static_cast<int64_t>(v);
     } else {
       ok = SkipField(r, field, type);
     }
     if (!ok) return Malformed("pull reply: truncated or bad field");
   }
-  for (uint64_t a : applied) applied_clock->push_back(static_cast<int64_t>(a));
+  for (uint64_t a : applied) clocks->applied.push_back(static_cast<int64_t>(a));
   return absl::OkStatus();
 }
+
 
 std::string FlattenSmall(const grpc::ByteBuffer& buffer) {
   SliceReader r(buffer);

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "common/pulled_clocks.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
@@ -108,18 +109,17 @@ struct PulledViews {
 };
 
 // Encodes a PullResponse of the given chunks; fill(i, dst) writes chunk i's
-// payload_bytes[i] bytes at dst (any alignment). `applied_clock` and
-// `views` (null: none) are read after every fill, so a fill may compute
-// them.
+// payload_bytes[i] bytes at dst (any alignment). `clocks` and `views`
+// (null: none) are read after every fill, so a fill may compute them.
 grpc::ByteBuffer EncodePullResponse(const std::vector<int32_t>& chunk_ids,
                                     const std::vector<int64_t>& payload_bytes,
                                     absl::FunctionRef<void(size_t, char*)> fill,
-                                    const std::vector<int64_t>& applied_clock,
+                                    const PulledClocks& clocks,
                                     const PulledViews* views = nullptr);
 // Parses a PullResponse and locates its payloads. INVALID_ARGUMENT when
 // malformed.
 absl::Status DecodePullResponse(SliceReader& reader, std::vector<PayloadRef>* chunks,
-                                std::vector<int64_t>* applied_clock, PulledViews* views = nullptr);
+                                PulledClocks* clocks, PulledViews* views = nullptr);
 
 // Parses any small message from a ByteBuffer (copies it).
 bool ParseSmall(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message);

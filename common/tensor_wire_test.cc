@@ -153,7 +153,7 @@ TEST(TensorWireTest, PullResponseRoundTrips) {
   const grpc::ByteBuffer buf = EncodePullResponse(
       ids, bytes,
       [&](size_t i, char* dst) { std::memset(dst, 'x' + static_cast<int>(i), bytes[i]); },
-      {5, 0, 1LL << 40});
+      PulledClocks{{5, 0, 1LL << 40}, 61, 60});
   PullResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(Flatten(buf)));
   ASSERT_EQ(parsed.chunks_size(), 3);
@@ -165,14 +165,16 @@ TEST(TensorWireTest, PullResponseRoundTrips) {
   const grpc::ByteBuffer again = Sliced(parsed.SerializeAsString());
   SliceReader r(again);
   std::vector<PayloadRef> refs;
-  std::vector<int64_t> applied;
-  ASSERT_TRUE(DecodePullResponse(r, &refs, &applied).ok());
+  PulledClocks clocks;
+  ASSERT_TRUE(DecodePullResponse(r, &refs, &clocks).ok());
   ASSERT_EQ(refs.size(), 3u);
   EXPECT_EQ(refs[0].chunk, 7);
   EXPECT_EQ(refs[0].bytes, 8u);
   EXPECT_EQ(refs[1].chunk, 0);
   EXPECT_EQ(refs[1].bytes, 0u);
-  EXPECT_EQ(applied, (std::vector<int64_t>{5, 0, 1LL << 40}));
+  EXPECT_EQ(clocks.applied, (std::vector<int64_t>{5, 0, 1LL << 40}));
+  EXPECT_EQ(clocks.own_applied_most, 61);
+  EXPECT_EQ(clocks.own_held_least, 60);
 }
 
 // A compressed pull's reply that names views the server does not keep
@@ -184,10 +186,10 @@ TEST(TensorWireTest, PullResponseNamesTheViewsUnknown) {
   const grpc::ByteBuffer buf = Sliced(unknown.SerializeAsString());
   SliceReader r(buf);
   std::vector<PayloadRef> refs;
-  std::vector<int64_t> applied;
+  PulledClocks clocks;
   PulledViews views;
   views.unknown = {1};  // cleared first
-  ASSERT_TRUE(DecodePullResponse(r, &refs, &applied, &views).ok());
+  ASSERT_TRUE(DecodePullResponse(r, &refs, &clocks, &views).ok());
   EXPECT_TRUE(refs.empty());
   EXPECT_EQ(views.unknown, (std::vector<uint64_t>{3, 300000}));
   EXPECT_TRUE(views.views.empty());
@@ -227,8 +229,8 @@ TEST(TensorWireTest, MalformedInputIsAnError) {
     for (char& ch : junk) ch = static_cast<char>(rng());
     const grpc::ByteBuffer b = Sliced(junk, trial);
     SliceReader jr(b);
-    std::vector<int64_t> applied;
-    if (DecodePullResponse(jr, &refs, &applied).ok()) {
+    PulledClocks clocks;
+    if (DecodePullResponse(jr, &refs, &clocks).ok()) {
       for (const PayloadRef& ref : refs) EXPECT_LE(ref.offset + ref.bytes, junk.size());
     }
   }

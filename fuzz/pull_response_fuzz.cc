@@ -11,8 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const grpc::ByteBuffer buf = Sliced(data, size, size == 0 ? 0 : data[0] % (size + 1));
   SliceReader reader(buf);
   std::vector<PayloadRef> chunks;
-  std::vector<int64_t> applied;
-  if (!DecodePullResponse(reader, &chunks, &applied).ok()) return 0;
+  PulledClocks clocks;
+  if (!DecodePullResponse(reader, &chunks, &clocks).ok()) return 0;
   // Every payload it located lies inside the message and reads back.
   std::vector<char> out;
   for (const PayloadRef& c : chunks) {

@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server->requests->FillPull(req, &reply);
   SliceReader reader(reply);
   std::vector<PayloadRef> chunks;
-  std::vector<int64_t> applied;
-  if (!DecodePullResponse(reader, &chunks, &applied).ok()) __builtin_trap();  // our own reply
+  PulledClocks clocks;
+  if (!DecodePullResponse(reader, &chunks, &clocks).ok()) __builtin_trap();  // our own reply
   return 0;
 }

@@ -57,6 +57,28 @@ class ExternalModelJoinTest : public ::testing::Test {
     return req;
   }
 
+  // Two servers and worker 0 (declared) join; worker 1 joins, then fails
+  // before it declares, saying `why`: its id.
+  int JoinAndFailBeforeDeclaring(const std::string& why) {
+    for (const char* server : {"s0", "s1"}) EXPECT_TRUE(Join(SERVER, server).ok());
+    RegisterRequest first = Worker("w0", 7);
+    Declare(&first, 40);
+    EXPECT_TRUE(coordinator_->Register(first, now_).ok());
+    RegisterRequest early = Worker("w1", 8);
+    early.set_declare_later(true);
+    absl::StatusOr<RegisterResponse> joined = coordinator_->Register(early, now_);
+    EXPECT_TRUE(joined.ok()) << joined.status();
+    if (!joined.ok()) return -1;
+    HeartbeatRequest failed;
+    failed.set_incarnation(8);
+    failed.mutable_status()->set_role(WORKER);
+    failed.mutable_status()->set_id(joined->id());
+    failed.mutable_status()->set_state(FAILED);
+    failed.mutable_status()->set_message(why);
+    EXPECT_TRUE(coordinator_->Heartbeat(failed, now_).ok());
+    return joined->id();
+  }
+
   NoCheckpoints catalog_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<JobCoordinator> coordinator_;
@@ -151,27 +173,15 @@ TEST_F(ExternalModelJoinTest, AWorkerJoinsFirstAndDeclaresLater) {
 // first batch) gives its place back: the job goes on waiting, and another
 // worker takes the place.
 TEST_F(ExternalModelJoinTest, AWorkerThatFailsBeforeDeclaringGivesItsPlaceBack) {
-  for (const char* server : {"s0", "s1"}) ASSERT_TRUE(Join(SERVER, server).ok());
-  RegisterRequest first = Worker("w0", 7);
-  Declare(&first, 40);
-  ASSERT_TRUE(coordinator_->Register(first, now_).ok());
-  RegisterRequest early = Worker("w1", 8);
-  early.set_declare_later(true);
-  absl::StatusOr<RegisterResponse> joined = coordinator_->Register(early, now_);
-  ASSERT_TRUE(joined.ok()) << joined.status();
-  HeartbeatRequest failed;
-  failed.set_incarnation(8);
-  failed.mutable_status()->set_role(WORKER);
-  failed.mutable_status()->set_id(joined->id());
-  failed.mutable_status()->set_state(FAILED);
-  ASSERT_TRUE(coordinator_->Heartbeat(failed, now_).ok());
+  const int left = JoinAndFailBeforeDeclaring("a data error");
+  ASSERT_GE(left, 0);
   EXPECT_EQ(coordinator_->state(), WAITING);
 
   RegisterRequest next = Worker("w2", 9);
   Declare(&next, 40);
   absl::StatusOr<RegisterResponse> taken = coordinator_->Register(next, now_);
   ASSERT_TRUE(taken.ok()) << taken.status();
-  EXPECT_EQ(taken->id(), joined->id());
+  EXPECT_EQ(taken->id(), left);
   EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
 }
 
@@ -179,21 +189,8 @@ TEST_F(ExternalModelJoinTest, AWorkerThatFailsBeforeDeclaringGivesItsPlaceBack) 
 // which can never start, ends ABORTED saying why (a launcher that started
 // every worker it will start would otherwise wait for good).
 TEST_F(ExternalModelJoinTest, APlaceLeftBeforeTheStartAndNotTakenEndsTheJob) {
-  for (const char* server : {"s0", "s1"}) ASSERT_TRUE(Join(SERVER, server).ok());
-  RegisterRequest first = Worker("w0", 7);
-  Declare(&first, 40);
-  ASSERT_TRUE(coordinator_->Register(first, now_).ok());
-  RegisterRequest early = Worker("w1", 8);
-  early.set_declare_later(true);
-  absl::StatusOr<RegisterResponse> joined = coordinator_->Register(early, now_);
-  ASSERT_TRUE(joined.ok()) << joined.status();
-  HeartbeatRequest failed;
-  failed.set_incarnation(8);
-  failed.mutable_status()->set_role(WORKER);
-  failed.mutable_status()->set_id(joined->id());
-  failed.mutable_status()->set_state(FAILED);
-  failed.mutable_status()->set_message("UnsupportedDtype: parameter 'fc.weight' is torch.bfloat16");
-  ASSERT_TRUE(coordinator_->Heartbeat(failed, now_).ok());
+  ASSERT_EQ(JoinAndFailBeforeDeclaring("UnsupportedDtype: parameter 'fc.weight' is torch.bfloat16"),
+            1);
   const absl::Time left = now_;
   auto beat_the_others = [&] {
     for (auto [role, id, incarnation] :

@@ -323,6 +323,21 @@ void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now) {
   pipelines_.RolledBack(to, now);
 }
 
+void JobCoordinator::RollBackForARedo(int worker, int64_t clock, absl::Time now) {
+  if (!Running() || rollbacks_.rolling_back()) return;
+  if (!rollbacks_.checkpoints()) {
+    spdlog::warn("worker {} redoes clock {} from newer weights: its predecessor's push of it "
+                 "reached some chunks and not others, and the job keeps no checkpoint to roll "
+                 "back to",
+                 worker, clock);
+    return;
+  }
+  BeginRollback(absl::StrCat("worker ", worker, "'s push of clock ", clock,
+                             " reached some chunks and not others before it died: its replacement "
+                             "could not make it again as it was"),
+                now);
+}
+
 void JobCoordinator::MaybeEndRollback(absl::Time now) {
   if (Running() && rollbacks_.MaybeEnd(members_, now)) gate_.Wake();
 }
@@ -372,6 +387,9 @@ absl::Status JobCoordinator::AdvanceClock(const AdvanceClockRequest& req, Ticket
   if (req.clock() < 0 || req.clock() > total) {
     return absl::InvalidArgumentError(
         absl::StrCat("clock ", req.clock(), " outside [0, ", total, "]"));
+  }
+  if (req.redo_inexact() && req.generation() == rollbacks_.generation()) {
+    RollBackForARedo(w, req.clock(), now);  // (the call is then of an older generation)
   }
   const int64_t generation = rollbacks_.generation();
   if (req.generation() < 0 || req.generation() > generation) {

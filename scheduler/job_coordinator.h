@@ -162,6 +162,10 @@ class JobCoordinator {
   void Revived(const MemberRecord& m, absl::Time now);
   HeartbeatResponse HeartbeatAnswer(const MemberRecord& m) const;
   void BeginRollback(const std::string& reason, absl::Time now);
+  // Worker `worker`, a replacement, cannot redo `clock` as its predecessor
+  // made it (AdvanceClockRequest.redo_inexact): with checkpoints the
+  // cluster rolls back to the last one, else the redo goes on as read.
+  void RollBackForARedo(int worker, int64_t clock, absl::Time now);
   void MaybeEndRollback(absl::Time now);
   std::function<bool(int)> AtGate() const;
   // Every live worker FINISHED: DONE.

@@ -315,6 +315,52 @@ TEST_F(JobCoordinatorTest, ARollbackGoesToTheNewestCompleteSetAndEndsWhenEverySe
   EXPECT_GT(coordinator_->Status(now_).rollbacks(0).done_unix_ms(), 0);
 }
 
+// A replacement that cannot redo a clock as its predecessor made it (its
+// push reached some chunks that applied it, not others) says so at the
+// gate: with checkpoints the cluster rolls back to the newest complete set
+// and the call is answered in the new generation once the servers restored
+// it; without, the answer is as ever.
+TEST_F(JobCoordinatorTest, ARedoThatCannotBeExactRollsBackToACheckpoint) {
+  for (const bool checkpoints : {true, false}) {
+    SCOPED_TRACE(checkpoints ? "with checkpoints" : "without");
+    Start(TwoByTwo(/*checkpoint_every=*/checkpoints ? 10 : 0), {});
+    catalog_.complete = {10};
+    JoinAll();
+    bool parked = false;
+    for (int64_t c = 1; c <= 14; ++c) {
+      ASSERT_TRUE(Gate(0, c, &parked).ok());
+      ASSERT_TRUE(Gate(1, c, &parked).ok());
+    }
+    AdvanceClockRequest redo;
+    redo.set_worker_id(1);
+    redo.set_clock(14);
+    redo.set_incarnation(1);
+    redo.set_pushed_clock(13);
+    redo.set_redo_inexact(true);
+    AdvanceClockResponse answer;
+    ASSERT_TRUE(coordinator_->AdvanceClock(redo, ++ticket_, now_, &answer, &parked).ok());
+    const ClusterStatus st = coordinator_->Status(now_);
+    if (!checkpoints) {
+      EXPECT_EQ(st.rollbacks_size(), 0);
+      EXPECT_FALSE(parked);
+      EXPECT_EQ(answer.generation(), 0);
+      continue;
+    }
+    ASSERT_EQ(st.rollbacks_size(), 1);
+    EXPECT_EQ(st.rollbacks(0).to_clock(), 10);
+    EXPECT_NE(st.rollbacks(0).reason().find("worker 1's push of clock 14 reached some chunks"),
+              std::string::npos)
+        << st.rollbacks(0).reason();
+    ASSERT_TRUE(parked);  // until every server restored generation 1
+    const Ticket held = ticket_;
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(Beat(SERVER, s, RUNNING, 1).ok());
+    const std::map<Ticket, absl::Status> r = Released();
+    ASSERT_EQ(r.count(held), 1u);
+    EXPECT_EQ(released_.back().gate.generation(), 1);
+    EXPECT_EQ(released_.back().gate.resume_clock(), 10);
+  }
+}
+
 TEST_F(JobCoordinatorTest, TheReplacementTimeoutAbortsTheJob) {
   Start(TwoByTwo(/*checkpoint_every=*/10), {});
   JoinAll();

@@ -45,6 +45,8 @@ class Rollbacks {
             int64_t start_clock);
 
   int64_t generation() const { return state_.generation(); }
+  // The job writes checkpoints (a rollback goes back to one, not to clock 0).
+  bool checkpoints() const { return checkpoint_every_ > 0; }
   // The clock the current generation started from.
   int64_t restore_clock() const { return state_.restore_clock(); }
   // Some server has not restored the current generation yet.

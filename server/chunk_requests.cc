@@ -298,7 +298,7 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
     *resp = SerializeSmall(unknown);
     return grpc::Status::OK;
   }
-  std::vector<int64_t> applied, min_applied;
+  PulledClocks clocks;  // of every chunk
   absl::Status read;
   const std::vector<int64_t> in_message =
       segment == nullptr ? payload_bytes : std::vector<int64_t>(ids.size(), 0);
@@ -309,21 +309,16 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
         if (segment != nullptr) {
           dst = segment->data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
         }
+        PulledClocks chunk;
         if (compressed) {
-          read = ReadCompressed(req, ids[i], bases[i].get(), dst, &applied, &pulled);
+          read = ReadCompressed(req, ids[i], bases[i].get(), dst, &chunk, &pulled);
         } else {
           read = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(),
-                              dst, &applied);
+                              dst, &chunk);
         }
-        if (min_applied.empty()) {
-          min_applied = applied;
-        } else {
-          for (size_t w = 0; w < applied.size(); ++w) {
-            min_applied[w] = std::min(min_applied[w], applied[w]);
-          }
-        }
+        clocks.Merge(chunk);
       },
-      min_applied, compressed ? &pulled : nullptr);
+      clocks, compressed ? &pulled : nullptr);
   if (!read.ok()) {  // the chunks' memory failed: the server is failing
     resp->Clear();
     return ToGrpc(absl::UnavailableError(absl::StrCat("pull: ", read.message())));
@@ -336,11 +331,11 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
 
 absl::Status ChunkRequests::ReadCompressed(const PullRequest& req, int32_t chunk,
                                            const PullViews::View* base, char* out,
-                                           std::vector<int64_t>* applied, PulledViews* pulled) {
+                                           PulledClocks* clocks, PulledViews* pulled) {
   thread_local std::vector<float> current;
   current.resize(store_->ChunkNumel(chunk));
   RETURN_IF_ERROR(store_->Read(req.worker_id(), req.clock(), req.min_clock(), chunk, FP32,
-                               reinterpret_cast<char*>(current.data()), applied));
+                               reinterpret_cast<char*>(current.data()), clocks));
   pulled->bases.push_back(base == nullptr ? 0 : base->id);
   pulled->views.push_back(views_->Answer(chunk, req.worker_id(), base, current.data(),
                                          static_cast<int64_t>(current.size()), out));

@@ -111,7 +111,7 @@ class ChunkRequests {
   // (null: the values whole) to the weights now, into `out`; its bases and
   // views into *pulled.
   absl::Status ReadCompressed(const PullRequest& req, int32_t chunk, const PullViews::View* base,
-                              char* out, std::vector<int64_t>* applied, PulledViews* pulled);
+                              char* out, PulledClocks* clocks, PulledViews* pulled);
   // A shared-memory push's chunks (empty payloads in the message): each
   // pointed at its push slot, `width` bytes a value (a compressed one: the
   // codec's bytes); INVALID_ARGUMENT for a

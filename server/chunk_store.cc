@@ -328,12 +328,16 @@ std::string ChunkStore::Lagging(int32_t chunk, int64_t min_clock) const {
 }
 
 absl::Status ChunkStore::Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk,
-                              DType dtype, char* out, std::vector<int64_t>* applied) const {
+                              DType dtype, char* out, PulledClocks* clocks) const {
   Chunk* c = Find(chunk);
   absl::MutexLock lock(&c->mu);
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
   EncodeFloats(dtype, slab.weights(), c->layout.weights, out);
-  *applied = c->clocks.applied();
+  clocks->applied = c->clocks.applied();
+  if (worker >= 0 && worker < c->clocks.num_workers()) {
+    clocks->own_applied_most = c->clocks.applied()[worker];
+    clocks->own_held_least = clocks->own_applied_most + (bsp_ && c->clocks.pushed(worker) ? 1 : 0);
+  }
   if (trace_ != nullptr && trace_->enabled()) {
     TraceEvent e;
     e.set_event("pull");

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
+#include "common/pulled_clocks.h"
 #include "common/thread_pool.h"
 #include "common/trace.h"
 #include "proto/job.pb.h"
@@ -168,10 +169,12 @@ class ChunkStore : public HeldRounds {
   // state of another size; as ReadState's otherwise.
   absl::Status WriteState(const ChunkState& state);
   // Writes the chunk's weights to `out` (ChunkNumel(chunk) values, little
-  // endian, in `dtype`; any alignment) and the per-worker applied clocks to
-  // `applied`. Traces the read for `worker`. An error only from offloading.
+  // endian, in `dtype`; any alignment) and what they hold to *clocks: the
+  // per-worker applied clocks, and of `worker`'s own pushes how many are
+  // applied and held (applied, or in the BSP round being collected).
+  // Traces the read for `worker`. An error only from offloading.
   absl::Status Read(int worker, int64_t clock, int64_t min_clock, int32_t chunk, DType dtype,
-                    char* out, std::vector<int64_t>* applied) const;
+                    char* out, PulledClocks* clocks) const;
 
   // HeldRounds (server/held_rounds.h): BSP clipping by the global norm (the
   // job clips under BSP) holds a closed round's mean gradient until

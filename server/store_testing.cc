@@ -29,9 +29,9 @@ JobSpec SmallDenseJob(Consistency mode, int workers, float clip_norm) {
 
 std::vector<float> ReadChunk(const ChunkStore& store, int32_t chunk) {
   std::vector<float> out(store.ChunkNumel(chunk));
-  std::vector<int64_t> applied;
+  PulledClocks clocks;
   EXPECT_TRUE(
-      store.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &applied).ok());
+      store.Read(0, 0, 0, chunk, FP32, reinterpret_cast<char*>(out.data()), &clocks).ok());
   return out;
 }
 

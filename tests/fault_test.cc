@@ -82,9 +82,12 @@ constexpr int64_t kHeld = 60;
 // declared dead, then replaces it and waits for the end (ReplaceAndFinish):
 // the replacement's final Status, or an empty one after a failed EXPECT.
 MemberStatus KillTheHolderAndReplaceIt(Cluster& cluster, const std::vector<std::string>& flags,
-                                       absl::Duration settle) {
+                                       absl::Duration settle,
+                                       const std::vector<std::string>& scheduler_flags = {}) {
   ClusterOptions options = BspOptions();
   options.scheduler_flags.push_back("--on_worker_failure=wait");
+  options.scheduler_flags.insert(options.scheduler_flags.end(), scheduler_flags.begin(),
+                                 scheduler_flags.end());
   for (std::vector<std::string>& f : options.worker_flags) {
     f.insert(f.end(), flags.begin(), flags.end());
   }
@@ -266,6 +269,37 @@ TEST(FaultTest, PushingByLayersAReplacementRedoesAHalfPushedClockFromNewerWeight
       undisturbed.accuracy, difference, MaxMagnitude(undisturbed.weights));
   EXPECT_GT(difference, 0) << "the first layer's lost gradient was made again exactly";
   EXPECT_NEAR(replacement.test_accuracy(), undisturbed.accuracy, 0.01);
+}
+
+// The same with checkpoints (issue 66): the replacement's pull of clock 60
+// shows its predecessor's push of it applied on some chunks and missing on
+// others (PullResponse.own_applied_most, .own_held_least), so it asks for
+// a rollback instead of redoing the clock from newer weights
+// (AdvanceClockRequest.redo_inexact); the cluster goes back to the
+// checkpoint of clock 60 and ends bit-identical to the undisturbed run.
+TEST(FaultTest, PushingByLayersAHalfPushedClockWithCheckpointsRollsBackAndEndsBitIdentical) {
+  const UndisturbedRun& undisturbed = Undisturbed();
+  ASSERT_GT(undisturbed.accuracy, 0);
+  Cluster cluster("halfpushed_checkpoints");
+  const MemberStatus replacement = KillTheHolderAndReplaceIt(
+      cluster, {"--overlap=on"}, absl::Seconds(1),
+      {"--checkpoint_every=20", "--checkpoint_dir=" + cluster.dir() + "/checkpoints"});
+  EXPECT_EQ(replacement.state(), FINISHED);
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->rollbacks_size(), 1) << cluster.Logs();
+  EXPECT_TRUE(absl::StrContains(end->rollbacks(0).reason(), "reached some chunks and not others"))
+      << end->rollbacks(0).reason();
+  EXPECT_EQ(end->rollbacks(0).to_clock(), kHeld);
+  const double difference =
+      MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed.weights);
+  std::printf("a half-pushed clock %lld with checkpoints: rolled back to clock %lld (%s); max |w - "
+              "undisturbed w| %g\n",
+              static_cast<long long>(kHeld),
+              static_cast<long long>(end->rollbacks(0).to_clock()),
+              end->rollbacks(0).reason().c_str(), difference);
+  EXPECT_EQ(difference, 0.0);
+  EXPECT_DOUBLE_EQ(replacement.test_accuracy(), undisturbed.accuracy);
 }
 
 // A server killed as the job reaches its end -- after the worker's last

@@ -14,6 +14,11 @@
 namespace pstrain {
 namespace {
 
+// A replacement starts one or two clocks behind its predecessor's place
+// (AdvanceClockRequest.pushed_clock): the clocks whose pushes may have
+// landed in part.
+constexpr int64_t kRedoClocks = 2;
+
 // The L2 norm of a whole gradient (every parameter).
 float GlobalNorm(const ParamBuffers& grads) {
   double sum = 0;
@@ -239,6 +244,8 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
     RETURN_IF_ERROR(Resync(read));
     return false;
   }
+  ASSIGN_OR_RETURN(const bool rolled_back, RedoExactly());
+  if (rolled_back) return false;
   // A gate answer already here is taken now, so that the step computes the
   // share the live workers it names give this one (a worker declared dead
   // is known to the scheduler before the servers close its BSP round).
@@ -266,11 +273,37 @@ absl::StatusOr<bool> ClockLoop::GateAndPull() {
   return true;
 }
 
-bool ClockLoop::Layered() const { return options_.training.overlap && !options_.stage_step; }
+bool ClockLoop::Layered() const {
+  return options_.training.overlap && !options_.stage_step &&
+         clock_ >= options_.start_clock + kRedoClocks;
+}
+
+absl::StatusOr<bool> ClockLoop::RedoExactly() {
+  if (clock_ == inexact_redo_ || !read_clocks_.RedoIsInexact(clock_) ||
+      member_.schedule().ConsistencyAt(clock_) != BSP) {
+    return false;
+  }
+  spdlog::warn("clock {}: this replacement's predecessor pushed it to some chunks (applied there) "
+               "and not to others; asking for a rollback to the last checkpoint, so that it is "
+               "not made again from newer weights",
+               clock_);
+  ASSIGN_OR_RETURN(const bool moved, TakePendingGate());
+  if (moved) return true;
+  AdvanceClockRequest req = GateRequest(clock_, /*relink=*/false);
+  req.set_redo_inexact(true);
+  ASSIGN_OR_RETURN(const AdvanceClockResponse gate, gate_->AdvanceClock(req));
+  ASSIGN_OR_RETURN(const bool rolled_back, Adopt(gate));
+  if (!rolled_back) {
+    spdlog::warn("clock {}: no checkpoint to roll back to; redoing it from the weights read",
+                 clock_);
+    inexact_redo_ = clock_;
+  }
+  return rolled_back;
+}
 
 ParamTicket ClockLoop::Pull(bool layered) {
   return params_->Pull(clock_, member_.schedule().MinClockForRead(clock_), &model_->weights(),
-                       &read_applied_, layered ? &arrivals_ : nullptr);
+                       &read_clocks_, layered ? &arrivals_ : nullptr);
 }
 
 absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> ticket,
@@ -282,7 +315,7 @@ absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> tic
     case WeightSource::kCache:
       return absl::OkStatus();
     case WeightSource::kPrefetch:
-      read = prefetch_->Take(params_.get(), pull_clock, &model_->weights(), &read_applied_);
+      read = prefetch_->Take(params_.get(), pull_clock, &model_->weights(), &read_clocks_);
       break;
     case WeightSource::kPullWithGate:
       if (Layered()) {  // the step's forward waits for each layer's weights
@@ -307,10 +340,11 @@ void ClockLoop::NoteRead() {
   }
   // The weights read hold this worker's pushes of the iterations below
   // its applied clock (under BSP: every iteration before this one).
-  if (options_.worker_id < static_cast<int>(read_applied_.size())) {
-    pushed_through_ = std::max(pushed_through_, read_applied_[options_.worker_id]);
+  const std::vector<int64_t>& applied = read_clocks_.applied;
+  if (options_.worker_id < static_cast<int>(applied.size())) {
+    pushed_through_ = std::max(pushed_through_, applied[options_.worker_id]);
   }
-  reads_.Note(read_applied_, member_.live());
+  reads_.Note(applied, member_.live());
 }
 
 void ClockLoop::DropLanding() {

@@ -191,8 +191,18 @@ class ClockLoop : private LoopActions {
   // goes elsewhere).
   void DropLanding();
   // Whether a pull sent with the gate lands while the step computes: with
-  // overlap, outside pipeline stages.
+  // overlap, outside pipeline stages, past the clocks a replacement may
+  // redo (their weights are checked whole before the step: RedoExactly).
   bool Layered() const;
+  // A replacement redoing a clock its dead predecessor pushed, from weights
+  // that already hold that push on some chunk while another lacks it
+  // (PulledClocks::RedoIsInexact), under BSP: the push it makes would not
+  // be the lost one. It asks the scheduler to roll the cluster back to its
+  // last checkpoint instead (AdvanceClockRequest.redo_inexact): true when
+  // the cluster rolled back (the loop goes on from there); false when the
+  // clock goes on as read (no checkpoint to go back to, or nothing to
+  // redo).
+  absl::StatusOr<bool> RedoExactly();
   ParamTicket Pull(bool layered);
   // The step and its push; false when the clock must start over.
   absl::StatusOr<bool> ComputeAndPush();
@@ -261,8 +271,11 @@ class ClockLoop : private LoopActions {
   LossScaler scaler_;
   std::vector<ParamTicket> push_tickets_;        // this clock's pushes
   std::vector<ParamTicket> older_push_tickets_;  // the last clock's
-  // The last read's applied iterations per worker (ParamClient::Pull).
-  std::vector<int64_t> read_applied_;
+  // What the last read's weights hold (ParamClient::Pull).
+  PulledClocks read_clocks_;
+  // The clock a replacement redoes inexactly, the scheduler having no
+  // checkpoint to roll back to (-1: none).
+  int64_t inexact_redo_ = -1;
   // SSP, ASP: the gate call of the clock under way, answered while it runs.
   std::future<absl::StatusOr<AdvanceClockResponse>> pending_gate_;
   std::optional<WeightPrefetch> prefetch_;

@@ -57,7 +57,7 @@ ParamTicket AsyncPsClient::Queue(Lane& lane, Operation op) {
 }
 
 ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                                std::vector<int64_t>* applied, WeightArrivals* arrivals) {
+                                PulledClocks* clocks, WeightArrivals* arrivals) {
   const int64_t number = arrivals != nullptr ? arrivals->Begin() : 0;
   const int delayed = delay_pull_param_ < static_cast<int>(into->size()) ? delay_pull_param_ : -1;
   return Queue(pulls_, [=](PsClient& client) {
@@ -67,9 +67,9 @@ ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* 
     }
     absl::Status st;
     if (delayed < 0) {
-      st = client.Pull(clock, min_clock, into, applied, scope);
+      st = client.Pull(clock, min_clock, into, clocks, scope);
     } else {
-      st = PullDelayingOne(client, clock, min_clock, into, applied, delayed, scope);
+      st = PullDelayingOne(client, clock, min_clock, into, clocks, delayed, scope);
     }
     if (arrivals != nullptr) arrivals->Finish(number, st);
     return st;
@@ -77,24 +77,20 @@ ParamTicket AsyncPsClient::Pull(int64_t clock, int64_t min_clock, ParamBuffers* 
 }
 
 absl::Status AsyncPsClient::PullDelayingOne(PsClient& client, int64_t clock, int64_t min_clock,
-                                            ParamBuffers* into, std::vector<int64_t>* applied,
+                                            ParamBuffers* into, PulledClocks* clocks,
                                             int delayed, PullScope scope) {
   std::vector<int> others;
   for (int p = 0; p < static_cast<int>(into->size()); ++p) {
     if (p != delayed) others.push_back(p);
   }
   const std::vector<int> last = {delayed};
-  std::vector<int64_t> last_applied;
+  PulledClocks last_clocks;
   scope.params = &others;
-  RETURN_IF_ERROR(client.Pull(clock, min_clock, into, applied, scope));
+  RETURN_IF_ERROR(client.Pull(clock, min_clock, into, clocks, scope));
   absl::SleepFor(kDelayPull);
   scope.params = &last;
-  RETURN_IF_ERROR(client.Pull(clock, min_clock, into, &last_applied, scope));
-  if (applied != nullptr) {
-    for (size_t w = 0; w < applied->size() && w < last_applied.size(); ++w) {
-      (*applied)[w] = std::min((*applied)[w], last_applied[w]);
-    }
-  }
+  RETURN_IF_ERROR(client.Pull(clock, min_clock, into, &last_clocks, scope));
+  if (clocks != nullptr) clocks->Merge(last_clocks);
   return absl::OkStatus();
 }
 

@@ -29,13 +29,14 @@ class ParamClient {
   virtual ~ParamClient() = default;
   // Reads every parameter for iteration `clock` under the read guarantee
   // `min_clock` into *into (sized), which must stay untouched until Wait;
-  // *applied (if not null; also untouched until Wait) receives per worker
-  // the iterations whose updates the values hold, in every chunk. With
+  // *clocks (if not null; also untouched until Wait) receives what the
+  // values hold: per worker the iterations whose updates every chunk
+  // holds, and of this worker's own pushes (PulledClocks). With
   // `arrivals` the pull begins there at once and reports each chunk as it
   // lands, and its end (before Wait returns): the caller may read the
   // parameters that have landed before Wait.
   virtual ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                           std::vector<int64_t>* applied = nullptr,
+                           PulledClocks* clocks = nullptr,
                            WeightArrivals* arrivals = nullptr) = 0;
   // Sends iteration `clock`'s gradients of `params` (every parameter when
   // empty; each parameter once per iteration) from *grads, which must stay
@@ -86,7 +87,7 @@ class AsyncPsClient : public ParamClient {
   ~AsyncPsClient() override;
 
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                   std::vector<int64_t>* applied = nullptr,
+                   PulledClocks* clocks = nullptr,
                    WeightArrivals* arrivals = nullptr) override;
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
                    std::vector<int> params, std::vector<bool> absent) override;
@@ -111,7 +112,7 @@ class AsyncPsClient : public ParamClient {
   // A pull of every parameter but `delayed`, then, kDelayPull later, of
   // that one (PsClientOptions::debug_delay_pull_param).
   static absl::Status PullDelayingOne(PsClient& client, int64_t clock, int64_t min_clock,
-                                      ParamBuffers* into, std::vector<int64_t>* applied,
+                                      ParamBuffers* into, PulledClocks* clocks,
                                       int delayed, PullScope scope);
 
   absl::Mutex mu_;

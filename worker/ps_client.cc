@@ -248,8 +248,8 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
         }
         return SerializeSmall(req);
       };
-      state->applied.emplace_back();
-      const size_t index = state->applied.size() - 1;
+      state->clocks.emplace_back();
+      const size_t index = state->clocks.size() - 1;
       call.finish = [this, &batch, weights, state, index](
                         const grpc::ByteBuffer& reply, const ShmLink* link, int server) {
         return TakePullReply(server, batch, reply, link, weights, state, index);
@@ -268,7 +268,7 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
   SliceReader reader(reply);
   std::vector<PayloadRef> refs;
   PulledViews views;
-  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->applied[index], &views));
+  RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->clocks[index], &views));
   const bool compressed = PullsCompressed();
   if (compressed && !views.unknown.empty()) return OfferViews(s, batch, views.unknown);
   if (refs.size() != batch.size() ||
@@ -362,15 +362,10 @@ absl::Status PsClient::OfferViews(int s, const std::vector<int32_t>& batch,
                                              " views it did not keep given to it; pulling again"));
 }
 
-void PsClient::FinishPull(const PullState& state, std::vector<int64_t>* applied) {
-  if (applied != nullptr) {
-    applied->clear();
-    for (const std::vector<int64_t>& a : state.applied) {
-      if (applied->empty()) *applied = a;
-      for (size_t w = 0; w < a.size() && w < applied->size(); ++w) {
-        (*applied)[w] = std::min((*applied)[w], a[w]);
-      }
-    }
+void PsClient::FinishPull(const PullState& state, PulledClocks* clocks) {
+  if (clocks != nullptr) {
+    *clocks = PulledClocks();
+    for (const PulledClocks& call : state.clocks) clocks->Merge(call);
   }
   bytes_in_ += state.bytes;
 }
@@ -475,14 +470,14 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
 }
 
 absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
-                            std::vector<std::vector<float>>* weights, std::vector<int64_t>* applied,
+                            std::vector<std::vector<float>>* weights, PulledClocks* clocks,
                             const PullScope& scope) {
   PullState state;
   state.landed = scope.landed;
   std::vector<Call> calls;
   AddPullCalls(clock, min_clock, weights, scope.params, &state, &calls);
   RETURN_IF_ERROR(RunCalls(calls));
-  FinishPull(state, applied);
+  FinishPull(state, clocks);
   return absl::OkStatus();
 }
 
@@ -513,14 +508,14 @@ absl::Status PsClient::PushPull(int64_t clock, int num_samples,
                                 const std::vector<std::vector<float>>& grads, float grad_norm,
                                 int64_t pull_clock, int64_t min_clock,
                                 std::vector<std::vector<float>>* weights,
-                                std::vector<int64_t>* applied) {
+                                PulledClocks* clocks) {
   std::vector<Call> calls;
   const int64_t bytes = AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls);
   PullState state;
   AddPullCalls(pull_clock, min_clock, weights, /*params=*/nullptr, &state, &calls);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
-  FinishPull(state, applied);
+  FinishPull(state, clocks);
   return absl::OkStatus();
 }
 

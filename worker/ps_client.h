@@ -124,11 +124,12 @@ class PsClient {
 
   // Reads every parameter for iteration `clock` under the read guarantee
   // `min_clock` into `weights` (one buffer per parameter, already sized).
-  // *applied receives, per worker, the iterations applied in every chunk.
-  // `scope` narrows the pull to some parameters and reports each chunk
-  // that lands.
+  // *clocks (if not null) receives what they hold: per worker the
+  // iterations applied in every chunk, and of this worker's own pushes
+  // (PulledClocks). `scope` narrows the pull to some parameters and
+  // reports each chunk that lands.
   absl::Status Pull(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
-                    std::vector<int64_t>* applied = nullptr, const PullScope& scope = {});
+                    PulledClocks* clocks = nullptr, const PullScope& scope = {});
   // What pushes carry from now on besides their gradients. Any thread.
   void SetPushContext(PushContext context);
   // Sends iteration `clock`'s gradients (mean over `num_samples` samples;
@@ -160,7 +161,7 @@ class PsClient {
                         const std::vector<std::vector<float>>& grads, float grad_norm,
                         int64_t pull_clock, int64_t min_clock,
                         std::vector<std::vector<float>>* weights,
-                        std::vector<int64_t>* applied = nullptr);
+                        PulledClocks* clocks = nullptr);
 
   // Payload bytes moved (in the wire dtype).
   int64_t bytes_in() const { return bytes_in_; }
@@ -195,7 +196,7 @@ class PsClient {
   }
   // What a pull's calls fill in.
   struct PullState {
-    std::vector<std::vector<int64_t>> applied;  // per call
+    std::vector<PulledClocks> clocks;  // per call
     std::atomic<int64_t> bytes{0};
     std::deque<std::vector<int32_t>> batches;  // a scope's (addresses stay put)
     // PullScope::landed; with it, per parameter the chunks not yet in, and
@@ -222,7 +223,7 @@ class PsClient {
                              const std::vector<int>& todo, bool* only_waiting);
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     const std::vector<int>* params, PullState* state, std::vector<Call>* calls);
-  void FinishPull(const PullState& state, std::vector<int64_t>* applied);
+  void FinishPull(const PullState& state, PulledClocks* clocks);
   // A compressed pull's reply from server `s` for `batch` named the views
   // of chunks `unknown` as not kept there (a standby that took the chunks
   // over): gives it them whole (OfferViews), so that the change the retry
@@ -233,7 +234,7 @@ class PsClient {
                           const std::vector<uint64_t>& unknown);
   // Checks a pull reply from server `s` for `batch` and copies its payloads
   // (from the message, or from `link`'s pull region) into *weights; the
-  // call's applied iterations go to state->applied[index].
+  // call's clocks go to state->clocks[index].
   absl::Status TakePullReply(int s, const std::vector<int32_t>& batch,
                              const grpc::ByteBuffer& reply, const ShmLink* link,
                              std::vector<std::vector<float>>* weights, PullState* state,

@@ -23,17 +23,17 @@ void WeightPrefetch::Start(ParamClient* client, int64_t clock, int64_t min_clock
   Drop(client);
   started_ = true;
   clock_ = clock;
-  ticket_ = client->Pull(clock, min_clock, &buffers_, &applied_);
+  ticket_ = client->Pull(clock, min_clock, &buffers_, &clocks_);
 }
 
 absl::Status WeightPrefetch::Take(ParamClient* client, int64_t clock, ParamBuffers* weights,
-                                  std::vector<int64_t>* applied) {
+                                  PulledClocks* clocks) {
   if (!Has(clock)) return absl::InternalError("no prefetch of this clock");
   started_ = false;
   const absl::Status st = client->Wait(ticket_);
   if (!st.ok()) return st;
   std::swap(*weights, buffers_);
-  *applied = applied_;
+  *clocks = clocks_;
   return absl::OkStatus();
 }
 

@@ -38,11 +38,11 @@ class WeightPrefetch {
   bool Has(int64_t clock) const { return started_ && clock_ == clock; }
   // Waits for the pull Start(clock) began. On success its weights are
   // swapped into *weights (same shapes; their old buffers become the next
-  // pull's) and *applied gets the pull's applied iterations per worker
-  // (ParamClient::Pull), else *weights is untouched and the pull's error
-  // returned. REQUIRES: Has(clock), with the same client.
+  // pull's) and *clocks gets what they hold (ParamClient::Pull), else
+  // *weights is untouched and the pull's error returned. REQUIRES:
+  // Has(clock), with the same client.
   absl::Status Take(ParamClient* client, int64_t clock, ParamBuffers* weights,
-                    std::vector<int64_t>* applied);
+                    PulledClocks* clocks);
   // Waits for a pull in flight through `client` and forgets it.
   void Drop(ParamClient* client);
   // Forgets a pull whose client is gone (its end waited for the pull).
@@ -51,7 +51,7 @@ class WeightPrefetch {
  private:
   kernels::Backend* const backend_;
   ParamBuffers buffers_;
-  std::vector<int64_t> applied_;
+  PulledClocks clocks_;
   bool started_ = false;
   int64_t clock_ = -1;
   ParamTicket ticket_ = 0;

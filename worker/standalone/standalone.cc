@@ -32,19 +32,17 @@ class StandaloneParamClient : public ParamClient {
   explicit StandaloneParamClient(StandaloneServer* server) : server_(server) {}
 
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                   std::vector<int64_t>* applied, WeightArrivals* arrivals) override {
+                   PulledClocks* clocks, WeightArrivals* arrivals) override {
     const int64_t number = arrivals != nullptr ? arrivals->Begin() : 0;
     server_->AwaitReadable(min_clock);
-    std::vector<int64_t> chunk_applied;
     absl::Status st;
-    if (applied != nullptr) applied->clear();
+    if (clocks != nullptr) *clocks = PulledClocks();
     for (const ChunkInfo& c : server_->partition_.chunks()) {
       char* out = reinterpret_cast<char*>((*into)[c.param].data() + c.offset);
-      st.Update(server_->store_->Read(0, clock, min_clock, c.id, FP32, out, &chunk_applied));
+      PulledClocks chunk;
+      st.Update(server_->store_->Read(0, clock, min_clock, c.id, FP32, out, &chunk));
       bytes_in_ += c.numel * 4;
-      if (applied == nullptr || chunk_applied.empty()) continue;
-      if (applied->empty()) *applied = chunk_applied;
-      (*applied)[0] = std::min((*applied)[0], chunk_applied[0]);
+      if (clocks != nullptr) clocks->Merge(chunk);
     }
     if (arrivals != nullptr) arrivals->Finish(number, st);
     return Done(st);

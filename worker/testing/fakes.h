@@ -36,10 +36,13 @@ class FakeParamClient : public ParamClient {
   // A pull's weights hold every update before its clock (the freshest a
   // server can have then), of `workers` workers.
   ParamTicket Pull(int64_t clock, int64_t min_clock, ParamBuffers* into,
-                   std::vector<int64_t>* applied, WeightArrivals* arrivals = nullptr) override {
+                   PulledClocks* clocks, WeightArrivals* arrivals = nullptr) override {
     const int64_t number = arrivals != nullptr ? arrivals->Begin() : 0;
     for (auto& w : *into) w.assign(w.size(), static_cast<float>(clock));
-    if (applied != nullptr) applied->assign(workers_, clock);
+    if (clocks != nullptr) {
+      clocks->applied.assign(workers_, clock);
+      clocks->own_applied_most = clocks->own_held_least = clock;
+    }
     bytes_in_ += 4;
     const ParamTicket ticket = Done(absl::StrCat(prefix_, " pull ", clock, " min ", min_clock));
     if (arrivals != nullptr) arrivals->Finish(number, results_.at(ticket));
