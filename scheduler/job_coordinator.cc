@@ -306,7 +306,7 @@ void JobCoordinator::EndJob(JobState state, const std::string& message, absl::Ti
 
 // ---- Rollbacks and pipeline restarts: the clocks and the held calls.
 
-void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now) {
+void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now, bool redo) {
   int64_t from = 0;
   for (int w = 0; w < clocks_.num_workers(); ++w) {
     if (clocks_.removed(w)) continue;
@@ -316,7 +316,7 @@ void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now) {
     const MemberRecord* m = members_.Get(WORKER, w);
     if (m != nullptr && m->state == FINISHED) failures_.LeaveOut(w);
   }
-  const int64_t to = rollbacks_.Begin(reason, from, now);
+  const int64_t to = rollbacks_.Begin(reason, from, now, redo);
   promotions_.Reset();
   gate_.RolledBack(to);
   // Every stage links anew; a restart under way is part of the rollback.
@@ -335,7 +335,7 @@ void JobCoordinator::RollBackForARedo(int worker, int64_t clock, absl::Time now)
   BeginRollback(absl::StrCat("worker ", worker, "'s push of clock ", clock,
                              " reached some chunks and not others before it died: its replacement "
                              "could not make it again as it was"),
-                now);
+                now, /*redo=*/true);
 }
 
 void JobCoordinator::MaybeEndRollback(absl::Time now) {

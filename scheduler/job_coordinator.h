@@ -161,7 +161,7 @@ class JobCoordinator {
   // A DEAD member heard from again: held calls may go, its replica restart.
   void Revived(const MemberRecord& m, absl::Time now);
   HeartbeatResponse HeartbeatAnswer(const MemberRecord& m) const;
-  void BeginRollback(const std::string& reason, absl::Time now);
+  void BeginRollback(const std::string& reason, absl::Time now, bool redo = false);
   // Worker `worker`, a replacement, cannot redo `clock` as its predecessor
   // made it (AdvanceClockRequest.redo_inexact): with checkpoints the
   // cluster rolls back to the last one, else the redo goes on as read.

@@ -19,7 +19,7 @@ Rollbacks::Rollbacks(const JobSpec& job, std::vector<int> chunk_servers, Checkpo
   state_.set_manifest_clock(start_clock);
 }
 
-int64_t Rollbacks::Begin(const std::string& reason, int64_t from, absl::Time now) {
+int64_t Rollbacks::Begin(const std::string& reason, int64_t from, absl::Time now, bool redo) {
   state_.set_generation(state_.generation() + 1);
   state_.set_rolling_back(true);
   const int64_t to =
@@ -33,6 +33,7 @@ int64_t Rollbacks::Begin(const std::string& reason, int64_t from, absl::Time now
   r->set_from_clock(from);
   r->set_to_clock(to);
   r->set_begun_unix_ms(absl::ToUnixMillis(now));
+  r->set_redo(redo);
   spdlog::warn(
       "generation {}: {}; rolling the cluster back from clock {} to the checkpoint of clock {}",
       state_.generation(), reason, from, to);

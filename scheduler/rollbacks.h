@@ -59,10 +59,10 @@ class Rollbacks {
   const google::protobuf::RepeatedPtrField<Rollback>& history() const { return state_.history(); }
 
   // Starts the next generation for `reason`; `from`: the furthest worker's
-  // clock. The clock every member goes back to: the newest complete
-  // checkpoint set at most `from` (the manifest's at least; 0 without
-  // checkpoints).
-  int64_t Begin(const std::string& reason, int64_t from, absl::Time now);
+  // clock; `redo`: asked for by a replacement (Rollback.redo). The clock
+  // every member goes back to: the newest complete checkpoint set at most
+  // `from` (the manifest's at least; 0 without checkpoints).
+  int64_t Begin(const std::string& reason, int64_t from, absl::Time now, bool redo = false);
   // Ends the rollback under way once every server is live and has restored
   // the current generation; true when it ended now.
   bool MaybeEnd(const Membership& members, absl::Time now);

@@ -113,6 +113,7 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
       ", \"undisturbed_s\": ", r.undisturbed_s, ", \"disturbed_s\": ", r.disturbed_s,
       ", \"exit_code\": ", r.exit_code, ", \"bit_identical\": ", r.bit_identical ? "true" : "false",
       ", \"replicas\": ", o.replicas ? 1 : 0, ", \"rollbacks\": ", r.rollbacks,
+      ", \"redo_rollbacks\": ", r.redo_rollbacks,
       ", \"promotions\": ", r.promotions, ", \"max_abs_difference\": ", r.max_difference,
       ", \"kept\": \"", r.kept, "\", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
 }
@@ -227,6 +228,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   ClusterStatus end;
   if (google::protobuf::util::JsonStringToMessage(ReadFile(logs + "/status.json"), &end).ok()) {
     report.rollbacks = end.rollbacks_size();
+    for (const Rollback& r : end.rollbacks()) report.redo_rollbacks += r.redo();
     report.promotions = end.promotions();
   }
   if (!report.bit_identical || report.exit_code != 0) {

@@ -62,6 +62,9 @@ struct ChaosReport {
   // standbys promoted (-1: no final Status).
   int rollbacks = -1;
   int64_t promotions = -1;
+  // Of the rollbacks, those a replacement asked for (Rollback.redo: its
+  // predecessor's push of a clock had reached some chunks and not others).
+  int redo_rollbacks = 0;
   // A run not bit-identical: the largest |w - w_undisturbed| of worker 0's
   // final weights (-1: a run wrote none), and where its files are.
   double max_difference = 0;

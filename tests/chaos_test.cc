@@ -52,10 +52,12 @@ TEST(ChaosTest, FaultsOfEveryKindAndTheWeightsEndBitIdentical) {
 }
 
 // With standby replicas a killed (or long frozen) server's standby is
-// promoted: no rollback at all, the weights as undisturbed.
+// promoted: no server's fault rolls back, the weights as undisturbed. (A
+// worker killed while its push had reached some chunks and not others
+// has its replacement ask for a rollback: Rollback.redo, counted apart.)
 TEST(ChaosTest, WithStandbyReplicasNoFaultRollsBack) {
   const ChaosReport r = RunChecked(2000, /*replicas=*/true, "chaos_standby");
-  EXPECT_EQ(r.rollbacks, 0);
+  EXPECT_EQ(r.rollbacks - r.redo_rollbacks, 0);
   bool server_killed = false;
   for (const Fault& f : r.faults)
     server_killed |= f.kind == "kill" && f.target.rfind("server", 0) == 0;
