@@ -270,43 +270,41 @@ class LauncherTest(unittest.TestCase):
             print("SIGKILL: the launcher's 5 children gone after %.1f s, all %d processes after "
                   "%.1f s" % (children_gone, len(processes), time.monotonic() - killed))
 
+    def assertEndsQuickly(self, launch, code, within_s, why):
+        """The launch exits `code` (`why` that code) within `within_s`
+        seconds of its start, nothing of it left running: the seconds."""
+        got = launch.wait(within_s + 20)
+        seconds = time.monotonic() - launch.started
+        self.assertEqual(got, code, "%s (None: still running after %d s)" % (why, within_s + 20))
+        self.assertLess(seconds, within_s)
+        self.assertEqual(still_running(launch.seen), {})
+        return seconds
+
     def test_a_missing_script_is_exit_2_before_anything_starts(self):
         missing = pathlib.Path(tempfile.mkdtemp(prefix="launcher-missing-"), "no_such_script.py")
         with Launch("missing", "--job=%s" % TINY_JOB, "--servers=2", "--workers=2",
                     str(missing)) as launch:
-            code = launch.wait(20)
-            seconds = time.monotonic() - launch.started
-            self.assertEqual(code, 2, "the launcher's exit code (None: still running after 20 s)")
-            self.assertLess(seconds, 10)
+            seconds = self.assertEndsQuickly(launch, 2, 10, "the launcher's bad-argument code")
             self.assertFalse((launch.logs / "scheduler.log").exists(), "a scheduler was started")
-            self.assertEqual(still_running(launch.seen), {})
-            print("missing script: exit %d in %.1f s, %d processes started"
-                  % (code, seconds, len(launch.seen)))
+            print("missing script: exit 2 in %.1f s, %d processes started"
+                  % (seconds, len(launch.seen)))
 
     def test_a_job_the_scheduler_refuses_is_its_exit_code(self):
         job = pathlib.Path(tempfile.mkdtemp(prefix="launcher-job-"), "bad.pbtxt")
         job.write_text('name: "bad"\nmodel { kind: NO_SUCH_KIND }\nclocks: 10\n')
         with Launch("bad_job", "--job=%s" % job, "--servers=2", "--workers=2",
                     str(TINY_WORKER)) as launch:
-            code = launch.wait(30)
-            seconds = time.monotonic() - launch.started
-            self.assertEqual(code, 2, "the scheduler's bad-input code (None: still running)")
-            self.assertLess(seconds, 10)
-            self.assertEqual(still_running(launch.seen), {})
-            print("bad job: exit %d in %.1f s" % (code, seconds))
+            seconds = self.assertEndsQuickly(launch, 2, 10, "the scheduler's bad-input code")
+            print("bad job: exit 2 in %.1f s" % seconds)
 
     def test_scripts_that_fail_before_the_job_starts_end_the_launch_in_seconds(self):
         script = pathlib.Path(tempfile.mkdtemp(prefix="launcher-script-"), "fails.py")
         script.write_text("raise SystemExit(3)\n")
         with Launch("fails", "--job=%s" % TINY_JOB, "--servers=2", "--workers=2",
                     str(script)) as launch:
-            code = launch.wait(60)
-            seconds = time.monotonic() - launch.started
-            self.assertEqual(code, 3, "the scripts' exit code (None: still running after 60 s)")
-            self.assertLess(seconds, 40)
-            self.assertEqual(still_running(launch.seen), {})
-            print("scripts exit 3 at once: the launcher exited %d in %.1f s, %d processes seen, "
-                  "none left" % (code, seconds, len(launch.seen)))
+            seconds = self.assertEndsQuickly(launch, 3, 40, "the scripts' exit code")
+            print("scripts exit 3 at once: the launcher exited 3 in %.1f s, %d processes seen, "
+                  "none left" % (seconds, len(launch.seen)))
 
     def test_a_short_job_ends_zero_and_done(self):
         with Launch("short", "--job=%s" % TINY_JOB, "--servers=2", "--workers=2",

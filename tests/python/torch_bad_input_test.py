@@ -194,24 +194,28 @@ class BadInputTest(unittest.TestCase):
                 ranks.append(result["rank"])
             self.assertEqual(sorted(ranks), [0, 1])
 
-    # (d) A parameter of an unsupported dtype.
-    def test_float64_parameters_are_unsupported_dtype_before_registration(self):
-        with Cluster(TINY_JOB, servers=1, workers=1, name="dtype",
+    def fail_before_registration(self, name, *flags):
+        """Runs a one-worker job whose tiny worker (`flags`) raises before it
+        declares its model: its result. The worker that joined at init()
+        left (DEAD, its place free), and the job goes on waiting."""
+        with Cluster(TINY_JOB, servers=1, workers=1, name=name,
                      scheduler_flags=SHORT_JOB + ["--num_servers=1", "--num_workers=1"]) as cluster:
             cluster.wait_status(lambda st: len(members(st, "SERVER")) == 1, 60)
-            cluster.start_tiny("double", "--model=double")
-            code = cluster.wait(["double"], EXIT_TIMEOUT_S)["double"]
-            self.assertFailedWithExitOne(code, cluster, "double")
-            result = cluster.result("double")
-            self.assertRaisedIn(result, "UnsupportedDtype", "TypeError")
-            self.assertIn("fc1.weight", result["message"])
-            # Raised at pst.Optimizer, before the model was declared: the
-            # worker that joined at init() left (DEAD, its place free), and
-            # the job goes on waiting.
+            cluster.start_tiny("worker0", *flags)
+            code = cluster.wait(["worker0"], EXIT_TIMEOUT_S)["worker0"]
+            self.assertFailedWithExitOne(code, cluster, "worker0")
             status = cluster.status()
             self.assertIsNotNone(status)
             self.assertEqual(status["job_state"], "WAITING")
             self.assertEqual([m["state"] for m in members(status, "WORKER")], ["DEAD"])
+            return cluster.result("worker0")
+
+    # (d) A parameter of an unsupported dtype.
+    def test_float64_parameters_are_unsupported_dtype_before_registration(self):
+        # Raised at pst.Optimizer, before the model was declared.
+        result = self.fail_before_registration("dtype", "--model=double")
+        self.assertRaisedIn(result, "UnsupportedDtype", "TypeError")
+        self.assertIn("fc1.weight", result["message"])
 
     # (d') ...and when the job then waits for a worker nobody starts.
     def test_a_worker_that_failed_before_the_start_ends_the_job_within_the_timeout(self):
@@ -262,24 +266,12 @@ class BadInputTest(unittest.TestCase):
 
     # (f) A second Optimizer.
     def test_a_second_optimizer_is_runtime_error_before_registration(self):
-        with Cluster(TINY_JOB, servers=1, workers=1, name="two_optimizers",
-                     scheduler_flags=SHORT_JOB + ["--num_servers=1", "--num_workers=1"]) as cluster:
-            cluster.wait_status(lambda st: len(members(st, "SERVER")) == 1, 60)
-            cluster.start_tiny("worker0", "--second_optimizer")
-            code = cluster.wait(["worker0"], EXIT_TIMEOUT_S)["worker0"]
-            self.assertFailedWithExitOne(code, cluster, "worker0")
-            result = cluster.result("worker0")
-            self.assertRaisedIn(result, "RuntimeError")
-            self.assertEqual(result["steps"], 0, result)
-            # Raised at the second pst.Optimizer, before the model was
-            # declared: the worker left (DEAD, its place free), the job
-            # was never started and goes on waiting.
-            status = cluster.status()
-            self.assertIsNotNone(status)
-            self.assertEqual(status["job_state"], "WAITING")
-            self.assertEqual([m["state"] for m in members(status, "WORKER")], ["DEAD"])
-            print("second Optimizer: %s after %.2f s, the job WAITING"
-                  % (result["exception"], result["seconds"]))
+        # Raised at the second pst.Optimizer, before the model was declared.
+        result = self.fail_before_registration("two_optimizers", "--second_optimizer")
+        self.assertRaisedIn(result, "RuntimeError")
+        self.assertEqual(result["steps"], 0, result)
+        print("second Optimizer: %s after %.2f s, the job WAITING"
+              % (result["exception"], result["seconds"]))
 
     # (g) Bad flags.
     def test_bad_flags_are_invalid_argument_not_an_exit(self):
