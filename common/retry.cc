@@ -27,7 +27,7 @@ absl::Status Sleep(const RetryPolicy& policy, absl::Duration wait) {
 }  // namespace
 
 absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()>& attempt) {
-  const absl::Time give_up = policy.clock.now() + policy.window;
+  absl::Time give_up = policy.clock.now() + policy.window;
   Backoff backoff(policy.initial_backoff, policy.max_backoff);
   for (int attempts = 1;; ++attempts) {
     const absl::Status st = attempt();
@@ -39,7 +39,13 @@ absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()
     absl::Duration wait = absl::ZeroDuration();
     if (action == RetryAction::kRetry) {
       wait = backoff.Next();
-      if (policy.clock.now() + wait > give_up) return st;
+      if (policy.restart_window && policy.restart_window()) {
+        give_up = policy.clock.now() + policy.window;
+      }
+      if (policy.clock.now() + wait > give_up) {
+        if (policy.on_give_up) policy.on_give_up(st, attempts);
+        return st;
+      }
     }
     if (policy.abandon) {
       if (absl::Status why = policy.abandon(); !why.ok()) return why;

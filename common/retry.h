@@ -42,6 +42,13 @@ struct RetryPolicy {
   // Asked before every retry and every 100 ms of a backoff; a non-OK status
   // ends the loop with it (the caller gave up: a rollback, a shutdown).
   std::function<absl::Status()> abandon;
+  // Asked after each failed attempt: true restarts the window (the attempt
+  // made progress -- some of its work was done, or it waited on the remote
+  // side's condition -- so the time it took is not time spent failing).
+  // Unset: the window runs from the first attempt.
+  std::function<bool()> restart_window;
+  // Called once the loop gives a retryable failure up (the window ran out).
+  std::function<void(const absl::Status&, int attempts)> on_give_up;
   // Called before every retry, with the failure and the attempts so far.
   std::function<void(const absl::Status&, int attempts)> on_retry;
   RetryClock clock;

@@ -71,6 +71,33 @@ TEST(RetryTest, TheWindowEndsRetriesWithTheLastFailure) {
   EXPECT_GT(calls, 3);
 }
 
+// An attempt that made progress (restart_window) restarts the window: the
+// time it took is not time spent failing; giving up is said (on_give_up).
+TEST(RetryTest, ProgressRestartsTheWindowAndGivingUpIsSaid) {
+  FakeTime t;
+  RetryPolicy p;
+  p.window = absl::Seconds(5);
+  p.max_backoff = absl::Seconds(1);
+  p.clock = t.Clock();
+  int calls = 0, gave_up = 0;
+  p.restart_window = [&] { return calls <= 10; };  // the first ten made progress
+  p.on_give_up = [&](const absl::Status& st, int attempts) {
+    ++gave_up;
+    EXPECT_EQ(attempts, calls);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  };
+  const absl::Status st = Retry(p, [&] {
+    ++calls;
+    t.now += absl::Seconds(2);  // each attempt takes 2 s
+    return absl::UnavailableError("waiting");
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  // Ten attempts of 2 s each, past the 5 s window, then two more within it.
+  EXPECT_GT(calls, 10);
+  EXPECT_LE(calls, 13);
+  EXPECT_EQ(gave_up, 1);
+}
+
 TEST(RetryTest, RetryNowIgnoresTheWindowAndDoesNotSleep) {
   FakeTime t;
   RetryPolicy p;

@@ -44,7 +44,7 @@ absl::Status ChunkClocks::Classify(int worker, int64_t clock, int32_t chunk, boo
   *duplicate = clock >= 0 && clock < next;
   if (clock == next && !pushed_[worker]) return absl::OkStatus();
   if (*duplicate) return absl::OkStatus();
-  if (early_retried && clock == applied_[worker] + 1) {
+  if (early_retried && Early(worker, clock)) {
     // Its push of the clock before is still on its way (or waits in an
     // open round): standby replicas let a worker have both under way.
     return absl::UnavailableError(
@@ -53,6 +53,12 @@ absl::Status ChunkClocks::Classify(int worker, int64_t clock, int32_t chunk, boo
   }
   return absl::InvalidArgumentError(absl::StrCat("push for clock ", clock, " of chunk ", chunk,
                                                  " but worker ", worker, " is at ", next));
+}
+
+bool ChunkClocks::Early(int worker, int64_t clock) const {
+  const int64_t next = applied_[worker] + (pushed_[worker] ? 1 : 0);
+  if (clock < next || (clock == next && !pushed_[worker])) return false;  // a repeat, or taken
+  return clock == applied_[worker] + 1;
 }
 
 void ChunkClocks::NextRound() {

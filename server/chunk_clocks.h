@@ -43,6 +43,11 @@ class ChunkClocks {
   absl::Status Classify(int worker, int64_t clock, int32_t chunk, bool at_once, bool* duplicate,
                         bool early_retried = false) const;
 
+  // Standby replicas: whether `worker`'s push of `clock` is the push of the
+  // clock after one this chunk's open BSP round still waits for (its own
+  // push of clock - 1 on its way, or a promoted copy's round cleared):
+  // neither taken nor a repeat now, taken once that round is applied.
+  bool Early(int worker, int64_t clock) const;
   // The worker's push of `clock` was applied at once (SSP, ASP).
   void Applied(int worker, int64_t clock) { applied_[worker] = clock + 1; }
   // BSP: the worker's push joined the round being collected.

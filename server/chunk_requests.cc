@@ -122,7 +122,8 @@ grpc::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compre
 }
 
 grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segment,
-                                 PushTaken* taken) {
+                                 PushTaken* taken, PushTaken* early) {
+  if (early != nullptr) *early = PushTaken();
   SliceReader reader(req);
   PushHeader h;
   std::vector<PayloadRef> chunks;
@@ -167,7 +168,16 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     }
     return source.Values(chunks[i], push.parts[i].values);
   });
-  if (!st.ok()) return ToGrpc(st);
+  if (!st.ok()) {
+    if (early != nullptr && absl::IsUnavailable(st) && !push.initial_values) {
+      std::vector<int32_t> ids;
+      for (const ChunkStore::PushRequest::Part& part : push.parts) ids.push_back(part.chunk);
+      if (store_->PushEarly(push.worker, push.clock, push.generation, ids)) {
+        *early = PushTaken{push.worker, push.clock, push.generation, std::move(ids)};
+      }
+    }
+    return ToGrpc(st);
+  }
   if (taken != nullptr && !push.initial_values) {
     taken->worker = push.worker;
     taken->clock = push.clock;

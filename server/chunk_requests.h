@@ -66,8 +66,15 @@ class ChunkRequests {
   // `bell_segment`: the segment of the connection a frame came on (0: a
   // gRPC call), the only one the push may name.
   // What it took goes to *taken (if not null).
+  // Standby replicas: a push the store refused only for being early
+  // (ChunkStore::PushEarly) is named in *early (if not null; worker -1
+  // otherwise), for the caller to keep it until it is due.
   grpc::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0,
-                    PushTaken* taken = nullptr);
+                    PushTaken* taken = nullptr, PushTaken* early = nullptr);
+  // Whether a push *early names is still early (ChunkStore::PushEarly).
+  bool PushStillEarly(const PushTaken& early) const {
+    return store_->PushEarly(early.worker, early.clock, early.generation, early.chunks);
+  }
   // Standby replicas: whether the push's standby holds what it took (or
   // the chunks are no longer served here: PushServed says).
   bool PushReplicated(const PushTaken& taken) const;

@@ -211,6 +211,13 @@ class ChunkStore : public HeldRounds {
   // (or needs none); false once the chunk is not served here (demoted:
   // the push must go to its new primary).
   bool Replicated(int32_t chunk, int worker, int64_t clock) const;
+  // Standby replicas: whether `worker`'s push of `clock` (of `generation`)
+  // to `chunks` is early on some of them (ChunkClocks::Early) and would be
+  // taken once their open rounds are applied: every chunk served here, of
+  // that generation, the worker live. Such a push waits at the server
+  // (PsService::HandlePush) instead of being refused.
+  bool PushEarly(int worker, int64_t clock, int64_t generation,
+                 const std::vector<int32_t>& chunks) const;
   // The standby holds `chunk`'s change `version`, after which the applied
   // clocks were `applied`.
   void Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied);

@@ -93,6 +93,25 @@ bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
   return c->replica.Holds(worker, clock);
 }
 
+bool ChunkStore::PushEarly(int worker, int64_t clock, int64_t generation,
+                           const std::vector<int32_t>& chunks) const {
+  if (job_.replicas() == 0 || generation != generation_ || worker < 0 || worker >= num_workers_) {
+    return false;
+  }
+  bool early = false;
+  for (int32_t id : chunks) {
+    const Chunk* c = Find(id);
+    if (c == nullptr) return false;
+    absl::MutexLock lock(&c->mu);
+    if (c->generation != generation || !c->replica.serving || !c->pushers[worker] ||
+        !c->clocks.live(worker)) {
+      return false;  // refused as any push is
+    }
+    early = early || c->clocks.Early(worker, clock);
+  }
+  return early;
+}
+
 void ChunkStore::Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied) {
   Chunk* c = Find(chunk);
   if (c == nullptr) return;

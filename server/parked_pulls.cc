@@ -52,6 +52,27 @@ void ParkedPulls::Wake(const std::function<bool(PsCall&)>& ready,
   for (PsCall* call : dropped) call->Unref();
 }
 
+std::vector<PsCall*> ParkedPulls::Release(const std::function<bool(PsCall&)>& ready) {
+  std::vector<PsCall*> going, dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<PsCall*> kept;
+    for (PsCall* call : calls_) {
+      if (call->abandoned()) call->Claim();
+      if (call->claimed()) {
+        dropped.push_back(call);
+      } else if (ready(*call)) {
+        going.push_back(call);
+      } else {
+        kept.push_back(call);
+      }
+    }
+    calls_ = std::move(kept);
+  }
+  for (PsCall* call : dropped) call->Unref();
+  return going;
+}
+
 void ParkedPulls::Cancel(const grpc::Status& status,
                          const std::function<bool(const PsCall&)>& which) {
   absl::MutexLock lock(&mu_);

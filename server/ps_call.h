@@ -96,6 +96,7 @@ class PsCall {
   PullRequest pull;                 // a pull's parsed request
   PullRowsRequest rows;             // a PullRows's parsed request
   PushTaken taken;                  // what a push took (standby replicas)
+  PushTaken early;                  // an early push waiting (PsService::HandlePush)
   PushRowsRequest row_push;         // a PushRows's, taken (standby replicas)
   absl::Time parked_at;             // a parked pull's
   absl::Time accepted_at;           // when gRPC handed the call over

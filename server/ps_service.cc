@@ -25,7 +25,8 @@ PsService::PsService()
       parked_chunks_([](const PsCall& c) { return c.pull.worker_id(); }),
       parked_rows_([](const PsCall& c) { return c.rows.worker_id(); }),
       parked_pushes_([](const PsCall& c) { return c.taken.worker; }),
-      parked_row_pushes_([](const PsCall& c) { return c.row_push.worker_id(); }) {}
+      parked_row_pushes_([](const PsCall& c) { return c.row_push.worker_id(); }),
+      early_pushes_([](const PsCall& c) { return c.early.worker; }) {}
 
 PsService::~PsService() { shm_.reset(); }
 
@@ -234,8 +235,50 @@ void PsService::Handle(PsCall* call) {
 }
 
 void PsService::HandlePush(ChunkRequests& chunks, PsCall* call) {
-  const grpc::Status st =
-      chunks.Push(call->request, call->bell == nullptr ? 0 : call->bell->segment(), &call->taken);
+  const uint64_t segment = call->bell == nullptr ? 0 : call->bell->segment();
+  // Standby replicas: a push of the clock after the one a chunk's open BSP
+  // round still waits for (ChunkClocks::Early -- a promoted copy's round
+  // cleared at the promotion, or the worker's own push of the clock before
+  // still on its way) waits here, its request kept, until that round is
+  // applied, and is then taken as if it came then (WakePushes). Answered
+  // UNAVAILABLE instead, its retry waited at the worker for the rest of its
+  // attempt -- behind a sibling call parked here for another worker's push,
+  // which that worker held behind its own parked call waiting for this very
+  // push: a cycle that only the 30 s attempt deadline broke, and then gave
+  // the push up (chaos seed 2004).
+  for (int tries = 0;; ++tries) {
+    call->early = PushTaken();
+    const grpc::Status st = chunks.Push(call->request, segment, &call->taken,
+                                        tries < 4 ? &call->early : nullptr);
+    if (call->early.worker < 0) {
+      FinishPush(chunks, call, st);
+      return;
+    }
+    if (call->bell != nullptr) {
+      // A retry on the same connection naming the same chunks: the older
+      // one's worker no longer waits for it.
+      early_pushes_.Cancel(
+          grpc::Status(grpc::StatusCode::ABORTED, "push: a newer attempt of this worker's came"),
+          [call](const PsCall& p) {
+            return p.bell == call->bell && p.seq < call->seq && p.early.chunks == call->early.chunks;
+          });
+    }
+    const int64_t limit = static_cast<int64_t>(chunks.store().chunk_ids().size()) + kParkedSlack;
+    const absl::StatusOr<bool> parked = early_pushes_.Park(
+        call, limit, [&] { return !chunks.PushStillEarly(call->early); });
+    if (!parked.ok()) {
+      call->request.Clear();
+      Conclude(call, ToGrpc(absl::Status(parked.status().code(),
+                                         absl::StrCat("push: ", parked.status().message()))));
+      return;
+    }
+    if (*parked) return;  // WakePushes hands it back
+    // Due meanwhile: taken now.
+  }
+}
+
+void PsService::FinishPush(ChunkRequests& chunks, PsCall* call, const grpc::Status& st) {
+  call->early = PushTaken();
   call->request.Clear();
   if (st.ok()) {
     WakePulls();
@@ -290,6 +333,12 @@ void PsService::WakePushes() {
   if (c == nullptr) return;
   parked_pushes_.Wake([&](PsCall& call) { return PushReady(*c, call); },
                       [&](PsCall& call) { call.Answer(PushAnswer(*c, call)); });
+  // Early pushes whose round before was applied (or that could no longer
+  // be taken here, refused then as any push): handled again now.
+  for (PsCall* call :
+       early_pushes_.Release([&](PsCall& call) { return !c->PushStillEarly(call.early); })) {
+    HandlePush(*c, call);
+  }
 }
 
 void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
@@ -452,6 +501,7 @@ void PsService::CancelParked(const grpc::Status& status, int64_t before) {
   parked_chunks_.Cancel(status, [before](const PsCall& c) { return c.pull.generation() < before; });
   parked_rows_.Cancel(status, [before](const PsCall& c) { return c.rows.generation() < before; });
   parked_pushes_.Cancel(status, [before](const PsCall& c) { return c.taken.generation < before; });
+  early_pushes_.Cancel(status, [before](const PsCall& c) { return c.early.generation < before; });
   parked_row_pushes_.Cancel(status,
                             [before](const PsCall& c) { return c.row_push.generation() < before; });
 }

@@ -117,6 +117,8 @@ class PsService final : public PsServiceBase {
   // standby holds it.
   void HandleRowPush(RowRequests& rows, PsCall* call);
   void HandlePush(ChunkRequests& chunks, PsCall* call);
+  // HandlePush's end for a push taken or refused with `st`.
+  void FinishPush(ChunkRequests& chunks, PsCall* call, const grpc::Status& st);
   void HandlePull(ChunkRequests& chunks, PsCall* call);
   // Answers the parked pulls of chunks, or of rows, whose guarantee now holds.
   void WakeChunkPulls(ChunkRequests& chunks);
@@ -164,6 +166,9 @@ class PsService final : public PsServiceBase {
   ParkedPulls parked_rows_;    // each PsCall's `rows`
   ParkedPulls parked_pushes_;  // each PsCall's `taken`: waiting for the standby
   ParkedPulls parked_row_pushes_;  // each PsCall's `row_push`: the same
+  // Each PsCall's `early`: pushes that came before the round they follow
+  // was applied, their request kept (HandlePush).
+  ParkedPulls early_pushes_;
 
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;

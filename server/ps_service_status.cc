@@ -119,6 +119,14 @@ void PsService::AddWaits(const ChunkRequests* chunks, MemberStatus* st) const {
                              call.rows.min_clock()));
     w->set_since_unix_ms(absl::ToUnixMillis(call.parked_at));
   });
+  early_pushes_.ForEachWaiting([st](const PsCall& call) {
+    Wait* w = st->add_waits();
+    w->set_what(absl::StrCat("push by worker ", call.early.worker, " of ", call.early.chunks.size(),
+                             " chunks for clock ", call.early.clock,
+                             ", waiting for the round of clock ", call.early.clock - 1,
+                             " to be applied"));
+    w->set_since_unix_ms(absl::ToUnixMillis(call.parked_at));
+  });
   parked_chunks_.ForEachWaiting([&](const PsCall& call) {
     Wait* w = st->add_waits();
     w->set_what(ParkedWhat(chunks, replies_, call));

@@ -394,11 +394,12 @@ void InProcessWorker::Finish() {
   (void)client->ReportFinal(done);
 }
 
-absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address) {
+absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address,
+                                             const std::string& address) {
   SchedulerClientOptions options;
   options.scheduler = scheduler_address;
   options.role = WORKER;
-  options.address = "127.0.0.1:1";  // no Status service of its own
+  options.address = address;  // no Status service of its own
   InProcessWorker w;
   w.client = std::make_unique<SchedulerClient>(options);
   absl::StatusOr<RegisterResponse> reg = w.client->Register();

@@ -175,7 +175,10 @@ struct InProcessWorker {
   // Reports FINISHED; once every worker has, the job ends and the daemons exit.
   void Finish();
 };
-absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address);
+// `address`: what it registers as (it serves nothing there); two workers
+// of one job need two.
+absl::StatusOr<InProcessWorker> JoinAsWorker(const std::string& scheduler_address,
+                                             const std::string& address = "127.0.0.1:1");
 
 }  // namespace testing
 }  // namespace pstrain

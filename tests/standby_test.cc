@@ -5,18 +5,25 @@
 // job ends DONE with the very weights of an undisturbed run.
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "common/params.h"
+#include "common/partition.h"
 #include "gtest/gtest.h"
 #include "proto/tensor.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
 #include "tests/wait.h"
+#include "worker/ps_client.h"
 
 namespace pstrain {
 namespace testing {
@@ -175,6 +182,103 @@ TEST(StandbyTest, AFrozenServerComesBackAsAStandby) {
   EXPECT_EQ(end->rollbacks_size(), 0);
   EXPECT_EQ(end->promotions(), 1);
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), calm.weights), 0.0);
+}
+
+// Standby replicas let a worker have its pushes of two clocks under way. A
+// push of clock c that reaches a chunk whose round c - 1 is still open
+// (here worker 1's own push of c - 1 waits there for worker 0's; after a
+// promotion, a copy's round cleared) must wait for that round at the
+// server. Refused instead (UNAVAILABLE, "came before the round of clock
+// ... was applied"), its retry waits at the worker for the rest of the
+// attempt: behind its sibling call, parked until worker 0's push of that
+// chunk, which worker 0 holds behind its own first call (one call at a
+// time to a server that has not answered it yet), parked until worker 1's
+// refused push: a cycle that only the 30 s attempt deadline broke, after
+// which the refused push was given up (chaos seed 2004, after server 0's
+// second death: the job hung). In-process workers push by hand, each push
+// from a fresh client (as a lane's first push to a server after a
+// promotion) with one chunk a call.
+TEST(StandbyTest, APushThatComesBeforeItsRoundWaitsForItWithoutACycle) {
+  Cluster cluster("standby_early_push");
+  ClusterOptions options;
+  options.job_text = Job("consistency: BSP");
+  options.servers = 2;
+  options.workers = 0;
+  options.scheduler_flags = {"--num_workers=2", "--heartbeat_timeout_ms=5000"};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  auto join = [&](const char* address) {
+    return JoinAsWorker(cluster.scheduler_address(), address);
+  };
+  // Together: the gate of clock 0 waits for both.
+  std::future<absl::StatusOr<InProcessWorker>> fa =
+      std::async(std::launch::async, join, "127.0.0.1:1");
+  std::future<absl::StatusOr<InProcessWorker>> fb =
+      std::async(std::launch::async, join, "127.0.0.1:2");
+  absl::StatusOr<InProcessWorker> a = fa.get(), b = fb.get();
+  ASSERT_TRUE(a.ok() && b.ok()) << cluster.Logs();
+  InProcessWorker& w0 = a->id == 0 ? *a : *b;
+  InProcessWorker& w1 = a->id == 0 ? *b : *a;
+  const std::vector<ParamInfo> params = ModelParams(w0.job.model());
+  const Partition partition = Partition::Make(params, w0.job.chunk_bytes(), 2).value();
+  // dense0/weight: chunks 0 (server 0) and 1 (server 1); dense0/bias: chunk 2 (server 0).
+  ASSERT_EQ(partition.chunks()[0].server, 0);
+  ASSERT_EQ(partition.chunks()[1].server, 1);
+  ASSERT_EQ(partition.chunks()[2].param, 1);
+  ASSERT_EQ(partition.chunks()[2].server, 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::vector<float>> grads;
+  for (const ParamInfo& p : params) grads.emplace_back(p.numel, 0.01f);
+  auto push = [&](InProcessWorker& w, int64_t clock, std::vector<int> ps) {
+    return std::async(std::launch::async, [&, clock, ps] {
+      PsClientOptions o;
+      o.replicas = 1;
+      o.routes = [&w] { return w.client->routes(); };
+      o.max_request_bytes = 256;  // a call a chunk: chunks 0 and 2 in two calls to server 0
+      o.abandon = [&stop] { return stop.load(); };
+      PsClient ps_client(w.cluster, &partition, w.id, o);
+      return ps_client.PushParams(clock, /*num_samples=*/16, grads, 0, ps);
+    });
+  };
+  auto in_time = [](std::future<absl::Status>& f) {
+    return f.wait_for(std::chrono::seconds(10)) == std::future_status::ready && f.get().ok();
+  };
+  // Clock 0 of dense0/bias from both: chunk 2's round 0 is applied.
+  std::future<absl::Status> bias_0 = push(w0, 0, {1}), bias_1 = push(w1, 0, {1});
+  ASSERT_TRUE(in_time(bias_0) && in_time(bias_1)) << cluster.Logs();
+  // Worker 1's clock 0 of dense0/weight: chunks 0's and 1's rounds 0 wait for worker 0.
+  std::future<absl::Status> weight_1 = push(w1, 0, {0});
+  absl::SleepFor(absl::Seconds(1));
+  // Worker 1's clock 1 of dense0: its call of chunk 0 comes before chunk 0's
+  // round 0 is applied; its call of chunk 2 would be taken at once.
+  std::future<absl::Status> layer_1 = push(w1, 1, {0, 1});
+  absl::SleepFor(absl::Seconds(1));
+  // Worker 0's clock 0 of dense0/weight applies chunks 0's and 1's rounds 0...
+  std::future<absl::Status> weight_0 = push(w0, 0, {0});
+  EXPECT_TRUE(in_time(weight_0) && in_time(weight_1)) << cluster.Logs();
+  // ...and its clock 1 of dense0: its call of chunk 0 is taken (and waits for
+  // worker 1's), its call of chunk 2 goes once that one is answered.
+  std::future<absl::Status> layer_0 = push(w0, 1, {0, 1});
+  EXPECT_TRUE(in_time(layer_1)) << "worker 1's push of clock 1 stalled or was given up"
+                                << cluster.Logs();
+  EXPECT_TRUE(in_time(layer_0)) << "worker 0's push of clock 1 stalled" << cluster.Logs();
+  // Both pushes of clock 1 are in every chunk: dense0 reads for clock 2.
+  std::future<absl::Status> read = std::async(std::launch::async, [&] {
+    PsClientOptions o;
+    o.replicas = 1;
+    o.routes = [&w0] { return w0.client->routes(); };
+    o.abandon = [&stop] { return stop.load(); };
+    PsClient ps_client(w0.cluster, &partition, w0.id, o);
+    std::vector<std::vector<float>> weights;
+    for (const ParamInfo& p : params) weights.emplace_back(p.numel);
+    const std::vector<int> dense0 = {0, 1};
+    PullScope scope;
+    scope.params = &dense0;
+    return ps_client.Pull(2, 2, &weights, nullptr, scope);
+  });
+  EXPECT_TRUE(in_time(read)) << "chunk 0's round of clock 1 never closed" << cluster.Logs();
+  stop = true;  // what still runs gives up within 100 ms
+  w0.Finish();
+  w1.Finish();
 }
 
 TEST(StandbyTest, UnderBspEachServersDeathCostsNothing) {

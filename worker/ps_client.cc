@@ -117,11 +117,20 @@ std::vector<std::vector<int32_t>> PsClient::Pack(const std::vector<int32_t>& chu
 
 absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   int next_channel = 0;
-  bool only_waiting = false;  // the last attempt's failures: pulls that waited out their deadline
+  bool only_waiting = false;  // the last attempt's failures: calls that waited out their deadline
+  bool progressed = false;    // the last attempt did or waited for some call
   RetryPolicy policy;
   policy.window = options_.retry_window;
-  // A pull that waited out its attempt is still waiting for slower workers:
-  // ask again at once, without counting it against the retry window.
+  // Standby replicas answer a push once its round is applied and held by
+  // the standby, which may take an attempt or more: time spent so is not
+  // time spent failing.
+  policy.restart_window = [&] { return progressed; };
+  policy.on_give_up = [&](const absl::Status& st, int attempts) {
+    spdlog::error("gave up after {} attempts: {}", attempts, st.message());
+  };
+  // A call that waited out its attempt is still waiting (a pull for slower
+  // workers, a push for its round and its standby): ask again at once,
+  // without counting it against the retry window.
   policy.classify = [&](const absl::Status& st) {
     if (only_waiting) return RetryAction::kRetryNow;
     return IsRetryable(st) ? RetryAction::kRetry : RetryAction::kStop;
@@ -139,12 +148,13 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
     }
   };
   const absl::Status st =
-      Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting); });
+      Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting, &progressed); });
   links_.ReleaseLost();  // no call holds them any more
   return st;
 }
 
-absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting) {
+absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting,
+                               bool* progressed) {
   std::vector<int> todo;
   for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
     if (!calls[i].done) todo.push_back(i);
@@ -157,25 +167,38 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
                     });
   FlightEnv env{&stubs_, &push_window_, &links_, &rpcs_, &shm_rings_, &next_seq_, options_.abandon};
   CallFlight flight(calls, std::move(env), bell);
-  return Settle(calls, flight.Run(todo, next_channel), todo, only_waiting);
+  // With standby replicas a push may wait at its server (for its round and
+  // its standby) as a pull does; without, a push is answered at once.
+  return Settle(calls, flight.Run(todo, next_channel), todo, /*pushes_wait=*/options_.replicas > 0,
+                only_waiting, progressed);
 }
 
 absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
-                              const std::vector<int>& todo, bool* only_waiting) {
+                              const std::vector<int>& todo, bool pushes_wait,
+                              bool* only_waiting, bool* progressed) {
   absl::Status retryable, waiting;
+  *progressed = false;
   for (int i : todo) {
     const absl::Status& st = results[i];
     if (st.ok()) {
       calls[i].done = true;
+      *progressed = true;
       continue;
     }
     const absl::Status named(st.code(),
                              absl::StrCat(calls[i].is_pull ? "pull from" : "push to", " server ",
                                           calls[i].server, ": ", st.message()));
-    if (calls[i].is_pull && absl::IsDeadlineExceeded(st)) {
+    if (absl::IsDeadlineExceeded(st) && (calls[i].is_pull || pushes_wait)) {
+      // Waited out its attempt at the server: a pull for its read
+      // guarantee, a push (standby replicas) for its round and its standby.
+      *progressed = true;
       if (waiting.ok()) {
-        waiting = absl::DeadlineExceededError(absl::StrCat(
-            "pull from server ", calls[i].server, " still waiting for its read guarantee"));
+        waiting = absl::DeadlineExceededError(
+            calls[i].is_pull
+                ? absl::StrCat("pull from server ", calls[i].server,
+                               " still waiting for its read guarantee")
+                : absl::StrCat("push to server ", calls[i].server,
+                               " still waiting for its round and its standby"));
       }
     } else if (!IsRetryable(st)) {
       *only_waiting = false;

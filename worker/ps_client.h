@@ -208,8 +208,11 @@ class PsClient {
   // Runs the calls, retrying the failed ones (common/retry.h).
   absl::Status RunCalls(std::vector<Call>& calls);
   // One attempt at the calls not yet done; *only_waiting says whether its
-  // only failures were pulls that waited out their deadline.
-  absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting);
+  // only failures were calls that waited out their deadline at the server
+  // (a pull for its read guarantee, a push for its round and its standby),
+  // *progressed whether any call was done or waited.
+  absl::Status Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting,
+                       bool* progressed);
   // Sends the calls `todo` to the servers that serve their chunks now
   // (PsClientOptions::routes), connecting to a server's new address.
   void Reroute(std::vector<Call>& calls, const std::vector<int>& todo);
@@ -220,7 +223,8 @@ class PsClient {
   // first call's that may not be retried, else the first retryable one's,
   // else that pulls still wait (*only_waiting).
   static absl::Status Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
-                             const std::vector<int>& todo, bool* only_waiting);
+                             const std::vector<int>& todo, bool pushes_wait, bool* only_waiting,
+                             bool* progressed);
   void AddPullCalls(int64_t clock, int64_t min_clock, std::vector<std::vector<float>>* weights,
                     const std::vector<int>* params, PullState* state, std::vector<Call>* calls);
   void FinishPull(const PullState& state, PulledClocks* clocks);
