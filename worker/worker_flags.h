@@ -29,6 +29,8 @@ struct WorkerFlags {
   int64_t channels_per_server = 2;
   bool shm = true;               // PsClientOptions::shm
   bool shm_doorbell = true;      // PsClientOptions::shm_doorbell
+  // Tests: PsClientOptions::debug_delay_pull_param (-1: none).
+  int debug_delay_pull_param = -1;
 };
 
 // The flags' values, checked by CheckWorkerFlags (and a --wire_dtype given

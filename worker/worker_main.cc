@@ -46,10 +46,6 @@ ABSL_FLAG(int64_t, debug_hold_push, -1,
           "tests: the push of this iteration waits 30 s before it goes, so that a worker "
           "killed meanwhile never sends it; with --overlap, only the first layer's push "
           "(-1: none)");
-ABSL_FLAG(int64_t, debug_delay_pull_param, -1,
-          "tests: every pull brings this parameter (an index into the model's) 100 ms after "
-          "the others, so that a forward not waiting for its layer's weights reads old ones "
-          "(-1: none)");
 ABSL_FLAG(bool, standalone, false,
           "train --job alone: the servers' store and optimizer in this process, no scheduler "
           "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
@@ -68,7 +64,6 @@ int main(int argc, char** argv) {
   pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
       {"compute_threads", absl::GetFlag(FLAGS_compute_threads), 0, 1024},
       {"debug_hold_push", absl::GetFlag(FLAGS_debug_hold_push), -1},
-      {"debug_delay_pull_param", absl::GetFlag(FLAGS_debug_delay_pull_param), -1, 1 << 20},
       {"device_memory_budget", budget, 1},
   }));
   for (const auto& [name, value] :
@@ -87,7 +82,6 @@ int main(int argc, char** argv) {
   config.recompute = absl::GetFlag(FLAGS_recompute);
   config.training.device_memory_budget = budget.value_or(0);
   config.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
-  config.debug_delay_pull_param = static_cast<int>(absl::GetFlag(FLAGS_debug_delay_pull_param));
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
   absl::StatusOr<pstrain::StragglerSpec> straggler = pstrain::ParseStraggler(

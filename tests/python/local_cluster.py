@@ -112,12 +112,15 @@ class LocalCluster:
         return self.processes[name]
 
     def worker_env(self, **extra):
-        """The environment of a pstrain.torch worker of this cluster."""
+        """The environment of a pstrain.torch worker of this cluster (its
+        PSTRAIN_FLAGS end with $PSTRAIN_TEST_WORKER_FLAGS, a test's own)."""
         env = dict(os.environ)
         # pstrain from the runfiles (or the repository), as an installed one.
         path = [str(runfile("python"))] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
+        flags = " ".join(["--listen=127.0.0.1:0 --heartbeat_interval_ms=200",
+                          os.environ.get("PSTRAIN_TEST_WORKER_FLAGS", "")]).strip()
         env.update(PSTRAIN_SCHEDULER=self.address, PYTHONPATH=":".join(path),
-                   PSTRAIN_FLAGS="--listen=127.0.0.1:0 --heartbeat_interval_ms=200")
+                   PSTRAIN_FLAGS=flags)
         env.update(extra)
         return env
 

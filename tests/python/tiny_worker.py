@@ -132,6 +132,11 @@ def parse_args():
     p.add_argument("--state_out", help="torch.save(opt.state_dict()) here after the last clock")
     p.add_argument("--clocks", type=int, default=0,
                    help="the job's clocks, for --lr_scheduler=onecycle's total_steps")
+    p.add_argument("--whole_reads", action="store_true",
+                   help="pst.Optimizer(read_by_layer=False): every weight before the batch")
+    p.add_argument("--check_forward_reads", action="store_true",
+                   help="record, per clock, whether fc2's forward read the weights fc2 holds "
+                        "after opt.step() (the clock's): forward_reads, stale_forward_reads")
     p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
                    help="each clock before backward: opt.zero_grad() or model.zero_grad(), "
                         "both with set_to_none=True")
@@ -147,7 +152,12 @@ def train(args, result):
                  batch_norm=args.model == "batchnorm")
     if args.model == "double":
         model = model.double()
-    opt = pst.Optimizer(model, buffers=args.buffers)
+    opt = pst.Optimizer(model, buffers=args.buffers, read_by_layer=not args.whole_reads)
+    seen = []  # fc2.weight as fc2's forward read it, this clock
+    if args.check_forward_reads:
+        result["forward_reads"], result["stale_forward_reads"] = 0, 0
+        model.fc2.register_forward_pre_hook(
+            lambda module, _: seen.append(module.weight.detach().clone()))
     if args.second_optimizer:
         pst.Optimizer(model, buffers=args.buffers)  # (the loop steps the first)
     if args.load_from:
@@ -196,6 +206,11 @@ def train(args, result):
             loss.backward()
         pst.report(loss, correct=int((logits.argmax(1) == y).sum()), predicted=len(y))
         opt.step()
+        if args.check_forward_reads:
+            result["forward_reads"] += len(seen)
+            result["stale_forward_reads"] += sum(not torch.equal(w, model.fc2.weight)
+                                                 for w in seen)
+            seen.clear()
         if schedule is not None:
             schedule.step()
         result["steps"] += 1

@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   w->ps_.channels_per_server = static_cast<int>(w->options_.flags.channels_per_server);
   w->ps_.shm = w->options_.flags.shm;
   w->ps_.shm_doorbell = w->options_.flags.shm_doorbell;
+  w->ps_.debug_delay_pull_param = w->options_.flags.debug_delay_pull_param;
   w->ps_.hyper = [self = w.get()](int64_t clock) { return self->hyper_.At(clock); };
   ExternalWorker* self = w.get();
   w->service_ = std::make_unique<WorkerService>([self] { return self->Status(); });
@@ -139,7 +140,7 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
   exchange_ = std::make_unique<ClockExchange>(static_cast<int>(params.size()));
   data_ = std::make_unique<ExternalData>(job_);
   model_ = std::make_unique<HandedModel>(job_.model(), backend_.get(), data_.get(), exchange_.get(),
-                                         &initial_);
+                                         &initial_, read_by_layer_);
   loop_thread_ = std::thread([this] { RunLoop(); });
   watch_thread_ = std::thread([this] { Watch(); });
   return absl::OkStatus();
@@ -256,6 +257,19 @@ absl::StatusOr<std::optional<ClockExchange::OfferedClock>> ExternalWorker::Next(
     row_pushes_.clear();
   }
   return next;
+}
+
+absl::Status ExternalWorker::ReadByLayer(bool on) {
+  if (exchange_ != nullptr) return absl::FailedPreconditionError("the loop runs already");
+  read_by_layer_ = on;
+  return absl::OkStatus();
+}
+
+absl::Status ExternalWorker::AwaitWeights(int param) {
+  if (model_ == nullptr || !under_way_.has_value()) {
+    return absl::FailedPreconditionError("no clock under way");
+  }
+  return model_->AwaitWeightsOf(param);
 }
 
 float* ExternalWorker::weights(int i) {

@@ -91,6 +91,16 @@ class ExternalWorker {
   absl::StatusOr<std::optional<ClockExchange::OfferedClock>> Next(absl::Duration timeout);
   // The clock Next offered last, until ClockDone (nullopt outside a clock).
   const std::optional<ClockExchange::OfferedClock>& under_way() const { return under_way_; }
+  // Before Start: whether the caller reads each parameter's weights only
+  // once AwaitWeights said they are in, so that a clock may be offered
+  // while its weights still arrive (HandedModel's `by_layer`).
+  // FAILED_PRECONDITION after Start.
+  absl::Status ReadByLayer(bool on);
+  // During a clock: waits until parameter `param`'s weights are in
+  // weights(param) (HandedModel::AwaitWeightsOf: the pull's error, for a
+  // clock that is then lost). FAILED_PRECONDITION outside a clock,
+  // INVALID_ARGUMENT for a bad index.
+  absl::Status AwaitWeights(int param);
   // Parameter i's host buffers (null before Start or for a bad index).
   float* weights(int i);
   float* grads(int i);
@@ -186,6 +196,7 @@ class ExternalWorker {
   PsClientOptions ps_;
   HyperPlan hyper_;  // what ps_.hyper reads
   bool overlap_ = false;
+  bool read_by_layer_ = false;  // ReadByLayer's
   std::optional<Partition> partition_;
   std::unique_ptr<ClockExchange> exchange_;
   std::unique_ptr<ExternalData> data_;

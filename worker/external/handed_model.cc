@@ -1,7 +1,6 @@
 #include "worker/external/handed_model.h"
 
-#include <algorithm>
-
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 
@@ -14,27 +13,59 @@ BatchSampler ExternalDataOrder(const JobSpec& job) {
 absl::StatusOr<StepResult> HandedModel::Forward(int, const Batch&, const std::vector<float>*,
                                                 std::vector<float>*, bool train) {
   if (!train) return absl::UnimplementedError("the caller evaluates its model itself");
-  // The script reads every weight when its clock starts: all must be in.
-  RETURN_IF_ERROR(AwaitAllWeights());
-  // The weights of clock 0, pushed again after a rollback to it.
-  if (data_->offer().clock == 0 && initial_->empty()) *initial_ = weights();
-  for (std::vector<float>& g : mutable_grads()) std::fill(g.begin(), g.end(), 0.0f);
+  // The weights of clock 0, pushed again after a rollback to it: whole.
+  const bool keeps_initial = data_->offer().clock == 0 && initial_->empty();
+  if (!by_layer_ || keeps_initial) RETURN_IF_ERROR(Model::AwaitAllWeights());
+  if (keeps_initial) *initial_ = weights();
   mutable_grads_absent().assign(params().size(), false);
+  {
+    absl::MutexLock lock(&mu_);
+    clock_await_ = weights_await_;
+    read_ = absl::OkStatus();
+  }
   std::vector<bool> sent(params().size(), false);
   auto ready = [this, &sent](const std::vector<int>& params, const std::vector<bool>& absent) {
     for (size_t i = 0; i < params.size(); ++i) {
       sent[params[i]] = true;
       mutable_grads_absent()[params[i]] = absent[i];
     }
-    ReportGrads(params);
+    if (AwaitRead(params).ok()) ReportGrads(params);
   };
-  ASSIGN_OR_RETURN(const StepResult result, exchange_->RunClock(data_->offer(), ready));
+  absl::StatusOr<StepResult> result = exchange_->RunClock(data_->offer(), ready);
   std::vector<int> rest;
   for (size_t p = 0; p < sent.size(); ++p) {
     if (!sent[p]) rest.push_back(static_cast<int>(p));
   }
-  if (!rest.empty()) ReportGrads(rest);
+  if (result.ok() && !rest.empty() && AwaitRead(rest).ok()) ReportGrads(rest);
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* awaiting) { return *awaiting == 0; }, &awaiting_));
+  clock_await_ = nullptr;
+  if (!read_.ok()) return read_;
   return result;
+}
+
+absl::Status HandedModel::AwaitWeightsOf(int param) {
+  if (param < 0 || param >= static_cast<int>(params().size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no parameter ", param));
+  }
+  return AwaitRead({param});
+}
+
+absl::Status HandedModel::AwaitRead(const std::vector<int>& params) {
+  WeightsAwait await;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!clock_await_) return read_;
+    if (!read_.ok() || params.empty()) return read_;
+    await = clock_await_;
+    ++awaiting_;
+  }
+  const absl::Status st = await(params);
+  absl::MutexLock lock(&mu_);
+  --awaiting_;
+  read_.Update(st);
+  return read_;
 }
 
 }  // namespace pstrain

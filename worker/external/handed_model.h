@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/stage_plan.h"
 #include "kernels/backend.h"
 #include "proto/job.pb.h"
@@ -51,14 +52,31 @@ class ExternalData : public DataSource {
 // The model as the clock loop sees it: its weights and gradients are host
 // buffers the caller reads and writes; a clock's computation is the caller's, through the
 // exchange. No device arrays (windowed: allocated on demand, never here).
+//
+// `by_layer`: the caller reads each parameter's weights once AwaitWeightsOf
+// said they are in (a script's forward, module by module), so a clock is
+// offered while its weights still arrive (where the loop pulls layer by
+// layer: BSP with overlap, worker/weight_arrivals.h). Otherwise, and for
+// the run's first clock 0 (whose weights are kept as the initial ones),
+// the clock is offered once every weight is in. Either way a gradient
+// leaves only once its own weights are in (a push follows its read), and
+// none leaves in a clock whose pull failed (the loop redoes the clock).
 class HandedModel : public Model {
  public:
   HandedModel(const ModelSpec& spec, kernels::Backend* backend, const ExternalData* data,
-              ClockExchange* exchange, ParamBuffers* initial)
+              ClockExchange* exchange, ParamBuffers* initial, bool by_layer)
       : Model(spec, WholeModel(spec), backend, /*windowed=*/true),
         data_(data),
         exchange_(exchange),
-        initial_(initial) {}
+        initial_(initial),
+        by_layer_(by_layer) {}
+
+  // The caller's thread, during a clock: waits until parameter `param`'s
+  // weights are in weights(); OK at once once they are (or when the clock
+  // was offered with all of them), else the pull's error (the clock is then
+  // lost: its gradients do not leave, and the loop offers it again).
+  // FAILED_PRECONDITION outside a clock.
+  absl::Status AwaitWeightsOf(int param);
 
   absl::StatusOr<StepResult> Forward(int, const Batch&, const std::vector<float>*,
                                      std::vector<float>*, bool train) override;
@@ -67,9 +85,21 @@ class HandedModel : public Model {
   }
 
  private:
+  // Waits for the weights of `params` through the loop's WeightsAwait (none
+  // outside a clock); the clock's first error is kept in read_.
+  absl::Status AwaitRead(const std::vector<int>& params);
+
   const ExternalData* const data_;
   ClockExchange* const exchange_;
   ParamBuffers* const initial_;
+  const bool by_layer_;
+  absl::Mutex mu_;
+  // During a clock (Forward's RunClock): the loop's wait for weights, the
+  // waits under way (Forward ends the clock once none is), the clock's
+  // first failed read.
+  WeightsAwait clock_await_ ABSL_GUARDED_BY(mu_);
+  int awaiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status read_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain

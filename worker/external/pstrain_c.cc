@@ -221,6 +221,20 @@ int pst_clock_share(pst_worker* w, int* share, int* share_of) {
   return 0;
 }
 
+int pst_read_by_layer(pst_worker* w, int on, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->ReadByLayer(on != 0);
+  });
+}
+
+int pst_weights_await(pst_worker* w, int param, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->AwaitWeights(param);
+  });
+}
+
 float* pst_weights(pst_worker* w, int param) {
   return w == nullptr ? nullptr : w->worker->weights(param);
 }

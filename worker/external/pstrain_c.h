@@ -57,8 +57,9 @@ typedef struct pst_worker pst_worker;
  * pst_clock_done, and pst_batch_indices takes no clocks_per_epoch (the
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
  * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers,
- * pst_read_state, pst_seed_state. 5: pst_grads_absent. */
-#define PST_ABI_VERSION 5
+ * pst_read_state, pst_seed_state. 5: pst_grads_absent. 6: pst_read_by_layer,
+ * pst_weights_await; pst_grads no longer zeroed. */
+#define PST_ABI_VERSION 6
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -144,8 +145,9 @@ int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len
  *   0 and *clock >= 0: clock *clock: *rows example indices of this
  *     worker's share of the global batch in indices[0..*rows) (at most
  *     max_rows are written; the share never exceeds the job's batch_size);
- *     pst_weights(w, i) holds the clock's weights, pst_grads(w, i) the
- *     buffers (zeroed) its gradients go to.
+ *     pst_weights(w, i) holds the clock's weights (after pst_weights_await
+ *     with pst_read_by_layer), pst_grads(w, i) the buffers its gradients go
+ *     to: not zeroed (ABI 6), the caller writes each whole.
  *   0 and *clock == -1: the job's clocks are done; pst_weights holds the
  *     final weights (the servers' fp32 master weights).
  *   4 (DEADLINE_EXCEEDED): no clock yet; call again.
@@ -158,6 +160,21 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
  * clock's global batch (the live workers', in the job's data order: what
  * pst_batch_indices gives for them). FAILED_PRECONDITION outside a clock. */
 int pst_clock_share(pst_worker* w, int* share, int* share_of);
+
+/* Before pst_start: on != 0 says the caller reads each parameter's
+ * weights only after pst_weights_await(w, i) returned, so that pst_next
+ * may offer a clock while its weights still arrive (where the worker pulls
+ * layer by layer: BSP with overlap) and a forward starts on the first
+ * layers' weights. The run's clock 0 is offered with every weight in.
+ * Either way a gradient leaves only once its own weights are in.
+ * FAILED_PRECONDITION after pst_start. */
+int pst_read_by_layer(pst_worker* w, int on, char* err, int err_len);
+
+/* During a clock: waits until parameter i's weights are in pst_weights(w, i)
+ * (at once when they are, or without pst_read_by_layer). Another code: the
+ * pull failed, err says why; the clock is then lost (its gradients do not
+ * leave: end it with pst_clock_done, and the worker offers it again). */
+int pst_weights_await(pst_worker* w, int param, char* err, int err_len);
 
 /* Parameter i's host buffers: weights and gradient (numel floats each).
  * Valid from pst_next until pst_clock_done (or, once done, until

@@ -200,6 +200,7 @@ def register(worker, train_size):
             _capi.call("pst_seed_state", worker.handle, i, steps, len(slots),
                        (ctypes.c_void_p * max(1, len(slots)))(*[t.data_ptr() for t in slots]))
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
+    _capi.call("pst_read_by_layer", worker.handle, int(optimizer._reads is not None))
     _capi.call("pst_start", worker.handle,
                (ctypes.c_void_p * n)(*[t.data_ptr() for t in initial]))
     worker.job, worker.spec = job, _capi.job_spec(worker.handle)

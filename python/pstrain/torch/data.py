@@ -123,7 +123,7 @@ def batches(data, collate_fn=None):
     while not worker.done:
         clock, rows = _next_clock(worker, offered)
         if clock < 0:
-            optimizer._load_weights()
+            optimizer._load_final_weights()
             worker.done = True
             return
         batch = batch_of(clock, list(offered[:rows]))

@@ -3,9 +3,10 @@ torch.optim.Optimizer on this worker -- its param_groups hold the
 hyperparameters the servers run, and each clock's gradients take their way
 to the servers through it.
 
-Within a clock (from batches() yielding its batch to opt.step()) each CPU
-parameter's .grad is the library's push buffer for that clock; outside one
-no .grad points at a library buffer.
+Within a clock (from batches() yielding its batch to opt.step()) a CPU
+parameter's .grad is None until backward made it, then the library's push
+buffer for that clock (the gradient copied in); outside one no .grad
+points at a library buffer.
 """
 
 import ctypes
@@ -20,6 +21,7 @@ from .._capi import PstrainError
 from . import _worker
 from ._buffers import BUFFER_RULES, UnsupportedDtype, travelling_buffers
 from ._device_grads import DeviceGradients
+from ._layered_reads import LayeredReads
 from ._optim_layout import TORCH_STATE, hyper_fields, job_hyperparameters, seed_of
 from .sparse import SparseEmbeddingBag
 
@@ -47,14 +49,12 @@ class Optimizer(torch.optim.Optimizer):
     with requires_grad_(False), or whose .grad is None -- takes no update
     that clock: its push says it has none, and under BSP a round in which
     no worker has a gradient for it takes no optimizer step (its weights,
-    moments and step count stay). (A CPU parameter that requires a
-    gradient but that backward did not reach has a zero gradient: its
-    .grad is the push buffer.) Each clock starts
-    with zero gradients: a CPU parameter's .grad is the push buffer itself,
-    so backward accumulates into it without a copy and each gradient may
-    leave for the servers as soon as backward completes it. A .grad that
-    is not the buffer (after model.zero_grad(), which sets them to None)
-    is copied into it at the same moment. When the worker overlaps
+    moments and step count stay); so does one that requires a gradient
+    but that backward did not reach. Each clock starts with every .grad
+    None; as backward completes a CPU parameter's gradient it is copied
+    into the push buffer, which becomes its .grad, and may leave for the
+    servers at once (no buffer is zeroed: each is written whole). When the
+    worker overlaps
     (SSP/ASP, CUDA, or overlap="on"), a CUDA parameter's gradient is copied
     out then too (asynchronously, through pinned memory) and leaves the same
     way; without overlap it is copied at step(). So with overlap, change
@@ -75,6 +75,20 @@ class Optimizer(torch.optim.Optimizer):
         keep them (in checkpoints and psctl export) and every worker
         starts each clock with them -- or "local": each worker keeps its
         own, as before. They travel as float32.
+      read_by_layer: each clock's weights reach a parameter just before
+        the forward of the module that uses it (a forward pre-hook waits
+        for that module's parameters only), so the forward of the first
+        layers runs while the last ones' weights still arrive -- where the
+        worker pulls layer by layer, with overlap (CUDA parameters, SSP or
+        ASP, or init(overlap="on")); without, every weight is in before
+        the batch is yielded. The rule, FSDP's:
+        a parameter is read in the forward of a module holding it or of
+        one above it (the first clock learns which; see
+        pstrain/torch/_layered_reads.py). Within a clock, before its
+        module's forward, a parameter holds the last clock's weights
+        (a module's state_dict() and load_weights() load them all at
+        once); after step() every parameter holds the clock's. False: every weight is read before
+        the batch is yielded.
 
     Raises:
       TypeError: `model` is not a torch.nn.Module.
@@ -86,7 +100,8 @@ class Optimizer(torch.optim.Optimizer):
         Optimizer already (a worker trains one model with one Optimizer).
     """
 
-    def __init__(self, model, backward_passes_per_step=1, buffers="broadcast"):
+    def __init__(self, model, backward_passes_per_step=1, buffers="broadcast",
+                 read_by_layer=True):
         if not isinstance(model, torch.nn.Module):
             raise TypeError("pstrain.torch.Optimizer takes a torch.nn.Module, not %s"
                             % type(model).__name__)
@@ -128,6 +143,7 @@ class Optimizer(torch.optim.Optimizer):
         self._device_grads = DeviceGradients(self.params, self._grads_ready)
         self._hook_handles = [_after_accumulation(p, functools.partial(self._accumulated, i))
                               for i, p in enumerate(self.params)]
+        self._reads = LayeredReads(model, self.params, self._load) if read_by_layer else None
         self.tables = [m for m in model.modules() if isinstance(m, SparseEmbeddingBag)]
         names = [m.table for m in self.tables]
         if len(set(names)) != len(names):
@@ -268,6 +284,8 @@ class Optimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._reads is not None:
+            self._reads.finish()
         self._device_grads.drain()
         if not self._has_gradients():
             raise NoGradients("pstrain.torch.Optimizer.step() at clock %d: no parameter has a "
@@ -319,12 +337,18 @@ class Optimizer(torch.optim.Optimizer):
         self._early = bool(_worker.current().job.overlap)
         self._clock = clock
         self._send_hyperparameters()
-        self._load_weights()
+        for j in range(len(self.params), len(self.params) + len(self.module_buffers)):
+            self._load(j)
+        if self._reads is not None and self._early:  # (the worker pulls layer by layer)
+            self._reads.begin()
+        else:
+            for i in range(len(self.params)):
+                self._load(i)
         handle = _worker.current().handle
         for i, p in enumerate(self.params):
             self._pushes[i] = _host_tensor(_capi.lib().pst_grads(handle, i), p,
                                             "gradient buffer of '%s'" % self.names[i])
-            p.grad = self._pushes[i] if p.device.type == "cpu" else None
+            p.grad = None
         self._passes = [0] * len(self.params)
         self._sent = [False] * len(self.params)
         self._reported = [False] * len(self.params)
@@ -349,15 +373,39 @@ class Optimizer(torch.optim.Optimizer):
             _capi.call("pst_set_hyper", _worker.current().handle, text.encode())
             self._hyper_sent = text
 
-    def _load_weights(self):
+    def load_weights(self):
+        """Loads every parameter's weights of the clock under way now. With
+        read_by_layer each is loaded anyway just before the forward of its
+        module (and at step() at the latest); this is for a script that
+        reads a parameter outside its module's forward (before the forward,
+        or through another module). Nothing to do outside a clock."""
+        if self._clock is not None and self._reads is not None:
+            self._reads.load_all()
+
+    def _load(self, j):
+        """Waits for the weights of the clock under way of parameter j (or,
+        past the parameters, of module buffer j - len(params)) and copies
+        them in. Nothing when the clock's pull failed: the clock is lost,
+        and the worker offers it again."""
+        err = ctypes.create_string_buffer(256)  # (the pull's error: the loop's to handle)
+        if _capi.lib().pst_weights_await(_worker.current().handle, j, err, len(err)) == 0:
+            self._copy_in(j)
+
+    def _load_final_weights(self):
+        """The job's final weights (the clocks are done) into every
+        parameter and module buffer."""
+        for j in range(len(self.params) + len(self.module_buffers)):
+            self._copy_in(j)
+
+    def _copy_in(self, j):
         handle = _worker.current().handle
+        if j < len(self.params):
+            tensor, what = self.params[j], "weights of '%s'" % self.names[j]
+        else:
+            tensor = self.module_buffers[j - len(self.params)]
+            what = "values of buffer '%s'" % self.buffer_names[j - len(self.params)]
         with torch.no_grad():
-            for i, p in enumerate(self.params):
-                p.copy_(_host_tensor(_capi.lib().pst_weights(handle, i), p,
-                                     "weights of '%s'" % self.names[i]))
-            for j, b in enumerate(self.module_buffers, len(self.params)):
-                b.copy_(_host_tensor(_capi.lib().pst_weights(handle, j), b,
-                                     "values of buffer '%s'" % self.buffer_names[j - len(self.params)]))
+            tensor.copy_(_host_tensor(_capi.lib().pst_weights(handle, j), tensor, what))
 
     def _push_module_buffers(self):
         """The module buffers' values of this clock into their push buffers
@@ -405,8 +453,7 @@ class Optimizer(torch.optim.Optimizer):
             return
         grad = self.params[i].grad
         if grad is not None and grad.device.type == "cpu":
-            # A gradient backward made anew (the script set .grad to None):
-            # into the buffer, which backward goes on accumulating into.
+            # Into the buffer, which backward goes on accumulating into.
             with torch.no_grad():
                 self._pushes[i].copy_(grad)
             self.params[i].grad = self._pushes[i]
@@ -424,9 +471,9 @@ class Optimizer(torch.optim.Optimizer):
 
     def _without_gradient(self, i):
         """Whether parameter i has no gradient at this step(), as torch.optim
-        sees it: its .grad is None, or (a CPU parameter, whose .grad is its
-        push buffer) it stopped requiring one and backward never reached
-        it. It then takes no update this clock (pst_grads_absent)."""
+        sees it: its .grad is None (backward never reached it), or its
+        .grad is the push buffer and it stopped requiring one. It then
+        takes no update this clock (pst_grads_absent)."""
         p = self.params[i]
         if self._reported[i] or self._sent[i]:
             return False
