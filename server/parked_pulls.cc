@@ -25,23 +25,7 @@ absl::StatusOr<bool> ParkedPulls::Park(PsCall* call, int64_t limit,
 void ParkedPulls::Wake(const std::function<bool(PsCall&)>& ready,
                        const std::function<void(PsCall&)>& answer,
                        const std::function<void(PsCall&)>& lost) {
-  std::vector<PsCall*> going, dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    std::vector<PsCall*> kept;
-    for (PsCall* call : calls_) {
-      if (call->abandoned()) call->Claim();  // its worker left
-      if (call->claimed()) {                 // cancelled while parked
-        dropped.push_back(call);
-      } else if (ready(*call)) {
-        going.push_back(call);
-      } else {
-        kept.push_back(call);
-      }
-    }
-    calls_ = std::move(kept);
-  }
-  for (PsCall* call : going) {
+  for (PsCall* call : Release(ready)) {
     if (call->Claim()) {
       answer(*call);
     } else {
@@ -49,7 +33,6 @@ void ParkedPulls::Wake(const std::function<bool(PsCall&)>& ready,
     }
     call->Unref();
   }
-  for (PsCall* call : dropped) call->Unref();
 }
 
 std::vector<PsCall*> ParkedPulls::Release(const std::function<bool(PsCall&)>& ready) {
@@ -58,8 +41,8 @@ std::vector<PsCall*> ParkedPulls::Release(const std::function<bool(PsCall&)>& re
     absl::MutexLock lock(&mu_);
     std::vector<PsCall*> kept;
     for (PsCall* call : calls_) {
-      if (call->abandoned()) call->Claim();
-      if (call->claimed()) {
+      if (call->abandoned()) call->Claim();  // its worker left
+      if (call->claimed()) {                 // cancelled while parked
         dropped.push_back(call);
       } else if (ready(*call)) {
         going.push_back(call);
