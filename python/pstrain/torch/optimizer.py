@@ -50,10 +50,13 @@ class Optimizer(torch.optim.Optimizer):
     that clock: its push says it has none, and under BSP a round in which
     no worker has a gradient for it takes no optimizer step (its weights,
     moments and step count stay); so does one that requires a gradient
-    but that backward did not reach. Each clock starts with every .grad
-    None; as backward completes a CPU parameter's gradient it is copied
-    into the push buffer, which becomes its .grad, and may leave for the
-    servers at once (no buffer is zeroed: each is written whole). When the
+    but that backward did not reach. Without overlap a CPU parameter's
+    .grad is its push buffer, zeroed as the clock starts, so backward
+    accumulates into it without a copy; with overlap each clock starts
+    with every .grad None, and as backward completes a CPU parameter's
+    gradient it is copied into the push buffer (no buffer is zeroed: each
+    is written whole), which becomes its .grad; either way each gradient
+    may leave for the servers as soon as backward completes it. When the
     worker overlaps
     (SSP/ASP, CUDA, or overlap="on"), a CUDA parameter's gradient is copied
     out then too (asynchronously, through pinned memory) and leaves the same
@@ -348,7 +351,11 @@ class Optimizer(torch.optim.Optimizer):
         for i, p in enumerate(self.params):
             self._pushes[i] = _host_tensor(_capi.lib().pst_grads(handle, i), p,
                                             "gradient buffer of '%s'" % self.names[i])
-            p.grad = None
+            if p.device.type == "cpu" and not self._early:
+                self._pushes[i].zero_()  # backward accumulates into it
+                p.grad = self._pushes[i]
+            else:  # copied in whole at its hook (or at step())
+                p.grad = None
         self._passes = [0] * len(self.params)
         self._sent = [False] * len(self.params)
         self._reported = [False] * len(self.params)
@@ -471,15 +478,15 @@ class Optimizer(torch.optim.Optimizer):
 
     def _without_gradient(self, i):
         """Whether parameter i has no gradient at this step(), as torch.optim
-        sees it: its .grad is None (backward never reached it), or its
-        .grad is the push buffer and it stopped requiring one. It then
-        takes no update this clock (pst_grads_absent)."""
+        sees it: backward never reached it (its .grad is None, or still the
+        untouched push buffer). It then takes no update this clock
+        (pst_grads_absent)."""
         p = self.params[i]
         if self._reported[i] or self._sent[i]:
             return False
         if p.grad is None:
             return True
-        return self._is_buffer(i) and not p.requires_grad and self._passes[i] == 0
+        return self._is_buffer(i) and self._passes[i] == 0
 
 
 def _float32(x):
