@@ -1,14 +1,16 @@
 """The child processes of a benchmark: started so that they die with it,
 killed at its exit, waited for with a deadline.
 
-Used by bench/torch_bench.py (the orchestrator starts ps_scheduler,
-ps_server and the training processes of each run).
+Used by bench/torch_bench.py and bench/gpu_shaped_bench.py (the
+orchestrators start ps_scheduler, ps_server and the training processes of
+each run).
 """
 import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 _children = []  # every Popen started, to be killed at exit
@@ -114,3 +116,45 @@ def cpu_seconds(pid):
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def thread_cpu(pid):
+    """{tid: CPU seconds} of process `pid`'s threads ({} once it is gone)."""
+    out, tick = {}, os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rpartition(")")[2].split()
+            out[tid] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def torch_python(bench):
+    """An interpreter that imports torch: this one or /usr/bin/python3;
+    SystemExit naming `bench` when neither does."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        if subprocess.run([python, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0:
+            return python
+    raise SystemExit("%s: no interpreter imports torch; pass --python=PATH" % bench)
+
+
+def add_run_flags(parser, root):
+    """The flags of the runs a PyTorch bench starts: --bin (the daemons and
+    the library, under `root`/bazel-bin by default), --python, --timeout,
+    --out, --keep."""
+    parser.add_argument("--bin", default=os.path.join(root, "bazel-bin"),
+                        help="where scheduler/ps_scheduler, server/ps_server and "
+                        "worker/external/libpstrain_torch.so are")
+    parser.add_argument("--python", default="",
+                        help="the interpreter of the training processes")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    parser.add_argument("--out", default="", help="write the JSON here too")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each run's logs (dirs in JSON)")

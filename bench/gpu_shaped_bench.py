@@ -58,7 +58,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,8 +65,9 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
-from bench_processes import (cpu_seconds, kill_all, log_tails, on_signal, start,  # noqa: E402
-                             wait_all, wait_port_file)
+from bench_processes import (add_run_flags, cpu_seconds, kill_all, log_tails,  # noqa: E402
+                             on_signal, start, thread_cpu, torch_python, wait_all,
+                             wait_port_file)
 from gpu_shaped_report import (CONTEXT, GLOBAL_BATCH, HEADS, LAYERS, VOCAB,  # noqa: E402
                                WIDTH, model_numel, param_shapes, report)
 from torch_bench_report import clock_split  # noqa: E402
@@ -188,23 +188,6 @@ def child_main(args):
 # --------------------------------------------------------------------------
 # The orchestrator.
 # --------------------------------------------------------------------------
-
-def thread_cpu(pid):
-    """{tid: CPU seconds} of process `pid`'s threads ({} once it is gone)."""
-    out, tick = {}, os.sysconf("SC_CLK_TCK")
-    try:
-        tids = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                fields = f.read().rpartition(")")[2].split()
-            out[tid] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
-
 
 def snapshot(processes):
     """{name: (process CPU s, {tid: CPU s})} of the processes still running."""
@@ -363,14 +346,6 @@ class Runner:
         return {"cpu_ms_per_clock": cpu, "busiest_thread_ms_per_clock": busiest}
 
 
-def torch_python():
-    for python in (sys.executable, "/usr/bin/python3"):
-        if subprocess.run([python, "-c", "import torch"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0:
-            return python
-    raise SystemExit("gpu_shaped_bench: no interpreter imports torch; pass --python=PATH")
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -397,13 +372,7 @@ def parse_args(argv=None):
     p.add_argument("--worker_flags", default="", help="more PSTRAIN_FLAGS")
     p.add_argument("--server_flags", default="", help="extra ps_server flags")
     p.add_argument("--scheduler_flags", default="", help="extra ps_scheduler flags")
-    p.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"),
-                   help="where scheduler/ps_scheduler, server/ps_server and "
-                   "worker/external/libpstrain_torch.so are")
-    p.add_argument("--python", default="", help="the interpreter of the training processes")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per run")
-    p.add_argument("--out", default="", help="write the JSON here too")
-    p.add_argument("--keep", action="store_true", help="keep each run's logs (dirs in JSON)")
+    add_run_flags(p, ROOT)
     p.add_argument("--_child", default="", help=argparse.SUPPRESS)
     p.add_argument("--_result", default="", help=argparse.SUPPRESS)
     p.add_argument("--_overlap", default="on", help=argparse.SUPPRESS)
@@ -426,7 +395,7 @@ def main():
             raise SystemExit("gpu_shaped_bench: unknown configuration %r" % c)
     if not 1 <= args.warmup < args.clocks - 1:
         raise SystemExit("gpu_shaped_bench: need 1 <= --warmup < --clocks - 1")
-    args.python = args.python or torch_python()
+    args.python = args.python or torch_python("gpu_shaped_bench")
     for path in ("scheduler/ps_scheduler", "server/ps_server",
                  "worker/external/libpstrain_torch.so"):
         if not os.path.exists(os.path.join(args.bin, path)):

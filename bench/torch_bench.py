@@ -65,13 +65,12 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from bench_processes import (cpu_seconds, free_port, kill_all, log_tails, on_signal, start,
-                             wait_all, wait_port_file)
+from bench_processes import (add_run_flags, cpu_seconds, free_port, kill_all, log_tails,
+                             on_signal, start, torch_python, wait_all, wait_port_file)
 from torch_bench_report import clock_split, report
 
 _T_START = time.time()  # (a child's phases are timed from here)
@@ -368,14 +367,6 @@ class Runner:
         return out
 
 
-def torch_python():
-    for python in (sys.executable, "/usr/bin/python3"):
-        if subprocess.run([python, "-c", "import torch"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0:
-            return python
-    raise SystemExit("torch_bench: no interpreter imports torch; pass --python=PATH")
-
-
 def parse_clocks(text, models):
     clocks = {m: MODELS[m][1] for m in models}
     if not text:
@@ -406,13 +397,7 @@ def parse_args(argv=None):
                    "pstrain daemons); glibc: as the environment has it" % MALLOC_TUNED)
     p.add_argument("--chunk_bytes", type=int, default=262144)
     p.add_argument("--server_flags", default="", help="extra ps_server flags")
-    p.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"),
-                   help="where scheduler/ps_scheduler, server/ps_server and "
-                   "worker/external/libpstrain_torch.so are")
-    p.add_argument("--python", default="", help="the interpreter of the training processes")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per run")
-    p.add_argument("--out", default="", help="write the JSON here too")
-    p.add_argument("--keep", action="store_true", help="keep each run's logs (dirs in JSON)")
+    add_run_flags(p, ROOT)
     # A child's own flags.
     p.add_argument("--_child", default="", help=argparse.SUPPRESS)
     p.add_argument("--_result", default="", help=argparse.SUPPRESS)
@@ -441,7 +426,7 @@ def main():
     for m in args.models:
         if clocks_of[m] <= args.warmup:
             raise SystemExit("torch_bench: %s: --clocks must exceed --warmup" % m)
-    args.python = args.python or torch_python()
+    args.python = args.python or torch_python("torch_bench")
     for path in ("scheduler/ps_scheduler", "server/ps_server",
                  "worker/external/libpstrain_torch.so"):
         if any(c.startswith("pstrain") for c in configs) and \
