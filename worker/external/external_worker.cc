@@ -338,6 +338,14 @@ absl::Status ExternalWorker::SetHyper(const std::string& json) {
 
 absl::Status ExternalWorker::ReadState() {
   if (!partition_.has_value()) return absl::FailedPreconditionError("start before reading state");
+  // Within a clock offered before its weights (read by layer), the state of
+  // the weights it reads is there once they all are: the round before is
+  // applied on every chunk. (A failed pull: the clock is lost anyway.)
+  if (model_ != nullptr && under_way_.has_value()) {
+    for (size_t p = 0; p < model_->params().size(); ++p) {
+      (void)model_->AwaitWeightsOf(static_cast<int>(p));
+    }
+  }
   ASSIGN_OR_RETURN(state_,
                    ReadOptimizerState(*partition_, ModelParams(job_.model()), StateCallsNow()));
   return absl::OkStatus();

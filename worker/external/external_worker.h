@@ -118,8 +118,9 @@ class ExternalWorker {
   absl::Status ClockDone(const StepResult& result);
 
   // Reads the optimizer's state of every parameter from the servers as
-  // they hold it now (worker/external/optimizer_state.h) into state().
-  // FAILED_PRECONDITION before Start.
+  // they hold it now (worker/external/optimizer_state.h) into state();
+  // within a clock once its weights are all in (the state of the weights
+  // it reads). FAILED_PRECONDITION before Start.
   absl::Status ReadState();
   // What the last ReadState read, by parameter.
   const std::vector<ParamState>& state() const { return state_; }
