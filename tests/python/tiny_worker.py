@@ -137,6 +137,9 @@ def parse_args():
     p.add_argument("--check_forward_reads", action="store_true",
                    help="record, per clock, whether fc2's forward read the weights fc2 holds "
                         "after opt.step() (the clock's): forward_reads, stale_forward_reads")
+    p.add_argument("--check_hook_first", action="store_true",
+                   help="with --check_forward_reads: register fc2's hook before making the "
+                        "Optimizer (as weight_norm or pruning would have theirs)")
     p.add_argument("--zero_grad", default="none", choices=["none", "optimizer", "model"],
                    help="each clock before backward: opt.zero_grad() or model.zero_grad(), "
                         "both with set_to_none=True")
@@ -152,12 +155,18 @@ def train(args, result):
                  batch_norm=args.model == "batchnorm")
     if args.model == "double":
         model = model.double()
-    opt = pst.Optimizer(model, buffers=args.buffers, read_by_layer=not args.whole_reads)
     seen = []  # fc2.weight as fc2's forward read it, this clock
     if args.check_forward_reads:
         result["forward_reads"], result["stale_forward_reads"] = 0, 0
+
+    def check_hook():
         model.fc2.register_forward_pre_hook(
             lambda module, _: seen.append(module.weight.detach().clone()))
+    if args.check_forward_reads and args.check_hook_first:
+        check_hook()
+    opt = pst.Optimizer(model, buffers=args.buffers, read_by_layer=not args.whole_reads)
+    if args.check_forward_reads and not args.check_hook_first:
+        check_hook()
     if args.second_optimizer:
         pst.Optimizer(model, buffers=args.buffers)  # (the loop steps the first)
     if args.load_from:

@@ -10,6 +10,9 @@ for its own parameters only.
   did not wait for fc2's weights would train on the last clock's (max |dw|
   0.03 when the wait is left out) -- and at every clock fc2's forward read
   what fc2 holds after opt.step() (no later load of the clock's weights);
+- a forward pre-hook the script registered on fc2 before making the
+  Optimizer (as weight_norm and pruning do) still sees the clock's
+  weights: the Optimizer's hooks go first;
 - two workers under BSP: the same, bit for bit, layer by layer and whole.
 
 Rollbacks and a replacement under this path: torch_failure_layered_test.
@@ -74,6 +77,14 @@ class TorchLayeredReadsTest(unittest.TestCase):
         self.assertEqual(result["stale_forward_reads"], 0)
         _, whole = train("whole_delayed", 1, flags, "--whole_reads")
         self.assertSameWeights(layered["worker0"], whole["worker0"])
+
+    def test_a_hook_the_script_registered_first_still_sees_the_clocks_weights(self):
+        # As weight_norm's or pruning's, which rebuild a weight from the
+        # parameters they must see loaded: the Optimizer's hooks run first.
+        results, _ = train("layered_hook_first", 1, "--overlap=on --debug_delay_pull_param=%d"
+                           % DELAYED, "--check_forward_reads", "--check_hook_first")
+        self.assertEqual(results["worker0"]["forward_reads"], CLOCKS)
+        self.assertEqual(results["worker0"]["stale_forward_reads"], 0)
 
     def test_two_workers_layer_by_layer_end_bit_identical_to_whole_reads(self):
         results, layered = train("layered_bsp", 2, "--overlap=on", "--check_forward_reads")

@@ -20,27 +20,34 @@ absl::StatusOr<StepResult> HandedModel::Forward(int, const Batch&, const std::ve
   mutable_grads_absent().assign(params().size(), false);
   {
     absl::MutexLock lock(&mu_);
+    in_clock_ = true;
     clock_await_ = weights_await_;
     read_ = absl::OkStatus();
   }
+  // A gradient leaves once every weight is in (a later layer's pull that
+  // fails loses the clock, as ps_worker's step waits for all before a
+  // push); by then the forward has read nearly all of them.
+  std::vector<int> all(params().size());
+  for (size_t p = 0; p < all.size(); ++p) all[p] = static_cast<int>(p);
   std::vector<bool> sent(params().size(), false);
-  auto ready = [this, &sent](const std::vector<int>& params, const std::vector<bool>& absent) {
+  auto ready = [&](const std::vector<int>& params, const std::vector<bool>& absent) {
     for (size_t i = 0; i < params.size(); ++i) {
       sent[params[i]] = true;
       mutable_grads_absent()[params[i]] = absent[i];
     }
-    if (AwaitRead(params).ok()) ReportGrads(params);
+    if (AwaitRead(all).ok()) ReportGrads(params);
   };
   absl::StatusOr<StepResult> result = exchange_->RunClock(data_->offer(), ready);
   std::vector<int> rest;
   for (size_t p = 0; p < sent.size(); ++p) {
     if (!sent[p]) rest.push_back(static_cast<int>(p));
   }
-  if (result.ok() && !rest.empty() && AwaitRead(rest).ok()) ReportGrads(rest);
+  if (result.ok() && !rest.empty() && AwaitRead(all).ok()) ReportGrads(rest);
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](int* awaiting) { return *awaiting == 0; }, &awaiting_));
   clock_await_ = nullptr;
+  in_clock_ = false;
   if (!read_.ok()) return read_;
   return result;
 }
@@ -56,8 +63,8 @@ absl::Status HandedModel::AwaitRead(const std::vector<int>& params) {
   WeightsAwait await;
   {
     absl::MutexLock lock(&mu_);
-    if (!clock_await_) return read_;
-    if (!read_.ok() || params.empty()) return read_;
+    if (!in_clock_) return absl::FailedPreconditionError("no clock under way");
+    if (!clock_await_ || !read_.ok() || params.empty()) return read_;
     await = clock_await_;
     ++awaiting_;
   }

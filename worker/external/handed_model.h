@@ -59,8 +59,8 @@ class ExternalData : public DataSource {
 // layer: BSP with overlap, worker/weight_arrivals.h). Otherwise, and for
 // the run's first clock 0 (whose weights are kept as the initial ones),
 // the clock is offered once every weight is in. Either way a gradient
-// leaves only once its own weights are in (a push follows its read), and
-// none leaves in a clock whose pull failed (the loop redoes the clock).
+// leaves only once every weight is in (a push follows its read), and none
+// in a clock whose pull failed (the loop redoes the clock).
 class HandedModel : public Model {
  public:
   HandedModel(const ModelSpec& spec, kernels::Backend* backend, const ExternalData* data,
@@ -75,7 +75,8 @@ class HandedModel : public Model {
   // weights are in weights(); OK at once once they are (or when the clock
   // was offered with all of them), else the pull's error (the clock is then
   // lost: its gradients do not leave, and the loop offers it again).
-  // FAILED_PRECONDITION outside a clock.
+  // FAILED_PRECONDITION outside a clock (and once the clock ended, e.g.
+  // the loop stopping: its weights may be half written).
   absl::Status AwaitWeightsOf(int param);
 
   absl::StatusOr<StepResult> Forward(int, const Batch&, const std::vector<float>*,
@@ -97,6 +98,7 @@ class HandedModel : public Model {
   // During a clock (Forward's RunClock): the loop's wait for weights, the
   // waits under way (Forward ends the clock once none is), the clock's
   // first failed read.
+  bool in_clock_ ABSL_GUARDED_BY(mu_) = false;
   WeightsAwait clock_await_ ABSL_GUARDED_BY(mu_);
   int awaiting_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status read_ ABSL_GUARDED_BY(mu_);

@@ -115,14 +115,16 @@ TEST_F(HandedModelTest, AClockIsOfferedBeforeItsWeightsAndEachWaitIsForOneParame
   EXPECT_TRUE(result_.ok()) << result_.status();
   EXPECT_EQ(pushed(), (std::vector<int>{1, 0}));
   EXPECT_EQ(model_.AwaitWeightsOf(2).code(), absl::StatusCode::kInvalidArgument);
+  // The clock over (or the loop stopped): no wait answers OK.
+  EXPECT_EQ(model_.AwaitWeightsOf(0).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(HandedModelTest, AGradientLeavesOnlyOnceItsOwnWeightsAreIn) {
+TEST_F(HandedModelTest, AGradientLeavesOnlyOnceTheWeightsAreIn) {
   std::thread loop = StartClock();
   ASSERT_TRUE(exchange_.Await(kLong).ok());
   Land(0);
   // Parameter 1's gradient is ready before its weights (the forward never
-  // read it): it waits for them, then leaves.
+  // read it): it waits for them (for every weight), then leaves.
   ASSERT_TRUE(exchange_.GradsReady(1).ok());
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_TRUE(pushed().empty());

@@ -17,13 +17,20 @@ first of the modules holding it whose forward ran (a parameter shared by
 several modules, to the earliest), else to the nearest module above one
 of them whose forward ran (nn.MultiheadAttention uses its out_proj's
 weights without calling out_proj), else it is read when the clock begins.
-A parameter no forward loaded in a clock is loaded at step(), so that
+An evaluation (under torch.no_grad(), or a module in eval mode) loads
+every weight at its first module: nn.TransformerEncoderLayer's fast path,
+for one, reads its children's weights without calling them. Each hook
+runs before any the script registered earlier (weight_norm's, pruning's
+rebuild a weight from parameters it must see loaded). A parameter no
+forward loaded in a clock is loaded at step(), so that
 after step() every parameter holds the clock's weights, as before; and a
 module's state_dict() loads every weight first, so a checkpoint taken in
 the loop's body, before the forward, is of the clock's weights.
 """
 
 import functools
+
+import torch
 
 
 class LayeredReads:
@@ -58,7 +65,7 @@ class LayeredReads:
         self._started = None     # the first clock: id(module) -> start order
         self._loaded = [False] * self._n
         self._active = False
-        self._hooks = [m.register_forward_pre_hook(functools.partial(self._before, id(m)))
+        self._hooks = [_first_forward_pre_hook(m, functools.partial(self._before, id(m)))
                        for m in self._modules]
         self._hooks += [_before_state_dict(m, self._load_all_if_active) for m in self._modules]
 
@@ -93,13 +100,15 @@ class LayeredReads:
             self._started = None
         self._active = False
 
-    def _before(self, module, _module, _inputs):
+    def _before(self, key, module, _inputs):
         if not self._active:
             return
-        if self._plan is None:
-            self._started.setdefault(module, len(self._started))
+        if not torch.is_grad_enabled() or not module.training:
+            self.load_all()  # an evaluation: it may read any weight
+        elif self._plan is None:
+            self._started.setdefault(key, len(self._started))
         else:
-            self._load_each(self._plan.get(module, ()))
+            self._load_each(self._plan.get(key, ()))
 
     def _load_each(self, params):
         for i in params:
@@ -132,6 +141,18 @@ class LayeredReads:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+
+def _first_forward_pre_hook(module, hook):
+    """module.register_forward_pre_hook(hook), run before the hooks
+    registered so far (torch >= 2.0: prepend; 1.13: moved to the front of
+    the module's ordered hooks); returns the handle."""
+    try:
+        return module.register_forward_pre_hook(hook, prepend=True)
+    except TypeError:  # torch 1.13
+        handle = module.register_forward_pre_hook(hook)
+        module._forward_pre_hooks.move_to_end(handle.id, last=False)
+        return handle
 
 
 def _before_state_dict(module, fn):

@@ -82,9 +82,10 @@ class Optimizer(torch.optim.Optimizer):
         the forward of the module that uses it (a forward pre-hook waits
         for that module's parameters only), so the forward of the first
         layers runs while the last ones' weights still arrive -- where the
-        worker pulls layer by layer, with overlap (CUDA parameters, SSP or
-        ASP, or init(overlap="on")); without, every weight is in before
-        the batch is yielded. The rule, FSDP's:
+        worker pulls layer by layer, with overlap (SSP or ASP, CUDA, or
+        init(overlap="on")), for a model on the CPU (a CUDA model's are
+        read whole as its clock begins, for now); otherwise every weight
+        is in before the batch is yielded. The rule, FSDP's:
         a parameter is read in the forward of a module holding it or of
         one above it (the first clock learns which; see
         pstrain/torch/_layered_reads.py). Within a clock, before its
@@ -147,6 +148,8 @@ class Optimizer(torch.optim.Optimizer):
         self._hook_handles = [_after_accumulation(p, functools.partial(self._accumulated, i))
                               for i, p in enumerate(self.params)]
         self._reads = LayeredReads(model, self.params, self._load) if read_by_layer else None
+        self._on_cuda = any(p.device.type == "cuda" for p in self.params)
+        self._untouched = [None] * len(named)  # a zeroed push buffer's version
         self.tables = [m for m in model.modules() if isinstance(m, SparseEmbeddingBag)]
         names = [m.table for m in self.tables]
         if len(set(names)) != len(names):
@@ -342,7 +345,10 @@ class Optimizer(torch.optim.Optimizer):
         self._send_hyperparameters()
         for j in range(len(self.params), len(self.params) + len(self.module_buffers)):
             self._load(j)
-        if self._reads is not None and self._early:  # (the worker pulls layer by layer)
+        # Layer by layer where the worker pulls so (overlap), for CPU
+        # parameters: a CUDA copy from the library's pageable buffers inside
+        # the forward would wait for the kernels queued before it.
+        if self._reads is not None and self._early and not self._on_cuda:
             self._reads.begin()
         else:
             for i in range(len(self.params)):
@@ -353,6 +359,7 @@ class Optimizer(torch.optim.Optimizer):
                                             "gradient buffer of '%s'" % self.names[i])
             if p.device.type == "cpu" and not self._early:
                 self._pushes[i].zero_()  # backward accumulates into it
+                self._untouched[i] = self._pushes[i]._version
                 p.grad = self._pushes[i]
             else:  # copied in whole at its hook (or at step())
                 p.grad = None
@@ -479,14 +486,15 @@ class Optimizer(torch.optim.Optimizer):
     def _without_gradient(self, i):
         """Whether parameter i has no gradient at this step(), as torch.optim
         sees it: backward never reached it (its .grad is None, or still the
-        untouched push buffer). It then takes no update this clock
-        (pst_grads_absent)."""
+        push buffer as zeroed: nothing, backward or the script, wrote into
+        it). It then takes no update this clock (pst_grads_absent)."""
         p = self.params[i]
         if self._reported[i] or self._sent[i]:
             return False
         if p.grad is None:
             return True
-        return self._is_buffer(i) and self._passes[i] == 0
+        return (self._is_buffer(i) and self._passes[i] == 0
+                and self._pushes[i]._version == self._untouched[i])
 
 
 def _float32(x):
