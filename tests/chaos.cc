@@ -156,6 +156,19 @@ double WeightsDifference(const std::string& calm, const std::string& disturbed) 
   return MaxDifference(ReadWeights(disturbed), ReadWeights(calm));
 }
 
+// The supervisor's restarts and the final status's rollbacks (a
+// replacement's redo among them) and promotions, from the run's `logs`.
+void CountRecoveries(const std::string& logs, ChaosReport* report) {
+  std::istringstream restarts(ReadFile(logs + "/restarts.log"));
+  for (std::string line; std::getline(restarts, line);) report->restarts += !line.empty();
+  ClusterStatus end;
+  if (google::protobuf::util::JsonStringToMessage(ReadFile(logs + "/status.json"), &end).ok()) {
+    report->rollbacks = end.rollbacks_size();
+    for (const Rollback& r : end.rollbacks()) report->redo_rollbacks += r.redo();
+    report->promotions = end.promotions();
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
@@ -223,14 +236,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   report.exit_code = code.ok() ? *code : -1;
   const std::string got = ReadFile(dir + "/weights/worker0.weights");
   report.bit_identical = !expected.empty() && got == expected;
-  std::istringstream restarts(ReadFile(logs + "/restarts.log"));
-  for (std::string line; std::getline(restarts, line);) report.restarts += !line.empty();
-  ClusterStatus end;
-  if (google::protobuf::util::JsonStringToMessage(ReadFile(logs + "/status.json"), &end).ok()) {
-    report.rollbacks = end.rollbacks_size();
-    for (const Rollback& r : end.rollbacks()) report.redo_rollbacks += r.redo();
-    report.promotions = end.promotions();
-  }
+  CountRecoveries(logs, &report);
   if (!report.bit_identical || report.exit_code != 0) {
     report.max_difference =
         WeightsDifference(calm_dir + "/weights/worker0.weights", dir + "/weights/worker0.weights");
