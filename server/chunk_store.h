@@ -108,6 +108,10 @@ class ChunkStore : public HeldRounds {
       bool absent = false;
     };
     std::vector<Part> parts;
+    // `grad` may be called from several threads at once (each for parts of
+    // its own; values in shared memory): the parts are then applied on the
+    // store's thread pool, as concurrent pushes of disjoint chunks are.
+    bool parts_in_parallel = false;
   };
   // The one owner of a push's meaning. Validates the whole request first --
   // the generation (see CheckGeneration), the norm, every part against its
@@ -257,6 +261,10 @@ class ChunkStore : public HeldRounds {
   int64_t ChunkNumel(int32_t chunk) const;
   // The job (as the scheduler completed it).
   const JobSpec& job() const { return job_; }
+  // The pool the updates run on (null: none), and whether the chunks are
+  // offloaded to disk (then read in the order asked, on the caller).
+  ThreadPool* pool() const { return pool_; }
+  bool offloaded() const { return memory_ != nullptr && memory_->offloaded(); }
   // Bytes of weights, optimizer state and BSP round sums held.
   int64_t BytesHeld() const { return bytes_held_; }
   // Chunks' gradients not applied because they held a NaN or an Inf
@@ -337,6 +345,11 @@ class ChunkStore : public HeldRounds {
   absl::Status TakeInitialValues(const PushRequest& push,
                                  const std::function<absl::Span<const float>(size_t part)>& values);
   // Applies one part (checked), racing other pushes only of other workers.
+  // Applies every part (ApplyPart), on the pool where the push allows it;
+  // the first part's error by order, the others applied all the same (a
+  // retry finds them taken).
+  absl::Status ApplyParts(const PushRequest& push,
+                          const std::function<absl::Span<const float>(size_t part)>& grad);
   absl::Status ApplyPart(const PushRequest& push, const PushRequest::Part& part,
                          absl::Span<const float> grad);
   // Whether a push of `worker` counts for `c`: for a BROADCAST buffer's

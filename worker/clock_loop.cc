@@ -87,7 +87,7 @@ ClockLoop::ClockLoop(ClockLoopOptions options, GateClient* gate, ParamClientFact
   if (options_.training.overlap) {
     model_->set_grads_ready([this](const std::vector<int>& params) {
       push_tickets_.push_back(params_->Push(clock_, batch_.rows, &model_->grads(), 0.0f, params,
-                                            model_->grads_absent()));
+                                            model_->grads_absent(), model_->grads_at()));
     });
     // Under BSP the forward of a layer waits for that layer's weights only.
     if (!options_.stage_step) {
@@ -302,6 +302,7 @@ absl::StatusOr<bool> ClockLoop::RedoExactly() {
 }
 
 ParamTicket ClockLoop::Pull(bool layered) {
+  model_->FlipWeights();  // (a model with two sets: the other one is written)
   return params_->Pull(clock_, member_.schedule().MinClockForRead(clock_), &model_->weights(),
                        &read_clocks_, layered ? &arrivals_ : nullptr);
 }
@@ -315,6 +316,7 @@ absl::Status ClockLoop::Read(WeightSource source, std::optional<ParamTicket> tic
     case WeightSource::kCache:
       return absl::OkStatus();
     case WeightSource::kPrefetch:
+      model_->FlipWeights();
       read = prefetch_->Take(params_.get(), pull_clock, &model_->weights(), &read_clocks_);
       break;
     case WeightSource::kPullWithGate:
@@ -380,7 +382,8 @@ void ClockLoop::Push(bool finite) {
   if (options_.training.overlap) return;  // the layers' pushes went out during the backward
   ParamBuffers& grads = Accumulates() ? accumulated_.sum() : model_->mutable_grads();
   const float norm = options_.job.optimizer().clip_norm() > 0 && finite ? GlobalNorm(grads) : 0.0f;
-  push_tickets_.push_back(params_->Push(clock_, batch_.rows, &grads, norm, {}, model_->grads_absent()));
+  push_tickets_.push_back(
+      params_->Push(clock_, batch_.rows, &grads, norm, {}, model_->grads_absent(), {}));
 }
 
 absl::Status ClockLoop::AwaitPushes(std::vector<ParamTicket>* tickets) {
@@ -490,6 +493,7 @@ absl::StatusOr<bool> ClockLoop::FinalRead() {
   final_params_ = make_params_(cluster_, generation, /*fp32=*/true, [this, generation] {
     return leaving_ || *stop_ || gate_->generation() > generation;
   });
+  model_->FlipWeights();
   const absl::Status read = final_params_->Wait(
       final_params_->Pull(member_.total(), member_.total(), &model_->weights()));
   if (!read.ok()) {

@@ -91,7 +91,7 @@ TEST(LoopStatsTest, CallsAndBytesOfReplacedClientsStayCounted) {
   stats.CountGateCall();
   ParamBuffers w(1, std::vector<float>(2));
   (void)old_client.Wait(old_client.Pull(0, 0, &w, nullptr));
-  (void)old_client.Wait(old_client.Push(0, 1, &w, 0, {}, {}));
+  (void)old_client.Wait(old_client.Push(0, 1, &w, 0, {}, {}, {}));
   EXPECT_EQ(stats.Total(&old_client).calls, 3);
   EXPECT_EQ(stats.Total(&old_client).bytes, 8);
   stats.Retire(old_client);  // a rollback: generation 1's client

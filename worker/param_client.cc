@@ -95,16 +95,18 @@ absl::Status AsyncPsClient::PullDelayingOne(PsClient& client, int64_t clock, int
 }
 
 ParamTicket AsyncPsClient::Push(int64_t clock, int num_samples, const ParamBuffers* grads,
-                                float norm, std::vector<int> params, std::vector<bool> absent) {
+                                float norm, std::vector<int> params, std::vector<bool> absent,
+                                std::vector<const float*> at) {
   Lane& lane = PushLane(clock, params);
-  return Queue(lane, [=, params = std::move(params), absent = std::move(absent)](PsClient& client) {
+  return Queue(lane, [=, params = std::move(params), absent = std::move(absent),
+                      at = std::move(at)](PsClient& client) {
     // Layer by layer, the push held is the one with parameter 0: the
     // backward's last, after the others have gone.
     const bool holds_first =
         params.empty() || std::find(params.begin(), params.end(), 0) != params.end();
     if (clock == hold_push_ && holds_first) absl::SleepFor(kHoldPush);
-    return params.empty() ? client.Push(clock, num_samples, *grads, norm, absent)
-                          : client.PushParams(clock, num_samples, *grads, norm, params, absent);
+    return params.empty() ? client.Push(clock, num_samples, *grads, norm, absent, at)
+                          : client.PushParams(clock, num_samples, *grads, norm, params, absent, at);
   });
 }
 

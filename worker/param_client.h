@@ -45,8 +45,11 @@ class ParamClient {
   // grads; empty: none): it has no gradient this iteration (a PyTorch
   // parameter frozen, or whose .grad is None), so it is pushed as such
   // (PushRequest.without_gradient) and takes no update from this push.
+  // `at`, per parameter (empty: none): where its gradient lies instead of
+  // *grads (the caller's memory, unchanged until Wait); null: in *grads.
   virtual ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
-                           std::vector<int> params, std::vector<bool> absent) = 0;
+                           std::vector<int> params, std::vector<bool> absent,
+                           std::vector<const float*> at) = 0;
   // Sends an EXTERNAL model's initial weights from *weights (unchanged
   // until Wait) to the servers (PsClient::PushInitialValues).
   virtual ParamTicket PushInitialValues(const ParamBuffers* weights) = 0;
@@ -90,7 +93,8 @@ class AsyncPsClient : public ParamClient {
                    PulledClocks* clocks = nullptr,
                    WeightArrivals* arrivals = nullptr) override;
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
-                   std::vector<int> params, std::vector<bool> absent) override;
+                   std::vector<int> params, std::vector<bool> absent,
+                   std::vector<const float*> at) override;
   ParamTicket PushInitialValues(const ParamBuffers* weights) override;
   absl::Status Wait(ParamTicket ticket) override;
   int64_t bytes_in() const override;

@@ -425,6 +425,7 @@ PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
 
 int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int32_t>& batch,
                                 const std::vector<std::vector<float>>& grads,
+                                const std::vector<const float*>* at,
                                 std::vector<PushChunk>* chunks,
                                 std::vector<std::vector<char>>* compressed) const {
   const bool compressing = Compressing(header);
@@ -432,7 +433,9 @@ int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int3
   int64_t bytes = 0;
   for (size_t j = 0; j < batch.size(); ++j) {
     const ChunkInfo& info = partition_->chunks()[batch[j]];
-    const float* values = grads[info.param - options_.first_param].data() + info.offset;
+    const size_t mine = info.param - options_.first_param;
+    const float* elsewhere = at != nullptr && mine < at->size() ? (*at)[mine] : nullptr;
+    const float* values = (elsewhere != nullptr ? elsewhere : grads[mine].data()) + info.offset;
     chunks->push_back({batch[j], values, info.numel});
     if (compressing && Compresses(options_.compression, info.numel)) {
       options_.feedback->Encode(options_.compression, batch[j], options_.generation, header.clock,
@@ -448,7 +451,8 @@ int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int3
 int64_t PsClient::AddPushCalls(const PushHeader& header,
                                const std::vector<std::vector<float>>& grads,
                                std::vector<Call>* calls, const std::vector<int>* params,
-                               const std::vector<bool>* absent) {
+                               const std::vector<bool>* absent,
+                               const std::vector<const float*>* at) {
   int64_t bytes = 0;
   for (int s = 0; s < static_cast<int>(batches_.size()); ++s) {
     std::vector<std::vector<int32_t>> scoped;
@@ -463,7 +467,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       std::vector<PushChunk> chunks;
       // Compressed once, here: a retry sends the same bytes.
       std::vector<std::vector<char>> compressed;
-      const int64_t call_bytes = ChunkPayloads(header, present, grads, &chunks, &compressed);
+      const int64_t call_bytes = ChunkPayloads(header, present, grads, at, &chunks, &compressed);
       bytes += call_bytes;
       Call call;
       call.home = s;
@@ -506,10 +510,11 @@ absl::Status PsClient::Pull(int64_t clock, int64_t min_clock,
 
 absl::Status PsClient::Push(int64_t clock, int num_samples,
                             const std::vector<std::vector<float>>& grads, float grad_norm,
-                            const std::vector<bool>& absent) {
+                            const std::vector<bool>& absent,
+                            const std::vector<const float*>& at) {
   std::vector<Call> calls;
   const int64_t bytes =
-      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, nullptr, &absent);
+      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, nullptr, &absent, &at);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();
@@ -518,10 +523,11 @@ absl::Status PsClient::Push(int64_t clock, int num_samples,
 absl::Status PsClient::PushParams(int64_t clock, int num_samples,
                                   const std::vector<std::vector<float>>& grads, float grad_norm,
                                   const std::vector<int>& params,
-                                  const std::vector<bool>& absent) {
+                                  const std::vector<bool>& absent,
+                                  const std::vector<const float*>& at) {
   std::vector<Call> calls;
   const int64_t bytes =
-      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params, &absent);
+      AddPushCalls(Header(clock, num_samples, grad_norm), grads, &calls, &params, &absent, &at);
   RETURN_IF_ERROR(RunCalls(calls));
   bytes_out_ += bytes;
   return absl::OkStatus();

@@ -135,10 +135,12 @@ class PsClient {
   // Sends iteration `clock`'s gradients (mean over `num_samples` samples;
   // `grad_norm` their L2 norm over every parameter, for clipping) and waits
   // until every server has taken them.
-  // `absent`, per parameter (empty: none): no gradient this clock
+  // `absent`, per parameter (empty: none): no gradient this clock; `at`,
+  // per parameter (empty: none): where its gradient lies instead of grads
   // (ParamClient::Push).
   absl::Status Push(int64_t clock, int num_samples, const std::vector<std::vector<float>>& grads,
-                    float grad_norm = 0, const std::vector<bool>& absent = {});
+                    float grad_norm = 0, const std::vector<bool>& absent = {},
+                    const std::vector<const float*>& at = {});
 
   // Push of the gradients of parameters `params` only (indices into the
   // partition's parameters): a layer's share of iteration `clock`, sent as
@@ -146,7 +148,8 @@ class PsClient {
   // iteration, by Push or by PushParams calls.
   absl::Status PushParams(int64_t clock, int num_samples,
                           const std::vector<std::vector<float>>& grads, float grad_norm,
-                          const std::vector<int>& params, const std::vector<bool>& absent = {});
+                          const std::vector<int>& params, const std::vector<bool>& absent = {},
+                          const std::vector<const float*>& at = {});
 
   // An EXTERNAL model's initial weights (fp32, one buffer per parameter)
   // to every server (PushRequest.initial_values): a chunk takes the first
@@ -250,14 +253,15 @@ class PsClient {
   // bytes.
   int64_t ChunkPayloads(const PushHeader& header, const std::vector<int32_t>& batch,
                         const std::vector<std::vector<float>>& grads,
-                        std::vector<PushChunk>* chunks,
+                        const std::vector<const float*>* at, std::vector<PushChunk>* chunks,
                         std::vector<std::vector<char>>* compressed) const;
   // Returns the payload bytes of the push; with `params`, of those
   // parameters' chunks only; the chunks of parameters `absent` says have
   // no gradient go without one (PushHeader.without_gradient).
   int64_t AddPushCalls(const PushHeader& header, const std::vector<std::vector<float>>& grads,
                        std::vector<Call>* calls, const std::vector<int>* params = nullptr,
-                       const std::vector<bool>* absent = nullptr);
+                       const std::vector<bool>* absent = nullptr,
+                       const std::vector<const float*>* at = nullptr);
   // A push's header: iteration `clock`, the push context's fields.
   PushHeader Header(int64_t clock, int num_samples, float grad_norm);
   // The chunk batches of server `s` for `params` (null: every parameter's,

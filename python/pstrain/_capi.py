@@ -10,7 +10,7 @@ import json
 import os
 import pathlib
 
-ABI_VERSION = 6  # PST_ABI_VERSION of pstrain_c.h
+ABI_VERSION = 7  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 PST_CPU, PST_CUDA = 0, 1  # pst_register's device
 PST_TRAINED, PST_BROADCAST, PST_AVERAGE = 0, 1, 2  # pst_register's buffers
@@ -126,6 +126,7 @@ _SIGNATURES = {
     "pst_grads": (_p, [_p, _i]),
     "pst_grads_ready": (_i, [_p, _i] + _err),
     "pst_grads_absent": (_i, [_p, _i] + _err),
+    "pst_grads_at": (_i, [_p, _i, _p] + _err),
     "pst_clock_done": (_i, [_p, ctypes.c_double, _i64, _i64] + _err),
     "pst_finish": (_i, [_p, _i, ctypes.c_double, _str]),
     "pst_status": (_i, [_p, _str, _i]),

@@ -26,14 +26,16 @@ absl::StatusOr<StepResult> ClockExchange::RunClock(OfferedClock offer, const Rea
     // push may take a while to queue.
     std::vector<int> params;
     std::vector<bool> absent;
-    for (const auto& [param, without] : ready_) {
-      params.push_back(param);
-      absent.push_back(without);
+    std::vector<const float*> at;
+    for (const Event& r : ready_) {
+      params.push_back(r.param);
+      absent.push_back(r.absent);
+      at.push_back(r.at);
     }
     ready_.clear();
     if (!params.empty()) {
       mu_.Unlock();
-      ready(params, absent);
+      ready(params, absent, at);
       mu_.Lock();
       continue;  // (the clock may have ended meanwhile: the events go first)
     }
@@ -67,11 +69,16 @@ absl::StatusOr<std::optional<ClockExchange::OfferedClock>> ClockExchange::Await(
   return std::optional<OfferedClock>();
 }
 
-absl::Status ClockExchange::GradsReady(int param) { return Report(param, /*absent=*/false); }
+absl::Status ClockExchange::GradsReady(int param) { return Report(param, false, nullptr); }
 
-absl::Status ClockExchange::GradsAbsent(int param) { return Report(param, /*absent=*/true); }
+absl::Status ClockExchange::GradsAbsent(int param) { return Report(param, true, nullptr); }
 
-absl::Status ClockExchange::Report(int param, bool absent) {
+absl::Status ClockExchange::GradsAt(int param, const float* at) {
+  if (at == nullptr) return absl::InvalidArgumentError("a gradient at no address");
+  return Report(param, false, at);
+}
+
+absl::Status ClockExchange::Report(int param, bool absent, const float* at) {
   absl::MutexLock lock(&mu_);
   if (phase_ != Phase::kTaken) {
     return absl::FailedPreconditionError("a gradient was reported outside a clock");
@@ -87,7 +94,7 @@ absl::Status ClockExchange::Report(int param, bool absent) {
         "left for the servers; turn overlap off to accumulate)"));
   }
   reported_[param] = true;
-  ready_.push_back({param, absent});
+  ready_.push_back({param, absent, at});
   return absl::OkStatus();
 }
 

@@ -39,9 +39,11 @@ class ClockExchange {
   // The loop's side. Offers `offer` and waits until the caller ends the
   // clock, calling `ready` on this thread with the parameters the caller
   // says are ready, as it says so, and for each whether it has no gradient
-  // this clock (GradsAbsent); returns the caller's result. CANCELLED once
-  // Close was called.
-  using Ready = std::function<void(const std::vector<int>& params, const std::vector<bool>& absent)>;
+  // this clock (GradsAbsent) and where its gradient lies when in the
+  // caller's memory (GradsAt; else null); returns the caller's result.
+  // CANCELLED once Close was called.
+  using Ready = std::function<void(const std::vector<int>& params, const std::vector<bool>& absent,
+                                   const std::vector<const float*>& at)>;
   absl::StatusOr<StepResult> RunClock(OfferedClock offer, const Ready& ready);
   // The loop ended with `status` (OK: every clock done, the final weights
   // read).
@@ -59,6 +61,10 @@ class ClockExchange {
   // requires_grad False, or its .grad None); it is reported as ready, and
   // pushed without one. Errors as GradsReady's.
   absl::Status GradsAbsent(int param);
+  // During a clock: parameter `param`'s gradient is complete at `at` (its
+  // numel floats, the caller's, unchanged until the caller is told the
+  // push is done), not in the model's buffer. Errors as GradsReady's.
+  absl::Status GradsAt(int param, const float* at);
   // Ends the clock taken by Await. FAILED_PRECONDITION outside a clock.
   absl::Status ClockDone(const StepResult& result);
 
@@ -68,15 +74,20 @@ class ClockExchange {
 
  private:
   enum class Phase { kIdle, kOffered, kTaken, kDone };
-  // GradsReady's and GradsAbsent's.
-  absl::Status Report(int param, bool absent);
+  // GradsReady's, GradsAbsent's and GradsAt's.
+  absl::Status Report(int param, bool absent, const float* at);
 
   const int num_params_;
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;
   OfferedClock offer_ ABSL_GUARDED_BY(mu_);
-  // Reported, not yet handed to the loop: (parameter, without a gradient).
-  std::deque<std::pair<int, bool>> ready_ ABSL_GUARDED_BY(mu_);
+  // Reported, not yet handed to the loop.
+  struct Event {
+    int param;
+    bool absent;      // without a gradient
+    const float* at;  // in the caller's memory, or null
+  };
+  std::deque<Event> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reported_ ABSL_GUARDED_BY(mu_);   // this clock's
   StepResult result_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);   // the loop's end

@@ -13,16 +13,20 @@ TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThrea
   ClockExchange exchange(3);
   std::vector<std::vector<int>> ready;
   std::vector<bool> absent;
+  std::vector<const float*> at;
   std::thread::id ready_on;
   absl::StatusOr<StepResult> result;
   std::thread loop([&] {
-    result = exchange.RunClock(
-        {7, {4, 9}}, [&](const std::vector<int>& params, const std::vector<bool>& without) {
-          ready.push_back(params);
-          absent.insert(absent.end(), without.begin(), without.end());
-          ready_on = std::this_thread::get_id();
-        });
+    result = exchange.RunClock({7, {4, 9}}, [&](const std::vector<int>& params,
+                                                const std::vector<bool>& without,
+                                                const std::vector<const float*>& where) {
+      ready.push_back(params);
+      absent.insert(absent.end(), without.begin(), without.end());
+      at.insert(at.end(), where.begin(), where.end());
+      ready_on = std::this_thread::get_id();
+    });
   });
+  const float caller_gradient[2] = {1.0f, 2.0f};
   const std::thread::id loop_id = loop.get_id();
   absl::StatusOr<std::optional<ClockExchange::OfferedClock>> offer = exchange.Await(kLong);
   ASSERT_TRUE(offer.ok()) << offer.status();
@@ -32,7 +36,8 @@ TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThrea
   EXPECT_TRUE(exchange.GradsReady(2).ok());
   EXPECT_TRUE(exchange.GradsAbsent(1).ok());  // frozen: no gradient this clock
   EXPECT_EQ(exchange.GradsReady(1).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(exchange.GradsReady(0).ok());
+  EXPECT_EQ(exchange.GradsAt(0, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(exchange.GradsAt(0, caller_gradient).ok());  // in the caller's memory
   StepResult r;
   r.loss = 1.5f;
   r.correct = 1;
@@ -46,6 +51,7 @@ TEST(ClockExchangeTest, AClockGoesToTheCallerAndItsEventsComeBackOnTheLoopsThrea
   for (const auto& v : ready) all.insert(all.end(), v.begin(), v.end());
   EXPECT_EQ(all, (std::vector<int>{2, 1, 0}));
   EXPECT_EQ(absent, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(at, (std::vector<const float*>{nullptr, nullptr, caller_gradient}));
   EXPECT_EQ(ready_on, loop_id);
 }
 
@@ -55,7 +61,7 @@ TEST(ClockExchangeTest, CallsOutsideAClockAndRepeatsAreRefused) {
   EXPECT_EQ(exchange.ClockDone(StepResult()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(exchange.Await(absl::Milliseconds(10)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::thread loop([&] { (void)exchange.RunClock({0, {}}, [](const std::vector<int>&, const std::vector<bool>&) {}); });
+  std::thread loop([&] { (void)exchange.RunClock({0, {}}, [](const std::vector<int>&, const std::vector<bool>&, const std::vector<const float*>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   EXPECT_EQ(exchange.GradsReady(2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(exchange.GradsReady(1).ok());
@@ -82,12 +88,12 @@ TEST(ClockExchangeTest, TheLoopsEndReachesTheCaller) {
 TEST(ClockExchangeTest, CloseEndsAClockTheCallerLeft) {
   ClockExchange exchange(1);
   absl::StatusOr<StepResult> result;
-  std::thread loop([&] { result = exchange.RunClock({3, {1}}, [](const std::vector<int>&, const std::vector<bool>&) {}); });
+  std::thread loop([&] { result = exchange.RunClock({3, {1}}, [](const std::vector<int>&, const std::vector<bool>&, const std::vector<const float*>&) {}); });
   ASSERT_TRUE(exchange.Await(kLong).ok());
   exchange.Close(absl::CancelledError("the script stopped"));
   loop.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(exchange.RunClock({4, {}}, [](const std::vector<int>&, const std::vector<bool>&) {}).status().code(),
+  EXPECT_EQ(exchange.RunClock({4, {}}, [](const std::vector<int>&, const std::vector<bool>&, const std::vector<const float*>&) {}).status().code(),
             absl::StatusCode::kCancelled);
 }
 

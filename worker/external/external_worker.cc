@@ -289,6 +289,11 @@ absl::Status ExternalWorker::GradsReady(int param) {
   return exchange_->GradsReady(param);
 }
 
+absl::Status ExternalWorker::GradsAt(int param, const float* values) {
+  if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
+  return exchange_->GradsAt(param, values);
+}
+
 absl::Status ExternalWorker::GradsAbsent(int param) {
   if (exchange_ == nullptr) return absl::FailedPreconditionError("the loop has not started");
   return exchange_->GradsAbsent(param);

@@ -105,6 +105,10 @@ class ExternalWorker {
   float* weights(int i);
   float* grads(int i);
   absl::Status GradsReady(int param);
+  // Parameter `param`'s gradient is complete in the caller's memory at
+  // `values` (ClockExchange::GradsAt; pst_grads_at says how long it must
+  // stay).
+  absl::Status GradsAt(int param, const float* values);
   // Parameter `param` has no gradient this clock (ClockExchange::GradsAbsent).
   absl::Status GradsAbsent(int param);
   // During a clock: the optimizer's hyperparameters from this clock on

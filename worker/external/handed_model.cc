@@ -18,6 +18,7 @@ absl::StatusOr<StepResult> HandedModel::Forward(int, const Batch&, const std::ve
   if (!by_layer_ || keeps_initial) RETURN_IF_ERROR(Model::AwaitAllWeights());
   if (keeps_initial) *initial_ = weights();
   mutable_grads_absent().assign(params().size(), false);
+  mutable_grads_at().assign(params().size(), nullptr);
   {
     absl::MutexLock lock(&mu_);
     in_clock_ = true;
@@ -30,10 +31,12 @@ absl::StatusOr<StepResult> HandedModel::Forward(int, const Batch&, const std::ve
   std::vector<int> all(params().size());
   for (size_t p = 0; p < all.size(); ++p) all[p] = static_cast<int>(p);
   std::vector<bool> sent(params().size(), false);
-  auto ready = [&](const std::vector<int>& params, const std::vector<bool>& absent) {
+  auto ready = [&](const std::vector<int>& params, const std::vector<bool>& absent,
+                   const std::vector<const float*>& at) {
     for (size_t i = 0; i < params.size(); ++i) {
       sent[params[i]] = true;
       mutable_grads_absent()[params[i]] = absent[i];
+      mutable_grads_at()[params[i]] = at[i];
     }
     if (AwaitRead(all).ok()) ReportGrads(params);
   };

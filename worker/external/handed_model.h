@@ -69,7 +69,11 @@ class HandedModel : public Model {
         data_(data),
         exchange_(exchange),
         initial_(initial),
-        by_layer_(by_layer) {}
+        by_layer_(by_layer) {
+    // The caller's CPU tensors may be views of weights(): a pull writes the
+    // other set (Model::FlipWeights).
+    KeepTwoWeightSets();
+  }
 
   // The caller's thread, during a clock: waits until parameter `param`'s
   // weights are in weights(); OK at once once they are (or when the clock

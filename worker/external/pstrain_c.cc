@@ -250,6 +250,13 @@ int pst_grads_ready(pst_worker* w, int param, char* err, int err_len) {
   });
 }
 
+int pst_grads_at(pst_worker* w, int param, const float* values, char* err, int err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (w == nullptr) return NoWorker();
+    return w->worker->GradsAt(param, values);
+  });
+}
+
 int pst_grads_absent(pst_worker* w, int param, char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();

@@ -58,8 +58,11 @@ typedef struct pst_worker pst_worker;
  * library's, from train_size and batch_size). 3: pst_job_info.overlap, pst_register's device.
  * 4: pst_join, pst_job_json, pst_set_hyper, pst_clock_share, pst_register's buffers,
  * pst_read_state, pst_seed_state. 5: pst_grads_absent. 6: pst_read_by_layer,
- * pst_weights_await; pst_grads no longer zeroed. */
-#define PST_ABI_VERSION 6
+ * pst_weights_await; pst_grads no longer zeroed. 7: pst_weights alternates
+ * between two buffers a parameter, and a clock's stay unchanged until the
+ * next clock's pst_clock_done (the caller's tensors may be views of them);
+ * pst_grads_at. */
+#define PST_ABI_VERSION 7
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -178,7 +181,14 @@ int pst_weights_await(pst_worker* w, int param, char* err, int err_len);
 
 /* Parameter i's host buffers: weights and gradient (numel floats each).
  * Valid from pst_next until pst_clock_done (or, once done, until
- * pst_close); the addresses may change from one clock to the next. */
+ * pst_close); the addresses may change from one clock to the next.
+ * pst_weights alternates between two buffers (ABI 7): a clock's pull
+ * writes the one the clock before did not read, so the weights a clock
+ * read stay as they are, and valid, until the next clock's pst_clock_done
+ * (the next pull writes them then) -- a caller may keep views of them
+ * through the clock and after it, e.g. an evaluation between clocks; the
+ * final weights until pst_close. (A clock whose pull failed is offered
+ * again: its new pull writes the other buffer, the one read before.) */
 float* pst_weights(pst_worker* w, int param);
 float* pst_grads(pst_worker* w, int param);
 
@@ -186,6 +196,14 @@ float* pst_grads(pst_worker* w, int param);
  * and may leave for the servers now (each parameter at most once a clock;
  * the rest leave at pst_clock_done). */
 int pst_grads_ready(pst_worker* w, int param, char* err, int err_len);
+
+/* During a clock, instead of writing pst_grads(w, i) and pst_grads_ready:
+ * parameter i's gradient is complete at `values` (numel floats of the
+ * caller's, e.g. a CPU tensor's), which the push reads from without a
+ * copy: they must stay unchanged and allocated until pst_next offers the
+ * clock after the next one (or pst_close). Errors as pst_grads_ready's;
+ * INVALID_ARGUMENT for a null `values`. (ABI 7.) */
+int pst_grads_at(pst_worker* w, int param, const float* values, char* err, int err_len);
 
 /* During a clock: parameter i has no gradient this clock (the script froze
  * it, requires_grad False, or its .grad is None): it leaves now without

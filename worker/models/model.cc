@@ -33,8 +33,19 @@ Model::Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backen
 }
 
 Model::~Model() {
-  for (auto* host : {&weights_, &grad_sets_[0], &grad_sets_[1]}) {
+  for (auto* host : {&weights_, &spare_weights_, &grad_sets_[0], &grad_sets_[1]}) {
     for (std::vector<float>& v : *host) backend_->UnpinHost(v.data());
+  }
+}
+
+void Model::KeepTwoWeightSets() {
+  if (two_weight_sets_) return;
+  two_weight_sets_ = true;
+  for (const ParamInfo& p : params_) {
+    spare_weights_.push_back(kernels::PinnableVector(p.numel));
+    std::vector<float>& v = spare_weights_.back();
+    const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(float));
+    if (backend_->PinHost(v.data(), bytes)) pinned_bytes_ += bytes;
   }
 }
 

@@ -59,6 +59,18 @@ class Model {
   // each step uploads them to the device.
   std::vector<std::vector<float>>& weights() { return weights_; }
   const std::vector<std::vector<float>>& weights() const { return weights_; }
+  // A model that keeps two host sets of weights (KeepTwoWeightSets): makes
+  // the other set the current one -- weights() -- so that a pull writes a
+  // clock's weights there while the caller still reads the clock before's
+  // from the set it had (a PyTorch worker's CPU parameters are views of
+  // the library's buffers: pstrain.torch). The set made current holds
+  // older weights until it is written whole, so every writer of weights()
+  // (a pull, a prefetch's take, the final read) flips first, and a clock
+  // that reads no new weights (the cache's) does not. Each set's buffers
+  // keep their addresses. No-op with one set.
+  void FlipWeights() {
+    if (two_weight_sets_) std::swap(weights_, spare_weights_);
+  }
   // The last step's gradients, one host buffer per parameter. There are two
   // sets; FlipGrads makes the other one the next step's, so pushes of one
   // step may still read theirs while the next step writes.
@@ -72,6 +84,12 @@ class Model {
   // built-in model's always do).
   const std::vector<bool>& grads_absent() const { return grads_absent_; }
   std::vector<bool>& mutable_grads_absent() { return grads_absent_; }
+  // Per parameter, where the last step's gradient lies when not in
+  // grads(): the caller's memory (worker/external: a PyTorch gradient
+  // handed over without a copy, pst_grads_at); null: in grads(). Empty:
+  // every one is in grads().
+  const std::vector<const float*>& grads_at() const { return grads_at_; }
+  std::vector<const float*>& mutable_grads_at() { return grads_at_; }
   // The loss's gradient is multiplied by this before the backward (dynamic
   // loss scaling); the gradients come out scaled by it. Default 1.
   void set_loss_scale(float scale) { loss_scale_ = scale; }
@@ -134,6 +152,9 @@ class Model {
   // `windowed`: see the class comment.
   Model(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
         bool windowed = false);
+  // A second host set of weights from now on (FlipWeights), pinned as the
+  // first; a subclass's constructor's.
+  void KeepTwoWeightSets();
   // INVALID_ARGUMENT unless `v` holds rows x width floats.
   static absl::Status CheckSize(const std::vector<float>* v, int64_t rows, int64_t width,
                                 const char* what);
@@ -176,9 +197,12 @@ class Model {
   int64_t input_width_ = 0, output_width_ = 0;
   std::vector<ParamInfo> params_;
   std::vector<std::vector<float>> weights_;       // host
+  std::vector<std::vector<float>> spare_weights_;  // KeepTwoWeightSets: the other set
+  bool two_weight_sets_ = false;
   std::vector<std::vector<float>> grad_sets_[2];  // host; grad_set_ is the current one
   int grad_set_ = 0;
   std::vector<bool> grads_absent_;
+  std::vector<const float*> grads_at_;
   std::vector<kernels::DeviceArray<float>> device_weights_, device_grads_;
   float loss_scale_ = 1.0f;
   bool host_sync_ = true;

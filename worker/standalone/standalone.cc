@@ -49,7 +49,8 @@ class StandaloneParamClient : public ParamClient {
   }
 
   ParamTicket Push(int64_t clock, int num_samples, const ParamBuffers* grads, float norm,
-                   std::vector<int> params, std::vector<bool>) override {
+                   std::vector<int> params, std::vector<bool>,
+                   std::vector<const float*>) override {  // (built-in models: in *grads)
     ChunkStore::PushRequest push;
     push.clock = clock;
     push.num_samples = num_samples;

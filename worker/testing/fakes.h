@@ -49,7 +49,7 @@ class FakeParamClient : public ParamClient {
     return ticket;
   }
   ParamTicket Push(int64_t clock, int, const ParamBuffers*, float, std::vector<int> params,
-                   std::vector<bool>) override {
+                   std::vector<bool>, std::vector<const float*>) override {
     bytes_out_ += 4;
     return Done(
         absl::StrCat(prefix_, " push ", clock, " ",

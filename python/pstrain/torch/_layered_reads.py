@@ -158,8 +158,18 @@ def _first_forward_pre_hook(module, hook):
 def _before_state_dict(module, fn):
     """Has fn() called when module.state_dict() is taken, before its values
     are read (torch >= 2.0: a state-dict pre-hook), or right after (torch
-    1.13: the tensors it returns share the parameters' storage, so an
-    in-place load still shows in them); returns the handle."""
+    1.13, which has none: the entries of the module's parameters are then
+    made anew, since a load may have given a parameter other storage -- a
+    view of the library's buffer); returns the handle."""
     if hasattr(module, "register_state_dict_pre_hook"):
         return module.register_state_dict_pre_hook(lambda *_: fn())
-    return module._register_state_dict_hook(lambda *_: fn())
+
+    def after(module, state_dict, prefix, _metadata):
+        fn()
+        for path, m in module.named_modules(prefix=prefix[:-1]):
+            for name, p in m._parameters.items():
+                key = (path + "." if path else "") + name
+                if p is not None and key in state_dict and state_dict[key] is not p:
+                    state_dict[key] = p.detach()
+
+    return module._register_state_dict_hook(after)

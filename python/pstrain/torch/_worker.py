@@ -230,6 +230,7 @@ def _close(ok, accuracy, message):
         worker.optimizer._device_grads.reset()  # no copy lands after the close
         if worker.optimizer._clock is not None:
             worker.optimizer._release()
+        worker.optimizer._own_weights()  # the library's buffers go with it
     code = _capi.lib().pst_finish(worker.handle, int(ok), accuracy, message.encode())
     _capi.lib().pst_close(worker.handle)
     _capi.check(code, "", "pst_finish")

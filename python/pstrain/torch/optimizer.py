@@ -22,6 +22,7 @@ from . import _worker
 from ._buffers import BUFFER_RULES, UnsupportedDtype, travelling_buffers
 from ._device_grads import DeviceGradients
 from ._layered_reads import LayeredReads
+from ._library_buffers import LibraryBuffers, host_tensor
 from ._optim_layout import TORCH_STATE, hyper_fields, job_hyperparameters, seed_of
 from .sparse import SparseEmbeddingBag
 
@@ -54,9 +55,14 @@ class Optimizer(torch.optim.Optimizer):
     .grad is its push buffer, zeroed as the clock starts, so backward
     accumulates into it without a copy; with overlap each clock starts
     with every .grad None, and as backward completes a CPU parameter's
-    gradient it is copied into the push buffer (no buffer is zeroed: each
-    is written whole), which becomes its .grad; either way each gradient
-    may leave for the servers as soon as backward completes it. When the
+    gradient the push reads it where it lies, without a copy (kept two
+    clocks; a sparse or strided one is copied into the push buffer);
+    either way each gradient may leave for the servers as soon as backward
+    completes it. A contiguous CPU parameter's .data is, in training, a
+    view of the library's buffer of the clock's weights (no copy; it stays
+    as it is until the next clock's step(), so an evaluation between
+    clocks reads one clock's weights): hold the Parameter, not its .data.
+    After the last clock each parameter has memory of its own. When the
     worker overlaps
     (SSP/ASP, CUDA, or overlap="on"), a CUDA parameter's gradient is copied
     out then too (asynchronously, through pinned memory) and leaves the same
@@ -147,7 +153,10 @@ class Optimizer(torch.optim.Optimizer):
         self._device_grads = DeviceGradients(self.params, self._grads_ready)
         self._hook_handles = [_after_accumulation(p, functools.partial(self._accumulated, i))
                               for i, p in enumerate(self.params)]
-        self._reads = LayeredReads(model, self.params, self._load) if read_by_layer else None
+        self._host = LibraryBuffers(self.params, self.names, self.module_buffers,
+                                       self.buffer_names, self._library)
+        self._reads = (LayeredReads(model, self.params, self._host.load) if read_by_layer
+                       else None)
         self._on_cuda = any(p.device.type == "cuda" for p in self.params)
         self._untouched = [None] * len(named)  # a zeroed push buffer's version
         self.tables = [m for m in model.modules() if isinstance(m, SparseEmbeddingBag)]
@@ -207,7 +216,7 @@ class Optimizer(torch.optim.Optimizer):
             if slots != len(names):
                 raise PstrainError("pst_read_state: parameter '%s' has %d state arrays, %s %d"
                                    % (self.names[i], slots, kind, len(names)))
-            entry = {name: _host_tensor(_capi.lib().pst_state(worker.handle, i, k), p,
+            entry = {name: host_tensor(_capi.lib().pst_state(worker.handle, i, k), p,
                                         "state of '%s'" % self.names[i]).clone().to(p.device)
                      for k, name in enumerate(names)}
             if with_step:
@@ -304,7 +313,7 @@ class Optimizer(torch.optim.Optimizer):
             for i in absent:
                 _capi.call("pst_grads_absent", _worker.current().handle, i)
                 self._reported[i] = True
-        self._push_module_buffers()
+        self._host.push_module_buffers()
         for table in self.tables:
             table._push()
         reported = self._metrics or {"loss": loss, "correct": 0, "predicted": 0}
@@ -340,11 +349,12 @@ class Optimizer(torch.optim.Optimizer):
         """Loads clock `clock`'s weights, points the gradients at its buffers
         and gives the library the hyperparameters of its pushes."""
         self._device_grads.reset()
+        self._host.begin_clock()
         self._early = bool(_worker.current().job.overlap)
         self._clock = clock
         self._send_hyperparameters()
         for j in range(len(self.params), len(self.params) + len(self.module_buffers)):
-            self._load(j)
+            self._host.load(j)
         # Layer by layer where the worker pulls so (overlap), for CPU
         # parameters: a CUDA copy from the library's pageable buffers inside
         # the forward would wait for the kernels queued before it.
@@ -352,11 +362,9 @@ class Optimizer(torch.optim.Optimizer):
             self._reads.begin()
         else:
             for i in range(len(self.params)):
-                self._load(i)
-        handle = _worker.current().handle
+                self._host.load(i)
         for i, p in enumerate(self.params):
-            self._pushes[i] = _host_tensor(_capi.lib().pst_grads(handle, i), p,
-                                            "gradient buffer of '%s'" % self.names[i])
+            self._pushes[i] = self._host.push_buffer(i)
             if p.device.type == "cpu" and not self._early:
                 self._pushes[i].zero_()  # backward accumulates into it
                 self._untouched[i] = self._pushes[i]._version
@@ -396,46 +404,21 @@ class Optimizer(torch.optim.Optimizer):
         if self._clock is not None and self._reads is not None:
             self._reads.load_all()
 
-    def _load(self, j):
-        """Waits for the weights of the clock under way of parameter j (or,
-        past the parameters, of module buffer j - len(params)) and copies
-        them in. Nothing when the clock's pull failed: the clock is lost,
-        and the worker offers it again."""
-        err = ctypes.create_string_buffer(256)  # (the pull's error: the loop's to handle)
-        if _capi.lib().pst_weights_await(_worker.current().handle, j, err, len(err)) == 0:
-            self._copy_in(j)
-
     def _load_final_weights(self):
-        """The job's final weights (the clocks are done) into every
-        parameter and module buffer."""
-        for j in range(len(self.params) + len(self.module_buffers)):
-            self._copy_in(j)
+        """The job's final weights into the model (the clocks are done)."""
+        self._host.load_final()
 
-    def _copy_in(self, j):
-        handle = _worker.current().handle
-        if j < len(self.params):
-            tensor, what = self.params[j], "weights of '%s'" % self.names[j]
-        else:
-            tensor = self.module_buffers[j - len(self.params)]
-            what = "values of buffer '%s'" % self.buffer_names[j - len(self.params)]
-        with torch.no_grad():
-            tensor.copy_(_host_tensor(_capi.lib().pst_weights(handle, j), tensor, what))
-
-    def _push_module_buffers(self):
-        """The module buffers' values of this clock into their push buffers
-        (they leave at pst_clock_done)."""
-        handle = _worker.current().handle
-        with torch.no_grad():
-            for j, b in enumerate(self.module_buffers, len(self.params)):
-                _host_tensor(_capi.lib().pst_grads(handle, j), b,
-                             "push buffer of buffer '%s'" % self.buffer_names[j - len(self.params)]
-                             ).copy_(b)
+    def _own_weights(self):
+        """The parameters' memory their own (the library is closing)."""
+        self._host.own_weights()
 
     def _release(self):
         """Ends the clock here: the buffers belong to the library from now on
         (their pushes may still be under way), so no .grad may point at them."""
         for i, p in enumerate(self.params):
-            if self._is_buffer(i):
+            # (A handed gradient may still be read by its push: a later
+            # zero_grad(set_to_none=False) must not zero it.)
+            if self._is_buffer(i) or self._host.handed_this_clock(p.grad):
                 p.grad = None
         self._pushes = [None] * len(self.params)
         self._clock = None
@@ -466,7 +449,10 @@ class Optimizer(torch.optim.Optimizer):
             self._grads_ready(i)
             return
         grad = self.params[i].grad
-        if grad is not None and grad.device.type == "cpu":
+        if grad is not None and self._host.hand(i, grad):  # its push reads it: no copy
+            self._sent[i] = True
+            self._reported[i] = True
+        elif grad is not None and grad.device.type == "cpu":
             # Into the buffer, which backward goes on accumulating into.
             with torch.no_grad():
                 self._pushes[i].copy_(grad)
@@ -511,12 +497,3 @@ def _after_accumulation(param, fn):
         accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
     accumulator.register_hook(lambda *_: fn())
     return accumulator
-
-
-def _host_tensor(address, tensor, what):
-    """A float32 CPU tensor of `tensor`'s shape over the library's buffer at
-    `address`, without a copy."""
-    if not address:
-        raise PstrainError("pstrain gave no %s" % what)
-    array = (ctypes.c_float * max(1, tensor.numel())).from_address(address)
-    return torch.frombuffer(array, dtype=torch.float32)[:tensor.numel()].view(tensor.shape)
