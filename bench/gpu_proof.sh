@@ -16,7 +16,8 @@
 # bench/train_bench on gpt_fortunes_gpu with GPU workers (alone, 1+1 BSP,
 # SSP s=1, 2+2 BSP); torch: examples/torch/transformer_fortunes.py on the
 # GPU (6 layers x 512, context 256, global batch 32) alone and as one PyTorch
-# worker with two servers (BSP, BSP with --overlap=off, SSP s=1, and BSP for
+# worker with two servers (BSP, two workers sharing the GPU under BSP, BSP
+# with --overlap=off, SSP s=1, and BSP for
 # 50 clocks then SSP s=1 by the job's consistency_plan), interleaved round
 # by round, with each worker's per-clock split (gate, pull, compute, push)
 # from the final status and the validation loss; wheel: deploy/wheel.py's
@@ -143,11 +144,11 @@ TORCH_JOB="$ROOT/tests/python/jobs/transformer_external.pbtxt"
 DELAYED_JOB="$WORK/transformer_delayed.pbtxt"
 { cat "$TORCH_JOB"; echo 'consistency_plan { clock: 50 consistency: SSP staleness: 1 }'; } \
   >"$DELAYED_JOB"
-torch_cluster() {  # NAME WORKER_FLAGS SCHEDULER_FLAGS... (the job: $JOB, else TORCH_JOB)
+torch_cluster() {  # NAME WORKER_FLAGS SCHEDULER_FLAGS... (the job: $JOB, else TORCH_JOB; $WORKERS, else 1)
   local name="$1" wflags="$2"; shift 2
   mkdir -p "$WORK/logs/$name"
   OPENBLAS_NUM_THREADS=4 timeout 300 "$B/local_cluster.sh" --bin="$B/bin" \
-    --job="${JOB:-$TORCH_JOB}" --servers=2 --workers=1 \
+    --job="${JOB:-$TORCH_JOB}" --servers=2 --workers="${WORKERS:-1}" \
     --logs="$WORK/logs/$name" --torch="$B/examples/torch/transformer_fortunes.py" \
     --worker_flags="$wflags" \
     --torch_args="${TORCH_MODEL[*]} --data_dir=$B/data/fortunes --log_every=100" \
@@ -170,6 +171,8 @@ if has torch; then
       "${TORCH_MODEL[@]}" "${TORCH_RUN[@]}" --data_dir="$B/data/fortunes" --log_every=100
     say "round $r torch transformer 1 worker + 2 servers BSP (overlap auto: on for CUDA)"
     torch_cluster "torch-bsp-$r" ""
+    say "round $r torch transformer 2 workers sharing the GPU + 2 servers BSP (issue 67: >= 0.8 of 1)"
+    WORKERS=2 torch_cluster "torch-bsp-2w-$r" ""
     say "round $r torch transformer 1 worker + 2 servers BSP, --overlap=off (the copies at step())"
     torch_cluster "torch-bsp-nooverlap-$r" "--overlap=off"
     say "round $r torch transformer 1 worker + 2 servers SSP s=1"
