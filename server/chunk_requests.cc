@@ -11,16 +11,10 @@
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
-#include "common/thread_pool.h"
+#include "server/pull_slots.h"
 
 namespace pstrain {
 namespace {
-
-// A pull's chunks are copied into the slots on the pool only when they
-// hold this many values (ChunkStore's rule for pushes), at least
-// kSlotsGrain chunks a task.
-constexpr int64_t kParallelPullValues = 1 << 18;
-constexpr int64_t kSlotsGrain = 4;
 
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
@@ -322,7 +316,7 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
   const std::vector<int64_t> in_message =
       segment == nullptr ? payload_bytes : std::vector<int64_t>(ids.size(), 0);
   const bool in_slots = segment != nullptr && !compressed;
-  if (in_slots) read = ReadIntoSlots(req, ids, *segment, &clocks);
+  if (in_slots) read = ReadIntoSlots(*store_, shm_layout_, req, ids, *segment, &clocks);
   *resp = EncodePullResponse(
       ids, in_message,
       [&](size_t i, char* dst) {
@@ -348,34 +342,6 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
   if (segment != nullptr) counters_->shm_bytes += bytes;
   ++counters_->pulls;
   return grpc::Status::OK;
-}
-
-absl::Status ChunkRequests::ReadIntoSlots(const PullRequest& req, const std::vector<int32_t>& ids,
-                                          const ShmSegment& segment, PulledClocks* clocks) {
-  std::vector<PulledClocks> each(ids.size());
-  std::vector<absl::Status> read(ids.size());
-  auto fill = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      char* slot = segment.data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
-      read[i] = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(),
-                             slot, &each[i]);
-    }
-  };
-  const auto n = static_cast<int64_t>(ids.size());
-  int64_t values = 0;
-  for (int32_t id : ids) values += store_->ChunkNumel(id);
-  ThreadPool* pool = store_->pool();
-  if (pool != nullptr && !store_->offloaded() && n > kSlotsGrain &&
-      values >= kParallelPullValues) {
-    pool->ParallelFor(n, kSlotsGrain, fill);
-  } else {
-    fill(0, n);
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    RETURN_IF_ERROR(read[i]);
-    clocks->Merge(each[i]);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ChunkRequests::ReadCompressed(const PullRequest& req, int32_t chunk,

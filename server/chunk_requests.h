@@ -119,11 +119,6 @@ class ChunkRequests {
   // views into *pulled.
   absl::Status ReadCompressed(const PullRequest& req, int32_t chunk, const PullViews::View* base,
                               char* out, PulledClocks* clocks, PulledViews* pulled);
-  // A shared-memory pull's chunks `ids` into their pull slots in `segment`,
-  // on the store's pool (each chunk's read is its own); their clocks merged
-  // into *clocks. The first chunk's error by order.
-  absl::Status ReadIntoSlots(const PullRequest& req, const std::vector<int32_t>& ids,
-                             const ShmSegment& segment, PulledClocks* clocks);
   // A shared-memory push's chunks (empty payloads in the message): each
   // pointed at its push slot, `width` bytes a value (a compressed one: the
   // codec's bytes); INVALID_ARGUMENT for a
