@@ -25,6 +25,10 @@ ABSL_FLAG(bool, shm_doorbell, true,
           "with --shm: send the pushes and pulls to servers attached through shared memory "
           "as frames on the segment's Unix socket instead of gRPC calls (--noshm_doorbell: "
           "gRPC calls, the payloads still in shared memory)");
+ABSL_FLAG(int64_t, debug_hold_push, -1,
+          "tests: the push of this iteration waits 30 s before it goes, so that a worker "
+          "killed meanwhile never sends it; with --overlap, only the first layer's push "
+          "(-1: none)");
 ABSL_FLAG(int64_t, debug_delay_pull_param, -1,
           "tests: every pull brings this parameter (an index into the model's) 100 ms after "
           "the others, so that a forward not waiting for its layer's weights reads old ones "
@@ -41,6 +45,7 @@ absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
   flags.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
   flags.shm = absl::GetFlag(FLAGS_shm);
   flags.shm_doorbell = absl::GetFlag(FLAGS_shm_doorbell);
+  flags.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
   flags.debug_delay_pull_param = static_cast<int>(absl::GetFlag(FLAGS_debug_delay_pull_param));
   DType wire = FP32;
   RETURN_IF_ERROR(CheckWorkerFlags(flags, &wire));
@@ -55,6 +60,7 @@ absl::Status CheckWorkerFlags(const WorkerFlags& flags, DType* wire) {
   }
   return CheckFlagRanges(
       {{"channels_per_server", flags.channels_per_server, 1, kMaxChannelsPerServer},
+       {"debug_hold_push", flags.debug_hold_push, -1},
        {"debug_delay_pull_param", flags.debug_delay_pull_param, -1, 1 << 20}});
 }
 

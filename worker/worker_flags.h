@@ -1,7 +1,8 @@
 // The flags of a worker's parameter traffic that ps_worker and the PyTorch
 // worker (libpstrain_torch.so, worker/external) both take, defined here
 // once with their defaults and bounds: --overlap, --wire_dtype,
-// --channels_per_server, --shm, --shm_doorbell. (The member flags --
+// --channels_per_server, --shm, --shm_doorbell and the tests'
+// --debug_hold_push, --debug_delay_pull_param. (The member flags --
 // scheduler, listen, id, ... -- are common/member_daemon's; each binary
 // defines the rest itself.) A binary that links this library takes them.
 #ifndef PSTRAIN_WORKER_WORKER_FLAGS_H_
@@ -29,7 +30,9 @@ struct WorkerFlags {
   int64_t channels_per_server = 2;
   bool shm = true;               // PsClientOptions::shm
   bool shm_doorbell = true;      // PsClientOptions::shm_doorbell
-  // Tests: PsClientOptions::debug_delay_pull_param (-1: none).
+  // Tests: PsClientOptions::debug_hold_push and debug_delay_pull_param
+  // (-1: none).
+  int64_t debug_hold_push = -1;
   int debug_delay_pull_param = -1;
 };
 

@@ -42,10 +42,6 @@ ABSL_FLAG(std::string, straggler, "none",
 ABSL_FLAG(std::string, straggler_workers, "",
           "with --straggler: only these worker ids (e.g. 1,3) are slowed; empty: every worker");
 ABSL_FLAG(int64_t, straggler_seed, 1, "with --straggler: the delays' seed");
-ABSL_FLAG(int64_t, debug_hold_push, -1,
-          "tests: the push of this iteration waits 30 s before it goes, so that a worker "
-          "killed meanwhile never sends it; with --overlap, only the first layer's push "
-          "(-1: none)");
 ABSL_FLAG(bool, standalone, false,
           "train --job alone: the servers' store and optimizer in this process, no scheduler "
           "or servers (the ceiling bench/train_bench compares the cluster with; a debugging "
@@ -63,7 +59,6 @@ int main(int argc, char** argv) {
   const std::optional<int64_t> budget = pstrain::GivenFlag(FLAGS_device_memory_budget);
   pstrain::ExitOnBadFlag(pstrain::CheckFlagRanges({
       {"compute_threads", absl::GetFlag(FLAGS_compute_threads), 0, 1024},
-      {"debug_hold_push", absl::GetFlag(FLAGS_debug_hold_push), -1},
       {"device_memory_budget", budget, 1},
   }));
   for (const auto& [name, value] :
@@ -81,7 +76,6 @@ int main(int argc, char** argv) {
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
   config.recompute = absl::GetFlag(FLAGS_recompute);
   config.training.device_memory_budget = budget.value_or(0);
-  config.debug_hold_push = absl::GetFlag(FLAGS_debug_hold_push);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
   config.training.weights_out = absl::GetFlag(FLAGS_weights_out);
   absl::StatusOr<pstrain::StragglerSpec> straggler = pstrain::ParseStraggler(

@@ -191,7 +191,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFor(const WorkerConfig& config,
   topts.ps.channels_per_server = static_cast<int>(config.flags.channels_per_server);
   topts.ps.shm = config.flags.shm;
   topts.ps.shm_doorbell = config.flags.shm_doorbell;
-  topts.ps.debug_hold_push = config.debug_hold_push;
+  topts.ps.debug_hold_push = config.flags.debug_hold_push;
   topts.ps.debug_delay_pull_param = config.flags.debug_delay_pull_param;
   topts.generation = reg.generation();
   topts.start_clock = reg.start_clock();

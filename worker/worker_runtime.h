@@ -20,7 +20,6 @@ struct WorkerConfig {
   std::string compute_dtype = "fp32";  // fp32, bf16 or fp16
   std::string recompute = "none";      // none or block
   WorkerFlags flags;                   // --overlap, --wire_dtype, --channels_per_server, --shm, ...
-  int64_t debug_hold_push = -1;        // --debug_hold_push (PsClientOptions)
   std::string data_dir;                // "": the job's data.path
   // The trainer's and the clock loop's options: main fills what the
   // command line says as is (the straggler, the weights file, the device

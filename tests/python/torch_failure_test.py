@@ -223,8 +223,16 @@ class TorchFailureTest(unittest.TestCase):
         return whole[0]
 
     def test_wait_a_replacement_with_id_takes_over_a_killed_workers_rank(self):
-        with Cluster(TINY_JOB, servers=2, workers=2, name="torch_wait",
-                     scheduler_flags=COMMON_FLAGS + ["--on_worker_failure=wait"]) as cluster:
+        # With checkpoints: a kill between a clock's pushes to the two
+        # servers (or, pushing by layers, between its layers' pushes) leaves
+        # that clock applied on some chunks only, and the replacement then
+        # asks for a rollback instead of redoing it from newer weights --
+        # the path on which the weights stay bit-identical (docs/failures.md).
+        cluster = Cluster(TINY_JOB, servers=2, workers=2, name="torch_wait")
+        cluster.scheduler_flags = COMMON_FLAGS + [
+            "--on_worker_failure=wait", "--checkpoint_dir=%s" % (cluster.dir / "checkpoints"),
+            "--checkpoint_every=%d" % CHECKPOINT_EVERY]
+        with cluster:
             by_rank = self.start_workers(cluster)
             self.wait_for_fault_clock(cluster)
             self.assertEqual(cluster.kill(by_rank[1]), KILLED)
@@ -253,15 +261,33 @@ class TorchFailureTest(unittest.TestCase):
             self.assertGreaterEqual(start, FAULT_AT - 2)
             for name in (by_rank[0], "replacement"):
                 self.assertTrainedToTheEnd(cluster, name)
-            self.assertEqual(cluster.result("replacement")["steps"], CLOCKS - start)
-            order = dict(seed=SEED, train_size=TRAIN_SIZE, batch_size=BATCH_SIZE)
-            import pstrain.torch as pst
-            self.assertEqual(cluster.result("replacement")["indices"],
-                             [pst.batch_indices(c, share=1, share_of=2, **order)
-                              for c in range(start, CLOCKS)])
+            rollbacks = final.get("rollbacks", [])
+            if rollbacks:
+                self.assertRedoneFromACheckpoint(cluster, final, start)
+            else:
+                self.assertEqual(int(final.get("generation", 0)), 0, final)
+                self.assertEqual(cluster.result("replacement")["steps"], CLOCKS - start)
+                order = dict(seed=SEED, train_size=TRAIN_SIZE, batch_size=BATCH_SIZE)
+                import pstrain.torch as pst
+                self.assertEqual(cluster.result("replacement")["indices"],
+                                 [pst.batch_indices(c, share=1, share_of=2, **order)
+                                  for c in range(start, CLOCKS)])
             self.assertWeightsAsUndisturbed(cluster, [by_rank[0], "replacement"])
             print("wait: worker 1 killed, worker 0 held at %d; the replacement took id 1 at "
-                  "clock %d and finished" % (held_at, start))
+                  "clock %d and finished (%d rollbacks)" % (held_at, start, len(rollbacks)))
+
+    def assertRedoneFromACheckpoint(self, cluster, final, start):
+        """The replacement found its first clock applied on some chunks
+        only and asked for the one rollback (Rollback.redo) to a checkpoint
+        at or before it; the scripts redid the clocks rolled back."""
+        rollbacks = final["rollbacks"]
+        self.assertEqual(len(rollbacks), 1, rollbacks)
+        self.assertTrue(rollbacks[0].get("redo", False), rollbacks[0])
+        to_clock = int(rollbacks[0].get("to_clock", 0))
+        self.assertEqual(to_clock % CHECKPOINT_EVERY, 0, rollbacks[0])
+        self.assertLessEqual(to_clock, start, rollbacks[0])
+        self.assertGreater(int(rollbacks[0].get("done_unix_ms", 0)), 0, "the rollback completed")
+        self.assertGreaterEqual(cluster.result("replacement")["steps"], CLOCKS - start)
 
     def test_a_server_killed_and_replaced_rolls_back_and_the_scripts_go_on(self):
         cluster = Cluster(TINY_JOB, servers=2, workers=2, name="torch_server_restart")

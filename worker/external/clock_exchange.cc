@@ -80,9 +80,7 @@ absl::Status ClockExchange::GradsAt(int param, const float* at) {
 
 absl::Status ClockExchange::Report(int param, bool absent, const float* at) {
   absl::MutexLock lock(&mu_);
-  if (phase_ != Phase::kTaken) {
-    return absl::FailedPreconditionError("a gradient was reported outside a clock");
-  }
+  if (phase_ != Phase::kTaken) return NotUnderWay("a gradient was reported outside a clock");
   if (param < 0 || param >= num_params_) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter ", param, " outside [0, ", num_params_, ")"));
@@ -100,10 +98,18 @@ absl::Status ClockExchange::Report(int param, bool absent, const float* at) {
 
 absl::Status ClockExchange::ClockDone(const StepResult& result) {
   absl::MutexLock lock(&mu_);
-  if (phase_ != Phase::kTaken) return absl::FailedPreconditionError("no clock is under way");
+  if (phase_ != Phase::kTaken) return NotUnderWay("no clock is under way");
   result_ = result;
   phase_ = Phase::kDone;
   return absl::OkStatus();
+}
+
+absl::Status ClockExchange::NotUnderWay(absl::string_view what) const {
+  // A clock the loop gave up (the job aborted, the scheduler lost) or the
+  // caller closed: why, rather than the caller's mistake it is not.
+  if (ended_.has_value() && !ended_->ok()) return *ended_;
+  if (closed_.has_value()) return *closed_;
+  return absl::FailedPreconditionError(what);
 }
 
 void ClockExchange::Close(const absl::Status& why) {

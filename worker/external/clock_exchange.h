@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/models/model.h"
@@ -55,7 +56,10 @@ class ClockExchange {
   absl::StatusOr<std::optional<OfferedClock>> Await(absl::Duration timeout);
   // During a clock: parameter `param`'s gradient is complete.
   // FAILED_PRECONDITION outside a clock or for a parameter already reported
-  // this clock; INVALID_ARGUMENT for an unknown one.
+  // this clock; INVALID_ARGUMENT for an unknown one. A clock ended under
+  // the caller (the loop failed, or Close) answers why: the loop's error,
+  // else Close's `why` (a backward's hooks then raise JobAborted, not a
+  // misuse).
   absl::Status GradsReady(int param);
   // During a clock: parameter `param` has no gradient this clock (frozen:
   // requires_grad False, or its .grad None); it is reported as ready, and
@@ -65,7 +69,8 @@ class ClockExchange {
   // numel floats, the caller's, unchanged until the caller is told the
   // push is done), not in the model's buffer. Errors as GradsReady's.
   absl::Status GradsAt(int param, const float* at);
-  // Ends the clock taken by Await. FAILED_PRECONDITION outside a clock.
+  // Ends the clock taken by Await. FAILED_PRECONDITION outside a clock;
+  // a clock ended under the caller as GradsReady's.
   absl::Status ClockDone(const StepResult& result);
 
   // Either side: the caller goes away; RunClock returns CANCELLED with
@@ -76,6 +81,8 @@ class ClockExchange {
   enum class Phase { kIdle, kOffered, kTaken, kDone };
   // GradsReady's, GradsAbsent's and GradsAt's.
   absl::Status Report(int param, bool absent, const float* at);
+  // The answer to a call that needs a clock under way when none is.
+  absl::Status NotUnderWay(absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_params_;
   absl::Mutex mu_;

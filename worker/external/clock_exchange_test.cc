@@ -97,5 +97,22 @@ TEST(ClockExchangeTest, CloseEndsAClockTheCallerLeft) {
             absl::StatusCode::kCancelled);
 }
 
+TEST(ClockExchangeTest, ACallAfterTheClockWasClosedUnderTheCallerSaysWhy) {
+  // The job aborted while a backward ran: its later hooks and step() are
+  // told so (ABORTED, JobAborted in Python), not that they misused a clock.
+  ClockExchange exchange(2);
+  std::thread loop([&] { (void)exchange.RunClock({5, {}}, [](const std::vector<int>&, const std::vector<bool>&, const std::vector<const float*>&) {}); });
+  ASSERT_TRUE(exchange.Await(kLong).ok());
+  EXPECT_TRUE(exchange.GradsReady(0).ok());
+  exchange.Close(absl::AbortedError("the job was aborted"));
+  loop.join();
+  EXPECT_EQ(exchange.GradsReady(1).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(exchange.ClockDone(StepResult()).code(), absl::StatusCode::kAborted);
+  exchange.End(absl::AbortedError("the job was aborted: server 1 declared dead"));
+  absl::Status late = exchange.GradsAbsent(1);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(late.message(), "the job was aborted: server 1 declared dead");
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   w->ps_.channels_per_server = static_cast<int>(w->options_.flags.channels_per_server);
   w->ps_.shm = w->options_.flags.shm;
   w->ps_.shm_doorbell = w->options_.flags.shm_doorbell;
+  w->ps_.debug_hold_push = w->options_.flags.debug_hold_push;
   w->ps_.debug_delay_pull_param = w->options_.flags.debug_delay_pull_param;
   w->ps_.hyper = [self = w.get()](int64_t clock) { return self->hyper_.At(clock); };
   ExternalWorker* self = w.get();
