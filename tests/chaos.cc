@@ -200,11 +200,12 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
   auto uniform = [&rng](absl::Duration lo, absl::Duration hi) {
     return lo + (hi - lo) * std::uniform_real_distribution<double>(0, 1)(rng);
   };
-  absl::Time next = absl::Now() + uniform(o.min_gap, o.max_gap);
+  auto gap = [&rng, &o] { return std::uniform_int_distribution<int64_t>(o.min_gap, o.max_gap)(rng); };
+  int64_t next = 20 + gap();  // the slowest clock the next fault waits for
   while (cluster->running() && !cluster->Wait(absl::ZeroDuration()).ok()) {
     absl::SleepFor(absl::Milliseconds(50));
     const int64_t clock = SlowestClock(logs);
-    if (absl::Now() < next || clock < 20 || clock > o.clocks - o.quiet_tail) continue;
+    if (clock < next || clock > o.clocks - o.quiet_tail) continue;
     const auto& [kind, role] = kinds[report.faults.size() % kinds.size()];
     Fault f;
     f.kind = kind;
@@ -229,7 +230,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
     f.recovery_s = AwaitRecovery(*cluster, logs, f.clock, struck, o.replicas);
     report.faults.push_back(f);
     if (f.recovery_s < 0) break;  // stuck: stop making it worse
-    next = absl::Now() + uniform(o.min_gap, o.max_gap);
+    next = std::max<int64_t>(SlowestClock(logs), 20) + gap();
   }
   const absl::StatusOr<int> code = cluster->Wait(absl::Minutes(5));
   report.disturbed_s = absl::ToDoubleSeconds(absl::Now() - start);

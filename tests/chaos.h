@@ -25,8 +25,12 @@ struct ChaosOptions {
   int servers = 2;
   int workers = 2;
   int slowdown_ms = 15;  // each worker's --straggler=fixed:MS (a clock's length)
-  absl::Duration min_gap = absl::Seconds(2);  // after a recovery, before the next fault
-  absl::Duration max_gap = absl::Seconds(6);
+  // Clocks after a recovery before the next fault (uniform in between).
+  // Counted in clocks, not seconds, so that how many faults a job of
+  // `clocks` clocks meets does not depend on how fast the machine runs it:
+  // at least (clocks - 20 - quiet_tail) / (max_gap + a recovery's clocks).
+  int64_t min_gap = 80;
+  int64_t max_gap = 200;
   absl::Duration max_stop = absl::Seconds(4);  // SIGSTOP lasts 0.3 s .. this
   int heartbeat_timeout_ms = 2000;
   // Stop injecting once the job is this close to its end (a fault during
