@@ -68,9 +68,22 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 nproc
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 
+# cuDNN 9 for the 16-bit attention (loaded at run time): the toolkit's, else
+# the one PyTorch's wheels bring (nvidia/cudnn/lib).
+if [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+  d="$(dirname "$(find / -name 'libcudnn.so.9' -not -path '*/proc/*' 2>/dev/null | head -n1)")"
+  [ -n "$d" ] && [ "$d" != . ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+fi
+echo "libcudnn.so.9: $(find / -name 'libcudnn.so.9*' -not -path '*/proc/*' 2>/dev/null | head -n3 | tr '\n' ' ')"
+
 if has test; then
-  say "kernels/cuda_backend_test"
-  timeout 300 "$B/bin/kernels/cuda_backend_test"
+  say "kernels/cudnn_attention_test"
+  timeout 120 "$B/bin/kernels/cudnn_attention_test"
+  echo "cudnn_attention_test exit $?"
+  # Every shape cuDNN takes must run on it (issue 68), and the own kernels
+  # pass the same tests (CausalAttentionOnTheOwnKernels).
+  say "kernels/cuda_backend_test (PSTRAIN_EXPECT_CUDNN=1)"
+  PSTRAIN_EXPECT_CUDNN=1 timeout 300 "$B/bin/kernels/cuda_backend_test"
   echo "cuda_backend_test exit $?"
 fi
 
@@ -83,8 +96,13 @@ if has bench; then
       say "round $r $shape worker_bench"
       timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${s[@]}" --dtypes=fp32,bf16,fp16 \
         --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)" | tee "$DIR/bench-$r-$shape-pstrain.json"
+      if [ "$r" = 1 ]; then
+        say "round $r $shape worker_bench --attention=own (the tensor-core kernels cuDNN replaced)"
+        timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${s[@]}" --dtypes=bf16,fp16 \
+          --attention=own --steps=5 | tee "$DIR/bench-$r-$shape-pstrain-own.json"
+      fi
       say "round $r $shape torch"
-      timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,bf16 \
+      timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,bf16,fp16 \
         --attention=manual,sdpa --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)" \
         | tee "$DIR/bench-$r-$shape-torch.json"
     done
@@ -96,8 +114,8 @@ if has bench; then
 import json, statistics, sys
 d, rounds = sys.argv[1], int(sys.argv[2])
 for shape in ("SMALL", "LARGE"):
-    for dtype in ("fp32", "bf16"):
-        step, peak = [], []
+    for dtype in ("fp32", "bf16", "fp16"):
+        step, peak, path = [], [], None
         for r in range(1, rounds + 1):
             try:
                 ours = json.load(open(f"{d}/bench-{r}-{shape}-pstrain.json"))
@@ -107,13 +125,15 @@ for shape in ("SMALL", "LARGE"):
                 continue
             o = next(x for x in ours["runs"] if x["dtype"] == dtype)
             t = next(x for x in theirs["runs"] if x["dtype"] == dtype and x["attention"] == "sdpa")
+            path = o.get("attention_path")
             step.append(o["step_ms"] / t["step_ms"])
             peak.append(o["peak_device_mib"] / t["peak_device_mib"])
         if step:
             print(json.dumps({"shape": shape, "dtype": dtype, "rounds": len(step),
                               "step_over_sdpa": round(statistics.median(step), 3),
                               "step_range": [round(min(step), 3), round(max(step), 3)],
-                              "peak_memory_over_sdpa": round(statistics.median(peak), 3)}))
+                              "peak_memory_over_sdpa": round(statistics.median(peak), 3),
+                              "attention_path": path}))
 PY
 fi
 

@@ -92,7 +92,10 @@ def measure(args, dtype, attention):
     model = Gpt(args.layers, args.width, args.heads, args.context, attention).to(dev)
     tokens = torch.randint(0, 256, (args.batch, args.context), device=dev)
     targets = torch.randint(0, 256, (args.batch, args.context), device=dev)
-    ctx = (torch.autocast(dev.type, dtype=torch.bfloat16) if dtype == "bf16"
+    # bf16 and fp16: autocast, as a PyTorch user trains in them (fp16's
+    # loss scaling only multiplies the loss here: there is no optimizer step).
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
+    ctx = (torch.autocast(dev.type, dtype=half) if half is not None
            else torch.autocast(dev.type, enabled=False))
 
     def step():

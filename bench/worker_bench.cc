@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
@@ -37,6 +38,9 @@ ABSL_FLAG(int, context, 256, "tokens per sequence");
 ABSL_FLAG(int, batch, 16, "sequences per step");
 ABSL_FLAG(int, steps, 10, "timed rounds (after 2 warm-up steps); medians are quoted");
 ABSL_FLAG(std::string, dtypes, "fp32,bf16", "compute dtypes to measure");
+ABSL_FLAG(std::string, attention, "auto",
+          "the 16-bit attention's kernels: auto (cuDNN's where it loads and takes the shape) or "
+          "own (the backend's); each run's attention_path says which ran");
 ABSL_FLAG(bool, recompute, false, "recompute each block's activations in the backward");
 ABSL_FLAG(int, compute_threads, 0,
           "CPU backend: threads for the step, as ps_worker's (0: one, OpenBLAS's default "
@@ -258,6 +262,8 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
                 why.empty() ? "unknown dtype" : why.c_str(), last ? "" : ",");
     return true;
   }
+  b->SetAttentionLibrary(absl::GetFlag(FLAGS_attention) == "own" ? kernels::AttentionLibrary::kOwn
+                                                                  : kernels::AttentionLibrary::kAuto);
   GptModel model(job.model(), WholeModel(job.model()), b, absl::GetFlag(FLAGS_recompute));
   for (size_t p = 0; p < model.params().size(); ++p) {
     for (int64_t i = 0; i < model.params()[p].numel; ++i) {
@@ -291,12 +297,14 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
       "     \"step_matmul_tflops\": %.3f, \"dense_matmul_tflops_in_step\": %.3f, "
       "\"backend_gemm_tflops_same_shapes\": %.3f, \"dense_gemm_ms_per_step_alone\": %.3f, "
       "\"dense_gemm_share_of_step_paired_median\": %.3f,\n"
-      "     \"per_op_ms\": %s}%s\n",
+      "     \"attention_path\": \"%s\", \"per_op_ms\": %s}%s\n",
       name.c_str(), step_s * 1e3, Min(t->step_s) * 1e3, Max(t->step_s) * 1e3, n / step_s,
       full_s * 1e3, n / full_s, t->loss, t->peak_bytes / 1048576.0, t->pinned_bytes / 1048576.0,
       PeakRssMib(), (work.dense_flops + work.attention_flops) / step_s / 1e12,
       work.dense_flops / step_s / 1e12, work.dense_flops / gemm_s / 1e12, gemm_s * 1e3,
-      MedianRatio(t->gemm_s, t->step_s), per_op.c_str(), last ? "" : ",");
+      MedianRatio(t->gemm_s, t->step_s), absl::CEscape(b->attention_path()).c_str(),
+      per_op.c_str(),
+      last ? "" : ",");
   std::fflush(stdout);
   return true;
 }

@@ -52,6 +52,7 @@ TARGETS=(
   //bench:windowed_bench
   //bench:train_bench
   //kernels:cuda_backend_test
+  //kernels:cudnn_attention_test
 )
 TORCH_LIB=worker/external/libpstrain_torch.so
 cd "$ROOT"
@@ -118,6 +119,7 @@ pstrain bundle (made by deploy/bundle.sh).
 
   ./local_cluster.sh --bin=$PWD/bin --job=jobs/gpt_fortunes.pbtxt
   bin/kernels/cuda_backend_test            # the GPU tests
+  bin/kernels/cudnn_attention_test         # cuDNN's attention graphs (libcudnn.so.9 on the path)
   bin/bench/worker_bench                   # GPU step time, tokens/s, TFLOP/s
   bin/worker/ps_worker --help
   ./local_cluster.sh --bin=$PWD/bin --job=JOB --torch=examples/torch/SCRIPT.py

@@ -23,6 +23,11 @@ namespace kernels {
 // products always accumulate and return fp32.
 enum class Precision { kFp32, kBf16, kFp16 };
 
+// Whose attention kernels run in 16-bit precision: a well-kept library's
+// where the device has it (the CUDA backend: cuDNN's fused flash attention),
+// else the backend's own (kAuto); or the backend's own always (kOwn).
+enum class AttentionLibrary { kAuto, kOwn };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -70,6 +75,12 @@ class Backend {
   // softmax and its statistics stay fp32). False, with *why, when the device cannot compute in
   // `precision`.
   virtual bool SetPrecision(Precision precision, std::string* why) = 0;
+  // Whose attention kernels run from now on (see AttentionLibrary).
+  virtual void SetAttentionLibrary(AttentionLibrary library) { (void)library; }
+  // The kernels the last Attention and AttentionBackward ran, and where a
+  // library was asked for and not taken, why ("cudnn 9.19.0 fused flash
+  // attention", "own tensor-core kernels (cuDNN: ...)"); "" before any.
+  virtual std::string attention_path() const { return ""; }
 
   // An op's output arrays are distinct from its inputs unless it says one
   // may alias.

@@ -45,6 +45,10 @@ class OpTimer : public Backend {
   std::string error() const override { return inner_->error(); }
   int64_t peak_bytes() const override { return inner_->peak_bytes(); }
   void SetMemoryLimit(int64_t bytes) override { inner_->SetMemoryLimit(bytes); }
+  void SetAttentionLibrary(AttentionLibrary library) override {
+    inner_->SetAttentionLibrary(library);
+  }
+  std::string attention_path() const override { return inner_->attention_path(); }
   bool SetPrecision(Precision precision, std::string* why) override {
     return inner_->SetPrecision(precision, why);
   }

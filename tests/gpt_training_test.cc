@@ -71,6 +71,10 @@ TEST(GptTrainingTest, Bf16ComputeTrains) {
   const MemberStatus w = FinalWorker0(cluster);
   EXPECT_EQ(w.state(), FINISHED);
   EXPECT_EQ(w.compute_dtype(), "bf16");
+  // The Status names the attention's kernels: the CPU's own here, on a
+  // GPU cuDNN's or the CUDA backend's own.
+  EXPECT_TRUE(w.attention_path().rfind("own", 0) == 0 || w.attention_path().rfind("cudnn", 0) == 0)
+      << w.attention_path();
   const double loss = w.validation_loss();
   const double entropy = w.unigram_entropy();
   std::printf("bf16: validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss,
@@ -89,6 +93,15 @@ TEST(GptTrainingTest, ComputeDtypesTheDeviceCannotDoAreRefused) {
     EXPECT_EQ(code, 2) << out;
     EXPECT_TRUE(absl::StrContains(out, std::string("--compute_dtype=") + dtype)) << out;
   }
+}
+
+TEST(GptTrainingTest, AnAttentionLibraryNotKnownIsRefused) {
+  std::string out;
+  const int code = RunCommand({BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1",
+                               "--device=cpu", "--attention=flash9"},
+                              &out, absl::Seconds(20), "worker")
+                       .value_or(-1);
+  EXPECT_EQ(code, 2) << out;
 }
 
 int RunScheduler(const std::string& job_text, std::string* output) {

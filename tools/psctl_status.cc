@@ -50,7 +50,8 @@ void PrintMemberRow(const MemberStatus& n) {
 }
 
 // A worker's last clock: where its time went, and a pipeline stage's
-// waits and a GPT's validation loss when it has them.
+// waits, a GPT's validation loss and its attention's kernels when it has
+// them.
 void PrintWorkerClock(const MemberStatus& n) {
   std::printf(
       "          per clock: gate %.1f ms, pull %.1f ms, compute %.1f ms, push %.1f ms, %.1f "
@@ -71,6 +72,7 @@ void PrintWorkerClock(const MemberStatus& n) {
     std::printf("; validation loss %.4f (unigram entropy %.4f)", n.validation_loss(),
                 n.unigram_entropy());
   }
+  if (!n.attention_path().empty()) std::printf("; attention on %s", n.attention_path().c_str());
   std::printf("\n");
 }
 

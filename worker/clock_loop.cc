@@ -36,6 +36,7 @@ void SetLoopStatus(const ClockMetrics& m, MemberStatus* st) {
   st->set_samples_per_s(m.samples_per_s);
   st->set_test_accuracy(m.test_accuracy);
   st->set_peak_device_bytes(m.peak_device_bytes);
+  st->set_attention_path(m.attention_path);
   st->set_loss_scale(m.loss_scale);
   st->set_gate_ms(m.window.gate_ms());
   st->set_pull_ms(m.window.pull_ms());
@@ -451,6 +452,10 @@ absl::Status ClockLoop::AfterClock(const StepResult& step) {
     metrics_.clock = clock_ + 1;
     metrics_.loss = stats_.recent_loss();
     metrics_.peak_device_bytes = backend_->peak_bytes();
+    if (std::string path = backend_->attention_path(); path != metrics_.attention_path) {
+      spdlog::info("attention: {}", path);
+      metrics_.attention_path = std::move(path);
+    }
     metrics_.loss_scale = options_.training.loss_scaling ? scaler_.scale() : 1.0;
     metrics_.skipped_steps = scaler_.overflows();
     metrics_.bytes_in = params_->bytes_in();

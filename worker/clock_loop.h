@@ -142,6 +142,7 @@ struct ClockMetrics {
   int64_t shm_rings = 0;
   int64_t pushes = 0, pulls = 0;  // clocks pushed; pulls made (not reads the cache served)
   int64_t peak_device_bytes = 0;
+  std::string attention_path;  // the backend's (Status.attention_path)
   // Pipeline stages, per clock over the last window: the share of the
   // stage's time spent waiting for a neighbour, and the most micro-batches
   // whose activations it kept at once.

@@ -20,6 +20,10 @@
 ABSL_FLAG(std::string, compute_dtype, "fp32",
           "fp32, bf16 or fp16: what the matrix products take as inputs (fp32 accumulation; "
           "the servers keep fp32 master weights); fp16 adds dynamic loss scaling");
+ABSL_FLAG(std::string, attention, "auto",
+          "whose kernels the 16-bit attention runs on a CUDA device: auto (cuDNN's fused flash "
+          "attention where libcudnn.so.9 loads and takes the shape, else the backend's own) or "
+          "own (the backend's own tensor-core kernels); Status.attention_path says which ran");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
           "of keeping them (less memory)");
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
   config.device = absl::GetFlag(FLAGS_device);
   config.compute_threads = static_cast<int>(absl::GetFlag(FLAGS_compute_threads));
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
+  config.attention = absl::GetFlag(FLAGS_attention);
   config.recompute = absl::GetFlag(FLAGS_recompute);
   config.training.device_memory_budget = budget.value_or(0);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);

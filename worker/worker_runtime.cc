@@ -43,6 +43,9 @@ absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, D
   } else {
     return bad("--compute_dtype=", c.compute_dtype, ": expected fp32, bf16 or fp16");
   }
+  if (c.attention != "auto" && c.attention != "own") {
+    return bad("--attention=", c.attention, ": expected auto or own");
+  }
   if (c.training.device_memory_budget < 0) return bad("--device_memory_budget must be >= 0");
   return absl::OkStatus();
 }
@@ -57,6 +60,8 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> OpenBackend(const WorkerConfig
   if (std::string why; !backend->SetPrecision(precision, &why)) {
     return absl::InvalidArgumentError(absl::StrCat("--compute_dtype=", c.compute_dtype, ": ", why));
   }
+  backend->SetAttentionLibrary(c.attention == "own" ? kernels::AttentionLibrary::kOwn
+                                                    : kernels::AttentionLibrary::kAuto);
   spdlog::info("computing on {} in {}", note, c.compute_dtype);
   return backend;
 }

@@ -18,6 +18,7 @@ struct WorkerConfig {
   std::string device = "auto";         // auto, cpu, cuda or cuda:N
   int compute_threads = 1;             // OpenBLAS threads of the CPU backend
   std::string compute_dtype = "fp32";  // fp32, bf16 or fp16
+  std::string attention = "auto";      // 16-bit attention: auto (cuDNN where it has it) or own
   std::string recompute = "none";      // none or block
   WorkerFlags flags;                   // --overlap, --wire_dtype, --channels_per_server, --shm, ...
   std::string data_dir;                // "": the job's data.path

@@ -89,6 +89,9 @@ class CpuBackend : public Backend {
   int64_t peak_bytes() const override { return peak_; }
   void SetMemoryLimit(int64_t bytes) override { limit_ = bytes; }
 
+  std::string attention_path() const override {
+    return attention_ran_ ? "own kernels (cpu)" : "";
+  }
   bool SetPrecision(Precision precision, std::string* why) override {
     if (precision == Precision::kFp16 && !reference_) {
       // No fp16 arithmetic on the CPUs we build for; bf16 is emulated
@@ -240,6 +243,7 @@ class CpuBackend : public Backend {
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                  float* out) override {
     const cpu::AttentionShape shape{batch, seq, heads, head_dim};
+    attention_ran_ = true;
     qkv = Operand(qkv, static_cast<size_t>(batch) * seq * 3 * heads * head_dim, &round_a_);
     Split(static_cast<int64_t>(batch) * heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t bh = begin; bh < end; ++bh) {
@@ -307,6 +311,7 @@ class CpuBackend : public Backend {
 
   const bool reference_;
   Precision precision_ = Precision::kFp32;
+  bool attention_ran_ = false;
   std::vector<float> round_a_, round_b_;
   std::vector<double> row_loss_;  // SoftmaxXent's, a row each
   std::vector<int> row_right_;

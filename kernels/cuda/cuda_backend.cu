@@ -2,7 +2,8 @@
 // interface over a CudaDevice (memory, streams, fences and the sticky error;
 // device.cuh), cuBLAS for the matrix products, and the kernels of
 // elementwise.cuh, column_sums.cuh, layernorm.cuh, softmax_xent.cuh and
-// attention.cuh. Every op is queued on the device's one computation
+// attention.cuh, and in 16 bits cuDNN's attention (library_attention.cuh).
+// Every op is queued on the device's one computation
 // stream; Download and SoftmaxXent wait for it. CUDA and cuBLAS errors are
 // kept as the first error (error()) and later calls do nothing.
 #include <cublas_v2.h>
@@ -22,6 +23,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/library_attention.cuh"
 #include "kernels/cuda/softmax_xent.cuh"
 
 namespace pstrain {
@@ -229,25 +231,36 @@ class CudaBackend : public Backend {
     }
   }
 
-  // The fused kernels of attention.cuh: nothing [seq, seq] is made.
+  // In 16 bits cuDNN's fused kernels where it takes the shape
+  // (library_attention.cuh), else the fused kernels of attention.cuh:
+  // nothing [seq, seq] is kept either way.
   void Attention(int batch, int seq, int heads, int head_dim, const float* qkv, float* lse,
                  float* out) override {
     if (!device_.ok() || batch == 0 || seq == 0 || heads == 0 || !CheckHeadDim(head_dim)) return;
-    device_.Check(
-        LaunchAttention(Args(batch, seq, heads, head_dim), qkv, lse, out, device_.stream()),
-        "Attention");
+    const AttentionArgs args = Args(batch, seq, heads, head_dim);
+    attention_ran_ = true;
+    if (library_.Forward(args, qkv, lse, out) || !device_.ok()) return;
+    device_.Check(LaunchAttention(args, qkv, lse, out, device_.stream()), "Attention");
   }
 
   void AttentionBackward(int batch, int seq, int heads, int head_dim, const float* qkv,
                          const float* out, const float* lse, const float* dout,
                          float* dqkv) override {
     if (!device_.ok() || batch == 0 || seq == 0 || heads == 0 || !CheckHeadDim(head_dim)) return;
+    const AttentionArgs args = Args(batch, seq, heads, head_dim);
+    if (library_.Backward(args, qkv, out, lse, dout, dqkv) || !device_.ok()) return;
     float* delta =
         static_cast<float*>(device_.Grow(delta_, static_cast<int64_t>(batch) * heads * seq * 4));
     if (delta == nullptr) return;
-    device_.Check(LaunchAttentionBackward(Args(batch, seq, heads, head_dim), qkv, out, lse, dout,
-                                          delta, dqkv, device_.stream()),
-                  "AttentionBackward");
+    device_.Check(
+        LaunchAttentionBackward(args, qkv, out, lse, dout, delta, dqkv, device_.stream()),
+        "AttentionBackward");
+  }
+
+  void SetAttentionLibrary(AttentionLibrary library) override { library_.set_library(library); }
+  std::string attention_path() const override {
+    if (!attention_ran_) return "";
+    return precision_ == Precision::kFp32 ? "own fp32 kernels" : library_.path();
   }
 
  private:
@@ -301,8 +314,10 @@ class CudaBackend : public Backend {
   }
 
   CudaDevice device_;
+  LibraryAttention library_{&device_};
   cublasHandle_t blas_ = nullptr;
   Precision precision_ = Precision::kFp32;
+  bool attention_ran_ = false;
   Scratch row_loss_, row_right_, gemm16_, partials_;
   Scratch delta_;  // AttentionBackward's dout . out per query
   std::vector<float> host_loss_;

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <utility>
@@ -32,6 +34,18 @@ std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// A device copy of `host`, and a host copy of `d`.
+DeviceArray<float> Uploaded(Backend* backend, const std::vector<float>& host) {
+  DeviceArray<float> d(backend, static_cast<int64_t>(host.size()));
+  d.Upload(host.data());
+  return d;
+}
+std::vector<float> Downloaded(const DeviceArray<float>& d) {
+  std::vector<float> host(d.size());
+  d.Download(host.data());
+  return host;
 }
 
 const char* PrecisionName(Precision p) {
@@ -61,16 +75,8 @@ class CudaBackendTest : public ::testing::TestWithParam<Precision> {
   bool sixteen_bit() const { return GetParam() != Precision::kFp32; }
 
   // A device copy of `host`.
-  DeviceArray<float> Up(const std::vector<float>& host) {
-    DeviceArray<float> d(gpu_.get(), static_cast<int64_t>(host.size()));
-    d.Upload(host.data());
-    return d;
-  }
-  std::vector<float> Down(const DeviceArray<float>& d) {
-    std::vector<float> host(d.size());
-    d.Download(host.data());
-    return host;
-  }
+  DeviceArray<float> Up(const std::vector<float>& host) { return Uploaded(gpu_.get(), host); }
+  std::vector<float> Down(const DeviceArray<float>& d) { return Downloaded(d); }
   static void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                           double tol = kTol, double eps = kEps) {
     ASSERT_EQ(got.size(), want.size());
@@ -223,8 +229,18 @@ TEST_P(CudaBackendTest, LayerNormAndGelu) {
 // rounding where the products take 16 bits), across head sizes that fill
 // each of the kernels' tile widths (32, 64, 128) and ones that pad them,
 // sequences of one tile, several, and ragged ones.
-TEST_P(CudaBackendTest, CausalAttention) {
+// Attention against the reference with `library`'s kernels: in 16 bits on
+// a CUDA device kAuto takes cuDNN's where it loads and takes the shape
+// (heads of a multiple of 8 up to 128), kOwn the backend's own. With
+// PSTRAIN_EXPECT_CUDNN=1 (bench/gpu_proof.sh, on a machine whose cuDNN
+// must be taken) every shape cuDNN takes must have run on it.
+void CausalAttentionCase(Backend* gpu, Precision precision, AttentionLibrary library) {
   std::mt19937 rng(7);
+  gpu->SetAttentionLibrary(library);
+  const bool expect_cudnn = library == AttentionLibrary::kAuto &&
+                            precision != Precision::kFp32 && std::string(gpu->name()) == "cuda" &&
+                            std::getenv("PSTRAIN_EXPECT_CUDNN") != nullptr &&
+                            std::string(std::getenv("PSTRAIN_EXPECT_CUDNN")) == "1";
   struct Shape {
     int batch, seq, heads, head_dim;
   };
@@ -233,9 +249,9 @@ TEST_P(CudaBackendTest, CausalAttention) {
   // round each tile's weights before the running sum divides them, the
   // definition after). The share: twice the unit roundoff, or fp32's
   // summation orders.
-  const double rel = GetParam() == Precision::kBf16   ? 2.0 / 256
-                     : GetParam() == Precision::kFp16 ? 2.0 / 2048
-                                                      : kEps / 10;
+  const double rel = precision == Precision::kBf16   ? 2.0 / 256
+                     : precision == Precision::kFp16 ? 2.0 / 2048
+                                                     : kEps / 10;
   auto expect_close = [](const char* what, const std::vector<float>& got,
                          const std::vector<float>& want, double rel) {
     ASSERT_EQ(got.size(), want.size());
@@ -253,26 +269,45 @@ TEST_P(CudaBackendTest, CausalAttention) {
     const std::vector<float> qkv = Random(s.batch * s.seq * 3 * c, rng, 2.0f),
                              dout = Random(s.batch * s.seq * c, rng);
     std::vector<float> lse(s.batch * s.heads * s.seq), out(s.batch * s.seq * c), dqkv(qkv.size());
-    DeviceArray<float> gqkv = Up(qkv), gdout = Up(dout), glse(gpu_.get(), lse.size()),
-                       gout(gpu_.get(), out.size()), gdqkv(gpu_.get(), dqkv.size());
-    ReferenceAttention(GetParam(), s.batch, s.seq, s.heads, s.head_dim, qkv.data(), lse.data(),
+    DeviceArray<float> gqkv = Uploaded(gpu, qkv), gdout = Uploaded(gpu, dout), glse(gpu, lse.size()),
+                       gout(gpu, out.size()), gdqkv(gpu, dqkv.size());
+    ReferenceAttention(precision, s.batch, s.seq, s.heads, s.head_dim, qkv.data(), lse.data(),
                        out.data());
-    ReferenceAttentionBackward(GetParam(), s.batch, s.seq, s.heads, s.head_dim, qkv.data(),
+    ReferenceAttentionBackward(precision, s.batch, s.seq, s.heads, s.head_dim, qkv.data(),
                                dout.data(), dqkv.data());
-    gpu_->Attention(s.batch, s.seq, s.heads, s.head_dim, gqkv.data(), glse.data(), gout.data());
-    gpu_->AttentionBackward(s.batch, s.seq, s.heads, s.head_dim, gqkv.data(), gout.data(),
+    gpu->Attention(s.batch, s.seq, s.heads, s.head_dim, gqkv.data(), glse.data(), gout.data());
+    gpu->AttentionBackward(s.batch, s.seq, s.heads, s.head_dim, gqkv.data(), gout.data(),
                             glse.data(), gdout.data(), gdqkv.data());
-    expect_close("lse", Down(glse), lse, 1e-6);  // fp32 statistics in every precision
-    expect_close("out", Down(gout), out, rel);
-    expect_close("dqkv", Down(gdqkv), dqkv, rel);
-    if (sixteen_bit()) {
+    const std::string path = gpu->attention_path();
+    std::printf("%s, %d x %d, %d heads of %d: %s\n", PrecisionName(precision), s.batch, s.seq,
+                s.heads, s.head_dim, path.c_str());
+    if (library == AttentionLibrary::kOwn || precision == Precision::kFp32) {
+      EXPECT_EQ(path.rfind("own", 0), 0u) << path;
+    } else if (expect_cudnn && s.head_dim % 8 == 0) {
+      EXPECT_EQ(path.rfind("cudnn", 0), 0u) << path;
+    }
+    // fp32 statistics in every precision; cuDNN's exponentials and
+    // logarithms are the fast approximations (a few ulps).
+    expect_close("lse", Downloaded(glse), lse, path.rfind("cudnn", 0) == 0 ? 1e-5 : 1e-6);
+    expect_close("out", Downloaded(gout), out, rel);
+    expect_close("dqkv", Downloaded(gdqkv), dqkv, rel);
+    if (precision != Precision::kFp32) {
       // And the rounding happened: fp32 attention gives other values.
       std::vector<float> out32(out.size());
       ReferenceAttention(Precision::kFp32, s.batch, s.seq, s.heads, s.head_dim, qkv.data(),
                          lse.data(), out32.data());
-      EXPECT_NE(out32, Down(gout));
+      EXPECT_NE(out32, Downloaded(gout));
     }
   }
+}
+
+
+TEST_P(CudaBackendTest, CausalAttention) {
+  CausalAttentionCase(gpu_.get(), GetParam(), AttentionLibrary::kAuto);
+}
+
+TEST_P(CudaBackendTest, CausalAttentionOnTheOwnKernels) {
+  CausalAttentionCase(gpu_.get(), GetParam(), AttentionLibrary::kOwn);
 }
 
 // The device refuses heads wider than its kernels' tiles with an error,

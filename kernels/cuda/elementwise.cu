@@ -51,6 +51,14 @@ __global__ void ToHalfKernel(int64_t n, const float* x, __half* y) {
   PSTRAIN_GRID_STRIDE(i, n) { y[i] = __float2half_rn(x[i]); }
 }
 
+__global__ void FromBf16Kernel(int64_t n, const __nv_bfloat16* x, float* y) {
+  PSTRAIN_GRID_STRIDE(i, n) { y[i] = __bfloat162float(x[i]); }
+}
+
+__global__ void FromHalfKernel(int64_t n, const __half* x, float* y) {
+  PSTRAIN_GRID_STRIDE(i, n) { y[i] = __half2float(x[i]); }
+}
+
 __global__ void EmbeddingKernel(int64_t n, int dim, const int32_t* ids, const float* table,
                                 float* out, bool accumulate) {
   PSTRAIN_GRID_STRIDE(i, n) {

@@ -1,7 +1,8 @@
 // The CUDA backend's elementwise kernels: bias, activations, scaling,
-// rounding to 16 bits and the embedding's gather and scatter-add. Each runs
-// a grid-stride loop over its n elements (launch with Blocks(n) blocks of
-// kThreads). The ops' contracts are Backend's (kernels/backend.h). nvcc only.
+// rounding to 16 bits and widening back, and the embedding's gather and
+// scatter-add. Each runs a grid-stride loop over its n elements (launch
+// with Blocks(n) blocks of kThreads). The ops' contracts are Backend's
+// (kernels/backend.h). nvcc only.
 #ifndef PSTRAIN_KERNELS_CUDA_ELEMENTWISE_CUH_
 #define PSTRAIN_KERNELS_CUDA_ELEMENTWISE_CUH_
 
@@ -24,6 +25,9 @@ __global__ void AxpyKernel(int64_t n, float alpha, const float* x, float* y);
 // x rounded to nearest even into 16 bits.
 __global__ void ToBf16Kernel(int64_t n, const float* x, __nv_bfloat16* y);
 __global__ void ToHalfKernel(int64_t n, const float* x, __half* y);
+// x widened to fp32 (exactly).
+__global__ void FromBf16Kernel(int64_t n, const __nv_bfloat16* x, float* y);
+__global__ void FromHalfKernel(int64_t n, const __half* x, float* y);
 // out[i] (=, or += when accumulate) table[ids[i / dim], i % dim] (n = rows * dim).
 __global__ void EmbeddingKernel(int64_t n, int dim, const int32_t* ids, const float* table,
                                 float* out, bool accumulate);
