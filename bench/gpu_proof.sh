@@ -7,10 +7,12 @@
 # repository root:
 #
 #   bench/gpu_proof.sh [--bundle=dist/pstrain-bundle.tar.gz] [--out=DIR]
-#                      [--rounds=3] [--parts=test,bench,cluster,window,pipeline,train,torch,wheel]
+#                      [--rounds=3] [--parts=test,sweep,bench,cluster,window,pipeline,train,torch,wheel]
 #                      [--wheel=dist/pstrain-VERSION-py3-none-linux_x86_64.whl]
 #
-# window: bench/windowed_bench (a GPT under --device_memory_budget next to the
+# sweep: bench/attention_sweep (every attention variant, cuDNN's and the own
+# kernels in each dtype, checked against the definition and timed beside a
+# cuBLAS GEMM of the same size, with ptxas's spills); window: bench/windowed_bench (a GPT under --device_memory_budget next to the
 # same step resident) and a GPU cluster with and without a budget; pipeline:
 # stage workers on the GPU, next to the same job unpipelined; train:
 # bench/train_bench on gpt_fortunes_gpu with GPU workers (alone, 1+1 BSP,
@@ -32,7 +34,7 @@ set -uo pipefail
 BUNDLE=dist/pstrain-bundle.tar.gz
 DIR="${OUT:-/tmp/gpu-proof}"
 ROUNDS=3
-PARTS=test,bench,cluster
+PARTS=test,sweep,bench,cluster
 WHEEL="$(ls dist/pstrain-*.whl 2>/dev/null | tail -n1)"
 for arg in "$@"; do
   case "$arg" in
@@ -85,6 +87,12 @@ if has test; then
   say "kernels/cuda_backend_test (PSTRAIN_EXPECT_CUDNN=1)"
   PSTRAIN_EXPECT_CUDNN=1 timeout 300 "$B/bin/kernels/cuda_backend_test"
   echo "cuda_backend_test exit $?"
+fi
+
+if has sweep; then
+  say "bench/attention_sweep"
+  timeout 300 "$B/bin/bench/attention_sweep" --device=cuda --reps=10 | tee "$DIR/attention-sweep.json"
+  echo "attention_sweep exit $?"
 fi
 
 SMALL=(--layers=6 --width=384 --heads=6 --context=256 --batch=16)

@@ -49,6 +49,7 @@ TARGETS=(
   //bench:transport_bench
   //bench:optimizer_bench
   //bench:worker_bench
+  //bench:attention_sweep
   //bench:windowed_bench
   //bench:train_bench
   //kernels:cuda_backend_test
@@ -121,6 +122,7 @@ pstrain bundle (made by deploy/bundle.sh).
   bin/kernels/cuda_backend_test            # the GPU tests
   bin/kernels/cudnn_attention_test         # cuDNN's attention graphs (libcudnn.so.9 on the path)
   bin/bench/worker_bench                   # GPU step time, tokens/s, TFLOP/s
+  bin/bench/attention_sweep                # every attention variant, checked and timed
   bin/worker/ps_worker --help
   ./local_cluster.sh --bin=$PWD/bin --job=JOB --torch=examples/torch/SCRIPT.py
                                            # PyTorch workers (python3 with torch)
