@@ -102,7 +102,7 @@ if has bench; then
     for shape in SMALL LARGE; do
       declare -n s="$shape"
       say "round $r $shape worker_bench"
-      timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${s[@]}" --dtypes=fp32,bf16,fp16 \
+      timeout 300 "$B/bin/bench/worker_bench" --device=cuda "${s[@]}" --dtypes=fp32,tf32,bf16,fp16 \
         --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)" | tee "$DIR/bench-$r-$shape-pstrain.json"
       if [ "$r" = 1 ]; then
         say "round $r $shape worker_bench --attention=own (the tensor-core kernels cuDNN replaced)"
@@ -110,7 +110,7 @@ if has bench; then
           --attention=own --steps=5 | tee "$DIR/bench-$r-$shape-pstrain-own.json"
       fi
       say "round $r $shape torch"
-      timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,bf16,fp16 \
+      timeout 300 python3 "$ROOT/bench/torch_gpt_step.py" "${s[@]}" --dtypes=fp32,tf32,bf16,fp16 \
         --attention=manual,sdpa --steps="$([ "$shape" = SMALL ] && echo 10 || echo 5)" \
         | tee "$DIR/bench-$r-$shape-torch.json"
     done
@@ -122,7 +122,7 @@ if has bench; then
 import json, statistics, sys
 d, rounds = sys.argv[1], int(sys.argv[2])
 for shape in ("SMALL", "LARGE"):
-    for dtype in ("fp32", "bf16", "fp16"):
+    for dtype in ("fp32", "tf32", "bf16", "fp16"):
         step, peak, path = [], [], None
         for r in range(1, rounds + 1):
             try:

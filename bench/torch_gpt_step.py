@@ -95,6 +95,10 @@ def measure(args, dtype, attention):
     # bf16 and fp16: autocast, as a PyTorch user trains in them (fp16's
     # loss scaling only multiplies the loss here: there is no optimizer step).
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
+    # tf32: fp32 whose matrix products (and cuDNN's) may use TF32 tensor
+    # cores, as allow_tf32 says (off by default in PyTorch, as in pstrain).
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    torch.backends.cudnn.allow_tf32 = dtype == "tf32"
     ctx = (torch.autocast(dev.type, dtype=half) if half is not None
            else torch.autocast(dev.type, enabled=False))
 

@@ -37,7 +37,8 @@ ABSL_FLAG(int, heads, 6, "attention heads");
 ABSL_FLAG(int, context, 256, "tokens per sequence");
 ABSL_FLAG(int, batch, 16, "sequences per step");
 ABSL_FLAG(int, steps, 10, "timed rounds (after 2 warm-up steps); medians are quoted");
-ABSL_FLAG(std::string, dtypes, "fp32,bf16", "compute dtypes to measure");
+ABSL_FLAG(std::string, dtypes, "fp32,bf16",
+          "compute dtypes to measure: fp32, tf32 (fp32, products on TF32 tensor cores), bf16, fp16");
 ABSL_FLAG(std::string, attention, "auto",
           "the 16-bit attention's kernels: auto (cuDNN's where it loads and takes the shape) or "
           "own (the backend's); each run's attention_path says which ran");
@@ -257,7 +258,9 @@ bool RunDtype(const JobSpec& job, const std::string& name, const Batch& batch, c
   kernels::OpTimer timer(backend->get());  // off until PerOp
   kernels::Backend* b = &timer;
   std::string why;
-  if ((name != "fp32" && name != "bf16" && name != "fp16") || !b->SetPrecision(precision, &why)) {
+  // tf32: fp32 whose products run on TF32 tensor cores (ps_worker --tf32).
+  const bool known = name == "fp32" || name == "tf32" || name == "bf16" || name == "fp16";
+  if (!known || !b->SetPrecision(precision, &why) || !b->AllowTf32(name == "tf32", &why)) {
     std::printf("    {\"dtype\": \"%s\", \"skipped\": \"%s\"}%s\n", name.c_str(),
                 why.empty() ? "unknown dtype" : why.c_str(), last ? "" : ",");
     return true;

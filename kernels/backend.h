@@ -75,6 +75,16 @@ class Backend {
   // softmax and its statistics stay fp32). False, with *why, when the device cannot compute in
   // `precision`.
   virtual bool SetPrecision(Precision precision, std::string* why) = 0;
+  // Whether fp32 matrix products (Gemm in kFp32) may run on TF32 tensor
+  // cores, their inputs rounded to 10-bit mantissas with fp32
+  // accumulation, as PyTorch's torch.backends.cuda.matmul.allow_tf32 (off
+  // by default there and here). The attention's products stay fp32. False,
+  // with *why, where the device has no TF32.
+  virtual bool AllowTf32(bool allow, std::string* why) {
+    if (!allow) return true;
+    *why = std::string("the ") + name() + " backend has no TF32 tensor cores";
+    return false;
+  }
   // Whose attention kernels run from now on (see AttentionLibrary).
   virtual void SetAttentionLibrary(AttentionLibrary library) { (void)library; }
   // The kernels the last Attention and AttentionBackward ran, and where a

@@ -45,6 +45,7 @@ class OpTimer : public Backend {
   std::string error() const override { return inner_->error(); }
   int64_t peak_bytes() const override { return inner_->peak_bytes(); }
   void SetMemoryLimit(int64_t bytes) override { inner_->SetMemoryLimit(bytes); }
+  bool AllowTf32(bool allow, std::string* why) override { return inner_->AllowTf32(allow, why); }
   void SetAttentionLibrary(AttentionLibrary library) override {
     inner_->SetAttentionLibrary(library);
   }

@@ -95,13 +95,19 @@ TEST(GptTrainingTest, ComputeDtypesTheDeviceCannotDoAreRefused) {
   }
 }
 
-TEST(GptTrainingTest, AnAttentionLibraryNotKnownIsRefused) {
-  std::string out;
-  const int code = RunCommand({BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1",
-                               "--device=cpu", "--attention=flash9"},
-                              &out, absl::Seconds(20), "worker")
-                       .value_or(-1);
-  EXPECT_EQ(code, 2) << out;
+// An attention library not known, TF32 on a CPU (it has no TF32 tensor
+// cores) and TF32 beside a 16-bit dtype: exit 2 before joining.
+TEST(GptTrainingTest, AttentionAndTf32FlagsTheWorkerCannotHonourAreRefused) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--attention=flash9"}, {"--tf32"},
+        {"--tf32", "--compute_dtype=bf16"}}) {
+    std::vector<std::string> argv = {BinaryPath("worker/ps_worker"), "--scheduler=127.0.0.1:1",
+                                      "--device=cpu"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::string out;
+    const int code = RunCommand(argv, &out, absl::Seconds(20), "worker").value_or(-1);
+    EXPECT_EQ(code, 2) << flags.back() << ": " << out;
+  }
 }
 
 int RunScheduler(const std::string& job_text, std::string* output) {

@@ -24,6 +24,11 @@ ABSL_FLAG(std::string, attention, "auto",
           "whose kernels the 16-bit attention runs on a CUDA device: auto (cuDNN's fused flash "
           "attention where libcudnn.so.9 loads and takes the shape, else the backend's own) or "
           "own (the backend's own tensor-core kernels); Status.attention_path says which ran");
+ABSL_FLAG(bool, tf32, false,
+          "with --compute_dtype=fp32 on a CUDA device of compute capability 8.0 or later: the "
+          "matrix products (cuBLAS) on TF32 tensor cores, inputs rounded to 10-bit mantissas, "
+          "fp32 accumulation (PyTorch's torch.backends.cuda.matmul.allow_tf32); off by default, "
+          "as there; the attention stays fp32; Status.tf32 says it");
 ABSL_FLAG(std::string, recompute, "none",
           "none, or block: a GPT recomputes each block's activations in the backward instead "
           "of keeping them (less memory)");
@@ -79,6 +84,7 @@ int main(int argc, char** argv) {
   config.compute_threads = static_cast<int>(absl::GetFlag(FLAGS_compute_threads));
   config.compute_dtype = absl::GetFlag(FLAGS_compute_dtype);
   config.attention = absl::GetFlag(FLAGS_attention);
+  config.tf32 = absl::GetFlag(FLAGS_tf32);
   config.recompute = absl::GetFlag(FLAGS_recompute);
   config.training.device_memory_budget = budget.value_or(0);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);

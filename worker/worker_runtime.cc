@@ -43,6 +43,9 @@ absl::Status CheckConfig(const WorkerConfig& c, kernels::Precision* precision, D
   } else {
     return bad("--compute_dtype=", c.compute_dtype, ": expected fp32, bf16 or fp16");
   }
+  if (c.tf32 && c.compute_dtype != "fp32") {
+    return bad("--tf32 is for --compute_dtype=fp32, not ", c.compute_dtype);
+  }
   if (c.attention != "auto" && c.attention != "own") {
     return bad("--attention=", c.attention, ": expected auto or own");
   }
@@ -60,9 +63,13 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> OpenBackend(const WorkerConfig
   if (std::string why; !backend->SetPrecision(precision, &why)) {
     return absl::InvalidArgumentError(absl::StrCat("--compute_dtype=", c.compute_dtype, ": ", why));
   }
+  if (std::string why; !backend->AllowTf32(c.tf32, &why)) {
+    return absl::InvalidArgumentError(absl::StrCat("--tf32: ", why));
+  }
   backend->SetAttentionLibrary(c.attention == "own" ? kernels::AttentionLibrary::kOwn
                                                     : kernels::AttentionLibrary::kAuto);
-  spdlog::info("computing on {} in {}", note, c.compute_dtype);
+  spdlog::info("computing on {} in {}{}", note, c.compute_dtype,
+               c.tf32 ? " (products on TF32 tensor cores)" : "");
   return backend;
 }
 
@@ -144,6 +151,7 @@ MemberStatus WorkerMember::Status() {
   st.set_id(id_);
   if (daemon_ != nullptr) st.set_address(daemon_->address());
   st.set_compute_dtype(config_.compute_dtype);
+  st.set_tf32(config_.tf32);
   if (st.state() == MEMBER_STATE_UNSPECIFIED) st.set_state(RUNNING);
   return st;
 }

@@ -19,6 +19,7 @@ struct WorkerConfig {
   int compute_threads = 1;             // OpenBLAS threads of the CPU backend
   std::string compute_dtype = "fp32";  // fp32, bf16 or fp16
   std::string attention = "auto";      // 16-bit attention: auto (cuDNN where it has it) or own
+  bool tf32 = false;                   // fp32 products on TF32 tensor cores
   std::string recompute = "none";      // none or block
   WorkerFlags flags;                   // --overlap, --wire_dtype, --channels_per_server, --shm, ...
   std::string data_dir;                // "": the job's data.path

@@ -83,21 +83,18 @@ class CudaBackend : public Backend {
   bool Reached(int64_t fence) override { return device_.Reached(fence); }
 
   bool SetPrecision(Precision precision, std::string* why) override {
-    if (precision == Precision::kBf16) {
-      int major = 0;
-      if (!device_.Check(
-              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.device()),
-              "cudaDeviceGetAttribute")) {
-        *why = device_.error();
-        return false;
-      }
-      if (major < 8) {
-        *why = "CUDA device " + std::to_string(device_.device()) + " (compute capability " +
-               std::to_string(major) + ".x) cannot compute in bf16 (needs 8.0 or later)";
-        return false;
-      }
-    }
+    if (precision == Precision::kBf16 && !ComputeCapabilityAtLeast8("bf16", why)) return false;
     precision_ = precision;
+    return true;
+  }
+
+  bool AllowTf32(bool allow, std::string* why) override {
+    if (allow && !ComputeCapabilityAtLeast8("TF32", why)) return false;
+    const cublasMath_t mode = allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    if (!CheckBlas(cublasSetMathMode(blas_, mode), "cublasSetMathMode")) {
+      *why = device_.error();
+      return false;
+    }
     return true;
   }
 
@@ -265,6 +262,22 @@ class CudaBackend : public Backend {
 
  private:
   using Scratch = CudaDevice::Scratch;
+
+  // Whether the device is of compute capability 8.0 or later (Ampere), as
+  // `what` needs; else false and *why.
+  bool ComputeCapabilityAtLeast8(const char* what, std::string* why) {
+    int major = 0;
+    if (!device_.Check(
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.device()),
+            "cudaDeviceGetAttribute")) {
+      *why = device_.error();
+      return false;
+    }
+    if (major >= 8) return true;
+    *why = "CUDA device " + std::to_string(device_.device()) + " (compute capability " +
+           std::to_string(major) + ".x) cannot compute in " + what + " (needs 8.0 or later)";
+    return false;
+  }
 
   bool CheckBlas(cublasStatus_t s, const char* what) {
     if (s == CUBLAS_STATUS_SUCCESS) return true;

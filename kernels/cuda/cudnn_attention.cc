@@ -12,8 +12,9 @@
 //             dK = dS^T Q; dQ = dS K
 //
 // The backward writes dQ straight from its product (the front end's
-// deterministic form) and only engines without a non-determinism note are
-// taken, so a run's bits are the same every time.
+// deterministic form on Hopper), engines without a non-determinism note
+// are preferred, and the backend compares two runs' bits before it trains
+// on them (library_attention.cu).
 #include "kernels/cuda/cudnn_attention.h"
 
 #include <cudnn_graph.h>
@@ -222,10 +223,13 @@ class GraphBuilder {
     AddOp(op, "reshape operation");
   }
 
-  // The graph's execution plan: the heuristics' configurations in their
-  // order, the first that finalizes (without a non-determinism note when
-  // `deterministic`). Null and error() when none does.
-  std::unique_ptr<CudnnAttention::Plan> Build(bool deterministic);
+  // The graph's execution plan: the first configuration that finalizes,
+  // heuristics A's before the fallback list's and, in each, those without
+  // a non-determinism note first (the backward is made deterministic by
+  // its form: dQ straight from its product, as cuDNN's front end does on
+  // Hopper, so a noted engine may still be; the backend checks the bits).
+  // Null and error() when none does.
+  std::unique_ptr<CudnnAttention::Plan> Build();
 
  private:
   Desc* New(cudnnBackendDescriptorType_t type) {
@@ -285,6 +289,7 @@ struct CudnnAttention::Plan {
   std::vector<std::unique_ptr<Desc>> keep;
   std::unique_ptr<Desc> plan;
   int64_t workspace = 0;
+  bool noted_nondeterministic = false;  // its engine carries that note
 };
 
 // A shape's two plans and the scalars their variant packs point at.
@@ -295,84 +300,112 @@ struct CudnnAttention::Plans {
 
 namespace {
 
-// Whether engine configuration `config` is free of a non-determinism note.
-bool Deterministic(const Api* api, cudnnBackendDescriptor_t config, std::string* error) {
-  Desc engine(api, CUDNN_BACKEND_ENGINE_DESCRIPTOR, error);
-  if (engine.get() == nullptr) return false;
+// Whether engine configuration `config` carries a non-determinism note
+// (one that cannot be read counts as noted).
+bool NotedNondeterministic(const Api* api, cudnnBackendDescriptor_t config) {
+  std::string error;
+  Desc engine(api, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &error);
+  if (engine.get() == nullptr) return true;
   int64_t count = 0;
   if (api->GetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                         &count, engine.address()) != CUDNN_STATUS_SUCCESS) {
-    return false;
+    return true;
   }
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   if (api->GetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count,
                         notes) != CUDNN_STATUS_SUCCESS) {
-    return false;
+    return true;
   }
   for (int64_t i = 0; i < count; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
   }
-  return true;
+  return false;
 }
 
-std::unique_ptr<CudnnAttention::Plan> GraphBuilder::Build(bool deterministic) {
+// The engine configurations heuristics `mode` offers for `graph`, in its
+// order (none when it offers none or fails).
+std::vector<std::unique_ptr<Desc>> Configs(const Api* api, cudnnBackendDescriptor_t graph,
+                                           cudnnBackendHeurMode_t mode, std::string* why) {
+  std::string error;
+  Desc heuristics(api, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &error);
+  cudnnStatus_t s = heuristics.get() == nullptr ? CUDNN_STATUS_ALLOC_FAILED
+                                                : CUDNN_STATUS_SUCCESS;
+  if (s == CUDNN_STATUS_SUCCESS) {
+    s = api->SetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  }
+  if (s == CUDNN_STATUS_SUCCESS) {
+    s = api->SetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
+                          &mode);
+  }
+  if (s == CUDNN_STATUS_SUCCESS) s = api->Finalize(heuristics.get());
+  int64_t count = 0;
+  if (s == CUDNN_STATUS_SUCCESS) {
+    s = api->GetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
+  }
+  std::vector<std::unique_ptr<Desc>> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; s == CUDNN_STATUS_SUCCESS && i < count; ++i) {
+    configs.push_back(std::make_unique<Desc>(api, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &error));
+    raw.push_back(configs.back()->get());
+  }
+  if (s == CUDNN_STATUS_SUCCESS && error.empty() && count > 0) {
+    s = api->GetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data());
+    configs.resize(static_cast<size_t>(count));
+  }
+  if (s != CUDNN_STATUS_SUCCESS || !error.empty()) {
+    *why = !error.empty() ? error : api->Why("engine heuristics", s);
+    configs.clear();
+  }
+  return configs;
+}
+
+std::unique_ptr<CudnnAttention::Plan> GraphBuilder::Build() {
   Desc* graph = New(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   Set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
       static_cast<int64_t>(ops_.size()), ops_.data());
   Set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
   Finalize(graph, "operation graph");
-  Desc* heuristics = New(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  SetDesc(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph->get());
-  Set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  Finalize(heuristics, "engine heuristics");
   if (!error_.empty()) return nullptr;
-  int64_t count = 0;
-  cudnnStatus_t s = api_->GetAttribute(heuristics->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
-  if (s != CUDNN_STATUS_SUCCESS) {
-    error_ = api_->Why("engine heuristics' results", s);
-    return nullptr;
-  }
-  std::vector<std::unique_ptr<Desc>> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.push_back(std::make_unique<Desc>(api_, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &error_));
-    raw.push_back(configs.back()->get());
-  }
-  if (!error_.empty()) return nullptr;
-  s = api_->GetAttribute(heuristics->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data());
-  if (s != CUDNN_STATUS_SUCCESS) {
-    error_ = api_->Why("engine heuristics' results", s);
-    return nullptr;
-  }
   std::string last = "the heuristics offered no engine";
-  for (int64_t i = 0; i < count; ++i) {
-    if (deterministic && !Deterministic(api_, raw[i], &error_)) {
-      last = "no deterministic engine";
-      continue;
+  // Heuristics A's configurations, then the fallback list's; in each,
+  // those without a non-determinism note first.
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    std::vector<std::unique_ptr<Desc>> configs = Configs(api_, graph->get(), mode, &last);
+    std::vector<std::pair<bool, Desc*>> order;  // (noted, config)
+    for (auto& c : configs) order.push_back({NotedNondeterministic(api_, c->get()), c.get()});
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (const auto& [noted, config] : order) {
+      auto plan = std::make_unique<Desc>(api_, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &error_);
+      if (!error_.empty()) return nullptr;
+      cudnnBackendDescriptor_t raw = config->get();
+      cudnnStatus_t s = api_->SetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                                           CUDNN_TYPE_HANDLE, 1, &handle_);
+      if (s == CUDNN_STATUS_SUCCESS) {
+        s = api_->SetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+      }
+      if (s == CUDNN_STATUS_SUCCESS) s = api_->Finalize(plan->get());
+      auto out = std::make_unique<CudnnAttention::Plan>();
+      int64_t got = 0;
+      if (s == CUDNN_STATUS_SUCCESS) {
+        s = api_->GetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                               CUDNN_TYPE_INT64, 1, &got, &out->workspace);
+      }
+      if (s != CUDNN_STATUS_SUCCESS) {
+        last = api_->Why("execution plan", s);
+        continue;
+      }
+      out->noted_nondeterministic = noted;
+      out->plan = std::move(plan);
+      out->keep = std::move(keep_);
+      for (auto& c : configs) out->keep.push_back(std::move(c));
+      return out;
     }
-    auto plan = std::make_unique<Desc>(api_, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &error_);
-    if (!error_.empty()) return nullptr;
-    api_->SetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                       &handle_);
-    api_->SetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i]);
-    s = api_->Finalize(plan->get());
-    if (s != CUDNN_STATUS_SUCCESS) {
-      last = api_->Why("execution plan", s);
-      continue;
-    }
-    auto out = std::make_unique<CudnnAttention::Plan>();
-    int64_t got = 0;
-    api_->GetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                       &got, &out->workspace);
-    out->plan = std::move(plan);
-    out->keep = std::move(keep_);
-    for (auto& c : configs) out->keep.push_back(std::move(c));
-    return out;
   }
   error_ = last;
   return nullptr;
@@ -502,24 +535,54 @@ bool Execute(const Api* api, cudnnHandle_t handle, const CudnnAttention::Plan& p
     return false;
   }
   const int64_t n = static_cast<int64_t>(uids.size());
+  const char* step = "the variant pack's ids";
   cudnnStatus_t s =
       api->SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n,
                         uids.data());
   if (s == CUDNN_STATUS_SUCCESS) {
+    step = "the variant pack's pointers";
     s = api->SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
                           n, pointers.data());
   }
   if (s == CUDNN_STATUS_SUCCESS) {
+    step = "the variant pack's workspace";
     s = api->SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
                           &workspace);
   }
-  if (s == CUDNN_STATUS_SUCCESS) s = api->Finalize(pack.get());
-  if (s == CUDNN_STATUS_SUCCESS) s = api->Execute(handle, plan.plan->get(), pack.get());
+  if (s == CUDNN_STATUS_SUCCESS) {
+    step = "the variant pack";
+    s = api->Finalize(pack.get());
+  }
+  if (s == CUDNN_STATUS_SUCCESS) {
+    step = "cudnnBackendExecute";
+    s = api->Execute(handle, plan.plan->get(), pack.get());
+  }
   if (s != CUDNN_STATUS_SUCCESS) {
-    *why = api->Why("cudnnBackendExecute", s);
+    *why = api->Why(step, s);
     return false;
   }
   return true;
+}
+
+// The deterministic backward keeps its dP in the workspace, 2 bytes per
+// score: quadratic in seq. Past this, the own kernels (linear in seq) run.
+constexpr int64_t kMaxWorkspaceBytes = int64_t{256} << 20;
+
+// Why cuDNN `version` cannot take shape `s`, as cuDNN's front end knows
+// it; "" when it can.
+std::string Unsupported(const CudnnShape& s, size_t version) {
+  // Every operand 16-byte aligned; the fused kernels' head sizes.
+  if (s.head_dim % 8 != 0 || s.head_dim > 128) {
+    return "head_dim " + std::to_string(s.head_dim) + " is not a multiple of 8 up to 128";
+  }
+  if (s.seq < 2) return "a sequence of one token";
+  if (version == 91000 || version == 91001) return "the front end refuses SDPA on 9.10.0 and 9.10.1";
+  // Up to 9.15.0 the backward is wrong unless a padding mask is added
+  // (the front end adds one); that graph is not built here.
+  if (version <= 91500 && s.seq % 128 != 0) {
+    return "up to 9.15.0 the backward needs seq a multiple of 128";
+  }
+  return "";
 }
 
 // The element at `offset` 16-bit values past `p`.
@@ -609,12 +672,7 @@ bool CudnnAttention::Prepare(const CudnnShape& s, std::string* why) {
     *why = refused->second;
     return false;
   }
-  // cuDNN's fused kernels take head sizes that are multiples of 8 up to
-  // 128 (every operand 16-byte aligned).
-  std::string error;
-  if (s.head_dim % 8 != 0 || s.head_dim > 128) {
-    error = "head_dim " + std::to_string(s.head_dim) + " is not a multiple of 8 up to 128";
-  }
+  std::string error = Unsupported(s, api_->GetVersion());
   auto plans = std::make_unique<Plans>();
   plans->scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   // Before 9.10 the backend's mask wants the lowest float, not -inf.
@@ -624,14 +682,18 @@ bool CudnnAttention::Prepare(const CudnnShape& s, std::string* why) {
   if (error.empty()) {
     GraphBuilder g(api_.get(), handle, io);
     BuildForward(g, s);
-    plans->forward = g.Build(/*deterministic=*/true);
+    plans->forward = g.Build();
     if (plans->forward == nullptr) error = "forward: " + g.error();
   }
   if (error.empty()) {
     GraphBuilder g(api_.get(), handle, io);
     BuildBackward(g, s);
-    plans->backward = g.Build(/*deterministic=*/true);
+    plans->backward = g.Build();
     if (plans->backward == nullptr) error = "backward: " + g.error();
+  }
+  if (error.empty() && plans->backward->workspace > kMaxWorkspaceBytes) {
+    error = "its backward's workspace, " + std::to_string(plans->backward->workspace >> 20) +
+            " MiB, is over the " + std::to_string(kMaxWorkspaceBytes >> 20) + " MiB cap";
   }
   if (!error.empty()) {
     *why = "cuDNN " + version_ + " refuses batch " + std::to_string(s.batch) + ", seq " +

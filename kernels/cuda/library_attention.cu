@@ -78,8 +78,12 @@ bool LibraryAttention::Backward(const AttentionArgs& a, const float* qkv, const 
     Own(why);
     return false;
   }
+  const bool first = backward_checked_.insert(s).second;
+  if (first && !Reproducible(s, qkv16, out16, dout16, lse, delta, dqkv16, workspace)) {
+    return false;
+  }
   if (!From16(s, dqkv16, rows * 3 * c, dqkv)) return false;
-  if (backward_checked_.insert(s).second) {
+  if (first) {
     float* want = static_cast<float*>(device_->Grow(check_, (rows * 3 * c + Queries(a)) * 4));
     if (want == nullptr) return false;
     if (!device_->Check(LaunchAttentionBackward(a, qkv, out, lse, dout, want + rows * 3 * c,
@@ -93,6 +97,46 @@ bool LibraryAttention::Backward(const AttentionArgs& a, const float* qkv, const 
   return true;
 }
 
+bool LibraryAttention::Reproducible(const CudnnShape& s, const void* qkv16, const void* out16,
+                                    const void* dout16, const float* lse, float* delta,
+                                    const void* dqkv16, void* workspace) {
+  const int64_t bytes = int64_t{s.batch} * s.seq * 3 * s.heads * s.head_dim * 2;
+  void* again = device_->Grow(again_, bytes);
+  if (again == nullptr) return false;
+  std::string why;
+  if (!cudnn_->Backward(s, qkv16, out16, dout16, lse, delta, again, workspace, &why)) {
+    wrong_[s] = why;
+    Own(why);
+    return false;
+  }
+  std::vector<char> first(static_cast<size_t>(bytes)), second(static_cast<size_t>(bytes));
+  device_->Download(dqkv16, bytes, first.data());
+  device_->Download(again, bytes, second.data());
+  if (!device_->ok()) return false;
+  if (first == second) return true;
+  wrong_[s] = "cuDNN " + cudnn_->version() + "'s backward gave other bits on a second run";
+  Own(wrong_[s]);
+  return false;
+}
+
+// Why cuDNN's graphs here do not suit the device ("" when they do): they
+// are the front end's for Ampere and Hopper; on Blackwell its
+// deterministic backward takes a fixed engine and knobs not built here.
+std::string LibraryAttention::UnsuitedDevice() {
+  int major = 0, minor = 0;
+  if (!device_->Check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                             device_->device()),
+                      "cudaDeviceGetAttribute") ||
+      !device_->Check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                                             device_->device()),
+                      "cudaDeviceGetAttribute")) {
+    return device_->error();
+  }
+  if (major == 8 || major == 9) return "";
+  return "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+         ": its graphs here are for 8.x and 9.x";
+}
+
 bool LibraryAttention::Ready(const CudnnShape& s) {
   if (library_ == AttentionLibrary::kOwn) {
     Own("--attention=own");
@@ -100,9 +144,13 @@ bool LibraryAttention::Ready(const CudnnShape& s) {
   }
   if (!tried_) {
     tried_ = true;
+    unavailable_ = UnsuitedDevice();
     // cuDNN's handle belongs to the thread's current device.
-    if (!device_->Check(cudaSetDevice(device_->device()), "cudaSetDevice")) return false;
-    cudnn_ = CudnnAttention::Open(static_cast<void*>(device_->stream()), &unavailable_);
+    if (unavailable_.empty() &&
+        device_->Check(cudaSetDevice(device_->device()), "cudaSetDevice")) {
+      cudnn_ = CudnnAttention::Open(static_cast<void*>(device_->stream()), &unavailable_);
+    }
+    if (!device_->ok()) return false;
   }
   if (cudnn_ == nullptr) {
     Own("cuDNN: " + unavailable_);

@@ -6,7 +6,9 @@
 // (a library whose graphs compute something else is caught before it
 // trains anything). Where cuDNN is missing, refuses the shape or differs,
 // the calls answer false and the backend runs its own kernels; path() says
-// which ran and why. nvcc only.
+// which ran and why. The first backward of a shape also runs twice: bits
+// that differ put the shape on the own kernels too (the job's bits must
+// not depend on the run). nvcc only.
 #ifndef PSTRAIN_KERNELS_CUDA_LIBRARY_ATTENTION_CUH_
 #define PSTRAIN_KERNELS_CUDA_LIBRARY_ATTENTION_CUH_
 
@@ -52,6 +54,12 @@ class LibraryAttention {
   // when they differ past 16-bit rounding.
   bool Agrees(const CudnnShape& s, const char* what, const float* got, const float* want,
               int64_t n);
+  // The shape's backward run again into scratch: true when its bits are
+  // dqkv16's; else the shape is marked wrong.
+  bool Reproducible(const CudnnShape& s, const void* qkv16, const void* out16,
+                    const void* dout16, const float* lse, float* delta, const void* dqkv16,
+                    void* workspace);
+  std::string UnsuitedDevice();
   void Own(const std::string& why);
 
   CudaDevice* const device_;
@@ -62,7 +70,7 @@ class LibraryAttention {
   std::set<CudnnShape> forward_checked_, backward_checked_;
   std::map<CudnnShape, std::string> wrong_;
   std::string path_;
-  Scratch qkv16_, out16_, dout16_, dqkv16_, workspace_, delta_, check_;
+  Scratch qkv16_, out16_, dout16_, dqkv16_, workspace_, delta_, check_, again_;
 };
 
 }  // namespace kernels
