@@ -10,11 +10,15 @@
 // heads*head_dim] x [heads*head_dim, seq], which has the causal forward's
 // flops (the backward has 2.5 times them). ptxas's report of the kernels
 // (registers, spills; made at build time with -Xptxas -v) comes with it,
-// and a variant whose own kernels spill says so. Prints JSON, and the
-// table on stderr.
+// and a variant whose own kernels spill says so. Then the GPTs' dense
+// products in each way a step could take them (bench/gemm_variants.h: fp32,
+// TF32, rounded then 16-bit, 16-bit in and out, cuBLAS's own
+// down-conversion), timed with CUDA events: what 16-bit activations would
+// gain. Prints JSON, and the tables on stderr.
 //
 //   attention_sweep [--device=cuda] [--shapes=16:256:6:64,8:1024:12:64]
-//                   [--variants=cudnn-bf16,own-bf16,...] [--reps=10]
+//                   [--variants=cudnn-bf16,own-bf16,...] [--gemm=384:4096]
+//                   [--reps=10]
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/gemm_variants.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/reference_attention.h"
@@ -48,6 +53,9 @@ ABSL_FLAG(std::string, shapes, "16:256:6:64,8:1024:12:64,8:1024:24:32,8:1024:6:1
           "small and large GPT)");
 ABSL_FLAG(std::string, variants, "cudnn-bf16,own-bf16,cudnn-fp16,own-fp16,own-fp32",
           "LIBRARY-DTYPE: cudnn (the backend's choice, cuDNN where it takes the shape) or own");
+ABSL_FLAG(std::string, gemm, "384:4096,768:8192",
+          "width:rows of the GPTs whose dense products are timed in each variant "
+          "(bench/gemm_variants.h; the defaults: gpu_proof's small and large GPT); '' for none");
 ABSL_FLAG(int, reps, 10, "timed repetitions per measurement (after 2 warm-ups)");
 
 namespace pstrain {
@@ -250,6 +258,37 @@ std::string Row(const Variant& v, const Shape& s, uint32_t seed, std::string* ta
       absl::CEscape(path), absl::CEscape(checked_path), absl::CEscape(b->error()));
 }
 
+// The dense products of a GPT of width c over `rows` tokens (the forward's
+// qkv, proj, fc, mlp_proj and head) in every variant, bf16 and fp16, on
+// CUDA device `device`: JSON rows, and the table on stderr.
+std::vector<std::string> GemmRows(int device, int c, int rows) {
+  struct Product {
+    const char* name;
+    int n, k;
+  };
+  const Product products[] = {
+      {"qkv", 3 * c, c}, {"proj", c, c}, {"fc", 4 * c, c}, {"mlp_proj", c, 4 * c}, {"head", 256, c}};
+  std::vector<std::string> out;
+  for (const bool bf16 : {true, false}) {
+    for (const Product& p : products) {
+      std::string line = absl::StrFormat("gemm %-8s %5d x %5d x %5d %s:", p.name, rows, p.n, p.k,
+                                         bf16 ? "bf16" : "fp16");
+      for (const GemmVariantTime& t :
+           TimeGemmVariants(device, rows, p.n, p.k, bf16, absl::GetFlag(FLAGS_reps))) {
+        line += t.error.empty() ? absl::StrFormat("  %s %.3f ms", t.variant, t.ms)
+                                : absl::StrFormat("  %s -", t.variant);
+        out.push_back(absl::StrFormat(
+            "{\"product\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"dtype\": \"%s\", "
+            "\"variant\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, \"error\": \"%s\"}",
+            p.name, rows, p.n, p.k, bf16 ? "bf16" : "fp16", t.variant, t.ms, t.tflops,
+            absl::CEscape(t.error)));
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+  }
+  return out;
+}
+
 int Run() {
   std::vector<Shape> shapes;
   const std::vector<std::string> shape_texts = absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',');
@@ -281,6 +320,19 @@ int Run() {
                         : f[1] == "fp16" ? Precision::kFp16
                                          : Precision::kFp32});
   }
+  std::vector<std::pair<int, int>> gpts;  // (width, rows) of --gemm
+  const std::vector<std::string> gemm_texts =
+      absl::StrSplit(absl::GetFlag(FLAGS_gemm), ',', absl::SkipEmpty());
+  for (const std::string& gpt : gemm_texts) {
+    int c = 0, tokens = 0;
+    const std::vector<std::string> f = absl::StrSplit(gpt, ':');
+    if (f.size() != 2 || !absl::SimpleAtoi(f[0], &c) || !absl::SimpleAtoi(f[1], &tokens) ||
+        c <= 0 || tokens <= 0) {
+      std::fprintf(stderr, "attention_sweep: --gemm: '%s' is not width:rows\n", gpt.c_str());
+      return 2;
+    }
+    gpts.push_back({c, tokens});
+  }
   std::string note;
   {
     auto opened = OpenDevice(absl::GetFlag(FLAGS_device), 1, &note);
@@ -299,9 +351,20 @@ int Run() {
       table.clear();
     }
   }
+  std::vector<std::string> gemm_rows;
+  if (note.rfind("cpu", 0) != 0) {
+    int index = 0;
+    const std::string device = absl::GetFlag(FLAGS_device);
+    if (device.rfind("cuda:", 0) == 0) (void)absl::SimpleAtoi(device.substr(5), &index);
+    for (const auto& [c, tokens] : gpts) {
+      for (std::string& r : GemmRows(index, c, tokens)) gemm_rows.push_back(std::move(r));
+    }
+  }
   std::printf(
-      "{\"bench\": \"attention_sweep\", \"device\": \"%s\", \"reps\": %d,\n \"rows\": [\n  %s\n ]}\n",
-      absl::CEscape(note).c_str(), absl::GetFlag(FLAGS_reps), absl::StrJoin(rows, ",\n  ").c_str());
+      "{\"bench\": \"attention_sweep\", \"device\": \"%s\", \"reps\": %d,\n \"rows\": [\n  %s\n ],\n"
+      " \"gemm_rows\": [\n  %s\n ]}\n",
+      absl::CEscape(note).c_str(), absl::GetFlag(FLAGS_reps), absl::StrJoin(rows, ",\n  ").c_str(),
+      absl::StrJoin(gemm_rows, ",\n  ").c_str());
   return 0;
 }
 
