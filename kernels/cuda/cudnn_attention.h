@@ -5,17 +5,17 @@
 // query's log-sum-exp of its scaled scores, the backward recomputes the
 // weights from it, so neither keeps a [seq, seq] array between the two.
 //
-// libcudnn.so.9 is loaded at run time (dlopen, found as the CUDA libraries
-// are: the bundle's lib/, $LD_LIBRARY_PATH, the toolkit's lib64), so a
-// build or a machine without it still runs: Open says why not, and the
-// backend keeps its own kernels. Each shape's two graphs are built once and
+// libcudnn.so.9 is loaded at run time (cudnn_backend_api.h: dlopen, found
+// as the CUDA libraries are: the bundle's lib/, $LD_LIBRARY_PATH, the
+// toolkit's lib64), so a build or a machine without it still runs: Open
+// says why not, and the backend keeps its own kernels. Each shape's two graphs are built once and
 // their execution plans kept; a shape cuDNN refuses says why, once.
 //
 // The operands are 16-bit arrays in the backend's layout: qkv [batch*seq,
 // 3*heads*head_dim] (each token's query, key and value side by side, head h
 // at h*head_dim of each), out and dout [batch*seq, heads*head_dim], lse and
 // delta [batch, heads, seq] fp32. Host code; its .cc is built against
-// cudnn_graph.h, this header needs no CUDA header.
+// cuDNN's headers, this header needs none.
 #ifndef PSTRAIN_KERNELS_CUDA_CUDNN_ATTENTION_H_
 #define PSTRAIN_KERNELS_CUDA_CUDNN_ATTENTION_H_
 
@@ -27,6 +27,8 @@
 
 namespace pstrain {
 namespace kernels {
+
+struct CudnnApi;
 
 struct CudnnShape {
   int batch = 0, seq = 0, heads = 0, head_dim = 0;
@@ -68,15 +70,12 @@ class CudnnAttention {
   bool Backward(const CudnnShape& s, const void* qkv, const void* out, const void* dout,
                 const float* lse, float* delta, void* dqkv, void* workspace, std::string* why);
 
-  struct Api;   // the library's entry points (cudnn_attention.cc)
-  struct Plan;  // one graph's execution plan and what it holds on to
-
  private:
-  struct Plans;
-  CudnnAttention(std::unique_ptr<Api> api, void* handle, std::string version,
+  struct Plans;  // a shape's forward and backward plans
+  CudnnAttention(std::unique_ptr<CudnnApi> api, void* handle, std::string version,
                  std::string library);
 
-  std::unique_ptr<Api> api_;
+  std::unique_ptr<CudnnApi> api_;  // cudnn_backend_api.h
   void* handle_;  // cudnnHandle_t
   std::string version_, library_;
   std::map<CudnnShape, std::unique_ptr<Plans>> plans_;
