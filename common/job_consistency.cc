@@ -75,4 +75,20 @@ ConsistencyChange ConsistencySchedule::Latest() const {
   return changes_.empty() ? base_ : changes_.back();
 }
 
+absl::Status CheckConsistencyChange(Consistency consistency, int64_t staleness) {
+  if (consistency != BSP && consistency != SSP && consistency != ASP) {
+    return absl::InvalidArgumentError("consistency: expected BSP, SSP or ASP");
+  }
+  if (consistency == SSP ? staleness < 0 : staleness != 0) {
+    return absl::InvalidArgumentError(
+        "staleness " + std::to_string(staleness) + ": SSP takes a bound >= 0, BSP and ASP none");
+  }
+  return absl::OkStatus();
+}
+
+bool ConsistencyIsFixed(const JobSpec& job) {
+  const bool bsp = job.consistency() == BSP || job.consistency() == CONSISTENCY_UNSPECIFIED;
+  return job.pipeline_stages() > 1 || (bsp && job.optimizer().clip_norm() > 0);
+}
+
 }  // namespace pstrain

@@ -1,7 +1,9 @@
 // The consistency rules of a job (DESIGN.md "Clocks and consistency"):
 // the bound s of the gate and the read guarantee, the least clock a read
 // for an iteration must see, the sparse tables' mode, and the modes of a
-// running job as psctl set-consistency changes them.
+// running job as psctl set-consistency changes them, and which modes a
+// running job may change to (CheckConsistencyChange, ConsistencyIsFixed:
+// the one place both the job's plan and psctl's request are checked).
 //
 // Each rule is decided in one function: EffectiveStaleness(consistency,
 // staleness) for the bound, MinClockForRead(clock, staleness) for the read
@@ -14,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "proto/job.pb.h"
 
 namespace pstrain {
@@ -42,6 +45,15 @@ int64_t MinClockForRead(int64_t clock, int64_t staleness);
 // rows for iteration `clock` under it (with the job's staleness).
 Consistency TableConsistency(const JobSpec& job);
 int64_t TableMinClockForRead(const JobSpec& job, int64_t clock);
+
+// Whether a change to `consistency` with SSP's bound `staleness` is one a
+// job can take: BSP, SSP or ASP; SSP with a staleness >= 0, BSP and ASP
+// with none. InvalidArgument naming the rule otherwise.
+absl::Status CheckConsistencyChange(Consistency consistency, int64_t staleness);
+// Whether the job keeps the consistency it starts with (no plan, no psctl
+// set-consistency): a pipelined job, and a BSP job with clip_norm (its
+// clipping needs every worker's norm each round).
+bool ConsistencyIsFixed(const JobSpec& job);
 
 // The consistency of each iteration of a running job: the spec's, then each
 // change (the job's consistency_plan, then psctl set-consistency's) from

@@ -104,5 +104,29 @@ TEST(JobConsistencyTest, EveryPathAgrees) {
   }
 }
 
+// The rules a change of mode meets, whether the job's plan or psctl asks.
+TEST(JobConsistencyTest, ChangesAreToAModeWithItsStaleness) {
+  EXPECT_TRUE(CheckConsistencyChange(SSP, 0).ok());
+  EXPECT_TRUE(CheckConsistencyChange(SSP, 3).ok());
+  EXPECT_TRUE(CheckConsistencyChange(BSP, 0).ok());
+  EXPECT_TRUE(CheckConsistencyChange(ASP, 0).ok());
+  EXPECT_EQ(CheckConsistencyChange(SSP, -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckConsistencyChange(BSP, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckConsistencyChange(ASP, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckConsistencyChange(CONSISTENCY_UNSPECIFIED, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JobConsistencyTest, PipelinesAndClippedBspKeepTheirMode) {
+  JobSpec job = Job(BSP, 0);
+  EXPECT_FALSE(ConsistencyIsFixed(job));
+  job.mutable_optimizer()->set_clip_norm(1.0);
+  EXPECT_TRUE(ConsistencyIsFixed(job));
+  job.set_consistency(SSP);  // SSP clips per push: its mode may change
+  EXPECT_FALSE(ConsistencyIsFixed(job));
+  job.set_pipeline_stages(2);
+  EXPECT_TRUE(ConsistencyIsFixed(job));
+}
+
 }  // namespace
 }  // namespace pstrain

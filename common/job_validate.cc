@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grad_codec.h"
+#include "common/job_consistency.h"
 #include "common/job_optimizer.h"
 #include "common/job_sizes.h"
 #include "common/job_validate_model.h"
@@ -66,11 +67,8 @@ absl::Status ValidateConsistencyPlan(const JobSpec& job) {
     const std::string at = absl::StrCat("consistency_plan at clock ", c.clock(), ": ");
     if (c.clock() <= last) return SpecError(at, "clocks must ascend from 1");
     last = c.clock();
-    if (c.consistency() != BSP && c.consistency() != SSP && c.consistency() != ASP) {
-      return SpecError(at, "expected BSP, SSP or ASP");
-    }
-    if (c.consistency() == SSP ? c.staleness() < 0 : c.staleness() != 0) {
-      return SpecError(at, "SSP takes a staleness >= 0, BSP and ASP none");
+    if (absl::Status s = CheckConsistencyChange(c.consistency(), c.staleness()); !s.ok()) {
+      return SpecError(at, s.message());
     }
     if (c.unix_ms() != 0) return SpecError(at, "unix_ms is the scheduler's to set");
   }
@@ -78,7 +76,7 @@ absl::Status ValidateConsistencyPlan(const JobSpec& job) {
   if (job.consistency() != BSP && job.consistency() != CONSISTENCY_UNSPECIFIED) {
     return SpecError("a consistency_plan needs a job that starts under BSP (consistency: BSP)");
   }
-  if (job.pipeline_stages() > 1 || job.optimizer().clip_norm() > 0) {
+  if (ConsistencyIsFixed(job)) {
     return SpecError(
         "pipelined jobs and BSP jobs with clip_norm keep their consistency: "
         "no consistency_plan");

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_consistency.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 namespace {
@@ -54,20 +56,13 @@ absl::StatusOr<int64_t> OperatorControl::AskCheckpoint(ControlAction action, int
 absl::StatusOr<int64_t> OperatorControl::ChangeConsistency(const ControlRequest& req,
                                                            int64_t fastest, absl::Time now) {
   const Consistency mode = req.consistency();
-  if (mode != BSP && mode != SSP && mode != ASP) {
-    return absl::InvalidArgumentError("consistency: expected BSP, SSP or ASP");
-  }
-  if (mode == SSP ? req.staleness() < 0 : req.staleness() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("staleness ", req.staleness(), ": SSP takes a bound >= 0, BSP and ASP none"));
-  }
+  RETURN_IF_ERROR(CheckConsistencyChange(mode, req.staleness()));
   if (mode == BSP && job_.consistency() != BSP) {
     return absl::FailedPreconditionError(
         "a job started under SSP or ASP cannot go to BSP: its servers keep no round sums "
         "(start it under BSP to switch freely)");
   }
-  if (job_.pipeline_stages() > 1 ||
-      (job_.consistency() == BSP && job_.optimizer().clip_norm() > 0)) {
+  if (ConsistencyIsFixed(job_)) {
     return absl::FailedPreconditionError(
         "pipelined jobs and BSP jobs with clip_norm keep the consistency they started with");
   }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -99,6 +100,26 @@ struct PsClientOptions {
   // Compressed pulls (compression.pulls; fp32 on the wire): the views this
   // worker holds, which outlive the client; null: dense pulls.
   std::shared_ptr<HeldViews> held_views;
+
+  // These options as one generation's client takes them (the one place the
+  // built-in and the PyTorch workers make them): `abandon` ends its waits;
+  // `final_read` is the last read of the weights, which must be exact (fp32
+  // on the wire, no held views); with the job's standby copies
+  // (`job_replicas` > 0) its calls follow `routes`.
+  PsClientOptions ForGeneration(int64_t generation_of, bool final_read,
+                                std::function<bool()> abandon_when, int job_replicas,
+                                std::function<ServerRoutes()> routes_now) const {
+    PsClientOptions o = *this;
+    o.generation = generation_of;
+    o.abandon = std::move(abandon_when);
+    if (final_read) {
+      o.held_views = nullptr;
+      o.wire_dtype = FP32;
+    }
+    o.replicas = job_replicas;
+    if (job_replicas > 0) o.routes = std::move(routes_now);
+    return o;
+  }
 };
 
 inline constexpr absl::Duration kHoldPush = absl::Seconds(30);

@@ -221,15 +221,11 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   auto make_params = [&](const ClusterView& cluster, int64_t generation, bool fp32,
                          std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
     if (alone != nullptr) return alone->Client();
-    PsClientOptions o = options_.ps;
-    o.generation = generation;
-    o.abandon = std::move(abandon);
-    if (fp32) o.held_views = nullptr;  // the final read: the weights exactly
-    if (fp32) o.wire_dtype = FP32;
+    PsClientOptions o =
+        options_.ps.ForGeneration(generation, fp32, std::move(abandon), job.replicas(),
+                                  [client = scheduler_] { return client->routes(); });
     o.first_param = model->stage().first_param;
     o.end_param = model->stage().end_param;
-    o.replicas = job.replicas();
-    if (job.replicas() > 0) o.routes = [client = scheduler_] { return client->routes(); };
     return std::make_unique<AsyncPsClient>(cluster, &partition, worker_id, o);
   };
   ClockLoop loop(lo, gate.get(), make_params, this, model.get(), backend_);

@@ -207,14 +207,10 @@ void ExternalWorker::RunLoop() {
       absl::MutexLock lock(&servers_mu_);
       servers_ = std::move(servers);
     }
-    PsClientOptions o = ps_;
-    o.generation = generation;
-    o.abandon = std::move(abandon);
-    if (fp32) o.held_views = nullptr;  // the final read: the weights exactly
-    if (fp32) o.wire_dtype = FP32;
-    o.replicas = job_.replicas();
-    if (o.replicas > 0) o.routes = [client = &daemon_->client()] { return client->routes(); };
-    return std::make_unique<AsyncPsClient>(cluster, &*partition_, id_, o);
+    return std::make_unique<AsyncPsClient>(
+        cluster, &*partition_, id_,
+        ps_.ForGeneration(generation, fp32, std::move(abandon), job_.replicas(),
+                          [client = &daemon_->client()] { return client->routes(); }));
   };
   ClockLoop loop(LoopOptions(), &gate, make_params, data_.get(), model_.get(), backend_.get());
   {
