@@ -52,6 +52,8 @@ constexpr int kMaxControlMessageBytes = 4 << 20;
 
 absl::Status FromGrpc(const grpc::Status& status);
 grpc::Status ToGrpc(const absl::Status& status);
+// INVALID_ARGUMENT with `message`: a request's own fault.
+grpc::Status InvalidArgument(const std::string& message);
 
 // A client context with a deadline `timeout` from now.
 std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout);

@@ -16,10 +16,6 @@
 namespace pstrain {
 namespace {
 
-grpc::Status Invalid(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
 // Bytes of a chunk's payload in a pull's reply of `dtype`.
 int64_t PayloadBytes(const ChunkStore& store, int32_t chunk, DType dtype) {
   return store.ChunkNumel(chunk) * DTypeSize(dtype);
@@ -44,12 +40,12 @@ ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
 // name any, or a chunk named twice (with a payload too).
 grpc::Status TakeAbsent(const PushHeader& h, ChunkStore::PushRequest* push) {
   if (h.without_gradient.empty()) return grpc::Status::OK;
-  if (h.initial_values) return Invalid("push: initial values name chunks without a gradient");
+  if (h.initial_values) return InvalidArgument("push: initial values name chunks without a gradient");
   std::vector<int32_t> named = h.without_gradient;
   for (const ChunkStore::PushRequest::Part& part : push->parts) named.push_back(part.chunk);
   std::sort(named.begin(), named.end());
   if (const auto twice = std::adjacent_find(named.begin(), named.end()); twice != named.end()) {
-    return Invalid(absl::StrCat("push: chunk ", *twice, " is named twice"));
+    return InvalidArgument(absl::StrCat("push: chunk ", *twice, " is named twice"));
   }
   for (int32_t chunk : h.without_gradient) {
     ChunkStore::PushRequest::Part part;
@@ -87,7 +83,7 @@ grpc::Status ChunkRequests::Segment(uint64_t id, std::shared_ptr<ShmSegment>* se
 
 grpc::Status ChunkRequests::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   OpenShmRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("open_shm: the request is not an OpenShmRequest");
+  if (!ParseSmall(raw, &req)) return InvalidArgument("open_shm: the request is not an OpenShmRequest");
   if (shm_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "shared memory is turned off on this server (--shm=off)");
@@ -110,7 +106,7 @@ grpc::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compre
                                          std::vector<PayloadRef>* chunks) const {
   for (PayloadRef& c : *chunks) {
     if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
-      return Invalid(absl::StrCat(
+      return InvalidArgument(absl::StrCat(
           "push: chunk ", c.chunk,
           c.bytes != 0 ? " has a payload in a shared-memory push" : " is not this server's"));
     }
@@ -129,12 +125,12 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   PushHeader h;
   std::vector<PayloadRef> chunks;
   if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
-  if (!DType_IsValid(h.dtype)) return Invalid(absl::StrCat("push: unknown dtype ", h.dtype));
+  if (!DType_IsValid(h.dtype)) return InvalidArgument(absl::StrCat("push: unknown dtype ", h.dtype));
   const int width = DTypeSize(h.dtype);
   ChunkStore::PushRequest push = PushRequestOf(h);
   if (!h.hyper.empty()) {
     auto hyper = std::make_shared<OptimizerSpec>();
-    if (!hyper->ParseFromString(h.hyper)) return Invalid("push: malformed hyperparameters");
+    if (!hyper->ParseFromString(h.hyper)) return InvalidArgument("push: malformed hyperparameters");
     push.hyper = std::move(hyper);
   }
   CompressedPush compressed;
@@ -143,12 +139,12 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
     return ToGrpc(st);
   }
   if (compressed.active() && h.initial_values) {
-    return Invalid("push: initial values go dense, not compressed");
+    return InvalidArgument("push: initial values go dense, not compressed");
   }
   if (h.checkpoint_clock > 0 && on_checkpoint_asked_) on_checkpoint_asked_(h.checkpoint_clock);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (bell_segment != 0 && h.shm_segment != bell_segment) {
-    return Invalid("push: a frame on a segment's socket names another segment");
+    return InvalidArgument("push: a frame on a segment's socket names another segment");
   }
   if (h.shm_segment != 0) {
     if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
@@ -246,7 +242,7 @@ grpc::Status ChunkRequests::TakeParts(const PayloadSource& source,
       if (!st.ok()) return ToGrpc(st);
       push->parts.push_back({c.chunk, numel, static_cast<int64_t>(c.bytes)});
     } else if (c.bytes % width != 0) {
-      return Invalid(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
+      return InvalidArgument(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
                                   DTypeName(source.dtype), " values"));
     } else {
       push->parts.push_back(
@@ -364,27 +360,27 @@ grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* 
   // and a compressed pull a view of each: 10 more.
   const size_t limit = 64 + 26 * s.chunk_ids().size();
   if (raw.Length() > limit) {
-    return Invalid(absl::StrCat("pull: a request of ", raw.Length(), " bytes for a server of ",
+    return InvalidArgument(absl::StrCat("pull: a request of ", raw.Length(), " bytes for a server of ",
                                 s.chunk_ids().size(), " chunks"));
   }
-  if (!ParseSmall(raw, req)) return Invalid("pull: malformed request");
+  if (!ParseSmall(raw, req)) return InvalidArgument("pull: malformed request");
   if (!DType_IsValid(req->dtype())) {
-    return Invalid(absl::StrCat("pull: unknown dtype ", req->dtype()));
+    return InvalidArgument(absl::StrCat("pull: unknown dtype ", req->dtype()));
   }
-  if (req->chunks_size() == 0) return Invalid("pull: no chunks");
+  if (req->chunks_size() == 0) return InvalidArgument("pull: no chunks");
   if (req->held_size() > 0 &&
       (views_ == nullptr || req->held_size() != req->chunks_size() || req->dtype() != FP32)) {
-    return Invalid(views_ == nullptr ? "pull: views in a job without compressed pulls"
+    return InvalidArgument(views_ == nullptr ? "pull: views in a job without compressed pulls"
                                      : "pull: a view for each chunk, and fp32, or none");
   }
   if (req->worker_id() < 0 || req->worker_id() >= s.num_workers()) {
-    return Invalid(absl::StrCat("pull: unknown worker ", req->worker_id()));
+    return InvalidArgument(absl::StrCat("pull: unknown worker ", req->worker_id()));
   }
   if (req->clock() < 0 || req->clock() > total_clocks) {
-    return Invalid(absl::StrCat("pull: clock ", req->clock(), " outside [0, ", total_clocks, "]"));
+    return InvalidArgument(absl::StrCat("pull: clock ", req->clock(), " outside [0, ", total_clocks, "]"));
   }
   if (req->min_clock() < 0 || req->min_clock() > total_clocks) {
-    return Invalid(
+    return InvalidArgument(
         absl::StrCat("pull: min_clock ", req->min_clock(), " outside [0, ", total_clocks, "]"));
   }
   for (int32_t chunk : req->chunks()) {
@@ -396,14 +392,14 @@ grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* 
   std::vector<int32_t> ids(req->chunks().begin(), req->chunks().end());
   std::sort(ids.begin(), ids.end());
   if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
-    return Invalid("pull: a chunk is named twice");
+    return InvalidArgument("pull: a chunk is named twice");
   }
   return grpc::Status::OK;
 }
 
 grpc::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   ReadStateRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("read state: the request is not a ReadStateRequest");
+  if (!ParseSmall(raw, &req)) return InvalidArgument("read state: the request is not a ReadStateRequest");
   if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
     return ToGrpc(st);
   }
@@ -420,7 +416,7 @@ grpc::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuf
 
 grpc::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   WriteStateRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("write state: the request is not a WriteStateRequest");
+  if (!ParseSmall(raw, &req)) return InvalidArgument("write state: the request is not a WriteStateRequest");
   if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
     return ToGrpc(st);
   }
@@ -436,10 +432,10 @@ grpc::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBu
 
 grpc::Status ChunkRequests::OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   OfferViewsRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("offer views: the request is not an OfferViewsRequest");
-  if (views_ == nullptr) return Invalid("offer views: this job's pulls are not compressed");
+  if (!ParseSmall(raw, &req)) return InvalidArgument("offer views: the request is not an OfferViewsRequest");
+  if (views_ == nullptr) return InvalidArgument("offer views: this job's pulls are not compressed");
   if (req.worker_id() < 0 || req.worker_id() >= store_->num_workers()) {
-    return Invalid(absl::StrCat("offer views: worker ", req.worker_id(), " is not of the job"));
+    return InvalidArgument(absl::StrCat("offer views: worker ", req.worker_id(), " is not of the job"));
   }
   if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
     return ToGrpc(st);
@@ -484,9 +480,9 @@ grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
                                       const std::function<int(int)>& serving, SparseTables* tables,
                                       grpc::ByteBuffer* resp, uint64_t bell_segment) {
   ReplicateRequest req;
-  if (!ParseSmall(raw, &req)) return Invalid("replicate: the request is not a ReplicateRequest");
+  if (!ParseSmall(raw, &req)) return InvalidArgument("replicate: the request is not a ReplicateRequest");
   if (bell_segment != 0 && req.shm_segment() != bell_segment) {
-    return Invalid("replicate: a frame on a segment's socket names another segment");
+    return InvalidArgument("replicate: a frame on a segment's socket names another segment");
   }
   if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
     return ToGrpc(st);
@@ -509,7 +505,7 @@ grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
     absl::Span<const float> grad;
     if (u.grad_in_shm()) {
       if (segment == nullptr || !shm_layout_.Has(u.chunk())) {
-        return Invalid(absl::StrCat("replicate: chunk ", u.chunk(), "'s gradient in no segment"));
+        return InvalidArgument(absl::StrCat("replicate: chunk ", u.chunk(), "'s gradient in no segment"));
       }
       grad = absl::MakeConstSpan(
           reinterpret_cast<const float*>(segment->data() + shm_layout_.Offset(u.chunk())),
@@ -518,14 +514,14 @@ grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
       copy.resize(u.grad().size() / sizeof(float));
       std::memcpy(copy.data(), u.grad().data(), copy.size() * sizeof(float));
       grad = absl::MakeConstSpan(copy);
-      if (u.grad().size() % sizeof(float) != 0) return Invalid("replicate: a partial value");
+      if (u.grad().size() % sizeof(float) != 0) return InvalidArgument("replicate: a partial value");
     }
     bool need_full = false;
     if (const absl::Status st = store_->Mirror(u, grad, &need_full); !st.ok()) return ToGrpc(st);
     if (need_full) out.add_need_full(u.chunk());
   }
   if (req.tables_size() > 0) {
-    if (req.table_home() < 0) return Invalid("replicate: a negative table_home");
+    if (req.table_home() < 0) return InvalidArgument("replicate: a negative table_home");
     if (tables == nullptr || serving(req.table_home()) != req.from_server()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("replicate: server ", req.from_server(),

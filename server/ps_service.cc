@@ -12,14 +12,6 @@
 #include "common/tensor_wire.h"
 
 namespace pstrain {
-namespace {
-
-grpc::Status Invalid(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
-}  // namespace
-
 PsService::PsService()
     : start_(absl::Now()),
       parked_chunks_([](const PsCall& c) { return c.pull.worker_id(); }),
@@ -345,7 +337,7 @@ void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
   grpc::Status st = chunks.CheckPull(call->request, &call->pull);
   call->request.Clear();
   if (st.ok() && call->bell != nullptr && call->pull.shm_segment() != call->bell->segment()) {
-    st = Invalid("pull: a frame on a segment's socket names another segment");
+    st = InvalidArgument("pull: a frame on a segment's socket names another segment");
   }
   if (!st.ok()) {
     Conclude(call, st);

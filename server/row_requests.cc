@@ -9,21 +9,13 @@
 #include "common/status_macros.h"
 
 namespace pstrain {
-namespace {
-
-grpc::Status Invalid(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
-}  // namespace
-
 RowRequests::RowRequests(std::shared_ptr<SparseTables> tables, RequestCounters* counters)
     : tables_(std::move(tables)), counters_(counters) {}
 
 grpc::Status RowRequests::CheckPull(const grpc::ByteBuffer& raw, PullRowsRequest* req) const {
   if (!ParseSmall(raw, req) || !DType_IsValid(req->dtype())) {
     tables_->CountRefused();
-    return Invalid("pull rows: malformed request (or an unknown dtype)");
+    return InvalidArgument("pull rows: malformed request (or an unknown dtype)");
   }
   const absl::Status st = tables_->CheckPull(req->worker_id(), req->generation(), req->table(),
                                              req->home(), req->ids(), req->min_clock());
@@ -80,12 +72,12 @@ grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* re
   if (read.ok() && !DType_IsValid(req.dtype())) read = absl::InvalidArgumentError("unknown dtype");
   if (!read.ok()) {
     tables_->CountRefused();
-    return Invalid(absl::StrCat("push rows: malformed request: ", read.message()));
+    return InvalidArgument(absl::StrCat("push rows: malformed request: ", read.message()));
   }
   const size_t width = DTypeSize(req.dtype());
   if (wire % width != 0) {
     tables_->CountRefused();
-    return Invalid(absl::StrCat("push rows: ", wire, " bytes of gradients are not ",
+    return InvalidArgument(absl::StrCat("push rows: ", wire, " bytes of gradients are not ",
                                 "whole values of ", width, " bytes"));
   }
   if (req.dtype() != FP32) {

@@ -29,6 +29,12 @@
 namespace pstrain {
 namespace {
 
+// Whether this server uses shared memory with the workers and standbys on
+// its host: when asked (--shm) and not offloaded (an offloaded server keeps
+// its payloads in messages: its budget bounds the requests and replies in
+// flight, and segments would lie outside it).
+bool OffersShm(const ServerConfig& config) { return config.shm && config.offload_dir.empty(); }
+
 // The threads serving a PsService, one per completion queue. Stop (or the
 // destructor) ends the server's calls, its queues and then the threads.
 class Serving {
@@ -286,8 +292,8 @@ void Server::StartReplication() {
   ReplicaSenderOptions o;
   o.server_id = id_;
   // Gradients through shared memory with a standby on this host, as a
-  // worker's pushes (not from an offloaded server: its budget).
-  if (config_.shm && config_.offload_dir.empty()) {
+  // worker's pushes.
+  if (OffersShm(config_)) {
     o.layout_of = [partition = *partition_, replicas = job_.replicas()](int server) {
       return ShmLayout::OfServer(partition, server, replicas);
     };
@@ -431,9 +437,7 @@ int RunServer(const ServerConfig& config) {
     return 2;
   }
   PsService service;
-  // An offloaded server keeps its payloads in messages: its budget bounds
-  // the requests and replies in flight, and segments would lie outside it.
-  if (config.shm && config.offload_dir.empty()) {
+  if (OffersShm(config)) {
     absl::StatusOr<std::unique_ptr<ShmRegistry>> shm = ShmRegistry::Start();
     if (shm.ok()) {
       service.SetShm(std::move(*shm));
