@@ -1,7 +1,8 @@
 // One retry loop for every client: an attempt function, a policy that says
 // what each failure means, exponential backoff between retries, a window
-// after which retryable failures stop being retried. scheduler_client.cc
-// and worker/ps_client.cc use it; nothing else loops on RPCs.
+// after which retryable failures stop being retried. Its users:
+// common/scheduler_client.cc, worker/ps_client.cc, worker/row_client.cc and
+// worker/external/optimizer_state.cc; nothing else loops on RPCs.
 #ifndef PSTRAIN_COMMON_RETRY_H_
 #define PSTRAIN_COMMON_RETRY_H_
 

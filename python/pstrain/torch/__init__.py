@@ -32,6 +32,13 @@ The package's rooms:
     _optim_layout.py  the job's optimizer under torch.optim's names: the
                   group's hyperparameters and the state's layout
     _buffers.py   which module buffers travel, under which rule
+    _library_buffers.py  the library's host buffers as the Optimizer's
+                  tensors meet them: weights in, gradients out, without
+                  copies where the library allows it
+    _device_grads.py  a CUDA parameter's gradient on its way to the host
+                  buffers while backward goes on
+    _layered_reads.py  each clock's weights into the forward module by
+                  module, as they arrive
     data.py       pst.ClockBatchSampler (this worker's indices clock by
                   clock, for a DataLoader), pst.batches (the clock loop's
                   side in Python) and pst.batch_indices (the job's order)
