@@ -13,6 +13,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+from pstrain._port_file import read_address  # noqa: E402
+
 _children = []  # every Popen started, to be killed at exit
 
 
@@ -80,11 +84,9 @@ def wait_all(processes, timeout, what):
 def wait_port_file(path, process, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if os.path.exists(path):
-            with open(path) as f:
-                text = f.read()
-            if text.endswith("\n"):
-                return text.strip()
+        address = read_address(path)
+        if address is not None:
+            return address
         if process.poll() is not None:
             raise RuntimeError("%s exited (code %d) before writing %s"
                                % (process.args[0], process.returncode, path))

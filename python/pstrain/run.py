@@ -42,6 +42,8 @@ import sys
 import tempfile
 import time
 
+from ._port_file import read_address
+
 _PACKAGE = pathlib.Path(__file__).resolve().parent
 # How long the scheduler may take to write its port file.
 _START_TIMEOUT_S = 30
@@ -278,8 +280,9 @@ def _scheduler_address(cluster, port_file):
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
         cluster.check_signal()
-        if port_file.exists() and port_file.read_text().endswith("\n"):
-            return port_file.read_text().strip()
+        address = read_address(port_file)
+        if address is not None:
+            return address
         if scheduler.poll() is not None:
             code = _exit_code(scheduler.returncode)
             raise LaunchError("pstrain.run: the scheduler exited (code %d) before it listened; "

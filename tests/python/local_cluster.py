@@ -32,6 +32,12 @@ def runfile(relative):
     return ROOT / relative
 
 
+# The package's one reader of a port file (pstrain._port_file).
+if str(runfile("python")) not in sys.path:
+    sys.path.insert(0, str(runfile("python")))
+from pstrain._port_file import read_address  # noqa: E402
+
+
 def binary(relative):
     """A built file, e.g. "scheduler/ps_scheduler": in the runfiles under
     Bazel, else in the repository's bazel-bin."""
@@ -168,10 +174,9 @@ class LocalCluster:
         """The address a daemon writes to its port file (a full line)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if path.exists():
-                text = path.read_text()
-                if text.endswith("\n"):
-                    return text.strip()
+            address = read_address(path)
+            if address is not None:
+                return address
             if process.poll() is not None:
                 raise RuntimeError("%s exited (code %d) before writing %s"
                                    % (process.args[0], process.returncode, path))
