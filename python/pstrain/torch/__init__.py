@@ -44,9 +44,10 @@ The package's rooms:
                   side in Python) and pst.batch_indices (the job's order)
     sparse.py     pst.SparseEmbeddingBag and pst.initial_rows: sparse tables
 
-The exceptions: PstrainError and its subclasses are pstrain._capi's (a
-status code of the library's); NoGradients and UnsupportedDtype are the
-optimizer's.
+The exceptions: every one pstrain raises is a PstrainError (LibraryNotFound,
+an ImportError, aside); its subclasses for a status code of the library's
+are pstrain._capi's, NoGradients and UnsupportedDtype (also a TypeError)
+are the optimizer's.
 """
 
 from .._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch,

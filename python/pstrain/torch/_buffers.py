@@ -7,9 +7,10 @@ import torch
 from .. import _capi
 
 
-class UnsupportedDtype(TypeError):
+class UnsupportedDtype(_capi.PstrainError, TypeError):
     """A trainable parameter (or a travelling buffer) is not of a dtype
-    pstrain can carry."""
+    pstrain can carry. A PstrainError like every error pstrain raises, and
+    a TypeError, as torch raises for a wrong dtype."""
 
 
 # Optimizer(buffers=...): the library's buffer rule (pst_register), None
