@@ -1,5 +1,14 @@
 """Build macros shared by every pstrain package."""
 
+load("@local_cuda//:defs.bzl", "CUDA_PATH")
+
+def nvcc(args):
+    """A genrule command: nvcc with `args`, its temporary files in a folder
+    of its own. nvcc names them after its pid, and every Bazel sandbox has
+    its own pid namespace but the machine's /tmp: two at once collided
+    ("cannot open source file /tmp/tmpxft_00000002_...")."""
+    return "d=$$(mktemp -d) && TMPDIR=$$d " + CUDA_PATH + "/bin/nvcc " + args + " && rm -rf $$d"
+
 PS_COPTS = [
     "-std=c++17",
     "-Wall",

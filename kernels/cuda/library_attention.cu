@@ -52,6 +52,7 @@ bool LibraryAttention::Forward(const AttentionArgs& a, const float* qkv, float* 
         !Agrees(s, "log-sum-exp", lse, want_lse, Queries(a))) {
       return false;
     }
+    Release(check_);
   }
   path_ = "cudnn " + cudnn_->version() + " fused flash attention (" + cudnn_->library() + ")";
   return true;
@@ -92,6 +93,7 @@ bool LibraryAttention::Backward(const AttentionArgs& a, const float* qkv, const 
         !Agrees(s, "backward dqkv", dqkv, want, rows * 3 * c)) {
       return false;
     }
+    Release(check_);
   }
   path_ = "cudnn " + cudnn_->version() + " fused flash attention (" + cudnn_->library() + ")";
   return true;
@@ -113,6 +115,7 @@ bool LibraryAttention::Reproducible(const CudnnShape& s, const void* qkv16, cons
   device_->Download(dqkv16, bytes, first.data());
   device_->Download(again, bytes, second.data());
   if (!device_->ok()) return false;
+  Release(again_);
   if (first == second) return true;
   wrong_[s] = "cuDNN " + cudnn_->version() + "'s backward gave other bits on a second run";
   Own(wrong_[s]);
@@ -203,6 +206,11 @@ bool LibraryAttention::Agrees(const CudnnShape& s, const char* what, const float
               (finite ? "" : ", not all finite") + ")";
   Own(wrong_[s]);
   return false;
+}
+
+void LibraryAttention::Release(Scratch& scratch) {
+  if (scratch.p != nullptr) device_->Free(scratch.p);
+  scratch = Scratch{};
 }
 
 void LibraryAttention::Own(const std::string& why) {

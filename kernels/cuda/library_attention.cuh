@@ -60,6 +60,8 @@ class LibraryAttention {
                     const void* dout16, const float* lse, float* delta, const void* dqkv16,
                     void* workspace);
   std::string UnsuitedDevice();
+  // The check's scratch given back: it is used once per shape.
+  void Release(Scratch& scratch);
   void Own(const std::string& why);
 
   CudaDevice* const device_;
