@@ -1,7 +1,7 @@
 // The parameter server's gRPC glue: it accepts calls, dispatches each to
 // its request family -- the chunks' (server/chunk_requests.h), the tables'
 // rows (server/row_requests.h) -- parks the pulls whose read guarantee does
-// not hold yet (server/parked_pulls.h) until a push or a closed round makes
+// not hold yet (server/parked_calls.h) until a push or a closed round makes
 // it hold, and answers. Push and Pull are raw methods: their payloads move
 // between gRPC's slices and the store without protobuf copies
 // (common/tensor_wire.h); Status is raw too, so that bytes that are not a
@@ -27,7 +27,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/byte_budget.h"
 #include "server/chunk_requests.h"
-#include "server/parked_pulls.h"
+#include "server/parked_calls.h"
 #include "server/ps_call.h"
 #include "server/row_requests.h"
 #include "server/shard.h"
@@ -162,13 +162,13 @@ class PsService final : public PsServiceBase {
   std::atomic<int64_t> refused_{0};
   ByteBudget replies_;  // pull replies built and not yet sent
   std::atomic<int64_t> push_window_{0};
-  ParkedPulls parked_chunks_;  // each PsCall's `pull`
-  ParkedPulls parked_rows_;    // each PsCall's `rows`
-  ParkedPulls parked_pushes_;  // each PsCall's `taken`: waiting for the standby
-  ParkedPulls parked_row_pushes_;  // each PsCall's `row_push`: the same
+  ParkedCalls parked_chunks_;  // each PsCall's `pull`
+  ParkedCalls parked_rows_;    // each PsCall's `rows`
+  ParkedCalls parked_pushes_;  // each PsCall's `taken`: waiting for the standby
+  ParkedCalls parked_row_pushes_;  // each PsCall's `row_push`: the same
   // Each PsCall's `early`: pushes that came before the round they follow
   // was applied, their request kept (HandlePush).
-  ParkedPulls early_pushes_;
+  ParkedCalls early_pushes_;
 
   absl::Mutex accept_mu_;
   bool stopping_ ABSL_GUARDED_BY(accept_mu_) = false;

@@ -1,13 +1,14 @@
-// Pulls that wait at a server until their read guarantee holds -- a list of
-// them, one for the chunks' pulls and one for the tables' rows -- and the
-// wake-ups that answer them. A pull is parked only under the list's lock,
+// Calls that wait at a server until what they need holds -- a list of them:
+// pulls until their read guarantee (the chunks' and the tables' rows),
+// pushes until their standby confirmed or their round came -- and the
+// wake-ups that answer them. A call is parked only under the list's lock,
 // after a check that it may not be answered yet, and a wake-up takes the
-// lock after the update that may change that: so no pull stays parked past
+// lock after the update that may change that: so no call stays parked past
 // the update it waits for. Each parked call holds a reference (its
 // handling one). The list answers nothing itself: its callers say when a
 // call is ready and how it is answered. No gRPC of its own.
-#ifndef PSTRAIN_SERVER_PARKED_PULLS_H_
-#define PSTRAIN_SERVER_PARKED_PULLS_H_
+#ifndef PSTRAIN_SERVER_PARKED_CALLS_H_
+#define PSTRAIN_SERVER_PARKED_CALLS_H_
 
 #include <cstdint>
 #include <functional>
@@ -27,13 +28,13 @@ namespace pstrain {
 inline constexpr int64_t kParkedSlack = 64;
 
 // Thread-safe.
-class ParkedPulls {
+class ParkedCalls {
  public:
   // `worker_of(call)`: the worker whose pull a call is.
-  explicit ParkedPulls(std::function<int(const PsCall&)> worker_of)
+  explicit ParkedCalls(std::function<int(const PsCall&)> worker_of)
       : worker_of_(std::move(worker_of)) {}
-  ParkedPulls(const ParkedPulls&) = delete;
-  ParkedPulls& operator=(const ParkedPulls&) = delete;
+  ParkedCalls(const ParkedCalls&) = delete;
+  ParkedCalls& operator=(const ParkedCalls&) = delete;
 
   // Under the lock: false when `ready()` -- the caller answers the call
   // now; else parks it (true), or RESOURCE_EXHAUSTED when its worker has
@@ -64,4 +65,4 @@ class ParkedPulls {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_PARKED_PULLS_H_
+#endif  // PSTRAIN_SERVER_PARKED_CALLS_H_

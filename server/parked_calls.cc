@@ -1,10 +1,10 @@
-#include "server/parked_pulls.h"
+#include "server/parked_calls.h"
 
 #include "absl/strings/str_cat.h"
 
 namespace pstrain {
 
-absl::StatusOr<bool> ParkedPulls::Park(PsCall* call, int64_t limit,
+absl::StatusOr<bool> ParkedCalls::Park(PsCall* call, int64_t limit,
                                        absl::FunctionRef<bool()> ready) {
   absl::MutexLock lock(&mu_);
   if (ready()) return false;
@@ -22,7 +22,7 @@ absl::StatusOr<bool> ParkedPulls::Park(PsCall* call, int64_t limit,
   return true;
 }
 
-void ParkedPulls::Wake(const std::function<bool(PsCall&)>& ready,
+void ParkedCalls::Wake(const std::function<bool(PsCall&)>& ready,
                        const std::function<void(PsCall&)>& answer,
                        const std::function<void(PsCall&)>& lost) {
   for (PsCall* call : Release(ready)) {
@@ -35,7 +35,7 @@ void ParkedPulls::Wake(const std::function<bool(PsCall&)>& ready,
   }
 }
 
-std::vector<PsCall*> ParkedPulls::Release(const std::function<bool(PsCall&)>& ready) {
+std::vector<PsCall*> ParkedCalls::Release(const std::function<bool(PsCall&)>& ready) {
   std::vector<PsCall*> going, dropped;
   {
     absl::MutexLock lock(&mu_);
@@ -56,7 +56,7 @@ std::vector<PsCall*> ParkedPulls::Release(const std::function<bool(PsCall&)>& re
   return going;
 }
 
-void ParkedPulls::Cancel(const grpc::Status& status,
+void ParkedCalls::Cancel(const grpc::Status& status,
                          const std::function<bool(const PsCall&)>& which) {
   absl::MutexLock lock(&mu_);
   std::vector<PsCall*> kept;
@@ -71,7 +71,7 @@ void ParkedPulls::Cancel(const grpc::Status& status,
   calls_ = std::move(kept);
 }
 
-void ParkedPulls::ForEachWaiting(const std::function<void(const PsCall&)>& fn) const {
+void ParkedCalls::ForEachWaiting(const std::function<void(const PsCall&)>& fn) const {
   absl::MutexLock lock(&mu_);
   for (const PsCall* call : calls_) {
     if (!call->claimed() && !call->abandoned()) fn(*call);
