@@ -266,10 +266,8 @@ class CudaBackend : public Backend {
   // Whether the device is of compute capability 8.0 or later (Ampere), as
   // `what` needs; else false and *why.
   bool ComputeCapabilityAtLeast8(const char* what, std::string* why) {
-    int major = 0;
-    if (!device_.Check(
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.device()),
-            "cudaDeviceGetAttribute")) {
+    int major = 0, minor = 0;
+    if (!device_.ComputeCapability(&major, &minor)) {
       *why = device_.error();
       return false;
     }

@@ -284,37 +284,38 @@ int64_t CudnnAttention::WorkspaceBytes(const CudnnShape& s) const {
   return std::max(it->second->forward->workspace, it->second->backward->workspace);
 }
 
+CudnnAttention::Plans* CudnnAttention::Prepared(const CudnnShape& s, std::string* why) {
+  auto it = plans_.find(s);
+  if (it != plans_.end()) return it->second.get();
+  *why = "cuDNN attention: shape not prepared";
+  return nullptr;
+}
+
 bool CudnnAttention::Forward(const CudnnShape& s, const void* qkv, void* out, float* lse,
                              void* workspace, std::string* why) {
-  auto it = plans_.find(s);
-  if (it == plans_.end()) {
-    *why = "cuDNN attention: shape not prepared";
-    return false;
-  }
-  Plans& p = *it->second;
+  Plans* p = Prepared(s, why);
+  if (p == nullptr) return false;
   const int64_t c = static_cast<int64_t>(s.heads) * s.head_dim;
-  return CudnnExecute(api_.get(), static_cast<cudnnHandle_t>(handle_), *p.forward,
-                 {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-                 {At(qkv, 0), At(qkv, c), At(qkv, 2 * c), out, lse, &p.scale, &p.neg_inf},
-                 workspace, why);
+  return CudnnExecute(api_.get(), static_cast<cudnnHandle_t>(handle_), *p->forward,
+                      {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+                      {At(qkv, 0), At(qkv, c), At(qkv, 2 * c), out, lse, &p->scale,
+                       &p->neg_inf},
+                      workspace, why);
 }
 
 bool CudnnAttention::Backward(const CudnnShape& s, const void* qkv, const void* out,
                               const void* dout, const float* lse, float* delta, void* dqkv,
                               void* workspace, std::string* why) {
-  auto it = plans_.find(s);
-  if (it == plans_.end()) {
-    *why = "cuDNN attention: shape not prepared";
-    return false;
-  }
-  Plans& p = *it->second;
+  Plans* p = Prepared(s, why);
+  if (p == nullptr) return false;
   const int64_t c = static_cast<int64_t>(s.heads) * s.head_dim;
-  return CudnnExecute(api_.get(), static_cast<cudnnHandle_t>(handle_), *p.backward,
-                 {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kDelta, kScale, kNegInf, kOne},
-                 {At(qkv, 0), At(qkv, c), At(qkv, 2 * c), const_cast<void*>(out),
-                  const_cast<void*>(dout), const_cast<float*>(lse), At(dqkv, 0), At(dqkv, c),
-                  At(dqkv, 2 * c), delta, &p.scale, &p.neg_inf, &p.one},
-                 workspace, why);
+  return CudnnExecute(api_.get(), static_cast<cudnnHandle_t>(handle_), *p->backward,
+                      {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kDelta, kScale, kNegInf, kOne},
+                      {At(qkv, 0), At(qkv, c), At(qkv, 2 * c), const_cast<void*>(out),
+                       const_cast<void*>(dout), const_cast<float*>(lse), At(dqkv, 0),
+                       At(dqkv, c), At(dqkv, 2 * c), delta, &p->scale,
+                       &p->neg_inf, &p->one},
+                      workspace, why);
 }
 
 }  // namespace kernels

@@ -72,6 +72,8 @@ class CudnnAttention {
 
  private:
   struct Plans;  // a shape's forward and backward plans
+  // The shape's plans, or null and *why when it was not prepared.
+  Plans* Prepared(const CudnnShape& s, std::string* why);
   CudnnAttention(std::unique_ptr<CudnnApi> api, void* handle, std::string version,
                  std::string library);
 

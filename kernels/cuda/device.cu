@@ -24,6 +24,13 @@ CudaDevice::~CudaDevice() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
+bool CudaDevice::ComputeCapability(int* major, int* minor) {
+  return Check(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device_),
+               "cudaDeviceGetAttribute") &&
+         Check(cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device_),
+               "cudaDeviceGetAttribute");
+}
+
 bool CudaDevice::Check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
   Fail(std::string(what) + " on device " + std::to_string(device_) + ": " + cudaGetErrorName(e) +

@@ -42,6 +42,9 @@ class CudaDevice {
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   int device() const { return device_; }
+  // The device's compute capability (8 and 0 for 8.0); false when it could
+  // not be read (the error is kept).
+  bool ComputeCapability(int* major, int* minor);
   // The computation's stream: every kernel and cuBLAS call is queued on it.
   cudaStream_t stream() const { return stream_; }
   // Whether no error has been met (work may be queued).

@@ -54,8 +54,7 @@ bool LibraryAttention::Forward(const AttentionArgs& a, const float* qkv, float* 
     }
     Release(check_);
   }
-  path_ = "cudnn " + cudnn_->version() + " fused flash attention (" + cudnn_->library() + ")";
-  return true;
+  return Taken();
 }
 
 bool LibraryAttention::Backward(const AttentionArgs& a, const float* qkv, const float* out,
@@ -95,8 +94,7 @@ bool LibraryAttention::Backward(const AttentionArgs& a, const float* qkv, const 
     }
     Release(check_);
   }
-  path_ = "cudnn " + cudnn_->version() + " fused flash attention (" + cudnn_->library() + ")";
-  return true;
+  return Taken();
 }
 
 bool LibraryAttention::Reproducible(const CudnnShape& s, const void* qkv16, const void* out16,
@@ -127,14 +125,7 @@ bool LibraryAttention::Reproducible(const CudnnShape& s, const void* qkv16, cons
 // deterministic backward takes a fixed engine and knobs not built here.
 std::string LibraryAttention::UnsuitedDevice() {
   int major = 0, minor = 0;
-  if (!device_->Check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                             device_->device()),
-                      "cudaDeviceGetAttribute") ||
-      !device_->Check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
-                                             device_->device()),
-                      "cudaDeviceGetAttribute")) {
-    return device_->error();
-  }
+  if (!device_->ComputeCapability(&major, &minor)) return device_->error();
   if (major == 8 || major == 9) return "";
   return "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
          ": its graphs here are for 8.x and 9.x";
@@ -211,6 +202,11 @@ bool LibraryAttention::Agrees(const CudnnShape& s, const char* what, const float
 void LibraryAttention::Release(Scratch& scratch) {
   if (scratch.p != nullptr) device_->Free(scratch.p);
   scratch = Scratch{};
+}
+
+bool LibraryAttention::Taken() {
+  path_ = "cudnn " + cudnn_->version() + " fused flash attention (" + cudnn_->library() + ")";
+  return true;
 }
 
 void LibraryAttention::Own(const std::string& why) {

@@ -62,6 +62,8 @@ class LibraryAttention {
   std::string UnsuitedDevice();
   // The check's scratch given back: it is used once per shape.
   void Release(Scratch& scratch);
+  // path_ says cuDNN ran the call (true), or the own kernels and why.
+  bool Taken();
   void Own(const std::string& why);
 
   CudaDevice* const device_;
