@@ -72,9 +72,8 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
     absl::MutexLock lock(&c.mu);
     if (memory_error_ = Initialize(c); !memory_error_.ok()) return;
     // A standby copy is filled by its primary (it may be a replacement's).
-    c.replica.serving = Home(c);
-    c.replica.version = Home(c) ? 0 : -1;
-    c.replica.replicated = c.clocks.applied();
+    c.standby.Reset(Home(c), c.clocks.applied());
+    standby_.Add(c.home, &c);
   }
 }
 
@@ -159,7 +158,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     }
     absl::MutexLock lock(&c->mu);
     RETURN_IF_ERROR(CheckChunkGeneration(*c, push.generation));
-    if (!c->replica.serving) {
+    if (!c->standby.serving) {
       return absl::UnavailableError(absl::StrCat("server ", server_id_,
                                                  " keeps a standby copy of chunk ", part.chunk,
                                                  "; another serves it"));
@@ -254,7 +253,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, const PushRequest::P
       c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate, job_.replicas() > 0);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
-  if (!c.replica.serving) return absl::UnavailableError("chunk demoted to a standby copy");
+  if (!c.standby.serving) return absl::UnavailableError("chunk demoted to a standby copy");
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   const int64_t n = c.layout.weights;
   const bool acceptable = !part.absent && nonfinite_.Admits(grad, worker, clock, [&] {
@@ -391,7 +390,7 @@ bool ChunkStore::RoundsEven() const {
   for (int32_t id : chunk_ids_) {
     const Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (!c.replica.serving || !c.replica.shipped) continue;
+    if (!c.standby.serving || !c.standby.shipped) continue;
     const int64_t at = c.clocks.MinApplied();
     if (clock >= 0 && at != clock) return false;
     clock = at;
@@ -405,7 +404,7 @@ int64_t ChunkStore::MinAppliedClock() const {
   for (const auto& [id, c] : chunks_) {
     absl::MutexLock lock(&c->mu);
     all = std::min(all, c->clocks.MinApplied());
-    if (c->replica.serving) served = std::min(served, c->clocks.MinApplied());
+    if (c->standby.serving) served = std::min(served, c->clocks.MinApplied());
   }
   if (chunks_.empty()) return 0;
   return served != INT64_MAX ? served : all;

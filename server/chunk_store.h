@@ -8,7 +8,7 @@
 // chunk is served here (its primary) or kept as a standby, as the
 // scheduler's routes say (SetRoles); a served chunk's every change goes to
 // the ReplicaSink, and a push counts as replicated once the standby
-// confirmed it (server/chunk_store_replicas.cc). Under BSP with clipping by the global norm the
+// confirmed it (server/chunk_store_standby.cc). Under BSP with clipping by the global norm the
 // store holds each closed round (server/held_rounds.h) for the cross-server
 // protocol of server/global_clipping.h to release. Knows nothing of gRPC.
 #ifndef PSTRAIN_SERVER_CHUNK_STORE_H_
@@ -43,7 +43,8 @@
 #include "server/memory_plan.h"
 #include "server/nonfinite.h"
 #include "server/optimizer.h"
-#include "server/replica_state.h"
+#include "server/standby_part.h"
+#include "server/standby_parts.h"
 #include "server/update_rules.h"
 
 namespace pstrain {
@@ -197,16 +198,14 @@ class ChunkStore : public HeldRounds {
   // The chunks as a checkpoint lays them out.
   std::vector<CheckpointWriter::Chunk> CheckpointLayout() const;
 
-  // ---- Standby replicas (server/chunk_store_replicas.cc) ----
+  // ---- Standby (server/chunk_store_standby.cc) ----
   // Where the changes of served chunks with a standby go; before the
   // first push, outliving the store.
   void SetReplicaSink(ReplicaSink* sink);
-  // The scheduler's routes: `serving[h]` whether this server serves home
-  // server h's chunks, `shipped[h]` whether they have a live standby to
-  // wait for. A chunk promoted here is served from its standby copy; one
-  // demoted becomes an unfilled standby copy; one whose standby went
-  // counts every change as replicated. True when anything changed.
-  bool SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped);
+  // Its chunks as standby parts (roles, copies forgotten, what Status
+  // reports: server/standby_parts.h).
+  StandbyParts& standby() { return standby_; }
+  const StandbyParts& standby() const { return standby_; }
   // The server whose chunk `chunk` is by the partition; -1 for one not held here.
   int HomeOf(int32_t chunk) const;
   // UNAVAILABLE when `chunk` (one of this server's) is a standby copy here.
@@ -227,23 +226,12 @@ class ChunkStore : public HeldRounds {
   void Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied);
   // The whole state of a served chunk, as a full update.
   absl::StatusOr<ChunkUpdate> FullUpdate(int32_t chunk) const;
-  // Every standby copy here becomes unfilled (the scheduler's routes say
-  // this server is not ready: it came back after it was declared dead,
-  // and its primaries went on without it): each is filled anew.
-  void ForgetCopies();
   // A standby copy takes its primary's change, whose gradient is `grad`
   // (empty: no step; `update.grad` is not read); *need_full when it does
   // not follow the copy (which then needs the whole state).
   // INVALID_ARGUMENT for an unknown chunk or a change of another size,
   // FAILED_PRECONDITION for a chunk served here.
   absl::Status Mirror(const ChunkUpdate& update, absl::Span<const float> grad, bool* need_full);
-  // Every standby copy here is filled (none is: true).
-  bool StandbyFilled() const;
-  // Changes of served chunks their standby has not confirmed yet.
-  int64_t ReplicationLag() const;
-  // The home servers whose chunks are served here / kept as standby copies.
-  std::vector<int> ServedHomes() const;
-  std::vector<int> StandbyHomes() const;
   // A replacement joins a cluster whose generation `generation` goes on
   // (no rollback): its chunks are standby copies to be filled.
   void JoinAsStandby(int64_t generation);
@@ -276,13 +264,11 @@ class ChunkStore : public HeldRounds {
 
  private:
   // A chunk's plan (fixed) and its state.
-  struct Chunk : ChunkPlan {
-    explicit Chunk(ChunkPlan plan) : ChunkPlan(std::move(plan)), clocks(pushers) {}
-    mutable absl::Mutex mu;
+  struct Chunk : ChunkPlan, StandbyPart {
+    // Its clocks' members are its pushers.
+    explicit Chunk(ChunkPlan plan) : ChunkPlan(std::move(plan)), StandbyPart(pushers) {}
     int64_t steps ABSL_GUARDED_BY(mu) = 0;  // optimizer updates so far
-    // The workers' applied clocks and BSP round; the round's
-    // sum(num_samples * grad) is in the slab's grad.
-    ChunkClocks clocks ABSL_GUARDED_BY(mu);
+    // The BSP round's sum(num_samples * grad) is in the slab's grad.
     int64_t round_samples ABSL_GUARDED_BY(mu) = 0;
     // The samples of the round's pushes without a gradient (Part::absent):
     // in the divisor of the round's mean, nothing in its sum.
@@ -292,11 +278,8 @@ class ChunkStore : public HeldRounds {
     // Held for global clipping: the round's mean waits in the slab's grad.
     bool round_closed ABSL_GUARDED_BY(mu) = false;
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
-    // A checkpoint asked for outside the schedule (the newest a push named).
-    int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held
     // False while an EXTERNAL model's chunk waits for its initial weights.
     bool has_values ABSL_GUARDED_BY(mu) = true;
-    ReplicaState replica ABSL_GUARDED_BY(mu);  // standby replicas
     // Empties the round being collected (its sum is overwritten by the
     // next round's first push).
     void ClearRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -304,6 +287,7 @@ class ChunkStore : public HeldRounds {
       round_absent_samples = 0;
       round_closed = false;
     }
+    void Promoted() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { ClearRound(); }
   };
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from
@@ -409,6 +393,7 @@ class ChunkStore : public HeldRounds {
   mutable absl::Mutex listener_mu_;
   Listener* listener_ ABSL_GUARDED_BY(listener_mu_) = nullptr;
   std::atomic<ReplicaSink*> sink_{nullptr};
+  StandbyParts standby_;  // over chunks_
 };
 
 }  // namespace pstrain

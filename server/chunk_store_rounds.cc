@@ -33,14 +33,12 @@ void ChunkStore::CloseRound(Chunk& c, const Slab& slab, bool averaged) {
 }
 
 void ChunkStore::RemoveWorker(int worker) {
-  if (worker < 0 || worker >= num_workers_) return;
-  for (const auto& [id, c] : chunks_) {
-    absl::MutexLock lock(&c->mu);
-    if (!c->clocks.Remove(worker)) continue;
-    if (!bsp_ || c->round_closed || !c->clocks.RoundComplete()) continue;
-    absl::StatusOr<Slab> slab = Pin(*c);
-    if (slab.ok()) CloseRound(*c, *slab, /*averaged=*/false);  // else the server fails (health())
-  }
+  standby_.RemoveWorker(worker, [&](StandbyPart& part) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Chunk& c = static_cast<Chunk&>(part);  // standby_ holds chunks only
+    if (!bsp_ || c.round_closed || !c.clocks.RoundComplete()) return;
+    absl::StatusOr<Slab> slab = Pin(c);
+    if (slab.ok()) CloseRound(c, *slab, /*averaged=*/false);  // else the server fails (health())
+  });
   FlushShipped();
 }
 

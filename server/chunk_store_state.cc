@@ -68,10 +68,7 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
     c.generation = generation;
     // A rollback serves every chunk from its own server again; the standby
     // copies wait for their primary's whole state.
-    c.replica.serving = Home(c);
-    if (!Home(c)) c.replica.version = -1;
-    c.replica.confirmed = c.replica.version;
-    c.replica.replicated = c.clocks.applied();
+    c.standby.Reset(Home(c), c.clocks.applied());
   }
   {
     absl::MutexLock lock(&listener_mu_);

@@ -90,17 +90,17 @@ MemberStatus PsService::GetStatus() const {
     AddOffloadStatus(shard->store()->memory_stats(), &st);
   }
   st.set_test_accuracy(-1);
-  if (s != nullptr && s->replicas() > 0) {
+  if (shard != nullptr && shard->store()->replicas() > 0) {
     {
       // The routes first: the copies' state below is at least theirs.
       absl::MutexLock lock(&mu_);
       st.set_routes_version(routes_.version());
     }
-    for (int home : s->ServedHomes()) st.add_serving(home);
-    for (int home : s->StandbyHomes()) st.add_standby_of(home);
-    st.set_standby_ready(s->StandbyFilled() && (tables == nullptr || tables->StandbyFilled()));
-    st.set_replication_lag(s->ReplicationLag() +
-                           (tables == nullptr ? 0 : tables->ReplicationLag()));
+    const StandbyParts& standby = shard->standby();
+    for (int home : standby.Homes(/*served=*/true)) st.add_serving(home);
+    for (int home : standby.Homes(/*served=*/false)) st.add_standby_of(home);
+    st.set_standby_ready(standby.Filled());
+    st.set_replication_lag(standby.Lag());
     st.set_replicated_bytes(counters_.replicated_bytes);
   }
   AddWaits(chunks.get(), &st);

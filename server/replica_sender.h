@@ -31,6 +31,7 @@
 #include "proto/cluster.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/chunk_store.h"
+#include "server/shard.h"
 #include "server/sparse_tables.h"
 
 namespace pstrain {
@@ -57,7 +58,7 @@ struct ReplicaSenderOptions {
 };
 
 // Thread-safe.
-class ReplicaSender : public ChunkStore::ReplicaSink, public SparseTables::TableSink {
+class ReplicaSender : public StandbySink {
  public:
   // The sender for `store` (which outlives it).
   ReplicaSender(ChunkStore* store, ReplicaSenderOptions options);

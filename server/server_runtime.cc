@@ -90,20 +90,17 @@ class ShardActions : public ServerActions {
     const ServerRoles roles = RolesOf(routes, id_);
     // The queues know their standby before any change is shipped to it.
     sender_->SetTargets(roles, shard_->generation());
-    bool changed = shard_->store()->SetRoles(roles.serving, roles.shipped());
-    if (shard_->tables()->SetRoles(roles.serving, roles.shipped())) changed = true;
+    StandbyParts& standby = shard_->standby();
+    const bool changed = standby.SetRoles(roles.serving, roles.shipped());
     // Not ready by these routes (back after being declared dead, or new):
     // the primaries may have gone on without this server's copies.
-    if (routes.ready_size() > id_ && !routes.ready(id_)) {
-      shard_->store()->ForgetCopies();
-      shard_->tables()->ForgetCopies();
-    }
+    if (routes.ready_size() > id_ && !routes.ready(id_)) standby.ForgetCopies();
     // Its Status speaks of these routes only once they are applied.
     service_->SetRoutes(routes);
     if (changed) {
-      spdlog::info("routes {}: serving the chunks of servers {}; standby copies of {}",
-                   routes.version(), absl::StrJoin(shard_->store()->ServedHomes(), ","),
-                   absl::StrJoin(shard_->store()->StandbyHomes(), ","));
+      spdlog::info("routes {}: serving the parts of servers {}; standby copies of {}",
+                   routes.version(), absl::StrJoin(standby.Homes(/*served=*/true), ","),
+                   absl::StrJoin(standby.Homes(/*served=*/false), ","));
     }
     service_->WakePushes();
     service_->WakePulls();
@@ -256,8 +253,7 @@ absl::Status Server::StartState(const RegisterResponse& reg) {
   if (job_.replicas() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
     spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
                  routes.serving(id_));
-    store_->JoinAsStandby(reg.generation());
-    shard_->tables()->JoinAsStandby(reg.generation());
+    shard_->JoinAsStandby(reg.generation());
   } else {
     RETURN_IF_ERROR(shard_->Restore(reg.generation(), reg.start_clock()));
   }
@@ -302,8 +298,7 @@ void Server::StartReplication() {
   o.bytes = &service_->counters().replicated_bytes;
   o.tables = shard_->tables().get();
   sender_ = std::make_unique<ReplicaSender>(store_.get(), std::move(o));
-  store_->SetReplicaSink(sender_.get());
-  shard_->tables()->SetSink(sender_.get());
+  shard_->SetStandbySink(sender_.get());
 }
 
 absl::Status Server::Build() {

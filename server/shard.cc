@@ -17,6 +17,8 @@ Shard::Shard(const JobSpec& job, int server_id, std::shared_ptr<ChunkStore> stor
       store_(std::move(store)),
       tables_(std::move(tables)),
       schedule_(job.checkpoint_every()) {
+  standby_.AddAll(store_->standby());
+  standby_.AddAll(tables_->standby());
   if (!schedule_.enabled()) return;
   std::vector<std::string> names;
   for (const TableSpec& t : job.tables()) names.push_back(t.name());
@@ -44,6 +46,16 @@ absl::Status Shard::Restore(int64_t generation, int64_t clock) {
   schedule_.Forget();
   spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
   return absl::OkStatus();
+}
+
+void Shard::SetStandbySink(StandbySink* sink) {
+  store_->SetReplicaSink(sink);
+  tables_->SetSink(sink);
+}
+
+void Shard::JoinAsStandby(int64_t generation) {
+  store_->JoinAsStandby(generation);
+  tables_->standby().JoinAsStandby(generation);
 }
 
 void Shard::Prune(int64_t clock) {

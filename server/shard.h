@@ -3,10 +3,11 @@
 // generation (the chunks', which every table follows as it is restored),
 // one checkpoint schedule (server/checkpoint_schedule.h) and one writer of
 // their files (server/checkpoint.h: written, deleted, reported complete
-// together), restored, pruned and rid of a dead worker together. The
-// member loop's actions (server/member_loop.h) and the service's Status
-// go through it; the request families use the store and the tables it
-// holds. No gRPC.
+// together), restored, pruned and rid of a dead worker together, and one
+// set of standby parts (server/standby_parts.h) over both. The member
+// loop's actions (server/member_loop.h) and the service's Status go
+// through it; the request families use the store and the tables it holds.
+// No gRPC.
 #ifndef PSTRAIN_SERVER_SHARD_H_
 #define PSTRAIN_SERVER_SHARD_H_
 
@@ -20,8 +21,13 @@
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_store.h"
 #include "server/sparse_tables.h"
+#include "server/standby_parts.h"
 
 namespace pstrain {
+
+// Where the changes of a server's served chunks and table parts go for
+// their standby (server/replica_sender.h).
+class StandbySink : public ChunkStore::ReplicaSink, public SparseTables::TableSink {};
 
 // Thread-safe as its parts are; Restore, Prune and RemoveWorker come from
 // one thread (the server's member loop).
@@ -36,6 +42,17 @@ class Shard {
   const std::shared_ptr<ChunkStore>& store() const { return store_; }
   const std::shared_ptr<SparseTables>& tables() const { return tables_; }
   int64_t generation() const { return store_->generation(); }
+
+  // Its chunks and its parts of the tables as one set: the scheduler's
+  // routes, its copies forgotten, what Status reports.
+  StandbyParts& standby() { return standby_; }
+  const StandbyParts& standby() const { return standby_; }
+  // Where the changes of served parts with a standby go; before the first
+  // push, outliving the shard.
+  void SetStandbySink(StandbySink* sink);
+  // A replacement joins a cluster whose generation `generation` goes on
+  // (no rollback): every part a standby copy to be filled.
+  void JoinAsStandby(int64_t generation);
 
   // The state of generation `generation` from the checkpoint of `clock` (0:
   // the initial values): the chunks', then every table's; this server's
@@ -64,6 +81,7 @@ class Shard {
   const std::shared_ptr<SparseTables> tables_;
   CheckpointSchedule schedule_;
   std::unique_ptr<CheckpointWriter> checkpoint_;  // null without checkpoints
+  StandbyParts standby_;                          // the store's, then the tables'
 };
 
 }  // namespace pstrain

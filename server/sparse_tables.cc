@@ -82,14 +82,12 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     order_.push_back(spec.name());
     auto& parts = tables_[spec.name()];
     for (int home : HeldHomes(server, servers, replicas_)) {
-      auto table = std::make_unique<Table>(config, spec.num_ids(), workers_, home);
+      auto table = std::make_unique<Table>(config, spec.num_ids(), workers_, home, consistency_);
       absl::MutexLock lock(&table->mu);
       // A standby copy is filled by its primary (as a chunk's).
-      table->replica.serving = home == server;
-      table->replica.version = table->replica.serving ? 0 : -1;
-      table->replica.confirmed = table->replica.version;
-      table->replica.replicated = table->clocks.applied();
-      Publish(*table);
+      table->standby.Reset(home == server, table->clocks.applied());
+      table->Publish();
+      standby_.Add(home, table.get());
       parts.emplace(home, std::move(table));
     }
   }
@@ -138,7 +136,7 @@ absl::StatusOr<SparseTables::Table*> SparseTables::Find(int worker, absl::string
 }
 
 absl::Status SparseTables::CheckServing(const Table& table) {
-  if (table.replica.serving) return absl::OkStatus();
+  if (table.standby.serving) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("this server keeps a standby copy of table '",
                                              table.rows.config().name, "''s rows of server ",
                                              table.home, "; another server serves them now"));
@@ -175,7 +173,7 @@ absl::Status SparseTables::Refuse(Table& table, absl::Status st) {
   refused_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&table.mu);
   ++table.refused;
-  Publish(table);
+  table.Publish();
   return st;
 }
 
@@ -228,7 +226,7 @@ absl::Status SparseTables::Pull(int worker, int64_t generation, absl::string_vie
   RETURN_IF_ERROR(CheckServing(table));
   const absl::Status st = table.rows.Pull(ids, out->data());
   if (st.ok()) table.rows_pulled += static_cast<int64_t>(ids.size());
-  Publish(table);
+  table.Publish();
   return st;
 }
 
@@ -238,7 +236,7 @@ bool SparseTables::Readable(int64_t generation, absl::string_view name, int home
   if (part == nullptr) return true;
   const Table& table = *part;
   absl::MutexLock lock(&table.mu);
-  return table.generation != generation || !table.replica.serving ||
+  return table.generation != generation || !table.standby.serving ||
          table.clocks.MinApplied() >= min_clock;
 }
 
@@ -296,7 +294,7 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
         Advanced(table);
       }
     }
-    Publish(table);
+    table.Publish();
   }
   return st.ok() ? st : Refuse(table, std::move(st));
 }
@@ -403,19 +401,15 @@ void SparseTables::ForgetCheckpointsBefore(int64_t clock) {
 }
 
 void SparseTables::RemoveWorker(int worker) {
-  if (worker < 0 || worker >= workers_) return;
-  for (auto& [name, parts] : tables_) {
-    for (auto& [home, table] : parts) {
-      absl::MutexLock lock(&table->mu);
-      if (!table->clocks.Remove(worker)) continue;
-      // (A standby copy's rounds are its primary's.)
-      if (table->replica.serving && consistency_ == BSP && table->clocks.RoundComplete()) {
-        CloseRound(*table);
-      }
-      Advanced(*table);
-      Publish(*table);
+  standby_.RemoveWorker(worker, [&](StandbyPart& part) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Table& table = static_cast<Table&>(part);  // standby_ holds tables' parts only
+    // (A standby copy's rounds are its primary's.)
+    if (table.standby.serving && consistency_ == BSP && table.clocks.RoundComplete()) {
+      CloseRound(table);
     }
-  }
+    Advanced(table);
+    table.Publish();
+  });
 }
 
 absl::Status SparseTables::Restore(int64_t generation, int64_t clock) {
@@ -444,44 +438,40 @@ absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t
   table.generation = generation;
   // A rollback serves every part from its own server again; the standby
   // copies wait for their primary's whole state.
-  table.replica.serving = own;
+  table.standby.Reset(own, table.clocks.applied());
   table.adopted = false;
-  if (own) table.replica.version = std::max<int64_t>(table.replica.version, 0);
-  if (!own) table.replica.version = -1;
-  table.replica.confirmed = table.replica.version;
-  table.replica.replicated = table.clocks.applied();
-  Publish(table);
+  table.Publish();
   absl::MutexLock status_lock(&table.status_mu);
   table.checkpoints.clear();
   if (own && clock > 0) table.checkpoints.insert(clock);
   return absl::OkStatus();
 }
 
-void SparseTables::Publish(Table& table) const {
+void SparseTables::Table::Publish() {
   TableStatus st;
-  st.set_name(table.rows.config().name);
-  st.set_rows(table.rows.num_rows());
-  const int64_t row_bytes = table.rows.row_bytes();
-  st.set_bytes(table.rows.num_rows() * row_bytes);
-  const TableRows where = table.rows.rows();
+  st.set_name(rows.config().name);
+  st.set_rows(rows.num_rows());
+  const int64_t row_bytes = rows.row_bytes();
+  st.set_bytes(rows.num_rows() * row_bytes);
+  const TableRows where = rows.rows();
   st.set_rows_resident(where.resident);
   st.set_rows_on_disk(where.on_disk);
-  st.set_resident_bytes(table.rows.memory_bytes());
+  st.set_resident_bytes(rows.memory_bytes());
   st.set_disk_bytes(where.on_disk * row_bytes);
   st.set_rows_spilled(where.spilled);
   st.set_rows_loaded(where.loaded);
   st.set_rows_created(where.created);
   st.set_rows_expired(where.expired);
   st.set_rows_dropped(where.dropped);
-  st.set_rows_pulled(table.rows_pulled);
-  st.set_rows_pushed(table.rows_pushed);
-  st.set_updates(table.rows.updates());
-  st.set_refused(table.refused);
-  st.set_nonfinite_skipped(table.nonfinite_skipped);
-  st.set_consistency(consistency_);
-  st.set_clock(table.clocks.MinApplied());
-  absl::MutexLock lock(&table.status_mu);
-  table.published = std::move(st);
+  st.set_rows_pulled(rows_pulled);
+  st.set_rows_pushed(rows_pushed);
+  st.set_updates(rows.updates());
+  st.set_refused(refused);
+  st.set_nonfinite_skipped(nonfinite_skipped);
+  st.set_consistency(consistency);
+  st.set_clock(clocks.MinApplied());
+  absl::MutexLock lock(&status_mu);
+  published = std::move(st);
 }
 
 std::vector<TableStatus> SparseTables::Status() const {

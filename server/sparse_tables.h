@@ -11,7 +11,7 @@
 // (JobSpec.replicas) a server holds a part of each table per home server
 // it holds (HeldHomes: its own, and the previous server's standby copy);
 // a served part's every change goes to its standby through a TableSink,
-// which replays it (server/sparse_tables_replicas.cc). Knows nothing of
+// which replays it (server/sparse_tables_standby.cc). Knows nothing of
 // gRPC: server/ps_service.cc is the glue.
 #ifndef PSTRAIN_SERVER_SPARSE_TABLES_H_
 #define PSTRAIN_SERVER_SPARSE_TABLES_H_
@@ -37,7 +37,8 @@
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
 #include "server/nonfinite.h"
-#include "server/replica_state.h"
+#include "server/standby_part.h"
+#include "server/standby_parts.h"
 #include "server/sparse_table.h"
 
 namespace pstrain {
@@ -139,13 +140,13 @@ class SparseTables {
   // exists): they no longer count in CheckpointClock.
   void ForgetCheckpointsBefore(int64_t clock);
 
-  // Standby replicas (server/sparse_tables_replicas.cc), as ChunkStore's:
-  // where served parts' changes go (null: nowhere; before the job starts).
+  // Standby (server/sparse_tables_standby.cc), as ChunkStore's: where
+  // served parts' changes go (null: nowhere; before the job starts).
   void SetSink(TableSink* sink) { sink_ = sink; }
-  // The parts of the homes `serving` says are served here, the others
-  // standby copies; `shipped`: a standby to wait for. True if a part
-  // changed roles.
-  bool SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped);
+  // Its parts as standby parts (roles, copies forgotten, what Status
+  // reports: server/standby_parts.h).
+  StandbyParts& standby() { return standby_; }
+  const StandbyParts& standby() const { return standby_; }
   // Whether worker `worker`'s push of `clock` to `home`'s part of `table`
   // is held by the part's standby (true without replicas); false once the
   // part is no longer served here.
@@ -163,12 +164,6 @@ class SparseTables {
   // already; *need_full when it cannot follow. INVALID_ARGUMENT for a
   // malformed change, FAILED_PRECONDITION for a part served here.
   absl::Status Mirror(int home, const TableUpdate& update, bool* need_full);
-  bool StandbyFilled() const;      // every standby copy filled
-  int64_t ReplicationLag() const;  // served changes not yet confirmed
-  void ForgetCopies();             // every standby copy is stale
-  // A replacement whose parts are served elsewhere: every part a standby
-  // copy, stale, of `generation`.
-  void JoinAsStandby(int64_t generation);
 
   // Per table, in the job's order: this server's own part.
   std::vector<TableStatus> Status() const;
@@ -192,30 +187,29 @@ class SparseTables {
     std::vector<float> sum;
     int64_t samples = 0;
   };
-  struct Table {
-    Table(TableConfig config, uint64_t num_ids, int workers, int home)
-        : home(home),
+  // Every worker takes part in its clocks.
+  struct Table : StandbyPart {
+    Table(TableConfig config, uint64_t num_ids, int workers, int home, Consistency consistency)
+        : StandbyPart(std::vector<bool>(workers, true)),
+          home(home),
           num_ids(num_ids),
           width(config.width),
           state_floats(config.optimizer.StateFloats(config.width)),
-          rows(std::move(config)),
-          clocks(std::vector<bool>(workers, true)) {}
+          consistency(consistency),
+          rows(std::move(config)) {}
     const int home;          // the server whose rows these are
     const uint64_t num_ids;  // 0: any id
     const int width;
     const int state_floats;  // a row's optimizer state
-    mutable absl::Mutex mu;
+    const Consistency consistency;  // the tables' (BSP, SSP or ASP)
     SparseTable rows ABSL_GUARDED_BY(mu);
-    ChunkClocks clocks ABSL_GUARDED_BY(mu);  // every worker takes part
-    Round round ABSL_GUARDED_BY(mu);         // BSP only
+    Round round ABSL_GUARDED_BY(mu);  // BSP only
     int64_t checkpoint_tried ABSL_GUARDED_BY(mu) = 0;  // the newest clock written or tried
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
     int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t nonfinite_skipped ABSL_GUARDED_BY(mu) = 0;  // pushes the finiteness rule skipped
-    int64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the state held (Restore)
-    ReplicaState replica ABSL_GUARDED_BY(mu);    // standby replicas
-    bool adopted ABSL_GUARDED_BY(mu) = false;    // served since promoted from a copy
+    bool adopted ABSL_GUARDED_BY(mu) = false;  // served since promoted from a copy
     // What Status and CheckpointClock read, under a lock of its own, so
     // that neither waits while `mu` is held for long (a checkpoint being
     // written): the table's status as of its last change, and the clocks
@@ -223,6 +217,15 @@ class SparseTables {
     mutable absl::Mutex status_mu ABSL_ACQUIRED_AFTER(mu);
     TableStatus published ABSL_GUARDED_BY(status_mu);
     std::set<int64_t> checkpoints ABSL_GUARDED_BY(status_mu);
+
+    // Copies the table's status to what Status reads: after every change.
+    void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void Promoted() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      round = Round();
+      adopted = true;
+    }
+    void Joined() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { adopted = false; }
+    void Touched() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { Publish(); }
   };
 
   // `home`'s part of the table named `name` for `worker`'s request, or
@@ -275,8 +278,6 @@ class SparseTables {
   void CloseRound(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // The table's clock moved: expiry, and its checkpoint when one is due.
   void Advanced(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
-  // Copies the table's status to what Status reads: after every change.
-  void Publish(Table& table) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
 
   const int server_;
   const int servers_;
@@ -289,6 +290,7 @@ class SparseTables {
   // with replicas the standby copy it keeps).
   std::map<std::string, std::map<int, std::unique_ptr<Table>>, std::less<>> tables_;
   std::atomic<TableSink*> sink_{nullptr};
+  StandbyParts standby_;  // over tables_' parts
   std::atomic<int64_t> refused_{0};
   NonfiniteRule nonfinite_;
   std::string checkpoint_dir_;

@@ -1,8 +1,8 @@
-// SparseTables' standby replicas (JobSpec.replicas), as ChunkStore's
-// (server/chunk_store_replicas.cc): which parts are served here and which
-// are standby copies, each served part's changes shipped to its standby in
-// order (Ship), the standby's confirmations, and a copy replaying its
-// primary's changes (Mirror). A change is what the rows' optimizer took
+// SparseTables' standby (JobSpec.replicas), as ChunkStore's
+// (server/chunk_store_standby.cc): each served part's changes shipped to
+// its standby in order (Ship), the standby's confirmations, and a copy
+// replaying its primary's changes (Mirror); the roles and what every part
+// does alike are server/standby_parts.h's. A change is what the rows' optimizer took
 // -- the ids and their gradients -- and the copy takes it through the very
 // SparseTable code the primary ran, so admission, spilling and the update
 // count follow by themselves and the rows stay bit for bit the primary's.
@@ -36,20 +36,19 @@ std::vector<float> Floats(const std::string& bytes) {
 
 void SparseTables::Ship(Table& table, bool step, absl::Span<const uint64_t> ids,
                         absl::Span<const float> grads, bool failed) {
-  if (!table.replica.serving) return;
-  ++table.replica.version;
   TableSink* sink = sink_.load();
-  if (!table.replica.shipped || sink == nullptr) {  // nothing to wait for
-    table.replica.ConfirmAll(table.clocks.applied());
-    return;
-  }
-  if (failed) {  // not an update the standby could replay: the whole state goes
-    sink->NeedWholeTable(table.home, table.rows.config().name);
-    return;
+  switch (table.standby.Changed(sink != nullptr, failed, table.clocks.applied())) {
+    case StandbyState::Ship::kNothing:
+      return;
+    case StandbyState::Ship::kWhole:  // not an update the standby could replay
+      sink->NeedWholeTable(table.home, table.rows.config().name);
+      return;
+    case StandbyState::Ship::kChange:
+      break;
   }
   TableUpdate u;
   u.set_table(table.rows.config().name);
-  u.set_version(table.replica.version);
+  u.set_version(table.standby.version);
   u.set_step(step);
   if (step) {
     u.mutable_ids()->Add(ids.begin(), ids.end());
@@ -69,32 +68,11 @@ absl::Status SparseTables::MakeMissing(Table& table, absl::Span<const uint64_t> 
   return absl::OkStatus();
 }
 
-bool SparseTables::SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped) {
-  bool changed = false;
-  for (auto& [name, parts] : tables_) {
-    for (auto& [home, table] : parts) {
-      const bool serve = home < static_cast<int>(serving.size()) && serving[home];
-      const bool ship = serve && home < static_cast<int>(shipped.size()) && shipped[home];
-      absl::MutexLock lock(&table->mu);
-      const ReplicaState::RoleChange change =
-          table->replica.SetRole(serve, ship, table->clocks.applied());
-      if (change == ReplicaState::RoleChange::kPromoted) {  // the copy is served from now on
-        table->clocks.SetApplied(table->clocks.applied());
-        table->round = Round();
-        table->adopted = true;
-      }
-      if (change != ReplicaState::RoleChange::kNone) changed = true;
-      Publish(*table);
-    }
-  }
-  return changed;
-}
-
 bool SparseTables::Served(int home, absl::string_view name) const {
   const Table* table = Part(name, home);
   if (table == nullptr) return false;
   absl::MutexLock lock(&table->mu);
-  return table->replica.serving;
+  return table->standby.serving;
 }
 
 bool SparseTables::Replicated(int home, absl::string_view name, int worker, int64_t clock) const {
@@ -102,7 +80,7 @@ bool SparseTables::Replicated(int home, absl::string_view name, int worker, int6
   const Table* table = Part(name, home);
   if (table == nullptr) return true;
   absl::MutexLock lock(&table->mu);
-  return table->replica.Holds(worker, clock);
+  return table->standby.Holds(worker, clock);
 }
 
 void SparseTables::Confirmed(int home, const std::string& name, int64_t version,
@@ -110,17 +88,17 @@ void SparseTables::Confirmed(int home, const std::string& name, int64_t version,
   Table* table = Part(name, home);
   if (table == nullptr) return;
   absl::MutexLock lock(&table->mu);
-  table->replica.Confirm(version, applied);
+  table->standby.Confirm(version, applied);
 }
 
 absl::StatusOr<TableUpdate> SparseTables::FullUpdate(int home, const std::string& name) {
   Table* table = Part(name, home);
   if (table == nullptr) return absl::NotFoundError(absl::StrCat("no part of table ", name));
   absl::MutexLock lock(&table->mu);
-  if (!table->replica.serving) return absl::FailedPreconditionError("not served here");
+  if (!table->standby.serving) return absl::FailedPreconditionError("not served here");
   TableUpdate u;
   u.set_table(name);
-  u.set_version(table->replica.version);
+  u.set_version(table->standby.version);
   u.set_full(true);
   u.set_updates(table->rows.updates());
   u.set_clock(table->rows.clock());
@@ -172,7 +150,7 @@ absl::Status SparseTables::CheckUpdate(const Table& table, const TableUpdate& u)
 }
 
 absl::Status SparseTables::TakeFull(Table& table, const TableUpdate& u) {
-  table.replica.version = -1;  // until every row is in
+  table.standby.version = -1;  // until every row is in
   table.rows.Reset(u.updates(), u.clock());
   if (SeenCounts* seen = table.rows.seen(); seen != nullptr && !u.seen().empty()) {
     std::memcpy(seen->mutable_data(), u.seen().data(), u.seen().size());
@@ -183,7 +161,7 @@ absl::Status SparseTables::TakeFull(Table& table, const TableUpdate& u) {
     RETURN_IF_ERROR(table.rows.Put(u.ids(i), values.data() + i * stride, u.touched(i)));
   }
   table.clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  table.replica.version = u.version();
+  table.standby.version = u.version();
   return absl::OkStatus();
 }
 
@@ -195,7 +173,7 @@ absl::Status SparseTables::Replay(Table& table, const TableUpdate& u) {
     if (st.ok()) st = table.rows.Push(u.ids(), Floats(u.values()));
   }
   table.clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  table.replica.version = u.version();
+  table.standby.version = u.version();
   return st;
 }
 
@@ -209,77 +187,32 @@ absl::Status SparseTables::Mirror(int home, const TableUpdate& u, bool* need_ful
   }
   absl::MutexLock lock(&table->mu);
   RETURN_IF_ERROR(CheckUpdate(*table, u));
-  if (table->replica.serving) {
+  if (table->standby.serving) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replicate: server ", server_, " serves table '", u.table(), "' of server ", home));
   }
   absl::Status st;
-  if (u.full()) {
-    // A whole state older than the copy (a late retry) is held already.
-    if (table->replica.TakesWhole(u.version())) st = TakeFull(*table, u);
-  } else {
-    switch (table->replica.FollowOf(u.version())) {
-      case ReplicaState::Follow::kHeld:
-        break;
-      case ReplicaState::Follow::kNeedWhole:
-        *need_full = true;
-        break;
-      case ReplicaState::Follow::kApply:
-        st = Replay(*table, u);
-        break;
-    }
+  switch (table->standby.TakeOf(u.version(), u.full())) {
+    case StandbyState::Take::kHeld:
+      break;
+    case StandbyState::Take::kNeedWhole:
+      *need_full = true;
+      break;
+    case StandbyState::Take::kWhole:
+      st = TakeFull(*table, u);
+      break;
+    case StandbyState::Take::kApply:
+      st = Replay(*table, u);
+      break;
   }
   // A change the copy could not take whole (its spill file failed): stale
   // until its primary's whole state fills it, never confirmed as held.
-  if (!st.ok()) table->replica.version = -1;
+  if (!st.ok()) table->standby.version = -1;
   // Its clock moves with the primary's (and a copy of this server's own
   // rows writes their checkpoints, as a chunk's copy does).
   Advanced(*table);
-  Publish(*table);
+  table->Publish();
   return st;
-}
-
-bool SparseTables::StandbyFilled() const {
-  for (const auto& [name, parts] : tables_) {
-    for (const auto& [home, table] : parts) {
-      absl::MutexLock lock(&table->mu);
-      if (table->replica.stale()) return false;
-    }
-  }
-  return true;
-}
-
-int64_t SparseTables::ReplicationLag() const {
-  int64_t lag = 0;
-  for (const auto& [name, parts] : tables_) {
-    for (const auto& [home, table] : parts) {
-      absl::MutexLock lock(&table->mu);
-      lag += table->replica.lag();
-    }
-  }
-  return lag;
-}
-
-void SparseTables::ForgetCopies() {
-  for (auto& [name, parts] : tables_) {
-    for (auto& [home, table] : parts) {
-      absl::MutexLock lock(&table->mu);
-      if (!table->replica.serving) table->replica.version = -1;
-    }
-  }
-}
-
-void SparseTables::JoinAsStandby(int64_t generation) {
-  for (auto& [name, parts] : tables_) {
-    for (auto& [home, table] : parts) {
-      absl::MutexLock lock(&table->mu);
-      table->generation = generation;
-      table->replica.serving = false;
-      table->adopted = false;
-      table->replica.version = -1;
-      Publish(*table);
-    }
-  }
 }
 
 }  // namespace pstrain

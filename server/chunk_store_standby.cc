@@ -1,11 +1,11 @@
-// ChunkStore's standby replicas (JobSpec.replicas): which chunks are
-// served here and which are standby copies, each served chunk's changes
+// ChunkStore's standby (JobSpec.replicas): each served chunk's changes
 // shipped to its standby in order (Ship), the standby's confirmations
 // (Confirmed, Replicated), and a standby copy taking its primary's changes
 // (Mirror): an update is applied with the very optimizer step the primary
 // took, so the copy stays bit for bit the primary's (an elementwise
 // optimizer's: Adafactor's sums are refused, common/job_validate.cc). See
-// server/chunk_store.h.
+// server/chunk_store.h; the roles and what every part does alike are
+// server/standby_parts.h's.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -31,20 +31,19 @@ void ChunkStore::FlushShipped() const {
 
 void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const OptimizerSpec* hyper,
                       bool full) {
-  if (!c.replica.serving) return;
-  ++c.replica.version;
   ReplicaSink* sink = sink_.load();
-  if (!c.replica.shipped || sink == nullptr) {  // nothing to wait for
-    c.replica.ConfirmAll(c.clocks.applied());
-    return;
-  }
-  if (full) {  // not a step the standby could take: the whole state goes
-    sink->NeedWhole(c.home, c.id);
-    return;
+  switch (c.standby.Changed(sink != nullptr, full, c.clocks.applied())) {
+    case StandbyState::Ship::kNothing:
+      return;
+    case StandbyState::Ship::kWhole:  // not a step the standby could take
+      sink->NeedWhole(c.home, c.id);
+      return;
+    case StandbyState::Ship::kChange:
+      break;
   }
   ChunkUpdate u;
   u.set_chunk(c.id);
-  u.set_version(c.replica.version);
+  u.set_version(c.standby.version);
   u.set_clock(clock);
   if (grad != nullptr) u.set_grad(FloatBytes(grad, c.layout.weights));
   if (hyper != nullptr) {
@@ -52,23 +51,6 @@ void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const Optimize
   }
   for (int64_t a : c.clocks.applied()) u.add_applied(a);
   sink->Changed(c.home, std::move(u));
-}
-
-bool ChunkStore::SetRoles(const std::vector<bool>& serving, const std::vector<bool>& shipped) {
-  bool changed = false;
-  for (int32_t id : chunk_ids_) {
-    Chunk& c = *Find(id);
-    const bool serve = c.home < static_cast<int>(serving.size()) && serving[c.home];
-    const bool ship = serve && c.home < static_cast<int>(shipped.size()) && shipped[c.home];
-    absl::MutexLock lock(&c.mu);
-    const ReplicaState::RoleChange change = c.replica.SetRole(serve, ship, c.clocks.applied());
-    if (change == ReplicaState::RoleChange::kPromoted) {  // its copy is served from now on
-      c.clocks.SetApplied(c.clocks.applied());
-      c.ClearRound();
-    }
-    if (change != ReplicaState::RoleChange::kNone) changed = true;
-  }
-  return changed;
 }
 
 int ChunkStore::HomeOf(int32_t chunk) const {
@@ -80,7 +62,7 @@ absl::Status ChunkStore::CheckServed(int32_t chunk) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr) return CheckChunk(chunk);
   absl::MutexLock lock(&c->mu);
-  if (c->replica.serving) return absl::OkStatus();
+  if (c->standby.serving) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("server ", server_id_,
                                              " keeps a standby copy of chunk ", chunk,
                                              "; another server serves it now"));
@@ -90,7 +72,7 @@ bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr || job_.replicas() == 0) return true;
   absl::MutexLock lock(&c->mu);
-  return c->replica.Holds(worker, clock);
+  return c->standby.Holds(worker, clock);
 }
 
 bool ChunkStore::PushEarly(int worker, int64_t clock, int64_t generation,
@@ -103,7 +85,7 @@ bool ChunkStore::PushEarly(int worker, int64_t clock, int64_t generation,
     const Chunk* c = Find(id);
     if (c == nullptr) return false;
     absl::MutexLock lock(&c->mu);
-    if (c->generation != generation || !c->replica.serving || !c->pushers[worker] ||
+    if (c->generation != generation || !c->standby.serving || !c->pushers[worker] ||
         !c->clocks.live(worker)) {
       return false;  // refused as any push is
     }
@@ -116,18 +98,18 @@ void ChunkStore::Confirmed(int32_t chunk, int64_t version, const std::vector<int
   Chunk* c = Find(chunk);
   if (c == nullptr) return;
   absl::MutexLock lock(&c->mu);
-  c->replica.Confirm(version, applied);
+  c->standby.Confirm(version, applied);
 }
 
 absl::StatusOr<ChunkUpdate> ChunkStore::FullUpdate(int32_t chunk) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr) return CheckChunk(chunk);
   absl::MutexLock lock(&c->mu);
-  if (!c->replica.serving) return absl::FailedPreconditionError("not served here");
+  if (!c->standby.serving) return absl::FailedPreconditionError("not served here");
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
   ChunkUpdate u;
   u.set_chunk(chunk);
-  u.set_version(c->replica.version);
+  u.set_version(c->standby.version);
   u.set_full(true);
   u.set_weights(FloatBytes(slab.weights(), c->layout.weights));
   // The state arrays as the slab lays them out (with their gaps).
@@ -152,7 +134,7 @@ absl::Status ChunkStore::TakeFull(Chunk& c, const ChunkUpdate& u) {
   c.steps = u.steps();
   c.has_values = u.has_values();
   c.clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  c.replica.version = u.version();
+  c.standby.version = u.version();
   MaybeCheckpoint(c, slab);
   return absl::OkStatus();
 }
@@ -183,21 +165,19 @@ absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> gr
   if (c == nullptr) return CheckChunk(u.chunk());
   RETURN_IF_ERROR(CheckUpdate(u));
   absl::MutexLock lock(&c->mu);
-  if (c->replica.serving) {
+  if (c->standby.serving) {
     return absl::FailedPreconditionError(
         absl::StrCat("replicate: server ", server_id_, " serves chunk ", u.chunk(), " itself"));
   }
-  if (u.full()) {
-    // A whole state older than the copy (a late retry) is held already.
-    return c->replica.TakesWhole(u.version()) ? TakeFull(*c, u) : absl::OkStatus();
-  }
-  switch (c->replica.FollowOf(u.version())) {
-    case ReplicaState::Follow::kHeld:
+  switch (c->standby.TakeOf(u.version(), u.full())) {
+    case StandbyState::Take::kHeld:
       return absl::OkStatus();
-    case ReplicaState::Follow::kNeedWhole:
+    case StandbyState::Take::kNeedWhole:
       *need_full = true;
       return absl::OkStatus();
-    case ReplicaState::Follow::kApply:
+    case StandbyState::Take::kWhole:
+      return TakeFull(*c, u);
+    case StandbyState::Take::kApply:
       break;
   }
   const int64_t n = c->layout.weights;
@@ -212,65 +192,14 @@ absl::Status ChunkStore::Mirror(const ChunkUpdate& u, absl::Span<const float> gr
           /*split=*/false);
   }
   c->clocks.SetApplied({u.applied().begin(), u.applied().end()});
-  c->replica.version = u.version();
+  c->standby.version = u.version();
   MaybeCheckpoint(*c, slab);
   return absl::OkStatus();
 }
 
-bool ChunkStore::StandbyFilled() const {
-  for (const auto& [id, c] : chunks_) {
-    absl::MutexLock lock(&c->mu);
-    if (c->replica.stale()) return false;
-  }
-  return true;
-}
-
-int64_t ChunkStore::ReplicationLag() const {
-  int64_t lag = 0;
-  for (const auto& [id, c] : chunks_) {
-    absl::MutexLock lock(&c->mu);
-    lag += c->replica.lag();
-  }
-  return lag;
-}
-
-std::vector<int> ChunkStore::ServedHomes() const {
-  std::vector<int> out;
-  for (int32_t id : chunk_ids_) {
-    const Chunk& c = *Find(id);
-    absl::MutexLock lock(&c.mu);
-    if (c.replica.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
-  }
-  return out;
-}
-
-std::vector<int> ChunkStore::StandbyHomes() const {
-  std::vector<int> out;
-  for (int32_t id : chunk_ids_) {
-    const Chunk& c = *Find(id);
-    absl::MutexLock lock(&c.mu);
-    if (!c.replica.serving && (out.empty() || out.back() != c.home)) out.push_back(c.home);
-  }
-  return out;
-}
-
-void ChunkStore::ForgetCopies() {
-  for (int32_t id : chunk_ids_) {
-    Chunk& c = *Find(id);
-    absl::MutexLock lock(&c.mu);
-    if (!c.replica.serving) c.replica.version = -1;
-  }
-}
-
 void ChunkStore::JoinAsStandby(int64_t generation) {
   generation_ = generation;
-  for (int32_t id : chunk_ids_) {
-    Chunk& c = *Find(id);
-    absl::MutexLock lock(&c.mu);
-    c.generation = generation;
-    c.replica.serving = false;
-    c.replica.version = -1;
-  }
+  standby_.JoinAsStandby(generation);
 }
 
 }  // namespace pstrain

@@ -52,8 +52,8 @@ struct Cluster {
         alone(alone_job, partition, 0, MakeOptimizer(alone_job.optimizer()).value(), nullptr,
               nullptr) {
     primary.SetReplicaSink(&shipped);
-    primary.SetRoles({true, false}, {true, false});
-    standby.SetRoles({false, true}, {false, false});
+    primary.standby().SetRoles({true, false}, {true, false});
+    standby.standby().SetRoles({false, true}, {false, false});
   }
   // Both workers' pushes of `clock` to chunk 0 of `store` and of the store alone.
   void Push(ChunkStore& store, int64_t clock) {
@@ -108,23 +108,23 @@ TEST(ChunkStoreReplicasTest, APushIsReplicatedOnlyOnceTheStandbyHasItsRound) {
   c.Push(c.primary, 0);
   ASSERT_EQ(c.shipped.updates.size(), 1u);  // the round closed: one change
   EXPECT_FALSE(c.primary.Replicated(0, 0, 0));
-  EXPECT_EQ(c.primary.ReplicationLag(), 1);
+  EXPECT_EQ(c.primary.standby().Lag(), 1);
   c.Deliver();
   EXPECT_TRUE(c.primary.Replicated(0, 0, 0));
   EXPECT_TRUE(c.primary.Replicated(0, 1, 0));
   EXPECT_FALSE(c.primary.Replicated(0, 0, 1));
-  EXPECT_EQ(c.primary.ReplicationLag(), 0);
+  EXPECT_EQ(c.primary.standby().Lag(), 0);
 }
 
 TEST(ChunkStoreReplicasTest, AStandbyCopyFollowsItsPrimaryBitForBit) {
   for (Consistency mode : {BSP, SSP}) {
     Cluster c(mode);
-    EXPECT_FALSE(c.standby.StandbyFilled());  // a copy is filled by its primary
+    EXPECT_FALSE(c.standby.standby().Filled());  // a copy is filled by its primary
     for (int64_t clock = 0; clock < 6; ++clock) {
       c.Push(c.primary, clock);
       c.Deliver();
     }
-    EXPECT_TRUE(c.standby.StandbyFilled());
+    EXPECT_TRUE(c.standby.standby().Filled());
     ExpectSameState(c.primary, c.standby, 0);
     ExpectSameState(c.primary, c.alone, 0);
   }
@@ -190,8 +190,8 @@ TEST(ChunkStoreReplicasTest, APromotedCopyTrainsOnAsTheUndisturbedStore) {
   c.Push(c.primary, 3);
   c.shipped.updates.clear();
   // The standby is promoted (it serves both homes), the primary demoted.
-  ASSERT_TRUE(c.standby.SetRoles({true, true}, {false, false}));
-  ASSERT_TRUE(c.primary.SetRoles({false, false}, {false, false}));
+  ASSERT_TRUE(c.standby.standby().SetRoles({true, true}, {false, false}));
+  ASSERT_TRUE(c.primary.standby().SetRoles({false, false}, {false, false}));
   EXPECT_EQ(c.primary.CheckServed(0).code(), absl::StatusCode::kUnavailable);
   // What clock 3's pushes gave the demoted chunk never reached the new
   // primary: their answers must send them there, not acknowledge them.

@@ -1,4 +1,4 @@
-// SparseTables' standby replicas (server/sparse_tables_replicas.cc): a
+// SparseTables' standby replicas (server/sparse_tables_standby.cc): a
 // primary's parts shipped to a standby copy, which replays them into the
 // very rows (admission and spilling included), the acknowledgement that
 // waits for the copy, a change that does not follow the copy answered by
@@ -59,8 +59,8 @@ struct Pair {
   explicit Pair(const JobSpec& job) : primary(job, 0, 2), standby(job, 1, 2) {
     primary.SetSink(&sink);
     // Routes: each server serves its own rows; each ships to the other.
-    primary.SetRoles({true, false}, {true, false});
-    standby.SetRoles({false, true}, {false, false});
+    primary.standby().SetRoles({true, false}, {true, false});
+    standby.standby().SetRoles({false, true}, {false, false});
   }
   // Hands every change shipped so far to the standby; the changes it
   // could not follow are answered with the whole state. Confirms them.
@@ -153,16 +153,16 @@ TEST(SparseTablesReplicasTest, TheStandbyReplaysEveryChangeIntoTheSameRows) {
     for (const char* table : {kAdmitted, kPlain}) {
       SCOPED_TRACE(absl::StrCat(consistency, " ", table));
       Pair p(Job(consistency, table));
-      EXPECT_FALSE(p.standby.StandbyFilled());  // filled by its primary
+      EXPECT_FALSE(p.standby.standby().Filled());  // filled by its primary
       Train(p, 0, 12);
-      EXPECT_TRUE(p.standby.StandbyFilled());
-      EXPECT_EQ(p.primary.ReplicationLag(), 0);
+      EXPECT_TRUE(p.standby.standby().Filled());
+      EXPECT_EQ(p.primary.standby().Lag(), 0);
       if (table == kAdmitted) {  // admission and spilling were exercised
         EXPECT_GT(p.primary.Status()[0].rows_on_disk(), 0);
         EXPECT_GT(p.primary.Status()[0].rows_dropped(), 0);
       }
       // Promoted (server 0 died): the copy serves, and holds the same rows.
-      p.standby.SetRoles({true, true}, {false, false});
+      p.standby.standby().SetRoles({true, true}, {false, false});
       ExpectSame(p.primary, p.standby);
       EXPECT_GT(RowsOf(p.standby).rows.size(), 10u);
     }
@@ -176,11 +176,11 @@ TEST(SparseTablesReplicasTest, APushIsReplicatedOnlyOnceTheStandbyConfirmedIt) {
   ASSERT_TRUE(p.primary.Pull(0, 0, "t", 0, ids, &rows).ok());
   ASSERT_TRUE(p.primary.Push(0, 0, "t", 0, 0, 1, ids, Grads(ids.size(), 0, 0)).ok());
   EXPECT_FALSE(p.primary.Replicated(0, "t", 0, 0));
-  EXPECT_EQ(p.primary.ReplicationLag(), 1);
+  EXPECT_EQ(p.primary.standby().Lag(), 1);
   p.Deliver();
   EXPECT_TRUE(p.primary.Replicated(0, "t", 0, 0));
   EXPECT_FALSE(p.primary.Replicated(0, "t", 0, 1));
-  EXPECT_EQ(p.primary.ReplicationLag(), 0);
+  EXPECT_EQ(p.primary.standby().Lag(), 0);
   // A copy is not served: its pulls and pushes are UNAVAILABLE (retried
   // where the routes say), a row of no held home INVALID_ARGUMENT.
   EXPECT_EQ(p.standby.Pull(0, 0, "t", 0, ids, &rows).code(), absl::StatusCode::kUnavailable);
@@ -192,10 +192,10 @@ TEST(SparseTablesReplicasTest, APushIsReplicatedOnlyOnceTheStandbyConfirmedIt) {
 TEST(SparseTablesReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState) {
   Pair p(Job("SSP", kAdmitted));
   Train(p, 0, 3);
-  p.standby.ForgetCopies();  // stale, as a server back from a freeze
-  EXPECT_FALSE(p.standby.StandbyFilled());
+  p.standby.standby().ForgetCopies();  // stale, as a server back from a freeze
+  EXPECT_FALSE(p.standby.standby().Filled());
   Train(p, 3, 5);  // the next change asks for the whole state, which follows
-  EXPECT_TRUE(p.standby.StandbyFilled());
+  EXPECT_TRUE(p.standby.standby().Filled());
   // A late change already held changes nothing; a malformed one is refused.
   absl::StatusOr<TableUpdate> old = p.primary.FullUpdate(0, "t");
   ASSERT_TRUE(old.ok());
@@ -224,10 +224,10 @@ TEST(SparseTablesReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeSta
   bad.add_touched(0);
   bad.set_values(old->values() + old->values().substr(0, old->values().size() / old->ids_size()));
   EXPECT_EQ(p.standby.Mirror(0, bad, &need_full).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(p.standby.StandbyFilled());
+  EXPECT_FALSE(p.standby.standby().Filled());
   Train(p, 5, 6);
-  EXPECT_TRUE(p.standby.StandbyFilled());
-  p.standby.SetRoles({true, true}, {false, false});
+  EXPECT_TRUE(p.standby.standby().Filled());
+  p.standby.standby().SetRoles({true, true}, {false, false});
   ExpectSame(p.primary, p.standby);
 }
 
@@ -239,7 +239,7 @@ TEST(SparseTablesReplicasTest, APromotedCopyTakesPushesOfRowsPulledFromItsPrimar
   const std::vector<uint64_t> fresh = Mine(400, 300);
   std::vector<float> pulled, again;
   ASSERT_TRUE(p.primary.Pull(0, 0, "t", 0, fresh, &pulled).ok());
-  p.standby.SetRoles({true, true}, {false, false});
+  p.standby.standby().SetRoles({true, true}, {false, false});
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(p.standby.Push(w, 0, "t", 0, 2, 1, fresh, Grads(fresh.size(), 2, w)).ok());
     ASSERT_TRUE(p.primary.Push(w, 0, "t", 0, 2, 1, fresh, Grads(fresh.size(), 2, w)).ok());
