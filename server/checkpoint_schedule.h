@@ -2,13 +2,17 @@
 // checkpoint: once its clock (every live worker's updates applied) reaches
 // a multiple of `every`, or the clock the scheduler asked for outside the
 // schedule (psctl checkpoint and drain, carried by the workers' pushes as
-// PushRequest.checkpoint_clock), once per clock. One rule for the chunks
-// and the tables (server/shard.h owns it). No I/O.
+// PushRequest.checkpoint_clock), once per clock; and a failed write
+// logged once for all of them. One rule for the chunks and the tables
+// (server/shard.h owns it). No I/O.
 #ifndef PSTRAIN_SERVER_CHECKPOINT_SCHEDULE_H_
 #define PSTRAIN_SERVER_CHECKPOINT_SCHEDULE_H_
 
 #include <atomic>
 #include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace pstrain {
 
@@ -33,10 +37,15 @@ class CheckpointSchedule {
     if (every_ <= 0 || clock <= 0 || clock <= last) return false;
     return clock % every_ == 0 || clock == asked_.load(std::memory_order_relaxed);
   }
+  // `part`'s (a chunk's or table's name) write of `clock` failed with `st`:
+  // logged the first time only (the server's Status reports the clock it
+  // has complete).
+  void Failed(absl::string_view part, int64_t clock, const absl::Status& st) const;
 
  private:
   const int64_t every_;
   std::atomic<int64_t> asked_{0};
+  mutable std::atomic<bool> failure_logged_{false};
 };
 
 }  // namespace pstrain

@@ -38,14 +38,15 @@ ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
 // The push's chunks without a gradient (PushRequest.without_gradient) as
 // parts after those with payloads; INVALID_ARGUMENT for initial values that
 // name any, or a chunk named twice (with a payload too).
-grpc::Status TakeAbsent(const PushHeader& h, ChunkStore::PushRequest* push) {
-  if (h.without_gradient.empty()) return grpc::Status::OK;
-  if (h.initial_values) return InvalidArgument("push: initial values name chunks without a gradient");
+absl::Status TakeAbsent(const PushHeader& h, ChunkStore::PushRequest* push) {
+  if (h.without_gradient.empty()) return absl::OkStatus();
+  if (h.initial_values)
+    return absl::InvalidArgumentError("push: initial values name chunks without a gradient");
   std::vector<int32_t> named = h.without_gradient;
   for (const ChunkStore::PushRequest::Part& part : push->parts) named.push_back(part.chunk);
   std::sort(named.begin(), named.end());
   if (const auto twice = std::adjacent_find(named.begin(), named.end()); twice != named.end()) {
-    return InvalidArgument(absl::StrCat("push: chunk ", *twice, " is named twice"));
+    return absl::InvalidArgumentError(absl::StrCat("push: chunk ", *twice, " is named twice"));
   }
   for (int32_t chunk : h.without_gradient) {
     ChunkStore::PushRequest::Part part;
@@ -53,7 +54,7 @@ grpc::Status TakeAbsent(const PushHeader& h, ChunkStore::PushRequest* push) {
     part.absent = true;
     push->parts.push_back(part);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -72,41 +73,39 @@ ChunkRequests::ChunkRequests(std::shared_ptr<ChunkStore> store, int64_t total_cl
                  ? std::make_unique<PullViews>(store_->job().compression())
                  : nullptr) {}
 
-grpc::Status ChunkRequests::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const {
+absl::Status ChunkRequests::Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const {
   *segment = shm_ == nullptr ? nullptr : shm_->Find(id);
   if (*segment == nullptr) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("no shared-memory segment ", id, " here"));
+    return absl::NotFoundError(absl::StrCat("no shared-memory segment ", id, " here"));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+absl::Status ChunkRequests::GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   OpenShmRequest req;
-  if (!ParseSmall(raw, &req)) return InvalidArgument("open_shm: the request is not an OpenShmRequest");
+  if (!ParseSmall(raw, &req))
+    return absl::InvalidArgumentError("open_shm: the request is not an OpenShmRequest");
   if (shm_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "shared memory is turned off on this server (--shm=off)");
+    return absl::FailedPreconditionError("shared memory is turned off on this server (--shm=off)");
   }
   if (req.boot_id() != boot_id_) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the server runs on another host: no shared memory");
+    return absl::FailedPreconditionError("the server runs on another host: no shared memory");
   }
   absl::StatusOr<std::string> ticket = shm_->Issue(shm_layout_.segment_bytes());
-  if (!ticket.ok()) return ToGrpc(ticket.status());
+  if (!ticket.ok()) return ticket.status();
   OpenShmResponse response;
   response.set_socket_name(shm_->socket_name());
   response.set_ticket(*ticket);
   response.set_segment_bytes(shm_layout_.segment_bytes());
   *resp = SerializeSmall(response);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compressed,
+absl::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compressed,
                                          std::vector<PayloadRef>* chunks) const {
   for (PayloadRef& c : *chunks) {
     if (c.bytes != 0 || !shm_layout_.Has(c.chunk)) {
-      return InvalidArgument(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "push: chunk ", c.chunk,
           c.bytes != 0 ? " has a payload in a shared-memory push" : " is not this server's"));
     }
@@ -115,47 +114,44 @@ grpc::Status ChunkRequests::PlaceInSlots(int width, const CompressedPush& compre
     c.bytes = static_cast<size_t>(compressed.Compresses(numel) ? compressed.EncodedBytes(numel)
                                                                : numel * width);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segment,
+absl::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segment,
                                  PushTaken* taken, PushTaken* early) {
   if (early != nullptr) *early = PushTaken();
   SliceReader reader(req);
   PushHeader h;
   std::vector<PayloadRef> chunks;
-  if (const absl::Status st = DecodePush(reader, &h, &chunks); !st.ok()) return ToGrpc(st);
-  if (!DType_IsValid(h.dtype)) return InvalidArgument(absl::StrCat("push: unknown dtype ", h.dtype));
+  RETURN_IF_ERROR(DecodePush(reader, &h, &chunks));
+  if (!DType_IsValid(h.dtype))
+    return absl::InvalidArgumentError(absl::StrCat("push: unknown dtype ", h.dtype));
   const int width = DTypeSize(h.dtype);
   ChunkStore::PushRequest push = PushRequestOf(h);
   if (!h.hyper.empty()) {
     auto hyper = std::make_shared<OptimizerSpec>();
-    if (!hyper->ParseFromString(h.hyper)) return InvalidArgument("push: malformed hyperparameters");
+    if (!hyper->ParseFromString(h.hyper))
+      return absl::InvalidArgumentError("push: malformed hyperparameters");
     push.hyper = std::move(hyper);
   }
   CompressedPush compressed;
-  if (const absl::Status st = compressed.Parse(h.compression, store_->job().compression());
-      !st.ok()) {
-    return ToGrpc(st);
-  }
+  RETURN_IF_ERROR(compressed.Parse(h.compression, store_->job().compression()));
   if (compressed.active() && h.initial_values) {
-    return InvalidArgument("push: initial values go dense, not compressed");
+    return absl::InvalidArgumentError("push: initial values go dense, not compressed");
   }
   if (h.checkpoint_clock > 0 && on_checkpoint_asked_) on_checkpoint_asked_(h.checkpoint_clock);
   std::shared_ptr<ShmSegment> segment;  // held until the push is applied
   if (bell_segment != 0 && h.shm_segment != bell_segment) {
-    return InvalidArgument("push: a frame on a segment's socket names another segment");
+    return absl::InvalidArgumentError("push: a frame on a segment's socket names another segment");
   }
   if (h.shm_segment != 0) {
-    if (const grpc::Status st = Segment(h.shm_segment, &segment); !st.ok()) return st;
-    if (const grpc::Status st = PlaceInSlots(width, compressed, &chunks); !st.ok()) return st;
+    RETURN_IF_ERROR(Segment(h.shm_segment, &segment));
+    RETURN_IF_ERROR(PlaceInSlots(width, compressed, &chunks));
   }
   const PayloadSource source{h.dtype, segment.get(), &reader};
   int64_t bytes = 0;
-  if (const grpc::Status st = TakeParts(source, chunks, &compressed, &push, &bytes); !st.ok()) {
-    return st;
-  }
-  if (const grpc::Status st = TakeAbsent(h, &push); !st.ok()) return st;
+  RETURN_IF_ERROR(TakeParts(source, chunks, &compressed, &push, &bytes));
+  RETURN_IF_ERROR(TakeAbsent(h, &push));
   // Values in the slots are read by any thread; a message's through its one reader.
   push.parts_in_parallel = segment != nullptr;
   // The store checks the whole request before it asks for any part's
@@ -175,7 +171,7 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
         *early = PushTaken{push.worker, push.clock, push.generation, std::move(ids)};
       }
     }
-    return ToGrpc(st);
+    return st;
   }
   if (taken != nullptr && !push.initial_values) {
     taken->worker = push.worker;
@@ -187,7 +183,7 @@ grpc::Status ChunkRequests::Push(const grpc::ByteBuffer& req, uint64_t bell_segm
   counters_->bytes_in += bytes;
   if (segment != nullptr) counters_->shm_bytes += bytes;
   ++counters_->pushes;
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 namespace {
@@ -228,7 +224,7 @@ absl::Span<const float> ChunkRequests::PayloadSource::Values(const PayloadRef& c
   return absl::MakeConstSpan(grad_buffer.data(), numel);
 }
 
-grpc::Status ChunkRequests::TakeParts(const PayloadSource& source,
+absl::Status ChunkRequests::TakeParts(const PayloadSource& source,
                                       const std::vector<PayloadRef>& chunks,
                                       CompressedPush* compressed, ChunkStore::PushRequest* push,
                                       int64_t* bytes) const {
@@ -237,20 +233,20 @@ grpc::Status ChunkRequests::TakeParts(const PayloadSource& source,
     const PayloadRef& c = chunks[i];
     const int64_t numel = store_->ChunkNumel(c.chunk);
     if (compressed->Compresses(numel)) {  // decoded now: the store sees values
-      const absl::Status st =
-          compressed->Decode(i, c.chunk, source.Bytes(c), static_cast<int64_t>(c.bytes), numel);
-      if (!st.ok()) return ToGrpc(st);
+      RETURN_IF_ERROR(
+          compressed->Decode(i, c.chunk, source.Bytes(c), static_cast<int64_t>(c.bytes), numel));
       push->parts.push_back({c.chunk, numel, static_cast<int64_t>(c.bytes)});
     } else if (c.bytes % width != 0) {
-      return InvalidArgument(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes, " bytes, not whole ",
-                                  DTypeName(source.dtype), " values"));
+      return absl::InvalidArgumentError(absl::StrCat("push: chunk ", c.chunk, " has ", c.bytes,
+                                                     " bytes, not whole ", DTypeName(source.dtype),
+                                                     " values"));
     } else {
       push->parts.push_back(
           {c.chunk, static_cast<int64_t>(c.bytes / width), static_cast<int64_t>(c.bytes)});
     }
     *bytes += static_cast<int64_t>(c.bytes);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 bool ChunkRequests::Readable(const PullRequest& req) const {
@@ -268,19 +264,18 @@ int64_t ChunkRequests::ReplyBytes(const PullRequest& req) const {
   return bytes;
 }
 
-grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* resp) {
+absl::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* resp) {
   const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
   std::shared_ptr<ShmSegment> segment;  // the payloads go there instead
   std::optional<absl::MutexLock> writing;
   if (req.shm_segment() != 0) {
-    if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
+    RETURN_IF_ERROR(Segment(req.shm_segment(), &segment));
     writing.emplace(&segment->pull_mu);
     // Only the newest attempt writes (its worker no longer reads an older one's answer).
     uint64_t newest = segment->newest_pull.load();
     do {
       if (req.shm_sequence() < newest) {
-        return grpc::Status(grpc::StatusCode::ABORTED,
-                            "pull: a newer pull of this worker's was answered");
+        return absl::AbortedError("pull: a newer pull of this worker's was answered");
       }
     } while (!segment->newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
   }
@@ -305,7 +300,7 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
   }
   if (unknown.views_unknown_size() > 0) {
     *resp = SerializeSmall(unknown);
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
   PulledClocks clocks;  // of every chunk
   absl::Status read;
@@ -332,12 +327,12 @@ grpc::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
       clocks, compressed ? &pulled : nullptr);
   if (!read.ok()) {  // the chunks' memory failed: the server is failing
     resp->Clear();
-    return ToGrpc(absl::UnavailableError(absl::StrCat("pull: ", read.message())));
+    return absl::UnavailableError(absl::StrCat("pull: ", read.message()));
   }
   counters_->bytes_out += bytes;
   if (segment != nullptr) counters_->shm_bytes += bytes;
   ++counters_->pulls;
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 absl::Status ChunkRequests::ReadCompressed(const PullRequest& req, int32_t chunk,
@@ -353,106 +348,106 @@ absl::Status ChunkRequests::ReadCompressed(const PullRequest& req, int32_t chunk
   return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const {
+absl::Status ChunkRequests::CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const {
   const ChunkStore& s = *store_;
   const int64_t total_clocks = total_clocks_;
   // A pull names each of this server's chunks at most once: ~16 bytes each,
   // and a compressed pull a view of each: 10 more.
   const size_t limit = 64 + 26 * s.chunk_ids().size();
   if (raw.Length() > limit) {
-    return InvalidArgument(absl::StrCat("pull: a request of ", raw.Length(), " bytes for a server of ",
-                                s.chunk_ids().size(), " chunks"));
+    return absl::InvalidArgumentError(absl::StrCat("pull: a request of ", raw.Length(),
+                                                   " bytes for a server of ", s.chunk_ids().size(),
+                                                   " chunks"));
   }
-  if (!ParseSmall(raw, req)) return InvalidArgument("pull: malformed request");
+  if (!ParseSmall(raw, req)) return absl::InvalidArgumentError("pull: malformed request");
   if (!DType_IsValid(req->dtype())) {
-    return InvalidArgument(absl::StrCat("pull: unknown dtype ", req->dtype()));
+    return absl::InvalidArgumentError(absl::StrCat("pull: unknown dtype ", req->dtype()));
   }
-  if (req->chunks_size() == 0) return InvalidArgument("pull: no chunks");
+  if (req->chunks_size() == 0) return absl::InvalidArgumentError("pull: no chunks");
   if (req->held_size() > 0 &&
       (views_ == nullptr || req->held_size() != req->chunks_size() || req->dtype() != FP32)) {
-    return InvalidArgument(views_ == nullptr ? "pull: views in a job without compressed pulls"
-                                     : "pull: a view for each chunk, and fp32, or none");
+    return absl::InvalidArgumentError(views_ == nullptr
+                                          ? "pull: views in a job without compressed pulls"
+                                          : "pull: a view for each chunk, and fp32, or none");
   }
   if (req->worker_id() < 0 || req->worker_id() >= s.num_workers()) {
-    return InvalidArgument(absl::StrCat("pull: unknown worker ", req->worker_id()));
+    return absl::InvalidArgumentError(absl::StrCat("pull: unknown worker ", req->worker_id()));
   }
   if (req->clock() < 0 || req->clock() > total_clocks) {
-    return InvalidArgument(absl::StrCat("pull: clock ", req->clock(), " outside [0, ", total_clocks, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull: clock ", req->clock(), " outside [0, ", total_clocks, "]"));
   }
   if (req->min_clock() < 0 || req->min_clock() > total_clocks) {
-    return InvalidArgument(
+    return absl::InvalidArgumentError(
         absl::StrCat("pull: min_clock ", req->min_clock(), " outside [0, ", total_clocks, "]"));
   }
   for (int32_t chunk : req->chunks()) {
     const absl::Status st = s.CheckServed(chunk);
-    if (!st.ok()) return ToGrpc(st);
+    if (!st.ok()) return st;
   }
   // Each chunk at most once, so that the reply is never larger than the
   // server's weights.
   std::vector<int32_t> ids(req->chunks().begin(), req->chunks().end());
   std::sort(ids.begin(), ids.end());
   if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
-    return InvalidArgument("pull: a chunk is named twice");
+    return absl::InvalidArgumentError("pull: a chunk is named twice");
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+absl::Status ChunkRequests::ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   ReadStateRequest req;
-  if (!ParseSmall(raw, &req)) return InvalidArgument("read state: the request is not a ReadStateRequest");
-  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
-    return ToGrpc(st);
-  }
+  if (!ParseSmall(raw, &req))
+    return absl::InvalidArgumentError("read state: the request is not a ReadStateRequest");
+  RETURN_IF_ERROR(store_->CheckGeneration(req.generation()));
   ReadStateResponse out;
   for (int32_t chunk : req.chunks()) {
-    if (const absl::Status st = store_->CheckServed(chunk); !st.ok()) return ToGrpc(st);
-    if (const absl::Status st = store_->ReadState(chunk, out.add_chunks()); !st.ok()) {
-      return ToGrpc(st);
-    }
+    RETURN_IF_ERROR(store_->CheckServed(chunk));
+    RETURN_IF_ERROR(store_->ReadState(chunk, out.add_chunks()));
   }
   *resp = SerializeSmall(out);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+absl::Status ChunkRequests::WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   WriteStateRequest req;
-  if (!ParseSmall(raw, &req)) return InvalidArgument("write state: the request is not a WriteStateRequest");
-  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
-    return ToGrpc(st);
+  if (!ParseSmall(raw, &req))
+    return absl::InvalidArgumentError("write state: the request is not a WriteStateRequest");
+  RETURN_IF_ERROR(store_->CheckGeneration(req.generation()));
+  for (const ChunkState& state : req.chunks()) {
+    RETURN_IF_ERROR(store_->CheckServed(state.chunk()));
   }
   for (const ChunkState& state : req.chunks()) {
-    if (const absl::Status st = store_->CheckServed(state.chunk()); !st.ok()) return ToGrpc(st);
-  }
-  for (const ChunkState& state : req.chunks()) {
-    if (const absl::Status st = store_->WriteState(state); !st.ok()) return ToGrpc(st);
+    RETURN_IF_ERROR(store_->WriteState(state));
   }
   *resp = SerializeSmall(WriteStateResponse());
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ChunkRequests::OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
+absl::Status ChunkRequests::OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const {
   OfferViewsRequest req;
-  if (!ParseSmall(raw, &req)) return InvalidArgument("offer views: the request is not an OfferViewsRequest");
-  if (views_ == nullptr) return InvalidArgument("offer views: this job's pulls are not compressed");
+  if (!ParseSmall(raw, &req))
+    return absl::InvalidArgumentError("offer views: the request is not an OfferViewsRequest");
+  if (views_ == nullptr)
+    return absl::InvalidArgumentError("offer views: this job's pulls are not compressed");
   if (req.worker_id() < 0 || req.worker_id() >= store_->num_workers()) {
-    return InvalidArgument(absl::StrCat("offer views: worker ", req.worker_id(), " is not of the job"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("offer views: worker ", req.worker_id(), " is not of the job"));
   }
-  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
-    return ToGrpc(st);
+  RETURN_IF_ERROR(store_->CheckGeneration(req.generation()));
+  for (const HeldView& view : req.views()) {
+    RETURN_IF_ERROR(store_->CheckChunk(view.chunk()));
+    RETURN_IF_ERROR(store_->CheckServed(view.chunk()));
   }
   for (const HeldView& view : req.views()) {
-    if (const absl::Status st = store_->CheckChunk(view.chunk()); !st.ok()) return ToGrpc(st);
-    if (const absl::Status st = store_->CheckServed(view.chunk()); !st.ok()) return ToGrpc(st);
-  }
-  for (const HeldView& view : req.views()) {
-    const absl::Status st = views_->Offer(
-        view.chunk(), req.worker_id(), view.id(),
-        std::vector<float>(view.weights().begin(), view.weights().end()),
-        store_->ChunkNumel(view.chunk()));
-    if (!st.ok()) return ToGrpc(st);
+    const absl::Status st =
+        views_->Offer(view.chunk(), req.worker_id(), view.id(),
+                      std::vector<float>(view.weights().begin(), view.weights().end()),
+                      store_->ChunkNumel(view.chunk()));
+    if (!st.ok()) return st;
   }
   *resp = SerializeSmall(OfferViewsResponse());
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 bool ChunkRequests::PushReplicated(const PushTaken& taken) const {
@@ -474,69 +469,6 @@ bool ChunkRequests::PullServed(const PullRequest& req) const {
     if (!store_->CheckServed(chunk).ok()) return false;
   }
   return true;
-}
-
-grpc::Status ChunkRequests::Replicate(const grpc::ByteBuffer& raw,
-                                      const std::function<int(int)>& serving, SparseTables* tables,
-                                      grpc::ByteBuffer* resp, uint64_t bell_segment) {
-  ReplicateRequest req;
-  if (!ParseSmall(raw, &req)) return InvalidArgument("replicate: the request is not a ReplicateRequest");
-  if (bell_segment != 0 && req.shm_segment() != bell_segment) {
-    return InvalidArgument("replicate: a frame on a segment's socket names another segment");
-  }
-  if (const absl::Status st = store_->CheckGeneration(req.generation()); !st.ok()) {
-    return ToGrpc(st);
-  }
-  std::shared_ptr<ShmSegment> segment;  // holds the gradients marked grad_in_shm
-  if (req.shm_segment() != 0) {
-    if (const grpc::Status st = Segment(req.shm_segment(), &segment); !st.ok()) return st;
-  }
-  ReplicateResponse out;
-  thread_local std::vector<float> copy;  // a message's gradient, aligned
-  for (const ChunkUpdate& u : req.updates()) {
-    const int home = store_->HomeOf(u.chunk());
-    if (home < 0) return ToGrpc(store_->CheckChunk(u.chunk()));
-    if (serving(home) != req.from_server()) {
-      return grpc::Status(
-          grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat("replicate: server ", req.from_server(), " does not serve chunk ", u.chunk(),
-                       " (server ", serving(home), " does)"));
-    }
-    absl::Span<const float> grad;
-    if (u.grad_in_shm()) {
-      if (segment == nullptr || !shm_layout_.Has(u.chunk())) {
-        return InvalidArgument(absl::StrCat("replicate: chunk ", u.chunk(), "'s gradient in no segment"));
-      }
-      grad = absl::MakeConstSpan(
-          reinterpret_cast<const float*>(segment->data() + shm_layout_.Offset(u.chunk())),
-          store_->ChunkNumel(u.chunk()));
-    } else if (!u.grad().empty()) {
-      copy.resize(u.grad().size() / sizeof(float));
-      std::memcpy(copy.data(), u.grad().data(), copy.size() * sizeof(float));
-      grad = absl::MakeConstSpan(copy);
-      if (u.grad().size() % sizeof(float) != 0) return InvalidArgument("replicate: a partial value");
-    }
-    bool need_full = false;
-    if (const absl::Status st = store_->Mirror(u, grad, &need_full); !st.ok()) return ToGrpc(st);
-    if (need_full) out.add_need_full(u.chunk());
-  }
-  if (req.tables_size() > 0) {
-    if (req.table_home() < 0) return InvalidArgument("replicate: a negative table_home");
-    if (tables == nullptr || serving(req.table_home()) != req.from_server()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("replicate: server ", req.from_server(),
-                                       " does not serve the tables of server ", req.table_home()));
-    }
-    for (const TableUpdate& u : req.tables()) {
-      bool need_full = false;
-      if (const absl::Status st = tables->Mirror(req.table_home(), u, &need_full); !st.ok()) {
-        return ToGrpc(st);
-      }
-      if (need_full) out.add_need_full_tables(u.table());
-    }
-  }
-  *resp = SerializeSmall(out);
-  return grpc::Status::OK;
 }
 
 }  // namespace pstrain

@@ -69,7 +69,7 @@ class ChunkRequests {
   // Standby replicas: a push the store refused only for being early
   // (ChunkStore::PushEarly) is named in *early (if not null; worker -1
   // otherwise), for the caller to keep it until it is due.
-  grpc::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0,
+  absl::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0,
                     PushTaken* taken = nullptr, PushTaken* early = nullptr);
   // Whether a push *early names is still early (ChunkStore::PushEarly).
   bool PushStillEarly(const PushTaken& early) const {
@@ -81,15 +81,12 @@ class ChunkRequests {
   bool PushServed(const PushTaken& taken) const;
   // Whether every chunk a pull names is served here.
   bool PullServed(const PullRequest& req) const;
-  // The answer to Replicate: a primary's changes to the standby copies
-  // here. `serving(home)`: the server that serves home server `home`'s
-  // chunks now, by the scheduler's routes.
-  // `bell_segment`: as Push's. The table parts' changes go to `tables`
-  // (null: the request may carry none).
-  grpc::Status Replicate(const grpc::ByteBuffer& raw, const std::function<int(int)>& serving,
-                         SparseTables* tables, grpc::ByteBuffer* resp, uint64_t bell_segment = 0);
+  // A request's segment and where its chunks lie in it; NOT_FOUND when this
+  // server holds no such segment (it restarted, or the worker's connection
+  // closed): the worker then sends the payloads in messages.
+  absl::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
   // Parses and validates a pull into *req.
-  grpc::Status CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const;
+  absl::Status CheckPull(const grpc::ByteBuffer& raw, PullRequest* req) const;
   // Whether the pull's read guarantee holds for every chunk it names.
   bool Readable(const PullRequest& req) const;
   // The bytes of the pull's reply in the message (0 when its payloads go
@@ -98,22 +95,18 @@ class ChunkRequests {
   // The reply to a pull whose guarantee holds (a compressed one naming a
   // view not kept here: the chunks whose views the worker must offer
   // first, PullResponse.views_unknown).
-  grpc::Status FillPull(const PullRequest& req, grpc::ByteBuffer* resp);
+  absl::Status FillPull(const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm: a ticket for a segment of this server's layout.
-  grpc::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  absl::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
   // The answer to ReadState: the optimizer's state of the chunks it names.
-  grpc::Status ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  absl::Status ReadState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
   // The answer to WriteState: the optimizer's state the chunks start from.
-  grpc::Status WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  absl::Status WriteState(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
   // The answer to OfferViews: views a worker holds that a compressed
   // pull found not kept here (PullResponse.views_unknown).
-  grpc::Status OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
+  absl::Status OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
 
  private:
-  // A request's segment and where its chunks lie in it; NOT_FOUND when this
-  // server holds no such segment (it restarted, or the worker's connection
-  // closed): the worker then sends the payloads in messages.
-  grpc::Status Segment(uint64_t id, std::shared_ptr<ShmSegment>* segment) const;
   // A compressed pull's reply for `chunk`: from the worker's view `base`
   // (null: the values whole) to the weights now, into `out`; its bases and
   // views into *pulled.
@@ -123,7 +116,7 @@ class ChunkRequests {
   // pointed at its push slot, `width` bytes a value (a compressed one: the
   // codec's bytes); INVALID_ARGUMENT for a
   // payload in the message or a chunk this server does not hold.
-  grpc::Status PlaceInSlots(int width, const CompressedPush& compressed,
+  absl::Status PlaceInSlots(int width, const CompressedPush& compressed,
                             std::vector<PayloadRef>* chunks) const;
   // Where a push's payloads are: in its segment's slots (`segment`) or in
   // the message (`reader`), in `dtype`.
@@ -144,7 +137,7 @@ class ChunkRequests {
   // The push's parts as the store takes them (its compressed chunks decoded
   // into `compressed`), and their payload bytes; INVALID_ARGUMENT for a
   // payload of the wrong size or a malformed compressed one.
-  grpc::Status TakeParts(const PayloadSource& source, const std::vector<PayloadRef>& chunks,
+  absl::Status TakeParts(const PayloadSource& source, const std::vector<PayloadRef>& chunks,
                          CompressedPush* compressed, ChunkStore::PushRequest* push,
                          int64_t* bytes) const;
 

@@ -384,7 +384,6 @@ class ChunkStore : public HeldRounds {
 
   CheckpointWriter* checkpoint_ = nullptr;
   const CheckpointSchedule* checkpoint_schedule_ = nullptr;  // with checkpoint_
-  std::atomic<bool> checkpoint_error_logged_{false};
 
   const bool hold_rounds_;  // BSP with clip_norm > 0
   NonfiniteRule nonfinite_;

@@ -187,9 +187,7 @@ void ChunkStore::MaybeCheckpoint(Chunk& c, const Slab& slab) {
   if (!checkpoint_schedule_->Due(clock, c.checkpointed)) return;
   c.checkpointed = clock;
   const absl::Status st = checkpoint_->Write(clock, c.id, slab.weights(), slab.state(), c.steps);
-  if (!st.ok() && !checkpoint_error_logged_.exchange(true)) {
-    spdlog::error("checkpoint of clock {} failed (logged once): {}", clock, st.message());
-  }
+  if (!st.ok()) checkpoint_schedule_->Failed(c.name, clock, st);
 }
 
 }  // namespace pstrain

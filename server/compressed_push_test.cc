@@ -147,8 +147,8 @@ TEST(CompressedPushTest, AMalformedOneIsRefusedWholeAndNothingApplied) {
     Server server(c.job);
     const std::vector<float> weights = ReadChunk(*server.store, 0);
     const std::vector<float> bias = ReadChunk(*server.store, 1);
-    const grpc::Status st = server.requests->Push(c.push.Encode());
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+    const absl::Status st = server.requests->Push(c.push.Encode());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.what;
     EXPECT_EQ(ReadChunk(*server.store, 0), weights) << c.what;
     EXPECT_EQ(ReadChunk(*server.store, 1), bias) << c.what << ": the dense chunk beside it";
   }

@@ -56,7 +56,7 @@ std::vector<PsCall*> ParkedCalls::Release(const std::function<bool(PsCall&)>& re
   return going;
 }
 
-void ParkedCalls::Cancel(const grpc::Status& status,
+void ParkedCalls::Cancel(const absl::Status& status,
                          const std::function<bool(const PsCall&)>& which) {
   absl::MutexLock lock(&mu_);
   std::vector<PsCall*> kept;

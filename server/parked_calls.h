@@ -44,15 +44,16 @@ class ParkedCalls {
   // lock; the claimed and abandoned ones are dropped), then, without it,
   // answers each with `answer(call)` when it wins Claim(), else calls
   // `lost(call)` (cancelled meanwhile). Each call's reference goes.
-  void Wake(const std::function<bool(PsCall&)>& ready, const std::function<void(PsCall&)>& answer,
-            const std::function<void(PsCall&)>& lost = [](PsCall&) {});
+  void Wake(
+      const std::function<bool(PsCall&)>& ready, const std::function<void(PsCall&)>& answer,
+      const std::function<void(PsCall&)>& lost = [](PsCall&) {});
   // Takes out the calls `ready(call)` says may go on now, unclaimed, each
   // with its handling reference, for the caller to handle again (the
   // claimed and abandoned ones are dropped).
   std::vector<PsCall*> Release(const std::function<bool(PsCall&)>& ready);
   // Answers with `status` the parked calls `which(call)` selects that win
   // Claim(); they leave the list.
-  void Cancel(const grpc::Status& status, const std::function<bool(const PsCall&)>& which);
+  void Cancel(const absl::Status& status, const std::function<bool(const PsCall&)>& which);
   // fn(call) for every call still waiting (neither claimed nor abandoned),
   // under the lock.
   void ForEachWaiting(const std::function<void(const PsCall&)>& fn) const;

@@ -18,9 +18,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/rpc.h"
 #include "common/tensor_wire.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/async_unary_call.h"
@@ -64,8 +66,10 @@ class PsCall {
   // A frame whose connection closed: its worker waits for no answer.
   bool abandoned() const { return bell != nullptr && bell->closed(); }
 
-  // Sends the reply with `status`. Only after winning Claim().
-  void Answer(const grpc::Status& status) {
+  // Sends the reply with `st` (the one place a server's answer becomes a
+  // gRPC status). Only after winning Claim().
+  void Answer(const absl::Status& st) {
+    const grpc::Status status = ToGrpc(st);
     if (method == kPush) ProcessLatencies().push.Observe(absl::Now() - accepted_at);
     if (method == kPull) ProcessLatencies().pull.Observe(absl::Now() - accepted_at);
     if (bell != nullptr) {  // no finished tag: the frame is out
@@ -82,7 +86,7 @@ class PsCall {
     }
   }
   // Claim() and Answer() if won, then drops the handling reference.
-  void Conclude(const grpc::Status& status) {
+  void Conclude(const absl::Status& status) {
     if (Claim()) Answer(status);
     Unref();
   }

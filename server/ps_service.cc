@@ -9,9 +9,12 @@
 #include "common/refused.h"
 #include "common/rpc.h"
 #include "common/shm.h"
+#include "common/status_macros.h"
 #include "common/tensor_wire.h"
+#include "server/standby_requests.h"
 
 namespace pstrain {
+
 PsService::PsService()
     : start_(absl::Now()),
       parked_chunks_([](const PsCall& c) { return c.pull.worker_id(); }),
@@ -160,8 +163,8 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   }
 }
 
-void PsService::Conclude(PsCall* call, const grpc::Status& st) {
-  if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+void PsService::Conclude(PsCall* call, const absl::Status& st) {
+  if (absl::IsInvalidArgument(st)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
   }
   call->Conclude(st);
@@ -171,19 +174,18 @@ void PsService::Handle(PsCall* call) {
   if (call->method == PsCall::kStatus) {
     StatusRequest request;
     if (!ParseSmall(call->request, &request)) {
-      Conclude(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                  "status: the request is not a StatusRequest"));
+      Conclude(call, absl::InvalidArgumentError("status: the request is not a StatusRequest"));
       return;
     }
     call->reply = SerializeSmall(GetStatus());
-    Conclude(call, grpc::Status::OK);
+    Conclude(call, absl::OkStatus());
     return;
   }
   if (call->method == PsCall::kPullRows || call->method == PsCall::kPushRows) {
     const std::shared_ptr<RowRequests> rows = this->rows();
     if (rows == nullptr) {
       call->request.Clear();
-      call->Conclude(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
+      call->Conclude(absl::UnavailableError("server not ready"));
       return;
     }
     HandleRows(*rows, call);
@@ -191,7 +193,7 @@ void PsService::Handle(PsCall* call) {
   }
   const std::shared_ptr<ChunkRequests> chunks = this->chunks();
   if (chunks == nullptr) {
-    Conclude(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "server not ready"));
+    Conclude(call, absl::UnavailableError("server not ready"));
     return;
   }
   switch (call->method) {
@@ -212,9 +214,9 @@ void PsService::Handle(PsCall* call) {
       return;
     case PsCall::kReplicate: {
       const std::shared_ptr<RowRequests> rows = this->rows();
-      grpc::Status st = chunks->Replicate(
-          call->request, [this](int home) { return ServingOf(home); },
-          rows == nullptr ? nullptr : &rows->tables(), &call->reply,
+      const absl::Status st = AnswerReplicate(
+          *chunks, rows == nullptr ? nullptr : &rows->tables(), call->request,
+          [this](int home) { return ServingOf(home); }, &call->reply,
           call->bell == nullptr ? 0 : call->bell->segment());
       call->request.Clear();
       if (st.ok()) WakePulls();  // (a checkpoint the copy wrote changes nothing else)
@@ -240,8 +242,8 @@ void PsService::HandlePush(ChunkRequests& chunks, PsCall* call) {
   // the push up (chaos seed 2004).
   for (int tries = 0;; ++tries) {
     call->early = PushTaken();
-    const grpc::Status st = chunks.Push(call->request, segment, &call->taken,
-                                        tries < 4 ? &call->early : nullptr);
+    const absl::Status st =
+        chunks.Push(call->request, segment, &call->taken, tries < 4 ? &call->early : nullptr);
     if (call->early.worker < 0) {
       FinishPush(chunks, call, st);
       return;
@@ -249,19 +251,18 @@ void PsService::HandlePush(ChunkRequests& chunks, PsCall* call) {
     if (call->bell != nullptr) {
       // A retry on the same connection naming the same chunks: the older
       // one's worker no longer waits for it.
-      early_pushes_.Cancel(
-          grpc::Status(grpc::StatusCode::ABORTED, "push: a newer attempt of this worker's came"),
-          [call](const PsCall& p) {
-            return p.bell == call->bell && p.seq < call->seq && p.early.chunks == call->early.chunks;
-          });
+      early_pushes_.Cancel(absl::AbortedError("push: a newer attempt of this worker's came"),
+                           [call](const PsCall& p) {
+                             return p.bell == call->bell && p.seq < call->seq &&
+                                    p.early.chunks == call->early.chunks;
+                           });
     }
     const int64_t limit = static_cast<int64_t>(chunks.store().chunk_ids().size()) + kParkedSlack;
-    const absl::StatusOr<bool> parked = early_pushes_.Park(
-        call, limit, [&] { return !chunks.PushStillEarly(call->early); });
+    const absl::StatusOr<bool> parked =
+        early_pushes_.Park(call, limit, [&] { return !chunks.PushStillEarly(call->early); });
     if (!parked.ok()) {
       call->request.Clear();
-      Conclude(call, ToGrpc(absl::Status(parked.status().code(),
-                                         absl::StrCat("push: ", parked.status().message()))));
+      Conclude(call, Prefixed("push: ", parked.status()));
       return;
     }
     if (*parked) return;  // WakePushes hands it back
@@ -269,7 +270,7 @@ void PsService::HandlePush(ChunkRequests& chunks, PsCall* call) {
   }
 }
 
-void PsService::FinishPush(ChunkRequests& chunks, PsCall* call, const grpc::Status& st) {
+void PsService::FinishPush(ChunkRequests& chunks, PsCall* call, const absl::Status& st) {
   call->early = PushTaken();
   call->request.Clear();
   if (st.ok()) {
@@ -289,8 +290,7 @@ void PsService::FinishPush(ChunkRequests& chunks, PsCall* call, const grpc::Stat
   const absl::StatusOr<bool> parked =
       parked_pushes_.Park(call, limit, [&] { return PushReady(chunks, *call); });
   if (!parked.ok()) {
-    Conclude(call, ToGrpc(absl::Status(parked.status().code(),
-                                       absl::StrCat("push: ", parked.status().message()))));
+    Conclude(call, Prefixed("push: ", parked.status()));
     return;
   }
   if (!*parked) Conclude(call, PushAnswer(chunks, *call));
@@ -300,10 +300,10 @@ bool PsService::PushReady(const ChunkRequests& chunks, const PsCall& call) {
   return chunks.PushReplicated(call.taken) || !chunks.PushServed(call.taken);
 }
 
-grpc::Status PsService::PushAnswer(const ChunkRequests& chunks, const PsCall& call) {
-  if (chunks.PushReplicated(call.taken)) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "push: its chunks moved to another server before their standby had it");
+absl::Status PsService::PushAnswer(const ChunkRequests& chunks, const PsCall& call) {
+  if (chunks.PushReplicated(call.taken)) return absl::OkStatus();
+  return absl::UnavailableError(
+      "push: its chunks moved to another server before their standby had it");
 }
 
 void PsService::SetRoutes(const ServerRoutes& routes) {
@@ -334,10 +334,10 @@ void PsService::WakePushes() {
 }
 
 void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
-  grpc::Status st = chunks.CheckPull(call->request, &call->pull);
+  absl::Status st = chunks.CheckPull(call->request, &call->pull);
   call->request.Clear();
   if (st.ok() && call->bell != nullptr && call->pull.shm_segment() != call->bell->segment()) {
-    st = InvalidArgument("pull: a frame on a segment's socket names another segment");
+    st = absl::InvalidArgumentError("pull: a frame on a segment's socket names another segment");
   }
   if (!st.ok()) {
     Conclude(call, st);
@@ -347,8 +347,7 @@ void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
     // Its worker no longer waits for the parked pulls of its older attempts
     // (no cancellation comes on a socket, as gRPC's would).
     parked_chunks_.Cancel(
-        grpc::Status(grpc::StatusCode::ABORTED, "pull: a newer attempt of this worker's came"),
-        [call](const PsCall& p) {
+        absl::AbortedError("pull: a newer attempt of this worker's came"), [call](const PsCall& p) {
           return p.bell == call->bell && p.pull.shm_sequence() < call->pull.shm_sequence();
         });
   }
@@ -356,13 +355,12 @@ void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
   const absl::StatusOr<bool> parked =
       parked_chunks_.Park(call, limit, [&] { return ChunkPullReady(chunks, *call); });
   if (!parked.ok()) {
-    Conclude(call, ToGrpc(absl::Status(parked.status().code(),
-                                       absl::StrCat("pull: ", parked.status().message()))));
+    Conclude(call, Prefixed("pull: ", parked.status()));
     return;
   }
   if (*parked) return;
   const absl::Status generation = chunks.store().CheckGeneration(call->pull.generation());
-  Conclude(call, generation.ok() ? chunks.FillPull(call->pull, &call->reply) : ToGrpc(generation));
+  Conclude(call, generation.ok() ? chunks.FillPull(call->pull, &call->reply) : generation);
 }
 
 bool PsService::ChunkPullReady(ChunkRequests& chunks, PsCall& call) {
@@ -393,7 +391,7 @@ void PsService::HandleRows(RowRequests& rows, PsCall* call) {
     HandleRowPush(rows, call);
     return;
   }
-  const grpc::Status st = rows.CheckPull(call->request, &call->rows);
+  const absl::Status st = rows.CheckPull(call->request, &call->rows);
   call->request.Clear();
   if (!st.ok()) {
     call->Conclude(st);
@@ -405,8 +403,7 @@ void PsService::HandleRows(RowRequests& rows, PsCall* call) {
       parked_rows_.Park(call, limit, [&] { return rows.Readable(call->rows); });
   if (!parked.ok()) {
     rows.tables().CountRefused();
-    call->Conclude(ToGrpc(absl::Status(parked.status().code(),
-                                       absl::StrCat("pull rows: ", parked.status().message()))));
+    call->Conclude(Prefixed("pull rows: ", parked.status()));
     return;
   }
   if (*parked) return;
@@ -414,7 +411,7 @@ void PsService::HandleRows(RowRequests& rows, PsCall* call) {
 }
 
 void PsService::HandleRowPush(RowRequests& rows, PsCall* call) {
-  const grpc::Status st = rows.Push(call->request, &call->reply, &call->row_push);
+  const absl::Status st = rows.Push(call->request, &call->reply, &call->row_push);
   call->request.Clear();
   if (st.ok()) WakeRowPulls(rows);
   // (A round it closed may be all another push waited for: no standby.)
@@ -428,8 +425,7 @@ void PsService::HandleRowPush(RowRequests& rows, PsCall* call) {
   const absl::StatusOr<bool> parked =
       parked_row_pushes_.Park(call, limit, [&] { return RowPushReady(rows, *call); });
   if (!parked.ok()) {
-    call->Conclude(ToGrpc(absl::Status(parked.status().code(),
-                                       absl::StrCat("push rows: ", parked.status().message()))));
+    call->Conclude(Prefixed("push rows: ", parked.status()));
     return;
   }
   if (!*parked) call->Conclude(RowPushAnswer(rows, *call));
@@ -439,11 +435,11 @@ bool PsService::RowPushReady(const RowRequests& rows, const PsCall& call) {
   return rows.PushReplicated(call.row_push) || !rows.PushServed(call.row_push);
 }
 
-grpc::Status PsService::RowPushAnswer(const RowRequests& rows, const PsCall& call) {
-  if (rows.PushReplicated(call.row_push)) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "push rows: the table's rows moved to another server before their standby "
-                      "had the push");
+absl::Status PsService::RowPushAnswer(const RowRequests& rows, const PsCall& call) {
+  if (rows.PushReplicated(call.row_push)) return absl::OkStatus();
+  return absl::UnavailableError(
+      "push rows: the table's rows moved to another server before their standby "
+      "had the push");
 }
 
 void PsService::Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame) {
@@ -479,7 +475,7 @@ void PsService::WakeChunkPulls(ChunkRequests& chunks) {
         if (refused.ok() && !chunks.PullServed(call.pull)) {
           refused = absl::UnavailableError("pull: its chunks moved to another server");
         }
-        call.Answer(refused.ok() ? chunks.FillPull(call.pull, &call.reply) : ToGrpc(refused));
+        call.Answer(refused.ok() ? chunks.FillPull(call.pull, &call.reply) : refused);
       },
       [this](PsCall& call) { GiveReplyRoom(&call); });
 }
@@ -489,7 +485,7 @@ void PsService::WakeRowPulls(RowRequests& rows) {
                     [&](PsCall& call) { call.Answer(rows.FillPull(call.rows, &call.reply)); });
 }
 
-void PsService::CancelParked(const grpc::Status& status, int64_t before) {
+void PsService::CancelParked(const absl::Status& status, int64_t before) {
   parked_chunks_.Cancel(status, [before](const PsCall& c) { return c.pull.generation() < before; });
   parked_rows_.Cancel(status, [before](const PsCall& c) { return c.rows.generation() < before; });
   parked_pushes_.Cancel(status, [before](const PsCall& c) { return c.taken.generation < before; });

@@ -35,11 +35,11 @@
 
 namespace pstrain {
 
-using PsServiceBase = ParameterServer::WithRawMethod_Push<ParameterServer::WithRawMethod_Pull<
-    ParameterServer::WithRawMethod_Status<ParameterServer::WithRawMethod_OpenShm<
-        ParameterServer::WithRawMethod_PullRows<ParameterServer::WithRawMethod_PushRows<
-            ParameterServer::WithRawMethod_ReadState<ParameterServer::WithRawMethod_WriteState<
-                ParameterServer::WithRawMethod_Replicate<
+using PsServiceBase = ParameterServer::WithRawMethod_Push<
+    ParameterServer::WithRawMethod_Pull<ParameterServer::WithRawMethod_Status<
+        ParameterServer::WithRawMethod_OpenShm<ParameterServer::WithRawMethod_PullRows<
+            ParameterServer::WithRawMethod_PushRows<ParameterServer::WithRawMethod_ReadState<
+                ParameterServer::WithRawMethod_WriteState<ParameterServer::WithRawMethod_Replicate<
                     ParameterServer::WithRawMethod_OfferViews<ParameterServer::Service>>>>>>>>>>;
 
 class PsService final : public PsServiceBase {
@@ -65,7 +65,7 @@ class PsService final : public PsServiceBase {
   // Answers the parked pulls of generations before `before` with `status`
   // (all of them by default: shutdown; a rollback's restore: the older
   // ones).
-  void CancelParked(const grpc::Status& status,
+  void CancelParked(const absl::Status& status,
                     int64_t before = std::numeric_limits<int64_t>::max());
   // Bytes of pull replies built and not yet sent, at most (an offloaded
   // server's share of its budget, server/memory_plan.h): a pull whose
@@ -109,7 +109,7 @@ class PsService final : public PsServiceBase {
   void Handle(PsCall* call);
   // Sends `st` (and the reply, if OK) unless the call ended meanwhile, drops
   // the handling reference; counts an INVALID_ARGUMENT among refused["chunks"].
-  void Conclude(PsCall* call, const grpc::Status& st);
+  void Conclude(PsCall* call, const absl::Status& st);
   // Handle's parts: a PullRows or PushRows; a push or pull of chunks (a
   // pull answered, or parked until its read guarantee holds).
   void HandleRows(RowRequests& rows, PsCall* call);
@@ -118,7 +118,7 @@ class PsService final : public PsServiceBase {
   void HandleRowPush(RowRequests& rows, PsCall* call);
   void HandlePush(ChunkRequests& chunks, PsCall* call);
   // HandlePush's end for a push taken or refused with `st`.
-  void FinishPush(ChunkRequests& chunks, PsCall* call, const grpc::Status& st);
+  void FinishPush(ChunkRequests& chunks, PsCall* call, const absl::Status& st);
   void HandlePull(ChunkRequests& chunks, PsCall* call);
   // Answers the parked pulls of chunks, or of rows, whose guarantee now holds.
   void WakeChunkPulls(ChunkRequests& chunks);
@@ -128,9 +128,9 @@ class PsService final : public PsServiceBase {
   void Ring(std::shared_ptr<ShmBell> bell, ShmFrame frame);
   // Whether a parked push may be answered now, and its answer.
   static bool PushReady(const ChunkRequests& chunks, const PsCall& call);
-  static grpc::Status PushAnswer(const ChunkRequests& chunks, const PsCall& call);
+  static absl::Status PushAnswer(const ChunkRequests& chunks, const PsCall& call);
   static bool RowPushReady(const RowRequests& rows, const PsCall& call);
-  static grpc::Status RowPushAnswer(const RowRequests& rows, const PsCall& call);
+  static absl::Status RowPushAnswer(const RowRequests& rows, const PsCall& call);
   // Whether a pull of chunks may be answered now: its generation is not
   // the store's (it is refused), or its guarantee holds and its reply has
   // room (taken, then).
@@ -162,9 +162,9 @@ class PsService final : public PsServiceBase {
   std::atomic<int64_t> refused_{0};
   ByteBudget replies_;  // pull replies built and not yet sent
   std::atomic<int64_t> push_window_{0};
-  ParkedCalls parked_chunks_;  // each PsCall's `pull`
-  ParkedCalls parked_rows_;    // each PsCall's `rows`
-  ParkedCalls parked_pushes_;  // each PsCall's `taken`: waiting for the standby
+  ParkedCalls parked_chunks_;      // each PsCall's `pull`
+  ParkedCalls parked_rows_;        // each PsCall's `rows`
+  ParkedCalls parked_pushes_;      // each PsCall's `taken`: waiting for the standby
   ParkedCalls parked_row_pushes_;  // each PsCall's `row_push`: the same
   // Each PsCall's `early`: pushes that came before the round they follow
   // was applied, their request kept (HandlePush).

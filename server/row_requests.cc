@@ -12,28 +12,28 @@ namespace pstrain {
 RowRequests::RowRequests(std::shared_ptr<SparseTables> tables, RequestCounters* counters)
     : tables_(std::move(tables)), counters_(counters) {}
 
-grpc::Status RowRequests::CheckPull(const grpc::ByteBuffer& raw, PullRowsRequest* req) const {
+absl::Status RowRequests::CheckPull(const grpc::ByteBuffer& raw, PullRowsRequest* req) const {
   if (!ParseSmall(raw, req) || !DType_IsValid(req->dtype())) {
     tables_->CountRefused();
-    return InvalidArgument("pull rows: malformed request (or an unknown dtype)");
+    return absl::InvalidArgumentError("pull rows: malformed request (or an unknown dtype)");
   }
   const absl::Status st = tables_->CheckPull(req->worker_id(), req->generation(), req->table(),
                                              req->home(), req->ids(), req->min_clock());
-  if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
-  return grpc::Status::OK;
+  if (!st.ok()) return Prefixed("pull rows: ", st);
+  return absl::OkStatus();
 }
 
 bool RowRequests::Readable(const PullRowsRequest& req) const {
   return tables_->Readable(req.generation(), req.table(), req.home(), req.min_clock());
 }
 
-grpc::Status RowRequests::FillPull(const PullRowsRequest& req, grpc::ByteBuffer* resp) {
+absl::Status RowRequests::FillPull(const PullRowsRequest& req, grpc::ByteBuffer* resp) {
   // The rows go out in the slice they were pulled into (fp32), or encoded
   // once into 16-bit values.
   auto rows = std::make_unique<std::vector<float>>();
   const absl::Status st = tables_->Pull(req.worker_id(), req.generation(), req.table(), req.home(),
                                         req.ids(), rows.get());
-  if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("pull rows: ", st.message())));
+  if (!st.ok()) return Prefixed("pull rows: ", st);
   const int64_t values = static_cast<int64_t>(rows->size());
   const int64_t wire = values * static_cast<int64_t>(DTypeSize(req.dtype()));
   grpc::Slice payload;
@@ -46,10 +46,10 @@ grpc::Status RowRequests::FillPull(const PullRowsRequest& req, grpc::ByteBuffer*
   }
   counters_->bytes_out += wire;
   *resp = WithPayload(PullRowsResponse(), PullRowsResponse::kRowsFieldNumber, std::move(payload));
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp,
+absl::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp,
                                PushRowsRequest* taken) {
   // The gradients' bytes go straight into `grads` (their dtype may come
   // after them on the wire: 16-bit values are decoded once it is known).
@@ -72,13 +72,14 @@ grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* re
   if (read.ok() && !DType_IsValid(req.dtype())) read = absl::InvalidArgumentError("unknown dtype");
   if (!read.ok()) {
     tables_->CountRefused();
-    return InvalidArgument(absl::StrCat("push rows: malformed request: ", read.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push rows: malformed request: ", read.message()));
   }
   const size_t width = DTypeSize(req.dtype());
   if (wire % width != 0) {
     tables_->CountRefused();
-    return InvalidArgument(absl::StrCat("push rows: ", wire, " bytes of gradients are not ",
-                                "whole values of ", width, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push rows: ", wire, " bytes of gradients are not ", "whole values of ", width, " bytes"));
   }
   if (req.dtype() != FP32) {
     std::vector<float> decoded(wire / width);
@@ -88,12 +89,12 @@ grpc::Status RowRequests::Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* re
   }
   const absl::Status st = tables_->Push(req.worker_id(), req.generation(), req.table(), req.home(),
                                         req.clock(), req.num_samples(), req.ids(), grads);
-  if (!st.ok()) return ToGrpc(absl::Status(st.code(), absl::StrCat("push rows: ", st.message())));
+  if (!st.ok()) return Prefixed("push rows: ", st);
   req.clear_ids();
   *taken = std::move(req);
   counters_->bytes_in += static_cast<int64_t>(wire);
   *resp = SerializeSmall(PushRowsResponse());
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 bool RowRequests::PushReplicated(const PushRowsRequest& taken) const {

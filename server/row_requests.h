@@ -28,15 +28,15 @@ class RowRequests {
 
   // Parses a PullRows into *req and checks it before it waits:
   // INVALID_ARGUMENT (counted) when malformed, the tables' refusals else.
-  grpc::Status CheckPull(const grpc::ByteBuffer& raw, PullRowsRequest* req) const;
+  absl::Status CheckPull(const grpc::ByteBuffer& raw, PullRowsRequest* req) const;
   // Whether the pull may be answered now (its read guarantee holds, or it
   // would be refused: SparseTables::Readable).
   bool Readable(const PullRowsRequest& req) const;
   // The reply to a pull that may be answered.
-  grpc::Status FillPull(const PullRowsRequest& req, grpc::ByteBuffer* resp);
+  absl::Status FillPull(const PullRowsRequest& req, grpc::ByteBuffer* resp);
   // The answer to PushRows; a push taken leaves its request in *taken
   // (without its ids and gradients).
-  grpc::Status Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp, PushRowsRequest* taken);
+  absl::Status Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp, PushRowsRequest* taken);
   // Standby replicas: whether the standby of the push's part holds it
   // (SparseTables::Replicated), and whether the part is still served here.
   bool PushReplicated(const PushRowsRequest& taken) const;

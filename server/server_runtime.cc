@@ -82,7 +82,7 @@ class ShardActions : public ServerActions {
     return shard_->Restore(generation, clock);
   }
   void CancelParked(const absl::Status& why, int64_t generation) override {
-    service_->CancelParked(ToGrpc(why), generation);
+    service_->CancelParked(why, generation);
   }
   void Prune(int64_t clock) override { shard_->Prune(clock); }
   void SetRoutes(const ServerRoutes& routes) override {
@@ -400,7 +400,7 @@ int Server::Finish(JobState end, const std::string& message) {
   if (clipping_ != nullptr) clipping_->Stop();
   const MemberState state = end == DONE ? FINISHED : FAILED;
   service_->SetState(state, message);
-  service_->CancelParked(grpc::Status(grpc::StatusCode::ABORTED, "server shutting down"));
+  service_->CancelParked(absl::AbortedError("server shutting down"));
   // The scheduler waits for every member's last state before it writes
   // the job's final status (--status_file).
   daemon_->ReportFinal(service_->GetStatus(), state, message);

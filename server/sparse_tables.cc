@@ -356,9 +356,8 @@ void SparseTables::Advanced(Table& table) {
   if (st.ok()) {
     absl::MutexLock lock(&table.status_mu);
     table.checkpoints.insert(clock);
-  } else if (!checkpoint_error_logged_.exchange(true)) {
-    spdlog::error("table {}: checkpoint of clock {} failed (logged once): {}", name, clock,
-                  std::string(st.message()));
+  } else {
+    schedule_->Failed(absl::StrCat("table ", name), clock, st);
   }
 }
 

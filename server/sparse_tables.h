@@ -295,7 +295,6 @@ class SparseTables {
   NonfiniteRule nonfinite_;
   std::string checkpoint_dir_;
   const CheckpointSchedule* schedule_ = nullptr;  // null: no checkpoints
-  std::atomic<bool> checkpoint_error_logged_{false};
 };
 
 }  // namespace pstrain
