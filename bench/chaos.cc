@@ -8,8 +8,8 @@
 // unless --keep_all.
 //
 //   bazel run -c opt //bench:chaos -- --minutes=30 [--seed=N] [--slowdown_ms=15]
-//       [--replicas=1]
-//   bazel-bin/bench/chaos --seeds=30 --minutes=1 [--seed=N] [--replicas=1] [--dir=DIR]
+//       [--standby_copies=1]
+//   bazel-bin/bench/chaos --seeds=30 --minutes=1 [--seed=N] [--standby_copies=1] [--dir=DIR]
 //
 // Exit 0 when every run ended DONE with bit-identical weights, else 1.
 #include "tests/chaos.h"
@@ -33,7 +33,7 @@ ABSL_FLAG(double, minutes, 3, "how long each disturbed run trains, roughly");
 ABSL_FLAG(uint32_t, seed, 0, "the first run's seed (the job's and the faults'); 0: a fresh one");
 ABSL_FLAG(int, seeds, 1, "runs, of seeds seed, seed + 1, ...");
 ABSL_FLAG(int, slowdown_ms, 15, "each worker's sleep per clock (sets the clock's length)");
-ABSL_FLAG(int, replicas, 0, "1: standby replicas (a server's death promotes its standby)");
+ABSL_FLAG(int, standby_copies, 0, "1: standby copies (a server's death promotes its standby)");
 ABSL_FLAG(std::string, dir, "", "where the runs' folders go (default: a fresh folder in /tmp)");
 ABSL_FLAG(bool, keep_all, false, "keep every run's folder, bit-identical ones too");
 
@@ -49,7 +49,7 @@ absl::StatusOr<ChaosReport> RunSeed(uint32_t seed, const std::string& dir) {
   ChaosOptions o;
   o.seed = seed;
   o.slowdown_ms = absl::GetFlag(FLAGS_slowdown_ms);
-  o.replicas = absl::GetFlag(FLAGS_replicas) > 0;
+  o.standby = absl::GetFlag(FLAGS_standby_copies) > 0;
   // A clock costs the sleep plus ~5 ms here; about a third of the run goes
   // to recoveries.
   o.clocks = static_cast<int64_t>(absl::GetFlag(FLAGS_minutes) * 60e3 / (o.slowdown_ms + 5) * 0.65);
@@ -98,10 +98,10 @@ int main(int argc, char** argv) {
     }
   }
   std::printf(
-      "{\"first_seed\": %u, \"seeds\": %d, \"replicas\": %d, \"bit_identical_runs\": %d, "
+      "{\"first_seed\": %u, \"seeds\": %d, \"standby_copies\": %d, \"bit_identical_runs\": %d, "
       "\"faults\": %zu, \"worst_recovery_s\": %g, \"minutes\": %.1f, \"dir\": \"%s\", "
       "\"not_identical_seeds\": [%s], \"runs\": [%s]}\n",
-      seed, absl::GetFlag(FLAGS_seeds), absl::GetFlag(FLAGS_replicas), identical, faults, worst,
+      seed, absl::GetFlag(FLAGS_seeds), absl::GetFlag(FLAGS_standby_copies), identical, faults, worst,
       absl::ToDoubleMinutes(absl::Now() - start), dir.c_str(),
       absl::StrJoin(divergent, ", ").c_str(), absl::StrJoin(runs, ", ").c_str());
   return identical == absl::GetFlag(FLAGS_seeds) ? 0 : 1;

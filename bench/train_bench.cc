@@ -7,7 +7,7 @@
 //   (c) ssp1:    the same under SSP with staleness 1
 //   (d) bsp_2x2: 2 workers + 2 servers, BSP
 //   (e) bsp_2x2_standby: the same with a standby copy of every chunk
-//                (--replicas=1; docs/failures.md), also against (d)
+//                (--standby_copies=1; docs/failures.md), also against (d)
 //
 // Each round runs the four in that order (so the ceiling and the clusters
 // share the machine's moods); samples/s = clocks x global batch / the
@@ -193,7 +193,7 @@ int Main() {
       {"bsp_1x1", 1, 1, {"--consistency=bsp"}},
       {"ssp1_1x1", 1, 1, {"--consistency=ssp", "--staleness=1"}},
       {"bsp_2x2", 2, 2, {"--consistency=bsp"}},
-      {"bsp_2x2_standby", 2, 2, {"--consistency=bsp", "--replicas=1"}},
+      {"bsp_2x2_standby", 2, 2, {"--consistency=bsp", "--standby_copies=1"}},
   };
   const std::string only = absl::GetFlag(FLAGS_only);
   if (!only.empty()) {

@@ -13,13 +13,17 @@ namespace pstrain {
 namespace {
 
 // Fields renamed (issue 25: the spec's clock counts say clocks, a step
-// being one optimizer update): a job file with an old name is refused
-// naming the new one.
+// being one optimizer update; issue 69: a server's copy is a standby, a
+// replica is a pipeline's): a job file with an old name is refused naming
+// the new one.
 constexpr struct {
   absl::string_view old_name;
   absl::string_view new_name;
 } kRenamedFields[] = {
-    {"steps", "clocks"}, {"warmup_steps", "warmup_clocks"}, {"decay_steps", "decay_clocks"}};
+    {"steps", "clocks"},
+    {"warmup_steps", "warmup_clocks"},
+    {"decay_steps", "decay_clocks"},
+    {"replicas", "standby_copies"}};
 
 // The parser's message, or what to write instead when it is about a
 // renamed field.

@@ -115,31 +115,31 @@ absl::Status ValidateReplicas(const JobSpec& job) {
   return absl::OkStatus();
 }
 
-// Standby copies of the servers' chunks (JobSpec.replicas).
+// Standby copies of the servers' chunks (JobSpec.standby_copies).
 absl::Status ValidateStandbys(const JobSpec& job) {
-  if (job.replicas() < 0 || job.replicas() > 1) {
-    return SpecError("replicas must be 0 or 1 (a standby copy of every chunk), got ",
-                     job.replicas());
+  if (job.standby_copies() < 0 || job.standby_copies() > 1) {
+    return SpecError("standby_copies must be 0 or 1 (a standby copy of every chunk), got ",
+                     job.standby_copies());
   }
-  if (job.replicas() == 0) return absl::OkStatus();
+  if (job.standby_copies() == 0) return absl::OkStatus();
   if (job.num_servers() < 2) {
-    return SpecError("replicas: 1 needs at least two servers (a chunk's standby is on another)");
+    return SpecError("standby_copies: 1 needs at least two servers (a chunk's standby is on another)");
   }
   for (const TableSpec& t : job.tables()) {
     if (t.expire_after_clocks() > 0) {
-      return SpecError("replicas: 1 does not cover table '", t.name(),
+      return SpecError("standby_copies: 1 does not cover table '", t.name(),
                        "' with expire_after_clocks: a standby would need every pull's touch "
                        "(docs/failures.md)");
     }
   }
   if (job.optimizer().type() == ADAFACTOR) {
     return SpecError(
-        "replicas: 1 needs an elementwise optimizer: Adafactor's sums over threads would make a "
+        "standby_copies: 1 needs an elementwise optimizer: Adafactor's sums over threads would make a "
         "standby's copy differ in its last bits");
   }
   if (job.consistency() == BSP && job.optimizer().clip_norm() > 0) {
     return SpecError(
-        "replicas: 1 does not cover BSP with clip_norm (clipping by the global norm) yet");
+        "standby_copies: 1 does not cover BSP with clip_norm (clipping by the global norm) yet");
   }
   return absl::OkStatus();
 }

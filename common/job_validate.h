@@ -14,7 +14,7 @@ namespace pstrain {
 // Checks a completed spec for values no job can run with; INVALID_ARGUMENT
 // naming the field otherwise ("job spec: num_workers must be in [1, 1024],
 // got 0"). The first problem found is the one named, the job's own fields
-// first, then the optimizer, the model, the replicas, the tables and the
+// first, then the optimizer, the model, the standby copies, the tables and the
 // sizes. Pure; thread-safe.
 absl::Status ValidateJobSpec(const JobSpec& job);
 

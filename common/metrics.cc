@@ -190,7 +190,7 @@ void WriteRefusedMetrics(const MemberStatus& s, PrometheusText* out) {
   }
 }
 
-// A server's part in standby replicas (none without them).
+// A server's part in standby copies (none without them).
 void WriteStandbyMetrics(const MemberStatus& s, const PrometheusText::Labels& l,
                          PrometheusText* out) {
   if (s.serving_size() == 0 && s.standby_of_size() == 0) return;
@@ -294,7 +294,7 @@ void WriteClusterMetrics(const ClusterStatus& st, PrometheusText* out) {
                                        : -1);
   out->Counter("pstrain_rollbacks_total", "rollbacks to a checkpoint", l, st.rollbacks_size());
   out->Counter("pstrain_deaths_total", "members declared dead", l, st.deaths());
-  if (st.routes().serving_size() > 0) {  // standby replicas
+  if (st.routes().serving_size() > 0) {  // standby copies
     out->Counter("pstrain_promotions_total", "standby copies promoted when a server died", l,
                  st.promotions());
     for (int home = 0; home < st.routes().serving_size(); ++home) {

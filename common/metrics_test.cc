@@ -112,7 +112,7 @@ TEST(MetricsTest, ClusterMetricsCountLiveMembersAndTheClockSpread) {
   EXPECT_EQ(*PromValue(*families, "pstrain_fastest_worker_clock", {}), 11);
 }
 
-TEST(MetricsTest, StandbyReplicasShowWhoServesWhatAndTheLag) {
+TEST(MetricsTest, StandbyCopiesShowWhoServesWhatAndTheLag) {
   ClusterStatus st;
   st.set_promotions(1);
   for (int serving : {0, 0}) st.mutable_routes()->add_serving(serving);

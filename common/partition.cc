@@ -59,15 +59,15 @@ int64_t Partition::ServerBytes(int server) const {
   return bytes;
 }
 
-std::vector<int> HeldHomes(int server, int num_servers, int replicas) {
+std::vector<int> HeldHomes(int server, int num_servers, int standby_copies) {
   std::vector<int> homes = {server};
-  if (replicas > 0 && num_servers > 1) homes.push_back((server + num_servers - 1) % num_servers);
+  if (standby_copies > 0 && num_servers > 1) homes.push_back((server + num_servers - 1) % num_servers);
   return homes;
 }
 
-std::vector<int32_t> HeldChunks(const Partition& partition, int server, int replicas) {
+std::vector<int32_t> HeldChunks(const Partition& partition, int server, int standby_copies) {
   std::vector<int32_t> out;
-  for (int home : HeldHomes(server, partition.num_servers(), replicas)) {
+  for (int home : HeldHomes(server, partition.num_servers(), standby_copies)) {
     const std::vector<int32_t>& ids = partition.ServerChunks(home);
     out.insert(out.end(), ids.begin(), ids.end());
   }

@@ -42,7 +42,7 @@ class Partition {
   std::vector<std::vector<int32_t>> by_param_;
 };
 
-// Standby replicas (JobSpec.replicas = 1): server `home`'s chunks are held
+// Standby copies (JobSpec.standby_copies = 1): server `home`'s chunks are held
 // by a pair, `home` itself and the next server by id, which keeps a
 // standby copy of them.
 inline int StandbyServerOf(int home, int num_servers) { return (home + 1) % num_servers; }
@@ -51,11 +51,11 @@ inline int PairPartner(int home, int server, int num_servers) {
   return server == home ? StandbyServerOf(home, num_servers) : home;
 }
 // The home servers whose chunks server `server` holds: its own, and with
-// replicas the previous server's (whose standby it is).
-std::vector<int> HeldHomes(int server, int num_servers, int replicas);
+// standby copies the previous server's (whose standby it is).
+std::vector<int> HeldHomes(int server, int num_servers, int standby_copies);
 // The chunks server `server` holds, its home servers' in the order of
 // HeldHomes, each's ascending.
-std::vector<int32_t> HeldChunks(const Partition& partition, int server, int replicas);
+std::vector<int32_t> HeldChunks(const Partition& partition, int server, int standby_copies);
 
 }  // namespace pstrain
 

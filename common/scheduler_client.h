@@ -80,8 +80,8 @@ class SchedulerClient {
   int64_t generation(int64_t* restore_clock = nullptr) const;
   // The clock of the newest complete checkpoint set, as of the last heartbeat.
   int64_t manifest_clock() const;
-  // Standby replicas: who serves which chunks, as the last heartbeat
-  // answer said (the registration's until then; empty without replicas).
+  // Standby copies: who serves which chunks, as the last heartbeat
+  // answer said (the registration's until then; empty without standby copies).
   ServerRoutes routes() const;
   void SetRoutes(const ServerRoutes& routes);
   // A pipeline stage's replica's link generation, as of the last heartbeat.

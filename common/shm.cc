@@ -38,9 +38,9 @@ socklen_t AbstractAddress(const std::string& name, sockaddr_un* addr) {
 
 }  // namespace
 
-ShmLayout ShmLayout::OfServer(const Partition& partition, int server, int replicas) {
+ShmLayout ShmLayout::OfServer(const Partition& partition, int server, int standby_copies) {
   std::vector<std::pair<int32_t, int64_t>> chunks;
-  for (int32_t id : HeldChunks(partition, server, replicas)) {
+  for (int32_t id : HeldChunks(partition, server, standby_copies)) {
     chunks.push_back({id, partition.chunks()[id].numel});
   }
   return Make(std::move(chunks));

@@ -39,9 +39,9 @@ class ShmLayout {
   static ShmLayout Make(std::vector<std::pair<int32_t, int64_t>> chunks);
   // Server `server`'s segment of `partition`: every chunk it holds (the
   // worker's and the server's one layout).
-  // With standby replicas (`replicas` 1), the chunks it keeps standby
+  // With standby copies (`standby_copies` 1), the chunks it keeps standby
   // copies of too, which it serves once promoted.
-  static ShmLayout OfServer(const Partition& partition, int server, int replicas = 0);
+  static ShmLayout OfServer(const Partition& partition, int server, int standby_copies = 0);
 
   int64_t region_bytes() const { return region_bytes_; }
   int64_t segment_bytes() const { return 2 * region_bytes_; }

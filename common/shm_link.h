@@ -1,5 +1,5 @@
 // A client's shared memory with one parameter server on its host -- a
-// worker's, or a primary server's with its standby (server/replica_sender.h)
+// worker's, or a primary server's with its standby (server/standby_sender.h)
 // (common/shm.h, server/shm_registry.h): the segment the server granted,
 // mapped here, and the socket connection that keeps it alive at the
 // server. Pushes write gradients into their chunks' slots of the push

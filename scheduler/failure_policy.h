@@ -3,7 +3,7 @@
 // pipeline stage) its links broke -- and to "it came back". While the job
 // runs:
 //
-//   a server, with standby replicas -> its standbys are promoted (Promotions),
+//   a server, with standby copies -> its standbys are promoted (Promotions),
 //                                      when they can be; else as below
 //   a server, with checkpoints      -> the cluster rolls back (Rollbacks)
 //   a server, without               -> the job ends ABORTED
@@ -85,7 +85,7 @@ class FailurePolicy {
                 ClockTable* clocks, Promotions* promotions = nullptr);
 
   // Whether a dead member of `role` keeps its place (it may come back or be
-  // replaced): a server of a job with checkpoints or standby replicas, a
+  // replaced): a server of a job with checkpoints or standby copies, a
   // worker under kWait.
   bool KeepsPlace(Role role) const;
   // Whether `m` is still in the job but silent past the heartbeat timeout.

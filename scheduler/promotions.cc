@@ -10,7 +10,7 @@
 namespace pstrain {
 
 Promotions::Promotions(const JobSpec& job)
-    : num_servers_(job.replicas() > 0 ? job.num_servers() : 0) {
+    : num_servers_(job.standby_copies() > 0 ? job.num_servers() : 0) {
   ServerRoutes* r = state_.mutable_routes();
   for (int s = 0; s < num_servers_; ++s) {
     r->add_serving(s);

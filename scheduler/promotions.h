@@ -1,4 +1,4 @@
-// Standby replicas (JobSpec.replicas): the scheduler's map of who serves
+// Standby copies (JobSpec.standby_copies): the scheduler's map of who serves
 // each server's chunks. Server h's chunks are held by the pair h and
 // h + 1 (mod servers); one serves them, the other keeps a standby copy
 // (common/partition.h StandbyServerOf). When a server dies, every home it

@@ -9,10 +9,10 @@
 namespace pstrain {
 namespace {
 
-JobSpec Job(int servers, int replicas = 1) {
+JobSpec Job(int servers, int standby_copies = 1) {
   JobSpec job;
   job.set_num_servers(servers);
-  job.set_replicas(replicas);
+  job.set_standby_copies(standby_copies);
   return job;
 }
 

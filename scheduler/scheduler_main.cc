@@ -46,7 +46,7 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: checkpoint_dir, shared by the scheduler and the servers (a job started on "
           "a directory with a manifest resumes from it)");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "override: checkpoint every this many clocks (0: never)");
-ABSL_FLAG(int64_t, replicas, 0,
+ABSL_FLAG(int64_t, standby_copies, 0,
           "override: 1 keeps a standby copy of every server's chunks on the next server, "
           "promoted without a rollback when the server dies (docs/failures.md)");
 ABSL_FLAG(int64_t, pipeline_stages, 1,

@@ -33,7 +33,7 @@ class NoCheckpoints : public CheckpointCatalog {
 };
 
 // Two pipeline replicas of two stages, with checkpoints and standby
-// replicas: every part of the
+// copies: every part of the
 // state has something to hold.
 JobSpec PipelinedJob() {
   JobSpec job;
@@ -46,7 +46,7 @@ JobSpec PipelinedJob() {
   job.set_chunk_bytes(256);
   job.set_checkpoint_every(10);
   job.set_checkpoint_dir("/ckpt");
-  job.set_replicas(1);
+  job.set_standby_copies(1);
   ApplyJobDefaults(&job);
   return job;
 }

@@ -120,7 +120,7 @@ const std::vector<SpecOverrideFlag>& SpecOverrideFlags() {
       {"consistency", "consistency"},
       {"pipeline_schedule", "pipeline_schedule"},
       {"table_consistency", "table_consistency"},
-      {"replicas", "replicas", 0, 1},
+      {"standby_copies", "standby_copies", 0, 1},
       {"compression", "compression.codec"},
       {"compression_pulls", "compression.pulls", 0, 1},
   };

@@ -35,7 +35,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
       {"consistency", "SSP"},
       {"pipeline_schedule", "gpipe"},
       {"table_consistency", "asp"},
-      {"replicas", "1"},
+      {"standby_copies", "1"},
       {"compression", "top_k"},
       {"compression_pulls", "1"},
   };
@@ -46,7 +46,7 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
             Spec("data { path: \"/data\" } consistency: SSP staleness: 2 batch_size: 64 "
                  "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
                  "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
-                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP replicas: 1 "
+                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP standby_copies: 1 "
                  "compression { codec: TOP_K pulls: true }")
                 .DebugString());
 }

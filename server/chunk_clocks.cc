@@ -46,7 +46,7 @@ absl::Status ChunkClocks::Classify(int worker, int64_t clock, int32_t chunk, boo
   if (*duplicate) return absl::OkStatus();
   if (early_retried && Early(worker, clock)) {
     // Its push of the clock before is still on its way (or waits in an
-    // open round): standby replicas let a worker have both under way.
+    // open round): standby copies let a worker have both under way.
     return absl::UnavailableError(
         absl::StrCat("chunk ", chunk, ": worker ", worker, "'s push of clock ", clock,
                      " came before the round of clock ", clock - 1, " was applied"));

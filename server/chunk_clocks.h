@@ -37,13 +37,13 @@ class ChunkClocks {
   // (*duplicate false) or a repeat of one already taken (*duplicate true);
   // UNAVAILABLE for the first push applied at once (`at_once`, after a
   // switch from BSP) while the worker's push of the clock before waits in
-  // an open round, and (`early_retried`: standby replicas) for the push of
+  // an open round, and (`early_retried`: standby copies) for the push of
   // the clock after the one not yet applied; INVALID_ARGUMENT for any
   // other clock. `chunk` names the chunk in messages.
   absl::Status Classify(int worker, int64_t clock, int32_t chunk, bool at_once, bool* duplicate,
                         bool early_retried = false) const;
 
-  // Standby replicas: whether `worker`'s push of `clock` is the push of the
+  // Standby copies: whether `worker`'s push of `clock` is the push of the
   // clock after one this chunk's open BSP round still waits for (its own
   // push of clock - 1 on its way, or a promoted copy's round cleared):
   // neither taken nor a repeat now, taken once that round is applied.
@@ -55,7 +55,7 @@ class ChunkClocks {
   // BSP: the round was applied; every live worker's applied clock moves
   // on (a dead worker's stays where it died) and the next round opens.
   void NextRound();
-  // Standby replicas: the applied clocks are `applied` (a primary's copy,
+  // Standby copies: the applied clocks are `applied` (a primary's copy,
   // one per worker), the round being collected empty.
   void SetApplied(const std::vector<int64_t>& applied);
   // The worker is left out from now on. False if it already was.

@@ -39,7 +39,7 @@ std::vector<ChunkPlan> PlanChunks(const JobSpec& job, const std::vector<ParamInf
   const std::vector<int> param_stage = ParamStages(job, static_cast<int>(params.size()));
   const int stages = std::max(1, job.pipeline_stages());
   const bool bsp = job.consistency() == BSP;
-  const std::vector<int32_t> ids = HeldChunks(partition, server_id, job.replicas());
+  const std::vector<int32_t> ids = HeldChunks(partition, server_id, job.standby_copies());
   std::vector<ChunkPlan> plans;
   for (size_t i = 0; i < ids.size(); ++i) {
     const ChunkInfo& info = partition.chunks()[ids[i]];

@@ -21,7 +21,7 @@ namespace pstrain {
 struct ChunkPlan {
   int32_t id = 0;
   // The server whose chunk it is by the partition: this one, or (standby
-  // replicas) the one whose standby this is.
+  // copies) the one whose standby this is.
   int home = 0;
   int stage = 0;  // the pipeline stage whose parameters it holds
   // The workers that push it: those of its stage (every worker without
@@ -38,7 +38,7 @@ struct ChunkPlan {
 };
 
 // The plans of the chunks `server_id` holds (HeldChunks: its own, and with
-// standby replicas those it keeps standby copies of), in that order.
+// standby copies those it keeps standby copies of), in that order.
 // `params` is ModelParams(job.model()); the plans point into it, so it
 // outlives them.
 std::vector<ChunkPlan> PlanChunks(const JobSpec& job, const std::vector<ParamInfo>& params,

@@ -33,11 +33,11 @@ namespace pstrain {
 // chunks', the rows') count here.
 struct RequestCounters {
   std::atomic<int64_t> bytes_in{0}, bytes_out{0}, pushes{0}, pulls{0}, shm_bytes{0}, shm_rings{0};
-  std::atomic<int64_t> replicated_bytes{0};  // sent to standbys (server/replica_sender.h)
+  std::atomic<int64_t> replicated_bytes{0};  // sent to standbys (server/standby_sender.h)
 };
 
 // Which chunks a push took, from whom and of which iteration: with
-// standby replicas its answer waits until the standby holds them
+// standby copies its answer waits until the standby holds them
 // (ChunkRequests::PushReplicated).
 struct PushTaken {
   int worker = -1;  // -1: nothing to wait for (initial values)
@@ -66,7 +66,7 @@ class ChunkRequests {
   // `bell_segment`: the segment of the connection a frame came on (0: a
   // gRPC call), the only one the push may name.
   // What it took goes to *taken (if not null).
-  // Standby replicas: a push the store refused only for being early
+  // Standby copies: a push the store refused only for being early
   // (ChunkStore::PushEarly) is named in *early (if not null; worker -1
   // otherwise), for the caller to keep it until it is due.
   absl::Status Push(const grpc::ByteBuffer& req, uint64_t bell_segment = 0,
@@ -75,7 +75,7 @@ class ChunkRequests {
   bool PushStillEarly(const PushTaken& early) const {
     return store_->PushEarly(early.worker, early.clock, early.generation, early.chunks);
   }
-  // Standby replicas: whether the push's standby holds what it took (or
+  // Standby copies: whether the push's standby holds what it took (or
   // the chunks are no longer served here: PushServed says).
   bool PushReplicated(const PushTaken& taken) const;
   bool PushServed(const PushTaken& taken) const;

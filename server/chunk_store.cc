@@ -47,7 +47,7 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
       rules_(job.optimizer(), TotalClocks(job), optimizer_),
       pool_(pool),
       trace_(trace),
-      chunk_ids_(HeldChunks(partition, server_id, job.replicas())),
+      chunk_ids_(HeldChunks(partition, server_id, job.standby_copies())),
       hold_rounds_(bsp_ && job.optimizer().clip_norm() > 0),
       nonfinite_(job.optimizer().allow_nonfinite()) {
   std::vector<SlabLayout> slabs;
@@ -174,7 +174,7 @@ absl::Status ChunkStore::CheckPush(const PushRequest& push) const {
     }
     bool duplicate = false;
     RETURN_IF_ERROR(c->clocks.Classify(push.worker, push.clock, part.chunk, push.apply_at_once,
-                                       &duplicate, job_.replicas() > 0));
+                                       &duplicate, job_.standby_copies() > 0));
   }
   return absl::OkStatus();
 }
@@ -250,7 +250,7 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, const PushRequest::P
   if (const absl::Status st = CheckChunkGeneration(c, push.generation); !st.ok()) return st;
   bool duplicate = false;
   const absl::Status order =
-      c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate, job_.replicas() > 0);
+      c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate, job_.standby_copies() > 0);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   if (!c.standby.serving) return absl::UnavailableError("chunk demoted to a standby copy");

@@ -3,11 +3,11 @@
 // applied (the basis of the read guarantee; server/chunk_clocks.h). What
 // each chunk is comes from server/chunk_plan.h. The arrays live in memory
 // or, offloaded, in a file with a budget of them resident
-// (server/chunk_memory.h). With standby replicas (JobSpec.replicas) it
+// (server/chunk_memory.h). With standby copies (JobSpec.standby_copies) it
 // also holds the standby copies of the previous server's chunks: each
 // chunk is served here (its primary) or kept as a standby, as the
 // scheduler's routes say (SetRoles); a served chunk's every change goes to
-// the ReplicaSink, and a push counts as replicated once the standby
+// the ChunkSink, and a push counts as replicated once the standby
 // confirmed it (server/chunk_store_standby.cc). Under BSP with clipping by the global norm the
 // store holds each closed round (server/held_rounds.h) for the cross-server
 // protocol of server/global_clipping.h to release. Knows nothing of gRPC.
@@ -54,10 +54,10 @@ namespace pstrain {
 class ChunkStore : public HeldRounds {
  public:
   // Where a served chunk's changes go, in order per chunk, for its standby
-  // (server/replica_sender.h). Called under the chunk's lock: quick.
-  class ReplicaSink {
+  // (server/standby_sender.h). Called under the chunk's lock: quick.
+  class ChunkSink {
    public:
-    virtual ~ReplicaSink() = default;
+    virtual ~ChunkSink() = default;
     // `update` of a chunk of home server `home`.
     virtual void Changed(int home, ChunkUpdate update) = 0;
     // The changes so far may go: the request that made them is done (so a
@@ -201,7 +201,7 @@ class ChunkStore : public HeldRounds {
   // ---- Standby (server/chunk_store_standby.cc) ----
   // Where the changes of served chunks with a standby go; before the
   // first push, outliving the store.
-  void SetReplicaSink(ReplicaSink* sink);
+  void SetChunkSink(ChunkSink* sink);
   // Its chunks as standby parts (roles, copies forgotten, what Status
   // reports: server/standby_parts.h).
   StandbyParts& standby() { return standby_; }
@@ -214,7 +214,7 @@ class ChunkStore : public HeldRounds {
   // (or needs none); false once the chunk is not served here (demoted:
   // the push must go to its new primary).
   bool Replicated(int32_t chunk, int worker, int64_t clock) const;
-  // Standby replicas: whether `worker`'s push of `clock` (of `generation`)
+  // Standby copies: whether `worker`'s push of `clock` (of `generation`)
   // to `chunks` is early on some of them (ChunkClocks::Early) and would be
   // taken once their open rounds are applied: every chunk served here, of
   // that generation, the worker live. Such a push waits at the server
@@ -260,7 +260,7 @@ class ChunkStore : public HeldRounds {
   int64_t NonfiniteSkipped() const { return nonfinite_.skipped(); }
   const std::vector<int32_t>& chunk_ids() const { return chunk_ids_; }
   int num_workers() const { return num_workers_; }
-  int replicas() const { return job_.replicas(); }
+  int standby_copies() const { return job_.standby_copies(); }
 
  private:
   // A chunk's plan (fixed) and its state.
@@ -304,7 +304,7 @@ class ChunkStore : public HeldRounds {
   // chunk has a standby, else counts as replicated.
   void Ship(Chunk& c, int64_t clock, const float* grad, const OptimizerSpec* hyper,
             bool full = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // The changes shipped so far may go (ReplicaSink::Flush).
+  // The changes shipped so far may go (ChunkSink::Flush).
   void FlushShipped() const;
   // Every served chunk with a standby has applied the same clocks (BSP:
   // the clock's rounds here are all closed).
@@ -391,7 +391,7 @@ class ChunkStore : public HeldRounds {
   // that none is under way once SetRoundListener returns.
   mutable absl::Mutex listener_mu_;
   Listener* listener_ ABSL_GUARDED_BY(listener_mu_) = nullptr;
-  std::atomic<ReplicaSink*> sink_{nullptr};
+  std::atomic<ChunkSink*> sink_{nullptr};
   StandbyParts standby_;  // over chunks_
 };
 

@@ -1,4 +1,4 @@
-// ChunkStore's standby (JobSpec.replicas): each served chunk's changes
+// ChunkStore's standby (JobSpec.standby_copies): each served chunk's changes
 // shipped to its standby in order (Ship), the standby's confirmations
 // (Confirmed, Replicated), and a standby copy taking its primary's changes
 // (Mirror): an update is applied with the very optimizer step the primary
@@ -23,15 +23,15 @@ std::string FloatBytes(const float* values, int64_t n) {
 
 }  // namespace
 
-void ChunkStore::SetReplicaSink(ReplicaSink* sink) { sink_ = sink; }
+void ChunkStore::SetChunkSink(ChunkSink* sink) { sink_ = sink; }
 
 void ChunkStore::FlushShipped() const {
-  if (ReplicaSink* sink = sink_.load(); sink != nullptr) sink->Flush();
+  if (ChunkSink* sink = sink_.load(); sink != nullptr) sink->Flush();
 }
 
 void ChunkStore::Ship(Chunk& c, int64_t clock, const float* grad, const OptimizerSpec* hyper,
                       bool full) {
-  ReplicaSink* sink = sink_.load();
+  ChunkSink* sink = sink_.load();
   switch (c.standby.Changed(sink != nullptr, full, c.clocks.applied())) {
     case StandbyState::Ship::kNothing:
       return;
@@ -70,14 +70,14 @@ absl::Status ChunkStore::CheckServed(int32_t chunk) const {
 
 bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
   const Chunk* c = Find(chunk);
-  if (c == nullptr || job_.replicas() == 0) return true;
+  if (c == nullptr || job_.standby_copies() == 0) return true;
   absl::MutexLock lock(&c->mu);
   return c->standby.Holds(worker, clock);
 }
 
 bool ChunkStore::PushEarly(int worker, int64_t clock, int64_t generation,
                            const std::vector<int32_t>& chunks) const {
-  if (job_.replicas() == 0 || generation != generation_ || worker < 0 || worker >= num_workers_) {
+  if (job_.standby_copies() == 0 || generation != generation_ || worker < 0 || worker >= num_workers_) {
     return false;
   }
   bool early = false;

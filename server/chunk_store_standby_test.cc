@@ -1,7 +1,7 @@
-// ChunkStore's standby replicas in process: a primary's changes taken by
+// ChunkStore's standby copies in process: a primary's changes taken by
 // its standby's copy bit for bit, a copy that cannot follow asking for
 // the whole state, and a promoted copy training on as an undisturbed
-// store would. The sender between them (server/replica_sender.h) is the
+// store would. The sender between them (server/standby_sender.h) is the
 // test's hand.
 #include <cstring>
 #include <memory>
@@ -17,7 +17,7 @@ namespace pstrain {
 namespace {
 
 // What a store shipped, in order.
-class Captured : public ChunkStore::ReplicaSink {
+class Captured : public ChunkStore::ChunkSink {
  public:
   void Changed(int home, ChunkUpdate update) override { updates.push_back(std::move(update)); }
   void NeedWhole(int home, int32_t chunk) override { whole.push_back(chunk); }
@@ -27,12 +27,12 @@ class Captured : public ChunkStore::ReplicaSink {
 
 // Adam (state that must follow too), two workers, two servers: chunk 0
 // (the weights) is server 0's, chunk 1 (the biases) server 1's.
-JobSpec Job(Consistency mode, int replicas) {
+JobSpec Job(Consistency mode, int standby_copies) {
   JobSpec job = SmallDenseJob(mode, 2);
   job.mutable_optimizer()->set_type(ADAM);
   job.mutable_optimizer()->set_learning_rate(0.01f);
   job.set_num_servers(2);
-  job.set_replicas(replicas);
+  job.set_standby_copies(standby_copies);
   return job;
 }
 
@@ -51,7 +51,7 @@ struct Cluster {
         alone_job(Job(mode, 0)),
         alone(alone_job, partition, 0, MakeOptimizer(alone_job.optimizer()).value(), nullptr,
               nullptr) {
-    primary.SetReplicaSink(&shipped);
+    primary.SetChunkSink(&shipped);
     primary.standby().SetRoles({true, false}, {true, false});
     standby.standby().SetRoles({false, true}, {false, false});
   }
@@ -88,7 +88,7 @@ struct Cluster {
   Captured shipped;
   ChunkStore primary, standby;
   JobSpec alone_job;
-  ChunkStore alone;  // the same pushes without replicas: the undisturbed run
+  ChunkStore alone;  // the same pushes without standby copies: the undisturbed run
 };
 
 void ExpectSameState(const ChunkStore& a, const ChunkStore& b, int32_t chunk) {
@@ -103,7 +103,7 @@ void ExpectSameState(const ChunkStore& a, const ChunkStore& b, int32_t chunk) {
   EXPECT_EQ(std::memcmp(sa.state().data(), sb.state().data(), sa.state_size() * sizeof(float)), 0);
 }
 
-TEST(ChunkStoreReplicasTest, APushIsReplicatedOnlyOnceTheStandbyHasItsRound) {
+TEST(ChunkStoreStandbyTest, APushIsReplicatedOnlyOnceTheStandbyHasItsRound) {
   Cluster c(BSP);
   c.Push(c.primary, 0);
   ASSERT_EQ(c.shipped.updates.size(), 1u);  // the round closed: one change
@@ -116,7 +116,7 @@ TEST(ChunkStoreReplicasTest, APushIsReplicatedOnlyOnceTheStandbyHasItsRound) {
   EXPECT_EQ(c.primary.standby().Lag(), 0);
 }
 
-TEST(ChunkStoreReplicasTest, AStandbyCopyFollowsItsPrimaryBitForBit) {
+TEST(ChunkStoreStandbyTest, AStandbyCopyFollowsItsPrimaryBitForBit) {
   for (Consistency mode : {BSP, SSP}) {
     Cluster c(mode);
     EXPECT_FALSE(c.standby.standby().Filled());  // a copy is filled by its primary
@@ -130,7 +130,7 @@ TEST(ChunkStoreReplicasTest, AStandbyCopyFollowsItsPrimaryBitForBit) {
   }
 }
 
-TEST(ChunkStoreReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState) {
+TEST(ChunkStoreStandbyTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState) {
   Cluster c(BSP);
   c.Push(c.primary, 0);
   c.Deliver();
@@ -151,7 +151,7 @@ TEST(ChunkStoreReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState
   ExpectSameState(c.primary, c.standby, 0);
 }
 
-TEST(ChunkStoreReplicasTest, AnOlderWholeStateThanTheCopyIsIgnored) {
+TEST(ChunkStoreStandbyTest, AnOlderWholeStateThanTheCopyIsIgnored) {
   Cluster c(BSP);
   c.Push(c.primary, 0);
   c.Deliver();
@@ -165,7 +165,7 @@ TEST(ChunkStoreReplicasTest, AnOlderWholeStateThanTheCopyIsIgnored) {
   ExpectSameState(c.primary, c.standby, 0);
 }
 
-TEST(ChunkStoreReplicasTest, AChangeOutOfRangeIsRefused) {
+TEST(ChunkStoreStandbyTest, AChangeOutOfRangeIsRefused) {
   Cluster c(BSP);
   c.Push(c.primary, 0);
   ChunkUpdate u = c.shipped.updates.at(0);
@@ -180,7 +180,7 @@ TEST(ChunkStoreReplicasTest, AChangeOutOfRangeIsRefused) {
   EXPECT_EQ(c.standby.Mirror(u, {}, &need_full).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ChunkStoreReplicasTest, APromotedCopyTrainsOnAsTheUndisturbedStore) {
+TEST(ChunkStoreStandbyTest, APromotedCopyTrainsOnAsTheUndisturbedStore) {
   Cluster c(BSP);
   for (int64_t clock = 0; clock < 3; ++clock) {
     c.Push(c.primary, clock);
@@ -210,7 +210,7 @@ TEST(ChunkStoreReplicasTest, APromotedCopyTrainsOnAsTheUndisturbedStore) {
   EXPECT_TRUE(c.standby.Replicated(0, 0, 6));  // no standby left: nothing to wait for
 }
 
-TEST(ChunkStoreReplicasTest, APushOfTheClockAfterTheOneMissingIsRetriedNotRefused) {
+TEST(ChunkStoreStandbyTest, APushOfTheClockAfterTheOneMissingIsRetriedNotRefused) {
   Cluster c(BSP);
   c.Push(c.primary, 0);
   const std::vector<float> g = Gradient(2, 0, c.primary.ChunkNumel(0));

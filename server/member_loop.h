@@ -26,7 +26,7 @@ struct ClusterNews {
   int64_t generation = 0;
   int64_t restore_clock = 0;  // the rollback's checkpoint clock
   int64_t manifest_clock = 0;
-  ServerRoutes routes;  // standby replicas: who serves which chunks (empty: none)
+  ServerRoutes routes;  // standby copies: who serves which chunks (empty: none)
 };
 
 // The store, the service and the checkpoint files, as the loop sees them.
@@ -47,7 +47,7 @@ class ServerActions {
   virtual void CancelParked(const absl::Status& why, int64_t generation) = 0;
   // Deletes checkpoint files older than `clock` (none without checkpoints).
   virtual void Prune(int64_t clock) = 0;
-  // Standby replicas: serves, keeps standby copies of and ships changes
+  // Standby copies: serves, keeps standby copies of and ships changes
   // to whom `routes` say.
   virtual void SetRoutes(const ServerRoutes& routes) {}
 };

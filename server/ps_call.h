@@ -99,9 +99,9 @@ class PsCall {
   grpc::ByteBuffer request, reply;  // every method is raw
   PullRequest pull;                 // a pull's parsed request
   PullRowsRequest rows;             // a PullRows's parsed request
-  PushTaken taken;                  // what a push took (standby replicas)
+  PushTaken taken;                  // what a push took (standby copies)
   PushTaken early;                  // an early push waiting (PsService::HandlePush)
-  PushRowsRequest row_push;         // a PushRows's, taken (standby replicas)
+  PushRowsRequest row_push;         // a PushRows's, taken (standby copies)
   absl::Time parked_at;             // a parked pull's
   absl::Time accepted_at;           // when gRPC handed the call over
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> raw_responder;

@@ -230,7 +230,7 @@ void PsService::Handle(PsCall* call) {
 
 void PsService::HandlePush(ChunkRequests& chunks, PsCall* call) {
   const uint64_t segment = call->bell == nullptr ? 0 : call->bell->segment();
-  // Standby replicas: a push of the clock after the one a chunk's open BSP
+  // Standby copies: a push of the clock after the one a chunk's open BSP
   // round still waits for (ChunkClocks::Early -- a promoted copy's round
   // cleared at the promotion, or the worker's own push of the clock before
   // still on its way) waits here, its request kept, until that round is
@@ -276,7 +276,7 @@ void PsService::FinishPush(ChunkRequests& chunks, PsCall* call, const absl::Stat
   if (st.ok()) {
     WakePulls();
     // (A round it closed may be all a push of it waited for: no standby.)
-    if (chunks.store().replicas() > 0) WakePushes();
+    if (chunks.store().standby_copies() > 0) WakePushes();
   }
   PushResponse response;
   response.set_window_bytes(push_window_.load(std::memory_order_relaxed));
@@ -285,7 +285,7 @@ void PsService::FinishPush(ChunkRequests& chunks, PsCall* call, const absl::Stat
     Conclude(call, st.ok() ? PushAnswer(chunks, *call) : st);
     return;
   }
-  // Standby replicas: answered once the standby holds it (WakePushes).
+  // Standby copies: answered once the standby holds it (WakePushes).
   const int64_t limit = static_cast<int64_t>(chunks.store().chunk_ids().size()) + kParkedSlack;
   const absl::StatusOr<bool> parked =
       parked_pushes_.Park(call, limit, [&] { return PushReady(chunks, *call); });
@@ -366,7 +366,7 @@ void PsService::HandlePull(ChunkRequests& chunks, PsCall* call) {
 bool PsService::ChunkPullReady(ChunkRequests& chunks, PsCall& call) {
   // A pull of another generation is answered (refused), never parked: a
   // restore cancels the parked ones after it changed the generation. So
-  // is one of chunks this server no longer serves (standby replicas).
+  // is one of chunks this server no longer serves (standby copies).
   if (!chunks.store().CheckGeneration(call.pull.generation()).ok()) return true;
   if (!chunks.PullServed(call.pull)) return true;
   if (!chunks.Readable(call.pull)) return false;
@@ -415,12 +415,12 @@ void PsService::HandleRowPush(RowRequests& rows, PsCall* call) {
   call->request.Clear();
   if (st.ok()) WakeRowPulls(rows);
   // (A round it closed may be all another push waited for: no standby.)
-  if (st.ok() && rows.tables().replicas() > 0) WakePushes();
+  if (st.ok() && rows.tables().standby_copies() > 0) WakePushes();
   if (!st.ok() || RowPushReady(rows, *call)) {
     call->Conclude(st.ok() ? RowPushAnswer(rows, *call) : st);
     return;
   }
-  // Standby replicas: answered once the standby holds it (WakePushes).
+  // Standby copies: answered once the standby holds it (WakePushes).
   const int64_t limit = rows.tables().size() + kParkedSlack;
   const absl::StatusOr<bool> parked =
       parked_row_pushes_.Park(call, limit, [&] { return RowPushReady(rows, *call); });

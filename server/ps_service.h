@@ -89,14 +89,14 @@ class PsService final : public PsServiceBase {
   // Pushes and pulls refused as malformed (INVALID_ARGUMENT) so far: the
   // Status' refused["chunks"] (common/refused.h).
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
-  // Standby replicas: the scheduler's routes (who serves which chunks),
+  // Standby copies: the scheduler's routes (who serves which chunks),
   // which Replicate checks its senders against.
   void SetRoutes(const ServerRoutes& routes);
   // Answers the parked pushes whose standby now holds what they took (or
   // whose chunks are no longer served here: UNAVAILABLE, retried at their
   // new primary).
   void WakePushes();
-  // What the server's standby replicas count (bytes sent to standbys).
+  // What the server's standby copies count (bytes sent to standbys).
   RequestCounters& counters() { return counters_; }
   // Answers the parked pulls (of chunks and of rows) whose guarantee now
   // holds (after the store applied updates on its own, e.g. a globally
@@ -113,7 +113,7 @@ class PsService final : public PsServiceBase {
   // Handle's parts: a PullRows or PushRows; a push or pull of chunks (a
   // pull answered, or parked until its read guarantee holds).
   void HandleRows(RowRequests& rows, PsCall* call);
-  // A PushRows: answered, or with standby replicas parked until the
+  // A PushRows: answered, or with standby copies parked until the
   // standby holds it.
   void HandleRowPush(RowRequests& rows, PsCall* call);
   void HandlePush(ChunkRequests& chunks, PsCall* call);

@@ -1,5 +1,5 @@
 // PsService's Status: the server's counters, its store's and tables'
-// state, its standby replicas, and what its parked calls wait for. See
+// state, its standby copies, and what its parked calls wait for. See
 // server/ps_service.h.
 #include "absl/strings/str_cat.h"
 #include "common/process_stats.h"
@@ -90,7 +90,7 @@ MemberStatus PsService::GetStatus() const {
     AddOffloadStatus(shard->store()->memory_stats(), &st);
   }
   st.set_test_accuracy(-1);
-  if (shard != nullptr && shard->store()->replicas() > 0) {
+  if (shard != nullptr && shard->store()->standby_copies() > 0) {
     {
       // The routes first: the copies' state below is at least theirs.
       absl::MutexLock lock(&mu_);

@@ -37,7 +37,7 @@ class RowRequests {
   // The answer to PushRows; a push taken leaves its request in *taken
   // (without its ids and gradients).
   absl::Status Push(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp, PushRowsRequest* taken);
-  // Standby replicas: whether the standby of the push's part holds it
+  // Standby copies: whether the standby of the push's part holds it
   // (SparseTables::Replicated), and whether the part is still served here.
   bool PushReplicated(const PushRowsRequest& taken) const;
   bool PushServed(const PushRowsRequest& taken) const;

@@ -23,7 +23,7 @@
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
 #include "server/ps_service.h"
-#include "server/replica_sender.h"
+#include "server/standby_sender.h"
 #include "server/shard.h"
 
 namespace pstrain {
@@ -69,7 +69,7 @@ class Serving {
 // The member loop's actions on the server's shard and service.
 class ShardActions : public ServerActions {
  public:
-  ShardActions(Shard* shard, PsService* service, ReplicaSender* sender, int id)
+  ShardActions(Shard* shard, PsService* service, StandbySender* sender, int id)
       : shard_(shard), service_(service), sender_(sender), id_(id) {}
 
   int64_t generation() const override { return shard_->generation(); }
@@ -109,7 +109,7 @@ class ShardActions : public ServerActions {
  private:
   Shard* const shard_;
   PsService* const service_;
-  ReplicaSender* const sender_;  // null without standby replicas
+  StandbySender* const sender_;  // null without standby copies
   const int id_;
 };
 
@@ -151,14 +151,14 @@ class Server {
   absl::Status AwaitDeclaredModel();
   // The chunk store of this server's share of the job, with checkpoints.
   absl::Status Build();
-  // Standby replicas: the sender of the served chunks' and tables' changes.
+  // Standby copies: the sender of the served chunks' and tables' changes.
   void StartReplication();
   // Bounds the requests and replies in flight: an offloaded server's by
   // its budget's shares (`plan`), else by the job's size.
   void LimitInFlight(const std::optional<ServerMemoryPlan>& plan);
   // The state the shard starts from: the checkpoint the registration
   // names (0: the initial values), or, a replacement whose own chunks a
-  // standby serves now (standby replicas), standby copies to be filled.
+  // standby serves now (standby copies), standby copies to be filled.
   absl::Status StartState(const RegisterResponse& reg);
   // Serves until the job ends; its end state and message.
   absl::StatusOr<JobState> Serve(std::string* message);
@@ -191,9 +191,9 @@ class Server {
   std::unique_ptr<GlobalClipping> clipping_;
   std::optional<Partition> partition_;  // the job's chunks (Build)
   std::shared_ptr<Shard> shard_;  // set by Run: the store and the tables
-  // Standby replicas: ships the served chunks' and table parts' changes
+  // Standby copies: ships the served chunks' and table parts' changes
   // (null without). Stopped before the shard goes.
-  std::unique_ptr<ReplicaSender> sender_;
+  std::unique_ptr<StandbySender> sender_;
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -222,7 +222,7 @@ int Server::Run(const RegisterResponse& reg) {
       !st.ok()) {
     return Fail(st);
   }
-  if (job_.replicas() > 0) StartReplication();
+  if (job_.standby_copies() > 0) StartReplication();
   if (job_.checkpoint_every() > 0) {
     spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
                  job_.checkpoint_dir());
@@ -250,7 +250,7 @@ int Server::Run(const RegisterResponse& reg) {
 
 absl::Status Server::StartState(const RegisterResponse& reg) {
   const ServerRoutes& routes = reg.routes();
-  if (job_.replicas() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
+  if (job_.standby_copies() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
     spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
                  routes.serving(id_));
     shard_->JoinAsStandby(reg.generation());
@@ -285,19 +285,19 @@ absl::Status Server::AwaitDeclaredModel() {
 }
 
 void Server::StartReplication() {
-  ReplicaSenderOptions o;
+  StandbySenderOptions o;
   o.server_id = id_;
   // Gradients through shared memory with a standby on this host, as a
   // worker's pushes.
   if (OffersShm(config_)) {
-    o.layout_of = [partition = *partition_, replicas = job_.replicas()](int server) {
-      return ShmLayout::OfServer(partition, server, replicas);
+    o.layout_of = [partition = *partition_, standby_copies = job_.standby_copies()](int server) {
+      return ShmLayout::OfServer(partition, server, standby_copies);
     };
   }
   o.on_confirmed = [this] { service_->WakePushes(); };
   o.bytes = &service_->counters().replicated_bytes;
   o.tables = shard_->tables().get();
-  sender_ = std::make_unique<ReplicaSender>(store_.get(), std::move(o));
+  sender_ = std::make_unique<StandbySender>(store_.get(), std::move(o));
   shard_->SetStandbySink(sender_.get());
 }
 
@@ -321,7 +321,7 @@ absl::Status Server::Build() {
     ASSIGN_OR_RETURN(plan, PlanServerMemory(config_.memory_budget, needs));
     offload.budget = plan->slabs;
   }
-  shm_layout_ = ShmLayout::OfServer(*partition, id_, job_.replicas());
+  shm_layout_ = ShmLayout::OfServer(*partition, id_, job_.standby_copies());
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
                                         trace_, offload);
   RETURN_IF_ERROR(store_->health());

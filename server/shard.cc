@@ -49,7 +49,7 @@ absl::Status Shard::Restore(int64_t generation, int64_t clock) {
 }
 
 void Shard::SetStandbySink(StandbySink* sink) {
-  store_->SetReplicaSink(sink);
+  store_->SetChunkSink(sink);
   tables_->SetSink(sink);
 }
 

@@ -26,8 +26,8 @@
 namespace pstrain {
 
 // Where the changes of a server's served chunks and table parts go for
-// their standby (server/replica_sender.h).
-class StandbySink : public ChunkStore::ReplicaSink, public SparseTables::TableSink {};
+// their standby (server/standby_sender.h).
+class StandbySink : public ChunkStore::ChunkSink, public SparseTables::TableSink {};
 
 // Thread-safe as its parts are; Restore, Prune and RemoveWorker come from
 // one thread (the server's member loop).

@@ -64,7 +64,7 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     : server_(server),
       servers_(servers),
       workers_(job.num_workers()),
-      replicas_(job.replicas()),
+      standby_copies_(job.standby_copies()),
       total_clocks_(TotalClocks(job)),
       consistency_(TableConsistency(job)),
       nonfinite_(job.optimizer().allow_nonfinite()) {
@@ -81,7 +81,7 @@ SparseTables::SparseTables(const JobSpec& job, int server, int servers,
     config.expire_after = spec.expire_after_clocks();
     order_.push_back(spec.name());
     auto& parts = tables_[spec.name()];
-    for (int home : HeldHomes(server, servers, replicas_)) {
+    for (int home : HeldHomes(server, servers, standby_copies_)) {
       auto table = std::make_unique<Table>(config, spec.num_ids(), workers_, home, consistency_);
       absl::MutexLock lock(&table->mu);
       // A standby copy is filled by its primary (as a chunk's).

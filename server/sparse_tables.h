@@ -7,8 +7,8 @@
 // not, summed row by row weighted by the workers' samples -- and applies it
 // as one update when the last comes; SSP and ASP tables apply each push as
 // it comes. A pull's read guarantee (min_clock) is checked by Readable: the
-// service parks pulls until it holds. With standby replicas
-// (JobSpec.replicas) a server holds a part of each table per home server
+// service parks pulls until it holds. With standby copies
+// (JobSpec.standby_copies) a server holds a part of each table per home server
 // it holds (HeldHomes: its own, and the previous server's standby copy);
 // a served part's every change goes to its standby through a TableSink,
 // which replays it (server/sparse_tables_standby.cc). Knows nothing of
@@ -59,7 +59,7 @@ RowOptimizer RowOptimizerOf(const OptimizerSpec& spec);
 // Thread-safe: each table has its own lock.
 class SparseTables {
  public:
-  // Where a served part's changes go (standby replicas): a change in order,
+  // Where a served part's changes go (standby copies): a change in order,
   // or a part whose whole state its standby needs. Called with the part's
   // lock held.
   class TableSink {
@@ -85,7 +85,7 @@ class SparseTables {
   // older generation than the table's: the cluster rolled back),
   // UNAVAILABLE (a newer one: not restored yet).
   // `home`: the server whose part the ids are of (this one's, or with
-  // replicas one it serves for: UNAVAILABLE when it keeps only a standby
+  // standby copies one it serves for: UNAVAILABLE when it keeps only a standby
   // copy of it, INVALID_ARGUMENT when it holds none).
   absl::Status Pull(int worker, int64_t generation, absl::string_view table, int home,
                     absl::Span<const uint64_t> ids, std::vector<float>* out);
@@ -110,7 +110,7 @@ class SparseTables {
   // INVALID_ARGUMENT for a wrong size, a repeated id or a clock out of the
   // worker's order, FAILED_PRECONDITION for a row no pull made or a worker
   // declared dead.
-  // With replicas a part promoted from a standby copy makes the rows a
+  // With standby copies a part promoted from a standby copy makes the rows a
   // push names that no pull made here (they were pulled from the server it
   // took over from; a row's start is a function of its id).
   absl::Status Push(int worker, int64_t generation, absl::string_view table, int home,
@@ -148,7 +148,7 @@ class SparseTables {
   StandbyParts& standby() { return standby_; }
   const StandbyParts& standby() const { return standby_; }
   // Whether worker `worker`'s push of `clock` to `home`'s part of `table`
-  // is held by the part's standby (true without replicas); false once the
+  // is held by the part's standby (true without standby copies); false once the
   // part is no longer served here.
   bool Replicated(int home, absl::string_view table, int worker, int64_t clock) const;
   // Whether this server serves `home`'s part of `table`.
@@ -174,7 +174,7 @@ class SparseTables {
   // Counts a request refused before it reached a table (malformed).
   void CountRefused() { refused_.fetch_add(1, std::memory_order_relaxed); }
   bool empty() const { return tables_.empty(); }
-  int replicas() const { return replicas_; }
+  int standby_copies() const { return standby_copies_; }
   int size() const { return static_cast<int>(tables_.size()); }
 
  private:
@@ -282,12 +282,12 @@ class SparseTables {
   const int server_;
   const int servers_;
   const int workers_;
-  const int replicas_;
+  const int standby_copies_;
   const int64_t total_clocks_;     // the job's
   const Consistency consistency_;  // the tables' (BSP, SSP or ASP)
   std::vector<std::string> order_;  // the job's
   // By name, then by home server (HeldHomes: this server's own part, and
-  // with replicas the standby copy it keeps).
+  // with standby copies the standby copy it keeps).
   std::map<std::string, std::map<int, std::unique_ptr<Table>>, std::less<>> tables_;
   std::atomic<TableSink*> sink_{nullptr};
   StandbyParts standby_;  // over tables_' parts

@@ -1,4 +1,4 @@
-// SparseTables' standby (JobSpec.replicas), as ChunkStore's
+// SparseTables' standby (JobSpec.standby_copies), as ChunkStore's
 // (server/chunk_store_standby.cc): each served part's changes shipped to
 // its standby in order (Ship), the standby's confirmations, and a copy
 // replaying its primary's changes (Mirror); the roles and what every part
@@ -10,7 +10,7 @@
 // copy makes the rows an update names that it lacks (MakeMissing), and
 // so does a promoted part for the rows the workers pulled from the server
 // it took over from. (Expiry would need every pull's touch: it is refused
-// with replicas, common/job_validate.cc.)
+// with standby copies, common/job_validate.cc.)
 #include <algorithm>
 #include <cstring>
 
@@ -76,7 +76,7 @@ bool SparseTables::Served(int home, absl::string_view name) const {
 }
 
 bool SparseTables::Replicated(int home, absl::string_view name, int worker, int64_t clock) const {
-  if (replicas_ == 0) return true;
+  if (standby_copies_ == 0) return true;
   const Table* table = Part(name, home);
   if (table == nullptr) return true;
   absl::MutexLock lock(&table->mu);

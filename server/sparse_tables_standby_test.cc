@@ -1,4 +1,4 @@
-// SparseTables' standby replicas (server/sparse_tables_standby.cc): a
+// SparseTables' standby copies (server/sparse_tables_standby.cc): a
 // primary's parts shipped to a standby copy, which replays them into the
 // very rows (admission and spilling included), the acknowledgement that
 // waits for the copy, a change that does not follow the copy answered by
@@ -18,7 +18,7 @@ namespace {
 
 JobSpec Job(const std::string& consistency, const std::string& table) {
   absl::StatusOr<JobSpec> job = ParseJobSpecText(
-      absl::StrCat("num_servers: 2\nnum_workers: 2\nreplicas: 1\nseed: 5\nconsistency: ",
+      absl::StrCat("num_servers: 2\nnum_workers: 2\nstandby_copies: 1\nseed: 5\nconsistency: ",
                    consistency, "\n", table),
       "job.pbtxt");
   EXPECT_TRUE(job.ok()) << job.status();
@@ -148,7 +148,7 @@ void Train(Pair& p, int64_t from, int64_t to) {
   }
 }
 
-TEST(SparseTablesReplicasTest, TheStandbyReplaysEveryChangeIntoTheSameRows) {
+TEST(SparseTablesStandbyTest, TheStandbyReplaysEveryChangeIntoTheSameRows) {
   for (const char* consistency : {"BSP", "SSP"}) {
     for (const char* table : {kAdmitted, kPlain}) {
       SCOPED_TRACE(absl::StrCat(consistency, " ", table));
@@ -169,7 +169,7 @@ TEST(SparseTablesReplicasTest, TheStandbyReplaysEveryChangeIntoTheSameRows) {
   }
 }
 
-TEST(SparseTablesReplicasTest, APushIsReplicatedOnlyOnceTheStandbyConfirmedIt) {
+TEST(SparseTablesStandbyTest, APushIsReplicatedOnlyOnceTheStandbyConfirmedIt) {
   Pair p(Job("SSP", kPlain));
   const std::vector<uint64_t> ids = Mine(20);
   std::vector<float> rows;
@@ -189,7 +189,7 @@ TEST(SparseTablesReplicasTest, APushIsReplicatedOnlyOnceTheStandbyConfirmedIt) {
   EXPECT_EQ(p.primary.Pull(0, 0, "t", 3, ids, &rows).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SparseTablesReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState) {
+TEST(SparseTablesStandbyTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeState) {
   Pair p(Job("SSP", kAdmitted));
   Train(p, 0, 3);
   p.standby.standby().ForgetCopies();  // stale, as a server back from a freeze
@@ -231,7 +231,7 @@ TEST(SparseTablesReplicasTest, AChangeThatDoesNotFollowTheCopyAsksForTheWholeSta
   ExpectSame(p.primary, p.standby);
 }
 
-TEST(SparseTablesReplicasTest, APromotedCopyTakesPushesOfRowsPulledFromItsPrimary) {
+TEST(SparseTablesStandbyTest, APromotedCopyTakesPushesOfRowsPulledFromItsPrimary) {
   Pair p(Job("BSP", kPlain));
   Train(p, 0, 2);
   // Both workers pull new rows from the primary, which then dies: their

@@ -1,4 +1,4 @@
-// The unit of standby (JobSpec.replicas): what a server serves or keeps a
+// The unit of standby (JobSpec.standby_copies): what a server serves or keeps a
 // standby copy of -- a chunk (server/chunk_store.h) or a sparse table's
 // part (server/sparse_tables.h) -- as the standby layer
 // (server/standby_parts.h) sees both: a lock, the workers' clocks, the

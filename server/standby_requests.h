@@ -5,7 +5,7 @@
 // mirrored by the store (server/chunk_store_standby.cc), its table parts'
 // by the tables (server/sparse_tables_standby.cc) -- and what the copies
 // could not follow, for the primary to send whole. The primary's side is
-// server/replica_sender.h.
+// server/standby_sender.h.
 #ifndef PSTRAIN_SERVER_STANDBY_REQUESTS_H_
 #define PSTRAIN_SERVER_STANDBY_REQUESTS_H_
 

@@ -49,7 +49,7 @@ absl::StatusOr<Process> StartCluster(const ChaosOptions& o, const std::string& d
       "--checkpoint_every=50",
       "--end_grace_ms=3000",
   };
-  if (o.replicas) argv.push_back("--replicas=1");
+  if (o.standby) argv.push_back("--standby_copies=1");
   return Process::Start(argv, dir + "/local_cluster.log");
 }
 
@@ -60,7 +60,7 @@ absl::StatusOr<ClusterStatus> LiveStatus(const std::string& logs) {
   return SchedulerStatus(address.substr(0, address.find_first_of("\n")));
 }
 
-// Standby replicas: every server holds its standby copies (no Status: no).
+// Standby copies: every server holds its standby copies (no Status: no).
 bool StandbysReady(const std::string& logs) {
   const absl::StatusOr<ClusterStatus> st = LiveStatus(logs);
   if (!st.ok()) return false;
@@ -112,7 +112,7 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
       ", \"median_recovery_s\": ", median, ", \"worst_recovery_s\": ", worst,
       ", \"undisturbed_s\": ", r.undisturbed_s, ", \"disturbed_s\": ", r.disturbed_s,
       ", \"exit_code\": ", r.exit_code, ", \"bit_identical\": ", r.bit_identical ? "true" : "false",
-      ", \"replicas\": ", o.replicas ? 1 : 0, ", \"rollbacks\": ", r.rollbacks,
+      ", \"standby\": ", o.standby ? 1 : 0, ", \"rollbacks\": ", r.rollbacks,
       ", \"redo_rollbacks\": ", r.redo_rollbacks,
       ", \"promotions\": ", r.promotions, ", \"max_abs_difference\": ", r.max_difference,
       ", \"kept\": \"", r.kept, "\", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
@@ -227,7 +227,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
     }
     std::fprintf(stderr, "chaos: %s %s at clock %lld\n", f.kind.c_str(), f.target.c_str(),
                  static_cast<long long>(f.clock));
-    f.recovery_s = AwaitRecovery(*cluster, logs, f.clock, struck, o.replicas);
+    f.recovery_s = AwaitRecovery(*cluster, logs, f.clock, struck, o.standby);
     report.faults.push_back(f);
     if (f.recovery_s < 0) break;  // stuck: stop making it worse
     next = std::max<int64_t>(SlowestClock(logs), 20) + gap();

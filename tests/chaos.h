@@ -36,10 +36,10 @@ struct ChaosOptions {
   // Stop injecting once the job is this close to its end (a fault during
   // the final evaluation has nothing left to recover into).
   int64_t quiet_tail = 150;
-  // Standby replicas (--replicas=1): a server's death promotes its standby
+  // Standby copies (--standby_copies=1): a server's death promotes its standby
   // instead of rolling back; the next fault waits until every server's
   // standby copies are filled again.
-  bool replicas = false;
+  bool standby = false;
   std::string dir;  // logs, checkpoints, weights (a fresh folder)
   // Where a run that is not bit-identical, or did not exit 0, is moved
   // whole (both runs' logs, checkpoints and weights: `keep_dir`/<dir's

@@ -18,14 +18,14 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-// Runs the chaos job of `clocks` clocks (standby replicas or not); checks
+// Runs the chaos job of `clocks` clocks (standby copies or not); checks
 // what holds either way and returns the report.
-ChaosReport RunChecked(int64_t clocks, bool replicas, const std::string& name) {
+ChaosReport RunChecked(int64_t clocks, bool standby, const std::string& name) {
   ChaosOptions o;
   o.seed = std::random_device{}();
   if (const char* env = std::getenv("PSTRAIN_CHAOS_SEED")) (void)absl::SimpleAtoi(env, &o.seed);
   o.clocks = clocks;
-  o.replicas = replicas;
+  o.standby = standby;
   o.dir = NewTempDir(name);
   // A run that is not bit-identical is kept in the test's outputs
   // (bazel-testlogs/tests/chaos_test/test.outputs).
@@ -48,15 +48,15 @@ ChaosReport RunChecked(int64_t clocks, bool replicas, const std::string& name) {
 }
 
 TEST(ChaosTest, FaultsOfEveryKindAndTheWeightsEndBitIdentical) {
-  RunChecked(3000, /*replicas=*/false, "chaos");
+  RunChecked(3000, /*standby=*/false, "chaos");
 }
 
-// With standby replicas a killed (or long frozen) server's standby is
+// With standby copies a killed (or long frozen) server's standby is
 // promoted: no server's fault rolls back, the weights as undisturbed. (A
 // worker killed while its push had reached some chunks and not others
 // has its replacement ask for a rollback: Rollback.redo, counted apart.)
-TEST(ChaosTest, WithStandbyReplicasNoFaultRollsBack) {
-  const ChaosReport r = RunChecked(2000, /*replicas=*/true, "chaos_standby");
+TEST(ChaosTest, WithStandbyCopiesNoFaultRollsBack) {
+  const ChaosReport r = RunChecked(2000, /*standby=*/true, "chaos_standby");
   EXPECT_EQ(r.rollbacks - r.redo_rollbacks, 0);
   bool server_killed = false;
   for (const Fault& f : r.faults)

@@ -109,7 +109,8 @@ TEST(FlagsTest, AnOverrideOfAnImpossibleSizeIsExitTwoNamingTheField) {
 }
 
 // The spec's clock counts were called steps before issue 25, a member's id
-// was set with --rank and a worker's fixed slowdown with --debug_slowdown_ms:
+// was set with --rank, a worker's fixed slowdown with --debug_slowdown_ms and
+// a server's standby copies with --replicas:
 // the old flags and an old job file are exit 2 naming the new names.
 TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
   const std::string dir = NewTempDir("renamed");
@@ -137,6 +138,14 @@ TEST(FlagsTest, ARenamedFlagOrFieldIsExitTwoNamingTheNewName) {
   EXPECT_EQ(*code, 2) << out;
   EXPECT_TRUE(absl::StrContains(
       out, "unknown flag --debug_slowdown_ms (it is now --straggler=fixed:MS)"))
+      << out;
+  // A server's copy is a standby (a replica is a pipeline's): --replicas
+  // became --standby_copies.
+  code = RunCommand({BinaryPath("scheduler/ps_scheduler"), "--job=" + job, "--replicas=1"}, &out,
+                    absl::Seconds(20), "renamed");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_TRUE(absl::StrContains(out, "unknown flag --replicas (it is now --standby_copies)"))
       << out;
   const std::string old = dir + "/old.pbtxt";
   WriteFile(old, SmallJob("batch_size: 16\nsteps: 10\n"));

@@ -1,4 +1,4 @@
-// Standby replicas (JobSpec.replicas = 1): each server killed with SIGKILL
+// Standby copies (JobSpec.standby_copies = 1): each server killed with SIGKILL
 // in turn -- the second once the first one's replacement has filled its
 // standby copies -- is survived without a rollback: its standby is
 // promoted, the workers send what was never acknowledged to it, and the
@@ -31,7 +31,7 @@ namespace {
 
 std::string Job(const std::string& consistency) {
   return absl::StrReplaceAll(
-      SixteenClassJob("clocks: 600\nseed: 11\nchunk_bytes: 512\nreplicas: 1"),
+      SixteenClassJob("clocks: 600\nseed: 11\nchunk_bytes: 512\nstandby_copies: 1"),
       {{"consistency: BSP", consistency}});
 }
 
@@ -184,7 +184,7 @@ TEST(StandbyTest, AFrozenServerComesBackAsAStandby) {
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), calm.weights), 0.0);
 }
 
-// Standby replicas let a worker have its pushes of two clocks under way. A
+// Standby copies let a worker have its pushes of two clocks under way. A
 // push of clock c that reaches a chunk whose round c - 1 is still open
 // (here worker 1's own push of c - 1 waits there for worker 0's; after a
 // promotion, a copy's round cleared) must wait for that round at the
@@ -231,7 +231,7 @@ TEST(StandbyTest, APushThatComesBeforeItsRoundWaitsForItWithoutACycle) {
   auto push = [&](InProcessWorker& w, int64_t clock, std::vector<int> ps) {
     return std::async(std::launch::async, [&, clock, ps] {
       PsClientOptions o;
-      o.replicas = 1;
+      o.standby_copies = 1;
       o.routes = [&w] { return w.client->routes(); };
       o.max_request_bytes = 256;  // a call a chunk: chunks 0 and 2 in two calls to server 0
       o.abandon = [&stop] { return stop.load(); };
@@ -264,7 +264,7 @@ TEST(StandbyTest, APushThatComesBeforeItsRoundWaitsForItWithoutACycle) {
   // Both pushes of clock 1 are in every chunk: dense0 reads for clock 2.
   std::future<absl::Status> read = std::async(std::launch::async, [&] {
     PsClientOptions o;
-    o.replicas = 1;
+    o.standby_copies = 1;
     o.routes = [&w0] { return w0.client->routes(); };
     o.abandon = [&stop] { return stop.load(); };
     PsClient ps_client(w0.cluster, &partition, w0.id, o);

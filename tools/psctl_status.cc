@@ -199,7 +199,7 @@ void PrintJobLines(const ClusterStatus& st) {
             : "servers restoring");
   }
   if (st.routes().serving_size() > 0) {
-    std::printf("standby replicas: %lld promotions;", static_cast<long long>(st.promotions()));
+    std::printf("standby copies: %lld promotions;", static_cast<long long>(st.promotions()));
     for (int home = 0; home < st.routes().serving_size(); ++home) {
       std::printf(" server %d's chunks on %d%s", home, st.routes().serving(home),
                   home + 1 < st.routes().serving_size() ? "," : "");
@@ -216,7 +216,7 @@ void PrintJobLines(const ClusterStatus& st) {
   }
 }
 
-// A server's part in the standby replicas: what it serves and keeps.
+// A server's part in the standby copies: what it serves and keeps.
 void PrintServerStandbys(const MemberStatus& m) {
   if (m.serving_size() == 0 && m.standby_of_size() == 0) return;
   std::printf(

@@ -10,7 +10,7 @@ namespace pstrain {
 AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
                              const PsClientOptions& options)
     : hold_push_(options.debug_hold_push), delay_pull_param_(options.debug_delay_pull_param) {
-  const int push_lanes = options.replicas > 0 ? kStandbyLanes : 1;
+  const int push_lanes = options.standby_copies > 0 ? kStandbyLanes : 1;
   for (int i = 0; i < push_lanes; ++i) pushes_.push_back(std::make_unique<Lane>());
   for (Lane* lane : Lanes()) {
     lane->client = std::make_unique<PsClient>(cluster, partition, worker_id, options);

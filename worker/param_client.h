@@ -72,7 +72,7 @@ class ParamClient {
 
 // ParamClient on PsClient: pulls run in order on one thread, pushes in
 // order on another, so a prefetch and the pushes of the backward move at
-// once. With standby replicas a push is answered only once the standby
+// once. With standby copies a push is answered only once the standby
 // holds it (its round closed and a round trip later): pushes then go on
 // kStandbyLanes lanes by clock (odd, even) and by layer (the first
 // parameter's index, modulo kLayerLanes), so that neither the next

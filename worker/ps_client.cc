@@ -38,7 +38,7 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
     : partition_(partition),
       worker_id_(worker_id),
       options_(options),
-      links_(AddressesOf(cluster), *partition, worker_id, options.shm, options.replicas),
+      links_(AddressesOf(cluster), *partition, worker_id, options.shm, options.standby_copies),
       addresses_(AddressesOf(cluster)) {
   const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
@@ -121,7 +121,7 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   bool progressed = false;    // the last attempt did or waited for some call
   RetryPolicy policy;
   policy.window = options_.retry_window;
-  // Standby replicas answer a push once its round is applied and held by
+  // Standby copies answer a push once its round is applied and held by
   // the standby, which may take an attempt or more: time spent so is not
   // time spent failing.
   policy.restart_window = [&] { return progressed; };
@@ -167,9 +167,9 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
                     });
   FlightEnv env{&stubs_, &push_window_, &links_, &rpcs_, &shm_rings_, &next_seq_, options_.abandon};
   CallFlight flight(calls, std::move(env), bell);
-  // With standby replicas a push may wait at its server (for its round and
+  // With standby copies a push may wait at its server (for its round and
   // its standby) as a pull does; without, a push is answered at once.
-  return Settle(calls, flight.Run(todo, next_channel), todo, /*pushes_wait=*/options_.replicas > 0,
+  return Settle(calls, flight.Run(todo, next_channel), todo, /*pushes_wait=*/options_.standby_copies > 0,
                 only_waiting, progressed);
 }
 
@@ -190,7 +190,7 @@ absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::
                                           calls[i].server, ": ", st.message()));
     if (absl::IsDeadlineExceeded(st) && (calls[i].is_pull || pushes_wait)) {
       // Waited out its attempt at the server: a pull for its read
-      // guarantee, a push (standby replicas) for its round and its standby.
+      // guarantee, a push (standby copies) for its round and its standby.
       *progressed = true;
       if (waiting.ok()) {
         waiting = absl::DeadlineExceededError(

@@ -80,12 +80,12 @@ struct PsClientOptions {
   // that a forward which does not wait for its layer's weights reads old
   // ones; -1: none. AsyncPsClient's.
   int debug_delay_pull_param = -1;
-  // Standby replicas (JobSpec.replicas): the servers' segments lay out
+  // Standby copies (JobSpec.standby_copies): the servers' segments lay out
   // their standby copies too (ShmLayout::OfServer), and before each
   // attempt the calls go where `routes` (the scheduler's, as the worker
   // last heard them; null: every server serves its own chunks) say each
   // server's chunks are served now, at the servers' addresses there.
-  int replicas = 0;
+  int standby_copies = 0;
   std::function<ServerRoutes()> routes;
   // The hyperparameters a push of a clock carries (PushRequest.hyper,
   // serialized; "" for none): a PyTorch script's (worker/external). Unset:
@@ -105,9 +105,9 @@ struct PsClientOptions {
   // built-in and the PyTorch workers make them): `abandon` ends its waits;
   // `final_read` is the last read of the weights, which must be exact (fp32
   // on the wire, no held views); with the job's standby copies
-  // (`job_replicas` > 0) its calls follow `routes`.
+  // (`job_standby_copies` > 0) its calls follow `routes`.
   PsClientOptions ForGeneration(int64_t generation_of, bool final_read,
-                                std::function<bool()> abandon_when, int job_replicas,
+                                std::function<bool()> abandon_when, int job_standby_copies,
                                 std::function<ServerRoutes()> routes_now) const {
     PsClientOptions o = *this;
     o.generation = generation_of;
@@ -116,8 +116,8 @@ struct PsClientOptions {
       o.held_views = nullptr;
       o.wire_dtype = FP32;
     }
-    o.replicas = job_replicas;
-    if (job_replicas > 0) o.routes = std::move(routes_now);
+    o.standby_copies = job_standby_copies;
+    if (job_standby_copies > 0) o.routes = std::move(routes_now);
     return o;
   }
 };
@@ -307,7 +307,7 @@ class PsClient {
   // Attempts made so far (PullRequest.shm_sequence).
   uint64_t attempts_ = 0;
   ShmLinks links_;  // the shared memory with the servers on this host
-  // Standby replicas: the servers' addresses, the server serving each
+  // Standby copies: the servers' addresses, the server serving each
   // home server's chunks (empty: itself), the routes' version they are of.
   std::vector<std::string> addresses_;
   std::vector<int> serving_;

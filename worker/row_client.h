@@ -68,7 +68,7 @@ struct RowClientOptions {
 };
 
 // For each home server, the address of the server that serves its rows
-// by `routes` (the scheduler's, with standby replicas; without routes, or
+// by `routes` (the scheduler's, with standby copies; without routes, or
 // for a server they do not place, `servers`, the servers by id).
 std::vector<std::string> HomeAddresses(const ServerRoutes& routes,
                                        std::vector<std::string> servers);
@@ -78,7 +78,7 @@ class RowClient {
  public:
   // `servers()` gives, for each home server in the order of their ids,
   // the address of the server that serves its rows (its own; with standby
-  // replicas where the routes say: HomeAddresses); it is asked before every
+  // copies where the routes say: HomeAddresses); it is asked before every
   // attempt. `job`'s tables.
   RowClient(const JobSpec& job, std::function<std::vector<std::string>()> servers, int worker_id,
             RowClientOptions options = {});

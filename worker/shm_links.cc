@@ -7,10 +7,10 @@
 namespace pstrain {
 
 ShmLinks::ShmLinks(const std::vector<std::string>& addresses, const Partition& partition,
-                   int worker_id, bool enabled, int replicas)
+                   int worker_id, bool enabled, int standby_copies)
     : addresses_(addresses), worker_id_(worker_id), enabled_(enabled) {
   for (int s = 0; s < static_cast<int>(addresses_.size()); ++s) {
-    layouts_.push_back(ShmLayout::OfServer(partition, s, replicas));
+    layouts_.push_back(ShmLayout::OfServer(partition, s, standby_copies));
     links_.emplace_back();
     tries_.push_back(enabled ? 0 : kMaxTries);
     asked_in_.push_back(0);

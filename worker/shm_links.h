@@ -28,10 +28,10 @@ class ShmLinks {
 
   // Worker `worker_id`'s links to the servers at `addresses` (in the order
   // of their ids), whose segments lay out each server's chunks of
-  // `partition` (with standby `replicas`, ShmLayout::OfServer); none are
+  // `partition` (with `standby_copies`, ShmLayout::OfServer); none are
   // tried unless `enabled`.
   ShmLinks(const std::vector<std::string>& addresses, const Partition& partition, int worker_id,
-           bool enabled, int replicas = 0);
+           bool enabled, int standby_copies = 0);
   ~ShmLinks();
 
   // Server `s`'s link in attempt `attempt` (attaching it first if it may be

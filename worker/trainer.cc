@@ -222,7 +222,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
                          std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
     if (alone != nullptr) return alone->Client();
     PsClientOptions o =
-        options_.ps.ForGeneration(generation, fp32, std::move(abandon), job.replicas(),
+        options_.ps.ForGeneration(generation, fp32, std::move(abandon), job.standby_copies(),
                                   [client = scheduler_] { return client->routes(); });
     o.first_param = model->stage().first_param;
     o.end_param = model->stage().end_param;

@@ -1,4 +1,4 @@
-"""Standby replicas (JobSpec.replicas = 1, ps_scheduler --replicas=1) with
+"""Standby copies (JobSpec.standby_copies = 1, ps_scheduler --standby_copies=1) with
 pstrain.torch workers, as tests/standby_test does them with ps_worker: two
 workers running tests/python/tiny_worker.py (a 2-layer MLP, BSP, Adam on
 two servers), server 1 killed with SIGKILL once the slowest worker has
@@ -166,7 +166,7 @@ class TorchStandbyTest(unittest.TestCase):
         import torch
         expected, expected_saved = run_undisturbed()
         cluster = Cluster(TINY_JOB, servers=2, workers=2, name="torch_standby",
-                          scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
+                          scheduler_flags=COMMON_FLAGS + ["--standby_copies=1"])
         with cluster:
             for name in WORKERS:
                 cluster.start_tiny(name, SLEEP_MS, "--weights_out=%s/%s.pt" % (cluster.dir, name),
@@ -190,7 +190,7 @@ class TorchStandbyTest(unittest.TestCase):
         expected = run_fortune_undisturbed()
         self.assertIn("rows", expected)
         cluster = Cluster(FORTUNE_JOB, servers=2, workers=2, name="torch_standby_fortune",
-                          scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
+                          scheduler_flags=COMMON_FLAGS + ["--standby_copies=1"])
         with cluster:
             start_fortune(cluster, "--sleep_ms=15")
             self.kill_each_server(cluster, expected)
@@ -205,7 +205,7 @@ class TorchStandbyTest(unittest.TestCase):
         the weights of the plain job."""
         expected = run_fortune_undisturbed()
         cluster = Cluster(FORTUNE_JOB, servers=2, workers=2, name="torch_standby_cross",
-                          scheduler_flags=COMMON_FLAGS + ["--replicas=1"])
+                          scheduler_flags=COMMON_FLAGS + ["--standby_copies=1"])
         with cluster:
             start_fortune(cluster, "--cross_tables")
             codes = cluster.wait(["scheduler", "server0", "server1"] + WORKERS, END_TIMEOUT_S)
@@ -225,7 +225,7 @@ class TorchStandbyTest(unittest.TestCase):
         workers = WORKERS[:1]
         expected = run_fortune_undisturbed(flags, workers)
         cluster = Cluster(FORTUNE_JOB, servers=2, workers=1, name="torch_standby_fortune_ssp",
-                          scheduler_flags=COMMON_FLAGS + flags + ["--replicas=1"])
+                          scheduler_flags=COMMON_FLAGS + flags + ["--standby_copies=1"])
         with cluster:
             start_fortune(cluster, "--sleep_ms=15", workers=workers)
             self.kill_each_server(cluster, expected, workers)

@@ -209,7 +209,7 @@ void ExternalWorker::RunLoop() {
     }
     return std::make_unique<AsyncPsClient>(
         cluster, &*partition_, id_,
-        ps_.ForGeneration(generation, fp32, std::move(abandon), job_.replicas(),
+        ps_.ForGeneration(generation, fp32, std::move(abandon), job_.standby_copies(),
                           [client = &daemon_->client()] { return client->routes(); }));
   };
   ClockLoop loop(LoopOptions(), &gate, make_params, data_.get(), model_.get(), backend_.get());

@@ -219,7 +219,7 @@ class ExternalWorker {
   std::vector<ParamState> state_;  // ReadState's
   std::vector<ParamState> seed_;   // Seed's: what the servers start from
   std::unique_ptr<RowClient> rows_;
-  // With standby replicas under BSP a table's push is answered only once
+  // With standby copies under BSP a table's push is answered only once
   // its round is applied and its standby holds it: a clock's table pushes
   // then go at once, each table's on a client of its own, and ClockDone
   // waits for them (a push that waited in turn would hold back this
@@ -235,7 +235,7 @@ class ExternalWorker {
   // The servers' addresses, as the loop's latest cluster view has them.
   std::vector<std::string> servers() const;
   // For each home server, the address serving its chunks and rows now:
-  // servers(), with standby replicas where the scheduler's routes say
+  // servers(), with standby copies where the scheduler's routes say
   // (HomeAddresses). The one routing path of the rows and the state calls.
   std::vector<std::string> HomeAddressesNow() const;
   // The state calls' routing, of the cluster's generation now.

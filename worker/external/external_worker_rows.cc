@@ -32,12 +32,12 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
 std::unique_ptr<RowClient> ExternalWorker::NewRowClient() {
   // The servers as the loop's latest cluster view has them (a
   // replacement's address once the loop reconnected after a rollback).
-  // With standby replicas each home's rows go where the routes say.
+  // With standby copies each home's rows go where the routes say.
   return std::make_unique<RowClient>(job_, [this] { return HomeAddressesNow(); }, id_);
 }
 
 std::vector<std::string> ExternalWorker::HomeAddressesNow() const {
-  if (job_.replicas() == 0) return servers();
+  if (job_.standby_copies() == 0) return servers();
   return HomeAddresses(daemon_->client().routes(), servers());
 }
 
@@ -64,7 +64,7 @@ std::function<absl::Status()> ExternalWorker::AbandonAfter(int64_t generation) c
 }
 
 bool ExternalWorker::PushesRowsAsync() const {
-  return job_.replicas() > 0 && TableConsistency(job_) == BSP;
+  return job_.standby_copies() > 0 && TableConsistency(job_) == BSP;
 }
 
 absl::Status ExternalWorker::AwaitRowPushes() {

@@ -1,4 +1,4 @@
-#include "server/replica_sender.h"
+#include "server/standby_sender.h"
 
 #include <poll.h>
 
@@ -21,7 +21,7 @@ constexpr int64_t kBatchBytes = 4 << 20;
 // goes again.
 constexpr absl::Duration kDeadline = absl::Seconds(10);
 constexpr absl::Duration kRetryPause = absl::Milliseconds(50);
-// Changes not flushed (ChunkStore::ReplicaSink::Flush) go after this.
+// Changes not flushed (ChunkStore::ChunkSink::Flush) go after this.
 constexpr absl::Duration kFlushWait = absl::Milliseconds(2);
 
 // The whole states of `keys` (`make(key)`: not OK when no longer served
@@ -69,14 +69,14 @@ ServerRoles RolesOf(const ServerRoutes& routes, int server_id) {
   return roles;
 }
 
-ReplicaSender::ReplicaSender(ChunkStore* store, ReplicaSenderOptions options)
+StandbySender::StandbySender(ChunkStore* store, StandbySenderOptions options)
     : store_(store), options_(std::move(options)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
-ReplicaSender::~ReplicaSender() { Stop(); }
+StandbySender::~StandbySender() { Stop(); }
 
-void ReplicaSender::Stop() {
+void StandbySender::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -84,33 +84,33 @@ void ReplicaSender::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ReplicaSender::Changed(int home, ChunkUpdate update) {
+void StandbySender::Changed(int home, ChunkUpdate update) {
   absl::MutexLock lock(&mu_);
   queues_[home].updates.push_back(std::move(update));
 }
 
-void ReplicaSender::NeedWhole(int home, int32_t chunk) {
+void StandbySender::NeedWhole(int home, int32_t chunk) {
   absl::MutexLock lock(&mu_);
   queues_[home].need_full.insert(chunk);
 }
 
-void ReplicaSender::ChangedTable(int home, TableUpdate update) {
+void StandbySender::ChangedTable(int home, TableUpdate update) {
   absl::MutexLock lock(&mu_);
   queues_[home].table_updates.push_back(std::move(update));
   flushed_ = true;
 }
 
-void ReplicaSender::NeedWholeTable(int home, const std::string& table) {
+void StandbySender::NeedWholeTable(int home, const std::string& table) {
   absl::MutexLock lock(&mu_);
   queues_[home].tables_need_full.insert(table);
 }
 
-void ReplicaSender::Flush() {
+void StandbySender::Flush() {
   absl::MutexLock lock(&mu_);
   flushed_ = true;
 }
 
-void ReplicaSender::SetTargets(const ServerRoles& roles, int64_t generation) {
+void StandbySender::SetTargets(const ServerRoles& roles, int64_t generation) {
   absl::MutexLock lock(&mu_);
   generation_ = generation;
   for (int home = 0; home < static_cast<int>(roles.standby_address.size()); ++home) {
@@ -123,7 +123,7 @@ void ReplicaSender::SetTargets(const ServerRoles& roles, int64_t generation) {
   }
 }
 
-bool ReplicaSender::AsksWhole() const {
+bool StandbySender::AsksWhole() const {
   for (const auto& [home, q] : queues_) {
     if (!q.target.address.empty() && (!q.need_full.empty() || !q.tables_need_full.empty())) {
       return true;
@@ -132,14 +132,14 @@ bool ReplicaSender::AsksWhole() const {
   return false;
 }
 
-bool ReplicaSender::HasWork() const {
+bool StandbySender::HasWork() const {
   for (const auto& [home, q] : queues_) {
     if (q.Busy()) return true;
   }
   return false;
 }
 
-bool ReplicaSender::Next(Batch* batch) {
+bool StandbySender::Next(Batch* batch) {
   absl::MutexLock lock(&mu_);
   // Whole states the standby asked for go at once; changes once flushed,
   // or kFlushWait after they came if no flush does.
@@ -196,7 +196,7 @@ bool ReplicaSender::Next(Batch* batch) {
   return true;
 }
 
-void ReplicaSender::NextTables(Queue& q, Batch* batch) {
+void StandbySender::NextTables(Queue& q, Batch* batch) {
   batch->tables.clear();
   if (options_.tables == nullptr) return;
   int64_t bytes = 0;
@@ -225,7 +225,7 @@ void ReplicaSender::NextTables(Queue& q, Batch* batch) {
                        std::make_move_iterator(whole.end()));
 }
 
-void ReplicaSender::TablesAnswered(const Batch& batch, const ReplicateResponse& resp) {
+void StandbySender::TablesAnswered(const Batch& batch, const ReplicateResponse& resp) {
   if (options_.tables == nullptr || batch.tables.empty()) return;
   const std::set<std::string> need_full(resp.need_full_tables().begin(),
                                         resp.need_full_tables().end());
@@ -242,13 +242,13 @@ void ReplicaSender::TablesAnswered(const Batch& batch, const ReplicateResponse& 
   }
 }
 
-ParameterServer::Stub& ReplicaSender::StubFor(const std::string& address) {
+ParameterServer::Stub& StandbySender::StubFor(const std::string& address) {
   std::unique_ptr<ParameterServer::Stub>& stub = stubs_[address];
   if (stub == nullptr) stub = ParameterServer::NewStub(MakeBulkChannel(address));
   return *stub;
 }
 
-ShmLink* ReplicaSender::LinkFor(const Target& target) {
+ShmLink* StandbySender::LinkFor(const Target& target) {
   if (!options_.layout_of || target.server < 0) return nullptr;
   auto it = links_.find(target.address);
   if (it != links_.end()) return it->second.get();
@@ -263,7 +263,7 @@ ShmLink* ReplicaSender::LinkFor(const Target& target) {
   return links_.emplace(target.address, *std::move(link)).first->second.get();
 }
 
-ReplicateRequest ReplicaSender::Request(Batch& batch, ShmLink* link,
+ReplicateRequest StandbySender::Request(Batch& batch, ShmLink* link,
                                         std::vector<std::string>* held) {
   ReplicateRequest req;
   req.set_from_server(options_.server_id);
@@ -285,7 +285,7 @@ ReplicateRequest ReplicaSender::Request(Batch& batch, ShmLink* link,
   return req;
 }
 
-grpc::Status ReplicaSender::Ring(ShmLink& link, const ReplicateRequest& req,
+grpc::Status StandbySender::Ring(ShmLink& link, const ReplicateRequest& req,
                                  ReplicateResponse* resp) {
   const uint64_t seq = ++seq_;
   if (const absl::Status st = link.Ring(kShmReplicate, seq, req.SerializeAsString()); !st.ok()) {
@@ -316,7 +316,7 @@ grpc::Status ReplicaSender::Ring(ShmLink& link, const ReplicateRequest& req,
   }
 }
 
-bool ReplicaSender::Send(Batch& batch) {
+bool StandbySender::Send(Batch& batch) {
   ShmLink* link = LinkFor(batch.target);
   std::vector<std::string> held;
   ReplicateRequest req = Request(batch, link, &held);
@@ -375,7 +375,7 @@ bool ReplicaSender::Send(Batch& batch) {
   return true;
 }
 
-void ReplicaSender::Loop() {
+void StandbySender::Loop() {
   Batch batch;
   while (Next(&batch)) {
     if (Send(batch)) continue;

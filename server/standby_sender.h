@@ -1,4 +1,4 @@
-// A primary's side of standby replicas (JobSpec.replicas): every change of
+// A primary's side of standby copies (JobSpec.standby_copies): every change of
 // a chunk served here goes, in order, to the chunk's standby server as
 // ReplicateRequests sent by one thread, one queue per home server served
 // here. On one host the gradients go through a segment the standby grants
@@ -11,8 +11,8 @@
 // wakes the pushes waiting for it; a standby
 // that does not answer is retried until the scheduler's routes name
 // another (or none).
-#ifndef PSTRAIN_SERVER_REPLICA_SENDER_H_
-#define PSTRAIN_SERVER_REPLICA_SENDER_H_
+#ifndef PSTRAIN_SERVER_STANDBY_SENDER_H_
+#define PSTRAIN_SERVER_STANDBY_SENDER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -47,7 +47,7 @@ struct ServerRoles {
 };
 ServerRoles RolesOf(const ServerRoutes& routes, int server_id);
 
-struct ReplicaSenderOptions {
+struct StandbySenderOptions {
   int server_id = 0;
   // Gradients through shared memory with a standby on this host, laid out
   // as `layout_of(standby id)` (ShmLayout::OfServer); null: never.
@@ -58,11 +58,11 @@ struct ReplicaSenderOptions {
 };
 
 // Thread-safe.
-class ReplicaSender : public StandbySink {
+class StandbySender : public StandbySink {
  public:
   // The sender for `store` (which outlives it).
-  ReplicaSender(ChunkStore* store, ReplicaSenderOptions options);
-  ~ReplicaSender() override;
+  StandbySender(ChunkStore* store, StandbySenderOptions options);
+  ~StandbySender() override;
 
   void Changed(int home, ChunkUpdate update) override;
   void Flush() override;
@@ -124,7 +124,7 @@ class ReplicaSender : public StandbySink {
   ShmLink* LinkFor(const Target& target);
 
   ChunkStore* const store_;
-  const ReplicaSenderOptions options_;
+  const StandbySenderOptions options_;
   absl::Mutex mu_;
   std::map<int, Queue> queues_ ABSL_GUARDED_BY(mu_);  // by home server
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
@@ -140,4 +140,4 @@ class ReplicaSender : public StandbySink {
 
 }  // namespace pstrain
 
-#endif  // PSTRAIN_SERVER_REPLICA_SENDER_H_
+#endif  // PSTRAIN_SERVER_STANDBY_SENDER_H_
