@@ -10,7 +10,7 @@ import json
 import os
 import pathlib
 
-ABI_VERSION = 7  # PST_ABI_VERSION of pstrain_c.h
+ABI_VERSION = 8  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 PST_CPU, PST_CUDA = 0, 1  # pst_register's device
 PST_TRAINED, PST_BROADCAST, PST_AVERAGE = 0, 1, 2  # pst_register's buffers
@@ -119,7 +119,7 @@ _SIGNATURES = {
     "pst_state_slots": (_i, [_p, _i]),
     "pst_state": (_p, [_p, _i, _i]),
     "pst_state_steps": (_i64, [_p, _i]),
-    "pst_seed_state": (_i, [_p, _i, _i64, _i, ctypes.POINTER(_p)] + _err),
+    "pst_write_state": (_i, [_p, _i, _i64, _i, ctypes.POINTER(_p)] + _err),
     "pst_read_by_layer": (_i, [_p, _i] + _err),
     "pst_weights_await": (_i, [_p, _i] + _err),
     "pst_weights": (_p, [_p, _i]),

@@ -78,7 +78,7 @@ def train(args, model, data, result):
     opt = pst.Optimizer(model)
     factor = poisons(args.poison)
     for ids, offsets, y in pst.batches(data, collate_fn=ft.collate):
-        clock = opt._clock  # the step's clock (a rollback offers a clock again)
+        clock = opt.clock  # the step's clock (a rollback offers a clock again)
         logits = model(ids, offsets)
         loss = F.cross_entropy(logits, y) * factor.get(clock, 1.0)
         loss.backward()

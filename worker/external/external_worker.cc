@@ -189,8 +189,8 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.training.eval_each_epoch = false;  // the caller's to do
   lo.initial_values = [this]() -> absl::StatusOr<const ParamBuffers*> {
     if (initial_.empty()) return nullptr;
-    if (!seed_.empty()) {  // the optimizer's state first: a chunk takes it before its values
-      RETURN_IF_ERROR(WriteOptimizerState(*partition_, StateCallsNow(), seed_));
+    if (!start_state_.empty()) {  // the optimizer's state first: a chunk takes it before its values
+      RETURN_IF_ERROR(WriteOptimizerState(*partition_, StateCallsNow(), start_state_));
     }
     return &initial_;
   };
@@ -353,8 +353,10 @@ absl::Status ExternalWorker::ReadState() {
   return absl::OkStatus();
 }
 
-absl::Status ExternalWorker::Seed(int param, int64_t steps, std::vector<std::vector<float>> slots) {
-  if (exchange_ != nullptr) return absl::FailedPreconditionError("seed before starting");
+absl::Status ExternalWorker::SetStartState(int param, int64_t steps,
+                                           std::vector<std::vector<float>> slots) {
+  if (exchange_ != nullptr)
+    return absl::FailedPreconditionError("the optimizer state goes before the start");
   const std::vector<ParamInfo> params = ModelParams(job_.model());
   if (param < 0 || param >= static_cast<int>(params.size()) || steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("seed: parameter ", param, ", steps ", steps));
@@ -366,8 +368,8 @@ absl::Status ExternalWorker::Seed(int param, int64_t steps, std::vector<std::vec
                                                      slot.size()));
     }
   }
-  seed_.resize(params.size());
-  seed_[param] = ParamState{steps, std::move(slots)};
+  start_state_.resize(params.size());
+  start_state_[param] = ParamState{steps, std::move(slots)};
   return absl::OkStatus();
 }
 

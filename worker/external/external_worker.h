@@ -55,7 +55,6 @@ struct ExternalWorkerOptions {
   std::string frontend = "pytorch";  // what drives the worker, for Status
 };
 
-
 // Open, Register, Start, then Next / GradsReady / ClockDone from one thread
 // until Next says the job is done, then Finish. Status from any thread.
 class ExternalWorker {
@@ -133,7 +132,7 @@ class ExternalWorker {
   // initial values this worker pushes. INVALID_ARGUMENT for a bad index,
   // negative steps, or slots of another size than the parameter's;
   // FAILED_PRECONDITION after Start.
-  absl::Status Seed(int param, int64_t steps, std::vector<std::vector<float>> slots);
+  absl::Status SetStartState(int param, int64_t steps, std::vector<std::vector<float>> slots);
 
   // Sparse tables (JobSpec.tables), from the caller's thread. The rows of
   // `ids` of `table` (ids.size() x width floats into *rows) for the clock
@@ -216,8 +215,8 @@ class ExternalWorker {
   bool under_way_void_ = false;
   int64_t next_clock_ = 0;
   std::set<std::string> tables_pushed_;
-  std::vector<ParamState> state_;  // ReadState's
-  std::vector<ParamState> seed_;   // Seed's: what the servers start from
+  std::vector<ParamState> state_;        // ReadState's
+  std::vector<ParamState> start_state_;  // SetStartState's: what the servers start from
   std::unique_ptr<RowClient> rows_;
   // With standby copies under BSP a table's push is answered only once
   // its round is applied and its standby holds it: a clock's table pushes

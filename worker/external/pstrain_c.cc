@@ -307,23 +307,23 @@ int64_t pst_state_steps(pst_worker* w, int param) {
   return w->worker->state()[param].steps;
 }
 
-int pst_seed_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
-                   char* err, int err_len) {
+int pst_write_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
+                    char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();
     const int n = w->worker->job().model().params_size();
     if (param < 0 || param >= n || slots < 0 || slots > 8 || (slots > 0 && state == nullptr)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("pst_seed_state: parameter ", param, " of ", n, ", ", slots, " slots"));
+          absl::StrCat("pst_write_state: parameter ", param, " of ", n, ", ", slots, " slots"));
     }
     int64_t numel = 1;
     for (int64_t d : w->worker->job().model().params(param).shape()) numel *= d;
     std::vector<std::vector<float>> arrays;
     for (int k = 0; k < slots; ++k) {
-      if (state[k] == nullptr) return absl::InvalidArgumentError("pst_seed_state: a null slot");
+      if (state[k] == nullptr) return absl::InvalidArgumentError("pst_write_state: a null slot");
       arrays.emplace_back(state[k], state[k] + numel);
     }
-    return w->worker->Seed(param, steps, std::move(arrays));
+    return w->worker->SetStartState(param, steps, std::move(arrays));
   });
 }
 
@@ -361,7 +361,8 @@ int pst_initial_rows(uint64_t seed, const char* table, int width, float init_sca
     return -1;
   }
   const uint64_t key = pstrain::TableInitKey(seed, table);
-  for (int64_t i = 0; i < n; ++i) pstrain::InitialRow(key, ids[i], width, init_scale, out + i * width);
+  for (int64_t i = 0; i < n; ++i)
+    pstrain::InitialRow(key, ids[i], width, init_scale, out + i * width);
   return 0;
 }
 

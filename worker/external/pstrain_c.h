@@ -61,8 +61,9 @@ typedef struct pst_worker pst_worker;
  * pst_weights_await; pst_grads no longer zeroed. 7: pst_weights alternates
  * between two buffers a parameter, and a clock's stay unchanged until the
  * next clock's pst_clock_done (the caller's tensors may be views of them);
- * pst_grads_at. */
-#define PST_ABI_VERSION 7
+ * pst_grads_at. 8: pst_seed_state is pst_write_state (writing optimizer
+ * state is not a seed). */
+#define PST_ABI_VERSION 8
 int pst_abi_version(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
@@ -248,8 +249,8 @@ int64_t pst_state_steps(pst_worker* w, int param);
  * worker's initial values (a chunk takes the first state it gets before
  * its values). INVALID_ARGUMENT for a bad index or negative steps;
  * FAILED_PRECONDITION after pst_start. */
-int pst_seed_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
-                   char* err, int err_len);
+int pst_write_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
+                    char* err, int err_len);
 
 /* Sparse tables (JobSpec.tables), from the training loop's thread.
  *

@@ -62,7 +62,7 @@ TORCH_STATE = {
     "ADADELTA": (("square_avg", "acc_delta"), True, {}),
 }
 
-def seed_of(entry, names, with_step, param, name):
+def loaded_entry(entry, names, with_step, param, name):
     """(steps, [float32 CPU tensors]) of one parameter's torch state entry
     with state arrays `names`, or None for a parameter without state."""
     if not entry:

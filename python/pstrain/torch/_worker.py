@@ -194,11 +194,9 @@ def register(worker, train_size):
                (ctypes.c_int64 * max(1, len(dims)))(*dims), dtypes, (ctypes.c_int * n)(*rules),
                train_size, device, errors={_capi.FAILED_PRECONDITION: ModelMismatch})
     job = _capi.job_info(worker.handle)
-    for i, seed in enumerate(optimizer._seed or []):
-        if seed is not None:
-            steps, slots = seed
-            _capi.call("pst_seed_state", worker.handle, i, steps, len(slots),
-                       (ctypes.c_void_p * max(1, len(slots)))(*[t.data_ptr() for t in slots]))
+    for i, steps, slots in optimizer.loaded_state():
+        _capi.call("pst_write_state", worker.handle, i, steps, len(slots),
+                   (ctypes.c_void_p * max(1, len(slots)))(*[t.data_ptr() for t in slots]))
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
     _capi.call("pst_read_by_layer", worker.handle, int(optimizer._reads is not None))
     _capi.call("pst_start", worker.handle,
@@ -227,10 +225,7 @@ def _close(ok, accuracy, message):
     global _current
     worker, _current = _current, None
     if worker.optimizer is not None:
-        worker.optimizer._device_grads.reset()  # no copy lands after the close
-        if worker.optimizer._clock is not None:
-            worker.optimizer._release()
-        worker.optimizer._own_weights()  # the library's buffers go with it
+        worker.optimizer.close()  # the library's buffers go with it
     code = _capi.lib().pst_finish(worker.handle, int(ok), accuracy, message.encode())
     _capi.lib().pst_close(worker.handle)
     _capi.check(code, "", "pst_finish")

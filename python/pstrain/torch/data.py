@@ -81,8 +81,16 @@ class ClockBatchSampler(torch.utils.data.Sampler):
         start = self._start[0] if self._start else job.start_clock
         return max(0, job.total_clocks - start)
 
-    def _restart(self, clock, share, share_of):
+    def set_start(self, clock, share, share_of):
+        """The next iteration begins at clock `clock` with share `share` of
+        `share_of` (as DistributedSampler.set_epoch, before iter()): what
+        pst.batches() says after a membership change or a rollback."""
         self._start = (clock, share, share_of)
+
+    def pop_issued(self):
+        """The oldest (clock, indices) yielded and not yet taken, or None:
+        what pst.batches() checks a batch of the loader against."""
+        return self._issued.popleft() if self._issued else None
 
 
 def batches(data, collate_fn=None):
@@ -123,13 +131,13 @@ def batches(data, collate_fn=None):
     while not worker.done:
         clock, rows = _next_clock(worker, offered)
         if clock < 0:
-            optimizer._load_final_weights()
+            optimizer.load_final_weights()
             worker.done = True
             return
         batch = batch_of(clock, list(offered[:rows]))
-        optimizer._begin(clock)
+        optimizer.begin_clock(clock)
         yield batch
-        if optimizer._clock is not None:
+        if optimizer.clock is not None:
             raise RuntimeError("pstrain.torch.batches(): the loop body did not call "
                                "opt.step() for clock %d" % clock)
 
@@ -168,10 +176,9 @@ class _ClockBatches:
         for _ in range(2):
             if self.batches is not None:
                 batch = next(self.batches, None)
-                issued = self.sampler._issued.popleft() if self.sampler._issued else None
-                if issued == (clock, indices):
+                if self.sampler.pop_issued() == (clock, indices):
                     return batch
-            self.sampler._restart(clock, *_clock_share(self.worker))
+            self.sampler.set_start(clock, *_clock_share(self.worker))
             self.batches = iter(self.loader)
         raise PstrainError("pstrain.torch.batches(): the loader's batch for clock %d is not the "
                            "clock's examples (a batch_sampler changed by the script?)" % clock)

@@ -23,7 +23,7 @@ from ._buffers import BUFFER_RULES, UnsupportedDtype, travelling_buffers
 from ._device_grads import DeviceGradients
 from ._layered_reads import LayeredReads
 from ._library_buffers import LibraryBuffers, host_tensor
-from ._optim_layout import TORCH_STATE, hyper_fields, job_hyperparameters, seed_of
+from ._optim_layout import TORCH_STATE, hyper_fields, job_hyperparameters, loaded_entry
 from .sparse import SparseEmbeddingBag
 
 
@@ -139,7 +139,7 @@ class Optimizer(torch.optim.Optimizer):
         self.backward_passes_per_step = backward_passes_per_step
         self._job_hyper = hyper_fields(defaults, defaults)  # the job's own values
         self._owned = set()                  # fields the script has changed
-        self._seed = None                    # load_state_dict's, for the servers
+        self._loaded = None                  # load_state_dict's, for the servers
         self._hyper_sent = None              # the JSON last given to the library
         self._hyper_seen = None              # the group's values it was made from
         self._pushes = [None] * len(named)  # this clock's push buffers (host views)
@@ -228,7 +228,7 @@ class Optimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": [group]}
 
     def load_state_dict(self, state_dict):
-        """Seeds the servers' optimizer state from a torch.optim state of the
+        """Sets the servers' starting optimizer state from a torch.optim state of the
         same optimizer (torch.optim.Adam(...).state_dict(), or this class's
         state_dict()), moving a run onto pstrain: each parameter's state
         goes to the servers before its initial values, and the group's
@@ -252,7 +252,7 @@ class Optimizer(torch.optim.Optimizer):
         """
         worker = _worker.initialized("Optimizer.load_state_dict")
         if worker.declared:
-            raise RuntimeError("pstrain.torch.Optimizer.load_state_dict() seeds the servers: call "
+            raise RuntimeError("pstrain.torch.Optimizer.load_state_dict() sets the servers' starting state: call "
                                "it before the first batches()")
         kind = worker.spec.get("optimizer", {}).get("type", "ADAM")
         if kind not in TORCH_STATE:
@@ -265,7 +265,7 @@ class Optimizer(torch.optim.Optimizer):
                              % (len(groups), [len(g.get("params", [])) for g in groups],
                                 len(self.params)))
         names, with_step, _ = TORCH_STATE[kind]
-        self._seed = [seed_of(state_dict.get("state", {}).get(index), names, with_step, p, name)
+        self._loaded = [loaded_entry(state_dict.get("state", {}).get(index), names, with_step, p, name)
                       for index, p, name in zip(groups[0]["params"], self.params, self.names)]
         for key in self.defaults:
             if key in groups[0]:
@@ -317,7 +317,7 @@ class Optimizer(torch.optim.Optimizer):
         for table in self.tables:
             table._push()
         reported = self._metrics or {"loss": loss, "correct": 0, "predicted": 0}
-        self._release()
+        self.end_clock()
         _capi.call("pst_clock_done", _worker.current().handle,
                    float("nan") if reported["loss"] is None else float(reported["loss"]),
                    int(reported["correct"]), int(reported["predicted"]))
@@ -345,9 +345,18 @@ class Optimizer(torch.optim.Optimizer):
         self._require_clock("report")
         self._metrics = {"loss": loss, "correct": correct, "predicted": predicted}
 
-    def _begin(self, clock):
-        """Loads clock `clock`'s weights, points the gradients at its buffers
-        and gives the library the hyperparameters of its pushes."""
+    # ---- The clock's lifecycle: called by pstrain.torch.batches() and the
+    # worker (pstrain/torch/_worker.py), not by a script. ----
+
+    @property
+    def clock(self):
+        """The clock under way (from batches() yielding its batch to
+        step()), else None."""
+        return self._clock
+
+    def begin_clock(self, clock):
+        """Begins clock `clock`: loads its weights, points the gradients at
+        its buffers and gives the library the hyperparameters of its pushes."""
         self._device_grads.reset()
         self._host.begin_clock()
         self._early = bool(_worker.current().job.overlap)
@@ -404,15 +413,25 @@ class Optimizer(torch.optim.Optimizer):
         if self._clock is not None and self._reads is not None:
             self._reads.load_all()
 
-    def _load_final_weights(self):
+    def load_final_weights(self):
         """The job's final weights into the model (the clocks are done)."""
         self._host.load_final()
 
-    def _own_weights(self):
-        """The parameters' memory their own (the library is closing)."""
+    def loaded_state(self):
+        """[(index, steps, state arrays)] of the parameters whose optimizer
+        state load_state_dict() gave: what the servers start from."""
+        return [(i, steps, slots) for i, entry in enumerate(self._loaded or [])
+                if entry is not None for steps, slots in [entry]]
+
+    def close(self):
+        """The library is closing: no gradient copy lands after this, a
+        clock under way ends, and the parameters own their memory again."""
+        self._device_grads.reset()
+        if self._clock is not None:
+            self.end_clock()
         self._host.own_weights()
 
-    def _release(self):
+    def end_clock(self):
         """Ends the clock here: the buffers belong to the library from now on
         (their pushes may still be under way), so no .grad may point at them."""
         for i, p in enumerate(self.params):

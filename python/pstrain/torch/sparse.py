@@ -81,7 +81,7 @@ class SparseEmbeddingBag(torch.nn.Module):
         _capi.call("pst_pull_rows", worker.handle, self.table.encode(), len(ids),
                    ids.data_ptr(), self.embedding_dim, rows.data_ptr(), errors=_ROW_ERRORS)
         optimizer = worker.optimizer
-        if torch.is_grad_enabled() and optimizer is not None and optimizer._clock is not None:
+        if torch.is_grad_enabled() and optimizer is not None and optimizer.clock is not None:
             if not any(table is self for table in optimizer.tables):
                 raise RuntimeError("SparseEmbeddingBag('%s'): the module is not part of the "
                                    "model given to pstrain.torch.Optimizer, so its gradients "
