@@ -31,6 +31,7 @@ The package's rooms:
     metrics.py    pst.report: a clock's loss and accuracy, for Status
     _optim_layout.py  the job's optimizer under torch.optim's names: the
                   group's hyperparameters and the state's layout
+    _script_hyper.py  the group's values the script changed, for the servers
     _buffers.py   which module buffers travel, under which rule
     _library_buffers.py  the library's host buffers as the Optimizer's
                   tensors meet them: weights in, gradients out, without

@@ -9,9 +9,7 @@ buffer for that clock (the gradient copied in); outside one no .grad
 points at a library buffer.
 """
 
-import ctypes
 import functools
-import json
 import threading
 
 import torch
@@ -23,7 +21,8 @@ from ._buffers import BUFFER_RULES, UnsupportedDtype, travelling_buffers
 from ._device_grads import DeviceGradients
 from ._layered_reads import LayeredReads
 from ._library_buffers import LibraryBuffers, host_tensor
-from ._optim_layout import TORCH_STATE, hyper_fields, job_hyperparameters, loaded_entry
+from ._optim_layout import TORCH_STATE, job_hyperparameters, loaded_entry
+from ._script_hyper import ScriptHyperparameters
 from .sparse import SparseEmbeddingBag
 
 
@@ -137,11 +136,8 @@ class Optimizer(torch.optim.Optimizer):
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.backward_passes_per_step = backward_passes_per_step
-        self._job_hyper = hyper_fields(defaults, defaults)  # the job's own values
-        self._owned = set()                  # fields the script has changed
+        self._hyper = ScriptHyperparameters(defaults)  # the script's, for the servers
         self._loaded = None                  # load_state_dict's, for the servers
-        self._hyper_sent = None              # the JSON last given to the library
-        self._hyper_seen = None              # the group's values it was made from
         self._pushes = [None] * len(named)  # this clock's push buffers (host views)
         self._passes = [0] * len(named)      # backward passes seen this clock
         self._clock = None                   # the clock under way
@@ -361,7 +357,7 @@ class Optimizer(torch.optim.Optimizer):
         self._host.begin_clock()
         self._early = bool(_worker.current().job.overlap)
         self._clock = clock
-        self._send_hyperparameters()
+        self._hyper.send(self.param_groups[0], _worker.current().handle)
         for j in range(len(self.params), len(self.params) + len(self.module_buffers)):
             self._host.load(j)
         # Layer by layer where the worker pulls so (overlap), for CPU
@@ -386,23 +382,6 @@ class Optimizer(torch.optim.Optimizer):
         self._metrics = None
         for table in self.tables:
             table._pulled = []
-
-    def _send_hyperparameters(self):
-        """The param group's values the script has changed from the job's go
-        with this clock's pushes (pst_set_hyper); once changed, a field is
-        the script's from then on."""
-        group = self.param_groups[0]
-        values = tuple(group[key] for key in self.defaults)
-        if values == self._hyper_seen:  # (nothing changed since the last clock)
-            return
-        self._hyper_seen = values
-        fields = hyper_fields(group, self.defaults)
-        self._owned.update(f for f, v in fields.items()
-                           if _float32(v) != _float32(self._job_hyper[f]))
-        text = json.dumps({f: fields[f] for f in sorted(self._owned)})
-        if text != self._hyper_sent:
-            _capi.call("pst_set_hyper", _worker.current().handle, text.encode())
-            self._hyper_sent = text
 
     def load_weights(self):
         """Loads every parameter's weights of the clock under way now. With
@@ -500,11 +479,6 @@ class Optimizer(torch.optim.Optimizer):
             return True
         return (self._is_buffer(i) and self._passes[i] == 0
                 and self._pushes[i]._version == self._untouched[i])
-
-
-def _float32(x):
-    """x as the servers hold it (a float32)."""
-    return ctypes.c_float(x).value
 
 
 def _after_accumulation(param, fn):
