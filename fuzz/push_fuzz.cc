@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PullRequest req;
   if (!server->requests->CheckPull(buf, &req).ok()) return 0;
   grpc::ByteBuffer reply;
-  server->requests->FillPull(req, &reply);
+  if (!server->requests->FillPull(req, &reply).ok()) return 0;  // refused: no reply to read
   SliceReader reader(reply);
   std::vector<PayloadRef> chunks;
   PulledClocks clocks;
