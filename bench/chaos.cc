@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
       "{\"first_seed\": %u, \"seeds\": %d, \"standby_copies\": %d, \"bit_identical_runs\": %d, "
       "\"faults\": %zu, \"worst_recovery_s\": %g, \"minutes\": %.1f, \"dir\": \"%s\", "
       "\"not_identical_seeds\": [%s], \"runs\": [%s]}\n",
-      seed, absl::GetFlag(FLAGS_seeds), absl::GetFlag(FLAGS_standby_copies), identical, faults, worst,
-      absl::ToDoubleMinutes(absl::Now() - start), dir.c_str(),
+      seed, absl::GetFlag(FLAGS_seeds), absl::GetFlag(FLAGS_standby_copies), identical, faults,
+      worst, absl::ToDoubleMinutes(absl::Now() - start), dir.c_str(),
       absl::StrJoin(divergent, ", ").c_str(), absl::StrJoin(runs, ", ").c_str());
   return identical == absl::GetFlag(FLAGS_seeds) ? 0 : 1;
 }

@@ -25,17 +25,16 @@ std::set<std::string>& Given() {
 }
 
 // Flags renamed (issue 25: clock counts say clocks; issue 46: a fixed
-// slowdown is a straggler; issue 69: a server's copy is a standby): the old name is an unknown flag, and the refusal
-// names the new one where this binary has it. A new name may carry the value
+// slowdown is a straggler; issue 69: a server's copy is a standby): the old name is an unknown
+// flag, and the refusal names the new one where this binary has it. A new name may carry the value
 // it takes ("straggler=fixed:MS"); the flag is the part before the "=".
 constexpr struct {
   absl::string_view old_name;
   absl::string_view new_name;
-} kRenamedFlags[] = {
-    {"steps", "clocks"},
-    {"rank", "id"},
-    {"debug_slowdown_ms", "straggler=fixed:MS"},
-    {"replicas", "standby_copies"}};
+} kRenamedFlags[] = {{"steps", "clocks"},
+                     {"rank", "id"},
+                     {"debug_slowdown_ms", "straggler=fixed:MS"},
+                     {"replicas", "standby_copies"}};
 
 std::string RenamedHint(absl::string_view name) {
   for (const auto& r : kRenamedFlags) {

@@ -19,11 +19,10 @@ namespace {
 constexpr struct {
   absl::string_view old_name;
   absl::string_view new_name;
-} kRenamedFields[] = {
-    {"steps", "clocks"},
-    {"warmup_steps", "warmup_clocks"},
-    {"decay_steps", "decay_clocks"},
-    {"replicas", "standby_copies"}};
+} kRenamedFields[] = {{"steps", "clocks"},
+                      {"warmup_steps", "warmup_clocks"},
+                      {"decay_steps", "decay_clocks"},
+                      {"replicas", "standby_copies"}};
 
 // The parser's message, or what to write instead when it is about a
 // renamed field.

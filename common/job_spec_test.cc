@@ -50,7 +50,8 @@ TEST(JobSpecTest, AFieldRenamedIsRefusedNamingItsNewName) {
       {"optimizer { schedule {\n decay_steps: 5 } }",
        "j.pbtxt:2:13: field \"decay_steps\" is now \"decay_clocks\""},
       // A server's copy is a standby; a replica is a pipeline's (issue 69).
-      {"num_servers: 2\nreplicas: 1\n", "j.pbtxt:2:9: field \"replicas\" is now \"standby_copies\""},
+      {"num_servers: 2\nreplicas: 1\n",
+       "j.pbtxt:2:9: field \"replicas\" is now \"standby_copies\""},
   };
   for (const Case& c : cases) {
     absl::StatusOr<JobSpec> job = ParseJobSpecText(c.text, "j.pbtxt");

@@ -123,7 +123,8 @@ absl::Status ValidateStandbys(const JobSpec& job) {
   }
   if (job.standby_copies() == 0) return absl::OkStatus();
   if (job.num_servers() < 2) {
-    return SpecError("standby_copies: 1 needs at least two servers (a chunk's standby is on another)");
+    return SpecError(
+        "standby_copies: 1 needs at least two servers (a chunk's standby is on another)");
   }
   for (const TableSpec& t : job.tables()) {
     if (t.expire_after_clocks() > 0) {
@@ -134,7 +135,8 @@ absl::Status ValidateStandbys(const JobSpec& job) {
   }
   if (job.optimizer().type() == ADAFACTOR) {
     return SpecError(
-        "standby_copies: 1 needs an elementwise optimizer: Adafactor's sums over threads would make a "
+        "standby_copies: 1 needs an elementwise optimizer: Adafactor's sums over threads would "
+        "make a "
         "standby's copy differ in its last bits");
   }
   if (job.consistency() == BSP && job.optimizer().clip_norm() > 0) {

@@ -61,7 +61,8 @@ int64_t Partition::ServerBytes(int server) const {
 
 std::vector<int> HeldHomes(int server, int num_servers, int standby_copies) {
   std::vector<int> homes = {server};
-  if (standby_copies > 0 && num_servers > 1) homes.push_back((server + num_servers - 1) % num_servers);
+  if (standby_copies > 0 && num_servers > 1)
+    homes.push_back((server + num_servers - 1) % num_servers);
   return homes;
 }
 

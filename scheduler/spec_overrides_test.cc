@@ -42,13 +42,14 @@ TEST(SpecOverridesTest, EveryFlagOfTheTableSetsItsField) {
   ASSERT_EQ(given.size(), SpecOverrideFlags().size()) << "a flag of the table is not tested";
   JobSpec job;
   ASSERT_TRUE(ApplyOverrides(given, &job).ok());
-  EXPECT_EQ(job.DebugString(),
-            Spec("data { path: \"/data\" } consistency: SSP staleness: 2 batch_size: 64 "
-                 "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
-                 "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
-                 "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP standby_copies: 1 "
-                 "compression { codec: TOP_K pulls: true }")
-                .DebugString());
+  EXPECT_EQ(
+      job.DebugString(),
+      Spec("data { path: \"/data\" } consistency: SSP staleness: 2 batch_size: 64 "
+           "epochs: 5 clocks: 600 seed: 9 num_servers: 3 num_workers: 4 "
+           "micro_batches: 8 checkpoint_dir: \"/ckpt\" checkpoint_every: 7 "
+           "pipeline_stages: 2 pipeline_schedule: GPIPE table_consistency: ASP standby_copies: 1 "
+           "compression { codec: TOP_K pulls: true }")
+          .DebugString());
 }
 
 TEST(SpecOverridesTest, AFlagNotGivenKeepsTheSpecs) {

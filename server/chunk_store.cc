@@ -249,8 +249,8 @@ absl::Status ChunkStore::ApplyPart(const PushRequest& push, const PushRequest::P
   // Restored since CheckPush: refused.
   if (const absl::Status st = CheckChunkGeneration(c, push.generation); !st.ok()) return st;
   bool duplicate = false;
-  const absl::Status order =
-      c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate, job_.standby_copies() > 0);
+  const absl::Status order = c.clocks.Classify(worker, clock, chunk, push.apply_at_once, &duplicate,
+                                               job_.standby_copies() > 0);
   if (!order.ok()) return order;           // raced with another push of the same worker
   if (duplicate) return absl::OkStatus();  // a retried push, already taken
   if (!c.standby.serving) return absl::UnavailableError("chunk demoted to a standby copy");

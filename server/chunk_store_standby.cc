@@ -77,7 +77,8 @@ bool ChunkStore::Replicated(int32_t chunk, int worker, int64_t clock) const {
 
 bool ChunkStore::PushEarly(int worker, int64_t clock, int64_t generation,
                            const std::vector<int32_t>& chunks) const {
-  if (job_.standby_copies() == 0 || generation != generation_ || worker < 0 || worker >= num_workers_) {
+  if (job_.standby_copies() == 0 || generation != generation_ || worker < 0 ||
+      worker >= num_workers_) {
     return false;
   }
   bool early = false;

@@ -23,8 +23,8 @@
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
 #include "server/ps_service.h"
-#include "server/standby_sender.h"
 #include "server/shard.h"
+#include "server/standby_sender.h"
 
 namespace pstrain {
 namespace {

@@ -37,9 +37,9 @@
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_clocks.h"
 #include "server/nonfinite.h"
+#include "server/sparse_table.h"
 #include "server/standby_part.h"
 #include "server/standby_parts.h"
-#include "server/sparse_table.h"
 
 namespace pstrain {
 
@@ -203,13 +203,13 @@ class SparseTables {
     const int state_floats;  // a row's optimizer state
     const Consistency consistency;  // the tables' (BSP, SSP or ASP)
     SparseTable rows ABSL_GUARDED_BY(mu);
-    Round round ABSL_GUARDED_BY(mu);  // BSP only
+    Round round ABSL_GUARDED_BY(mu);                   // BSP only
     int64_t checkpoint_tried ABSL_GUARDED_BY(mu) = 0;  // the newest clock written or tried
     int64_t rows_pulled ABSL_GUARDED_BY(mu) = 0;
     int64_t rows_pushed ABSL_GUARDED_BY(mu) = 0;
     int64_t refused ABSL_GUARDED_BY(mu) = 0;
     int64_t nonfinite_skipped ABSL_GUARDED_BY(mu) = 0;  // pushes the finiteness rule skipped
-    bool adopted ABSL_GUARDED_BY(mu) = false;  // served since promoted from a copy
+    bool adopted ABSL_GUARDED_BY(mu) = false;           // served since promoted from a copy
     // What Status and CheckpointClock read, under a lock of its own, so
     // that neither waits while `mu` is held for long (a checkpoint being
     // written): the table's status as of its last change, and the clocks

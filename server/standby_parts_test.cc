@@ -77,7 +77,7 @@ TEST(StandbyStateTest, ACopyFollowsOnlyTheNextChange) {
   EXPECT_EQ(copy.TakeOf(5, false), StandbyState::Take::kApply);
   EXPECT_EQ(copy.TakeOf(4, false), StandbyState::Take::kHeld);
   EXPECT_EQ(copy.TakeOf(6, false), StandbyState::Take::kNeedWhole);  // one lost
-  EXPECT_EQ(copy.TakeOf(3, true), StandbyState::Take::kHeld);       // a late retry
+  EXPECT_EQ(copy.TakeOf(3, true), StandbyState::Take::kHeld);        // a late retry
   EXPECT_EQ(copy.TakeOf(4, true), StandbyState::Take::kWhole);
 }
 

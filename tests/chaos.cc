@@ -113,9 +113,9 @@ std::string ReportJson(const ChaosOptions& o, const ChaosReport& r) {
       ", \"undisturbed_s\": ", r.undisturbed_s, ", \"disturbed_s\": ", r.disturbed_s,
       ", \"exit_code\": ", r.exit_code, ", \"bit_identical\": ", r.bit_identical ? "true" : "false",
       ", \"standby\": ", o.standby ? 1 : 0, ", \"rollbacks\": ", r.rollbacks,
-      ", \"redo_rollbacks\": ", r.redo_rollbacks,
-      ", \"promotions\": ", r.promotions, ", \"max_abs_difference\": ", r.max_difference,
-      ", \"kept\": \"", r.kept, "\", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
+      ", \"redo_rollbacks\": ", r.redo_rollbacks, ", \"promotions\": ", r.promotions,
+      ", \"max_abs_difference\": ", r.max_difference, ", \"kept\": \"", r.kept,
+      "\", \"fault_list\": [", absl::StrJoin(faults, ", "), "]}");
 }
 
 // Waits until the slowest clock passes `clock` + 1 (the job recovered),

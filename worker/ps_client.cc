@@ -169,8 +169,8 @@ absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool
   CallFlight flight(calls, std::move(env), bell);
   // With standby copies a push may wait at its server (for its round and
   // its standby) as a pull does; without, a push is answered at once.
-  return Settle(calls, flight.Run(todo, next_channel), todo, /*pushes_wait=*/options_.standby_copies > 0,
-                only_waiting, progressed);
+  return Settle(calls, flight.Run(todo, next_channel), todo,
+                /*pushes_wait=*/options_.standby_copies > 0, only_waiting, progressed);
 }
 
 absl::Status PsClient::Settle(std::vector<Call>& calls, const std::vector<absl::Status>& results,
