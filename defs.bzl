@@ -54,12 +54,13 @@ def ps_cc_test(name, copts = [], deps = [], linkopts = [], **kwargs):
         **kwargs
     )
 
-def ps_proto_library(name, src, deps = [], grpc = False):
+def ps_proto_library(name, src, deps = [], grpc = False, visibility = None):
     """Compiles one .proto with the system protoc (and grpc_cpp_plugin).
 
     Makes `name` (a cc_library) exposing `<base>.pb.h` and, with grpc = True,
     `<base>.grpc.pb.h`. `deps` are other ps_proto_library targets whose protos
-    `src` imports.
+    `src` imports; `visibility` the cc_library's (the package's default
+    when None).
     """
     base = src[:-len(".proto")]
     outs = [base + ".pb.h", base + ".pb.cc"]
@@ -82,6 +83,7 @@ def ps_proto_library(name, src, deps = [], grpc = False):
         copts = ["-w"],
         # Its descriptors register in every binary that depends on it.
         alwayslink = 1,
+        visibility = visibility,
     )
 
 def ps_fuzz_test(name, srcs, deps = [], seconds = 3):

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "proto/member.pb.h"
 
 namespace pstrain {
 namespace {

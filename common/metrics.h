@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "proto/cluster.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "proto/cluster.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "proto/cluster.pb.h"
+#include "proto/gate.pb.h"
+#include "proto/scheduler_state.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "proto/cluster.pb.h"
+#include "proto/scheduler_state.pb.h"
 
 namespace pstrain {
 

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "proto/scheduler_state.pb.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
 #include "scheduler/pipeline_restarts.h"

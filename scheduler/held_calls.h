@@ -15,7 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "proto/cluster.pb.h"
+#include "proto/gate.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 

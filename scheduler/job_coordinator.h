@@ -24,7 +24,7 @@
 //   operator_control.h   psctl checkpoint, drain and set-consistency
 //
 // Each part owns its slice of the durable state (SchedulerState in
-// proto/cluster.proto): Snapshot assembles it from theirs, TakeOver hands
+// proto/scheduler_state.proto): Snapshot assembles it from theirs, TakeOver hands
 // it back, DurableKey is derived from its bytes.
 //
 // Not thread-safe: the service guards it.
@@ -43,6 +43,7 @@
 #include "common/job_spec.h"
 #include "common/log_limit.h"
 #include "proto/cluster.pb.h"
+#include "proto/scheduler_state.pb.h"
 #include "proto/tensor.pb.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/failure_policy.h"

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/cluster.pb.h"
+#include "proto/scheduler_state.pb.h"
 
 namespace pstrain {
 

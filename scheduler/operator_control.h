@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "proto/cluster.pb.h"
+#include "proto/scheduler_state.pb.h"
 
 namespace pstrain {
 

@@ -22,8 +22,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "proto/member.pb.h"
+#include "proto/scheduler_state.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 

@@ -20,8 +20,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "proto/scheduler_state.pb.h"
+#include "proto/status.pb.h"
 #include "scheduler/membership.h"
 
 namespace pstrain {

@@ -10,7 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/cluster.pb.h"
+#include "proto/dashboard.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 

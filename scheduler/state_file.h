@@ -1,5 +1,5 @@
 // The scheduler's state file, STATE_DIR/scheduler.state: a text-format
-// pstrain.SchedulerState (proto/cluster.proto) that a scheduler started
+// pstrain.SchedulerState (proto/scheduler_state.proto) that a scheduler started
 // again on the same --state_dir takes the job over from. Written through a
 // temporary file, fsynced and renamed (the folder fsynced too), so a crash
 // leaves the old state or the new one.
@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/cluster.pb.h"
+#include "proto/scheduler_state.pb.h"
 
 namespace pstrain {
 

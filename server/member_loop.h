@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/cluster.pb.h"
+#include "proto/member.pb.h"
 
 namespace pstrain {
 

@@ -28,7 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/shm.h"
 #include "common/shm_link.h"
-#include "proto/cluster.pb.h"
+#include "proto/member.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/chunk_store.h"
 #include "server/shard.h"

@@ -13,7 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/scheduler_client.h"
-#include "proto/cluster.pb.h"
+#include "proto/member.pb.h"
+#include "proto/status.pb.h"
 #include "proto/tensor.pb.h"
 
 namespace pstrain {

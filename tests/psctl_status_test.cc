@@ -6,7 +6,8 @@
 #include "common/refused.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "proto/cluster.pb.h"
+#include "proto/member.pb.h"
+#include "proto/status.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
 

@@ -3,7 +3,8 @@
 // it, at the gate or in the pull the servers hold until its round closes. Lower bounds only: a
 // sleep of 40 ms a clock makes a clock's compute at least 40 ms however loaded the machine.
 #include "gtest/gtest.h"
-#include "proto/cluster.pb.h"
+#include "proto/member.pb.h"
+#include "proto/status.pb.h"
 #include "tests/cluster.h"
 #include "tests/test_jobs.h"
 #include "tests/wait.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "proto/cluster.pb.h"
+#include "proto/status.pb.h"
 
 namespace pstrain {
 namespace testing {

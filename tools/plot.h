@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/cluster.pb.h"
+#include "proto/dashboard.pb.h"
 
 namespace pstrain {
 

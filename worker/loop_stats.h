@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "absl/time/time.h"
-#include "proto/cluster.pb.h"
+#include "proto/status.pb.h"
 #include "worker/param_client.h"
 
 namespace pstrain {

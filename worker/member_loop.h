@@ -26,7 +26,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
-#include "proto/cluster.pb.h"
+#include "proto/gate.pb.h"
+#include "proto/member.pb.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {

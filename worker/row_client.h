@@ -38,8 +38,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/cluster.pb.h"
 #include "proto/job.pb.h"
+#include "proto/member.pb.h"
 
 namespace pstrain {
 

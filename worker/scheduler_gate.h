@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/scheduler_client.h"
-#include "proto/cluster.pb.h"
+#include "proto/gate.pb.h"
 #include "worker/clock_loop.h"
 #include "worker/serial_queue.h"
 

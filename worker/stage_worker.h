@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/cluster.pb.h"
+#include "proto/member.pb.h"
 #include "worker/models/model.h"
 #include "worker/param_client.h"
 #include "worker/stage_link.h"

@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "common/scheduler_client.h"
 #include "kernels/backend.h"
-#include "proto/cluster.pb.h"
+#include "proto/status.pb.h"
 #include "worker/clock_loop.h"
 #include "worker/data/dataset.h"
 #include "worker/models/model.h"
