@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/daemon_status.h"
 #include "common/logging.h"
 #include "common/process_stats.h"
 #include "common/retry.h"
@@ -14,6 +15,9 @@ namespace pstrain {
 namespace {
 
 bool Ended(JobState s) { return s == DONE || s == ABORTED; }
+
+// A call's answer, tagged as the scheduler's (common/daemon_status.h).
+absl::Status FromScheduler(const grpc::Status& st) { return FromDaemon(SCHEDULER, FromGrpc(st)); }
 
 }  // namespace
 
@@ -84,7 +88,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(RegisterRequest decla
         ++attempts;
         RegisterResponse r;
         auto ctx = ContextWithTimeout(absl::Seconds(5));
-        RETURN_IF_ERROR(FromGrpc(stub_->Register(ctx.get(), req, &r)));
+        RETURN_IF_ERROR(FromScheduler(stub_->Register(ctx.get(), req, &r)));
         return r;
       });
   if (resp.ok()) {
@@ -94,19 +98,21 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(RegisterRequest decla
   }
   const absl::Status& last = resp.status();
   if (!unreachable(last)) {
-    return absl::Status(last.code(), absl::StrCat("scheduler at ", options_.scheduler,
-                                                  " refused registration: ", last.message()));
+    return FromDaemon(
+        SCHEDULER,
+        absl::Status(last.code(), absl::StrCat("scheduler at ", options_.scheduler,
+                                               " refused registration: ", last.message())));
   }
-  return absl::UnavailableError(absl::StrCat("cannot reach the scheduler at ", options_.scheduler,
-                                             " after ",
-                                             absl::FormatDuration(options_.connect_timeout), " (",
-                                             attempts, " attempts): ", last.message()));
+  return FromDaemon(SCHEDULER, absl::UnavailableError(absl::StrCat(
+                                   "cannot reach the scheduler at ", options_.scheduler, " after ",
+                                   absl::FormatDuration(options_.connect_timeout), " (", attempts,
+                                   " attempts): ", last.message())));
 }
 
 absl::StatusOr<JobSpec> SchedulerClient::CurrentJob() {
   ClusterStatus resp;
   auto ctx = ContextWithTimeout(absl::Seconds(5));
-  RETURN_IF_ERROR(FromGrpc(stub_->Status(ctx.get(), StatusRequest(), &resp)));
+  RETURN_IF_ERROR(FromScheduler(stub_->Status(ctx.get(), StatusRequest(), &resp)));
   return resp.job();
 }
 
@@ -116,7 +122,7 @@ absl::Status SchedulerClient::SendLastWords(const MemberStatus& status) const {
   req.set_incarnation(incarnation_);
   HeartbeatResponse resp;
   auto ctx = ContextWithTimeout(absl::Seconds(2));
-  return FromGrpc(stub_->Heartbeat(ctx.get(), req, &resp));
+  return FromScheduler(stub_->Heartbeat(ctx.get(), req, &resp));
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus& status) {
@@ -125,7 +131,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
   req.set_incarnation(incarnation_);
   HeartbeatResponse resp;
   auto ctx = ContextWithTimeout(absl::Seconds(5));
-  const absl::Status st = FromGrpc(stub_->Heartbeat(ctx.get(), req, &resp));
+  const absl::Status st = FromScheduler(stub_->Heartbeat(ctx.get(), req, &resp));
   if (!st.ok()) return st;
   absl::MutexLock lock(&mu_);
   last_heard_ = absl::Now();
@@ -251,7 +257,7 @@ absl::StatusOr<AdvanceClockResponse> SchedulerClient::AdvanceClock(AdvanceClockR
     }
     AdvanceClockResponse resp;
     auto ctx = ContextWithTimeout(absl::Seconds(10));
-    RETURN_IF_ERROR(FromGrpc(stub_->AdvanceClock(ctx.get(), req, &resp)));
+    RETURN_IF_ERROR(FromScheduler(stub_->AdvanceClock(ctx.get(), req, &resp)));
     return resp;
   });
 }
@@ -277,7 +283,7 @@ absl::StatusOr<double> SchedulerClient::ReduceNorm(int server, int64_t generatio
     }
     ReduceNormResponse resp;
     auto ctx = ContextWithTimeout(absl::Seconds(10));
-    RETURN_IF_ERROR(FromGrpc(stub_->ReduceNorm(ctx.get(), req, &resp)));
+    RETURN_IF_ERROR(FromScheduler(stub_->ReduceNorm(ctx.get(), req, &resp)));
     return resp.sum_squares();
   });
 }

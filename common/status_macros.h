@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -32,10 +33,13 @@
 namespace pstrain {
 
 // `st` with its message prefixed by `what` ("pull: ", a file's name and
-// ": "), its code kept; OK stays OK.
+// ": "), its code and payloads kept (common/daemon_status.h); OK stays OK.
 inline absl::Status Prefixed(absl::string_view what, const absl::Status& st) {
   if (st.ok()) return st;
-  return absl::Status(st.code(), absl::StrCat(what, st.message()));
+  absl::Status out(st.code(), absl::StrCat(what, st.message()));
+  st.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 }  // namespace pstrain

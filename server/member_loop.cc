@@ -9,7 +9,7 @@ namespace pstrain {
 ServerMemberLoop::ServerMemberLoop(int num_workers, ServerActions* actions)
     : actions_(actions), removed_(num_workers, false) {}
 
-absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Step(const ClusterNews& news) {
+absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Adopt(const ClusterNews& news) {
   if (news.job_state == DONE || news.job_state == ABORTED) return news.job_state;
   // Workers the scheduler declared dead leave the rounds and the read
   // guarantee; pulls that waited on them may now be answered.

@@ -1,7 +1,7 @@
 // What a server does about the rest of the cluster, as a plain class: the
 // scheduler's heartbeat answers bring news (the job's state, workers
 // declared dead, a rollback's generation and clock, the manifest's clock)
-// and Step acts on it through ServerActions: a dead worker leaves the BSP
+// and Adopt acts on it through ServerActions: a dead worker leaves the BSP
 // rounds and the read guarantee, a newer generation loads its checkpoint
 // and ends the calls of the old one, a newer manifest prunes older
 // checkpoint files. server_runtime.cc polls it; tests use fake actions.
@@ -52,14 +52,14 @@ class ServerActions {
   virtual void SetRoutes(const ServerRoutes& routes) {}
 };
 
-// Not thread-safe: one loop calls Step.
+// Not thread-safe: one loop calls Adopt.
 class ServerMemberLoop {
  public:
   ServerMemberLoop(int num_workers, ServerActions* actions);
 
   // Acts on `news`. The job's end state (DONE or ABORTED) once it ended,
   // nullopt while it runs, or the error of a restore that failed.
-  absl::StatusOr<std::optional<JobState>> Step(const ClusterNews& news);
+  absl::StatusOr<std::optional<JobState>> Adopt(const ClusterNews& news);
 
  private:
   ServerActions* const actions_;

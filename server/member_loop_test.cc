@@ -36,10 +36,10 @@ TEST(ServerMemberLoopTest, ADeadWorkerLeavesOnceAndWakesThePulls) {
   ClusterNews news;
   news.job_state = RUNNING_JOB;
   news.dead_workers = {1, 7, -1};  // unknown ids are ignored
-  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
   EXPECT_EQ(actions.calls, (std::vector<std::string>{"remove 1", "wake"}));
   actions.calls.clear();
-  ASSERT_EQ(*loop.Step(news), std::nullopt);  // the same news again: nothing
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);  // the same news again: nothing
   EXPECT_TRUE(actions.calls.empty());
 }
 
@@ -50,13 +50,13 @@ TEST(ServerMemberLoopTest, ANewerGenerationRestoresItsCheckpointAndEndsOldCalls)
   news.job_state = RUNNING_JOB;
   news.generation = 1;
   news.restore_clock = 90;
-  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
   EXPECT_EQ(actions.calls,
             (std::vector<std::string>{
                 "restore 1@90",
                 "cancel the cluster rolled back to clock 90 (generation 1) before 1"}));
   actions.calls.clear();
-  ASSERT_EQ(*loop.Step(news), std::nullopt);  // restored already
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);  // restored already
   EXPECT_TRUE(actions.calls.empty());
 }
 
@@ -67,7 +67,7 @@ TEST(ServerMemberLoopTest, AFailedRestoreIsTheLoopsError) {
   ClusterNews news;
   news.job_state = RUNNING_JOB;
   news.generation = 2;
-  const absl::StatusOr<std::optional<JobState>> r = loop.Step(news);
+  const absl::StatusOr<std::optional<JobState>> r = loop.Adopt(news);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -77,13 +77,13 @@ TEST(ServerMemberLoopTest, ANewerManifestPrunesAndTheJobsEndEndsTheLoop) {
   ClusterNews news;
   news.job_state = RUNNING_JOB;
   news.manifest_clock = 40;
-  ASSERT_EQ(*loop.Step(news), std::nullopt);
-  ASSERT_EQ(*loop.Step(news), std::nullopt);
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
   EXPECT_EQ(actions.calls, (std::vector<std::string>{"prune 40"}));
   news.job_state = DONE;
-  EXPECT_EQ(*loop.Step(news), DONE);
+  EXPECT_EQ(*loop.Adopt(news), DONE);
   news.job_state = ABORTED;
-  EXPECT_EQ(*loop.Step(news), ABORTED);
+  EXPECT_EQ(*loop.Adopt(news), ABORTED);
 }
 
 }  // namespace

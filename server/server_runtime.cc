@@ -375,7 +375,7 @@ absl::StatusOr<JobState> Server::Serve(std::string* message) {
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
     RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails
-    ASSIGN_OR_RETURN(const std::optional<JobState> end, loop.Step(NewsFrom(daemon_->client())));
+    ASSIGN_OR_RETURN(const std::optional<JobState> end, loop.Adopt(NewsFrom(daemon_->client())));
     if (end.has_value()) {
       daemon_->client().job_state(message);
       return *end;

@@ -51,6 +51,7 @@
 #include "proto/gate.pb.h"
 #include "proto/member.pb.h"
 #include "proto/status.pb.h"
+#include "worker/clock_metrics.h"
 #include "worker/data_source.h"
 #include "worker/gradient_accumulator.h"
 #include "worker/loop_stats.h"
@@ -123,43 +124,6 @@ struct ClockLoopOptions {
   std::function<absl::StatusOr<const ParamBuffers*>()> initial_values;
 };
 
-// What the loop has done, for Status.
-struct ClockMetrics {
-  int64_t clock = 0;  // clocks finished
-  int64_t generation = 0;
-  double loss = 0;  // LoopStats::recent_loss()
-  double samples_per_s = 0;
-  double test_accuracy = -1;
-  // Per clock: where the time went (ms), calls (the gate's and the
-  // servers') and payload bytes; over the last progress window, and over
-  // the whole run from the end of its first clock.
-  ClockSplit window, run;
-  double train_s = 0;  // the run's seconds in clocks (evaluations left out)
-  int64_t clocks_trained = 0;
-  double loss_scale = 1;
-  int64_t skipped_steps = 0;
-  int64_t bytes_in = 0, bytes_out = 0;
-  int64_t shm_bytes = 0;  // of this generation's parameter client
-  int shm_segments = 0;
-  int64_t shm_rings = 0;
-  int64_t pushes = 0, pulls = 0;  // clocks pushed; pulls made (not reads the cache served)
-  int64_t peak_device_bytes = 0;
-  std::string attention_path;  // the backend's (Status.attention_path)
-  // Pipeline stages, per clock over the last window: the share of the
-  // stage's time spent waiting for a neighbour, and the most micro-batches
-  // whose activations it kept at once.
-  double bubble = 0;
-  int max_in_flight = 0;
-  // Pipeline stages: the last clock's waits for activations and for
-  // gradients, and the payload bytes sent so far each way.
-  double activation_wait_ms = 0, gradient_wait_ms = 0;
-  int64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;
-};
-
-// The loop's figures into a worker's Status (clock, loss, throughput,
-// where the time went, bytes, pipeline waits).
-void SetLoopStatus(const ClockMetrics& m, MemberStatus* st);
-
 // The loop's parts: WorkerMemberLoop takes the gate's answers (rollback,
 // restart, drain, live workers), ReadPlan says where a clock's weights come
 // from, GradientAccumulator sums micro-batches, LoopStats counts and
@@ -211,7 +175,7 @@ class ClockLoop : private LoopActions {
   absl::StatusOr<bool> ComputeAndPush();
   // One clock's forward and backward; in micro_batches micro-batches whose
   // mean gradient goes to accumulated_ when that is above 1.
-  absl::StatusOr<StepResult> Step();
+  absl::StatusOr<StepResult> Compute();
   // Whether the clock's gradient is summed in accumulated_ (micro-batches,
   // pipeline stages) rather than left in the model's grads().
   bool Accumulates() const { return options_.stage_step || options_.job.micro_batches() > 1; }

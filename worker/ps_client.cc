@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/daemon_status.h"
 #include "common/dtype.h"
 #include "common/grad_codec.h"
 #include "common/logging.h"
@@ -39,7 +40,9 @@ PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int w
       worker_id_(worker_id),
       options_(options),
       links_(AddressesOf(cluster), *partition, worker_id, options.shm, options.standby_copies),
-      addresses_(AddressesOf(cluster)) {
+      addresses_(AddressesOf(cluster)),
+      wire_(partition, options.first_param, options.wire_dtype, options.compression,
+            options.feedback.get(), options.held_views.get(), options.generation) {
   const int channels = std::max(1, options_.channels_per_server);
   for (const Member& s : cluster.servers()) {
     push_window_.push_back(0);  // one push at a time until the server says
@@ -64,7 +67,7 @@ void PsClient::Prepare(Call& call) {
   // A pull through shared memory names its attempt (PullRequest.shm_sequence),
   // a compressed one the views held as it goes.
   if (call.encoded && call.link == link &&
-      !(call.is_pull && (link != nullptr || PullsCompressed()))) {
+      !(call.is_pull && (link != nullptr || wire_.PullsCompressed()))) {
     return;
   }
   call.request = call.encode(link);
@@ -150,7 +153,7 @@ absl::Status PsClient::RunCalls(std::vector<Call>& calls) {
   const absl::Status st =
       Retry(policy, [&] { return Attempt(calls, &next_channel, &only_waiting, &progressed); });
   links_.ReleaseLost();  // no call holds them any more
-  return st;
+  return FromDaemon(SERVER, st);
 }
 
 absl::Status PsClient::Attempt(std::vector<Call>& calls, int* next_channel, bool* only_waiting,
@@ -265,10 +268,7 @@ void PsClient::AddPullCalls(int64_t clock, int64_t min_clock,
       call.encode = [this, req](ShmLink* link) mutable {
         req.set_shm_segment(link == nullptr ? 0 : link->id());
         req.set_shm_sequence(link == nullptr ? 0 : attempts_);
-        req.clear_held();  // as of this attempt
-        if (PullsCompressed()) {
-          for (int32_t id : req.chunks()) req.add_held(options_.held_views->Id(id));
-        }
+        wire_.NameHeldViews(&req);
         return SerializeSmall(req);
       };
       state->clocks.emplace_back();
@@ -286,60 +286,24 @@ absl::Status PsClient::TakePullReply(int s, const std::vector<int32_t>& batch,
                                      const grpc::ByteBuffer& reply, const ShmLink* link,
                                      std::vector<std::vector<float>>* weights, PullState* state,
                                      size_t index) {
-  const DType dtype = options_.wire_dtype;
-  const int width = DTypeSize(dtype);
+  const std::string from = absl::StrCat("pull from server ", s, ": ");
   SliceReader reader(reply);
   std::vector<PayloadRef> refs;
   PulledViews views;
   RETURN_IF_ERROR(DecodePullResponse(reader, &refs, &state->clocks[index], &views));
-  const bool compressed = PullsCompressed();
-  if (compressed && !views.unknown.empty()) return OfferViews(s, batch, views.unknown);
-  if (refs.size() != batch.size() ||
-      (compressed && (views.views.size() != batch.size() || views.bases.size() != batch.size()))) {
-    return absl::DataLossError(absl::StrCat("pull from server ", s, ": ", refs.size(),
-                                            " chunks (and their views), asked for ", batch.size()));
-  }
-  thread_local std::vector<char> staging;
+  if (wire_.PullsCompressed() && !views.unknown.empty()) return OfferViews(s, batch, views.unknown);
+  RETURN_IF_ERROR(Prefixed(from, wire_.CheckViews(batch, refs, views)));
+  PulledPayloads payloads(&reader, link);
   for (size_t k = 0; k < refs.size(); ++k) {
-    const PayloadRef& ref = refs[k];
-    if (ref.chunk != batch[k]) {
-      return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
-                                              " where ", batch[k], " was asked for"));
-    }
-    const ChunkInfo& info = partition_->chunks()[ref.chunk];
-    const size_t payload = compressed
-                               ? options_.held_views->PayloadBytes(views.bases[k], info.numel)
-                               : static_cast<size_t>(info.numel) * width;
-    const size_t expected = link != nullptr ? 0 : payload;
-    if (ref.bytes != expected) {
-      return absl::DataLossError(absl::StrCat("pull from server ", s, ": chunk ", ref.chunk,
-                                              " has ", ref.bytes, " bytes, expected ", expected));
-    }
+    const ChunkInfo& info = partition_->chunks()[batch[k]];
     float* dst = (*weights)[info.param - options_.first_param].data() + info.offset;
-    const char* src = nullptr;
-    if (link != nullptr) {
-      src = link->PullSlot(ref.chunk);
-    } else if (dtype != FP32 || compressed) {
-      staging.resize(payload);
-      reader.Seek(ref.offset);
-      reader.Copy(payload, staging.data());
-      src = staging.data();
-    }
-    if (compressed) {  // the view held, moved on
-      RETURN_IF_ERROR(options_.held_views->Take(ref.chunk, views.bases[k], views.views[k], src,
-                                                info.numel, dst));
-    } else if (src == nullptr) {  // fp32 in the message
-      reader.Seek(ref.offset);
-      reader.Copy(payload, reinterpret_cast<char*>(dst));
-    } else if (dtype == FP32) {
-      std::memcpy(dst, src, payload);
-    } else {
-      DecodeFloats(dtype, src, info.numel, dst);
-    }
-    state->bytes += static_cast<int64_t>(payload);
-    if (link != nullptr) shm_bytes_ += static_cast<int64_t>(payload);
-    if (state->landed && !state->in[ref.chunk]) {
-      state->in[ref.chunk] = true;
+    const absl::StatusOr<size_t> payload =
+        wire_.TakePulled(refs[k], batch[k], views, k, payloads, dst);
+    RETURN_IF_ERROR(Prefixed(from, payload.status()));
+    state->bytes += static_cast<int64_t>(*payload);
+    if (link != nullptr) shm_bytes_ += static_cast<int64_t>(*payload);
+    if (state->landed && !state->in[batch[k]]) {
+      state->in[batch[k]] = true;
       const int param = info.param - options_.first_param;
       if (--state->missing[param] == 0) state->landed(param);
     }
@@ -393,19 +357,6 @@ void PsClient::FinishPull(const PullState& state, PulledClocks* clocks) {
   bytes_in_ += state.bytes;
 }
 
-void PsClient::WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link) {
-  for (const PushChunk& c : chunks) {
-    char* slot = link.PushSlot(c.chunk);
-    if (c.compressed != nullptr) {
-      std::memcpy(slot, c.compressed, c.compressed_bytes);
-    } else if (dtype == FP32) {
-      std::memcpy(slot, c.values, c.numel * sizeof(float));
-    } else {
-      EncodeFloats(dtype, c.values, c.numel, slot);
-    }
-  }
-}
-
 PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
   PushHeader header;
   header.worker_id = worker_id_;
@@ -421,31 +372,6 @@ PushHeader PsClient::Header(int64_t clock, int num_samples, float grad_norm) {
     if (from <= clock) header.apply_at_once = at_once;
   }
   return header;
-}
-
-int64_t PsClient::ChunkPayloads(const PushHeader& header, const std::vector<int32_t>& batch,
-                                const std::vector<std::vector<float>>& grads,
-                                const std::vector<const float*>* at,
-                                std::vector<PushChunk>* chunks,
-                                std::vector<std::vector<char>>* compressed) const {
-  const bool compressing = Compressing(header);
-  compressed->resize(batch.size());
-  int64_t bytes = 0;
-  for (size_t j = 0; j < batch.size(); ++j) {
-    const ChunkInfo& info = partition_->chunks()[batch[j]];
-    const size_t mine = info.param - options_.first_param;
-    const float* elsewhere = at != nullptr && mine < at->size() ? (*at)[mine] : nullptr;
-    const float* values = (elsewhere != nullptr ? elsewhere : grads[mine].data()) + info.offset;
-    chunks->push_back({batch[j], values, info.numel});
-    if (compressing && Compresses(options_.compression, info.numel)) {
-      options_.feedback->Encode(options_.compression, batch[j], options_.generation, header.clock,
-                                values, info.numel, &(*compressed)[j]);
-      bytes += static_cast<int64_t>((*compressed)[j].size());
-    } else {
-      bytes += info.numel * DTypeSize(header.dtype);
-    }
-  }
-  return bytes;
 }
 
 int64_t PsClient::AddPushCalls(const PushHeader& header,
@@ -467,13 +393,13 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
       std::vector<PushChunk> chunks;
       // Compressed once, here: a retry sends the same bytes.
       std::vector<std::vector<char>> compressed;
-      const int64_t call_bytes = ChunkPayloads(header, present, grads, at, &chunks, &compressed);
+      const int64_t call_bytes = wire_.EncodePush(header, present, grads, at, &chunks, &compressed);
       bytes += call_bytes;
       Call call;
       call.home = s;
       call.server = s;
-      if (Compressing(header)) {
-        h.compression = options_.compression.SerializeAsString();
+      if (wire_.Compressing(header)) {
+        h.compression = wire_.compression().SerializeAsString();
       }
       call.encode = [h = std::move(h), chunks = std::move(chunks),
                      compressed = std::move(compressed)](ShmLink* link) mutable {
@@ -483,7 +409,7 @@ int64_t PsClient::AddPushCalls(const PushHeader& header,
           chunks[j].compressed_bytes = static_cast<int64_t>(compressed[j].size());
         }
         h.shm_segment = link == nullptr ? 0 : link->id();
-        if (link != nullptr) WriteToShm(h.dtype, chunks, *link);
+        if (link != nullptr) ChunkWire::WriteToSlots(h.dtype, chunks, *link);
         return EncodePush(h, chunks);
       };
       call.finish = [this, call_bytes](const grpc::ByteBuffer&, const ShmLink* link, int) {

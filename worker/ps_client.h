@@ -27,6 +27,7 @@
 #include "proto/job.pb.h"
 #include "proto/member.pb.h"
 #include "worker/call_flight.h"
+#include "worker/chunk_wire.h"
 #include "worker/error_feedback.h"
 #include "worker/held_views.h"
 #include "worker/shm_links.h"
@@ -208,16 +209,6 @@ class PsClient {
   bool Trains(int param) const {
     return param >= options_.first_param && (options_.end_param < 0 || param < options_.end_param);
   }
-  // Whether pulls go compressed (PsClientOptions::held_views).
-  bool PullsCompressed() const {
-    return options_.held_views != nullptr && options_.wire_dtype == FP32;
-  }
-  // Whether a push of `header` goes compressed (PsClientOptions::compression;
-  // initial values go dense).
-  bool Compressing(const PushHeader& header) const {
-    return options_.compression.codec() != GradCompression::NONE && options_.feedback != nullptr &&
-           !header.initial_values;
-  }
   // What a pull's calls fill in.
   struct PullState {
     std::vector<PulledClocks> clocks;  // per call
@@ -267,15 +258,6 @@ class PsClient {
                              const grpc::ByteBuffer& reply, const ShmLink* link,
                              std::vector<std::vector<float>>* weights, PullState* state,
                              size_t index);
-  // Writes a push's payloads into `link`'s push region.
-  static void WriteToShm(DType dtype, const std::vector<PushChunk>& chunks, const ShmLink& link);
-  // A push call's chunks of `batch` (their compressed bytes, where the job
-  // compresses them, into *compressed, else empty); returns their payload
-  // bytes.
-  int64_t ChunkPayloads(const PushHeader& header, const std::vector<int32_t>& batch,
-                        const std::vector<std::vector<float>>& grads,
-                        const std::vector<const float*>* at, std::vector<PushChunk>* chunks,
-                        std::vector<std::vector<char>>* compressed) const;
   // Returns the payload bytes of the push; with `params`, of those
   // parameters' chunks only; the chunks of parameters `absent` says have
   // no gradient go without one (PushHeader.without_gradient).
@@ -312,6 +294,7 @@ class PsClient {
   std::vector<std::string> addresses_;
   std::vector<int> serving_;
   int64_t routes_version_ = -1;
+  const ChunkWire wire_;  // how the chunks' payloads are encoded and where they lie
 };
 
 }  // namespace pstrain

@@ -4,19 +4,22 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon_status.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/retry.h"
 #include "common/row_wire.h"
 #include "common/rows.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 #include "common/tensor_wire.h"
 #include "proto/ps.pb.h"
-#include "common/status_macros.h"
 
 namespace pstrain {
 
 namespace {
+
+constexpr char kNoAddresses[] = "the servers' addresses are not known yet";
 
 constexpr char kPullRows[] = "/pstrain.ParameterServer/PullRows";
 constexpr char kPushRows[] = "/pstrain.ParameterServer/PushRows";
@@ -136,7 +139,9 @@ absl::Status RowClient::CallAll(const char* method, const RowCall& call, bool pa
       spdlog::warn("rows: retrying (attempt {}): {}", attempts + 1, st.message());
     }
   };
-  return Retry(policy, [&] { return Attempt(method, call, requests, &todo, replies, &waited); });
+  return FromDaemon(SERVER, Retry(policy, [&] {
+                      return Attempt(method, call, requests, &todo, replies, &waited);
+                    }));
 }
 
 absl::StatusOr<int> RowClient::Width(const std::string& table) const {
@@ -166,7 +171,7 @@ absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
   absl::StatusOr<int> width = Width(table);
   if (!width.ok()) return width.status();
   const int servers = Servers();
-  if (servers == 0) return absl::UnavailableError("the servers' addresses are not known yet");
+  if (servers == 0) return FromDaemon(SERVER, absl::UnavailableError(kNoAddresses));
   // Each server's distinct ids and where its reply's rows go (the first
   // place each id has in `ids`); a repeated id is copied from its first.
   std::vector<PullRowsRequest> requests(servers);
@@ -239,7 +244,7 @@ absl::Status RowClient::Push(const std::string& table, const RowCall& call, int 
   std::vector<float> summed;
   CoalesceRows(ids, grads, *width, &distinct, &summed);
   const int servers = Servers();
-  if (servers == 0) return absl::UnavailableError("the servers' addresses are not known yet");
+  if (servers == 0) return FromDaemon(SERVER, absl::UnavailableError(kNoAddresses));
   std::vector<PushRowsRequest> requests(servers);
   std::vector<std::unique_ptr<std::vector<float>>> payloads(servers);
   for (auto& p : payloads) p = std::make_unique<std::vector<float>>();

@@ -10,10 +10,11 @@ import json
 import os
 import pathlib
 
-ABI_VERSION = 8  # PST_ABI_VERSION of pstrain_c.h
+ABI_VERSION = 9  # PST_ABI_VERSION of pstrain_c.h
 PST_FP32 = 1
 PST_CPU, PST_CUDA = 0, 1  # pst_register's device
 PST_TRAINED, PST_BROADCAST, PST_AVERAGE = 0, 1, 2  # pst_register's buffers
+PST_NO_DAEMON, PST_SCHEDULER, PST_SERVER = 0, 1, 2  # pst_error_daemon
 LIBRARY = "libpstrain_torch.so"
 BUILD_COMMAND = "bazel build //worker/external:libpstrain_torch.so"
 
@@ -36,15 +37,21 @@ class PstrainError(RuntimeError):
         self.code = code
 
 
-class SchedulerUnavailable(PstrainError, ConnectionError):
-    """The scheduler could not be reached (UNAVAILABLE)."""
+class Unavailable(PstrainError, ConnectionError):
+    """A daemon could not be reached within the retries (UNAVAILABLE); the
+    subclass names which: SchedulerUnavailable or ServerUnavailable."""
 
 
-class ServerUnavailable(PstrainError, ConnectionError):
-    """A server could not be reached within the retries (UNAVAILABLE) by a
-    call that goes to the servers only: a row pull or push of a sparse
-    table, or a read of the optimizer's state; the message names the server
-    and its address."""
+class SchedulerUnavailable(Unavailable):
+    """The scheduler could not be reached (UNAVAILABLE); the message names
+    its address."""
+
+
+class ServerUnavailable(Unavailable):
+    """A server could not be reached within the retries (UNAVAILABLE): a
+    pull or push of a clock, a row pull or push of a sparse table, a read
+    of the optimizer's state; the message names the server (and its
+    address where known)."""
 
 
 class Unauthenticated(PstrainError, PermissionError):
@@ -70,7 +77,7 @@ class LibraryNotFound(ImportError):
 _ERRORS = {
     INVALID_ARGUMENT: InvalidArgument,
     ABORTED: JobAborted,
-    UNAVAILABLE: SchedulerUnavailable,
+    UNAVAILABLE: Unavailable,
     UNAUTHENTICATED: Unauthenticated,
 }
 
@@ -103,6 +110,7 @@ _err = [ctypes.c_char_p, ctypes.c_int]
 # name: (restype, argtypes), as declared in pstrain_c.h.
 _SIGNATURES = {
     "pst_abi_version": (_i, []),
+    "pst_error_daemon": (_i, []),
     "pst_set_flag": (_i, [_str, _str] + _err),
     "pst_open": (_i, [ctypes.POINTER(_p)] + _err),
     "pst_register": (_i, [_p, _i, ctypes.POINTER(_str), ctypes.POINTER(_i),
@@ -209,11 +217,18 @@ def call(name, *args, errors=None):
     return code
 
 
+_UNAVAILABLE = {PST_SCHEDULER: SchedulerUnavailable, PST_SERVER: ServerUnavailable}
+
+
 def check(code, message, name, errors=None):
-    """Raises the exception of a nonzero return code of `name`."""
+    """Raises the exception of a nonzero return code of `name`, called just
+    after the call that returned it (an UNAVAILABLE's class is the daemon
+    the call went to: pst_error_daemon)."""
     if code == 0:
         return
     cls = (errors or {}).get(code) or _ERRORS.get(code, PstrainError)
+    if cls is Unavailable:
+        cls = _UNAVAILABLE.get(lib().pst_error_daemon(), Unavailable)
     raise cls(message or "%s failed with status code %d" % (name, code), code)
 
 

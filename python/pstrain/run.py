@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 
+from ._capi import PstrainError
 from ._port_file import read_address
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent
@@ -62,7 +63,7 @@ _LOG_TAIL_LINES = 20
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-class LaunchError(RuntimeError):
+class LaunchError(PstrainError):
     """The cluster could not be started: a daemon missing, or the
     scheduler exited (or hung) before it listened.
 

@@ -16,7 +16,10 @@ cause -- never a hang, never the interpreter's exit or crash:
 - a second pst.Optimizer in a worker: RuntimeError at its construction,
   before the model is declared (the job goes on waiting);
 - a flag out of range, unknown, or unparsable: InvalidArgument (a
-  ValueError) from pst.init.
+  ValueError) from pst.init;
+- a server gone mid-run (and not declared dead): ServerUnavailable naming
+  it, not SchedulerUnavailable, from the clock loop's calls that reach
+  both daemons.
 
 Each script is tests/python/tiny_worker.py in a process of its own: it
 writes the exception's class and bases to a result file and raises it again
@@ -285,6 +288,30 @@ class BadInputTest(unittest.TestCase):
                 self.assertFailedWithExitOne(code)
                 self.assertRaisedIn(result, "InvalidArgument", "PstrainError", "ValueError")
                 self.assertIn(next(iter(flags)), result["message"])
+
+    # (h) A server gone mid-run.
+    def test_a_server_gone_mid_run_is_server_unavailable_naming_it(self):
+        """A clock's pull or push that cannot reach a server within the
+        client's retries (30 s) raises ServerUnavailable naming the server:
+        pst_next and pst_clock_done reach the scheduler and the servers, and
+        the class says which one failed. The scheduler is told to wait long
+        before it declares a member dead, so the worker's retries end first."""
+        with Cluster(TINY_JOB, servers=2, workers=1, name="server_gone",
+                     scheduler_flags=["--clocks=100000", "--num_workers=1",
+                                      "--heartbeat_timeout_ms=600000"]) as cluster:
+            cluster.start_tiny("worker0")
+            cluster.wait_status(
+                lambda st: int((member(st, "WORKER", 0) or {}).get("clock", 0)) >= 3, 60)
+            cluster.kill(cluster.server_process(1))
+            code = cluster.wait(["worker0"], 120)["worker0"]
+            self.assertFailedWithExitOne(code, cluster, "worker0")
+            result = cluster.result("worker0")
+            self.assertIsNotNone(result, "no result file")
+            self.assertEqual(result["exception"], "ServerUnavailable", result)
+            for base in ("Unavailable", "PstrainError", "ConnectionError"):
+                self.assertIn(base, result["bases"], result)
+            self.assertIn("server 1", result["message"])
+            print("a server gone: %s after %d clocks" % (result["exception"], result["steps"]))
 
 
 if __name__ == "__main__":

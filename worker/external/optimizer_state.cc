@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/daemon_status.h"
 #include "common/retry.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
@@ -57,16 +58,17 @@ class HomeCalls {
     RetryPolicy policy;
     policy.window = calls_.retry_window;
     policy.abandon = calls_.abandon;
-    return Retry(policy, [&]() -> absl::Status {
-      RETURN_IF_ERROR(Connect());
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-      const grpc::Status st = call(stub_.get(), &ctx);
-      if (st.ok()) return absl::OkStatus();
-      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                          absl::StrCat(what, " server ", home_, "'s chunks at ", address_, ": ",
-                                       st.error_message()));
-    });
+    return FromDaemon(
+        SERVER, Retry(policy, [&]() -> absl::Status {
+          RETURN_IF_ERROR(Connect());
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+          const grpc::Status st = call(stub_.get(), &ctx);
+          if (st.ok()) return absl::OkStatus();
+          return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                              absl::StrCat(what, " server ", home_, "'s chunks at ", address_, ": ",
+                                           st.error_message()));
+        }));
   }
 
  private:

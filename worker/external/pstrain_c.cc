@@ -13,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon_status.h"
 #include "common/flags.h"
 #include "common/job_spec.h"
 #include "common/rows.h"
@@ -33,8 +34,18 @@ struct pst_worker {
 
 namespace {
 
-// Writes `st`'s message to err; returns its code.
+// The daemon of the calling thread's last failure (pst_error_daemon).
+thread_local int last_error_daemon = PST_NO_DAEMON;
+
+// Writes `st`'s message to err, and its daemon for pst_error_daemon;
+// returns its code.
 int Fail(const absl::Status& st, char* err, int err_len) {
+  if (!st.ok()) {
+    const pstrain::Role daemon = pstrain::DaemonOf(st);
+    last_error_daemon = daemon == pstrain::SCHEDULER ? PST_SCHEDULER
+                        : daemon == pstrain::SERVER  ? PST_SERVER
+                                                     : PST_NO_DAEMON;
+  }
   if (err != nullptr && err_len > 0) {
     const std::string message(st.message());
     const size_t n = std::min(message.size(), static_cast<size_t>(err_len - 1));
@@ -64,6 +75,8 @@ absl::Status NoWorker() { return absl::InvalidArgumentError("no worker (null han
 extern "C" {
 
 int pst_abi_version(void) { return PST_ABI_VERSION; }
+
+int pst_error_daemon(void) { return last_error_daemon; }
 
 int pst_set_flag(const char* name, const char* value, char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {

@@ -9,8 +9,9 @@
  * loads it (Python's ctypes, any CPython >= 3.9). Every call that can fail
  * returns 0 or an absl::StatusCode number (3 INVALID_ARGUMENT, 9
  * FAILED_PRECONDITION, 14 UNAVAILABLE, 16 UNAUTHENTICATED, ...) and writes a
- * message naming the cause to `err` (NUL-terminated, at most err_len bytes).
- * None of them aborts the process.
+ * message naming the cause to `err` (NUL-terminated, at most err_len bytes);
+ * pst_error_daemon() then says which daemon the failed call went to. None
+ * of them aborts the process.
  *
  * Life of a worker:
  *
@@ -62,9 +63,19 @@ typedef struct pst_worker pst_worker;
  * between two buffers a parameter, and a clock's stay unchanged until the
  * next clock's pst_clock_done (the caller's tensors may be views of them);
  * pst_grads_at. 8: pst_seed_state is pst_write_state (writing optimizer
- * state is not a seed). */
-#define PST_ABI_VERSION 8
+ * state is not a seed). 9: pst_error_daemon. */
+#define PST_ABI_VERSION 9
 int pst_abi_version(void);
+
+/* The daemon the calling thread's last failed call went to (or could not
+ * reach): PST_SCHEDULER, PST_SERVER, or PST_NO_DAEMON when the failure was
+ * the worker's own (a bad argument, a flag) or no call failed yet. A call
+ * that reaches both (pst_next: the gate and the pulls; pst_clock_done: the
+ * pushes and the gate) says which one failed. */
+#define PST_NO_DAEMON 0
+#define PST_SCHEDULER 1
+#define PST_SERVER 2
+int pst_error_daemon(void);
 
 /* Sets one flag, as "--name=value" would on ps_worker's command line.
  * INVALID_ARGUMENT for an unknown flag or a bad value. */

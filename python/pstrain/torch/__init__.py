@@ -47,12 +47,15 @@ The package's rooms:
 
 The exceptions: every one pstrain raises is a PstrainError (LibraryNotFound,
 an ImportError, aside); its subclasses for a status code of the library's
-are pstrain._capi's, NoGradients and UnsupportedDtype (also a TypeError)
-are the optimizer's.
+are pstrain._capi's -- an UNAVAILABLE is SchedulerUnavailable or
+ServerUnavailable by the daemon the failed call went to, both Unavailable
+(a ConnectionError) --; NoGradients and UnsupportedDtype (also a TypeError)
+are the optimizer's; the launcher's LaunchError (pstrain.run) is one too.
 """
 
 from .._capi import (InvalidArgument, JobAborted, LibraryNotFound, ModelMismatch,
-                     PstrainError, SchedulerUnavailable, ServerUnavailable, Unauthenticated)
+                     PstrainError, SchedulerUnavailable, ServerUnavailable, Unauthenticated,
+                     Unavailable)
 from ._worker import finish, get_rank, get_world_size, init, is_initialized
 from .data import ClockBatchSampler, batch_indices, batches
 from .metrics import report
@@ -63,7 +66,7 @@ __all__ = [
     "init", "is_initialized", "get_rank", "get_world_size", "Optimizer", "batches", "report",
     "ClockBatchSampler",
     "finish", "batch_indices", "SparseEmbeddingBag", "initial_rows", "PstrainError",
-    "SchedulerUnavailable", "ServerUnavailable", "Unauthenticated",
+    "Unavailable", "SchedulerUnavailable", "ServerUnavailable", "Unauthenticated",
     "ModelMismatch", "InvalidArgument", "JobAborted", "LibraryNotFound", "UnsupportedDtype",
     "NoGradients",
 ]

@@ -203,9 +203,7 @@ class Optimizer(torch.optim.Optimizer):
             raise NotImplementedError("pstrain.torch.Optimizer.state_dict(): the job's optimizer "
                                       "%s has no torch.optim layout here" % kind)
         names, with_step, extra = TORCH_STATE[kind]
-        # The state read talks to the servers only: UNAVAILABLE is a server's.
-        _capi.call("pst_read_state", worker.handle,
-                   errors={_capi.UNAVAILABLE: _capi.ServerUnavailable})
+        _capi.call("pst_read_state", worker.handle)
         state = {}
         for i, p in enumerate(self.params):
             slots = _capi.lib().pst_state_slots(worker.handle, i)

@@ -7,11 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _capi
-from .._capi import ServerUnavailable
 from . import _worker
-
-# A row pull or push talks to the servers only: UNAVAILABLE is a server's.
-_ROW_ERRORS = {_capi.UNAVAILABLE: ServerUnavailable}
 
 
 class SparseEmbeddingBag(torch.nn.Module):
@@ -79,7 +75,7 @@ class SparseEmbeddingBag(torch.nn.Module):
         ids = ids.contiguous()
         rows = torch.empty(len(ids), self.embedding_dim, dtype=torch.float32)
         _capi.call("pst_pull_rows", worker.handle, self.table.encode(), len(ids),
-                   ids.data_ptr(), self.embedding_dim, rows.data_ptr(), errors=_ROW_ERRORS)
+                   ids.data_ptr(), self.embedding_dim, rows.data_ptr())
         optimizer = worker.optimizer
         if torch.is_grad_enabled() and optimizer is not None and optimizer.clock is not None:
             if not any(table is self for table in optimizer.tables):
@@ -105,7 +101,7 @@ class SparseEmbeddingBag(torch.nn.Module):
         grads = torch.cat([g.to_dense() if g.is_sparse else g for _, g in pulled])
         grads = grads.to(device="cpu", dtype=torch.float32).contiguous()
         _capi.call("pst_push_rows", _worker.current().handle, self.table.encode(), len(ids),
-                   ids.data_ptr(), self.embedding_dim, grads.data_ptr(), errors=_ROW_ERRORS)
+                   ids.data_ptr(), self.embedding_dim, grads.data_ptr())
 
 
 def initial_rows(ids, *, seed, table, embedding_dim, init_scale=None):
