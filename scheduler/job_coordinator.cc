@@ -141,14 +141,14 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   }
   // Without an id, a dead member's place once every id is taken.
   ASSIGN_OR_RETURN(
-      const int slot,
-      members_.SlotFor(
+      const int replaced,
+      members_.IdFor(
           req.role(), req.has_id() ? std::optional<int>(req.id()) : std::nullopt,
           [this](const MemberRecord& m) { return m.role == SERVER || !clocks_.removed(m.id); }));
-  absl::StatusOr<int> id = slot;
-  if (slot >= 0) {
-    absl::StatusOr<Decision> d =
-        failures_.Replace(req.role(), slot, req.address(), req.incarnation(), phase_.state, now);
+  absl::StatusOr<int> id = replaced;
+  if (replaced >= 0) {
+    absl::StatusOr<Decision> d = failures_.Replace(req.role(), replaced, req.address(),
+                                                   req.incarnation(), phase_.state, now);
     if (d.ok()) Enact(*d, now);
     if (!d.ok()) id = d.status();
   } else {
@@ -168,7 +168,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   // A worker starts at its clock in the table: the job's start, or for a
   // replacement (or the worker restarted) the iterations its predecessor
   // knew pushed -- a push after them may have died with it.
-  if (req.role() == WORKER && slot >= 0) clocks_.RestartPoint(*id);
+  if (req.role() == WORKER && replaced >= 0) clocks_.RestartPoint(*id);
   resp.set_start_clock(req.role() == WORKER ? clocks_.clock(*id) : rollbacks_.restore_clock());
   spdlog::info("{} {} registered from {}", RoleName(req.role()), *id, req.address());
   if (phase_.state == WAITING && members_.Complete()) {

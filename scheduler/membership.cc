@@ -97,7 +97,7 @@ absl::StatusOr<int> Membership::Register(Role role, const std::string& address,
   return m.id;
 }
 
-absl::StatusOr<int> Membership::SlotFor(
+absl::StatusOr<int> Membership::IdFor(
     Role role, std::optional<int> id,
     const std::function<bool(const MemberRecord&)>& vacant) const {
   if (role != SERVER && role != WORKER) {

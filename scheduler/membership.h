@@ -52,18 +52,18 @@ class Membership {
   // Hands out the next id of `role` (ids count from 0 per role, in order of
   // registration). A repeated Register of the same process (same address and
   // incarnation) gets its id again. ALREADY_EXISTS when another process
-  // registers an address already taken; RESOURCE_EXHAUSTED when every slot of
-  // the role is filled; INVALID_ARGUMENT for a bad role or empty address.
+  // registers an address already taken; RESOURCE_EXHAUSTED when every id of
+  // the role is taken; INVALID_ARGUMENT for a bad role or empty address.
   absl::StatusOr<int> Register(Role role, const std::string& address, uint64_t incarnation,
                                absl::Time now);
 
-  // The slot a registration of `role` takes: `id` (if given) when it is a
+  // The id a registration of `role` takes: `id` (if given) when it is a
   // registered id, -1 when it is the next new one; without an id, once
   // every id of the role is taken, the first DEAD member for which
   // `vacant` says yes. INVALID_ARGUMENT for an id outside the job;
   // FAILED_PRECONDITION for an id past the next id.
-  absl::StatusOr<int> SlotFor(Role role, std::optional<int> id,
-                              const std::function<bool(const MemberRecord&)>& vacant) const;
+  absl::StatusOr<int> IdFor(Role role, std::optional<int> id,
+                            const std::function<bool(const MemberRecord&)>& vacant) const;
 
   // The registered member (role, id) of this incarnation, or
   // FAILED_PRECONDITION / NOT_FOUND with a message for an unknown sender.

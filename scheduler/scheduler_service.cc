@@ -167,7 +167,7 @@ void SchedulerService::Deliver() {
   for (Release& r : coordinator_.TakeReleases()) {
     auto it = parked_.find(r.ticket);
     if (it == parked_.end()) continue;
-    Parked<Slot>& p = it->second;
+    Parked<HeldReply>& p = it->second;
     if (p.Claim()) {
       if (r.status.ok() && p.what.gate != nullptr) *p.what.gate = std::move(r.gate);
       if (r.status.ok() && p.what.norm != nullptr) p.what.norm->set_sum_squares(r.sum_squares);
@@ -178,7 +178,7 @@ void SchedulerService::Deliver() {
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Hold(grpc::CallbackServerContext* ctx, Ticket ticket,
-                                                 Slot slot, const absl::Status& status,
+                                                 HeldReply reply, const absl::Status& status,
                                                  bool parked) {
   if (parked && leaving_) {
     coordinator_.Forget(ticket);
@@ -190,7 +190,7 @@ grpc::ServerUnaryReactor* SchedulerService::Hold(grpc::CallbackServerContext* ct
     return FinishNow(ctx, ToGrpc(status));
   }
   auto* reactor = new ParkedReactor();
-  parked_.emplace(ticket, Parked<Slot>(reactor, slot));
+  parked_.emplace(ticket, Parked<HeldReply>(reactor, reply));
   Deliver();
   return reactor;
 }
@@ -282,7 +282,7 @@ grpc::ServerUnaryReactor* SchedulerService::AdvanceClock(grpc::CallbackServerCon
   const Ticket ticket = ++next_ticket_;
   bool parked = false;
   const absl::Status st = coordinator_.AdvanceClock(*req, ticket, absl::Now(), resp, &parked);
-  return Hold(ctx, ticket, Slot{resp, nullptr}, st, parked);
+  return Hold(ctx, ticket, HeldReply{resp, nullptr}, st, parked);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerContext* ctx,
@@ -295,7 +295,7 @@ grpc::ServerUnaryReactor* SchedulerService::ReduceNorm(grpc::CallbackServerConte
   double sum = 0;
   const absl::Status st = coordinator_.ReduceNorm(*req, ticket, absl::Now(), &sum, &parked);
   if (st.ok() && !parked) resp->set_sum_squares(sum);
-  return Hold(ctx, ticket, Slot{nullptr, resp}, st, parked);
+  return Hold(ctx, ticket, HeldReply{nullptr, resp}, st, parked);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Status(grpc::CallbackServerContext* ctx,

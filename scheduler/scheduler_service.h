@@ -93,7 +93,7 @@ class SchedulerService final : public SchedulerServiceBase {
 
  private:
   // Where a held call's answer goes.
-  struct Slot {
+  struct HeldReply {
     AdvanceClockResponse* gate = nullptr;
     ReduceNormResponse* norm = nullptr;
   };
@@ -107,7 +107,7 @@ class SchedulerService final : public SchedulerServiceBase {
   // false when the write failed (logged once).
   bool WriteState(const SchedulerState& state, int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Parks the call under a new ticket, or answers it at once.
-  grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, Ticket ticket, Slot slot,
+  grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, Ticket ticket, HeldReply reply,
                                  const absl::Status& status, bool parked)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the manifest the coordinator asks for (file I/O, without mu_).
@@ -123,7 +123,7 @@ class SchedulerService final : public SchedulerServiceBase {
   DirectoryCatalog catalog_;
   mutable absl::Mutex mu_;
   JobCoordinator coordinator_ ABSL_GUARDED_BY(mu_);
-  std::map<Ticket, Parked<Slot>> parked_ ABSL_GUARDED_BY(mu_);
+  std::map<Ticket, Parked<HeldReply>> parked_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
 

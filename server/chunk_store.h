@@ -322,7 +322,7 @@ class ChunkStore : public HeldRounds {
   Chunk* Find(int32_t chunk) const;
   // The state arrays ReadState and WriteState carry for `c` (a buffer's:
   // none); UNIMPLEMENTED for an optimizer that is not elementwise.
-  absl::StatusOr<int> StateSlots(const Chunk& c) const;
+  absl::StatusOr<int> StateArrays(const Chunk& c) const;
   // Checks a request before anything of it is applied (see Push).
   absl::Status CheckPush(const PushRequest& push) const;
   // Writes initial values to the chunks without values yet (see Push).

@@ -117,25 +117,25 @@ absl::Status ChunkStore::TakeInitialValues(
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> ChunkStore::StateSlots(const Chunk& c) const {
+absl::StatusOr<int> ChunkStore::StateArrays(const Chunk& c) const {
   const auto* elementwise = dynamic_cast<const ElementwiseOptimizer*>(optimizer_.get());
   if (elementwise == nullptr) {
     return absl::UnimplementedError("this job's optimizer keeps no elementwise state");
   }
-  return c.layout.state == 0 ? 0 : elementwise->slots();  // (a buffer's: none)
+  return c.layout.state == 0 ? 0 : elementwise->arrays();  // (a buffer's: none)
 }
 
 absl::Status ChunkStore::ReadState(int32_t chunk, ChunkState* out) const {
   Chunk* c = Find(chunk);
-  ASSIGN_OR_RETURN(const int slots, StateSlots(*c));
+  ASSIGN_OR_RETURN(const int arrays, StateArrays(*c));
   absl::MutexLock lock(&c->mu);
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
   const int64_t n = c->layout.weights;
   out->Clear();
   out->set_chunk(chunk);
   out->set_steps(c->steps);
-  out->set_slots(slots);
-  for (int k = 0; k < slots; ++k) {
+  out->set_arrays(arrays);
+  for (int k = 0; k < arrays; ++k) {
     const float* array = slab.state() + k * (n + kArrayGap);
     out->mutable_state()->Add(array, array + n);
   }
@@ -144,18 +144,18 @@ absl::Status ChunkStore::ReadState(int32_t chunk, ChunkState* out) const {
 
 absl::Status ChunkStore::WriteState(const ChunkState& state) {
   Chunk& c = *Find(state.chunk());
-  ASSIGN_OR_RETURN(const int slots, StateSlots(c));
+  ASSIGN_OR_RETURN(const int arrays, StateArrays(c));
   absl::MutexLock lock(&c.mu);
   if (c.has_values) return absl::OkStatus();  // started already: the first wins
   const int64_t n = c.layout.weights;
-  if (state.slots() != slots || state.state_size() != slots * n || state.steps() < 0) {
+  if (state.arrays() != arrays || state.state_size() != arrays * n || state.steps() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("write state: chunk ", state.chunk(), " (", c.name, ") keeps ", slots,
+        absl::StrCat("write state: chunk ", state.chunk(), " (", c.name, ") keeps ", arrays,
                      " arrays of ", n, "; the request has ", state.state_size(), " values in ",
-                     state.slots(), " and steps ", state.steps()));
+                     state.arrays(), " and steps ", state.steps()));
   }
   ASSIGN_OR_RETURN(const Slab slab, Pin(c));
-  for (int k = 0; k < slots; ++k) {
+  for (int k = 0; k < arrays; ++k) {
     std::copy_n(state.state().data() + k * n, n, slab.state() + k * (n + kArrayGap));
   }
   slab.MarkWritten();

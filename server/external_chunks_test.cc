@@ -118,7 +118,7 @@ TEST_F(BufferChunksTest, TheOptimizersStateIsSeededBeforeTheValuesAndReadBack) {
   ChunkState seed;
   seed.set_chunk(weight_);
   seed.set_steps(5);
-  seed.set_slots(2);
+  seed.set_arrays(2);
   for (float v : {0.5f, 0.5f, 0.5f, 0.5f, 4.0f, 4.0f, 4.0f, 4.0f}) seed.add_state(v);
   ChunkState bad = seed;
   bad.add_state(1.0f);
@@ -141,7 +141,7 @@ TEST_F(BufferChunksTest, TheOptimizersStateIsSeededBeforeTheValuesAndReadBack) {
   EXPECT_FLOAT_EQ(read.state(4), 0.999f * 4.0f + 0.001f * 1.0f);  // v
   ChunkState buffer;
   ASSERT_TRUE(store_->ReadState(buffer_, &buffer).ok());
-  EXPECT_EQ(buffer.slots(), 0);  // a buffer keeps no optimizer state
+  EXPECT_EQ(buffer.arrays(), 0);  // a buffer keeps no optimizer state
 }
 
 TEST(BufferJobTest, BuffersCannotBeClipped) {

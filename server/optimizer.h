@@ -51,21 +51,21 @@ class Optimizer {
 inline constexpr int64_t kArrayGap = 32;
 
 // An optimizer whose update of element i reads only element i of each array:
-// its state is Slots() arrays of numel() floats, kArrayGap apart, and Update
+// its state is Arrays() arrays of numel() floats, kArrayGap apart, and Update
 // splits the chunk into ranges over the pool.
 class ElementwiseOptimizer : public Optimizer {
  public:
   int64_t StateFloats(const ChunkShape& shape) const final {
-    return Slots() * (shape.numel() + kArrayGap);
+    return Arrays() * (shape.numel() + kArrayGap);
   }
   void Update(const UpdateContext& ctx, const ChunkShape& shape, float* w, float* state,
               const float* g, ThreadPool* pool) const final;
   // Its state arrays per element (Adam: 2, m and v).
-  int slots() const { return Slots(); }
+  int arrays() const { return Arrays(); }
 
  protected:
-  virtual int Slots() const = 0;
-  // Updates n elements; state slot k of element i is state[k * stride + i].
+  virtual int Arrays() const = 0;
+  // Updates n elements; state array k of element i is state[k * stride + i].
   virtual void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride,
                            const float* g, int64_t n) const = 0;
 };

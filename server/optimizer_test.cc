@@ -60,12 +60,12 @@ std::pair<std::vector<float>, std::vector<float>> RunSteps(const OptimizerSpec& 
 // The reference: per element, state `s` (zeros), returns the weights after
 // kSteps of `step(t, lr, g, w, s)`.
 std::vector<double> Reference(
-    int slots,
+    int arrays,
     const std::function<void(int, double, double, double&, std::vector<double>&)>& step) {
   std::vector<double> out;
   for (int i = 0; i < kShape.numel(); ++i) {
     double w = Weight0(i);
-    std::vector<double> s(slots, 0.0);
+    std::vector<double> s(arrays, 0.0);
     for (int t = 1; t <= kSteps; ++t) step(t, Lr(t - 1), Grad(t, i), w, s);
     out.push_back(w);
   }

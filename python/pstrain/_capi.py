@@ -124,7 +124,7 @@ _SIGNATURES = {
                       ctypes.POINTER(_i64), _i] + _err),
     "pst_clock_share": (_i, [_p, ctypes.POINTER(_i), ctypes.POINTER(_i)]),
     "pst_read_state": (_i, [_p] + _err),
-    "pst_state_slots": (_i, [_p, _i]),
+    "pst_state_arrays": (_i, [_p, _i]),
     "pst_state": (_p, [_p, _i, _i]),
     "pst_state_steps": (_i64, [_p, _i]),
     "pst_write_state": (_i, [_p, _i, _i64, _i, ctypes.POINTER(_p)] + _err),

@@ -14,7 +14,7 @@ class Adadelta : public ElementwiseOptimizer {
   Adadelta(float rho, float eps, float wd) : rho_(rho), eps_(eps), wd_(wd) {}
 
  protected:
-  int Slots() const override { return 2; }
+  int Arrays() const override { return 2; }
   void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
                    int64_t n) const override;
 

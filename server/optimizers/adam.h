@@ -13,7 +13,7 @@ class Adam : public ElementwiseOptimizer {
   Adam(float b1, float b2, float eps, float wd) : b1_(b1), b2_(b2), eps_(eps), wd_(wd) {}
 
  protected:
-  int Slots() const override { return 2; }
+  int Arrays() const override { return 2; }
   void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
                    int64_t n) const override;
 

@@ -18,7 +18,7 @@ class Lion : public ElementwiseOptimizer {
   Lion(float b1, float b2, float wd) : b1_(b1), b2_(b2), wd_(wd) {}
 
  protected:
-  int Slots() const override { return 1; }
+  int Arrays() const override { return 1; }
   void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
                    int64_t n) const override;
 

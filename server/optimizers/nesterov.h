@@ -12,7 +12,7 @@ class Nesterov : public ElementwiseOptimizer {
   Nesterov(float mu, float wd) : mu_(mu), wd_(wd) {}
 
  protected:
-  int Slots() const override { return 1; }
+  int Arrays() const override { return 1; }
   void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
                    int64_t n) const override;
 

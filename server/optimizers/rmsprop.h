@@ -12,7 +12,7 @@ class RmsProp : public ElementwiseOptimizer {
   RmsProp(float rho, float eps, float wd) : rho_(rho), eps_(eps), wd_(wd) {}
 
  protected:
-  int Slots() const override { return 1; }
+  int Arrays() const override { return 1; }
   void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
                    int64_t n) const override;
 

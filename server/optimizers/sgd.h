@@ -12,7 +12,7 @@ class Sgd : public ElementwiseOptimizer {
   explicit Sgd(float wd) : wd_(wd) {}
 
  protected:
-  int Slots() const override { return 0; }
+  int Arrays() const override { return 0; }
   void UpdateRange(const UpdateContext& ctx, float* w, float* state, int64_t stride, const float* g,
                    int64_t n) const override;
 

@@ -18,6 +18,7 @@ import sys
 import time
 
 from local_cluster import LocalCluster, binary, runfile
+from pstrain._port_file import read_address
 
 TINY_JOB = runfile("tests/python/jobs/tiny_external.pbtxt")
 TINY_WORKER = runfile("tests/python/tiny_worker.py")
@@ -105,10 +106,8 @@ class Cluster(LocalCluster):
                                   timeout)
         address = member(status, "SERVER", server_id)["address"]
         for name in self.processes:
-            port_file = self.dir / (name + ".port")
-            if name.startswith("server") and port_file.exists():
-                if port_file.read_text().strip() == address:
-                    return name
+            if name.startswith("server") and read_address(self.dir / (name + ".port")) == address:
+                return name
         raise AssertionError("no server process at %s (server %d)" % (address, server_id))
 
     # ---- The scheduler.

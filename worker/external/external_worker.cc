@@ -354,22 +354,22 @@ absl::Status ExternalWorker::ReadState() {
 }
 
 absl::Status ExternalWorker::SetStartState(int param, int64_t steps,
-                                           std::vector<std::vector<float>> slots) {
+                                           std::vector<std::vector<float>> arrays) {
   if (exchange_ != nullptr)
     return absl::FailedPreconditionError("the optimizer state goes before the start");
   const std::vector<ParamInfo> params = ModelParams(job_.model());
   if (param < 0 || param >= static_cast<int>(params.size()) || steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("seed: parameter ", param, ", steps ", steps));
   }
-  for (const std::vector<float>& slot : slots) {
-    if (static_cast<int64_t>(slot.size()) != params[param].numel) {
+  for (const std::vector<float>& array : arrays) {
+    if (static_cast<int64_t>(array.size()) != params[param].numel) {
       return absl::InvalidArgumentError(absl::StrCat("seed: ", params[param].name, " has ",
-                                                     params[param].numel, " values, a slot ",
-                                                     slot.size()));
+                                                     params[param].numel, " values, an array ",
+                                                     array.size()));
     }
   }
   start_state_.resize(params.size());
-  start_state_[param] = ParamState{steps, std::move(slots)};
+  start_state_[param] = ParamState{steps, std::move(arrays)};
   return absl::OkStatus();
 }
 

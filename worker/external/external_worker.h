@@ -130,9 +130,9 @@ class ExternalWorker {
   // Before Start: parameter `param`'s optimizer state the servers start
   // from (a torch state the script loaded), given to them before the
   // initial values this worker pushes. INVALID_ARGUMENT for a bad index,
-  // negative steps, or slots of another size than the parameter's;
+  // negative steps, or arrays of another size than the parameter's;
   // FAILED_PRECONDITION after Start.
-  absl::Status SetStartState(int param, int64_t steps, std::vector<std::vector<float>> slots);
+  absl::Status SetStartState(int param, int64_t steps, std::vector<std::vector<float>> arrays);
 
   // Sparse tables (JobSpec.tables), from the caller's thread. The rows of
   // `ids` of `table` (ids.size() x width floats into *rows) for the clock

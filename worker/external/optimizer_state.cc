@@ -27,16 +27,17 @@ absl::Status Take(const Partition& partition, const std::vector<ParamInfo>& para
       return absl::InternalError(absl::StrCat("read state: unknown chunk ", cs.chunk()));
     }
     const ChunkInfo& info = partition.chunks()[cs.chunk()];
-    if (cs.slots() < 0 || cs.state_size() != cs.slots() * info.numel) {
+    if (cs.arrays() < 0 || cs.state_size() != cs.arrays() * info.numel) {
       return absl::InternalError(absl::StrCat("read state: chunk ", cs.chunk(), " has ",
-                                              cs.state_size(), " values for ", cs.slots(),
-                                              " slots of ", info.numel));
+                                              cs.state_size(), " values for ", cs.arrays(),
+                                              " arrays of ", info.numel));
     }
     ParamState& p = (*out)[info.param];
-    p.slots.resize(cs.slots(), std::vector<float>(params[info.param].numel));
+    p.arrays.resize(cs.arrays(), std::vector<float>(params[info.param].numel));
     p.steps = std::min(p.steps, cs.steps());
-    for (int k = 0; k < cs.slots(); ++k) {
-      std::copy_n(cs.state().data() + k * info.numel, info.numel, p.slots[k].begin() + info.offset);
+    for (int k = 0; k < cs.arrays(); ++k) {
+      std::copy_n(cs.state().data() + k * info.numel, info.numel,
+                  p.arrays[k].begin() + info.offset);
     }
   }
   return absl::OkStatus();
@@ -115,19 +116,19 @@ absl::Status WriteOptimizerState(const Partition& partition, const StateCalls& c
     for (int32_t chunk : partition.ServerChunks(s)) {
       const ChunkInfo& info = partition.chunks()[chunk];
       const ParamState& p = state[info.param];
-      if (p.slots.empty()) continue;
-      if (elements + info.numel * static_cast<int64_t>(p.slots.size()) > kElementsPerCall) {
+      if (p.arrays.empty()) continue;
+      if (elements + info.numel * static_cast<int64_t>(p.arrays.size()) > kElementsPerCall) {
         RETURN_IF_ERROR(send());
       }
       ChunkState* cs = req.add_chunks();
       cs->set_chunk(chunk);
       cs->set_steps(p.steps);
-      cs->set_slots(static_cast<int>(p.slots.size()));
-      for (const std::vector<float>& slot : p.slots) {
-        cs->mutable_state()->Add(slot.begin() + info.offset,
-                                 slot.begin() + info.offset + info.numel);
+      cs->set_arrays(static_cast<int>(p.arrays.size()));
+      for (const std::vector<float>& array : p.arrays) {
+        cs->mutable_state()->Add(array.begin() + info.offset,
+                                 array.begin() + info.offset + info.numel);
       }
-      elements += info.numel * static_cast<int64_t>(p.slots.size());
+      elements += info.numel * static_cast<int64_t>(p.arrays.size());
     }
     RETURN_IF_ERROR(send());
   }

@@ -22,7 +22,7 @@ struct ParamState {
   // The optimizer's updates of the parameter: the fewest of its chunks'
   // (under BSP they are equal).
   int64_t steps = 0;
-  std::vector<std::vector<float>> slots;  // each the parameter's numel
+  std::vector<std::vector<float>> arrays;  // each the parameter's numel
 };
 
 // Where the state calls go and when they give up: the same routing path
@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<ParamState>> ReadOptimizerState(const Partition& part
                                                            const StateCalls& calls);
 
 // Gives the servers the state each chunk starts from (`state`, by
-// parameter, partitioned as `partition`: a parameter without slots is
+// parameter, partitioned as `partition`: a parameter without arrays is
 // skipped), before its initial values: a chunk that has them ignores it
 // (ParameterServer.WriteState). Errors as ReadOptimizerState's.
 absl::Status WriteOptimizerState(const Partition& partition, const StateCalls& calls,

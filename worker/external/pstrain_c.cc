@@ -303,40 +303,40 @@ int pst_read_state(pst_worker* w, char* err, int err_len) {
   });
 }
 
-int pst_state_slots(pst_worker* w, int param) {
+int pst_state_arrays(pst_worker* w, int param) {
   if (w == nullptr || param < 0 || param >= static_cast<int>(w->worker->state().size())) {
     return -1;
   }
-  return static_cast<int>(w->worker->state()[param].slots.size());
+  return static_cast<int>(w->worker->state()[param].arrays.size());
 }
 
-const float* pst_state(pst_worker* w, int param, int slot) {
-  if (pst_state_slots(w, param) <= slot || slot < 0) return nullptr;
-  return w->worker->state()[param].slots[slot].data();
+const float* pst_state(pst_worker* w, int param, int array) {
+  if (pst_state_arrays(w, param) <= array || array < 0) return nullptr;
+  return w->worker->state()[param].arrays[array].data();
 }
 
 int64_t pst_state_steps(pst_worker* w, int param) {
-  if (pst_state_slots(w, param) < 0) return -1;
+  if (pst_state_arrays(w, param) < 0) return -1;
   return w->worker->state()[param].steps;
 }
 
-int pst_write_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
+int pst_write_state(pst_worker* w, int param, int64_t steps, int arrays, const float* const* state,
                     char* err, int err_len) {
   return Guarded(err, err_len, [&]() -> absl::Status {
     if (w == nullptr) return NoWorker();
     const int n = w->worker->job().model().params_size();
-    if (param < 0 || param >= n || slots < 0 || slots > 8 || (slots > 0 && state == nullptr)) {
+    if (param < 0 || param >= n || arrays < 0 || arrays > 8 || (arrays > 0 && state == nullptr)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("pst_write_state: parameter ", param, " of ", n, ", ", slots, " slots"));
+          absl::StrCat("pst_write_state: parameter ", param, " of ", n, ", ", arrays, " arrays"));
     }
     int64_t numel = 1;
     for (int64_t d : w->worker->job().model().params(param).shape()) numel *= d;
-    std::vector<std::vector<float>> arrays;
-    for (int k = 0; k < slots; ++k) {
-      if (state[k] == nullptr) return absl::InvalidArgumentError("pst_write_state: a null slot");
-      arrays.emplace_back(state[k], state[k] + numel);
+    std::vector<std::vector<float>> values;
+    for (int k = 0; k < arrays; ++k) {
+      if (state[k] == nullptr) return absl::InvalidArgumentError("pst_write_state: a null array");
+      values.emplace_back(state[k], state[k] + numel);
     }
-    return w->worker->SetStartState(param, steps, std::move(arrays));
+    return w->worker->SetStartState(param, steps, std::move(values));
   });
 }
 

@@ -63,7 +63,8 @@ typedef struct pst_worker pst_worker;
  * between two buffers a parameter, and a clock's stay unchanged until the
  * next clock's pst_clock_done (the caller's tensors may be views of them);
  * pst_grads_at. 8: pst_seed_state is pst_write_state (writing optimizer
- * state is not a seed). 9: pst_error_daemon. */
+ * state is not a seed). 9: pst_error_daemon; pst_state_slots is
+ * pst_state_arrays (a "slot" is a shared-memory one only). */
 #define PST_ABI_VERSION 9
 int pst_abi_version(void);
 
@@ -246,21 +247,21 @@ int pst_clock_done(pst_worker* w, double loss, int64_t correct, int64_t predicte
  * leave or once the clocks are done, the state of the weights in
  * pst_weights). UNIMPLEMENTED for an optimizer that keeps no elementwise
  * state (Adafactor); FAILED_PRECONDITION before pst_start. Then, per
- * parameter i: pst_state_slots(w, i) state arrays (Adam: 2, m and v; -1
- * for a bad index) of numel floats each at pst_state(w, i, slot), and
+ * parameter i: pst_state_arrays(w, i) state arrays (Adam: 2, m and v; -1
+ * for a bad index) of numel floats each at pst_state(w, i, array), and
  * pst_state_steps(w, i) updates so far. */
 int pst_read_state(pst_worker* w, char* err, int err_len);
-int pst_state_slots(pst_worker* w, int param);
-const float* pst_state(pst_worker* w, int param, int slot);
+int pst_state_arrays(pst_worker* w, int param);
+const float* pst_state(pst_worker* w, int param, int array);
 int64_t pst_state_steps(pst_worker* w, int param);
 
 /* After pst_register, before pst_start: parameter i's optimizer state the
- * servers start from -- `slots` arrays of its numel floats (the layout
+ * servers start from -- `arrays` arrays of its numel floats (the layout
  * pst_state gives) and `steps` updates so far -- given to them before this
  * worker's initial values (a chunk takes the first state it gets before
  * its values). INVALID_ARGUMENT for a bad index or negative steps;
  * FAILED_PRECONDITION after pst_start. */
-int pst_write_state(pst_worker* w, int param, int64_t steps, int slots, const float* const* state,
+int pst_write_state(pst_worker* w, int param, int64_t steps, int arrays, const float* const* state,
                     char* err, int err_len);
 
 /* Sparse tables (JobSpec.tables), from the training loop's thread.

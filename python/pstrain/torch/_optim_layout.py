@@ -71,10 +71,10 @@ def loaded_entry(entry, names, with_step, param, name):
     if missing:
         raise ValueError("pstrain.torch.Optimizer.load_state_dict(): the state of '%s' has no %s"
                          % (name, ", ".join(missing)))
-    slots = [entry[n].detach().to(device="cpu", dtype=torch.float32).contiguous() for n in names]
-    for n, slot in zip(names, slots):
-        if slot.shape != param.shape:
+    arrays = [entry[n].detach().to(device="cpu", dtype=torch.float32).contiguous() for n in names]
+    for n, array in zip(names, arrays):
+        if array.shape != param.shape:
             raise ValueError("pstrain.torch.Optimizer.load_state_dict(): '%s' of '%s' has shape "
-                             "%s, the parameter %s" % (n, name, list(slot.shape),
+                             "%s, the parameter %s" % (n, name, list(array.shape),
                                                         list(param.shape)))
-    return int(float(entry.get("step", 0))) if with_step else 0, slots
+    return int(float(entry.get("step", 0))) if with_step else 0, arrays

@@ -194,9 +194,9 @@ def register(worker, train_size):
                (ctypes.c_int64 * max(1, len(dims)))(*dims), dtypes, (ctypes.c_int * n)(*rules),
                train_size, device, errors={_capi.FAILED_PRECONDITION: ModelMismatch})
     job = _capi.job_info(worker.handle)
-    for i, steps, slots in optimizer.loaded_state():
-        _capi.call("pst_write_state", worker.handle, i, steps, len(slots),
-                   (ctypes.c_void_p * max(1, len(slots)))(*[t.data_ptr() for t in slots]))
+    for i, steps, arrays in optimizer.loaded_state():
+        _capi.call("pst_write_state", worker.handle, i, steps, len(arrays),
+                   (ctypes.c_void_p * max(1, len(arrays)))(*[t.data_ptr() for t in arrays]))
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
     _capi.call("pst_read_by_layer", worker.handle, int(optimizer._reads is not None))
     _capi.call("pst_start", worker.handle,

@@ -206,10 +206,10 @@ class Optimizer(torch.optim.Optimizer):
         _capi.call("pst_read_state", worker.handle)
         state = {}
         for i, p in enumerate(self.params):
-            slots = _capi.lib().pst_state_slots(worker.handle, i)
-            if slots != len(names):
+            arrays = _capi.lib().pst_state_arrays(worker.handle, i)
+            if arrays != len(names):
                 raise PstrainError("pst_read_state: parameter '%s' has %d state arrays, %s %d"
-                                   % (self.names[i], slots, kind, len(names)))
+                                   % (self.names[i], arrays, kind, len(names)))
             entry = {name: host_tensor(_capi.lib().pst_state(worker.handle, i, k), p,
                                         "state of '%s'" % self.names[i]).clone().to(p.device)
                      for k, name in enumerate(names)}
@@ -397,8 +397,8 @@ class Optimizer(torch.optim.Optimizer):
     def loaded_state(self):
         """[(index, steps, state arrays)] of the parameters whose optimizer
         state load_state_dict() gave: what the servers start from."""
-        return [(i, steps, slots) for i, entry in enumerate(self._loaded or [])
-                if entry is not None for steps, slots in [entry]]
+        return [(i, steps, arrays) for i, entry in enumerate(self._loaded or [])
+                if entry is not None for steps, arrays in [entry]]
 
     def close(self):
         """The library is closing: no gradient copy lands after this, a
