@@ -210,8 +210,8 @@ bool Membership::Complete() const {
          All(WORKER, [](const MemberRecord& w) { return w.declared; });
 }
 
-ClusterView Membership::View() const {
-  ClusterView view;
+ClusterMembers Membership::View() const {
+  ClusterMembers view;
   ForEach([&view](const MemberRecord& m) {
     Member* out = m.role == SERVER ? view.add_servers() : view.add_workers();
     out->set_role(m.role);

@@ -92,7 +92,7 @@ class Membership {
 
   // Every member registered, every worker's model declared.
   bool Complete() const;
-  ClusterView View() const;
+  ClusterMembers View() const;
 
   // Its part of the cluster's status: every member as Shown.
   void AddStatus(ClusterStatus* out) const;

@@ -14,7 +14,7 @@ TEST(MembershipTest, IdsInOrderAndRetriesIdempotent) {
   EXPECT_EQ(m.Register(WORKER, "c:1", 12, now).value(), 1);
   EXPECT_TRUE(m.Complete());
   EXPECT_EQ(m.Register(WORKER, "a:1", 10, now).value(), 0);  // retry
-  ClusterView v = m.View();
+  ClusterMembers v = m.View();
   ASSERT_EQ(v.servers_size(), 1);
   ASSERT_EQ(v.workers_size(), 2);
   EXPECT_EQ(v.workers(1).address(), "c:1");

@@ -172,7 +172,7 @@ struct InProcessWorker {
   std::unique_ptr<SchedulerClient> client;
   JobSpec job;  // complete, from the scheduler
   int id = 0;
-  ClusterView cluster;
+  ClusterMembers cluster;
   // Reports FINISHED; once every worker has, the job ends and the daemons exit.
   void Finish();
 };

@@ -76,9 +76,9 @@ ClockMetrics ClockLoop::metrics() const {
   return metrics_;
 }
 
-absl::Status ClockLoop::Connect(const ClusterView& cluster) {
+absl::Status ClockLoop::Connect(const ClusterMembers& cluster) {
   if (cluster.servers_size() != options_.job.num_servers()) {
-    return absl::FailedPreconditionError("the scheduler's cluster view lacks servers");
+    return absl::FailedPreconditionError("the scheduler's members lack servers");
   }
   // Calls of an older generation end first (abandoned at their next retry).
   if (prefetch_ && params_ != nullptr) prefetch_->Drop(params_.get());
@@ -105,7 +105,7 @@ absl::Status ClockLoop::Connect(const ClusterView& cluster) {
                              : absl::OkStatus();
 }
 
-absl::Status ClockLoop::Relink(const ClusterView& cluster, int64_t link_generation) {
+absl::Status ClockLoop::Relink(const ClusterMembers& cluster, int64_t link_generation) {
   return options_.on_cluster(cluster, link_generation);
 }
 

@@ -92,7 +92,7 @@ class GateClient {
 // `fp32`: pulls of fp32 master weights whatever the wire dtype (the final
 // read); `abandon` is asked before each retry (true ends the call).
 using ParamClientFactory = std::function<std::unique_ptr<ParamClient>(
-    const ClusterView& cluster, int64_t generation, bool fp32, std::function<bool()> abandon)>;
+    const ClusterMembers& cluster, int64_t generation, bool fp32, std::function<bool()> abandon)>;
 
 struct ClockLoopOptions {
   JobSpec job;  // complete and valid
@@ -111,10 +111,10 @@ struct ClockLoopOptions {
   int replica = 0;
   std::function<absl::StatusOr<StageClock>(int64_t clock, const Batch& batch, ParamBuffers* grads)>
       stage_step;
-  // Called with every cluster view the loop connects to and its replica's
+  // Called with every list of members the loop connects to and its replica's
   // link generation (a stage links to its neighbours there), and again when the
   // replica's pipeline restarted.
-  std::function<absl::Status(const ClusterView& cluster, int64_t link_generation)> on_cluster;
+  std::function<absl::Status(const ClusterMembers& cluster, int64_t link_generation)> on_cluster;
   // An EXTERNAL model (worker/external): the initial values this worker
   // can push to the servers, or null when it has none. Asked for whenever
   // the loop connects at clock 0 (the start, or a rollback to it); the
@@ -210,8 +210,8 @@ class ClockLoop : private LoopActions {
   // LoopActions (WorkerMemberLoop's):
   void ResumeAt(int64_t clock) override;
   // Clients of the servers of `cluster` for the current generation.
-  absl::Status Connect(const ClusterView& cluster) override;
-  absl::Status Relink(const ClusterView& cluster, int64_t link_generation) override;
+  absl::Status Connect(const ClusterMembers& cluster) override;
+  absl::Status Relink(const ClusterMembers& cluster, int64_t link_generation) override;
   void SetPushContext(const PushContext& context) override;
 
   const ClockLoopOptions options_;
@@ -232,7 +232,7 @@ class ClockLoop : private LoopActions {
   // The iterations whose pushes every server acknowledged (told to the
   // gate: a replacement of this worker starts there).
   int64_t pushed_through_;
-  ClusterView cluster_;  // the servers, from the last gate
+  ClusterMembers cluster_;  // the servers, from the last gate
   Batch batch_;
   GradientAccumulator accumulated_;
   LossScaler scaler_;

@@ -56,7 +56,7 @@ class ClockLoopTest : public ::testing::Test {
     model_ = MakeModel(o.job.model(), backend_.get());
     gate_ = std::make_unique<FakeGate>(&log_, 1, 1);
     if (script_) gate_->script = script_;
-    ParamClientFactory factory = [this, fail](const ClusterView&, int64_t generation, bool fp32,
+    ParamClientFactory factory = [this, fail](const ClusterMembers&, int64_t generation, bool fp32,
                                               std::function<bool()>) {
       return std::make_unique<FakeParamClient>(&log_, generation, fp32, fail);
     };

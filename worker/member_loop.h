@@ -40,9 +40,9 @@ class LoopActions {
   virtual void ResumeAt(int64_t clock) = 0;
   // Clients of the servers of `cluster` for the current generation (the
   // first answer, and after a rollback); a stage links to its neighbours.
-  virtual absl::Status Connect(const ClusterView& cluster) = 0;
+  virtual absl::Status Connect(const ClusterMembers& cluster) = 0;
   // A stage's replica restarted its pipeline: new links in `link_generation`.
-  virtual absl::Status Relink(const ClusterView& cluster, int64_t link_generation) = 0;
+  virtual absl::Status Relink(const ClusterMembers& cluster, int64_t link_generation) = 0;
   // What pushes carry from now on besides gradients.
   virtual void SetPushContext(const PushContext& context) = 0;
 };

@@ -23,11 +23,11 @@ class FakeLoop : public LoopActions {
  public:
   CallLog calls;
   void ResumeAt(int64_t clock) override { calls.push_back(absl::StrCat("resume ", clock)); }
-  absl::Status Connect(const ClusterView& cluster) override {
+  absl::Status Connect(const ClusterMembers& cluster) override {
     calls.push_back(absl::StrCat("connect ", cluster.servers_size(), " servers"));
     return absl::OkStatus();
   }
-  absl::Status Relink(const ClusterView&, int64_t link_generation) override {
+  absl::Status Relink(const ClusterMembers&, int64_t link_generation) override {
     calls.push_back(absl::StrCat("relink ", link_generation));
     return absl::OkStatus();
   }

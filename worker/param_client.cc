@@ -7,8 +7,8 @@
 
 namespace pstrain {
 
-AsyncPsClient::AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
-                             const PsClientOptions& options)
+AsyncPsClient::AsyncPsClient(const ClusterMembers& cluster, const Partition* partition,
+                             int worker_id, const PsClientOptions& options)
     : hold_push_(options.debug_hold_push), delay_pull_param_(options.debug_delay_pull_param) {
   const int push_lanes = options.standby_copies > 0 ? kStandbyLanes : 1;
   for (int i = 0; i < push_lanes; ++i) pushes_.push_back(std::make_unique<Lane>());

@@ -83,7 +83,7 @@ class AsyncPsClient : public ParamClient {
   static constexpr int kLayerLanes = 3;
   static constexpr int kStandbyLanes = 2 * kLayerLanes;
   // `partition` must outlive the client.
-  AsyncPsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
+  AsyncPsClient(const ClusterMembers& cluster, const Partition* partition, int worker_id,
                 const PsClientOptions& options);
   // Waits for the operations under way (PsClientOptions::abandon cuts them
   // short); the queued ones are dropped.

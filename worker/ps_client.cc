@@ -26,7 +26,7 @@ namespace pstrain {
 namespace {
 
 // The servers' addresses, in the order of their ids.
-std::vector<std::string> AddressesOf(const ClusterView& cluster) {
+std::vector<std::string> AddressesOf(const ClusterMembers& cluster) {
   std::vector<std::string> out;
   for (const Member& s : cluster.servers()) out.push_back(s.address());
   return out;
@@ -34,7 +34,7 @@ std::vector<std::string> AddressesOf(const ClusterView& cluster) {
 
 }  // namespace
 
-PsClient::PsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
+PsClient::PsClient(const ClusterMembers& cluster, const Partition* partition, int worker_id,
                    PsClientOptions options)
     : partition_(partition),
       worker_id_(worker_id),

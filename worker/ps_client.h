@@ -140,7 +140,7 @@ struct PullScope {
 class PsClient {
  public:
   // `partition` must outlive the client.
-  PsClient(const ClusterView& cluster, const Partition* partition, int worker_id,
+  PsClient(const ClusterMembers& cluster, const Partition* partition, int worker_id,
            PsClientOptions options = {});
   ~PsClient();
 

@@ -24,7 +24,7 @@ StageWorker::StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Mo
   if (stage_ > 0) service_->Configure(endpoint_);
 }
 
-absl::Status StageWorker::Connect(const ClusterView& cluster, int64_t link_generation) {
+absl::Status StageWorker::Connect(const ClusterMembers& cluster, int64_t link_generation) {
   StreamChannel* after = nullptr;
   absl::MutexLock lock(&mu_);
   const bool restarted = link_generation != endpoint_.link_generation;
@@ -33,7 +33,7 @@ absl::Status StageWorker::Connect(const ClusterView& cluster, int64_t link_gener
   if (!last()) {
     const int next = worker_id_ + 1;
     if (next >= cluster.workers_size()) {
-      return absl::FailedPreconditionError("the cluster view lacks the next pipeline stage");
+      return absl::FailedPreconditionError("the members lack the next pipeline stage");
     }
     const std::string& address = cluster.workers(next).address();
     if (after_ == nullptr || address != after_address_ || restarted) {

@@ -2,7 +2,7 @@
 // runner (worker/stage_runner.h) over the links to its neighbours — the
 // stream the stage before opened to this worker's StageLinkService, and
 // the stream this worker opens to the stage after, made again when the
-// cluster view names another address for it or the replica's pipeline
+// members name another address for it or the replica's pipeline
 // restarted (a newer link generation: both links start over).
 #ifndef PSTRAIN_WORKER_STAGE_WORKER_H_
 #define PSTRAIN_WORKER_STAGE_WORKER_H_
@@ -28,9 +28,9 @@ class StageWorker {
   StageWorker(const JobSpec& job, int worker_id, DType wire_dtype, Model* model,
               StageLinkService* service);
 
-  // Links to the stage after as `cluster` names it, in link generation `link generation`
-  // (on every cluster view).
-  absl::Status Connect(const ClusterView& cluster, int64_t link_generation);
+  // Links to the stage after as `cluster` names it, in link generation `link_generation`
+  // (on every list of members).
+  absl::Status Connect(const ClusterMembers& cluster, int64_t link_generation);
   // A failed clock ends both links (the neighbours stop waiting on them).
   absl::StatusOr<StageClock> Step(int64_t clock, const Batch& batch, ParamBuffers* grads);
   absl::StatusOr<StepResult> Evaluate(int64_t tag, const Batch& batch);

@@ -153,7 +153,7 @@ void Trainer::UsePipeline(StageWorker* stage, ClockLoopOptions* lo) {
   lo->stage_step = [stage](int64_t clock, const Batch& batch, ParamBuffers* grads) {
     return stage->Step(clock, batch, grads);
   };
-  lo->on_cluster = [stage](const ClusterView& cluster, int64_t link_generation) {
+  lo->on_cluster = [stage](const ClusterMembers& cluster, int64_t link_generation) {
     return stage->Connect(cluster, link_generation);
   };
 }
@@ -218,7 +218,7 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   } else {
     gate = std::make_unique<SchedulerGate>(scheduler_);
   }
-  auto make_params = [&](const ClusterView& cluster, int64_t generation, bool fp32,
+  auto make_params = [&](const ClusterMembers& cluster, int64_t generation, bool fp32,
                          std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
     if (alone != nullptr) return alone->Client();
     PsClientOptions o =

@@ -199,7 +199,7 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
 
 void ExternalWorker::RunLoop() {
   SchedulerGate gate(&daemon_->client());
-  auto make_params = [this](const ClusterView& cluster, int64_t generation, bool fp32,
+  auto make_params = [this](const ClusterMembers& cluster, int64_t generation, bool fp32,
                             std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
     {
       std::vector<std::string> servers;

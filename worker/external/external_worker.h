@@ -231,7 +231,7 @@ class ExternalWorker {
   // (VoidClockOr's), after every one ended.
   absl::Status AwaitRowPushes();
   std::unique_ptr<RowClient> NewRowClient();
-  // The servers' addresses, as the loop's latest cluster view has them.
+  // The servers' addresses, as the loop's latest list of members has them.
   std::vector<std::string> servers() const;
   // For each home server, the address serving its chunks and rows now:
   // servers(), with standby copies where the scheduler's routes say

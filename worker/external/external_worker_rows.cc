@@ -30,7 +30,7 @@ absl::StatusOr<RowClient*> ExternalWorker::Rows(const std::string& table, int wi
 }
 
 std::unique_ptr<RowClient> ExternalWorker::NewRowClient() {
-  // The servers as the loop's latest cluster view has them (a
+  // The servers as the loop's latest list of members has them (a
   // replacement's address once the loop reconnected after a rollback).
   // With standby copies each home's rows go where the routes say.
   return std::make_unique<RowClient>(job_, [this] { return HomeAddressesNow(); }, id_);
