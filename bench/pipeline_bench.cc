@@ -41,15 +41,15 @@ class TimedStage : public Model {
       : Model(spec, stage, backend),
         inner_(MakeStageModel(spec, stage, backend)),
         forward_(forward) {}
-  absl::StatusOr<StepResult> Forward(int slot, const Batch& batch, const std::vector<float>* input,
+  absl::StatusOr<StepResult> Forward(int stash, const Batch& batch, const std::vector<float>* input,
                                      std::vector<float>* output, bool train) override {
     absl::SleepFor(forward_);
-    return inner_->Forward(slot, batch, input, output, train);
+    return inner_->Forward(stash, batch, input, output, train);
   }
-  absl::Status Backward(int slot, const std::vector<float>* grad_output,
+  absl::Status Backward(int stash, const std::vector<float>* grad_output,
                         std::vector<float>* grad_input) override {
     absl::SleepFor(2 * forward_);
-    return inner_->Backward(slot, grad_output, grad_input);
+    return inner_->Backward(stash, grad_output, grad_input);
   }
 
  private:
@@ -151,9 +151,9 @@ double Median(std::vector<double> v) {
 }
 
 // Activation memory: a GPT's 4 stages, 8 micro-batches of 2 sequences. A
-// stage's slot (one micro-batch's activations) is its peak with two
+// stage's stash (one micro-batch's activations) is its peak with two
 // micro-batches kept minus its peak with one; its peak under each schedule
-// is set next to base + kept x slot with kept = M (GPipe) or min(M, P - s)
+// is set next to base + kept x stash with kept = M (GPipe) or min(M, P - s)
 // (1F1B).
 void Memory() {
   const JobSpec job = FourBlocks();
@@ -167,16 +167,16 @@ void Memory() {
   const Measured gpipe = OneClock(job, GPIPE, kStages, kMicro, absl::ZeroDuration(), 2);
   const Measured onef = OneClock(job, ONE_F_ONE_B, kStages, kMicro, absl::ZeroDuration(), 2);
   for (int s = 0; s < kStages; ++s) {
-    const int64_t slot = two.peak[s] - one.peak[s];
-    const int64_t base = one.peak[s] - slot;
+    const int64_t stash = two.peak[s] - one.peak[s];
+    const int64_t base = one.peak[s] - stash;
     const int kept = std::min(kMicro, kStages - s);
     std::printf(
-        "%s\n  {\"stage\": %d, \"slot_bytes\": %lld, \"gpipe_peak\": %lld, "
+        "%s\n  {\"stage\": %d, \"stash_bytes\": %lld, \"gpipe_peak\": %lld, "
         "\"gpipe_expected\": %lld, \"1f1b_peak\": %lld, \"1f1b_expected\": %lld, "
         "\"1f1b_kept\": %d}",
-        s == 0 ? "" : ",", s, static_cast<long long>(slot), static_cast<long long>(gpipe.peak[s]),
-        static_cast<long long>(base + kMicro * slot), static_cast<long long>(onef.peak[s]),
-        static_cast<long long>(base + kept * slot), kept);
+        s == 0 ? "" : ",", s, static_cast<long long>(stash), static_cast<long long>(gpipe.peak[s]),
+        static_cast<long long>(base + kMicro * stash), static_cast<long long>(onef.peak[s]),
+        static_cast<long long>(base + kept * stash), kept);
   }
   std::printf("]}");
 }

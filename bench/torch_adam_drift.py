@@ -37,9 +37,10 @@ def train(dataset, shares):
     weights = {}
     for clock in range(max(CHECKPOINTS)):
         opt.zero_grad()
-        for share in range(shares):
+        for share_index in range(shares):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(dataset),
-                                        batch_size=BATCH_SIZE, share=share, share_of=shares)
+                                        batch_size=BATCH_SIZE, share_index=share_index,
+                                        num_shares=shares)
             x, y = torch.utils.data.default_collate([dataset[i] for i in indices])
             (F.cross_entropy(model(x), y) * len(indices) / BATCH_SIZE).backward()
         opt.step()

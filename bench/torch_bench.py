@@ -161,7 +161,7 @@ def child_main(args):
         opt = torch.optim.Adam(net.parameters(), lr=LR)
         for clock in range(clocks):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(train),
-                                        batch_size=batch, share=rank, share_of=world)
+                                        batch_size=batch, share_index=rank, num_shares=world)
             x, y = collate([train[i] for i in indices])
             opt.zero_grad()
             loss = F.cross_entropy(net(x), y)

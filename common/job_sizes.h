@@ -45,7 +45,7 @@ inline constexpr int kMaxTables = 256;
 // counters on every server, inside the table's memory_budget_bytes.
 inline constexpr int64_t kAdmissionFilterBytes = int64_t{4} << 20;
 // What a row in memory costs beside its floats (its id in the index, its
-// slot's id and mark), inside the budget too. A row on disk keeps its id
+// cell's id and mark), inside the budget too. A row on disk keeps its id
 // in the index (about 32 bytes), outside it.
 inline constexpr int64_t kRowBookkeepingBytes = 48;
 // The most floats of optimizer state a row keeps per weight (Adam's two).

@@ -52,7 +52,7 @@ TEST(ChunkPlanTest, NamesShapesAndSlabsOfOneServersChunks) {
   EXPECT_EQ(first.next, plans[1].id);
   EXPECT_EQ(plans.back().next, plans.front().id);  // a clock's pushes go round
   EXPECT_EQ(first.pushers, (std::vector<bool>{true, true}));
-  // Adam: two slots of state; BSP: a round sum as large as the weights.
+  // Adam: two arrays of state; BSP: a round sum as large as the weights.
   EXPECT_EQ(first.layout.weights, 6);
   EXPECT_EQ(first.layout.state, optimizer->StateFloats(first.shape));
   EXPECT_EQ(first.layout.grad, 6);

@@ -76,7 +76,7 @@ void RowOptimizer::Update(int64_t t, int width, const float* g, float* w, float*
 
 namespace {
 
-// Slots in memory for a table of rows of `stride` floats kept within
+// Cells in memory for a table of rows of `stride` floats kept within
 // `bytes` (0: no bound).
 // Rows in memory at most within `config`'s budget (the filter's bytes
 // first), each `row_bytes` and its bookkeeping.
@@ -126,7 +126,7 @@ SparseTable::SparseTable(TableConfig config)
       init_key_(TableInitKey(config_.seed, config_.name)),
       stride_(config_.width + config_.optimizer.StateFloats(config_.width)),
       capacity_(Capacity(config_, stride_ * 4)),
-      slots_per_block_(std::max<int64_t>(1, (int64_t{1} << 20) / (stride_ * 4))) {
+      cells_per_block_(std::max<int64_t>(1, (int64_t{1} << 20) / (stride_ * 4))) {
   // The blocks grow with the rows (no reservation of the whole budget,
   // which may be larger than the machine's memory).
   if (config_.admit_after > 1) seen_ = std::make_unique<SeenCounts>(kAdmissionFilterBytes);
@@ -134,7 +134,7 @@ SparseTable::SparseTable(TableConfig config)
 
 int64_t SparseTable::memory_bytes() const {
   return (seen_ == nullptr ? 0 : seen_->bytes()) +
-         slots_allocated_ * (row_bytes() + kRowBookkeepingBytes);
+         cells_allocated_ * (row_bytes() + kRowBookkeepingBytes);
 }
 
 SparseTable::~SparseTable() {
@@ -143,7 +143,7 @@ SparseTable::~SparseTable() {
 
 TableRows SparseTable::rows() const {
   TableRows r;
-  r.resident = static_cast<int64_t>(slot_ids_.size() - free_slots_.size());
+  r.resident = static_cast<int64_t>(cell_ids_.size() - free_cells_.size());
   r.on_disk = num_rows() - r.resident;
   r.spilled = spilled_;
   r.loaded = loaded_;
@@ -168,7 +168,7 @@ void SparseTable::Expire() {
     }
     const int64_t where = it->second.where;
     if (where >= 0) {
-      free_slots_.push_back(where);
+      free_cells_.push_back(where);
       touched_[where] = false;
     } else {
       free_disk_.push_back(OnDisk(where));  // OnDisk is its own inverse
@@ -196,20 +196,20 @@ absl::Status SparseTable::OpenSpill() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> SparseTable::FreeSlot() {
-  if (!free_slots_.empty()) {
-    const int64_t slot = free_slots_.back();
-    free_slots_.pop_back();
-    return slot;
+absl::StatusOr<int64_t> SparseTable::FreeCell() {
+  if (!free_cells_.empty()) {
+    const int64_t cell = free_cells_.back();
+    free_cells_.pop_back();
+    return cell;
   }
-  const int64_t used = static_cast<int64_t>(slot_ids_.size());
+  const int64_t used = static_cast<int64_t>(cell_ids_.size());
   if (used < capacity_) {
-    if (used == slots_allocated_) {  // a new block; the last one may be short of a whole
-      const int64_t slots = std::min(slots_per_block_, capacity_ - used);
-      blocks_.push_back(std::make_unique<float[]>(static_cast<size_t>(slots * stride_)));
-      slots_allocated_ += slots;
+    if (used == cells_allocated_) {  // a new block; the last one may be short of a whole
+      const int64_t cells = std::min(cells_per_block_, capacity_ - used);
+      blocks_.push_back(std::make_unique<float[]>(static_cast<size_t>(cells * stride_)));
+      cells_allocated_ += cells;
     }
-    slot_ids_.push_back(0);
+    cell_ids_.push_back(0);
     touched_.push_back(false);
     return used;
   }
@@ -217,7 +217,7 @@ absl::StatusOr<int64_t> SparseTable::FreeSlot() {
     touched_[hand_] = false;
     hand_ = (hand_ + 1) % used;
   }
-  const int64_t slot = hand_;
+  const int64_t cell = hand_;
   hand_ = (hand_ + 1) % used;
   if (spill_fd_ < 0) RETURN_IF_ERROR(OpenSpill());
   int64_t k;
@@ -225,16 +225,16 @@ absl::StatusOr<int64_t> SparseTable::FreeSlot() {
     k = free_disk_.back();
     free_disk_.pop_back();
   } else {
-    k = disk_slots_++;
+    k = disk_cells_++;
   }
-  if (absl::Status st = Transfer(true, spill_fd_, Slot(slot), row_bytes(), k * row_bytes());
+  if (absl::Status st = Transfer(true, spill_fd_, Cell(cell), row_bytes(), k * row_bytes());
       !st.ok()) {
-    free_disk_.push_back(k);  // the row stays in its slot
+    free_disk_.push_back(k);  // the row stays in its cell
     return st;
   }
-  index_.find(slot_ids_[slot])->second.where = OnDisk(k);
+  index_.find(cell_ids_[cell])->second.where = OnDisk(k);
   ++spilled_;
-  return slot;
+  return cell;
 }
 
 absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
@@ -242,28 +242,28 @@ absl::StatusOr<float*> SparseTable::Resident(uint64_t id) {
   if (it != index_.end() && it->second.where >= 0) {
     touched_[it->second.where] = true;
     it->second.touched = clock_;
-    return Slot(it->second.where);
+    return Cell(it->second.where);
   }
-  ASSIGN_OR_RETURN(const int64_t slot, FreeSlot());
-  float* w = Slot(slot);
-  it = index_.find(id);  // FreeSlot may have changed the map
+  ASSIGN_OR_RETURN(const int64_t cell, FreeCell());
+  float* w = Cell(cell);
+  it = index_.find(id);      // FreeCell may have changed the map
   if (it != index_.end()) {  // on disk: read back
     const int64_t k = OnDisk(it->second.where);
     if (absl::Status st = Transfer(false, spill_fd_, w, row_bytes(), k * row_bytes()); !st.ok()) {
-      free_slots_.push_back(slot);
+      free_cells_.push_back(cell);
       return st;
     }
     free_disk_.push_back(k);
     ++loaded_;
-    it->second = Entry{slot, clock_};
+    it->second = Entry{cell, clock_};
   } else {  // new
     InitialRow(init_key_, id, config_.width, config_.init_scale, w);
     config_.optimizer.InitState(config_.width, w + config_.width);
-    index_.emplace(id, Entry{slot, clock_});
+    index_.emplace(id, Entry{cell, clock_});
     ++created_;
   }
-  slot_ids_[slot] = id;
-  touched_[slot] = true;
+  cell_ids_[cell] = id;
+  touched_[cell] = true;
   return w;
 }
 
@@ -327,14 +327,14 @@ absl::Status SparseTable::Push(absl::Span<const uint64_t> ids, absl::Span<const 
 const float* SparseTable::Row(uint64_t id) const {
   auto it = index_.find(id);
   if (it == index_.end() || it->second.where < 0) return nullptr;
-  return Slot(it->second.where);
+  return Cell(it->second.where);
 }
 
 absl::Status SparseTable::ForEachRow(
     const std::function<absl::Status(uint64_t id, const float* row, int64_t touched)>& f) {
   std::vector<float> scratch(static_cast<size_t>(stride_));
   for (const auto& [id, entry] : index_) {
-    const float* row = entry.where >= 0 ? Slot(entry.where) : scratch.data();
+    const float* row = entry.where >= 0 ? Cell(entry.where) : scratch.data();
     if (entry.where < 0) {
       RETURN_IF_ERROR(Transfer(false, spill_fd_, scratch.data(), row_bytes(),
                                OnDisk(entry.where) * row_bytes()));
@@ -346,13 +346,13 @@ absl::Status SparseTable::ForEachRow(
 
 void SparseTable::Reset(int64_t updates, int64_t clock) {
   index_.clear();
-  free_slots_.clear();
-  for (int64_t s = static_cast<int64_t>(slot_ids_.size()) - 1; s >= 0; --s) {
-    free_slots_.push_back(s);
+  free_cells_.clear();
+  for (int64_t s = static_cast<int64_t>(cell_ids_.size()) - 1; s >= 0; --s) {
+    free_cells_.push_back(s);
     touched_[s] = false;
   }
   free_disk_.clear();
-  disk_slots_ = 0;
+  disk_cells_ = 0;
   updates_ = updates;
   clock_ = clock;
   next_sweep_ = 0;
@@ -364,11 +364,11 @@ absl::Status SparseTable::Put(uint64_t id, const float* row, int64_t touched) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", config_.name, ": row ", id, " given twice"));
   }
-  ASSIGN_OR_RETURN(const int64_t slot, FreeSlot());
-  std::copy(row, row + stride_, Slot(slot));
-  index_.emplace(id, Entry{slot, touched});
-  slot_ids_[slot] = id;
-  touched_[slot] = false;
+  ASSIGN_OR_RETURN(const int64_t cell, FreeCell());
+  std::copy(row, row + stride_, Cell(cell));
+  index_.emplace(id, Entry{cell, touched});
+  cell_ids_[cell] = id;
+  touched_[cell] = false;
   return absl::OkStatus();
 }
 

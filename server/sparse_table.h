@@ -174,10 +174,10 @@ class SparseTable {
  private:
   // Where a row is, and the clock it was last touched at.
   struct Entry {
-    int64_t where;  // its slot in memory (>= 0), or OnDisk(k)
+    int64_t where;  // its cell in memory (>= 0), or OnDisk(k)
     int64_t touched;
   };
-  // Entry::where for a row in the spill file's slot k.
+  // Entry::where for a row in the spill file's cell k.
   static int64_t OnDisk(int64_t k) { return -1 - k; }
   // Whether a push may name ids with no row (admission or expiry).
   bool Lenient() const { return seen_ != nullptr || config_.expire_after > 0; }
@@ -186,41 +186,41 @@ class SparseTable {
   // `id`'s row in memory (made, or read back from the file, first; another
   // row may go to the file for it): its weights, then its state.
   absl::StatusOr<float*> Resident(uint64_t id);
-  // A free slot in memory: one a dropped row left, a new one while under
+  // A free cell in memory: one a dropped row left, a new one while under
   // the bound, else one whose row goes to the file (the clock algorithm: a
   // row touched since the hand last passed gets another round).
-  absl::StatusOr<int64_t> FreeSlot();
+  absl::StatusOr<int64_t> FreeCell();
   // Drops the rows untouched for expire_after clocks.
   void Expire();
   absl::Status OpenSpill();
-  float* Slot(int64_t slot) {
-    return blocks_[slot / slots_per_block_].get() + (slot % slots_per_block_) * stride_;
+  float* Cell(int64_t cell) {
+    return blocks_[cell / cells_per_block_].get() + (cell % cells_per_block_) * stride_;
   }
-  const float* Slot(int64_t slot) const {
-    return blocks_[slot / slots_per_block_].get() + (slot % slots_per_block_) * stride_;
+  const float* Cell(int64_t cell) const {
+    return blocks_[cell / cells_per_block_].get() + (cell % cells_per_block_) * stride_;
   }
 
   const TableConfig config_;
   const uint64_t init_key_;  // TableInitKey of the job's seed and the name
   const int64_t stride_;    // floats a row: weights, then state
-  const int64_t capacity_;  // slots in memory at most
-  // The slots in memory, in blocks of slots_per_block_ (about 1 MiB, never
-  // past capacity_): a block is allocated when the slots before it are all
+  const int64_t capacity_;  // cells in memory at most
+  // The cells in memory, in blocks of cells_per_block_ (about 1 MiB, never
+  // past capacity_): a block is allocated when the cells before it are all
   // used and never moved, so the rows' memory grows a block at a time,
   // never copied, never past the budget.
-  const int64_t slots_per_block_;
+  const int64_t cells_per_block_;
   std::vector<std::unique_ptr<float[]>> blocks_;
-  int64_t slots_allocated_ = 0;
+  int64_t cells_allocated_ = 0;
   absl::flat_hash_map<uint64_t, Entry> index_;
-  std::vector<uint64_t> slot_ids_;  // each slot's row
+  std::vector<uint64_t> cell_ids_;  // each cell's row
   std::vector<bool> touched_;       // since the hand passed
-  std::vector<int64_t> free_slots_;  // slots in memory no row uses
+  std::vector<int64_t> free_cells_;  // cells in memory no row uses
   int64_t hand_ = 0;
   std::unique_ptr<SeenCounts> seen_;  // with admission
   int64_t clock_ = 0, next_sweep_ = 0;
   int spill_fd_ = -1;
-  std::vector<int64_t> free_disk_;  // slots of the file no row uses
-  int64_t disk_slots_ = 0;          // the file's size in rows
+  std::vector<int64_t> free_disk_;  // cells of the file no row uses
+  int64_t disk_cells_ = 0;          // the file's size in rows
   int64_t spilled_ = 0, loaded_ = 0, created_ = 0, expired_ = 0, dropped_ = 0;
   int64_t updates_ = 0;
 };

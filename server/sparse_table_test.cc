@@ -277,7 +277,7 @@ TEST(SparseTableTest, SeenCountsNeverUndercount) {
 }
 
 // Expiry after 4 clocks: a row untouched in the 4 clocks after the one it
-// was last touched in is dropped (its slot reused), a push for it then is
+// was last touched in is dropped (its cell reused), a push for it then is
 // dropped and counted, and a pull makes it anew from the initializer; rows
 // touched stay. With expire_after 1, the rows of the clock just ended stay.
 TEST(SparseTableTest, RowsUntouchedForTheirClocksExpire) {

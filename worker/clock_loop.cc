@@ -366,9 +366,9 @@ absl::StatusOr<bool> ClockLoop::ComputeAndPush() {
       StragglerDelay(options_.training.straggler, options_.worker_id, clock_);
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
   // The clock's global batch split among the live replicas: this one's rows.
-  int share_of, share;
-  RETURN_IF_ERROR(member_.BatchShare(&share_of, &share));
-  data_->NextBatch(clock_, share_of, share, &batch_);
+  int num_shares, share_index;
+  RETURN_IF_ERROR(member_.BatchShare(&num_shares, &share_index));
+  data_->NextBatch(clock_, num_shares, share_index, &batch_);
   if (Accumulates()) {
     // One buffer of summed gradients: the last clock's pushes read it.
     if (const absl::Status pushed = AwaitPushes(&older_push_tickets_); !pushed.ok()) {

@@ -22,8 +22,8 @@ using testing::FakeParamClient;
 // Four features, three classes, a fixed batch.
 class TinyData : public DataSource {
  public:
-  void NextBatch(int64_t clock, int share_of, int, Batch* batch) override {
-    batch->rows = 4 / share_of;
+  void NextBatch(int64_t clock, int num_shares, int, Batch* batch) override {
+    batch->rows = 4 / num_shares;
     batch->x.assign(batch->rows * 4, 0.5f + 0.1f * static_cast<float>(clock));
     batch->labels.assign(batch->rows, static_cast<int32_t>(clock % 3));
   }

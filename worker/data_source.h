@@ -15,8 +15,8 @@ namespace pstrain {
 class DataSource {
  public:
   virtual ~DataSource() = default;
-  // Share `share` of `share_of` of clock `clock`'s global batch.
-  virtual void NextBatch(int64_t clock, int share_of, int share, Batch* batch) = 0;
+  // Share `share_index` of `num_shares` of clock `clock`'s global batch.
+  virtual void NextBatch(int64_t clock, int num_shares, int share_index, Batch* batch) = 0;
   // The accuracy of the model's current weights on the test (or
   // validation) data.
   virtual absl::StatusOr<double> Evaluate(Model& model) = 0;

@@ -70,18 +70,18 @@ PushContext WorkerMemberLoop::CurrentPushContext() const {
   return context;
 }
 
-absl::Status WorkerMemberLoop::BatchShare(int* share_of, int* share) const {
-  *share_of = job_.num_workers() / stages_;
-  *share = replica_;
+absl::Status WorkerMemberLoop::BatchShare(int* num_shares, int* share_index) const {
+  *num_shares = job_.num_workers() / stages_;
+  *share_index = replica_;
   if (live_.empty()) return absl::OkStatus();  // no answer yet: every replica
   std::vector<int> replicas;
   for (int w : live_) {
     if (replicas.empty() || replicas.back() != w / stages_) replicas.push_back(w / stages_);
   }
-  *share_of = static_cast<int>(replicas.size());
-  *share =
+  *num_shares = static_cast<int>(replicas.size());
+  *share_index =
       static_cast<int>(std::find(replicas.begin(), replicas.end(), replica_) - replicas.begin());
-  if (*share == *share_of) return absl::FailedPreconditionError("this worker is not live");
+  if (*share_index == *num_shares) return absl::FailedPreconditionError("this worker is not live");
   return absl::OkStatus();
 }
 

@@ -63,9 +63,9 @@ class WorkerMemberLoop {
   absl::StatusOr<bool> Adopt(const AdvanceClockResponse& gate, int64_t clock, bool connected);
 
   // The clock's global batch is split among the live replicas (workers,
-  // without pipeline stages): this replica's share `*share` of `*share_of`.
+  // without pipeline stages): this replica's share `*share_index` of `*num_shares`.
   // FAILED_PRECONDITION when this worker is no longer live.
-  absl::Status BatchShare(int* share_of, int* share) const;
+  absl::Status BatchShare(int* num_shares, int* share_index) const;
 
   // A stage's clock that failed with `failure` may be saved by a restart
   // of its replica's pipeline (a link broke, timed out or was cancelled).

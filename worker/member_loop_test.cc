@@ -122,28 +122,28 @@ TEST(WorkerMemberLoopTest, DrainsCheckpointsAndConsistencyChangesFollowTheAnswer
 
 TEST(WorkerMemberLoopTest, TheBatchIsSplitAmongTheLiveReplicas) {
   FakeLoop loop;
-  int share_of = 0, share = 0;
+  int num_shares = 0, share_index = 0;
   // Before any answer: every replica of the job.
   WorkerMemberLoop w2(Job(4), 2, 1, 0, &loop);
-  ASSERT_TRUE(w2.BatchShare(&share_of, &share).ok());
-  EXPECT_EQ(std::make_pair(share_of, share), std::make_pair(4, 2));
+  ASSERT_TRUE(w2.BatchShare(&num_shares, &share_index).ok());
+  EXPECT_EQ(std::make_pair(num_shares, share_index), std::make_pair(4, 2));
   // Worker 1 died: worker 2 takes the second of three shares.
   AdvanceClockResponse a = Answer(0, 0, 0);
   for (int w : {0, 2, 3}) a.add_live_workers(w);
   ASSERT_TRUE(w2.Adopt(a, 0, false).ok());
-  ASSERT_TRUE(w2.BatchShare(&share_of, &share).ok());
-  EXPECT_EQ(std::make_pair(share_of, share), std::make_pair(3, 1));
+  ASSERT_TRUE(w2.BatchShare(&num_shares, &share_index).ok());
+  EXPECT_EQ(std::make_pair(num_shares, share_index), std::make_pair(3, 1));
   // Worker 1 itself is no longer live.
   WorkerMemberLoop w1(Job(4), 1, 1, 0, &loop);
   ASSERT_TRUE(w1.Adopt(a, 0, false).ok());
-  EXPECT_EQ(w1.BatchShare(&share_of, &share).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(w1.BatchShare(&num_shares, &share_index).code(), absl::StatusCode::kFailedPrecondition);
   // Pipelines of two stages: workers 2 and 3 are replica 1, the only live one.
   WorkerMemberLoop stage(Job(4), 1, 2, 0, &loop);
   AdvanceClockResponse b = Answer(0, 0, 0);
   for (int w : {2, 3}) b.add_live_workers(w);
   ASSERT_TRUE(stage.Adopt(b, 0, false).ok());
-  ASSERT_TRUE(stage.BatchShare(&share_of, &share).ok());
-  EXPECT_EQ(std::make_pair(share_of, share), std::make_pair(1, 0));
+  ASSERT_TRUE(stage.BatchShare(&num_shares, &share_index).ok());
+  EXPECT_EQ(std::make_pair(num_shares, share_index), std::make_pair(1, 0));
 }
 
 TEST(WorkerMemberLoopTest, OnlyABrokenOrCancelledLinkMayBeSavedByARestart) {

@@ -41,18 +41,18 @@ absl::Status StageRunner::Forward(int64_t clock, const Batch& part, int micro, S
   if (before_ != nullptr) {
     ASSIGN_OR_RETURN(in, Expect(before_, clock, micro, stats));
   }
-  int slot = 0;
-  while (slot < static_cast<int>(slot_used_.size()) && slot_used_[slot]) ++slot;
-  if (slot == static_cast<int>(slot_used_.size())) slot_used_.push_back(false);
-  slot_used_[slot] = true;
-  slot_of_[micro] = slot;
+  int stash = 0;
+  while (stash < static_cast<int>(stash_used_.size()) && stash_used_[stash]) ++stash;
+  if (stash == static_cast<int>(stash_used_.size())) stash_used_.push_back(false);
+  stash_used_[stash] = true;
+  stash_of_[micro] = stash;
   int in_flight = 0;
-  for (bool used : slot_used_) in_flight += used;
+  for (bool used : stash_used_) in_flight += used;
   stats->max_in_flight = std::max(stats->max_in_flight, in_flight);
   const absl::Time start = absl::Now();
   StageTensor out{clock, micro, {}};
   ASSIGN_OR_RETURN(const StepResult r,
-                   model_->Forward(slot, part, &in.values, &out.values, /*train=*/true));
+                   model_->Forward(stash, part, &in.values, &out.values, /*train=*/true));
   stats->busy_s += absl::ToDoubleSeconds(absl::Now() - start);
   if (after_ != nullptr) return after_->Send(std::move(out));
   const double share = static_cast<double>(part.rows);
@@ -70,9 +70,9 @@ absl::Status StageRunner::Backward(int64_t clock, int micro, float share, StageC
   }
   const absl::Time start = absl::Now();
   StageTensor grad_in{clock, micro, {}};
-  RETURN_IF_ERROR(model_->Backward(slot_of_[micro], after_ != nullptr ? &grad_out.values : nullptr,
+  RETURN_IF_ERROR(model_->Backward(stash_of_[micro], after_ != nullptr ? &grad_out.values : nullptr,
                                    &grad_in.values));
-  slot_used_[slot_of_[micro]] = false;
+  stash_used_[stash_of_[micro]] = false;
   const std::vector<std::vector<float>>& g = model_->grads();
   for (size_t p = 0; p < g.size(); ++p) {
     std::vector<float>& acc = (*grads)[p];
@@ -103,8 +103,8 @@ absl::StatusOr<StageClock> StageRunner::RunClock(int64_t clock, const Batch& bat
   for (size_t p = 0; p < grads->size(); ++p) {
     (*grads)[p].assign(model_->params()[p].numel, 0.0f);
   }
-  slot_of_.assign(micro_batches, -1);
-  slot_used_.assign(slot_used_.size(), false);
+  stash_of_.assign(micro_batches, -1);
+  stash_used_.assign(stash_used_.size(), false);
   total_ = StepResult();
   StageClock stats;
   const int64_t down = after_ != nullptr ? after_->bytes_sent() : 0;

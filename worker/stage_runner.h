@@ -84,8 +84,8 @@ class StageRunner {
   const int stage_, stages_;
   StageChannel* before_;
   StageChannel* after_;
-  std::vector<int> slot_of_;  // per micro-batch in flight: its activations' slot
-  std::vector<bool> slot_used_;
+  std::vector<int> stash_of_;  // per micro-batch in flight: its activations' stash
+  std::vector<bool> stash_used_;
   StepResult total_;
 };
 

@@ -59,13 +59,13 @@ Trainer::Trainer(TrainerOptions options, SchedulerClient* scheduler, kernels::Ba
                ClocksPerEpoch(options_.job)),
       eval_seqs_(kEvalSeqs) {}
 
-void Trainer::NextBatch(int64_t clock, int share_of, int share, Batch* batch) {
+void Trainer::NextBatch(int64_t clock, int num_shares, int share_index, Batch* batch) {
   const JobSpec& job = options_.job;
   if (job.data().dataset() == TEXT) {
     TextBatch(data_.train_text, job.model().gpt().context(), job.seed(), clock, job.batch_size(),
-              share_of, share, batch);
+              num_shares, share_index, batch);
   } else {
-    Gather(data_.train, sampler_.Indices(clock, share_of, share), batch);
+    Gather(data_.train, sampler_.Indices(clock, num_shares, share_index), batch);
   }
 }
 
@@ -132,11 +132,11 @@ absl::StatusOr<std::unique_ptr<Model>> Trainer::MakeWorkerModel(int* split) {
   const int replicas = job.num_workers() / stages;
   const int seqs = std::max(1, job.batch_size() / replicas / job.micro_batches());
   const int m = job.micro_batches();
-  const int slots = stages == 1                        ? 1
-                    : job.pipeline_schedule() == GPIPE ? m
-                                                       : std::min(m, stages - s);
+  const int stashes = stages == 1                        ? 1
+                      : job.pipeline_schedule() == GPIPE ? m
+                                                         : std::min(m, stages - s);
   ASSIGN_OR_RETURN(const GptMemoryPlan plan,
-                   PlanGptMemory(job.model(), stage, seqs, slots, kEvalSeqs,
+                   PlanGptMemory(job.model(), stage, seqs, stashes, kEvalSeqs,
                                  training.device_memory_budget, /*may_split=*/stages == 1));
   spdlog::info("{}", plan.Describe());
   *split = plan.split;

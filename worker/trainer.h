@@ -68,7 +68,7 @@ class Trainer : private DataSource {
   void CancelLinks(const absl::Status& why);
 
  private:
-  void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override;
+  void NextBatch(int64_t clock, int num_shares, int share_index, Batch* batch) override;
   absl::StatusOr<double> Evaluate(Model& model) override;
   int64_t Epoch(int64_t clock) const override;
   // This worker's model: the whole model, or its pipeline stage's; under a

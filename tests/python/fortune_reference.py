@@ -34,9 +34,10 @@ def train_like_one_process(clocks, workers=2, skip=()):
             continue
         dense.zero_grad()
         sparse.zero_grad()
-        for share in range(workers):
+        for share_index in range(workers):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(train),
-                                        batch_size=BATCH_SIZE, share=share, share_of=workers)
+                                        batch_size=BATCH_SIZE, share_index=share_index,
+                                        num_shares=workers)
             ids, offsets, y = ft.collate([train[i] for i in indices])
             loss = F.cross_entropy(model(vocab(ids), offsets), y)
             (loss * len(indices) / BATCH_SIZE).backward()

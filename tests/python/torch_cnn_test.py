@@ -67,10 +67,10 @@ def train_like_the_servers():
     train = fashion_mnist.FashionMNIST(train=True)
     for clock in range(CLOCKS):
         opt.zero_grad()
-        for share in range(len(WORKERS)):
+        for share_index in range(len(WORKERS)):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(train),
-                                        batch_size=BATCH_SIZE, share=share,
-                                        share_of=len(WORKERS))
+                                        batch_size=BATCH_SIZE, share_index=share_index,
+                                        num_shares=len(WORKERS))
             x, y = torch.utils.data.default_collate([train[i] for i in indices])
             (F.cross_entropy(model(x), y) * len(indices) / BATCH_SIZE).backward()
         opt.step()

@@ -110,17 +110,17 @@ def train_like_the_cluster(codec, pulls=False):
                 for p, view in zip(params, views):
                     p.copy_(view.view_as(p))
         total = [torch.zeros(p.numel()) for p in params]
-        for share in range(len(WORKERS)):
+        for share_index in range(len(WORKERS)):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
-                                        batch_size=BATCH_SIZE, share=share,
-                                        share_of=len(WORKERS))
+                                        batch_size=BATCH_SIZE, share_index=share_index,
+                                        num_shares=len(WORKERS))
             x, y = data[indices]
             model.zero_grad()
             F.cross_entropy(model(x), y).backward()
             for i, p in enumerate(params):
                 g = p.grad.detach().flatten().clone()
                 if codec is not None:
-                    r = residuals[share][i]
+                    r = residuals[share_index][i]
                     for c in chunks_of(p):
                         v = g[c] + r[c]
                         g[c] = codec(v)

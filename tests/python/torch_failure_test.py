@@ -214,11 +214,11 @@ class TorchFailureTest(unittest.TestCase):
         self.assertEqual(len(indices), CLOCKS)
         order = dict(seed=SEED, train_size=TRAIN_SIZE, batch_size=BATCH_SIZE)
         whole = [c for c in range(CLOCKS)
-                 if indices[c] == pst.batch_indices(c, share=0, share_of=1, **order)]
+                 if indices[c] == pst.batch_indices(c, share_index=0, num_shares=1, **order)]
         self.assertTrue(whole, "worker 0 never took the whole batch")
         for c in range(CLOCKS):
-            share_of = 1 if c >= whole[0] else 2
-            self.assertEqual(indices[c], pst.batch_indices(c, share=0, share_of=share_of,
+            num_shares = 1 if c >= whole[0] else 2
+            self.assertEqual(indices[c], pst.batch_indices(c, share_index=0, num_shares=num_shares,
                                                            **order), "clock %d" % c)
         return whole[0]
 
@@ -270,7 +270,7 @@ class TorchFailureTest(unittest.TestCase):
                 order = dict(seed=SEED, train_size=TRAIN_SIZE, batch_size=BATCH_SIZE)
                 import pstrain.torch as pst
                 self.assertEqual(cluster.result("replacement")["indices"],
-                                 [pst.batch_indices(c, share=1, share_of=2, **order)
+                                 [pst.batch_indices(c, share_index=1, num_shares=2, **order)
                                   for c in range(start, CLOCKS)])
             self.assertWeightsAsUndisturbed(cluster, [by_rank[0], "replacement"])
             print("wait: worker 1 killed, worker 0 held at %d; the replacement took id 1 at "

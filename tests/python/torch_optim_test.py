@@ -69,10 +69,10 @@ def train_like_the_servers(schedule):
     data = tiny_worker.synthetic_set()
     for clock in range(CLOCKS):
         opt.zero_grad()
-        for share in range(len(WORKERS)):
+        for share_index in range(len(WORKERS)):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
-                                        batch_size=BATCH_SIZE, share=share,
-                                        share_of=len(WORKERS))
+                                        batch_size=BATCH_SIZE, share_index=share_index,
+                                        num_shares=len(WORKERS))
             x, y = data[indices]
             (F.cross_entropy(model(x), y) * len(indices) / BATCH_SIZE).backward()
         opt.step()
@@ -106,9 +106,10 @@ def continue_alone(saved, first_clock, clocks, whole=False, frozen=()):
     shares = 1 if whole else len(WORKERS)
     for clock in range(first_clock, first_clock + clocks):
         opt.zero_grad(set_to_none=True)
-        for share in range(shares):
+        for share_index in range(shares):
             indices = pst.batch_indices(clock, seed=SEED, train_size=len(data),
-                                        batch_size=BATCH_SIZE, share=share, share_of=shares)
+                                        batch_size=BATCH_SIZE, share_index=share_index,
+                                        num_shares=shares)
             x, y = data[indices]
             (F.cross_entropy(model(x), y) * len(indices) / BATCH_SIZE).backward()
         opt.step()

@@ -157,20 +157,20 @@ std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
   return order;
 }
 
-std::pair<int, int> EvenSlice(int batch, int share_of, int share) {
-  const int64_t begin = static_cast<int64_t>(batch) * share / share_of;
-  const int64_t end = static_cast<int64_t>(batch) * (share + 1) / share_of;
+std::pair<int, int> EvenSlice(int batch, int num_shares, int share_index) {
+  const int64_t begin = static_cast<int64_t>(batch) * share_index / num_shares;
+  const int64_t end = static_cast<int64_t>(batch) * (share_index + 1) / num_shares;
   return {static_cast<int>(begin), static_cast<int>(end)};
 }
 
-std::vector<int64_t> BatchSampler::Indices(int64_t clock, int share_of, int share) {
+std::vector<int64_t> BatchSampler::Indices(int64_t clock, int num_shares, int share_index) {
   const int64_t epoch = Epoch(clock);
   if (epoch != cached_epoch_) {
     order_ = EpochOrder(seed_, epoch, train_size_);
     cached_epoch_ = epoch;
   }
   const int64_t first = (clock % clocks_per_epoch_) * batch_;
-  const auto [begin, end] = EvenSlice(batch_, share_of, share);
+  const auto [begin, end] = EvenSlice(batch_, num_shares, share_index);
   return std::vector<int64_t>(order_.begin() + first + begin, order_.begin() + first + end);
 }
 
@@ -198,8 +198,8 @@ void PutWindow(const std::string& text, int context, int64_t at, int row, Batch*
 }  // namespace
 
 void TextBatch(const std::string& text, int context, uint64_t seed, int64_t clock, int batch,
-               int share_of, int share, Batch* out) {
-  const auto [begin, end] = EvenSlice(batch, share_of, share);
+               int num_shares, int share_index, Batch* out) {
+  const auto [begin, end] = EvenSlice(batch, num_shares, share_index);
   out->rows = end - begin;
   out->tokens.resize(static_cast<size_t>(out->rows) * context);
   out->labels.resize(out->tokens.size());

@@ -1,7 +1,7 @@
 // Training and test sets in memory, and the data order: a function of
 // (seed, epoch) over the whole training set, of which each clock's global
-// batch is split among the workers by share (a worker's share `share` of
-// `share_of`: its position among the live workers).
+// batch is split among the workers by share (a worker's share `share_index` of
+// `num_shares`: its position among the live workers).
 #ifndef PSTRAIN_WORKER_DATA_DATASET_H_
 #define PSTRAIN_WORKER_DATA_DATASET_H_
 
@@ -43,9 +43,9 @@ TrainTest MakeSynthetic(const DataSpec& spec, uint64_t seed);
 // The data order of one epoch: a permutation of [0, n) from (seed, epoch).
 std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n);
 
-// Positions [begin, end) of the global batch that share `share` of
-// `share_of` takes: as even a split as possible, in share order.
-std::pair<int, int> EvenSlice(int batch, int share_of, int share);
+// Positions [begin, end) of the global batch that share `share_index` of
+// `num_shares` takes: as even a split as possible, in order of share_index.
+std::pair<int, int> EvenSlice(int batch, int num_shares, int share_index);
 
 // Picks the training examples of clock `clock` for one share, caching the
 // current epoch's order.
@@ -53,9 +53,9 @@ class BatchSampler {
  public:
   BatchSampler(uint64_t seed, int64_t train_size, int batch, int64_t clocks_per_epoch)
       : seed_(seed), train_size_(train_size), batch_(batch), clocks_per_epoch_(clocks_per_epoch) {}
-  // Indices of the training examples share `share` of `share_of` uses at
+  // Indices of the training examples share `share_index` of `num_shares` uses at
   // `clock`.
-  std::vector<int64_t> Indices(int64_t clock, int share_of, int share);
+  std::vector<int64_t> Indices(int64_t clock, int num_shares, int share_index);
   int64_t Epoch(int64_t clock) const { return clock / clocks_per_epoch_; }
 
  private:
@@ -71,12 +71,12 @@ class BatchSampler {
 // batch->labels [n].
 void Gather(const Dataset& data, const std::vector<int64_t>& indices, Batch* batch);
 
-// The windows of `context` + 1 bytes share `share` of `share_of` trains on
+// The windows of `context` + 1 bytes share `share_index` of `num_shares` trains on
 // at `clock`: window i of the global batch starts at a position drawn from
 // (seed, clock, i), so the union does not depend on the number of workers.
 // Tokens are a window's first `context` bytes, labels its last `context`.
 void TextBatch(const std::string& text, int context, uint64_t seed, int64_t clock, int batch,
-               int share_of, int share, Batch* out);
+               int num_shares, int share_index, Batch* out);
 
 // Sequences [first, first + count) of the non-overlapping windows of
 // `text` (window i starts at i * context), as a batch.

@@ -20,13 +20,13 @@ TEST(DatasetTest, EpochOrderIsAPermutationFixedBySeedAndEpoch) {
 }
 
 TEST(DatasetTest, EvenSlicesSplitTheBatchEvenlyInOrder) {
-  for (int share_of = 1; share_of <= 7; ++share_of) {
+  for (int num_shares = 1; num_shares <= 7; ++num_shares) {
     int next = 0;
-    for (int share = 0; share < share_of; ++share) {
-      const auto [begin, end] = EvenSlice(100, share_of, share);
+    for (int share_index = 0; share_index < num_shares; ++share_index) {
+      const auto [begin, end] = EvenSlice(100, num_shares, share_index);
       EXPECT_EQ(begin, next);
-      EXPECT_GE(end - begin, 100 / share_of);
-      EXPECT_LE(end - begin, 100 / share_of + 1);
+      EXPECT_GE(end - begin, 100 / num_shares);
+      EXPECT_LE(end - begin, 100 / num_shares + 1);
       next = end;
     }
     EXPECT_EQ(next, 100);
@@ -38,14 +38,14 @@ TEST(DatasetTest, UnionOfWorkersBatchesDoesNotDependOnWorkerCount) {
   for (int64_t clock : {0, 5, 16, 33}) {
     const std::vector<int64_t> global = one.Indices(clock, 1, 0);
     ASSERT_EQ(global.size(), 60u);
-    for (int share_of : {2, 3, 4}) {
+    for (int num_shares : {2, 3, 4}) {
       BatchSampler s(9, 1000, 60, 16);
       std::vector<int64_t> joined;
-      for (int share = 0; share < share_of; ++share) {
-        const std::vector<int64_t> part = s.Indices(clock, share_of, share);
+      for (int share_index = 0; share_index < num_shares; ++share_index) {
+        const std::vector<int64_t> part = s.Indices(clock, num_shares, share_index);
         joined.insert(joined.end(), part.begin(), part.end());
       }
-      EXPECT_EQ(joined, global) << "clock " << clock << ", " << share_of << " workers";
+      EXPECT_EQ(joined, global) << "clock " << clock << ", " << num_shares << " workers";
     }
   }
   // One epoch visits each example at most once.
@@ -94,9 +94,9 @@ TEST(TextDataTest, BatchesDoNotDependOnTheNumberOfWorkers) {
   TextBatch(text, context, 42, 3, batch, 1, 0, &whole);
   ASSERT_EQ(whole.rows, batch);
   std::vector<int32_t> tokens, labels;
-  for (int share = 0; share < 4; ++share) {
+  for (int share_index = 0; share_index < 4; ++share_index) {
     Batch part;
-    TextBatch(text, context, 42, 3, batch, 4, share, &part);
+    TextBatch(text, context, 42, 3, batch, 4, share_index, &part);
     tokens.insert(tokens.end(), part.tokens.begin(), part.tokens.end());
     labels.insert(labels.end(), part.labels.begin(), part.labels.end());
   }

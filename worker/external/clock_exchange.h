@@ -29,10 +29,10 @@ class ClockExchange {
   struct OfferedClock {
     int64_t clock = 0;
     std::vector<int64_t> indices;  // this worker's examples
-    // They are share `share` of `share_of` of the clock's global batch
+    // They are share `share_index` of `num_shares` of the clock's global batch
     // (the live workers', in the job's data order).
-    int share = 0;
-    int share_of = 1;
+    int share_index = 0;
+    int num_shares = 1;
   };
 
   explicit ClockExchange(int num_params) : num_params_(num_params) {}

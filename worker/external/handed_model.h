@@ -33,8 +33,8 @@ class ExternalData : public DataSource {
  public:
   explicit ExternalData(const JobSpec& job) : sampler_(ExternalDataOrder(job)) {}
 
-  void NextBatch(int64_t clock, int share_of, int share, Batch* batch) override {
-    offer_ = {clock, sampler_.Indices(clock, share_of, share), share, share_of};
+  void NextBatch(int64_t clock, int num_shares, int share_index, Batch* batch) override {
+    offer_ = {clock, sampler_.Indices(clock, num_shares, share_index), share_index, num_shares};
     batch->rows = static_cast<int>(offer_.indices.size());
   }
   // The caller evaluates its model itself (and reports the accuracy).

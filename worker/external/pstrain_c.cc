@@ -224,13 +224,13 @@ int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* 
   });
 }
 
-int pst_clock_share(pst_worker* w, int* share, int* share_of) {
-  if (w == nullptr || share == nullptr || share_of == nullptr ||
+int pst_clock_share(pst_worker* w, int* share_index, int* num_shares) {
+  if (w == nullptr || share_index == nullptr || num_shares == nullptr ||
       !w->worker->under_way().has_value()) {
     return static_cast<int>(absl::StatusCode::kFailedPrecondition);
   }
-  *share = w->worker->under_way()->share;
-  *share_of = w->worker->under_way()->share_of;
+  *share_index = w->worker->under_way()->share_index;
+  *num_shares = w->worker->under_way()->num_shares;
   return 0;
 }
 
@@ -407,9 +407,10 @@ void pst_close(pst_worker* w) {
 }
 
 int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int64_t clock,
-                      int share_of, int share, int64_t* out, int max_rows) {
+                      int num_shares, int share_index, int64_t* out, int max_rows) {
   if (train_size < 1 || batch_size < 1 || batch_size > train_size || batch_size > INT32_MAX ||
-      clock < 0 || share_of < 1 || share < 0 || share >= share_of || out == nullptr) {
+      clock < 0 || num_shares < 1 || share_index < 0 || share_index >= num_shares ||
+      out == nullptr) {
     return -1;
   }
   try {
@@ -431,7 +432,7 @@ int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int
       job.mutable_data()->set_train_size(train_size);
       last = Order{seed, train_size, batch_size, pstrain::ExternalDataOrder(job)};
     }
-    const std::vector<int64_t> indices = last.sampler->Indices(clock, share_of, share);
+    const std::vector<int64_t> indices = last.sampler->Indices(clock, num_shares, share_index);
     const size_t n = std::min(indices.size(), static_cast<size_t>(std::max(0, max_rows)));
     std::copy(indices.begin(), indices.begin() + n, out);
     return static_cast<int>(indices.size());

@@ -172,10 +172,10 @@ int pst_start(pst_worker* w, const float* const* initial, char* err, int err_len
 int pst_next(pst_worker* w, int timeout_ms, int64_t* clock, int* rows, int64_t* indices,
              int max_rows, char* err, int err_len);
 
-/* During a clock: its indices are share *share of *share_of of the
+/* During a clock: its indices are share *share_index of *num_shares of the
  * clock's global batch (the live workers', in the job's data order: what
  * pst_batch_indices gives for them). FAILED_PRECONDITION outside a clock. */
-int pst_clock_share(pst_worker* w, int* share, int* share_of);
+int pst_clock_share(pst_worker* w, int* share_index, int* num_shares);
 
 /* Before pst_start: on != 0 says the caller reads each parameter's
  * weights only after pst_weights_await(w, i) returned, so that pst_next
@@ -304,7 +304,7 @@ int pst_finish(pst_worker* w, int ok, double accuracy, const char* message);
  * returns its size, or -1 if buf_len is too small. */
 int pst_status(pst_worker* w, char* buf, int buf_len);
 
-/* Example indices of share `share` of `share_of` of clock `clock`'s global
+/* Example indices of share `share_index` of `num_shares` of clock `clock`'s global
  * batch in the data order of a job of `seed`, `batch_size` and a training
  * set of `train_size` examples -- the order every worker of that job
  * follows, its clocks per epoch the library's (as pst_job_info's); share 0
@@ -313,7 +313,7 @@ int pst_status(pst_worker* w, char* buf, int buf_len);
  * train_size). Needs no worker: a script training alone uses it to see the
  * cluster's batches. */
 int pst_batch_indices(uint64_t seed, int64_t train_size, int64_t batch_size, int64_t clock,
-                      int share_of, int share, int64_t* out, int max_rows);
+                      int num_shares, int share_index, int64_t* out, int max_rows);
 
 /* Stops everything and frees the worker (pst_finish first, or the
  * scheduler sees the worker die). */

@@ -42,18 +42,18 @@ struct GptSizes {
   int64_t t, c, heads;
   int blocks;
   bool first, last;
-  // Each slot's (slot 0 also holds an evaluation batch) and the work
-  // arrays shared by every slot (sized for the largest batch), for
+  // Each stash's (stash 0 also holds an evaluation batch) and the work
+  // arrays shared by every stash (sized for the largest batch), for
   // micro-batches of `seqs` sequences.
-  int64_t Activations(int seqs, int slots, int eval_seqs, bool keep) const {
+  int64_t Activations(int seqs, int stashes, int eval_seqs, bool keep) const {
     const int64_t n = seqs * t, n_max = std::max(seqs, eval_seqs) * t;
-    int64_t b = Slot(n_max, keep) + (slots - 1) * Slot(n, keep);
+    int64_t b = Stash(n_max, keep) + (stashes - 1) * Stash(n, keep);
     b += 3 * Arr(n_max * c) + Arr(n_max * 4 * c) + Arr(n_max * 3 * c);
     if (last) b += Arr(n_max * kGptVocab);
     if (!keep) b += BlockActBytes(n_max, c, heads);
     return b;
   }
-  int64_t Slot(int64_t rows, bool keep) const {
+  int64_t Stash(int64_t rows, bool keep) const {
     int64_t b = (2 * blocks + 1) * Arr(rows * c);
     if (keep) b += blocks * BlockActBytes(rows, c, heads);
     if (first) b += 2 * Arr(rows);
@@ -65,7 +65,7 @@ struct GptSizes {
 }  // namespace
 
 absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& stage, int seqs,
-                                            int slots, int eval_seqs, int64_t budget,
+                                            int stashes, int eval_seqs, int64_t budget,
                                             bool may_split) {
   const GptSpec& gpt = spec.gpt();
   const int units = static_cast<int>(ModelUnits(spec).size());
@@ -91,7 +91,7 @@ absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& 
     plan.window_bytes = std::max(plan.window_bytes, 2 * unit[u] + std::max(before, after));
     plan.model_bytes += 2 * unit[u];
   }
-  plan.unbudgeted_bytes = plan.model_bytes + z.Activations(seqs, slots, eval_seqs, true);
+  plan.unbudgeted_bytes = plan.model_bytes + z.Activations(seqs, stashes, eval_seqs, true);
   // Kept, in smaller micro-batches if need be (one stage only: a pipeline's
   // micro-batches are its stages' agreement); else recomputed, the same way.
   // (Splitting costs less than recomputing: a smaller batch's products run
@@ -104,7 +104,7 @@ absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& 
       plan.seqs = now;
       plan.eval_seqs = eval;
       plan.recompute = !keep;
-      plan.activation_bytes = z.Activations(now, slots, eval, keep);
+      plan.activation_bytes = z.Activations(now, stashes, eval, keep);
       plan.peak_bytes = plan.window_bytes + plan.activation_bytes;
       if (plan.peak_bytes <= budget) return plan;
     }
@@ -112,7 +112,7 @@ absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& 
   return absl::InvalidArgumentError(absl::StrCat(
       "--device_memory_budget=", budget, " is below this stage's minimum of ", plan.peak_bytes,
       " bytes (two units' weights and one's gradients: ", plan.window_bytes, "; activations of ",
-      plan.seqs, "-sequence micro-batches, ", slots,
+      plan.seqs, "-sequence micro-batches, ", stashes,
       " in flight, recomputed: ", plan.activation_bytes, ")"));
 }
 
@@ -163,14 +163,14 @@ GptModel::GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* 
   zeros_.assign(std::max<int64_t>(kGptVocab, gpt_.context()) * c, 0.0f);
 }
 
-GptModel::Slot& GptModel::SlotAt(int slot) {
+GptModel::Stash& GptModel::StashAt(int stash) {
   const int blocks = static_cast<int>(block_params_.size());
-  while (static_cast<int>(slots_.size()) <= slot) {
-    Slot& s = slots_.emplace_back(backend_);
+  while (static_cast<int>(stashes_.size()) <= stash) {
+    Stash& s = stashes_.emplace_back(backend_);
     for (int i = 0; i <= 2 * blocks; ++i) s.res.emplace_back(backend_);
     for (int i = 0; !recompute_ && i < blocks; ++i) s.blocks.emplace_back(backend_);
   }
-  return slots_[slot];
+  return stashes_[stash];
 }
 
 bool GptModel::ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n) {
@@ -185,7 +185,7 @@ bool GptModel::ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n) {
   return ok;
 }
 
-bool GptModel::Reserve(Slot& s, int seqs) {
+bool GptModel::Reserve(Stash& s, int seqs) {
   const int64_t t = gpt_.context(), c = gpt_.width(), n = seqs * t;
   bool ok = !first_ || (s.ids.Resize(n) && s.pos.Resize(n));
   ok = ok && (!last_ || (s.targets.Resize(n) && s.xf.Resize(n * c) && s.meanf.Resize(n) &&
@@ -197,14 +197,14 @@ bool GptModel::Reserve(Slot& s, int seqs) {
          tmp4_.Resize(n * 4 * c) && dqkv_.Resize(n * 3 * c);
 }
 
-void GptModel::Embed(Slot& s) {
+void GptModel::Embed(Stash& s) {
   const int n = s.seqs * gpt_.context(), c = gpt_.width();
   UploadWeights({wte_, wpe_});
   backend_->Embedding(n, c, s.ids.data(), W(wte_), s.res[0].data(), false);
   backend_->Embedding(n, c, s.pos.data(), W(wpe_), s.res[0].data(), true);
 }
 
-StepResult GptModel::Head(Slot& s, bool train) {
+StepResult GptModel::Head(Stash& s, bool train) {
   const int n = s.seqs * gpt_.context(), c = gpt_.width();
   kernels::Backend* k = backend_;
   UploadWeights({lnf_gamma_, lnf_beta_, head_});
@@ -224,13 +224,13 @@ StepResult GptModel::Head(Slot& s, bool train) {
   return result;
 }
 
-absl::StatusOr<StepResult> GptModel::Forward(int slot, const Batch& batch,
+absl::StatusOr<StepResult> GptModel::Forward(int stash, const Batch& batch,
                                              const std::vector<float>* input,
                                              std::vector<float>* output, bool train) {
   const int seqs = batch.rows, t = gpt_.context();
   const int n = seqs * t;
   if (!first_) RETURN_IF_ERROR(CheckSize(input, seqs, input_width_, "stage input"));
-  Slot& s = SlotAt(slot);
+  Stash& s = StashAt(stash);
   s.seqs = seqs;
   if (!Reserve(s, seqs)) return absl::ResourceExhaustedError(BackendStatus().message());
   if (first_) {
@@ -270,7 +270,7 @@ absl::StatusOr<StepResult> GptModel::Forward(int slot, const Batch& batch,
   return result;
 }
 
-void GptModel::HeadBackward(Slot& s) {
+void GptModel::HeadBackward(Stash& s) {
   const int n = s.seqs * gpt_.context(), c = gpt_.width();
   kernels::Backend* k = backend_;
   k->Gemm(true, false, c, kGptVocab, n, 1.0f, s.xf.data(), s.dlogits.data(), 0.0f, G(head_));
@@ -280,9 +280,9 @@ void GptModel::HeadBackward(Slot& s) {
   Ready({head_, lnf_gamma_, lnf_beta_});
 }
 
-absl::Status GptModel::Backward(int slot, const std::vector<float>* grad_output,
+absl::Status GptModel::Backward(int stash, const std::vector<float>* grad_output,
                                 std::vector<float>* grad_input) {
-  Slot& s = slots_.at(slot);
+  Stash& s = stashes_.at(stash);
   const int n = s.seqs * gpt_.context(), c = gpt_.width();
   // dx_: the gradient of the residual stream, walking down.
   if (last_) {
@@ -325,7 +325,7 @@ void GptModel::Prefetch(int u) {
   if (windowed_ && u < static_cast<int>(units_.size())) UploadWeights(units_[u]);
 }
 
-void GptModel::ForwardBlock(int j, Slot& s) {
+void GptModel::ForwardBlock(int j, Stash& s) {
   const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), seqs = s.seqs;
   const int n = seqs * t;
   kernels::Backend* k = backend_;
@@ -351,7 +351,7 @@ void GptModel::ForwardBlock(int j, Slot& s) {
   k->Axpy(static_cast<int64_t>(n) * c, 1.0f, mid, out);
 }
 
-void GptModel::BackwardBlock(int j, Slot& s) {
+void GptModel::BackwardBlock(int j, Stash& s) {
   const int t = gpt_.context(), c = gpt_.width(), heads = gpt_.heads(), seqs = s.seqs;
   const int n = seqs * t;
   const int64_t nc = static_cast<int64_t>(n) * c;

@@ -21,7 +21,7 @@ struct GptMemoryPlan {
   int64_t budget = 0;
   bool recompute = false;
   int64_t window_bytes = 0;      // the most weights and gradients at once
-  int64_t activation_bytes = 0;  // every slot's and the shared work arrays
+  int64_t activation_bytes = 0;  // every stash's and the shared work arrays
   int64_t peak_bytes = 0;        // window + activations
   int64_t model_bytes = 0;       // the stage's weights + gradients, all resident
   int64_t unbudgeted_bytes = 0;  // all resident with every activation kept
@@ -35,12 +35,12 @@ struct GptMemoryPlan {
 };
 
 // The plan for `stage` training micro-batches of `seqs` sequences with
-// `slots` of them in flight and evaluating up to `eval_seqs` at once:
+// `stashes` of them in flight and evaluating up to `eval_seqs` at once:
 // activations kept if they fit, else recomputed, else (`may_split`) the
 // micro-batches split further. INVALID_ARGUMENT, giving the minimum, when
 // nothing fits the budget.
 absl::StatusOr<GptMemoryPlan> PlanGptMemory(const ModelSpec& spec, const Stage& stage, int seqs,
-                                            int slots, int eval_seqs, int64_t budget,
+                                            int stashes, int eval_seqs, int64_t budget,
                                             bool may_split = false);
 
 class GptModel : public Model {
@@ -51,9 +51,9 @@ class GptModel : public Model {
   // With `plan`, windowed (see Model) and recomputing as it says.
   GptModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend,
            bool recompute = false, const GptMemoryPlan* plan = nullptr);
-  absl::StatusOr<StepResult> Forward(int slot, const Batch& batch, const std::vector<float>* input,
+  absl::StatusOr<StepResult> Forward(int stash, const Batch& batch, const std::vector<float>* input,
                                      std::vector<float>* output, bool train) override;
-  absl::Status Backward(int slot, const std::vector<float>* grad_output,
+  absl::Status Backward(int stash, const std::vector<float>* grad_output,
                         std::vector<float>* grad_input) override;
 
  private:
@@ -79,8 +79,8 @@ class GptModel : public Model {
   // stage's block j, res[2j + 1] is after its attention, the last leaves
   // the stage), the blocks' (none with recomputation), the final LayerNorm's
   // and the loss's gradient (last stage), the tokens (first stage).
-  struct Slot {
-    explicit Slot(kernels::Backend* b)
+  struct Stash {
+    explicit Stash(kernels::Backend* b)
         : xf(b), meanf(b), rstdf(b), dlogits(b), ids(b), pos(b), targets(b) {}
     int seqs = 0;
     std::vector<Array> res;
@@ -89,21 +89,21 @@ class GptModel : public Model {
     IntArray ids, pos, targets;
   };
 
-  Slot& SlotAt(int slot);
-  // Sizes the slot's and the shared arrays for `seqs` sequences; false when
+  Stash& StashAt(int stash);
+  // Sizes the stash's and the shared arrays for `seqs` sequences; false when
   // the device has no room.
-  bool Reserve(Slot& s, int seqs);
+  bool Reserve(Stash& s, int seqs);
   bool ReserveBlocks(std::vector<BlockActs>& blocks, int64_t n);
   // The first stage's embeddings of the batch's tokens into s.res[0].
-  void Embed(Slot& s);
+  void Embed(Stash& s);
   // The last stage's final LayerNorm, head and loss.
-  StepResult Head(Slot& s, bool train);
+  StepResult Head(Stash& s, bool train);
   // The head's and the final LayerNorm's backward into dx_.
-  void HeadBackward(Slot& s);
-  void ForwardBlock(int j, Slot& s);
+  void HeadBackward(Stash& s);
+  void ForwardBlock(int j, Stash& s);
   // Takes dx_ (the gradient at the block's output) to the block's input.
-  void BackwardBlock(int j, Slot& s);
-  BlockActs& Acts(Slot& s, int j) { return recompute_ ? shared_acts_.front() : s.blocks[j]; }
+  void BackwardBlock(int j, Stash& s);
+  BlockActs& Acts(Stash& s, int j) { return recompute_ ? shared_acts_.front() : s.blocks[j]; }
   // Windowed: uploads unit `u`'s weights ahead of their use (no-op past the
   // last unit or when not windowed).
   void Prefetch(int u);
@@ -117,8 +117,8 @@ class GptModel : public Model {
   int wte_ = -1, wpe_ = -1, lnf_gamma_ = -1, lnf_beta_ = -1, head_ = -1;
   std::vector<BlockParams> block_params_;  // this stage's blocks
   std::vector<std::vector<int>> units_;    // params of each unit, in forward order
-  std::vector<Slot> slots_;
-  std::vector<BlockActs> shared_acts_;  // with recomputation: one for every slot
+  std::vector<Stash> stashes_;
+  std::vector<BlockActs> shared_acts_;  // with recomputation: one for every stash
   Array logits_, dx_, tmp_, tmp2_, tmp4_, dqkv_;
   std::vector<int32_t> host_pos_;
   std::vector<float> zeros_;

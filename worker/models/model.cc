@@ -225,15 +225,15 @@ MlpModel::MlpModel(const ModelSpec& model, const Stage& stage, kernels::Backend*
   output_width_ = layers_.back().out;
 }
 
-MlpModel::Slot& MlpModel::SlotAt(int slot) {
-  while (static_cast<int>(slots_.size()) <= slot) {
-    slots_.emplace_back(backend_);
-    for (size_t i = 0; i < layers_.size(); ++i) slots_.back().acts.emplace_back(backend_);
+MlpModel::Stash& MlpModel::StashAt(int stash) {
+  while (static_cast<int>(stashes_.size()) <= stash) {
+    stashes_.emplace_back(backend_);
+    for (size_t i = 0; i < layers_.size(); ++i) stashes_.back().acts.emplace_back(backend_);
   }
-  return slots_[slot];
+  return stashes_[stash];
 }
 
-bool MlpModel::Reserve(Slot& s, int rows) {
+bool MlpModel::Reserve(Stash& s, int rows) {
   bool room = s.input.Resize(static_cast<int64_t>(rows) * input_width_) && s.labels.Resize(rows);
   int64_t widest = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -247,17 +247,17 @@ bool MlpModel::Reserve(Slot& s, int rows) {
   return room && delta_.Resize(rows * widest) && delta_prev_.Resize(rows * widest);
 }
 
-float* MlpModel::Output(Slot& s, int i) {
+float* MlpModel::Output(Stash& s, int i) {
   while (i >= 0 && layers_[i].type == SOFTMAX_XENT) --i;
   return i < 0 ? s.input.data() : s.acts[i].data();
 }
 
-absl::StatusOr<StepResult> MlpModel::Forward(int slot, const Batch& batch,
+absl::StatusOr<StepResult> MlpModel::Forward(int stash, const Batch& batch,
                                              const std::vector<float>* input,
                                              std::vector<float>* output, bool train) {
   const int rows = batch.rows;
   if (!first_) RETURN_IF_ERROR(CheckSize(input, rows, input_width_, "stage input"));
-  Slot& s = SlotAt(slot);
+  Stash& s = StashAt(stash);
   s.rows = rows;
   // Sizes first: a device without room fails here, before any work.
   if (!Reserve(s, rows)) return absl::ResourceExhaustedError(BackendStatus().message());
@@ -295,9 +295,9 @@ absl::StatusOr<StepResult> MlpModel::Forward(int slot, const Batch& batch,
   return result;
 }
 
-absl::Status MlpModel::Backward(int slot, const std::vector<float>* grad_output,
+absl::Status MlpModel::Backward(int stash, const std::vector<float>* grad_output,
                                 std::vector<float>* grad_input) {
-  Slot& s = slots_.at(slot);
+  Stash& s = stashes_.at(stash);
   const int rows = s.rows;
   // `delta` holds d(loss)/d(output of layer i) walking down.
   Array* delta = &s.dloss;

@@ -9,7 +9,7 @@
 // of ModelParams() (its first is stage().first_param there); a stage that is
 // not the first takes the activations of the one before as input, and one
 // that is not the last hands its output activations on and takes their
-// gradient back. Each micro-batch in flight keeps its activations in a slot
+// gradient back. Each micro-batch in flight keeps its activations in a stash
 // of its own, from its Forward to its Backward.
 //
 // Windowed (ps_worker --device_memory_budget, GPT models): no parameter
@@ -132,20 +132,20 @@ class Model {
   int64_t output_width() const { return output_width_; }
 
   // The forward of `batch`'s rows through this stage's layers, kept in
-  // `slot` for its backward (with `train`). The first stage reads the batch's
+  // `stash` for its backward (with `train`). The first stage reads the batch's
   // x or tokens, a later one `input` (rows x input_width() floats). The last
   // stage returns the loss against the batch's labels; an earlier one writes
   // its output (rows x output_width()) to *output and returns no loss.
   // INVALID_ARGUMENT for an input of the wrong size.
-  virtual absl::StatusOr<StepResult> Forward(int slot, const Batch& batch,
+  virtual absl::StatusOr<StepResult> Forward(int stash, const Batch& batch,
                                              const std::vector<float>* input,
                                              std::vector<float>* output, bool train) = 0;
-  // The backward of the micro-batch in `slot`: the last stage starts from
+  // The backward of the micro-batch in `stash`: the last stage starts from
   // its loss, an earlier one from `grad_output` (the gradient of its
   // output); grads() then holds this micro-batch's parameter gradients, and
   // a stage that is not the first writes the gradient of its input to
   // *grad_input.
-  virtual absl::Status Backward(int slot, const std::vector<float>* grad_output,
+  virtual absl::Status Backward(int stash, const std::vector<float>* grad_output,
                                 std::vector<float>* grad_input) = 0;
 
  protected:
@@ -232,9 +232,9 @@ Batch SliceBatch(const Batch& batch, int begin, int end);
 class MlpModel : public Model {
  public:
   MlpModel(const ModelSpec& spec, const Stage& stage, kernels::Backend* backend);
-  absl::StatusOr<StepResult> Forward(int slot, const Batch& batch, const std::vector<float>* input,
+  absl::StatusOr<StepResult> Forward(int stash, const Batch& batch, const std::vector<float>* input,
                                      std::vector<float>* output, bool train) override;
-  absl::Status Backward(int slot, const std::vector<float>* grad_output,
+  absl::Status Backward(int stash, const std::vector<float>* grad_output,
                         std::vector<float>* grad_input) override;
 
  private:
@@ -245,22 +245,22 @@ class MlpModel : public Model {
   };
   using Array = kernels::DeviceArray<float>;
   // One micro-batch's activations.
-  struct Slot {
-    explicit Slot(kernels::Backend* b) : input(b), dloss(b), labels(b) {}
+  struct Stash {
+    explicit Stash(kernels::Backend* b) : input(b), dloss(b), labels(b) {}
     int rows = 0;
     Array input, dloss;  // the stage's input; the last stage's d(loss)/d(logits)
     kernels::DeviceArray<int32_t> labels;
     std::vector<Array> acts;  // acts[i]: output of layer i
   };
 
-  Slot& SlotAt(int slot);
-  // Sizes the slot's and the shared arrays; false when the device has no room.
-  bool Reserve(Slot& s, int rows);
-  // The output of layer i in slot s (the loss layer passes its input on).
-  float* Output(Slot& s, int i);
+  Stash& StashAt(int stash);
+  // Sizes the stash's and the shared arrays; false when the device has no room.
+  bool Reserve(Stash& s, int rows);
+  // The output of layer i in stash s (the loss layer passes its input on).
+  float* Output(Stash& s, int i);
 
   std::vector<Layer> layers_;  // this stage's
-  std::vector<Slot> slots_;
+  std::vector<Stash> stashes_;
   Array delta_, delta_prev_;
 };
 

@@ -1,6 +1,6 @@
 // A model cut into pipeline stages computes what the whole model computes:
 // the stages chained in process (activations forward, their gradients
-// backward, micro-batches in slots of their own) give the whole model's
+// backward, micro-batches in stashes of their own) give the whole model's
 // loss and gradients.
 #include <algorithm>
 #include <cmath>
@@ -67,7 +67,7 @@ Result Whole(const JobSpec& job, const Batch& batch) {
 }
 
 // The stages of `stages`, chained: every forward of `micro` equal
-// micro-batches first (each in its own slot), then every backward; the
+// micro-batches first (each in its own stash), then every backward; the
 // gradients of the mean loss (each micro-batch's weighted by its share).
 Result Chained(const JobSpec& job, const Batch& batch, int stages, int micro,
                bool recompute = false) {

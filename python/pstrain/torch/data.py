@@ -62,17 +62,18 @@ class ClockBatchSampler(torch.utils.data.Sampler):
             raise TypeError("pstrain.torch.ClockBatchSampler takes a map-style dataset "
                             "(__len__ and __getitem__), not %s" % type(data_source).__name__)
         self.size = len(data_source)
-        self._start = None  # (clock, share, share_of) the next iteration begins at
+        self._start = None  # (clock, share_index, num_shares) the next iteration begins at
         self._issued = collections.deque()  # (clock, indices) yielded, not yet trained
 
     def __iter__(self):
         job = _worker.registered("ClockBatchSampler").job
-        clock, share, share_of = self._start or (job.start_clock, job.worker_id,
+        clock, share_index, num_shares = self._start or (job.start_clock, job.worker_id,
                                                  job.num_workers)
         self._issued.clear()
         for c in range(clock, job.total_clocks):
             indices = batch_indices(c, seed=job.seed, train_size=self.size,
-                                    batch_size=job.batch_size, share=share, share_of=share_of)
+                                    batch_size=job.batch_size, share_index=share_index,
+                                    num_shares=num_shares)
             self._issued.append((c, indices))
             yield indices
 
@@ -81,11 +82,11 @@ class ClockBatchSampler(torch.utils.data.Sampler):
         start = self._start[0] if self._start else job.start_clock
         return max(0, job.total_clocks - start)
 
-    def set_start(self, clock, share, share_of):
-        """The next iteration begins at clock `clock` with share `share` of
-        `share_of` (as DistributedSampler.set_epoch, before iter()): what
+    def set_start(self, clock, share_index, num_shares):
+        """The next iteration begins at clock `clock` with share `share_index` of
+        `num_shares` (as DistributedSampler.set_epoch, before iter()): what
         pst.batches() says after a membership change or a rollback."""
-        self._start = (clock, share, share_of)
+        self._start = (clock, share_index, num_shares)
 
     def pop_issued(self):
         """The oldest (clock, indices) yielded and not yet taken, or None:
@@ -185,11 +186,11 @@ class _ClockBatches:
 
 
 def _clock_share(worker):
-    """(share, share_of) of the clock under way."""
-    share, share_of = ctypes.c_int(), ctypes.c_int()
-    _capi.check(_capi.lib().pst_clock_share(worker.handle, ctypes.byref(share),
-                                            ctypes.byref(share_of)), "", "pst_clock_share")
-    return share.value, share_of.value
+    """(share_index, num_shares) of the clock under way."""
+    share_index, num_shares = ctypes.c_int(), ctypes.c_int()
+    _capi.check(_capi.lib().pst_clock_share(worker.handle, ctypes.byref(share_index),
+                                            ctypes.byref(num_shares)), "", "pst_clock_share")
+    return share_index.value, num_shares.value
 
 
 def _next_clock(worker, indices):
@@ -207,9 +208,9 @@ def _next_clock(worker, indices):
     return clock.value, rows.value
 
 
-def batch_indices(clock, *, seed, train_size, batch_size, share=0, share_of=1):
+def batch_indices(clock, *, seed, train_size, batch_size, share_index=0, num_shares=1):
     """The example indices of clock `clock`'s global batch, or of share
-    `share` of `share_of` of it: the data order the workers follow, for a
+    `share_index` of `num_shares` of it: the data order the workers follow, for a
     single process trained on the same batches (the library's order, its
     clocks per epoch included). Needs no worker.
 
@@ -218,8 +219,8 @@ def batch_indices(clock, *, seed, train_size, batch_size, share=0, share_of=1):
       seed: the job's seed.
       train_size: the training set's size.
       batch_size: the job's global batch.
-      share: which part of the global batch (0 <= share < share_of).
-      share_of: into how many parts it is split (1: the whole batch).
+      share_index: which share of the global batch (0 <= share_index < num_shares).
+      num_shares: into how many shares it is split (1: the whole batch).
 
     Returns:
       A list of int example indices.
@@ -230,10 +231,10 @@ def batch_indices(clock, *, seed, train_size, batch_size, share=0, share_of=1):
     if batch_size < 1:
         raise ValueError("pstrain.torch.batch_indices: batch_size %d < 1" % batch_size)
     out = (ctypes.c_int64 * batch_size)()
-    rows = _capi.lib().pst_batch_indices(seed, train_size, batch_size, clock, share_of, share,
-                                         out, batch_size)
+    rows = _capi.lib().pst_batch_indices(seed, train_size, batch_size, clock, num_shares,
+                                         share_index, out, batch_size)
     if rows < 0:
         raise ValueError("pstrain.torch.batch_indices: no batch for clock=%d seed=%d "
                          "train_size=%d batch_size=%d share %d of %d"
-                         % (clock, seed, train_size, batch_size, share, share_of))
+                         % (clock, seed, train_size, batch_size, share_index, num_shares))
     return out[:rows]
