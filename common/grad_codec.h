@@ -1,22 +1,10 @@
 // Gradient compression of pushes (JobSpec.compression, docs/compression.md):
-// the two codecs' encodings of one chunk, their decoding, and the worker's
-// error feedback.
-//
-// A chunk of n values encodes into exactly EncodedBytes(spec, n) bytes,
-// little-endian:
-//   SIGN:  ceil(n / block) fp32 scales, then ceil(n / 8) bytes of signs
-//          (value i's sign is bit i % 8 of byte i / 8; 1: negative). Value
-//          i decodes to -scale or +scale of its block.
-//   TOP_K: k = KeptValues(spec, n) uint32 indices, strictly ascending and
-//          below n, then the k fp32 values; every other value decodes to 0.
-//   INT8:  ceil(n / block) fp32 scales (a block's max |value| / 127), then
-//          n int8 levels in [-127, 127]; value i decodes to its level times
-//          its block's scale.
-//   INT4:  as INT8 with levels in [-7, 7] (scale max / 7), two's-complement
-//          nibbles two to a byte, value i's in the low nibble of byte i / 2
-//          when i is even; an odd n's last high nibble is 0.
-// So a server knows every payload's size from the chunk's size alone, and a
-// payload of another size is malformed.
+// the job's settings, whether a chunk goes compressed, and a chunk's
+// encoding with the worker's error feedback and its decoding -- through
+// the codec's class (common/chunk_codec.h: one class a codec, each header
+// giving its layout). A chunk of n values encodes into exactly
+// EncodedBytes(spec, n) bytes, so a server knows every payload's size from
+// the chunk's size alone, and a payload of another size is malformed.
 //
 // Error feedback (Seide et al. 2014; Karimireddy et al., "Error Feedback
 // Fixes SignSGD", 2019): the worker keeps per chunk the residual r of its
@@ -50,22 +38,22 @@ bool CompressesPulls(const GradCompression& spec);
 bool Compresses(const GradCompression& spec, int64_t numel);
 // TOP_K: the values a chunk of `numel` keeps, ratio x numel rounded (at least 1).
 int64_t KeptValues(const GradCompression& spec, int64_t numel);
-// The bytes a compressed chunk of `numel` values encodes into.
+// The bytes a compressed chunk of `numel` values encodes into (codec NONE:
+// its fp32 values').
 int64_t EncodedBytes(const GradCompression& spec, int64_t numel);
 
-// Encodes v = values + residual (n of each) into EncodedBytes(spec, n)
-// bytes at `out` (any alignment) and leaves in `residual` what the encoding
-// left out, v - decode(out). `residual` may hold anything finite to begin
-// with (zeros on a chunk's first push). A v with a NaN or an Inf is
-// encoded so that it decodes to NaN, and `residual` is left as it was.
+// Encodes v = values + residual (n of each; `spec` names a codec: a chunk
+// Compresses) into EncodedBytes(spec, n) bytes at `out` (any alignment) and leaves in `residual`
+// what the encoding left out, v - decode(out). `residual` may hold anything finite to begin with
+// (zeros on a chunk's first push). A v with a NaN or an Inf is encoded so that it decodes to NaN,
+// and `residual` is left as it was.
 void EncodeWithFeedback(const GradCompression& spec, const float* values, int64_t n,
                         float* residual, char* out);
 
 // Decodes `bytes` (`size` of them, any alignment) into the chunk's `numel`
-// values at `out`. INVALID_ARGUMENT when the size is not EncodedBytes, a
-// scale is negative, a TOP_K index is out of range or out of order, or an
-// INT level is one the encoder never writes (-128, -8, a set unused
-// nibble); `out` is then unspecified.
+// values at `out`. INVALID_ARGUMENT when the size is not EncodedBytes, or
+// the bytes are ones the codec never writes (ChunkCodec::Decode), or the
+// spec names no codec; `out` is then unspecified.
 absl::Status Decode(const GradCompression& spec, const char* bytes, int64_t size, int64_t numel,
                     float* out);
 

@@ -11,15 +11,11 @@
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/status_macros.h"
+#include "server/pull_payloads.h"
 #include "server/pull_slots.h"
 
 namespace pstrain {
 namespace {
-
-// Bytes of a chunk's payload in a pull's reply of `dtype`.
-int64_t PayloadBytes(const ChunkStore& store, int32_t chunk, DType dtype) {
-  return store.ChunkNumel(chunk) * DTypeSize(dtype);
-}
 
 // The store's request of a decoded push header (its parts come after).
 ChunkStore::PushRequest PushRequestOf(const PushHeader& h) {
@@ -260,54 +256,44 @@ int64_t ChunkRequests::ReplyBytes(const PullRequest& req) const {
   // A shared-memory pull's payloads go into its segment, not the reply.
   if (req.shm_segment() != 0) return 0;
   int64_t bytes = 0;
-  for (int32_t chunk : req.chunks()) bytes += PayloadBytes(*store_, chunk, req.dtype());
+  for (int32_t chunk : req.chunks()) bytes += DensePayloadBytes(*store_, chunk, req.dtype());
   return bytes;
 }
 
+absl::Status ChunkRequests::ClaimPullSlots(const PullRequest& req, ShmSegment& segment) {
+  uint64_t newest = segment.newest_pull.load();
+  do {
+    if (req.shm_sequence() < newest) {
+      return absl::AbortedError("pull: a newer pull of this worker's was answered");
+    }
+  } while (!segment.newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
+  return absl::OkStatus();
+}
+
 absl::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* resp) {
-  const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
-  std::shared_ptr<ShmSegment> segment;  // the payloads go there instead
+  std::shared_ptr<ShmSegment> segment;  // the payloads go there instead of the message
   std::optional<absl::MutexLock> writing;
   if (req.shm_segment() != 0) {
     RETURN_IF_ERROR(Segment(req.shm_segment(), &segment));
     writing.emplace(&segment->pull_mu);
-    // Only the newest attempt writes (its worker no longer reads an older one's answer).
-    uint64_t newest = segment->newest_pull.load();
-    do {
-      if (req.shm_sequence() < newest) {
-        return absl::AbortedError("pull: a newer pull of this worker's was answered");
-      }
-    } while (!segment->newest_pull.compare_exchange_weak(newest, req.shm_sequence()));
+    RETURN_IF_ERROR(ClaimPullSlots(req, *segment));
   }
-  // A compressed pull's bases (server/pull_views.h), held until answered.
-  const bool compressed = req.held_size() > 0;
-  std::vector<std::shared_ptr<const PullViews::View>> bases(ids.size());
-  PulledViews pulled;
-  std::vector<int64_t> payload_bytes(ids.size());
-  int64_t bytes = 0;
+  const std::unique_ptr<PullPayloads> payloads = PayloadsOf(req, *store_, views_.get());
+  std::vector<int64_t> payload_bytes;
   PullResponse unknown;  // views the worker must offer first
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!compressed) {
-      payload_bytes[i] = PayloadBytes(*store_, ids[i], req.dtype());
-    } else if (absl::StatusOr<int64_t> planned =
-                   views_->Plan(ids[i], req.held(i), store_->ChunkNumel(ids[i]), &bases[i]);
-               planned.ok()) {
-      payload_bytes[i] = *planned;
-    } else {  // NOT_FOUND, Plan's only error
-      unknown.add_views_unknown(ids[i]);
-    }
-    bytes += payload_bytes[i];
-  }
+  payloads->Plan(&payload_bytes, &unknown);
   if (unknown.views_unknown_size() > 0) {
     *resp = SerializeSmall(unknown);
     return absl::OkStatus();
   }
+  const std::vector<int32_t> ids(req.chunks().begin(), req.chunks().end());
   PulledClocks clocks;  // of every chunk
   absl::Status read;
+  // Dense payloads into a segment: written over the server's pool.
+  const bool in_slots = segment != nullptr && payloads->views() == nullptr;
+  if (in_slots) read = ReadIntoSlots(*store_, shm_layout_, req, ids, *segment, &clocks);
   const std::vector<int64_t> in_message =
       segment == nullptr ? payload_bytes : std::vector<int64_t>(ids.size(), 0);
-  const bool in_slots = segment != nullptr && !compressed;
-  if (in_slots) read = ReadIntoSlots(*store_, shm_layout_, req, ids, *segment, &clocks);
   *resp = EncodePullResponse(
       ids, in_message,
       [&](size_t i, char* dst) {
@@ -316,35 +302,19 @@ absl::Status ChunkRequests::FillPull(const PullRequest& req, grpc::ByteBuffer* r
           dst = segment->data() + shm_layout_.region_bytes() + shm_layout_.Offset(ids[i]);
         }
         PulledClocks chunk;
-        if (compressed) {
-          read = ReadCompressed(req, ids[i], bases[i].get(), dst, &chunk, &pulled);
-        } else {
-          read = store_->Read(req.worker_id(), req.clock(), req.min_clock(), ids[i], req.dtype(),
-                              dst, &chunk);
-        }
+        read = payloads->Write(i, dst, &chunk);
         clocks.Merge(chunk);
       },
-      clocks, compressed ? &pulled : nullptr);
+      clocks, payloads->views());
   if (!read.ok()) {  // the chunks' memory failed: the server is failing
     resp->Clear();
     return absl::UnavailableError(absl::StrCat("pull: ", read.message()));
   }
+  int64_t bytes = 0;
+  for (int64_t b : payload_bytes) bytes += b;
   counters_->bytes_out += bytes;
   if (segment != nullptr) counters_->shm_bytes += bytes;
   ++counters_->pulls;
-  return absl::OkStatus();
-}
-
-absl::Status ChunkRequests::ReadCompressed(const PullRequest& req, int32_t chunk,
-                                           const PullViews::View* base, char* out,
-                                           PulledClocks* clocks, PulledViews* pulled) {
-  thread_local std::vector<float> current;
-  current.resize(store_->ChunkNumel(chunk));
-  RETURN_IF_ERROR(store_->Read(req.worker_id(), req.clock(), req.min_clock(), chunk, FP32,
-                               reinterpret_cast<char*>(current.data()), clocks));
-  pulled->bases.push_back(base == nullptr ? 0 : base->id);
-  pulled->views.push_back(views_->Answer(chunk, req.worker_id(), base, current.data(),
-                                         static_cast<int64_t>(current.size()), out));
   return absl::OkStatus();
 }
 

@@ -92,9 +92,10 @@ class ChunkRequests {
   // The bytes of the pull's reply in the message (0 when its payloads go
   // into its segment): what the reply budget counts.
   int64_t ReplyBytes(const PullRequest& req) const;
-  // The reply to a pull whose guarantee holds (a compressed one naming a
-  // view not kept here: the chunks whose views the worker must offer
-  // first, PullResponse.views_unknown).
+  // The reply to a pull whose guarantee holds: its payloads
+  // (server/pull_payloads.h) in the message or in the worker's segment (a
+  // compressed one naming a view not kept here: the chunks whose views the
+  // worker must offer first, PullResponse.views_unknown).
   absl::Status FillPull(const PullRequest& req, grpc::ByteBuffer* resp);
   // The answer to OpenShm: a ticket for a segment of this server's layout.
   absl::Status GrantShm(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
@@ -107,11 +108,10 @@ class ChunkRequests {
   absl::Status OfferViews(const grpc::ByteBuffer& raw, grpc::ByteBuffer* resp) const;
 
  private:
-  // A compressed pull's reply for `chunk`: from the worker's view `base`
-  // (null: the values whole) to the weights now, into `out`; its bases and
-  // views into *pulled.
-  absl::Status ReadCompressed(const PullRequest& req, int32_t chunk, const PullViews::View* base,
-                              char* out, PulledClocks* clocks, PulledViews* pulled);
+  // A shared-memory pull's claim on its segment's pull slots (the caller
+  // holds segment.pull_mu): only the newest attempt writes there, its
+  // worker no longer reading an older one's answer; ABORTED for an older.
+  static absl::Status ClaimPullSlots(const PullRequest& req, ShmSegment& segment);
   // A shared-memory push's chunks (empty payloads in the message): each
   // pointed at its push slot, `width` bytes a value (a compressed one: the
   // codec's bytes); INVALID_ARGUMENT for a
