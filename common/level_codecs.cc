@@ -72,32 +72,21 @@ PSTRAIN_SIMD_CLONES bool HasInt4BadLevel(const uint8_t* data, int64_t n) {
   return bad != 0 || ((n & 1) && (data[bytes - 1] >> 4) != 0);
 }
 
-PSTRAIN_SIMD_CLONES void DecodeInt8(int64_t block, int64_t blocks, const char* bytes, int64_t n,
-                                    float* out) {
-  const int8_t* data = reinterpret_cast<const int8_t*>(bytes + 4 * blocks);
-  for (int64_t b = 0; b < blocks; ++b) {
-    float scale;
-    std::memcpy(&scale, bytes + 4 * b, 4);
-    const int64_t begin = b * block, end = std::min(n, begin + block);
-    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(data[i]) * scale;
-  }
+// Values [begin, end) of a block of `scale`, from their levels at `data`.
+PSTRAIN_SIMD_CLONES void DecodeInt8Block(const int8_t* data, int64_t begin, int64_t end,
+                                         float scale, float* out) {
+  for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(data[i]) * scale;
 }
 
-PSTRAIN_SIMD_CLONES void DecodeInt4(int64_t block, int64_t blocks, const char* bytes, int64_t n,
-                                    float* out) {
-  const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes + 4 * blocks);
-  for (int64_t b = 0; b < blocks; ++b) {
-    float scale;
-    std::memcpy(&scale, bytes + 4 * b, 4);
-    const int64_t begin = b * block, end = std::min(n, begin + block);
-    int64_t i = begin;  // a block starts on a byte
-    for (; i + 2 <= end; i += 2) {
-      const uint8_t byte = data[i >> 1];
-      out[i] = static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) * scale;
-      out[i + 1] = static_cast<float>(static_cast<int8_t>(byte) >> 4) * scale;
-    }
-    if (i < end) out[i] = static_cast<float>(static_cast<int8_t>(data[i >> 1] << 4) >> 4) * scale;
+PSTRAIN_SIMD_CLONES void DecodeInt4Block(const uint8_t* data, int64_t begin, int64_t end,
+                                         float scale, float* out) {
+  int64_t i = begin;  // a block starts on a byte
+  for (; i + 2 <= end; i += 2) {
+    const uint8_t byte = data[i >> 1];
+    out[i] = static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) * scale;
+    out[i + 1] = static_cast<float>(static_cast<int8_t>(byte) >> 4) * scale;
   }
+  if (i < end) out[i] = static_cast<float>(static_cast<int8_t>(data[i >> 1] << 4) >> 4) * scale;
 }
 
 }  // namespace
@@ -122,12 +111,19 @@ void LevelCodec::Encode(int64_t n, float* v, char* out) const {
 
 absl::Status LevelCodec::Decode(const char* bytes, int64_t numel, float* out) const {
   RETURN_IF_ERROR(CheckScales(bytes, numel));
-  if (HasBadLevel(reinterpret_cast<const uint8_t*>(bytes) + 4 * Blocks(numel), numel)) {
+  const int64_t blocks = Blocks(numel);
+  const char* data = bytes + 4 * blocks;
+  if (HasBadLevel(reinterpret_cast<const uint8_t*>(data), numel)) {
     return absl::InvalidArgumentError(
         "a compressed chunk holds a level the encoder writes none of (-128 in INT8, -8 in "
         "INT4, or INT4's unused last nibble set)");
   }
-  DecodeLevels(bytes, numel, out);
+  for (int64_t b = 0; b < blocks; ++b) {
+    float scale;
+    std::memcpy(&scale, bytes + 4 * b, 4);
+    const int64_t begin = b * block(), end = std::min(numel, begin + block());
+    DecodeBlock(data, begin, end, scale, out);
+  }
   return absl::OkStatus();
 }
 
@@ -139,8 +135,9 @@ bool Int8Codec::HasBadLevel(const uint8_t* data, int64_t n) const {
   return HasInt8BadLevel(data, n);
 }
 
-void Int8Codec::DecodeLevels(const char* bytes, int64_t n, float* out) const {
-  DecodeInt8(block(), Blocks(n), bytes, n, out);
+void Int8Codec::DecodeBlock(const char* data, int64_t begin, int64_t end, float scale,
+                            float* out) const {
+  DecodeInt8Block(reinterpret_cast<const int8_t*>(data), begin, end, scale, out);
 }
 
 void Int4Codec::WriteLevels(const int8_t* q, int64_t n, int64_t begin, char* data) const {
@@ -151,8 +148,9 @@ bool Int4Codec::HasBadLevel(const uint8_t* data, int64_t n) const {
   return HasInt4BadLevel(data, n);
 }
 
-void Int4Codec::DecodeLevels(const char* bytes, int64_t n, float* out) const {
-  DecodeInt4(block(), Blocks(n), bytes, n, out);
+void Int4Codec::DecodeBlock(const char* data, int64_t begin, int64_t end, float scale,
+                            float* out) const {
+  DecodeInt4Block(reinterpret_cast<const uint8_t*>(data), begin, end, scale, out);
 }
 
 }  // namespace pstrain

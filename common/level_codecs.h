@@ -30,8 +30,10 @@ class LevelCodec : public BlockScaledCodec {
   virtual void WriteLevels(const int8_t* q, int64_t n, int64_t begin, char* data) const = 0;
   // Whether the chunk's `n` levels at `data` hold one the encoder never writes.
   virtual bool HasBadLevel(const uint8_t* data, int64_t n) const = 0;
-  // Decodes the levels, knowing they are good.
-  virtual void DecodeLevels(const char* bytes, int64_t n, float* out) const = 0;
+  // Values [begin, end) of one block of `scale`, from the levels at `data`
+  // (the chunk's, after the scales), knowing they are good.
+  virtual void DecodeBlock(const char* data, int64_t begin, int64_t end, float scale,
+                           float* out) const = 0;
 
  private:
   const int levels_;
@@ -45,7 +47,8 @@ class Int8Codec : public LevelCodec {
  private:
   void WriteLevels(const int8_t* q, int64_t n, int64_t begin, char* data) const override;
   bool HasBadLevel(const uint8_t* data, int64_t n) const override;
-  void DecodeLevels(const char* bytes, int64_t n, float* out) const override;
+  void DecodeBlock(const char* data, int64_t begin, int64_t end, float scale,
+                   float* out) const override;
 };
 
 class Int4Codec : public LevelCodec {
@@ -56,7 +59,8 @@ class Int4Codec : public LevelCodec {
  private:
   void WriteLevels(const int8_t* q, int64_t n, int64_t begin, char* data) const override;
   bool HasBadLevel(const uint8_t* data, int64_t n) const override;
-  void DecodeLevels(const char* bytes, int64_t n, float* out) const override;
+  void DecodeBlock(const char* data, int64_t begin, int64_t end, float scale,
+                   float* out) const override;
 };
 
 }  // namespace pstrain
