@@ -49,28 +49,47 @@ TEST(ChunkCodecsTest, MakeCodecPicksTheJobsClass) {
 // 10 values in blocks of 8: two scales.
 const std::vector<float> kValues = {1, -3, 0.5f, 2, -1, 4, -0.5f, 0, 6, -2};
 
+// kValues encoded by `codec`; what the encoding left out goes to *left.
+std::vector<char> Encoded(const ChunkCodec& codec, std::vector<float>* left) {
+  *left = kValues;
+  std::vector<char> out(codec.EncodedBytes(static_cast<int64_t>(left->size())));
+  codec.Encode(static_cast<int64_t>(left->size()), left->data(), out.data());
+  return out;
+}
+
+// `out` decodes, and with what the encoding left out gives kValues back
+// (SIGN: to a rounding).
+void ExpectDecodesBack(const ChunkCodec& codec, const std::vector<char>& out,
+                       const std::vector<float>& left, bool exact) {
+  std::vector<float> back(kValues.size());
+  ASSERT_TRUE(codec.Decode(out.data(), static_cast<int64_t>(back.size()), back.data()).ok());
+  for (size_t i = 0; i < back.size(); ++i) {
+    if (exact) {
+      EXPECT_EQ(back[i] + left[i], kValues[i]) << i;
+    } else {
+      EXPECT_FLOAT_EQ(back[i] + left[i], kValues[i]) << i;
+    }
+  }
+}
+
 TEST(ChunkCodecsTest, SignWritesScalesThenSignBits) {
   const SignCodec codec(8);
   ASSERT_EQ(codec.EncodedBytes(10), 2 * 4 + 2);
-  std::vector<float> v = kValues;
-  std::vector<char> out(codec.EncodedBytes(10));
-  codec.Encode(10, v.data(), out.data());
+  std::vector<float> v;
+  const std::vector<char> out = Encoded(codec, &v);
   EXPECT_FLOAT_EQ(FloatAt(out, 0), 12.0f / 8);          // mean |value| of the first block
   EXPECT_FLOAT_EQ(FloatAt(out, 4), 4.0f);               // of the second (6, -2)
   EXPECT_EQ(static_cast<uint8_t>(out[8]), 0b01010010);  // values 1, 4, 6 negative
   EXPECT_EQ(static_cast<uint8_t>(out[9]), 0b10);        // value 9 negative
-  std::vector<float> back(10);
-  ASSERT_TRUE(codec.Decode(out.data(), 10, back.data()).ok());
-  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(back[i] + v[i], kValues[i]) << i;
+  ExpectDecodesBack(codec, out, v, /*exact=*/false);
 }
 
 TEST(ChunkCodecsTest, TopKWritesAscendingIndicesThenValues) {
   const TopKCodec codec(0.25f);
   ASSERT_EQ(codec.Kept(10), 3);  // 2.5 rounded away from zero
-  std::vector<float> v = kValues;
-  std::vector<char> out(codec.EncodedBytes(10));
+  std::vector<float> v;
+  const std::vector<char> out = Encoded(codec, &v);
   ASSERT_EQ(out.size(), 3u * 8);
-  codec.Encode(10, v.data(), out.data());
   EXPECT_EQ(WordAt(out, 0), 1u);  // -3, 4, 6: the largest magnitudes, by index
   EXPECT_EQ(WordAt(out, 4), 5u);
   EXPECT_EQ(WordAt(out, 8), 8u);
@@ -79,42 +98,34 @@ TEST(ChunkCodecsTest, TopKWritesAscendingIndicesThenValues) {
   EXPECT_EQ(FloatAt(out, 20), 6.0f);
   EXPECT_EQ(v[1], 0.0f);  // kept values leave nothing; the others are kept whole
   EXPECT_EQ(v[3], 2.0f);
-  std::vector<float> back(10);
-  ASSERT_TRUE(codec.Decode(out.data(), 10, back.data()).ok());
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(back[i] + v[i], kValues[i]) << i;
+  ExpectDecodesBack(codec, out, v, /*exact=*/true);
 }
 
 TEST(ChunkCodecsTest, Int8WritesScalesThenOneLevelAByte) {
   const Int8Codec codec(8);
   ASSERT_EQ(codec.EncodedBytes(10), 2 * 4 + 10);
-  std::vector<float> v = kValues;
-  std::vector<char> out(codec.EncodedBytes(10));
-  codec.Encode(10, v.data(), out.data());
+  std::vector<float> v;
+  const std::vector<char> out = Encoded(codec, &v);
   EXPECT_FLOAT_EQ(FloatAt(out, 0), 4.0f / 127);  // the first block's max |value| / 127
   EXPECT_FLOAT_EQ(FloatAt(out, 4), 6.0f / 127);
   EXPECT_EQ(static_cast<int8_t>(out[8 + 5]), 127);  // 4: the block's largest
   EXPECT_EQ(static_cast<int8_t>(out[8 + 1]), -95);  // -3 x 127 / 4 = -95.25
   EXPECT_EQ(static_cast<int8_t>(out[8 + 8]), 127);
   EXPECT_EQ(static_cast<int8_t>(out[8 + 9]), -42);  // -2 x 127 / 6 = -42.3
-  std::vector<float> back(10);
-  ASSERT_TRUE(codec.Decode(out.data(), 10, back.data()).ok());
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(back[i] + v[i], kValues[i]) << i;
+  ExpectDecodesBack(codec, out, v, /*exact=*/true);
 }
 
 TEST(ChunkCodecsTest, Int4PacksTwoLevelsAByteLowNibbleFirst) {
   const Int4Codec codec(8);
   ASSERT_EQ(codec.EncodedBytes(10), 2 * 4 + 5);
-  std::vector<float> v = kValues;
-  std::vector<char> out(codec.EncodedBytes(10));
-  codec.Encode(10, v.data(), out.data());
+  std::vector<float> v;
+  const std::vector<char> out = Encoded(codec, &v);
   EXPECT_FLOAT_EQ(FloatAt(out, 0), 4.0f / 7);
   // Values 0 and 1: 1 x 7 / 4 = 1.75 -> 2, -3 x 7 / 4 = -5.25 -> -5 (0xB).
   EXPECT_EQ(static_cast<uint8_t>(out[8]), 0xB2);
   // Values 8 and 9: 6 -> 7, -2 x 7 / 6 = -2.33 -> -2 (0xE).
   EXPECT_EQ(static_cast<uint8_t>(out[12]), 0xE7);
-  std::vector<float> back(10);
-  ASSERT_TRUE(codec.Decode(out.data(), 10, back.data()).ok());
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(back[i] + v[i], kValues[i]) << i;
+  ExpectDecodesBack(codec, out, v, /*exact=*/true);
 }
 
 TEST(ChunkCodecsTest, NonFiniteEncodingsDecodeToNaN) {
