@@ -117,7 +117,7 @@ def mlp_pair(args, threads, config, job, pstrain_first):
         run([args.ps_worker, "--standalone", "--job=" + job, "--compute_threads=%d" % threads,
              "--status_file=" + status])
         with open(status) as f:
-            st = json.load(f)
+            st = json.load(f)["worker"]
         # Over all the training clocks, evaluations left out (as PyTorch's is).
         return int(st["clocks_trained"]) * batch_size(job) / st["train_s"]  # int64: a JSON string
     runs = {"pstrain": pstrain, "torch": lambda: mlp_torch(args, config)}

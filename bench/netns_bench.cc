@@ -95,8 +95,8 @@ absl::StatusOr<Result> RunOnce(int servers, int workers) {
   for (int w = 0; w < workers; ++w) {
     const MemberStatus m = testing::MemberOf(*st, WORKER, w);
     // The clocks' bytes: the run's mean per clock times its clocks.
-    bytes += m.run_split().bytes() * m.clocks_trained();
-    slowest = std::max(slowest, m.train_s());
+    bytes += m.worker().run_split().bytes() * m.worker().clocks_trained();
+    slowest = std::max(slowest, m.worker().train_s());
     r.shm_bytes += m.shm_bytes();
   }
   r.mb_per_s = slowest > 0 ? bytes / slowest / 1e6 : 0;

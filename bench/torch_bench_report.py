@@ -14,12 +14,13 @@ def clock_split(status):
     for m in status.get("members", []):
         if m.get("role") != "WORKER":
             continue
-        s = m.get("run_split") or m.get("runSplit") or {}
+        w = m.get("worker", {})
+        s = w.get("run_split", {})
         split.append({
             "id": m.get("id", 0),
-            "frontend": m.get("frontend", ""),
-            "clocks": int(m.get("clocks_trained", m.get("clocksTrained", 0))),
-            "train_s": round(float(m.get("train_s", m.get("trainS", 0.0))), 3),
+            "frontend": w.get("frontend", ""),
+            "clocks": int(w.get("clocks_trained", 0)),
+            "train_s": round(float(w.get("train_s", 0.0)), 3),
             **{k: round(float(s.get(k, 0.0)), 3)
                for k in ("gate_ms", "pull_ms", "compute_ms", "push_ms", "rpcs", "bytes")},
         })

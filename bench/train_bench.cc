@@ -84,15 +84,15 @@ absl::StatusOr<Run> FromWorkers(const JobSpec& job, const std::vector<MemberStat
   double slowest = 0;
   int64_t clocks = 0;
   for (const MemberStatus& w : workers) {
-    if (w.state() != FINISHED || w.clocks_trained() <= 0) {
+    if (w.state() != FINISHED || w.worker().clocks_trained() <= 0) {
       return absl::InternalError(absl::StrCat("worker ", w.id(), " did not finish: ", w.message()));
     }
-    slowest = std::max(slowest, w.train_s());
-    clocks = w.clocks_trained();
+    slowest = std::max(slowest, w.worker().train_s());
+    clocks = w.worker().clocks_trained();
   }
   run.samples_per_s = static_cast<double>(clocks) * job.batch_size() / slowest;
   run.clock_ms = 1000 * slowest / static_cast<double>(clocks);
-  run.split = workers.front().run_split();
+  run.split = workers.front().worker().run_split();
   return run;
 }
 
@@ -135,7 +135,7 @@ absl::StatusOr<Run> RunCluster(const JobSpec& job, const Config& c,
   ASSIGN_OR_RETURN(Run run, FromWorkers(job, workers));
   int64_t replicated = 0;
   for (int s = 0; s < c.servers; ++s) {
-    replicated += testing::MemberOf(st, SERVER, s).replicated_bytes();
+    replicated += testing::MemberOf(st, SERVER, s).server().standby().replicated_bytes();
   }
   run.replicated_bytes_per_clock = static_cast<double>(replicated) / job.clocks();
   return run;

@@ -119,7 +119,7 @@ namespace {
 // A server's part of each sparse table, labelled by the table's name (one
 // family after another: a family's samples must not interleave).
 void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
-  if (s.tables_size() == 0) return;
+  if (s.server().tables_size() == 0) return;
   const PrometheusText::Labels l = DaemonLabels(s);
   struct Field {
     const char* name;
@@ -164,7 +164,7 @@ void WriteTableMetrics(const MemberStatus& s, PrometheusText* out) {
        &TableStatus::nonfinite_skipped},
   };
   for (const Field& f : fields) {
-    for (const TableStatus& t : s.tables()) {
+    for (const TableStatus& t : s.server().tables()) {
       PrometheusText::Labels lt = l;
       lt.emplace_back("table", t.name());
       const double v = static_cast<double>((t.*f.value)());
@@ -193,15 +193,16 @@ void WriteRefusedMetrics(const MemberStatus& s, PrometheusText* out) {
 // A server's part in standby copies (none without them).
 void WriteStandbyMetrics(const MemberStatus& s, const PrometheusText::Labels& l,
                          PrometheusText* out) {
-  if (s.serving_size() == 0 && s.standby_of_size() == 0) return;
+  if (s.server().standby().serving_size() == 0 && s.server().standby().standby_of_size() == 0)
+    return;
   out->Gauge("pstrain_replication_lag",
              "changes of the chunks this server serves that their standby has not confirmed", l,
-             s.replication_lag());
+             s.server().standby().replication_lag());
   out->Counter("pstrain_replicated_bytes_total", "bytes this server sent to its standbys", l,
-               s.replicated_bytes());
+               s.server().standby().replicated_bytes());
   out->Gauge("pstrain_standby_ready",
              "1 when every standby copy this server keeps is filled (it can take over)", l,
-             s.standby_ready());
+             s.server().standby().ready());
 }
 
 }  // namespace
@@ -240,11 +241,11 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
   if (s.role() == SERVER) {
     out->Counter("pstrain_nonfinite_skipped_total",
                  "parts of pushes (chunks', tables') not applied for a NaN or Inf", l,
-                 s.nonfinite_skipped());
+                 s.server().nonfinite_skipped());
     WriteRefusedMetrics(s, out);
-    out->Gauge("pstrain_parameters", "parameters this server holds", l, s.params());
+    out->Gauge("pstrain_parameters", "parameters this server holds", l, s.server().params());
     out->Gauge("pstrain_checkpoint_clock", "the newest checkpoint this server wrote", l,
-               s.checkpoint_clock());
+               s.server().checkpoint_clock());
     WriteStandbyMetrics(s, l, out);
     histogram("pstrain_optimizer_update_duration_seconds", "one chunk's optimizer update",
               latencies.optimizer_update);
@@ -254,25 +255,27 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
   histogram("pstrain_gate_wait_duration_seconds", "a worker's wait for the gate to open",
             latencies.gate_wait);
   PrometheusText::Labels with_frontend = l;
-  with_frontend.emplace_back("frontend", s.frontend().empty() ? "builtin" : s.frontend());
+  with_frontend.emplace_back("frontend",
+                             s.worker().frontend().empty() ? "builtin" : s.worker().frontend());
   out->Gauge("pstrain_worker_info",
              "1; frontend: what computes the worker's gradients (builtin: ps_worker's own "
              "models; pytorch: a PyTorch script)",
              with_frontend, 1);
-  out->Gauge("pstrain_loss", "the last training loss", l, s.loss());
-  if (s.test_accuracy() >= 0) {
-    out->Gauge("pstrain_test_accuracy", "the last evaluation's accuracy", l, s.test_accuracy());
+  out->Gauge("pstrain_loss", "the last training loss", l, s.worker().loss());
+  if (s.worker().test_accuracy() >= 0) {
+    out->Gauge("pstrain_test_accuracy", "the last evaluation's accuracy", l,
+               s.worker().test_accuracy());
   }
-  if (s.validation_loss() >= 0 && s.unigram_entropy() > 0) {
+  if (s.worker().validation_loss() >= 0 && s.worker().unigram_entropy() > 0) {
     out->Gauge("pstrain_validation_loss", "the last validation loss (nats per byte)", l,
-               s.validation_loss());
+               s.worker().validation_loss());
   }
   out->Gauge("pstrain_samples_per_second", "training throughput seen by this worker", l,
-             s.samples_per_s());
-  const std::pair<const char*, double> phases[] = {{"gate", s.gate_ms()},
-                                                   {"pull", s.pull_ms()},
-                                                   {"compute", s.compute_ms()},
-                                                   {"push", s.push_ms()}};
+             s.worker().samples_per_s());
+  const std::pair<const char*, double> phases[] = {{"gate", s.worker().gate_ms()},
+                                                   {"pull", s.worker().pull_ms()},
+                                                   {"compute", s.worker().compute_ms()},
+                                                   {"push", s.worker().push_ms()}};
   for (const auto& [phase, ms] : phases) {
     PrometheusText::Labels with_phase = l;
     with_phase.emplace_back("phase", phase);

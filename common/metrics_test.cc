@@ -28,9 +28,9 @@ MemberStatus Worker() {
   s.set_pushes(34);
   s.set_pulls(35);
   s.set_bytes_in(1000);
-  s.set_loss(0.5);
-  s.set_test_accuracy(-1);
-  s.set_gate_ms(2);
+  s.mutable_worker()->set_loss(0.5);
+  s.mutable_worker()->set_test_accuracy(-1);
+  s.mutable_worker()->set_gate_ms(2);
   return s;
 }
 
@@ -61,10 +61,10 @@ TEST(MetricsTest, AServersTablesAreLabelledByName) {
   MemberStatus s;
   s.set_role(SERVER);
   s.set_id(1);
-  (*s.mutable_refused())[kRefusedRows] = 5;
-  (*s.mutable_refused())[kRefusedShm] = 2;
+  (*s.mutable_server()->mutable_refused())[kRefusedRows] = 5;
+  (*s.mutable_server()->mutable_refused())[kRefusedShm] = 2;
   for (const char* name : {"words", "tags"}) {
-    TableStatus* t = s.add_tables();
+    TableStatus* t = s.mutable_server()->add_tables();
     t->set_name(name);
     t->set_rows(name[0] == 'w' ? 1000 : 7);
     t->set_bytes(64000);
@@ -124,10 +124,10 @@ TEST(MetricsTest, StandbyCopiesShowWhoServesWhatAndTheLag) {
   EXPECT_EQ(*PromValue(*families, "pstrain_serving_server", {{"home", "1"}}), 0);
   MemberStatus server;
   server.set_role(SERVER);
-  server.add_serving(0);
-  server.add_serving(1);
-  server.set_replication_lag(3);
-  server.set_replicated_bytes(4096);
+  server.mutable_server()->mutable_standby()->add_serving(0);
+  server.mutable_server()->mutable_standby()->add_serving(1);
+  server.mutable_server()->mutable_standby()->set_replication_lag(3);
+  server.mutable_server()->mutable_standby()->set_replicated_bytes(4096);
   PrometheusText member;
   WriteDaemonMetrics(server, Latencies(), &member);
   families = ParsePrometheusText(member.text());

@@ -1,5 +1,5 @@
 // One counter of what a server refused, labelled by what was refused: the
-// Status field MemberStatus.refused (a map keyed by the words below) and
+// Status field ServerStatus.refused (a map keyed by the words below) and
 // the metric pstrain_requests_refused_total{what="..."} (common/metrics.cc).
 // The words are defined here once; a server reports every one of them (0
 // when nothing of that kind was refused).
@@ -33,8 +33,9 @@ inline constexpr std::array<const char*, 3> kRefusedWhat = {kRefusedChunks, kRef
 
 // The count of `what` in `s` (0 when it has none).
 inline int64_t Refused(const MemberStatus& s, const std::string& what) {
-  const auto it = s.refused().find(what);
-  return it == s.refused().end() ? 0 : it->second;
+  const auto& refused = s.server().refused();
+  const auto it = refused.find(what);
+  return it == refused.end() ? 0 : it->second;
 }
 
 }  // namespace pstrain

@@ -299,7 +299,7 @@ if [ $code -eq 0 ]; then
   if [ -z "$acc" ] && [ -s "$LOGS/status.json" ]; then
     # (A torch script reports its accuracy to the scheduler: pst.finish.)
     acc=$(python3 -c 'import json, sys
-m = [w for w in json.load(open(sys.argv[1]))["members"] if w.get("role") == "WORKER" and w.get("test_accuracy", -1) >= 0]
+m = [w["worker"] for w in json.load(open(sys.argv[1]))["members"] if w.get("role") == "WORKER" and w["worker"].get("test_accuracy", -1) >= 0]
 print("%.4f" % m[0]["test_accuracy"] if m else "")' "$LOGS/status.json" 2>/dev/null || true)
   fi
   val=$(grep -ho "final validation loss [0-9.]*" "$LOGS"/worker*.log | head -n1 | awk '{print $4}' || true)

@@ -182,12 +182,14 @@ void Gate::RolledBack(int64_t clock) {
 void Gate::TakenOver() { norms_.Reset(rollbacks_->restore_clock()); }
 
 void Gate::AddReportedNorm(const MemberStatus& st) {
-  if (!st.has_last_norm_clock() || st.last_norm_generation() != rollbacks_->generation() ||
-      rollbacks_->rolling_back() || !phase_->Running()) {
+  if (!st.server().has_last_norm()) return;
+  const NormReport& norm = st.server().last_norm();
+  if (norm.generation() != rollbacks_->generation() || rollbacks_->rolling_back() ||
+      !phase_->Running()) {
     return;
   }
-  if (norms_.Add(st.id(), st.last_norm_clock(), st.last_norm_sum_squares()).ok() &&
-      norms_.Total(st.last_norm_clock()).has_value()) {
+  if (norms_.Add(st.id(), norm.clock(), norm.sum_squares()).ok() &&
+      norms_.Total(norm.clock()).has_value()) {
     Wake();
   }
 }

@@ -451,7 +451,6 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   me->set_state(phase_.state == DONE ? FINISHED : phase_.state == ABORTED ? FAILED : RUNNING);
   me->set_uptime_s(absl::ToDoubleSeconds(now - start_));
   me->set_clock(clocks_.SlowestClock());
-  me->set_test_accuracy(-1);
   AddWaits(me);
   // The parts', from the same managers as the snapshot.
   control_.AddStatus(&out);

@@ -161,8 +161,8 @@ TEST_F(JobCoordinatorTest, ANormRoundBegunBeforeATakeoverCompletesThroughHeartbe
   beat.mutable_status()->set_role(SERVER);
   beat.mutable_status()->set_id(0);
   beat.mutable_status()->set_state(RUNNING);
-  beat.mutable_status()->set_last_norm_clock(0);
-  beat.mutable_status()->set_last_norm_sum_squares(5.0);
+  beat.mutable_status()->mutable_server()->mutable_last_norm()->set_clock(0);
+  beat.mutable_status()->mutable_server()->mutable_last_norm()->set_sum_squares(5.0);
   ASSERT_TRUE(coordinator_->Heartbeat(beat, now_).ok());
   const std::vector<Release> released = coordinator_->TakeReleases();
   ASSERT_EQ(released.size(), 1u);

@@ -16,7 +16,7 @@ MemberStatus NewStatus(Role role, int id, const std::string& address) {
   status.set_id(id);
   status.set_address(address);
   status.set_state(REGISTERED);
-  status.set_test_accuracy(-1);
+  if (role == WORKER) status.mutable_worker()->set_test_accuracy(-1);
   return status;
 }
 

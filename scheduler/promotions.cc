@@ -31,13 +31,14 @@ void Promotions::Registered(int server, const std::string& address) {
 
 void Promotions::Reported(int server, const MemberStatus& status) {
   if (server < 0 || server >= num_servers_) return;
-  TakenUp(server, status.routes_version());
+  TakenUp(server, status.server().standby().routes_version());
   ServerRoutes* r = state_.mutable_routes();
   // Ready only for the routes it has seen: a copy demoted since is stale.
-  if (status.routes_version() != r->version() || r->addresses(server).empty()) return;
-  if (r->ready(server) == status.standby_ready()) return;
-  r->set_ready(server, status.standby_ready());
-  if (status.standby_ready()) {
+  if (status.server().standby().routes_version() != r->version() || r->addresses(server).empty())
+    return;
+  if (r->ready(server) == status.server().standby().ready()) return;
+  r->set_ready(server, status.server().standby().ready());
+  if (status.server().standby().ready()) {
     spdlog::info("server {} holds every standby copy it keeps: it can take over", server);
   }
   // (Not a change of the routes' version: the members need not hear it.)

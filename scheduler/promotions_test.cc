@@ -19,8 +19,8 @@ JobSpec Job(int servers, int standby_copies = 1) {
 // A server's heartbeat Status saying its copies are (not) filled for `routes`.
 MemberStatus Ready(const Promotions& p, bool ready = true) {
   MemberStatus st;
-  st.set_standby_ready(ready);
-  st.set_routes_version(p.routes().version());
+  st.mutable_server()->mutable_standby()->set_ready(ready);
+  st.mutable_server()->mutable_standby()->set_routes_version(p.routes().version());
   return st;
 }
 
@@ -63,7 +63,7 @@ TEST(PromotionsTest, ADeadServersChunksGoToTheNextServer) {
   p.Reported(0, Ready(p));
   EXPECT_EQ(p.promotions(), 0);
   MemberStatus older = Ready(p);
-  older.set_routes_version(version);
+  older.mutable_server()->mutable_standby()->set_routes_version(version);
   p.Reported(2, older);
   EXPECT_EQ(p.promotions(), 0);
   p.Reported(2, Ready(p));

@@ -67,7 +67,7 @@ std::optional<int64_t> Rollbacks::TakeManifestToWrite(const Membership& members)
   for (int s : chunk_servers_) {
     const MemberRecord* m = members.Get(SERVER, s);
     if (m == nullptr || m->status.generation() != generation()) return std::nullopt;
-    complete = std::min(complete, m->status.checkpoint_clock());
+    complete = std::min(complete, m->status.server().checkpoint_clock());
   }
   if (complete <= manifest_clock()) return std::nullopt;
   manifest_in_flight_ = true;

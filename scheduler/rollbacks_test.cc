@@ -39,7 +39,7 @@ class RollbacksTest : public ::testing::Test {
   // Server `s` reports generation `g` and a checkpoint of `clock`.
   void Report(int s, int64_t g, int64_t clock = 0) {
     members_.Get(SERVER, s)->status.set_generation(g);
-    members_.Get(SERVER, s)->status.set_checkpoint_clock(clock);
+    members_.Get(SERVER, s)->status.mutable_server()->set_checkpoint_clock(clock);
   }
 
   absl::Time now_ = absl::FromUnixSeconds(100);

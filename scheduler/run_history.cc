@@ -44,16 +44,17 @@ RunPoint RunHistory::PointOf(const ClusterStatus& status, int64_t unix_ms) {
     if (dead || m.clock() == 0) continue;  // no loss yet
     // A worker's first heartbeats after its first clock may carry no loss
     // (0) and no rate (0, until its first progress window): not points.
-    if (m.loss() > 0) {
+    if (m.worker().loss() > 0) {
       ++reported;
-      loss += m.loss();
+      loss += m.worker().loss();
     }
-    if (m.samples_per_s() > 0) p.set_samples_per_s(std::max(p.samples_per_s(), m.samples_per_s()));
-    p.set_test_accuracy(std::max(p.test_accuracy(), m.test_accuracy()));
-    if (m.unigram_entropy() > 0 && m.validation_loss() >= 0) {
+    if (m.worker().samples_per_s() > 0)
+      p.set_samples_per_s(std::max(p.samples_per_s(), m.worker().samples_per_s()));
+    p.set_test_accuracy(std::max(p.test_accuracy(), m.worker().test_accuracy()));
+    if (m.worker().unigram_entropy() > 0 && m.worker().validation_loss() >= 0) {
       p.set_validation_loss(p.validation_loss() < 0
-                                ? m.validation_loss()
-                                : std::min(p.validation_loss(), m.validation_loss()));
+                                ? m.worker().validation_loss()
+                                : std::min(p.validation_loss(), m.worker().validation_loss()));
     }
   }
   p.set_loss(reported > 0 ? loss / reported : -1);

@@ -17,9 +17,9 @@ ClusterStatus At(int64_t clock, double loss) {
     w->set_id(i);
     w->set_state(RUNNING);
     w->set_clock(clock + 1 + i);
-    w->set_loss(loss + i);
-    w->set_test_accuracy(i == 0 ? 0.5 : -1);
-    w->set_samples_per_s(100);
+    w->mutable_worker()->set_loss(loss + i);
+    w->mutable_worker()->set_test_accuracy(i == 0 ? 0.5 : -1);
+    w->mutable_worker()->set_samples_per_s(100);
   }
   return st;
 }
@@ -47,10 +47,10 @@ TEST(RunHistoryTest, ANewEvaluationIsAPoint) {
   ASSERT_TRUE(h.ok());
   ClusterStatus st = At(5, 2.0);
   (*h)->Record(st, 1000);
-  st.mutable_members(0)->set_test_accuracy(0.75);
+  st.mutable_members(0)->mutable_worker()->set_test_accuracy(0.75);
   (*h)->Record(st, 1100);
-  st.mutable_members(0)->set_unigram_entropy(3.0);
-  st.mutable_members(0)->set_validation_loss(1.5);
+  st.mutable_members(0)->mutable_worker()->set_unigram_entropy(3.0);
+  st.mutable_members(0)->mutable_worker()->set_validation_loss(1.5);
   (*h)->Record(st, 1200);
   (*h)->Record(st, 1300);  // nothing new
   const std::vector<RunPoint> points = (*h)->Points();
@@ -65,11 +65,11 @@ TEST(RunHistoryTest, ANewEvaluationIsAPoint) {
 // and does not count in the others' mean: the curves start at real points.
 TEST(RunHistoryTest, UnreportedLossesAndRatesAreNotPoints) {
   ClusterStatus st = At(0, 2.0);
-  st.mutable_members(1)->set_loss(0);
-  st.mutable_members(1)->set_samples_per_s(0);
+  st.mutable_members(1)->mutable_worker()->set_loss(0);
+  st.mutable_members(1)->mutable_worker()->set_samples_per_s(0);
   EXPECT_EQ(RunHistory::PointOf(st, 1).loss(), 2.0);  // worker 0's alone
-  st.mutable_members(0)->set_loss(0);
-  st.mutable_members(0)->set_samples_per_s(0);
+  st.mutable_members(0)->mutable_worker()->set_loss(0);
+  st.mutable_members(0)->mutable_worker()->set_samples_per_s(0);
   const RunPoint none = RunHistory::PointOf(st, 1);
   EXPECT_EQ(none.loss(), -1);
   EXPECT_EQ(none.samples_per_s(), -1);

@@ -28,16 +28,17 @@ std::string ParkedWhat(const ChunkRequests* chunks, const ByteBudget& replies, c
                       lagging.empty() ? "" : ": behind: ", lagging);
 }
 
-// An offloaded store's memory and file traffic, into `st`.
-void AddOffloadStatus(const ChunkMemoryStats& m, MemberStatus* st) {
-  if (!m.offloaded) return;
-  st->set_offload_resident_bytes(m.resident_bytes);
-  st->set_offload_disk_bytes(m.disk_bytes);
-  st->set_offload_direct(m.direct);
-  st->set_offload_read_bytes(m.read_bytes);
-  st->set_offload_write_bytes(m.write_bytes);
-  st->set_offload_read_mb_per_s(m.read_s > 0 ? m.read_bytes / m.read_s / 1e6 : 0);
-  st->set_offload_write_mb_per_s(m.write_s > 0 ? m.write_bytes / m.write_s / 1e6 : 0);
+// An offloaded store's memory and file traffic.
+OffloadStatus OffloadOf(const ChunkMemoryStats& m) {
+  OffloadStatus st;
+  st.set_resident_bytes(m.resident_bytes);
+  st.set_disk_bytes(m.disk_bytes);
+  st.set_direct(m.direct);
+  st.set_read_bytes(m.read_bytes);
+  st.set_write_bytes(m.write_bytes);
+  st.set_read_mb_per_s(m.read_s > 0 ? m.read_bytes / m.read_s / 1e6 : 0);
+  st.set_write_mb_per_s(m.write_s > 0 ? m.write_bytes / m.write_s / 1e6 : 0);
+  return st;
 }
 
 }  // namespace
@@ -68,40 +69,42 @@ MemberStatus PsService::GetStatus() const {
   st.set_bytes_out(counters_.bytes_out);
   st.set_pushes(counters_.pushes);
   st.set_pulls(counters_.pulls);
-  auto& refused_by_what = *st.mutable_refused();
-  refused_by_what[kRefusedChunks] = refused();
-  refused_by_what[kRefusedRows] = tables == nullptr ? 0 : tables->refused();
-  refused_by_what[kRefusedShm] = shm_ == nullptr ? 0 : shm_->refused();
-  if (tables != nullptr) {
-    for (TableStatus& t : tables->Status()) *st.add_tables() = std::move(t);
-  }
   st.set_shm_bytes(counters_.shm_bytes);
   st.set_shm_rings(counters_.shm_rings);
   st.set_shm_segments(shm_ == nullptr ? 0 : shm_->attached());
   st.set_rss_bytes(ResidentBytes());
+  ServerStatus* server = st.mutable_server();
+  auto& refused_by_what = *server->mutable_refused();
+  refused_by_what[kRefusedChunks] = refused();
+  refused_by_what[kRefusedRows] = tables == nullptr ? 0 : tables->refused();
+  refused_by_what[kRefusedShm] = shm_ == nullptr ? 0 : shm_->refused();
+  if (tables != nullptr) {
+    for (TableStatus& t : tables->Status()) *server->add_tables() = std::move(t);
+  }
   if (s != nullptr && s->NumParams() > 0) {
-    st.set_params(s->NumParams());
-    st.set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
+    server->set_params(s->NumParams());
+    server->set_bytes_per_param(static_cast<double>(s->BytesHeld()) / s->NumParams());
   }
   if (shard != nullptr) {
-    st.set_nonfinite_skipped(shard->NonfiniteSkipped());
     st.set_generation(shard->generation());
-    st.set_checkpoint_clock(shard->CheckpointClock());
-    AddOffloadStatus(shard->store()->memory_stats(), &st);
+    server->set_nonfinite_skipped(shard->NonfiniteSkipped());
+    server->set_checkpoint_clock(shard->CheckpointClock());
+    const ChunkMemoryStats memory = shard->store()->memory_stats();
+    if (memory.offloaded) *server->mutable_offload() = OffloadOf(memory);
   }
-  st.set_test_accuracy(-1);
   if (shard != nullptr && shard->store()->standby_copies() > 0) {
+    StandbyStatus* copies = server->mutable_standby();
     {
       // The routes first: the copies' state below is at least theirs.
       absl::MutexLock lock(&mu_);
-      st.set_routes_version(routes_.version());
+      copies->set_routes_version(routes_.version());
     }
     const StandbyParts& standby = shard->standby();
-    for (int home : standby.Homes(/*served=*/true)) st.add_serving(home);
-    for (int home : standby.Homes(/*served=*/false)) st.add_standby_of(home);
-    st.set_standby_ready(standby.Filled());
-    st.set_replication_lag(standby.Lag());
-    st.set_replicated_bytes(counters_.replicated_bytes);
+    for (int home : standby.Homes(/*served=*/true)) copies->add_serving(home);
+    for (int home : standby.Homes(/*served=*/false)) copies->add_standby_of(home);
+    copies->set_ready(standby.Filled());
+    copies->set_replication_lag(standby.Lag());
+    copies->set_replicated_bytes(counters_.replicated_bytes);
   }
   AddWaits(chunks.get(), &st);
   return st;
@@ -109,7 +112,7 @@ MemberStatus PsService::GetStatus() const {
 
 void PsService::AddWaits(const ChunkRequests* chunks, MemberStatus* st) const {
   parked_rows_.ForEachWaiting([st](const PsCall& call) {
-    for (TableStatus& t : *st->mutable_tables()) {
+    for (TableStatus& t : *st->mutable_server()->mutable_tables()) {
       if (t.name() == call.rows.table()) t.set_pulls_waiting(t.pulls_waiting() + 1);
     }
     Wait* w = st->add_waits();

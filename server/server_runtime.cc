@@ -169,7 +169,7 @@ class Server {
   MemberStatus HeartbeatStatus() {
     MemberStatus st = service_->GetStatus();
     absl::MutexLock lock(&norm_mu_);
-    st.MergeFrom(last_norm_);
+    if (last_norm_.has_value()) *st.mutable_server()->mutable_last_norm() = *last_norm_;
     return st;
   }
 
@@ -185,7 +185,7 @@ class Server {
   std::shared_ptr<ChunkStore> store_;
   ShmLayout shm_layout_;  // where the store's chunks lie in a worker's segment
   absl::Mutex norm_mu_;
-  MemberStatus last_norm_ ABSL_GUARDED_BY(norm_mu_);  // only the last_norm_* fields
+  std::optional<NormReport> last_norm_ ABSL_GUARDED_BY(norm_mu_);
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
@@ -234,9 +234,10 @@ int Server::Run(const RegisterResponse& reg) {
       [this](int64_t generation, int64_t clock, double sum_squares) {
         {
           absl::MutexLock lock(&norm_mu_);
-          last_norm_.set_last_norm_clock(clock);
-          last_norm_.set_last_norm_generation(generation);
-          last_norm_.set_last_norm_sum_squares(sum_squares);
+          last_norm_.emplace();
+          last_norm_->set_clock(clock);
+          last_norm_->set_generation(generation);
+          last_norm_->set_sum_squares(sum_squares);
         }
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },

@@ -361,8 +361,8 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
   MemberStatus server_status;
   ctx = ContextWithTimeout(absl::Seconds(10));
   ASSERT_TRUE(server->Status(ctx.get(), status_req, &server_status).ok());
-  EXPECT_EQ(server_status.nonfinite_skipped(), 2);
-  EXPECT_GT(server_status.bytes_per_param(), 4.0);
+  EXPECT_EQ(server_status.server().nonfinite_skipped(), 2);
+  EXPECT_GT(server_status.server().bytes_per_param(), 4.0);
   // A pull of an unknown chunk or with an absurd guarantee is refused.
   PullRequest bad;
   bad.set_worker_id(0);

@@ -187,10 +187,10 @@ TEST(StandaloneTest, AloneEqualsOneWorkerOnOneServer) {
     ASSERT_TRUE(
         google::protobuf::util::JsonStringToMessage(ReadFile(dir + "/status.json"), &st).ok());
     EXPECT_EQ(st.state(), FINISHED);
-    EXPECT_EQ(st.clocks_trained(), 19);
-    EXPECT_GT(st.train_s(), 0);
-    EXPECT_EQ(st.run_split().rpcs(), 0);
-    EXPECT_GT(st.run_split().bytes(), 0);
+    EXPECT_EQ(st.worker().clocks_trained(), 19);
+    EXPECT_GT(st.worker().train_s(), 0);
+    EXPECT_EQ(st.worker().run_split().rpcs(), 0);
+    EXPECT_GT(st.worker().run_split().bytes(), 0);
   }
   // A pipelined job cannot run alone: exit 2 before training.
   const std::string dir = NewTempDir("alone_pipeline");

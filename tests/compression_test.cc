@@ -40,7 +40,7 @@ Outcome Train(const std::string& name, const std::string& compression) {
   EXPECT_TRUE(end.ok()) << end.status();
   if (!end.ok()) return {};
   const MemberStatus worker = MemberOf(*end, WORKER, 0);
-  return {worker.test_accuracy(), worker.bytes_out(), worker.bytes_in()};
+  return {worker.worker().test_accuracy(), worker.bytes_out(), worker.bytes_in()};
 }
 
 TEST(CompressionTest, EachCodecTrainsNearDenseOnAFractionOfTheBytes) {

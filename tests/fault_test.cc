@@ -53,7 +53,7 @@ const UndisturbedRun& Undisturbed() {
     }
     const MemberStatus w = FinalWorker(cluster, 0);
     if (w.state() != FINISHED) return r;
-    r->accuracy = w.test_accuracy();
+    r->accuracy = w.worker().test_accuracy();
     r->weights = ReadWeights(cluster.worker_weights(0));
     return r;
   }();
@@ -164,7 +164,7 @@ TEST(FaultTest, UnderBspTheOtherWorkerGoesOnWithoutAKilledOne) {
   EXPECT_EQ(alive.state(), FINISHED);
   EXPECT_EQ(alive.clock(), final_status->total_clocks());
   EXPECT_EQ(MemberOf(*final_status, WORKER, 1 - survivor).state(), DEAD);
-  const double accuracy = alive.test_accuracy();
+  const double accuracy = alive.worker().test_accuracy();
   std::printf("final test accuracy %.4f, undisturbed %.4f\n", accuracy, undisturbed);
   ASSERT_GT(undisturbed, 0);
   EXPECT_NEAR(accuracy, undisturbed, 0.01);
@@ -204,14 +204,14 @@ TEST(FaultTest, UnderWaitAReplacementTakesOverAKilledWorkersId) {
   // behind the held survivor, and its gate report went out with the push of
   // the clock before, so the replacement starts one or two behind.
   EXPECT_EQ(replacement.state(), FINISHED);
-  EXPECT_GE(replacement.start_clock(), held_at - 2);
-  EXPECT_LE(replacement.start_clock(), held_at);
-  const double accuracy = replacement.test_accuracy();
+  EXPECT_GE(replacement.worker().start_clock(), held_at - 2);
+  EXPECT_LE(replacement.worker().start_clock(), held_at);
+  const double accuracy = replacement.worker().test_accuracy();
   std::printf(
       "the replacement took id %d at clock %lld (the survivor held at %lld); final "
       "test accuracy %.4f, undisturbed %.4f\n",
-      victim, static_cast<long long>(replacement.start_clock()), static_cast<long long>(held_at),
-      accuracy, undisturbed);
+      victim, static_cast<long long>(replacement.worker().start_clock()),
+      static_cast<long long>(held_at), accuracy, undisturbed);
   EXPECT_NEAR(accuracy, undisturbed, 0.01);
 }
 
@@ -231,13 +231,13 @@ TEST(FaultTest, UnderWaitAReplacementMakesThePushItsPredecessorNeverSent) {
   // It went through the held clock again, and BSP ended where it would have
   // without the kill.
   EXPECT_EQ(replacement.state(), FINISHED);
-  EXPECT_EQ(replacement.start_clock(), kHeld);
+  EXPECT_EQ(replacement.worker().start_clock(), kHeld);
   std::printf(
       "the replacement started at clock %lld (the push of %lld was never sent); "
       "final test accuracy %.4f, undisturbed %.4f\n",
-      static_cast<long long>(replacement.start_clock()), static_cast<long long>(kHeld),
-      replacement.test_accuracy(), undisturbed);
-  EXPECT_DOUBLE_EQ(replacement.test_accuracy(), undisturbed);
+      static_cast<long long>(replacement.worker().start_clock()), static_cast<long long>(kHeld),
+      replacement.worker().test_accuracy(), undisturbed);
+  EXPECT_DOUBLE_EQ(replacement.worker().test_accuracy(), undisturbed);
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), Undisturbed().weights), 0);
 }
 
@@ -259,16 +259,17 @@ TEST(FaultTest, PushingByLayersAReplacementRedoesAHalfPushedClockFromNewerWeight
   const MemberStatus replacement =
       KillTheHolderAndReplaceIt(cluster, {"--overlap=on"}, absl::Seconds(1));
   EXPECT_EQ(replacement.state(), FINISHED);
-  EXPECT_EQ(replacement.start_clock(), kHeld);
+  EXPECT_EQ(replacement.worker().start_clock(), kHeld);
   const double difference =
       MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed.weights);
   std::printf(
       "the replacement started at clock %lld; final test accuracy %.4f, undisturbed "
       "%.4f; max |w - undisturbed w| %.3g of max |w| %.3g\n",
-      static_cast<long long>(replacement.start_clock()), replacement.test_accuracy(),
-      undisturbed.accuracy, difference, MaxMagnitude(undisturbed.weights));
+      static_cast<long long>(replacement.worker().start_clock()),
+      replacement.worker().test_accuracy(), undisturbed.accuracy, difference,
+      MaxMagnitude(undisturbed.weights));
   EXPECT_GT(difference, 0) << "the first layer's lost gradient was made again exactly";
-  EXPECT_NEAR(replacement.test_accuracy(), undisturbed.accuracy, 0.01);
+  EXPECT_NEAR(replacement.worker().test_accuracy(), undisturbed.accuracy, 0.01);
 }
 
 // The same with checkpoints (issue 66): the replacement's pull of clock 60
@@ -298,7 +299,7 @@ TEST(FaultTest, PushingByLayersAHalfPushedClockWithCheckpointsRollsBackAndEndsBi
               static_cast<long long>(end->rollbacks(0).to_clock()),
               end->rollbacks(0).reason().c_str(), difference);
   EXPECT_EQ(difference, 0.0);
-  EXPECT_DOUBLE_EQ(replacement.test_accuracy(), undisturbed.accuracy);
+  EXPECT_DOUBLE_EQ(replacement.worker().test_accuracy(), undisturbed.accuracy);
 }
 
 // A server killed as the job reaches its end -- after the worker's last

@@ -42,8 +42,8 @@ TEST(GptTrainingTest, ValidationLossFallsWellBelowTheUnigramEntropy) {
   ASSERT_EQ(*code, 0) << cluster.Logs();
   const MemberStatus w = FinalWorker0(cluster);
   EXPECT_EQ(w.state(), FINISHED);
-  const double loss = w.validation_loss();
-  const double entropy = w.unigram_entropy();
+  const double loss = w.worker().validation_loss();
+  const double entropy = w.worker().unigram_entropy();
   std::printf("validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss, entropy);
   ASSERT_GT(loss, 0) << cluster.Logs();
   ASSERT_GT(entropy, 3.0);  // English bytes: about 4.5-4.8 bits
@@ -70,13 +70,14 @@ TEST(GptTrainingTest, Bf16ComputeTrains) {
   ASSERT_EQ(*code, 0) << cluster.Logs();
   const MemberStatus w = FinalWorker0(cluster);
   EXPECT_EQ(w.state(), FINISHED);
-  EXPECT_EQ(w.compute_dtype(), "bf16");
+  EXPECT_EQ(w.worker().compute_dtype(), "bf16");
   // The Status names the attention's kernels: the CPU's own here, on a
   // GPU cuDNN's or the CUDA backend's own.
-  EXPECT_TRUE(w.attention_path().rfind("own", 0) == 0 || w.attention_path().rfind("cudnn", 0) == 0)
-      << w.attention_path();
-  const double loss = w.validation_loss();
-  const double entropy = w.unigram_entropy();
+  EXPECT_TRUE(w.worker().attention_path().rfind("own", 0) == 0 ||
+              w.worker().attention_path().rfind("cudnn", 0) == 0)
+      << w.worker().attention_path();
+  const double loss = w.worker().validation_loss();
+  const double entropy = w.worker().unigram_entropy();
   std::printf("bf16: validation loss %.4f nats/byte, unigram entropy %.4f nats/byte\n", loss,
               entropy);
   ASSERT_GT(loss, 0) << cluster.Logs();

@@ -147,10 +147,10 @@ TEST(OffloadTest, OffloadedServersTrainTheQuickStartModelBitIdentically) {
   for (const MemberStatus& m : offloaded.status.members()) {
     if (m.role() != SERVER) continue;
     ++servers;
-    EXPECT_LE(m.offload_resident_bytes(), kBudget);
-    EXPECT_GT(m.offload_disk_bytes(), kBudget);
-    EXPECT_GT(m.offload_read_bytes(), 0);
-    EXPECT_GT(m.offload_write_bytes(), 0);
+    EXPECT_LE(m.server().offload().resident_bytes(), kBudget);
+    EXPECT_GT(m.server().offload().disk_bytes(), kBudget);
+    EXPECT_GT(m.server().offload().read_bytes(), 0);
+    EXPECT_GT(m.server().offload().write_bytes(), 0);
   }
   EXPECT_EQ(servers, 2);
   // The fixed overhead (gRPC, threads, buffers) is what an in-memory server
@@ -246,8 +246,9 @@ TEST(OffloadTest, AnOffloadedServerTrainsInsideItsBudgetPlusAFixedOverhead) {
   ASSERT_GT(memory.weights.tensors_size(), 0);
   EXPECT_EQ(memory.weights.SerializeAsString(), offloaded.weights.SerializeAsString());
   const MemberStatus server = MemberOf(offloaded.status, SERVER, 0);
-  EXPECT_GE(server.offload_disk_bytes(), 4 * kLargeBudget);  // the state is >= 4x the budget
-  EXPECT_LE(server.offload_resident_bytes(), kLargeBudget);
+  EXPECT_GE(server.server().offload().disk_bytes(),
+            4 * kLargeBudget);  // the state is >= 4x the budget
+  EXPECT_LE(server.server().offload().resident_bytes(), kLargeBudget);
   EXPECT_GT(memory.peak_rss_anon, 4 * kLargeBudget);
   EXPECT_LE(offloaded.peak_rss_anon, kLargeBudget + kFixedOverhead);
 }
@@ -317,7 +318,8 @@ Trained TrainGpt(const std::string& name, const std::vector<std::string>& flags)
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
   if (st.ok()) run.status = *st;
   for (const MemberStatus& m : run.status.members()) {
-    if (m.role() == WORKER) run.peak_rss_anon = std::max(run.peak_rss_anon, m.peak_device_bytes());
+    if (m.role() == WORKER)
+      run.peak_rss_anon = std::max(run.peak_rss_anon, m.worker().peak_device_bytes());
   }
   return run;
 }

@@ -129,27 +129,28 @@ void ExpectPipelinesTrainAsOneWorker(const std::string& job, const std::string& 
     for (int w = 0; w < c.workers; ++w) {
       const MemberStatus m = MemberOf(piped.status, WORKER, w);
       EXPECT_EQ(m.state(), FINISHED) << w;
-      EXPECT_EQ(m.stage(), w % c.stages);
-      EXPECT_EQ(m.replica(), w / c.stages);
+      EXPECT_EQ(m.worker().stage(), w % c.stages);
+      EXPECT_EQ(m.worker().replica(), w / c.stages);
       // 1F1B keeps min(M, P - stage) micro-batches, GPipe all M.
-      const int kept =
-          std::string(c.schedule) == "gpipe" ? c.micro : std::min(c.micro, c.stages - m.stage());
-      EXPECT_EQ(m.activations_in_flight(), kept) << w;
-      EXPECT_GE(m.bubble(), 0.0);
-      EXPECT_LT(m.bubble(), 1.0);
+      const int kept = std::string(c.schedule) == "gpipe"
+                           ? c.micro
+                           : std::min(c.micro, c.stages - m.worker().stage());
+      EXPECT_EQ(m.worker().pipeline().activations_in_flight(), kept) << w;
+      EXPECT_GE(m.worker().pipeline().bubble(), 0.0);
+      EXPECT_LT(m.worker().pipeline().bubble(), 1.0);
       // Activations down and their gradients up have the same shape; the
       // first stage sends no gradients, the last no activations.
-      const int stage = m.stage();
+      const int stage = m.worker().stage();
       if (stage + 1 < c.stages) {
-        EXPECT_GT(m.activation_bytes_sent(), 0) << w;
-        EXPECT_EQ(m.activation_bytes_sent(),
-                  MemberOf(piped.status, WORKER, w + 1).gradient_bytes_sent())
+        EXPECT_GT(m.worker().pipeline().activation_bytes_sent(), 0) << w;
+        EXPECT_EQ(m.worker().pipeline().activation_bytes_sent(),
+                  MemberOf(piped.status, WORKER, w + 1).worker().pipeline().gradient_bytes_sent())
             << w;
       } else {
-        EXPECT_EQ(m.activation_bytes_sent(), 0) << w;
+        EXPECT_EQ(m.worker().pipeline().activation_bytes_sent(), 0) << w;
       }
       if (stage == 0) {
-        EXPECT_EQ(m.gradient_bytes_sent(), 0) << w;
+        EXPECT_EQ(m.worker().pipeline().gradient_bytes_sent(), 0) << w;
       }
     }
   }
@@ -207,7 +208,7 @@ TEST(PipelineTest, UnderShrinkAKilledStageWorkerTakesItsReplicaOutAndTheOtherFin
     }
   }
   // The surviving replica's last stage evaluated the trained model.
-  EXPECT_GT(MemberOf(*st, WORKER, 2 * (1 - out) + 1).test_accuracy(), 0.5);
+  EXPECT_GT(MemberOf(*st, WORKER, 2 * (1 - out) + 1).worker().test_accuracy(), 0.5);
 }
 
 TEST(PipelineTest, UnderAbortAKilledStageWorkerEndsTheJobPromptly) {

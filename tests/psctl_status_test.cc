@@ -56,7 +56,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
     // once its store is made, which a slow machine shows a heartbeat late.
     int ticking = 0, members_running = 0;
     for (const MemberStatus& m : st.members()) {
-      ticking += m.role() == WORKER && m.clock() > 0 && m.loss() > 0 && m.bytes_out() > 0;
+      ticking += m.role() == WORKER && m.clock() > 0 && m.worker().loss() > 0 && m.bytes_out() > 0;
       members_running += m.state() == RUNNING;
     }
     running = st.job_state() == RUNNING_JOB && ticking == 2 && members_running == 4;
@@ -77,7 +77,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
     EXPECT_EQ(m.state(), RUNNING) << raw;
     if (m.role() == WORKER) {
       EXPECT_GT(m.bytes_out(), 0);
-      EXPECT_GT(m.loss(), 0);
+      EXPECT_GT(m.worker().loss(), 0);
     }
   }
   EXPECT_EQ(seen,
@@ -113,7 +113,7 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   EXPECT_GT(server.pushes(), 0);
   // The one refusal counter carries every word; a healthy run's pushes and
   // pulls are not refused.
-  for (const char* what : kRefusedWhat) EXPECT_EQ(server.refused().count(what), 1u) << one;
+  for (const char* what : kRefusedWhat) EXPECT_EQ(server.server().refused().count(what), 1u) << one;
   EXPECT_EQ(Refused(server, kRefusedChunks), 0) << one;
   EXPECT_EQ(Refused(server, kRefusedRows), 0) << one;
 
@@ -128,13 +128,13 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   ASSERT_TRUE(final_status.ok()) << final_status.status();
   for (int w = 0; w < 2; ++w) {
     const MemberStatus n = MemberOf(*final_status, WORKER, w);
-    EXPECT_EQ(n.clocks_trained(), 199);
+    EXPECT_EQ(n.worker().clocks_trained(), 199);
     // --straggler=fixed:20 sleeps 20 ms in every clock.
-    EXPECT_GE(n.run_split().compute_ms(), 20);
-    EXPECT_GE(n.train_s(), 199 * 0.020);
+    EXPECT_GE(n.worker().run_split().compute_ms(), 20);
+    EXPECT_GE(n.worker().train_s(), 199 * 0.020);
     // A clock's calls: the gate, and a push and a pull to each server.
-    EXPECT_NEAR(n.run_split().rpcs(), 5, 0.1);
-    EXPECT_GT(n.run_split().bytes(), 0);
+    EXPECT_NEAR(n.worker().run_split().rpcs(), 5, 0.1);
+    EXPECT_GT(n.worker().run_split().bytes(), 0);
   }
 
   // Nobody listens any more: a clear error and a non-zero exit.

@@ -75,7 +75,7 @@ double FinalAccuracy(const Cluster& cluster) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
   if (!st.ok()) return -1;
   const MemberStatus w = MemberOf(*st, WORKER, 0);
-  return w.state() == FINISHED ? w.test_accuracy() : -1;
+  return w.state() == FINISHED ? w.worker().test_accuracy() : -1;
 }
 
 struct Undisturbed {
@@ -265,7 +265,7 @@ TEST(RestartTest, AWholeJobStartedAgainResumesFromTheManifestWithTheSameDataOrde
   const int64_t resumed_at = final_status->start_clock();
   std::printf("resumed at clock %lld\n", static_cast<long long>(resumed_at));
   EXPECT_GE(resumed_at, 100) << second.Logs();
-  EXPECT_EQ(MemberOf(*final_status, WORKER, 0).start_clock(), resumed_at);
+  EXPECT_EQ(MemberOf(*final_status, WORKER, 0).worker().start_clock(), resumed_at);
   EXPECT_EQ(MaxDifference(ReadWeights(second.worker_weights(0)), calm.weights), 0.0)
       << second.Logs();
 }

@@ -93,7 +93,7 @@ std::pair<int64_t, int64_t> Leads(const Cluster& cluster,
 double FinalAccuracy(const Cluster& cluster) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
   if (!st.ok()) return -1;
-  return MemberOf(*st, WORKER, 0).test_accuracy();
+  return MemberOf(*st, WORKER, 0).worker().test_accuracy();
 }
 
 TEST(SetConsistencyTest, BspToSspAndBackAppliesEveryUpdateOnceAndFollowsTheBound) {

@@ -43,8 +43,8 @@ TEST_F(SparseRowsTest, MemoryFollowsTheBudgetNotTheIdsTouched) {
   int64_t on_disk = 0;
   for (int s = 0; s < 2; ++s) {
     const MemberStatus st = ServerStatus(servers_[s]);
-    ASSERT_EQ(st.tables_size(), 1);
-    const TableStatus& t = st.tables(0);
+    ASSERT_EQ(st.server().tables_size(), 1);
+    const TableStatus& t = st.server().tables(0);
     EXPECT_LE(t.resident_bytes(), kBudget) << "server " << s;
     EXPECT_EQ(t.rows(), t.rows_resident() + t.rows_on_disk());
     EXPECT_GT(t.rows_on_disk(), 0);
@@ -114,7 +114,7 @@ TEST_F(SparseRowsTest, AdmissionAndExpiryAsOneTableAppliesThem) {
   }
   int64_t rows = 0, created = 0, expired = 0, dropped = 0;
   for (int s = 0; s < 2; ++s) {
-    const TableStatus t = ServerStatus(servers_[s]).tables(0);
+    const TableStatus t = ServerStatus(servers_[s]).server().tables(0);
     rows += t.rows();
     created += t.rows_created();
     expired += t.rows_expired();
@@ -212,7 +212,7 @@ TEST_F(SparseRowsTest, AServerKilledLosesNoRowOfTheCompleteCheckpoint) {
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), rows.size() * 4), 0);
   int64_t held = 0;
   for (int s = 0; s < 2; ++s) {
-    const TableStatus t = ServerStatus(now[s]).tables(0);
+    const TableStatus t = ServerStatus(now[s]).server().tables(0);
     held += t.rows();
     EXPECT_EQ(t.updates(), 4) << "server " << s;
     EXPECT_EQ(t.clock(), 4) << "server " << s;

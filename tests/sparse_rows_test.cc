@@ -61,12 +61,12 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
   int64_t held = 0;
   for (int s = 0; s < 2; ++s) {
     const MemberStatus st = ServerStatus(servers_[s]);
-    ASSERT_EQ(st.tables_size(), 1);
-    EXPECT_EQ(st.tables(0).name(), "words");
-    EXPECT_GT(st.tables(0).rows(), 0);
-    EXPECT_EQ(st.tables(0).updates(), 4);  // each push reached both servers
-    EXPECT_EQ(st.tables(0).refused(), 0);
-    held += st.tables(0).rows();
+    ASSERT_EQ(st.server().tables_size(), 1);
+    EXPECT_EQ(st.server().tables(0).name(), "words");
+    EXPECT_GT(st.server().tables(0).rows(), 0);
+    EXPECT_EQ(st.server().tables(0).updates(), 4);  // each push reached both servers
+    EXPECT_EQ(st.server().tables(0).refused(), 0);
+    held += st.server().tables(0).rows();
   }
   EXPECT_EQ(held, reference.num_rows());
   // The scheduler's Status (psctl status) carries each server's tables too.
@@ -75,7 +75,7 @@ TEST_F(SparseRowsTest, RowsComeBackAsOneTableMakesAndUpdatesThem) {
       [](const ClusterStatus& st) {
         for (int id = 0; id < 2; ++id) {
           const MemberStatus m = MemberOf(st, SERVER, id);
-          if (m.tables_size() != 1 || m.tables(0).updates() != 4) return false;
+          if (m.server().tables_size() != 1 || m.server().tables(0).updates() != 4) return false;
         }
         return true;
       },
@@ -129,10 +129,10 @@ TEST_F(SparseRowsTest, BadRowRequestsAreRefusedCountedAndChangeNothing) {
       grpc::StatusCode::INVALID_ARGUMENT);
 
   const MemberStatus st = ServerStatus(servers_[0]);
-  ASSERT_EQ(st.tables_size(), 1);
-  EXPECT_EQ(st.tables(0).rows(), 2);  // no refused pull made a row
-  EXPECT_EQ(st.tables(0).updates(), 0);
-  EXPECT_EQ(st.tables(0).refused(), 5);
+  ASSERT_EQ(st.server().tables_size(), 1);
+  EXPECT_EQ(st.server().tables(0).rows(), 2);  // no refused pull made a row
+  EXPECT_EQ(st.server().tables(0).updates(), 0);
+  EXPECT_EQ(st.server().tables(0).refused(), 5);
   EXPECT_EQ(Refused(st, kRefusedRows), 8);    // those naming "nouns" or worker 5 too
   EXPECT_EQ(Refused(st, kRefusedChunks), 0);  // each counted once, as rows
   std::vector<float> after;
@@ -248,17 +248,18 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
       [](const ClusterStatus& st) {
         for (int id = 0; id < 2; ++id) {
           const MemberStatus m = MemberOf(st, SERVER, id);
-          if (m.tables_size() != 1 || m.tables(0).pulls_waiting() != 1) return false;
+          if (m.server().tables_size() != 1 || m.server().tables(0).pulls_waiting() != 1)
+            return false;
         }
         return true;
       },
       absl::Seconds(30)));
   for (int s = 0; s < 2; ++s) {
     const MemberStatus st = ServerStatus(servers_[s]);
-    ASSERT_EQ(st.tables_size(), 1);
-    EXPECT_EQ(st.tables(0).clock(), kClocks);
-    EXPECT_EQ(st.tables(0).updates(), kClocks);
-    EXPECT_EQ(st.tables(0).consistency(), BSP);
+    ASSERT_EQ(st.server().tables_size(), 1);
+    EXPECT_EQ(st.server().tables(0).clock(), kClocks);
+    EXPECT_EQ(st.server().tables(0).updates(), kClocks);
+    EXPECT_EQ(st.server().tables(0).consistency(), BSP);
   }
   const std::vector<uint64_t> other = Batch(1, kClocks);
   ASSERT_TRUE(behind.Pull("words", At(kClocks), other, &rows).ok());
@@ -270,7 +271,8 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
   std::vector<float> expected(batch.size() * 8);
   ASSERT_TRUE(reference.Pull(batch, expected.data()).ok());
   EXPECT_EQ(std::memcmp(rows.data(), expected.data(), expected.size() * 4), 0);
-  for (int s = 0; s < 2; ++s) EXPECT_EQ(ServerStatus(servers_[s]).tables(0).clock(), kClocks + 1);
+  for (int s = 0; s < 2; ++s)
+    EXPECT_EQ(ServerStatus(servers_[s]).server().tables(0).clock(), kClocks + 1);
 }
 
 // A table with a memory budget of 8 MiB a server (width 64, Adam: 768

@@ -48,7 +48,7 @@ ClusterOptions Options(const std::string& job, int workers) {
 // Worker 0's final test accuracy as the scheduler's final Status says it.
 double FinalAccuracy(const Cluster& cluster) {
   absl::StatusOr<ClusterStatus> st = cluster.FinalStatus();
-  return st.ok() ? MemberOf(*st, WORKER, 0).test_accuracy() : -1;
+  return st.ok() ? MemberOf(*st, WORKER, 0).worker().test_accuracy() : -1;
 }
 
 struct Undisturbed {
@@ -96,8 +96,10 @@ void KillAndReplace(Cluster& cluster, int id, int64_t clock, int64_t promotions)
                         const MemberStatus survivor = MemberOf(st, SERVER, 1 - id);
                         const MemberStatus replacement = MemberOf(st, SERVER, id);
                         return st.routes().ready_size() > id && st.routes().ready(id) &&
-                               survivor.serving_size() == 2 && replacement.standby_of_size() == 2 &&
-                               replacement.standby_ready() && survivor.replicated_bytes() > 0;
+                               survivor.server().standby().serving_size() == 2 &&
+                               replacement.server().standby().standby_of_size() == 2 &&
+                               replacement.server().standby().ready() &&
+                               survivor.server().standby().replicated_bytes() > 0;
                       }))
       << "the replacement did not fill its standby copies" << cluster.Logs();
 }
@@ -170,7 +172,8 @@ TEST(StandbyTest, AFrozenServerComesBackAsAStandby) {
                       [](const ClusterStatus& st) {
                         const MemberStatus back = MemberOf(st, SERVER, 1);
                         return st.routes().ready_size() > 1 && st.routes().ready(1) &&
-                               back.serving_size() == 0 && back.standby_of_size() == 2;
+                               back.server().standby().serving_size() == 0 &&
+                               back.server().standby().standby_of_size() == 2;
                       }))
       << "server 1 did not come back as a filled standby" << cluster.Logs();
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(180));

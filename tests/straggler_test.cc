@@ -29,7 +29,7 @@ TEST(StragglerTest, OnlyTheNamedWorkerIsSlowAndBspWaitsForIt) {
         seen = st;
         int ready = 0;
         for (const MemberStatus& m : st.members()) {
-          ready += m.role() == WORKER && m.clocks_trained() >= 20;
+          ready += m.role() == WORKER && m.worker().clocks_trained() >= 20;
         }
         return ready == 2;
       },
@@ -37,11 +37,12 @@ TEST(StragglerTest, OnlyTheNamedWorkerIsSlowAndBspWaitsForIt) {
       << cluster.Logs();
   const MemberStatus& fast = MemberOf(seen, WORKER, 0);
   const MemberStatus& slow = MemberOf(seen, WORKER, 1);
-  EXPECT_GE(slow.run_split().compute_ms(), 40) << "worker 1 sleeps 40 ms a clock";
-  EXPECT_LT(fast.run_split().compute_ms(), slow.run_split().compute_ms() - 20)
+  EXPECT_GE(slow.worker().run_split().compute_ms(), 40) << "worker 1 sleeps 40 ms a clock";
+  EXPECT_LT(fast.worker().run_split().compute_ms(), slow.worker().run_split().compute_ms() - 20)
       << "worker 0 is not delayed";
   // (With overlap, on by default, the servers hold its pull instead.)
-  EXPECT_GT(fast.run_split().gate_ms() + fast.run_split().pull_ms(), fast.run_split().compute_ms())
+  EXPECT_GT(fast.worker().run_split().gate_ms() + fast.worker().run_split().pull_ms(),
+            fast.worker().run_split().compute_ms())
       << "under BSP worker 0 waits for worker 1 at the gate or in its pull";
 }
 

@@ -113,8 +113,8 @@ TEST(TableMemoryTest, ManyTablesWithAdmissionStayInsideTheirBudgets) {
     }
   }
   const MemberStatus st = ServerStatus(server);
-  ASSERT_EQ(st.tables_size(), kTables);
-  for (const TableStatus& t : st.tables()) {
+  ASSERT_EQ(st.server().tables_size(), kTables);
+  for (const TableStatus& t : st.server().tables()) {
     EXPECT_LE(t.resident_bytes(), kBudget) << t.name();
     EXPECT_GE(t.resident_bytes(), kAdmissionFilterBytes) << t.name();
     EXPECT_EQ(t.rows(), 6000) << t.name();

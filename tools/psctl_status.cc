@@ -40,12 +40,14 @@ void PrintMemberRow(const MemberStatus& n) {
   std::printf(
       "%-9s %3s %-21s %3s %3s %-10s %7lld %9s %8s %8s %8s %8s %7s\n",
       EnumWord(n.role(), "?").c_str(), n.role() == SCHEDULER ? "-" : absl::StrCat(n.id()).c_str(),
-      n.address().c_str(), worker ? absl::StrCat(n.replica()).c_str() : "-",
-      worker ? absl::StrCat(n.stage()).c_str() : "-", EnumWord(n.state(), "?").c_str(),
+      n.address().c_str(), worker ? absl::StrCat(n.worker().replica()).c_str() : "-",
+      worker ? absl::StrCat(n.worker().stage()).c_str() : "-", EnumWord(n.state(), "?").c_str(),
       static_cast<long long>(n.clock()),
-      worker ? absl::StrFormat("%.0f", n.samples_per_s()).c_str() : "-",
-      worker ? absl::StrFormat("%.4f", n.loss()).c_str() : "-",
-      worker && n.test_accuracy() >= 0 ? absl::StrFormat("%.4f", n.test_accuracy()).c_str() : "-",
+      worker ? absl::StrFormat("%.0f", n.worker().samples_per_s()).c_str() : "-",
+      worker ? absl::StrFormat("%.4f", n.worker().loss()).c_str() : "-",
+      worker && n.worker().test_accuracy() >= 0
+          ? absl::StrFormat("%.4f", n.worker().test_accuracy()).c_str()
+          : "-",
       Bytes(n.bytes_in()).c_str(), Bytes(n.bytes_out()).c_str(), Bytes(n.rss_bytes()).c_str());
 }
 
@@ -56,35 +58,40 @@ void PrintWorkerClock(const MemberStatus& n) {
   std::printf(
       "          per clock: gate %.1f ms, pull %.1f ms, compute %.1f ms, push %.1f ms, %.1f "
       "calls, %s; peak device memory %s",
-      n.gate_ms(), n.pull_ms(), n.compute_ms(), n.push_ms(), n.rpcs_per_clock(),
-      Bytes(static_cast<int64_t>(n.bytes_per_clock())).c_str(),
-      Bytes(n.peak_device_bytes()).c_str());
-  if (n.activations_in_flight() > 0) {
+      n.worker().gate_ms(), n.worker().pull_ms(), n.worker().compute_ms(), n.worker().push_ms(),
+      n.worker().rpcs_per_clock(),
+      Bytes(static_cast<int64_t>(n.worker().bytes_per_clock())).c_str(),
+      Bytes(n.worker().peak_device_bytes()).c_str());
+  if (n.worker().pipeline().activations_in_flight() > 0) {
     std::printf(
         "; stage %d of replica %d: %.0f%% waiting (%.1f ms for activations, %.1f ms for "
         "gradients), activations of %d micro-batches kept, %s of activations and %s of "
         "gradients sent",
-        n.stage(), n.replica(), 100.0 * n.bubble(), n.activation_wait_ms(), n.gradient_wait_ms(),
-        n.activations_in_flight(), Bytes(n.activation_bytes_sent()).c_str(),
-        Bytes(n.gradient_bytes_sent()).c_str());
+        n.worker().stage(), n.worker().replica(), 100.0 * n.worker().pipeline().bubble(),
+        n.worker().pipeline().activation_wait_ms(), n.worker().pipeline().gradient_wait_ms(),
+        n.worker().pipeline().activations_in_flight(),
+        Bytes(n.worker().pipeline().activation_bytes_sent()).c_str(),
+        Bytes(n.worker().pipeline().gradient_bytes_sent()).c_str());
   }
-  if (n.validation_loss() >= 0 && n.unigram_entropy() > 0) {
-    std::printf("; validation loss %.4f (unigram entropy %.4f)", n.validation_loss(),
-                n.unigram_entropy());
+  if (n.worker().validation_loss() >= 0 && n.worker().unigram_entropy() > 0) {
+    std::printf("; validation loss %.4f (unigram entropy %.4f)", n.worker().validation_loss(),
+                n.worker().unigram_entropy());
   }
-  if (!n.attention_path().empty()) std::printf("; attention on %s", n.attention_path().c_str());
+  if (!n.worker().attention_path().empty())
+    std::printf("; attention on %s", n.worker().attention_path().c_str());
   std::printf("\n");
 }
 
 // A worker's whole run: clocks, time, and the time of a clock split up.
 void PrintWorkerRun(const MemberStatus& n) {
-  const ClockSplit& r = n.run_split();
-  const double clock_ms = 1e3 * n.train_s() / static_cast<double>(n.clocks_trained());
+  const ClockSplit& r = n.worker().run_split();
+  const double clock_ms =
+      1e3 * n.worker().train_s() / static_cast<double>(n.worker().clocks_trained());
   std::printf(
       "          whole run: %lld clocks in %.1f s, %.2f ms each (gate %.2f, pull %.2f, "
       "compute %.2f, push %.2f, idle %.2f ms), %.1f calls, %s\n",
-      static_cast<long long>(n.clocks_trained()), n.train_s(), clock_ms, r.gate_ms(), r.pull_ms(),
-      r.compute_ms(), r.push_ms(),
+      static_cast<long long>(n.worker().clocks_trained()), n.worker().train_s(), clock_ms,
+      r.gate_ms(), r.pull_ms(), r.compute_ms(), r.push_ms(),
       std::max(0.0, clock_ms - r.gate_ms() - r.pull_ms() - r.compute_ms() - r.push_ms()), r.rpcs(),
       Bytes(static_cast<int64_t>(r.bytes())).c_str());
 }
@@ -106,15 +113,16 @@ void PrintRefused(const MemberStatus& n) {
 // on.
 void PrintMemberDetails(const MemberStatus& n) {
   const bool worker = n.role() == WORKER;
-  if (worker && !n.frontend().empty()) {
-    std::printf("          frontend: %s (the model is the script's)\n", n.frontend().c_str());
+  if (worker && !n.worker().frontend().empty()) {
+    std::printf("          frontend: %s (the model is the script's)\n",
+                n.worker().frontend().c_str());
   }
   if (worker && n.clock() > 0) PrintWorkerClock(n);
-  if (worker && n.clocks_trained() > 0) PrintWorkerRun(n);
-  if (n.role() == SERVER && n.params() > 0) {
+  if (worker && n.worker().clocks_trained() > 0) PrintWorkerRun(n);
+  if (n.role() == SERVER && n.server().params() > 0) {
     std::printf("          %lld params, %.2f bytes/param held, %lld non-finite pushes skipped\n",
-                static_cast<long long>(n.params()), n.bytes_per_param(),
-                static_cast<long long>(n.nonfinite_skipped()));
+                static_cast<long long>(n.server().params()), n.server().bytes_per_param(),
+                static_cast<long long>(n.server().nonfinite_skipped()));
   }
   if (n.role() == SERVER) PrintRefused(n);
   if (!n.message().empty()) std::printf("          %s\n", n.message().c_str());
@@ -144,7 +152,7 @@ int PrintJson(const google::protobuf::Message& m) {
 // A server's part of each sparse table: a line, and lines for its rows on
 // disk and its expired and dropped rows when it has any.
 void PrintServerTables(const MemberStatus& m) {
-  for (const TableStatus& t : m.tables()) {
+  for (const TableStatus& t : m.server().tables()) {
     std::printf(
         "server %d table %s (%s, clock %lld): %lld rows (%s), %lld pulled, %lld pushed, "
         "%lld updates, %lld refused, %lld pulls waiting\n",
@@ -218,14 +226,18 @@ void PrintJobLines(const ClusterStatus& st) {
 
 // A server's part in the standby copies: what it serves and keeps.
 void PrintServerStandbys(const MemberStatus& m) {
-  if (m.serving_size() == 0 && m.standby_of_size() == 0) return;
+  if (m.server().standby().serving_size() == 0 && m.server().standby().standby_of_size() == 0)
+    return;
   std::printf(
       "server %d serves the chunks of server %s; keeps standby copies of %s (%s); %lld "
       "changes not yet confirmed by its standby; %s sent to standbys\n",
-      m.id(), absl::StrJoin(m.serving(), ", ").c_str(),
-      m.standby_of_size() > 0 ? absl::StrJoin(m.standby_of(), ", ").c_str() : "none",
-      m.standby_ready() ? "filled" : "filling", static_cast<long long>(m.replication_lag()),
-      Bytes(m.replicated_bytes()).c_str());
+      m.id(), absl::StrJoin(m.server().standby().serving(), ", ").c_str(),
+      m.server().standby().standby_of_size() > 0
+          ? absl::StrJoin(m.server().standby().standby_of(), ", ").c_str()
+          : "none",
+      m.server().standby().ready() ? "filled" : "filling",
+      static_cast<long long>(m.server().standby().replication_lag()),
+      Bytes(m.server().standby().replicated_bytes()).c_str());
 }
 
 // The lines below the table: the servers' tables and offload tiers, the
@@ -235,12 +247,13 @@ void PrintClusterLines(const ClusterStatus& st) {
     if (m.role() != SERVER) continue;
     PrintServerTables(m);
     PrintServerStandbys(m);
-    if (m.offload_disk_bytes() == 0) continue;
+    if (m.server().offload().disk_bytes() == 0) continue;
     std::printf(
         "server %d offloaded: %s of %s in memory; read %s (%.0f MB/s), wrote %s (%.0f MB/s)\n",
-        m.id(), Bytes(m.offload_resident_bytes()).c_str(), Bytes(m.offload_disk_bytes()).c_str(),
-        Bytes(m.offload_read_bytes()).c_str(), m.offload_read_mb_per_s(),
-        Bytes(m.offload_write_bytes()).c_str(), m.offload_write_mb_per_s());
+        m.id(), Bytes(m.server().offload().resident_bytes()).c_str(),
+        Bytes(m.server().offload().disk_bytes()).c_str(),
+        Bytes(m.server().offload().read_bytes()).c_str(), m.server().offload().read_mb_per_s(),
+        Bytes(m.server().offload().write_bytes()).c_str(), m.server().offload().write_mb_per_s());
   }
   for (const ConsistencyChange& c : st.consistency_changes()) {
     std::printf(

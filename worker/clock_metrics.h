@@ -1,6 +1,6 @@
 // What a worker's clock loop has done, as its Status reports it: the one
 // struct the loop (worker/clock_loop.h) fills and the one place its
-// figures become MemberStatus fields, for ps_worker, a PyTorch worker and
+// figures become WorkerStatus fields, for ps_worker, a PyTorch worker and
 // a pipeline stage alike.
 #ifndef PSTRAIN_WORKER_CLOCK_METRICS_H_
 #define PSTRAIN_WORKER_CLOCK_METRICS_H_

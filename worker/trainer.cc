@@ -299,13 +299,13 @@ MemberStatus Trainer::Status() const {
   st.set_rss_bytes(ResidentBytes());
   absl::MutexLock lock(&mu_);
   SetLoopStatus(loop_ != nullptr ? loop_->metrics() : last_, &st);
-  st.set_validation_loss(validation_loss_);
-  st.set_unigram_entropy(unigram_entropy_);
-  st.set_wire_dtype(DTypeName(options_.ps.wire_dtype));
-  st.set_start_clock(options_.start_clock);
+  st.mutable_worker()->set_validation_loss(validation_loss_);
+  st.mutable_worker()->set_unigram_entropy(unigram_entropy_);
+  st.mutable_worker()->set_wire_dtype(DTypeName(options_.ps.wire_dtype));
+  st.mutable_worker()->set_start_clock(options_.start_clock);
   const int stages = std::max(1, options_.job.pipeline_stages());
-  st.set_replica(ReplicaOf(options_.worker_id, stages));
-  st.set_stage(StageOf(options_.worker_id, stages));
+  st.mutable_worker()->set_replica(ReplicaOf(options_.worker_id, stages));
+  st.mutable_worker()->set_stage(StageOf(options_.worker_id, stages));
   return st;
 }
 

@@ -150,15 +150,15 @@ MemberStatus WorkerMember::Status() {
   st.set_role(WORKER);
   st.set_id(id_);
   if (daemon_ != nullptr) st.set_address(daemon_->address());
-  st.set_compute_dtype(config_.compute_dtype);
-  st.set_tf32(config_.tf32);
+  st.mutable_worker()->set_compute_dtype(config_.compute_dtype);
+  st.mutable_worker()->set_tf32(config_.tf32);
   if (st.state() == MEMBER_STATE_UNSPECIFIED) st.set_state(RUNNING);
   return st;
 }
 
 void WorkerMember::Report(MemberState state, const std::string& message, double accuracy) {
   MemberStatus st = Status();
-  if (accuracy >= 0) st.set_test_accuracy(accuracy);
+  if (accuracy >= 0) st.mutable_worker()->set_test_accuracy(accuracy);
   MemberDaemon* daemon;
   {
     absl::MutexLock lock(&mu_);

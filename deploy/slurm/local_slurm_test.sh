@@ -234,8 +234,8 @@ check "every member FINISHED" test "$(status_fact "$STATUS" 'sorted({m["state"] 
 rm -rf "$DIR/local"
 "$BUNDLE/local_cluster.sh" --bin="$BUNDLE/bin" --job="$JOB" --servers=2 --workers=2 \
   --logs="$DIR/local" >"$DIR/local.log" 2>&1
-ACC="$(status_fact "$STATUS" 'max(m.get("test_accuracy", -1) for m in s["members"])')"
-LOCAL="$(status_fact "$DIR/local/status.json" 'max(m.get("test_accuracy", -1) for m in s["members"])')"
+ACC="$(status_fact "$STATUS" 'max(m.get("worker", {}).get("test_accuracy", -1) for m in s["members"])')"
+LOCAL="$(status_fact "$DIR/local/status.json" 'max(m.get("worker", {}).get("test_accuracy", -1) for m in s["members"])')"
 echo "slurm: test accuracy $ACC; the local cluster's $LOCAL"
 check "accuracy that of a local cluster" test "$ACC" = "$LOCAL"
 check "accuracy at least 0.85" python3 -c "import sys; sys.exit(float('$ACC') < 0.85)"
@@ -268,7 +268,7 @@ START="$(status_fact "$CKPT2/status-$ID3.json" 's.get("start_clock", 0)' 2>/dev/
 echo "slurm: resubmitted as job $ID3: $STATE3, started at clock $START"
 check "resumed job COMPLETED" test "$STATE3" = COMPLETED
 check "resumed from its checkpoint (start_clock > 0)" test "${START:-0}" -gt 0
-ACC3="$(status_fact "$CKPT2/status-$ID3.json" 'max(m.get("test_accuracy", -1) for m in s["members"])')"
+ACC3="$(status_fact "$CKPT2/status-$ID3.json" 'max(m.get("worker", {}).get("test_accuracy", -1) for m in s["members"])')"
 echo "slurm: the resumed job's test accuracy $ACC3"
 check "resumed job's accuracy that of the undisturbed job" test "$ACC3" = "$ACC"
 

@@ -102,7 +102,7 @@ class TorchCnnTest(unittest.TestCase):
             workers = [m for m in status["members"] if m["role"] == "WORKER"]
             self.assertEqual(len(workers), len(WORKERS))
             for m in workers:
-                self.assertEqual((m["state"], int(m["clock"]), m["frontend"]),
+                self.assertEqual((m["state"], int(m["clock"]), m["worker"]["frontend"]),
                                  ("FINISHED", CLOCKS, "pytorch"), m)
 
             final = [torch.load(cluster.dir / (name + ".pt")) for name in WORKERS]
@@ -125,7 +125,7 @@ class TorchCnnTest(unittest.TestCase):
             with open(result) as f:
                 alone = json.load(f)["test_accuracy"]
             for m in workers:
-                self.assertAlmostEqual(m["test_accuracy"], alone, delta=ACCURACY_POINTS)
+                self.assertAlmostEqual(m["worker"]["test_accuracy"], alone, delta=ACCURACY_POINTS)
 
     def check_export(self, checkpoints, out, final):
         import torch

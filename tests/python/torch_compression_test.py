@@ -205,7 +205,7 @@ class TorchCompressionTest(unittest.TestCase):
         # floats -- and the initial weights, dense, once.
         workers = [m for m in status["members"] if m["role"] == "WORKER"]
         for w in workers:
-            self.assertEqual(w["frontend"], "pytorch")
+            self.assertEqual(w["worker"]["frontend"], "pytorch")
             pushed = int(w["bytes_out"])
             self.assertLessEqual(pushed, CLOCKS * (5 * 32 * 8 + 36 * 4) + 676 * 4, w["address"])
             self.assertLess(pushed, 0.6 * CLOCKS * 676 * 4, w["address"])

@@ -124,7 +124,7 @@ class TorchFailureTest(unittest.TestCase):
     def assertFinished(self, final, worker_id):
         m = member(final, "WORKER", worker_id)
         self.assertIsNotNone(m, "worker %d in the final Status" % worker_id)
-        self.assertEqual((m["state"], int(m["clock"]), m["frontend"]),
+        self.assertEqual((m["state"], int(m["clock"]), m["worker"]["frontend"]),
                          ("FINISHED", CLOCKS, "pytorch"), m)
 
     def assertTrainedToTheEnd(self, cluster, name):
@@ -255,7 +255,7 @@ class TorchFailureTest(unittest.TestCase):
             # The replacement started where the dead worker's pushes were
             # known to have landed (under BSP one or two clocks behind the
             # held survivor: docs/failures.md), not at 0.
-            start = int(member(final, "WORKER", 1).get("start_clock", 0))
+            start = int(member(final, "WORKER", 1)["worker"].get("start_clock", 0))
             self.assertGreaterEqual(start, held_at - 2)
             self.assertLessEqual(start, held_at)
             self.assertGreaterEqual(start, FAULT_AT - 2)

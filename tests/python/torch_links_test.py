@@ -73,7 +73,7 @@ class TorchLinksTest(unittest.TestCase):
         for m in members:
             self.assertEqual(int(m.get("shm_bytes", 0)), 0, m["address"])
         for w in workers:
-            self.assertEqual(w["frontend"], "pytorch")
+            self.assertEqual(w["worker"]["frontend"], "pytorch")
             host, _ = w["address"].rsplit(":", 1)
             self.assertTrue(host.startswith("10.213.") and host.endswith(".2"), w["address"])
             links.add(host.split(".")[2])
@@ -87,7 +87,7 @@ class TorchLinksTest(unittest.TestCase):
             moved = max(int(w["bytes_in"]), int(w["bytes_out"]))
             self.assertGreater(moved, 4_000_000)
             floor = (moved * (CLOCKS - 2) / CLOCKS - BURST) / (MBIT * 1e6 / 8)
-            self.assertGreaterEqual(float(w["train_s"]), floor, w)
+            self.assertGreaterEqual(float(w["worker"]["train_s"]), floor, w)
         left = namespaces().split()
         for n in links:
             self.assertNotIn("pstrain-netem-%s" % n, left)

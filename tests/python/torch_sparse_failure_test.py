@@ -199,14 +199,14 @@ class TorchSparseFailureTest(unittest.TestCase):
         servers = [m for m in final["members"] if m["role"] == "SERVER"]
         rows_skipped = dense_skipped = 0
         for m in servers:
-            words, unused = m["tables"]
+            words, unused = m["server"]["tables"]
             # The poisoned round is no update; the empty pushes of the unused
             # table hold nothing to skip.
             self.assertEqual(int(words["updates"]), CLOCKS - 1, m)
             self.assertEqual(int(words["clock"]), CLOCKS, m)
             self.assertEqual(int(unused.get("nonfinite_skipped", 0)), 0, m)
             rows_skipped += int(words.get("nonfinite_skipped", 0))
-            dense_skipped += int(m.get("nonfinite_skipped", 0)) - int(
+            dense_skipped += int(m["server"].get("nonfinite_skipped", 0)) - int(
                 words.get("nonfinite_skipped", 0))
             self.assertEqual(int(words.get("refused", 0)), 0, m)
         # Each worker's push of the clock to each server that got rows of it,

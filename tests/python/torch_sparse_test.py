@@ -83,7 +83,7 @@ class TorchSparseTest(unittest.TestCase):
         servers = [m for m in status["members"] if m["role"] == "SERVER"]
         self.assertEqual(len(servers), 2)
         for m in servers:
-            table, unused = m["tables"]
+            table, unused = m["server"]["tables"]
             self.assertEqual(table["name"], "words")
             # The unused table's rounds went on with the empty pushes.
             self.assertEqual(unused["name"], "unused")
@@ -115,15 +115,15 @@ class TorchSparseTest(unittest.TestCase):
         self.check_servers(hybrid_status, "ASP")
         for st in (status, hybrid_status):
             workers = [m for m in st["members"] if m["role"] == "WORKER"]
-            print("test accuracy %s, alone %.4f" % ([m["test_accuracy"] for m in workers], alone),
+            print("test accuracy %s, alone %.4f" % ([m["worker"]["test_accuracy"] for m in workers], alone),
                   file=sys.stderr)
             self.assertEqual(len(workers), len(WORKERS))
             for m in workers:
                 self.assertEqual((m["state"], int(m["clock"])), ("FINISHED", CLOCKS), m)
                 if st is status:
-                    self.assertAlmostEqual(m["test_accuracy"], alone, delta=ACCURACY_POINTS)
+                    self.assertAlmostEqual(m["worker"]["test_accuracy"], alone, delta=ACCURACY_POINTS)
                 else:  # the hybrid: no worse than a point below
-                    self.assertGreaterEqual(m["test_accuracy"], alone - ACCURACY_POINTS)
+                    self.assertGreaterEqual(m["worker"]["test_accuracy"], alone - ACCURACY_POINTS)
 
 
 if __name__ == "__main__":

@@ -103,11 +103,11 @@ class WheelTest(unittest.TestCase):
         workers = [m for m in status["members"] if m["role"] == "WORKER"]
         self.assertEqual([m["state"] for m in workers], ["FINISHED"] * WORKERS)
         for m in workers:
-            self.assertGreater(m["test_accuracy"], 0.3, m)
+            self.assertGreater(m["worker"]["test_accuracy"], 0.3, m)
         print("wheel %s (%.1f MB): pip install in a venv of %s; pstrain.run from %s: DONE, "
               "accuracy %s; gRPC and protobuf from the wheel (%d libraries mapped)"
               % (wheel.name, wheel.stat().st_size / 1e6, python, work,
-                 [m["test_accuracy"] for m in workers], len(where["mapped"])))
+                 [m["worker"]["test_accuracy"] for m in workers], len(where["mapped"])))
 
 
 if __name__ == "__main__":

@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<ExternalWorker>> ExternalWorker::Open(
   absl::MutexLock lock(&w->mu_);
   w->identity_.set_role(WORKER);
   w->identity_.set_id(-1);
-  w->identity_.set_frontend(w->options_.frontend);
-  w->identity_.set_compute_dtype("fp32");
+  w->identity_.mutable_worker()->set_frontend(w->options_.frontend);
+  w->identity_.mutable_worker()->set_compute_dtype("fp32");
   w->identity_.set_address(w->daemon_->address());
   return w;
 }
@@ -73,7 +73,7 @@ absl::Status ExternalWorker::Join() {
   {
     absl::MutexLock lock(&mu_);
     identity_.set_id(id_);
-    identity_.set_replica(id_);
+    identity_.mutable_worker()->set_replica(id_);
   }
   daemon_->StartHeartbeats([this] { return Status(); });
   spdlog::info("joined as worker {} of {}; the model is declared later", id_, job_.num_workers());
@@ -109,9 +109,9 @@ absl::Status ExternalWorker::Register(const std::vector<ParamSpec>& params, int6
   {
     absl::MutexLock lock(&mu_);
     identity_.set_id(id_);
-    identity_.set_replica(id_);
-    identity_.set_wire_dtype(DTypeName(ps_.wire_dtype));
-    identity_.set_start_clock(start_clock_);
+    identity_.mutable_worker()->set_replica(id_);
+    identity_.mutable_worker()->set_wire_dtype(DTypeName(ps_.wire_dtype));
+    identity_.mutable_worker()->set_start_clock(start_clock_);
   }
   if (!joined) daemon_->StartHeartbeats([this] { return Status(); });
   spdlog::info("registered as worker {} of {}: {} parameters declared, {} training examples", id_,
@@ -392,7 +392,7 @@ void ExternalWorker::Finish(bool ok, double accuracy, const std::string& message
   if (exchange_ != nullptr) exchange_->Close(absl::CancelledError(why));
   if (id_ >= 0) {
     MemberStatus st = Status();
-    if (accuracy >= 0) st.set_test_accuracy(accuracy);
+    if (accuracy >= 0) st.mutable_worker()->set_test_accuracy(accuracy);
     daemon_->ReportFinal(st, ok ? FINISHED : FAILED, why);
   }
   if (loop_thread_.joinable()) loop_thread_.join();

@@ -198,7 +198,7 @@ def register(worker, train_size):
         _capi.call("pst_write_state", worker.handle, i, steps, len(arrays),
                    (ctypes.c_void_p * max(1, len(arrays)))(*[t.data_ptr() for t in arrays]))
     initial = [p.detach().to(device="cpu", dtype=torch.float32).contiguous() for p in params]
-    _capi.call("pst_read_by_layer", worker.handle, int(optimizer._reads is not None))
+    _capi.call("pst_read_by_layer", worker.handle, int(optimizer.reads_by_layer))
     _capi.call("pst_start", worker.handle,
                (ctypes.c_void_p * n)(*[t.data_ptr() for t in initial]))
     worker.job, worker.spec = job, _capi.job_spec(worker.handle)

@@ -21,4 +21,4 @@ def report(loss=None, correct=0, predicted=0):
         before init()).
     """
     worker = _worker.registered("report")
-    worker.optimizer._report(None if loss is None else float(loss), int(correct), int(predicted))
+    worker.optimizer.record(None if loss is None else float(loss), int(correct), int(predicted))

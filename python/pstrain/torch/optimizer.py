@@ -335,12 +335,21 @@ class Optimizer(torch.optim.Optimizer):
             else:
                 p.grad = None
 
-    def _report(self, loss, correct, predicted):
+    # ---- The clock's lifecycle: called by pstrain.torch.batches(),
+    # pst.report and the worker (pstrain/torch/_worker.py), not by a
+    # script. ----
+
+    @property
+    def reads_by_layer(self):
+        """Whether each clock's weights are read layer by layer
+        (read_by_layer)."""
+        return self._reads is not None
+
+    def record(self, loss, correct, predicted):
+        """Keeps the clock's loss and accuracy counts (pst.report) for the
+        push that ends it."""
         self._require_clock("report")
         self._metrics = {"loss": loss, "correct": correct, "predicted": predicted}
-
-    # ---- The clock's lifecycle: called by pstrain.torch.batches() and the
-    # worker (pstrain/torch/_worker.py), not by a script. ----
 
     @property
     def clock(self):
