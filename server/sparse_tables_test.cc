@@ -333,6 +333,18 @@ TEST(SparseTablesTest, AJobThatAllowsNonfiniteValuesAppliesThemToRowsToo) {
   EXPECT_NE(st.message().find("allow_nonfinite"), absl::string_view::npos) << st;
 }
 
+// One clock of worker 0 on table "t" (width 3): a pull and a push of six
+// ids from clock * 3 on (each clock's batch overlaps the one before).
+void TrainClock(SparseTables& t, int64_t clock) {
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 6; ++i) ids.push_back(clock * 3 + i);
+  std::vector<float> rows;
+  ASSERT_TRUE(t.Pull(0, 0, "t", 0, ids, &rows).ok());
+  std::vector<float> grads(ids.size() * 3);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.1f * static_cast<float>(i) - clock;
+  ASSERT_TRUE(t.Push(0, 0, "t", 0, clock, 4, ids, grads).ok());
+}
+
 // Checkpoints every 2 clocks under BSP with Adam (the update count is
 // state too): a server's tables restored from the files of clock 2 hold
 // exactly the rows they held at clock 2, and update on from there as the
@@ -359,20 +371,11 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   restored.SetCheckpointing(dir, &every2);
   // Deletes the server's files, the tables' with the chunks' (server/shard.h).
   CheckpointWriter files(dir, 0, "ADAM", {}, {"t"});
-  auto step = [](SparseTables& t, int64_t clock) {
-    std::vector<uint64_t> ids;
-    for (uint64_t i = 0; i < 6; ++i) ids.push_back(clock * 3 + i);  // overlapping batches
-    std::vector<float> rows;
-    ASSERT_TRUE(t.Pull(0, 0, "t", 0, ids, &rows).ok());
-    std::vector<float> grads(ids.size() * 3);
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.1f * static_cast<float>(i) - clock;
-    ASSERT_TRUE(t.Push(0, 0, "t", 0, clock, 4, ids, grads).ok());
-  };
   std::vector<uint64_t> all(30);
   for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
-  for (int64_t c = 0; c < 2; ++c) step(tables, c);
+  for (int64_t c = 0; c < 2; ++c) TrainClock(tables, c);
   const TableStatus at2 = tables.Status()[0];
-  for (int64_t c = 2; c < 5; ++c) step(tables, c);
+  for (int64_t c = 2; c < 5; ++c) TrainClock(tables, c);
   EXPECT_TRUE(std::filesystem::exists(TableCheckpointPath(dir, 0, 2, "t")));
   EXPECT_TRUE(std::filesystem::exists(TableCheckpointPath(dir, 0, 4, "t")));
   EXPECT_EQ(tables.CheckpointClock(4), 0);  // no chunks' file yet
@@ -393,8 +396,8 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   // agree bit for bit after the same clocks.
   ASSERT_TRUE(tables.Restore(0, 2).ok());
   for (int64_t c = 2; c < 5; ++c) {
-    step(tables, c);
-    step(restored, c);
+    TrainClock(tables, c);
+    TrainClock(restored, c);
   }
   std::vector<float> a, b;
   ASSERT_TRUE(tables.Pull(0, 0, "t", 0, all, &a).ok());

@@ -1,6 +1,8 @@
 // Bad input gets a clear error with the right exit code or gRPC status, and
 // nothing crashes or hangs.
 #include <limits>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -206,108 +208,134 @@ class LiveClusterTest : public ::testing::Test {
     return scheduler_->Register(ctx.get(), req, resp);
   }
 
-  std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<Scheduler::Stub> scheduler_;
-};
-
-TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
-  RegisterResponse first;
-  ASSERT_TRUE(Register("127.0.0.1:1", 111, &first).ok());
-  EXPECT_EQ(first.id(), 0);
-  // The same process retrying gets the same id.
-  RegisterResponse again;
-  ASSERT_TRUE(Register("127.0.0.1:1", 111, &again).ok());
-  EXPECT_EQ(again.id(), 0);
-  // Another process at the same address: ALREADY_EXISTS.
-  RegisterResponse dup;
-  grpc::Status st = Register("127.0.0.1:1", 222, &dup);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
-  // One worker more than the job wants: RESOURCE_EXHAUSTED.
-  st = Register("127.0.0.1:2", 333, &dup);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-
-  // The gate opens (everyone registered) and names the server.
-  AdvanceClockRequest gate;
-  gate.set_worker_id(0);
-  gate.set_clock(0);
-  gate.set_incarnation(111);
-  AdvanceClockResponse view;
-  auto ctx = ContextWithTimeout(absl::Seconds(10));
-  ASSERT_TRUE(scheduler_->AdvanceClock(ctx.get(), gate, &view).ok());
-  ASSERT_EQ(view.cluster().servers_size(), 1);
-  // A clock that jumps ahead is refused; one from an impostor too.
-  gate.set_clock(3);
-  ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(scheduler_->AdvanceClock(ctx.get(), gate, &view).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  gate.set_clock(1);
-  gate.set_incarnation(999);
-  ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(scheduler_->AdvanceClock(ctx.get(), gate, &view).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-
-  auto server = ParameterServer::NewStub(MakeChannel(view.cluster().servers(0).address()));
-  // Pull every chunk to learn the sizes.
-  PullRequest pull;
-  pull.set_worker_id(0);
-  for (int c = 0; c < 5; ++c) pull.add_chunks(c);  // 32x16 = 2 chunks, bias, 16x4, bias
-  PullResponse weights;
-  // The server registers before its store is ready and says UNAVAILABLE
-  // until then; like a real worker, retry that.
-  grpc::Status pulled;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    ctx = ContextWithTimeout(absl::Seconds(10));
-    pulled = server->Pull(ctx.get(), pull, &weights);
-    if (pulled.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-    absl::SleepFor(absl::Milliseconds(50));
+  // Registers as worker 0 (incarnation 111) and checks the refusals of a
+  // second process at the same address and of one worker too many.
+  void RegisterOnce() {
+    RegisterResponse first;
+    ASSERT_TRUE(Register("127.0.0.1:1", 111, &first).ok());
+    EXPECT_EQ(first.id(), 0);
+    // The same process retrying gets the same id.
+    RegisterResponse again;
+    ASSERT_TRUE(Register("127.0.0.1:1", 111, &again).ok());
+    EXPECT_EQ(again.id(), 0);
+    // Another process at the same address: ALREADY_EXISTS.
+    RegisterResponse dup;
+    grpc::Status st = Register("127.0.0.1:1", 222, &dup);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
+    // One worker more than the job wants: RESOURCE_EXHAUSTED.
+    st = Register("127.0.0.1:2", 333, &dup);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   }
-  ASSERT_TRUE(pulled.ok()) << pulled.error_message();
-  ASSERT_EQ(weights.chunks_size(), 5);
 
-  auto push = [&](int chunk, size_t bytes, int64_t clock) {
+  // Passes the gate of clock 0, which names the server (server_), and
+  // checks the refusals of a clock that jumps ahead and of an impostor.
+  void OpenGate() {
+    AdvanceClockRequest gate;
+    gate.set_worker_id(0);
+    gate.set_clock(0);
+    gate.set_incarnation(111);
+    AdvanceClockResponse view;
+    auto ctx = ContextWithTimeout(absl::Seconds(10));
+    ASSERT_TRUE(scheduler_->AdvanceClock(ctx.get(), gate, &view).ok());
+    ASSERT_EQ(view.cluster().servers_size(), 1);
+    gate.set_clock(3);
+    ctx = ContextWithTimeout(absl::Seconds(10));
+    EXPECT_EQ(scheduler_->AdvanceClock(ctx.get(), gate, &view).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    gate.set_clock(1);
+    gate.set_incarnation(999);
+    ctx = ContextWithTimeout(absl::Seconds(10));
+    EXPECT_EQ(scheduler_->AdvanceClock(ctx.get(), gate, &view).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+    server_address_ = view.cluster().servers(0).address();
+    server_ = ParameterServer::NewStub(MakeChannel(server_address_));
+  }
+
+  // A pull of every chunk (32x16 = 2 chunks, bias, 16x4, bias) at `min_clock`.
+  PullRequest PullOfAll(int64_t min_clock = 0) const {
+    PullRequest pull;
+    pull.set_worker_id(0);
+    pull.set_min_clock(min_clock);
+    for (int c = 0; c < 5; ++c) pull.add_chunks(c);
+    return pull;
+  }
+
+  grpc::Status Pull(const PullRequest& req, PullResponse* resp,
+                    absl::Duration timeout = absl::Seconds(10)) {
+    auto ctx = ContextWithTimeout(timeout);
+    return server_->Pull(ctx.get(), req, resp);
+  }
+
+  // The weights, retrying UNAVAILABLE: the server registers before its
+  // store is ready, as a real worker finds.
+  void PullWeights(PullResponse* weights) {
+    grpc::Status pulled;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      pulled = Pull(PullOfAll(), weights);
+      if (pulled.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_TRUE(pulled.ok()) << pulled.error_message();
+    ASSERT_EQ(weights->chunks_size(), 5);
+  }
+
+  // A push of one chunk's `data` for `clock`, in `dtype` (unset: fp32).
+  grpc::Status Push(int chunk, const std::string& data, int64_t clock,
+                    std::optional<DType> dtype = std::nullopt) {
     PushRequest req;
     req.set_worker_id(0);
     req.set_clock(clock);
     req.set_num_samples(16);
-    ChunkData* c = req.add_chunks();
-    c->set_chunk(chunk);
-    c->set_data(std::string(bytes, '\0'));
-    PushResponse resp;
-    auto pctx = ContextWithTimeout(absl::Seconds(10));
-    return server->Push(pctx.get(), req, &resp);
-  };
-  const size_t size0 = weights.chunks(0).data().size();
-  st = push(0, size0 + 4, 0);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(st.error_message(), "values")) << st.error_message();
-  EXPECT_EQ(push(0, size0 - 1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  st = push(4242, 64, 0);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(st.error_message(), "unknown chunk 4242")) << st.error_message();
-  EXPECT_EQ(push(0, size0, 7).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);  // clock from the future
-  // A dtype that does not match the payload's size, or no dtype at all.
-  auto push_as = [&](DType dtype, int chunk, const std::string& data, int64_t clock) {
-    PushRequest req;
-    req.set_worker_id(0);
-    req.set_clock(clock);
-    req.set_num_samples(16);
-    req.set_dtype(dtype);
+    if (dtype.has_value()) req.set_dtype(*dtype);
     ChunkData* c = req.add_chunks();
     c->set_chunk(chunk);
     c->set_data(data);
     PushResponse resp;
-    auto pctx = ContextWithTimeout(absl::Seconds(10));
-    return server->Push(pctx.get(), req, &resp);
-  };
-  st = push_as(BF16, 0, std::string(size0, '\0'), 0);
+    auto ctx = ContextWithTimeout(absl::Seconds(10));
+    return server_->Push(ctx.get(), req, &resp);
+  }
+  grpc::Status PushZeros(int chunk, size_t bytes, int64_t clock) {
+    return Push(chunk, std::string(bytes, '\0'), clock);
+  }
+
+  MemberStatus ServerStatusNow() {
+    MemberStatus st;
+    auto ctx = ContextWithTimeout(absl::Seconds(10));
+    EXPECT_TRUE(server_->Status(ctx.get(), StatusRequest(), &st).ok());
+    return st;
+  }
+
+  void ExpectMalformedPushesRefused(size_t size0);
+  void ExpectNonfiniteTakenNotApplied(size_t size0);
+  void ExpectBadPullsRefused();
+  void ExpectAPullWaitsForItsGuarantee(size_t size0);
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Scheduler::Stub> scheduler_;
+  std::string server_address_;
+  std::unique_ptr<ParameterServer::Stub> server_;
+};
+
+// Chunk 0 is `size0` bytes: pushes of another size, an unknown chunk, a
+// clock from the future, a dtype the size does not fit or none known, a
+// terabyte claimed, and views offered to uncompressed pulls -- each
+// INVALID_ARGUMENT, nothing applied.
+void LiveClusterTest::ExpectMalformedPushesRefused(size_t size0) {
+  grpc::Status st = PushZeros(0, size0 + 4, 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "values")) << st.error_message();
+  EXPECT_EQ(PushZeros(0, size0 - 1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  st = PushZeros(4242, 64, 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "unknown chunk 4242")) << st.error_message();
+  EXPECT_EQ(PushZeros(0, size0, 7).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  st = Push(0, std::string(size0, '\0'), 0, BF16);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(st.error_message(), "bf16")) << st.error_message();
-  EXPECT_EQ(push_as(static_cast<DType>(7), 0, std::string(size0, '\0'), 0).error_code(),
+  EXPECT_EQ(Push(0, std::string(size0, '\0'), 0, static_cast<DType>(7)).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  // A chunk claiming a terabyte: refused before anything is allocated.
-  {
-    grpc::GenericStub raw(MakeChannel(view.cluster().servers(0).address()));
+  {  // A chunk claiming a terabyte: refused before anything is allocated.
+    grpc::GenericStub raw(MakeChannel(server_address_));
     // PushRequest{clock: 0, chunks: {chunk: 0, data: <2^40 bytes claimed>}}
     const std::string absurd = std::string("\x2a\x09\x08\x00\x12\x80\x80\x80\x80\x80\x20", 11);
     grpc::Slice slice(absurd);
@@ -324,86 +352,72 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
     EXPECT_EQ(raw_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << raw_status.error_message();
   }
-  // Views offered to a server whose pulls are not compressed: refused.
-  {
-    OfferViewsRequest offer;
-    offer.set_worker_id(0);
-    HeldView* held = offer.add_views();
-    held->set_chunk(0);
-    held->set_id(5);
-    held->add_weights(1.0f);
-    OfferViewsResponse offered;
-    auto octx = ContextWithTimeout(absl::Seconds(10));
-    st = server->OfferViews(octx.get(), offer, &offered);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  }
-  // Nothing was applied by the refused pushes; a good one still goes through.
-  EXPECT_TRUE(push(0, size0, 0).ok());
+  OfferViewsRequest offer;
+  offer.set_worker_id(0);
+  HeldView* held = offer.add_views();
+  held->set_chunk(0);
+  held->set_id(5);
+  held->add_weights(1.0f);
+  OfferViewsResponse offered;
+  auto octx = ContextWithTimeout(absl::Seconds(10));
+  st = server_->OfferViews(octx.get(), offer, &offered);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+}
 
-  // NaN and Inf gradients are taken (the worker's clock moves on) but not
-  // applied; Status counts them.
-  ctx = ContextWithTimeout(absl::Seconds(10));
+// NaN and Inf gradients (clocks 1 and 2) are taken -- the worker's clock
+// moves on -- but not applied; Status counts them.
+void LiveClusterTest::ExpectNonfiniteTakenNotApplied(size_t size0) {
   PullResponse before;
-  pull.set_min_clock(0);
-  ASSERT_TRUE(server->Pull(ctx.get(), pull, &before).ok());
+  ASSERT_TRUE(Pull(PullOfAll(), &before).ok());
   std::vector<float> bad_grad(size0 / 4, 0.5f);
   bad_grad[3] = std::numeric_limits<float>::quiet_NaN();
   const std::string nan_bytes(reinterpret_cast<const char*>(bad_grad.data()), size0);
   bad_grad[3] = -std::numeric_limits<float>::infinity();
   const std::string inf_bytes(reinterpret_cast<const char*>(bad_grad.data()), size0);
-  EXPECT_TRUE(push_as(FP32, 0, nan_bytes, 1).ok());
-  EXPECT_TRUE(push_as(FP32, 0, inf_bytes, 2).ok());
-  ctx = ContextWithTimeout(absl::Seconds(10));
+  EXPECT_TRUE(Push(0, nan_bytes, 1, FP32).ok());
+  EXPECT_TRUE(Push(0, inf_bytes, 2, FP32).ok());
   PullResponse after;
-  ASSERT_TRUE(server->Pull(ctx.get(), pull, &after).ok());
+  ASSERT_TRUE(Pull(PullOfAll(), &after).ok());
   EXPECT_EQ(after.chunks(0).data(), before.chunks(0).data());
-  StatusRequest status_req;
-  MemberStatus server_status;
-  ctx = ContextWithTimeout(absl::Seconds(10));
-  ASSERT_TRUE(server->Status(ctx.get(), status_req, &server_status).ok());
-  EXPECT_EQ(server_status.server().nonfinite_skipped(), 2);
-  EXPECT_GT(server_status.server().bytes_per_param(), 4.0);
-  // A pull of an unknown chunk or with an absurd guarantee is refused.
+  const MemberStatus st = ServerStatusNow();
+  EXPECT_EQ(st.server().nonfinite_skipped(), 2);
+  EXPECT_GT(st.server().bytes_per_param(), 4.0);
+}
+
+// Pulls of an unknown chunk, of a chunk named twice (a reply larger than
+// the server's weights) and with an absurd guarantee: INVALID_ARGUMENT.
+void LiveClusterTest::ExpectBadPullsRefused() {
   PullRequest bad;
   bad.set_worker_id(0);
   bad.add_chunks(4242);
-  ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  // A chunk named twice (a reply larger than the server's weights) is refused.
+  PullResponse weights;
+  EXPECT_EQ(Pull(bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   bad.set_chunks(0, 0);
   bad.add_chunks(0);
-  ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Pull(bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   bad.mutable_chunks()->RemoveLast();
   bad.set_min_clock(1000000);
-  ctx = ContextWithTimeout(absl::Seconds(10));
-  EXPECT_EQ(server->Pull(ctx.get(), bad, &weights).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Pull(bad, &weights).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
 
-  // A pull whose read guarantee does not hold yet waits: until its
-  // deadline, or until the push that makes it hold.
+// A pull whose read guarantee does not hold yet (chunk 0 has clocks 0..2
+// applied) waits: until its deadline, or until the push that makes it
+// hold; Status shows what the server waits on, and since when.
+void LiveClusterTest::ExpectAPullWaitsForItsGuarantee(size_t size0) {
   PullRequest ahead;
   ahead.set_worker_id(0);
   ahead.add_chunks(0);
-  ahead.set_min_clock(4);  // chunk 0 has clocks 0..2 applied
-  ctx = ContextWithTimeout(absl::Milliseconds(300));
-  EXPECT_EQ(server->Pull(ctx.get(), ahead, &weights).error_code(),
+  ahead.set_min_clock(4);
+  PullResponse weights;
+  EXPECT_EQ(Pull(ahead, &weights, absl::Milliseconds(300)).error_code(),
             grpc::StatusCode::DEADLINE_EXCEEDED);
   grpc::Status waited;
   PullResponse waited_weights;
-  std::thread waiter([&] {
-    auto wctx = ContextWithTimeout(absl::Seconds(10));
-    waited = server->Pull(wctx.get(), ahead, &waited_weights);
-  });
+  std::thread waiter([&] { waited = Pull(ahead, &waited_weights); });
   absl::SleepFor(absl::Milliseconds(300));
-  // Status shows what the server waits on, and since when.
-  {
-    MemberStatus waiting;
-    auto sctx = ContextWithTimeout(absl::Seconds(10));
-    ASSERT_TRUE(server->Status(sctx.get(), StatusRequest(), &waiting).ok());
-    ASSERT_EQ(waiting.waits_size(), 1) << waiting.DebugString();
+  const MemberStatus waiting = ServerStatusNow();
+  EXPECT_EQ(waiting.waits_size(), 1) << waiting.DebugString();
+  if (waiting.waits_size() == 1) {
     EXPECT_TRUE(absl::StrContains(waiting.waits(0).what(),
                                   "pull by worker 0 of 1 chunks for clock 0, waiting for every "
                                   "worker's updates before clock 4: behind: worker 0 (3 applied)"))
@@ -412,11 +426,24 @@ TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
     EXPECT_GE(age, 200);
     EXPECT_LT(age, 10000);
   }
-  EXPECT_TRUE(push(0, size0, 3).ok());
+  EXPECT_TRUE(PushZeros(0, size0, 3).ok());
   waiter.join();
   EXPECT_TRUE(waited.ok()) << waited.error_message();
   EXPECT_EQ(waited_weights.chunks_size(), 1);
+}
 
+TEST_F(LiveClusterTest, RegisteringTwiceAndBadPushesAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(RegisterOnce());
+  ASSERT_NO_FATAL_FAILURE(OpenGate());
+  PullResponse weights;
+  ASSERT_NO_FATAL_FAILURE(PullWeights(&weights));
+  const size_t size0 = weights.chunks(0).data().size();
+  ExpectMalformedPushesRefused(size0);
+  // Nothing was applied by the refused pushes; a good one still goes through.
+  EXPECT_TRUE(PushZeros(0, size0, 0).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectNonfiniteTakenNotApplied(size0));
+  ExpectBadPullsRefused();
+  ExpectAPullWaitsForItsGuarantee(size0);
   // The daemons are alive and well.
   EXPECT_TRUE(cluster_->scheduler().running());
   EXPECT_FALSE(cluster_->scheduler().Wait(absl::ZeroDuration()).ok());

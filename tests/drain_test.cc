@@ -65,6 +65,29 @@ bool WaitForClock(const std::string& scheduler, int64_t clocks, int workers = 2)
       absl::Milliseconds(100));
 }
 
+// psctl export --checkpoint_dir of `dir` (the newest complete set) holds,
+// element for element, the weights each of the cluster's two workers wrote.
+void ExpectTheExportIsTheWorkersWeights(const Cluster& cluster, const std::string& dir) {
+  int code = 0;
+  const std::string out = cluster.dir() + "/model.safetensors";
+  const std::string exported = Psctl({"export", "--checkpoint_dir=" + dir, "--out=" + out}, &code);
+  ASSERT_EQ(code, 0) << exported;
+  const std::map<std::string, Tensor> tensors = ReadSafetensors(ReadFile(out));
+  for (int w = 0; w < 2; ++w) {
+    const TensorSet read = ReadWeights(cluster.worker_weights(w));
+    ASSERT_EQ(read.tensors_size(), static_cast<int>(tensors.size())) << exported;
+    for (const NamedTensor& t : read.tensors()) {
+      ASSERT_TRUE(tensors.count(t.name())) << t.name();
+      const Tensor& e = tensors.at(t.name());
+      EXPECT_EQ(e.shape, std::vector<int64_t>(t.shape().begin(), t.shape().end())) << t.name();
+      ASSERT_EQ(e.values.size(), static_cast<size_t>(t.values_size())) << t.name();
+      for (int i = 0; i < t.values_size(); ++i) {
+        ASSERT_EQ(e.values[i], t.values(i)) << t.name() << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
   const std::string job = SmallJob("batch_size: 32\nclocks: 300\n");
   Cluster first("drain");
@@ -113,24 +136,7 @@ TEST(DrainTest, ADrainedJobEndsWithACheckpointThatExportsAndResumes) {
 
   // The export of that checkpoint: the weights both workers read at its clock.
   // (The checkpoint directory holds the job it is of: no --job needed.)
-  const std::string out = first.dir() + "/model.safetensors";
-  const std::string exported =
-      Psctl({"export", "--checkpoint_dir=" + dir, "--out=" + out}, &code);
-  ASSERT_EQ(code, 0) << exported;
-  const std::map<std::string, Tensor> tensors = ReadSafetensors(ReadFile(out));
-  for (int w = 0; w < 2; ++w) {
-    const TensorSet read = ReadWeights(first.worker_weights(w));
-    ASSERT_EQ(read.tensors_size(), static_cast<int>(tensors.size())) << exported;
-    for (const NamedTensor& t : read.tensors()) {
-      ASSERT_TRUE(tensors.count(t.name())) << t.name();
-      const Tensor& e = tensors.at(t.name());
-      EXPECT_EQ(e.shape, std::vector<int64_t>(t.shape().begin(), t.shape().end())) << t.name();
-      ASSERT_EQ(e.values.size(), static_cast<size_t>(t.values_size())) << t.name();
-      for (int i = 0; i < t.values_size(); ++i) {
-        ASSERT_EQ(e.values[i], t.values(i)) << t.name() << " at " << i;
-      }
-    }
-  }
+  ExpectTheExportIsTheWorkersWeights(first, dir);
 
   // Started again on the directory, the job resumes at the drained clock.
   Cluster again("drain_resume");

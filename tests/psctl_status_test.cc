@@ -1,5 +1,7 @@
 // psctl status against a running cluster on OS-chosen loopback ports.
 #include <set>
+#include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
@@ -28,6 +30,69 @@ absl::StatusOr<ClusterStatus> StatusJson(const std::string& scheduler, std::stri
   return st;
 }
 
+// Polls psctl status --json until both workers report a clock > 0 and,
+// through a heartbeat (every 500 ms), their first loss and pushed bytes (a
+// push is counted once the servers acknowledged it, which may be a clock
+// after the loss), and every member says RUNNING -- its last heartbeat's
+// state: a server says so once its store is made, which a slow machine
+// shows a heartbeat late. `raw` is the last JSON.
+void AwaitRunning(Cluster& cluster, ClusterStatus* st, std::string* raw) {
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  bool running = false;
+  while (absl::Now() < until && !running) {
+    absl::StatusOr<ClusterStatus> s = StatusJson(cluster.scheduler_address(), raw);
+    ASSERT_TRUE(s.ok()) << s.status() << cluster.Logs();
+    *st = *s;
+    int ticking = 0, members_running = 0;
+    for (const MemberStatus& m : st->members()) {
+      ticking += m.role() == WORKER && m.clock() > 0 && m.worker().loss() > 0 && m.bytes_out() > 0;
+      members_running += m.state() == RUNNING;
+    }
+    running = st->job_state() == RUNNING_JOB && ticking == 2 && members_running == 4;
+    if (!running) absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(running) << *raw << cluster.Logs();
+}
+
+// psctl status --target of server 1 alone: its Status, with the one
+// refusal counter carrying every word and a healthy run refused nothing.
+void ExpectTheServerAnswers(const ClusterStatus& st) {
+  std::string server_address;
+  for (const MemberStatus& m : st.members()) {
+    if (m.role() == SERVER && m.id() == 1) server_address = m.address();
+  }
+  std::string one;
+  ASSERT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--target=" + server_address,
+                        "--role=server", "--json"},
+                       &one, absl::Seconds(20), "psctl-server")
+                .value_or(-1),
+            0)
+      << one;
+  MemberStatus server;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(one, &server).ok()) << one;
+  EXPECT_EQ(server.role(), SERVER);
+  EXPECT_EQ(server.id(), 1);
+  EXPECT_GT(server.pushes(), 0);
+  for (const char* what : kRefusedWhat) EXPECT_EQ(server.server().refused().count(what), 1u) << one;
+  EXPECT_EQ(Refused(server, kRefusedChunks), 0) << one;
+  EXPECT_EQ(Refused(server, kRefusedRows), 0) << one;
+}
+
+// Each worker's final Status holds the whole run: its clocks after the
+// first (which waits for the cluster), their seconds and their split.
+void ExpectTheWholeRunSplit(const ClusterStatus& final_status) {
+  for (int w = 0; w < 2; ++w) {
+    const MemberStatus n = MemberOf(final_status, WORKER, w);
+    EXPECT_EQ(n.worker().clocks_trained(), 199);
+    // --straggler=fixed:20 sleeps 20 ms in every clock.
+    EXPECT_GE(n.worker().run_split().compute_ms(), 20);
+    EXPECT_GE(n.worker().train_s(), 199 * 0.020);
+    // A clock's calls: the gate, and a push and a pull to each server.
+    EXPECT_NEAR(n.worker().run_split().rpcs(), 5, 0.1);
+    EXPECT_GT(n.worker().run_split().bytes(), 0);
+  }
+}
+
 TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
   Cluster cluster("psctl");
   ClusterOptions options;
@@ -41,28 +106,9 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
                           {"--straggler=fixed:20", "--overlap=off"}};
   ASSERT_TRUE(cluster.Start(options).ok());
 
-  // Poll until both workers report a clock > 0 and, through a heartbeat
-  // (every 500 ms), their first loss and pushed bytes (a push is counted
-  // once the servers acknowledged it, which may be a clock after the loss).
   ClusterStatus st;
   std::string raw;
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  bool running = false;
-  while (absl::Now() < until && !running) {
-    absl::StatusOr<ClusterStatus> s = StatusJson(cluster.scheduler_address(), &raw);
-    ASSERT_TRUE(s.ok()) << s.status() << cluster.Logs();
-    st = *s;
-    // Every member's state is its last heartbeat's: a server says RUNNING
-    // once its store is made, which a slow machine shows a heartbeat late.
-    int ticking = 0, members_running = 0;
-    for (const MemberStatus& m : st.members()) {
-      ticking += m.role() == WORKER && m.clock() > 0 && m.worker().loss() > 0 && m.bytes_out() > 0;
-      members_running += m.state() == RUNNING;
-    }
-    running = st.job_state() == RUNNING_JOB && ticking == 2 && members_running == 4;
-    if (!running) absl::SleepFor(absl::Milliseconds(200));
-  }
-  ASSERT_TRUE(running) << raw << cluster.Logs();
+  ASSERT_NO_FATAL_FAILURE(AwaitRunning(cluster, &st, &raw));
   EXPECT_EQ(st.scheduler().role(), SCHEDULER);
   EXPECT_EQ(st.scheduler().address(), cluster.scheduler_address());
   EXPECT_EQ(st.total_clocks(), 200);
@@ -92,50 +138,18 @@ TEST(PsctlStatusTest, ListsEveryMemberOfARunningCluster) {
                 .value_or(-1),
             0)
       << table;
-  EXPECT_TRUE(absl::StrContains(table, "scheduler")) << table;
-  EXPECT_TRUE(absl::StrContains(table, "worker")) << table;
-  EXPECT_TRUE(absl::StrContains(table, "server")) << table;
-  std::string server_address;
-  for (const MemberStatus& m : st.members()) {
-    if (m.role() == SERVER && m.id() == 1) server_address = m.address();
+  for (const char* role : {"scheduler", "worker", "server"}) {
+    EXPECT_TRUE(absl::StrContains(table, role)) << table;
   }
-  std::string one;
-  ASSERT_EQ(RunCommand({BinaryPath("tools/psctl"), "status", "--target=" + server_address,
-                        "--role=server", "--json"},
-                       &one, absl::Seconds(20), "psctl-server")
-                .value_or(-1),
-            0)
-      << one;
-  MemberStatus server;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(one, &server).ok()) << one;
-  EXPECT_EQ(server.role(), SERVER);
-  EXPECT_EQ(server.id(), 1);
-  EXPECT_GT(server.pushes(), 0);
-  // The one refusal counter carries every word; a healthy run's pushes and
-  // pulls are not refused.
-  for (const char* what : kRefusedWhat) EXPECT_EQ(server.server().refused().count(what), 1u) << one;
-  EXPECT_EQ(Refused(server, kRefusedChunks), 0) << one;
-  EXPECT_EQ(Refused(server, kRefusedRows), 0) << one;
+  ASSERT_NO_FATAL_FAILURE(ExpectTheServerAnswers(st));
 
   // The job runs to its end and everyone exits cleanly.
   absl::StatusOr<int> code = cluster.WaitAll(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status() << cluster.Logs();
   EXPECT_EQ(*code, 0) << cluster.Logs();
-
-  // Each worker's final Status holds the whole run: its clocks after the
-  // first (which waits for the cluster), their seconds and their split.
   const absl::StatusOr<ClusterStatus> final_status = cluster.FinalStatus();
   ASSERT_TRUE(final_status.ok()) << final_status.status();
-  for (int w = 0; w < 2; ++w) {
-    const MemberStatus n = MemberOf(*final_status, WORKER, w);
-    EXPECT_EQ(n.worker().clocks_trained(), 199);
-    // --straggler=fixed:20 sleeps 20 ms in every clock.
-    EXPECT_GE(n.worker().run_split().compute_ms(), 20);
-    EXPECT_GE(n.worker().train_s(), 199 * 0.020);
-    // A clock's calls: the gate, and a push and a pull to each server.
-    EXPECT_NEAR(n.worker().run_split().rpcs(), 5, 0.1);
-    EXPECT_GT(n.worker().run_split().bytes(), 0);
-  }
+  ExpectTheWholeRunSplit(*final_status);
 
   // Nobody listens any more: a clear error and a non-zero exit.
   std::string gone;

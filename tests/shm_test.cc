@@ -183,21 +183,11 @@ TEST(ShmTest, KillNineOfEveryDaemonLeavesNothingBehind) {
   }
 }
 
-TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
-  Cluster cluster("shm_refusals");
-  const std::string server = StartAndReach(cluster, 5);
-  ASSERT_FALSE(server.empty());
-  auto stub = ParameterServer::NewStub(MakeChannel(server));
-  // From another host (another boot id): no segment.
-  OpenShmRequest open;
-  open.set_boot_id("another-host");
+// A ticket someone made up, on the socket `open` is granted: refused, no
+// descriptor.
+void ExpectAForgedTicketRefused(ParameterServer::Stub& stub, const OpenShmRequest& open) {
   OpenShmResponse granted;
-  EXPECT_EQ(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted)
-                .error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-  // A ticket someone made up: refused on the socket, no descriptor.
-  open.set_boot_id(BootId());
-  ASSERT_TRUE(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted).ok());
+  ASSERT_TRUE(stub.OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted).ok());
   absl::StatusOr<int> sock = ConnectAbstract(granted.socket_name(), absl::Seconds(5));
   ASSERT_TRUE(sock.ok()) << sock.status();
   const std::string forged(16, 'x');
@@ -208,25 +198,89 @@ TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
   EXPECT_TRUE(!answer.ok() || grant.id == 0);
   EXPECT_LT(fd, 0);
   close(*sock);
+}
+
+// A chunk the server holds: the first a plain pull gets (-1: none).
+int32_t AChunkOf(ParameterServer::Stub& stub) {
+  for (int32_t c = 0; c < 64; ++c) {
+    PullRequest plain;
+    plain.add_chunks(c);
+    PullResponse reply;
+    if (stub.Pull(ContextWithTimeout(absl::Seconds(5)).get(), plain, &reply).ok()) return c;
+  }
+  return -1;
+}
+
+// The segment's socket `sock` as a doorbell: a frame of no known method,
+// and a push or pull naming another segment than its connection's
+// (`segment`), are refused with INVALID_ARGUMENT (answered under their
+// seq); a pull of its own chunk `mine` goes.
+void ExpectDoorbellRefusals(int sock, uint64_t segment, int32_t mine) {
+  PullRequest own;
+  own.add_chunks(mine);
+  own.set_shm_segment(segment);
+  own.set_shm_sequence(7);
+  PullRequest other = own;
+  other.set_shm_segment(segment + 1);
+  PushRequest push;
+  push.set_num_samples(1);
+  push.set_shm_segment(segment + 1);
+  push.add_chunks()->set_chunk(mine);
+  const std::vector<std::tuple<int32_t, std::string, grpc::StatusCode>> frames = {
+      {99, "", grpc::StatusCode::INVALID_ARGUMENT},
+      {kShmPush, push.SerializeAsString(), grpc::StatusCode::INVALID_ARGUMENT},
+      {kShmPull, other.SerializeAsString(), grpc::StatusCode::INVALID_ARGUMENT},
+      {kShmPull, own.SerializeAsString(), grpc::StatusCode::OK}};
+  FrameReader reader;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto& [method, body, code] = frames[i];
+    const std::string frame = EncodeFrame(method, 100 + i, "", body);
+    ASSERT_EQ(send(sock, frame.data(), frame.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(frame.size()));
+    ShmFrame answer;
+    bool got = false;
+    for (int tries = 0; tries < 500 && !got; ++tries) {
+      absl::StatusOr<bool> next = reader.Next(&answer);
+      ASSERT_TRUE(next.ok()) << next.status();
+      got = *next;
+      if (!got) {
+        absl::SleepFor(absl::Milliseconds(10));
+        ASSERT_TRUE(reader.Fill(sock).ok());
+      }
+    }
+    ASSERT_TRUE(got) << "frame " << i;
+    EXPECT_EQ(answer.header.seq, 100 + i);
+    EXPECT_EQ(answer.header.code, code) << "frame " << i << ": " << answer.message;
+  }
+}
+
+TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
+  Cluster cluster("shm_refusals");
+  const std::string server = StartAndReach(cluster, 5);
+  ASSERT_FALSE(server.empty());
+  auto stub = ParameterServer::NewStub(MakeChannel(server));
+  // From another host (another boot id): no segment.
+  OpenShmRequest open;
+  open.set_boot_id("another-host");
+  OpenShmResponse granted;
+  EXPECT_EQ(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  open.set_boot_id(BootId());
+  ASSERT_NO_FATAL_FAILURE(ExpectAForgedTicketRefused(*stub, open));
   // With a real ticket, a segment; a push naming it must still fit it: a
   // payload in the message as well, or a chunk the server does not hold, is
   // INVALID_ARGUMENT.
   ASSERT_TRUE(stub->OpenShm(ContextWithTimeout(absl::Seconds(5)).get(), open, &granted).ok());
-  sock = ConnectAbstract(granted.socket_name(), absl::Seconds(5));
+  absl::StatusOr<int> sock = ConnectAbstract(granted.socket_name(), absl::Seconds(5));
   ASSERT_TRUE(sock.ok()) << sock.status();
+  ShmGrant grant;
+  int fd = -1;
   ASSERT_TRUE(SendWithFd(*sock, granted.ticket().data(), granted.ticket().size(), -1).ok());
   ASSERT_TRUE(RecvWithFd(*sock, &grant, sizeof(grant), &fd).ok());
   ASSERT_NE(grant.id, 0u);
   ASSERT_GE(fd, 0);
   EXPECT_TRUE(ShmSegment::Adopt(fd, granted.segment_bytes()).ok());
-  // A chunk this server holds: the first a plain pull gets.
-  int32_t mine = -1;
-  for (int32_t c = 0; c < 64 && mine < 0; ++c) {
-    PullRequest plain;
-    plain.add_chunks(c);
-    PullResponse reply;
-    if (stub->Pull(ContextWithTimeout(absl::Seconds(5)).get(), plain, &reply).ok()) mine = c;
-  }
+  const int32_t mine = AChunkOf(*stub);
   ASSERT_GE(mine, 0);
   // Pulls through the segment write it for the newest attempt only: an
   // older attempt's answer would overwrite newer weights.
@@ -254,47 +308,7 @@ TEST(ShmTest, AServerRefusesWhatDoesNotFitItsSegments) {
               grpc::StatusCode::INVALID_ARGUMENT)
         << (payload ? "a payload in the message too" : "a chunk not of this server");
   }
-  // The same socket as a doorbell: a frame of no known method, and a push
-  // or pull naming another segment than its connection's, are refused with
-  // INVALID_ARGUMENT (answered under their seq); a pull of its own goes.
-  {
-    PullRequest own;
-    own.add_chunks(mine);
-    own.set_shm_segment(grant.id);
-    own.set_shm_sequence(7);
-    PullRequest other = own;
-    other.set_shm_segment(grant.id + 1);
-    PushRequest push;
-    push.set_num_samples(1);
-    push.set_shm_segment(grant.id + 1);
-    push.add_chunks()->set_chunk(mine);
-    const std::vector<std::tuple<int32_t, std::string, grpc::StatusCode>> frames = {
-        {99, "", grpc::StatusCode::INVALID_ARGUMENT},
-        {kShmPush, push.SerializeAsString(), grpc::StatusCode::INVALID_ARGUMENT},
-        {kShmPull, other.SerializeAsString(), grpc::StatusCode::INVALID_ARGUMENT},
-        {kShmPull, own.SerializeAsString(), grpc::StatusCode::OK}};
-    FrameReader reader;
-    for (size_t i = 0; i < frames.size(); ++i) {
-      const auto& [method, body, code] = frames[i];
-      const std::string frame = EncodeFrame(method, 100 + i, "", body);
-      ASSERT_EQ(send(*sock, frame.data(), frame.size(), MSG_NOSIGNAL),
-                static_cast<ssize_t>(frame.size()));
-      ShmFrame answer;
-      bool got = false;
-      for (int tries = 0; tries < 500 && !got; ++tries) {
-        absl::StatusOr<bool> next = reader.Next(&answer);
-        ASSERT_TRUE(next.ok()) << next.status();
-        got = *next;
-        if (!got) {
-          absl::SleepFor(absl::Milliseconds(10));
-          ASSERT_TRUE(reader.Fill(*sock).ok());
-        }
-      }
-      ASSERT_TRUE(got) << "frame " << i;
-      EXPECT_EQ(answer.header.seq, 100 + i);
-      EXPECT_EQ(answer.header.code, code) << "frame " << i << ": " << answer.message;
-    }
-  }
+  ExpectDoorbellRefusals(*sock, grant.id, mine);
   close(*sock);
   // A push naming a segment the server never granted (or no longer holds):
   // NOT_FOUND, and a worker then sends its payloads in the message.

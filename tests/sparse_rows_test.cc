@@ -186,6 +186,23 @@ void ReferenceRound(SparseTable& reference, int c) {
   ASSERT_TRUE(reference.Push(ids, sum).ok());
 }
 
+// What worker w read at clock c (`read[w][c]`, clocks 0..clocks-1) is bit
+// for bit `reference` after c rounds; `reference` ends after `clocks`.
+void ExpectReadsOfOneTable(const std::vector<std::vector<float>> (&read)[2], int clocks,
+                           SparseTable& reference) {
+  for (int c = 0; c < clocks; ++c) {
+    for (int w = 0; w < 2; ++w) {
+      const std::vector<uint64_t> batch = Batch(w, c);
+      std::vector<float> expected(batch.size() * 8);
+      ASSERT_TRUE(reference.Pull(batch, expected.data()).ok());
+      ASSERT_EQ(read[w][c].size(), expected.size());
+      EXPECT_EQ(std::memcmp(read[w][c].data(), expected.data(), expected.size() * 4), 0)
+          << "worker " << w << " at clock " << c;
+    }
+    ASSERT_NO_FATAL_FAILURE(ReferenceRound(reference, c));
+  }
+}
+
 // BSP tables with two workers: each clock's pull waits until both workers'
 // pushes of the clock before are applied as one update (the mean over
 // their samples), so what each worker reads at clock c is bit for bit one
@@ -223,17 +240,7 @@ TEST_F(SparseRowsTest, TwoWorkersPullWhatOneTableHoldsAfterEachBspRound) {
 
   SparseTable reference(TableConfig{"words", 8, job.tables(0).init_scale(), job.seed(),
                                     RowOptimizerOf(job.tables(0).optimizer())});
-  for (int c = 0; c < kClocks; ++c) {
-    for (int w = 0; w < 2; ++w) {
-      const std::vector<uint64_t> batch = Batch(w, c);
-      std::vector<float> expected(batch.size() * 8);
-      ASSERT_TRUE(reference.Pull(batch, expected.data()).ok());
-      ASSERT_EQ(read[w][c].size(), expected.size());
-      EXPECT_EQ(std::memcmp(read[w][c].data(), expected.data(), expected.size() * 4), 0)
-          << "worker " << w << " at clock " << c;
-    }
-    ASSERT_NO_FATAL_FAILURE(ReferenceRound(reference, c));
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectReadsOfOneTable(read, kClocks, reference));
 
   // A pull waits, parked and shown in Status, for the worker behind.
   RowClient ahead = Client(job, servers_, 0), behind = Client(job, servers_, 1);

@@ -11,6 +11,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -187,6 +188,22 @@ TEST(StandbyTest, AFrozenServerComesBackAsAStandby) {
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), calm.weights), 0.0);
 }
 
+// Two in-process workers joined together (the gate of clock 0 waits for
+// both), by id; none if either could not join.
+std::vector<InProcessWorker> JoinTwoWorkers(const std::string& scheduler) {
+  auto join = [&](const char* address) { return JoinAsWorker(scheduler, address); };
+  std::future<absl::StatusOr<InProcessWorker>> fa =
+      std::async(std::launch::async, join, "127.0.0.1:1");
+  std::future<absl::StatusOr<InProcessWorker>> fb =
+      std::async(std::launch::async, join, "127.0.0.1:2");
+  absl::StatusOr<InProcessWorker> a = fa.get(), b = fb.get();
+  if (!a.ok() || !b.ok()) return {};
+  std::vector<InProcessWorker> workers;
+  workers.push_back(std::move(a->id == 0 ? *a : *b));
+  workers.push_back(std::move(a->id == 0 ? *b : *a));
+  return workers;
+}
+
 // Standby copies let a worker have its pushes of two clocks under way. A
 // push of clock c that reaches a chunk whose round c - 1 is still open
 // (here worker 1's own push of c - 1 waits there for worker 0's; after a
@@ -209,18 +226,10 @@ TEST(StandbyTest, APushThatComesBeforeItsRoundWaitsForItWithoutACycle) {
   options.workers = 0;
   options.scheduler_flags = {"--num_workers=2", "--heartbeat_timeout_ms=5000"};
   ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
-  auto join = [&](const char* address) {
-    return JoinAsWorker(cluster.scheduler_address(), address);
-  };
-  // Together: the gate of clock 0 waits for both.
-  std::future<absl::StatusOr<InProcessWorker>> fa =
-      std::async(std::launch::async, join, "127.0.0.1:1");
-  std::future<absl::StatusOr<InProcessWorker>> fb =
-      std::async(std::launch::async, join, "127.0.0.1:2");
-  absl::StatusOr<InProcessWorker> a = fa.get(), b = fb.get();
-  ASSERT_TRUE(a.ok() && b.ok()) << cluster.Logs();
-  InProcessWorker& w0 = a->id == 0 ? *a : *b;
-  InProcessWorker& w1 = a->id == 0 ? *b : *a;
+  std::vector<InProcessWorker> workers = JoinTwoWorkers(cluster.scheduler_address());
+  ASSERT_EQ(workers.size(), 2u) << cluster.Logs();
+  InProcessWorker& w0 = workers[0];
+  InProcessWorker& w1 = workers[1];
   const std::vector<ParamInfo> params = ModelParams(w0.job.model());
   const Partition partition = Partition::Make(params, w0.job.chunk_bytes(), 2).value();
   // dense0/weight: chunks 0 (server 0) and 1 (server 1); dense0/bias: chunk 2 (server 0).

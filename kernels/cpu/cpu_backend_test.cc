@@ -116,73 +116,83 @@ TEST(CpuBackendTest, SoftmaxXent) {
   EXPECT_EQ(b->SoftmaxXent(rows, classes, z.data(), labels.data(), nullptr, nullptr), loss);
 }
 
+// The shapes and inputs of SplittingOverThreadsChangesNoBits.
+constexpr int kBatch = 3, kSeq = 140, kHeads = 2, kHeadDim = 8, kRows = kBatch * kSeq;  // tiles
+constexpr int kDim = kHeads * kHeadDim, kBig = 70000;  // above a part's grain
+struct OpInputs {
+  std::vector<float> qkv, dout, x, dy, gamma, beta;
+  std::vector<int32_t> labels;
+};
+// What every op of the backend made of them.
+struct OpOutputs {
+  std::vector<std::vector<float>> gemms;
+  std::vector<float> lse, out, dqkv, gelu, dgelu, relu, drelu, ln, dln, dgamma, dbeta, bias, dbias,
+      dlogits;
+  float loss = 0;
+  int correct = 0;
+};
+
+OpOutputs RunEveryOp(int threads, const OpInputs& in) {
+  auto b = MakeCpuBackend(threads);
+  OpOutputs o;
+  // Tall (split by rows) and wide (by columns), every transposition.
+  for (const auto& [m, n] : {std::pair{300, 40}, std::pair{40, 300}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int k = 70;
+        std::vector<float> c(m * n, 0.5f);
+        b->Gemm(ta, tb, m, n, k, 1.5f, in.x.data(), in.dy.data(), 0.25f, c.data());
+        o.gemms.push_back(c);
+      }
+    }
+  }
+  o.lse.resize(kBatch * kHeads * kSeq);
+  o.out.resize(kRows * kDim);
+  o.dqkv.resize(in.qkv.size());
+  b->Attention(kBatch, kSeq, kHeads, kHeadDim, in.qkv.data(), o.lse.data(), o.out.data());
+  b->AttentionBackward(kBatch, kSeq, kHeads, kHeadDim, in.qkv.data(), o.out.data(), o.lse.data(),
+                       in.dout.data(), o.dqkv.data());
+  for (std::vector<float>* v : {&o.gelu, &o.dgelu, &o.relu, &o.drelu}) v->resize(kBig);
+  b->Gelu(kBig, in.x.data(), o.gelu.data());
+  b->GeluBackward(kBig, in.x.data(), in.dy.data(), o.dgelu.data());
+  b->ReluForward(kBig, in.x.data(), o.relu.data());
+  b->ReluBackward(kBig, o.relu.data(), in.dy.data(), o.drelu.data());
+  const int ln_rows = kBig / kDim;
+  std::vector<float> mean(ln_rows), rstd(ln_rows);
+  o.ln.resize(ln_rows * kDim);
+  o.dln.resize(ln_rows * kDim);
+  o.dgamma.resize(kDim);
+  o.dbeta.resize(kDim);
+  b->LayerNorm(ln_rows, kDim, in.x.data(), in.gamma.data(), in.beta.data(), o.ln.data(),
+               mean.data(), rstd.data());
+  b->LayerNormBackward(ln_rows, kDim, in.x.data(), in.gamma.data(), mean.data(), rstd.data(),
+                       in.dy.data(), o.dln.data(), o.dgamma.data(), o.dbeta.data());
+  o.bias = std::vector<float>(in.x.begin(), in.x.begin() + ln_rows * kDim);
+  b->AddBias(ln_rows, kDim, in.beta.data(), o.bias.data());
+  o.dbias.resize(kDim);
+  b->BiasGrad(ln_rows, kDim, in.dy.data(), o.dbias.data());
+  o.dlogits.resize(kRows * kDim);
+  o.loss =
+      b->SoftmaxXent(kRows, kDim, o.out.data(), in.labels.data(), o.dlogits.data(), &o.correct);
+  EXPECT_EQ(b->error(), "");
+  return o;
+}
+
 // Every op on one thread and on three: the parts split rows, columns or
 // heads, never a sum, so the bits are the same -- but for the matrix
 // products, whose parts OpenBLAS tiles (and rounds) its own way.
 TEST(CpuBackendTest, SplittingOverThreadsChangesNoBits) {
   std::mt19937 rng(4);
-  const int batch = 3, seq = 140, heads = 2, head_dim = 8, rows = batch * seq;  // several tiles
-  const int dim = heads * head_dim, big = 70000;  // above a part's grain
-  const std::vector<float> qkv = Random(rows * 3 * dim, rng), dout = Random(rows * dim, rng);
-  const std::vector<float> x = Random(big, rng), dy = Random(big, rng);
-  const std::vector<float> gamma = Random(dim, rng), beta = Random(dim, rng);
-  std::vector<int32_t> labels(rows);
-  for (int32_t& l : labels) l = static_cast<int32_t>(rng() % dim);
-  struct Out {
-    std::vector<std::vector<float>> gemms;
-    std::vector<float> lse, out, dqkv, gelu, dgelu, relu, drelu, ln, dln, dgamma, dbeta, bias,
-        dbias, dlogits;
-    float loss = 0;
-    int correct = 0;
-  };
-  auto run = [&](int threads) {
-    auto b = MakeCpuBackend(threads);
-    Out o;
-    // Tall (split by rows) and wide (by columns), every transposition.
-    for (const auto& [m, n] : {std::pair{300, 40}, std::pair{40, 300}}) {
-      for (bool ta : {false, true}) {
-        for (bool tb : {false, true}) {
-          const int k = 70;
-          std::vector<float> c(m * n, 0.5f);
-          b->Gemm(ta, tb, m, n, k, 1.5f, x.data(), dy.data(), 0.25f, c.data());
-          o.gemms.push_back(c);
-        }
-      }
-    }
-    o.lse.resize(batch * heads * seq);
-    o.out.resize(rows * dim);
-    o.dqkv.resize(qkv.size());
-    b->Attention(batch, seq, heads, head_dim, qkv.data(), o.lse.data(), o.out.data());
-    b->AttentionBackward(batch, seq, heads, head_dim, qkv.data(), o.out.data(), o.lse.data(),
-                         dout.data(), o.dqkv.data());
-    o.gelu.resize(big);
-    o.dgelu.resize(big);
-    o.relu.resize(big);
-    o.drelu.resize(big);
-    b->Gelu(big, x.data(), o.gelu.data());
-    b->GeluBackward(big, x.data(), dy.data(), o.dgelu.data());
-    b->ReluForward(big, x.data(), o.relu.data());
-    b->ReluBackward(big, o.relu.data(), dy.data(), o.drelu.data());
-    const int ln_rows = big / dim;
-    std::vector<float> mean(ln_rows), rstd(ln_rows);
-    o.ln.resize(ln_rows * dim);
-    o.dln.resize(ln_rows * dim);
-    o.dgamma.resize(dim);
-    o.dbeta.resize(dim);
-    b->LayerNorm(ln_rows, dim, x.data(), gamma.data(), beta.data(), o.ln.data(), mean.data(),
-                 rstd.data());
-    b->LayerNormBackward(ln_rows, dim, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
-                         o.dln.data(), o.dgamma.data(), o.dbeta.data());
-    o.bias = std::vector<float>(x.begin(), x.begin() + ln_rows * dim);
-    b->AddBias(ln_rows, dim, beta.data(), o.bias.data());
-    o.dbias.resize(dim);
-    b->BiasGrad(ln_rows, dim, dy.data(), o.dbias.data());
-    o.dlogits.resize(rows * dim);
-    o.loss = b->SoftmaxXent(rows, dim, o.out.data(), labels.data(), o.dlogits.data(), &o.correct);
-    EXPECT_EQ(b->error(), "");
-    return o;
-  };
-  const Out one = run(1), three = run(3);
+  OpInputs in;
+  in.qkv = Random(kRows * 3 * kDim, rng);
+  in.dout = Random(kRows * kDim, rng);
+  in.x = Random(kBig, rng);
+  in.dy = Random(kBig, rng);
+  in.gamma = Random(kDim, rng);
+  in.beta = Random(kDim, rng);
+  in.labels.resize(kRows);
+  for (int32_t& l : in.labels) l = static_cast<int32_t>(rng() % kDim);
+  const OpOutputs one = RunEveryOp(1, in), three = RunEveryOp(3, in);
   for (size_t g = 0; g < one.gemms.size(); ++g) {
     for (size_t i = 0; i < one.gemms[g].size(); ++i) {
       ASSERT_NEAR(one.gemms[g][i], three.gemms[g][i], 2e-5)  // 70 terms of up to 1.5
