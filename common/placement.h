@@ -1,0 +1,86 @@
+// The job's placement (proto/placement.proto): which server holds each
+// chunk of the dense parameters and each bucket of the sparse tables'
+// rows, and how it changes when a server is added to a running job or
+// drained from it -- the placement after the change and every chunk and
+// bucket that moves, planned so that no more moves than it takes to
+// balance the servers' bytes. The scheduler decides; every daemon reads
+// it. No I/O.
+#ifndef PSTRAIN_COMMON_PLACEMENT_H_
+#define PSTRAIN_COMMON_PLACEMENT_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/partition.h"
+#include "proto/placement.pb.h"
+
+namespace pstrain {
+
+// A table's rows are placed by bucket: a mixing hash of the row's id
+// (consecutive ids spread), one of kRowBuckets.
+inline constexpr int kRowBuckets = 1024;
+int RowBucket(uint64_t id);
+
+// The placement a job starts with (version 1): every chunk on the
+// partition's server, bucket b on server b mod the partition's servers.
+Placement InitialPlacement(const Partition& partition);
+// INVALID_ARGUMENT naming the fault: no servers, servers not ascending or
+// negative, a chunk count other than `num_chunks`, a bucket count other
+// than kRowBuckets, a chunk or bucket on a server the placement does not
+// list.
+absl::Status CheckPlacement(const Placement& placement, int num_chunks);
+
+int ServerOfChunk(const Placement& placement, int32_t chunk);
+int ServerOfRow(const Placement& placement, uint64_t id);
+// Chunk ids on server `server`, ascending.
+std::vector<int32_t> ChunksOn(const Placement& placement, int server);
+// The smallest server id the placement does not list: a server added
+// takes it (a drained server's id is free again).
+int FreeServerId(const Placement& placement);
+
+// What a server keeps per parameter element, and how much it may keep.
+struct PlacementLimits {
+  int64_t bytes_per_param = sizeof(float);  // weights and optimizer state
+  std::map<int, int64_t> budget;  // [server]: the most chunk bytes it may hold (absent: no bound)
+};
+
+// One thing a change moves from server `from` to server `to`.
+struct PlacementMove {
+  enum class Kind { kChunk, kBucket };
+  Kind kind = Kind::kChunk;
+  int32_t id = 0;  // chunk id or bucket
+  int from = 0;
+  int to = 0;
+  int64_t bytes = 0;  // a chunk's (PlacementLimits.bytes_per_param an element); a bucket's 0
+};
+
+// A planned change: the placement after it (the version after `now`'s) and
+// what moves, the chunks largest first, then the buckets.
+struct PlacementChange {
+  Placement after;
+  std::vector<PlacementMove> moves;
+  int64_t MovedBytes() const;
+};
+
+// Server `server` joins: chunks move to it from the servers holding the
+// most bytes until it holds about its share (each move leaves the pair it
+// is between better balanced than before), and so do its share of the
+// buckets, from the servers holding the most. FAILED_PRECONDITION when
+// `server` is in the placement already or a server's budget breaks;
+// INVALID_ARGUMENT for a placement that fails CheckPlacement.
+absl::StatusOr<PlacementChange> PlanAdd(const Placement& now, const Partition& partition,
+                                        int server, const PlacementLimits& limits);
+// Server `server` leaves: its chunks, largest first, each to the server
+// then holding the fewest bytes, and its buckets each to the one then
+// holding the fewest buckets. FAILED_PRECONDITION when `server` is not in
+// the placement, is its last server, or a server's budget breaks;
+// INVALID_ARGUMENT as PlanAdd.
+absl::StatusOr<PlacementChange> PlanDrain(const Placement& now, const Partition& partition,
+                                          int server, const PlacementLimits& limits);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_PLACEMENT_H_
