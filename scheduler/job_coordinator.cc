@@ -17,13 +17,22 @@ namespace pstrain {
 
 namespace {
 
+// The job's chunks as every member cuts them (an EXTERNAL model's none
+// until a worker declares it).
+Partition JobPartition(const JobSpec& job) {
+  absl::StatusOr<Partition> p =
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
+  // A valid job always partitions.
+  return p.ok() ? *std::move(p) : Partition::Make({}, sizeof(float), 1).value();
+}
+
 // Which servers hold chunks (and so write checkpoints and report norms).
 std::vector<bool> ServersWithChunks(const JobSpec& job) {
   std::vector<bool> out(job.num_servers(), false);
-  absl::StatusOr<Partition> p =
-      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
-  if (!p.ok()) return out;  // a valid job always partitions
-  for (int s = 0; s < job.num_servers(); ++s) out[s] = !p->ServerChunks(s).empty();
+  const Partition p = JobPartition(job);
+  for (int s = 0; s < std::min(job.num_servers(), p.num_servers()); ++s) {
+    out[s] = !p.ServerChunks(s).empty();
+  }
   return out;
 }
 
@@ -70,7 +79,8 @@ JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
       gate_(&phase_, ServersWithChunks(job), TotalClocks(job), &clocks_, &members_, &rollbacks_,
             &control_, &pipelines_, std::move(trace)),
       promotions_(job),
-      failures_(job, policy, &members_, &clocks_, &promotions_) {
+      failures_(job, policy, &members_, &clocks_, &promotions_),
+      moves_(job, JobPartition(job)) {
   clocks_.Reset(policy.start_clock);
 }
 
@@ -177,6 +187,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
       // Its chunks are placed now that a worker declared it.
       gate_.SetReporters(ServersWithChunks(job_));
       rollbacks_.SetChunkServers(ChunkServers(job_));
+      moves_.Placed(JobPartition(job_));
     }
     spdlog::info("all {} servers and {} workers registered; training {} clocks", job_.num_servers(),
                  job_.num_workers(), control_.total_clocks());
@@ -456,6 +467,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   control_.AddStatus(&out);
   rollbacks_.AddStatus(&out);
   promotions_.AddStatus(&out);
+  moves_.AddStatus(&out);
   failures_.AddStatus(&out);
   pipelines_.AddStatus(&out);
   clocks_.AddStatus(&out);

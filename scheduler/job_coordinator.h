@@ -52,6 +52,7 @@
 #include "scheduler/membership.h"
 #include "scheduler/operator_control.h"
 #include "scheduler/pipeline_restarts.h"
+#include "scheduler/placement_moves.h"
 #include "scheduler/promotions.h"
 #include "scheduler/rollbacks.h"
 
@@ -200,6 +201,7 @@ class JobCoordinator {
   Gate gate_;
   Promotions promotions_;  // before failures_, which uses it
   FailurePolicy failures_;
+  PlacementMoves moves_;
 };
 
 }  // namespace pstrain

@@ -28,6 +28,7 @@ SchedulerState JobCoordinator::Snapshot() const {
   *s.mutable_pipelines() = pipelines_.Snapshot();
   *s.mutable_control() = control_.Snapshot();
   *s.mutable_promotions() = promotions_.Snapshot();
+  *s.mutable_moves() = moves_.Snapshot();
   return s;
 }
 
@@ -52,6 +53,7 @@ absl::Status JobCoordinator::TakeOver(const SchedulerState& s, absl::Time now) {
   RETURN_IF_ERROR(rollbacks_.Restore(s.rollbacks(), clocks));
   RETURN_IF_ERROR(pipelines_.Restore(s.pipelines()));
   if (s.has_promotions()) RETURN_IF_ERROR(promotions_.Restore(s.promotions()));
+  if (s.has_moves()) RETURN_IF_ERROR(moves_.Restore(s.moves()));
   phase_.state = s.job_state();
   phase_.message = s.message();
   if (Ended()) ended_at_ = now;

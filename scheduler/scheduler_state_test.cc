@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/params.h"
+#include "common/partition.h"
+#include "common/placement.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -162,6 +165,17 @@ SchedulerState FilledState(const JobSpec& job) {
   RepeatFirst(s.mutable_pipelines(), "replicas", job.num_workers() / job.pipeline_stages());
   for (const char* routes : {"serving", "addresses", "ready"}) {
     RepeatFirst(s.mutable_promotions()->mutable_routes(), routes, job.num_servers());
+  }
+  // Placements that fit the job's chunks.
+  const int chunks = static_cast<int>(
+      Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers())
+          .value()
+          .chunks()
+          .size());
+  for (Placement* p : {s.mutable_moves()->mutable_placement(),
+                       s.mutable_moves()->mutable_move()->mutable_after()}) {
+    RepeatFirst(p, "chunk_server", chunks);
+    RepeatFirst(p, "bucket_server", kRowBuckets);
   }
   return s;
 }

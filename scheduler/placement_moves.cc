@@ -1,0 +1,182 @@
+#include "scheduler/placement_moves.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+
+namespace pstrain {
+namespace {
+
+std::string Describe(MoveKind kind, int server) {
+  return absl::StrCat(kind == ADD_SERVER ? "adding" : "draining", " server ", server);
+}
+
+absl::Status Refused(MoveKind kind, int server, absl::string_view why) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot start ", Describe(kind, server), ": ", why));
+}
+
+}  // namespace
+
+PlacementMoves::PlacementMoves(const JobSpec& job, Partition partition)
+    : job_(job), partition_(std::move(partition)) {
+  *state_.mutable_placement() = InitialPlacement(partition_);
+}
+
+void PlacementMoves::Placed(Partition partition) {
+  partition_ = std::move(partition);
+  *state_.mutable_placement() = InitialPlacement(partition_);
+}
+
+absl::StatusOr<int64_t> PlacementMoves::Ask(MoveKind kind, int server, const Context& context,
+                                            absl::Time now) {
+  if (kind != ADD_SERVER && kind != DRAIN_SERVER) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a move adds or drains a server, not ", MoveKind_Name(kind)));
+  }
+  if (!context.running) return Refused(kind, server, "the job is not running");
+  if (context.rolling_back) return Refused(kind, server, "a rollback is under way");
+  if (moving()) {
+    const Move& m = state_.move();
+    return Refused(kind, server,
+                   absl::StrCat(Describe(m.kind(), m.server()),
+                                " is under way (it switches at clock ", m.switch_clock(), ")"));
+  }
+  if (job_.pipeline_stages() > 1) {
+    return Refused(kind, server, "a job with pipeline stages cannot move its servers yet");
+  }
+  if (job_.standby_copies() > 0) {
+    return Refused(kind, server, "a job with standby copies cannot move its servers yet");
+  }
+  const int64_t switch_clock = context.furthest + 1;
+  if (context.total_clocks > 0 && switch_clock >= context.total_clocks) {
+    return Refused(kind, server,
+                   absl::StrCat("the job ends at clock ", context.total_clocks,
+                                " before a move could switch"));
+  }
+  absl::StatusOr<PlacementChange> plan =
+      kind == ADD_SERVER ? PlanAdd(placement(), partition_, server, context.limits)
+                         : PlanDrain(placement(), partition_, server, context.limits);
+  if (!plan.ok()) return Refused(kind, server, plan.status().message());
+  Move* m = state_.mutable_move();
+  m->set_kind(kind);
+  m->set_server(server);
+  *m->mutable_after() = std::move(plan->after);
+  m->set_switch_clock(switch_clock);
+  m->set_bytes(plan->MovedBytes());
+  m->set_begun_unix_ms(absl::ToUnixMillis(now));
+  progress_.clear();
+  spdlog::info(
+      "{}: placement {} moves {} bytes of chunks and {} row buckets; it switches at clock {}",
+      Describe(kind, server), m->after().version(), m->bytes(),
+      std::count_if(plan->moves.begin(), plan->moves.end(),
+                    [](const PlacementMove& x) { return x.kind == PlacementMove::Kind::kBucket; }),
+      switch_clock);
+  return switch_clock;
+}
+
+void PlacementMoves::Reported(int server, const MoveProgress& progress) {
+  if (!moving() || progress.version() != state_.move().after().version()) return;
+  progress_[server] = progress;
+}
+
+std::vector<int> PlacementMoves::Waiting() const {
+  std::vector<int> out;
+  for (int s : state_.move().after().servers()) {
+    auto it = progress_.find(s);
+    if (it == progress_.end() || !it->second.ready()) out.push_back(s);
+  }
+  return out;
+}
+
+bool PlacementMoves::MaybeSwitch(absl::Time now) {
+  if (!moving() || !Waiting().empty()) return false;
+  *state_.mutable_placement() = state_.move().after();
+  spdlog::info("{}: placement {} in force from clock {}",
+               Describe(state_.move().kind(), state_.move().server()), state_.placement().version(),
+               state_.move().switch_clock());
+  End("", now);
+  return true;
+}
+
+bool PlacementMoves::Abandon(const std::string& why, absl::Time now) {
+  if (!moving()) return false;
+  spdlog::warn("{} abandoned: {}; placement {} stays",
+               Describe(state_.move().kind(), state_.move().server()), why,
+               state_.placement().version());
+  End(why, now);
+  return true;
+}
+
+bool PlacementMoves::ServerLost(int server, absl::Time now) {
+  if (!moving()) return false;
+  const Placement& before = state_.placement();
+  const Placement& after = state_.move().after();
+  const bool needed = server == state_.move().server() ||
+                      std::count(before.servers().begin(), before.servers().end(), server) > 0 ||
+                      std::count(after.servers().begin(), after.servers().end(), server) > 0;
+  if (!needed) return false;
+  return Abandon(absl::StrCat("server ", server, " was lost"), now);
+}
+
+void PlacementMoves::End(const std::string& abandoned, absl::Time now) {
+  const Move& m = state_.move();
+  MoveRecord* r = state_.add_history();
+  r->set_kind(m.kind());
+  r->set_server(m.server());
+  r->set_version(m.after().version());
+  r->set_switch_clock(m.switch_clock());
+  r->set_bytes(m.bytes());
+  r->set_begun_unix_ms(m.begun_unix_ms());
+  r->set_ended_unix_ms(absl::ToUnixMillis(now));
+  r->set_abandoned(abandoned);
+  state_.clear_move();
+  progress_.clear();
+}
+
+void PlacementMoves::AddStatus(ClusterStatus* out) const {
+  PlacementStatus* p = out->mutable_placement();
+  const Placement& placement = state_.placement();
+  p->set_version(placement.version());
+  for (int s : placement.servers()) {
+    PlacedServer* ps = p->add_servers();
+    ps->set_server(s);
+    for (int32_t c : ChunksOn(placement, s)) {
+      ps->set_chunks(ps->chunks() + 1);
+      ps->set_chunk_bytes(ps->chunk_bytes() +
+                          partition_.chunks()[c].numel * static_cast<int64_t>(sizeof(float)));
+    }
+    ps->set_row_buckets(static_cast<int32_t>(
+        std::count(placement.bucket_server().begin(), placement.bucket_server().end(), s)));
+  }
+  *p->mutable_history() = state_.history();
+  if (!moving()) return;
+  const Move& m = state_.move();
+  MoveStatus* ms = p->mutable_move();
+  ms->set_kind(m.kind());
+  ms->set_server(m.server());
+  ms->set_version(m.after().version());
+  ms->set_switch_clock(m.switch_clock());
+  ms->set_bytes(m.bytes());
+  ms->set_begun_unix_ms(m.begun_unix_ms());
+  for (const auto& [server, progress] : progress_) {
+    ms->set_bytes_taken(ms->bytes_taken() + progress.bytes_taken());
+    ms->set_bytes_left(ms->bytes_left() + progress.bytes_left());
+  }
+  for (int s : Waiting()) ms->add_waiting_for(s);
+}
+
+absl::Status PlacementMoves::Restore(const MoveState& state) {
+  const int chunks = static_cast<int>(partition_.chunks().size());
+  absl::Status st = CheckPlacement(state.placement(), chunks);
+  if (st.ok() && state.has_move()) st = CheckPlacement(state.move().after(), chunks);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("moves: ", st.message()));
+  state_ = state;
+  progress_.clear();
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,106 @@
+// The job's placement (proto/placement.proto) and its moves: a server
+// added to the running job or drained from it. A move is asked for (Ask),
+// planned (common/placement.h: only what balances the bytes moves) and
+// given a switch clock -- one past the furthest worker's -- that the gate
+// holds: the workers train the clocks before it while every server of the
+// placement the move makes fills what comes to it, and reports it ready
+// (Reported); once all are, the move switches (MaybeSwitch): that
+// placement is in force, and the gate opens the switch clock under it. A
+// server the move needs lost before the switch, or a rollback, abandons
+// it (Abandon, ServerLost): the placement in force stays, and what the
+// failure policy does with the lost server follows as without a move --
+// no chunk or row is ever held by two placements' servers at once, or by
+// none. Keeps the placement, the move under way and the moves ended. No
+// I/O but logs.
+//
+// Not thread-safe: the coordinator's owner guards it.
+#ifndef PSTRAIN_SCHEDULER_PLACEMENT_MOVES_H_
+#define PSTRAIN_SCHEDULER_PLACEMENT_MOVES_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/partition.h"
+#include "common/placement.h"
+#include "proto/job.pb.h"
+#include "proto/placement.pb.h"
+#include "proto/scheduler_state.pb.h"
+#include "proto/status.pb.h"
+
+namespace pstrain {
+
+class PlacementMoves {
+ public:
+  // `partition`: the job's chunks as every member cuts them (its servers
+  // the initial placement's); `job` complete and valid.
+  PlacementMoves(const JobSpec& job, Partition partition);
+
+  // An EXTERNAL model's chunks, placed once a worker declared it (before
+  // any move): the initial placement is theirs.
+  void Placed(Partition partition);
+
+  const Placement& placement() const { return state_.placement(); }
+  bool moving() const { return state_.has_move(); }
+  // The placement the move under way makes (null: none).
+  const Placement* next() const { return moving() ? &state_.move().after() : nullptr; }
+  // The clock no worker starts until the move under way switches (-1: none).
+  int64_t held_clock() const { return moving() ? state_.move().switch_clock() : -1; }
+
+  // What the job is doing when a move is asked for.
+  struct Context {
+    bool running = true;        // the job runs (not waiting, not ended)
+    bool rolling_back = false;  // a rollback is under way
+    int64_t furthest = 0;       // the furthest worker's clock
+    int64_t total_clocks = 0;   // the clocks the job trains (0: no bound)
+    PlacementLimits limits;     // the servers' bytes per parameter and budgets
+  };
+  // Asks for server `server` to be added (ADD_SERVER) or drained
+  // (DRAIN_SERVER): the switch clock. FAILED_PRECONDITION naming the
+  // reason for a job not running, rolling back or moving already, one
+  // with pipeline stages or standby copies (their layout does not follow
+  // a placement yet), one that ends before the switch clock, the last
+  // server's drain, a server added twice or
+  // drained without being there, a server's budget broken; nothing
+  // changed then. INVALID_ARGUMENT for another kind.
+  absl::StatusOr<int64_t> Ask(MoveKind kind, int server, const Context& context, absl::Time now);
+  // Server `server`'s heartbeat: its part of the move under way.
+  void Reported(int server, const MoveProgress& progress);
+  // True when the move under way switched now: every server of the
+  // placement it makes is ready for it; that placement is in force.
+  bool MaybeSwitch(absl::Time now);
+  // Abandons the move under way for `why` (true when there was one): the
+  // placement in force stays.
+  bool Abandon(const std::string& why, absl::Time now);
+  // Server `server` was lost (declared dead, replaced, or it failed): the
+  // move under way is abandoned when it needs the server -- one that gives
+  // or takes anything, or the one added or drained. True when it was.
+  bool ServerLost(int server, absl::Time now);
+
+  void AddStatus(ClusterStatus* out) const;
+  // The durable part (SchedulerState.moves).
+  const MoveState& Snapshot() const { return state_; }
+  // INVALID_ARGUMENT (and nothing changed) for a placement, or a move's,
+  // that does not fit the job's chunks.
+  absl::Status Restore(const MoveState& state);
+
+ private:
+  // Ends the move under way, switched (`abandoned` empty) or not.
+  void End(const std::string& abandoned, absl::Time now);
+  // The servers of the move under way's placement not ready for it.
+  std::vector<int> Waiting() const;
+
+  const JobSpec job_;
+  Partition partition_;
+  MoveState state_;
+  // The servers' last reports of the move under way (not durable: they
+  // report again each heartbeat).
+  std::map<int, MoveProgress> progress_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_SCHEDULER_PLACEMENT_MOVES_H_

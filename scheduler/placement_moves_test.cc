@@ -1,0 +1,191 @@
+// PlacementMoves: servers added to and drained from a running job -- the
+// switch clock held, readiness, the switch, refusals, abandonment and
+// the durable state.
+#include "scheduler/placement_moves.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1000);
+
+// 20 chunks of 100 floats on `servers` servers.
+Partition Chunks(int servers) {
+  ParamInfo p;
+  p.name = "w";
+  p.numel = 2000;
+  p.shape = {2000};
+  return Partition::Make({p}, 400, servers).value();
+}
+
+PlacementMoves Moves(int servers, JobSpec job = JobSpec()) {
+  job.set_num_servers(servers);
+  return PlacementMoves(job, Chunks(servers));
+}
+
+PlacementMoves::Context At(int64_t furthest) {
+  PlacementMoves::Context c;
+  c.furthest = furthest;
+  c.total_clocks = 100;
+  return c;
+}
+
+MoveProgress Ready(const PlacementMoves& m, bool ready = true) {
+  MoveProgress p;
+  p.set_version(m.next()->version());
+  p.set_ready(ready);
+  p.set_bytes_taken(ready ? 800 : 400);
+  p.set_bytes_left(ready ? 0 : 400);
+  return p;
+}
+
+std::vector<int> Servers(const Placement& p) { return {p.servers().begin(), p.servers().end()}; }
+
+TEST(PlacementMovesTest, AnAddedServerSwitchesOnceEveryServerIsReady) {
+  PlacementMoves m = Moves(2);
+  EXPECT_EQ(m.held_clock(), -1);
+  ASSERT_EQ(m.Ask(ADD_SERVER, 2, At(5), kNow).value(), 6);
+  EXPECT_EQ(m.held_clock(), 6);
+  EXPECT_EQ(Servers(*m.next()), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(m.placement().version(), 1);  // in force until the switch
+  m.Reported(0, Ready(m));
+  m.Reported(1, Ready(m));
+  m.Reported(2, Ready(m, false));
+  EXPECT_FALSE(m.MaybeSwitch(kNow));
+  ClusterStatus st;
+  m.AddStatus(&st);
+  EXPECT_EQ(st.placement().move().kind(), ADD_SERVER);
+  EXPECT_EQ(st.placement().move().switch_clock(), 6);
+  EXPECT_EQ(std::vector<int>(st.placement().move().waiting_for().begin(),
+                             st.placement().move().waiting_for().end()),
+            (std::vector<int>{2}));
+  EXPECT_EQ(st.placement().move().bytes_taken(), 2000);
+  EXPECT_EQ(st.placement().move().bytes_left(), 400);
+  EXPECT_EQ(st.placement().move().bytes(), 6 * 400);
+  m.Reported(2, Ready(m));
+  EXPECT_TRUE(m.MaybeSwitch(kNow));
+  EXPECT_FALSE(m.moving());
+  EXPECT_EQ(m.held_clock(), -1);
+  EXPECT_EQ(m.placement().version(), 2);
+  EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 1, 2}));
+  ASSERT_EQ(m.Snapshot().history_size(), 1);
+  EXPECT_EQ(m.Snapshot().history(0).abandoned(), "");
+  EXPECT_EQ(m.Snapshot().history(0).switch_clock(), 6);
+}
+
+TEST(PlacementMovesTest, AReportOfAnotherPlacementIsNotReadiness) {
+  PlacementMoves m = Moves(2);
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(0), kNow).ok());
+  MoveProgress old;
+  old.set_version(1);
+  old.set_ready(true);
+  for (int s = 0; s < 3; ++s) m.Reported(s, old);
+  EXPECT_FALSE(m.MaybeSwitch(kNow));
+  EXPECT_TRUE(m.moving());
+}
+
+TEST(PlacementMovesTest, ADrainedServerIsNotWaitedFor) {
+  PlacementMoves m = Moves(3);
+  ASSERT_EQ(m.Ask(DRAIN_SERVER, 1, At(9), kNow).value(), 10);
+  m.Reported(0, Ready(m));
+  m.Reported(2, Ready(m));
+  EXPECT_TRUE(m.MaybeSwitch(kNow));
+  EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 2}));
+  ClusterStatus st;
+  m.AddStatus(&st);
+  int chunks = 0, buckets = 0;
+  for (const PlacedServer& s : st.placement().servers()) {
+    chunks += s.chunks();
+    buckets += s.row_buckets();
+  }
+  EXPECT_EQ(chunks, 20);
+  EXPECT_EQ(buckets, kRowBuckets);
+  EXPECT_FALSE(st.placement().has_move());
+}
+
+void ExpectRefused(PlacementMoves& m, MoveKind kind, int server, const PlacementMoves::Context& c,
+                   const std::string& reason) {
+  const int64_t version = m.placement().version();
+  const bool moving = m.moving();
+  const absl::Status st = m.Ask(kind, server, c, kNow).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find(reason), absl::string_view::npos) << st;
+  EXPECT_EQ(m.placement().version(), version);
+  EXPECT_EQ(m.moving(), moving);
+}
+
+TEST(PlacementMovesTest, MovesThatCannotBeAreRefusedWithTheReason) {
+  PlacementMoves m = Moves(2);
+  PlacementMoves::Context c = At(3);
+  c.running = false;
+  ExpectRefused(m, ADD_SERVER, 2, c, "not running");
+  c = At(3);
+  c.rolling_back = true;
+  ExpectRefused(m, ADD_SERVER, 2, c, "rollback");
+  ExpectRefused(m, ADD_SERVER, 1, At(3), "has it already");
+  ExpectRefused(m, DRAIN_SERVER, 5, At(3), "does not have it");
+  ExpectRefused(m, ADD_SERVER, 2, At(99), "ends at clock 100");
+  c = At(3);
+  c.limits.budget[0] = 1000;  // it holds 4000
+  ExpectRefused(m, DRAIN_SERVER, 1, c, "budget");
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(3), kNow).ok());
+  ExpectRefused(m, DRAIN_SERVER, 0, At(3), "adding server 2 is under way");
+  EXPECT_EQ(m.Ask(MOVE_KIND_UNSPECIFIED, 0, At(3), kNow).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  PlacementMoves one = Moves(1);
+  ExpectRefused(one, DRAIN_SERVER, 0, At(3), "last server");
+  JobSpec pipeline;
+  pipeline.set_pipeline_stages(2);
+  PlacementMoves staged = Moves(2, pipeline);
+  ExpectRefused(staged, ADD_SERVER, 2, At(3), "pipeline stages");
+  JobSpec standby;
+  standby.set_standby_copies(1);
+  PlacementMoves copied = Moves(2, standby);
+  ExpectRefused(copied, ADD_SERVER, 2, At(3), "standby copies");
+}
+
+TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {
+  PlacementMoves m = Moves(2);
+  EXPECT_FALSE(m.ServerLost(0, kNow));  // no move
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(4), kNow).ok());
+  m.Reported(0, Ready(m));
+  EXPECT_TRUE(m.ServerLost(2, kNow));
+  EXPECT_FALSE(m.moving());
+  EXPECT_EQ(m.held_clock(), -1);
+  EXPECT_EQ(m.placement().version(), 1);
+  EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 1}));
+  ASSERT_EQ(m.Snapshot().history_size(), 1);
+  EXPECT_EQ(m.Snapshot().history(0).abandoned(), "server 2 was lost");
+  // The next move starts afresh, and its readiness is its own.
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(6), kNow).ok());
+  EXPECT_EQ(m.next()->version(), 2);
+  EXPECT_FALSE(m.MaybeSwitch(kNow));
+  EXPECT_TRUE(m.Abandon("a rollback began", kNow));
+  EXPECT_FALSE(m.Abandon("again", kNow));
+  EXPECT_EQ(m.Snapshot().history_size(), 2);
+}
+
+TEST(PlacementMovesTest, TheStateSurvivesATakeover) {
+  PlacementMoves m = Moves(2);
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(4), kNow).ok());
+  PlacementMoves taken = Moves(2);
+  ASSERT_TRUE(taken.Restore(m.Snapshot()).ok());
+  EXPECT_EQ(taken.held_clock(), 5);
+  for (int s = 0; s < 3; ++s) taken.Reported(s, Ready(taken));
+  EXPECT_TRUE(taken.MaybeSwitch(kNow));
+  EXPECT_EQ(taken.placement().version(), 2);
+
+  MoveState bad = m.Snapshot();
+  bad.mutable_move()->mutable_after()->add_chunk_server(0);  // 21 chunks
+  PlacementMoves other = Moves(2);
+  EXPECT_EQ(other.Restore(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(other.moving());
+}
+
+}  // namespace
+}  // namespace pstrain
