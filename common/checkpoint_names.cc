@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,14 @@ std::vector<int64_t> ClocksOf(const std::string& dir, const std::string& prefix,
 
 std::vector<int64_t> CheckpointClocks(const std::string& dir, int server_id) {
   return ClocksOf(dir, absl::StrCat("server-", server_id, "-clock-"), ".safetensors");
+}
+
+std::vector<int> CheckpointServers(const std::string& dir, int64_t clock) {
+  std::vector<int> out;
+  for (int64_t s : ClocksOf(dir, "server-", absl::StrCat("-clock-", clock, ".safetensors"))) {
+    if (s <= std::numeric_limits<int32_t>::max()) out.push_back(static_cast<int>(s));
+  }
+  return out;
 }
 
 std::string TableCheckpointPath(const std::string& dir, int server_id, int64_t clock,

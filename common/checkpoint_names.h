@@ -19,6 +19,9 @@ std::string TableCheckpointPath(const std::string& dir, int server_id, int64_t c
 // The clocks of server `server_id`'s complete files of `table`, ascending.
 std::vector<int64_t> TableCheckpointClocks(const std::string& dir, int server_id,
                                            const std::string& table);
+// The servers with a complete checkpoint file of clock `clock` in `dir`,
+// ascending.
+std::vector<int> CheckpointServers(const std::string& dir, int64_t clock);
 // DIR/job.pbtxt: the job the checkpoints are of, complete (its spec,
 // overrides and defaults), as the scheduler wrote it when the job started.
 std::string CheckpointJobPath(const std::string& dir);

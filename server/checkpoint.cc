@@ -318,6 +318,12 @@ absl::StatusOr<CheckpointFile> CheckpointFile::Open(const std::string& path) {
   return f;
 }
 
+std::vector<std::string> CheckpointFile::chunk_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, steps] : steps_) out.push_back(name);
+  return out;
+}
+
 absl::StatusOr<int64_t> CheckpointFile::Steps(const std::string& name) const {
   auto it = steps_.find(name);
   if (it == steps_.end()) return Bad(path_, absl::StrCat("no step count for ", name));

@@ -109,6 +109,8 @@ class CheckpointFile {
   int server() const { return server_; }
   const std::string& optimizer() const { return optimizer_; }
   const std::string& path() const { return path_; }
+  // The chunks the file holds ("<param>[<begin>:<end>]"), ascending.
+  std::vector<std::string> chunk_names() const;
   // Chunk `name`'s optimizer step count.
   absl::StatusOr<int64_t> Steps(const std::string& name) const;
   // Reads tensor `name`, which must hold exactly `n` floats, into `out`.

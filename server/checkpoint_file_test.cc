@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_set.h"
 
 namespace pstrain {
 namespace {
@@ -56,6 +57,29 @@ TEST(CheckpointFileTest, ReadsWhatTheWriterWrote) {
   EXPECT_FALSE(f->Steps("nope").ok());
   EXPECT_EQ(CheckpointClocks(TempDir("good"), 3), std::vector<int64_t>{10});
   EXPECT_TRUE(CheckpointClocks(TempDir("absent"), 3).empty());
+}
+
+// Two servers' files of one clock as a set: each chunk found in its file,
+// whichever server wrote it; a chunk in two files, or no file, refused.
+TEST(CheckpointFileTest, ASetFindsEachChunkInTheFileThatHoldsIt) {
+  const std::string dir = TempDir("set");
+  const float w[4] = {1, 2, 3, 4}, b[2] = {-1, -2};
+  CheckpointWriter zero(dir, 0, "SGD", {{0, "w[0:4]", 4, 0}});
+  CheckpointWriter two(dir, 2, "SGD", {{1, "b[0:2]", 2, 0}});
+  ASSERT_TRUE(zero.Write(6, 0, w, nullptr, 1).ok());
+  ASSERT_TRUE(two.Write(6, 1, b, nullptr, 1).ok());
+  ASSERT_TRUE(two.Write(8, 1, b, nullptr, 2).ok());  // another clock's file
+  absl::StatusOr<CheckpointSet> set = CheckpointSet::Open(dir, 6);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->servers(), (std::vector<int>{0, 2}));
+  EXPECT_EQ((*set->Holding("w[0:4]"))->server(), 0);
+  EXPECT_EQ((*set->Holding("b[0:2]"))->server(), 2);
+  EXPECT_TRUE(absl::IsNotFound(set->Holding("v[0:1]").status()));
+  EXPECT_EQ(CheckpointSet::Open(dir, 8)->servers(), (std::vector<int>{2}));
+  EXPECT_TRUE(absl::IsNotFound(CheckpointSet::Open(dir, 7).status()));
+  CheckpointWriter again(dir, 1, "SGD", {{0, "w[0:4]", 4, 0}});
+  ASSERT_TRUE(again.Write(6, 0, w, nullptr, 1).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckpointSet::Open(dir, 6).status()));
 }
 
 TEST(CheckpointFileTest, MalformedFilesAreRefused) {

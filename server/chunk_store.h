@@ -36,6 +36,7 @@
 #include "proto/ps.pb.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_schedule.h"
+#include "server/checkpoint_set.h"
 #include "server/chunk_clocks.h"
 #include "server/chunk_memory.h"
 #include "server/chunk_plan.h"
@@ -146,12 +147,15 @@ class ChunkStore : public HeldRounds {
   // for a newer one (this server has not restored it yet: retry).
   absl::Status CheckGeneration(int64_t generation) const;
   // Rolls back to the start of generation `generation`: every chunk's weights,
-  // optimizer state and step count from `file` (the checkpoint of `clock`;
+  // optimizer state and step count from `set` (the servers' checkpoint of
+  // `clock`, each chunk from the file that holds it, whichever server's;
   // null with clock 0: the initial weights), every live worker's applied
   // clock set to `clock`, BSP rounds emptied. Pushes of older generations are
-  // refused from then on. INVALID_ARGUMENT when the file does not match
-  // this server's chunks (the store is then unusable).
-  absl::Status Restore(int64_t generation, int64_t clock, const CheckpointFile* file);
+  // refused from then on. INVALID_ARGUMENT, nothing changed, when the set is
+  // of another clock, lacks one of this server's chunks or holds another
+  // optimizer's state; when a chunk's tensors do not match it (the store
+  // is then unusable).
+  absl::Status Restore(int64_t generation, int64_t clock, const CheckpointSet* set);
   int64_t generation() const { return generation_; }
   // The newest checkpoint clock written or restored in this generation (0: none).
   int64_t checkpoint_clock() const;
@@ -312,6 +316,8 @@ class ChunkStore : public HeldRounds {
   // INVALID_ARGUMENT for a change out of range (clocks, version, the
   // hyperparameters) from a sender of Replicate.
   absl::Status CheckUpdate(const ChunkUpdate& u) const;
+  // Restore's checks of `set`, before anything changes.
+  absl::Status CheckRestorable(const CheckpointSet& set, int64_t clock) const;
   // Takes a full update into a standby copy.
   absl::Status TakeFull(Chunk& c, const ChunkUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Whether `c` is this server's own (checkpointed here).

@@ -27,28 +27,17 @@ absl::Status ChunkStore::Initialize(Chunk& c) {
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const CheckpointFile* file) {
-  if (file != nullptr) {
-    if (file->clock() != clock || file->server() != server_id_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint ", file->path(), " is of server ", file->server(), " at clock ",
-                       file->clock(), ", not of server ", server_id_, " at clock ", clock));
-    }
-    const std::string want = OptimizerType_Name(job_.optimizer().type());
-    if (file->optimizer() != want) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", file->path(), " holds ",
-                                                     file->optimizer(), " state; the job uses ",
-                                                     want));
-    }
-  }
+absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const CheckpointSet* set) {
+  if (set != nullptr) RETURN_IF_ERROR(CheckRestorable(*set, clock));
   generation_ = generation;
   restore_clock_ = clock;
   for (int32_t id : chunk_ids_) {
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (file == nullptr || !Home(c)) {
+    if (set == nullptr || !Home(c)) {
       RETURN_IF_ERROR(Initialize(c));
     } else {
+      ASSIGN_OR_RETURN(const CheckpointFile* file, set->Holding(c.name));
       ASSIGN_OR_RETURN(const Slab slab, Pin(c));
       absl::Status st = file->Read(c.name, slab.weights(), c.layout.weights);
       if (st.ok() && c.layout.state > 0) {
@@ -76,6 +65,26 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
   }
   // Every chunk is of the new generation: no write of the old one can start now.
   if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::CheckRestorable(const CheckpointSet& set, int64_t clock) const {
+  if (set.clock() != clock) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint is of clock ", set.clock(), ", not of clock ", clock));
+  }
+  const std::string want = OptimizerType_Name(job_.optimizer().type());
+  for (int32_t id : chunk_ids_) {
+    const Chunk& c = *Find(id);
+    if (!Home(c)) continue;
+    absl::StatusOr<const CheckpointFile*> file = set.Holding(c.name);
+    if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
+    if ((*file)->optimizer() != want) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", (*file)->path(), " holds ",
+                                                     (*file)->optimizer(), " state; the job uses ",
+                                                     want));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -370,7 +370,7 @@ TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
 
   // A new process restores clock 2 and replays clocks 2 and 3: the same
   // weights as the first time (Adam's moments and step count came back).
-  absl::StatusOr<CheckpointFile> file = CheckpointFile::Open(CheckpointPath(dir, 0, 2));
+  absl::StatusOr<CheckpointSet> file = CheckpointSet::Open(dir, 2);
   ASSERT_TRUE(file.ok()) << file.status();
   std::unique_ptr<ChunkStore> fresh = make();
   ASSERT_TRUE(fresh->Restore(1, 2, &*file).ok());
@@ -399,12 +399,52 @@ TEST(ChunkStoreTest, RestoreBringsBackACheckpointAndRefusesOlderGenerations) {
   EXPECT_EQ(AllWeights(*live), initial);
   EXPECT_EQ(live->MinAppliedClock(), 0);
 
-  // Another server's file, or another clock's, is refused.
+  // Another clock's checkpoint, or another optimizer's, is refused.
   EXPECT_TRUE(absl::IsInvalidArgument(fresh->Restore(3, 4, &*file)));
   JobSpec sgd = job;
   sgd.mutable_optimizer()->set_type(SGD);
   ChunkStore other(sgd, partition, 0, MakeOptimizer(sgd.optimizer()).value(), nullptr, nullptr);
   EXPECT_TRUE(absl::IsInvalidArgument(other.Restore(1, 2, &*file)));
+  EXPECT_TRUE(absl::IsNotFound(CheckpointSet::Open(dir, 3).status()));
+}
+
+// The checkpoint two servers wrote restores into one server holding every
+// chunk (another placement): each chunk from the file that has it, and
+// training goes on as it would have on the two.
+TEST(ChunkStoreTest, ACheckpointRestoresUnderAnotherPlacement) {
+  JobSpec job = SmallDenseJob(BSP, 1);
+  job.mutable_optimizer()->set_type(ADAM);
+  ApplyJobDefaults(&job);
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/placements";
+  const std::vector<ParamInfo> params = ModelParams(job.model());
+  const Partition two = Partition::Make(params, 16, 2).value();
+  std::vector<std::unique_ptr<ChunkStore>> stores;
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  const CheckpointSchedule every2(2);
+  for (int s = 0; s < 2; ++s) {
+    stores.push_back(std::make_unique<ChunkStore>(
+        job, two, s, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr));
+    writers.push_back(
+        std::make_unique<CheckpointWriter>(dir, s, "ADAM", stores[s]->CheckpointLayout()));
+    stores[s]->SetCheckpointing(writers[s].get(), &every2);
+  }
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    for (auto& s : stores) PushAll(*s, clock, 0.25f * (clock + 1));
+  }
+  const CheckpointSet set = CheckpointSet::Open(dir, 4).value();
+  EXPECT_EQ(set.servers(), (std::vector<int>{0, 1}));
+  const Partition one = Partition::Make(params, 16, 1).value();
+  ChunkStore alone(job, one, 0, MakeOptimizer(job.optimizer()).value(), nullptr, nullptr);
+  ASSERT_TRUE(alone.Restore(1, 4, &set).ok());
+  for (int64_t clock = 4; clock < 6; ++clock) {
+    for (auto& s : stores) PushAll(*s, clock, -0.5f);
+    PushAll(alone, clock, -0.5f, 1);
+  }
+  for (const ChunkInfo& c : two.chunks()) {
+    const std::vector<float> there = ReadChunk(*stores[c.server], c.id);
+    const std::vector<float> here = ReadChunk(alone, c.id);
+    EXPECT_EQ(here, there) << "chunk " << c.id;
+  }
 }
 
 }  // namespace

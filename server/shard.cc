@@ -34,14 +34,13 @@ absl::Status Shard::Restore(int64_t generation, int64_t clock) {
     if (checkpoint_ != nullptr) checkpoint_->Rollback(0);  // an earlier job's files
     return absl::OkStatus();
   }
-  std::optional<CheckpointFile> file;
+  std::optional<CheckpointSet> set;
   if (clock > 0) {
-    ASSIGN_OR_RETURN(file,
-                     CheckpointFile::Open(CheckpointPath(job_.checkpoint_dir(), server_id_, clock)));
+    ASSIGN_OR_RETURN(set, CheckpointSet::Open(job_.checkpoint_dir(), clock));
   }
   // The chunks delete the later files (the tables' too) once every chunk is
   // of the new generation.
-  RETURN_IF_ERROR(store_->Restore(generation, clock, file ? &*file : nullptr));
+  RETURN_IF_ERROR(store_->Restore(generation, clock, set ? &*set : nullptr));
   RETURN_IF_ERROR(tables_->Restore(generation, clock));
   schedule_.Forget();
   spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);

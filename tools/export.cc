@@ -6,13 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_names.h"
 #include "common/daemon.h"
 #include "common/params.h"
 #include "common/partition.h"
-#include "common/checkpoint_names.h"
 #include "common/status_macros.h"
 #include "scheduler/manifest.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_set.h"
 
 namespace pstrain {
 namespace {
@@ -113,16 +114,9 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::string& dir, const JobSpec& 
     return absl::NotFoundError(absl::StrCat(dir, ": no manifest.json (no complete checkpoint)"));
   }
   const std::vector<ParamInfo> params = ModelParams(job.model());
-  ASSIGN_OR_RETURN(const Partition partition,
-                   Partition::Make(params, job.chunk_bytes(), job.num_servers()));
-  std::map<int, CheckpointFile> files;
-  for (int s = 0; s < job.num_servers(); ++s) {
-    if (partition.ServerChunks(s).empty()) continue;
-    absl::StatusOr<CheckpointFile> f =
-        CheckpointFile::Open(CheckpointPath(dir, s, manifest->clock));
-    if (!f.ok()) return f.status();
-    files.emplace(s, std::move(*f));
-  }
+  // (Any server count cuts the same chunks.)
+  ASSIGN_OR_RETURN(const Partition partition, Partition::Make(params, job.chunk_bytes(), 1));
+  ASSIGN_OR_RETURN(const CheckpointSet set, CheckpointSet::Open(dir, manifest->clock));
   std::vector<Tensor> tensors(params.size());
   for (size_t p = 0; p < params.size(); ++p) {
     tensors[p].name = params[p].name;
@@ -132,8 +126,10 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::string& dir, const JobSpec& 
   for (const ChunkInfo& c : partition.chunks()) {
     const std::string name = absl::StrCat(params[c.param].name, "[", c.offset, ":",
                                           c.offset + c.numel, "]");
+    absl::StatusOr<const CheckpointFile*> file = set.Holding(name);
     const absl::Status read =
-        files.at(c.server).Read(name, tensors[c.param].values.data() + c.offset, c.numel);
+        file.ok() ? (*file)->Read(name, tensors[c.param].values.data() + c.offset, c.numel)
+                  : file.status();
     if (!read.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(read.message(), " (is this the job the checkpoint is of?)"));
