@@ -53,6 +53,16 @@ absl::StatusOr<Partition> Partition::Make(const std::vector<ParamInfo>& params, 
   return p;
 }
 
+Partition Partition::Reassigned(const std::vector<int32_t>& servers, int num_servers) const {
+  Partition p = *this;
+  p.by_server_.assign(num_servers, {});
+  for (ChunkInfo& c : p.chunks_) {
+    c.server = servers[c.id];
+    p.by_server_[c.server].push_back(c.id);  // ascending: ids in order
+  }
+  return p;
+}
+
 int64_t Partition::ServerBytes(int server) const {
   int64_t bytes = 0;
   for (int32_t id : by_server_[server]) bytes += chunks_[id].numel * sizeof(float);

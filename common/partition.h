@@ -29,9 +29,19 @@ class Partition {
   static absl::StatusOr<Partition> Make(const std::vector<ParamInfo>& params, int64_t chunk_bytes,
                                         int num_servers);
 
+  // The same chunks on other servers: chunk i on servers[i], of
+  // `num_servers` (ids 0 .. num_servers - 1, each below it; checked by the
+  // caller).
+  Partition Reassigned(const std::vector<int32_t>& servers, int num_servers) const;
+
   const std::vector<ChunkInfo>& chunks() const { return chunks_; }
   // Chunk ids of one server / one parameter, ascending.
-  const std::vector<int32_t>& ServerChunks(int server) const { return by_server_[server]; }
+  // (None for a server past the partition's: one that joined the job
+  // after the placement it was made by.)
+  const std::vector<int32_t>& ServerChunks(int server) const {
+    static const std::vector<int32_t> kNone;
+    return server >= 0 && server < num_servers() ? by_server_[server] : kNone;
+  }
   const std::vector<int32_t>& ParamChunks(int param) const { return by_param_[param]; }
   int num_servers() const { return static_cast<int>(by_server_.size()); }
   int64_t ServerBytes(int server) const;

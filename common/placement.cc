@@ -5,7 +5,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -93,8 +92,6 @@ void SortMoves(std::vector<PlacementMove>* moves) {
 
 }  // namespace
 
-int RowBucket(uint64_t id) { return static_cast<int>(SplitMix64(id) % kRowBuckets); }
-
 Placement InitialPlacement(const Partition& partition) {
   Placement p;
   p.set_version(1);
@@ -133,6 +130,15 @@ absl::Status CheckPlacement(const Placement& placement, int num_chunks) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Partition> PlacedPartition(const std::vector<ParamInfo>& params, int64_t chunk_bytes,
+                                          int num_servers, const Placement& placement) {
+  if (placement.version() <= 1) return Partition::Make(params, chunk_bytes, num_servers);
+  ASSIGN_OR_RETURN(Partition cut, Partition::Make(params, chunk_bytes, 1));
+  RETURN_IF_ERROR(CheckPlacement(placement, static_cast<int>(cut.chunks().size())));
+  return cut.Reassigned({placement.chunk_server().begin(), placement.chunk_server().end()},
+                        placement.servers(placement.servers_size() - 1) + 1);
 }
 
 int ServerOfChunk(const Placement& placement, int32_t chunk) {

@@ -14,15 +14,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/params.h"
 #include "common/partition.h"
+#include "common/rows.h"
 #include "proto/placement.pb.h"
 
 namespace pstrain {
-
-// A table's rows are placed by bucket: a mixing hash of the row's id
-// (consecutive ids spread), one of kRowBuckets.
-inline constexpr int kRowBuckets = 1024;
-int RowBucket(uint64_t id);
 
 // The placement a job starts with (version 1): every chunk on the
 // partition's server, bucket b on server b mod the partition's servers.
@@ -32,6 +29,13 @@ Placement InitialPlacement(const Partition& partition);
 // than kRowBuckets, a chunk or bucket on a server the placement does not
 // list.
 absl::Status CheckPlacement(const Placement& placement, int num_chunks);
+
+// The job's chunks (Partition::Make's cut) placed as `placement` says,
+// checked (CheckPlacement); a placement of version 1 or none (the
+// scheduler sends one only once a move changed it) is the initial one,
+// over `num_servers` servers.
+absl::StatusOr<Partition> PlacedPartition(const std::vector<ParamInfo>& params, int64_t chunk_bytes,
+                                          int num_servers, const Placement& placement);
 
 int ServerOfChunk(const Placement& placement, int32_t chunk);
 int ServerOfRow(const Placement& placement, uint64_t id);

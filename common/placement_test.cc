@@ -133,6 +133,28 @@ TEST(PlacementTest, ADrainedIdIsFreeForTheNextServerAdded) {
   EXPECT_EQ(FreeServerId(added.after), 3);
 }
 
+TEST(PlacementTest, APartitionIsPlacedAsItsPlacementSays) {
+  const std::vector<ParamInfo> params = Params({1000, 7, 300});
+  const Partition made = Partition::Make(params, 400, 2).value();
+  const Placement initial = InitialPlacement(made);
+  const Partition same = PlacedPartition(params, 400, 2, initial).value();
+  for (const ChunkInfo& c : made.chunks()) EXPECT_EQ(same.chunks()[c.id].server, c.server);
+  for (uint64_t id = 0; id < 5000; ++id) EXPECT_EQ(ServerOfRow(id, 2), ServerOfRow(initial, id));
+
+  const Placement grown = PlanAdd(initial, made, 2, {}).value().after;
+  const Partition placed = PlacedPartition(params, 400, 2, grown).value();
+  EXPECT_EQ(placed.num_servers(), 3);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(placed.ServerChunks(s), ChunksOn(grown, s));
+  const Placement drained = PlanDrain(grown, placed, 0, {}).value().after;
+  const Partition without = PlacedPartition(params, 400, 2, drained).value();
+  EXPECT_EQ(without.num_servers(), 3);
+  EXPECT_TRUE(without.ServerChunks(0).empty());
+  Placement bad = grown;
+  bad.set_chunk_server(0, 7);
+  EXPECT_EQ(PlacedPartition(params, 400, 2, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PlacementTest, ChangesThatCannotBeAreRefusedWithTheReason) {
   const Partition partition = Partition::Make(Params({2000}), 400, 1).value();
   const Placement one = InitialPlacement(partition);

@@ -5,9 +5,9 @@
 
 namespace pstrain {
 
-int ServerOfRow(uint64_t id, int servers) {
-  return servers <= 1 ? 0 : static_cast<int>(SplitMix64(id) % static_cast<uint64_t>(servers));
-}
+int RowBucket(uint64_t id) { return static_cast<int>(SplitMix64(id) % kRowBuckets); }
+
+int ServerOfRow(uint64_t id, int servers) { return servers <= 1 ? 0 : RowBucket(id) % servers; }
 
 void CoalesceRows(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int width,
                   std::vector<uint64_t>* distinct, std::vector<float>* summed) {

@@ -14,8 +14,13 @@
 
 namespace pstrain {
 
-// The server of `servers` that holds row `id` (a mixing hash of the id, so
-// consecutive ids spread).
+// A table's rows are placed by bucket: a mixing hash of the row's id
+// (consecutive ids spread), one of kRowBuckets; the job's placement
+// (common/placement.h) names each bucket's server.
+inline constexpr int kRowBuckets = 1024;
+int RowBucket(uint64_t id);
+// The server of `servers` that holds row `id` by the job's initial
+// placement: its bucket's, bucket b on server b mod `servers`.
 int ServerOfRow(uint64_t id, int servers);
 
 // The distinct ids of `ids` in first-seen order, and for each the sum of its

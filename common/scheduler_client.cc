@@ -147,12 +147,23 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
   if (resp.routes().version() >= routes_.version() && resp.routes().serving_size() > 0) {
     routes_ = resp.routes();
   }
+  if (resp.placement().version() > placement_.version()) placement_ = resp.placement();
   return resp;
 }
 
 ServerRoutes SchedulerClient::routes() const {
   absl::MutexLock lock(&mu_);
   return routes_;
+}
+
+Placement SchedulerClient::placement() const {
+  absl::MutexLock lock(&mu_);
+  return placement_;
+}
+
+void SchedulerClient::SetPlacement(const Placement& placement) {
+  absl::MutexLock lock(&mu_);
+  if (placement.version() > placement_.version()) placement_ = placement;
 }
 
 void SchedulerClient::SetRoutes(const ServerRoutes& routes) {

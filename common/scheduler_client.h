@@ -84,6 +84,11 @@ class SchedulerClient {
   // answer said (the registration's until then; empty without standby copies).
   ServerRoutes routes() const;
   void SetRoutes(const ServerRoutes& routes);
+  // The job's placement once a move changed it (version > 1), the newest
+  // the registration or a heartbeat answer carried (version 0 until one
+  // did: the initial placement).
+  Placement placement() const;
+  void SetPlacement(const Placement& placement);
   // A pipeline stage's replica's link generation, as of the last heartbeat.
   int64_t link_generation() const;
 
@@ -124,6 +129,7 @@ class SchedulerClient {
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t link_generation_ ABSL_GUARDED_BY(mu_) = 0;
   ServerRoutes routes_ ABSL_GUARDED_BY(mu_);
+  Placement placement_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
   // When the scheduler last answered (a registration or a heartbeat): the

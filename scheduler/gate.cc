@@ -98,12 +98,14 @@ absl::Status Gate::ReduceNorm(const ReduceNormRequest& req, Ticket ticket, absl:
 
 bool Gate::Open(int64_t clock) const {
   return phase_->Running() && !rollbacks_->rolling_back() &&
+         (held_from_ < 0 || clock < held_from_) &&
          clocks_->MayStart(clock, control_->schedule().StalenessAt(clock));
 }
 
 void Gate::Fill(int worker, int64_t clock, AdvanceClockResponse* resp) {
   resp->set_slowest_clock(clocks_->SlowestClock());
   *resp->mutable_cluster() = members_->View();
+  if (placement_.version() > 1) *resp->mutable_cluster()->mutable_placement() = placement_;
   resp->set_job_state(phase_->state);
   for (int w = 0; w < clocks_->num_workers(); ++w) {
     if (!clocks_->removed(w)) resp->add_live_workers(w);

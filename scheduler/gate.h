@@ -56,6 +56,12 @@ class Gate {
   // The servers that report norms once an EXTERNAL model is declared
   // (NormRounds::SetReporters); before the job runs.
   void SetReporters(std::vector<bool> reporters) { norms_.SetReporters(std::move(reporters)); }
+  // A move under way (scheduler/placement_moves.h): no worker starts
+  // `clock` or later until it switches or is abandoned (-1: none held).
+  void HoldFrom(int64_t clock) { held_from_ = clock; }
+  // The job's placement once a move changed it: the answers' clusters
+  // hold it (the workers place the chunks by it).
+  void SetPlacement(const Placement& placement) { placement_ = placement; }
 
   // Worker `worker` finished `clock` iterations (ClockTable::Advance's
   // errors); true when its clock moved (held calls were woken).
@@ -116,6 +122,8 @@ class Gate {
   const std::function<void(const TraceEvent&)> trace_;
   NormRounds norms_;
   HeldCalls held_;
+  int64_t held_from_ = -1;
+  Placement placement_;  // version 0 until a move switched
 };
 
 }  // namespace pstrain

@@ -137,6 +137,11 @@ absl::Status JobCoordinator::RefuseLive(const RegisterRequest& req, absl::Time n
 absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
                                                           absl::Time now) {
   if (Ended()) return absl::FailedPreconditionError("the job has already ended");
+  if (req.join()) {
+    absl::StatusOr<RegisterResponse> joined = Join(req, now);
+    if (!joined.ok()) LogRefusal(req, joined.status(), now);
+    return joined;
+  }
   if (req.role() == WORKER) {
     // A worker of an EXTERNAL model declares it: the first one's becomes
     // the job's, the others must match (common/external_model.h).
@@ -180,6 +185,7 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   // knew pushed -- a push after them may have died with it.
   if (req.role() == WORKER && replaced >= 0) clocks_.RestartPoint(*id);
   resp.set_start_clock(req.role() == WORKER ? clocks_.clock(*id) : rollbacks_.restore_clock());
+  AddPlacement(resp.mutable_placement());
   spdlog::info("{} {} registered from {}", RoleName(req.role()), *id, req.address());
   if (phase_.state == WAITING && members_.Complete()) {
     phase_.state = RUNNING_JOB;
@@ -232,6 +238,9 @@ HeartbeatResponse JobCoordinator::HeartbeatAnswer(const MemberRecord& m) const {
   resp.set_restore_clock(rollbacks_.restore_clock());
   resp.set_manifest_clock(rollbacks_.manifest_clock());
   if (promotions_.enabled()) *resp.mutable_routes() = promotions_.routes();
+  if (m.role == SERVER && m.status.server().placement_version() != moves_.placement().version()) {
+    AddPlacement(resp.mutable_placement());
+  }
   if (pipelines_.pipelined() && m.role == WORKER) {
     resp.set_link_generation(pipelines_.link_generation(pipelines_.ReplicaOf(m.id)));
   }
@@ -327,6 +336,7 @@ void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now, bo
     const MemberRecord* m = members_.Get(WORKER, w);
     if (m != nullptr && m->state == FINISHED) failures_.LeaveOut(w);
   }
+  AbandonMove(reason, now);
   const int64_t to = rollbacks_.Begin(reason, from, now, redo);
   promotions_.Reset();
   gate_.RolledBack(to);
@@ -354,7 +364,9 @@ void JobCoordinator::MaybeEndRollback(absl::Time now) {
 }
 
 void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status, absl::Time now) {
-  if (rollbacks_.ManifestWritten(clock, status) && control_.draining()) MaybeDone(now);
+  if (!rollbacks_.ManifestWritten(clock, status)) return;
+  if (control_.draining()) MaybeDone(now);
+  MaybeSwitch(now);
 }
 
 // ---- Operator control.
@@ -468,6 +480,7 @@ ClusterStatus JobCoordinator::Status(absl::Time now) const {
   rollbacks_.AddStatus(&out);
   promotions_.AddStatus(&out);
   moves_.AddStatus(&out);
+  AddMoveWaits(&out);
   failures_.AddStatus(&out);
   pipelines_.AddStatus(&out);
   clocks_.AddStatus(&out);

@@ -175,6 +175,20 @@ class JobCoordinator {
   void EndJob(JobState state, const std::string& message, absl::Time now);
   void AddWaits(MemberStatus* me) const;
 
+  // ---- Moves (scheduler/job_coordinator_moves.cc).
+  // A server added to the running job (RegisterRequest.join): a move that
+  // switches at a checkpoint asked for it, the gate held there.
+  absl::StatusOr<RegisterResponse> Join(const RegisterRequest& req, absl::Time now);
+  // The move under way switches once the manifest names its checkpoint: a
+  // new generation from it under the move's placement.
+  void MaybeSwitch(absl::Time now);
+  // A rollback begins: the move under way, if any, is abandoned.
+  void AbandonMove(const std::string& why, absl::Time now);
+  // The placement in force, where members must be told it (version > 1).
+  void AddPlacement(Placement* out) const;
+  // The servers the move under way waits for (its checkpoint unwritten).
+  void AddMoveWaits(ClusterStatus* out) const;
+
   // The job as the members receive it: an EXTERNAL model's parameters
   // are the first worker's (Register).
   JobSpec job_;

@@ -97,6 +97,17 @@ absl::StatusOr<int> Membership::Register(Role role, const std::string& address,
   return m.id;
 }
 
+absl::StatusOr<int> Membership::Join(const std::string& address, uint64_t incarnation,
+                                     absl::Time now) {
+  for (const MemberRecord& m : servers_) {
+    if (m.address == address && m.incarnation == incarnation) return m.id;  // a retry
+  }
+  ++num_servers_;
+  absl::StatusOr<int> id = Register(SERVER, address, incarnation, now);
+  if (!id.ok()) --num_servers_;
+  return id;
+}
+
 absl::StatusOr<int> Membership::IdFor(
     Role role, std::optional<int> id,
     const std::function<bool(const MemberRecord&)>& vacant) const {
@@ -233,7 +244,8 @@ MembershipState Membership::Snapshot() const {
 }
 
 absl::Status Membership::Restore(const MembershipState& state, absl::Time now) {
-  if (state.servers_size() > num_servers_ || state.workers_size() > num_workers_) {
+  // (More servers than the job started with: servers that joined it.)
+  if (state.workers_size() > num_workers_) {
     return absl::InvalidArgumentError("the state holds more members than the job");
   }
   for (const auto& [list, role] :
@@ -244,6 +256,7 @@ absl::Status Membership::Restore(const MembershipState& state, absl::Time now) {
       }
     }
   }
+  num_servers_ = std::max(num_servers_, state.servers_size());
   servers_.clear();
   workers_.clear();
   for (const SchedulerMember& m : state.servers()) servers_.push_back(FromState(m, now));

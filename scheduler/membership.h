@@ -56,6 +56,10 @@ class Membership {
   // the role is taken; INVALID_ARGUMENT for a bad role or empty address.
   absl::StatusOr<int> Register(Role role, const std::string& address, uint64_t incarnation,
                                absl::Time now);
+  // A server added to the running job (a move, scheduler/placement_moves.h):
+  // the job now has one server more, and this is it (the next id). A
+  // repeated Join of the same process gets its id again; Register's errors.
+  absl::StatusOr<int> Join(const std::string& address, uint64_t incarnation, absl::Time now);
 
   // The id a registration of `role` takes: `id` (if given) when it is a
   // registered id, -1 when it is the next new one; without an id, once
@@ -112,7 +116,7 @@ class Membership {
   // The member that holds `address`, other than (role, id); null if none.
   const MemberRecord* Holder(const std::string& address, Role role, int id) const;
 
-  const int num_servers_;
+  int num_servers_;  // grows as servers join
   const int num_workers_;
   std::vector<MemberRecord> servers_;
   std::vector<MemberRecord> workers_;

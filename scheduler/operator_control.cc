@@ -33,6 +33,10 @@ absl::StatusOr<int64_t> OperatorControl::Ask(const ControlRequest& req, int64_t 
   return AskCheckpoint(req.action(), fastest);
 }
 
+int64_t OperatorControl::CheckpointClockFor(int64_t fastest) const {
+  return std::max(checkpoint_asked(), std::min(total_clocks(), ClockNotStarted(fastest)));
+}
+
 absl::StatusOr<int64_t> OperatorControl::AskCheckpoint(ControlAction action, int64_t fastest) {
   if (job_.checkpoint_every() <= 0 || job_.checkpoint_dir().empty()) {
     return absl::FailedPreconditionError(

@@ -43,6 +43,11 @@ class OperatorControl {
   // action, a bad mode or bound.
   absl::StatusOr<int64_t> Ask(const ControlRequest& req, int64_t fastest, absl::Time now);
 
+  // The clock a checkpoint asked for now would be of, `fastest` being the
+  // fastest worker's clock (Ask's CHECKPOINT; the one asked already when it
+  // is later).
+  int64_t CheckpointClockFor(int64_t fastest) const;
+
   // Its part of the cluster's status: the consistency and its changes,
   // the clocks, the checkpoint asked for, draining.
   void AddStatus(ClusterStatus* out) const;

@@ -31,8 +31,8 @@ void PlacementMoves::Placed(Partition partition) {
   *state_.mutable_placement() = InitialPlacement(partition_);
 }
 
-absl::StatusOr<int64_t> PlacementMoves::Ask(MoveKind kind, int server, const Context& context,
-                                            absl::Time now) {
+absl::Status PlacementMoves::Ask(MoveKind kind, int server, const Context& context,
+                                 absl::Time now) {
   if (kind != ADD_SERVER && kind != DRAIN_SERVER) {
     return absl::InvalidArgumentError(
         absl::StrCat("a move adds or drains a server, not ", MoveKind_Name(kind)));
@@ -45,13 +45,21 @@ absl::StatusOr<int64_t> PlacementMoves::Ask(MoveKind kind, int server, const Con
                    absl::StrCat(Describe(m.kind(), m.server()),
                                 " is under way (it switches at clock ", m.switch_clock(), ")"));
   }
+  if (!context.checkpoints) {
+    return Refused(kind, server,
+                   "a move switches through a checkpoint of its switch clock: the job needs "
+                   "checkpoint_dir and checkpoint_every");
+  }
   if (job_.pipeline_stages() > 1) {
     return Refused(kind, server, "a job with pipeline stages cannot move its servers yet");
   }
   if (job_.standby_copies() > 0) {
     return Refused(kind, server, "a job with standby copies cannot move its servers yet");
   }
-  const int64_t switch_clock = context.furthest + 1;
+  if (job_.tables_size() > 0) {
+    return Refused(kind, server, "a job with sparse tables cannot move its servers yet");
+  }
+  const int64_t switch_clock = context.switch_clock;
   if (context.total_clocks > 0 && switch_clock >= context.total_clocks) {
     return Refused(kind, server,
                    absl::StrCat("the job ends at clock ", context.total_clocks,
@@ -68,32 +76,17 @@ absl::StatusOr<int64_t> PlacementMoves::Ask(MoveKind kind, int server, const Con
   m->set_switch_clock(switch_clock);
   m->set_bytes(plan->MovedBytes());
   m->set_begun_unix_ms(absl::ToUnixMillis(now));
-  progress_.clear();
   spdlog::info(
       "{}: placement {} moves {} bytes of chunks and {} row buckets; it switches at clock {}",
       Describe(kind, server), m->after().version(), m->bytes(),
       std::count_if(plan->moves.begin(), plan->moves.end(),
                     [](const PlacementMove& x) { return x.kind == PlacementMove::Kind::kBucket; }),
       switch_clock);
-  return switch_clock;
+  return absl::OkStatus();
 }
 
-void PlacementMoves::Reported(int server, const MoveProgress& progress) {
-  if (!moving() || progress.version() != state_.move().after().version()) return;
-  progress_[server] = progress;
-}
-
-std::vector<int> PlacementMoves::Waiting() const {
-  std::vector<int> out;
-  for (int s : state_.move().after().servers()) {
-    auto it = progress_.find(s);
-    if (it == progress_.end() || !it->second.ready()) out.push_back(s);
-  }
-  return out;
-}
-
-bool PlacementMoves::MaybeSwitch(absl::Time now) {
-  if (!moving() || !Waiting().empty()) return false;
+bool PlacementMoves::MaybeSwitch(int64_t manifest_clock, absl::Time now) {
+  if (!moving() || manifest_clock < state_.move().switch_clock()) return false;
   *state_.mutable_placement() = state_.move().after();
   spdlog::info("{}: placement {} in force from clock {}",
                Describe(state_.move().kind(), state_.move().server()), state_.placement().version(),
@@ -134,7 +127,6 @@ void PlacementMoves::End(const std::string& abandoned, absl::Time now) {
   r->set_ended_unix_ms(absl::ToUnixMillis(now));
   r->set_abandoned(abandoned);
   state_.clear_move();
-  progress_.clear();
 }
 
 void PlacementMoves::AddStatus(ClusterStatus* out) const {
@@ -162,11 +154,6 @@ void PlacementMoves::AddStatus(ClusterStatus* out) const {
   ms->set_switch_clock(m.switch_clock());
   ms->set_bytes(m.bytes());
   ms->set_begun_unix_ms(m.begun_unix_ms());
-  for (const auto& [server, progress] : progress_) {
-    ms->set_bytes_taken(ms->bytes_taken() + progress.bytes_taken());
-    ms->set_bytes_left(ms->bytes_left() + progress.bytes_left());
-  }
-  for (int s : Waiting()) ms->add_waiting_for(s);
 }
 
 absl::Status PlacementMoves::Restore(const MoveState& state) {
@@ -175,7 +162,6 @@ absl::Status PlacementMoves::Restore(const MoveState& state) {
   if (st.ok() && state.has_move()) st = CheckPlacement(state.move().after(), chunks);
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("moves: ", st.message()));
   state_ = state;
-  progress_.clear();
   return absl::OkStatus();
 }
 

@@ -1,17 +1,17 @@
 // The job's placement (proto/placement.proto) and its moves: a server
 // added to the running job or drained from it. A move is asked for (Ask),
 // planned (common/placement.h: only what balances the bytes moves) and
-// given a switch clock -- one past the furthest worker's -- that the gate
-// holds: the workers train the clocks before it while every server of the
-// placement the move makes fills what comes to it, and reports it ready
-// (Reported); once all are, the move switches (MaybeSwitch): that
-// placement is in force, and the gate opens the switch clock under it. A
-// server the move needs lost before the switch, or a rollback, abandons
-// it (Abandon, ServerLost): the placement in force stays, and what the
-// failure policy does with the lost server follows as without a move --
-// no chunk or row is ever held by two placements' servers at once, or by
-// none. Keeps the placement, the move under way and the moves ended. No
-// I/O but logs.
+// given a switch clock -- the clock of a checkpoint asked for it -- that
+// the gate holds: the workers train the clocks before it, every server
+// writes its checkpoint of it, and once the manifest names that
+// checkpoint the move switches (MaybeSwitch): its placement is in force,
+// and the job goes on from the checkpoint under it (a new generation, not
+// a rollback: nothing goes back). A server lost before the switch, or a
+// rollback, abandons the move (Abandon, ServerLost): the placement in
+// force stays, and what the failure policy does with the lost server
+// follows as without a move -- no chunk is ever served under two
+// placements at once, or by none. Keeps the placement, the move under way
+// and the moves ended. No I/O but logs.
 //
 // Not thread-safe: the coordinator's owner guards it.
 #ifndef PSTRAIN_SCHEDULER_PLACEMENT_MOVES_H_
@@ -54,24 +54,25 @@ class PlacementMoves {
   struct Context {
     bool running = true;        // the job runs (not waiting, not ended)
     bool rolling_back = false;  // a rollback is under way
-    int64_t furthest = 0;       // the furthest worker's clock
+    bool checkpoints = true;    // the job writes checkpoints (the move goes through one)
+    int64_t switch_clock = 0;   // the clock of the checkpoint asked for the move
     int64_t total_clocks = 0;   // the clocks the job trains (0: no bound)
     PlacementLimits limits;     // the servers' bytes per parameter and budgets
   };
   // Asks for server `server` to be added (ADD_SERVER) or drained
-  // (DRAIN_SERVER): the switch clock. FAILED_PRECONDITION naming the
-  // reason for a job not running, rolling back or moving already, one
-  // with pipeline stages or standby copies (their layout does not follow
-  // a placement yet), one that ends before the switch clock, the last
-  // server's drain, a server added twice or
-  // drained without being there, a server's budget broken; nothing
-  // changed then. INVALID_ARGUMENT for another kind.
-  absl::StatusOr<int64_t> Ask(MoveKind kind, int server, const Context& context, absl::Time now);
-  // Server `server`'s heartbeat: its part of the move under way.
-  void Reported(int server, const MoveProgress& progress);
-  // True when the move under way switched now: every server of the
-  // placement it makes is ready for it; that placement is in force.
-  bool MaybeSwitch(absl::Time now);
+  // (DRAIN_SERVER), switching at context.switch_clock. FAILED_PRECONDITION
+  // naming the reason for a job not running, rolling back or moving
+  // already, one without checkpoints, with pipeline stages, standby
+  // copies or sparse tables (their layout does not follow a placement
+  // yet), one that ends before the switch clock, the last server's drain,
+  // a server added twice or drained without being there, a server's
+  // budget broken; nothing changed then. INVALID_ARGUMENT for another
+  // kind.
+  absl::Status Ask(MoveKind kind, int server, const Context& context, absl::Time now);
+  // True when the move under way switched now: the manifest names the
+  // checkpoint of its switch clock (`manifest_clock`); its placement is in
+  // force.
+  bool MaybeSwitch(int64_t manifest_clock, absl::Time now);
   // Abandons the move under way for `why` (true when there was one): the
   // placement in force stays.
   bool Abandon(const std::string& why, absl::Time now);
@@ -80,6 +81,8 @@ class PlacementMoves {
   // or takes anything, or the one added or drained. True when it was.
   bool ServerLost(int server, absl::Time now);
 
+  // The placement, the move under way (but the servers it waits for: the
+  // coordinator's) and the moves ended.
   void AddStatus(ClusterStatus* out) const;
   // The durable part (SchedulerState.moves).
   const MoveState& Snapshot() const { return state_; }
@@ -90,15 +93,9 @@ class PlacementMoves {
  private:
   // Ends the move under way, switched (`abandoned` empty) or not.
   void End(const std::string& abandoned, absl::Time now);
-  // The servers of the move under way's placement not ready for it.
-  std::vector<int> Waiting() const;
-
   const JobSpec job_;
   Partition partition_;
   MoveState state_;
-  // The servers' last reports of the move under way (not durable: they
-  // report again each heartbeat).
-  std::map<int, MoveProgress> progress_;
 };
 
 }  // namespace pstrain

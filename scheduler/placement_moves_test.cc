@@ -27,47 +27,31 @@ PlacementMoves Moves(int servers, JobSpec job = JobSpec()) {
   return PlacementMoves(job, Chunks(servers));
 }
 
-PlacementMoves::Context At(int64_t furthest) {
+// A move asked for with its switch at `clock`.
+PlacementMoves::Context At(int64_t clock) {
   PlacementMoves::Context c;
-  c.furthest = furthest;
+  c.switch_clock = clock;
   c.total_clocks = 100;
   return c;
 }
 
-MoveProgress Ready(const PlacementMoves& m, bool ready = true) {
-  MoveProgress p;
-  p.set_version(m.next()->version());
-  p.set_ready(ready);
-  p.set_bytes_taken(ready ? 800 : 400);
-  p.set_bytes_left(ready ? 0 : 400);
-  return p;
-}
-
 std::vector<int> Servers(const Placement& p) { return {p.servers().begin(), p.servers().end()}; }
 
-TEST(PlacementMovesTest, AnAddedServerSwitchesOnceEveryServerIsReady) {
+TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock) {
   PlacementMoves m = Moves(2);
   EXPECT_EQ(m.held_clock(), -1);
-  ASSERT_EQ(m.Ask(ADD_SERVER, 2, At(5), kNow).value(), 6);
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(6), kNow).ok());
   EXPECT_EQ(m.held_clock(), 6);
   EXPECT_EQ(Servers(*m.next()), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(m.placement().version(), 1);  // in force until the switch
-  m.Reported(0, Ready(m));
-  m.Reported(1, Ready(m));
-  m.Reported(2, Ready(m, false));
-  EXPECT_FALSE(m.MaybeSwitch(kNow));
+  EXPECT_FALSE(m.MaybeSwitch(5, kNow));   // the checkpoint of clock 6 is not named yet
   ClusterStatus st;
   m.AddStatus(&st);
   EXPECT_EQ(st.placement().move().kind(), ADD_SERVER);
   EXPECT_EQ(st.placement().move().switch_clock(), 6);
-  EXPECT_EQ(std::vector<int>(st.placement().move().waiting_for().begin(),
-                             st.placement().move().waiting_for().end()),
-            (std::vector<int>{2}));
-  EXPECT_EQ(st.placement().move().bytes_taken(), 2000);
-  EXPECT_EQ(st.placement().move().bytes_left(), 400);
-  EXPECT_EQ(st.placement().move().bytes(), 6 * 400);
-  m.Reported(2, Ready(m));
-  EXPECT_TRUE(m.MaybeSwitch(kNow));
+  EXPECT_EQ(st.placement().move().version(), 2);
+  EXPECT_EQ(st.placement().move().bytes(), 6 * 400);  // 20 chunks over 3: 7, 7, 6
+  EXPECT_TRUE(m.MaybeSwitch(6, kNow));
   EXPECT_FALSE(m.moving());
   EXPECT_EQ(m.held_clock(), -1);
   EXPECT_EQ(m.placement().version(), 2);
@@ -75,25 +59,13 @@ TEST(PlacementMovesTest, AnAddedServerSwitchesOnceEveryServerIsReady) {
   ASSERT_EQ(m.Snapshot().history_size(), 1);
   EXPECT_EQ(m.Snapshot().history(0).abandoned(), "");
   EXPECT_EQ(m.Snapshot().history(0).switch_clock(), 6);
+  EXPECT_FALSE(m.MaybeSwitch(9, kNow));  // nothing under way
 }
 
-TEST(PlacementMovesTest, AReportOfAnotherPlacementIsNotReadiness) {
-  PlacementMoves m = Moves(2);
-  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(0), kNow).ok());
-  MoveProgress old;
-  old.set_version(1);
-  old.set_ready(true);
-  for (int s = 0; s < 3; ++s) m.Reported(s, old);
-  EXPECT_FALSE(m.MaybeSwitch(kNow));
-  EXPECT_TRUE(m.moving());
-}
-
-TEST(PlacementMovesTest, ADrainedServerIsNotWaitedFor) {
+TEST(PlacementMovesTest, ADrainLeavesTheDrainedServerNothing) {
   PlacementMoves m = Moves(3);
-  ASSERT_EQ(m.Ask(DRAIN_SERVER, 1, At(9), kNow).value(), 10);
-  m.Reported(0, Ready(m));
-  m.Reported(2, Ready(m));
-  EXPECT_TRUE(m.MaybeSwitch(kNow));
+  ASSERT_TRUE(m.Ask(DRAIN_SERVER, 1, At(10), kNow).ok());
+  EXPECT_TRUE(m.MaybeSwitch(10, kNow));
   EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 2}));
   ClusterStatus st;
   m.AddStatus(&st);
@@ -111,7 +83,7 @@ void ExpectRefused(PlacementMoves& m, MoveKind kind, int server, const Placement
                    const std::string& reason) {
   const int64_t version = m.placement().version();
   const bool moving = m.moving();
-  const absl::Status st = m.Ask(kind, server, c, kNow).status();
+  const absl::Status st = m.Ask(kind, server, c, kNow);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(st.message().find(reason), absl::string_view::npos) << st;
   EXPECT_EQ(m.placement().version(), version);
@@ -128,13 +100,16 @@ TEST(PlacementMovesTest, MovesThatCannotBeAreRefusedWithTheReason) {
   ExpectRefused(m, ADD_SERVER, 2, c, "rollback");
   ExpectRefused(m, ADD_SERVER, 1, At(3), "has it already");
   ExpectRefused(m, DRAIN_SERVER, 5, At(3), "does not have it");
-  ExpectRefused(m, ADD_SERVER, 2, At(99), "ends at clock 100");
+  ExpectRefused(m, ADD_SERVER, 2, At(100), "ends at clock 100");
+  c = At(3);
+  c.checkpoints = false;
+  ExpectRefused(m, ADD_SERVER, 2, c, "checkpoint_dir");
   c = At(3);
   c.limits.budget[0] = 1000;  // it holds 4000
   ExpectRefused(m, DRAIN_SERVER, 1, c, "budget");
   ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(3), kNow).ok());
   ExpectRefused(m, DRAIN_SERVER, 0, At(3), "adding server 2 is under way");
-  EXPECT_EQ(m.Ask(MOVE_KIND_UNSPECIFIED, 0, At(3), kNow).status().code(),
+  EXPECT_EQ(m.Ask(MOVE_KIND_UNSPECIFIED, 0, At(3), kNow).code(),
             absl::StatusCode::kInvalidArgument);
 
   PlacementMoves one = Moves(1);
@@ -147,13 +122,16 @@ TEST(PlacementMovesTest, MovesThatCannotBeAreRefusedWithTheReason) {
   standby.set_standby_copies(1);
   PlacementMoves copied = Moves(2, standby);
   ExpectRefused(copied, ADD_SERVER, 2, At(3), "standby copies");
+  JobSpec tables;
+  tables.add_tables()->set_name("emb");
+  PlacementMoves sparse = Moves(2, tables);
+  ExpectRefused(sparse, ADD_SERVER, 2, At(3), "sparse tables");
 }
 
 TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {
   PlacementMoves m = Moves(2);
   EXPECT_FALSE(m.ServerLost(0, kNow));  // no move
-  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(4), kNow).ok());
-  m.Reported(0, Ready(m));
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(5), kNow).ok());
   EXPECT_TRUE(m.ServerLost(2, kNow));
   EXPECT_FALSE(m.moving());
   EXPECT_EQ(m.held_clock(), -1);
@@ -161,10 +139,10 @@ TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {
   EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 1}));
   ASSERT_EQ(m.Snapshot().history_size(), 1);
   EXPECT_EQ(m.Snapshot().history(0).abandoned(), "server 2 was lost");
-  // The next move starts afresh, and its readiness is its own.
-  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(6), kNow).ok());
+  // The next move starts afresh.
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(7), kNow).ok());
   EXPECT_EQ(m.next()->version(), 2);
-  EXPECT_FALSE(m.MaybeSwitch(kNow));
+  EXPECT_EQ(m.held_clock(), 7);
   EXPECT_TRUE(m.Abandon("a rollback began", kNow));
   EXPECT_FALSE(m.Abandon("again", kNow));
   EXPECT_EQ(m.Snapshot().history_size(), 2);
@@ -172,12 +150,11 @@ TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {
 
 TEST(PlacementMovesTest, TheStateSurvivesATakeover) {
   PlacementMoves m = Moves(2);
-  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(4), kNow).ok());
+  ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(5), kNow).ok());
   PlacementMoves taken = Moves(2);
   ASSERT_TRUE(taken.Restore(m.Snapshot()).ok());
   EXPECT_EQ(taken.held_clock(), 5);
-  for (int s = 0; s < 3; ++s) taken.Reported(s, Ready(taken));
-  EXPECT_TRUE(taken.MaybeSwitch(kNow));
+  EXPECT_TRUE(taken.MaybeSwitch(5, kNow));
   EXPECT_EQ(taken.placement().version(), 2);
 
   MoveState bad = m.Snapshot();

@@ -46,6 +46,23 @@ int64_t Rollbacks::Begin(const std::string& reason, int64_t from, absl::Time now
   return to;
 }
 
+void Rollbacks::Switch(const std::string& reason, int64_t clock, int64_t placement_version,
+                       absl::Time now) {
+  state_.set_generation(state_.generation() + 1);
+  state_.set_rolling_back(true);
+  state_.set_restore_clock(clock);
+  Rollback* r = state_.add_history();
+  r->set_generation(state_.generation());
+  r->set_reason(reason);
+  r->set_from_clock(clock);
+  r->set_to_clock(clock);
+  r->set_begun_unix_ms(absl::ToUnixMillis(now));
+  r->set_placement_version(placement_version);
+  spdlog::info(
+      "generation {}: {}; every server loads the checkpoint of clock {} under placement {}",
+      state_.generation(), reason, clock, placement_version);
+}
+
 bool Rollbacks::MaybeEnd(const Membership& members, absl::Time now) {
   if (!rolling_back()) return false;
   const bool restored = members.All(SERVER, [this](const MemberRecord& m) {

@@ -64,6 +64,11 @@ class Rollbacks {
   // every member goes back to: the newest complete checkpoint set at most
   // `from` (the manifest's at least; 0 without checkpoints).
   int64_t Begin(const std::string& reason, int64_t from, absl::Time now, bool redo = false);
+  // A move's switch (scheduler/placement_moves.h), not a rollback: the
+  // next generation starts at `clock` -- the checkpoint the manifest names,
+  // which every server restores under placement `placement_version` --
+  // recorded in the history with that version (Rollback.placement_version).
+  void Switch(const std::string& reason, int64_t clock, int64_t placement_version, absl::Time now);
   // Ends the rollback under way once every server is live and has restored
   // the current generation; true when it ended now.
   bool MaybeEnd(const Membership& members, absl::Time now);

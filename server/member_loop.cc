@@ -24,7 +24,7 @@ absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Adopt(const ClusterNew
   if (changed) actions_->WakePulls();
   // The cluster rolled back to a checkpoint (a server failed): load it.
   if (news.generation > actions_->generation()) {
-    RETURN_IF_ERROR(actions_->Restore(news.generation, news.restore_clock));
+    RETURN_IF_ERROR(actions_->Restore(news.generation, news.restore_clock, news.placement));
     routes_version_ = -1;  // a restore serves the server's own chunks: the routes again
     actions_->CancelParked(absl::FailedPreconditionError(
                                absl::StrCat("the cluster rolled back to clock ", news.restore_clock,

@@ -27,6 +27,7 @@ struct ClusterNews {
   int64_t restore_clock = 0;  // the rollback's checkpoint clock
   int64_t manifest_clock = 0;
   ServerRoutes routes;  // standby copies: who serves which chunks (empty: none)
+  Placement placement;  // once a move changed it (version > 1; else version 0)
 };
 
 // The store, the service and the checkpoint files, as the loop sees them.
@@ -40,8 +41,9 @@ class ServerActions {
   // Pulls parked on a read guarantee may now be answerable.
   virtual void WakePulls() = 0;
   // Loads the checkpoint of `clock` (0: the initial weights) as the state
-  // of `generation`.
-  virtual absl::Status Restore(int64_t generation, int64_t clock) = 0;
+  // of `generation`, its chunks placed by `placement` (a move's switch:
+  // version > 1 and newer than the store's; else as before).
+  virtual absl::Status Restore(int64_t generation, int64_t clock, const Placement& placement) = 0;
   // Ends the parked calls of generations before `generation` with `why`
   // (those of `generation` itself, parked since its restore, wait on).
   virtual void CancelParked(const absl::Status& why, int64_t generation) = 0;

@@ -19,7 +19,7 @@ class FakeActions : public ServerActions {
   int64_t generation() const override { return held_generation; }
   void RemoveWorker(int w) override { calls.push_back(absl::StrCat("remove ", w)); }
   void WakePulls() override { calls.push_back("wake"); }
-  absl::Status Restore(int64_t generation, int64_t clock) override {
+  absl::Status Restore(int64_t generation, int64_t clock, const Placement&) override {
     calls.push_back(absl::StrCat("restore ", generation, "@", clock));
     if (restore_result.ok()) held_generation = generation;
     return restore_result;

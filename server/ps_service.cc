@@ -25,7 +25,8 @@ PsService::PsService()
 
 PsService::~PsService() { shm_.reset(); }
 
-void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, ShmLayout shm_layout) {
+void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, ShmLayout shm_layout,
+                         int64_t placement_version) {
   Shard* const asked = shard.get();
   auto chunks = std::make_shared<ChunkRequests>(
       shard->store(), total_clocks, std::move(shm_layout), shm_.get(), &counters_,
@@ -33,6 +34,7 @@ void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, Shm
   auto rows = std::make_shared<RowRequests>(shard->tables(), &counters_);
   absl::MutexLock lock(&mu_);
   shard_ = std::move(shard);
+  placement_version_ = placement_version;
   chunks_ = std::move(chunks);
   rows_ = std::move(rows);
   state_ = RUNNING;

@@ -51,9 +51,12 @@ class PsService final : public PsServiceBase {
 
   // Makes the service answer pushes and pulls, of chunks and rows, from
   // `shard` (a job of `total_clocks` clocks; its chunks laid out in a
-  // worker's segment as `shm_layout`: ShmLayout::OfServer); until then they
-  // get UNAVAILABLE. Call once.
-  void SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, ShmLayout shm_layout);
+  // worker's segment as `shm_layout`: ShmLayout::OfServer; its chunks
+  // placed by the job's placement `placement_version`, 0 the initial one);
+  // until then they get UNAVAILABLE. Called again for a shard placed anew
+  // (a move's switch): calls under way finish on the old one.
+  void SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, ShmLayout shm_layout,
+                int64_t placement_version = 0);
   void SetIdentity(int id, const std::string& address);
   // Gives workers on this host shared memory (OpenShm); without it OpenShm
   // is refused and every payload moves in the messages. Their pushes and
@@ -152,6 +155,7 @@ class PsService final : public PsServiceBase {
   std::shared_ptr<ChunkRequests> chunks_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RowRequests> rows_ ABSL_GUARDED_BY(mu_);
   int id_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t placement_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   MemberState state_ ABSL_GUARDED_BY(mu_) = REGISTERED;
   std::string message_ ABSL_GUARDED_BY(mu_);

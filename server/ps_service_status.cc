@@ -56,6 +56,9 @@ MemberStatus PsService::GetStatus() const {
     st.set_address(address_);
     st.set_state(state_);
     st.set_message(message_);
+    // (Version 1, the initial placement, until a move placed the shard anew.)
+    if (shard_ != nullptr)
+      st.mutable_server()->set_placement_version(std::max<int64_t>(1, placement_version_));
     shard = shard_;
     chunks = chunks_;
     rows = rows_;

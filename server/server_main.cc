@@ -41,6 +41,10 @@ ABSL_FLAG(int64_t, offload_io_depth, 8,
           "reads ahead and writes behind share them");
 ABSL_FLAG(int64_t, offload_request_kb, 4096,
           "with --offload_dir: the largest file request, KiB (a multiple of 4)");
+ABSL_FLAG(bool, join, false,
+          "join a running job as a server it did not start with: the scheduler moves its "
+          "share of the chunks to it at a checkpoint a few clocks ahead (the job needs "
+          "checkpoints); refused, exit 2, with the reason when the job cannot take it");
 ABSL_FLAG(std::string, table_spill_dir, "",
           "where sparse tables with a memory budget (TableSpec.memory_budget_bytes) keep the "
           "rows they hold beyond it, a file per table removed as it is made (empty: $TMPDIR, "
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
   config.offload_io.depth = static_cast<int>(absl::GetFlag(FLAGS_offload_io_depth));
   config.offload_io.request_bytes = absl::GetFlag(FLAGS_offload_request_kb) << 10;
   config.shm = absl::GetFlag(FLAGS_shm);
+  config.join = absl::GetFlag(FLAGS_join);
   config.memory_budget = absl::GetFlag(FLAGS_memory_budget);
   if (config.offload_dir.empty() != !budget.has_value()) {
     pstrain::ExitOnBadFlag(absl::InvalidArgumentError(

@@ -12,6 +12,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/partition.h"
+#include "common/placement.h"
 #include "common/rpc.h"
 #include "common/simd.h"
 #include "common/status_macros.h"
@@ -24,6 +25,7 @@
 #include "server/memory_plan.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
+#include "server/shard_actions.h"
 #include "server/standby_sender.h"
 
 namespace pstrain {
@@ -66,63 +68,6 @@ class Serving {
   bool stopped_ = false;
 };
 
-// The member loop's actions on the server's shard and service.
-class ShardActions : public ServerActions {
- public:
-  ShardActions(Shard* shard, PsService* service, StandbySender* sender, int id)
-      : shard_(shard), service_(service), sender_(sender), id_(id) {}
-
-  int64_t generation() const override { return shard_->generation(); }
-  void RemoveWorker(int w) override { shard_->RemoveWorker(w); }
-  void WakePulls() override {
-    service_->WakePulls();
-    service_->WakePushes();  // (a dead worker's round may be all a push waited for)
-  }
-  absl::Status Restore(int64_t generation, int64_t clock) override {
-    return shard_->Restore(generation, clock);
-  }
-  void CancelParked(const absl::Status& why, int64_t generation) override {
-    service_->CancelParked(why, generation);
-  }
-  void Prune(int64_t clock) override { shard_->Prune(clock); }
-  void SetRoutes(const ServerRoutes& routes) override {
-    if (sender_ == nullptr) return;
-    const ServerRoles roles = RolesOf(routes, id_);
-    // The queues know their standby before any change is shipped to it.
-    sender_->SetTargets(roles, shard_->generation());
-    StandbyParts& standby = shard_->standby();
-    const bool changed = standby.SetRoles(roles.serving, roles.shipped());
-    // Not ready by these routes (back after being declared dead, or new):
-    // the primaries may have gone on without this server's copies.
-    if (routes.ready_size() > id_ && !routes.ready(id_)) standby.ForgetCopies();
-    // Its Status speaks of these routes only once they are applied.
-    service_->SetRoutes(routes);
-    if (changed) {
-      spdlog::info("routes {}: serving the parts of servers {}; standby copies of {}",
-                   routes.version(), absl::StrJoin(standby.Homes(/*served=*/true), ","),
-                   absl::StrJoin(standby.Homes(/*served=*/false), ","));
-    }
-    service_->WakePushes();
-    service_->WakePulls();
-  }
-
- private:
-  Shard* const shard_;
-  PsService* const service_;
-  StandbySender* const sender_;  // null without standby copies
-  const int id_;
-};
-
-ClusterNews NewsFrom(const SchedulerClient& client) {
-  ClusterNews news;
-  news.job_state = client.job_state();
-  news.dead_workers = client.dead_workers();
-  news.generation = client.generation(&news.restore_clock);
-  news.manifest_clock = client.manifest_clock();
-  news.routes = client.routes();
-  return news;
-}
-
 // The bound on request bytes in flight before the job is known, and its
 // least value after (common/rpc.h, ServerOptions::quota).
 constexpr int64_t kMinRequestsInFlight = int64_t{64} << 20;
@@ -149,8 +94,26 @@ class Server {
   // An EXTERNAL model is declared by the first worker that registers: its
   // parameters join the job then (the servers poll the scheduler's job).
   absl::Status AwaitDeclaredModel();
-  // The chunk store of this server's share of the job, with checkpoints.
+  // A server that joined the running job (--join): waits for the move's
+  // switch, whose generation and clock it starts from.
+  absl::Status AwaitSwitch(const RegisterResponse& reg, int64_t* generation, int64_t* clock);
+  // The chunk store of this server's share of the job by placement_, with
+  // checkpoints.
   absl::Status Build();
+  // Build, and the shard over the store and the sparse tables.
+  absl::Status MakeShard();
+  // BSP clipping by the global norm over the store (when the job clips).
+  void StartClipping();
+  // The member loop's actions on the shard (it follows the shard placed anew).
+  ShardActions Actions() {
+    return ShardActions(&shard_, service_, sender_.get(), id_,
+                        [this](int64_t generation, int64_t clock, const Placement& placement) {
+                          return Restore(generation, clock, placement);
+                        });
+  }
+  // The member loop's restore: a move's switch (a newer `placement`)
+  // places the shard anew first, and the service serves the new one.
+  absl::Status Restore(int64_t generation, int64_t clock, const Placement& placement);
   // Standby copies: the sender of the served chunks' and tables' changes.
   void StartReplication();
   // Bounds the requests and replies in flight: an offloaded server's by
@@ -159,7 +122,7 @@ class Server {
   // The state the shard starts from: the checkpoint the registration
   // names (0: the initial values), or, a replacement whose own chunks a
   // standby serves now (standby copies), standby copies to be filled.
-  absl::Status StartState(const RegisterResponse& reg);
+  absl::Status StartState(const RegisterResponse& reg, int64_t generation, int64_t clock);
   // Serves until the job ends; its end state and message.
   absl::StatusOr<JobState> Serve(std::string* message);
   int Fail(const absl::Status& st);
@@ -181,6 +144,7 @@ class Server {
   grpc::ResourceQuota* quota_;  // the requests in flight (common/rpc.h)
   JobSpec job_;
   int id_ = -1;
+  Placement placement_;  // the job's once a move changed it (version 0: the initial)
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<ChunkStore> store_;
   ShmLayout shm_layout_;  // where the store's chunks lie in a worker's segment
@@ -199,35 +163,85 @@ class Server {
 int Server::Run(const RegisterResponse& reg) {
   job_ = reg.job();
   id_ = reg.id();
+  placement_ = reg.placement();
+  daemon_->client().SetPlacement(reg.placement());
   service_->SetIdentity(id_, daemon_->address());
   // Heartbeats from now on: making a large store may take longer than the
   // scheduler's heartbeat timeout.
   daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
   if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
-  // A store or tables larger than this process may hold: the job's reason
-  // says so (then any later failed allocation: SetOutOfMemoryReport).
-  if (const absl::Status st = OutOfMemoryAsError("making the store", [&] { return Build(); });
-      !st.ok()) {
-    return Fail(st);
+  int64_t generation = reg.generation(), clock = reg.start_clock();
+  if (config_.join) {
+    if (const absl::Status st = AwaitSwitch(reg, &generation, &clock); !st.ok()) return Fail(st);
   }
-  if (const absl::Status st =
-          OutOfMemoryAsError("making the sparse tables",
-                             [&] {
-                               shard_ = std::make_shared<Shard>(
-                                   job_, id_, store_,
-                                   std::make_shared<SparseTables>(job_, id_, job_.num_servers(),
-                                                                  config_.table_spill_dir));
-                               return absl::OkStatus();
-                             });
-      !st.ok()) {
-    return Fail(st);
-  }
+  if (const absl::Status st = MakeShard(); !st.ok()) return Fail(st);
   if (job_.standby_copies() > 0) StartReplication();
   if (job_.checkpoint_every() > 0) {
     spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
                  job_.checkpoint_dir());
   }
-  if (const absl::Status st = StartState(reg); !st.ok()) return Fail(st);
+  if (const absl::Status st = StartState(reg, generation, clock); !st.ok()) return Fail(st);
+  StartClipping();
+  service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
+  std::string message;
+  const absl::StatusOr<JobState> end = Serve(&message);
+  if (!end.ok()) return Fail(end.status());
+  return Finish(*end, message);
+}
+
+absl::Status Server::StartState(const RegisterResponse& reg, int64_t generation, int64_t clock) {
+  const ServerRoutes& routes = reg.routes();
+  if (job_.standby_copies() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
+    spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
+                 routes.serving(id_));
+    shard_->JoinAsStandby(generation);
+  } else {
+    RETURN_IF_ERROR(shard_->Restore(generation, clock));
+  }
+  daemon_->client().SetRoutes(routes);
+  if (routes.serving_size() > 0) Actions().SetRoutes(routes);
+  return absl::OkStatus();
+}
+
+absl::Status Server::AwaitSwitch(const RegisterResponse& reg, int64_t* generation, int64_t* clock) {
+  spdlog::info(
+      "joined the running job as server {}: its chunks come at the move's switch (clock {})", id_,
+      reg.start_clock());
+  while (!ShutdownRequested()) {
+    std::string message;
+    const JobState state = daemon_->client().job_state(&message);
+    if (state == DONE || state == ABORTED) {
+      return absl::AbortedError(absl::StrCat("the job ended before the move switched: ", message));
+    }
+    int64_t restore_clock = 0;
+    const int64_t now = daemon_->client().generation(&restore_clock);
+    if (now > reg.generation()) {
+      placement_ = daemon_->client().placement();
+      const auto& servers = placement_.servers();
+      if (std::find(servers.begin(), servers.end(), id_) == servers.end()) {
+        return absl::FailedPreconditionError(absl::StrCat("the move that added server ", id_,
+                                                          " was abandoned (generation ", now, ")"));
+      }
+      *generation = now;
+      *clock = restore_clock;
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::CancelledError("interrupted");
+}
+
+absl::Status Server::MakeShard() {
+  RETURN_IF_ERROR(OutOfMemoryAsError("making the store", [&] { return Build(); }));
+  return OutOfMemoryAsError("making the sparse tables", [&] {
+    shard_ = std::make_shared<Shard>(
+        job_, id_, store_,
+        std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir));
+    return absl::OkStatus();
+  });
+}
+
+void Server::StartClipping() {
   // Clipping listens to the store before any push can close a round.
   clipping_ = GlobalClipping::Start(
       store_.get(), job_.optimizer().clip_norm(),
@@ -242,25 +256,21 @@ int Server::Run(const RegisterResponse& reg) {
         return daemon_->client().ReduceNorm(id_, generation, clock, sum_squares);
       },
       [this] { service_->WakePulls(); });
-  service_->SetShard(shard_, TotalClocks(job_), shm_layout_);
-  std::string message;
-  const absl::StatusOr<JobState> end = Serve(&message);
-  if (!end.ok()) return Fail(end.status());
-  return Finish(*end, message);
 }
 
-absl::Status Server::StartState(const RegisterResponse& reg) {
-  const ServerRoutes& routes = reg.routes();
-  if (job_.standby_copies() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
-    spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
-                 routes.serving(id_));
-    shard_->JoinAsStandby(reg.generation());
-  } else {
-    RETURN_IF_ERROR(shard_->Restore(reg.generation(), reg.start_clock()));
-  }
-  daemon_->client().SetRoutes(routes);
-  if (routes.serving_size() > 0)
-    ShardActions(shard_.get(), service_, sender_.get(), id_).SetRoutes(routes);
+absl::Status Server::Restore(int64_t generation, int64_t clock, const Placement& placement) {
+  if (placement.version() <= placement_.version()) return shard_->Restore(generation, clock);
+  spdlog::info("placement {} from clock {} (generation {}): holding {} chunks", placement.version(),
+               clock, generation, ChunksOn(placement, id_).size());
+  placement_ = placement;
+  if (clipping_ != nullptr) clipping_->Stop();
+  clipping_.reset();
+  // The old shard serves on until the new one is restored: the calls of
+  // the old generation end there.
+  RETURN_IF_ERROR(MakeShard());
+  RETURN_IF_ERROR(shard_->Restore(generation, clock));
+  StartClipping();
+  service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
   return absl::OkStatus();
 }
 
@@ -303,8 +313,8 @@ void Server::StartReplication() {
 }
 
 absl::Status Server::Build() {
-  absl::StatusOr<Partition> partition =
-      Partition::Make(ModelParams(job_.model()), job_.chunk_bytes(), job_.num_servers());
+  absl::StatusOr<Partition> partition = PlacedPartition(
+      ModelParams(job_.model()), job_.chunk_bytes(), job_.num_servers(), placement_);
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(job_.optimizer());
   for (const absl::Status& st : {partition.status(), optimizer.status()}) {
     if (!st.ok()) {
@@ -312,7 +322,9 @@ absl::Status Server::Build() {
           absl::StrCat("bad job spec from the scheduler: ", st.message()));
     }
   }
-  pool_ = std::make_unique<ThreadPool>(config_.server_threads);
+  // (One pool for every placement: a store placed anew shares it with
+  // the calls still on the old one.)
+  if (pool_ == nullptr) pool_ = std::make_unique<ThreadPool>(config_.server_threads);
   OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_, config_.offload_direct,
                          config_.offload_io};
   std::optional<ServerMemoryPlan> plan;
@@ -372,7 +384,7 @@ void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {
 }
 
 absl::StatusOr<JobState> Server::Serve(std::string* message) {
-  ShardActions actions(shard_.get(), service_, sender_.get(), id_);
+  ShardActions actions = Actions();
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
     RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails
@@ -458,10 +470,13 @@ int RunServer(const ServerConfig& config) {
       MemberDaemon::Start(member, {&service}, &code);
   if (!daemon.ok()) return code;
   Serving serving(&service, (*daemon)->server(), std::move(queues));
-  const absl::StatusOr<RegisterResponse> reg = (*daemon)->Register(&code);
+  RegisterRequest declared;
+  declared.set_join(config.join);
+  const absl::StatusOr<RegisterResponse> reg = (*daemon)->Register(&code, declared);
   if (!reg.ok()) {
     serving.Stop();
-    return code;
+    // A join the job cannot take (its reason logged) is a bad start.
+    return config.join && absl::IsFailedPrecondition(reg.status()) ? 2 : code;
   }
   Server server(config, daemon->get(), &service, &serving, trace->get(), member.server.quota.get());
   return server.Run(*reg);

@@ -28,6 +28,9 @@ struct ServerConfig {
   bool offload_direct = true;  // O_DIRECT for the file, where it can be had
   IoQueueOptions offload_io;   // requests in flight to the file, their size
   std::string table_spill_dir;  // sparse tables' rows beyond their budgets ("": $TMPDIR)
+  // --join: a server added to the running job (a move gives it its share
+  // of the chunks at a checkpoint; RegisterRequest.join).
+  bool join = false;
 };
 
 // Runs the server to the job's end; returns the process's exit code (0 the

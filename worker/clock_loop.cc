@@ -77,7 +77,8 @@ ClockMetrics ClockLoop::metrics() const {
 }
 
 absl::Status ClockLoop::Connect(const ClusterMembers& cluster) {
-  if (cluster.servers_size() != options_.job.num_servers()) {
+  // (More than the job started with: servers that joined it.)
+  if (cluster.servers_size() < options_.job.num_servers()) {
     return absl::FailedPreconditionError("the scheduler's members lack servers");
   }
   // Calls of an older generation end first (abandoned at their next retry).

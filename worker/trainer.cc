@@ -19,6 +19,7 @@
 #include "worker/models/loss_scaler.h"
 #include "worker/models/model.h"
 #include "worker/param_client.h"
+#include "worker/placed_partitions.h"
 #include "worker/ps_client.h"
 #include "worker/scheduler_gate.h"
 #include "worker/standalone/standalone.h"
@@ -201,8 +202,9 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
   int split = 1;
   ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, MakeWorkerModel(&split));
   if (job.data().dataset() == TEXT) NoteCorpus();
-  ASSIGN_OR_RETURN(const Partition partition,
-                   Partition::Make(ModelParams(job.model()), job.chunk_bytes(), job.num_servers()));
+  // The chunks as each generation's cluster places them (a move changes it).
+  PlacedPartitions partitions(ModelParams(job.model()), job.chunk_bytes(), job.num_servers());
+  RETURN_IF_ERROR(partitions.For(ClusterMembers()).status());
   ClockLoopOptions lo = LoopOptions(split);
   std::optional<StageWorker> stage;
   if (job.pipeline_stages() > 1) {
@@ -226,7 +228,8 @@ absl::StatusOr<double> Trainer::Run(const std::atomic<bool>& stop) {
                                   [client = scheduler_] { return client->routes(); });
     o.first_param = model->stage().first_param;
     o.end_param = model->stage().end_param;
-    return std::make_unique<AsyncPsClient>(cluster, &partition, worker_id, o);
+    return std::make_unique<AsyncPsClient>(cluster, PlacedOrLogged(partitions, cluster), worker_id,
+                                           o);
   };
   ClockLoop loop(lo, gate.get(), make_params, this, model.get(), backend_);
   {

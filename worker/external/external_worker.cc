@@ -130,6 +130,7 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
   ASSIGN_OR_RETURN(Partition partition,
                    Partition::Make(params, job_.chunk_bytes(), job_.num_servers()));
   partition_.emplace(std::move(partition));
+  partitions_ = std::make_unique<PlacedPartitions>(params, job_.chunk_bytes(), job_.num_servers());
   if (id_ == 0) {
     for (size_t i = 0; i < params.size(); ++i) {
       if (initial[i] == nullptr) {
@@ -208,7 +209,7 @@ void ExternalWorker::RunLoop() {
       servers_ = std::move(servers);
     }
     return std::make_unique<AsyncPsClient>(
-        cluster, &*partition_, id_,
+        cluster, PlacedOrLogged(*partitions_, cluster), id_,
         ps_.ForGeneration(generation, fp32, std::move(abandon), job_.standby_copies(),
                           [client = &daemon_->client()] { return client->routes(); }));
   };

@@ -42,6 +42,7 @@
 #include "worker/external/hyper_plan.h"
 #include "worker/external/optimizer_state.h"
 #include "worker/member_loop.h"
+#include "worker/placed_partitions.h"
 #include "worker/ps_client.h"
 #include "worker/row_client.h"
 #include "worker/worker_flags.h"
@@ -201,7 +202,8 @@ class ExternalWorker {
   HyperPlan hyper_;  // what ps_.hyper reads
   bool overlap_ = false;
   bool read_by_layer_ = false;  // ReadByLayer's
-  std::optional<Partition> partition_;
+  std::optional<Partition> partition_;            // the initial placement (optimizer state)
+  std::unique_ptr<PlacedPartitions> partitions_;  // the generations' (their clients)
   std::unique_ptr<ClockExchange> exchange_;
   std::unique_ptr<ExternalData> data_;
   std::unique_ptr<HandedModel> model_;

@@ -1,0 +1,114 @@
+// JobCoordinator's moves of the placement (scheduler/placement_moves.h): a
+// server that joins the running job, the switch once the manifest names
+// the move's checkpoint, a rollback abandoning the move. See
+// scheduler/job_coordinator.h.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "scheduler/job_coordinator.h"
+
+namespace pstrain {
+namespace {
+
+// Whether each server id holds chunks by `placement`.
+std::vector<bool> HoldsChunks(const Placement& placement, int servers) {
+  std::vector<bool> out(servers, false);
+  for (int s : placement.chunk_server()) {
+    if (s >= 0 && s < servers) out[s] = true;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RegisterResponse> JobCoordinator::Join(const RegisterRequest& req, absl::Time now) {
+  if (req.role() != SERVER) {
+    return absl::InvalidArgumentError("only a server joins a running job (ps_server --join)");
+  }
+  if (!Running()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot add a server: the job is ", JobState_Name(phase_.state), ", not running"));
+  }
+  if (clocks_.Resyncing()) {
+    return absl::UnavailableError(
+        "the scheduler took the job over and does not know every worker's clock yet; try again "
+        "in a moment");
+  }
+  int64_t fastest = 0;
+  for (int w = 0; w < clocks_.num_workers(); ++w) fastest = std::max(fastest, clocks_.clock(w));
+  PlacementMoves::Context context;
+  context.rolling_back = rollbacks_.rolling_back();
+  context.checkpoints = rollbacks_.checkpoints();
+  context.switch_clock = control_.CheckpointClockFor(fastest);
+  context.total_clocks = control_.total_clocks();
+  // What the servers keep an element (weights and optimizer state), as they report it.
+  members_.ForEach([&](const MemberRecord& m) {
+    if (m.role != SERVER) return;
+    context.limits.bytes_per_param = std::max(
+        context.limits.bytes_per_param, static_cast<int64_t>(m.status.server().bytes_per_param()));
+  });
+  const int id = members_.registered(SERVER);  // the next server id
+  RETURN_IF_ERROR(moves_.Ask(ADD_SERVER, id, context, now));
+  absl::StatusOr<int> joined = members_.Join(req.address(), req.incarnation(), now);
+  if (!joined.ok()) {
+    moves_.Abandon(std::string(joined.status().message()), now);
+    return joined.status();
+  }
+  ControlRequest checkpoint;
+  checkpoint.set_action(CHECKPOINT);
+  ASSIGN_OR_RETURN(const int64_t clock, control_.Ask(checkpoint, fastest, now));
+  gate_.HoldFrom(moves_.held_clock());
+  spdlog::info("server {} joins from {}: the job's checkpoint of clock {} is its start", *joined,
+               req.address(), clock);
+  RegisterResponse resp;
+  resp.set_id(*joined);
+  *resp.mutable_job() = job_;
+  resp.set_generation(rollbacks_.generation());
+  resp.set_start_clock(moves_.held_clock());
+  AddPlacement(resp.mutable_placement());
+  return resp;
+}
+
+void JobCoordinator::MaybeSwitch(absl::Time now) {
+  if (!moves_.moving()) return;
+  const Move move = moves_.Snapshot().move();
+  if (!moves_.MaybeSwitch(rollbacks_.manifest_clock(), now)) return;
+  const Placement& placement = moves_.placement();
+  const int servers = members_.registered(SERVER);
+  rollbacks_.Switch(absl::StrCat(move.kind() == ADD_SERVER ? "server " : "drained server ",
+                                 move.server(), move.kind() == ADD_SERVER ? " added" : ""),
+                    move.switch_clock(), placement.version(), now);
+  std::vector<int> with_chunks;
+  const std::vector<bool> holds = HoldsChunks(placement, servers);
+  for (int s = 0; s < servers; ++s) {
+    if (holds[s]) with_chunks.push_back(s);
+  }
+  rollbacks_.SetChunkServers(with_chunks);
+  gate_.SetReporters(holds);
+  gate_.SetPlacement(placement);
+  gate_.HoldFrom(-1);
+  gate_.RolledBack(move.switch_clock());
+}
+
+void JobCoordinator::AbandonMove(const std::string& why, absl::Time now) {
+  if (moves_.Abandon(why, now)) gate_.HoldFrom(-1);
+}
+
+void JobCoordinator::AddPlacement(Placement* out) const {
+  if (moves_.placement().version() > 1) *out = moves_.placement();
+}
+
+void JobCoordinator::AddMoveWaits(ClusterStatus* out) const {
+  if (!moves_.moving()) return;
+  MoveStatus* move = out->mutable_placement()->mutable_move();
+  for (int s : moves_.placement().servers()) {
+    const MemberRecord* m = members_.Get(SERVER, s);
+    if (m == nullptr || m->status.server().checkpoint_clock() < moves_.held_clock()) {
+      move->add_waiting_for(s);
+    }
+  }
+}
+
+}  // namespace pstrain
