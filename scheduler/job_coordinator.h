@@ -184,6 +184,9 @@ class JobCoordinator {
   void MaybeSwitch(absl::Time now);
   // A rollback begins: the move under way, if any, is abandoned.
   void AbandonMove(const std::string& why, absl::Time now);
+  // The gate, the rollbacks and the norm rounds follow the placement in
+  // force and the move under way (after a switch, and a takeover).
+  void Placed();
   // The placement in force, where members must be told it (version > 1).
   void AddPlacement(Placement* out) const;
   // The servers the move under way waits for (its checkpoint unwritten).

@@ -75,21 +75,26 @@ void JobCoordinator::MaybeSwitch(absl::Time now) {
   if (!moves_.moving()) return;
   const Move move = moves_.Snapshot().move();
   if (!moves_.MaybeSwitch(rollbacks_.manifest_clock(), now)) return;
-  const Placement& placement = moves_.placement();
-  const int servers = members_.registered(SERVER);
-  rollbacks_.Switch(absl::StrCat(move.kind() == ADD_SERVER ? "server " : "drained server ",
-                                 move.server(), move.kind() == ADD_SERVER ? " added" : ""),
-                    move.switch_clock(), placement.version(), now);
-  std::vector<int> with_chunks;
-  const std::vector<bool> holds = HoldsChunks(placement, servers);
-  for (int s = 0; s < servers; ++s) {
-    if (holds[s]) with_chunks.push_back(s);
-  }
-  rollbacks_.SetChunkServers(with_chunks);
-  gate_.SetReporters(holds);
-  gate_.SetPlacement(placement);
-  gate_.HoldFrom(-1);
+  rollbacks_.Switch(
+      absl::StrCat("server ", move.server(), move.kind() == ADD_SERVER ? " added" : " drained"),
+      move.switch_clock(), moves_.placement().version(), now);
+  Placed();
   gate_.RolledBack(move.switch_clock());
+}
+
+void JobCoordinator::Placed() {
+  if (moves_.placement().version() > 1) {
+    const int servers = members_.registered(SERVER);
+    const std::vector<bool> holds = HoldsChunks(moves_.placement(), servers);
+    std::vector<int> with_chunks;
+    for (int s = 0; s < servers; ++s) {
+      if (holds[s]) with_chunks.push_back(s);
+    }
+    rollbacks_.SetChunkServers(with_chunks);
+    gate_.SetReporters(holds);
+    gate_.SetPlacement(moves_.placement());
+  }
+  gate_.HoldFrom(moves_.held_clock());
 }
 
 void JobCoordinator::AbandonMove(const std::string& why, absl::Time now) {

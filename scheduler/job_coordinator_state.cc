@@ -53,7 +53,10 @@ absl::Status JobCoordinator::TakeOver(const SchedulerState& s, absl::Time now) {
   RETURN_IF_ERROR(rollbacks_.Restore(s.rollbacks(), clocks));
   RETURN_IF_ERROR(pipelines_.Restore(s.pipelines()));
   if (s.has_promotions()) RETURN_IF_ERROR(promotions_.Restore(s.promotions()));
-  if (s.has_moves()) RETURN_IF_ERROR(moves_.Restore(s.moves()));
+  if (s.has_moves()) {
+    RETURN_IF_ERROR(moves_.Restore(s.moves()));
+    Placed();
+  }
   phase_.state = s.job_state();
   phase_.message = s.message();
   if (Ended()) ended_at_ = now;
