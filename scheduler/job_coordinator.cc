@@ -137,11 +137,7 @@ absl::Status JobCoordinator::RefuseLive(const RegisterRequest& req, absl::Time n
 absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest& req,
                                                           absl::Time now) {
   if (Ended()) return absl::FailedPreconditionError("the job has already ended");
-  if (req.join()) {
-    absl::StatusOr<RegisterResponse> joined = Join(req, now);
-    if (!joined.ok()) LogRefusal(req, joined.status(), now);
-    return joined;
-  }
+  if (req.join()) return Join(req, now);
   if (req.role() == WORKER) {
     // A worker of an EXTERNAL model declares it: the first one's becomes
     // the job's, the others must match (common/external_model.h).

@@ -177,8 +177,11 @@ class JobCoordinator {
 
   // ---- Moves (scheduler/job_coordinator_moves.cc).
   // A server added to the running job (RegisterRequest.join): a move that
-  // switches at a checkpoint asked for it, the gate held there.
+  // switches at a checkpoint asked for it, the gate held there; a retry
+  // of the same process gets the first answer again. A refusal is logged.
   absl::StatusOr<RegisterResponse> Join(const RegisterRequest& req, absl::Time now);
+  absl::StatusOr<RegisterResponse> StartJoin(const RegisterRequest& req, absl::Time now);
+  RegisterResponse JoinAnswer(int id) const;
   // The move under way switches once the manifest names its checkpoint: a
   // new generation from it under the move's placement.
   void MaybeSwitch(absl::Time now);

@@ -24,6 +24,20 @@ std::vector<bool> HoldsChunks(const Placement& placement, int servers) {
 }  // namespace
 
 absl::StatusOr<RegisterResponse> JobCoordinator::Join(const RegisterRequest& req, absl::Time now) {
+  int retried = -1;
+  members_.ForEach([&](const MemberRecord& m) {
+    if (m.role == SERVER && m.address == req.address() && m.incarnation == req.incarnation()) {
+      retried = m.id;
+    }
+  });
+  if (retried >= 0) return JoinAnswer(retried);  // its answer was lost
+  absl::StatusOr<RegisterResponse> joined = StartJoin(req, now);
+  if (!joined.ok()) LogRefusal(req, joined.status(), now);
+  return joined;
+}
+
+absl::StatusOr<RegisterResponse> JobCoordinator::StartJoin(const RegisterRequest& req,
+                                                           absl::Time now) {
   if (req.role() != SERVER) {
     return absl::InvalidArgumentError("only a server joins a running job (ps_server --join)");
   }
@@ -62,11 +76,15 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Join(const RegisterRequest& req
   gate_.HoldFrom(moves_.held_clock());
   spdlog::info("server {} joins from {}: the job's checkpoint of clock {} is its start", *joined,
                req.address(), clock);
+  return JoinAnswer(*joined);
+}
+
+RegisterResponse JobCoordinator::JoinAnswer(int id) const {
   RegisterResponse resp;
-  resp.set_id(*joined);
+  resp.set_id(id);
   *resp.mutable_job() = job_;
   resp.set_generation(rollbacks_.generation());
-  resp.set_start_clock(moves_.held_clock());
+  resp.set_start_clock(moves_.moving() ? moves_.held_clock() : rollbacks_.restore_clock());
   AddPlacement(resp.mutable_placement());
   return resp;
 }

@@ -204,6 +204,10 @@ absl::Status Server::StartState(const RegisterResponse& reg, int64_t generation,
 }
 
 absl::Status Server::AwaitSwitch(const RegisterResponse& reg, int64_t* generation, int64_t* clock) {
+  const auto& placed = reg.placement().servers();
+  if (std::find(placed.begin(), placed.end(), id_) != placed.end()) {
+    return absl::OkStatus();  // a retried join answered after the switch: it starts there
+  }
   spdlog::info(
       "joined the running job as server {}: its chunks come at the move's switch (clock {})", id_,
       reg.start_clock());
