@@ -13,7 +13,6 @@ namespace pstrain {
 Shard::Shard(const JobSpec& job, int server_id, std::shared_ptr<ChunkStore> store,
              std::shared_ptr<SparseTables> tables)
     : job_(job),
-      server_id_(server_id),
       store_(std::move(store)),
       tables_(std::move(tables)),
       schedule_(job.checkpoint_every()) {

@@ -76,7 +76,6 @@ class Shard {
 
  private:
   const JobSpec& job_;
-  const int server_id_;
   const std::shared_ptr<ChunkStore> store_;
   const std::shared_ptr<SparseTables> tables_;
   CheckpointSchedule schedule_;
