@@ -81,6 +81,17 @@ int32_t ChunkToMove(const Placement& p, const Partition& partition, int64_t byte
   return best;
 }
 
+// A change from `now` to a placement of the next version over `servers`
+// (its chunks and buckets where `now` has them, until moved).
+PlacementChange ChangeOf(const Placement& now, const std::vector<int>& servers) {
+  PlacementChange change;
+  change.after = now;
+  change.after.set_version(now.version() + 1);
+  change.after.clear_servers();
+  for (int s : servers) change.after.add_servers(s);
+  return change;
+}
+
 void SortMoves(std::vector<PlacementMove>* moves) {
   std::stable_sort(moves->begin(), moves->end(),
                    [](const PlacementMove& a, const PlacementMove& b) {
@@ -180,13 +191,9 @@ absl::StatusOr<PlacementChange> PlanAdd(const Placement& now, const Partition& p
     return absl::FailedPreconditionError(
         absl::StrCat("server ", server, " cannot be added: the job has it already"));
   }
-  PlacementChange change;
-  change.after = now;
-  change.after.set_version(now.version() + 1);
-  change.after.clear_servers();
   std::vector<int> servers = listed;
   servers.insert(std::upper_bound(servers.begin(), servers.end(), server), server);
-  for (int s : servers) change.after.add_servers(s);
+  PlacementChange change = ChangeOf(now, servers);
   Loads loads = LoadsOf(now, partition, limits.bytes_per_param);
   loads.bytes[server] = 0;
   loads.buckets[server] = 0;
@@ -235,13 +242,9 @@ absl::StatusOr<PlacementChange> PlanDrain(const Placement& now, const Partition&
     return absl::FailedPreconditionError(
         absl::StrCat("server ", server, " cannot be drained: it is the job's last server"));
   }
-  PlacementChange change;
-  change.after = now;
-  change.after.set_version(now.version() + 1);
-  change.after.clear_servers();
-  for (int s : listed) {
-    if (s != server) change.after.add_servers(s);
-  }
+  std::vector<int> servers = listed;
+  servers.erase(std::find(servers.begin(), servers.end(), server));
+  PlacementChange change = ChangeOf(now, servers);
   Loads loads = LoadsOf(now, partition, limits.bytes_per_param);
   std::vector<int32_t> chunks = ChunksOn(now, server);
   std::stable_sort(chunks.begin(), chunks.end(), [&](int32_t a, int32_t b) {

@@ -77,8 +77,7 @@ ClockMetrics ClockLoop::metrics() const {
 }
 
 absl::Status ClockLoop::Connect(const ClusterMembers& cluster) {
-  // (More than the job started with: servers that joined it.)
-  if (cluster.servers_size() < options_.job.num_servers()) {
+  if (cluster.servers_size() < options_.job.num_servers()) {  // (more: servers that joined)
     return absl::FailedPreconditionError("the scheduler's members lack servers");
   }
   // Calls of an older generation end first (abandoned at their next retry).
