@@ -144,6 +144,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
   restore_clock_ = resp.restore_clock();
   manifest_clock_ = resp.manifest_clock();
   link_generation_ = resp.link_generation();
+  leave_ = resp.leave();
   if (resp.routes().version() >= routes_.version() && resp.routes().serving_size() > 0) {
     routes_ = resp.routes();
   }
@@ -215,6 +216,11 @@ JobState SchedulerClient::WaitForJobEnd(std::string* message) {
   mu_.Await(absl::Condition(&ended));
   if (message != nullptr) *message = job_message_;
   return job_state_;
+}
+
+std::string SchedulerClient::leave() const {
+  absl::MutexLock lock(&mu_);
+  return leave_;
 }
 
 int64_t SchedulerClient::link_generation() const {

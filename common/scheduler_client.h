@@ -91,6 +91,9 @@ class SchedulerClient {
   void SetPlacement(const Placement& placement);
   // A pipeline stage's replica's link generation, as of the last heartbeat.
   int64_t link_generation() const;
+  // A server out of the job (HeartbeatResponse.leave): why it must leave,
+  // as of the last heartbeat (empty: it is in the job).
+  std::string leave() const;
 
   // The gate: reports that `worker` finished `clock` iterations in cluster
   // generation `generation` and waits until it may start iteration `clock`. Waits
@@ -128,6 +131,7 @@ class SchedulerClient {
   int64_t restore_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t link_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string leave_ ABSL_GUARDED_BY(mu_);
   ServerRoutes routes_ ABSL_GUARDED_BY(mu_);
   Placement placement_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -21,14 +21,15 @@ const char* WorkerFailureName(WorkerFailure f) {
 }
 
 FailurePolicy::FailurePolicy(const JobSpec& job, const SchedulerPolicy& policy, Membership* members,
-                             ClockTable* clocks, Promotions* promotions)
+                             ClockTable* clocks, Promotions* promotions, PlacementMoves* moves)
     : policy_(policy),
       checkpoints_(job.checkpoint_every() > 0),
       stages_(std::max(1, job.pipeline_stages())),
       num_workers_(job.num_workers()),
       members_(members),
       clocks_(clocks),
-      promotions_(promotions != nullptr && promotions->enabled() ? promotions : nullptr) {}
+      promotions_(promotions != nullptr && promotions->enabled() ? promotions : nullptr),
+      moves_(moves) {}
 
 bool FailurePolicy::KeepsPlace(Role role) const {
   return role == SERVER ? checkpoints_ || promotions_ != nullptr
@@ -51,6 +52,7 @@ Decision FailurePolicy::DeclareDead(MemberRecord& m, JobState job, absl::Time no
     Decision d = WorkerDied(m, why, job, now);
     if (d.kind != Decision::kAbort || !d.why.empty()) return d;
   } else if (job == RUNNING_JOB) {
+    if (std::optional<Decision> out = OutOfJob(m, now)) return *out;
     Decision d = ServerLost(m, absl::StrCat("declared dead: ", why));
     if (d.kind != Decision::kAbort) return d;
   }
@@ -90,6 +92,8 @@ Decision FailurePolicy::Failed(const MemberRecord& m, JobState job, absl::Time n
   }
   if (m.role == WORKER) {
     if (Decision d = TakeReplicaOut(m.id, why, job, now); d.kind != Decision::kNone) return d;
+  } else if (job == RUNNING_JOB) {
+    if (std::optional<Decision> out = OutOfJob(m, now)) return *out;
   }
   return Make(Decision::kAbort, why);
 }
@@ -131,6 +135,11 @@ absl::StatusOr<Decision> FailurePolicy::Replace(Role role, int id, const std::st
   if (role == WORKER && old.state == FINISHED) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", id, " has finished"));
   }
+  if (role == SERVER && job == RUNNING_JOB && OutOfJob(old, now).has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat("server ", id, " is out of the job (",
+                                                      moves_->WhyOut(id),
+                                                      "): add a server with ps_server --join"));
+  }
   const bool was_dead = old.state == DEAD;
   const std::string old_address = old.address;
   if (absl::Status st = members_->Replace(role, id, address, incarnation, now); !st.ok()) return st;
@@ -158,6 +167,15 @@ absl::StatusOr<Decision> FailurePolicy::Replace(Role role, int id, const std::st
                              "to restore it from"));
   }
   return Make(Decision::kRollback, reason);
+}
+
+std::optional<Decision> FailurePolicy::OutOfJob(const MemberRecord& m, absl::Time now) {
+  if (moves_ == nullptr) return std::nullopt;
+  const bool abandoned = moves_->ServerLost(m.id, now);
+  if (moves_->InJob(m.id)) return std::nullopt;
+  spdlog::warn("server {} at {} is out of the job ({}): nothing else follows its loss", m.id,
+               m.address, moves_->WhyOut(m.id));
+  return abandoned ? Make(Decision::kGoOn, "") : Decision{};
 }
 
 Decision FailurePolicy::ServerLost(const MemberRecord& m, const std::string& why) {
@@ -188,7 +206,7 @@ absl::StatusOr<Decision> FailurePolicy::LinksBroke(int worker, int replica) cons
 }
 
 bool FailurePolicy::MaybeRevive(MemberRecord& m, JobState job, absl::Time now) {
-  if (m.state != DEAD || job != RUNNING_JOB || !KeepsPlace(m.role) ||
+  if (m.state != DEAD || job != RUNNING_JOB || !KeepsPlace(m.role) || !InJob(m) ||
       (m.role == WORKER && clocks_->removed(m.id))) {
     return false;
   }
@@ -208,7 +226,9 @@ Decision FailurePolicy::CheckTimeouts(JobState job, const PipelineRestarts& pipe
   if (job != RUNNING_JOB) return Decision{};
   Decision out;
   members_->ForEach([&](const MemberRecord& m) {
-    if (out.kind != Decision::kNone || m.state != DEAD || !KeepsPlace(m.role)) return;
+    if (out.kind != Decision::kNone || m.state != DEAD || !KeepsPlace(m.role) || !InJob(m)) {
+      return;
+    }
     const absl::Time dead_since = absl::FromUnixMillis(m.status.declared_dead_unix_ms());
     if (now - dead_since <= policy_.replacement_timeout) return;
     out = Make(Decision::kAbort,

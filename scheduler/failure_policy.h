@@ -3,6 +3,9 @@
 // pipeline stage) its links broke -- and to "it came back". While the job
 // runs:
 //
+//   a server out of the job        -> nothing: it holds nothing (a server
+//   (PlacementMoves::InJob)           added by a move that its loss, or
+//                                      another's, abandoned)
 //   a server, with standby copies -> its standbys are promoted (Promotions),
 //                                      when they can be; else as below
 //   a server, with checkpoints      -> the cluster rolls back (Rollbacks)
@@ -17,9 +20,10 @@
 //   a kept place not filled within the replacement timeout, or a replica
 //   that did not restart within it   -> the job ends ABORTED
 //
-// FailurePolicy marks the members (Membership) and leaves workers out of
-// the gate (ClockTable) itself; what else follows it returns as a Decision
-// for JobCoordinator to carry out. No I/O but logs.
+// A server lost abandons the move of the placement that needs it first.
+// FailurePolicy marks the members (Membership), leaves workers out of the
+// gate (ClockTable) and abandons moves (PlacementMoves) itself; what else follows it returns as a
+// Decision for JobCoordinator to carry out. No I/O but logs.
 //
 // Not thread-safe: the coordinator's owner guards it.
 #ifndef PSTRAIN_SCHEDULER_FAILURE_POLICY_H_
@@ -27,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +44,7 @@
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
 #include "scheduler/pipeline_restarts.h"
+#include "scheduler/placement_moves.h"
 #include "scheduler/promotions.h"
 
 namespace pstrain {
@@ -80,10 +86,11 @@ struct Decision {
 
 class FailurePolicy {
  public:
-  // `members`, `clocks` and `promotions` (the coordinator's; null: none)
-  // must outlive this.
+  // `members`, `clocks`, `promotions` and `moves` (the coordinator's;
+  // null: none) must outlive this.
   FailurePolicy(const JobSpec& job, const SchedulerPolicy& policy, Membership* members,
-                ClockTable* clocks, Promotions* promotions = nullptr);
+                ClockTable* clocks, Promotions* promotions = nullptr,
+                PlacementMoves* moves = nullptr);
 
   // Whether a dead member of `role` keeps its place (it may come back or be
   // replaced): a server of a job with checkpoints or standby copies, a
@@ -144,6 +151,14 @@ class FailurePolicy {
   // A server lost while the job runs: its standbys promoted (kGoOn), or a
   // rollback, or kAbort without a message.
   Decision ServerLost(const MemberRecord& m, const std::string& why);
+  // A server lost while the job runs abandons the move that needs it.
+  // One out of the job then held nothing: nothing follows (kGoOn when a
+  // move was abandoned: the gate holds no clock for it now). nullopt: it
+  // is in the job.
+  std::optional<Decision> OutOfJob(const MemberRecord& m, absl::Time now);
+  bool InJob(const MemberRecord& m) const {
+    return m.role != SERVER || moves_ == nullptr || moves_->InJob(m.id);
+  }
   // CheckTimeouts' answer before the start (`within`: the timeout, written).
   Decision UnfilledBeforeTheStart(const std::string& within, absl::Time now) const;
 
@@ -154,6 +169,7 @@ class FailurePolicy {
   Membership* const members_;
   ClockTable* const clocks_;
   Promotions* const promotions_;
+  PlacementMoves* const moves_;
   FailureState state_;
 };
 

@@ -79,8 +79,8 @@ JobCoordinator::JobCoordinator(const JobSpec& job, SchedulerPolicy policy,
       gate_(&phase_, ServersWithChunks(job), TotalClocks(job), &clocks_, &members_, &rollbacks_,
             &control_, &pipelines_, std::move(trace)),
       promotions_(job),
-      failures_(job, policy, &members_, &clocks_, &promotions_),
-      moves_(job, JobPartition(job)) {
+      moves_(job, JobPartition(job)),
+      failures_(job, policy, &members_, &clocks_, &promotions_, &moves_) {
   clocks_.Reset(policy.start_clock);
 }
 
@@ -153,9 +153,10 @@ absl::StatusOr<RegisterResponse> JobCoordinator::Register(const RegisterRequest&
   // Without an id, a dead member's place once every id is taken.
   ASSIGN_OR_RETURN(
       const int replaced,
-      members_.IdFor(
-          req.role(), req.has_id() ? std::optional<int>(req.id()) : std::nullopt,
-          [this](const MemberRecord& m) { return m.role == SERVER || !clocks_.removed(m.id); }));
+      members_.IdFor(req.role(), req.has_id() ? std::optional<int>(req.id()) : std::nullopt,
+                     [this](const MemberRecord& m) {
+                       return m.role == SERVER ? moves_.InJob(m.id) : !clocks_.removed(m.id);
+                     }));
   absl::StatusOr<int> id = replaced;
   if (replaced >= 0) {
     absl::StatusOr<Decision> d = failures_.Replace(req.role(), replaced, req.address(),
@@ -219,6 +220,7 @@ absl::StatusOr<HeartbeatResponse> JobCoordinator::Heartbeat(const HeartbeatReque
   } else if (st.role() == SERVER) {
     promotions_.Reported(member->id, st);
     MaybeEndRollback(now);
+    MaybeSwitch(now);
     gate_.AddReportedNorm(st);
   }
   if (st.role() == WORKER) gate_.CatchUpClock(st);
@@ -234,9 +236,7 @@ HeartbeatResponse JobCoordinator::HeartbeatAnswer(const MemberRecord& m) const {
   resp.set_restore_clock(rollbacks_.restore_clock());
   resp.set_manifest_clock(rollbacks_.manifest_clock());
   if (promotions_.enabled()) *resp.mutable_routes() = promotions_.routes();
-  if (m.role == SERVER && m.status.server().placement_version() != moves_.placement().version()) {
-    AddPlacement(resp.mutable_placement());
-  }
+  if (m.role == SERVER) AddPlacementNews(m, &resp);
   if (pipelines_.pipelined() && m.role == WORKER) {
     resp.set_link_generation(pipelines_.link_generation(pipelines_.ReplicaOf(m.id)));
   }
@@ -264,6 +264,7 @@ void JobCoordinator::Tick(absl::Time now) {
 }
 
 void JobCoordinator::Enact(const Decision& d, absl::Time now) {
+  gate_.HoldFrom(moves_.held_clock());  // the loss may have abandoned a move
   switch (d.kind) {
     case Decision::kNone:
       return;
@@ -343,10 +344,11 @@ void JobCoordinator::BeginRollback(const std::string& reason, absl::Time now, bo
 void JobCoordinator::RollBackForARedo(int worker, int64_t clock, absl::Time now) {
   if (!Running() || rollbacks_.rolling_back()) return;
   if (!rollbacks_.checkpoints()) {
-    spdlog::warn("worker {} redoes clock {} from newer weights: its predecessor's push of it "
-                 "reached some chunks and not others, and the job keeps no checkpoint to roll "
-                 "back to",
-                 worker, clock);
+    spdlog::warn(
+        "worker {} redoes clock {} from newer weights: its predecessor's push of it "
+        "reached some chunks and not others, and the job keeps no checkpoint to roll "
+        "back to",
+        worker, clock);
     return;
   }
   BeginRollback(absl::StrCat("worker ", worker, "'s push of clock ", clock,
@@ -356,7 +358,7 @@ void JobCoordinator::RollBackForARedo(int worker, int64_t clock, absl::Time now)
 }
 
 void JobCoordinator::MaybeEndRollback(absl::Time now) {
-  if (Running() && rollbacks_.MaybeEnd(members_, now)) gate_.Wake();
+  if (Running() && rollbacks_.MaybeEnd(members_, now, ServersInJob())) gate_.Wake();
 }
 
 void JobCoordinator::ManifestWritten(int64_t clock, const absl::Status& status, absl::Time now) {

@@ -182,9 +182,14 @@ class JobCoordinator {
   absl::StatusOr<RegisterResponse> Join(const RegisterRequest& req, absl::Time now);
   absl::StatusOr<RegisterResponse> StartJoin(const RegisterRequest& req, absl::Time now);
   RegisterResponse JoinAnswer(int id) const;
-  // The move under way switches once the manifest names its checkpoint: a
-  // new generation from it under the move's placement.
+  // The move under way switches once the manifest names its checkpoint
+  // and a server added holds its chunks of the move's placement (its
+  // Status names that version): a new generation from that checkpoint
+  // under the move's placement.
   void MaybeSwitch(absl::Time now);
+  // The server the move under way adds holds its chunks of the move's
+  // placement (its Status names that version).
+  bool JoinedReady() const;
   // A rollback begins: the move under way, if any, is abandoned.
   void AbandonMove(const std::string& why, absl::Time now);
   // The gate, the rollbacks and the norm rounds follow the placement in
@@ -192,8 +197,15 @@ class JobCoordinator {
   void Placed();
   // The placement in force, where members must be told it (version > 1).
   void AddPlacement(Placement* out) const;
+  // A server's news of the placement: the one in force when its Status
+  // names another version, and why it must leave when it is out of the job.
+  void AddPlacementNews(const MemberRecord& server, HeartbeatResponse* out) const;
   // The servers the move under way waits for (its checkpoint unwritten).
   void AddMoveWaits(ClusterStatus* out) const;
+  // Whether a server is in the job (PlacementMoves::InJob).
+  std::function<bool(int)> ServersInJob() const {
+    return [this](int server) { return moves_.InJob(server); };
+  }
 
   // The job as the members receive it: an EXTERNAL model's parameters
   // are the first worker's (Register).
@@ -220,8 +232,8 @@ class JobCoordinator {
   OperatorControl control_;
   Gate gate_;
   Promotions promotions_;  // before failures_, which uses it
+  PlacementMoves moves_;   // and it
   FailurePolicy failures_;
-  PlacementMoves moves_;
 };
 
 }  // namespace pstrain

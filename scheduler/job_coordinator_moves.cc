@@ -63,9 +63,10 @@ absl::StatusOr<RegisterResponse> JobCoordinator::StartJoin(const RegisterRequest
     context.limits.bytes_per_param = std::max(
         context.limits.bytes_per_param, static_cast<int64_t>(m.status.server().bytes_per_param()));
   });
-  const int id = members_.registered(SERVER);  // the next server id
+  // The smallest id the placement frees: the next, or one out of the job.
+  const int id = FreeServerId(moves_.placement());
   RETURN_IF_ERROR(moves_.Ask(ADD_SERVER, id, context, now));
-  absl::StatusOr<int> joined = members_.Join(req.address(), req.incarnation(), now);
+  absl::StatusOr<int> joined = members_.Join(req.address(), req.incarnation(), id, now);
   if (!joined.ok()) {
     moves_.Abandon(std::string(joined.status().message()), now);
     return joined.status();
@@ -86,18 +87,26 @@ RegisterResponse JobCoordinator::JoinAnswer(int id) const {
   resp.set_generation(rollbacks_.generation());
   resp.set_start_clock(moves_.moving() ? moves_.held_clock() : rollbacks_.restore_clock());
   AddPlacement(resp.mutable_placement());
+  if (moves_.moving()) *resp.mutable_next_placement() = *moves_.next();
   return resp;
 }
 
 void JobCoordinator::MaybeSwitch(absl::Time now) {
   if (!moves_.moving()) return;
   const Move move = moves_.Snapshot().move();
-  if (!moves_.MaybeSwitch(rollbacks_.manifest_clock(), now)) return;
+  if (!moves_.MaybeSwitch(rollbacks_.manifest_clock(), JoinedReady(), now)) return;
   rollbacks_.Switch(
       absl::StrCat("server ", move.server(), move.kind() == ADD_SERVER ? " added" : " drained"),
       move.switch_clock(), moves_.placement().version(), now);
   Placed();
   gate_.RolledBack(move.switch_clock());
+}
+
+bool JobCoordinator::JoinedReady() const {
+  if (!moves_.moving() || moves_.Snapshot().move().kind() != ADD_SERVER) return false;
+  const MemberRecord* joined = members_.Get(SERVER, moves_.Snapshot().move().server());
+  return joined != nullptr && !Gone(joined->state) &&
+         joined->status.server().placement_version() == moves_.next()->version();
 }
 
 void JobCoordinator::Placed() {
@@ -116,11 +125,19 @@ void JobCoordinator::Placed() {
 }
 
 void JobCoordinator::AbandonMove(const std::string& why, absl::Time now) {
-  if (moves_.Abandon(why, now)) gate_.HoldFrom(-1);
+  moves_.Abandon(why, now);
+  gate_.HoldFrom(moves_.held_clock());
 }
 
 void JobCoordinator::AddPlacement(Placement* out) const {
   if (moves_.placement().version() > 1) *out = moves_.placement();
+}
+
+void JobCoordinator::AddPlacementNews(const MemberRecord& server, HeartbeatResponse* out) const {
+  if (server.status.server().placement_version() != moves_.placement().version()) {
+    AddPlacement(out->mutable_placement());
+  }
+  out->set_leave(moves_.WhyOut(server.id));
 }
 
 void JobCoordinator::AddMoveWaits(ClusterStatus* out) const {
@@ -132,6 +149,8 @@ void JobCoordinator::AddMoveWaits(ClusterStatus* out) const {
       move->add_waiting_for(s);
     }
   }
+  const Move& m = moves_.Snapshot().move();
+  if (m.kind() == ADD_SERVER && !JoinedReady()) move->add_waiting_for(m.server());
 }
 
 }  // namespace pstrain

@@ -2,7 +2,11 @@
 // id and a switch clock the gate holds; a retry of its registration gets
 // the same answer; a second join while one is under way, or a join into a
 // job without checkpoints, is refused; the manifest naming the switch
-// clock switches the placement in a new generation that is not a rollback.
+// clock and the joined server holding its chunks switch the placement in
+// a new generation that is not a rollback. The joined server lost before
+// the switch abandons the move, nothing rolled back, and its id is free
+// again; an owner lost rolls the job back without the joined server,
+// which is told to leave.
 #include "scheduler/job_coordinator_fixture.h"
 
 namespace pstrain {
@@ -17,6 +21,21 @@ absl::StatusOr<RegisterResponse> JoinServer(JobCoordinator& c, const std::string
   req.set_incarnation(incarnation);
   req.set_join(true);
   return c.Register(req, now);
+}
+
+// Server `id`'s heartbeat (`incarnation`) naming placement `version`:
+// the joined server's once it holds its chunks of the move's placement.
+absl::StatusOr<HeartbeatResponse> BeatPlaced(JobCoordinator& c, int id, int64_t version,
+                                             int64_t generation, uint64_t incarnation,
+                                             absl::Time now, MemberState state = RUNNING) {
+  HeartbeatRequest req;
+  req.set_incarnation(incarnation);
+  req.mutable_status()->set_role(SERVER);
+  req.mutable_status()->set_id(id);
+  req.mutable_status()->set_state(state);
+  req.mutable_status()->set_generation(generation);
+  req.mutable_status()->mutable_server()->set_placement_version(version);
+  return c.Heartbeat(req, now);
 }
 
 TEST_F(JobCoordinatorTest, AJoiningServerIsHeldForAndSwitchedInAtACheckpoint) {
@@ -45,7 +64,17 @@ TEST_F(JobCoordinatorTest, AJoiningServerIsHeldForAndSwitchedInAtACheckpoint) {
   ASSERT_TRUE(Gate(0, 3, &parked).ok());
   ASSERT_TRUE(Gate(1, 3, &parked).ok());
   EXPECT_TRUE(parked);
+  EXPECT_EQ(joined->next_placement().version(), 2);
   coordinator_->ManifestWritten(3, absl::OkStatus(), now_);
+  // Named: server 2 loads its chunks from it; until it says it holds
+  // them the move waits for it alone.
+  st = coordinator_->Status(now_);
+  ASSERT_TRUE(st.placement().has_move());
+  ASSERT_GT(st.placement().move().waiting_for_size(), 0);
+  EXPECT_EQ(*st.placement().move().waiting_for().rbegin(), 2);
+  absl::StatusOr<HeartbeatResponse> ready = BeatPlaced(*coordinator_, 2, 2, 1, 7, now_);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_EQ(ready->leave(), "");
   st = coordinator_->Status(now_);
   EXPECT_EQ(st.placement().version(), 2);
   EXPECT_EQ(st.placement().servers_size(), 3);
@@ -60,6 +89,82 @@ TEST_F(JobCoordinatorTest, AJoiningServerIsHeldForAndSwitchedInAtACheckpoint) {
   EXPECT_EQ(beat->placement().version(), 2);
   EXPECT_EQ(beat->generation(), 1);
   EXPECT_EQ(beat->restore_clock(), 3);
+}
+
+TEST_F(JobCoordinatorTest, AJoinedServerLostBeforeTheSwitchAbandonsTheMoveWithoutARollback) {
+  Start(TwoByTwo(/*checkpoint_every=*/10), SchedulerPolicy());
+  JoinAll();
+  ASSERT_TRUE(JoinServer(*coordinator_, "s2", now_).ok());
+  bool parked = false;
+  for (int64_t c = 0; c < 3; ++c) {
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(Gate(w, c, &parked).ok());
+  }
+  ASSERT_TRUE(Gate(0, 3, &parked).ok());
+  ASSERT_TRUE(Gate(1, 3, &parked).ok());
+  ASSERT_TRUE(parked);  // held for the switch
+  const Ticket held = ticket_;
+  coordinator_->ManifestWritten(3, absl::OkStatus(), now_);
+  // Server 2 goes silent before it holds its chunks: declared dead.
+  now_ += absl::Seconds(6);
+  AllBeat();
+  coordinator_->Tick(now_);
+  const ClusterStatus st = coordinator_->Status(now_);
+  EXPECT_EQ(st.job_state(), RUNNING_JOB);
+  EXPECT_EQ(st.placement().version(), 1);
+  EXPECT_FALSE(st.placement().has_move());
+  ASSERT_EQ(st.placement().history_size(), 1);
+  EXPECT_EQ(st.placement().history(0).abandoned(), "server 2 was lost");
+  EXPECT_EQ(st.rollbacks_size(), 0);
+  EXPECT_EQ(st.generation(), 0);
+  // The hold is gone: the held worker goes on.
+  const std::map<Ticket, absl::Status> released = Released();
+  ASSERT_EQ(released.count(held), 1u);
+  EXPECT_TRUE(released.at(held).ok());
+  // Heard again, server 2 is told to leave; its end changes nothing.
+  absl::StatusOr<HeartbeatResponse> beat = BeatPlaced(*coordinator_, 2, 0, 0, 7, now_);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_EQ(beat->leave(), "the move that added server 2 was abandoned: server 2 was lost");
+  ASSERT_TRUE(BeatPlaced(*coordinator_, 2, 0, 0, 7, now_, FAILED).ok());
+  EXPECT_EQ(coordinator_->state(), RUNNING_JOB);
+  // A server started in its place (without --join) is refused; the next
+  // join takes its id.
+  const absl::Status replaced = Join(SERVER, "s2b", /*incarnation=*/9, /*id=*/2).status();
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kFailedPrecondition) << replaced;
+  absl::StatusOr<RegisterResponse> again = JoinServer(*coordinator_, "s2c", now_, 10);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), 2);
+  EXPECT_EQ(coordinator_->Status(now_).members_size(), 5);
+}
+
+TEST_F(JobCoordinatorTest, AnOwnerLostMidMoveRollsBackWithoutTheJoinedServer) {
+  Start(TwoByTwo(/*checkpoint_every=*/10), SchedulerPolicy());
+  JoinAll();
+  ASSERT_TRUE(JoinServer(*coordinator_, "s2", now_).ok());
+  // Server 0 goes silent before the switch: the move is abandoned and the
+  // job rolls back as it would without one.
+  now_ += absl::Seconds(6);
+  ASSERT_TRUE(Beat(SERVER, 1).ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(Beat(WORKER, w).ok());
+  ASSERT_TRUE(BeatPlaced(*coordinator_, 2, 0, 0, 7, now_).ok());
+  coordinator_->Tick(now_);
+  ClusterStatus st = coordinator_->Status(now_);
+  ASSERT_EQ(st.rollbacks_size(), 1);
+  EXPECT_EQ(st.rollbacks(0).placement_version(), 0);  // a rollback, not a switch
+  ASSERT_EQ(st.placement().history_size(), 1);
+  EXPECT_NE(st.placement().history(0).abandoned(), "");
+  absl::StatusOr<HeartbeatResponse> told = BeatPlaced(*coordinator_, 2, 0, 0, 7, now_);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_NE(told->leave().find("was abandoned"), std::string::npos) << told->leave();
+  // Server 0 replaced, the two servers of the placement restore: the
+  // rollback ends without server 2, which failed meanwhile.
+  ASSERT_TRUE(BeatPlaced(*coordinator_, 2, 0, 0, 7, now_, FAILED).ok());
+  ASSERT_TRUE(Join(SERVER, "s0b", /*incarnation=*/2, /*id=*/0).ok());
+  ASSERT_TRUE(Beat(SERVER, 0, RUNNING, 1, /*incarnation=*/2).ok());
+  ASSERT_TRUE(Beat(SERVER, 1, RUNNING, 1).ok());
+  st = coordinator_->Status(now_);
+  EXPECT_EQ(st.job_state(), RUNNING_JOB);
+  EXPECT_GT(st.rollbacks(0).done_unix_ms(), 0);
+  EXPECT_EQ(st.generation(), 1);
 }
 
 TEST_F(JobCoordinatorTest, AJoinIntoAJobWithoutCheckpointsIsRefused) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pstrain {
 namespace {
@@ -97,15 +98,24 @@ absl::StatusOr<int> Membership::Register(Role role, const std::string& address,
   return m.id;
 }
 
-absl::StatusOr<int> Membership::Join(const std::string& address, uint64_t incarnation,
+absl::StatusOr<int> Membership::Join(const std::string& address, uint64_t incarnation, int id,
                                      absl::Time now) {
   for (const MemberRecord& m : servers_) {
     if (m.address == address && m.incarnation == incarnation) return m.id;  // a retry
   }
+  const int next = static_cast<int>(servers_.size());
+  if (id < 0 || id > next) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server id ", id, " to join: the next is ", next));
+  }
+  if (id < next) {
+    RETURN_IF_ERROR(Replace(SERVER, id, address, incarnation, now));
+    return id;
+  }
   ++num_servers_;
-  absl::StatusOr<int> id = Register(SERVER, address, incarnation, now);
-  if (!id.ok()) --num_servers_;
-  return id;
+  absl::StatusOr<int> registered = Register(SERVER, address, incarnation, now);
+  if (!registered.ok()) --num_servers_;
+  return registered;
 }
 
 absl::StatusOr<int> Membership::IdFor(
@@ -120,8 +130,7 @@ absl::StatusOr<int> Membership::IdFor(
   const int registered = static_cast<int>(list.size());
   if (id.has_value()) {
     if (*id < 0 || *id >= expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("id ", *id, " outside [0, ", expected, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("id ", *id, " outside [0, ", expected, ")"));
     }
     if (*id > registered) {
       return absl::FailedPreconditionError(absl::StrCat(

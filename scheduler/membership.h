@@ -56,10 +56,14 @@ class Membership {
   // the role is taken; INVALID_ARGUMENT for a bad role or empty address.
   absl::StatusOr<int> Register(Role role, const std::string& address, uint64_t incarnation,
                                absl::Time now);
-  // A server added to the running job (a move, scheduler/placement_moves.h):
-  // the job now has one server more, and this is it (the next id). A
-  // repeated Join of the same process gets its id again; Register's errors.
-  absl::StatusOr<int> Join(const std::string& address, uint64_t incarnation, absl::Time now);
+  // A server added to the running job (a move, scheduler/placement_moves.h)
+  // as server `id`: the next id (the job has one server more), or a
+  // registered one that is out of the job (the placement frees it; the
+  // caller knows), given to this process. A repeated Join of the same
+  // process gets its id again; INVALID_ARGUMENT for an id past the next;
+  // Register's and Replace's errors.
+  absl::StatusOr<int> Join(const std::string& address, uint64_t incarnation, int id,
+                           absl::Time now);
 
   // The id a registration of `role` takes: `id` (if given) when it is a
   // registered id, -1 when it is the next new one; without an id, once

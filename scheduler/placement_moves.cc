@@ -85,8 +85,9 @@ absl::Status PlacementMoves::Ask(MoveKind kind, int server, const Context& conte
   return absl::OkStatus();
 }
 
-bool PlacementMoves::MaybeSwitch(int64_t manifest_clock, absl::Time now) {
+bool PlacementMoves::MaybeSwitch(int64_t manifest_clock, bool joined_ready, absl::Time now) {
   if (!moving() || manifest_clock < state_.move().switch_clock()) return false;
+  if (state_.move().kind() == ADD_SERVER && !joined_ready) return false;
   *state_.mutable_placement() = state_.move().after();
   spdlog::info("{}: placement {} in force from clock {}",
                Describe(state_.move().kind(), state_.move().server()), state_.placement().version(),
@@ -113,6 +114,26 @@ bool PlacementMoves::ServerLost(int server, absl::Time now) {
                       std::count(after.servers().begin(), after.servers().end(), server) > 0;
   if (!needed) return false;
   return Abandon(absl::StrCat("server ", server, " was lost"), now);
+}
+
+bool PlacementMoves::InJob(int server) const {
+  const auto& placed = state_.placement().servers();
+  return std::find(placed.begin(), placed.end(), server) != placed.end() ||
+         (moving() && state_.move().server() == server);
+}
+
+std::string PlacementMoves::WhyOut(int server) const {
+  if (InJob(server)) return "";
+  for (auto r = state_.history().rbegin(); r != state_.history().rend(); ++r) {
+    if (r->server() != server) continue;
+    if (!r->abandoned().empty()) {
+      return absl::StrCat("the move that added server ", server,
+                          " was abandoned: ", r->abandoned());
+    }
+    break;
+  }
+  return absl::StrCat("server ", server, " holds nothing in placement ",
+                      state_.placement().version());
 }
 
 void PlacementMoves::End(const std::string& abandoned, absl::Time now) {

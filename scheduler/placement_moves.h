@@ -6,11 +6,14 @@
 // writes its checkpoint of it, and once the manifest names that
 // checkpoint the move switches (MaybeSwitch): its placement is in force,
 // and the job goes on from the checkpoint under it (a new generation, not
-// a rollback: nothing goes back). A server lost before the switch, or a
-// rollback, abandons the move (Abandon, ServerLost): the placement in
-// force stays, and what the failure policy does with the lost server
-// follows as without a move -- no chunk is ever served under two
-// placements at once, or by none. Keeps the placement, the move under way
+// a rollback: nothing goes back). A server added switches only once it
+// holds its chunks of the move's placement (loaded from that checkpoint).
+// A server lost before the switch, or a rollback, abandons the move
+// (Abandon, ServerLost): the placement in force stays, and what the
+// failure policy does with the lost server follows as without a move --
+// no chunk is ever served under two placements at once, or by none. A
+// server added by an abandoned move is out of the job (InJob): its loss
+// changes nothing, and it is told to leave. Keeps the placement, the move under way
 // and the moves ended. No I/O but logs.
 //
 // Not thread-safe: the coordinator's owner guards it.
@@ -70,9 +73,10 @@ class PlacementMoves {
   // kind.
   absl::Status Ask(MoveKind kind, int server, const Context& context, absl::Time now);
   // True when the move under way switched now: the manifest names the
-  // checkpoint of its switch clock (`manifest_clock`); its placement is in
-  // force.
-  bool MaybeSwitch(int64_t manifest_clock, absl::Time now);
+  // checkpoint of its switch clock (`manifest_clock`) and a server added
+  // holds its chunks of the move's placement (`joined_ready`: its Status
+  // names that version); the placement is in force.
+  bool MaybeSwitch(int64_t manifest_clock, bool joined_ready, absl::Time now);
   // Abandons the move under way for `why` (true when there was one): the
   // placement in force stays.
   bool Abandon(const std::string& why, absl::Time now);
@@ -80,6 +84,14 @@ class PlacementMoves {
   // move under way is abandoned when it needs the server -- one that gives
   // or takes anything, or the one added or drained. True when it was.
   bool ServerLost(int server, absl::Time now);
+
+  // Whether server `server` is in the job: the placement in force lists
+  // it, or the move under way adds it. One out of it holds nothing: what
+  // befalls it changes nothing else.
+  bool InJob(int server) const;
+  // Why server `server` is out of the job (the end of the last move of
+  // it; empty when it is in).
+  std::string WhyOut(int server) const;
 
   // The placement, the move under way (but the servers it waits for: the
   // coordinator's) and the moves ended.

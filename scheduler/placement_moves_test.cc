@@ -43,15 +43,17 @@ TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock
   ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(6), kNow).ok());
   EXPECT_EQ(m.held_clock(), 6);
   EXPECT_EQ(Servers(*m.next()), (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(m.placement().version(), 1);  // in force until the switch
-  EXPECT_FALSE(m.MaybeSwitch(5, kNow));   // the checkpoint of clock 6 is not named yet
+  EXPECT_EQ(m.placement().version(), 1);        // in force until the switch
+  EXPECT_FALSE(m.MaybeSwitch(5, true, kNow));   // the checkpoint of clock 6 is not named yet
+  EXPECT_FALSE(m.MaybeSwitch(6, false, kNow));  // server 2 does not hold its chunks yet
+  EXPECT_TRUE(m.InJob(2));
   ClusterStatus st;
   m.AddStatus(&st);
   EXPECT_EQ(st.placement().move().kind(), ADD_SERVER);
   EXPECT_EQ(st.placement().move().switch_clock(), 6);
   EXPECT_EQ(st.placement().move().version(), 2);
   EXPECT_EQ(st.placement().move().bytes(), 6 * 400);  // 20 chunks over 3: 7, 7, 6
-  EXPECT_TRUE(m.MaybeSwitch(6, kNow));
+  EXPECT_TRUE(m.MaybeSwitch(6, true, kNow));
   EXPECT_FALSE(m.moving());
   EXPECT_EQ(m.held_clock(), -1);
   EXPECT_EQ(m.placement().version(), 2);
@@ -59,13 +61,15 @@ TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock
   ASSERT_EQ(m.Snapshot().history_size(), 1);
   EXPECT_EQ(m.Snapshot().history(0).abandoned(), "");
   EXPECT_EQ(m.Snapshot().history(0).switch_clock(), 6);
-  EXPECT_FALSE(m.MaybeSwitch(9, kNow));  // nothing under way
+  EXPECT_FALSE(m.MaybeSwitch(9, true, kNow));  // nothing under way
+  EXPECT_TRUE(m.InJob(2));
+  EXPECT_EQ(m.WhyOut(2), "");
 }
 
 TEST(PlacementMovesTest, ADrainLeavesTheDrainedServerNothing) {
   PlacementMoves m = Moves(3);
   ASSERT_TRUE(m.Ask(DRAIN_SERVER, 1, At(10), kNow).ok());
-  EXPECT_TRUE(m.MaybeSwitch(10, kNow));
+  EXPECT_TRUE(m.MaybeSwitch(10, /*joined_ready=*/false, kNow));  // nobody to wait for
   EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 2}));
   ClusterStatus st;
   m.AddStatus(&st);
@@ -139,6 +143,10 @@ TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {
   EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 1}));
   ASSERT_EQ(m.Snapshot().history_size(), 1);
   EXPECT_EQ(m.Snapshot().history(0).abandoned(), "server 2 was lost");
+  // Server 2 is out of the job, and told why.
+  EXPECT_FALSE(m.InJob(2));
+  EXPECT_TRUE(m.InJob(1));
+  EXPECT_EQ(m.WhyOut(2), "the move that added server 2 was abandoned: server 2 was lost");
   // The next move starts afresh.
   ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(7), kNow).ok());
   EXPECT_EQ(m.next()->version(), 2);
@@ -154,7 +162,7 @@ TEST(PlacementMovesTest, TheStateSurvivesATakeover) {
   PlacementMoves taken = Moves(2);
   ASSERT_TRUE(taken.Restore(m.Snapshot()).ok());
   EXPECT_EQ(taken.held_clock(), 5);
-  EXPECT_TRUE(taken.MaybeSwitch(5, kNow));
+  EXPECT_TRUE(taken.MaybeSwitch(5, true, kNow));
   EXPECT_EQ(taken.placement().version(), 2);
 
   MoveState bad = m.Snapshot();

@@ -63,9 +63,11 @@ void Rollbacks::Switch(const std::string& reason, int64_t clock, int64_t placeme
       state_.generation(), reason, clock, placement_version);
 }
 
-bool Rollbacks::MaybeEnd(const Membership& members, absl::Time now) {
+bool Rollbacks::MaybeEnd(const Membership& members, absl::Time now,
+                         const std::function<bool(int)>& in_job) {
   if (!rolling_back()) return false;
-  const bool restored = members.All(SERVER, [this](const MemberRecord& m) {
+  const bool restored = members.All(SERVER, [&](const MemberRecord& m) {
+    if (in_job != nullptr && !in_job(m.id)) return true;
     return m.state != DEAD && m.status.generation() == generation();
   });
   if (!restored) return false;

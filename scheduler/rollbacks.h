@@ -13,6 +13,7 @@
 #define PSTRAIN_SCHEDULER_ROLLBACKS_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -69,9 +70,11 @@ class Rollbacks {
   // which every server restores under placement `placement_version` --
   // recorded in the history with that version (Rollback.placement_version).
   void Switch(const std::string& reason, int64_t clock, int64_t placement_version, absl::Time now);
-  // Ends the rollback under way once every server is live and has restored
-  // the current generation; true when it ended now.
-  bool MaybeEnd(const Membership& members, absl::Time now);
+  // Ends the rollback under way once every server in the job (`in_job`;
+  // null: every one) is live and has restored the current generation;
+  // true when it ended now.
+  bool MaybeEnd(const Membership& members, absl::Time now,
+                const std::function<bool(int server)>& in_job = nullptr);
 
   // A manifest to write (the newest clock every chunk server of the current
   // generation has written a checkpoint of), at most one at a time until

@@ -23,6 +23,7 @@
 #include "server/global_clipping.h"
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
+#include "server/move_wait.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "server/shard_actions.h"
@@ -94,9 +95,15 @@ class Server {
   // An EXTERNAL model is declared by the first worker that registers: its
   // parameters join the job then (the servers poll the scheduler's job).
   absl::Status AwaitDeclaredModel();
-  // A server that joined the running job (--join): waits for the move's
-  // switch, whose generation and clock it starts from.
-  absl::Status AwaitSwitch(const RegisterResponse& reg, int64_t* generation, int64_t* clock);
+  // The shard by the registration's placement, from its generation and
+  // clock, served.
+  absl::Status Start(const RegisterResponse& reg);
+  // A server that joined the running job (--join): once the manifest names
+  // the checkpoint of the move's switch clock, it loads its chunks of the
+  // move's placement from it and serves them (its Status names that
+  // placement: the move may switch); then it waits for the switch, whose
+  // generation is the next. AwaitMove's errors.
+  absl::Status Join(const RegisterResponse& reg);
   // The chunk store of this server's share of the job by placement_, with
   // checkpoints.
   absl::Status Build();
@@ -122,7 +129,7 @@ class Server {
   // The state the shard starts from: the checkpoint the registration
   // names (0: the initial values), or, a replacement whose own chunks a
   // standby serves now (standby copies), standby copies to be filled.
-  absl::Status StartState(const RegisterResponse& reg, int64_t generation, int64_t clock);
+  absl::Status StartState(const RegisterResponse& reg);
   // Serves until the job ends; its end state and message.
   absl::StatusOr<JobState> Serve(std::string* message);
   int Fail(const absl::Status& st);
@@ -154,7 +161,7 @@ class Server {
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
   std::optional<Partition> partition_;  // the job's chunks (Build)
-  std::shared_ptr<Shard> shard_;  // set by Run: the store and the tables
+  std::shared_ptr<Shard> shard_;        // set by Run: the store and the tables
   // Standby copies: ships the served chunks' and table parts' changes
   // (null without). Stopped before the shard goes.
   std::unique_ptr<StandbySender> sender_;
@@ -170,69 +177,64 @@ int Server::Run(const RegisterResponse& reg) {
   // scheduler's heartbeat timeout.
   daemon_->StartHeartbeats([this] { return HeartbeatStatus(); });
   if (const absl::Status st = AwaitDeclaredModel(); !st.ok()) return Fail(st);
-  int64_t generation = reg.generation(), clock = reg.start_clock();
-  if (config_.join) {
-    if (const absl::Status st = AwaitSwitch(reg, &generation, &clock); !st.ok()) return Fail(st);
-  }
-  if (const absl::Status st = MakeShard(); !st.ok()) return Fail(st);
-  if (job_.standby_copies() > 0) StartReplication();
   if (job_.checkpoint_every() > 0) {
     spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
                  job_.checkpoint_dir());
   }
-  if (const absl::Status st = StartState(reg, generation, clock); !st.ok()) return Fail(st);
-  StartClipping();
-  service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
+  // A retried join answered after the switch starts there, as any server.
+  const auto& placed = reg.placement().servers();
+  const bool joins = config_.join && std::find(placed.begin(), placed.end(), id_) == placed.end();
+  if (const absl::Status st = joins ? Join(reg) : Start(reg); !st.ok()) return Fail(st);
   std::string message;
   const absl::StatusOr<JobState> end = Serve(&message);
   if (!end.ok()) return Fail(end.status());
   return Finish(*end, message);
 }
 
-absl::Status Server::StartState(const RegisterResponse& reg, int64_t generation, int64_t clock) {
+absl::Status Server::Start(const RegisterResponse& reg) {
+  RETURN_IF_ERROR(MakeShard());
+  if (job_.standby_copies() > 0) StartReplication();
+  RETURN_IF_ERROR(StartState(reg));
+  StartClipping();
+  service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartState(const RegisterResponse& reg) {
+  const int64_t generation = reg.generation();
   const ServerRoutes& routes = reg.routes();
   if (job_.standby_copies() > 0 && routes.serving_size() > id_ && routes.serving(id_) != id_) {
     spdlog::info("server {}'s chunks are served by server {}: joining as their standby", id_,
                  routes.serving(id_));
     shard_->JoinAsStandby(generation);
   } else {
-    RETURN_IF_ERROR(shard_->Restore(generation, clock));
+    RETURN_IF_ERROR(shard_->Restore(generation, reg.start_clock()));
   }
   daemon_->client().SetRoutes(routes);
   if (routes.serving_size() > 0) Actions().SetRoutes(routes);
   return absl::OkStatus();
 }
 
-absl::Status Server::AwaitSwitch(const RegisterResponse& reg, int64_t* generation, int64_t* clock) {
-  const auto& placed = reg.placement().servers();
-  if (std::find(placed.begin(), placed.end(), id_) != placed.end()) {
-    return absl::OkStatus();  // a retried join answered after the switch: it starts there
-  }
+absl::Status Server::Join(const RegisterResponse& reg) {
+  const int64_t clock = reg.start_clock();
   spdlog::info(
-      "joined the running job as server {}: its chunks come at the move's switch (clock {})", id_,
-      reg.start_clock());
-  while (!ShutdownRequested()) {
-    std::string message;
-    const JobState state = daemon_->client().job_state(&message);
-    if (state == DONE || state == ABORTED) {
-      return absl::AbortedError(absl::StrCat("the job ended before the move switched: ", message));
-    }
-    int64_t restore_clock = 0;
-    const int64_t now = daemon_->client().generation(&restore_clock);
-    if (now > reg.generation()) {
-      placement_ = daemon_->client().placement();
-      const auto& servers = placement_.servers();
-      if (std::find(servers.begin(), servers.end(), id_) == servers.end()) {
-        return absl::FailedPreconditionError(absl::StrCat("the move that added server ", id_,
-                                                          " was abandoned (generation ", now, ")"));
-      }
-      *generation = now;
-      *clock = restore_clock;
-      return absl::OkStatus();
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return absl::CancelledError("interrupted");
+      "joined the running job as server {}: its chunks come from the checkpoint of the "
+      "move's switch clock {}",
+      id_, clock);
+  SchedulerClient& client = daemon_->client();
+  RETURN_IF_ERROR(AwaitMove(client, [&] { return client.manifest_clock() >= clock; }));
+  placement_ = reg.next_placement();
+  RETURN_IF_ERROR(MakeShard());
+  // The switch is the generation after the one it joined in (a rollback
+  // before it abandons the move).
+  RETURN_IF_ERROR(shard_->Restore(reg.generation() + 1, clock));
+  StartClipping();
+  service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
+  spdlog::info("holds its {} chunks of placement {} from clock {}: waiting for the switch",
+               ChunksOn(placement_, id_).size(), placement_.version(), clock);
+  RETURN_IF_ERROR(AwaitMove(client, [&] { return client.generation() > reg.generation(); }));
+  client.SetPlacement(placement_);  // switched: the scheduler's news names no other version
+  return absl::OkStatus();
 }
 
 absl::Status Server::MakeShard() {

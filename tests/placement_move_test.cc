@@ -3,8 +3,12 @@
 // with the weights of the same job undisturbed, bit for bit, without a
 // rollback -- the move's switch is the one new generation, at the clock of
 // the checkpoint asked for it; the joined server holds its share of the
-// chunks by the scheduler's placement. A join the job cannot take is
-// refused (exit 2) and the job goes on.
+// chunks by the scheduler's placement. The joined server killed before the
+// switch abandons the move and the job ends as undisturbed, with no
+// rollback; an owner killed then rolls the job back as without a move, the
+// joined server leaves, and the weights end the same. A join the job
+// cannot take is refused (exit 2) and the job goes on.
+#include <csignal>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -32,12 +36,16 @@ ClusterOptions TwoServers(const std::string& checkpoints) {
   return options;
 }
 
-// Worker 0's final weights of the job run undisturbed on two servers.
-TensorSet Undisturbed() {
-  Cluster cluster("undisturbed");
-  EXPECT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
-  EXPECT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
-  return ReadWeights(cluster.worker_weights(0));
+// Worker 0's final weights of the job run undisturbed on two servers (run
+// once for every test).
+const TensorSet& Undisturbed() {
+  static const TensorSet* const weights = [] {
+    Cluster cluster("undisturbed");
+    EXPECT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
+    EXPECT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+    return new TensorSet(ReadWeights(cluster.worker_weights(0)));
+  }();
+  return *weights;
 }
 
 bool UnderWay(const std::string& scheduler) {
@@ -47,7 +55,7 @@ bool UnderWay(const std::string& scheduler) {
 }
 
 TEST(PlacementMoveTest, AServerJoinsMidRunAndTheWeightsEndBitIdentical) {
-  const TensorSet undisturbed = Undisturbed();
+  const TensorSet& undisturbed = Undisturbed();
   ASSERT_GT(undisturbed.tensors_size(), 0);
   Cluster cluster("grow");
   ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
@@ -91,6 +99,97 @@ TEST(PlacementMoveTest, AServerJoinsMidRunAndTheWeightsEndBitIdentical) {
   std::printf("grown 2 -> 3 servers at clock %lld: %d chunks, %lld bytes moved\n",
               static_cast<long long>(placement.history(0).switch_clock()), chunks,
               static_cast<long long>(placement.history(0).bytes()));
+}
+
+// Stops worker 1 (SIGSTOP) and adds a server: the switch cannot come
+// while the worker is stopped (no checkpoint of the switch clock), so what
+// the test does next happens before it. True once the move is under way.
+bool JoinWhileHeld(Cluster& cluster) {
+  cluster.workers()[1].Kill(SIGSTOP);
+  if (!cluster.AddServer({"--join"}).ok()) return false;
+  return WaitForStatus(
+      cluster.scheduler_address(),
+      [](const ClusterStatus& st) { return st.placement().has_move(); }, absl::Seconds(20),
+      absl::Milliseconds(20));
+}
+
+// Every parameter served by exactly one server of the final placement
+// (their Status), none by server 2, out of the job.
+void ExpectEveryParamServedOnce(const ClusterStatus& end, const TensorSet& model) {
+  int64_t served = 0;
+  for (const PlacedServer& s : end.placement().servers()) {
+    served += MemberOf(end, SERVER, s.server()).server().params();
+  }
+  int64_t numel = 0;
+  for (const NamedTensor& t : model.tensors()) numel += t.values_size();
+  EXPECT_EQ(served, numel);
+  EXPECT_EQ(MemberOf(end, SERVER, 2).server().params(), 0);
+}
+
+TEST(PlacementMoveTest, AJoinedServerKilledBeforeTheSwitchLeavesTheJobAsItWas) {
+  const TensorSet& undisturbed = Undisturbed();
+  ASSERT_GT(undisturbed.tensors_size(), 0);
+  Cluster cluster("joiner-killed");
+  ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
+  ASSERT_TRUE(UnderWay(cluster.scheduler_address())) << cluster.Logs();
+  ASSERT_TRUE(JoinWhileHeld(cluster)) << cluster.Logs();
+  cluster.servers().back().Kill(SIGKILL);
+  cluster.workers()[1].Kill(SIGCONT);
+  ASSERT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE);
+  // The move abandoned: the placement, the servers and the weights are the
+  // undisturbed run's, and nothing rolled back.
+  EXPECT_EQ(end->placement().version(), 1);
+  ASSERT_EQ(end->placement().history_size(), 1);
+  EXPECT_EQ(end->placement().history(0).abandoned(), "server 2 was lost") << cluster.Logs();
+  EXPECT_EQ(end->rollbacks_size(), 0);
+  EXPECT_EQ(MemberOf(*end, SERVER, 2).state(), DEAD);
+  ExpectEveryParamServedOnce(*end, undisturbed);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed), 0.0);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(1)), undisturbed), 0.0);
+}
+
+TEST(PlacementMoveTest, AnOwnerKilledMidMoveRollsBackAndTheJoinedServerLeaves) {
+  const TensorSet& undisturbed = Undisturbed();
+  ASSERT_GT(undisturbed.tensors_size(), 0);
+  Cluster cluster("owner-killed");
+  ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
+  ASSERT_TRUE(UnderWay(cluster.scheduler_address())) << cluster.Logs();
+  ASSERT_TRUE(JoinWhileHeld(cluster)) << cluster.Logs();
+  cluster.servers()[0].Kill(SIGKILL);
+  cluster.workers()[1].Kill(SIGCONT);
+  // The move abandoned by the rollback, the joined server is told to leave.
+  Process& joined = cluster.servers()[2];
+  EXPECT_EQ(joined.Wait(absl::Seconds(60)).value_or(-1), 1) << cluster.Logs();
+  int dead = -1;  // the id the killed process registered with
+  ASSERT_TRUE(WaitForStatus(
+      cluster.scheduler_address(),
+      [&](const ClusterStatus& st) {
+        for (int s = 0; s < 2; ++s) {
+          if (MemberOf(st, SERVER, s).state() == DEAD) dead = s;
+        }
+        return dead >= 0;
+      },
+      absl::Seconds(20), absl::Milliseconds(50)))
+      << cluster.Logs();
+  ASSERT_TRUE(cluster.AddServer({absl::StrCat("--id=", dead)}).ok());
+  ASSERT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE);
+  EXPECT_EQ(end->placement().version(), 1);
+  ASSERT_EQ(end->placement().history_size(), 1);
+  EXPECT_NE(end->placement().history(0).abandoned(), "");
+  ASSERT_EQ(end->rollbacks_size(), 1);
+  EXPECT_EQ(end->rollbacks(0).placement_version(), 0);  // the owner's loss, not a switch
+  EXPECT_EQ(MemberOf(*end, SERVER, 2).state(), FAILED);
+  ExpectEveryParamServedOnce(*end, undisturbed);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed), 0.0);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(1)), undisturbed), 0.0);
 }
 
 TEST(PlacementMoveTest, AJoinTheJobCannotTakeIsRefusedAndTheJobGoesOn) {
