@@ -379,6 +379,7 @@ absl::StatusOr<int64_t> JobCoordinator::Control(const ControlRequest& req, absl:
         "the scheduler took the job over and does not know every worker's clock yet; try again "
         "in a moment");
   }
+  if (req.action() == MOVE) return Drain(req, now);
   if (req.action() == STOP) {
     const int64_t clock = clocks_.SlowestClock();
     EndJob(ABORTED, absl::StrCat("stopped by an operator (psctl stop) at clock ", clock), now);

@@ -182,6 +182,17 @@ class JobCoordinator {
   absl::StatusOr<RegisterResponse> Join(const RegisterRequest& req, absl::Time now);
   absl::StatusOr<RegisterResponse> StartJoin(const RegisterRequest& req, absl::Time now);
   RegisterResponse JoinAnswer(int id) const;
+  // psctl drain-server (ControlAction MOVE, DRAIN_SERVER): a move that
+  // switches at a checkpoint asked for it, the gate held there; the switch
+  // clock. NOT_FOUND for a server never registered; PlacementMoves::Ask's
+  // and the checkpoint's refusals.
+  absl::StatusOr<int64_t> Drain(const ControlRequest& req, absl::Time now);
+  // What the job is doing, for a move asked for now (the fastest worker's
+  // clock in *fastest).
+  PlacementMoves::Context MoveContext(int64_t* fastest) const;
+  // Asks for the checkpoint of the move just planned and holds the gate
+  // there (its clock); the move is abandoned when the checkpoint is refused.
+  absl::StatusOr<int64_t> HoldForMove(int64_t fastest, absl::Time now);
   // The move under way switches once the manifest names its checkpoint
   // and a server added holds its chunks of the move's placement (its
   // Status names that version): a new generation from that checkpoint

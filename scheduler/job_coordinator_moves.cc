@@ -51,11 +51,45 @@ absl::StatusOr<RegisterResponse> JobCoordinator::StartJoin(const RegisterRequest
         "in a moment");
   }
   int64_t fastest = 0;
-  for (int w = 0; w < clocks_.num_workers(); ++w) fastest = std::max(fastest, clocks_.clock(w));
+  const PlacementMoves::Context context = MoveContext(&fastest);
+  // The smallest id the placement frees: the next, or one out of the job.
+  const int id = FreeServerId(moves_.placement());
+  RETURN_IF_ERROR(moves_.Ask(ADD_SERVER, id, context, now));
+  absl::StatusOr<int> joined = members_.Join(req.address(), req.incarnation(), id, now);
+  if (!joined.ok()) {
+    AbandonMove(std::string(joined.status().message()), now);
+    return joined.status();
+  }
+  ASSIGN_OR_RETURN(const int64_t clock, HoldForMove(fastest, now));
+  spdlog::info("server {} joins from {}: the job's checkpoint of clock {} is its start", *joined,
+               req.address(), clock);
+  return JoinAnswer(*joined);
+}
+
+absl::StatusOr<int64_t> JobCoordinator::Drain(const ControlRequest& req, absl::Time now) {
+  if (req.move() != DRAIN_SERVER) {
+    return absl::InvalidArgumentError(
+        "a MOVE drains a server (DRAIN_SERVER); a server is added by starting it with "
+        "ps_server --join");
+  }
+  if (members_.Get(SERVER, req.server()) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("server ", req.server(), " is not in the job"));
+  }
+  int64_t fastest = 0;
+  RETURN_IF_ERROR(moves_.Ask(DRAIN_SERVER, req.server(), MoveContext(&fastest), now));
+  ASSIGN_OR_RETURN(const int64_t clock, HoldForMove(fastest, now));
+  spdlog::info("server {} drains: its chunks go to the others at the checkpoint of clock {}",
+               req.server(), clock);
+  return moves_.held_clock();
+}
+
+PlacementMoves::Context JobCoordinator::MoveContext(int64_t* fastest) const {
+  *fastest = 0;
+  for (int w = 0; w < clocks_.num_workers(); ++w) *fastest = std::max(*fastest, clocks_.clock(w));
   PlacementMoves::Context context;
   context.rolling_back = rollbacks_.rolling_back();
   context.checkpoints = rollbacks_.checkpoints();
-  context.switch_clock = control_.CheckpointClockFor(fastest);
+  context.switch_clock = control_.CheckpointClockFor(*fastest);
   context.total_clocks = control_.total_clocks();
   // What the servers keep an element (weights and optimizer state), as they report it.
   members_.ForEach([&](const MemberRecord& m) {
@@ -63,21 +97,19 @@ absl::StatusOr<RegisterResponse> JobCoordinator::StartJoin(const RegisterRequest
     context.limits.bytes_per_param = std::max(
         context.limits.bytes_per_param, static_cast<int64_t>(m.status.server().bytes_per_param()));
   });
-  // The smallest id the placement frees: the next, or one out of the job.
-  const int id = FreeServerId(moves_.placement());
-  RETURN_IF_ERROR(moves_.Ask(ADD_SERVER, id, context, now));
-  absl::StatusOr<int> joined = members_.Join(req.address(), req.incarnation(), id, now);
-  if (!joined.ok()) {
-    moves_.Abandon(std::string(joined.status().message()), now);
-    return joined.status();
-  }
+  return context;
+}
+
+absl::StatusOr<int64_t> JobCoordinator::HoldForMove(int64_t fastest, absl::Time now) {
   ControlRequest checkpoint;
   checkpoint.set_action(CHECKPOINT);
-  ASSIGN_OR_RETURN(const int64_t clock, control_.Ask(checkpoint, fastest, now));
+  absl::StatusOr<int64_t> clock = control_.Ask(checkpoint, fastest, now);
+  if (!clock.ok()) {
+    AbandonMove(std::string(clock.status().message()), now);
+    return clock.status();
+  }
   gate_.HoldFrom(moves_.held_clock());
-  spdlog::info("server {} joins from {}: the job's checkpoint of clock {} is its start", *joined,
-               req.address(), clock);
-  return JoinAnswer(*joined);
+  return clock;
 }
 
 RegisterResponse JobCoordinator::JoinAnswer(int id) const {

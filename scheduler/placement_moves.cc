@@ -126,9 +126,13 @@ std::string PlacementMoves::WhyOut(int server) const {
   if (InJob(server)) return "";
   for (auto r = state_.history().rbegin(); r != state_.history().rend(); ++r) {
     if (r->server() != server) continue;
-    if (!r->abandoned().empty()) {
+    if (r->kind() == ADD_SERVER && !r->abandoned().empty()) {
       return absl::StrCat("the move that added server ", server,
                           " was abandoned: ", r->abandoned());
+    }
+    if (r->kind() == DRAIN_SERVER && r->abandoned().empty()) {
+      return absl::StrCat("server ", server, " was drained at clock ", r->switch_clock(),
+                          " (placement ", r->version(), ")");
     }
     break;
   }

@@ -69,8 +69,12 @@ TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock
 TEST(PlacementMovesTest, ADrainLeavesTheDrainedServerNothing) {
   PlacementMoves m = Moves(3);
   ASSERT_TRUE(m.Ask(DRAIN_SERVER, 1, At(10), kNow).ok());
+  EXPECT_TRUE(m.InJob(1));                                       // until the switch
   EXPECT_TRUE(m.MaybeSwitch(10, /*joined_ready=*/false, kNow));  // nobody to wait for
   EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 2}));
+  EXPECT_FALSE(m.InJob(1));
+  EXPECT_EQ(m.WhyOut(1), "server 1 was drained at clock 10 (placement 2)");
+  EXPECT_EQ(FreeServerId(m.placement()), 1);  // the next server added takes it
   ClusterStatus st;
   m.AddStatus(&st);
   int chunks = 0, buckets = 0;

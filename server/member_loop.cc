@@ -11,6 +11,10 @@ ServerMemberLoop::ServerMemberLoop(int num_workers, ServerActions* actions)
 
 absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Adopt(const ClusterNews& news) {
   if (news.job_state == DONE || news.job_state == ABORTED) return news.job_state;
+  if (!news.leave.empty()) {
+    spdlog::info("leaving the job: {}", news.leave);
+    return DONE;
+  }
   // Workers the scheduler declared dead leave the rounds and the read
   // guarantee; pulls that waited on them may now be answered.
   bool changed = false;

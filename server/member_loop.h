@@ -28,6 +28,7 @@ struct ClusterNews {
   int64_t manifest_clock = 0;
   ServerRoutes routes;  // standby copies: who serves which chunks (empty: none)
   Placement placement;  // once a move changed it (version > 1; else version 0)
+  std::string leave;    // why this server is out of the job (a drained one); empty: in it
 };
 
 // The store, the service and the checkpoint files, as the loop sees them.
@@ -60,7 +61,9 @@ class ServerMemberLoop {
   ServerMemberLoop(int num_workers, ServerActions* actions);
 
   // Acts on `news`. The job's end state (DONE or ABORTED) once it ended,
-  // nullopt while it runs, or the error of a restore that failed.
+  // DONE once this server is out of the job (news.leave: a drained
+  // server's part is done), nullopt while it runs, or the error of a
+  // restore that failed.
   absl::StatusOr<std::optional<JobState>> Adopt(const ClusterNews& news);
 
  private:

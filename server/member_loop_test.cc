@@ -43,6 +43,20 @@ TEST(ServerMemberLoopTest, ADeadWorkerLeavesOnceAndWakesThePulls) {
   EXPECT_TRUE(actions.calls.empty());
 }
 
+TEST(ServerMemberLoopTest, AServerOutOfTheJobLeavesDoneWithoutRestoring) {
+  FakeActions actions;
+  ServerMemberLoop loop(2, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.generation = 1;  // the drain's switch
+  news.restore_clock = 40;
+  news.leave = "server 1 was drained at clock 40 (placement 2)";
+  absl::StatusOr<std::optional<JobState>> end = loop.Adopt(news);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(*end, DONE);
+  EXPECT_TRUE(actions.calls.empty());  // its chunks are the others' now
+}
+
 TEST(ServerMemberLoopTest, ANewerGenerationRestoresItsCheckpointAndEndsOldCalls) {
   FakeActions actions;
   ServerMemberLoop loop(2, &actions);
@@ -51,10 +65,10 @@ TEST(ServerMemberLoopTest, ANewerGenerationRestoresItsCheckpointAndEndsOldCalls)
   news.generation = 1;
   news.restore_clock = 90;
   ASSERT_EQ(*loop.Adopt(news), std::nullopt);
-  EXPECT_EQ(actions.calls,
-            (std::vector<std::string>{
-                "restore 1@90",
-                "cancel the cluster rolled back to clock 90 (generation 1) before 1"}));
+  EXPECT_EQ(
+      actions.calls,
+      (std::vector<std::string>{
+          "restore 1@90", "cancel the cluster rolled back to clock 90 (generation 1) before 1"}));
   actions.calls.clear();
   ASSERT_EQ(*loop.Adopt(news), std::nullopt);  // restored already
   EXPECT_TRUE(actions.calls.empty());

@@ -394,9 +394,11 @@ absl::StatusOr<JobState> Server::Serve(std::string* message) {
   ServerMemberLoop loop(job_.num_workers(), &actions);
   while (!ShutdownRequested()) {
     RETURN_IF_ERROR(store_->health());  // offloading failed: this server fails
-    ASSIGN_OR_RETURN(const std::optional<JobState> end, loop.Adopt(NewsFrom(daemon_->client())));
+    const ClusterNews news = NewsFrom(daemon_->client());
+    ASSIGN_OR_RETURN(const std::optional<JobState> end, loop.Adopt(news));
     if (end.has_value()) {
       daemon_->client().job_state(message);
+      if (!news.leave.empty()) *message = news.leave;  // drained
       return *end;
     }
     absl::SleepFor(absl::Milliseconds(50));

@@ -40,6 +40,7 @@ ClusterNews NewsFrom(const SchedulerClient& client) {
   news.manifest_clock = client.manifest_clock();
   news.routes = client.routes();
   news.placement = client.placement();
+  news.leave = client.leave();
   return news;
 }
 

@@ -6,9 +6,12 @@
 // chunks by the scheduler's placement. The joined server killed before the
 // switch abandons the move and the job ends as undisturbed, with no
 // rollback; an owner killed then rolls the job back as without a move, the
-// joined server leaves, and the weights end the same. A join the job
-// cannot take is refused (exit 2) and the job goes on.
+// joined server leaves, and the weights end the same. A job drained from
+// 3 servers to 2 (psctl drain-server) ends with the weights of the job
+// undisturbed, the drained server FINISHED at the switch. A join the job
+// cannot take, or a drain, is refused (exit 2) and the job goes on.
 #include <csignal>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -22,10 +25,10 @@ namespace pstrain {
 namespace testing {
 namespace {
 
-ClusterOptions TwoServers(const std::string& checkpoints) {
+ClusterOptions Servers(int servers, const std::string& checkpoints) {
   ClusterOptions options;
   options.job_text = SixteenClassJob("clocks: 200\nseed: 7\nchunk_bytes: 256");
-  options.servers = 2;
+  options.servers = servers;
   options.workers = 2;
   options.scheduler_flags = {"--heartbeat_timeout_ms=3000", "--end_grace_ms=3000"};
   if (!checkpoints.empty()) {
@@ -36,16 +39,20 @@ ClusterOptions TwoServers(const std::string& checkpoints) {
   return options;
 }
 
-// Worker 0's final weights of the job run undisturbed on two servers (run
-// once for every test).
-const TensorSet& Undisturbed() {
-  static const TensorSet* const weights = [] {
-    Cluster cluster("undisturbed");
-    EXPECT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
+ClusterOptions TwoServers(const std::string& checkpoints) { return Servers(2, checkpoints); }
+
+// Worker 0's final weights of the job run undisturbed on `servers` servers
+// (run once for every test).
+const TensorSet& Undisturbed(int servers = 2) {
+  static std::map<int, TensorSet>* const weights = new std::map<int, TensorSet>();
+  if (weights->count(servers) == 0) {
+    Cluster cluster(absl::StrCat("undisturbed-", servers));
+    EXPECT_TRUE(cluster.Start(Servers(servers, cluster.dir() + "/checkpoints")).ok())
+        << cluster.Logs();
     EXPECT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
-    return new TensorSet(ReadWeights(cluster.worker_weights(0)));
-  }();
-  return *weights;
+    (*weights)[servers] = ReadWeights(cluster.worker_weights(0));
+  }
+  return weights->at(servers);
 }
 
 bool UnderWay(const std::string& scheduler) {
@@ -114,8 +121,8 @@ bool JoinWhileHeld(Cluster& cluster) {
 }
 
 // Every parameter served by exactly one server of the final placement
-// (their Status), none by server 2, out of the job.
-void ExpectEveryParamServedOnce(const ClusterStatus& end, const TensorSet& model) {
+// (their Status), none by server `out` (out of the job; -1: none).
+void ExpectEveryParamServedOnce(const ClusterStatus& end, const TensorSet& model, int out = 2) {
   int64_t served = 0;
   for (const PlacedServer& s : end.placement().servers()) {
     served += MemberOf(end, SERVER, s.server()).server().params();
@@ -123,7 +130,7 @@ void ExpectEveryParamServedOnce(const ClusterStatus& end, const TensorSet& model
   int64_t numel = 0;
   for (const NamedTensor& t : model.tensors()) numel += t.values_size();
   EXPECT_EQ(served, numel);
-  EXPECT_EQ(MemberOf(end, SERVER, 2).server().params(), 0);
+  if (out >= 0) EXPECT_EQ(MemberOf(end, SERVER, out).server().params(), 0);
 }
 
 TEST(PlacementMoveTest, AJoinedServerKilledBeforeTheSwitchLeavesTheJobAsItWas) {
@@ -188,6 +195,56 @@ TEST(PlacementMoveTest, AnOwnerKilledMidMoveRollsBackAndTheJoinedServerLeaves) {
   EXPECT_EQ(end->rollbacks(0).placement_version(), 0);  // the owner's loss, not a switch
   EXPECT_EQ(MemberOf(*end, SERVER, 2).state(), FAILED);
   ExpectEveryParamServedOnce(*end, undisturbed);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed), 0.0);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(1)), undisturbed), 0.0);
+}
+
+int Psctl(const std::vector<std::string>& args, std::string* output) {
+  std::vector<std::string> argv = {BinaryPath("tools/psctl")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, output, absl::Seconds(60), "psctl").value_or(-1);
+}
+
+TEST(PlacementMoveTest, AServerDrainedMidRunLeavesAndTheWeightsEndBitIdentical) {
+  const TensorSet& undisturbed = Undisturbed(3);
+  ASSERT_GT(undisturbed.tensors_size(), 0);
+  EXPECT_EQ(MaxDifference(undisturbed, Undisturbed(2)), 0.0);  // placement-free, as it should be
+  Cluster cluster("drain");
+  ASSERT_TRUE(cluster.Start(Servers(3, cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
+  ASSERT_TRUE(UnderWay(cluster.scheduler_address())) << cluster.Logs();
+  const std::string scheduler = "--scheduler=" + cluster.scheduler_address();
+  std::string out;
+  // Refusals, each naming its reason: exit 2, nothing changed.
+  EXPECT_EQ(Psctl({"drain-server", "7", scheduler}, &out), 2) << out;
+  EXPECT_NE(out.find("server 7 is not in the job"), std::string::npos) << out;
+  EXPECT_EQ(Psctl({"drain-server", "one", scheduler}, &out), 2) << out;
+  EXPECT_EQ(Psctl({"drain-server", scheduler}, &out), 2) << out;
+  ASSERT_EQ(Psctl({"drain-server", "1", scheduler, "--wait", "--json"}, &out), 0)
+      << out << cluster.Logs();
+  ASSERT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE);
+  const PlacementStatus& placement = end->placement();
+  EXPECT_EQ(placement.version(), 2);
+  ASSERT_EQ(placement.servers_size(), 2);
+  EXPECT_EQ(placement.servers(0).server(), 0);
+  EXPECT_EQ(placement.servers(1).server(), 2);
+  ASSERT_EQ(placement.history_size(), 1);
+  EXPECT_EQ(placement.history(0).kind(), DRAIN_SERVER);
+  EXPECT_EQ(placement.history(0).server(), 1);
+  EXPECT_EQ(placement.history(0).abandoned(), "");
+  // The switch is the one new generation; nothing rolled back.
+  ASSERT_EQ(end->rollbacks_size(), 1);
+  EXPECT_EQ(end->rollbacks(0).placement_version(), 2);
+  // The drained server left FINISHED at the switch, before the job's end;
+  // the two others serve every parameter.
+  const MemberStatus drained = MemberOf(*end, SERVER, 1);
+  EXPECT_EQ(drained.state(), FINISHED);
+  EXPECT_NE(drained.message().find("drained at clock"), std::string::npos) << drained.message();
+  EXPECT_EQ(drained.server().placement_version(), 1);
+  ExpectEveryParamServedOnce(*end, undisturbed, /*out=*/-1);
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed), 0.0);
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(1)), undisturbed), 0.0);
 }

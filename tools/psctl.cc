@@ -10,6 +10,8 @@
 //       a checkpoint now; that checkpoint and the job's end; the end now
 //   psctl set-consistency --scheduler=HOST:PORT --mode=bsp|ssp|asp [--staleness=N]
 //       the running job's consistency, from a clock a few clocks ahead on
+//   psctl drain-server N --scheduler=HOST:PORT [--wait] [--json]
+//       server N's chunks moved to the others at a checkpoint; then it exits
 //   psctl export --scheduler=HOST:PORT --out=FILE.safetensors
 //   psctl export --checkpoint_dir=DIR [--job=FILE] --out=FILE.safetensors
 //       the model's weights (a checkpoint now, or the newest complete one)
@@ -17,8 +19,9 @@
 //       the curves of ps_scheduler --run_dir, drawn by gnuplot
 //
 // This file parses the flags and dispatches the verb: status and watch are
-// tools/psctl_status.h, checkpoint, drain, stop and set-consistency
-// tools/psctl_control.h, export tools/psctl_export.h, plot tools/plot.h.
+// tools/psctl_status.h, checkpoint, drain, stop, set-consistency and
+// drain-server tools/psctl_control.h, export tools/psctl_export.h, plot tools/plot.h.
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -99,12 +102,21 @@ int StatusVerb() {
                            : StatusOfCluster(EndpointOf(scheduler), json);
 }
 
-// The verbs that talk to the scheduler (--scheduler required); -1 when
-// `command` is none of them.
-int SchedulerVerb(const std::string& command) {
+// The verbs that talk to the scheduler (--scheduler required), with their
+// operands (drain-server's server); -1 when `command` is none of them.
+int SchedulerVerb(const std::string& command, const std::vector<std::string>& operands) {
   const std::map<std::string, ControlAction> actions = {
       {"checkpoint", CHECKPOINT}, {"drain", DRAIN}, {"stop", STOP}};
-  if (command != "watch" && command != "set-consistency" && !actions.count(command)) return -1;
+  if (command != "watch" && command != "set-consistency" && command != "drain-server" &&
+      !actions.count(command)) {
+    return -1;
+  }
+  if (operands.size() != (command == "drain-server" ? 1u : 0u)) {
+    std::fprintf(stderr, "psctl %s: %s\n", command.c_str(),
+                 command == "drain-server" ? "give one server id: psctl drain-server N"
+                                           : "takes no operands");
+    return 2;
+  }
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   if (scheduler.empty()) {
     std::fprintf(stderr, "psctl %s: --scheduler=HOST:PORT is required\n", command.c_str());
@@ -119,8 +131,9 @@ int SchedulerVerb(const std::string& command) {
     return SetConsistency(EndpointOf(scheduler), absl::GetFlag(FLAGS_mode),
                           absl::GetFlag(FLAGS_staleness), json);
   }
-  return Control(EndpointOf(scheduler), actions.at(command),
-                 {json, absl::GetFlag(FLAGS_wait), absl::GetFlag(FLAGS_wait_s)});
+  const ControlOptions options{json, absl::GetFlag(FLAGS_wait), absl::GetFlag(FLAGS_wait_s)};
+  if (command == "drain-server") return DrainServer(EndpointOf(scheduler), operands[0], options);
+  return Control(EndpointOf(scheduler), actions.at(command), options);
 }
 
 }  // namespace
@@ -130,6 +143,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "psctl status|watch|checkpoint|drain|stop --scheduler=HOST:PORT [--json]\n"
       "       psctl set-consistency --scheduler=HOST:PORT --mode=bsp|ssp|asp [--staleness=N]\n"
+      "       psctl drain-server N --scheduler=HOST:PORT [--wait] [--json]\n"
       "       psctl status --target=HOST:PORT --role=server|worker [--json]\n"
       "       psctl export (--scheduler=HOST:PORT | --checkpoint_dir=DIR --job=FILE) --out=F\n"
       "       psctl plot --run_dir=DIR --out=FILE.png|.svg");
@@ -139,12 +153,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "psctl: %s\n", std::string(st.message()).c_str());
     return 2;
   }
-  const std::string command = args.size() == 2 ? args[1] : "";
+  const std::string command = args.size() >= 2 ? args[1] : "";
+  const std::vector<std::string> operands(args.begin() + std::min<size_t>(args.size(), 2),
+                                          args.end());
+  if (command != "drain-server" && !operands.empty()) {
+    std::fprintf(stderr, "psctl %s: unexpected operand '%s'\n", command.c_str(),
+                 operands[0].c_str());
+    return 2;
+  }
   if (command == "export") return pstrain::ExportVerb();
   if (command == "plot")
     return pstrain::Plot(absl::GetFlag(FLAGS_run_dir), absl::GetFlag(FLAGS_out));
   if (command == "status") return pstrain::StatusVerb();
-  if (const int code = pstrain::SchedulerVerb(command); code >= 0) return code;
+  if (const int code = pstrain::SchedulerVerb(command, operands); code >= 0) return code;
   std::fprintf(
       stderr, "psctl: %s\nusage: %s\n",
       args.size() < 2 ? "no command" : absl::StrCat("unknown command '", command, "'").c_str(),

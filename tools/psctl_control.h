@@ -1,4 +1,4 @@
-// psctl checkpoint, drain, stop and set-consistency: an operator's
+// psctl checkpoint, drain, stop, set-consistency and drain-server: an operator's
 // requests to the scheduler, and waiting until a checkpoint asked for is
 // complete. Output goes to stdout, failures to stderr; each function
 // returns psctl's exit code (0 done, 1 failed, 2 bad arguments).
@@ -28,6 +28,15 @@ int WaitForCheckpoint(const Endpoint& scheduler, int64_t clock, bool drain, int 
 // psctl checkpoint|drain|stop: asks for `action` and prints the clock it
 // takes effect at; with options.wait (not for STOP), WaitForCheckpoint.
 int Control(const Endpoint& scheduler, ControlAction action, const ControlOptions& options);
+
+// psctl drain-server N: server `server` (a decimal id; 2 when it is not
+// one) moves its chunks to the others at a checkpoint the scheduler asks
+// for, then exits FINISHED. Prints the switch clock; with options.wait,
+// waits until the move ended: 0 switched, 1 abandoned (its reason
+// printed). 2 when the scheduler refuses the drain (its reason printed:
+// the last server, a move under way, a budget broken, ...).
+int DrainServer(const Endpoint& scheduler, const std::string& server,
+                const ControlOptions& options);
 
 // psctl set-consistency --mode=bsp|ssp|asp [--staleness=N]: the running
 // job's consistency from the clock the scheduler answers. 2 when `mode` is
