@@ -89,15 +89,26 @@ class Cluster(LocalCluster):
 
     # ---- Servers.
 
-    def start_server(self, name, server_id=None):
+    def start_server(self, name, server_id=None, join=False):
         """Starts a ps_server as process `name` (`server_id`: take over that
-        id, ps_server --id)."""
+        id, ps_server --id; `join`: a server added to the running job,
+        ps_server --join)."""
         argv = [binary("server/ps_server"), "--scheduler=" + self.address,
                 "--listen=127.0.0.1:0", "--heartbeat_interval_ms=200",
                 "--port_file=%s/%s.port" % (self.dir, name)] + self.server_flags
         if server_id is not None:
             argv.append("--id=%d" % server_id)
+        if join:
+            argv.append("--join")
         return self.start(name, argv)
+
+    def psctl(self, *args, timeout=120):
+        """Runs psctl `args` against the scheduler: (exit code, stdout, stderr)."""
+        out = subprocess.run(
+            [str(binary("tools/psctl"))] + list(args) + ["--scheduler=" + self.address]
+            + self.psctl_flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=timeout)
+        return out.returncode, out.stdout, out.stderr
 
     def server_process(self, server_id, timeout=30):
         """The name of the process serving as server `server_id`: the one

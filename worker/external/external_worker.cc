@@ -127,10 +127,12 @@ absl::Status ExternalWorker::Start(const std::vector<const float*>& initial) {
     return absl::InvalidArgumentError(
         absl::StrCat(initial.size(), " initial tensors for ", params.size(), " parameters"));
   }
-  ASSIGN_OR_RETURN(Partition partition,
-                   Partition::Make(params, job_.chunk_bytes(), job_.num_servers()));
-  partition_.emplace(std::move(partition));
   partitions_ = std::make_unique<PlacedPartitions>(params, job_.chunk_bytes(), job_.num_servers());
+  ASSIGN_OR_RETURN(const Partition* initial_placement, partitions_->For(ClusterMembers()));
+  {
+    absl::MutexLock lock(&servers_mu_);
+    placed_ = initial_placement;
+  }
   if (id_ == 0) {
     for (size_t i = 0; i < params.size(); ++i) {
       if (initial[i] == nullptr) {
@@ -179,6 +181,11 @@ void ExternalWorker::Watch() {
   }
 }
 
+const Partition& ExternalWorker::PlacedNow() const {
+  absl::MutexLock lock(&servers_mu_);
+  return *placed_;
+}
+
 ClockLoopOptions ExternalWorker::LoopOptions() const {
   ClockLoopOptions lo;
   lo.job = job_;
@@ -191,7 +198,7 @@ ClockLoopOptions ExternalWorker::LoopOptions() const {
   lo.initial_values = [this]() -> absl::StatusOr<const ParamBuffers*> {
     if (initial_.empty()) return nullptr;
     if (!start_state_.empty()) {  // the optimizer's state first: a chunk takes it before its values
-      RETURN_IF_ERROR(WriteOptimizerState(*partition_, StateCallsNow(), start_state_));
+      RETURN_IF_ERROR(WriteOptimizerState(PlacedNow(), StateCallsNow(), start_state_));
     }
     return &initial_;
   };
@@ -202,14 +209,16 @@ void ExternalWorker::RunLoop() {
   SchedulerGate gate(&daemon_->client());
   auto make_params = [this](const ClusterMembers& cluster, int64_t generation, bool fp32,
                             std::function<bool()> abandon) -> std::unique_ptr<ParamClient> {
+    const Partition* placed = PlacedOrLogged(*partitions_, cluster);
     {
       std::vector<std::string> servers;
       for (const Member& m : cluster.servers()) servers.push_back(m.address());
       absl::MutexLock lock(&servers_mu_);
       servers_ = std::move(servers);
+      placed_ = placed;
     }
     return std::make_unique<AsyncPsClient>(
-        cluster, PlacedOrLogged(*partitions_, cluster), id_,
+        cluster, placed, id_,
         ps_.ForGeneration(generation, fp32, std::move(abandon), job_.standby_copies(),
                           [client = &daemon_->client()] { return client->routes(); }));
   };
@@ -340,7 +349,7 @@ absl::Status ExternalWorker::SetHyper(const std::string& json) {
 }
 
 absl::Status ExternalWorker::ReadState() {
-  if (!partition_.has_value()) return absl::FailedPreconditionError("start before reading state");
+  if (partitions_ == nullptr) return absl::FailedPreconditionError("start before reading state");
   // Within a clock offered before its weights (read by layer), the state of
   // the weights it reads is there once they all are: the round before is
   // applied on every chunk. (A failed pull: the clock is lost anyway.)
@@ -350,7 +359,7 @@ absl::Status ExternalWorker::ReadState() {
     }
   }
   ASSIGN_OR_RETURN(state_,
-                   ReadOptimizerState(*partition_, ModelParams(job_.model()), StateCallsNow()));
+                   ReadOptimizerState(PlacedNow(), ModelParams(job_.model()), StateCallsNow()));
   return absl::OkStatus();
 }
 

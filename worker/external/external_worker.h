@@ -201,8 +201,7 @@ class ExternalWorker {
   PsClientOptions ps_;
   HyperPlan hyper_;  // what ps_.hyper reads
   bool overlap_ = false;
-  bool read_by_layer_ = false;  // ReadByLayer's
-  std::optional<Partition> partition_;            // the initial placement (optimizer state)
+  bool read_by_layer_ = false;                    // ReadByLayer's
   std::unique_ptr<PlacedPartitions> partitions_;  // the generations' (their clients)
   std::unique_ptr<ClockExchange> exchange_;
   std::unique_ptr<ExternalData> data_;
@@ -245,8 +244,12 @@ class ExternalWorker {
   // back past `generation`: what every call of this worker's to the
   // servers asks before each retry.
   std::function<absl::Status()> AbandonAfter(int64_t generation) const;
+  // The chunks as the cluster of the generation now places them (the
+  // optimizer state's calls go by it; one of partitions_).
+  const Partition& PlacedNow() const;
   mutable absl::Mutex servers_mu_;
   std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
+  const Partition* placed_ ABSL_GUARDED_BY(servers_mu_) = nullptr;
   std::atomic<bool> stop_{false};
   std::atomic<bool> loop_over_{false};
   std::thread loop_thread_, watch_thread_;
