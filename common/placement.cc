@@ -160,6 +160,16 @@ int ServerOfRow(const Placement& placement, uint64_t id) {
   return placement.bucket_server(RowBucket(id));
 }
 
+int OwnerOfRow(const Placement& placement, int servers, uint64_t id) {
+  return placement.version() > 1 ? ServerOfRow(placement, id) : ServerOfRow(id, servers);
+}
+
+bool TakesRows(const Placement& placement, int servers, int server) {
+  if (placement.version() <= 1) return server >= 0 && server < servers;
+  const auto& placed = placement.servers();
+  return std::find(placed.begin(), placed.end(), server) != placed.end();
+}
+
 std::vector<int32_t> ChunksOn(const Placement& placement, int server) {
   std::vector<int32_t> ids;
   for (int32_t c = 0; c < placement.chunk_server_size(); ++c) {

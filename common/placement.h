@@ -39,6 +39,14 @@ absl::StatusOr<Partition> PlacedPartition(const std::vector<ParamInfo>& params, 
 
 int ServerOfChunk(const Placement& placement, int32_t chunk);
 int ServerOfRow(const Placement& placement, uint64_t id);
+// The server that holds row `id` of a job of `servers` initial servers:
+// its bucket's by `placement` once a move changed it (version > 1), else
+// the initial spread (ServerOfRow(id, servers), the same as the initial
+// placement's). The one rule of every member.
+int OwnerOfRow(const Placement& placement, int servers, uint64_t id);
+// Whether server `server` is one of `placement`'s (version > 1), or of the
+// initial `servers` ones: a row call goes to each such server.
+bool TakesRows(const Placement& placement, int servers, int server);
 // Chunk ids on server `server`, ascending.
 std::vector<int32_t> ChunksOn(const Placement& placement, int server);
 // The smallest server id the placement does not list: a server added

@@ -21,6 +21,23 @@ absl::Status Refused(MoveKind kind, int server, absl::string_view why) {
 
 }  // namespace
 
+std::string PlacementMoves::RowsWithoutChunks(const Placement& after) const {
+  if (job_.tables_size() == 0) return "";
+  for (int s : after.servers()) {
+    const bool rows = std::count(after.bucket_server().begin(), after.bucket_server().end(), s) > 0;
+    if (rows && ChunksOn(after, s).empty()) {
+      return absl::StrCat("server ", s,
+                          " would hold table rows but no chunk, and a checkpoint asked for reaches "
+                          "a server with the dense pushes (the job's ",
+                          after.chunk_server_size(), " chunks are too few for ",
+                          after.servers_size(),
+                          " servers: a smaller chunk_bytes "
+                          "cuts more)");
+    }
+  }
+  return "";
+}
+
 PlacementMoves::PlacementMoves(const JobSpec& job, Partition partition)
     : job_(job), partition_(std::move(partition)) {
   *state_.mutable_placement() = InitialPlacement(partition_);
@@ -56,8 +73,13 @@ absl::Status PlacementMoves::Ask(MoveKind kind, int server, const Context& conte
   if (job_.standby_copies() > 0) {
     return Refused(kind, server, "a job with standby copies cannot move its servers yet");
   }
-  if (job_.tables_size() > 0) {
-    return Refused(kind, server, "a job with sparse tables cannot move its servers yet");
+  for (const TableSpec& t : job_.tables()) {
+    if (t.admit_after() > 1) {
+      return Refused(kind, server,
+                     absl::StrCat("table '", t.name(),
+                                  "' admits rows by counts that are not kept by row "
+                                  "(admit_after): its parts cannot move"));
+    }
   }
   const int64_t switch_clock = context.switch_clock;
   if (context.total_clocks > 0 && switch_clock >= context.total_clocks) {
@@ -69,6 +91,9 @@ absl::Status PlacementMoves::Ask(MoveKind kind, int server, const Context& conte
       kind == ADD_SERVER ? PlanAdd(placement(), partition_, server, context.limits)
                          : PlanDrain(placement(), partition_, server, context.limits);
   if (!plan.ok()) return Refused(kind, server, plan.status().message());
+  if (const std::string why = RowsWithoutChunks(plan->after); !why.empty()) {
+    return Refused(kind, server, why);
+  }
   Move* m = state_.mutable_move();
   m->set_kind(kind);
   m->set_server(server);

@@ -65,9 +65,11 @@ class PlacementMoves {
   // Asks for server `server` to be added (ADD_SERVER) or drained
   // (DRAIN_SERVER), switching at context.switch_clock. FAILED_PRECONDITION
   // naming the reason for a job not running, rolling back or moving
-  // already, one without checkpoints, with pipeline stages, standby
-  // copies or sparse tables (their layout does not follow a placement
-  // yet), one that ends before the switch clock, the last server's drain,
+  // already, one without checkpoints, with pipeline stages or standby
+  // copies (their layout does not follow a placement yet), a table that
+  // admits rows by counts (admit_after: not kept by row), a placement
+  // that leaves a server table rows but no chunk, one that ends before
+  // the switch clock, the last server's drain,
   // a server added twice or drained without being there, a server's
   // budget broken; nothing changed then. INVALID_ARGUMENT for another
   // kind.
@@ -105,6 +107,10 @@ class PlacementMoves {
  private:
   // Ends the move under way, switched (`abandoned` empty) or not.
   void End(const std::string& abandoned, absl::Time now);
+  // Why placement `after` cannot hold the job's tables (empty: it can): a
+  // server with rows but no chunk would miss the checkpoints asked for,
+  // which reach the servers with the workers' dense pushes.
+  std::string RowsWithoutChunks(const Placement& after) const;
   const JobSpec job_;
   Partition partition_;
   MoveState state_;

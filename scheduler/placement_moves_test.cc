@@ -133,7 +133,19 @@ TEST(PlacementMovesTest, MovesThatCannotBeAreRefusedWithTheReason) {
   JobSpec tables;
   tables.add_tables()->set_name("emb");
   PlacementMoves sparse = Moves(2, tables);
-  ExpectRefused(sparse, ADD_SERVER, 2, At(3), "sparse tables");
+  EXPECT_TRUE(sparse.Ask(ADD_SERVER, 2, At(3), kNow).ok());  // its row buckets move
+  // Two chunks cannot give a third server one: its rows would miss the
+  // checkpoints asked for (they come with the dense pushes).
+  ParamInfo two;
+  two.name = "w";
+  two.numel = 200;
+  two.shape = {200};
+  tables.set_num_servers(2);
+  PlacementMoves few(tables, Partition::Make({two}, 400, 2).value());
+  ExpectRefused(few, ADD_SERVER, 2, At(3), "rows but no chunk");
+  tables.mutable_tables(0)->set_admit_after(3);
+  PlacementMoves admitted = Moves(2, tables);
+  ExpectRefused(admitted, ADD_SERVER, 2, At(3), "admit_after");
 }
 
 TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {

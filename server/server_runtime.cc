@@ -242,7 +242,8 @@ absl::Status Server::MakeShard() {
   return OutOfMemoryAsError("making the sparse tables", [&] {
     shard_ = std::make_shared<Shard>(
         job_, id_, store_,
-        std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir));
+        std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir,
+                                       placement_));
     return absl::OkStatus();
   });
 }

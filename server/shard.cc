@@ -21,9 +21,9 @@ Shard::Shard(const JobSpec& job, int server_id, std::shared_ptr<ChunkStore> stor
   if (!schedule_.enabled()) return;
   std::vector<std::string> names;
   for (const TableSpec& t : job.tables()) names.push_back(t.name());
-  checkpoint_ = std::make_unique<CheckpointWriter>(
-      job.checkpoint_dir(), server_id, OptimizerType_Name(job.optimizer().type()),
-      store_->CheckpointLayout(), std::move(names));
+  checkpoint_ = std::make_unique<CheckpointWriter>(job.checkpoint_dir(), server_id,
+                                                   OptimizerType_Name(job.optimizer().type()),
+                                                   store_->CheckpointLayout(), std::move(names));
   store_->SetCheckpointing(checkpoint_.get(), &schedule_);
   tables_->SetCheckpointing(job.checkpoint_dir(), &schedule_);
 }
@@ -40,7 +40,7 @@ absl::Status Shard::Restore(int64_t generation, int64_t clock) {
   // The chunks delete the later files (the tables' too) once every chunk is
   // of the new generation.
   RETURN_IF_ERROR(store_->Restore(generation, clock, set ? &*set : nullptr));
-  RETURN_IF_ERROR(tables_->Restore(generation, clock));
+  RETURN_IF_ERROR(tables_->Restore(generation, clock, set ? set->servers() : std::vector<int>{}));
   schedule_.Forget();
   spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
   return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include "common/job_sizes.h"
 #include "common/job_spec.h"
 #include "common/partition.h"
+#include "common/placement.h"
 #include "common/status_macros.h"
 #include "server/table_checkpoint.h"
 #include "spdlog/spdlog.h"
@@ -26,17 +27,17 @@ absl::Status OutOfOrder(const ChunkClocks& clocks, int worker, int64_t clock) {
         absl::StrCat("a push of clock ", clock, " while worker ", worker, "'s push of clock ",
                      applied, " waits in the table's open round (pull first: BSP)"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("a push of clock ", clock, " but worker ",
-                                                 worker, "'s next is ", applied));
+  return absl::InvalidArgumentError(
+      absl::StrCat("a push of clock ", clock, " but worker ", worker, "'s next is ", applied));
 }
 
 }  // namespace
 
 absl::Status CheckRowBytes(int64_t bytes, absl::string_view what) {
   if (bytes <= kMaxRowBytesPerRequest) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, ": ", bytes, " bytes are over the ", kMaxRowBytesPerRequest,
-                   " a row request may carry"));
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes, " bytes are over the ",
+                                                 kMaxRowBytesPerRequest,
+                                                 " a row request may carry"));
 }
 
 RowOptimizer RowOptimizerOf(const OptimizerSpec& spec) {
@@ -60,9 +61,10 @@ RowOptimizer RowOptimizerOf(const OptimizerSpec& spec) {
 }
 
 SparseTables::SparseTables(const JobSpec& job, int server, int servers,
-                           const std::string& spill_dir)
+                           const std::string& spill_dir, Placement placement)
     : server_(server),
       servers_(servers),
+      placement_(std::move(placement)),
       workers_(job.num_workers()),
       standby_copies_(job.standby_copies()),
       total_clocks_(TotalClocks(job)),
@@ -145,14 +147,12 @@ absl::Status SparseTables::CheckServing(const Table& table) {
 absl::Status SparseTables::CheckGeneration(const Table& table, int64_t generation) {
   if (generation == table.generation) return absl::OkStatus();
   if (generation < table.generation) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the cluster rolled back to clock ", table.clocks.MinApplied(),
-                     " (generation ", table.generation, "); this request is of generation ",
-                     generation));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the cluster rolled back to clock ", table.clocks.MinApplied(), " (generation ",
+        table.generation, "); this request is of generation ", generation));
   }
   return absl::UnavailableError(absl::StrCat("table '", table.rows.config().name,
-                                             "' has not restored generation ", generation,
-                                             " yet"));
+                                             "' has not restored generation ", generation, " yet"));
 }
 
 absl::Status SparseTables::CheckIds(const Table& table, absl::Span<const uint64_t> ids) const {
@@ -161,7 +161,7 @@ absl::Status SparseTables::CheckIds(const Table& table, absl::Span<const uint64_
       return absl::OutOfRangeError(
           absl::StrCat("id ", id, " is beyond the table's num_ids (", table.num_ids, ")"));
     }
-    if (const int owner = ServerOfRow(id, servers_); owner != table.home) {
+    if (const int owner = OwnerOfRow(placement_, servers_, id); owner != table.home) {
       return absl::InvalidArgumentError(
           absl::StrCat("id ", id, " is server ", owner, "'s, not server ", table.home, "'s"));
     }
@@ -206,9 +206,9 @@ absl::StatusOr<SparseTables::Table*> SparseTables::CheckedPull(int worker, absl:
   Table& table = **found;
   const int width = table.width;
   const int64_t bytes = static_cast<int64_t>(ids.size()) * (width + table.state_floats) * 4;
-  if (absl::Status st = CheckRowBytes(
-          bytes, absl::StrCat("a pull of ", ids.size(), " rows of ", width, " floats (and ",
-                              table.state_floats, " of state)"));
+  if (absl::Status st =
+          CheckRowBytes(bytes, absl::StrCat("a pull of ", ids.size(), " rows of ", width,
+                                            " floats (and ", table.state_floats, " of state)"));
       !st.ok()) {
     return Refuse(table, std::move(st));
   }
@@ -247,13 +247,13 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
   if (!found.ok()) return found.status();
   Table& table = **found;
   if (absl::Status st = CheckRowBytes(static_cast<int64_t>(grads.size()) * 4,
-                                     absl::StrCat("a push of ", grads.size(), " floats"));
+                                      absl::StrCat("a push of ", grads.size(), " floats"));
       !st.ok()) {
     return Refuse(table, std::move(st));
   }
   if (num_samples < 0) {
-    return Refuse(table, absl::InvalidArgumentError(
-                             absl::StrCat("a push of ", num_samples, " samples")));
+    return Refuse(table,
+                  absl::InvalidArgumentError(absl::StrCat("a push of ", num_samples, " samples")));
   }
   if (absl::Status st = CheckIds(table, ids); !st.ok()) return Refuse(table, std::move(st));
   absl::Status st;
@@ -277,9 +277,8 @@ absl::Status SparseTables::Push(int worker, int64_t generation, absl::string_vie
     if (st.ok() && !duplicate) {
       // The finiteness rule (server/nonfinite.h): a push with a NaN or an
       // Inf is taken as one of no rows and no samples.
-      const bool admitted = nonfinite_.Admits(grads, worker, clock, [name] {
-        return absl::StrCat("table '", name, "'");
-      });
+      const bool admitted = nonfinite_.Admits(
+          grads, worker, clock, [name] { return absl::StrCat("table '", name, "'"); });
       if (!admitted) ++table.nonfinite_skipped;
       const absl::Span<const uint64_t> taken_ids = admitted ? ids : absl::Span<const uint64_t>();
       const absl::Span<const float> taken = admitted ? grads : absl::Span<const float>();
@@ -411,22 +410,36 @@ void SparseTables::RemoveWorker(int worker) {
   });
 }
 
-absl::Status SparseTables::Restore(int64_t generation, int64_t clock) {
+absl::Status SparseTables::Restore(int64_t generation, int64_t clock,
+                                   const std::vector<int>& servers) {
   for (auto& [name, parts] : tables_) {
     for (auto& [home, table] : parts) {
       absl::MutexLock lock(&table->mu);
-      RETURN_IF_ERROR(RestorePart(*table, generation, clock));
+      RETURN_IF_ERROR(RestorePart(*table, generation, clock, servers));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t clock) {
+absl::Status SparseTables::ReadRows(Table& table, int64_t clock, const std::vector<int>& servers) {
   const std::string& name = table.rows.config().name;
+  if (placement_.version() <= 1) {
+    return ReadTableCheckpoint(TableCheckpointPath(checkpoint_dir_, server_, clock, name), server_,
+                               clock, &table.rows);
+  }
+  // Every server with chunk files of the clock had its part of each table.
+  std::vector<TablePart> parts;
+  for (int s : servers) parts.push_back({s, TableCheckpointPath(checkpoint_dir_, s, clock, name)});
+  return ReadTableCheckpoints(parts, clock, &table.rows, [this](uint64_t id) {
+    return OwnerOfRow(placement_, servers_, id) == server_;
+  });
+}
+
+absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t clock,
+                                       const std::vector<int>& servers) {
   const bool own = table.home == server_;
-  if (own && clock > 0) {  // the file first: a malformed one changes nothing
-    RETURN_IF_ERROR(ReadTableCheckpoint(TableCheckpointPath(checkpoint_dir_, server_, clock, name),
-                                        server_, clock, &table.rows));
+  if (own && clock > 0) {  // the files first: a malformed one changes nothing
+    RETURN_IF_ERROR(ReadRows(table, clock, servers));
   } else {
     table.rows.Reset(0, 0);
   }

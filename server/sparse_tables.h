@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/job.pb.h"
+#include "proto/placement.pb.h"
 #include "proto/ps.pb.h"
 #include "proto/status.pb.h"
 #include "server/checkpoint_schedule.h"
@@ -69,10 +70,12 @@ class SparseTables {
     virtual void NeedWholeTable(int home, const std::string& table) = 0;
   };
 
-  // Server `server` of `servers` of `job` (validated, defaults applied);
-  // tables with a memory budget spill their rows into files in `spill_dir`
-  // (empty: $TMPDIR, else /tmp).
-  SparseTables(const JobSpec& job, int server, int servers, const std::string& spill_dir = "");
+  // Server `server` of `job` (validated, defaults applied) of `servers`
+  // initial servers, holding the rows `placement` gives it (OwnerOfRow:
+  // version 0, the initial spread); tables with a memory budget spill
+  // their rows into files in `spill_dir` (empty: $TMPDIR, else /tmp).
+  SparseTables(const JobSpec& job, int server, int servers, const std::string& spill_dir = "",
+               Placement placement = Placement());
 
   // The table's row width; NOT_FOUND when the job declares no such table.
   absl::StatusOr<int> Width(absl::string_view table) const;
@@ -134,8 +137,11 @@ class SparseTables {
   // of `clock` (0: no row); from then on it takes requests of `generation`
   // only (each table as soon as it is restored, under its lock).
   // INVALID_ARGUMENT or NOT_FOUND when a table's file is malformed or
-  // missing.
-  absl::Status Restore(int64_t generation, int64_t clock);
+  // missing. Under a placement a move changed (version > 1), the rows of
+  // this server's part come from the files of every server of `servers`
+  // (those with files of `clock`: a checkpoint written under another
+  // placement restores), each row kept by the server its bucket names.
+  absl::Status Restore(int64_t generation, int64_t clock, const std::vector<int>& servers = {});
   // The files of clocks before `clock` were deleted (a newer complete set
   // exists): they no longer count in CheckpointClock.
   void ForgetCheckpointsBefore(int64_t clock);
@@ -200,7 +206,7 @@ class SparseTables {
     const int home;          // the server whose rows these are
     const uint64_t num_ids;  // 0: any id
     const int width;
-    const int state_floats;  // a row's optimizer state
+    const int state_floats;         // a row's optimizer state
     const Consistency consistency;  // the tables' (BSP, SSP or ASP)
     SparseTable rows ABSL_GUARDED_BY(mu);
     Round round ABSL_GUARDED_BY(mu);                   // BSP only
@@ -259,7 +265,11 @@ class SparseTables {
   absl::Status CheckUpdate(const Table& table, const TableUpdate& update) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // Restores one part (Restore).
-  absl::Status RestorePart(Table& table, int64_t generation, int64_t clock)
+  absl::Status RestorePart(Table& table, int64_t generation, int64_t clock,
+                           const std::vector<int>& servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // This server's rows of `table` from the checkpoint of `clock`: its own
+  // file, or under a changed placement those of `servers`' files it holds.
+  absl::Status ReadRows(Table& table, int64_t clock, const std::vector<int>& servers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // FAILED_PRECONDITION (older: the cluster rolled back) or UNAVAILABLE
   // (newer: not restored yet) unless `generation` is the table's.
@@ -281,10 +291,11 @@ class SparseTables {
 
   const int server_;
   const int servers_;
+  const Placement placement_;
   const int workers_;
   const int standby_copies_;
-  const int64_t total_clocks_;     // the job's
-  const Consistency consistency_;  // the tables' (BSP, SSP or ASP)
+  const int64_t total_clocks_;      // the job's
+  const Consistency consistency_;   // the tables' (BSP, SSP or ASP)
   std::vector<std::string> order_;  // the job's
   // By name, then by home server (HeldHomes: this server's own part, and
   // with standby copies the standby copy it keeps).

@@ -12,7 +12,9 @@
 #define PSTRAIN_SERVER_TABLE_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/sparse_table.h"
@@ -30,6 +32,21 @@ absl::Status WriteTableCheckpoint(const std::string& path, int server, int64_t c
 // table's spill file fails (the table then holds part of the file).
 absl::Status ReadTableCheckpoint(const std::string& path, int server, int64_t clock,
                                  SparseTable* table);
+
+// One server's file of a table: its path (TableCheckpointPath).
+struct TablePart {
+  int server = 0;
+  std::string path;
+};
+// The same over several servers' files of `clock` (a table restored under
+// another placement: each row to the server its bucket names now): the
+// rows of every file for which `keep` (null: every row) says yes. The
+// files must agree on the update count (every server takes every push);
+// INVALID_ARGUMENT, nothing changed, for one that does not, an id in two
+// files, or more than one file of a table with admission (its counts are
+// not kept by row).
+absl::Status ReadTableCheckpoints(const std::vector<TablePart>& parts, int64_t clock,
+                                  SparseTable* table, const std::function<bool(uint64_t id)>& keep);
 
 }  // namespace pstrain
 

@@ -1,7 +1,9 @@
 // A table's checkpoint file: a table restored from it goes on exactly as
 // the table it was written from -- rows, optimizer state and update count,
 // each row's touched clock (expiry) and the admission counts -- and a file
-// that does not fit is refused with nothing changed.
+// that does not fit is refused with nothing changed. Two servers' parts
+// restore as a third server's under another placement (the rows it holds
+// now of both), and parts that are not of one checkpoint are refused.
 #include "server/table_checkpoint.h"
 
 #include <cstdlib>
@@ -89,6 +91,67 @@ TEST(TableCheckpointTest, AFileThatDoesNotFitIsRefusedAndChangesNothing) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(target.num_rows(), rows);
   EXPECT_EQ(target.clock(), 1);
+}
+
+// Clock c of a part's workload: ids 2(c+i) + parity, i in [0, 6).
+void StepPart(SparseTable& t, int64_t c, uint64_t parity) {
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 6; ++i) ids.push_back(2 * (static_cast<uint64_t>(c) + i) + parity);
+  std::vector<float> rows(ids.size() * 4), grads(ids.size() * 4);
+  ASSERT_TRUE(t.Pull(ids, rows.data()).ok());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.1f * static_cast<float>(i) - c;
+  ASSERT_TRUE(t.Push(ids, grads).ok());
+  t.Advance(c + 1);
+}
+
+std::vector<float> Rows(SparseTable& t, const std::vector<uint64_t>& ids) {
+  std::vector<float> rows(ids.size() * 4);
+  EXPECT_TRUE(t.Pull(ids, rows.data()).ok());
+  return rows;
+}
+
+TEST(TableCheckpointTest, TwoServersPartsRestoreAsAThirdsUnderAnotherPlacement) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  TableConfig config = Config();
+  config.admit_after = 0;  // admission counts are not kept by row
+  config.expire_after = 0;
+  SparseTable even(config), odd(config);
+  for (int64_t c = 0; c < 5; ++c) {
+    StepPart(even, c, 0);
+    StepPart(odd, c, 1);
+  }
+  const std::vector<TablePart> parts = {{0, dir + "/part0.safetensors"},
+                                        {1, dir + "/part1.safetensors"}};
+  ASSERT_TRUE(WriteTableCheckpoint(parts[0].path, 0, 5, even).ok());
+  ASSERT_TRUE(WriteTableCheckpoint(parts[1].path, 1, 5, odd).ok());
+  // The new placement gives this server the ids divisible by 3, of both parts.
+  SparseTable merged(config);
+  ASSERT_TRUE(
+      ReadTableCheckpoints(parts, 5, &merged, [](uint64_t id) { return id % 3 == 0; }).ok());
+  std::vector<uint64_t> kept_even, kept_odd;
+  for (uint64_t id = 0; id < 20; ++id) {
+    if (id % 3 == 0) (id % 2 == 0 ? kept_even : kept_odd).push_back(id);
+  }
+  EXPECT_EQ(merged.num_rows(), static_cast<int64_t>(kept_even.size() + kept_odd.size()));
+  EXPECT_EQ(merged.updates(), even.updates());
+  EXPECT_EQ(merged.clock(), 5);
+  EXPECT_EQ(Rows(merged, kept_even), Rows(even, kept_even));
+  EXPECT_EQ(Rows(merged, kept_odd), Rows(odd, kept_odd));
+
+  // Parts that disagree on the update count are not one checkpoint; a
+  // table with admission cannot merge its counts: nothing changes.
+  SparseTable behind(config);
+  for (int64_t c = 0; c < 4; ++c) StepPart(behind, c, 1);
+  const std::string behind_path = dir + "/behind.safetensors";
+  ASSERT_TRUE(WriteTableCheckpoint(behind_path, 1, 5, behind).ok());
+  SparseTable target(config);
+  EXPECT_EQ(ReadTableCheckpoints({parts[0], {1, behind_path}}, 5, &target, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(target.num_rows(), 0);
+  SparseTable admitted(Config());
+  EXPECT_EQ(ReadTableCheckpoints(parts, 5, &admitted, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

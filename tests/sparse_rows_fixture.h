@@ -61,7 +61,8 @@ inline JobSpec TheJob(const std::string& text) {
 // A row client of the servers at `servers` for worker `worker`: a pull
 // waits up to 2 minutes for its read guarantee; a server that cannot be
 // reached is retried for 30 s.
-inline RowClient Client(const JobSpec& job, std::vector<std::string> servers, int worker) {
+inline RowClient Client(JobSpec job, std::vector<std::string> servers, int worker) {
+  job.set_num_servers(static_cast<int>(servers.size()));  // as the cluster runs it
   RowClientOptions options;
   options.call_timeout = absl::Minutes(2);
   options.retry_window = absl::Seconds(30);

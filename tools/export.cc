@@ -63,10 +63,12 @@ std::string Safetensors(const std::vector<Tensor>& tensors, int64_t clock,
   return out;
 }
 
-// Table `spec`'s rows from every server's file of `clock`: "<name>.ids"
-// (I64 [n]) and "<name>.weight" (F32 [n, width]; no optimizer state).
-absl::Status AddTable(const std::string& dir, const JobSpec& job, const TableSpec& spec,
-                      int64_t clock, std::vector<Tensor>* out) {
+// Table `spec`'s rows from the files of `clock` of every server of
+// `servers` (those with chunk files of the clock: under any placement, each
+// held its part of every table): "<name>.ids" (I64 [n]) and
+// "<name>.weight" (F32 [n, width]; no optimizer state).
+absl::Status AddTable(const std::string& dir, const std::vector<int>& servers,
+                      const TableSpec& spec, int64_t clock, std::vector<Tensor>* out) {
   Tensor ids{spec.name() + ".ids"}, weight{spec.name() + ".weight"};
   ids.is_ids = true;
   for (const Tensor& t : *out) {
@@ -76,7 +78,7 @@ absl::Status AddTable(const std::string& dir, const JobSpec& job, const TableSpe
     }
   }
   const int64_t width = spec.width();
-  for (int s = 0; s < job.num_servers(); ++s) {
+  for (int s : servers) {
     ASSIGN_OR_RETURN(const CheckpointFile f,
                      CheckpointFile::Open(TableCheckpointPath(dir, s, clock, spec.name())));
     ASSIGN_OR_RETURN(const int64_t n, f.Count("ids"));
@@ -124,8 +126,8 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::string& dir, const JobSpec& 
     tensors[p].values.resize(params[p].numel);
   }
   for (const ChunkInfo& c : partition.chunks()) {
-    const std::string name = absl::StrCat(params[c.param].name, "[", c.offset, ":",
-                                          c.offset + c.numel, "]");
+    const std::string name =
+        absl::StrCat(params[c.param].name, "[", c.offset, ":", c.offset + c.numel, "]");
     absl::StatusOr<const CheckpointFile*> file = set.Holding(name);
     const absl::Status read =
         file.ok() ? (*file)->Read(name, tensors[c.param].values.data() + c.offset, c.numel)
@@ -136,7 +138,7 @@ absl::StatusOr<int64_t> ExportCheckpoint(const std::string& dir, const JobSpec& 
     }
   }
   for (const TableSpec& spec : job.tables()) {
-    RETURN_IF_ERROR(AddTable(dir, job, spec, manifest->clock, &tensors));
+    RETURN_IF_ERROR(AddTable(dir, set.servers(), spec, manifest->clock, &tensors));
   }
   RETURN_IF_ERROR(WriteFileAtomically(out, Safetensors(tensors, manifest->clock, job.name())));
   return manifest->clock;

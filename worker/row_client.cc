@@ -7,6 +7,7 @@
 #include "common/daemon_status.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/placement.h"
 #include "common/retry.h"
 #include "common/row_wire.h"
 #include "common/rows.h"
@@ -26,6 +27,13 @@ constexpr char kPushRows[] = "/pstrain.ParameterServer/PushRows";
 // How often calls under way ask whether they were abandoned.
 constexpr absl::Duration kAbandonPoll = absl::Milliseconds(100);
 
+// A row the placement gives a server whose address is not known yet.
+absl::Status UnknownServer(int server) {
+  return FromDaemon(
+      SERVER, absl::UnavailableError(
+                  absl::StrCat("server ", server, " holds rows but its address is not known yet")));
+}
+
 }  // namespace
 
 RowClient::RowClient(const JobSpec& job, std::function<std::vector<std::string>()> servers,
@@ -36,7 +44,7 @@ RowClient::RowClient(const JobSpec& job, std::function<std::vector<std::string>(
 
 void RowClient::Resolve() {
   const std::vector<std::string> now = servers_();
-  if (stubs_.empty()) {  // the job's server count, once known
+  if (stubs_.size() < now.size()) {  // the job's servers, once known (more once one joins)
     stubs_.resize(now.size());
     addresses_.resize(now.size());
   }
@@ -106,9 +114,9 @@ absl::Status RowClient::Attempt(const char* method, const RowCall& call,
       (*todo)[s] = false;
       continue;
     }
-    const absl::Status st(FromGrpc(statuses[s]).code(),
-                          absl::StrCat("server ", s, " (", addresses_[s], "): ",
-                                       statuses[s].error_message()));
+    const absl::Status st(
+        FromGrpc(statuses[s]).code(),
+        absl::StrCat("server ", s, " (", addresses_[s], "): ", statuses[s].error_message()));
     *waited = *waited && absl::IsDeadlineExceeded(st);
     if (!IsRetryable(st)) {
       if (final.ok()) final = st;
@@ -182,7 +190,8 @@ absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
     auto [it, fresh] = seen.try_emplace(ids[i], i);
     first[i] = it->second;
     if (!fresh) continue;
-    const int s = ServerOfRow(ids[i], servers);
+    const int s = OwnerOfRow(call.placement, job_.num_servers(), ids[i]);
+    if (s >= servers) return UnknownServer(s);
     requests[s].add_ids(ids[i]);
     places[s].push_back(i);
   }
@@ -198,7 +207,8 @@ absl::Status RowClient::Pull(const std::string& table, const RowCall& call,
     req.set_generation(call.generation);
     req.set_home(s);
     wire[s] = SerializeSmall(req);
-    sent[s] = req.ids_size() > 0 || min_clock > 0;
+    sent[s] =
+        TakesRows(call.placement, job_.num_servers(), s) && (req.ids_size() > 0 || min_clock > 0);
   }
   RETURN_IF_ERROR(CallAll(kPullRows, call, /*parks=*/min_clock > 0, wire, sent, &replies));
   rows->resize(ids.size() * static_cast<size_t>(*width));
@@ -249,16 +259,19 @@ absl::Status RowClient::Push(const std::string& table, const RowCall& call, int 
   std::vector<std::unique_ptr<std::vector<float>>> payloads(servers);
   for (auto& p : payloads) p = std::make_unique<std::vector<float>>();
   for (size_t k = 0; k < distinct.size(); ++k) {
-    const int s = ServerOfRow(distinct[k], servers);
+    const int s = OwnerOfRow(call.placement, job_.num_servers(), distinct[k]);
+    if (s >= servers) return UnknownServer(s);
     requests[s].add_ids(distinct[k]);
     const float* row = summed.data() + k * *width;
     payloads[s]->insert(payloads[s]->end(), row, row + *width);
   }
-  // Every server takes the push, those with none of its rows too: a BSP
-  // round waits for it, and the table's update count (SparseAdam's t) is
-  // the same on each.
+  // Every server of the placement takes the push, those with none of its
+  // rows too: a BSP round waits for it, and the table's update count
+  // (SparseAdam's t) is the same on each.
   std::vector<grpc::ByteBuffer> wire(servers), replies(servers);
+  std::vector<bool> takers(servers);
   for (int s = 0; s < servers; ++s) {
+    takers[s] = TakesRows(call.placement, job_.num_servers(), s);
     PushRowsRequest& req = requests[s];
     req.set_worker_id(worker_id_);
     req.set_table(table);
@@ -267,11 +280,9 @@ absl::Status RowClient::Push(const std::string& table, const RowCall& call, int 
     req.set_num_samples(num_samples);
     req.set_generation(call.generation);
     req.set_home(s);
-    wire[s] = WithPayload(req, PushRowsRequest::kGradsFieldNumber,
-                          SliceOf(std::move(payloads[s])));
+    wire[s] = WithPayload(req, PushRowsRequest::kGradsFieldNumber, SliceOf(std::move(payloads[s])));
   }
-  RETURN_IF_ERROR(
-      CallAll(kPushRows, call, /*parks=*/false, wire, std::vector<bool>(servers, true), &replies));
+  RETURN_IF_ERROR(CallAll(kPushRows, call, /*parks=*/false, wire, takers, &replies));
   for (const PushRowsRequest& req : requests) rows_pushed_ += req.ids_size();
   return absl::OkStatus();
 }

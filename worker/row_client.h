@@ -1,5 +1,6 @@
 // A worker's pulls and pushes of sparse table rows (JobSpec.tables) by id:
-// the ids are spread over the servers by ServerOfRow (common/rows.h),
+// the ids are spread over the servers by the call's placement (OwnerOfRow,
+// common/placement.h: the initial spread ServerOfRow until a move),
 // each server is asked once per call for its ids (deduplicated), and the
 // rows come back in the caller's order. A push sums the gradients of a
 // repeated id first (CoalesceRows) and sends each server its rows. The calls
@@ -40,6 +41,7 @@
 #include "absl/types/span.h"
 #include "proto/job.pb.h"
 #include "proto/member.pb.h"
+#include "proto/placement.pb.h"
 
 namespace pstrain {
 
@@ -50,6 +52,10 @@ struct RowCall {
   int64_t clock = 0;
   // The cluster generation the call is of (PullRowsRequest.generation).
   int64_t generation = 0;
+  // Which server holds each row in that generation: the placement once a
+  // move changed it (version > 1), else the initial spread
+  // (common/placement.h OwnerOfRow). A call goes to the servers it lists.
+  Placement placement;
   // Asked before every retry and every 100 ms while the calls are under
   // way: a non-OK status ends the call with it, the calls under way
   // cancelled. Unset: never.

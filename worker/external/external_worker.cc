@@ -186,6 +186,11 @@ const Partition& ExternalWorker::PlacedNow() const {
   return *placed_;
 }
 
+Placement ExternalWorker::PlacementNow() const {
+  absl::MutexLock lock(&servers_mu_);
+  return placement_;
+}
+
 ClockLoopOptions ExternalWorker::LoopOptions() const {
   ClockLoopOptions lo;
   lo.job = job_;
@@ -216,6 +221,7 @@ void ExternalWorker::RunLoop() {
       absl::MutexLock lock(&servers_mu_);
       servers_ = std::move(servers);
       placed_ = placed;
+      placement_ = cluster.placement();
     }
     return std::make_unique<AsyncPsClient>(
         cluster, placed, id_,

@@ -247,9 +247,12 @@ class ExternalWorker {
   // The chunks as the cluster of the generation now places them (the
   // optimizer state's calls go by it; one of partitions_).
   const Partition& PlacedNow() const;
+  // The rows' placement of that cluster (version 0: the initial spread).
+  Placement PlacementNow() const;
   mutable absl::Mutex servers_mu_;
   std::vector<std::string> servers_ ABSL_GUARDED_BY(servers_mu_);
   const Partition* placed_ ABSL_GUARDED_BY(servers_mu_) = nullptr;
+  Placement placement_ ABSL_GUARDED_BY(servers_mu_);
   std::atomic<bool> stop_{false};
   std::atomic<bool> loop_over_{false};
   std::thread loop_thread_, watch_thread_;

@@ -33,7 +33,8 @@ std::unique_ptr<RowClient> ExternalWorker::NewRowClient() {
   // The servers as the loop's latest list of members has them (a
   // replacement's address once the loop reconnected after a rollback).
   // With standby copies each home's rows go where the routes say.
-  return std::make_unique<RowClient>(job_, [this] { return HomeAddressesNow(); }, id_);
+  return std::make_unique<RowClient>(
+      job_, [this] { return HomeAddressesNow(); }, id_);
 }
 
 std::vector<std::string> ExternalWorker::HomeAddressesNow() const {
@@ -82,6 +83,7 @@ RowCall ExternalWorker::RowCallNow() {
   call.clock = under_way_.has_value() ? under_way_->clock : next_clock_;
   call.generation = under_way_.has_value() ? under_way_generation_ : daemon_->client().generation();
   call.abandon = AbandonAfter(call.generation);
+  call.placement = PlacementNow();
   return call;
 }
 
