@@ -145,6 +145,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
   manifest_clock_ = resp.manifest_clock();
   link_generation_ = resp.link_generation();
   leave_ = resp.leave();
+  next_beat_ = absl::Milliseconds(resp.next_heartbeat_ms());
   if (resp.routes().version() >= routes_.version() && resp.routes().serving_size() > 0) {
     routes_ = resp.routes();
   }
@@ -181,11 +182,17 @@ void SchedulerClient::StartHeartbeats(std::function<MemberStatus()> status_fn) {
 }
 
 void SchedulerClient::HeartbeatLoop(std::function<MemberStatus()> status_fn) {
-  while (true) {
-    {
+  // The first at once: a member started mid-job (a joining server) hears
+  // the news without waiting an interval.
+  for (bool first = true;; first = false) {
+    if (!first) {
       absl::MutexLock lock(&mu_);
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&wake), options_.heartbeat_interval);
+      // Sooner while the scheduler asks (a move or a rollback under way).
+      const absl::Duration wait = next_beat_ > absl::ZeroDuration()
+                                      ? std::min(next_beat_, options_.heartbeat_interval)
+                                      : options_.heartbeat_interval;
+      mu_.AwaitWithTimeout(absl::Condition(&wake), wait);
       if (stopping_ || Ended(job_state_)) return;
     }
     const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status_fn());

@@ -132,6 +132,7 @@ class SchedulerClient {
   int64_t manifest_clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t link_generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::string leave_ ABSL_GUARDED_BY(mu_);
+  absl::Duration next_beat_ ABSL_GUARDED_BY(mu_);  // HeartbeatResponse.next_heartbeat_ms (0: none)
   ServerRoutes routes_ ABSL_GUARDED_BY(mu_);
   Placement placement_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -12,6 +12,9 @@
 namespace pstrain {
 namespace {
 
+// How often servers beat while a move or a rollback is under way.
+constexpr int kStepHeartbeatMs = 20;
+
 // Whether each server id holds chunks by `placement`.
 std::vector<bool> HoldsChunks(const Placement& placement, int servers) {
   std::vector<bool> out(servers, false);
@@ -170,6 +173,8 @@ void JobCoordinator::AddPlacementNews(const MemberRecord& server, HeartbeatRespo
     AddPlacement(out->mutable_placement());
   }
   out->set_leave(moves_.WhyOut(server.id));
+  // Each step of a move, and of its switch or a rollback, waits for a heartbeat.
+  if (moves_.moving() || rollbacks_.rolling_back()) out->set_next_heartbeat_ms(kStepHeartbeatMs);
 }
 
 void JobCoordinator::AddMoveWaits(ClusterStatus* out) const {
