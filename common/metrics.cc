@@ -285,6 +285,49 @@ void WriteDaemonMetrics(const MemberStatus& s, const Latencies& latencies, Prome
   }
 }
 
+// The placement's part: its version, what each server holds, the move
+// under way and the moves ended (ClusterStatus.placement).
+void WritePlacementMetrics(const PlacementStatus& p, PrometheusText* out) {
+  const PrometheusText::Labels l = {{"role", "scheduler"}};
+  out->Gauge("pstrain_placement_version", "the placement in force (1: the job's initial one)", l,
+             p.version());
+  // Each family's samples together (the text format asks it).
+  const std::vector<std::pair<const char*, const char*>> held = {
+      {"pstrain_placement_chunks", "the chunks a server holds by the placement"},
+      {"pstrain_placement_chunk_bytes", "the fp32 weights of those chunks"},
+      {"pstrain_placement_row_buckets", "the row buckets a server holds (of 1024)"}};
+  for (size_t f = 0; f < held.size(); ++f) {
+    for (const PlacedServer& s : p.servers()) {
+      const double v = f == 0 ? s.chunks() : f == 1 ? s.chunk_bytes() : s.row_buckets();
+      out->Gauge(held[f].first, held[f].second,
+                 {{"role", "scheduler"}, {"server", std::to_string(s.server())}}, v);
+    }
+  }
+  const MoveStatus& m = p.move();
+  out->Gauge("pstrain_move_under_way", "1 while a server is added or drained", l, p.has_move());
+  out->Gauge("pstrain_move_switch_clock", "the clock the move under way switches at (-1: none)", l,
+             p.has_move() ? m.switch_clock() : -1);
+  out->Gauge("pstrain_move_bytes_left",
+             "the state the move under way moves at its switch (weights and optimizer state)", l,
+             p.has_move() ? m.bytes() : 0);
+  out->Gauge("pstrain_move_waiting_servers", "the servers the move under way waits for", l,
+             m.waiting_for_size());
+  int64_t switched = 0, abandoned = 0, bytes = 0;
+  for (const MoveRecord& r : p.history()) {
+    if (r.abandoned().empty()) {
+      ++switched;
+      bytes += r.bytes();
+    } else {
+      ++abandoned;
+    }
+  }
+  out->Counter("pstrain_moves_total", "moves ended",
+               {{"role", "scheduler"}, {"outcome", "switched"}}, switched);
+  out->Counter("pstrain_moves_total", "moves ended",
+               {{"role", "scheduler"}, {"outcome", "abandoned"}}, abandoned);
+  out->Counter("pstrain_moved_bytes_total", "the state moved by the moves that switched", l, bytes);
+}
+
 void WriteClusterMetrics(const ClusterStatus& st, PrometheusText* out) {
   const PrometheusText::Labels l = {{"role", "scheduler"}};
   out->Gauge("pstrain_job_running", "1 while the job runs", l, st.job_state() == RUNNING_JOB);
@@ -297,6 +340,7 @@ void WriteClusterMetrics(const ClusterStatus& st, PrometheusText* out) {
                                        : -1);
   out->Counter("pstrain_rollbacks_total", "rollbacks to a checkpoint", l, st.rollbacks_size());
   out->Counter("pstrain_deaths_total", "members declared dead", l, st.deaths());
+  WritePlacementMetrics(st.placement(), out);
   if (st.routes().serving_size() > 0) {  // standby copies
     out->Counter("pstrain_promotions_total", "standby copies promoted when a server died", l,
                  st.promotions());

@@ -112,6 +112,40 @@ TEST(MetricsTest, ClusterMetricsCountLiveMembersAndTheClockSpread) {
   EXPECT_EQ(*PromValue(*families, "pstrain_fastest_worker_clock", {}), 11);
 }
 
+TEST(MetricsTest, ThePlacementAndItsMovesShowWhatEachServerHoldsAndTheMoveUnderWay) {
+  ClusterStatus st;
+  PlacementStatus* p = st.mutable_placement();
+  p->set_version(2);
+  for (int s : {0, 2}) {
+    PlacedServer* ps = p->add_servers();
+    ps->set_server(s);
+    ps->set_chunks(7 + s);
+    ps->set_chunk_bytes(1000 * (s + 1));
+    ps->set_row_buckets(512);
+  }
+  p->mutable_move()->set_switch_clock(52);
+  p->mutable_move()->set_bytes(4096);
+  p->mutable_move()->add_waiting_for(2);
+  MoveRecord* done = p->add_history();
+  done->set_bytes(5120);
+  p->add_history()->set_abandoned("server 2 was lost");
+  PrometheusText out;
+  WriteClusterMetrics(st, &out);
+  auto families = ParsePrometheusText(out.text());
+  ASSERT_TRUE(families.ok()) << families.status();
+  EXPECT_EQ(*PromValue(*families, "pstrain_placement_version", {}), 2);
+  EXPECT_EQ(*PromValue(*families, "pstrain_placement_chunks", {{"server", "2"}}), 9);
+  EXPECT_EQ(*PromValue(*families, "pstrain_placement_chunk_bytes", {{"server", "0"}}), 1000);
+  EXPECT_EQ(*PromValue(*families, "pstrain_placement_row_buckets", {{"server", "2"}}), 512);
+  EXPECT_EQ(*PromValue(*families, "pstrain_move_under_way", {}), 1);
+  EXPECT_EQ(*PromValue(*families, "pstrain_move_switch_clock", {}), 52);
+  EXPECT_EQ(*PromValue(*families, "pstrain_move_bytes_left", {}), 4096);
+  EXPECT_EQ(*PromValue(*families, "pstrain_move_waiting_servers", {}), 1);
+  EXPECT_EQ(*PromValue(*families, "pstrain_moves_total", {{"outcome", "switched"}}), 1);
+  EXPECT_EQ(*PromValue(*families, "pstrain_moves_total", {{"outcome", "abandoned"}}), 1);
+  EXPECT_EQ(*PromValue(*families, "pstrain_moved_bytes_total", {}), 5120);
+}
+
 TEST(MetricsTest, StandbyCopiesShowWhoServesWhatAndTheLag) {
   ClusterStatus st;
   st.set_promotions(1);

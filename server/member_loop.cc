@@ -29,6 +29,11 @@ absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Adopt(const ClusterNew
   // The cluster rolled back to a checkpoint (a server failed): load it.
   if (news.generation > actions_->generation()) {
     RETURN_IF_ERROR(actions_->Restore(news.generation, news.restore_clock, news.placement));
+    // A restore may place the shard anew (a move's switch): the workers the
+    // job went on without stay out of its rounds.
+    for (int w = 0; w < static_cast<int>(removed_.size()); ++w) {
+      if (removed_[w]) actions_->RemoveWorker(w);
+    }
     routes_version_ = -1;  // a restore serves the server's own chunks: the routes again
     actions_->CancelParked(absl::FailedPreconditionError(
                                absl::StrCat("the cluster rolled back to clock ", news.restore_clock,

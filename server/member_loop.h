@@ -37,7 +37,8 @@ class ServerActions {
   virtual ~ServerActions() = default;
   // The generation whose state the store holds.
   virtual int64_t generation() const = 0;
-  // Worker `w` leaves the rounds and the read guarantee.
+  // Worker `w` leaves the rounds and the read guarantee (again after a
+  // restore: a no-op unless the shard was placed anew).
   virtual void RemoveWorker(int w) = 0;
   // Pulls parked on a read guarantee may now be answerable.
   virtual void WakePulls() = 0;

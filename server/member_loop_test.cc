@@ -43,6 +43,22 @@ TEST(ServerMemberLoopTest, ADeadWorkerLeavesOnceAndWakesThePulls) {
   EXPECT_TRUE(actions.calls.empty());
 }
 
+TEST(ServerMemberLoopTest, TheWorkersLeftOutStayOutOfTheShardARestorePlacesAnew) {
+  FakeActions actions;
+  ServerMemberLoop loop(2, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.dead_workers = {1};
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
+  actions.calls.clear();
+  news.generation = 1;  // a move's switch: the runtime makes a new shard
+  news.restore_clock = 44;
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
+  ASSERT_GE(actions.calls.size(), 2u);
+  EXPECT_EQ(actions.calls[0], "restore 1@44");
+  EXPECT_EQ(actions.calls[1], "remove 1");
+}
+
 TEST(ServerMemberLoopTest, AServerOutOfTheJobLeavesDoneWithoutRestoring) {
   FakeActions actions;
   ServerMemberLoop loop(2, &actions);

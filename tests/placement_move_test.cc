@@ -9,7 +9,10 @@
 // joined server leaves, and the weights end the same. A job drained from
 // 3 servers to 2 (psctl drain-server) ends with the weights of the job
 // undisturbed, the drained server FINISHED at the switch. A join the job
-// cannot take, or a drain, is refused (exit 2) and the job goes on.
+// cannot take, or a drain, is refused (exit 2) and the job goes on. A
+// worker killed mid-move (shrink) leaves the job and the move switches; a
+// scheduler killed mid-move is taken over and the move switches, bit for
+// bit as undisturbed.
 #include <csignal>
 #include <map>
 #include <set>
@@ -41,18 +44,26 @@ ClusterOptions Servers(int servers, const std::string& checkpoints) {
 
 ClusterOptions TwoServers(const std::string& checkpoints) { return Servers(2, checkpoints); }
 
-// Worker 0's final weights of the job run undisturbed on `servers` servers
-// (run once for every test).
-const TensorSet& Undisturbed(int servers = 2) {
-  static std::map<int, TensorSet>* const weights = new std::map<int, TensorSet>();
-  if (weights->count(servers) == 0) {
+// Worker 0's final weights and test accuracy of the job run undisturbed
+// on `servers` servers (run once for every test).
+struct Reference {
+  TensorSet weights;
+  double accuracy = 0;
+};
+const Reference& Undisturbed(int servers = 2) {
+  static std::map<int, Reference>* const runs = new std::map<int, Reference>();
+  if (runs->count(servers) == 0) {
     Cluster cluster(absl::StrCat("undisturbed-", servers));
     EXPECT_TRUE(cluster.Start(Servers(servers, cluster.dir() + "/checkpoints")).ok())
         << cluster.Logs();
     EXPECT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
-    (*weights)[servers] = ReadWeights(cluster.worker_weights(0));
+    Reference& r = (*runs)[servers];
+    r.weights = ReadWeights(cluster.worker_weights(0));
+    absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+    EXPECT_TRUE(end.ok()) << end.status();
+    if (end.ok()) r.accuracy = MemberOf(*end, WORKER, 0).worker().test_accuracy();
   }
-  return weights->at(servers);
+  return runs->at(servers);
 }
 
 bool UnderWay(const std::string& scheduler) {
@@ -62,7 +73,7 @@ bool UnderWay(const std::string& scheduler) {
 }
 
 TEST(PlacementMoveTest, AServerJoinsMidRunAndTheWeightsEndBitIdentical) {
-  const TensorSet& undisturbed = Undisturbed();
+  const TensorSet& undisturbed = Undisturbed().weights;
   ASSERT_GT(undisturbed.tensors_size(), 0);
   Cluster cluster("grow");
   ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
@@ -130,11 +141,13 @@ void ExpectEveryParamServedOnce(const ClusterStatus& end, const TensorSet& model
   int64_t numel = 0;
   for (const NamedTensor& t : model.tensors()) numel += t.values_size();
   EXPECT_EQ(served, numel);
-  if (out >= 0) EXPECT_EQ(MemberOf(end, SERVER, out).server().params(), 0);
+  if (out >= 0) {
+    EXPECT_EQ(MemberOf(end, SERVER, out).server().params(), 0);
+  }
 }
 
 TEST(PlacementMoveTest, AJoinedServerKilledBeforeTheSwitchLeavesTheJobAsItWas) {
-  const TensorSet& undisturbed = Undisturbed();
+  const TensorSet& undisturbed = Undisturbed().weights;
   ASSERT_GT(undisturbed.tensors_size(), 0);
   Cluster cluster("joiner-killed");
   ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
@@ -160,7 +173,7 @@ TEST(PlacementMoveTest, AJoinedServerKilledBeforeTheSwitchLeavesTheJobAsItWas) {
 }
 
 TEST(PlacementMoveTest, AnOwnerKilledMidMoveRollsBackAndTheJoinedServerLeaves) {
-  const TensorSet& undisturbed = Undisturbed();
+  const TensorSet& undisturbed = Undisturbed().weights;
   ASSERT_GT(undisturbed.tensors_size(), 0);
   Cluster cluster("owner-killed");
   ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
@@ -199,6 +212,66 @@ TEST(PlacementMoveTest, AnOwnerKilledMidMoveRollsBackAndTheJoinedServerLeaves) {
   EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(1)), undisturbed), 0.0);
 }
 
+TEST(PlacementMoveTest, AWorkerKilledMidMoveLeavesTheJobAndTheMoveSwitches) {
+  const Reference& undisturbed = Undisturbed();
+  Cluster cluster("worker-killed");
+  ASSERT_TRUE(cluster.Start(TwoServers(cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
+  ASSERT_TRUE(UnderWay(cluster.scheduler_address())) << cluster.Logs();
+  ASSERT_TRUE(JoinWhileHeld(cluster)) << cluster.Logs();
+  // Worker 1, stopped before the switch clock, killed: under shrink the
+  // job goes on without it once it is declared dead, and the move with it.
+  cluster.workers()[1].Kill(SIGCONT);
+  cluster.workers()[1].Kill(SIGKILL);
+  ASSERT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE);
+  EXPECT_EQ(MemberOf(*end, WORKER, 1).state(), DEAD);
+  EXPECT_EQ(end->placement().version(), 2) << cluster.Logs();
+  ASSERT_EQ(end->placement().history_size(), 1);
+  EXPECT_EQ(end->placement().history(0).abandoned(), "");
+  ASSERT_EQ(end->rollbacks_size(), 1);  // the switch
+  EXPECT_EQ(end->rollbacks(0).placement_version(), 2);
+  ExpectEveryParamServedOnce(*end, undisturbed.weights, /*out=*/-1);
+  // One worker trained the rest alone: not the same weights, the same skill.
+  const double accuracy = MemberOf(*end, WORKER, 0).worker().test_accuracy();
+  EXPECT_NEAR(accuracy, undisturbed.accuracy, 0.05) << "undisturbed " << undisturbed.accuracy;
+}
+
+TEST(PlacementMoveTest, ASchedulerKilledMidMoveIsTakenOverAndTheMoveSwitches) {
+  const Reference& undisturbed = Undisturbed();
+  Cluster cluster("scheduler-killed");
+  ClusterOptions options = TwoServers(cluster.dir() + "/checkpoints");
+  options.scheduler_flags.push_back("--state_dir=" + cluster.dir() + "/state");
+  options.server_flags = {"--scheduler_timeout_ms=20000"};
+  for (std::vector<std::string>& flags : options.worker_flags) {
+    flags.push_back("--scheduler_timeout_ms=20000");
+  }
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.Logs();
+  ASSERT_TRUE(UnderWay(cluster.scheduler_address())) << cluster.Logs();
+  ASSERT_TRUE(JoinWhileHeld(cluster)) << cluster.Logs();
+  // The move is in the durable state: a scheduler started again on it
+  // holds the switch clock and switches as the first would have.
+  cluster.scheduler().Kill(SIGKILL);
+  (void)cluster.scheduler().Wait(absl::Seconds(10));
+  cluster.workers()[1].Kill(SIGCONT);
+  ASSERT_TRUE(cluster.RestartScheduler().ok()) << cluster.Logs();
+  ASSERT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
+
+  absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->job_state(), DONE);
+  EXPECT_EQ(end->placement().version(), 2) << cluster.Logs();
+  ASSERT_EQ(end->placement().history_size(), 1);
+  EXPECT_EQ(end->placement().history(0).abandoned(), "");
+  ASSERT_EQ(end->rollbacks_size(), 1);
+  EXPECT_EQ(end->rollbacks(0).placement_version(), 2);
+  ExpectEveryParamServedOnce(*end, undisturbed.weights, /*out=*/-1);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(0)), undisturbed.weights), 0.0);
+  EXPECT_EQ(MaxDifference(ReadWeights(cluster.worker_weights(1)), undisturbed.weights), 0.0);
+}
+
 int Psctl(const std::vector<std::string>& args, std::string* output) {
   std::vector<std::string> argv = {BinaryPath("tools/psctl")};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -206,9 +279,10 @@ int Psctl(const std::vector<std::string>& args, std::string* output) {
 }
 
 TEST(PlacementMoveTest, AServerDrainedMidRunLeavesAndTheWeightsEndBitIdentical) {
-  const TensorSet& undisturbed = Undisturbed(3);
+  const TensorSet& undisturbed = Undisturbed(3).weights;
   ASSERT_GT(undisturbed.tensors_size(), 0);
-  EXPECT_EQ(MaxDifference(undisturbed, Undisturbed(2)), 0.0);  // placement-free, as it should be
+  EXPECT_EQ(MaxDifference(undisturbed, Undisturbed(2).weights),
+            0.0);  // placement-free, as it should be
   Cluster cluster("drain");
   ASSERT_TRUE(cluster.Start(Servers(3, cluster.dir() + "/checkpoints")).ok()) << cluster.Logs();
   ASSERT_TRUE(UnderWay(cluster.scheduler_address())) << cluster.Logs();
