@@ -295,6 +295,9 @@ TEST(PlacementMoveTest, AServerDrainedMidRunLeavesAndTheWeightsEndBitIdentical) 
   EXPECT_EQ(Psctl({"drain-server", scheduler}, &out), 2) << out;
   ASSERT_EQ(Psctl({"drain-server", "1", scheduler, "--wait", "--json"}, &out), 0)
       << out << cluster.Logs();
+  // psctl status shows the placement and the move that ended.
+  EXPECT_EQ(Psctl({"status", scheduler}, &out), 0) << out;
+  EXPECT_NE(out.find("placement 2: server 0"), std::string::npos) << out;
   ASSERT_EQ(cluster.WaitAll(absl::Seconds(180)).value_or(-1), 0) << cluster.Logs();
 
   absl::StatusOr<ClusterStatus> end = cluster.FinalStatus();

@@ -182,6 +182,39 @@ void PrintServerTables(const MemberStatus& m) {
 
 // The lines above the table: the job, its pipeline, its rollbacks and its
 // pipeline restarts.
+// The placement once a move changed it, the move under way and the moves
+// ended (ClusterStatus.placement).
+void PrintPlacement(const PlacementStatus& p) {
+  if (p.version() <= 1 && !p.has_move() && p.history_size() == 0) return;
+  std::printf("placement %lld:", static_cast<long long>(p.version()));
+  for (const PlacedServer& s : p.servers()) {
+    std::printf(" server %d %d chunks (%s), %d row buckets;", s.server(), s.chunks(),
+                Bytes(s.chunk_bytes()).c_str(), s.row_buckets());
+  }
+  std::printf("\n");
+  auto what = [](MoveKind kind, int server) {
+    return absl::StrCat(kind == ADD_SERVER ? "adding" : "draining", " server ", server);
+  };
+  if (p.has_move()) {
+    const MoveStatus& m = p.move();
+    std::printf("move under way: %s, switching at clock %lld (%s to move); waiting for %s\n",
+                what(m.kind(), m.server()).c_str(), static_cast<long long>(m.switch_clock()),
+                Bytes(m.bytes()).c_str(),
+                m.waiting_for_size() > 0
+                    ? absl::StrCat("server ", absl::StrJoin(m.waiting_for(), ", ")).c_str()
+                    : "the workers");
+  }
+  for (const MoveRecord& r : p.history()) {
+    std::printf(
+        "move: %s at clock %lld (%s), %s\n", what(r.kind(), r.server()).c_str(),
+        static_cast<long long>(r.switch_clock()), Bytes(r.bytes()).c_str(),
+        r.abandoned().empty()
+            ? absl::StrCat("switched ", r.ended_unix_ms() - r.begun_unix_ms(), " ms after the ask")
+                  .c_str()
+            : absl::StrCat("abandoned: ", r.abandoned()).c_str());
+  }
+}
+
 void PrintJobLines(const ClusterStatus& st) {
   std::printf("job: %s, %s (staleness %d), %lld clocks", JobStateText(st.job_state()).c_str(),
               Consistency_Name(st.consistency()).c_str(), st.staleness(),
@@ -214,6 +247,7 @@ void PrintJobLines(const ClusterStatus& st) {
     }
     std::printf("\n");
   }
+  PrintPlacement(st.placement());
   for (const PipelineRestart& r : st.pipeline_restarts()) {
     const std::string done = r.done_unix_ms() > 0
                                  ? absl::StrCat("back to clock ", r.clock(), " in ",
