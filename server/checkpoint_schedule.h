@@ -23,11 +23,14 @@ class CheckpointSchedule {
   explicit CheckpointSchedule(int64_t every) : every_(every) {}
 
   bool enabled() const { return every_ > 0; }
-  // A checkpoint of `clock` was asked for (the newest one counts).
-  void Ask(int64_t clock) {
+  // A checkpoint of `clock` was asked for (the newest one counts); true
+  // when it is newer than the one asked for before.
+  bool Ask(int64_t clock) {
     int64_t asked = asked_.load(std::memory_order_relaxed);
-    while (clock > asked && !asked_.compare_exchange_weak(asked, clock)) {
+    while (clock > asked) {
+      if (asked_.compare_exchange_weak(asked, clock)) return true;
     }
+    return false;
   }
   // A rollback: what was asked is forgotten (the workers ask again).
   void Forget() { asked_.store(0, std::memory_order_relaxed); }

@@ -67,7 +67,10 @@ class Shard {
   // rounds and read guarantees.
   void RemoveWorker(int worker);
   // A checkpoint of `clock` was asked for outside the schedule.
-  void AskCheckpoint(int64_t clock) { schedule_.Ask(clock); }
+  void AskCheckpoint(int64_t clock) {
+    // (Each push names it: the tables hear it once.)
+    if (schedule_.Ask(clock)) tables_->CheckpointAsked(clock);
+  }
   // The newest clock whose files this server has for its chunks and every
   // table: what it reports complete (0: none).
   int64_t CheckpointClock() const;

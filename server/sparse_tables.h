@@ -128,6 +128,11 @@ class SparseTables {
   // schedule outlives the tables. The files are deleted by the server's
   // CheckpointWriter, with the chunks' (Rollback, Prune).
   void SetCheckpointing(const std::string& dir, const CheckpointSchedule* schedule);
+  // A checkpoint of `clock` was asked for (Shard::AskCheckpoint). Under BSP
+  // a part already at `clock` -- its rows pushed before the ask reached
+  // this server with a dense push -- writes it now, its rows still those of
+  // the clock (the round of `clock` is not applied).
+  void CheckpointAsked(int64_t clock);
   // The newest clock at or below `dense_clock` (the chunks' newest
   // checkpoint) whose files this server has for the chunks and every
   // table: what the server reports complete. `dense_clock` without tables.
@@ -288,6 +293,8 @@ class SparseTables {
   void CloseRound(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // The table's clock moved: expiry, and its checkpoint when one is due.
   void Advanced(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // Writes the part's checkpoint of `clock` (its own part's file).
+  void WriteCheckpoint(Table& table, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
 
   const int server_;
   const int servers_;

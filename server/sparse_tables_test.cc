@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_names.h"
-#include "server/checkpoint.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
 
 namespace pstrain {
 namespace {
@@ -70,10 +70,23 @@ TEST(SparseTablesTest, AJobsTablesTakeItsDefaultsAndAreChecked) {
   for (const char* bad : {
            R"pb(tables { name: "a" width: 0 })pb",
            R"pb(tables { name: "a b" width: 4 })pb",
-           R"pb(tables { name: "a" width: 4 } tables { name: "a" width: 8 })pb",
-           R"pb(tables { name: "a" width: 4 optimizer { type: ADAMW } })pb",
-           R"pb(tables { name: "a" width: 4 optimizer { type: SGD clip_norm: 1 } })pb",
-           R"pb(tables { name: "a" width: 4 optimizer { type: SGD learning_rate: -1 } })pb",
+           R"pb(tables { name: "a" width: 4 }
+                tables { name: "a" width: 8 })pb",
+           R"pb(tables {
+                  name: "a"
+                  width: 4
+                  optimizer { type: ADAMW }
+                })pb",
+           R"pb(tables {
+                  name: "a"
+                  width: 4
+                  optimizer { type: SGD clip_norm: 1 }
+                })pb",
+           R"pb(tables {
+                  name: "a"
+                  width: 4
+                  optimizer { type: SGD learning_rate: -1 }
+                })pb",
            R"pb(tables { name: "a" width: 4 init_scale: -1 })pb",
            R"pb(tables { name: "a" width: 4 memory_budget_bytes: -1 })pb",
            R"pb(tables { name: "a" width: 4 admit_after: 256 })pb",
@@ -121,7 +134,8 @@ TEST(SparseTablesTest, PullsMakeRowsAndPushesMoveOnlyTheirOwn) {
   ASSERT_EQ(st.size(), 2u);
   EXPECT_EQ(st[0].name(), "words");
   EXPECT_EQ(st[0].rows(), static_cast<int64_t>(ids.size()));
-  EXPECT_EQ(st[0].bytes(), static_cast<int64_t>(ids.size()) * (4 + 4) * 4);  // weights + Adagrad's sums
+  EXPECT_EQ(st[0].bytes(),
+            static_cast<int64_t>(ids.size()) * (4 + 4) * 4);  // weights + Adagrad's sums
   EXPECT_EQ(st[0].rows_pulled(), 2 * static_cast<int64_t>(ids.size()));
   EXPECT_EQ(st[0].rows_pushed(), 2);
   EXPECT_EQ(st[0].updates(), 1);
@@ -423,6 +437,37 @@ TEST(SparseTablesTest, ACheckpointRestoresEveryRowAndTheUpdateCount) {
   const absl::Status refused = other.Restore(0, 4);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_EQ(other.Restore(0, 6).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SparseTablesTest, ACheckpointAskedAfterThePartReachedItsClockIsWrittenThen) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/late_checkpoints");
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<JobSpec> job = Job(R"pb(
+    num_workers: 1
+    batch_size: 4
+    tables { name: "t" width: 3 }
+  )pb");
+  ASSERT_TRUE(job.ok()) << job.status();
+  SparseTables tables(*job, 0, 1, dir), restored(*job, 0, 1, dir);
+  CheckpointSchedule schedule(1000);
+  tables.SetCheckpointing(dir, &schedule);
+  restored.SetCheckpointing(dir, &schedule);
+  for (int64_t c = 0; c < 3; ++c) TrainClock(tables, c);  // at clock 3 now
+  // The ask of clock 3 reaches the server after the rows of clock 2 did
+  // (it comes with a dense push): the part writes it at once.
+  EXPECT_FALSE(std::filesystem::exists(TableCheckpointPath(dir, 0, 3, "t")));
+  ASSERT_TRUE(schedule.Ask(3));
+  tables.CheckpointAsked(3);
+  EXPECT_TRUE(std::filesystem::exists(TableCheckpointPath(dir, 0, 3, "t")));
+  const TableStatus at3 = tables.Status()[0];
+  EXPECT_FALSE(schedule.Ask(3));  // heard once
+  TrainClock(tables, 3);
+  ASSERT_TRUE(restored.Restore(0, 3).ok());
+  EXPECT_EQ(restored.Status()[0].rows(), at3.rows());
+  EXPECT_EQ(restored.Status()[0].updates(), at3.updates());
+  tables.CheckpointAsked(2);  // a clock the part is past: nothing
+  EXPECT_FALSE(std::filesystem::exists(TableCheckpointPath(dir, 0, 2, "t")));
 }
 
 // SSP applies each push at once and reads wait for the slowest worker
