@@ -15,7 +15,8 @@
 //     before the pair (the goal is >= 0.5).
 //
 // Prints one JSON object: the medians of the paired ratios, their ranges,
-// and each pair's figures. Daemons at their default heartbeat intervals.
+// and each pair's figures. The servers beat every 200 ms (tests/cluster.h),
+// every 20 ms while the move runs (the scheduler asks it).
 //
 //   bazel run -c opt //bench:move_bench -- [--mib=16] [--rounds=3] [--at=20] [--window=20]
 #include <algorithm>
