@@ -32,8 +32,16 @@ absl::StatusOr<bool> WorkerMemberLoop::Adopt(const AdvanceClockResponse& gate, i
       !rolled_back && connected && stages_ > 1 && gate.link_generation() != link_generation_;
   link_generation_ = gate.link_generation();
   if (rolled_back) {
-    spdlog::warn("the cluster rolled back (generation {}): resuming at clock {} (was at {})",
-                 gate.generation(), gate.resume_clock(), clock);
+    // A move's switch is a new generation too, at the clock reached.
+    const int64_t placed = gate.cluster().placement().version();
+    if (placed > placement_version_) {
+      spdlog::info("placement {} in force (generation {}): going on from clock {}", placed,
+                   gate.generation(), gate.resume_clock());
+      placement_version_ = placed;
+    } else {
+      spdlog::warn("the cluster rolled back (generation {}): resuming at clock {} (was at {})",
+                   gate.generation(), gate.resume_clock(), clock);
+    }
     generation_ = gate.generation();
     actions_->ResumeAt(gate.resume_clock());
   }

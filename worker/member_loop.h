@@ -85,7 +85,8 @@ class WorkerMemberLoop {
   const int replica_, stages_;
   LoopActions* const actions_;
   std::atomic<int64_t> generation_;
-  int64_t link_generation_ = 0;  // pipeline stages: the replica's links'
+  int64_t link_generation_ = 0;    // pipeline stages: the replica's links'
+  int64_t placement_version_ = 0;  // of the cluster's placement last adopted (0: the initial)
   int64_t total_;
   int64_t checkpoint_asked_ = 0;  // AdvanceClockResponse.checkpoint_clock
   ConsistencySchedule schedule_;  // the job's, with the scheduler's changes
