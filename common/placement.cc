@@ -187,6 +187,27 @@ int FreeServerId(const Placement& placement) {
   return id;
 }
 
+Handover HandoverTo(const Placement& from, const Placement& to, int server) {
+  Handover out;
+  for (int32_t c = 0; c < to.chunk_server_size() && c < from.chunk_server_size(); ++c) {
+    const int holder = from.chunk_server(c);
+    if (to.chunk_server(c) == server && holder != server) out.chunks[holder].push_back(c);
+  }
+  for (int b = 0; b < to.bucket_server_size() && b < from.bucket_server_size(); ++b) {
+    const int holder = from.bucket_server(b);
+    if (to.bucket_server(b) == server && holder != server) out.rows.insert(holder);
+  }
+  return out;
+}
+
+std::vector<int> Takers(const Placement& from, const Placement& to) {
+  std::vector<int> out;
+  for (int s : to.servers()) {
+    if (!HandoverTo(from, to, s).empty()) out.push_back(s);
+  }
+  return out;
+}
+
 int64_t PlacementChange::MovedBytes() const {
   int64_t bytes = 0;
   for (const PlacementMove& m : moves) bytes += m.bytes;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,18 @@ std::vector<int32_t> ChunksOn(const Placement& placement, int server);
 // The smallest server id the placement does not list: a server added
 // takes it (a drained server's id is free again).
 int FreeServerId(const Placement& placement);
+
+// What server `server` takes in a move from placement `from` to `to`
+// (both explicit): by the server that holds it under `from`, the chunks
+// `to` gives it, and the servers whose row buckets `to` gives it.
+struct Handover {
+  std::map<int, std::vector<int32_t>> chunks;  // [holder]: chunk ids, ascending
+  std::set<int> rows;                          // holders of buckets it takes
+  bool empty() const { return chunks.empty() && rows.empty(); }
+};
+Handover HandoverTo(const Placement& from, const Placement& to, int server);
+// The servers that take anything in that move, ascending.
+std::vector<int> Takers(const Placement& from, const Placement& to);
 
 // What a server keeps per parameter element, and how much it may keep.
 struct PlacementLimits {

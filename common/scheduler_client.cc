@@ -150,6 +150,7 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const MemberStatus&
     routes_ = resp.routes();
   }
   if (resp.placement().version() > placement_.version()) placement_ = resp.placement();
+  move_ = resp.move();
   return resp;
 }
 
@@ -161,6 +162,11 @@ ServerRoutes SchedulerClient::routes() const {
 Placement SchedulerClient::placement() const {
   absl::MutexLock lock(&mu_);
   return placement_;
+}
+
+MoveNews SchedulerClient::move() const {
+  absl::MutexLock lock(&mu_);
+  return move_;
 }
 
 void SchedulerClient::SetPlacement(const Placement& placement) {
@@ -181,18 +187,24 @@ void SchedulerClient::StartHeartbeats(std::function<MemberStatus()> status_fn) {
   heartbeat_thread_ = std::thread([this, fn = std::move(status_fn)] { HeartbeatLoop(fn); });
 }
 
+void SchedulerClient::BeatNow() {
+  absl::MutexLock lock(&mu_);
+  beat_now_ = true;
+}
+
 void SchedulerClient::HeartbeatLoop(std::function<MemberStatus()> status_fn) {
   // The first at once: a member started mid-job (a joining server) hears
   // the news without waiting an interval.
   for (bool first = true;; first = false) {
     if (!first) {
       absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || beat_now_; };
       // Sooner while the scheduler asks (a move or a rollback under way).
       const absl::Duration wait = next_beat_ > absl::ZeroDuration()
                                       ? std::min(next_beat_, options_.heartbeat_interval)
                                       : options_.heartbeat_interval;
       mu_.AwaitWithTimeout(absl::Condition(&wake), wait);
+      beat_now_ = false;
       if (stopping_ || Ended(job_state_)) return;
     }
     const absl::StatusOr<HeartbeatResponse> resp = Heartbeat(status_fn());

@@ -89,6 +89,12 @@ class SchedulerClient {
   // did: the initial placement).
   Placement placement() const;
   void SetPlacement(const Placement& placement);
+  // The move under way, as the last heartbeat answer said (none: an empty
+  // MoveNews, version 0).
+  MoveNews move() const;
+  // The next heartbeat goes now, not at its interval: a step the scheduler
+  // waits for is done (a move's handover held, a new generation's state).
+  void BeatNow();
   // A pipeline stage's replica's link generation, as of the last heartbeat.
   int64_t link_generation() const;
   // A server out of the job (HeartbeatResponse.leave): why it must leave,
@@ -135,7 +141,9 @@ class SchedulerClient {
   absl::Duration next_beat_ ABSL_GUARDED_BY(mu_);  // HeartbeatResponse.next_heartbeat_ms (0: none)
   ServerRoutes routes_ ABSL_GUARDED_BY(mu_);
   Placement placement_ ABSL_GUARDED_BY(mu_);
+  MoveNews move_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool beat_now_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_scheduler_ ABSL_GUARDED_BY(mu_) = false;
   // When the scheduler last answered (a registration or a heartbeat): the
   // members' window counts from here.

@@ -183,24 +183,21 @@ class JobCoordinator {
   absl::StatusOr<RegisterResponse> StartJoin(const RegisterRequest& req, absl::Time now);
   RegisterResponse JoinAnswer(int id) const;
   // psctl drain-server (ControlAction MOVE, DRAIN_SERVER): a move that
-  // switches at a checkpoint asked for it, the gate held there; the switch
+  // switches at a clock a few ahead, the gate held there; the switch
   // clock. NOT_FOUND for a server never registered; PlacementMoves::Ask's
-  // and the checkpoint's refusals.
+  // refusals.
   absl::StatusOr<int64_t> Drain(const ControlRequest& req, absl::Time now);
   // What the job is doing, for a move asked for now (the fastest worker's
   // clock in *fastest).
   PlacementMoves::Context MoveContext(int64_t* fastest) const;
-  // Asks for the checkpoint of the move just planned and holds the gate
-  // there (its clock); the move is abandoned when the checkpoint is refused.
-  absl::StatusOr<int64_t> HoldForMove(int64_t fastest, absl::Time now);
-  // The move under way switches once the manifest names its checkpoint
-  // and a server added holds its chunks of the move's placement (its
-  // Status names that version): a new generation from that checkpoint
-  // under the move's placement.
+  // The move under way switches once every server it gives chunks or rows
+  // holds its handover (HandedOver): a new generation from the switch
+  // clock under the move's placement.
   void MaybeSwitch(absl::Time now);
-  // The server the move under way adds holds its chunks of the move's
-  // placement (its Status names that version).
-  bool JoinedReady() const;
+  // The servers the move under way gives chunks or rows that do not hold
+  // their handover yet (their Status names another move, or they are
+  // gone); empty when every one does, or no move is under way.
+  std::vector<int> AwaitedHandovers() const;
   // A rollback begins: the move under way, if any, is abandoned.
   void AbandonMove(const std::string& why, absl::Time now);
   // The gate, the rollbacks and the norm rounds follow the placement in
@@ -211,7 +208,9 @@ class JobCoordinator {
   // A server's news of the placement: the one in force when its Status
   // names another version, and why it must leave when it is out of the job.
   void AddPlacementNews(const MemberRecord& server, HeartbeatResponse* out) const;
-  // The servers the move under way waits for (its checkpoint unwritten).
+  // A server's news of the move under way (MoveNews).
+  void AddMoveNews(HeartbeatResponse* out) const;
+  // The servers the move under way waits for, and its bytes moved.
   void AddMoveWaits(ClusterStatus* out) const;
   // Whether a server is in the job (PlacementMoves::InJob).
   std::function<bool(int)> ServersInJob() const {

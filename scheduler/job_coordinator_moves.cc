@@ -3,9 +3,11 @@
 // the move's checkpoint, a rollback abandoning the move. See
 // scheduler/job_coordinator.h.
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/placement.h"
 #include "common/status_macros.h"
 #include "scheduler/job_coordinator.h"
 
@@ -22,6 +24,12 @@ std::vector<bool> HoldsChunks(const Placement& placement, int servers) {
     if (s >= 0 && s < servers) out[s] = true;
   }
   return out;
+}
+
+// Whether a server's Status speaks of `move` (heard of, its handover).
+bool TakesMove(const ServerStatus& st, const Move& move) {
+  return st.handover_version() == move.after().version() &&
+         st.handover_switch_clock() == move.switch_clock();
 }
 
 }  // namespace
@@ -63,9 +71,9 @@ absl::StatusOr<RegisterResponse> JobCoordinator::StartJoin(const RegisterRequest
     AbandonMove(std::string(joined.status().message()), now);
     return joined.status();
   }
-  ASSIGN_OR_RETURN(const int64_t clock, HoldForMove(fastest, now));
-  spdlog::info("server {} joins from {}: the job's checkpoint of clock {} is its start", *joined,
-               req.address(), clock);
+  gate_.HoldFrom(moves_.held_clock());
+  spdlog::info("server {} joins from {}: it takes its chunks as they are at clock {}", *joined,
+               req.address(), moves_.switch_clock());
   return JoinAnswer(*joined);
 }
 
@@ -80,10 +88,10 @@ absl::StatusOr<int64_t> JobCoordinator::Drain(const ControlRequest& req, absl::T
   }
   int64_t fastest = 0;
   RETURN_IF_ERROR(moves_.Ask(DRAIN_SERVER, req.server(), MoveContext(&fastest), now));
-  ASSIGN_OR_RETURN(const int64_t clock, HoldForMove(fastest, now));
-  spdlog::info("server {} drains: its chunks go to the others at the checkpoint of clock {}",
-               req.server(), clock);
-  return moves_.held_clock();
+  gate_.HoldFrom(moves_.held_clock());
+  spdlog::info("server {} drains: its chunks go to the others as they are at clock {}",
+               req.server(), moves_.switch_clock());
+  return moves_.switch_clock();
 }
 
 PlacementMoves::Context JobCoordinator::MoveContext(int64_t* fastest) const {
@@ -91,7 +99,6 @@ PlacementMoves::Context JobCoordinator::MoveContext(int64_t* fastest) const {
   for (int w = 0; w < clocks_.num_workers(); ++w) *fastest = std::max(*fastest, clocks_.clock(w));
   PlacementMoves::Context context;
   context.rolling_back = rollbacks_.rolling_back();
-  context.checkpoints = rollbacks_.checkpoints();
   context.switch_clock = control_.CheckpointClockFor(*fastest);
   context.total_clocks = control_.total_clocks();
   // What the servers keep an element (weights and optimizer state), as they report it.
@@ -103,24 +110,12 @@ PlacementMoves::Context JobCoordinator::MoveContext(int64_t* fastest) const {
   return context;
 }
 
-absl::StatusOr<int64_t> JobCoordinator::HoldForMove(int64_t fastest, absl::Time now) {
-  ControlRequest checkpoint;
-  checkpoint.set_action(CHECKPOINT);
-  absl::StatusOr<int64_t> clock = control_.Ask(checkpoint, fastest, now);
-  if (!clock.ok()) {
-    AbandonMove(std::string(clock.status().message()), now);
-    return clock.status();
-  }
-  gate_.HoldFrom(moves_.held_clock());
-  return clock;
-}
-
 RegisterResponse JobCoordinator::JoinAnswer(int id) const {
   RegisterResponse resp;
   resp.set_id(id);
   *resp.mutable_job() = job_;
   resp.set_generation(rollbacks_.generation());
-  resp.set_start_clock(moves_.moving() ? moves_.held_clock() : rollbacks_.restore_clock());
+  resp.set_start_clock(moves_.moving() ? moves_.switch_clock() : rollbacks_.restore_clock());
   AddPlacement(resp.mutable_placement());
   if (moves_.moving()) *resp.mutable_next_placement() = *moves_.next();
   return resp;
@@ -129,7 +124,15 @@ RegisterResponse JobCoordinator::JoinAnswer(int id) const {
 void JobCoordinator::MaybeSwitch(absl::Time now) {
   if (!moves_.moving()) return;
   const Move move = moves_.Snapshot().move();
-  if (!moves_.MaybeSwitch(rollbacks_.manifest_clock(), JoinedReady(), now)) return;
+  int64_t bytes = 0, ms = 0;
+  for (int s : Takers(moves_.placement(), move.after())) {
+    const MemberRecord* m = members_.Get(SERVER, s);
+    if (m == nullptr) continue;
+    bytes += m->status.server().handed_over_bytes();
+    ms = std::max(ms, m->status.server().handover_ms());
+  }
+  if (!moves_.MaybeSwitch(AwaitedHandovers().empty(), now)) return;
+  moves_.RecordHandover(bytes, ms);
   rollbacks_.Switch(
       absl::StrCat("server ", move.server(), move.kind() == ADD_SERVER ? " added" : " drained"),
       move.switch_clock(), moves_.placement().version(), now);
@@ -137,11 +140,22 @@ void JobCoordinator::MaybeSwitch(absl::Time now) {
   gate_.RolledBack(move.switch_clock());
 }
 
-bool JobCoordinator::JoinedReady() const {
-  if (!moves_.moving() || moves_.Snapshot().move().kind() != ADD_SERVER) return false;
-  const MemberRecord* joined = members_.Get(SERVER, moves_.Snapshot().move().server());
-  return joined != nullptr && !Gone(joined->state) &&
-         joined->status.server().placement_version() == moves_.next()->version();
+std::vector<int> JobCoordinator::AwaitedHandovers() const {
+  std::vector<int> out;
+  if (!moves_.moving()) return out;
+  const Move& move = moves_.Snapshot().move();
+  // Every server of either placement: the takers hold what they take, and
+  // the others heard of the move (the switch takes its handover).
+  std::set<int> servers(move.after().servers().begin(), move.after().servers().end());
+  servers.insert(moves_.placement().servers().begin(), moves_.placement().servers().end());
+  for (int s : servers) {
+    const MemberRecord* m = members_.Get(SERVER, s);
+    const ServerStatus* st = m == nullptr ? nullptr : &m->status.server();
+    if (st == nullptr || Gone(m->state) || !TakesMove(*st, move) || !st->handed_over()) {
+      out.push_back(s);
+    }
+  }
+  return out;
 }
 
 void JobCoordinator::Placed() {
@@ -175,19 +189,36 @@ void JobCoordinator::AddPlacementNews(const MemberRecord& server, HeartbeatRespo
   out->set_leave(moves_.WhyOut(server.id));
   // Each step of a move, and of its switch or a rollback, waits for a heartbeat.
   if (moves_.moving() || rollbacks_.rolling_back()) out->set_next_heartbeat_ms(kStepHeartbeatMs);
+  AddMoveNews(out);
+}
+
+void JobCoordinator::AddMoveNews(HeartbeatResponse* out) const {
+  if (!moves_.moving()) return;
+  const Move& move = moves_.Snapshot().move();
+  MoveNews* news = out->mutable_move();
+  *news->mutable_from() = moves_.placement();
+  *news->mutable_to() = move.after();
+  news->set_switch_clock(move.switch_clock());
+  const int servers = members_.registered(SERVER);
+  for (int s = 0; s < servers; ++s) {
+    const MemberRecord* m = members_.Get(SERVER, s);
+    news->add_addresses(m == nullptr ? "" : m->address);
+  }
 }
 
 void JobCoordinator::AddMoveWaits(ClusterStatus* out) const {
   if (!moves_.moving()) return;
   MoveStatus* move = out->mutable_placement()->mutable_move();
-  for (int s : moves_.placement().servers()) {
-    const MemberRecord* m = members_.Get(SERVER, s);
-    if (m == nullptr || m->status.server().checkpoint_clock() < moves_.held_clock()) {
-      move->add_waiting_for(s);
-    }
-  }
+  for (int s : AwaitedHandovers()) move->add_waiting_for(s);
   const Move& m = moves_.Snapshot().move();
-  if (m.kind() == ADD_SERVER && !JoinedReady()) move->add_waiting_for(m.server());
+  int64_t moved = 0;
+  for (int s : Takers(moves_.placement(), m.after())) {
+    const MemberRecord* taker = members_.Get(SERVER, s);
+    const ServerStatus* st = taker == nullptr ? nullptr : &taker->status.server();
+    if (st != nullptr && TakesMove(*st, m)) moved += st->handed_over_bytes();
+  }
+  move->set_bytes_moved(moved);
+  move->set_bytes_left(std::max<int64_t>(0, m.bytes() - moved));
 }
 
 }  // namespace pstrain

@@ -1,9 +1,9 @@
 // JobCoordinator's moves: a server joining the running job gets the next
 // id and a switch clock the gate holds; a retry of its registration gets
-// the same answer; a second join while one is under way, or a join into a
-// job without checkpoints, is refused; the manifest naming the switch
-// clock and the joined server holding its chunks switch the placement in
-// a new generation that is not a rollback. The joined server lost before
+// the same answer; a second join while one is under way is refused; the
+// servers hear of the move (MoveNews), and once the joined server holds
+// its handover the placement switches in a new generation that is not a
+// rollback -- with or without checkpoints. The joined server lost before
 // the switch abandons the move, nothing rolled back, and its id is free
 // again; an owner lost rolls the job back without the joined server,
 // which is told to leave.
@@ -24,7 +24,8 @@ absl::StatusOr<RegisterResponse> JoinServer(JobCoordinator& c, const std::string
 }
 
 // Server `id`'s heartbeat (`incarnation`) naming placement `version`:
-// the joined server's once it holds its chunks of the move's placement.
+// the joined server's once it holds its handover of the move to that
+// placement switching at clock 3 (version 0: none).
 absl::StatusOr<HeartbeatResponse> BeatPlaced(JobCoordinator& c, int id, int64_t version,
                                              int64_t generation, uint64_t incarnation,
                                              absl::Time now, MemberState state = RUNNING) {
@@ -34,11 +35,32 @@ absl::StatusOr<HeartbeatResponse> BeatPlaced(JobCoordinator& c, int id, int64_t 
   req.mutable_status()->set_id(id);
   req.mutable_status()->set_state(state);
   req.mutable_status()->set_generation(generation);
-  req.mutable_status()->mutable_server()->set_placement_version(version);
+  ServerStatus* server = req.mutable_status()->mutable_server();
+  server->set_placement_version(version);
+  if (version > 0) {
+    server->set_handover_version(version);
+    server->set_handover_switch_clock(3);
+    server->set_handed_over(true);
+  }
   return c.Heartbeat(req, now);
 }
 
-TEST_F(JobCoordinatorTest, AJoiningServerIsHeldForAndSwitchedInAtACheckpoint) {
+// Server `id`'s heartbeat (incarnation 1, generation 0) once it heard of
+// the move to placement 2 switching at clock 3, which gives it nothing.
+absl::StatusOr<HeartbeatResponse> Heard(JobCoordinator& c, int id, absl::Time now) {
+  HeartbeatRequest req;
+  req.set_incarnation(1);
+  req.mutable_status()->set_role(SERVER);
+  req.mutable_status()->set_id(id);
+  req.mutable_status()->set_state(RUNNING);
+  ServerStatus* server = req.mutable_status()->mutable_server();
+  server->set_handover_version(2);
+  server->set_handover_switch_clock(3);
+  server->set_handed_over(true);
+  return c.Heartbeat(req, now);
+}
+
+TEST_F(JobCoordinatorTest, AJoiningServerIsHeldForAndSwitchedInOnceHandedOver) {
   Start(TwoByTwo(/*checkpoint_every=*/10), SchedulerPolicy());
   JoinAll();
   absl::StatusOr<RegisterResponse> joined = JoinServer(*coordinator_, "s2", now_);
@@ -55,23 +77,36 @@ TEST_F(JobCoordinatorTest, AJoiningServerIsHeldForAndSwitchedInAtACheckpoint) {
 
   ClusterStatus st = coordinator_->Status(now_);
   EXPECT_EQ(st.placement().move().switch_clock(), 3);
-  EXPECT_EQ(st.checkpoint_asked(), 3);
-  // The gate holds clock 3 until the switch, every worker there.
+  EXPECT_EQ(st.checkpoint_asked(), 0);  // no checkpoint: the state is handed over
+  // The gate holds clock 2 until the switch: every worker stops having
+  // pushed it, every chunk at clock 3.
   bool parked = false;
-  for (int64_t c = 0; c < 3; ++c) {
+  for (int64_t c = 0; c < 2; ++c) {
     for (int w = 0; w < 2; ++w) ASSERT_TRUE(Gate(w, c, &parked).ok());
   }
-  ASSERT_TRUE(Gate(0, 3, &parked).ok());
-  ASSERT_TRUE(Gate(1, 3, &parked).ok());
+  ASSERT_TRUE(Gate(0, 2, &parked).ok());
+  ASSERT_TRUE(Gate(1, 2, &parked).ok());
   EXPECT_TRUE(parked);
   EXPECT_EQ(joined->next_placement().version(), 2);
-  coordinator_->ManifestWritten(3, absl::OkStatus(), now_);
-  // Named: server 2 loads its chunks from it; until it says it holds
-  // them the move waits for it alone.
+  // Every server hears of the move: where each listens, the placements.
+  absl::StatusOr<HeartbeatResponse> heard = Beat(SERVER, 1);
+  ASSERT_TRUE(heard.ok()) << heard.status();
+  EXPECT_EQ(heard->move().from().version(), 1);
+  EXPECT_EQ(heard->move().to().version(), 2);
+  EXPECT_EQ(heard->move().switch_clock(), 3);
+  ASSERT_EQ(heard->move().addresses_size(), 3);
+  EXPECT_EQ(heard->move().addresses(2), "s2");
+  // The move waits for every server to hear of it, and for server 2 to
+  // hold its handover.
+  st = coordinator_->Status(now_);
+  EXPECT_EQ(st.placement().move().waiting_for_size(), 3);
+  ASSERT_TRUE(Heard(*coordinator_, 0, now_).ok());
+  ASSERT_TRUE(Heard(*coordinator_, 1, now_).ok());
   st = coordinator_->Status(now_);
   ASSERT_TRUE(st.placement().has_move());
-  ASSERT_GT(st.placement().move().waiting_for_size(), 0);
-  EXPECT_EQ(*st.placement().move().waiting_for().rbegin(), 2);
+  EXPECT_EQ(std::vector<int>(st.placement().move().waiting_for().begin(),
+                             st.placement().move().waiting_for().end()),
+            std::vector<int>{2});
   absl::StatusOr<HeartbeatResponse> ready = BeatPlaced(*coordinator_, 2, 2, 1, 7, now_);
   ASSERT_TRUE(ready.ok()) << ready.status();
   EXPECT_EQ(ready->leave(), "");
@@ -96,11 +131,11 @@ TEST_F(JobCoordinatorTest, AJoinedServerLostBeforeTheSwitchAbandonsTheMoveWithou
   JoinAll();
   ASSERT_TRUE(JoinServer(*coordinator_, "s2", now_).ok());
   bool parked = false;
-  for (int64_t c = 0; c < 3; ++c) {
+  for (int64_t c = 0; c < 2; ++c) {
     for (int w = 0; w < 2; ++w) ASSERT_TRUE(Gate(w, c, &parked).ok());
   }
-  ASSERT_TRUE(Gate(0, 3, &parked).ok());
-  ASSERT_TRUE(Gate(1, 3, &parked).ok());
+  ASSERT_TRUE(Gate(0, 2, &parked).ok());
+  ASSERT_TRUE(Gate(1, 2, &parked).ok());
   ASSERT_TRUE(parked);  // held for the switch
   const Ticket held = ticket_;
   coordinator_->ManifestWritten(3, absl::OkStatus(), now_);
@@ -167,14 +202,15 @@ TEST_F(JobCoordinatorTest, AnOwnerLostMidMoveRollsBackWithoutTheJoinedServer) {
   EXPECT_EQ(st.generation(), 1);
 }
 
-TEST_F(JobCoordinatorTest, AJoinIntoAJobWithoutCheckpointsIsRefused) {
+TEST_F(JobCoordinatorTest, AServerJoinsAJobWithoutCheckpoints) {
   Start(TwoByTwo(), SchedulerPolicy());
   JoinAll();
-  const absl::Status st = JoinServer(*coordinator_, "s2", now_).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_NE(st.message().find("checkpoint"), absl::string_view::npos) << st;
-  EXPECT_EQ(coordinator_->Status(now_).placement().version(), 1);
-  EXPECT_EQ(coordinator_->Status(now_).members_size(), 4);  // nobody joined
+  absl::StatusOr<RegisterResponse> joined = JoinServer(*coordinator_, "s2", now_);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_TRUE(Heard(*coordinator_, 0, now_).ok());
+  ASSERT_TRUE(Heard(*coordinator_, 1, now_).ok());
+  ASSERT_TRUE(BeatPlaced(*coordinator_, 2, 2, 1, 7, now_).ok());
+  EXPECT_EQ(coordinator_->Status(now_).placement().version(), 2);
 }
 
 }  // namespace

@@ -62,11 +62,6 @@ absl::Status PlacementMoves::Ask(MoveKind kind, int server, const Context& conte
                    absl::StrCat(Describe(m.kind(), m.server()),
                                 " is under way (it switches at clock ", m.switch_clock(), ")"));
   }
-  if (!context.checkpoints) {
-    return Refused(kind, server,
-                   "a move switches through a checkpoint of its switch clock: the job needs "
-                   "checkpoint_dir and checkpoint_every");
-  }
   if (job_.pipeline_stages() > 1) {
     return Refused(kind, server, "a job with pipeline stages cannot move its servers yet");
   }
@@ -110,15 +105,21 @@ absl::Status PlacementMoves::Ask(MoveKind kind, int server, const Context& conte
   return absl::OkStatus();
 }
 
-bool PlacementMoves::MaybeSwitch(int64_t manifest_clock, bool joined_ready, absl::Time now) {
-  if (!moving() || manifest_clock < state_.move().switch_clock()) return false;
-  if (state_.move().kind() == ADD_SERVER && !joined_ready) return false;
+bool PlacementMoves::MaybeSwitch(bool handed_over, absl::Time now) {
+  if (!moving() || !handed_over) return false;
   *state_.mutable_placement() = state_.move().after();
   spdlog::info("{}: placement {} in force from clock {}",
                Describe(state_.move().kind(), state_.move().server()), state_.placement().version(),
                state_.move().switch_clock());
   End("", now);
   return true;
+}
+
+void PlacementMoves::RecordHandover(int64_t bytes, int64_t ms) {
+  if (state_.history().empty()) return;
+  MoveRecord* r = state_.mutable_history(state_.history_size() - 1);
+  r->set_handed_over_bytes(bytes);
+  r->set_handover_ms(ms);
 }
 
 bool PlacementMoves::Abandon(const std::string& why, absl::Time now) {

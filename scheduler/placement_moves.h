@@ -1,20 +1,20 @@
 // The job's placement (proto/placement.proto) and its moves: a server
 // added to the running job or drained from it. A move is asked for (Ask),
 // planned (common/placement.h: only what balances the bytes moves) and
-// given a switch clock -- the clock of a checkpoint asked for it -- that
-// the gate holds: the workers train the clocks before it, every server
-// writes its checkpoint of it, and once the manifest names that
-// checkpoint the move switches (MaybeSwitch): its placement is in force,
-// and the job goes on from the checkpoint under it (a new generation, not
-// a rollback: nothing goes back). A server added switches only once it
-// holds its chunks of the move's placement (loaded from that checkpoint).
+// given a switch clock that the gate holds: the workers train the clocks
+// before it, then every server the move gives chunks or rows takes their
+// state at that clock from the servers holding them (the handover,
+// server/move_intake.h), and once every one of them holds its handover
+// whole the move switches (MaybeSwitch): its placement is in force, and
+// the job goes on from that clock under it (a new generation, not a
+// rollback: nothing goes back, nothing is read from disk).
 // A server lost before the switch, or a rollback, abandons the move
 // (Abandon, ServerLost): the placement in force stays, and what the
 // failure policy does with the lost server follows as without a move --
 // no chunk is ever served under two placements at once, or by none. A
 // server added by an abandoned move is out of the job (InJob): its loss
-// changes nothing, and it is told to leave. Keeps the placement, the move under way
-// and the moves ended. No I/O but logs.
+// changes nothing, and it is told to leave. Keeps the placement, the move
+// under way and the moves ended. No I/O but logs.
 //
 // Not thread-safe: the coordinator's owner guards it.
 #ifndef PSTRAIN_SCHEDULER_PLACEMENT_MOVES_H_
@@ -50,22 +50,26 @@ class PlacementMoves {
   bool moving() const { return state_.has_move(); }
   // The placement the move under way makes (null: none).
   const Placement* next() const { return moving() ? &state_.move().after() : nullptr; }
-  // The clock no worker starts until the move under way switches (-1: none).
-  int64_t held_clock() const { return moving() ? state_.move().switch_clock() : -1; }
+  // The clock the move under way switches at (-1: none).
+  int64_t switch_clock() const { return moving() ? state_.move().switch_clock() : -1; }
+  // The gate's clock held until then (-1: none): the one before the
+  // switch clock. A worker computes the clock it asked the gate for while
+  // the answer comes (worker/clock_loop.h), so held there each stops
+  // having pushed it, and every chunk and row settles at the switch clock.
+  int64_t held_clock() const { return moving() ? state_.move().switch_clock() - 1 : -1; }
 
   // What the job is doing when a move is asked for.
   struct Context {
     bool running = true;        // the job runs (not waiting, not ended)
     bool rolling_back = false;  // a rollback is under way
-    bool checkpoints = true;    // the job writes checkpoints (the move goes through one)
-    int64_t switch_clock = 0;   // the clock of the checkpoint asked for the move
+    int64_t switch_clock = 0;   // the clock the move switches at
     int64_t total_clocks = 0;   // the clocks the job trains (0: no bound)
     PlacementLimits limits;     // the servers' bytes per parameter and budgets
   };
   // Asks for server `server` to be added (ADD_SERVER) or drained
   // (DRAIN_SERVER), switching at context.switch_clock. FAILED_PRECONDITION
   // naming the reason for a job not running, rolling back or moving
-  // already, one without checkpoints, with pipeline stages or standby
+  // already, one with pipeline stages or standby
   // copies (their layout does not follow a placement yet), a table that
   // admits rows by counts (admit_after: not kept by row), a placement
   // that leaves a server table rows but no chunk, one that ends before
@@ -74,11 +78,12 @@ class PlacementMoves {
   // budget broken; nothing changed then. INVALID_ARGUMENT for another
   // kind.
   absl::Status Ask(MoveKind kind, int server, const Context& context, absl::Time now);
-  // True when the move under way switched now: the manifest names the
-  // checkpoint of its switch clock (`manifest_clock`) and a server added
-  // holds its chunks of the move's placement (`joined_ready`: its Status
-  // names that version); the placement is in force.
-  bool MaybeSwitch(int64_t manifest_clock, bool joined_ready, absl::Time now);
+  // True when the move under way switched now: every server it gives
+  // chunks or rows holds its handover (`handed_over`, the coordinator's
+  // reading of their Status); the placement is in force.
+  bool MaybeSwitch(bool handed_over, absl::Time now);
+  // The move that switched last handed over `bytes` in `ms` (its record's).
+  void RecordHandover(int64_t bytes, int64_t ms);
   // Abandons the move under way for `why` (true when there was one): the
   // placement in force stays.
   bool Abandon(const std::string& why, absl::Time now);

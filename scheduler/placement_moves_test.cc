@@ -37,15 +37,15 @@ PlacementMoves::Context At(int64_t clock) {
 
 std::vector<int> Servers(const Placement& p) { return {p.servers().begin(), p.servers().end()}; }
 
-TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock) {
+TEST(PlacementMovesTest, AMoveSwitchesOnceItsHandoversAreHeld) {
   PlacementMoves m = Moves(2);
   EXPECT_EQ(m.held_clock(), -1);
   ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(6), kNow).ok());
-  EXPECT_EQ(m.held_clock(), 6);
+  EXPECT_EQ(m.switch_clock(), 6);
+  EXPECT_EQ(m.held_clock(), 5);  // the workers stop having pushed clock 5
   EXPECT_EQ(Servers(*m.next()), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(m.placement().version(), 1);        // in force until the switch
-  EXPECT_FALSE(m.MaybeSwitch(5, true, kNow));   // the checkpoint of clock 6 is not named yet
-  EXPECT_FALSE(m.MaybeSwitch(6, false, kNow));  // server 2 does not hold its chunks yet
+  EXPECT_FALSE(m.MaybeSwitch(/*handed_over=*/false, kNow));  // a taker does not hold it all
   EXPECT_TRUE(m.InJob(2));
   ClusterStatus st;
   m.AddStatus(&st);
@@ -53,7 +53,7 @@ TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock
   EXPECT_EQ(st.placement().move().switch_clock(), 6);
   EXPECT_EQ(st.placement().move().version(), 2);
   EXPECT_EQ(st.placement().move().bytes(), 6 * 400);  // 20 chunks over 3: 7, 7, 6
-  EXPECT_TRUE(m.MaybeSwitch(6, true, kNow));
+  EXPECT_TRUE(m.MaybeSwitch(/*handed_over=*/true, kNow));
   EXPECT_FALSE(m.moving());
   EXPECT_EQ(m.held_clock(), -1);
   EXPECT_EQ(m.placement().version(), 2);
@@ -61,7 +61,7 @@ TEST(PlacementMovesTest, AnAddedServerSwitchesOnceTheManifestNamesTheSwitchClock
   ASSERT_EQ(m.Snapshot().history_size(), 1);
   EXPECT_EQ(m.Snapshot().history(0).abandoned(), "");
   EXPECT_EQ(m.Snapshot().history(0).switch_clock(), 6);
-  EXPECT_FALSE(m.MaybeSwitch(9, true, kNow));  // nothing under way
+  EXPECT_FALSE(m.MaybeSwitch(true, kNow));  // nothing under way
   EXPECT_TRUE(m.InJob(2));
   EXPECT_EQ(m.WhyOut(2), "");
 }
@@ -70,7 +70,7 @@ TEST(PlacementMovesTest, ADrainLeavesTheDrainedServerNothing) {
   PlacementMoves m = Moves(3);
   ASSERT_TRUE(m.Ask(DRAIN_SERVER, 1, At(10), kNow).ok());
   EXPECT_TRUE(m.InJob(1));                                       // until the switch
-  EXPECT_TRUE(m.MaybeSwitch(10, /*joined_ready=*/false, kNow));  // nobody to wait for
+  EXPECT_TRUE(m.MaybeSwitch(/*handed_over=*/true, kNow));
   EXPECT_EQ(Servers(m.placement()), (std::vector<int>{0, 2}));
   EXPECT_FALSE(m.InJob(1));
   EXPECT_EQ(m.WhyOut(1), "server 1 was drained at clock 10 (placement 2)");
@@ -109,9 +109,6 @@ TEST(PlacementMovesTest, MovesThatCannotBeAreRefusedWithTheReason) {
   ExpectRefused(m, ADD_SERVER, 1, At(3), "has it already");
   ExpectRefused(m, DRAIN_SERVER, 5, At(3), "does not have it");
   ExpectRefused(m, ADD_SERVER, 2, At(100), "ends at clock 100");
-  c = At(3);
-  c.checkpoints = false;
-  ExpectRefused(m, ADD_SERVER, 2, c, "checkpoint_dir");
   c = At(3);
   c.limits.budget[0] = 1000;  // it holds 4000
   ExpectRefused(m, DRAIN_SERVER, 1, c, "budget");
@@ -166,7 +163,7 @@ TEST(PlacementMovesTest, ALostServerAbandonsTheMoveAndThePlacementStays) {
   // The next move starts afresh.
   ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(7), kNow).ok());
   EXPECT_EQ(m.next()->version(), 2);
-  EXPECT_EQ(m.held_clock(), 7);
+  EXPECT_EQ(m.held_clock(), 6);
   EXPECT_TRUE(m.Abandon("a rollback began", kNow));
   EXPECT_FALSE(m.Abandon("again", kNow));
   EXPECT_EQ(m.Snapshot().history_size(), 2);
@@ -177,8 +174,8 @@ TEST(PlacementMovesTest, TheStateSurvivesATakeover) {
   ASSERT_TRUE(m.Ask(ADD_SERVER, 2, At(5), kNow).ok());
   PlacementMoves taken = Moves(2);
   ASSERT_TRUE(taken.Restore(m.Snapshot()).ok());
-  EXPECT_EQ(taken.held_clock(), 5);
-  EXPECT_TRUE(taken.MaybeSwitch(5, true, kNow));
+  EXPECT_EQ(taken.held_clock(), 4);
+  EXPECT_TRUE(taken.MaybeSwitch(true, kNow));
   EXPECT_EQ(taken.placement().version(), 2);
 
   MoveState bad = m.Snapshot();

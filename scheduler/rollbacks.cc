@@ -59,7 +59,7 @@ void Rollbacks::Switch(const std::string& reason, int64_t clock, int64_t placeme
   r->set_begun_unix_ms(absl::ToUnixMillis(now));
   r->set_placement_version(placement_version);
   spdlog::info(
-      "generation {}: {}; every server loads the checkpoint of clock {} under placement {}",
+      "generation {}: {}; every server goes on from clock {} under placement {}",
       state_.generation(), reason, clock, placement_version);
 }
 

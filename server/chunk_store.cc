@@ -37,7 +37,7 @@ ServerMemoryNeeds ChunkStore::MemoryNeeds(const JobSpec& job, const Partition& p
 
 ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
                        std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace,
-                       const OffloadOptions& offload)
+                       const OffloadOptions& offload, StartValues start)
     : job_(job),
       server_id_(server_id),
       params_(ModelParams(job.model())),
@@ -70,7 +70,9 @@ ChunkStore::ChunkStore(const JobSpec& job, const Partition& partition, int serve
   for (int32_t id : chunk_ids_) {
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    if (memory_error_ = Initialize(c); !memory_error_.ok()) return;
+    if (start == StartValues::kSeed) {
+      if (memory_error_ = Initialize(c); !memory_error_.ok()) return;
+    }
     // A standby copy is filled by its primary (it may be a replacement's).
     c.standby.Reset(Home(c), c.clocks.applied());
     standby_.Add(c.home, &c);

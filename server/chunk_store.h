@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -70,14 +71,18 @@ class ChunkStore : public HeldRounds {
     virtual void NeedWhole(int home, int32_t chunk) = 0;
   };
 
-  // Owns the chunks `partition` gives `server_id` and initialises them from
-  // the job seed, in memory or offloaded as `offload` says (a failure to
-  // make the offload file is health()'s; the store is then unusable). The
+  // What a new store's chunks hold: the job seed's initial values, or
+  // nothing yet -- a store made for a restore or a move's switch, which
+  // writes every chunk before anything reads one (Restore, Adopt).
+  enum class StartValues { kSeed, kNone };
+  // Owns the chunks `partition` gives `server_id` and gives them `start`
+  // values, in memory or offloaded as `offload` says (a failure to make
+  // the offload file is health()'s; the store is then unusable). The
   // optimizer splits large updates over `pool`; `pool` and `trace` may be
   // null and must outlive the store.
   ChunkStore(const JobSpec& job, const Partition& partition, int server_id,
              std::unique_ptr<Optimizer> optimizer, ThreadPool* pool, TraceWriter* trace,
-             const OffloadOptions& offload = {});
+             const OffloadOptions& offload = {}, StartValues start = StartValues::kSeed);
   // What an offloaded store of `server_id`'s chunks needs of a budget (see
   // server/memory_plan.h).
   static ServerMemoryNeeds MemoryNeeds(const JobSpec& job, const Partition& partition,
@@ -156,6 +161,15 @@ class ChunkStore : public HeldRounds {
   // optimizer's state; when a chunk's tensors do not match it (the store
   // is then unusable).
   absl::Status Restore(int64_t generation, int64_t clock, const CheckpointSet* set);
+  // A move's switch (server/move_intake.h): the state of generation
+  // `generation` from clock `clock` as Restore's, but each chunk's weights,
+  // optimizer state and step count from its whole state in `*handed` (a
+  // handover to this server: taken out), else from `before` -- the store
+  // that held it until now, this server's (null: none) -- not from a
+  // file. INTERNAL for a chunk in neither, INVALID_ARGUMENT naming the
+  // chunk for a state of another size (the store is then unusable).
+  absl::Status Adopt(int64_t generation, int64_t clock, std::map<int32_t, ChunkUpdate>* handed,
+                     const ChunkStore* before);
   int64_t generation() const { return generation_; }
   // The newest checkpoint clock written or restored in this generation (0: none).
   int64_t checkpoint_clock() const;
@@ -320,6 +334,19 @@ class ChunkStore : public HeldRounds {
   absl::Status CheckRestorable(const CheckpointSet& set, int64_t clock) const;
   // Takes a full update into a standby copy.
   absl::Status TakeFull(Chunk& c, const ChunkUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Writes a whole state's weights, optimizer state, steps and values
+  // into `c` (INVALID_ARGUMENT, nothing written, for another size).
+  // CopyWhole: the same from this store's chunk `c.id` (INTERNAL when it
+  // holds none of that size).
+  absl::Status CopyWhole(Chunk& c, const Slab& slab) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  absl::Status PutWhole(Chunk& c, const Slab& slab, const ChunkUpdate& u)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // A restore's or an adoption's start of `generation` at `clock` for `c`,
+  // its state in place; then, once for the store, the rounds dropped and
+  // the later checkpoint files deleted.
+  void StartGeneration(Chunk& c, int64_t generation, int64_t clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void RestoreDone(int64_t clock);
   // Whether `c` is this server's own (checkpointed here).
   bool Home(const Chunk& c) const { return c.home == server_id_; }
   // Writes `c` to the checkpoint when its applied clock calls for it.

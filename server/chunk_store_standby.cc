@@ -121,19 +121,24 @@ absl::StatusOr<ChunkUpdate> ChunkStore::FullUpdate(int32_t chunk) const {
   return u;
 }
 
-absl::Status ChunkStore::TakeFull(Chunk& c, const ChunkUpdate& u) {
+absl::Status ChunkStore::PutWhole(Chunk& c, const Slab& slab, const ChunkUpdate& u) {
   const int64_t w = c.layout.weights, st = c.layout.state;
   if (u.weights().size() != w * sizeof(float) || u.state().size() != st * sizeof(float) ||
       u.steps() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("replicate: chunk ", c.id, "'s whole state has another size"));
+        absl::StrCat("chunk ", c.id, "'s whole state has another size"));
   }
-  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
   std::memcpy(slab.weights(), u.weights().data(), u.weights().size());
   std::memcpy(slab.state(), u.state().data(), u.state().size());
   slab.MarkWritten();
   c.steps = u.steps();
   c.has_values = u.has_values();
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::TakeFull(Chunk& c, const ChunkUpdate& u) {
+  ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+  RETURN_IF_ERROR(Prefixed("replicate: ", PutWhole(c, slab, u)));
   c.clocks.SetApplied({u.applied().begin(), u.applied().end()});
   c.standby.version = u.version();
   MaybeCheckpoint(c, slab);

@@ -3,6 +3,7 @@
 // restore from a checkpoint file, and the checkpoints it writes. See
 // server/chunk_store.h.
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -51,21 +52,68 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
       c.steps = *steps;
       c.has_values = true;
     }
-    c.clocks.Restore(clock);
-    c.ClearRound();
-    c.checkpointed = clock;
-    c.generation = generation;
-    // A rollback serves every chunk from its own server again; the standby
-    // copies wait for their primary's whole state.
-    c.standby.Reset(Home(c), c.clocks.applied());
+    StartGeneration(c, generation, clock);
   }
+  RestoreDone(clock);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Adopt(int64_t generation, int64_t clock,
+                               std::map<int32_t, ChunkUpdate>* handed, const ChunkStore* before) {
+  generation_ = generation;
+  restore_clock_ = clock;
+  for (int32_t id : chunk_ids_) {
+    Chunk& c = *Find(id);
+    absl::MutexLock lock(&c.mu);
+    ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+    if (auto it = handed->find(id); it != handed->end()) {
+      RETURN_IF_ERROR(PutWhole(c, slab, it->second));
+      handed->erase(it);
+    } else if (before != nullptr) {
+      RETURN_IF_ERROR(before->CopyWhole(c, slab));
+    } else {
+      return absl::InternalError(absl::StrCat("chunk ", id, " was not handed over"));
+    }
+    // (The round's sum is written by its first push: the gradient is left.)
+    StartGeneration(c, generation, clock);
+  }
+  RestoreDone(clock);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::CopyWhole(Chunk& c, const Slab& slab) const {
+  const Chunk* from = Find(c.id);
+  if (from == nullptr || from->layout.weights != c.layout.weights ||
+      from->layout.state != c.layout.state) {
+    return absl::InternalError(absl::StrCat("chunk ", c.id, " is not held here as it is there"));
+  }
+  absl::MutexLock lock(&from->mu);
+  ASSIGN_OR_RETURN(const Slab source, Pin(*from));
+  std::memcpy(slab.weights(), source.weights(), c.layout.weights * sizeof(float));
+  std::memcpy(slab.state(), source.state(), c.layout.state * sizeof(float));
+  slab.MarkWritten();
+  c.steps = from->steps;
+  c.has_values = from->has_values;
+  return absl::OkStatus();
+}
+
+void ChunkStore::StartGeneration(Chunk& c, int64_t generation, int64_t clock) {
+  c.clocks.Restore(clock);
+  c.ClearRound();
+  c.checkpointed = clock;
+  c.generation = generation;
+  // A rollback serves every chunk from its own server again; the standby
+  // copies wait for their primary's whole state.
+  c.standby.Reset(Home(c), c.clocks.applied());
+}
+
+void ChunkStore::RestoreDone(int64_t clock) {
   {
     absl::MutexLock lock(&listener_mu_);
     if (listener_ != nullptr) listener_->RoundsDropped();
   }
   // Every chunk is of the new generation: no write of the old one can start now.
   if (checkpoint_ != nullptr) checkpoint_->Rollback(clock);
-  return absl::OkStatus();
 }
 
 absl::Status ChunkStore::CheckRestorable(const CheckpointSet& set, int64_t clock) const {

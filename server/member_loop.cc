@@ -40,6 +40,9 @@ absl::StatusOr<std::optional<JobState>> ServerMemberLoop::Adopt(const ClusterNew
                                             " (generation ", news.generation, ")")),
                            news.generation);
   }
+  // (After the restore: a switch's news names no move, and the switch
+  // takes the handover of the one followed.)
+  actions_->FollowMove(news.move, news.generation);
   if (news.routes.serving_size() > 0 && news.routes.version() != routes_version_) {
     routes_version_ = news.routes.version();
     actions_->SetRoutes(news.routes);

@@ -1,9 +1,10 @@
 // What a server does about the rest of the cluster, as a plain class: the
 // scheduler's heartbeat answers bring news (the job's state, workers
-// declared dead, a rollback's generation and clock, the manifest's clock)
-// and Adopt acts on it through ServerActions: a dead worker leaves the BSP
-// rounds and the read guarantee, a newer generation loads its checkpoint
-// and ends the calls of the old one, a newer manifest prunes older
+// declared dead, a rollback's generation and clock, the manifest's clock,
+// a move under way) and Adopt acts on it through ServerActions: a dead
+// worker leaves the BSP rounds and the read guarantee, a newer generation
+// loads its checkpoint (or a move's switch: its handover) and ends the
+// calls of the old one, a move is followed, a newer manifest prunes older
 // checkpoint files. server_runtime.cc polls it; tests use fake actions.
 #ifndef PSTRAIN_SERVER_MEMBER_LOOP_H_
 #define PSTRAIN_SERVER_MEMBER_LOOP_H_
@@ -15,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/cluster.pb.h"
 #include "proto/member.pb.h"
 
 namespace pstrain {
@@ -29,6 +31,7 @@ struct ClusterNews {
   ServerRoutes routes;  // standby copies: who serves which chunks (empty: none)
   Placement placement;  // once a move changed it (version > 1; else version 0)
   std::string leave;    // why this server is out of the job (a drained one); empty: in it
+  MoveNews move;        // the move under way (version 0: none)
 };
 
 // The store, the service and the checkpoint files, as the loop sees them.
@@ -51,6 +54,10 @@ class ServerActions {
   virtual void CancelParked(const absl::Status& why, int64_t generation) = 0;
   // Deletes checkpoint files older than `clock` (none without checkpoints).
   virtual void Prune(int64_t clock) = 0;
+  // A move under way (`move`; version 0: none) of generation `generation`:
+  // what it gives this server is taken from its holders
+  // (server/move_intake.h).
+  virtual void FollowMove(const MoveNews& move, int64_t generation) {}
   // Standby copies: serves, keeps standby copies of and ships changes
   // to whom `routes` say.
   virtual void SetRoutes(const ServerRoutes& routes) {}

@@ -22,7 +22,7 @@ absl::Status AwaitMove(const SchedulerClient& client, const std::function<bool()
       return absl::FailedPreconditionError(why);
     }
     if (finished) return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(20));
+    absl::SleepFor(absl::Milliseconds(5));
   }
   return absl::CancelledError("interrupted");
 }

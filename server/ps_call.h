@@ -44,7 +44,8 @@ class PsCall {
     kReadState,
     kWriteState,
     kReplicate,
-    kOfferViews
+    kOfferViews,
+    kHandOver
   };
   enum Event { kAccepted, kFinished, kDone };
   struct Tag {

@@ -11,6 +11,7 @@
 #include "common/shm.h"
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
+#include "server/handover_requests.h"
 #include "server/standby_requests.h"
 
 namespace pstrain {
@@ -40,18 +41,6 @@ void PsService::SetShard(std::shared_ptr<Shard> shard, int64_t total_clocks, Shm
   state_ = RUNNING;
 }
 
-void PsService::SetIdentity(int id, const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  id_ = id;
-  address_ = address;
-}
-
-void PsService::SetState(MemberState state, const std::string& message) {
-  absl::MutexLock lock(&mu_);
-  state_ = state;
-  message_ = message;
-}
-
 void PsService::SetShm(std::unique_ptr<ShmRegistry> shm) {
   shm_ = std::move(shm);
   shm_->SetHandler([this](std::shared_ptr<ShmBell> bell, ShmFrame frame) {
@@ -62,6 +51,11 @@ void PsService::SetShm(std::unique_ptr<ShmRegistry> shm) {
 std::shared_ptr<ChunkRequests> PsService::chunks() const {
   absl::MutexLock lock(&mu_);
   return chunks_;
+}
+
+std::shared_ptr<Shard> PsService::shard() const {
+  absl::MutexLock lock(&mu_);
+  return shard_;
 }
 
 std::shared_ptr<RowRequests> PsService::rows() const {
@@ -107,6 +101,9 @@ void PsService::Accept(PsCall::Method method, grpc::ServerCompletionQueue* cq) {
     case PsCall::kOfferViews:
       RequestOfferViews(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
       break;
+    case PsCall::kHandOver:
+      RequestHandOver(&call->ctx, &call->request, &call->raw_responder, cq, cq, &call->accepted);
+      break;
   }
 }
 
@@ -135,6 +132,7 @@ void PsService::Serve(grpc::ServerCompletionQueue* cq) {
   Accept(PsCall::kReadState, cq);
   Accept(PsCall::kWriteState, cq);
   Accept(PsCall::kOfferViews, cq);
+  Accept(PsCall::kHandOver, cq);
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) {
@@ -210,6 +208,9 @@ void PsService::Handle(PsCall* call) {
       return;
     case PsCall::kOfferViews:
       Conclude(call, chunks->OfferViews(call->request, &call->reply));
+      return;
+    case PsCall::kHandOver:
+      Conclude(call, AnswerHandOver(*shard(), call->request, &call->reply));
       return;
     case PsCall::kPush:
       HandlePush(*chunks, call);

@@ -40,7 +40,8 @@ using PsServiceBase = ParameterServer::WithRawMethod_Push<
         ParameterServer::WithRawMethod_OpenShm<ParameterServer::WithRawMethod_PullRows<
             ParameterServer::WithRawMethod_PushRows<ParameterServer::WithRawMethod_ReadState<
                 ParameterServer::WithRawMethod_WriteState<ParameterServer::WithRawMethod_Replicate<
-                    ParameterServer::WithRawMethod_OfferViews<ParameterServer::Service>>>>>>>>>>;
+                    ParameterServer::WithRawMethod_OfferViews<ParameterServer::WithRawMethod_HandOver<
+                        ParameterServer::Service>>>>>>>>>>>;
 
 class PsService final : public PsServiceBase {
  public:
@@ -145,6 +146,7 @@ class PsService final : public PsServiceBase {
   void AddWaits(const ChunkRequests* chunks, MemberStatus* st) const;
 
   std::shared_ptr<ChunkRequests> chunks() const;
+  std::shared_ptr<Shard> shard() const;
   // The server that serves home server `home`'s chunks, by the routes.
   int ServingOf(int home) const;
   std::shared_ptr<RowRequests> rows() const;

@@ -45,6 +45,18 @@ OffloadStatus OffloadOf(const ChunkMemoryStats& m) {
 
 // ---- Status ---------------------------------------------------------------
 
+void PsService::SetIdentity(int id, const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  id_ = id;
+  address_ = address;
+}
+
+void PsService::SetState(MemberState state, const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  state_ = state;
+  message_ = message;
+}
+
 MemberStatus PsService::GetStatus() const {
   MemberStatus st;
   std::shared_ptr<Shard> shard;

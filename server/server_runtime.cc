@@ -23,8 +23,10 @@
 #include "server/global_clipping.h"
 #include "server/member_loop.h"
 #include "server/memory_plan.h"
+#include "server/move_intake.h"
 #include "server/move_wait.h"
 #include "server/ps_service.h"
+#include "server/ps_serving.h"
 #include "server/shard.h"
 #include "server/shard_actions.h"
 #include "server/standby_sender.h"
@@ -37,37 +39,6 @@ namespace {
 // its payloads in messages: its budget bounds the requests and replies in
 // flight, and segments would lie outside it).
 bool OffersShm(const ServerConfig& config) { return config.shm && config.offload_dir.empty(); }
-
-// The threads serving a PsService, one per completion queue. Stop (or the
-// destructor) ends the server's calls, its queues and then the threads.
-class Serving {
- public:
-  Serving(PsService* service, grpc::Server* server,
-          std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues)
-      : service_(service), server_(server), queues_(std::move(queues)) {
-    for (auto& q : queues_) {
-      threads_.emplace_back([service, cq = q.get()] { service->Serve(cq); });
-    }
-  }
-  ~Serving() { Stop(); }
-
-  // Calls still running after `grace` are cancelled.
-  void Stop(absl::Duration grace = absl::ZeroDuration()) {
-    if (stopped_) return;
-    stopped_ = true;
-    service_->StopServing();
-    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-    for (auto& q : queues_) q->Shutdown();
-    for (std::thread& t : threads_) t.join();
-  }
-
- private:
-  PsService* service_;
-  grpc::Server* server_;
-  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
-  std::vector<std::thread> threads_;
-  bool stopped_ = false;
-};
 
 // The bound on request bytes in flight before the job is known, and its
 // least value after (common/rpc.h, ServerOptions::quota).
@@ -98,29 +69,37 @@ class Server {
   // The shard by the registration's placement, from its generation and
   // clock, served.
   absl::Status Start(const RegisterResponse& reg);
-  // A server that joined the running job (--join): once the manifest names
-  // the checkpoint of the move's switch clock, it loads its chunks of the
-  // move's placement from it and serves them (its Status names that
-  // placement: the move may switch); then it waits for the switch, whose
-  // generation is the next. AwaitMove's errors.
+  // A server that joined the running job (--join): once the chunks and
+  // rows the move gives it are handed over (as they are at the move's
+  // switch clock), its shard of the move's placement is made of them and
+  // served (its Status says it holds them: the move may switch); then it
+  // waits for the switch, whose generation is the next. AwaitMove's errors.
   absl::Status Join(const RegisterResponse& reg);
   // The chunk store of this server's share of the job by placement_, with
-  // checkpoints.
-  absl::Status Build();
+  // checkpoints, its chunks holding `start` values.
+  absl::Status Build(ChunkStore::StartValues start);
   // Build, and the shard over the store and the sparse tables.
-  absl::Status MakeShard();
+  absl::Status MakeShard(ChunkStore::StartValues start = ChunkStore::StartValues::kSeed);
   // BSP clipping by the global norm over the store (when the job clips).
   void StartClipping();
   // The member loop's actions on the shard (it follows the shard placed anew).
   ShardActions Actions() {
-    return ShardActions(&shard_, service_, sender_.get(), id_,
+    return ShardActions(&shard_, service_, sender_.get(), intake_.get(), id_,
                         [this](int64_t generation, int64_t clock, const Placement& placement) {
                           return Restore(generation, clock, placement);
                         });
   }
-  // The member loop's restore: a move's switch (a newer `placement`)
-  // places the shard anew first, and the service serves the new one.
+  // The member loop's restore: a move's switch (a newer `placement`, the
+  // move followed) makes the shard anew from what the one served keeps
+  // and what was handed over, and the service serves the new one; a
+  // rollback under a newer placement loads its checkpoint into a shard
+  // placed anew.
   absl::Status Restore(int64_t generation, int64_t clock, const Placement& placement);
+  // The shard of placement_ (a new one) serves from now on, in `generation`
+  // of `clock`: from what `before` keeps and `handed` (a switch), else
+  // from the checkpoint.
+  absl::Status Replace(int64_t generation, int64_t clock, std::optional<HandedOver> handed,
+                       const Shard* before);
   // Standby copies: the sender of the served chunks' and tables' changes.
   void StartReplication();
   // Bounds the requests and replies in flight: an offloaded server's by
@@ -138,6 +117,7 @@ class Server {
   // server reported (a scheduler that took the job over completes its round).
   MemberStatus HeartbeatStatus() {
     MemberStatus st = service_->GetStatus();
+    if (intake_ != nullptr) intake_->AddStatus(st.mutable_server());
     absl::MutexLock lock(&norm_mu_);
     if (last_norm_.has_value()) *st.mutable_server()->mutable_last_norm() = *last_norm_;
     return st;
@@ -165,6 +145,8 @@ class Server {
   // Standby copies: ships the served chunks' and table parts' changes
   // (null without). Stopped before the shard goes.
   std::unique_ptr<StandbySender> sender_;
+  // What moves give this server (set by Run; its threads end first).
+  std::unique_ptr<MoveIntake> intake_;
 };
 
 int Server::Run(const RegisterResponse& reg) {
@@ -172,6 +154,7 @@ int Server::Run(const RegisterResponse& reg) {
   id_ = reg.id();
   placement_ = reg.placement();
   daemon_->client().SetPlacement(reg.placement());
+  intake_ = std::make_unique<MoveIntake>(id_, job_, [this] { daemon_->client().BeatNow(); });
   service_->SetIdentity(id_, daemon_->address());
   // Heartbeats from now on: making a large store may take longer than the
   // scheduler's heartbeat timeout.
@@ -217,19 +200,24 @@ absl::Status Server::StartState(const RegisterResponse& reg) {
 
 absl::Status Server::Join(const RegisterResponse& reg) {
   const int64_t clock = reg.start_clock();
-  spdlog::info(
-      "joined the running job as server {}: its chunks come from the checkpoint of the "
-      "move's switch clock {}",
-      id_, clock);
+  const int64_t version = reg.next_placement().version();
+  spdlog::info("joined the running job as server {}: its chunks are handed over at clock {}", id_,
+               clock);
   SchedulerClient& client = daemon_->client();
-  RETURN_IF_ERROR(AwaitMove(client, [&] { return client.manifest_clock() >= clock; }));
+  RETURN_IF_ERROR(AwaitMove(client, [&] {
+    // (Its own move only: the switch may come as soon as it holds it all.)
+    const MoveNews move = client.move();
+    if (move.to().version() == version) intake_->Follow(move, reg.generation());
+    ServerStatus st;
+    intake_->AddStatus(&st);
+    return st.handover_version() == version && st.handover_switch_clock() == clock &&
+           st.handed_over();
+  }));
+  ASSIGN_OR_RETURN(std::optional<HandedOver> handed, intake_->Take(version, clock));
   placement_ = reg.next_placement();
-  RETURN_IF_ERROR(MakeShard());
   // The switch is the generation after the one it joined in (a rollback
   // before it abandons the move).
-  RETURN_IF_ERROR(shard_->Restore(reg.generation() + 1, clock));
-  StartClipping();
-  service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
+  RETURN_IF_ERROR(Replace(reg.generation() + 1, clock, std::move(handed), nullptr));
   spdlog::info("holds its {} chunks of placement {} from clock {}: waiting for the switch",
                ChunksOn(placement_, id_).size(), placement_.version(), clock);
   RETURN_IF_ERROR(AwaitMove(client, [&] { return client.generation() > reg.generation(); }));
@@ -237,8 +225,8 @@ absl::Status Server::Join(const RegisterResponse& reg) {
   return absl::OkStatus();
 }
 
-absl::Status Server::MakeShard() {
-  RETURN_IF_ERROR(OutOfMemoryAsError("making the store", [&] { return Build(); }));
+absl::Status Server::MakeShard(ChunkStore::StartValues start) {
+  RETURN_IF_ERROR(OutOfMemoryAsError("making the store", [&] { return Build(start); }));
   return OutOfMemoryAsError("making the sparse tables", [&] {
     shard_ = std::make_shared<Shard>(
         job_, id_, store_,
@@ -267,17 +255,32 @@ void Server::StartClipping() {
 
 absl::Status Server::Restore(int64_t generation, int64_t clock, const Placement& placement) {
   if (placement.version() <= placement_.version()) return shard_->Restore(generation, clock);
+  ASSIGN_OR_RETURN(std::optional<HandedOver> handed, intake_->Take(placement.version(), clock));
   spdlog::info("placement {} from clock {} (generation {}): holding {} chunks", placement.version(),
                clock, generation, ChunksOn(placement, id_).size());
+  // A push of the clock before the switch may still be on its way here.
+  for (int polls = 0; handed.has_value() && !shard_->Reached(clock); ++polls) {
+    if (polls > 60000) return absl::DeadlineExceededError("the switch clock was never reached");
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   placement_ = placement;
+  // The old shard serves on until the new one is in place: the calls of
+  // the old generation end there.
+  const std::shared_ptr<Shard> before = shard_;
+  return Replace(generation, clock, std::move(handed), before.get());
+}
+
+absl::Status Server::Replace(int64_t generation, int64_t clock, std::optional<HandedOver> handed,
+                             const Shard* before) {
   if (clipping_ != nullptr) clipping_->Stop();
   clipping_.reset();
-  // The old shard serves on until the new one is restored: the calls of
-  // the old generation end there.
-  RETURN_IF_ERROR(MakeShard());
-  RETURN_IF_ERROR(shard_->Restore(generation, clock));
+  // (Every chunk is written next: no initial values.)
+  RETURN_IF_ERROR(MakeShard(ChunkStore::StartValues::kNone));
+  RETURN_IF_ERROR(handed.has_value() ? shard_->Adopt(generation, *std::move(handed), before)
+                                     : shard_->Restore(generation, clock));
   StartClipping();
   service_->SetShard(shard_, TotalClocks(job_), shm_layout_, placement_.version());
+  daemon_->client().BeatNow();  // the scheduler waits for every server's new generation
   return absl::OkStatus();
 }
 
@@ -319,7 +322,7 @@ void Server::StartReplication() {
   shard_->SetStandbySink(sender_.get());
 }
 
-absl::Status Server::Build() {
+absl::Status Server::Build(ChunkStore::StartValues start) {
   absl::StatusOr<Partition> partition = PlacedPartition(
       ModelParams(job_.model()), job_.chunk_bytes(), job_.num_servers(), placement_);
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(job_.optimizer());
@@ -343,7 +346,7 @@ absl::Status Server::Build() {
   }
   shm_layout_ = ShmLayout::OfServer(*partition, id_, job_.standby_copies());
   store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
-                                        trace_, offload);
+                                        trace_, offload, start);
   RETURN_IF_ERROR(store_->health());
   partition_ = *std::move(partition);
   LimitInFlight(plan);
@@ -402,7 +405,7 @@ absl::StatusOr<JobState> Server::Serve(std::string* message) {
       if (!news.leave.empty()) *message = news.leave;  // drained
       return *end;
     }
-    absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(absl::Milliseconds(10));  // (a move's steps wait for it)
   }
   spdlog::warn("interrupted; shutting down");
   *message = "interrupted";

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint_names.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -44,6 +45,34 @@ absl::Status Shard::Restore(int64_t generation, int64_t clock) {
   schedule_.Forget();
   spdlog::warn("generation {}: restored the checkpoint of clock {}", generation, clock);
   return absl::OkStatus();
+}
+
+absl::Status Shard::Adopt(int64_t generation, HandedOver handed, const Shard* before) {
+  const int64_t clock = handed.switch_clock;
+  RETURN_IF_ERROR(store_->Adopt(generation, clock, &handed.chunks,
+                                before == nullptr ? nullptr : before->store().get()));
+  RETURN_IF_ERROR(tables_->Adopt(
+      generation, clock, [&](const std::string& table) -> absl::StatusOr<std::vector<TableUpdate>> {
+        std::vector<TableUpdate> rows = std::move(handed.rows[table]);
+        if (before != nullptr) {
+          ASSIGN_OR_RETURN(TableUpdate kept,
+                           before->tables()->HandOver(
+                               table, clock, [this](uint64_t id) { return tables_->Keeps(id); }));
+          rows.push_back(std::move(kept));
+        }
+        return rows;
+      }));
+  schedule_.Forget();
+  spdlog::info("generation {}: placement {} from clock {} ({} bytes handed over)", generation,
+               handed.version, clock, handed.bytes);
+  return absl::OkStatus();
+}
+
+bool Shard::Reached(int64_t clock) const {
+  for (int32_t chunk : store_->chunk_ids()) {
+    if (!store_->Readable(chunk, clock)) return false;
+  }
+  return tables_->Reached(clock);
 }
 
 void Shard::SetStandbySink(StandbySink* sink) {

@@ -20,6 +20,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_store.h"
+#include "server/handover.h"
 #include "server/sparse_tables.h"
 #include "server/standby_parts.h"
 
@@ -60,6 +61,17 @@ class Shard {
   // starting a job afresh (generation 0, clock 0) deletes the files an
   // earlier job left without a manifest.
   absl::Status Restore(int64_t generation, int64_t clock);
+  // A move's switch: the state of generation `generation` from the switch
+  // clock as Restore's, every chunk's and row's from what `before` -- the
+  // shard this server served until the switch (null: none) -- keeps under
+  // this shard's placement, and from what was handed over to it
+  // (`handed`, server/move_intake.h). INTERNAL for a chunk in neither; the
+  // store's and the tables' Adopt errors.
+  absl::Status Adopt(int64_t generation, HandedOver handed, const Shard* before);
+  // Whether every chunk and table part here has applied every update of
+  // the iterations before `clock` (a move's switch waits for it: a push of
+  // the clock before may still be on its way).
+  bool Reached(int64_t clock) const;
   // Deletes this server's files of clocks before `clock` (a newer complete
   // set is named by the manifest).
   void Prune(int64_t clock);

@@ -41,6 +41,7 @@ ClusterNews NewsFrom(const SchedulerClient& client) {
   news.routes = client.routes();
   news.placement = client.placement();
   news.leave = client.leave();
+  news.move = client.move();
   return news;
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/scheduler_client.h"
 #include "server/member_loop.h"
+#include "server/move_intake.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "server/standby_sender.h"
@@ -25,8 +26,13 @@ class ShardActions : public ServerActions {
   // `*shard` is the runtime's shard now (it may be replaced by `restore`);
   // `sender` is null without standby copies. All outlive this.
   ShardActions(const std::shared_ptr<Shard>* shard, PsService* service, StandbySender* sender,
-               int id, RestoreFn restore)
-      : shard_(shard), service_(service), sender_(sender), id_(id), restore_(std::move(restore)) {}
+               MoveIntake* intake, int id, RestoreFn restore)
+      : shard_(shard),
+        service_(service),
+        sender_(sender),
+        intake_(intake),
+        id_(id),
+        restore_(std::move(restore)) {}
 
   int64_t generation() const override { return (*shard_)->generation(); }
   void RemoveWorker(int w) override { (*shard_)->RemoveWorker(w); }
@@ -39,11 +45,15 @@ class ShardActions : public ServerActions {
   }
   void Prune(int64_t clock) override { (*shard_)->Prune(clock); }
   void SetRoutes(const ServerRoutes& routes) override;
+  void FollowMove(const MoveNews& move, int64_t generation) override {
+    intake_->Follow(move, generation);
+  }
 
  private:
   const std::shared_ptr<Shard>* const shard_;
   PsService* const service_;
   StandbySender* const sender_;
+  MoveIntake* const intake_;
   const int id_;
   const RestoreFn restore_;
 };

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -147,6 +148,29 @@ class SparseTables {
   // (those with files of `clock`: a checkpoint written under another
   // placement restores), each row kept by the server its bucket names.
   absl::Status Restore(int64_t generation, int64_t clock, const std::vector<int>& servers = {});
+  // A move (server/sparse_tables_handover.cc): the whole state of the rows
+  // of this server's own part of `table` for which `goes(id)`, as they are
+  // once every update of the iterations before `clock` is applied.
+  // INVALID_ARGUMENT for a table the job does not declare, UNAVAILABLE
+  // before the part reached `clock` (ask again), FAILED_PRECONDITION once
+  // it went past it; a spill file's read error.
+  absl::StatusOr<TableUpdate> HandOver(const std::string& table, int64_t clock,
+                                       const std::function<bool(uint64_t id)>& goes);
+  // Whether this server holds row `id` by its placement.
+  bool Keeps(uint64_t id) const;
+  // Whether every own part has applied every update of the iterations
+  // before `clock`.
+  bool Reached(int64_t clock) const;
+  // A move's switch: as Restore to `clock` in `generation`, but each own
+  // part's rows are those of `rows(table)` -- whole states (HandOver's)
+  // of the rows this server holds under its placement, from the parts
+  // that held them until now, this server's and others' -- not a file's.
+  // INVALID_ARGUMENT for rows that do not fit the table or are not this
+  // server's; `rows`' errors.
+  absl::Status Adopt(
+      int64_t generation, int64_t clock,
+      const std::function<absl::StatusOr<std::vector<TableUpdate>>(const std::string& table)>&
+          rows);
   // The files of clocks before `clock` were deleted (a newer complete set
   // exists): they no longer count in CheckpointClock.
   void ForgetCheckpointsBefore(int64_t clock);
@@ -268,6 +292,18 @@ class SparseTables {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // INVALID_ARGUMENT for a change that does not fit `table`.
   absl::Status CheckUpdate(const Table& table, const TableUpdate& update) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // The whole state of `table`'s rows for which `keep(id)` (null: every
+  // row), as a full update.
+  static absl::StatusOr<TableUpdate> WholeState(Table& table,
+                                                const std::function<bool(uint64_t)>& keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // An adopted part's rows: `held`'s, the update count their most.
+  absl::Status PutRows(Table& table, const std::vector<TableUpdate>& held, int64_t clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
+  // A restore's or an adoption's start of `generation` at `clock` for a
+  // part whose rows are in place.
+  void StartGeneration(Table& table, int64_t generation, int64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu);
   // Restores one part (Restore).
   absl::Status RestorePart(Table& table, int64_t generation, int64_t clock,

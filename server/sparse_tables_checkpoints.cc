@@ -110,6 +110,13 @@ absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t
   } else {
     table.rows.Reset(0, 0);
   }
+  StartGeneration(table, generation, clock);
+  absl::MutexLock status_lock(&table.status_mu);
+  if (own && clock > 0) table.checkpoints.insert(clock);
+  return absl::OkStatus();
+}
+
+void SparseTables::StartGeneration(Table& table, int64_t generation, int64_t clock) {
   table.clocks.Restore(clock);
   table.round = Round();
   table.rows.Advance(clock);
@@ -117,13 +124,11 @@ absl::Status SparseTables::RestorePart(Table& table, int64_t generation, int64_t
   table.generation = generation;
   // A rollback serves every part from its own server again; the standby
   // copies wait for their primary's whole state.
-  table.standby.Reset(own, table.clocks.applied());
+  table.standby.Reset(table.home == server_, table.clocks.applied());
   table.adopted = false;
   table.Publish();
   absl::MutexLock status_lock(&table.status_mu);
   table.checkpoints.clear();
-  if (own && clock > 0) table.checkpoints.insert(clock);
-  return absl::OkStatus();
 }
 
 }  // namespace pstrain

@@ -96,25 +96,31 @@ absl::StatusOr<TableUpdate> SparseTables::FullUpdate(int home, const std::string
   if (table == nullptr) return absl::NotFoundError(absl::StrCat("no part of table ", name));
   absl::MutexLock lock(&table->mu);
   if (!table->standby.serving) return absl::FailedPreconditionError("not served here");
+  return WholeState(*table, nullptr);
+}
+
+absl::StatusOr<TableUpdate> SparseTables::WholeState(Table& table,
+                                                     const std::function<bool(uint64_t)>& keep) {
   TableUpdate u;
-  u.set_table(name);
-  u.set_version(table->standby.version);
+  u.set_table(table.rows.config().name);
+  u.set_version(table.standby.version);
   u.set_full(true);
-  u.set_updates(table->rows.updates());
-  u.set_clock(table->rows.clock());
-  if (SeenCounts* seen = table->rows.seen(); seen != nullptr) {
+  u.set_updates(table.rows.updates());
+  u.set_clock(table.rows.clock());
+  if (SeenCounts* seen = table.rows.seen(); seen != nullptr) {
     u.set_seen(std::string(reinterpret_cast<const char*>(seen->data()), seen->bytes()));
   }
   std::string* values = u.mutable_values();
-  const int64_t row_bytes = table->rows.row_bytes();
-  values->reserve(static_cast<size_t>(table->rows.num_rows() * row_bytes));
-  RETURN_IF_ERROR(table->rows.ForEachRow([&](uint64_t id, const float* row, int64_t touched) {
+  const int64_t row_bytes = table.rows.row_bytes();
+  if (keep == nullptr) values->reserve(static_cast<size_t>(table.rows.num_rows() * row_bytes));
+  RETURN_IF_ERROR(table.rows.ForEachRow([&](uint64_t id, const float* row, int64_t touched) {
+    if (keep != nullptr && !keep(id)) return absl::OkStatus();
     u.add_ids(id);
     u.add_touched(touched);
     values->append(reinterpret_cast<const char*>(row), static_cast<size_t>(row_bytes));
     return absl::OkStatus();
   }));
-  for (int64_t a : table->clocks.applied()) u.add_applied(a);
+  for (int64_t a : table.clocks.applied()) u.add_applied(a);
   return u;
 }
 
