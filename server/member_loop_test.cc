@@ -28,6 +28,12 @@ class FakeActions : public ServerActions {
     calls.push_back(absl::StrCat("cancel ", why.message(), " before ", generation));
   }
   void Prune(int64_t clock) override { calls.push_back(absl::StrCat("prune ", clock)); }
+  // "V@G after N": the move of placement V followed in generation G, once
+  // N other calls were made.
+  std::vector<std::string> follows;
+  void FollowMove(const MoveNews& move, int64_t generation) override {
+    follows.push_back(absl::StrCat(move.to().version(), "@", generation, " after ", calls.size()));
+  }
 };
 
 TEST(ServerMemberLoopTest, ADeadWorkerLeavesOnceAndWakesThePulls) {
@@ -88,6 +94,26 @@ TEST(ServerMemberLoopTest, ANewerGenerationRestoresItsCheckpointAndEndsOldCalls)
   actions.calls.clear();
   ASSERT_EQ(*loop.Adopt(news), std::nullopt);  // restored already
   EXPECT_TRUE(actions.calls.empty());
+}
+
+TEST(ServerMemberLoopTest, AMoveIsFollowedAndItsSwitchRestoresBeforeTheMoveIsDropped) {
+  FakeActions actions;
+  ServerMemberLoop loop(2, &actions);
+  ClusterNews news;
+  news.job_state = RUNNING_JOB;
+  news.move.mutable_to()->set_version(2);
+  news.move.set_switch_clock(40);
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
+  EXPECT_EQ(actions.follows, std::vector<std::string>{"2@0 after 0"});
+  // The switch: a new generation, no move; the restore takes the handover
+  // of the move followed, which is dropped only then.
+  news.move.Clear();
+  news.generation = 1;
+  news.restore_clock = 40;
+  ASSERT_EQ(*loop.Adopt(news), std::nullopt);
+  ASSERT_EQ(actions.follows.size(), 2u);
+  EXPECT_EQ(actions.follows[1], "0@1 after 2");  // after the restore and the cancel
+  EXPECT_EQ(actions.calls[0], "restore 1@40");
 }
 
 TEST(ServerMemberLoopTest, AFailedRestoreIsTheLoopsError) {
