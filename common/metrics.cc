@@ -308,8 +308,8 @@ void WritePlacementMetrics(const PlacementStatus& p, PrometheusText* out) {
   out->Gauge("pstrain_move_switch_clock", "the clock the move under way switches at (-1: none)", l,
              p.has_move() ? m.switch_clock() : -1);
   out->Gauge("pstrain_move_bytes_left",
-             "the state the move under way moves at its switch (weights and optimizer state)", l,
-             p.has_move() ? m.bytes() : 0);
+             "the state the move under way has still to hand over (weights and optimizer state)", l,
+             p.has_move() ? m.bytes_left() : 0);
   out->Gauge("pstrain_move_waiting_servers", "the servers the move under way waits for", l,
              m.waiting_for_size());
   int64_t switched = 0, abandoned = 0, bytes = 0;

@@ -125,6 +125,8 @@ TEST(MetricsTest, ThePlacementAndItsMovesShowWhatEachServerHoldsAndTheMoveUnderW
   }
   p->mutable_move()->set_switch_clock(52);
   p->mutable_move()->set_bytes(4096);
+  p->mutable_move()->set_bytes_moved(1024);
+  p->mutable_move()->set_bytes_left(3072);
   p->mutable_move()->add_waiting_for(2);
   MoveRecord* done = p->add_history();
   done->set_bytes(5120);
@@ -139,7 +141,7 @@ TEST(MetricsTest, ThePlacementAndItsMovesShowWhatEachServerHoldsAndTheMoveUnderW
   EXPECT_EQ(*PromValue(*families, "pstrain_placement_row_buckets", {{"server", "2"}}), 512);
   EXPECT_EQ(*PromValue(*families, "pstrain_move_under_way", {}), 1);
   EXPECT_EQ(*PromValue(*families, "pstrain_move_switch_clock", {}), 52);
-  EXPECT_EQ(*PromValue(*families, "pstrain_move_bytes_left", {}), 4096);
+  EXPECT_EQ(*PromValue(*families, "pstrain_move_bytes_left", {}), 3072);
   EXPECT_EQ(*PromValue(*families, "pstrain_move_waiting_servers", {}), 1);
   EXPECT_EQ(*PromValue(*families, "pstrain_moves_total", {{"outcome", "switched"}}), 1);
   EXPECT_EQ(*PromValue(*families, "pstrain_moves_total", {{"outcome", "abandoned"}}), 1);

@@ -198,6 +198,9 @@ class JobCoordinator {
   // their handover yet (their Status names another move, or they are
   // gone); empty when every one does, or no move is under way.
   std::vector<int> AwaitedHandovers() const;
+  // Why a server cannot take its handover of the move under way (empty:
+  // none says so): the move is abandoned.
+  std::string HandoverError() const;
   // A rollback begins: the move under way, if any, is abandoned.
   void AbandonMove(const std::string& why, absl::Time now);
   // The gate, the rollbacks and the norm rounds follow the placement in

@@ -131,6 +131,10 @@ void JobCoordinator::MaybeSwitch(absl::Time now) {
     bytes += m->status.server().handed_over_bytes();
     ms = std::max(ms, m->status.server().handover_ms());
   }
+  if (const std::string why = HandoverError(); !why.empty()) {
+    AbandonMove(why, now);
+    return;
+  }
   if (!moves_.MaybeSwitch(AwaitedHandovers().empty(), now)) return;
   moves_.RecordHandover(bytes, ms);
   rollbacks_.Switch(
@@ -156,6 +160,18 @@ std::vector<int> JobCoordinator::AwaitedHandovers() const {
     }
   }
   return out;
+}
+
+std::string JobCoordinator::HandoverError() const {
+  const Move& move = moves_.Snapshot().move();
+  for (int s : Takers(moves_.placement(), move.after())) {
+    const MemberRecord* m = members_.Get(SERVER, s);
+    if (m != nullptr && TakesMove(m->status.server(), move) &&
+        !m->status.server().handover_error().empty()) {
+      return m->status.server().handover_error();
+    }
+  }
+  return "";
 }
 
 void JobCoordinator::Placed() {

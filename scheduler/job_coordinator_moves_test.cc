@@ -213,6 +213,29 @@ TEST_F(JobCoordinatorTest, AServerJoinsAJobWithoutCheckpoints) {
   EXPECT_EQ(coordinator_->Status(now_).placement().version(), 2);
 }
 
+TEST_F(JobCoordinatorTest, AHandoverThatCannotBeTakenAbandonsTheMove) {
+  Start(TwoByTwo(), SchedulerPolicy());
+  JoinAll();
+  ASSERT_TRUE(JoinServer(*coordinator_, "s2", now_).ok());
+  HeartbeatRequest req;
+  req.set_incarnation(7);
+  req.mutable_status()->set_role(SERVER);
+  req.mutable_status()->set_id(2);
+  req.mutable_status()->set_state(RUNNING);
+  ServerStatus* server = req.mutable_status()->mutable_server();
+  server->set_handover_version(2);
+  server->set_handover_switch_clock(3);
+  server->set_handover_error("server 0 cannot hand over: too large");
+  absl::StatusOr<HeartbeatResponse> told = coordinator_->Heartbeat(req, now_);
+  ASSERT_TRUE(told.ok()) << told.status();
+  const ClusterStatus st = coordinator_->Status(now_);
+  EXPECT_FALSE(st.placement().has_move());
+  EXPECT_EQ(st.placement().version(), 1);
+  ASSERT_EQ(st.placement().history_size(), 1);
+  EXPECT_NE(st.placement().history(0).abandoned().find("too large"), std::string::npos);
+  EXPECT_EQ(st.rollbacks_size(), 0);
+}
+
 }  // namespace
 }  // namespace coordinator_testing
 }  // namespace pstrain

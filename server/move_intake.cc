@@ -23,6 +23,14 @@ bool SameMove(const MoveNews& a, const MoveNews& b) {
   return a.to().version() == b.to().version() && a.switch_clock() == b.switch_clock();
 }
 
+// A holder's refusal that asking again cannot get past: the answer too
+// large for a message, a request it cannot take, its own failure.
+bool Final(grpc::StatusCode code) {
+  return code == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+         code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::INTERNAL ||
+         code == grpc::StatusCode::UNIMPLEMENTED;
+}
+
 int64_t BytesOf(const HandOverResponse& r) {
   int64_t bytes = r.rows().values().size();
   for (const ChunkUpdate& u : r.chunks()) bytes += u.weights().size() + u.state().size();
@@ -76,6 +84,7 @@ void MoveIntake::AddStatus(ServerStatus* out) const {
   out->set_handed_over_bytes(current_->handed.bytes);
   out->set_handed_over(current_->whole);
   out->set_handover_ms(current_->transfer_ms);
+  out->set_handover_error(current_->error);
 }
 
 absl::StatusOr<std::optional<HandedOver>> MoveIntake::Take(int64_t version, int64_t clock) {
@@ -183,6 +192,14 @@ absl::StatusOr<HandOverResponse> MoveIntake::Ask(Intake& intake, int holder,
     auto ctx = ContextWithTimeout(absl::Seconds(60));
     const grpc::Status st = stub->HandOver(ctx.get(), req, &resp);
     if (st.ok()) return resp;
+    if (Final(st.error_code())) {
+      const std::string why =
+          absl::StrCat("server ", holder, " cannot hand over: ", st.error_message());
+      spdlog::error("{}", why);
+      absl::MutexLock lock(&intake.mu);
+      intake.error = why;
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()), why);
+    }
     // Not at the clock yet, or unreachable for now (a failure the
     // scheduler acts on: the move is abandoned, and this intake stops).
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE &&

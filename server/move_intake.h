@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,7 @@ class MoveIntake {
     HandedOver handed ABSL_GUARDED_BY(mu);
     bool whole ABSL_GUARDED_BY(mu) = false;
     int64_t transfer_ms ABSL_GUARDED_BY(mu) = 0;  // once whole (ServerStatus.handover_ms)
+    std::string error ABSL_GUARDED_BY(mu);        // ServerStatus.handover_error
   };
   // From the first answering call's start to the last answer.
   class Span {
@@ -89,7 +91,9 @@ class MoveIntake {
   bool TakeFrom(Intake& intake, int holder, const std::vector<HandOverRequest>& reqs,
                 Span* span) const;
   // One call's answer, asked again until it comes or the intake stops
-  // (CANCELLED then); *started: when the call that answered began.
+  // (CANCELLED then) -- or, for a refusal asking again cannot get past
+  // (the call's message too large, a malformed answer), that error,
+  // recorded for Status; *started: when the call that answered began.
   absl::StatusOr<HandOverResponse> Ask(Intake& intake, int holder, const HandOverRequest& req,
                                        absl::Time* started) const;
   // The chunks a call asks for at most.

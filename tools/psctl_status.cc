@@ -197,21 +197,24 @@ void PrintPlacement(const PlacementStatus& p) {
   };
   if (p.has_move()) {
     const MoveStatus& m = p.move();
-    std::printf("move under way: %s, switching at clock %lld (%s to move); waiting for %s\n",
-                what(m.kind(), m.server()).c_str(), static_cast<long long>(m.switch_clock()),
-                Bytes(m.bytes()).c_str(),
-                m.waiting_for_size() > 0
-                    ? absl::StrCat("server ", absl::StrJoin(m.waiting_for(), ", ")).c_str()
-                    : "the workers");
+    std::printf(
+        "move under way: %s, switching at clock %lld (%s to move, %s handed over); waiting for "
+        "%s\n",
+        what(m.kind(), m.server()).c_str(), static_cast<long long>(m.switch_clock()),
+        Bytes(m.bytes()).c_str(), Bytes(m.bytes_moved()).c_str(),
+        m.waiting_for_size() > 0
+            ? absl::StrCat("server ", absl::StrJoin(m.waiting_for(), ", ")).c_str()
+            : "the workers");
   }
   for (const MoveRecord& r : p.history()) {
-    std::printf(
-        "move: %s at clock %lld (%s), %s\n", what(r.kind(), r.server()).c_str(),
-        static_cast<long long>(r.switch_clock()), Bytes(r.bytes()).c_str(),
-        r.abandoned().empty()
-            ? absl::StrCat("switched ", r.ended_unix_ms() - r.begun_unix_ms(), " ms after the ask")
-                  .c_str()
-            : absl::StrCat("abandoned: ", r.abandoned()).c_str());
+    std::printf("move: %s at clock %lld (%s), %s\n", what(r.kind(), r.server()).c_str(),
+                static_cast<long long>(r.switch_clock()), Bytes(r.bytes()).c_str(),
+                r.abandoned().empty()
+                    ? absl::StrCat("switched ", r.ended_unix_ms() - r.begun_unix_ms(),
+                                   " ms after the ask; ", Bytes(r.handed_over_bytes()),
+                                   " handed over in ", r.handover_ms(), " ms")
+                          .c_str()
+                    : absl::StrCat("abandoned: ", r.abandoned()).c_str());
   }
 }
 
