@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/fault_in.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -67,6 +68,9 @@ absl::StatusOr<std::unique_ptr<ChunkMemory>> ChunkMemory::Make(const std::vector
     for (Entry& e : m->entries_) {
       e.data = MapZeroed(e.bytes);
       if (e.data == nullptr) return ErrnoStatus(errno, "cannot allocate a chunk");
+      if (options.fault_in != nullptr && options.fault_in(e.layout.chunk)) {
+        FaultIn(e.data, e.bytes);
+      }
       e.where = Where::kResident;
       m->resident_ += e.bytes;
     }
@@ -172,12 +176,26 @@ void ChunkMemory::Unpin(int index) {
   write_behind_wanted_ = true;
 }
 
+bool ChunkMemory::Swap(int32_t chunk, ChunkMemory& other) {
+  if (offloaded_ || other.offloaded_ || &other == this) return false;
+  const auto mine = index_.find(chunk), theirs = other.index_.find(chunk);
+  if (mine == index_.end() || theirs == other.index_.end()) return false;
+  Entry& a = entries_[mine->second];
+  Entry& b = other.entries_[theirs->second];
+  if (a.bytes != b.bytes || a.data == nullptr || b.data == nullptr) return false;
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock other_lock(&other.mu_);
+  std::swap(a.data, b.data);
+  return true;
+}
+
 absl::StatusOr<ChunkMemory::Slab> ChunkMemory::Pin(int32_t chunk) {
   const auto it = index_.find(chunk);
   if (it == index_.end()) return absl::InvalidArgumentError(absl::StrCat("no chunk ", chunk));
   Entry& e = entries_[it->second];
-  // In memory every slab stays where Make put it: no lock on the push and
-  // pull path, no pin to count.
+  // In memory every slab stays where Make put it (or Swap, under the
+  // store's chunk lock): no lock on the push and pull path, no pin to
+  // count.
   if (!offloaded_) return MakeSlab(it->second);
   absl::MutexLock lock(&mu_);
   for (;;) {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -67,6 +68,11 @@ struct OffloadOptions {
   bool direct = true;
   // Requests in flight to the file and their largest size (see io_queue.h).
   IoQueueOptions io;
+  // In memory: the chunks whose slabs' pages are faulted in when made (as
+  // those a shard made ahead of a move's switch takes by handover are:
+  // server/placed_shard.h), not at the first write; null: none. Offloaded
+  // stores ignore it.
+  std::function<bool(int32_t chunk)> fault_in;
 };
 
 // Measured by ChunkMemory, for Status.
@@ -115,6 +121,12 @@ class ChunkMemory {
     float* data_ = nullptr;
   };
 
+  // In memory, both: exchanges chunk `chunk`'s slab with `other`'s of the
+  // same size (a move's switch gives a kept chunk's state to the store
+  // placed anew without copying it). False, nothing changed, otherwise.
+  // The caller keeps every user of the chunk out of both while it runs
+  // (the stores' chunk locks: in memory, Pin takes no lock).
+  bool Swap(int32_t chunk, ChunkMemory& other);
   // Pins chunk `chunk`'s slab, reading it from the file if it is not
   // resident (and writing others back to make room). An I/O error is
   // returned here and by every later call (see health()).

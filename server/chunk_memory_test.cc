@@ -1,8 +1,10 @@
 // ChunkMemory in memory and offloaded to a file: what is written comes back,
 // at most the budget is resident, and bad directories or budgets are clear
-// errors that leave nothing behind.
+// errors that leave nothing behind; in memory, the slabs asked for are
+// faulted in when made, and two stores' slabs of a chunk swap.
 #include "server/chunk_memory.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +65,50 @@ TEST(ChunkMemoryTest, InMemoryEverySlabStays) {
   EXPECT_FALSE(st.offloaded);
   EXPECT_EQ(st.resident_bytes, 3 * 16384);
   EXPECT_EQ(st.read_bytes + st.write_bytes, 0);
+}
+
+// How many of the pages of `bytes` at `p` (page-aligned) are resident.
+int64_t ResidentPages(const void* p, int64_t bytes) {
+  std::vector<unsigned char> pages((bytes + 4095) / 4096);
+  if (mincore(const_cast<void*>(p), static_cast<size_t>(bytes), pages.data()) != 0) return -1;
+  int64_t n = 0;
+  for (unsigned char v : pages) n += v & 1;
+  return n;
+}
+
+TEST(ChunkMemoryTest, TheSlabsAskedForAreFaultedInWhenMade) {
+  OffloadOptions o;
+  o.fault_in = [](int32_t chunk) { return chunk == 1; };
+  auto m = ChunkMemory::Make(Slabs(2), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int64_t bytes = ChunkMemory::SlabBytes(Slabs(1)[0]);
+  EXPECT_EQ(ResidentPages((*m)->Pin(0)->weights(), bytes), 0);
+  EXPECT_EQ(ResidentPages((*m)->Pin(1)->weights(), bytes), bytes / 4096);
+  EXPECT_EQ((*m)->Pin(1)->state()[1999], 0.0f);  // zeroed still
+}
+
+TEST(ChunkMemoryTest, InMemorySlabsOfTheSameSizeSwap) {
+  auto a = ChunkMemory::Make(Slabs(2), {});
+  auto b = ChunkMemory::Make(Slabs(3), {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  Fill(*(*a)->Pin(1), 1);
+  float* held = (*a)->Pin(1)->weights();
+  EXPECT_TRUE((*b)->Swap(1, **a));
+  EXPECT_EQ((*b)->Pin(1)->weights(), held);  // the slab itself, not a copy
+  EXPECT_TRUE(Holds(*(*b)->Pin(1), 1));
+  EXPECT_EQ((*a)->Pin(1)->weights()[0], 0.0f);  // b's, zeroed
+  EXPECT_FALSE((*b)->Swap(2, **a));             // a holds no chunk 2
+  EXPECT_FALSE((*b)->Swap(1, **b));
+  auto other = ChunkMemory::Make({{1, 10, 0, 0}}, {});
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE((*b)->Swap(1, **other));  // another size
+  OffloadOptions o;
+  o.dir = TempDir();
+  o.budget = 1 << 20;
+  auto offloaded = ChunkMemory::Make(Slabs(2), o);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  EXPECT_FALSE((*b)->Swap(1, **offloaded));
+  EXPECT_TRUE(Holds(*(*b)->Pin(1), 1));  // nothing changed
 }
 
 TEST(ChunkMemoryTest, OffloadedSlabsStayWithinTheBudgetAndComeBack) {

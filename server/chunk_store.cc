@@ -89,6 +89,11 @@ ChunkMemoryStats ChunkStore::memory_stats() const {
 
 absl::StatusOr<ChunkStore::Slab> ChunkStore::Pin(const Chunk& c) const {
   if (memory_ == nullptr) return memory_error_;
+  if (c.given) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk ", c.id, " moved to this server's shard of the next placement (generation ",
+        c.generation, " ended)"));
+  }
   // Then the next chunks are read while this one is used (asked for after
   // the pin: asked before, the guesses would move past this chunk while it
   // is still being read, and its room could go to the next one).

@@ -166,10 +166,13 @@ class ChunkStore : public HeldRounds {
   // optimizer state and step count from its whole state in `*handed` (a
   // handover to this server: taken out), else from `before` -- the store
   // that held it until now, this server's (null: none) -- not from a
-  // file. INTERNAL for a chunk in neither, INVALID_ARGUMENT naming the
-  // chunk for a state of another size (the store is then unusable).
+  // file. A chunk taken from `before` is given, not copied, where both
+  // stores are in memory (ChunkMemory::Swap), and answers no call there
+  // from then on (FAILED_PRECONDITION: the old generation's calls end).
+  // INTERNAL for a chunk in neither, INVALID_ARGUMENT naming the chunk for
+  // a state of another size (the store is then unusable).
   absl::Status Adopt(int64_t generation, int64_t clock, std::map<int32_t, ChunkUpdate>* handed,
-                     const ChunkStore* before);
+                     ChunkStore* before);
   int64_t generation() const { return generation_; }
   // The newest checkpoint clock written or restored in this generation (0: none).
   int64_t checkpoint_clock() const;
@@ -244,6 +247,19 @@ class ChunkStore : public HeldRounds {
   void Confirmed(int32_t chunk, int64_t version, const std::vector<int64_t>& applied);
   // The whole state of a served chunk, as a full update.
   absl::StatusOr<ChunkUpdate> FullUpdate(int32_t chunk) const;
+  // Where WholeState writes a chunk's weights and state.
+  struct WholeRoom {
+    char* weights = nullptr;
+    char* state = nullptr;
+  };
+  // FullUpdate into memory of the caller's: `*meta` gets all of it but the
+  // weights and the state, which are written where room(weight bytes,
+  // state bytes) -- called once, `*meta` filled -- says.
+  absl::Status WholeState(
+      int32_t chunk, ChunkUpdate* meta,
+      absl::FunctionRef<WholeRoom(int64_t weight_bytes, int64_t state_bytes)> room) const;
+  // The bytes of a chunk's weights and optimizer state (0: not held here).
+  int64_t WholeBytes(int32_t chunk) const;
   // A standby copy takes its primary's change, whose gradient is `grad`
   // (empty: no step; `update.grad` is not read); *need_full when it does
   // not follow the copy (which then needs the whole state).
@@ -298,6 +314,8 @@ class ChunkStore : public HeldRounds {
     int64_t checkpointed ABSL_GUARDED_BY(mu) = 0;  // last clock written
     // False while an EXTERNAL model's chunk waits for its initial weights.
     bool has_values ABSL_GUARDED_BY(mu) = true;
+    // Its state went to the store placed anew (Adopt): Pin refuses it.
+    bool given ABSL_GUARDED_BY(mu) = false;
     // Empties the round being collected (its sum is overwritten by the
     // next round's first push).
     void ClearRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -309,7 +327,8 @@ class ChunkStore : public HeldRounds {
   };
   using Slab = ChunkMemory::Slab;
   // The chunk's arrays, resident while the Slab lives (offloaded: read from
-  // the file if need be, and the next chunk read ahead).
+  // the file if need be, and the next chunk read ahead); FAILED_PRECONDITION
+  // once the chunk was given to the store placed anew.
   absl::StatusOr<Slab> Pin(const Chunk& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // BSP: turns the round's sum into its mean and applies it (or, with
   // global clipping, holds it and tells the listener).
@@ -336,9 +355,10 @@ class ChunkStore : public HeldRounds {
   absl::Status TakeFull(Chunk& c, const ChunkUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Writes a whole state's weights, optimizer state, steps and values
   // into `c` (INVALID_ARGUMENT, nothing written, for another size).
-  // CopyWhole: the same from this store's chunk `c.id` (INTERNAL when it
-  // holds none of that size).
-  absl::Status CopyWhole(Chunk& c, const Slab& slab) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // TakeWhole: the same from `before`'s chunk `c.id` -- its slab itself
+  // where both stores are in memory, else a copy -- which `before` refuses
+  // from then on (INTERNAL when it holds none of that size).
+  absl::Status TakeWhole(Chunk& c, ChunkStore& before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   absl::Status PutWhole(Chunk& c, const Slab& slab, const ChunkUpdate& u)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // A restore's or an adoption's start of `generation` at `clock` for `c`,

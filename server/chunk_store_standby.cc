@@ -103,22 +103,44 @@ void ChunkStore::Confirmed(int32_t chunk, int64_t version, const std::vector<int
 }
 
 absl::StatusOr<ChunkUpdate> ChunkStore::FullUpdate(int32_t chunk) const {
+  ChunkUpdate u;
+  std::string weights, state;
+  RETURN_IF_ERROR(WholeState(chunk, &u, [&](int64_t weight_bytes, int64_t state_bytes) {
+    weights.resize(weight_bytes);
+    state.resize(state_bytes);
+    return WholeRoom{weights.data(), state.data()};
+  }));
+  u.set_weights(std::move(weights));
+  u.set_state(std::move(state));
+  return u;
+}
+
+absl::Status ChunkStore::WholeState(
+    int32_t chunk, ChunkUpdate* meta,
+    absl::FunctionRef<WholeRoom(int64_t weight_bytes, int64_t state_bytes)> room) const {
   const Chunk* c = Find(chunk);
   if (c == nullptr) return CheckChunk(chunk);
   absl::MutexLock lock(&c->mu);
   if (!c->standby.serving) return absl::FailedPreconditionError("not served here");
   ASSIGN_OR_RETURN(const Slab slab, Pin(*c));
-  ChunkUpdate u;
-  u.set_chunk(chunk);
-  u.set_version(c->standby.version);
-  u.set_full(true);
-  u.set_weights(FloatBytes(slab.weights(), c->layout.weights));
+  meta->set_chunk(chunk);
+  meta->set_version(c->standby.version);
+  meta->set_full(true);
+  meta->set_steps(c->steps);
+  meta->set_has_values(c->has_values);
+  for (int64_t a : c->clocks.applied()) meta->add_applied(a);
+  const int64_t weight_bytes = c->layout.weights * sizeof(float);
   // The state arrays as the slab lays them out (with their gaps).
-  u.set_state(FloatBytes(slab.state(), c->layout.state));
-  u.set_steps(c->steps);
-  u.set_has_values(c->has_values);
-  for (int64_t a : c->clocks.applied()) u.add_applied(a);
-  return u;
+  const int64_t state_bytes = c->layout.state * sizeof(float);
+  const WholeRoom to = room(weight_bytes, state_bytes);
+  std::memcpy(to.weights, slab.weights(), weight_bytes);
+  std::memcpy(to.state, slab.state(), state_bytes);
+  return absl::OkStatus();
+}
+
+int64_t ChunkStore::WholeBytes(int32_t chunk) const {
+  const Chunk* c = Find(chunk);
+  return c == nullptr ? 0 : (c->layout.weights + c->layout.state) * int64_t{sizeof(float)};
 }
 
 absl::Status ChunkStore::PutWhole(Chunk& c, const Slab& slab, const ChunkUpdate& u) {

@@ -59,18 +59,18 @@ absl::Status ChunkStore::Restore(int64_t generation, int64_t clock, const Checkp
 }
 
 absl::Status ChunkStore::Adopt(int64_t generation, int64_t clock,
-                               std::map<int32_t, ChunkUpdate>* handed, const ChunkStore* before) {
+                               std::map<int32_t, ChunkUpdate>* handed, ChunkStore* before) {
   generation_ = generation;
   restore_clock_ = clock;
   for (int32_t id : chunk_ids_) {
     Chunk& c = *Find(id);
     absl::MutexLock lock(&c.mu);
-    ASSIGN_OR_RETURN(const Slab slab, Pin(c));
     if (auto it = handed->find(id); it != handed->end()) {
+      ASSIGN_OR_RETURN(const Slab slab, Pin(c));
       RETURN_IF_ERROR(PutWhole(c, slab, it->second));
       handed->erase(it);
     } else if (before != nullptr) {
-      RETURN_IF_ERROR(before->CopyWhole(c, slab));
+      RETURN_IF_ERROR(TakeWhole(c, *before));
     } else {
       return absl::InternalError(absl::StrCat("chunk ", id, " was not handed over"));
     }
@@ -81,17 +81,25 @@ absl::Status ChunkStore::Adopt(int64_t generation, int64_t clock,
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::CopyWhole(Chunk& c, const Slab& slab) const {
-  const Chunk* from = Find(c.id);
+absl::Status ChunkStore::TakeWhole(Chunk& c, ChunkStore& before) {
+  Chunk* from = before.Find(c.id);
   if (from == nullptr || from->layout.weights != c.layout.weights ||
       from->layout.state != c.layout.state) {
-    return absl::InternalError(absl::StrCat("chunk ", c.id, " is not held here as it is there"));
+    return absl::InternalError(
+        absl::StrCat("chunk ", c.id, " is not held by the shard placed before as it is here"));
   }
   absl::MutexLock lock(&from->mu);
-  ASSIGN_OR_RETURN(const Slab source, Pin(*from));
-  std::memcpy(slab.weights(), source.weights(), c.layout.weights * sizeof(float));
-  std::memcpy(slab.state(), source.state(), c.layout.state * sizeof(float));
-  slab.MarkWritten();
+  if (from->given) return absl::InternalError(absl::StrCat("chunk ", c.id, " was taken already"));
+  const SlabLayout &mine = c.layout, &theirs = from->layout;
+  const bool same = mine.grad == theirs.grad && mine.gap == theirs.gap;
+  if (!(same && memory_->Swap(c.id, *before.memory_))) {
+    ASSIGN_OR_RETURN(const Slab source, before.Pin(*from));
+    ASSIGN_OR_RETURN(const Slab slab, Pin(c));
+    std::memcpy(slab.weights(), source.weights(), c.layout.weights * sizeof(float));
+    std::memcpy(slab.state(), source.state(), c.layout.state * sizeof(float));
+    slab.MarkWritten();
+  }
+  from->given = true;
   c.steps = from->steps;
   c.has_values = from->has_values;
   return absl::OkStatus();

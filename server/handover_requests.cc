@@ -1,7 +1,9 @@
 #include "server/handover_requests.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,24 +12,75 @@
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
 #include "proto/ps.pb.h"
+#include "server/answer_room.h"
 
 namespace pstrain {
 namespace {
 
-// Chunk `chunk`'s whole state at `clock`, or why not yet (or no longer).
-absl::StatusOr<ChunkUpdate> ChunkAt(const ChunkStore& store, int32_t chunk, int64_t clock) {
+// Writes `v` as a varint at `out`; the bytes written.
+size_t PutVarint(uint64_t v, char* out) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) out[n++] = static_cast<char>(v | 0x80);
+  out[n++] = static_cast<char>(v);
+  return n;
+}
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+// A length-delimited field's tag (field numbers below 16: one byte).
+char LengthTag(int field) { return static_cast<char>(field << 3 | 2); }
+
+// Chunk `chunk`'s whole state at `clock`, or why not yet (or no longer),
+// as one HandOverResponse.chunks field -- protobuf's encoding, the
+// metadata first, then the weights and the state -- written once from the
+// chunk into `room` (null, or used up: memory as it comes).
+absl::StatusOr<grpc::Slice> ChunkAt(const ChunkStore& store, int32_t chunk, int64_t clock,
+                                    const std::shared_ptr<AnswerRoom>& room) {
   RETURN_IF_ERROR(store.CheckChunk(chunk));
   if (!store.Readable(chunk, clock)) {
     return absl::UnavailableError(absl::StrCat("handover: chunk ", chunk, " has not reached clock ",
                                                clock, " yet (", store.Lagging(chunk, clock), ")"));
   }
-  ASSIGN_OR_RETURN(ChunkUpdate u, store.FullUpdate(chunk));
-  if (std::any_of(u.applied().begin(), u.applied().end(), [clock](int64_t a) { return a > clock; })) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("handover: chunk ", chunk, " has gone past clock ", clock, " (applied ",
-                     absl::StrJoin(u.applied(), ","), ")"));
+  ChunkUpdate meta;
+  grpc::Slice slice;
+  RETURN_IF_ERROR(store.WholeState(chunk, &meta, [&](int64_t weight_bytes, int64_t state_bytes) {
+    const size_t meta_bytes = meta.ByteSizeLong();
+    const size_t inner = meta_bytes + 1 + VarintSize(weight_bytes) + weight_bytes + 1 +
+                         VarintSize(state_bytes) + state_bytes;
+    const size_t total = 1 + VarintSize(inner) + inner;
+    char* out = room == nullptr ? nullptr : room->Take(total);
+    if (out != nullptr) {
+      slice = AnswerRoom::SliceOf(room, out, total);
+    } else {
+      slice = grpc::Slice(total);
+      out = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
+    }
+    size_t at = 0;
+    out[at++] = LengthTag(HandOverResponse::kChunksFieldNumber);
+    at += PutVarint(inner, out + at);
+    meta.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out + at));
+    at += meta_bytes;
+    ChunkStore::WholeRoom to;
+    out[at++] = LengthTag(ChunkUpdate::kWeightsFieldNumber);
+    at += PutVarint(weight_bytes, out + at);
+    to.weights = out + at;
+    at += weight_bytes;
+    out[at++] = LengthTag(ChunkUpdate::kStateFieldNumber);
+    at += PutVarint(state_bytes, out + at);
+    to.state = out + at;
+    return to;
+  }));
+  if (std::any_of(meta.applied().begin(), meta.applied().end(),
+                  [clock](int64_t a) { return a > clock; })) {
+    return absl::FailedPreconditionError(absl::StrCat("handover: chunk ", chunk,
+                                                      " has gone past clock ", clock, " (applied ",
+                                                      absl::StrJoin(meta.applied(), ","), ")"));
   }
-  return u;
+  return slice;
 }
 
 }  // namespace
@@ -40,10 +93,14 @@ absl::Status AnswerHandOver(const Shard& shard, const grpc::ByteBuffer& raw,
   }
   const ChunkStore& store = *shard.store();
   RETURN_IF_ERROR(store.CheckGeneration(req.generation()));
-  HandOverResponse out;
+  // (A taker asks before the clock: the answers' rooms are made meanwhile.)
+  shard.PrepareToGive({req.chunks().begin(), req.chunks().end()});
+  std::vector<grpc::Slice> slices;
   for (int32_t chunk : req.chunks()) {
-    ASSIGN_OR_RETURN(*out.add_chunks(), ChunkAt(store, chunk, req.clock()));
+    ASSIGN_OR_RETURN(slices.emplace_back(),
+                     ChunkAt(store, chunk, req.clock(), shard.answer_room(chunk)));
   }
+  HandOverResponse out;  // the rows, after the chunks
   if (!req.table().empty()) {
     const Placement& to = req.placement();
     if (to.bucket_server_size() != kRowBuckets) {
@@ -57,7 +114,8 @@ absl::Status AnswerHandOver(const Shard& shard, const grpc::ByteBuffer& raw,
                        return ServerOfRow(to, id) == taker;
                      }));
   }
-  *resp = SerializeSmall(out);
+  if (out.has_rows()) slices.emplace_back(out.SerializeAsString());
+  *resp = grpc::ByteBuffer(slices.data(), slices.size());
   return absl::OkStatus();
 }
 

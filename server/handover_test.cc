@@ -1,13 +1,18 @@
 // A move's handover in process (server/handover.h): the holders' answers
 // (AnswerHandOver) only once the state settled at the switch clock, a
 // shard's chunks and table rows made anew of what it kept and what was
-// handed over to it, bit for bit (ChunkStore::Adopt, SparseTables::Adopt),
+// handed over to it, bit for bit (ChunkStore::Adopt, SparseTables::Adopt:
+// the kept chunks' slabs given to the store made anew, in memory, or copied
+// into its file, offloaded),
 // and common/placement.h's account of who takes what from whom.
 #include <cstring>
+#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/job_defaults.h"
 #include "common/job_parse.h"
 #include "common/job_validate.h"
@@ -100,40 +105,103 @@ TEST(HandoverTest, AHolderAnswersOnceItsChunksSettledAtTheSwitchClock) {
   ASSERT_EQ(resp.chunks_size(), req.chunks_size());
   EXPECT_TRUE(resp.chunks(0).full());
   EXPECT_EQ(resp.chunks(0).steps(), 3);
+  // Each chunk's whole state, as the standby copies' full updates say it.
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    EXPECT_EQ(resp.chunks(i).SerializeAsString(),
+              store->FullUpdate(req.chunks(i)).value().SerializeAsString());
+  }
+  // Written in the rooms the first ask made, the same bytes.
+  for (int polls = 0; polls < 1000 && shard.answer_room(req.chunks(0)) == nullptr; ++polls) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_NE(shard.answer_room(req.chunks(0)), nullptr);
+  grpc::ByteBuffer from_room;
+  ASSERT_TRUE(AnswerHandOver(shard, SerializeSmall(req), &from_room).ok());
+  EXPECT_EQ(FlattenSmall(from_room), FlattenSmall(reply));
+  shard.DropAnswerRooms();
+  EXPECT_EQ(shard.answer_room(req.chunks(0)), nullptr);
   req.add_chunks(0);  // server 0's
   EXPECT_EQ(AnswerHandOver(shard, SerializeSmall(req), &reply).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(HandoverTest, AStoreMadeAnewHoldsWhatWasKeptAndHandedOverBitForBit) {
+// A chunk's weights and optimizer state, as a store answers for them.
+struct Held {
+  std::vector<float> weights;
+  std::string state;
+};
+
+Held HeldIn(const ChunkStore& store, int32_t chunk) {
+  Held h;
+  h.weights = ReadChunk(store, chunk);
+  ChunkState st;
+  EXPECT_TRUE(store.ReadState(chunk, &st).ok());
+  h.state = st.SerializeAsString();
+  return h;
+}
+
+// Server 1 drained into server 0: the store of server 0 made anew (in
+// memory, or offloaded to `offload_dir`) holds what server 0 kept -- its
+// slabs given, or copied into the file -- and what server 1 handed over,
+// bit for bit; the store placed before answers no call on a chunk it gave.
+void DrainIntoStoreMadeAnew(const std::string& offload_dir) {
   const JobSpec job = Job();
   const Partition p = Partition::Make(ModelParams(job.model()), job.chunk_bytes(), 2).value();
   std::unique_ptr<ChunkStore> kept = Store(job, p, 0), given = Store(job, p, 1);
   Train(*kept, 3);
   Train(*given, 3);
+  std::map<int32_t, Held> want;
+  for (const ChunkStore* s : {kept.get(), given.get()}) {
+    for (int32_t c : s->chunk_ids()) want[c] = HeldIn(*s, c);
+  }
   const Placement to = AllOnZero(InitialPlacement(p));
   const Partition placed =
       PlacedPartition(ModelParams(job.model()), job.chunk_bytes(), 2, to).value();
-  std::unique_ptr<ChunkStore> fresh = Store(job, placed, 0, ChunkStore::StartValues::kNone);
+  OffloadOptions offload;
+  offload.dir = offload_dir;
+  offload.budget = int64_t{1} << 20;
+  auto fresh =
+      std::make_unique<ChunkStore>(job, placed, 0, MakeOptimizer(job.optimizer()).value(), nullptr,
+                                   nullptr, offload, ChunkStore::StartValues::kNone);
+  ASSERT_TRUE(fresh->health().ok()) << fresh->health();
   std::map<int32_t, ChunkUpdate> handed;
   EXPECT_EQ(fresh->Adopt(1, 3, &handed, nullptr).code(), absl::StatusCode::kInternal);
   for (int32_t c : given->chunk_ids()) handed[c] = given->FullUpdate(c).value();
   ASSERT_TRUE(fresh->Adopt(1, 3, &handed, kept.get()).ok());
   EXPECT_TRUE(handed.empty());  // taken out
   EXPECT_EQ(fresh->generation(), 1);
+  ASSERT_EQ(fresh->chunk_ids().size(), want.size());
   for (int32_t c : fresh->chunk_ids()) {
-    const ChunkStore& held = kept->CheckChunk(c).ok() ? *kept : *given;
-    const std::vector<float> a = ReadChunk(*fresh, c), b = ReadChunk(held, c);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << c;
-    ChunkState sa, sb;
-    ASSERT_TRUE(fresh->ReadState(c, &sa).ok());
-    ASSERT_TRUE(held.ReadState(c, &sb).ok());
-    EXPECT_EQ(sa.SerializeAsString(), sb.SerializeAsString()) << c;
+    const Held got = HeldIn(*fresh, c);
+    ASSERT_EQ(got.weights.size(), want[c].weights.size());
+    EXPECT_EQ(
+        std::memcmp(got.weights.data(), want[c].weights.data(), got.weights.size() * sizeof(float)),
+        0)
+        << c;
+    EXPECT_EQ(got.state, want[c].state) << c;
+  }
+  // The store placed before: its calls of generation 0 on a chunk given end.
+  for (int32_t c : kept->chunk_ids()) {
+    std::vector<float> out(kept->ChunkNumel(c));
+    PulledClocks clocks;
+    EXPECT_EQ(kept->Read(0, 3, 3, c, FP32, reinterpret_cast<char*>(out.data()), &clocks).code(),
+              absl::StatusCode::kFailedPrecondition)
+        << c;
+    EXPECT_EQ(kept->Push(0, 3, 8, c, std::vector<float>(out.size(), 0.01f)).code(),
+              absl::StatusCode::kFailedPrecondition)
+        << c;
   }
   // Training goes on from the switch clock.
   std::vector<float> g(fresh->ChunkNumel(0), 0.01f);
   EXPECT_TRUE(fresh->Push(0, 3, 8, 0, g, 0, /*generation=*/1).ok());
+}
+
+TEST(HandoverTest, AStoreMadeAnewHoldsWhatWasKeptAndHandedOverBitForBit) {
+  DrainIntoStoreMadeAnew("");
+}
+
+TEST(HandoverTest, AnOffloadedStoreMadeAnewCopiesWhatWasKeptBitForBit) {
+  DrainIntoStoreMadeAnew(::testing::TempDir());
 }
 
 // Two tables over 2 servers, one worker, BSP.

@@ -13,9 +13,12 @@
 namespace pstrain {
 namespace {
 
-// The bytes of chunks' state one call asks for at most (weights and up to
-// three state arrays each: within the transport's message limit).
-constexpr int64_t kCallChunkBytes = 32 << 20;
+// The chunk bytes one call asks for (at least one chunk): the weights,
+// with up to three state arrays each, well within the transport's message
+// limit, and small enough for a holder's calls to overlap.
+constexpr int64_t kCallChunkBytes = 1 << 20;
+// A holder's calls in flight at once.
+constexpr int kCallsInFlight = 4;
 // A holder not at the switch clock yet is asked again this soon.
 constexpr absl::Duration kAgain = absl::Milliseconds(2);
 
@@ -133,14 +136,27 @@ void MoveIntake::Run(std::shared_ptr<Intake> intake) const {
       req.set_table(t.name());
     }
   }
-  // The holders asked at once, each on a thread of its own.
+  // The holders asked at once, each with a few calls in flight.
   Span span;
   std::atomic<bool> all{true};
   std::vector<std::thread> threads;
+  std::map<int, std::atomic<size_t>> next;
+  std::map<int, std::unique_ptr<ParameterServer::Stub>> stubs;  // a connection each
+  const auto& addresses = news.addresses();
   for (const auto& [holder, reqs] : calls) {
-    threads.emplace_back([&, holder = holder, &reqs = reqs] {
-      if (!TakeFrom(*intake, holder, reqs, &span)) all = false;
-    });
+    if (holder < 0 || holder >= addresses.size() || addresses[holder].empty()) {
+      spdlog::warn("the move names no address of server {}: it cannot hand over", holder);
+      all = false;
+      continue;
+    }
+    ParameterServer::Stub* stub =
+        (stubs[holder] = ParameterServer::NewStub(MakeBulkChannel(addresses[holder]))).get();
+    std::atomic<size_t>* holder_next = &next[holder];
+    for (size_t t = 0; t < std::min<size_t>(kCallsInFlight, reqs.size()); ++t) {
+      threads.emplace_back([&, holder = holder, &reqs = reqs, stub, holder_next] {
+        if (!TakeFrom(*intake, holder, *stub, reqs, holder_next, &span)) all = false;
+      });
+    }
   }
   for (std::thread& t : threads) t.join();
   if (!all) return;  // stopped: the move changed or went
@@ -155,11 +171,13 @@ void MoveIntake::Run(std::shared_ptr<Intake> intake) const {
   if (on_held_ != nullptr) on_held_();
 }
 
-bool MoveIntake::TakeFrom(Intake& intake, int holder, const std::vector<HandOverRequest>& reqs,
+bool MoveIntake::TakeFrom(Intake& intake, int holder, ParameterServer::Stub& stub,
+                          const std::vector<HandOverRequest>& reqs, std::atomic<size_t>* next,
                           Span* span) const {
-  for (const HandOverRequest& req : reqs) {
+  for (size_t i = (*next)++; i < reqs.size(); i = (*next)++) {
+    const HandOverRequest& req = reqs[i];
     absl::Time started;
-    absl::StatusOr<HandOverResponse> got = Ask(intake, holder, req, &started);
+    absl::StatusOr<HandOverResponse> got = Ask(intake, holder, stub, req, &started);
     if (!got.ok()) return false;
     span->Add(started, absl::Now());
     absl::MutexLock lock(&intake.mu);
@@ -176,21 +194,16 @@ bool MoveIntake::TakeFrom(Intake& intake, int holder, const std::vector<HandOver
 }
 
 absl::StatusOr<HandOverResponse> MoveIntake::Ask(Intake& intake, int holder,
+                                                 ParameterServer::Stub& stub,
                                                  const HandOverRequest& req,
                                                  absl::Time* started) const {
-  const auto& addresses = intake.news.addresses();
-  if (holder < 0 || holder >= addresses.size() || addresses[holder].empty()) {
-    spdlog::warn("the move names no address of server {}: it cannot hand over", holder);
-    return absl::FailedPreconditionError("no address");
-  }
-  auto stub = ParameterServer::NewStub(MakeBulkChannel(addresses[holder]));
   absl::Duration backoff = kAgain;
   absl::Status last;
   while (!intake.stop.load()) {
     HandOverResponse resp;
     *started = absl::Now();
     auto ctx = ContextWithTimeout(absl::Seconds(60));
-    const grpc::Status st = stub->HandOver(ctx.get(), req, &resp);
+    const grpc::Status st = stub.HandOver(ctx.get(), req, &resp);
     if (st.ok()) return resp;
     if (Final(st.error_code())) {
       const std::string why =

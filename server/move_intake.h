@@ -87,15 +87,19 @@ class MoveIntake {
   };
   // The thread: asks every holder for what the move gives this server.
   void Run(std::shared_ptr<Intake> intake) const;
-  // One holder's calls, in turn; false once the intake stopped.
-  bool TakeFrom(Intake& intake, int holder, const std::vector<HandOverRequest>& reqs,
+  // One holder's calls from `*next` on, each taken by the first of the
+  // threads calling it to get there (a few in flight at once: a holder
+  // encodes one answer while another travels and the one before is read
+  // here); false once the intake stopped.
+  bool TakeFrom(Intake& intake, int holder, ParameterServer::Stub& stub,
+                const std::vector<HandOverRequest>& reqs, std::atomic<size_t>* next,
                 Span* span) const;
   // One call's answer, asked again until it comes or the intake stops
   // (CANCELLED then) -- or, for a refusal asking again cannot get past
   // (the call's message too large, a malformed answer), that error,
   // recorded for Status; *started: when the call that answered began.
-  absl::StatusOr<HandOverResponse> Ask(Intake& intake, int holder, const HandOverRequest& req,
-                                       absl::Time* started) const;
+  absl::StatusOr<HandOverResponse> Ask(Intake& intake, int holder, ParameterServer::Stub& stub,
+                                       const HandOverRequest& req, absl::Time* started) const;
   // The chunks a call asks for at most.
   int ChunksPerCall() const;
 

@@ -14,7 +14,6 @@
 #include "common/partition.h"
 #include "common/placement.h"
 #include "common/rpc.h"
-#include "common/simd.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/trace.h"
@@ -25,6 +24,7 @@
 #include "server/memory_plan.h"
 #include "server/move_intake.h"
 #include "server/move_wait.h"
+#include "server/placed_shard.h"
 #include "server/ps_service.h"
 #include "server/ps_serving.h"
 #include "server/shard.h"
@@ -75,19 +75,34 @@ class Server {
   // served (its Status says it holds them: the move may switch); then it
   // waits for the switch, whose generation is the next. AwaitMove's errors.
   absl::Status Join(const RegisterResponse& reg);
-  // The chunk store of this server's share of the job by placement_, with
-  // checkpoints, its chunks holding `start` values.
-  absl::Status Build(ChunkStore::StartValues start);
-  // Build, and the shard over the store and the sparse tables.
+  // The shard of this server's share of the job by placement_ (its chunk
+  // store, with checkpoints, and its part of the sparse tables), its chunks
+  // holding `start` values -- for a switch (kNone), the one made ahead
+  // when there is one -- installed as the one this server serves.
   absl::Status MakeShard(ChunkStore::StartValues start = ChunkStore::StartValues::kSeed);
+  ShardInputs Inputs() const {
+    return ShardInputs{&job_,
+                       id_,
+                       pool_.get(),
+                       trace_,
+                       OffloadOptions{config_.offload_dir, config_.memory_budget, id_,
+                                      config_.offload_direct, config_.offload_io},
+                       config_.table_spill_dir};
+  }
+  // A move followed: the intake takes what it hands over here; in memory,
+  // the shard of its placement is made ahead when this server is in it,
+  // and the room of the answers that give its chunks away.
+  void FollowMove(const MoveNews& move, int64_t generation);
   // BSP clipping by the global norm over the store (when the job clips).
   void StartClipping();
   // The member loop's actions on the shard (it follows the shard placed anew).
   ShardActions Actions() {
-    return ShardActions(&shard_, service_, sender_.get(), intake_.get(), id_,
-                        [this](int64_t generation, int64_t clock, const Placement& placement) {
-                          return Restore(generation, clock, placement);
-                        });
+    return ShardActions(
+        &shard_, service_, sender_.get(), id_,
+        [this](int64_t generation, int64_t clock, const Placement& placement) {
+          return Restore(generation, clock, placement);
+        },
+        [this](const MoveNews& move, int64_t generation) { FollowMove(move, generation); });
   }
   // The member loop's restore: a move's switch (a newer `placement`, the
   // move followed) makes the shard anew from what the one served keeps
@@ -99,7 +114,7 @@ class Server {
   // of `clock`: from what `before` keeps and `handed` (a switch), else
   // from the checkpoint.
   absl::Status Replace(int64_t generation, int64_t clock, std::optional<HandedOver> handed,
-                       const Shard* before);
+                       Shard* before);
   // Standby copies: the sender of the served chunks' and tables' changes.
   void StartReplication();
   // Bounds the requests and replies in flight: an offloaded server's by
@@ -132,7 +147,14 @@ class Server {
   JobSpec job_;
   int id_ = -1;
   Placement placement_;  // the job's once a move changed it (version 0: the initial)
+  // The updates' threads: one pool for every placement (a store placed
+  // anew shares it with the calls still on the old one).
   std::unique_ptr<ThreadPool> pool_;
+  // In memory, the shard of a move's placement made ahead of its switch
+  // (null offloaded: two stores at once would not fit the budget; the
+  // switch makes it). It uses the members above.
+  std::unique_ptr<ShardAhead> ahead_;
+  int64_t following_ = 0;  // the version of the move followed (0: none)
   std::shared_ptr<ChunkStore> store_;
   ShmLayout shm_layout_;  // where the store's chunks lie in a worker's segment
   absl::Mutex norm_mu_;
@@ -140,7 +162,7 @@ class Server {
   // BSP clipping by the global norm (null when the job does not clip under
   // BSP). Its thread uses the members above: it is stopped first.
   std::unique_ptr<GlobalClipping> clipping_;
-  std::optional<Partition> partition_;  // the job's chunks (Build)
+  std::optional<Partition> partition_;  // the job's chunks (MakeShard)
   std::shared_ptr<Shard> shard_;        // set by Run: the store and the tables
   // Standby copies: ships the served chunks' and table parts' changes
   // (null without). Stopped before the shard goes.
@@ -164,6 +186,8 @@ int Server::Run(const RegisterResponse& reg) {
     spdlog::info("checkpointing every {} clocks into {}", job_.checkpoint_every(),
                  job_.checkpoint_dir());
   }
+  pool_ = std::make_unique<ThreadPool>(config_.server_threads);
+  if (config_.offload_dir.empty()) ahead_ = std::make_unique<ShardAhead>(Inputs());
   // A retried join answered after the switch starts there, as any server.
   const auto& placed = reg.placement().servers();
   const bool joins = config_.join && std::find(placed.begin(), placed.end(), id_) == placed.end();
@@ -204,6 +228,7 @@ absl::Status Server::Join(const RegisterResponse& reg) {
   spdlog::info("joined the running job as server {}: its chunks are handed over at clock {}", id_,
                clock);
   SchedulerClient& client = daemon_->client();
+  if (ahead_ != nullptr) ahead_->Start(reg.placement(), reg.next_placement());
   RETURN_IF_ERROR(AwaitMove(client, [&] {
     // (Its own move only: the switch may come as soon as it holds it all.)
     const MoveNews move = client.move();
@@ -226,14 +251,39 @@ absl::Status Server::Join(const RegisterResponse& reg) {
 }
 
 absl::Status Server::MakeShard(ChunkStore::StartValues start) {
-  RETURN_IF_ERROR(OutOfMemoryAsError("making the store", [&] { return Build(start); }));
-  return OutOfMemoryAsError("making the sparse tables", [&] {
-    shard_ = std::make_shared<Shard>(
-        job_, id_, store_,
-        std::make_shared<SparseTables>(job_, id_, job_.num_servers(), config_.table_spill_dir,
-                                       placement_));
-    return absl::OkStatus();
-  });
+  std::optional<PlacedShard> placed;
+  if (start == ChunkStore::StartValues::kNone && ahead_ != nullptr) {
+    placed = ahead_->Take(placement_.version());
+  }
+  if (!placed.has_value()) {
+    ASSIGN_OR_RETURN(placed, PlaceShard(Inputs(), placement_, start));
+  }
+  store_ = std::move(placed->store);
+  shard_ = std::move(placed->shard);
+  shm_layout_ = std::move(placed->shm_layout);
+  partition_ = std::move(placed->partition);
+  LimitInFlight(placed->plan);
+  return absl::OkStatus();
+}
+
+void Server::FollowMove(const MoveNews& move, int64_t generation) {
+  intake_->Follow(move, generation);
+  if (ahead_ == nullptr) return;
+  const auto& placed = move.to().servers();
+  const bool here = std::find(placed.begin(), placed.end(), id_) != placed.end();
+  ahead_->Start(placement_, here ? move.to() : Placement());  // (no move: none)
+  if (move.to().version() <= placement_.version()) {
+    if (following_ > 0) shard_->DropAnswerRooms();  // the move went
+    following_ = 0;
+    return;
+  }
+  following_ = move.to().version();
+  std::vector<int32_t> giving;
+  const std::vector<int32_t> kept = ChunksOn(move.to(), id_);
+  for (int32_t c : ChunksOn(placement_, id_)) {
+    if (std::find(kept.begin(), kept.end(), c) == kept.end()) giving.push_back(c);
+  }
+  shard_->PrepareToGive(giving);
 }
 
 void Server::StartClipping() {
@@ -271,7 +321,7 @@ absl::Status Server::Restore(int64_t generation, int64_t clock, const Placement&
 }
 
 absl::Status Server::Replace(int64_t generation, int64_t clock, std::optional<HandedOver> handed,
-                             const Shard* before) {
+                             Shard* before) {
   if (clipping_ != nullptr) clipping_->Stop();
   clipping_.reset();
   // (Every chunk is written next: no initial values.)
@@ -320,51 +370,6 @@ void Server::StartReplication() {
   o.tables = shard_->tables().get();
   sender_ = std::make_unique<StandbySender>(store_.get(), std::move(o));
   shard_->SetStandbySink(sender_.get());
-}
-
-absl::Status Server::Build(ChunkStore::StartValues start) {
-  absl::StatusOr<Partition> partition = PlacedPartition(
-      ModelParams(job_.model()), job_.chunk_bytes(), job_.num_servers(), placement_);
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(job_.optimizer());
-  for (const absl::Status& st : {partition.status(), optimizer.status()}) {
-    if (!st.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad job spec from the scheduler: ", st.message()));
-    }
-  }
-  // (One pool for every placement: a store placed anew shares it with
-  // the calls still on the old one.)
-  if (pool_ == nullptr) pool_ = std::make_unique<ThreadPool>(config_.server_threads);
-  OffloadOptions offload{config_.offload_dir, config_.memory_budget, id_, config_.offload_direct,
-                         config_.offload_io};
-  std::optional<ServerMemoryPlan> plan;
-  if (!offload.dir.empty()) {
-    ServerMemoryNeeds needs = ChunkStore::MemoryNeeds(job_, *partition, id_, **optimizer);
-    needs.workers = job_.num_workers();
-    ASSIGN_OR_RETURN(plan, PlanServerMemory(config_.memory_budget, needs));
-    offload.budget = plan->slabs;
-  }
-  shm_layout_ = ShmLayout::OfServer(*partition, id_, job_.standby_copies());
-  store_ = std::make_shared<ChunkStore>(job_, *partition, id_, std::move(*optimizer), pool_.get(),
-                                        trace_, offload, start);
-  RETURN_IF_ERROR(store_->health());
-  partition_ = *std::move(partition);
-  LimitInFlight(plan);
-  if (plan.has_value()) {
-    const ChunkMemoryStats m = store_->memory_stats();
-    spdlog::info(
-        "chunk state offloaded to {}/server{}.slabs ({} bytes); of --memory_budget={}: {} for "
-        "chunk state in memory, {} for requests and {} for replies in flight",
-        offload.dir, id_, m.disk_bytes, config_.memory_budget, plan->slabs, plan->requests,
-        plan->replies);
-  }
-  spdlog::info(
-      "holding {} chunks, {} parameters, {:.2f} bytes per parameter ({}, {} update "
-      "threads, {} loops)",
-      store_->chunk_ids().size(), store_->NumParams(),
-      store_->NumParams() > 0 ? double(store_->BytesHeld()) / store_->NumParams() : 0.0,
-      OptimizerType_Name(job_.optimizer().type()), pool_->parallelism(), SimdLevel());
-  return absl::OkStatus();
 }
 
 void Server::LimitInFlight(const std::optional<ServerMemoryPlan>& plan) {

@@ -1,5 +1,6 @@
 #include "server/shard.h"
 
+#include <chrono>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -47,7 +48,7 @@ absl::Status Shard::Restore(int64_t generation, int64_t clock) {
   return absl::OkStatus();
 }
 
-absl::Status Shard::Adopt(int64_t generation, HandedOver handed, const Shard* before) {
+absl::Status Shard::Adopt(int64_t generation, HandedOver handed, Shard* before) {
   const int64_t clock = handed.switch_clock;
   RETURN_IF_ERROR(store_->Adopt(generation, clock, &handed.chunks,
                                 before == nullptr ? nullptr : before->store().get()));
@@ -66,6 +67,40 @@ absl::Status Shard::Adopt(int64_t generation, HandedOver handed, const Shard* be
   spdlog::info("generation {}: placement {} from clock {} ({} bytes handed over)", generation,
                handed.version, clock, handed.bytes);
   return absl::OkStatus();
+}
+
+void Shard::PrepareToGive(const std::vector<int32_t>& giving) const {
+  if (store_->memory_stats().offloaded) return;  // (outside its budget)
+  absl::MutexLock lock(&room_mu_);
+  std::vector<std::pair<int32_t, int64_t>> sizes;
+  for (int32_t c : giving) {
+    if (rooms_.count(c) > 0 || !store_->CheckChunk(c).ok()) continue;
+    sizes.emplace_back(c, AnswerRoom::ChunkBytes(store_->WholeBytes(c), store_->num_workers()));
+  }
+  if (sizes.empty()) return;
+  std::shared_future<Rooms> made = std::async(std::launch::async, [sizes] {
+                                     Rooms rooms;
+                                     for (const auto& [c, bytes] : sizes) {
+                                       rooms[c] = std::make_shared<AnswerRoom>(bytes);
+                                     }
+                                     return rooms;
+                                   }).share();
+  for (const auto& [c, bytes] : sizes) rooms_[c] = made;
+}
+
+void Shard::DropAnswerRooms() {
+  absl::MutexLock lock(&room_mu_);
+  rooms_.clear();
+}
+
+std::shared_ptr<AnswerRoom> Shard::answer_room(int32_t chunk) const {
+  absl::MutexLock lock(&room_mu_);
+  const auto it = rooms_.find(chunk);
+  if (it == rooms_.end() ||
+      it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return nullptr;
+  }
+  return it->second.get().at(chunk);
 }
 
 bool Shard::Reached(int64_t clock) const {

@@ -12,11 +12,16 @@
 #define PSTRAIN_SERVER_SHARD_H_
 
 #include <cstdint>
+#include <future>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/job.pb.h"
+#include "server/answer_room.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_schedule.h"
 #include "server/chunk_store.h"
@@ -61,13 +66,25 @@ class Shard {
   // starting a job afresh (generation 0, clock 0) deletes the files an
   // earlier job left without a manifest.
   absl::Status Restore(int64_t generation, int64_t clock);
+  // A move's holder giving the chunks `giving` away (as it hears of the
+  // move, or as a taker first asks for them): in memory, the rooms their
+  // handover answers are written in (server/answer_room.h) made now, on a
+  // thread of their own, for those without one yet. Thread-safe.
+  void PrepareToGive(const std::vector<int32_t>& giving) const;
+  // The move went: the rooms go (as they do with the shard).
+  void DropAnswerRooms();
+  // Chunk `chunk`'s room once made (null: none, or not yet: its answer
+  // takes memory as it comes).
+  std::shared_ptr<AnswerRoom> answer_room(int32_t chunk) const;
   // A move's switch: the state of generation `generation` from the switch
   // clock as Restore's, every chunk's and row's from what `before` -- the
   // shard this server served until the switch (null: none) -- keeps under
   // this shard's placement, and from what was handed over to it
-  // (`handed`, server/move_intake.h). INTERNAL for a chunk in neither; the
-  // store's and the tables' Adopt errors.
-  absl::Status Adopt(int64_t generation, HandedOver handed, const Shard* before);
+  // (`handed`, server/move_intake.h); the chunks kept are taken from
+  // `before`'s store, which answers no call on them from then on.
+  // INTERNAL for a chunk in neither; the store's and the tables' Adopt
+  // errors.
+  absl::Status Adopt(int64_t generation, HandedOver handed, Shard* before);
   // Whether every chunk and table part here has applied every update of
   // the iterations before `clock` (a move's switch waits for it: a push of
   // the clock before may still be on its way).
@@ -92,6 +109,11 @@ class Shard {
  private:
   const JobSpec& job_;
   const std::shared_ptr<ChunkStore> store_;
+  // The rooms for a move's handover answers (PrepareToGive), by chunk:
+  // those made at once, being made or made.
+  using Rooms = std::map<int32_t, std::shared_ptr<AnswerRoom>>;
+  mutable absl::Mutex room_mu_;
+  mutable std::map<int32_t, std::shared_future<Rooms>> rooms_ ABSL_GUARDED_BY(room_mu_);
   const std::shared_ptr<SparseTables> tables_;
   CheckpointSchedule schedule_;
   std::unique_ptr<CheckpointWriter> checkpoint_;  // null without checkpoints

@@ -12,7 +12,6 @@
 
 #include "common/scheduler_client.h"
 #include "server/member_loop.h"
-#include "server/move_intake.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 #include "server/standby_sender.h"
@@ -23,16 +22,18 @@ class ShardActions : public ServerActions {
  public:
   using RestoreFn =
       std::function<absl::Status(int64_t generation, int64_t clock, const Placement& placement)>;
+  using FollowFn = std::function<void(const MoveNews& move, int64_t generation)>;
   // `*shard` is the runtime's shard now (it may be replaced by `restore`);
-  // `sender` is null without standby copies. All outlive this.
+  // `sender` is null without standby copies. All outlive this. `follow`
+  // takes the move the scheduler names (none: no move).
   ShardActions(const std::shared_ptr<Shard>* shard, PsService* service, StandbySender* sender,
-               MoveIntake* intake, int id, RestoreFn restore)
+               int id, RestoreFn restore, FollowFn follow)
       : shard_(shard),
         service_(service),
         sender_(sender),
-        intake_(intake),
         id_(id),
-        restore_(std::move(restore)) {}
+        restore_(std::move(restore)),
+        follow_(std::move(follow)) {}
 
   int64_t generation() const override { return (*shard_)->generation(); }
   void RemoveWorker(int w) override { (*shard_)->RemoveWorker(w); }
@@ -45,17 +46,15 @@ class ShardActions : public ServerActions {
   }
   void Prune(int64_t clock) override { (*shard_)->Prune(clock); }
   void SetRoutes(const ServerRoutes& routes) override;
-  void FollowMove(const MoveNews& move, int64_t generation) override {
-    intake_->Follow(move, generation);
-  }
+  void FollowMove(const MoveNews& move, int64_t generation) override { follow_(move, generation); }
 
  private:
   const std::shared_ptr<Shard>* const shard_;
   PsService* const service_;
   StandbySender* const sender_;
-  MoveIntake* const intake_;
   const int id_;
   const RestoreFn restore_;
+  const FollowFn follow_;
 };
 
 // What the scheduler's last heartbeat answer said, as the loop takes it.
