@@ -178,6 +178,14 @@ std::vector<int32_t> ChunksOn(const Placement& placement, int server) {
   return ids;
 }
 
+std::vector<int32_t> ChunksLeaving(const Placement& from, const Placement& to, int server) {
+  std::vector<int32_t> ids;
+  for (int32_t c : ChunksOn(from, server)) {
+    if (c >= to.chunk_server_size() || to.chunk_server(c) != server) ids.push_back(c);
+  }
+  return ids;
+}
+
 int FreeServerId(const Placement& placement) {
   int id = 0;
   for (int s : placement.servers()) {  // ascending

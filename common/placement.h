@@ -50,6 +50,10 @@ int OwnerOfRow(const Placement& placement, int servers, uint64_t id);
 bool TakesRows(const Placement& placement, int servers, int server);
 // Chunk ids on server `server`, ascending.
 std::vector<int32_t> ChunksOn(const Placement& placement, int server);
+// The chunk ids server `server` gives away in a move from `from` (explicit)
+// to `to`: on it under `from`, not under `to`; ascending. The other way
+// round, those it takes (from a placement not explicit: every one it holds).
+std::vector<int32_t> ChunksLeaving(const Placement& from, const Placement& to, int server);
 // The smallest server id the placement does not list: a server added
 // takes it (a drained server's id is free again).
 int FreeServerId(const Placement& placement);

@@ -74,6 +74,9 @@ TEST(HandoverTest, PlacementsSayWhoTakesWhatFromWhom) {
   EXPECT_EQ(h.chunks.at(1), ChunksOn(from, 1));
   EXPECT_EQ(h.rows, std::set<int>{1});
   EXPECT_TRUE(HandoverTo(from, to, 1).empty());  // the drained server takes nothing
+  EXPECT_EQ(ChunksLeaving(from, to, 1), ChunksOn(from, 1));  // and gives all it holds
+  EXPECT_TRUE(ChunksLeaving(from, to, 0).empty());
+  EXPECT_EQ(ChunksLeaving(to, from, 0), ChunksOn(from, 1));  // what server 0 takes
   EXPECT_EQ(Takers(from, to), std::vector<int>{0});
   EXPECT_TRUE(Takers(from, from).empty());
 }

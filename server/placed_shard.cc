@@ -93,12 +93,14 @@ void ShardAhead::Start(const Placement& from, const Placement& to) {
   made_ = {};
   version_ = to.version();
   if (version_ == 0) return;
-  const std::vector<int32_t> held = ChunksOn(from, in_.server_id);
-  made_ = std::async(std::launch::async,
-                     [this, to, held = absl::flat_hash_set<int32_t>(held.begin(), held.end())] {
-                       return PlaceShard(in_, to, ChunkStore::StartValues::kNone,
-                                         [&held](int32_t chunk) { return !held.contains(chunk); });
-                     });
+  // (The chunks it keeps come as they are: only those it takes are written.)
+  const std::vector<int32_t> taking = ChunksLeaving(to, from, in_.server_id);
+  made_ =
+      std::async(std::launch::async,
+                 [this, to, taking = absl::flat_hash_set<int32_t>(taking.begin(), taking.end())] {
+                   return PlaceShard(in_, to, ChunkStore::StartValues::kNone,
+                                     [&taking](int32_t chunk) { return taking.contains(chunk); });
+                 });
 }
 
 std::optional<PlacedShard> ShardAhead::Take(int64_t version) {

@@ -68,8 +68,8 @@ class ShardAhead {
   ~ShardAhead();  // waits for the one being made
 
   // Starts making the shard of placement `to` (no initial values: a switch
-  // writes every chunk), the slabs of the chunks `from` -- the placement
-  // served now -- does not give this server faulted in, unless it is the
+  // writes every chunk), the slabs of the chunks this server takes in the
+  // move from `from` faulted in, unless it is the
   // one made already; one of another placement is dropped. `to` of
   // version 0: drops it.
   void Start(const Placement& from, const Placement& to);

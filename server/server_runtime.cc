@@ -271,19 +271,14 @@ void Server::FollowMove(const MoveNews& move, int64_t generation) {
   if (ahead_ == nullptr) return;
   const auto& placed = move.to().servers();
   const bool here = std::find(placed.begin(), placed.end(), id_) != placed.end();
-  ahead_->Start(placement_, here ? move.to() : Placement());  // (no move: none)
+  ahead_->Start(move.from(), here ? move.to() : Placement());  // (no move: none)
   if (move.to().version() <= placement_.version()) {
     if (following_ > 0) shard_->DropAnswerRooms();  // the move went
     following_ = 0;
     return;
   }
   following_ = move.to().version();
-  std::vector<int32_t> giving;
-  const std::vector<int32_t> kept = ChunksOn(move.to(), id_);
-  for (int32_t c : ChunksOn(placement_, id_)) {
-    if (std::find(kept.begin(), kept.end(), c) == kept.end()) giving.push_back(c);
-  }
-  shard_->PrepareToGive(giving);
+  shard_->PrepareToGive(ChunksLeaving(move.from(), move.to(), id_));
 }
 
 void Server::StartClipping() {
